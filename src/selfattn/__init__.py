@@ -1,0 +1,38 @@
+"""selfattn: scaled dot-product self-attention, exact, fast and explainable.
+
+    import selfattn
+    out = selfattn.attention(q, k, v, causal=True)          # (B, H, L, D)
+    trace = selfattn.reference.self_attention(x, wq, wk, wv) # every step, float64
+
+Only NumPy is imported eagerly (`selfattn.reference`); the PyTorch parts load on first use,
+so `selfattn walkthrough` starts without torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "attention": ("selfattn.functional", "attention"),
+    "AttentionOutput": ("selfattn.functional", "AttentionOutput"),
+    "SelfAttention": ("selfattn.modules", "SelfAttention"),
+    "MultiHeadSelfAttention": ("selfattn.modules", "MultiHeadSelfAttention"),
+    "KVCache": ("selfattn.modules", "KVCache"),
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'selfattn' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,92 @@
+"""Visibility rules: who may look at whom, and their 1/0 drawing.
+
+A visibility matrix is bool (Lq, Lk) with True = may look (the tutorial's "1").
+Query i stands at position p = i + Lk - Lq (bottom-right alignment), so that one
+decoding step (Lq = 1) with a cache of Lk keys sees the whole past:
+
+    causal, Lq = Lk = 4        causal, Lq = 2, Lk = 4      window = 2, Lq = Lk = 4
+    1 0 0 0                    1 1 1 0                     1 0 0 0
+    1 1 0 0                    1 1 1 1                     1 1 0 0
+    1 1 1 0                                                0 1 1 0
+    1 1 1 1                                                0 0 1 1
+
+`window=w` keeps the last w positions, the query's own included: p - w < j <= p.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import torch
+
+__all__ = ["visibility", "Block", "block_visibility", "padding_mask", "draw"]
+
+
+def visibility(n_q: int, n_k: int, *, causal: bool = False, window: int | None = None,
+               device: torch.device | str | None = None) -> torch.Tensor:
+    """Bool (n_q, n_k), True = may look, for the causal and window rules."""
+    visible = torch.ones(n_q, n_k, dtype=torch.bool, device=device)
+    if not causal and window is None:
+        return visible
+    p = torch.arange(n_q, device=device)[:, None] + (n_k - n_q)  # (Lq, 1) query positions
+    j = torch.arange(n_k, device=device)[None, :]                 # (1, Lk) key positions
+    visible = j <= p
+    if window is not None:
+        visible &= j > p - window
+    return visible
+
+
+class Block(enum.Enum):
+    """How much of a (query block × key block) tile the causal/window rules let through."""
+
+    HIDDEN = "hidden"    # nothing visible: skip the tile
+    FULL = "full"        # everything visible: no mask needed
+    PARTIAL = "partial"  # the diagonal or window edge crosses the tile: mask it
+
+
+def block_visibility(q0: int, q1: int, k0: int, k1: int, n_q: int, n_k: int, *,
+                     causal: bool = False, window: int | None = None) -> Block:
+    """Classify the tile of queries [q0, q1) × keys [k0, k1) without building it.
+
+    Query i sees key j iff lo(i) <= j <= hi(i) with hi(i) = i + n_k - n_q (when causal or
+    windowed) and lo(i) = hi(i) - window + 1 (when windowed). Both bounds grow with i, so
+    the first and last query rows of the tile bound the whole tile.
+    """
+    if q1 <= q0 or k1 <= k0:
+        return Block.HIDDEN
+    if not causal and window is None:
+        return Block.FULL
+    shift = n_k - n_q
+    hi_first, hi_last = q0 + shift, q1 - 1 + shift
+    lo_first = hi_first - window + 1 if window is not None else None
+    lo_last = hi_last - window + 1 if window is not None else None
+    if k0 > hi_last or (lo_first is not None and k1 - 1 < lo_first):
+        return Block.HIDDEN
+    if k1 - 1 <= hi_first and (lo_last is None or k0 >= lo_last):
+        return Block.FULL
+    return Block.PARTIAL
+
+
+def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Key-padding visibility from a (B, Lk) 1/0 (or bool) mask: bool (B, 1, 1, Lk).
+
+    The result broadcasts against (B, H, Lq, Lk) in `selfattn.attention(mask=...)`.
+    """
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"attention_mask must be a torch.Tensor, got {type(attention_mask).__name__}")
+    if attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask must be (B, Lk), got shape {tuple(attention_mask.shape)}")
+    if attention_mask.dtype != torch.bool:
+        bad = (attention_mask != 0) & (attention_mask != 1)
+        if bool(bad.any()):
+            raise ValueError(f"attention_mask must hold only 0 and 1, found {attention_mask[bad][0].item()}")
+        attention_mask = attention_mask != 0
+    return attention_mask[:, None, None, :]
+
+
+def draw(visible) -> str:
+    """The tutorial's 1/0 drawing of a 2-D visibility matrix (torch or NumPy)."""
+    rows = visible.tolist()
+    if not rows or not isinstance(rows[0], list):
+        raise ValueError(f"draw needs a 2-D matrix, got shape {tuple(visible.shape)}")
+    return "\n".join(" ".join("1" if x else "0" for x in row) for row in rows)

@@ -1,0 +1,269 @@
+"""The tutorial's self-attention, step by step, in NumPy float64: the spec.
+
+Every other path in this package (the PyTorch backends, the tiled kernel, the
+modules, the explainer) is tested against the functions here. They are written
+to be read next to the tutorial "Self-Attention 是什么":
+
+    X  ->  Q = X W_Q,  K = X W_K,  V = X W_V          (project)
+       ->  scores = Q Kᵀ                               (match every query with every key)
+       ->  scaled = scores / √d_k                       (keep the range stable)
+       ->  masked = scaled where visible, else −inf     (causal mask: no peeking at the future)
+       ->  weights = softmax(masked)                    (rows become probabilities)
+       ->  output = weights · V                         (read the values)
+
+Shapes use fixed letters: L = sequence length, D = model width (d_model),
+d_k = query/key width, d_v = value width.
+
+This module imports nothing but NumPy, so `selfattn walkthrough` starts fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "Trace",
+    "softmax",
+    "causal_mask",
+    "project",
+    "scores",
+    "scale",
+    "apply_mask",
+    "weighted_sum",
+    "self_attention",
+    "visibility",
+    "attention",
+]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Every intermediate of one self-attention pass (float64).
+
+    x        (Lq, D)      the input rows
+    q        (Lq, d_k)    queries  X W_Q
+    k        (Lk, d_k)    keys     X W_K
+    v        (Lk, d_v)    values   X W_V
+    scores   (Lq, Lk)     Q Kᵀ
+    scaled   (Lq, Lk)     scores / √d_k
+    mask     (Lq, Lk)     bool, True = may look (the tutorial's 1)
+    masked   (Lq, Lk)     scaled, with −inf where mask is False
+    weights  (Lq, Lk)     softmax(masked) by row; rows that may look at nothing are 0
+    output   (Lq, d_v)    weights · V
+    """
+
+    x: np.ndarray
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    scores: np.ndarray
+    scaled: np.ndarray
+    mask: np.ndarray
+    masked: np.ndarray
+    weights: np.ndarray
+    output: np.ndarray
+
+    @property
+    def d_k(self) -> int:
+        return int(self.q.shape[-1])
+
+
+def softmax(x, axis: int = -1) -> np.ndarray:
+    """Numerically stable softmax in float64.
+
+    The row maximum is subtracted before exp, so scores of magnitude 1e4 give finite
+    results. −inf entries get weight exactly 0. A row that is −inf everywhere (a query
+    that may look at nothing) gets all-zero weights, never NaN.
+
+        softmax([2.0, 0.0, 0.0])     ≈ [0.787, 0.107, 0.107]
+        softmax([2.0, -inf, -inf])   =  [1.0,   0.0,   0.0]
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim == 0:
+        raise ValueError("softmax needs at least one axis, got a scalar")
+    peak = np.max(x, axis=axis, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)  # all −inf row: subtract nothing
+    e = np.exp(x - peak)
+    total = np.sum(e, axis=axis, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
+    """Causal visibility, bool (n_q, n_k), True = may look (the tutorial's 1).
+
+    Alignment is bottom-right: query i may look at keys j <= i + n_k - n_q, so the
+    last query sees every key. With n_q == n_k this is the tutorial's table:
+
+        1 0 0 0 0
+        1 1 0 0 0
+        1 1 1 0 0
+        1 1 1 1 0
+        1 1 1 1 1
+
+    and with n_q = 1 (one decoding step with a cache of n_k keys) it is all ones.
+    """
+    n_k = n_q if n_k is None else n_k
+    for name, n in (("n_q", n_q), ("n_k", n_k)):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(n).__name__} {n!r}")
+        if n < 0:
+            raise ValueError(f"{name} must be >= 0, got {n}")
+    i = np.arange(n_q)[:, None]
+    j = np.arange(n_k)[None, :]
+    return j <= i + (n_k - n_q)
+
+
+def project(x, w_q, w_k, w_v) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q = X W_Q, K = X W_K, V = X W_V.
+
+    x    (L, D)
+    w_q  (D, d_k)
+    w_k  (D, d_k)
+    w_v  (D, d_v)
+    """
+    x, w_q, w_k, w_v = (_matrix(name, a) for name, a in (("x", x), ("w_q", w_q), ("w_k", w_k), ("w_v", w_v)))
+    for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
+        if w.shape[0] != x.shape[1]:
+            raise ValueError(f"{name} has {w.shape[0]} rows but x has D={x.shape[1]} columns")
+    if w_q.shape[1] != w_k.shape[1]:
+        raise ValueError(f"w_q gives d_k={w_q.shape[1]} but w_k gives d_k={w_k.shape[1]}")
+    return x @ w_q, x @ w_k, x @ w_v
+
+
+def scores(q, k) -> np.ndarray:
+    """score_ij = Q_i · K_j, the whole (Lq, Lk) matrix Q Kᵀ.
+
+    q (Lq, d_k), k (Lk, d_k)
+    """
+    q, k = _matrix("q", q), _matrix("k", k)
+    if q.shape[1] != k.shape[1]:
+        raise ValueError(f"k has d_k={k.shape[1]} but q has d_k={q.shape[1]}")
+    return q @ k.T
+
+
+def scale(s, d_k: int) -> np.ndarray:
+    """scores / √d_k."""
+    if isinstance(d_k, bool) or not isinstance(d_k, (int, np.integer)) or d_k < 1:
+        raise ValueError(f"d_k must be a positive int, got {d_k!r}")
+    return np.asarray(s, dtype=np.float64) / np.sqrt(d_k)
+
+
+def apply_mask(s, mask) -> np.ndarray:
+    """Set the positions that may not be looked at to −inf (not 0: see `softmax`).
+
+    s     (Lq, Lk) float
+    mask  (Lq, Lk) bool, True = may look
+    """
+    s = np.asarray(s, dtype=np.float64)
+    mask = np.asarray(mask)
+    if mask.dtype != np.bool_:
+        raise TypeError(f"mask must be bool (True = may look), got dtype {mask.dtype}")
+    if mask.shape != s.shape:
+        raise ValueError(f"mask has shape {mask.shape} but scores have shape {s.shape}")
+    return np.where(mask, s, -np.inf)
+
+
+def weighted_sum(weights, v) -> np.ndarray:
+    """output = weights · V.
+
+    weights (Lq, Lk), v (Lk, d_v) -> (Lq, d_v)
+    """
+    weights, v = _matrix("weights", weights), _matrix("v", v)
+    if weights.shape[1] != v.shape[0]:
+        raise ValueError(f"weights have Lk={weights.shape[1]} columns but v has {v.shape[0]} rows")
+    return weights @ v
+
+
+def self_attention(x, w_q, w_k, w_v, *, causal: bool = True, mask=None) -> Trace:
+    """One head of self-attention, every step kept.
+
+    x     (L, D)       input rows (10×128 in the tutorial)
+    w_q   (D, d_k)
+    w_k   (D, d_k)
+    w_v   (D, d_v)
+    causal             decoder-only: row i sees rows 0..i
+    mask  (L, L) bool  extra visibility, True = may look; combined with causal by AND
+
+    Returns a `Trace`; `trace.output` is (L, d_v), the same shape as x when d_v = D.
+    """
+    q, k, v = project(x, w_q, w_k, w_v)
+    s = scores(q, k)
+    scaled = scale(s, q.shape[1])
+    visible = causal_mask(*s.shape) if causal else np.ones(s.shape, dtype=bool)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != np.bool_:
+            raise TypeError(f"mask must be bool (True = may look), got dtype {mask.dtype}")
+        if mask.shape != s.shape:
+            raise ValueError(f"mask has shape {mask.shape} but scores have shape {s.shape}")
+        visible = visible & mask
+    masked = apply_mask(scaled, visible)
+    weights = softmax(masked, axis=-1)
+    output = weighted_sum(weights, v)
+    return Trace(
+        x=np.asarray(x, dtype=np.float64), q=q, k=k, v=v, scores=s, scaled=scaled,
+        mask=visible, masked=masked, weights=weights, output=output,
+    )
+
+
+def visibility(n_q: int, n_k: int, *, causal: bool = False, window: int | None = None) -> np.ndarray:
+    """The visibility rule of `selfattn.attention`, bool (n_q, n_k), True = may look.
+
+    Query i stands at position p = i + n_k - n_q (bottom-right alignment).
+    causal:   key j visible only if j <= p.
+    window w: key j visible only if p - w < j <= p (the last w positions, itself included).
+    """
+    visible = np.ones((n_q, n_k), dtype=bool)
+    if causal or window is not None:
+        visible &= causal_mask(n_q, n_k)
+    if window is not None:
+        p = np.arange(n_q)[:, None] + (n_k - n_q)
+        visible &= np.arange(n_k)[None, :] > p - window
+    return visible
+
+
+def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, softcap=None):
+    """The float64 spec of `selfattn.attention` (no dropout), batched and multi-head.
+
+    q     (B, Hq, Lq, D)
+    k     (B, Hkv, Lk, D)     Hq % Hkv == 0: query head h reads key/value head h // (Hq // Hkv)
+    v     (B, Hkv, Lk, Dv)
+    mask  bool (True = may look) or additive float, broadcastable to (B, Hq, Lq, Lk)
+    scale default 1/√D; softcap c turns a scaled score s into c·tanh(s/c) before masking
+
+    Returns (output (B, Hq, Lq, Dv), weights (B, Hq, Lq, Lk), lse (B, Hq, Lq)).
+    A query row that may look at nothing gets output 0, weights 0 and lse −inf.
+    """
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    groups = q.shape[1] // k.shape[1]
+    k = np.repeat(k, groups, axis=1)
+    v = np.repeat(v, groups, axis=1)
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else float(scale)
+    s = np.einsum("bhid,bhjd->bhij", q, k) * scale
+    if softcap is not None:
+        s = softcap * np.tanh(s / softcap)
+    visible = np.broadcast_to(visibility(q.shape[2], k.shape[2], causal=causal, window=window), s.shape)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype == np.bool_:
+            visible = visible & mask
+        else:
+            s = s + mask.astype(np.float64)
+    s = np.where(visible, s, -np.inf)
+    weights = softmax(s, axis=-1)
+    peak = np.max(s, axis=-1, keepdims=True)
+    finite_peak = np.where(np.isfinite(peak), peak, 0.0)
+    with np.errstate(divide="ignore"):
+        lse = (np.log(np.sum(np.exp(s - finite_peak), axis=-1, keepdims=True)) + finite_peak)[..., 0]
+    return np.einsum("bhij,bhjd->bhid", weights, v), weights, lse
+
+
+def _matrix(name: str, a) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype}")
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {a.shape}")
+    return a.astype(np.float64, copy=False)
