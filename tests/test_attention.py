@@ -1,0 +1,280 @@
+"""attention(): every backend, every feature, every dtype, against the float64 reference.
+
+Each backend registered in `selfattn.kernels.BACKENDS` is checked here; a backend that
+refuses a case must say why (ValueError), and the reason is asserted to be non-empty.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import selfattn
+from selfattn import kernels, reference
+from selfattn.functional import build_request
+
+from .tolerances import assert_close_to_reference, max_error
+
+DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
+
+# (B, Hq, Hkv, Lq, Lk, D, Dv): lengths 1, 3, 15, 113, Lq ≠ Lk both ways, head dims 1, 3, 64, 80
+SHAPES = [
+    (1, 1, 1, 1, 1, 1, 1),
+    (2, 2, 2, 3, 3, 3, 3),
+    (1, 4, 2, 15, 15, 64, 64),
+    (1, 2, 1, 113, 113, 80, 80),
+    (2, 4, 4, 3, 15, 64, 32),
+    (1, 3, 3, 15, 3, 3, 5),
+]
+
+FEATURES = {
+    "plain": dict(),
+    "causal": dict(causal=True),
+    "window": dict(causal=True, window=4),
+    "window-only": dict(window=2),
+    "bool-mask": dict(mask="bool"),
+    "additive-mask": dict(mask="additive", causal=True),
+    "key-padding": dict(mask="padding"),
+    "scale": dict(scale=0.3, causal=True),
+    "softcap": dict(softcap=2.0, scale=1.5),
+}
+
+
+def make_inputs(shape, dtype, seed=0, magnitude=1.0):
+    B, Hq, Hkv, Lq, Lk, D, Dv = shape
+    g = torch.Generator().manual_seed(seed)
+    q = (torch.randn(B, Hq, Lq, D, generator=g, dtype=torch.float64) * magnitude).to(dtype)
+    k = (torch.randn(B, Hkv, Lk, D, generator=g, dtype=torch.float64) * magnitude).to(dtype)
+    v = torch.randn(B, Hkv, Lk, Dv, generator=g, dtype=torch.float64).to(dtype)
+    return q, k, v
+
+
+def make_mask(kind, shape, seed=1):
+    B, Hq, _, Lq, Lk, _, _ = shape
+    g = torch.Generator().manual_seed(seed)
+    if kind == "bool":
+        m = torch.rand(B, 1, Lq, Lk, generator=g) > 0.3
+        m[..., 0, :] = False  # one query row sees nothing at all
+        return m
+    if kind == "additive":
+        m = torch.randn(1, Hq, Lq, Lk, generator=g, dtype=torch.float64)
+        m[torch.rand(1, Hq, Lq, Lk, generator=g) > 0.8] = float("-inf")
+        return m
+    if kind == "padding":
+        lengths = torch.randint(1, Lk + 1, (B,), generator=g)
+        return (torch.arange(Lk)[None] < lengths[:, None])[:, None, None, :]
+    raise AssertionError(kind)
+
+
+def resolve(features, shape, dtype):
+    f = dict(features)
+    if isinstance(f.get("mask"), str):
+        m = make_mask(f["mask"], shape)
+        f["mask"] = m if m.dtype == torch.bool else m.to(dtype)
+    return f
+
+
+def reference_of(q, k, v, f):
+    m = f.get("mask")
+    m = None if m is None else m.double().numpy() if m.dtype != torch.bool else m.numpy()
+    return reference.attention(q.double().numpy(), k.double().numpy(), v.double().numpy(),
+                               causal=f.get("causal", False), mask=m, window=f.get("window"),
+                               scale=f.get("scale"), softcap=f.get("softcap"))
+
+
+@pytest.mark.parametrize("backend", sorted(kernels.BACKENDS))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("feature", sorted(FEATURES))
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_backend_matches_reference(backend, dtype, feature, shape):
+    q, k, v = make_inputs(shape, dtype)
+    f = resolve(FEATURES[feature], shape, dtype)
+    why = kernels.BACKENDS[backend].refuse(build_request(q, k, v, **f))
+    if why is not None:
+        assert why.strip()
+        with pytest.raises(ValueError, match=f"backend '{backend}' cannot serve"):
+            selfattn.attention(q, k, v, backend=backend, **f)
+        return
+    out = selfattn.attention(q, k, v, backend=backend, **f)
+    assert out.dtype == dtype and out.shape == (*q.shape[:3], v.shape[-1])
+    ref_out, _, _ = reference_of(q, k, v, f)
+    naive = selfattn.attention(q, k, v, backend="naive", **f)
+    assert_close_to_reference(out, ref_out, naive, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("feature", sorted(FEATURES))
+def test_weights_and_lse_match_reference(dtype, feature):
+    shape = (2, 4, 2, 7, 9, 16, 8)
+    q, k, v = make_inputs(shape, dtype, seed=3)
+    f = resolve(FEATURES[feature], shape, dtype)
+    res = selfattn.attention(q, k, v, return_weights=True, return_lse=True, **f)
+    _, ref_w, ref_lse = reference_of(q, k, v, f)
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    assert res.weights.dtype == acc and res.lse.dtype == acc
+    assert max_error(res.weights, ref_w) <= (1e-12 if dtype == torch.float64 else 1e-5)
+    finite = np.isfinite(ref_lse)
+    assert (np.isneginf(res.lse.double().numpy()) == ~finite).all()
+    assert np.abs(res.lse.double().numpy()[finite] - ref_lse[finite]).max(initial=0) <= (1e-12 if dtype == torch.float64 else 1e-5)
+    # output is weights · V, and visible rows sum to 1
+    sums = res.weights.sum(-1)
+    assert torch.all((sums - 1).abs() < 1e-5) or torch.all(((sums - 1).abs() < 1e-5) | (sums == 0))
+
+
+def test_named_tuple_fields_and_plain_output():
+    q, k, v = make_inputs((1, 1, 1, 4, 4, 8, 8), torch.float32)
+    out = selfattn.attention(q, k, v)
+    assert isinstance(out, torch.Tensor)
+    res = selfattn.attention(q, k, v, return_lse=True)
+    assert isinstance(res, selfattn.AttentionOutput) and res.weights is None and res.lse.shape == (1, 1, 4)
+    assert torch.equal(res.output, res[0])
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 2, 6, 6, 8, 8), (2, 4, 2, 5, 5, 16, 16), (1, 4, 1, 9, 9, 8, 8)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_agrees_with_pytorch_sdpa_itself(shape, causal):
+    """Where PyTorch SDPA serves the case directly (square causal, GQA), it is a second oracle."""
+    q, k, v = make_inputs(shape, torch.float64, seed=5)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=shape[1] != shape[2])
+    for backend in kernels.BACKENDS:
+        got = selfattn.attention(q, k, v, causal=causal, backend=backend)
+        assert max_error(got, want) < 1e-12, backend
+
+
+def test_bottom_right_causal_for_decoding():
+    q, k, v = make_inputs((1, 1, 1, 1, 6, 4, 4), torch.float64)
+    out = selfattn.attention(q, k, v, causal=True)
+    full = selfattn.attention(q, k, v)  # a single query at the end sees everything
+    assert torch.allclose(out, full, atol=1e-14)
+
+
+@pytest.mark.parametrize("backend", sorted(kernels.BACKENDS))
+def test_gradients_flow_and_match_naive(backend):
+    shape = (1, 4, 2, 11, 13, 8, 8)
+    q, k, v = (t.requires_grad_() for t in make_inputs(shape, torch.float64, seed=7))
+    mask = make_mask("bool", shape)
+    f = dict(causal=True, mask=mask)
+    if kernels.BACKENDS[backend].refuse(build_request(q, k, v, **f)):
+        pytest.skip(f"{backend} refuses this request")
+    out = selfattn.attention(q, k, v, backend=backend, **f)
+    grads = torch.autograd.grad((out * out).sum(), (q, k, v))
+    want = torch.autograd.grad((lambda o: (o * o).sum())(selfattn.attention(q, k, v, backend="naive", **f)), (q, k, v))
+    for g, w in zip(grads, want):
+        assert torch.isfinite(g).all()
+        assert max_error(g, w) < 1e-10
+
+
+def test_naive_gradcheck():
+    q, k, v = (t.requires_grad_() for t in make_inputs((1, 2, 1, 3, 4, 3, 2), torch.float64, seed=2))
+    mask = torch.tensor([[False, False, False, False], [True, False, True, True], [True, True, True, True]])
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: selfattn.attention(q, k, v, causal=True, mask=mask, softcap=3.0, backend="naive"), (q, k, v))
+
+
+@pytest.mark.parametrize("backend", sorted(kernels.BACKENDS))
+def test_fully_masked_row_gives_zeros_and_finite_gradients(backend):
+    q, k, v = (t.requires_grad_() for t in make_inputs((1, 2, 2, 3, 4, 8, 8), torch.float32))
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    mask[1] = False
+    out = selfattn.attention(q, k, v, mask=mask, backend=backend)
+    assert torch.isfinite(out).all() and (out[:, :, 1] == 0).all()
+    out.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+    additive = torch.zeros(3, 4)
+    additive[2] = float("-inf")
+    out = selfattn.attention(q, k, v, mask=additive, backend=backend)
+    assert torch.isfinite(out).all() and (out[:, :, 2] == 0).all()
+
+
+@pytest.mark.parametrize("backend", sorted(kernels.BACKENDS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_scores_of_magnitude_1e4_stay_finite(backend, dtype):
+    q, k, v = make_inputs((1, 2, 2, 8, 8, 4, 4), dtype, magnitude=100.0)  # q·k/√D ~ 1e4
+    out = selfattn.attention(q, k, v, causal=True, backend=backend)
+    assert torch.isfinite(out).all()
+    ref, _, _ = reference_of(q, k, v, dict(causal=True))
+    naive = selfattn.attention(q, k, v, causal=True, backend="naive")
+    assert_close_to_reference(out, ref, naive, dtype=dtype)
+
+
+def test_dropout_drops_and_rescales():
+    torch.manual_seed(0)
+    q, k, v = make_inputs((1, 4, 4, 64, 64, 16, 16), torch.float64)
+    res = selfattn.attention(q, k, v, dropout_p=0.25, return_weights=True, backend="naive")
+    clean = selfattn.attention(q, k, v, return_weights=True, backend="naive").weights
+    dropped = res.weights == 0
+    assert 0.2 < dropped.float().mean().item() < 0.3
+    kept = ~dropped
+    assert torch.allclose(res.weights[kept], clean[kept] / 0.75)
+    assert torch.allclose(res.output, res.weights @ v)  # the returned weights are the ones used
+    sdpa = selfattn.attention(q, k, v, dropout_p=0.25, backend="sdpa")
+    assert torch.isfinite(sdpa).all() and not torch.allclose(sdpa, selfattn.attention(q, k, v, backend="sdpa"))
+
+
+def test_auto_picks_a_backend_that_serves_and_explains_refusals():
+    q, k, v = make_inputs((1, 1, 1, 4, 4, 8, 8), torch.float32)
+    assert selfattn.attention(q, k, v, return_weights=True).weights is not None  # auto → naive
+    with pytest.raises(ValueError, match="sdpa.*never returns attention weights"):
+        selfattn.attention(q, k, v, return_weights=True, backend="sdpa")
+    with pytest.raises(ValueError, match="softcap"):
+        selfattn.attention(q, k, v, softcap=1.0, backend="sdpa")
+
+
+def test_naive_refuses_over_its_memory_budget(monkeypatch):
+    from selfattn.kernels import naive
+    monkeypatch.setattr(naive, "WEIGHTS_BUDGET_BYTES", 1000)
+    q, k, v = make_inputs((1, 2, 2, 32, 32, 8, 8), torch.float32)
+    with pytest.raises(ValueError, match=r"1×2×32×32 weights.*use backend='sdpa' or 'tiled'"):
+        selfattn.attention(q, k, v, backend="naive")
+    assert selfattn.attention(q, k, v).shape == q.shape  # auto still serves it
+
+
+def _qkv(**over):
+    t = dict(q=torch.zeros(1, 4, 5, 8), k=torch.zeros(1, 2, 6, 8), v=torch.zeros(1, 2, 6, 3))
+    t.update(over)
+    return t
+
+
+@pytest.mark.parametrize("over, kwargs, err, match", [
+    (dict(q=torch.zeros(4, 5, 8)), {}, ValueError, r"q must be 4-D \(B, H, L, D\), got shape \(4, 5, 8\)"),
+    (dict(k=[[1.0]]), {}, TypeError, "k must be a torch.Tensor, got list"),
+    (dict(k=torch.zeros(1, 2, 6, 32)), {}, ValueError, "k has D=32 but q has D=8"),
+    (dict(k=torch.zeros(2, 2, 6, 8), v=torch.zeros(2, 2, 6, 3)), {}, ValueError, "q has B=1, k has B=2"),
+    (dict(k=torch.zeros(1, 3, 6, 8), v=torch.zeros(1, 3, 6, 3)), {}, ValueError, "Hq=4 heads, not a multiple of k's Hkv=3"),
+    (dict(v=torch.zeros(1, 2, 7, 3)), {}, ValueError, "v has Lk=7 positions but k has Lk=6"),
+    (dict(v=torch.zeros(1, 1, 6, 3)), {}, ValueError, "v has 1 heads but k has 2"),
+    (dict(v=torch.zeros(1, 2, 6, 3, dtype=torch.float64)), {}, TypeError, "share one dtype.*torch.float64"),
+    (dict(q=torch.zeros(1, 4, 5, 8, dtype=torch.int64)), {}, TypeError, "q has dtype torch.int64"),
+    ({}, dict(mask=torch.ones(3, 6, dtype=torch.bool)), ValueError, r"mask has shape \(3, 6\), which does not broadcast to \(B, Hq, Lq, Lk\) = \(1, 4, 5, 6\)"),
+    ({}, dict(mask=torch.ones(5, 6, dtype=torch.int32)), TypeError, "mask must be bool.*torch.int32"),
+    ({}, dict(mask=torch.full((5, 6), float("nan"))), ValueError, "NaN"),
+    ({}, dict(mask=torch.ones(1, 1, 1, 5, 6, dtype=torch.bool)), ValueError, "more than 4 dims"),
+    ({}, dict(window=0), ValueError, "window must be >= 1, got 0"),
+    ({}, dict(window=2.5), TypeError, "window must be an int, got float 2.5"),
+    ({}, dict(dropout_p=1.0), ValueError, r"dropout_p must be in \[0, 1\), got 1.0"),
+    ({}, dict(dropout_p=-0.1), ValueError, "got -0.1"),
+    ({}, dict(scale=float("nan")), ValueError, "scale must be finite, got nan"),
+    ({}, dict(scale=float("inf")), ValueError, "scale must be finite, got inf"),
+    ({}, dict(scale="big"), TypeError, "scale must be a real number, got str 'big'"),
+    ({}, dict(softcap=-1.0), ValueError, "softcap must be > 0, got -1.0"),
+    ({}, dict(causal="yes"), TypeError, "causal must be a bool, got str 'yes'"),
+    ({}, dict(backend="flash"), ValueError, "unknown backend 'flash'"),
+    ({}, dict(backend=3), TypeError, "backend must be a str, got int 3"),
+])
+def test_bad_input_is_named(over, kwargs, err, match):
+    t = _qkv(**over)
+    with pytest.raises(err, match=match):
+        selfattn.attention(t["q"], t["k"], t["v"], **kwargs)
+
+
+def test_mixed_devices_are_refused():
+    meta = torch.zeros(1, 2, 6, 8, device="meta")
+    with pytest.raises(ValueError, match="one device.*meta"):
+        selfattn.attention(torch.zeros(1, 4, 5, 8), meta, torch.zeros(1, 2, 6, 3))
+
+
+def test_default_scale_is_one_over_sqrt_d():
+    q, k, v = make_inputs((1, 1, 1, 5, 5, 16, 4), torch.float64)
+    assert torch.allclose(selfattn.attention(q, k, v), selfattn.attention(q, k, v, scale=1 / math.sqrt(16)))

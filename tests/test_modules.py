@@ -1,0 +1,104 @@
+import numpy as np
+import pytest
+import torch
+
+from selfattn import KVCache, MultiHeadSelfAttention, SelfAttention, reference
+
+
+def test_self_attention_is_the_tutorial_head():
+    torch.manual_seed(0)
+    head = SelfAttention(128).double()
+    x = torch.randn(10, 128, dtype=torch.float64)
+    out = head(x)
+    assert out.shape == (10, 128)  # 10×128 in, 10×128 out
+    t = reference.self_attention(x.numpy(), head.w_q.weight.detach().T.numpy(),
+                                 head.w_k.weight.detach().T.numpy(), head.w_v.weight.detach().T.numpy())
+    np.testing.assert_allclose(out.detach().numpy(), t.output, atol=1e-12)
+    assert head(x[None].repeat(3, 1, 1)).shape == (3, 10, 128)
+
+
+def test_self_attention_d_k_and_non_causal():
+    head = SelfAttention(16, d_k=4, causal=False).double()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    assert head.w_q.weight.shape == (4, 16) and head(x).shape == x.shape
+    t = reference.self_attention(x[1].numpy(), head.w_q.weight.detach().T.numpy(),
+                                 head.w_k.weight.detach().T.numpy(), head.w_v.weight.detach().T.numpy(), causal=False)
+    np.testing.assert_allclose(head(x)[1].detach().numpy(), t.output, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_heads, n_kv_heads", [(4, None), (4, 2), (4, 1)])
+def test_multi_head_matches_reference_per_head(n_heads, n_kv_heads):
+    torch.manual_seed(1)
+    mha = MultiHeadSelfAttention(32, n_heads, n_kv_heads).double().eval()
+    x = torch.randn(2, 7, 32, dtype=torch.float64)
+    q, k, v = mha.project(x)
+    G = n_heads // (n_kv_heads or n_heads)
+    heads = []
+    for h in range(n_heads):
+        heads.append(reference.attention(q[:, h:h + 1].detach().numpy(), k[:, h // G:h // G + 1].detach().numpy(),
+                                         v[:, h // G:h // G + 1].detach().numpy(), causal=True)[0])
+    o = torch.from_numpy(np.concatenate(heads, axis=1))
+    assert torch.allclose(mha(x), mha.merge(o), atol=1e-12)
+
+
+def test_multi_head_padding_mask_and_shapes():
+    mha = MultiHeadSelfAttention(24, 3, causal=False, head_dim=5)
+    x = torch.randn(2, 6, 24)
+    pad = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    pad[1, ..., 4:] = False
+    out = mha(x, mask=pad)
+    assert out.shape == x.shape
+    x2 = x.clone()
+    x2[1, 4:] = 1e3  # padded positions must not influence the others
+    assert torch.allclose(mha(x2, mask=pad)[1, :4], out[1, :4], atol=1e-5)
+    assert mha(x[0]).shape == (6, 24)
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 1])
+def test_kv_cache_decoding_equals_full_pass(n_kv_heads):
+    torch.manual_seed(2)
+    mha = MultiHeadSelfAttention(32, 4, n_kv_heads).eval()
+    x = torch.randn(2, 40, 32)
+    with torch.no_grad():
+        full = mha(x)
+        cache = KVCache()
+        prefix = mha(x[:, :5], cache=cache)
+        steps = [mha(x[:, i:i + 1], cache=cache) for i in range(5, 40)]
+    assert len(cache) == 40 and cache.keys.shape == (2, n_kv_heads or 4, 40, 8)
+    torch.testing.assert_close(torch.cat([prefix, *steps], 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_kv_cache_refuses_mismatched_appends():
+    cache = KVCache()
+    cache.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    with pytest.raises(ValueError, match=r"\(1, 2, 4\).*\(1, 3, 4\)"):
+        cache.append(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4))
+    cache.reset()
+    assert len(cache) == 0 and cache.keys is None
+
+
+def test_dropout_only_in_training():
+    mha = MultiHeadSelfAttention(16, 2, dropout=0.5)
+    x = torch.randn(1, 8, 16)
+    mha.eval()
+    assert torch.equal(mha(x), mha(x))
+    mha.train()
+    torch.manual_seed(0)
+    a = mha(x)
+    assert not torch.allclose(a, mha(x))
+
+
+@pytest.mark.parametrize("make, err, match", [
+    (lambda: SelfAttention(0), ValueError, "d_model must be >= 1, got 0"),
+    (lambda: SelfAttention(8, d_k=2.0), TypeError, "d_k must be an int, got float 2.0"),
+    (lambda: SelfAttention(8, causal=1), TypeError, "causal must be a bool"),
+    (lambda: MultiHeadSelfAttention(10, 4), ValueError, "d_model=10 is not divisible by n_heads=4"),
+    (lambda: MultiHeadSelfAttention(16, 4, 3), ValueError, "n_heads=4 is not a multiple of n_kv_heads=3"),
+    (lambda: MultiHeadSelfAttention(16, 4, dropout=1.5), ValueError, "dropout must be a number in .0, 1., got 1.5"),
+    (lambda: SelfAttention(8)(torch.zeros(3, 7)), ValueError, "x has d_model=7 but the module was built for d_model=8"),
+    (lambda: SelfAttention(8)(torch.zeros(8)), ValueError, r"got shape \(8,\)"),
+    (lambda: MultiHeadSelfAttention(8, 2)(torch.zeros(1, 3, 8), cache=[]), TypeError, "cache must be a KVCache, got list"),
+])
+def test_bad_module_arguments_are_named(make, err, match):
+    with pytest.raises(err, match=match):
+        make()
