@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError, FileExistsError) as exc:
         print(f"selfattn {args.command}: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `selfattn ... | head`: the reader left, nothing to report
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print(f"selfattn {args.command}: interrupted", file=sys.stderr)
         return 130

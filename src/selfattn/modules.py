@@ -153,16 +153,13 @@ class MultiHeadSelfAttention(nn.Module):
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
         self.causal = causal
+        self.scale = 1.0 / math.sqrt(self.head_dim)  # multiplies Q Kᵀ: the tutorial's ÷√d_k
         self.dropout = float(dropout)
         self.backend = backend
         self.q_proj = nn.Linear(self.d_model, self.n_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(self.d_model, self.n_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(self.d_model, self.n_kv_heads * self.head_dim, bias=bias)
         self.out_proj = nn.Linear(self.n_heads * self.head_dim, self.d_model, bias=bias)
-
-    @property
-    def scale(self) -> float:
-        return 1.0 / math.sqrt(self.head_dim)
 
     def project(self, x: torch.Tensor, cache: KVCache | None = None):
         """Queries, keys and values split into heads.
