@@ -30,6 +30,43 @@ def _walkthrough(args) -> int:
     return 0
 
 
+def _explain(args) -> int:
+    from pathlib import Path
+
+    from .explain.session import Explainer
+    from .explain.trace import Intervention
+
+    for flag, path in (("--npz", args.npz), ("--html", args.html)):
+        if path is not None and Path(path).exists() and not args.force:
+            raise FileExistsError(f"{path} already exists; pass --force to overwrite ({flag})")
+    explainer = Explainer.load(args.model)
+    intervention = Intervention(scaling=not args.no_scaling, causal=not args.no_causal, temperature=args.temperature)
+    doc = explainer.explain(args.text, layer=args.layer, head=args.head, intervention=intervention)
+    if args.npz:
+        import numpy as np
+
+        from .explain.export import to_arrays
+        np.savez_compressed(args.npz, **to_arrays(doc))
+    if args.html:
+        from .explain.report import write_html
+        write_html(doc, args.html, force=args.force)
+    written = []
+    if args.plots:
+        from .explain import plots
+        written = plots.save(doc, args.plots, force=args.force)
+    if args.json:
+        print(json.dumps(doc, ensure_ascii=False))
+        return 0
+    from .explain import tables
+
+    console = _console()
+    tables.render(doc, console, lang=args.lang)
+    for path in [args.npz, args.html, *written]:
+        if path:
+            console.print(f"→ {path}", markup=False)
+    return 0
+
+
 def _console():
     from rich.console import Console
 
@@ -48,6 +85,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the random 10×128 run (default: 0)")
     p.add_argument("--json", action="store_true", help="print the same content as JSON")
     p.set_defaults(run=_walkthrough)
+
+    p = commands.add_parser("explain", help="a real model's attention on your sentence: tables, pictures, HTML")
+    p.add_argument("text", nargs="?", default="一只蓝色怪兽走进森林", help="the text (default: 一只蓝色怪兽走进森林)")
+    p.add_argument("--model", metavar="PATH", help="a checkpoint folder (default: the bundled model)")
+    p.add_argument("--layer", type=_non_negative_int, help="layer to show (default: picked by a rule, printed)")
+    p.add_argument("--head", type=_non_negative_int, help="head to show (default: picked by a rule, printed)")
+    p.add_argument("--lang", choices=["zh", "en"], default="zh", help="language of the tables (default: zh)")
+    p.add_argument("--no-scaling", action="store_true", help="intervene: do not divide the scores by √d_k")
+    p.add_argument("--no-causal", action="store_true", help="intervene: let a decoder look at future tokens")
+    p.add_argument("--temperature", type=_positive_float, default=1.0, help="intervene: softmax temperature (default 1)")
+    p.add_argument("--json", action="store_true", help="print every captured tensor as JSON instead of tables")
+    p.add_argument("--npz", metavar="FILE", help="also save every captured tensor to FILE (.npz)")
+    p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report to FILE")
+    p.add_argument("--plots", metavar="DIR", help="also save heatmaps (PNG and SVG) into DIR")
+    p.add_argument("--force", action="store_true", help="overwrite files that already exist")
+    p.set_defaults(run=_explain)
     return parser
 
 
@@ -58,6 +111,18 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
     return value
 
 
@@ -79,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.run(args)
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError) as exc:
+    except (ValueError, TypeError, KeyError, OSError) as exc:
         print(f"selfattn {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `selfattn ... | head`: the reader left, nothing to report

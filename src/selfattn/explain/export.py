@@ -1,0 +1,135 @@
+"""One source, several views: a `ModelTrace` as a plain dict (→ `--json`) or flat arrays (→ `--npz`).
+
+The terminal tables, the JSON export, the HTML report and the web app all read the
+numbers from here, so they cannot disagree.
+
+Layout of the dict (L tokens, H heads, D head dim):
+
+    selfattn_version, model {name, kind, n_layers, n_heads, n_kv_heads, head_dim, d_model},
+    text, tokens [L], token_ids [L], intervention {scaling, causal, temperature},
+    selected {layer, head, rule}, summaries [layer][head] {entropy, max_weight, first_token, previous, rows},
+    prediction [{token, id, prob}] (decoders: the next token after the text; [] for encoders),
+    layers [ {scale, causal, visible [L][L] 0/1, x [L][d_model], attn_out [L][d_model], output [L][d_model],
+              heads [ {kv_head, q [L][D], k [L][D], v [L][D], lse [L],
+                       stages {scores, scaled, masked, weights, weighted} — only when L <= STAGES_MAX_LEN} ] } ]
+
+Infinite values are written as the strings "-inf"/"inf", so the JSON stays standard.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .. import __version__
+from .trace import ModelTrace
+
+STAGES_MAX_LEN = 64
+"""Up to this many tokens the export holds every head's N×N stages; beyond, Q/K/V/lse (the stages
+follow from them: `LayerTrace.stages`)."""
+
+TOP_PREDICTIONS = 5
+
+
+def model_info(model: torch.nn.Module, name: str, trace: ModelTrace) -> dict:
+    first = trace.layers[0]
+    return {"name": name, "kind": "decoder" if trace.logits is not None else "encoder",
+            "n_layers": trace.n_layers, "n_heads": first.n_heads, "n_kv_heads": int(first.k.shape[0]),
+            "head_dim": int(first.q.shape[-1]), "d_model": int(first.x.shape[-1])}
+
+
+def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS) -> list[dict]:
+    """The k most likely next tokens after the whole text; `decode(id) -> str`."""
+    if trace.logits is None:
+        return []
+    probs = torch.softmax(trace.logits[-1].double(), dim=-1)
+    top = torch.topk(probs, min(k, probs.numel()))
+    return [{"token": decode(int(i)), "id": int(i), "prob": float(p)} for p, i in zip(top.values, top.indices)]
+
+
+def to_dict(trace: ModelTrace, *, model: dict, text: str, selected: dict, summaries: list,
+            prediction: list, stages: bool | None = None) -> dict:
+    """Everything captured, as JSON-ready lists."""
+    with_stages = trace.layers[0].length <= STAGES_MAX_LEN if stages is None else stages
+    layers = []
+    for layer in trace.layers:
+        heads = []
+        for h in range(layer.n_heads):
+            kv = layer.kv_head(h)
+            head = {"kv_head": kv, "q": _list(layer.q[h]), "k": _list(layer.k[kv]), "v": _list(layer.v[kv]),
+                    "lse": _list(layer.lse[h])}
+            if with_stages:
+                st = layer.stages(h)
+                head["stages"] = {name: _list(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")}
+            heads.append(head)
+        layers.append({"scale": layer.scale, "causal": layer.causal,
+                       "visible": layer.visible.int().tolist(), "x": _list(layer.x),
+                       "attn_out": _list(layer.attn_out), "output": _list(layer.output), "heads": heads})
+    i = trace.intervention
+    return {
+        "selfattn_version": __version__,
+        "model": model,
+        "text": text,
+        "tokens": list(trace.tokens),
+        "token_ids": trace.token_ids.tolist(),
+        "intervention": {"scaling": i.scaling, "causal": i.causal, "temperature": i.temperature},
+        "selected": selected,
+        "summaries": summaries,
+        "prediction": prediction,
+        "layers": layers,
+    }
+
+
+def to_arrays(doc: dict) -> dict[str, np.ndarray]:
+    """The dict as flat named arrays for `np.savez` (strings as unicode arrays)."""
+    out = {"selfattn_version": np.array(doc["selfattn_version"]), "model_name": np.array(doc["model"]["name"]),
+           "text": np.array(doc["text"]), "tokens": np.array(doc["tokens"]),
+           "token_ids": np.array(doc["token_ids"], dtype=np.int64)}
+    for l, layer in enumerate(doc["layers"]):
+        for name in ("x", "attn_out", "output"):
+            out[f"layer{l}/{name}"] = _array(layer[name])
+        out[f"layer{l}/visible"] = np.array(layer["visible"], dtype=bool)
+        out[f"layer{l}/scale"] = np.array(layer["scale"])
+        for h, head in enumerate(layer["heads"]):
+            for name in ("q", "k", "v", "lse"):
+                out[f"layer{l}/head{h}/{name}"] = _array(head[name])
+            for name, values in head.get("stages", {}).items():
+                out[f"layer{l}/head{h}/{name}"] = _array(values)
+    return out
+
+
+def head_weights(doc: dict, layer: int, head: int) -> np.ndarray:
+    """Weights (L, L) of one head from the dict's q, k, lse and visibility: exp(scale·q·k − lse)."""
+    lay = doc["layers"][layer]
+    h = lay["heads"][head]
+    q, k, lse = _array(h["q"]), _array(h["k"]), _array(h["lse"])
+    visible = np.array(lay["visible"], dtype=bool) & np.isfinite(lse)[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        w = np.exp(lay["scale"] * (q @ k.T) - lse[:, None])
+    return np.where(visible, w, 0.0)
+
+
+def _list(t: torch.Tensor):
+    """Nested lists of floats (float32 values kept exactly), ±inf as strings."""
+    a = t.detach().cpu().double().numpy()
+    if np.isfinite(a).all():
+        return a.tolist()
+    return _replace_inf(a.tolist())
+
+
+def _replace_inf(x):
+    if isinstance(x, list):
+        return [_replace_inf(v) for v in x]
+    return x if math.isfinite(x) else ("-inf" if x < 0 else "inf")
+
+
+def _array(values) -> np.ndarray:
+    return np.array(_restore_inf(values), dtype=np.float64)
+
+
+def _restore_inf(x):
+    if isinstance(x, list):
+        return [_restore_inf(v) for v in x]
+    return float(x) if isinstance(x, str) else x
