@@ -21,6 +21,7 @@ demo: setup
 	$(BIN)/selfattn walkthrough
 
 test: setup
+	bash scripts/setup-browser.sh   # Debian chromium + fonts-wqy-microhei for the browser tests
 	$(BIN)/python -m pytest -q
 
 clean:

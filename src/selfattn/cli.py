@@ -67,6 +67,14 @@ def _explain(args) -> int:
     return 0
 
 
+def _serve(args) -> int:
+    from .explain.server import serve
+    from .explain.session import Explainer
+
+    serve(Explainer.load(args.model), host=args.host, port=args.port)
+    return 0
+
+
 def _console():
     from rich.console import Console
 
@@ -101,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plots", metavar="DIR", help="also save heatmaps (PNG and SVG) into DIR")
     p.add_argument("--force", action="store_true", help="overwrite files that already exist")
     p.set_defaults(run=_explain)
+
+    p = commands.add_parser("serve", help="the local web app: type a sentence, see and intervene in its attention")
+    p.add_argument("--model", metavar="PATH", help="a checkpoint folder (default: the bundled model)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=_port, default=8000, help="port (default: 8000)")
+    p.set_defaults(run=_serve)
     return parser
 
 
@@ -123,6 +137,13 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in [0, 65535], got {text!r}")
     return value
 
 

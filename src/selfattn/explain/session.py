@@ -5,6 +5,10 @@
     doc = ex.explain("一只蓝色怪兽走进森林")  # the export dict of `selfattn.explain.export`
 
 The CLI, the HTML report and the web app all go through `explain`, so they show one set of numbers.
+
+Not thread-safe: an `Intervention` is applied by setting the model's attention modules for the
+duration of one forward pass, so concurrent calls on one Explainer must be serialised (the web
+app holds a lock around each request).
 """
 
 from __future__ import annotations

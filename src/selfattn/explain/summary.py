@@ -14,6 +14,8 @@ Rows are processed in blocks, so summaries of a 1,000-token input never hold mor
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .trace import LayerTrace, ModelTrace
@@ -31,24 +33,32 @@ PICK_RULE = {
 
 
 def head_summary(layer: LayerTrace, head: int) -> dict:
-    """The four numbers above for one head."""
+    """The four numbers above for one head, in float32 (summaries, not the exact stages).
+
+    Entropy comes from the saved log-sum-exp: with w = exp(s − lse), −Σ w ln w = lse − Σ w s,
+    so no logarithm of the L×L weights is taken.
+    """
     L = layer.length
+    q = layer.q[head].float()                                     # (L, D)
+    k = layer.k[layer.kv_head(head)].float()                      # (L, D)
+    lse = layer.lse[head].float()                                 # (L,)
     total = {"entropy": 0.0, "max_weight": 0.0, "first_token": 0.0, "previous": 0.0}
     counted = 0
     for start in range(0, L, ROW_BLOCK):
-        rows = list(range(start, min(start + ROW_BLOCK, L)))
-        w = layer.weights(head, rows)                             # (R, L)
-        keep = layer.visible[rows].sum(-1) >= 2                    # (R,)
+        rows = torch.arange(start, min(start + ROW_BLOCK, L))
+        keep = layer.visible[rows].sum(-1) >= 2                    # (R,) rows with a choice to make
         if not bool(keep.any()):
             continue
-        w, idx = w[keep], torch.tensor(rows)[keep]
-        plogp = torch.where(w > 0, w * torch.log2(w.clamp_min(1e-300)), torch.zeros_like(w))
-        total["entropy"] += float(-plogp.sum())
+        rows = rows[keep]
+        visible = layer.visible[rows]                              # (R, L)
+        s = (q[rows] @ k.T) * layer.scale                          # (R, L) scaled scores
+        w = torch.where(visible, torch.exp(s - lse[rows, None]), torch.zeros_like(s))
+        nats = lse[rows] - torch.where(visible, w * s, torch.zeros_like(s)).sum(-1)
+        total["entropy"] += float(nats.sum()) / math.log(2)
         total["max_weight"] += float(w.max(-1).values.sum())
         total["first_token"] += float(w[:, 0].sum())
-        prev = (idx - 1).clamp_min(0)
-        total["previous"] += float(w.gather(1, prev[:, None]).sum())
-        counted += int(keep.sum())
+        total["previous"] += float(w.gather(1, (rows - 1).clamp_min(0)[:, None]).sum())
+        counted += len(rows)
     return {name: value / counted if counted else 0.0 for name, value in total.items()} | {"rows": counted}
 
 

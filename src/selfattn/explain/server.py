@@ -1,0 +1,140 @@
+"""The local web explorer: `selfattn serve` (FastAPI + uvicorn, 127.0.0.1 by default).
+
+    GET  /               the explorer page in live mode (the same page and JS as the HTML report);
+                         `?text=…` opens it on that text
+    POST /api/explain    {text, layer?, head?, scaling?, causal?, temperature?, format?} -> the export dict
+
+`format` is "json" (default: the dict of `Explainer.explain`, exactly what `selfattn explain --json`
+prints) or "packed" (its float arrays as base64, what the page reads: `report.pack`).
+
+Every refusal is a 4xx with a one-line message in `detail`, never a 500: a malformed or
+oversized body, a wrong type, an empty text, a text over `session.MAX_CHARS` characters or
+over the model's context in tokens, a control character, a temperature outside
+[MIN_TEMPERATURE, MAX_TEMPERATURE], a layer or head that does not exist.
+
+The explainer switches its interventions on by setting attributes of the model's attention
+modules for one forward pass, so requests are answered one at a time (a lock).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from . import report
+from .session import DEFAULT_TEXT, MAX_CHARS, Explainer
+from .trace import Intervention
+
+__all__ = ["create_app", "serve", "ExplainRequest", "MAX_BODY_BYTES", "MIN_TEMPERATURE", "MAX_TEMPERATURE"]
+
+MAX_BODY_BYTES = 64 * 1024
+"""Largest request body accepted: MAX_CHARS characters, JSON-escaped, fit with room to spare."""
+MIN_TEMPERATURE = 0.01
+MAX_TEMPERATURE = 100.0
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class ExplainRequest(BaseModel):
+    """The body of POST /api/explain; types are strict ("3" is not a layer, 1 is not true)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: StrictStr = Field(max_length=MAX_CHARS)
+    layer: StrictInt | None = Field(default=None, ge=0)
+    head: StrictInt | None = Field(default=None, ge=0)
+    scaling: StrictBool = True
+    causal: StrictBool = True
+    temperature: float = Field(default=1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)
+    format: Literal["json", "packed"] = "json"
+
+    def intervention(self) -> Intervention:
+        return Intervention(scaling=self.scaling, causal=self.causal, temperature=float(self.temperature))
+
+
+def create_app(explainer: Explainer) -> FastAPI:
+    """The web app for one explainer (a model and its tokenizer)."""
+    if not isinstance(explainer, Explainer):
+        raise TypeError(f"explainer must be a selfattn.explain.session.Explainer, got {type(explainer).__name__}")
+    app = FastAPI(title="selfattn explorer", docs_url=None, redoc_url=None, openapi_url=None)
+    lock = threading.Lock()
+
+    def explain(text: str, **kwargs) -> dict:
+        with lock:
+            return explainer.explain(text, **kwargs)
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next):
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            return _error(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+        return await call_next(request)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError):
+        return _error(422, _validation_message(exc))
+
+    def first_doc(text: str | None) -> tuple[dict | None, str | None]:
+        """The page's first text explained, or (if refused) the default text and why the first was refused."""
+        error = None
+        for candidate in ([text] if text is not None else []) + [DEFAULT_TEXT]:
+            try:
+                return explain(candidate, stages=False), error
+            except (ValueError, TypeError) as exc:
+                error = error or str(exc)
+        return None, error
+
+    @app.get("/", response_class=HTMLResponse)
+    def page(text: str | None = None):
+        doc, error = first_doc(text)
+        html = report.render_app(doc, max_chars=MAX_CHARS, max_tokens=explainer.max_len, error=error)
+        return HTMLResponse(html, headers=_page_headers())
+
+    @app.post("/api/explain")
+    def api_explain(body: ExplainRequest):
+        try:
+            doc = explain(body.text, layer=body.layer, head=body.head, intervention=body.intervention(),
+                          stages=False if body.format == "packed" else None)
+        except ValueError as exc:
+            return _error(422, str(exc))
+        except TypeError as exc:
+            return _error(400, str(exc))
+        return JSONResponse(report.pack(doc) if body.format == "packed" else doc)
+
+    return app
+
+
+def serve(explainer: Explainer, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Run the app with uvicorn until interrupted. Binds the loopback address unless told otherwise."""
+    import uvicorn
+
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"port must be an int in [0, 65535], got {port!r}")
+    if host not in LOOPBACK:
+        print(f"selfattn serve: listening on {host}, reachable from other machines")
+    print(f"selfattn serve: open http://{'[::1]' if host == '::1' else host}:{port}/ (Ctrl+C stops)")
+    uvicorn.run(create_app(explainer), host=host, port=port, log_level="warning")
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"detail": message}, status_code=status)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    """One line naming each refused field, for example "temperature: Input should be less than or equal to 100"."""
+    parts = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        field = ".".join(loc) or "body"
+        parts.append(f"{field}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def _page_headers() -> dict[str, str]:
+    """The page's CSP (also in its <meta>), and no sniffing, framing or referrer."""
+    return {"Content-Security-Policy": report.policy(live=True) + "; frame-ancestors 'none'",
+            "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
