@@ -1,0 +1,37 @@
+"""A decoder-only model of the tutorial's sentences, and loaders for real checkpoints.
+
+    corpus          deterministic sentences 一只 / 蓝色 / 怪兽 / 走进 / 森林 … (pure Python)
+    grammar         does a word sequence follow the corpus grammar? (pure Python)
+    tokenizer       jieba words + vocabulary + character fallback, saved as JSON
+    data            sentences → padded (B, L) id batches, next-token loss
+    decoder         DecoderLM: embeddings, pre-norm blocks of MultiHeadSelfAttention, LM head
+    encoder         Encoder: BERT-style post-norm blocks of MultiHeadSelfAttention(causal=False)
+    generate        greedy / temperature / top-k decoding, with a KV cache
+    train           the training loop and its presets; loss_curve draws its PNG
+    evaluate        perplexity, next-token accuracy, measure-word agreement, sampled grammaticality
+    probe           in how many heads a word's strongest attention goes where the tutorial says
+    checkpoint      safetensors + config.json + tokenizer.json; `load_default()`
+    safetensors_io  reading/writing weight files, checking every name and shape
+    hf              Hugging Face GPT-2 and BERT directories → DecoderLM / Encoder
+    commands        what `selfattn train` / `selfattn generate` do and print
+
+Importing this package imports neither torch nor jieba; `load_default` does, when called.
+"""
+
+from __future__ import annotations
+
+__all__ = ["load_default", "load_checkpoint"]
+
+
+def load_default(*, device="cpu"):
+    """The bundled default model: `model, tokenizer, info = load_default()`."""
+    from .checkpoint import load_default as _load_default
+
+    return _load_default(device=device)
+
+
+def load_checkpoint(path, *, device="cpu"):
+    """A checkpoint folder written by `selfattn train`: `model, tokenizer, info = load_checkpoint(path)`."""
+    from .checkpoint import load_checkpoint as _load_checkpoint
+
+    return _load_checkpoint(path, device=device)

@@ -1,0 +1,227 @@
+"""`DecoderLM`: a GPT-style decoder-only language model built from `MultiHeadSelfAttention`.
+
+    ids (B, L) ─ token embedding + position embedding ─► x (B, L, d_model)
+      └─ n_layers × pre-norm block:   x = x + attn(LN(x))      causal self-attention
+                                      x = x + mlp(LN(x))       d_model → d_ff → d_model
+      └─ LN ─► lm_head ─► logits (B, L, vocab_size)
+
+The layout (names aside) is GPT-2's, so `selfattn.model.hf.load_gpt2` fills it with real
+GPT-2 weights. With one `KVCache` per layer (`model.new_cache()`), feeding a sequence in
+pieces gives the logits of one full pass: positions continue at `cache.length`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from ..functional import attention
+from ..modules import KVCache, MultiHeadSelfAttention
+
+__all__ = ["DecoderConfig", "DecoderLM", "DecoderBlock", "MLP", "ACTIVATIONS"]
+
+ACTIVATIONS = {
+    "gelu": lambda x: F.gelu(x),
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
+    "relu": F.relu,
+}
+
+INIT_STD = 0.02
+"""Standard deviation of the initial weights (GPT-2's initializer_range)."""
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """Everything needed to build a `DecoderLM` (and to save it as JSON).
+
+    vocab_size      tokens in the vocabulary
+    d_model         width of every position's vector (the tutorial's 128)
+    n_layers        decoder blocks
+    n_heads         query heads per block; n_kv_heads key/value heads (None: n_heads)
+    d_ff            hidden width of the MLP (None: 4 · d_model)
+    max_len         positions the position embedding covers
+    activation      "gelu", "gelu_tanh" or "relu"
+    norm_eps        LayerNorm epsilon
+    bias            biases in the linear layers
+    tie_embeddings  the LM head reuses the token embedding matrix
+    dropout         on embeddings, attention weights and residual branches (training only)
+    """
+
+    vocab_size: int
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int | None = None
+    d_ff: int | None = None
+    max_len: int = 64
+    activation: str = "gelu"
+    norm_eps: float = 1e-5
+    bias: bool = True
+    tie_embeddings: bool = True
+    dropout: float = 0.0
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        for name in ("n_kv_heads", "d_ff"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name} must be None or an int >= 1, got {v!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+
+    @property
+    def hidden(self) -> int:
+        return self.d_ff if self.d_ff is not None else 4 * self.d_model
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DecoderConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown DecoderConfig fields {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+class MLP(nn.Module):
+    """x (B, L, d_model) -> fc -> activation -> proj -> (B, L, d_model)."""
+
+    def __init__(self, d_model: int, hidden: int, activation: str, bias: bool = True, dropout: float = 0.0):
+        super().__init__()
+        self.fc = nn.Linear(d_model, hidden, bias=bias)
+        self.proj = nn.Linear(hidden, d_model, bias=bias)
+        self.act = ACTIVATIONS[activation]
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.proj(self.act(self.fc(x))))
+
+
+class DecoderBlock(nn.Module):
+    """Pre-norm block: x + attn(LN(x)), then + mlp(LN(x)).  x (B, L, d_model) -> same."""
+
+    def __init__(self, cfg: DecoderConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.attn = MultiHeadSelfAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, causal=True,
+                                           bias=cfg.bias, dropout=cfg.dropout)
+        self.ln_2 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mlp = MLP(cfg.d_model, cfg.hidden, cfg.activation, cfg.bias, cfg.dropout)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.ln_1(x), cache=cache))
+        return x + self.mlp(self.ln_2(x))
+
+    def forward_with_weights(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same block, also returning its attention weights (B, H, L, L) (no cache, no dropout)."""
+        q, k, v = self.attn.project(self.ln_1(x))                       # (B, H, L, D)
+        res = attention(q, k, v, causal=True, scale=self.attn.scale, return_weights=True, backend="naive")
+        x = x + self.attn.merge(res.output)
+        return x + self.mlp(self.ln_2(x)), res.weights
+
+
+class DecoderLM(nn.Module):
+    """Decoder-only language model.  input_ids (B, L) or (L,) -> logits (B, L, vocab) or (L, vocab)."""
+
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        if not isinstance(config, DecoderConfig):
+            raise TypeError(f"config must be a DecoderConfig, got {type(config).__name__}")
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        self.pos_emb = nn.Embedding(config.max_len, config.d_model)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(DecoderBlock(config) for _ in range(config.n_layers))
+        self.ln_f = nn.LayerNorm(config.d_model, eps=config.norm_eps)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/√(2·n_layers)."""
+        residual_std = INIT_STD / math.sqrt(2 * self.config.n_layers)
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif ".ln_" in name or name.startswith("ln_f"):
+                nn.init.ones_(p)
+            elif name.endswith(("attn.out_proj.weight", "mlp.proj.weight")):
+                nn.init.normal_(p, std=residual_std)
+            else:
+                nn.init.normal_(p, std=INIT_STD)
+
+    @property
+    def max_len(self) -> int:
+        return self.config.max_len
+
+    def new_cache(self) -> list[KVCache]:
+        """One empty KVCache per layer, for `forward(..., cache=...)`."""
+        return [KVCache() for _ in self.blocks]
+
+    def _embed(self, input_ids: torch.Tensor, start: int) -> tuple[torch.Tensor, bool]:
+        if not isinstance(input_ids, torch.Tensor):
+            raise TypeError(f"input_ids must be a torch.Tensor of token ids, got {type(input_ids).__name__}")
+        if input_ids.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"input_ids must be int64 or int32, got {input_ids.dtype}")
+        added = input_ids.dim() == 1
+        if added:
+            input_ids = input_ids[None]
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be (L,) or (B, L), got shape {tuple(input_ids.shape)}")
+        B, L = input_ids.shape
+        if start + L > self.config.max_len:
+            raise ValueError(f"{start + L} positions (cache {start} + input {L}) exceed max_len={self.config.max_len}")
+        if L and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size):
+            raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got "
+                             f"[{int(input_ids.min())}, {int(input_ids.max())}]")
+        pos = torch.arange(start, start + L, device=input_ids.device)           # (L,)
+        return self.drop(self.tok_emb(input_ids) + self.pos_emb(pos)), added    # (B, L, d_model)
+
+    def forward(self, input_ids: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
+        """Logits of the next token at every position.
+
+        input_ids  (B, L) or (L,)  int token ids
+        cache      None, or `new_cache()`: the past is read from it and the new keys/values appended
+        returns    (B, L, vocab_size), or (L, vocab_size) for 1-D input
+        """
+        if cache is not None and len(cache) != len(self.blocks):
+            raise ValueError(f"cache has {len(cache)} layers, the model {len(self.blocks)}")
+        start = 0 if cache is None else cache[0].length
+        x, added = self._embed(input_ids, start)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache=None if cache is None else cache[i])
+        logits = self.lm_head(self.ln_f(x))                                      # (B, L, V)
+        return logits[0] if added else logits
+
+    @torch.no_grad()
+    def attention_weights(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Logits and every layer's attention weights, for reading what each head looks at.
+
+        input_ids  (B, L) or (L,)
+        returns    logits (B, L, V) and a list of n_layers tensors (B, H, L, L) — row i: the
+                   weights query i gives keys 0..i (zeros above the diagonal). 1-D input drops B.
+        """
+        x, added = self._embed(input_ids, 0)
+        weights = []
+        for block in self.blocks:
+            x, w = block.forward_with_weights(x)
+            weights.append(w[0] if added else w)
+        logits = self.lm_head(self.ln_f(x))
+        return (logits[0] if added else logits), weights
+
+    def num_parameters(self) -> int:
+        """Distinct parameters (a tied LM head counted once)."""
+        return sum(p.numel() for p in self.parameters())

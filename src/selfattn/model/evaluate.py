@@ -1,0 +1,143 @@
+"""How good is a trained model at the corpus: perplexity, accuracy, and agreement that needs attention.
+
+- `lm_metrics`: next-token cross-entropy, perplexity = exp(loss), top-1 accuracy.
+- `measure_agreement`: for each sentence, put each of the six measure words into clause 1
+  (一只 / 一条 / 一头 / 一匹 / 一位 / 一个 + the same colour and noun) and score the prefix
+  log P(<bos> QM COLOUR NOUN); the model chose right if the true measure word scores
+  highest. The only evidence against a wrong measure word is the noun two positions
+  later, so this needs the noun → measure-word dependency.
+- `sample_grammaticality`: sample sentences from <bos> at temperature 1 and count those
+  that the grammar accepts (`selfattn.model.grammar`).
+- `ref_agreement`: after clause 1 (一条紫色鱼游进大海。), among 这只 / 这条 / 这头 / 这匹 /
+  这位 / 这个, does the model rank the one that agrees with the noun 4 positions back
+  highest? (Singular sentences whose clause 2 starts with 这 + measure word.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from contextlib import contextmanager
+from typing import Sequence
+
+import torch
+
+from .corpus import MEASURES, Sentence, with_measure
+from .data import encode_sentences, iterate_batches, next_token_loss, pad_batch
+from .decoder import DecoderLM
+from .generate import generate
+from .grammar import grammar_errors
+
+__all__ = ["lm_metrics", "measure_agreement", "ref_agreement", "sample_grammaticality"]
+
+
+@contextmanager
+def _eval_mode(model: DecoderLM):
+    """Evaluation mode (no dropout) for the block, then the model's previous mode again."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+@torch.no_grad()
+def lm_metrics(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], batch_size: int = 256) -> dict:
+    """{"loss", "perplexity", "accuracy", "tokens"} of next-token prediction over `sentences`."""
+    total_loss, correct, count = 0.0, 0, 0
+    with _eval_mode(model):
+        for batch in iterate_batches(encode_sentences(tokenizer, sentences), batch_size, tokenizer.pad_id):
+            logits = model(batch[:, :-1])                                # (B, L-1, V)
+            target = batch[:, 1:]
+            keep = target != tokenizer.pad_id
+            total_loss += float(next_token_loss(logits, batch, tokenizer.pad_id, reduction="sum"))
+            correct += int(((logits.argmax(-1) == target) & keep).sum())
+            count += int(keep.sum())
+    loss = total_loss / max(count, 1)
+    return {"loss": loss, "perplexity": math.exp(loss), "accuracy": correct / max(count, 1), "tokens": count}
+
+
+def _sequence_logprob(model: DecoderLM, batch: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """batch (N, L) right-padded -> (N,) sum over t >= 1 of log P(token t | tokens < t), pads skipped."""
+    logp = torch.log_softmax(model(batch[:, :-1]).float(), dim=-1)       # (N, L-1, V)
+    target = batch[:, 1:]                                                # (N, L-1)
+    picked = logp.gather(-1, target[..., None])[..., 0]
+    return picked.masked_fill(target == pad_id, 0.0).sum(-1)             # (N,)
+
+
+@torch.no_grad()
+def measure_agreement(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], max_errors: int = 10) -> dict:
+    """Share of sentences whose true measure word gives the highest prefix log-probability.
+
+    returns {"accuracy", "n", "by_measure": {measure: accuracy}, "errors": [{"sentence", "chose"}]}
+    """
+    if not sentences:
+        raise ValueError("measure_agreement needs at least one sentence")
+    rows = []
+    for s in sentences:
+        end = s.index("noun") + 1
+        rows += [tokenizer.encode_words(with_measure(s, m)[:end]) for m in MEASURES]
+    chunk = 256 * len(MEASURES)
+    with _eval_mode(model):
+        scores = torch.cat([_sequence_logprob(model, pad_batch(rows[i: i + chunk], tokenizer.pad_id), tokenizer.pad_id)
+                            for i in range(0, len(rows), chunk)])       # (N * 6,)
+    chosen = scores.view(len(sentences), len(MEASURES)).argmax(-1).tolist()
+    hits, per = [], Counter()
+    totals = Counter(s.creature.measure for s in sentences)
+    errors = []
+    for s, c in zip(sentences, chosen):
+        ok = MEASURES[c] == s.creature.measure
+        hits.append(ok)
+        per[s.creature.measure] += ok
+        if not ok and len(errors) < max_errors:
+            errors.append({"sentence": s.text, "chose": s.quantity + MEASURES[c]})
+    return {"accuracy": sum(hits) / len(hits), "n": len(hits),
+            "by_measure": {m: per[m] / totals[m] for m in MEASURES if totals[m]}, "errors": errors}
+
+
+@torch.no_grad()
+def ref_agreement(model: DecoderLM, tokenizer, sentences: Sequence[Sentence]) -> dict:
+    """Share of singular 这+measure references where the model ranks the right one first.
+
+    returns {"accuracy", "n"}; n counts the sentences that have such a reference
+    """
+    chosen_from = [tokenizer.id_of("这" + m) for m in MEASURES]
+    picked = [s for s in sentences if "ref_measure" in s.roles and s.words[s.index("ref_measure")] != "这些"]
+    if not picked:
+        raise ValueError("no sentence has a singular 这+measure reference")
+    rows = [tokenizer.encode_words(s.words[: s.index("ref_measure")]) for s in picked]
+    hits = 0
+    with _eval_mode(model):
+        for start in range(0, len(rows), 512):
+            part = rows[start: start + 512]
+            logits = model(pad_batch(part, tokenizer.pad_id))                # (N, L, V)
+            last = torch.tensor([len(r) - 1 for r in part])
+            scores = logits[torch.arange(len(part)), last][:, chosen_from]   # (N, 6)
+            for s, c in zip(picked[start: start + 512], scores.argmax(-1).tolist()):
+                hits += MEASURES[c] == s.creature.measure
+    return {"accuracy": hits / len(picked), "n": len(picked)}
+
+
+@torch.no_grad()
+def sample_grammaticality(model: DecoderLM, tokenizer, n: int = 200, seed: int = 0, max_new_tokens: int = 24,
+                          max_examples: int = 5) -> dict:
+    """Share of n sentences sampled from <bos> (temperature 1, no top-k) that are grammatical.
+
+    returns {"grammatical", "n", "examples": [text], "errors": [{"text", "errors"}]}
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    start = torch.full((n, 1), tokenizer.bos_id, dtype=torch.long)
+    out = generate(model, start, min(max_new_tokens, model.max_len), eos_id=tokenizer.eos_id, seed=seed)
+    ok, examples, errors = 0, [], []
+    for row in out[:, 1:].tolist():
+        ids = row[: row.index(tokenizer.eos_id)] if tokenizer.eos_id in row else row
+        words = [tokenizer.tokens[i] for i in ids]
+        problems = grammar_errors(words)
+        ok += not problems
+        if not problems and len(examples) < max_examples:
+            examples.append("".join(words))
+        if problems and len(errors) < max_examples:
+            errors.append({"text": "".join(words), "errors": problems})
+    return {"grammatical": ok / n, "n": n, "examples": examples, "errors": errors}

@@ -1,0 +1,86 @@
+import pytest
+import torch
+
+from selfattn.model.decoder import DecoderConfig, DecoderLM
+from selfattn.modules import KVCache, MultiHeadSelfAttention
+
+V = 37
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return DecoderLM(DecoderConfig(vocab_size=V, d_model=24, n_layers=2, n_heads=3, max_len=20)).eval()
+
+
+def test_shapes_and_the_building_blocks(model):
+    ids = torch.randint(0, V, (2, 7))
+    assert model(ids).shape == (2, 7, V)
+    assert model(ids[0]).shape == (7, V)
+    assert torch.allclose(model(ids[0]), model(ids)[0], atol=1e-6)
+    assert all(isinstance(b.attn, MultiHeadSelfAttention) and b.attn.causal for b in model.blocks)
+    assert model.lm_head.weight is model.tok_emb.weight
+
+
+def test_a_position_never_sees_the_future(model):
+    ids = torch.randint(0, V, (1, 9))
+    changed = ids.clone()
+    changed[0, 6:] = (changed[0, 6:] + 1) % V
+    a, b = model(ids), model(changed)
+    assert torch.allclose(a[:, :6], b[:, :6], atol=1e-6)
+    assert not torch.allclose(a[:, 6:], b[:, 6:], atol=1e-4)
+
+
+def test_kv_cache_in_pieces_equals_one_full_pass(model):
+    ids = torch.randint(0, V, (2, 11))
+    full = model(ids)
+    cache = model.new_cache()
+    assert len(cache) == 2 and all(isinstance(c, KVCache) for c in cache)
+    parts, start = [], 0
+    for size in (3, 1, 1, 4, 2):
+        parts.append(model(ids[:, start:start + size], cache=cache))
+        start += size
+    assert cache[0].length == 11
+    assert torch.allclose(torch.cat(parts, dim=1), full, atol=1e-5)
+
+
+def test_attention_weights_are_causal_rows_that_sum_to_one(model):
+    ids = torch.randint(0, V, (2, 6))
+    logits, weights = model.attention_weights(ids)
+    assert torch.allclose(logits, model(ids), atol=1e-5)
+    assert len(weights) == 2 and weights[0].shape == (2, 3, 6, 6)
+    for w in weights:
+        assert torch.allclose(w.sum(-1), torch.ones(2, 3, 6), atol=1e-5)
+        assert torch.all(w.triu(1) == 0)
+
+
+def test_bad_inputs_are_named(model):
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 37\), got \[0, 37\]"):
+        model(torch.tensor([[0, 37]]))
+    with pytest.raises(ValueError, match="21 positions .* exceed max_len=20"):
+        model(torch.zeros(1, 21, dtype=torch.long))
+    with pytest.raises(TypeError, match="int64 or int32"):
+        model(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="cache has 1 layers"):
+        model(torch.zeros(1, 3, dtype=torch.long), cache=[KVCache()])
+    with pytest.raises(ValueError, match="activation must be one of"):
+        DecoderConfig(vocab_size=5, activation="swish")
+    with pytest.raises(ValueError, match="d_model must be an int >= 1, got 0"):
+        DecoderConfig(vocab_size=5, d_model=0)
+    with pytest.raises(ValueError, match="unknown DecoderConfig fields"):
+        DecoderConfig.from_dict({"vocab_size": 5, "width": 3})
+
+
+def test_a_few_steps_of_training_lower_the_loss():
+    torch.manual_seed(0)
+    m = DecoderLM(DecoderConfig(vocab_size=V, d_model=32, n_layers=1, n_heads=2, max_len=16))
+    ids = torch.arange(12).repeat(8, 1) % V                               # a pattern to learn
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(30):
+        loss = torch.nn.functional.cross_entropy(m(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert losses[-1] < 0.2 * losses[0]

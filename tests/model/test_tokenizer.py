@@ -1,0 +1,68 @@
+import json
+
+import pytest
+
+from selfattn.model.tokenizer import SPECIAL_TOKENS, WordTokenizer, cache_dir
+
+
+def test_the_tutorial_sentence_is_cut_into_its_five_words(tokenizer):
+    assert tokenizer.segment("一只蓝色怪兽走进森林") == ["一只", "蓝色", "怪兽", "走进", "森林"]
+    ids = tokenizer.encode("一只蓝色怪兽走进森林", eos=True)
+    assert ids[0] == tokenizer.bos_id and ids[-1] == tokenizer.eos_id
+    assert [tokenizer.tokens[i] for i in ids[1:-1]] == ["一只", "蓝色", "怪兽", "走进", "森林"]
+    assert tokenizer.decode(ids) == "一只蓝色怪兽走进森林"
+
+
+def test_jieba_cuts_every_corpus_sentence_as_written(small_corpus, tokenizer):
+    for s in small_corpus.train[:300] + small_corpus.test:
+        assert tuple(tokenizer.segment(s.text)) == s.words
+
+
+def test_specials_come_first_and_characters_back_up_words(tokenizer):
+    assert tuple(tokenizer.tokens[:4]) == SPECIAL_TOKENS == ("<pad>", "<unk>", "<bos>", "<eos>")
+    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id) == (0, 1, 2, 3)
+    # 色彩 is one jieba word, not in the vocabulary; its characters are (from 蓝色 and 彩虹)
+    assert tokenizer.segment("色彩") == ["色彩"]
+    assert "色彩" not in tokenizer
+    assert tokenizer.tokenize("色彩") == ["色", "彩"]
+    # characters never seen become <unk>
+    assert tokenizer.tokenize("一只可爱猫") == ["一只", "<unk>", "<unk>", "猫"]
+    assert tokenizer.encode_words(["蓝森林"], bos=False) == [tokenizer.id_of(c) for c in "蓝森林"]
+
+
+def test_whitespace_is_dropped(tokenizer):
+    assert tokenizer.tokenize(" 一只 蓝色\n怪兽 ") == ["一只", "蓝色", "怪兽"]
+
+
+def test_json_round_trip_keeps_vocabulary_and_segmentation(tokenizer, tmp_path):
+    path = tokenizer.save(tmp_path / "tokenizer.json")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["tokens"] == tokenizer.tokens and "怪兽" in data["user_words"]
+    loaded = WordTokenizer.load(path)
+    assert loaded.tokens == tokenizer.tokens and loaded.user_words == tokenizer.user_words
+    text = "两条紫色龙飞上天空。这些龙在天空中唱歌。"
+    assert loaded.encode(text) == tokenizer.encode(text)
+
+
+def test_broken_files_and_vocabularies_are_named(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match="bad.json is not valid JSON"):
+        WordTokenizer.load(bad)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"format": "something-else"}), encoding="utf-8")
+    with pytest.raises(ValueError, match="not a selfattn.word-tokenizer file"):
+        WordTokenizer.load(other)
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        WordTokenizer.load(tmp_path / "missing.json")
+    with pytest.raises(ValueError, match="must start with"):
+        WordTokenizer(["a", "b"])
+    with pytest.raises(ValueError, match="'猫' appears twice"):
+        WordTokenizer(list(SPECIAL_TOKENS) + ["猫", "猫"])
+    with pytest.raises(ValueError, match="token id 999"):
+        WordTokenizer(list(SPECIAL_TOKENS) + ["猫"]).decode([999])
+
+
+def test_cache_dir_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_dir() == tmp_path / "selfattn" and cache_dir().is_dir()
