@@ -67,6 +67,22 @@ def _explain(args) -> int:
     return 0
 
 
+def _train(args) -> int:
+    from .model.commands import train_command
+
+    return train_command(preset=args.preset, out=args.out, seed=args.seed, epochs=args.epochs,
+                         batch_size=args.batch_size, lr=args.lr, plot=args.plot, force=args.force,
+                         threads=args.threads, progress=not args.no_progress, json_output=args.json)
+
+
+def _generate(args) -> int:
+    from .model.commands import generate_command
+
+    return generate_command(args.text, model=args.model, max_new_tokens=args.max_new_tokens, greedy=args.greedy,
+                            temperature=args.temperature, top_k=args.top_k, seed=args.seed,
+                            use_cache=not args.no_cache, json_output=args.json)
+
+
 def _serve(args) -> int:
     from .explain.server import serve
     from .explain.session import Explainer
@@ -109,6 +125,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plots", metavar="DIR", help="also save heatmaps (PNG and SVG) into DIR")
     p.add_argument("--force", action="store_true", help="overwrite files that already exist")
     p.set_defaults(run=_explain)
+
+    p = commands.add_parser("train", help="train a decoder-only model on the corpus of the tutorial's sentences")
+    p.add_argument("--preset", choices=["tiny", "default"], default="default", help="model and schedule (default: default)")
+    p.add_argument("--out", default="out/model", help="checkpoint folder to write (default: out/model)")
+    p.add_argument("--seed", type=_non_negative_int, default=0, help="seed of corpus, init and batches (default: 0)")
+    p.add_argument("--epochs", type=_positive_int, help="epochs (default: the preset's)")
+    p.add_argument("--batch-size", type=_positive_int, dest="batch_size", help="batch size (default: the preset's)")
+    p.add_argument("--lr", type=_positive_float, help="peak learning rate (default: the preset's)")
+    p.add_argument("--plot", metavar="PNG", help="loss-curve picture (default: OUT/loss_curve.png)")
+    p.add_argument("--threads", type=_positive_int, default=1, help="torch threads (default: 1)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing checkpoint in OUT")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the training summary as JSON")
+    p.set_defaults(run=_train)
+
+    p = commands.add_parser("generate", help="continue a text with the default model (or --model PATH)")
+    p.add_argument("text", help="the beginning, e.g. 一只蓝色")
+    p.add_argument("--model", metavar="PATH", help="a checkpoint folder (default: the bundled model)")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=40, dest="max_new_tokens", help="(default: 40)")
+    p.add_argument("--greedy", action="store_true", help="always take the most likely token")
+    p.add_argument("--temperature", type=_positive_float, default=1.0, help="sampling temperature (default: 1)")
+    p.add_argument("--top-k", type=_positive_int, dest="top_k", help="sample among the k most likely tokens")
+    p.add_argument("--seed", type=_non_negative_int, default=0, help="sampling seed (default: 0)")
+    p.add_argument("--no-cache", action="store_true", help="recompute the whole prefix each step (no KV cache)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(run=_generate)
 
     p = commands.add_parser("serve", help="the local web app: type a sentence, see and intervene in its attention")
     p.add_argument("--model", metavar="PATH", help="a checkpoint folder (default: the bundled model)")

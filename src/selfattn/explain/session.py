@@ -40,25 +40,54 @@ class Explainer:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "Explainer":
-        """The default model (path None), or a checkpoint folder written by `selfattn train`."""
-        from ..model import checkpoint
-
+        """The default model (path None), a checkpoint folder written by `selfattn train`, or a
+        Hugging Face GPT-2 / BERT-style folder (config.json + model.safetensors + tokenizer files)."""
         if path is None:
-            model, tokenizer, _ = checkpoint.load_default()
-            name = "selfattn default model"
-        else:
-            folder = Path(path)
-            if not folder.is_dir():
-                raise FileNotFoundError(f"model folder not found: {folder}")
-            model, tokenizer, _ = checkpoint.load_checkpoint(folder)
-            name = folder.name
+            from ..model import checkpoint
 
+            return cls._from_checkpoint(*checkpoint.load_default()[:2], name="selfattn default model")
+        folder = Path(path)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"model folder not found: {folder}")
+        kind = _folder_kind(folder)
+        if kind == "selfattn":
+            from ..model import checkpoint
+
+            return cls._from_checkpoint(*checkpoint.load_checkpoint(folder)[:2], name=folder.name)
+        return cls._from_hugging_face(folder, kind)
+
+    @classmethod
+    def _from_checkpoint(cls, model, tokenizer, *, name: str) -> "Explainer":
         def tokenize(text: str):
             ids = tokenizer.encode(text, bos=True)
             return [tokenizer.tokens[i] for i in ids], torch.tensor(ids), {}
 
         return cls(model=model.eval(), name=name, tokenize=tokenize,
                    decode=lambda i: tokenizer.tokens[i], max_len=model.max_len)
+
+    @classmethod
+    def _from_hugging_face(cls, folder: Path, kind: str) -> "Explainer":
+        from ..model import hf
+
+        try:
+            from transformers import AutoTokenizer
+        except ImportError:
+            raise ValueError(f"{folder} is a Hugging Face {kind} folder; reading its tokenizer needs the "
+                             f"`transformers` package (pip install transformers)") from None
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{folder}: no usable tokenizer files ({e})") from None
+        model = hf.load_gpt2(folder) if kind == "gpt2" else hf.load_bert(folder)
+
+        def tokenize(text: str):
+            ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+            tokens = [tokenizer.decode([i]) for i in ids]
+            extra = {} if kind == "gpt2" else {"attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+            return tokens, torch.tensor(ids), extra
+
+        return cls(model=model.eval(), name=folder.name, tokenize=tokenize,
+                   decode=lambda i: tokenizer.decode([i]), max_len=model.config.max_len)
 
     def check_text(self, text) -> str:
         if not isinstance(text, str):
@@ -103,3 +132,25 @@ class Explainer:
             best_layer = min(range(trace.n_layers), key=lambda l: table[l][head]["entropy"])
             return {"layer": best_layer, "head": head, "rule": "within head"}
         return {"layer": picked_layer, "head": picked_head, "rule": "auto"}
+
+
+def _folder_kind(folder: Path) -> str:
+    """"selfattn" (a `selfattn train` checkpoint), "gpt2" or "bert", from the folder's config.json."""
+    import json
+
+    config = folder / "config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"{folder} has no config.json: not a model folder")
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{config} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{config} does not hold a JSON object")
+    if data.get("format") == "selfattn.decoder-lm":
+        return "selfattn"
+    kind = data.get("model_type")
+    if kind in ("gpt2", "bert"):
+        return kind
+    raise ValueError(f"{folder}: model_type {kind!r} is not supported; selfattn reads its own checkpoints, "
+                     f"GPT-2 and BERT-style folders")

@@ -5,11 +5,12 @@ Reads only `export.to_dict`'s output, so the terminal shows exactly the numbers 
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .summary import PICK_RULE
+from .summary import PICK_RULE, SINK_LIMIT
 
 MAX_TABLE_TOKENS = 24
 """Longer inputs get the summaries only (tables of hundreds of columns help nobody): use --html."""
@@ -25,7 +26,7 @@ TEXT = {
         "scores": "① 分数 QKᵀ", "scaled": "② ÷√d_k（乘以 {scale:.4g}）", "mask": "③ 可见性（1 = 可以看，0 = 不能看）",
         "masked": "④ 加 mask（−inf）", "weights": "⑤ softmax 权重（%）",
         "top": "每个位置最关注的 token：", "row": "“{q}” → {items}",
-        "predict": "模型预测的下一个 token：", "summary": "各 head 概览（平均熵 bits / 对第一个 token 的注意力）",
+        "predict": "模型预测的下一个 token：", "summary": "各 head 概览：平均熵（bit，越小越集中）；* = ≥50% 注意力停在第一个 token 上",
         "too_long": "输入有 {n} 个 token，超过 {limit}：终端只显示概览；用 --html 查看完整交互报告。",
         "layer": "层", "head": "head",
     },
@@ -40,7 +41,7 @@ TEXT = {
         "scores": "(1) scores QKᵀ", "scaled": "(2) ÷√d_k (times {scale:.4g})", "mask": "(3) visibility (1 = may look, 0 = may not)",
         "masked": "(4) masked (−inf)", "weights": "(5) softmax weights (%)",
         "top": "What each position attends to most:", "row": "\"{q}\" → {items}",
-        "predict": "The model's next-token prediction:", "summary": "Heads at a glance (mean entropy bits / attention to the first token)",
+        "predict": "The model's next-token prediction:", "summary": "Heads at a glance: mean entropy (bits, lower = more concentrated); * = >= 50% on the first token",
         "too_long": "The input has {n} tokens, more than {limit}: the terminal shows summaries only; use --html for the full report.",
         "layer": "layer", "head": "head",
     },
@@ -97,13 +98,15 @@ def _cell(x, fmt: str) -> str:
 
 
 def _summary_grid(doc: dict, console: Console, t: dict) -> None:
-    table = Table(t["layer"], *(f"{t['head']} {h}" for h in range(doc["model"]["n_heads"])),
-                  title=t["summary"], title_justify="left", show_edge=False)
+    console.print(t["summary"])
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    for name in [t["layer"], *(f"H{h}" for h in range(doc["model"]["n_heads"]))]:
+        table.add_column(name, no_wrap=True, justify="right", min_width=4)
     sel = doc["selected"]
     for l, heads in enumerate(doc["summaries"]):
         cells = []
         for h, s in enumerate(heads):
-            cell = f"{s['entropy']:.2f} / {s['first_token']:.0%}"
+            cell = f"{s['entropy']:.1f}" + ("*" if s["first_token"] >= SINK_LIMIT else "")
             cells.append(f"[reverse]{cell}[/reverse]" if (l, h) == (sel["layer"], sel["head"]) else cell)
         table.add_row(str(l), *cells)
     console.print(table)
