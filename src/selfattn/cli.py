@@ -160,43 +160,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
+def _number(kind: type, *, low: float, high: float | None = None, low_open: bool = False, what: str = ""):
+    """An argparse type: `kind` (int or float) within [low, high], or (low, high] with low_open."""
     import math
 
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return value
+    bound = f"> {low:g}" if low_open else f">= {low:g}"
+    what = what or (f"an integer {bound}" if kind is int else f"a finite number {bound}")
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if (not math.isfinite(value) or value < low or (low_open and value == low)
+                or (high is not None and value > high)):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _port(text: str) -> int:
-    value = _non_negative_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"expected a port in [0, 65535], got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+_positive_int = _number(int, low=1, what="a positive integer")
+_non_negative_int = _number(int, low=0)
+_positive_float = _number(float, low=0, low_open=True)
+_port = _number(int, low=0, high=65535, what="a port in [0, 65535]")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,12 +194,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return args.run(args)
-    except (ValueError, TypeError, KeyError, OSError) as exc:
-        print(f"selfattn {args.command}: error: {exc}", file=sys.stderr)
-        return 1
     except BrokenPipeError:  # `selfattn ... | head`: the reader left, nothing to report
         sys.stderr.close()
         return 0
+    except (ValueError, TypeError, KeyError, OSError) as exc:
+        print(f"selfattn {args.command}: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"selfattn {args.command}: interrupted", file=sys.stderr)
         return 130
