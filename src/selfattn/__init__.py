@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "attention": ("selfattn.functional", "attention"),
     "AttentionOutput": ("selfattn.functional", "AttentionOutput"),
+    "attention_weights": ("selfattn.weights", "attention_weights"),
     "SelfAttention": ("selfattn.modules", "SelfAttention"),
     "MultiHeadSelfAttention": ("selfattn.modules", "MultiHeadSelfAttention"),
     "KVCache": ("selfattn.modules", "KVCache"),

@@ -34,10 +34,10 @@ class NaiveBackend:
     def forward(self, r: Request) -> Result:
         acc = r.accumulate_dtype
         B, Hq, Lq, Lk, G = r.batch, r.q_heads, r.len_q, r.len_k, r.groups
-        q = r.q.to(acc).unflatten(1, (r.kv_heads, G))         # (B, Hkv, G, Lq, D)
-        k = r.k.to(acc)[:, :, None]                            # (B, Hkv, 1, Lk, D): shared, not copied
-        v = r.v.to(acc)[:, :, None]                            # (B, Hkv, 1, Lk, Dv)
-        s = (q @ k.transpose(-1, -2)).flatten(1, 2) * r.scale  # (B, Hq, Lq, Lk)  Q Kᵀ / √d_k
+        q = r.q.to(acc).reshape(B, r.kv_heads, G * Lq, r.q.shape[-1])  # (B, Hkv, G·Lq, D): a group's queries as rows
+        k = r.k.to(acc)                                        # (B, Hkv, Lk, D): shared, not copied
+        v = r.v.to(acc)                                        # (B, Hkv, Lk, Dv)
+        s = (q @ k.transpose(-1, -2)).view(B, Hq, Lq, Lk) * r.scale  # (B, Hq, Lq, Lk)  Q Kᵀ / √d_k
         if r.softcap is not None:
             s = r.softcap * torch.tanh(s / r.softcap)
         visible = None
@@ -58,7 +58,7 @@ class NaiveBackend:
         weights = e / torch.where(alive, total, torch.ones_like(total))
         if r.dropout_p > 0:
             weights = F.dropout(weights, p=r.dropout_p, training=True)
-        out = (weights.unflatten(1, (r.kv_heads, G)) @ v).flatten(1, 2)  # (B, Hq, Lq, Dv)
+        out = (weights.reshape(B, r.kv_heads, G * Lq, Lk) @ v).view(B, Hq, Lq, v.shape[-1])  # (B, Hq, Lq, Dv)
         lse = None
         if r.need_lse:
             lse = torch.where(alive, torch.log(torch.where(alive, total, torch.ones_like(total))) + peak,

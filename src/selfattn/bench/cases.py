@@ -1,0 +1,145 @@
+"""The benchmark cases: what is measured, at which size, against which backends.
+
+Every case runs each of its backends on the same inputs (seeded), fp32 unless noted. The full
+sizes are the ones the tiled kernel's targets are stated at; `quick` sizes finish in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from ..kernels.cost import visible_pairs
+
+__all__ = ["Case", "CASES", "SEED", "BACKWARD_FLOPS_FACTOR", "select"]
+
+SEED = 0
+"""Inputs are torch.randn from this seed, the same for every backend of a case."""
+
+BACKWARD_FLOPS_FACTOR = 2.5
+"""The backward pass is counted as 2.5× the forward's flops (5 matmuls against 2), FlashAttention's convention."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark: a shape, a masking rule, a pass (forward or forward+backward), and backends."""
+
+    name: str
+    title: str
+    batch: int
+    q_heads: int
+    kv_heads: int
+    len_q: int
+    len_k: int
+    head_dim: int
+    causal: bool = True
+    window: int | None = None
+    backward: bool = False
+    backends: tuple[str, ...] = ("sdpa", "tiled", "auto", "naive")
+    dtype: torch.dtype = torch.float32
+    rounds: int | None = None    # timed rounds without a warm-up, for calls of many seconds; None: adaptive
+
+    @property
+    def shape(self) -> str:
+        """B×Hq×Lq×D, plus kv heads and Lk where they differ."""
+        text = f"{self.batch}×{self.q_heads}×{self.len_q}×{self.head_dim}"
+        if self.kv_heads != self.q_heads:
+            text += f", Hkv={self.kv_heads}"
+        if self.len_k != self.len_q:
+            text += f", Lk={self.len_k}"
+        if self.window is not None:
+            text += f", w={self.window}"
+        return text
+
+    @property
+    def flops(self) -> float:
+        """Useful flops: 4·D per visible (query, key) pair per head (Q Kᵀ and P V), ×3.5 with the backward."""
+        pairs = visible_pairs(self.len_q, self.len_k, causal=self.causal, window=self.window)
+        forward = 4.0 * self.batch * self.q_heads * pairs * self.head_dim
+        return forward * (1 + BACKWARD_FLOPS_FACTOR) if self.backward else forward
+
+    def inputs(self, requires_grad: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (B, Hq, Lq, D), k and v (B, Hkv, Lk, D), from SEED."""
+        grad = self.backward if requires_grad is None else requires_grad
+        g = torch.Generator().manual_seed(SEED)
+        shapes = ((self.batch, self.q_heads, self.len_q, self.head_dim),
+                  (self.batch, self.kv_heads, self.len_k, self.head_dim),
+                  (self.batch, self.kv_heads, self.len_k, self.head_dim))
+        return tuple(torch.randn(s, generator=g, dtype=self.dtype).requires_grad_(grad) for s in shapes)
+
+    def kwargs(self) -> dict:
+        """The masking arguments of `selfattn.attention` for this case."""
+        return {"causal": self.causal, "window": self.window}
+
+
+def _cases() -> tuple[tuple[Case, Case], ...]:
+    """(full, quick) pairs."""
+    base = dict(batch=1, q_heads=8, kv_heads=8, head_dim=64)
+    pairs = (
+        (Case("causal_forward", "causal forward", len_q=4096, len_k=4096, **base), dict(len_q=256, len_k=256)),
+        (Case("forward_backward", "causal forward + backward", len_q=2048, len_k=2048, backward=True, **base),
+         dict(len_q=128, len_k=128)),
+        (Case("sliding_window", "sliding window, causal (SDPA gets the equivalent dense mask)",
+              len_q=8192, len_k=8192, window=256, **base), dict(len_q=512, len_k=512, window=32)),
+        (Case("gqa", "grouped-query attention, causal forward (8 query heads share 2 key/value heads)",
+              len_q=4096, len_k=4096, **{**base, "kv_heads": 2}), dict(len_q=256, len_k=256)),
+        (Case("decode", "one KV-cache decoding step (Lq = 1, causal bottom-right: sees the whole cache)",
+              len_q=1, len_k=16384, **base), dict(len_k=512)),
+        (Case("memory", "causal forward at L = 32768: peak extra memory (naive would need 32 GiB of weights)",
+              len_q=32768, len_k=32768, backends=("sdpa", "tiled", "naive"), rounds=1, **base),
+         dict(len_q=1024, len_k=1024, rounds=None)),
+    )
+    return tuple((full, replace(full, **quick)) for full, quick in pairs)
+
+
+CASES: dict[str, tuple[Case, Case]] = {full.name: (full, quick) for full, quick in _cases()}
+"""name → (full-size case, quick case)."""
+
+
+def select(names=None, quick: bool = False) -> list[Case]:
+    """The cases called `names` (all when None), at full or quick size; unknown names are a ValueError."""
+    if names is None:
+        names = list(CASES)
+    elif isinstance(names, str):
+        names = [names]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        raise ValueError(f"unknown bench case {unknown[0]!r}; choose from {', '.join(CASES)}")
+    return [CASES[n][1 if quick else 0] for n in names]
+
+
+def resolve(case: Case, backend: str, q, k, v) -> tuple[str | None, str | None]:
+    """(the backend that will run — for "auto", the one it picks — or None, and why not if None)."""
+    from .. import kernels
+    from ..functional import build_request
+
+    request = build_request(q, k, v, **case.kwargs())
+    try:
+        return kernels.choose(request, backend).name, None
+    except ValueError as refusal:
+        return None, str(refusal)
+
+
+def make_call(case: Case, backend: str, q, k, v):
+    """A function that runs the case once with `backend` and returns what it produced
+    (the output, and with a backward pass the gradients of q, k, v)."""
+    from ..functional import attention
+
+    kwargs = case.kwargs()
+    if not case.backward:
+        def forward_only():
+            with torch.no_grad():
+                return [attention(q, k, v, backend=backend, **kwargs)]
+        return forward_only
+
+    g = torch.Generator().manual_seed(SEED + 1)
+    d_out = torch.randn(case.batch, case.q_heads, case.len_q, case.head_dim, generator=g, dtype=case.dtype)
+
+    def forward_backward():
+        for t in (q, k, v):
+            t.grad = None
+        out = attention(q, k, v, backend=backend, **kwargs)
+        out.backward(d_out)
+        return [out.detach(), q.grad, k.grad, v.grad]
+    return forward_backward

@@ -1,0 +1,98 @@
+"""Peak extra memory of one call, measured honestly: resident memory of a fresh process.
+
+`tracemalloc` does not see PyTorch's allocations, and PyTorch keeps no statistics for CPU
+memory, so the kernel's own bookkeeping cannot be asked. Instead each (case, backend) runs in
+a fresh Python process that
+
+  1. builds the inputs (q, k, v, and the output gradient for a backward) and runs the backend
+     (for "auto", the one it picks) once at a tiny size, so one-time library set-up is not counted;
+  2. gives freed heap back to the system (glibc `malloc_trim`) and reads its resident memory (VmRSS);
+  3. resets the peak (writing 5 to /proc/self/clear_refs), makes the one call, reads the
+     peak resident memory (VmHWM);
+
+and reports peak − before − the bytes of what the call returned (the output, and gradients).
+Needs Linux /proc; elsewhere the figure is reported as unavailable.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+__all__ = ["METHOD", "extra_bytes", "child_main"]
+
+METHOD = ("peak RSS during one call in a fresh process (VmHWM after resetting it through /proc/self/clear_refs), "
+          "minus RSS before the call, minus the bytes of the output (and gradients); inputs built and a tiny "
+          "warm-up call made first")
+
+TINY = 64
+"""Lengths of the warm-up call that initialises libraries before measuring."""
+
+CHILD_TIMEOUT_SECONDS = 600
+
+
+def extra_bytes(case_name: str, quick: bool, backend: str, threads: int) -> tuple[int | None, str | None]:
+    """(peak extra bytes of one call, None) measured in a fresh process, or (None, why not)."""
+    if not os.path.exists("/proc/self/clear_refs"):
+        return None, "needs Linux /proc/self/clear_refs"
+    spec = json.dumps({"case": case_name, "quick": quick, "backend": backend, "threads": threads})
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    code = "from selfattn.bench.memory import child_main; child_main()"
+    try:
+        done = subprocess.run([sys.executable, "-c", code, spec], capture_output=True, text=True, env=env,
+                              timeout=CHILD_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {CHILD_TIMEOUT_SECONDS} s"
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"measuring process failed: {tail}"
+    answer = json.loads(lines[-1])
+    return answer.get("extra_bytes"), answer.get("error")
+
+
+def child_main() -> None:
+    """Entry point of the measuring process: argv[1] is the JSON spec; prints one JSON line."""
+    import torch
+
+    from .cases import make_call, resolve, select
+
+    spec = json.loads(sys.argv[1])
+    torch.set_num_threads(spec["threads"])
+    case = select([spec["case"]], quick=spec["quick"])[0]
+    q, k, v = case.inputs()
+    runs_on, _ = resolve(case, spec["backend"], q, k, v)     # "auto": warm up what it will pick at full size
+    tiny = replace(case, len_q=min(case.len_q, TINY), len_k=min(case.len_k, TINY),
+                   window=None if case.window is None else min(case.window, TINY // 2))
+    make_call(tiny, runs_on, *tiny.inputs())()
+    call = make_call(case, spec["backend"], q, k, v)
+    _trim()
+    before = _status_kib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    outputs = call()
+    peak = _status_kib("VmHWM")
+    returned = sum(t.numel() * t.element_size() for t in outputs if t is not None)
+    print(json.dumps({"extra_bytes": max(0, (peak - before) * 1024 - returned), "error": None}))
+
+
+def _trim() -> None:
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")

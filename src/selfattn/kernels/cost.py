@@ -1,0 +1,106 @@
+"""The rule behind backend="auto": a small cost model whose constants were measured, not guessed.
+
+For a request that several backends can serve, "auto" estimates each one's seconds as
+
+    seconds ≈ CALL_SECONDS[b] + TILE_SECONDS · tiles (tiled only)
+              + max(pairs_b · flops per pair / RATE_GFLOPS[b],   compute
+                    bytes of K and V / READ_GBPS[b])             memory: one decoding step is bound by it
+    (all but the call cost × BACKWARD_FACTOR[b] when the request needs gradients)
+
+and takes the smallest. What differs between backends is which (query, key) pairs they compute:
+
+    sdpa, causal with Lq = Lk, no mask   the visible half: PyTorch's flash kernel skips blocks
+    sdpa, window or Lq ≠ Lk or a mask    all Lq·Lk, through a dense mask (RATE "sdpa_masked")
+    tiled                                the tiles it visits (`tiled.Plan.work`): a window of w
+                                         costs O(N·w), bottom-right causal skips the hidden blocks
+    naive                                all Lq·Lk, and the whole weight matrix in memory
+
+So SDPA wins plain and square-causal attention (its fused kernel has no Python per tile), and
+"tiled" wins sliding windows, chunked prefill (causal, Lq < Lk), causal plus a padding mask,
+and whatever SDPA refuses (lse, softcap) once past a few dozen positions; naive wins tiny
+problems SDPA refuses, and is the only one that returns weights.
+
+The constants come from a calibration grid (causal / full / window / prefill / decoding / GQA
+/ masks / softcap / forward+backward; B=1, H=8, D=64, fp32; torch 2.13 on a 2-core AMD EPYC
+VM, timed with 1 thread because the shared machine's 2-thread figures were noisy; the 2-thread
+ratios of the targets agree within about 10%). With them "auto" took the fastest backend in 30
+of the 33 grid cases and one within 11% of it in the other 3 (causal L=1024, prefill Lq=256
+Lk=4096 and causal forward+backward L=2048, where SDPA and tiled are neck and neck). They are rates for this CPU; what decides the choice
+is their ratios, which belong to the algorithms and carry over between CPUs far better than the
+absolute numbers. Nothing is timed at import or at dispatch: the estimate is arithmetic on the
+request's shape. Off the CPU the rates say nothing, and "auto" keeps the fixed preference order
+of `selfattn.kernels.AUTO_ORDER` instead.
+"""
+
+from __future__ import annotations
+
+from .base import Request
+from .tiled import BLOCK_K, BLOCK_Q, Plan
+
+__all__ = ["RATE_GFLOPS", "READ_GBPS", "CALL_SECONDS", "TILE_SECONDS", "BACKWARD_FACTOR", "visible_pairs",
+           "estimate_seconds"]
+
+RATE_GFLOPS = {
+    "sdpa": 60.0,          # full and square-causal forward, L = 4096: 571 ms / 301 ms
+    "sdpa_masked": 52.0,   # with a dense attn_mask (window w=256, L=4096): 668 ms for all L² pairs
+    "tiled": 52.0,         # full and causal forward, L = 4096, 256×256 tiles: 666 ms / 344 ms
+    "naive": 15.0,         # full forward, L = 4096: 2.3 s (three passes over a materialised L×L matrix)
+    "naive_masked": 9.5,   # causal forward, L = 4096: 3.7 s (the mask is one more pass)
+}
+"""GFLOP/s of computed pairs (2·(D + Dv) flops per query-key pair and head), 1 thread, measured."""
+
+READ_GBPS = {"sdpa": 14.0, "tiled": 15.7, "naive": 14.9}
+"""GB/s at which each reads K and V, from one decoding step over a cache of 16384 (64 MiB). SDPA
+reads them once per query head (a GQA group of G heads reads its K and V G times), the others
+once per key/value head (the group's queries are the rows of one matmul)."""
+
+CALL_SECONDS = {"sdpa": 40e-6, "tiled": 200e-6, "naive": 150e-6}
+"""Fixed cost of one call (checks, small allocations, dispatch), measured at L = 16."""
+
+TILE_SECONDS = 60e-6
+"""The tiled kernel's Python and small-op overhead per visited tile (about a dozen ops), measured."""
+
+BACKWARD_FACTOR = {"sdpa": 3.7, "tiled": 3.3, "naive": 2.4}
+"""(forward + backward time) / forward time, causal, L = 2048, measured. Naive's forward is slow
+(it masks and normalises the whole matrix), its backward is three matmuls."""
+
+
+def visible_pairs(n_q: int, n_k: int, *, causal: bool = False, window: int | None = None) -> int:
+    """How many (query, key) pairs the causal/window rule lets through, in O(1).
+
+    Query i stands at position p = i + n_k − n_q and sees min(p + 1, w) keys when p >= 0
+    (w = n_k without a window), none when p < 0. Summed over p in closed form."""
+    if not causal and window is None:
+        return n_q * n_k
+    w = n_k if window is None else min(window, n_k)
+
+    def below(n: int) -> int:   # Σ_{p=0}^{n-1} min(p + 1, w)
+        n = max(n, 0)
+        return n * (n + 1) // 2 if n <= w else w * (w + 1) // 2 + (n - w) * w
+
+    return below(n_k) - below(n_k - n_q)   # positions n_k − n_q … n_k − 1
+
+
+def estimate_seconds(backend: str, r: Request, block_q: int = BLOCK_Q, block_k: int = BLOCK_K) -> float:
+    """Estimated seconds for `backend` to serve `r` on this CPU (see the module docstring)."""
+    flops_per_pair = 2.0 * r.batch * r.q_heads * (r.q.shape[-1] + r.v.shape[-1])
+    limited = r.causal or r.window is not None
+    extra = 0.0
+    if backend == "sdpa":
+        if r.causal and r.window is None and r.mask is None and r.len_q == r.len_k:
+            pairs, rate = visible_pairs(r.len_q, r.len_k, causal=True), RATE_GFLOPS["sdpa"]
+        else:
+            masked = limited or r.mask is not None
+            pairs, rate = r.len_q * r.len_k, RATE_GFLOPS["sdpa_masked" if masked else "sdpa"]
+    elif backend == "tiled":
+        tiles, pairs = Plan.of(r, block_q, block_k).work()
+        rate, extra = RATE_GFLOPS["tiled"], tiles * TILE_SECONDS
+    else:
+        masked = limited or r.mask is not None
+        pairs, rate = r.len_q * r.len_k, RATE_GFLOPS["naive_masked" if masked else "naive"]
+    readers = r.q_heads if backend == "sdpa" else r.kv_heads   # SDPA's CPU kernel reads K, V per query head
+    kv_bytes = r.batch * readers * r.len_k * (r.k.shape[-1] + r.v.shape[-1]) * r.k.element_size()
+    work = extra + max(pairs * flops_per_pair / (rate * 1e9), kv_bytes / (READ_GBPS[backend] * 1e9))
+    if r.needs_grad:
+        work *= BACKWARD_FACTOR[backend]
+    return CALL_SECONDS[backend] + work

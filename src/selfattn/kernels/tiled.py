@@ -1,0 +1,427 @@
+"""Backend "tiled": FlashAttention-2 in PyTorch ops — O(N) memory, blocks it cannot see are skipped.
+
+The (Lq × Lk) weight matrix is never built. Queries are taken BLOCK_Q at a time; for each
+query block the key/value blocks are visited one by one, and three running numbers per query
+row (Triton's fused-attention tutorial calls them m, l, acc) carry the softmax across them:
+
+    m    running row maximum of the scores seen so far        (rows, 1)
+    l    running Σ 2^(s − m) over the keys seen so far        (rows, 1)
+    acc  running Σ 2^(s − m) · v                              (rows, Dv)
+
+When a new block raises the maximum from m to m', l and acc are multiplied by 2^(m − m')
+before the block is added: the online softmax. At the end (the epilogue) out = acc / l and
+the log-sum-exp lse = m + log₂ l is saved, so that the backward pass can recompute any
+block of probabilities as p = 2^(s − lse) without a second pass over the keys.
+
+Scores are kept in base 2 (s = q·k · scale · log₂e), as in the Triton tutorial: exp2 is
+cheaper than exp, and the log₂e factor is folded into q once.
+
+Which blocks are visited comes from `masks.block_visibility`. With causal = True, Lq = Lk = 8
+and blocks of 2, the query blocks (rows) meet the key blocks (columns) as
+
+    F . . .        F  full: no mask needed ("off-band"), visited first
+    F P . .        P  partial: the diagonal (or a window edge) crosses it: masked
+    F F P .        .  hidden: never computed
+    F F F P
+
+so causal costs half of full attention, and a window of w costs O(N·w) instead of O(N²).
+A user mask (bool or additive) is applied tile by tile on every visited block.
+
+Grouped-query attention does not copy K/V: the G query heads that share a key/value head
+are stacked as the rows of one query block, (B·Hkv, G·n, D), so one batched matmul per tile
+serves the whole group. Nothing of size Lq·D is copied either: q is read block by block, the
+softmax scale is folded into the matmul (its alpha), and output and lse are written in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .. import masks
+from .base import Request, Result
+
+__all__ = ["TiledBackend", "Plan", "BLOCK_SIZES", "BLOCK_Q", "BLOCK_K", "tile_visibility"]
+
+BLOCK_SIZES = (16, 32, 64, 128, 256, 512)
+"""Block sizes (query or key positions per block) the tiled kernel supports and is tested with."""
+
+BLOCK_Q = 256
+"""Default query positions per block: big enough that a tile's matmuls dwarf Python's overhead."""
+
+BLOCK_K = 256
+"""Default key/value positions per block. 256 × 256 fp32 tiles over 8 heads (2 MiB) measured fastest."""
+
+TILE_BUDGET_BYTES = 4 << 20
+"""Most bytes one score tile (heads × rows × keys) may take; more heads are split into chunks."""
+
+LOG2_E = 1.4426950408889634
+"""log₂ e: scores are kept in base 2, so softmax uses exp2 (twice as fast as exp on CPU)."""
+
+LN_2 = 0.6931471805599453
+"""ln 2: turns a base-2 log-sum-exp back into the natural one that `attention` returns."""
+
+NEG_INF = float("-inf")
+
+
+class TiledBackend:
+    """The tiled kernel with its block sizes; `BACKENDS["tiled"]` is `TiledBackend()`."""
+
+    name = "tiled"
+
+    def __init__(self, block_q: int = BLOCK_Q, block_k: int = BLOCK_K):
+        for label, size in (("block_q", block_q), ("block_k", block_k)):
+            if size not in BLOCK_SIZES:
+                raise ValueError(f"{label}={size!r} is not a supported block size; choose one of {BLOCK_SIZES}")
+        self.block_q = block_q
+        self.block_k = block_k
+
+    def __repr__(self) -> str:
+        return f"TiledBackend(block_q={self.block_q}, block_k={self.block_k})"
+
+    def refuse(self, request: Request) -> str | None:
+        if request.need_weights:
+            return ("the tiled kernel never builds the weight matrix; use backend='naive', or "
+                    "selfattn.attention_weights(q, k, lse, rows=...) for chosen rows")
+        if request.dropout_p > 0:
+            return "the tiled kernel has no dropout; use backend='sdpa' or 'naive', or dropout_p=0"
+        mask = request.mask
+        if mask is not None and mask.requires_grad and torch.is_grad_enabled():
+            return "the tiled kernel does not differentiate an additive mask; use backend='naive'"
+        return None
+
+    def forward(self, r: Request) -> Result:
+        plan = Plan.of(r, self.block_q, self.block_k)
+        if r.needs_grad:
+            out, lse2 = _TiledAttention.apply(r.q, r.k, r.v, plan)
+        else:
+            out, lse2 = _forward(r.q, r.k, r.v, plan)
+        return Result(out, None, lse2 * LN_2 if r.need_lse else None)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one request is tiled: everything the loops need, resolved once, and which blocks
+    they visit (`key_blocks`, `query_blocks`) and how much work that is (`work`)."""
+
+    batch: int
+    q_heads: int
+    kv_heads: int
+    len_q: int
+    len_k: int
+    causal: bool
+    window: int | None
+    scale: float
+    softcap: float | None
+    mask: torch.Tensor | None   # (Bm, Hkv|1, G|1, Lq|1, Lk|1): the user's mask with heads split by group
+    block_q: int
+    block_k: int
+    acc: torch.dtype
+
+    @classmethod
+    def of(cls, r: Request, block_q: int, block_k: int) -> Plan:
+        mask = None
+        if r.mask is not None:
+            m = r.mask.reshape((1,) * (4 - r.mask.dim()) + tuple(r.mask.shape))
+            m = m.unflatten(1, (r.kv_heads, r.groups)) if m.shape[1] == r.q_heads else m.unsqueeze(2)
+            mask = m
+        return cls(batch=r.batch, q_heads=r.q_heads, kv_heads=r.kv_heads, len_q=r.len_q, len_k=r.len_k,
+                   causal=r.causal, window=r.window, scale=r.scale, softcap=r.softcap, mask=mask,
+                   block_q=block_q, block_k=block_k, acc=r.accumulate_dtype)
+
+    @property
+    def groups(self) -> int:
+        return self.q_heads // self.kv_heads
+
+    @property
+    def shift(self) -> int:
+        """Bottom-right alignment: query i stands at key position i + shift."""
+        return self.len_k - self.len_q
+
+    @property
+    def limited(self) -> bool:
+        return self.causal or self.window is not None
+
+    @property
+    def q_mult(self) -> float:
+        """What the Q Kᵀ matmul multiplies its result by (its alpha): scale·log₂e, or scale/c
+        under a softcap c (the tile then becomes c·log₂e · tanh(q·k · scale/c))."""
+        return self.scale * LOG2_E if self.softcap is None else self.scale / self.softcap
+
+    def key_blocks(self, q0: int, q1: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """The key blocks that query block [q0, q1) must visit: (full ones, partial ones).
+
+        A query block shorter than block_q (one decoding step, the ragged last block) takes
+        proportionally wider key blocks, so a tile keeps its size and Python's per-tile
+        overhead does not dominate: one decoding step over 16384 keys is 1 tile, not 64."""
+        lo, hi, width = self.key_span(q0, q1)
+        return self._classify(lo, hi, width, self.len_k, lambda k0, k1: (q0, q1, k0, k1))
+
+    def key_span(self, q0: int, q1: int) -> tuple[int, int, int]:
+        """(lo, hi, width): query block [q0, q1) sees keys in [lo, hi) only, in key blocks of `width`."""
+        lo, hi = 0, self.len_k
+        if self.limited:
+            hi = min(hi, q1 + self.shift)                      # last visible key: q1 − 1 + shift
+        if self.window is not None:
+            lo = max(lo, q0 + self.shift - self.window + 1)    # first visible key of query q0
+        return lo, hi, self.block_k * max(1, self.block_q // (q1 - q0))
+
+    def work(self) -> tuple[int, int]:
+        """(tiles, query-key pairs computed) of the forward pass, counted in O(Lq / block_q) steps
+        without classifying tiles (edge tiles count whole): what `kernels.cost` charges for."""
+        tiles = pairs = 0
+        for q0 in range(0, self.len_q, self.block_q):
+            q1 = min(q0 + self.block_q, self.len_q)
+            lo, hi, width = self.key_span(q0, q1)
+            if hi > lo:
+                count = -(-hi // width) - lo // width
+                tiles += count
+                pairs += (q1 - q0) * min(count * width, self.len_k)
+        return tiles * len(self.head_chunks()), pairs
+
+    def query_blocks(self, k0: int, k1: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """The query blocks that see any key of block [k0, k1): (full ones, partial ones)."""
+        lo, hi = 0, self.len_q
+        if self.limited:
+            lo = max(lo, k0 - self.shift)                      # first query that sees key k0
+        if self.window is not None:
+            hi = min(hi, k1 - 1 - self.shift + self.window)    # last query that sees key k1 − 1, plus one
+        return self._classify(lo, hi, self.block_q, self.len_q, lambda q0, q1: (q0, q1, k0, k1))
+
+    def _classify(self, lo: int, hi: int, size: int, length: int, tile):
+        """Blocks of `size` (aligned to multiples of it, the last one cut at `length`) that overlap
+        [lo, hi), sorted by `masks.block_visibility` of tile(a0, a1) into full and partial ones."""
+        full, partial = [], []
+        for a0 in range(lo - lo % size, hi, size):
+            kind = masks.block_visibility(*tile(a0, min(a0 + size, length)), self.len_q, self.len_k,
+                                          causal=self.causal, window=self.window)
+            if kind is masks.Block.FULL:
+                full.append((a0, min(a0 + size, length)))
+            elif kind is masks.Block.PARTIAL:
+                partial.append((a0, min(a0 + size, length)))
+        return full, partial
+
+    def head_chunks(self) -> list[tuple[int, int, int, int]]:
+        """(b0, b1, h0, h1) chunks of (batch, kv head) whose score tiles fit TILE_BUDGET_BYTES.
+
+        A chunk is either whole batches (all kv heads) or kv heads of one batch, so that it is
+        a contiguous range of the merged B·Hkv dimension and a user mask slices without copies."""
+        per_head = self.groups * self.block_q * self.block_k * torch.empty((), dtype=self.acc).element_size()
+        heads = max(1, TILE_BUDGET_BYTES // per_head)
+        if heads >= self.kv_heads:
+            step = heads // self.kv_heads
+            return [(b, min(b + step, self.batch), 0, self.kv_heads) for b in range(0, self.batch, step)]
+        return [(b, b + 1, h, min(h + heads, self.kv_heads))
+                for b in range(self.batch) for h in range(0, self.kv_heads, heads)]
+
+
+def tile_visibility(q_pos: torch.Tensor, k_pos: torch.Tensor, n_q: int, n_k: int, *,
+                    causal: bool = False, window: int | None = None) -> torch.Tensor:
+    """The rule of `masks.visibility` for chosen query rows × key columns only: bool (len(q), len(k)).
+
+    q_pos  (R,) query indices in [0, n_q)     k_pos  (C,) key indices in [0, n_k)
+    """
+    p = (q_pos + (n_k - n_q))[:, None]   # (R, 1) query positions, bottom-right aligned
+    j = k_pos[None, :]                   # (1, C)
+    if not causal and window is None:
+        return torch.ones(len(q_pos), len(k_pos), dtype=torch.bool, device=q_pos.device)
+    visible = j <= p
+    if window is not None:
+        visible &= j > p - window
+    return visible
+
+
+class _Tiles:
+    """Scratch space for one chunk of heads: score tiles reused from step to step, and the
+    additive 0 / −inf tiles of the causal/window rule, cached by their geometry."""
+
+    BIAS_CACHE_SIZE = 64
+    """Distinct edge-tile geometries kept; aligned blocks need only a handful."""
+
+    def __init__(self, plan: Plan, heads: int, like: torch.Tensor, buffers: int):
+        size = heads * plan.groups * plan.block_q * plan.block_k
+        self._flat = [like.new_empty(size) for _ in range(buffers)]
+        self._plan = plan
+        self._bias: dict[tuple[int, int, int], torch.Tensor] = {}
+
+    def scratch(self, i: int, *shape: int) -> torch.Tensor:
+        """Buffer i as a contiguous tensor of `shape` (at most one tile)."""
+        n = 1
+        for d in shape:
+            n *= d
+        return self._flat[i][:n].view(shape)
+
+    def bias(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
+        """0 where the causal/window rule lets query i see key j, −inf elsewhere: (n, bk)."""
+        key = (q1 - q0, k1 - k0, q0 - k0)            # the rule depends on positions only through q − k
+        if key not in self._bias:
+            if len(self._bias) >= self.BIAS_CACHE_SIZE:
+                self._bias.clear()
+            plan, device = self._plan, self._flat[0].device
+            visible = tile_visibility(torch.arange(q0, q1, device=device), torch.arange(k0, k1, device=device),
+                                      plan.len_q, plan.len_k, causal=plan.causal, window=plan.window)
+            self._bias[key] = torch.zeros(visible.shape, dtype=plan.acc, device=device).masked_fill_(
+                ~visible, NEG_INF)
+        return self._bias[key]
+
+
+def _user_bias(plan: Plan, chunk, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
+    """The user's mask for one tile as base-2 additive scores, broadcastable to (b, h, G, n, bk)."""
+    b0, b1, h0, h1 = chunk
+    m = plan.mask
+    tile = m[_span(m, 0, b0, b1), _span(m, 1, h0, h1), :, _span(m, 3, q0, q1), _span(m, 4, k0, k1)]
+    if tile.dtype == torch.bool:
+        return torch.zeros(tile.shape, dtype=plan.acc, device=tile.device).masked_fill_(~tile, NEG_INF)
+    return tile.to(plan.acc) * LOG2_E
+
+
+def _span(m: torch.Tensor, dim: int, a: int, b: int) -> slice:
+    """[a, b) along `dim`, or all of it where the mask broadcasts (size 1) along `dim`."""
+    return slice(a, b) if m.shape[dim] > 1 else slice(None)
+
+
+def _scores(plan: Plan, chunk, tiles: _Tiles, qb: torch.Tensor, kb: torch.Tensor,
+            q0: int, q1: int, k0: int, k1: int, masked: bool, keep_tanh: bool = False):
+    """One tile of base-2 scores s = q·k · scale · log₂e, softcapped and masked: (heads, G·n, bk),
+    in scratch buffer 0. With keep_tanh (the backward, under a softcap) also tanh(q·k · scale/c),
+    which the softcap's derivative needs; then s is a new tensor and buffer 0 holds the tanh."""
+    b0, b1, h0, h1 = chunk
+    heads, n, bk = qb.shape[0], q1 - q0, k1 - k0
+    s = tiles.scratch(0, heads, qb.shape[1], bk)
+    torch.baddbmm(s, qb, kb.transpose(1, 2), beta=0.0, alpha=plan.q_mult, out=s)   # s = alpha · Q Kᵀ
+    capped = None
+    if plan.softcap is not None:
+        if keep_tanh:
+            capped = s.tanh_()
+            s = capped * (plan.softcap * LOG2_E)
+        else:
+            s.tanh_().mul_(plan.softcap * LOG2_E)
+    s5 = s.view(b1 - b0, h1 - h0, plan.groups, n, bk)
+    if masked:
+        s5.add_(tiles.bias(q0, q1, k0, k1))
+    if plan.mask is not None:
+        s5.add_(_user_bias(plan, chunk, q0, q1, k0, k1))
+    return s, capped
+
+
+def _grouped(x: torch.Tensor, plan: Plan) -> torch.Tensor:
+    """(B, Hq, L, E) → (B·Hkv, G, L, E): the G query heads of each key/value head side by side (a view
+    for the usual layouts)."""
+    return x.reshape(plan.batch * plan.kv_heads, plan.groups, x.shape[2], x.shape[3])
+
+
+def _block(x4: torch.Tensor, heads: slice, q0: int, q1: int) -> torch.Tensor:
+    """Rows [q0, q1) of every group head, stacked: (h, G, L, E) → (h, G·n, E) (a view when G = 1)."""
+    part = x4[heads, :, q0:q1]
+    return part.reshape(part.shape[0], part.shape[1] * part.shape[2], part.shape[3])
+
+
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan):
+    """The forward loops. Returns out (B, Hq, Lq, Dv) in q's dtype and lse₂ (B, Hq, Lq) (base 2)."""
+    G, BQ, Dv = plan.groups, plan.block_q, v.shape[-1]
+    q4 = _grouped(q.to(plan.acc), plan)                                     # (B·Hkv, G, Lq, D)
+    k3 = k.to(plan.acc).reshape(plan.batch * plan.kv_heads, plan.len_k, k.shape[-1])
+    v3 = v.to(plan.acc).reshape(plan.batch * plan.kv_heads, plan.len_k, Dv)
+    out = q.new_empty(plan.batch, plan.q_heads, plan.len_q, Dv)
+    lse2 = q4.new_empty(plan.batch, plan.q_heads, plan.len_q)
+    out4, lse4 = _grouped(out, plan), lse2.view(plan.batch * plan.kv_heads, G, plan.len_q, 1)
+    for chunk in plan.head_chunks():
+        b0, b1, h0, h1 = chunk
+        heads = slice(b0 * plan.kv_heads + h0, (b1 - 1) * plan.kv_heads + h1)
+        tiles = _Tiles(plan, (b1 - b0) * (h1 - h0), q4, buffers=1)
+        for q0 in range(0, plan.len_q, BQ):
+            q1 = min(q0 + BQ, plan.len_q)
+            qb = _block(q4, heads, q0, q1)                              # (h, G·n, D)
+            m = qb.new_full((qb.shape[0], qb.shape[1], 1), NEG_INF)     # running max
+            l = qb.new_zeros(qb.shape[0], qb.shape[1], 1)               # running sum
+            acc = qb.new_zeros(qb.shape[0], qb.shape[1], Dv)            # running Σ p·v
+            full, partial = plan.key_blocks(q0, q1)
+            for blocks, masked in ((full, False), (partial, True)):   # off-band first, then the diagonal
+                for k0, k1 in blocks:
+                    s, _ = _scores(plan, chunk, tiles, qb, k3[heads, k0:k1], q0, q1, k0, k1, masked)
+                    m = _online_softmax_step(s, v3[heads, k0:k1], m, l, acc)
+            # epilogue: normalise, and save the log-sum-exp for the backward pass
+            shape = (qb.shape[0], G, q1 - q0)
+            acc.div_(l.masked_fill(l == 0, 1.0))                                 # a row that saw nothing: 0
+            out4[heads, :, q0:q1].copy_(acc.view(*shape, Dv))
+            lse4[heads, :, q0:q1].copy_((m + torch.log2(l)).view(*shape, 1))    # and lse = −inf
+    return out, lse2
+
+
+def _online_softmax_step(s, vb, m, l, acc):
+    """Fold one tile of base-2 scores s (h, rows, bk) into the running (m, l, acc); returns the new m."""
+    m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+    m_use = m_new.masked_fill(m_new == NEG_INF, 0.0)       # a row that saw only −inf so far: subtract 0, not −inf
+    p = s.sub_(m_use).exp2_()                              # (h, rows, bk) in place: no new tile
+    alpha = torch.exp2(m - m_use)                          # rescales what was summed under the old max
+    l.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
+    acc.mul_(alpha).baddbmm_(p, vb)
+    return m_new
+
+
+def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
+    """The backward loops (FlashAttention-2): key blocks outside, query blocks inside, every tile's
+    probabilities recomputed as p = 2^(s − lse₂). Returns dq, dk, dv in the accumulate dtype."""
+    G, BK, Dv, acc = plan.groups, plan.block_k, v.shape[-1], plan.acc
+    BH = plan.batch * plan.kv_heads
+    q4 = _grouped(q.to(acc), plan)
+    k3, v3 = k.to(acc).reshape(BH, plan.len_k, k.shape[-1]), v.to(acc).reshape(BH, plan.len_k, Dv)
+    do4 = _grouped(d_out.to(acc), plan)
+    delta = (d_out.to(acc) * out.to(acc)).sum(dim=-1)                  # Δ = rowsum(dO ∘ O)   (B, Hq, Lq)
+    if d_lse is not None:
+        delta = delta - d_lse.to(acc)                                   # ∂lse/∂s = p joins the same term
+    delta4 = _grouped(delta[..., None], plan)
+    lse4 = _grouped(lse2.masked_fill(lse2 == NEG_INF, float("inf"))[..., None], plan)  # sees nothing: p = 0
+    dq4 = torch.zeros_like(q4)
+    dk, dv = torch.zeros_like(k3), torch.zeros_like(v3)
+    for chunk in plan.head_chunks():
+        b0, b1, h0, h1 = chunk
+        heads = slice(b0 * plan.kv_heads + h0, (b1 - 1) * plan.kv_heads + h1)
+        tiles = _Tiles(plan, (b1 - b0) * (h1 - h0), q4, buffers=2)
+        for k0 in range(0, plan.len_k, BK):
+            k1 = min(k0 + BK, plan.len_k)
+            kb, vb = k3[heads, k0:k1], v3[heads, k0:k1]
+            dk_acc, dv_acc = dk[heads, k0:k1], dv[heads, k0:k1]
+            full, partial = plan.query_blocks(k0, k1)
+            for blocks, masked in ((full, False), (partial, True)):
+                for q0, q1 in blocks:
+                    qb, do = _block(q4, heads, q0, q1), _block(do4, heads, q0, q1)
+                    s, capped = _scores(plan, chunk, tiles, qb, kb, q0, q1, k0, k1, masked, keep_tanh=True)
+                    p = s.sub_(_block(lse4, heads, q0, q1)).exp2_()           # the forward's probabilities
+                    dv_acc.baddbmm_(p.transpose(1, 2), do)                     # dV += pᵀ dO
+                    ds = tiles.scratch(1, *p.shape)
+                    torch.bmm(do, vb.transpose(1, 2), out=ds)                  # dP = dO Vᵀ
+                    ds.sub_(_block(delta4, heads, q0, q1)).mul_(p)             # dS = p ∘ (dP − Δ)
+                    if capped is not None:
+                        ds.mul_(capped.square_().neg_().add_(1.0))             # d/dx c·tanh(x/c) = 1 − tanh²
+                    dk_acc.baddbmm_(ds.transpose(1, 2), qb, alpha=plan.scale)  # dK += scale · dSᵀ Q
+                    if G == 1:                                                 # dQ += scale · dS K
+                        dq4[heads, 0, q0:q1].baddbmm_(ds, kb, alpha=plan.scale)
+                    else:                                                      # (group rows are not adjacent in dQ)
+                        dq = torch.bmm(ds, kb).view(qb.shape[0], G, q1 - q0, -1)
+                        dq4[heads, :, q0:q1].add_(dq, alpha=plan.scale)
+    shape_kv = (plan.batch, plan.kv_heads, plan.len_k)
+    return dq4.view(q.shape), dk.view(*shape_kv, -1), dv.view(*shape_kv, Dv)
+
+
+class _TiledAttention(torch.autograd.Function):
+    """out, lse₂ = tiled attention of (q, k, v); the backward recomputes probabilities block by block."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, plan: Plan):
+        out, lse2 = _forward(q, k, v, plan)
+        ctx.save_for_backward(q, k, v, out, lse2)
+        ctx.plan = plan
+        ctx.set_materialize_grads(False)
+        return out, lse2
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out, d_lse2):
+        q, k, v, out, lse2 = ctx.saved_tensors
+        if d_out is None:
+            d_out = torch.zeros_like(out)
+        d_lse = None if d_lse2 is None else d_lse2 * LOG2_E     # the caller's lse is lse₂ · ln 2
+        dq, dk, dv = _backward(q, k, v, out, lse2, d_out, d_lse, ctx.plan)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None

@@ -1,0 +1,102 @@
+"""`attention_weights(q, k, lse, rows=...)`: the exact weights of chosen query rows, from the saved lse.
+
+A fused kernel (SDPA, FlashAttention, the tiled backend) never builds the (Lq × Lk) weight
+matrix, so it cannot show it. But it can return the log-sum-exp of every row,
+
+    lse_i = log Σ_j exp(s_ij)        s_ij = the scaled, softcapped, masked score of query i, key j
+
+and with it any row of weights is one matrix-vector product away, exactly:
+
+    weights_ij = exp(s_ij − lse_i)
+
+no second pass for the row maximum, no renormalisation, O(len(rows) · Lk) memory. This is how
+the explainer shows attention for inputs far too long for the full matrix:
+
+    out = selfattn.attention(q, k, v, causal=True, return_lse=True, backend="tiled")
+    w = selfattn.attention_weights(q, k, out.lse, rows=[0, -1], causal=True)   # (B, H, 2, Lk)
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+from .functional import build_request
+from .kernels.tiled import tile_visibility
+
+__all__ = ["attention_weights"]
+
+
+def attention_weights(q, k, lse, rows=None, *, causal=False, mask=None, window=None, scale=None, softcap=None):
+    """The attention weights of query rows `rows`, recomputed from the log-sum-exp `lse`.
+
+    q     (B, Hq, Lq, D)    the queries given to `attention`
+    k     (B, Hkv, Lk, D)   the keys given to `attention`
+    lse   (B, Hq, Lq)       `attention(..., return_lse=True).lse` of the same call
+    rows  None (all rows), an int, a sequence of ints, a slice, or a 1-D integer tensor of query
+          indices; negative indices count from the end, as in Python
+    causal, mask, window, scale, softcap   the masking arguments of that same `attention` call
+
+    Returns weights (B, Hq, len(rows), Lk): float64 for float64 inputs, else float32. A row that
+    may look at nothing is all 0. Equal to `attention(..., return_weights=True).weights[:, :, rows]`.
+    """
+    # v is not needed: k stands in for it, so that every argument is checked by the one validator
+    r = build_request(q, k, k, causal=causal, mask=mask, window=window, scale=scale, softcap=softcap)
+    B, Hq, Lq, Lk, G = r.batch, r.q_heads, r.len_q, r.len_k, r.groups
+    acc = torch.float64 if r.q.dtype == torch.float64 else torch.float32
+    _check_lse(lse, (B, Hq, Lq), r.q.device)
+    index = _row_index(rows, Lq, r.q.device)
+
+    q_rows = r.q[:, :, index].to(acc).unflatten(1, (r.kv_heads, G))         # (B, Hkv, G, R, D)
+    s = (q_rows @ r.k.to(acc)[:, :, None].transpose(-1, -2)).flatten(1, 2)  # (B, Hq, R, Lk): k shared, not copied
+    s = s * r.scale
+    if r.softcap is not None:
+        s = r.softcap * torch.tanh(s / r.softcap)
+    if r.mask is not None:
+        mask_rows = r.mask.expand(B, Hq, Lq, Lk)[:, :, index]               # (B, Hq, R, Lk)
+        s = s.masked_fill(~mask_rows, float("-inf")) if mask_rows.dtype == torch.bool else s + mask_rows.to(acc)
+    if r.causal or r.window is not None:
+        visible = tile_visibility(index, torch.arange(Lk, device=s.device), Lq, Lk,
+                                  causal=r.causal, window=r.window)          # (R, Lk)
+        s = s.masked_fill(~visible, float("-inf"))
+    lse_rows = lse[:, :, index].to(acc)[..., None]                            # (B, Hq, R, 1)
+    lse_rows = lse_rows.masked_fill(lse_rows == float("-inf"), float("inf"))  # a row that sees nothing: all 0
+    return torch.exp(s - lse_rows)
+
+
+def _check_lse(lse, shape: tuple[int, int, int], device: torch.device) -> None:
+    if not isinstance(lse, torch.Tensor):
+        raise TypeError(f"lse must be a torch.Tensor (attention(..., return_lse=True).lse), got {type(lse).__name__}")
+    if not lse.dtype.is_floating_point:
+        raise TypeError(f"lse must be a float tensor, got dtype {lse.dtype}")
+    if tuple(lse.shape) != shape:
+        raise ValueError(f"lse has shape {tuple(lse.shape)} but q and k need (B, Hq, Lq) = {shape}")
+    if lse.device != device:
+        raise ValueError(f"lse is on {lse.device} but q is on {device}")
+
+
+def _row_index(rows, n: int, device: torch.device) -> torch.Tensor:
+    """rows (None / int / sequence / slice / 1-D tensor) → int64 index tensor (R,) into [0, n)."""
+    if rows is None:
+        return torch.arange(n, device=device)
+    if isinstance(rows, slice):
+        return torch.arange(n, device=device)[rows]
+    if isinstance(rows, torch.Tensor):
+        if rows.dim() != 1 or rows.dtype.is_floating_point or rows.dtype.is_complex or rows.dtype == torch.bool:
+            raise TypeError(f"rows as a tensor must be 1-D and integer, got shape {tuple(rows.shape)} {rows.dtype}")
+        values = rows.tolist()
+    elif isinstance(rows, numbers.Integral) and not isinstance(rows, bool):
+        values = [int(rows)]
+    else:
+        try:
+            values = list(rows)
+        except TypeError:
+            raise TypeError(f"rows must be None, an int, a sequence of ints, a slice or a 1-D tensor, "
+                            f"got {type(rows).__name__} {rows!r}") from None
+    for x in values:
+        if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+            raise TypeError(f"rows must hold ints, got {type(x).__name__} {x!r}")
+        if not -n <= x < n:
+            raise ValueError(f"row {x} is out of range for Lq={n} query rows (valid: {-n} to {n - 1})")
+    return torch.tensor([x % n for x in values], dtype=torch.long, device=device)

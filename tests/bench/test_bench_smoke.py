@@ -1,0 +1,76 @@
+"""`selfattn bench` runs at tiny sizes and reports every field. Correctness only: no timing asserts."""
+
+import io
+import json
+
+import pytest
+import torch
+from rich.console import Console
+
+from selfattn import bench
+from selfattn.bench import memory
+from selfattn.bench.cases import CASES, select
+
+ROW_FIELDS = {"backend", "chosen", "shape", "ms", "gflops", "peak_percent", "vs_sdpa", "extra_mib",
+              "memory_error", "skipped", "repeats"}
+
+
+@pytest.fixture(scope="module")
+def quick_result():
+    threads = torch.get_num_threads()
+    try:
+        return bench.run(cases=["causal_forward", "forward_backward", "sliding_window", "gqa", "decode"],
+                         quick=True, json=True, measure_memory=False)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_json_has_every_field(quick_result):
+    result = json.loads(json.dumps(quick_result))                  # plain JSON all the way down
+    assert result["quick"] is True
+    assert result["machine"]["gemm_peak_gflops"] > 0 and result["machine"]["threads"] >= 1
+    assert set(result["method"]) == {"time", "flops", "memory"}
+    assert [c["name"] for c in result["cases"]] == ["causal_forward", "forward_backward", "sliding_window", "gqa",
+                                                    "decode"]
+    for case in result["cases"]:
+        assert case["gflop"] > 0 and case["size"]["dtype"] == "float32"
+        assert [r["backend"] for r in case["rows"]] == list(CASES[case["name"]][1].backends)
+        for row in case["rows"]:
+            assert set(row) == ROW_FIELDS
+            assert row["skipped"] is None, row
+            assert row["ms"] > 0 and row["gflops"] > 0 and row["peak_percent"] > 0 and row["repeats"] >= 1
+            assert row["vs_sdpa"] > 0
+        sdpa = next(r for r in case["rows"] if r["backend"] == "sdpa")
+        assert sdpa["vs_sdpa"] == 1.0
+        auto = next(r for r in case["rows"] if r["backend"] == "auto")
+        assert auto["chosen"] in ("sdpa", "tiled", "naive")
+
+
+def test_tables_render(quick_result):
+    out = io.StringIO()
+    bench.render(quick_result, Console(file=out, width=120))
+    text = out.getvalue()
+    for word in ("GEMM peak", "causal_forward", "sliding_window", "× SDPA", "tiled", "auto → "):
+        assert word in text
+
+
+def test_refused_backend_gets_a_reason(monkeypatch):
+    from selfattn.kernels import naive
+    monkeypatch.setattr(naive, "WEIGHTS_BUDGET_BYTES", 1000)
+    result = bench.run(cases=["decode"], quick=True, json=True, measure_memory=False)
+    row = next(r for r in result["cases"][0]["rows"] if r["backend"] == "naive")
+    assert row["ms"] is None and "budget" in row["skipped"]
+
+
+def test_memory_is_measured_in_a_fresh_process():
+    extra, error = memory.extra_bytes("decode", True, "tiled", 1)
+    if error and "clear_refs" in error:
+        pytest.skip(error)
+    assert error is None and isinstance(extra, int) and extra >= 0
+
+
+def test_unknown_case_is_named():
+    with pytest.raises(ValueError, match="unknown bench case 'nope'; choose from causal_forward"):
+        select(["nope"])
+    assert [c.name for c in select()] == list(CASES)
+    assert all(quick.len_k <= full.len_k for full, quick in CASES.values())
