@@ -83,6 +83,16 @@ def _generate(args) -> int:
                             use_cache=not args.no_cache, json_output=args.json)
 
 
+def _bench(args) -> int:
+    from . import bench
+
+    result = bench.run(args.case, quick=args.quick, json=args.json, threads=args.threads,
+                       measure_memory=not args.no_memory, console=None if args.json else _console())
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=1))
+    return 0
+
+
 def _serve(args) -> int:
     from .explain.server import serve
     from .explain.session import Explainer
@@ -151,6 +161,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="recompute the whole prefix each step (no KV cache)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=_generate)
+
+    p = commands.add_parser("bench", help="benchmarks: each backend against PyTorch SDPA and the machine's GEMM peak")
+    p.add_argument("--case", action="append", metavar="NAME",
+                   help="run only this case (repeatable; default: all; an unknown name lists the cases)")
+    p.add_argument("--quick", action="store_true", help="small sizes: the whole suite in well under a minute")
+    p.add_argument("--threads", type=_positive_int, help="torch threads (default: torch's default)")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement (one process per row)")
+    p.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    p.set_defaults(run=_bench)
 
     p = commands.add_parser("serve", help="the local web app: type a sentence, see and intervene in its attention")
     p.add_argument("--model", metavar="PATH", help="a checkpoint folder (default: the bundled model)")
