@@ -44,6 +44,31 @@ def test_kv_cache_in_pieces_equals_one_full_pass(model):
     assert torch.allclose(torch.cat(parts, dim=1), full, atol=1e-5)
 
 
+def test_start_places_the_input_at_later_positions(model):
+    ids = torch.randint(0, V, (3, 5))
+    assert not torch.allclose(model(ids, start=7), model(ids), atol=1e-4)   # the same tokens elsewhere read differently
+    per_row = model(ids, start=torch.tensor([0, 7, 15]))                   # one start per row
+    alone = [model(ids[b: b + 1], start=s) for b, s in enumerate((0, 7, 15))]
+    assert torch.allclose(per_row, torch.cat(alone), atol=1e-6)
+    assert torch.allclose(per_row[0], model(ids[0]), atol=1e-6)
+
+
+def test_start_must_fit_and_not_meet_a_cache(model):
+    ids = torch.zeros(2, 5, dtype=torch.long)
+    with pytest.raises(ValueError, match="21 positions \\(start 16 \\+ input 5\\) exceed max_len=20"):
+        model(ids, start=16)
+    with pytest.raises(ValueError, match="21 positions \\(start 16 \\+ input 5\\) exceed max_len=20"):
+        model(ids, start=torch.tensor([0, 16]))
+    with pytest.raises(ValueError, match="start must be >= 0, got -1"):
+        model(ids, start=torch.tensor([-1, 0]))
+    with pytest.raises(ValueError, match="shape \\(B,\\) = \\(2,\\)"):
+        model(ids, start=torch.tensor([1, 2, 3]))
+    with pytest.raises(TypeError, match="start must be an int or a \\(B,\\) int tensor, got float"):
+        model(ids, start=1.0)
+    with pytest.raises(ValueError, match="pass start or cache, not both"):
+        model(ids, cache=model.new_cache(), start=3)
+
+
 def test_attention_weights_are_causal_rows_that_sum_to_one(model):
     ids = torch.randint(0, V, (2, 6))
     logits, weights = model.attention_weights(ids)

@@ -7,11 +7,12 @@ import pytest
 from selfattn.model import load_default
 from selfattn.model.checkpoint import DEFAULT_DIR
 from selfattn.model.corpus import make_corpus
-from selfattn.model.evaluate import lm_metrics, measure_agreement, ref_agreement
+from selfattn.model.data import paragraphs
+from selfattn.model.evaluate import lm_metrics, measure_agreement, paragraph_metrics, ref_agreement
 from selfattn.model.generate import generate_text
 from selfattn.model.grammar import grammar_errors
 from selfattn.model.probe import attention_probe
-from selfattn.model.train import default_command
+from selfattn.model.train import PRESETS, default_command, fourier_positions
 
 MAX_BYTES = 5 * 1024 * 1024
 
@@ -89,3 +90,44 @@ def test_generates_grammatical_continuations(shipped):
     for prompt in ("一条", "两位金色", "一头"):
         g = generate_text(model, tokenizer, prompt, greedy=True)
         assert grammar_errors(tokenizer.tokenize(g.text)) == [], g.text
+
+
+def test_reads_1024_tokens(shipped):
+    import torch
+
+    model, tokenizer, _, corpus = shipped
+    assert model.max_len == 1024
+    row, placed = paragraphs(tokenizer, corpus.test, model.max_len)[0]
+    ids = torch.tensor(row[:-1])                                    # <bos> + 1,023 tokens of test sentences
+    assert ids.shape == (1024,) and len(placed) > 70
+    logits, weights = model.attention_weights(ids)
+    assert torch.isfinite(logits).all() and weights[0].shape == (model.config.n_heads, 1024, 1024)
+    text = "".join(s.text for s, _ in placed)
+    assert tokenizer.encode(text, bos=True) == row[:-1]             # the same paragraph, typed as text
+
+
+def test_every_position_embedding_was_trained(shipped):
+    import torch
+
+    model, _, info, _ = shipped
+    positions = info["positions"]
+    assert positions["max_len"] == 1024 and positions["untrained"] == 0 and positions["min_tokens"] > 0
+    preset = PRESETS["default"]
+    start = fourier_positions(preset.max_len, preset.d_model, preset.pos_sigma,
+                              torch.Generator().manual_seed(info["seed"]))
+    moved = (model.pos_emb.weight.detach() - start).norm(dim=-1) / start.norm(dim=-1)     # (1024,)
+    assert float(moved.min()) == pytest.approx(positions["min_relative_change"], abs=1e-4)
+    assert float(moved.min()) > 0.25                                # the last position as much as the first
+
+
+def test_long_inputs(shipped):
+    """Test sentences packed into paragraphs of 1,024 tokens: the numbers recorded are the real ones."""
+    model, tokenizer, info, corpus = shipped
+    result = paragraph_metrics(model, tokenizer, corpus.test)
+    recorded = info["metrics"]["paragraphs"]
+    late = result["late"]
+    assert late["sentences"] == recorded["late"]["sentences"] >= 400 and late["from"] == 512
+    assert late["measure_agreement"] == recorded["late"]["measure_agreement"] >= 0.9
+    assert math.isclose(late["perplexity"], recorded["late"]["perplexity"], rel_tol=1e-5)
+    assert late["perplexity"] < 1.6 * late["alone_perplexity"]
+    assert all(b["perplexity"] < 5.0 for b in result["by_position"]), result["by_position"]

@@ -1,10 +1,13 @@
 import json
+from dataclasses import replace
 
 import pytest
+import torch
 
 from selfattn.model.checkpoint import FILES
 from selfattn.model.commands import format_train_summary, train_command
-from selfattn.model.train import PRESETS, Preset, _lr_at, run_training
+from selfattn.model.decoder import INIT_STD
+from selfattn.model.train import PRESETS, Preset, Stage, _lr_at, fourier_positions, run_training
 
 
 def test_tiny_training_lowers_the_loss_and_writes_everything(tiny_run):
@@ -45,13 +48,17 @@ def test_bad_options_are_named(tmp_path):
         run_training("tiny", tmp_path, seed=-3)
 
 
-def test_the_same_seed_trains_the_same_model(tmp_path):
+@pytest.mark.parametrize("staged", [False, True], ids=["sentences", "curriculum"])
+def test_the_same_seed_trains_the_same_model(tmp_path, staged):
     small = Preset(d_model=16, n_layers=1, n_heads=2, n_train=200, n_val=50, n_test=50, epochs=1,
                    batch_size=32, lr=3e-3, warmup_steps=2)
+    if staged:
+        small = replace(STAGED, n_train=200, n_val=50, n_test=50)
     a = run_training(small, tmp_path / "a", seed=5, progress=False)
     b = run_training(small, tmp_path / "b", seed=5, progress=False)
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
     assert a["metrics"]["val"] == b["metrics"]["val"]
+    assert a["metrics"]["paragraphs"] == b["metrics"]["paragraphs"]
 
 
 def test_learning_rate_schedule_warms_up_then_decays():
@@ -60,3 +67,46 @@ def test_learning_rate_schedule_warms_up_then_decays():
     assert lrs[0] < lrs[p.warmup_steps - 1] == pytest.approx(p.lr)
     assert lrs[-1] == pytest.approx(0.1 * p.lr, rel=1e-3)
     assert all(x >= y for x, y in zip(lrs[p.warmup_steps:], lrs[p.warmup_steps + 1:]))
+
+
+STAGED = Preset(d_model=16, n_layers=1, n_heads=2, n_train=300, n_val=60, n_test=60, epochs=1, batch_size=32,
+                lr=3e-3, warmup_steps=2, max_len=64, max_sentences=4, batch_tokens=256,
+                curriculum=(Stage(1, 1, 256), Stage(1, 2, 256)), single_share=0.2, anchored_share=0.3,
+                pos_init="fourier")
+
+
+def test_a_length_curriculum_trains_every_position_and_reports_long_inputs(tmp_path):
+    summary = run_training(STAGED, tmp_path / "staged", seed=3, progress=False)
+    assert [(h["stage"], h["max_sentences"]) for h in summary["history"]] == [(1, 1), (2, 2), (3, 4)]
+    assert all(h["val_paragraph_loss"] > 0 for h in summary["history"])
+    positions = summary["positions"]
+    assert positions["max_len"] == 64 and positions["untrained"] == 0 and positions["min_tokens"] > 0
+    assert positions["min_relative_change"] > 0                     # every position embedding moved
+    late = summary["metrics"]["paragraphs"]["late"]
+    assert late["from"] == 32 and late["sentences"] > 0 and 0 <= late["measure_agreement"] <= 1
+    assert summary["paragraph_probe"]["n"] == late["sentences"]
+    text = format_train_summary(summary)
+    assert "paragraphs of 64 tokens" in text and "64 of 64 trained" in text
+    config = json.loads((tmp_path / "staged" / "config.json").read_text(encoding="utf-8"))
+    assert config["model"]["max_len"] == 64
+    assert config["training"]["settings"]["curriculum"] == [{"epochs": 1, "max_sentences": 1, "batch_tokens": 256},
+                                                            {"epochs": 1, "max_sentences": 2, "batch_tokens": 256}]
+
+
+def test_fourier_positions_make_nearby_positions_alike_everywhere():
+    p = fourier_positions(1024, 96, 2.0, torch.Generator().manual_seed(0))
+    assert p.shape == (1024, 96)
+    assert float(p.pow(2).mean().sqrt()) == pytest.approx(INIT_STD, rel=1e-3)     # GPT-2's scale
+    gram = p @ p.T / (INIT_STD ** 2 * 96)                      # a function of i - j: ≈ exp(-(i - j)² / 8)
+    for i in (5, 300, 1000):
+        assert [float(gram[i, i - d]) for d in (0, 1, 2)] == pytest.approx([float(gram[5, 5 - d]) for d in (0, 1, 2)],
+                                                                           abs=1e-4)
+        assert float(gram[i, i]) == pytest.approx(1.0, rel=1e-4)
+        assert float(gram[i, i - 1]) > 0.8 > float(gram[i, i - 2]) > 0.5 > 0.1 > abs(float(gram[i, i - 4]))
+
+
+def test_bad_presets_are_named():
+    with pytest.raises(ValueError, match="pos_init must be one of"):
+        replace(STAGED, pos_init="sinusoid")
+    with pytest.raises(ValueError, match="anchored_share must be in \\[0, 1\\], got 2"):
+        replace(STAGED, anchored_share=2)

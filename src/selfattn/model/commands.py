@@ -36,6 +36,25 @@ def format_train_summary(summary: dict) -> str:
     for claim in summary["probe"]["claims"]:
         lines.append(f"attention probe {claim['example']}: strongest attention on the claimed words in "
                      f"{claim['heads_hit']} of {claim['n_heads']} heads (hit rate ≥ {summary['probe']['threshold']:.0%})")
+    par = m.get("paragraphs")
+    if par and par["late"]["sentences"]:
+        late = par["late"]
+        lines.append(f"paragraphs of {summary['positions']['max_len']} tokens (test): perplexity by position "
+                     + ", ".join(f"{b['from']}–{b['to'] - 1}: {b['perplexity']:.3f}" for b in par["by_position"]))
+        lines.append(f"{late['sentences']} sentences starting at position ≥ {late['from']}: perplexity "
+                     f"{late['perplexity']:.3f} (the same sentences alone: {late['alone_perplexity']:.3f}), "
+                     f"measure-word agreement {late['measure_agreement']:.1%}, "
+                     f"这+measure agreement {late['ref_agreement']:.1%} of {late['ref_n']}")
+        for claim in summary["paragraph_probe"]["claims"]:
+            best = max(claim["heads"], key=lambda h: h["lift"])
+            lines.append(f"late attention probe {claim['query']} → {', '.join(claim['targets'])}: strongest in "
+                         f"{claim['heads_hit']} of {claim['n_heads']} heads; best head layer {best['layer']} "
+                         f"head {best['head']} gives them {best['lift']:.1f}× the weight of even attention")
+    if "positions" in summary:
+        pos = summary["positions"]
+        lines.append(f"position embeddings: {pos['max_len'] - pos['untrained']} of {pos['max_len']} trained, on "
+                     f"{pos['min_tokens']:,}–{pos['max_tokens']:,} tokens each; each moved ≥ "
+                     f"{pos['min_relative_change']:.0%} of its initial length")
     lines += [f"wrote {path}" for path in summary["files"].values()]
     return "\n".join(lines)
 

@@ -7,7 +7,8 @@
 
 The layout (names aside) is GPT-2's, so `selfattn.model.hf.load_gpt2` fills it with real
 GPT-2 weights. With one `KVCache` per layer (`model.new_cache()`), feeding a sequence in
-pieces gives the logits of one full pass: positions continue at `cache.length`.
+pieces gives the logits of one full pass: positions continue at `cache.length`. Without a
+cache, `model(ids, start=s)` reads ids at positions s, s + 1, … (s may differ per row).
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ class DecoderLM(nn.Module):
         """One empty KVCache per layer, for `forward(..., cache=...)`."""
         return [KVCache() for _ in self.blocks]
 
-    def _embed(self, input_ids: torch.Tensor, start: int) -> tuple[torch.Tensor, bool]:
+    def _embed(self, input_ids: torch.Tensor, start: int | torch.Tensor, origin: str) -> tuple[torch.Tensor, bool]:
         if not isinstance(input_ids, torch.Tensor):
             raise TypeError(f"input_ids must be a torch.Tensor of token ids, got {type(input_ids).__name__}")
         if input_ids.dtype not in (torch.int64, torch.int32):
@@ -182,25 +183,48 @@ class DecoderLM(nn.Module):
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (L,) or (B, L), got shape {tuple(input_ids.shape)}")
         B, L = input_ids.shape
-        if start + L > self.config.max_len:
-            raise ValueError(f"{start + L} positions (cache {start} + input {L}) exceed max_len={self.config.max_len}")
+        pos = torch.arange(L, device=input_ids.device)                                   # (L,)
+        if isinstance(start, torch.Tensor):                                              # one start per row
+            if start.shape != (B,) or start.dtype not in (torch.int64, torch.int32):
+                raise ValueError(f"start must be an int or an int64/int32 tensor of shape (B,) = ({B},), "
+                                 f"got {start.dtype} of shape {tuple(start.shape)}")
+            lowest, highest = (int(start.min()), int(start.max())) if B else (0, 0)
+            pos = start.to(input_ids.device)[:, None] + pos                              # (B, L)
+        else:
+            lowest = highest = start
+            pos = start + pos
+        if lowest < 0:
+            raise ValueError(f"start must be >= 0, got {lowest}")
+        if highest + L > self.config.max_len:
+            raise ValueError(f"{highest + L} positions ({origin} {highest} + input {L}) exceed "
+                             f"max_len={self.config.max_len}")
         if L and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size):
             raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got "
                              f"[{int(input_ids.min())}, {int(input_ids.max())}]")
-        pos = torch.arange(start, start + L, device=input_ids.device)           # (L,)
-        return self.drop(self.tok_emb(input_ids) + self.pos_emb(pos)), added    # (B, L, d_model)
+        return self.drop(self.tok_emb(input_ids) + self.pos_emb(pos)), added            # (B, L, d_model)
 
-    def forward(self, input_ids: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, cache: list[KVCache] | None = None, *,
+                start: int | torch.Tensor = 0) -> torch.Tensor:
         """Logits of the next token at every position.
 
         input_ids  (B, L) or (L,)  int token ids
-        cache      None, or `new_cache()`: the past is read from it and the new keys/values appended
+        cache      None, or `new_cache()`: the past is read from it and the new keys/values appended;
+                   positions then continue at the cache's length
+        start      without a cache: the position of input_ids[..., 0], an int or a (B,) int tensor
+                   with one start per row (training places paragraphs at random positions, so that
+                   every position embedding is trained)
         returns    (B, L, vocab_size), or (L, vocab_size) for 1-D input
         """
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"cache has {len(cache)} layers, the model {len(self.blocks)}")
-        start = 0 if cache is None else cache[0].length
-        x, added = self._embed(input_ids, start)
+        if isinstance(start, bool) or not isinstance(start, (int, torch.Tensor)):
+            raise TypeError(f"start must be an int or a (B,) int tensor, got {type(start).__name__} {start!r}")
+        if cache is not None:
+            if not (isinstance(start, int) and start == 0):
+                raise ValueError("pass start or cache, not both: with a cache, positions continue at its length")
+            x, added = self._embed(input_ids, cache[0].length, "cache")
+        else:
+            x, added = self._embed(input_ids, start, "start")
         for i, block in enumerate(self.blocks):
             x = block(x, cache=None if cache is None else cache[i])
         logits = self.lm_head(self.ln_f(x))                                      # (B, L, V)
@@ -214,7 +238,7 @@ class DecoderLM(nn.Module):
         returns    logits (B, L, V) and a list of n_layers tensors (B, H, L, L) — row i: the
                    weights query i gives keys 0..i (zeros above the diagonal). 1-D input drops B.
         """
-        x, added = self._embed(input_ids, 0)
+        x, added = self._embed(input_ids, 0, "start")
         weights = []
         for block in self.blocks:
             x, w = block.forward_with_weights(x)

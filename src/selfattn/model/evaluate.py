@@ -11,6 +11,11 @@
 - `ref_agreement`: after clause 1 (一条紫色鱼游进大海。), among 这只 / 这条 / 这头 / 这匹 /
   这位 / 这个, does the model rank the one that agrees with the noun 4 positions back
   highest? (Singular sentences whose clause 2 starts with 这 + measure word.)
+- `paragraph_loss`: next-token loss over the sentences packed in order into paragraphs of
+  max_len + 1 tokens (`data.paragraphs`), the longest text the model reads.
+- `paragraph_metrics`: on those paragraphs, perplexity by position, and perplexity and both
+  agreements for the sentences that start late (position >= max_len // 2), against the same
+  sentences read alone.
 """
 
 from __future__ import annotations
@@ -23,12 +28,17 @@ from typing import Sequence
 import torch
 
 from .corpus import MEASURES, Sentence, with_measure
-from .data import encode_sentences, iterate_batches, next_token_loss, pad_batch
+from .data import encode_sentences, iterate_batches, next_token_loss, pad_batch, paragraphs
 from .decoder import DecoderLM
 from .generate import generate
 from .grammar import grammar_errors
+from ..modules import KVCache
 
-__all__ = ["lm_metrics", "measure_agreement", "ref_agreement", "sample_grammaticality"]
+__all__ = ["lm_metrics", "measure_agreement", "ref_agreement", "sample_grammaticality", "paragraph_loss",
+           "paragraph_metrics", "POSITION_EDGES"]
+
+POSITION_EDGES = (0, 32, 128, 512)
+"""`paragraph_metrics` reports perplexity for positions [0, 32), [32, 128), [128, 512), [512, max_len)."""
 
 
 @contextmanager
@@ -141,3 +151,93 @@ def sample_grammaticality(model: DecoderLM, tokenizer, n: int = 200, seed: int =
         if problems and len(errors) < max_examples:
             errors.append({"text": "".join(words), "errors": problems})
     return {"grammatical": ok / n, "n": n, "examples": examples, "errors": errors}
+
+
+@torch.no_grad()
+def paragraph_loss(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], rows_per_batch: int = 4) -> dict:
+    """{"loss", "perplexity", "tokens", "rows"} of next-token prediction over `data.paragraphs` rows."""
+    rows = [row for row, _ in paragraphs(tokenizer, sentences, model.max_len)]
+    total, count = 0.0, 0
+    with _eval_mode(model):
+        for i in range(0, len(rows), rows_per_batch):
+            batch = pad_batch(rows[i: i + rows_per_batch], tokenizer.pad_id)          # (B, max_len + 1)
+            total += float(next_token_loss(model(batch[:, :-1]), batch, tokenizer.pad_id, reduction="sum"))
+            count += int((batch[:, 1:] != tokenizer.pad_id).sum())
+    loss = total / max(count, 1)
+    return {"loss": loss, "perplexity": math.exp(loss), "tokens": count, "rows": len(rows)}
+
+
+def _sliced_cache(cache: list[KVCache], length: int, copies: int) -> list[KVCache]:
+    """A fresh cache per layer holding the first `length` positions of `cache`, repeated `copies` times."""
+    out = []
+    for layer in cache:
+        fresh = KVCache()
+        fresh.append(layer.keys[:, :, :length].expand(copies, -1, -1, -1),
+                     layer.values[:, :, :length].expand(copies, -1, -1, -1))
+        out.append(fresh)
+    return out
+
+
+@torch.no_grad()
+def paragraph_metrics(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], late_from: int | None = None) -> dict:
+    """How the model reads long inputs: `sentences` packed into paragraphs of model.max_len tokens.
+
+    late_from  a sentence is "late" when its first word sits at this position or after
+               (default model.max_len // 2)
+    returns    {"rows", "tokens", "by_position": [{"from", "to", "perplexity", "tokens"}],
+                "late": {"sentences", "from", "perplexity", "alone_perplexity",
+                         "measure_agreement", "ref_agreement", "ref_n"}}
+               late perplexity counts the words of late sentences (QM … 。) given the paragraph
+               before them; alone_perplexity the same words after <bos> alone. The agreements are
+               those of `measure_agreement` / `ref_agreement`, asked with the paragraph as context.
+    """
+    if not sentences:
+        raise ValueError("paragraph_metrics needs at least one sentence")
+    late_from = model.max_len // 2 if late_from is None else late_from
+    edges = [e for e in POSITION_EDGES if e < model.max_len] + [model.max_len]
+    bucket_loss, bucket_n = [0.0] * (len(edges) - 1), [0] * (len(edges) - 1)
+    late, late_loss, late_tokens, measure_hits, ref_hits, ref_n = [], 0.0, 0, 0, 0, 0
+    ref_ids = [tokenizer.id_of("这" + m) for m in MEASURES]
+    rows = paragraphs(tokenizer, sentences, model.max_len)
+    with _eval_mode(model):
+        for row, placed in rows:
+            x = torch.tensor(row[:-1])[None]                                       # (1, L)
+            cache = model.new_cache()
+            logp = torch.log_softmax(model(x, cache=cache)[0].float(), dim=-1)     # (L, V)
+            target = torch.tensor(row[1:])
+            picked = -logp.gather(-1, target[:, None])[:, 0]                       # (L,) loss of token t+1
+            for b in range(len(edges) - 1):
+                part = picked[edges[b]: edges[b + 1]]
+                bucket_loss[b] += float(part.sum())
+                bucket_n[b] += part.numel()
+            for s, start in placed:
+                if start < late_from:
+                    continue
+                late.append(s)
+                n = len(tokenizer.encode_words(s.words, bos=False))
+                late_loss += float(picked[start - 1: start - 1 + n].sum())
+                late_tokens += n
+                # log P(QM COLOUR NOUN | the paragraph before) for each of the six measure words
+                qm, noun = start + s.index("qm"), start + s.index("noun")
+                colour = qm + 1
+                variants = torch.tensor([[tokenizer.id_of(s.quantity + m), row[colour]] for m in MEASURES])  # (6, 2)
+                out = torch.log_softmax(model(variants, cache=_sliced_cache(cache, qm, len(MEASURES))).float(), -1)
+                scores = logp[qm - 1, variants[:, 0]] + out[:, 0, row[colour]] + out[:, 1, row[noun]]     # (6,)
+                measure_hits += MEASURES[int(scores.argmax())] == s.creature.measure
+                if "ref_measure" in s.roles and s.words[s.index("ref_measure")] != "这些":
+                    at = start + s.index("ref_measure")
+                    ref_hits += MEASURES[int(logp[at - 1, ref_ids].argmax())] == s.creature.measure
+                    ref_n += 1
+        alone = -float(_sequence_logprob(model, pad_batch([tokenizer.encode_words(s.words) for s in late],
+                                                          tokenizer.pad_id), tokenizer.pad_id).sum()) if late else 0.0
+    return {
+        "rows": len(rows), "tokens": sum(bucket_n),
+        "by_position": [{"from": edges[b], "to": edges[b + 1], "tokens": bucket_n[b],
+                         "perplexity": math.exp(bucket_loss[b] / bucket_n[b]) if bucket_n[b] else None}
+                        for b in range(len(edges) - 1)],
+        "late": {"from": late_from, "sentences": len(late),
+                 "perplexity": math.exp(late_loss / late_tokens) if late_tokens else None,
+                 "alone_perplexity": math.exp(alone / late_tokens) if late_tokens else None,
+                 "measure_agreement": measure_hits / len(late) if late else None,
+                 "ref_agreement": ref_hits / ref_n if ref_n else None, "ref_n": ref_n},
+    }

@@ -17,7 +17,8 @@ def save_loss_curve(step_losses: Sequence[float], epochs: Sequence[dict], path: 
     """Plot per-step training loss (raw and smoothed) and per-epoch validation loss.
 
     step_losses  training loss of every optimiser step
-    epochs       dicts with "step" (the step the epoch ended at) and "val_loss"
+    epochs       dicts with "step" (the step the epoch ended at) and "val_loss"; with
+                 "val_paragraph_loss" too, that is drawn as a second line
     floor        the grammar's own cross-entropy on the validation split, drawn as a dashed line
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -38,6 +39,9 @@ def save_loss_curve(step_losses: Sequence[float], epochs: Sequence[dict], path: 
     if epochs:
         ax.plot([e["step"] for e in epochs], [e["val_loss"] for e in epochs], "o-", color="tab:orange",
                 linewidth=1.6, label="validation loss (per epoch)")
+        if all("val_paragraph_loss" in e for e in epochs):
+            ax.plot([e["step"] for e in epochs], [e["val_paragraph_loss"] for e in epochs], "s--",
+                    color="tab:green", linewidth=1.2, label="validation paragraphs (per epoch)")
     if floor is not None:
         ax.axhline(floor, color="gray", linestyle="--", linewidth=1.0, label=f"grammar floor ({floor:.3f})")
     ax.set_xlabel("optimiser step")

@@ -10,6 +10,10 @@ For each claim and each head of each layer, the probe feeds clause 1 of every se
 (<bos> QM COLOUR NOUN VERB PLACE 。), takes the query row of the claimed word, and counts
 how often that row's largest weight falls on one of the claimed keys (the hit rate). A
 head "does what the tutorial says" when its hit rate is at least `threshold`.
+
+`paragraph_probe` asks the same of sentences late in a long paragraph (the test sentences packed
+into paragraphs of max_len tokens, as in training): there the query row sees hundreds of earlier
+words, and a hit means the strongest weight lands on the claimed word *of the same sentence*.
 """
 
 from __future__ import annotations
@@ -20,10 +24,10 @@ from typing import Sequence
 import torch
 
 from .corpus import Sentence
-from .data import pad_batch
+from .data import pad_batch, paragraphs
 from .decoder import DecoderLM
 
-__all__ = ["CLAIMS", "attention_probe"]
+__all__ = ["CLAIMS", "attention_probe", "paragraph_probe"]
 
 CLAIMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("noun", ("qm", "colour")),
@@ -78,3 +82,53 @@ def attention_probe(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], 
             "heads_hit": sum(h["hit_rate"] >= threshold for h in heads), "n_heads": len(heads), "heads": heads,
         })
     return {"n": len(sentences), "threshold": threshold, "claims": claims}
+
+
+@torch.no_grad()
+def paragraph_probe(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], late_from: int | None = None,
+                    threshold: float = 0.5) -> dict:
+    """`attention_probe` for the sentences whose first word sits at position >= late_from of a paragraph.
+
+    sentences  corpus sentences, packed in order into paragraphs of model.max_len + 1 tokens
+    late_from  default model.max_len // 2
+    returns    {"n", "from", "threshold", "claims": [{"query", "targets", "heads_hit", "n_heads",
+               "heads": [{"layer", "head", "hit_rate", "mean_weight", "lift"}]}]}; n counts the late
+               sentences, mean_weight is the weight the claimed keys get together, and lift is
+               mean_weight over what attention spread evenly over the row would give them
+    """
+    if not sentences:
+        raise ValueError("paragraph_probe needs at least one sentence")
+    late_from = model.max_len // 2 if late_from is None else late_from
+    n_layers, n_heads = model.config.n_layers, model.config.n_heads
+    hits = {query: torch.zeros(n_layers, n_heads) for query, _ in CLAIMS}
+    mass = {query: torch.zeros(n_layers, n_heads) for query, _ in CLAIMS}
+    even = {query: 0.0 for query, _ in CLAIMS}
+    n = 0
+    was_training = model.training
+    model.eval()
+    for row, placed in paragraphs(tokenizer, sentences, model.max_len):
+        late = [(s, start) for s, start in placed if start >= late_from]
+        if not late:
+            continue
+        _, weights = model.attention_weights(torch.tensor(row[:-1]))     # n_layers × (H, L, L)
+        n += len(late)
+        for query, targets in CLAIMS:
+            for s, start in late:
+                q = start + s.index(query)
+                cols = torch.tensor([start + s.index(t) for t in targets])
+                even[query] += len(targets) / (q + 1)
+                for layer, w in enumerate(weights):
+                    top = w[:, q, : q + 1].argmax(-1)                      # (H,)
+                    hits[query][layer] += (top[:, None] == cols).any(-1).float()
+                    mass[query][layer] += w[:, q, cols].sum(-1)
+    model.train(was_training)
+    claims = []
+    for query, targets in CLAIMS:
+        rate, weight = hits[query] / max(n, 1), mass[query] / max(n, 1)  # (n_layers, H)
+        heads = [{"layer": layer, "head": h, "hit_rate": float(rate[layer, h]),
+                  "mean_weight": float(weight[layer, h]),
+                  "lift": float(weight[layer, h]) / (even[query] / n) if n else 0.0}
+                 for layer in range(n_layers) for h in range(n_heads)]
+        claims.append({"query": query, "targets": list(targets), "n_heads": len(heads), "heads": heads,
+                       "heads_hit": sum(h["hit_rate"] >= threshold for h in heads) if n else 0})
+    return {"n": n, "from": late_from, "threshold": threshold, "claims": claims}

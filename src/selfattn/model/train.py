@@ -2,11 +2,15 @@
 
     run_training("default", "out/model", seed=0)
       corpus (make_corpus) → tokenizer (WordTokenizer.from_words) → DecoderLM
-      → epochs of AdamW with warmup + cosine decay, a rich progress bar (loss, tokens/s, ETA)
-      → validation loss / perplexity / accuracy after each epoch; the epoch with the lowest
-        validation loss is the one kept (early stopping)
-      → test: perplexity, measure-word agreement, 这+measure agreement, attention probe,
-        and how many sentences sampled from the model the grammar accepts
+      → stages of a length curriculum, each some epochs of AdamW (warmup + one cosine decay over
+        the whole run), a rich progress bar (loss, tokens/s, ETA). An epoch reads every training
+        sentence once: a share alone at position 0, the rest in paragraphs of up to the stage's
+        number of sentences, each paragraph at a random start position (`data.epoch_batches`)
+      → validation loss after each epoch on the validation sentences read alone and packed into
+        paragraphs of max_len tokens; the epoch with the lowest mean of the two is kept
+      → test: perplexity, measure-word agreement, 这+measure agreement, attention probe, how many
+        sentences sampled from the model the grammar accepts, and the same questions asked of
+        sentences late in paragraphs of max_len tokens
       → out/model/{model.safetensors, config.json, tokenizer.json}  and a loss-curve PNG
 
 Everything random follows from `seed`: the corpus, the initial weights, the batch order.
@@ -26,19 +30,55 @@ import torch
 
 from .checkpoint import FILES, save_checkpoint
 from .corpus import all_words, log_prob, make_corpus
-from .data import encode_sentences, iterate_batches, next_token_loss
-from .decoder import DecoderConfig, DecoderLM
-from .evaluate import lm_metrics, measure_agreement, ref_agreement, sample_grammaticality
+from .data import epoch_batches, next_token_loss
+from .decoder import INIT_STD, DecoderConfig, DecoderLM
+from .evaluate import (lm_metrics, measure_agreement, paragraph_loss, paragraph_metrics, ref_agreement,
+                       sample_grammaticality)
 from .loss_curve import save_loss_curve
-from .probe import attention_probe
+from .probe import attention_probe, paragraph_probe
 from .tokenizer import WordTokenizer
 
-__all__ = ["Preset", "PRESETS", "run_training", "default_command", "train_command_line"]
+__all__ = ["Stage", "Preset", "PRESETS", "run_training", "default_command", "train_command_line",
+           "fourier_positions", "POS_INITS"]
+
+POS_INITS = ("normal", "fourier")
+"""How the position embeddings start: GPT-2's N(0, 0.02), or `fourier_positions`."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the length curriculum.
+
+    epochs         passes over the training sentences
+    max_sentences  the paragraphs of this stage hold 1..max_sentences sentences (uniform), as many
+                   as fit in max_len + 1 tokens
+    batch_tokens   about this many tokens per batch of paragraphs
+    """
+
+    epochs: int
+    max_sentences: int
+    batch_tokens: int
+
+    def __post_init__(self):
+        for name in ("epochs", "max_sentences", "batch_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"Stage {name} must be an int >= 1, got {v!r}")
 
 
 @dataclass(frozen=True)
 class Preset:
-    """Model size, corpus size and optimiser settings of one training run."""
+    """Model size, corpus size, data and optimiser settings of one training run.
+
+    epochs, max_sentences, batch_tokens   the last stage (the one `--epochs` changes)
+    curriculum     the stages before it, shortest paragraphs first
+    batch_size     rows per batch of single sentences read at position 0
+    single_share   share of the sentences of each epoch of the last stage read alone at position 0,
+                   as `selfattn generate` and the single-sentence metrics read text (1.0: all of them,
+                   no paragraphs at all). The curriculum stages read none alone at position 0
+    anchored_share share of the paragraphs that start at position 0; the others start at random
+    pos_init       "normal" (GPT-2) or "fourier" (`fourier_positions` with width pos_sigma)
+    """
 
     d_model: int
     n_layers: int
@@ -53,19 +93,46 @@ class Preset:
     weight_decay: float = 0.01
     max_len: int = 32
     dropout: float = 0.0
+    max_sentences: int = 1
+    batch_tokens: int = 2048
+    curriculum: tuple[Stage, ...] = ()
+    single_share: float = 1.0
+    anchored_share: float = 0.0
+    pos_init: str = "normal"
+    pos_sigma: float = 2.0
+
+    def __post_init__(self):
+        if self.pos_init not in POS_INITS:
+            raise ValueError(f"pos_init must be one of {POS_INITS}, got {self.pos_init!r}")
+        for name in ("single_share", "anchored_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
+
+    @property
+    def stages(self) -> tuple[Stage, ...]:
+        """The curriculum, then the last stage."""
+        return self.curriculum + (Stage(self.epochs, self.max_sentences, self.batch_tokens),)
 
 
 PRESETS: dict[str, Preset] = {
-    # seconds: for tests and trying the command out
+    # seconds: for tests and trying the command out (single sentences only, like a short-context model)
     "tiny": Preset(d_model=32, n_layers=1, n_heads=2, n_train=1500, n_val=200, n_test=200,
                    epochs=2, batch_size=32, lr=3e-3, warmup_steps=10),
-    # the shipped model: well under 5 minutes on 2 CPU cores
+    # the shipped model: reads up to 1,024 tokens; under 3 minutes on 1 thread of 2 shared cores
     "default": Preset(d_model=96, n_layers=2, n_heads=4, n_train=16000, n_val=1000, n_test=1000,
-                      epochs=2, batch_size=64, lr=2e-3, warmup_steps=100, dropout=0.1),
+                      epochs=4, batch_size=64, lr=2e-3, warmup_steps=100, max_len=1024,
+                      max_sentences=80, batch_tokens=2048,
+                      curriculum=(Stage(2, 1, 896), Stage(1, 4, 896), Stage(1, 16, 1280), Stage(3, 40, 2048)),
+                      single_share=0.1, anchored_share=0.3, pos_init="fourier", pos_sigma=2.0),
 }
 
 MIN_LR_FRACTION = 0.1
 """The cosine schedule decays the learning rate to this fraction of its peak."""
+
+TRAIN_BACKEND = "sdpa"
+"""The attention backend while training (and choosing the epoch to keep). Fixed rather than "auto",
+whose choice follows a cost model (`selfattn.kernels.cost`) that may be retuned: a rebuild of the
+bundled model must not change with it. The trained model is handed back with "auto"."""
 
 
 def train_command_line(preset: str, seed: int, out: str | os.PathLike, overrides: dict | None = None) -> str:
@@ -77,6 +144,25 @@ def train_command_line(preset: str, seed: int, out: str | os.PathLike, overrides
 def default_command(preset: str = "default", seed: int = 0) -> str:
     """The command that rebuilt the bundled model, as recorded in its config.json."""
     return train_command_line(preset, seed, "src/selfattn/model/default")
+
+
+def fourier_positions(max_len: int, d_model: int, sigma: float, generator: torch.Generator) -> torch.Tensor:
+    """Position embeddings that start out alike for nearby positions, everywhere: (max_len, d_model).
+
+    Row i = a · [cos(ω_1 i) … cos(ω_m i), sin(ω_1 i) … sin(ω_m i)] with ω_k ~ N(0, 1/sigma²), the
+    random Fourier features of a Gaussian kernel, so that
+
+        row_i · row_j  ≈  INIT_STD² · d_model · exp(−(i − j)² / 2 sigma²)
+
+    for every i, j in [0, max_len): position 500 resembles 499 as much as 5 resembles 4, and
+    "one position back" is the same rotation of the features everywhere. Each entry has the
+    root-mean-square INIT_STD of GPT-2's N(0, 0.02) initialisation (a = INIT_STD · √2).
+    """
+    m = (d_model + 1) // 2
+    omega = torch.randn(m, generator=generator, dtype=torch.float64) / sigma                # (m,)
+    angle = torch.arange(max_len, dtype=torch.float64)[:, None] * omega                     # (max_len, m)
+    features = torch.cat([angle.cos(), angle.sin()], dim=1)[:, :d_model]                    # (max_len, d_model)
+    return (features * INIT_STD * math.sqrt(2)).float()
 
 
 def _lr_at(step: int, total: int, preset: Preset) -> float:
@@ -166,7 +252,42 @@ def _final_metrics(model: DecoderLM, tokenizer: WordTokenizer, corpus, seed: int
         "measure_agreement": measure_agreement(model, tokenizer, corpus.test),
         "ref_agreement": ref_agreement(model, tokenizer, corpus.test),
         "samples": sample_grammaticality(model, tokenizer, n=200, seed=seed),
+        "paragraphs": paragraph_metrics(model, tokenizer, corpus.test),
     }
+
+
+def _plan(p: Preset, train_ids: list[list[int]], tokenizer: WordTokenizer, seed: int) -> list[dict]:
+    """Every epoch's batches, decided before training starts (so the schedule knows its length)."""
+    order = torch.Generator().manual_seed(seed)
+    plan = []
+    for number, stage in enumerate(p.stages, 1):
+        for _ in range(stage.epochs):
+            last = number == len(p.stages)
+            batches = epoch_batches(train_ids, max_sentences=stage.max_sentences,
+                                    single_share=p.single_share if last else 0.0,
+                                    anchored_share=p.anchored_share, max_len=p.max_len, batch_size=p.batch_size, batch_tokens=stage.batch_tokens,
+                                    bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
+                                    generator=order)
+            plan.append({"stage": number, "max_sentences": stage.max_sentences, "batches": batches})
+    return plan
+
+
+def _late_claim(claim: dict) -> dict:
+    """What config.json keeps of one `paragraph_probe` claim: heads hit, and the head with the highest lift."""
+    best = max(claim["heads"], key=lambda h: h["lift"])
+    return {"heads_hit": claim["heads_hit"], "n_heads": claim["n_heads"],
+            "best_head": {"layer": best["layer"], "head": best["head"], "lift": round(best["lift"], 2),
+                          "mean_weight": round(best["mean_weight"], 4), "hit_rate": round(best["hit_rate"], 4)}}
+
+
+def _position_counts(plan: list[dict], max_len: int, pad_id: int) -> torch.Tensor:
+    """(max_len,) how many training tokens are read at each position over the whole run."""
+    counts = torch.zeros(max_len, dtype=torch.long)
+    for epoch in plan:
+        for batch, start in epoch["batches"]:
+            pos = start[:, None] + torch.arange(batch.shape[1] - 1)                        # (B, L-1)
+            counts += torch.bincount(pos[batch[:, 1:] != pad_id], minlength=max_len)
+    return counts
 
 
 def _train(name: str, p: Preset, out: Path, plot_path: Path, seed: int, overrides: dict, force: bool,
@@ -176,33 +297,41 @@ def _train(name: str, p: Preset, out: Path, plot_path: Path, seed: int, override
     corpus = make_corpus(p.n_train, p.n_val, p.n_test, seed=seed)
     tokenizer = WordTokenizer.from_words([s.words for s in corpus.train + corpus.val + corpus.test],
                                          user_words=all_words())
-    train_ids = encode_sentences(tokenizer, corpus.train)
+    train_ids = [tokenizer.encode_words(s.words, bos=False) for s in corpus.train]
     torch.manual_seed(seed)
     config = DecoderConfig(vocab_size=tokenizer.vocab_size, d_model=p.d_model, n_layers=p.n_layers,
                            n_heads=p.n_heads, max_len=p.max_len, dropout=p.dropout)
     model = DecoderLM(config)
+    if p.pos_init == "fourier":
+        with torch.no_grad():
+            model.pos_emb.weight.copy_(fourier_positions(p.max_len, p.d_model, p.pos_sigma,
+                                                         torch.Generator().manual_seed(seed)))
+    pos_start = model.pos_emb.weight.detach().clone()
     decay = [q for n, q in model.named_parameters() if q.dim() >= 2]
     no_decay = [q for n, q in model.named_parameters() if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": p.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=p.lr, betas=(0.9, 0.95))
-    order = torch.Generator().manual_seed(seed)
-    steps_per_epoch = math.ceil(len(train_ids) / p.batch_size)
-    total_steps = steps_per_epoch * p.epochs
+    for block in model.blocks:
+        block.attn.backend = TRAIN_BACKEND
+    plan = _plan(p, train_ids, tokenizer, seed)
+    counts = _position_counts(plan, p.max_len, tokenizer.pad_id)
+    total_steps = sum(len(epoch["batches"]) for epoch in plan)
 
     step_losses: list[float] = []
     history: list[dict] = []
-    best = (float("inf"), 0, None)          # (val loss, epoch, weights): the epoch that is kept
+    best = (float("inf"), 0, None)          # (selection loss, epoch, weights): the epoch that is kept
     tokens_seen, train_seconds, step = 0, 0.0, 0
     with _progress(progress) as bar:
-        task = bar.add_task("train", total=total_steps, epoch=f"1/{p.epochs}", loss=float("nan"), tps=0.0)
-        for epoch in range(1, p.epochs + 1):
+        task = bar.add_task("train", total=total_steps, epoch=f"1/{len(plan)}", loss=float("nan"), tps=0.0)
+        for epoch, part in enumerate(plan, 1):
+            label = f"{epoch}/{len(plan)} (≤{part['max_sentences']} sentences)"
             model.train()
             t0 = time.perf_counter()
             epoch_loss, epoch_tokens = 0.0, 0
-            for batch in iterate_batches(train_ids, p.batch_size, tokenizer.pad_id, generator=order):  # (B, L)
+            for batch, start in part["batches"]:                                           # (B, L), (B,)
                 for group in opt.param_groups:
                     group["lr"] = _lr_at(step, total_steps, p)
-                loss = next_token_loss(model(batch[:, :-1]), batch, tokenizer.pad_id)
+                loss = next_token_loss(model(batch[:, :-1], start=start), batch, tokenizer.pad_id)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -214,23 +343,32 @@ def _train(name: str, p: Preset, out: Path, plot_path: Path, seed: int, override
                 epoch_loss += float(loss.detach()) * n
                 step_losses.append(float(loss.detach()))
                 elapsed = train_seconds + time.perf_counter() - t0
-                bar.update(task, advance=1, epoch=f"{epoch}/{p.epochs}", loss=step_losses[-1], tps=tokens_seen / elapsed)
+                bar.update(task, advance=1, epoch=label, loss=step_losses[-1], tps=tokens_seen / elapsed)
             train_seconds += time.perf_counter() - t0
             val = lm_metrics(model, tokenizer, corpus.val)
-            history.append({"epoch": epoch, "step": step, "train_loss": epoch_loss / epoch_tokens,
+            val_par = paragraph_loss(model, tokenizer, corpus.val)
+            chosen_by = (val["loss"] + val_par["loss"]) / 2
+            history.append({"epoch": epoch, "stage": part["stage"], "max_sentences": part["max_sentences"],
+                            "step": step, "train_loss": epoch_loss / epoch_tokens,
                             "val_loss": val["loss"], "val_perplexity": val["perplexity"],
-                            "val_accuracy": val["accuracy"], "seconds": round(time.perf_counter() - started, 2)})
-            if val["loss"] < best[0]:
-                best = (val["loss"], epoch, {k: v.detach().clone() for k, v in model.state_dict().items()})
-            bar.console.print(f"epoch {epoch}/{p.epochs}: train loss {epoch_loss / epoch_tokens:.4f} · "
-                              f"val loss {val['loss']:.4f} · val ppl {val['perplexity']:.3f} · "
-                              f"val acc {val['accuracy']:.2%}")
+                            "val_accuracy": val["accuracy"], "val_paragraph_loss": val_par["loss"],
+                            "val_paragraph_perplexity": val_par["perplexity"],
+                            "seconds": round(time.perf_counter() - started, 2)})
+            if chosen_by < best[0]:
+                best = (chosen_by, epoch, {k: v.detach().clone() for k, v in model.state_dict().items()})
+            bar.console.print(f"epoch {label}: train loss {epoch_loss / epoch_tokens:.4f} · "
+                              f"val loss {val['loss']:.4f} (ppl {val['perplexity']:.3f}) · "
+                              f"val paragraphs loss {val_par['loss']:.4f} (ppl {val_par['perplexity']:.3f})")
 
     model.load_state_dict(best[2])
     model.eval()
+    for block in model.blocks:
+        block.attn.backend = "auto"
     metrics = _final_metrics(model, tokenizer, corpus, seed)
     floor = metrics["val_grammar_floor"]["loss"]
     probe = attention_probe(model, tokenizer, corpus.test)
+    late_probe = paragraph_probe(model, tokenizer, corpus.test)
+    moved = (model.pos_emb.weight.detach() - pos_start).norm(dim=-1) / pos_start.norm(dim=-1)   # (max_len,)
     seconds = time.perf_counter() - started
     training = {
         "preset": name, "settings": asdict(p), "seed": seed,
@@ -239,6 +377,12 @@ def _train(name: str, p: Preset, out: Path, plot_path: Path, seed: int, override
         "history": history, "best_epoch": best[1], "metrics": metrics,
         "probe": {c["query"]: {"heads_hit": c["heads_hit"], "n_heads": c["n_heads"], "example": c["example"]}
                   for c in probe["claims"]},
+        "paragraph_probe": {"n": late_probe["n"], "from": late_probe["from"],
+                            **{c["query"]: _late_claim(c) for c in late_probe["claims"]}},
+        "positions": {"max_len": p.max_len, "min_tokens": int(counts.min()), "max_tokens": int(counts.max()),
+                      "untrained": int((counts == 0).sum()),
+                      "min_relative_change": round(float(moved.min()), 4),
+                      "median_relative_change": round(float(moved.median()), 4)},
         "train_seconds": round(train_seconds, 2), "seconds": round(seconds, 2),
         "tokens_per_second": round(tokens_seen / train_seconds), "threads": torch.get_num_threads(),
         "torch": torch.__version__, "machine": platform.machine(),
@@ -247,4 +391,5 @@ def _train(name: str, p: Preset, out: Path, plot_path: Path, seed: int, override
     files["loss_curve"] = str(save_loss_curve(step_losses, history, plot_path, floor=floor,
                                               title=f"selfattn train --preset {name} --seed {seed}"))
     return {"out_dir": str(out), "files": files, "parameters": model.num_parameters(),
-            "vocab_size": tokenizer.vocab_size, "steps": step, **training, "probe": probe}
+            "vocab_size": tokenizer.vocab_size, "steps": step, **training, "probe": probe,
+            "paragraph_probe": late_probe}
