@@ -18,18 +18,18 @@ ROW_FIELDS = {"backend", "chosen", "shape", "ms", "gflops", "peak_percent", "vs_
 @pytest.fixture(scope="module")
 def quick_result():
     threads = torch.get_num_threads()
-    try:
-        return bench.run(cases=["causal_forward", "forward_backward", "sliding_window", "gqa", "decode"],
-                         quick=True, json=True, measure_memory=False)
-    finally:
-        torch.set_num_threads(threads)
+    result = bench.run(cases=["causal_forward", "forward_backward", "sliding_window", "gqa", "decode"],
+                       quick=True, json=True, measure_memory=False, threads=1)
+    assert torch.get_num_threads() == threads      # the caller's setting is restored
+    assert result["machine"]["threads"] == 1
+    return result
 
 
 def test_json_has_every_field(quick_result):
     result = json.loads(json.dumps(quick_result))                  # plain JSON all the way down
     assert result["quick"] is True
     assert result["machine"]["gemm_peak_gflops"] > 0 and result["machine"]["threads"] >= 1
-    assert set(result["method"]) == {"time", "flops", "memory"}
+    assert set(result["method"]) == {"time", "flops", "memory"} and isinstance(result["warnings"], list)
     assert [c["name"] for c in result["cases"]] == ["causal_forward", "forward_backward", "sliding_window", "gqa",
                                                     "decode"]
     for case in result["cases"]:

@@ -135,11 +135,13 @@ def test_low_precision_within_twice_the_naive_error(dtype, rule):
         2 * max_error(naive.lse.double().numpy()[finite], ref_lse[finite]) + 1e-5
 
 
-def test_default_blocks_at_a_length_past_one_block():
-    q, k, v = inputs(1, 2, 2, 600, 600, 16, 16, dtype=torch.float32)
-    naive = NaiveBackend().forward(build_request(q, k, v, causal=True))
-    ref_out, _, _ = reference_of(q, k, v, causal=True)
-    assert_close_to_reference(selfattn.attention(q, k, v, causal=True, backend="tiled"), ref_out, naive.output)
+@pytest.mark.parametrize("kwargs", [dict(causal=True), dict(causal=True, window=300), dict()], ids=str)
+def test_default_blocks_past_one_block(kwargs):
+    # the default 1024 × 256 blocks: two query blocks, the second ragged, five key blocks
+    q, k, v = inputs(1, 4, 2, 1100, 1100, 16, 16, dtype=torch.float32)
+    naive = NaiveBackend().forward(build_request(q, k, v, **kwargs))
+    ref_out, _, _ = reference_of(q, k, v, **kwargs)
+    assert_close_to_reference(selfattn.attention(q, k, v, backend="tiled", **kwargs), ref_out, naive.output)
 
 
 def _poisoned(t: torch.Tensor, pad: int) -> torch.Tensor:
@@ -270,40 +272,50 @@ def test_refusals_say_why():
 
 
 def _visited(plan):
-    tiles = {"full": 0, "partial": 0}
+    tiles = {"full": 0, "partial": 0, "pairs": 0}
     for q0 in range(0, plan.len_q, plan.block_q):
         full, partial = plan.key_blocks(q0, min(q0 + plan.block_q, plan.len_q))
         tiles["full"] += len(full)
         tiles["partial"] += len(partial)
+        tiles["pairs"] += sum((q1 - q0) * (k1 - k0) for q0, q1, k0, k1 in full + partial)
     return tiles
 
 
-def _plan(L, **kwargs):
+def _plan(L, block_q=64, block_k=64, **kwargs):
     q = torch.zeros(1, 1, L, 4)
-    return tiled.Plan.of(build_request(q, q, q, **kwargs), 64, 64)
+    return tiled.Plan.of(build_request(q, q, q, **kwargs), block_q, block_k)
 
 
 def test_blocks_the_request_makes_invisible_are_skipped():
     # causal, 16 × 16 blocks: 120 below the diagonal, 16 on it, the 120 above never visited
-    assert _visited(_plan(1024, causal=True)) == {"full": 120, "partial": 16}
+    assert _visited(_plan(1024, causal=True)) == {"full": 120, "partial": 16, "pairs": 136 * 64 * 64}
     # a window of 128 = 2 blocks: per query block at most 3 tiles, so O(N·w), not O(N²)
     for L in (1024, 4096):
         tiles = _visited(_plan(L, causal=True, window=128))
         assert tiles["full"] + tiles["partial"] <= 3 * (L // 64)
-    assert _visited(_plan(1024)) == {"full": 256, "partial": 0}
+    assert _visited(_plan(1024)) == {"full": 256, "partial": 0, "pairs": 1024 * 1024}
+
+
+def test_tall_query_blocks_trim_the_rows_above_the_diagonal():
+    # 256 × 64 blocks, causal: a tile holds only the rows that see its key block, so the work is
+    # the visible triangle plus the masked halves of 64 × 64 diagonal squares, as with square blocks
+    tiles = _visited(_plan(1024, block_q=256, causal=True))
+    assert tiles["partial"] == 16 and tiles["pairs"] == 136 * 64 * 64
+    assert tiles["pairs"] == tiled.Plan.work(_plan(1024, block_q=256, causal=True))[1]
 
 
 def test_backward_visits_the_same_tiles():
     for kwargs in (dict(causal=True), dict(causal=True, window=100), dict(window=7)):
-        plan = _plan(700, **kwargs)
-        forward, backward = set(), set()
-        for q0 in range(0, 700, 64):
-            full, partial = plan.key_blocks(q0, min(q0 + 64, 700))
-            forward |= {(q0, k0) for k0, _ in full + partial}
-        for k0 in range(0, 700, 64):
-            full, partial = plan.query_blocks(k0, min(k0 + 64, 700))
-            backward |= {(q0, k0) for q0, _ in full + partial}
-        assert forward == backward
+        for block_q in (64, 256):
+            plan = _plan(700, block_q=block_q, **kwargs)
+            forward, backward = set(), set()
+            for q0 in range(0, 700, block_q):
+                full, partial = plan.key_blocks(q0, min(q0 + block_q, 700))
+                forward |= {(r, k0) for r0, r1, k0, _ in full + partial for r in range(r0, r1)}
+            for k0 in range(0, 700, 64):
+                full, partial = plan.query_blocks(k0, min(k0 + 64, 700))
+                backward |= {(r, k0) for r0, r1, _, _ in full + partial for r in range(r0, r1)}
+            assert forward == backward
 
 
 def test_never_builds_an_lq_by_lk_matrix(monkeypatch):
@@ -321,3 +333,7 @@ def test_never_builds_an_lq_by_lk_matrix(monkeypatch):
     out = TiledBackend(64, 128).forward(build_request(q, k, v, causal=True)).output
     out.sum().backward()
     assert len(biggest) > 100 and max(biggest) <= 64 * 128
+    biggest.clear()
+    with torch.no_grad():
+        TiledBackend().forward(build_request(q, k, v, causal=True))     # default blocks: 1024 × 256
+    assert max(biggest) <= 1000 * 256

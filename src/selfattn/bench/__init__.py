@@ -12,7 +12,7 @@ peak memory at L = 32768) and every backend it lists (naive, sdpa, tiled, auto),
     GFLOP/s   useful flops (4·D per visible query-key pair, ×3.5 with the backward) per second
     % peak    that rate against an fp32 matmul timed in the same run on the same threads
     × SDPA    this row's time over PyTorch SDPA's in the same case (below 1: faster than SDPA)
-    +MiB      peak memory above inputs and outputs during one call, in a fresh process
+    +MiB      peak memory above inputs and outputs during one call, in a fresh process per case
               (see `selfattn.bench.memory`)
 
 A backend that refuses a case (naive past its memory budget) gets a row saying why.
@@ -21,6 +21,7 @@ Benchmarks are not tests: nothing here asserts a speed.
 
 from __future__ import annotations
 
+import os
 import platform
 
 import torch
@@ -35,6 +36,9 @@ __all__ = ["run", "render", "CASES"]
 
 MIB = 1 << 20
 
+BUSY_LOAD = 0.5
+"""A 1-minute load average above this (plus the CPUs torch does not use) before the run: busy machine."""
+
 
 def run(cases=None, quick: bool = False, json: bool = False, *, threads: int | None = None,
         measure_memory: bool = True, console=None) -> dict:
@@ -43,17 +47,25 @@ def run(cases=None, quick: bool = False, json: bool = False, *, threads: int | N
     quick           small sizes: the whole suite in well under a minute
     json            print nothing (the caller prints the dict); else show progress, then the tables
     threads         torch threads to run on (default: torch.get_num_threads())
-    measure_memory  measure peak extra memory (one fresh process per row); else those fields are None
+    measure_memory  measure peak extra memory (one fresh process per case); else those fields are None
     """
     chosen = select(cases, quick)
+    before = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
-    threads = torch.get_num_threads()
+    try:
+        return _run(chosen, quick, json, torch.get_num_threads(), measure_memory, console)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run(chosen: list[Case], quick: bool, json: bool, threads: int, measure_memory: bool, console) -> dict:
     min_seconds = QUICK_MIN_SECONDS if quick else MIN_SECONDS
     gemm_size = QUICK_GEMM_SIZE if quick else GEMM_SIZE
     if not json:
         from rich.console import Console
         console = console or Console()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     peaks = [gemm_peak(gemm_size, min_seconds)]
     entries = []
     for case in chosen:
@@ -68,9 +80,11 @@ def run(cases=None, quick: bool = False, json: bool = False, *, threads: int | N
                 row["peak_percent"] = 100.0 * row["gflops"] / peak["gflops"]
     result = {
         "quick": quick,
-        "machine": {"cpu": _cpu_name(), "threads": threads, "torch": torch.__version__,
+        "machine": {"cpu": _cpu_name(), "cpus": os.cpu_count(), "threads": threads, "torch": torch.__version__,
                     "gemm_peak_gflops": peak["gflops"],
-                    "gemm": f"{peak['what']}, the better of a run before and one after the cases"},
+                    "gemm": f"{peak['what']}, the better of a run before and one after the cases",
+                    "load_before": load, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")},
+        "warnings": _warnings(load, threads),
         "method": {
             "time": (f"best of n calls after one warm-up, the backends of a case taking turns, n rounds so "
                      f"that at least {min_seconds:g} s is spent"),
@@ -94,6 +108,7 @@ def _run_case(case: Case, quick: bool, threads: int, min_seconds: float, measure
                      "skipped": why, "repeats": 0})
     calls = {row["backend"]: make_call(case, row["backend"], q, k, v) for row in rows if row["skipped"] is None}
     timings = best_seconds_interleaved(calls, min_seconds, case.rounds)
+    extra = memory.extra_bytes_of_case(case.name, quick, list(calls), threads) if measure_memory else {}
     for row in rows:
         if row["skipped"] is not None:
             continue
@@ -101,8 +116,8 @@ def _run_case(case: Case, quick: bool, threads: int, min_seconds: float, measure
         row["ms"] = seconds * 1e3
         row["gflops"] = case.flops / seconds / 1e9
         if measure_memory:
-            extra, row["memory_error"] = memory.extra_bytes(case.name, quick, row["backend"], threads)
-            row["extra_mib"] = None if extra is None else extra / MIB
+            nbytes, row["memory_error"] = extra[row["backend"]]
+            row["extra_mib"] = None if nbytes is None else nbytes / MIB
     sdpa_ms = next((r["ms"] for r in rows if r["backend"] == "sdpa" and r["ms"] is not None), None)
     for row in rows:
         if row["ms"] is not None and sdpa_ms is not None:
@@ -112,6 +127,20 @@ def _run_case(case: Case, quick: bool, threads: int, min_seconds: float, measure
                      "Lk": case.len_k, "D": case.head_dim, "window": case.window, "causal": case.causal,
                      "backward": case.backward, "dtype": str(case.dtype).removeprefix("torch.")},
             "gflop": case.flops / 1e9, "rows": rows}
+
+
+def _warnings(load: float | None, threads: int) -> list[str]:
+    """Why the figures may not be what this machine can do."""
+    cpus = os.cpu_count() or threads
+    if load is None or load < BUSY_LOAD + max(0, cpus - threads):
+        return []
+    text = (f"the machine was busy (load average {load:.1f} on {cpus} CPUs before the run): other processes "
+            f"shared the cores with the {threads} torch threads.")
+    if (os.environ.get("OMP_WAIT_POLICY") or "").upper() != "PASSIVE":
+        text += (" With OpenMP's default wait policy, a thread that waits for a preempted one spins and takes "
+                 "its CPU, so kernels of many small steps (tiled, naive) slow down far more than SDPA's one "
+                 "fused call; rerun with OMP_WAIT_POLICY=PASSIVE in the environment, or on idle cores.")
+    return [text]
 
 
 def _cpu_name() -> str:

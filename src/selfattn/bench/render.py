@@ -15,6 +15,8 @@ def render_header(result: dict, console: Console) -> None:
     console.print(f"GEMM peak: {machine['gemm_peak_gflops']:.1f} GFLOP/s ({machine['gemm']})")
     for key, text in result["method"].items():
         console.print(f"[dim]{key}: {text}[/dim]")
+    for text in result.get("warnings", []):
+        console.print(f"[bold yellow]warning:[/bold yellow] {text}")
 
 
 def render_case(case: dict, console: Console) -> None:

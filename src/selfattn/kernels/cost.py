@@ -23,9 +23,9 @@ problems SDPA refuses, and is the only one that returns weights.
 The constants come from a calibration grid (causal / full / window / prefill / decoding / GQA
 / masks / softcap / forward+backward; B=1, H=8, D=64, fp32; torch 2.13 on a 2-core AMD EPYC
 VM, timed with 1 thread because the shared machine's 2-thread figures were noisy; the 2-thread
-ratios of the targets agree within about 10%). With them "auto" took the fastest backend in 30
-of the 33 grid cases and one within 11% of it in the other 3 (causal L=1024, prefill Lq=256
-Lk=4096 and causal forward+backward L=2048, where SDPA and tiled are neck and neck). They are rates for this CPU; what decides the choice
+ratios of the targets agree within about 10%). With them "auto" took the fastest backend in 32
+of the 33 grid cases, and one 3% slower in the last (prefill Lq=256, Lk=4096, where SDPA and
+tiled are neck and neck). They are rates for this CPU; what decides the choice
 is their ratios, which belong to the algorithms and carry over between CPUs far better than the
 absolute numbers. Nothing is timed at import or at dispatch: the estimate is arithmetic on the
 request's shape. Off the CPU the rates say nothing, and "auto" keeps the fixed preference order
@@ -43,7 +43,7 @@ __all__ = ["RATE_GFLOPS", "READ_GBPS", "CALL_SECONDS", "TILE_SECONDS", "BACKWARD
 RATE_GFLOPS = {
     "sdpa": 60.0,          # full and square-causal forward, L = 4096: 571 ms / 301 ms
     "sdpa_masked": 52.0,   # with a dense attn_mask (window w=256, L=4096): 668 ms for all L² pairs
-    "tiled": 52.0,         # full and causal forward, L = 4096, 256×256 tiles: 666 ms / 344 ms
+    "tiled": 52.0,         # full and causal forward, L = 4096, 1024×256 tiles: 604 ms / 340 ms
     "naive": 15.0,         # full forward, L = 4096: 2.3 s (three passes over a materialised L×L matrix)
     "naive_masked": 9.5,   # causal forward, L = 4096: 3.7 s (the mask is one more pass)
 }

@@ -14,7 +14,7 @@ the log-sum-exp lse = m + log₂ l is saved, so that the backward pass can recom
 block of probabilities as p = 2^(s − lse) without a second pass over the keys.
 
 Scores are kept in base 2 (s = q·k · scale · log₂e), as in the Triton tutorial: exp2 is
-cheaper than exp, and the log₂e factor is folded into q once.
+cheaper than exp, and the log₂e factor rides on the Q Kᵀ matmul's alpha.
 
 Which blocks are visited comes from `masks.block_visibility`. With causal = True, Lq = Lk = 8
 and blocks of 2, the query blocks (rows) meet the key blocks (columns) as
@@ -25,12 +25,21 @@ and blocks of 2, the query blocks (rows) meet the key blocks (columns) as
     F F F P
 
 so causal costs half of full attention, and a window of w costs O(N·w) instead of O(N²).
+Query blocks may be taller than key blocks (1024 × 256 by default): a tile then keeps only the
+rows that see some key of its key block, so the hidden part above the diagonal stays uncomputed.
 A user mask (bool or additive) is applied tile by tile on every visited block.
 
 Grouped-query attention does not copy K/V: the G query heads that share a key/value head
-are stacked as the rows of one query block, (B·Hkv, G·n, D), so one batched matmul per tile
+are stacked as the rows of one query block, (B·Hkv, n·G, D), so one batched matmul per tile
 serves the whole group. Nothing of size Lq·D is copied either: q is read block by block, the
-softmax scale is folded into the matmul (its alpha), and output and lse are written in place.
+softmax scale is folded into the matmul, and output and lse are written in place. What stays
+is one tile of scores per chunk of heads (TILE_BUDGET_BYTES) and the running state of a block.
+
+Speed on a CPU: each tile is about ten multi-threaded PyTorch ops, so the kernel starts and
+joins OpenMP threads a few hundred times per call where SDPA does once. On idle cores that
+costs little (1.1-1.2× SDPA's time for causal attention); on cores shared with other busy
+processes, OpenMP's default spin-waiting makes every join wait for a preempted thread, and
+OMP_WAIT_POLICY=PASSIVE in the environment brings it back (see `selfattn.bench`).
 """
 
 from __future__ import annotations
@@ -44,16 +53,19 @@ from .base import Request, Result
 
 __all__ = ["TiledBackend", "Plan", "BLOCK_SIZES", "BLOCK_Q", "BLOCK_K", "tile_visibility"]
 
-BLOCK_SIZES = (16, 32, 64, 128, 256, 512)
+BLOCK_SIZES = (16, 32, 64, 128, 256, 512, 1024)
 """Block sizes (query or key positions per block) the tiled kernel supports and is tested with."""
 
-BLOCK_Q = 256
-"""Default query positions per block: big enough that a tile's matmuls dwarf Python's overhead."""
+BLOCK_Q = 1024
+"""Default query positions per block. Tall blocks mean few steps: every step is a handful of
+multi-threaded ops, and each op's start and finish costs (thread wake-ups; a long wait when
+another process holds a core) add up per step. Rows that cannot see a key block are trimmed
+from its tile, so a tall block costs no extra work on the causal diagonal."""
 
 BLOCK_K = 256
-"""Default key/value positions per block. 256 × 256 fp32 tiles over 8 heads (2 MiB) measured fastest."""
+"""Default key/value positions per block: the width of the causal diagonal's masked tiles."""
 
-TILE_BUDGET_BYTES = 4 << 20
+TILE_BUDGET_BYTES = 8 << 20
 """Most bytes one score tile (heads × rows × keys) may take; more heads are split into chunks."""
 
 LOG2_E = 1.4426950408889634
@@ -63,6 +75,9 @@ LN_2 = 0.6931471805599453
 """ln 2: turns a base-2 log-sum-exp back into the natural one that `attention` returns."""
 
 NEG_INF = float("-inf")
+
+Tile = tuple[int, int, int, int]
+"""(q0, q1, k0, k1): queries [q0, q1) × keys [k0, k1)."""
 
 
 class TiledBackend:
@@ -149,17 +164,11 @@ class Plan:
         under a softcap c (the tile then becomes c·log₂e · tanh(q·k · scale/c))."""
         return self.scale * LOG2_E if self.softcap is None else self.scale / self.softcap
 
-    def key_blocks(self, q0: int, q1: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """The key blocks that query block [q0, q1) must visit: (full ones, partial ones).
-
-        A query block shorter than block_q (one decoding step, the ragged last block) takes
-        proportionally wider key blocks, so a tile keeps its size and Python's per-tile
-        overhead does not dominate: one decoding step over 16384 keys is 1 tile, not 64."""
-        lo, hi, width = self.key_span(q0, q1)
-        return self._classify(lo, hi, width, self.len_k, lambda k0, k1: (q0, q1, k0, k1))
-
     def key_span(self, q0: int, q1: int) -> tuple[int, int, int]:
-        """(lo, hi, width): query block [q0, q1) sees keys in [lo, hi) only, in key blocks of `width`."""
+        """(lo, hi, width): query block [q0, q1) sees keys in [lo, hi) only, visited in key blocks of
+        `width`. A query block shorter than block_q (one decoding step, a short last block) takes
+        proportionally wider key blocks, so its tiles keep their size and Python's per-tile overhead
+        does not dominate: one decoding step over 16384 keys is one tile, not 64."""
         lo, hi = 0, self.len_k
         if self.limited:
             hi = min(hi, q1 + self.shift)                      # last visible key: q1 − 1 + shift
@@ -167,40 +176,61 @@ class Plan:
             lo = max(lo, q0 + self.shift - self.window + 1)    # first visible key of query q0
         return lo, hi, self.block_k * max(1, self.block_q // (q1 - q0))
 
-    def work(self) -> tuple[int, int]:
-        """(tiles, query-key pairs computed) of the forward pass, counted in O(Lq / block_q) steps
-        without classifying tiles (edge tiles count whole): what `kernels.cost` charges for."""
-        tiles = pairs = 0
-        for q0 in range(0, self.len_q, self.block_q):
-            q1 = min(q0 + self.block_q, self.len_q)
-            lo, hi, width = self.key_span(q0, q1)
-            if hi > lo:
-                count = -(-hi // width) - lo // width
-                tiles += count
-                pairs += (q1 - q0) * min(count * width, self.len_k)
-        return tiles * len(self.head_chunks()), pairs
-
-    def query_blocks(self, k0: int, k1: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """The query blocks that see any key of block [k0, k1): (full ones, partial ones)."""
+    def query_span(self, k0: int, k1: int) -> tuple[int, int]:
+        """[lo, hi): the queries that see any key of [k0, k1)."""
         lo, hi = 0, self.len_q
         if self.limited:
             lo = max(lo, k0 - self.shift)                      # first query that sees key k0
         if self.window is not None:
             hi = min(hi, k1 - 1 - self.shift + self.window)    # last query that sees key k1 − 1, plus one
-        return self._classify(lo, hi, self.block_q, self.len_q, lambda q0, q1: (q0, q1, k0, k1))
+        return lo, max(lo, hi)
 
-    def _classify(self, lo: int, hi: int, size: int, length: int, tile):
-        """Blocks of `size` (aligned to multiples of it, the last one cut at `length`) that overlap
-        [lo, hi), sorted by `masks.block_visibility` of tile(a0, a1) into full and partial ones."""
+    def key_blocks(self, q0: int, q1: int) -> tuple[list[Tile], list[Tile]]:
+        """The tiles query block [q0, q1) visits, one per key block: (full ones, partial ones).
+
+        Each tile keeps only the rows of the query block that see some key of its key block, so
+        a tall query block (block_q of 1024) wastes no work on the rows above the diagonal."""
+        lo, hi, width = self.key_span(q0, q1)
+        tiles = []
+        for k0 in range(lo - lo % width, hi, width):
+            k1 = min(k0 + width, self.len_k)
+            r0, r1 = self.query_span(k0, k1)
+            tiles.append((max(q0, r0), min(q1, r1), k0, k1))
+        return self._classify(tiles)
+
+    def query_blocks(self, k0: int, k1: int) -> tuple[list[Tile], list[Tile]]:
+        """The tiles of the query blocks that see any key of [k0, k1): (full ones, partial ones)."""
+        lo, hi = self.query_span(k0, k1)
+        tiles = [(max(q0, lo), min(q0 + self.block_q, hi), k0, k1)
+                 for q0 in range(lo - lo % self.block_q, hi, self.block_q)]
+        return self._classify(tiles)
+
+    def _classify(self, tiles: list[Tile]) -> tuple[list[Tile], list[Tile]]:
+        """Sort tiles (q0, q1, k0, k1) by `masks.block_visibility` into full and partial ones."""
         full, partial = [], []
-        for a0 in range(lo - lo % size, hi, size):
-            kind = masks.block_visibility(*tile(a0, min(a0 + size, length)), self.len_q, self.len_k,
-                                          causal=self.causal, window=self.window)
+        for tile in tiles:
+            kind = masks.block_visibility(*tile, self.len_q, self.len_k, causal=self.causal, window=self.window)
             if kind is masks.Block.FULL:
-                full.append((a0, min(a0 + size, length)))
+                full.append(tile)
             elif kind is masks.Block.PARTIAL:
-                partial.append((a0, min(a0 + size, length)))
+                partial.append(tile)
         return full, partial
+
+    def work(self) -> tuple[int, int]:
+        """(tiles, query-key pairs computed) of the forward pass, counted without classifying
+        tiles (partial ones count whole): what `kernels.cost` charges for."""
+        tiles = pairs = 0
+        for q0 in range(0, self.len_q, self.block_q):
+            q1 = min(q0 + self.block_q, self.len_q)
+            lo, hi, width = self.key_span(q0, q1)
+            for k0 in range(lo - lo % width, hi, width):
+                k1 = min(k0 + width, self.len_k)
+                r0, r1 = self.query_span(k0, k1)
+                rows = min(q1, r1) - max(q0, r0)
+                if rows > 0:
+                    tiles += 1
+                    pairs += rows * (k1 - k0)
+        return tiles * len(self.head_chunks()), pairs
 
     def head_chunks(self) -> list[tuple[int, int, int, int]]:
         """(b0, b1, h0, h1) chunks of (batch, kv head) whose score tiles fit TILE_BUDGET_BYTES.
@@ -240,7 +270,7 @@ class _Tiles:
     """Distinct edge-tile geometries kept; aligned blocks need only a handful."""
 
     def __init__(self, plan: Plan, heads: int, like: torch.Tensor, buffers: int):
-        size = heads * plan.groups * plan.block_q * plan.block_k
+        size = heads * plan.groups * min(plan.block_q * plan.block_k, plan.len_q * plan.len_k)   # ≥ any tile
         self._flat = [like.new_empty(size) for _ in range(buffers)]
         self._plan = plan
         self._bias: dict[tuple[int, int, int], torch.Tensor] = {}
@@ -267,10 +297,11 @@ class _Tiles:
 
 
 def _user_bias(plan: Plan, chunk, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
-    """The user's mask for one tile as base-2 additive scores, broadcastable to (b, h, G, n, bk)."""
+    """The user's mask for one tile as base-2 additive scores, broadcastable to (b, h, n, G, bk)."""
     b0, b1, h0, h1 = chunk
     m = plan.mask
     tile = m[_span(m, 0, b0, b1), _span(m, 1, h0, h1), :, _span(m, 3, q0, q1), _span(m, 4, k0, k1)]
+    tile = tile.transpose(2, 3)                                       # (b, h, n|1, G|1, bk|1)
     if tile.dtype == torch.bool:
         return torch.zeros(tile.shape, dtype=plan.acc, device=tile.device).masked_fill_(~tile, NEG_INF)
     return tile.to(plan.acc) * LOG2_E
@@ -281,15 +312,15 @@ def _span(m: torch.Tensor, dim: int, a: int, b: int) -> slice:
     return slice(a, b) if m.shape[dim] > 1 else slice(None)
 
 
-def _scores(plan: Plan, chunk, tiles: _Tiles, qb: torch.Tensor, kb: torch.Tensor,
-            q0: int, q1: int, k0: int, k1: int, masked: bool, keep_tanh: bool = False):
-    """One tile of base-2 scores s = q·k · scale · log₂e, softcapped and masked: (heads, G·n, bk),
+def _scores(plan: Plan, chunk, tiles: _Tiles, qt: torch.Tensor, kb: torch.Tensor, tile: Tile, masked: bool,
+            keep_tanh: bool = False):
+    """One tile of base-2 scores s = q·k · scale · log₂e, softcapped and masked: (heads, n·G, bk),
     in scratch buffer 0. With keep_tanh (the backward, under a softcap) also tanh(q·k · scale/c),
     which the softcap's derivative needs; then s is a new tensor and buffer 0 holds the tanh."""
+    q0, q1, k0, k1 = tile
     b0, b1, h0, h1 = chunk
-    heads, n, bk = qb.shape[0], q1 - q0, k1 - k0
-    s = tiles.scratch(0, heads, qb.shape[1], bk)
-    torch.baddbmm(s, qb, kb.transpose(1, 2), beta=0.0, alpha=plan.q_mult, out=s)   # s = alpha · Q Kᵀ
+    s = tiles.scratch(0, qt.shape[0], qt.shape[1], k1 - k0)
+    torch.baddbmm(s, qt, kb.transpose(1, 2), beta=0.0, alpha=plan.q_mult, out=s)   # s = alpha · Q Kᵀ
     capped = None
     if plan.softcap is not None:
         if keep_tanh:
@@ -297,9 +328,9 @@ def _scores(plan: Plan, chunk, tiles: _Tiles, qb: torch.Tensor, kb: torch.Tensor
             s = capped * (plan.softcap * LOG2_E)
         else:
             s.tanh_().mul_(plan.softcap * LOG2_E)
-    s5 = s.view(b1 - b0, h1 - h0, plan.groups, n, bk)
+    s5 = s.view(b1 - b0, h1 - h0, q1 - q0, plan.groups, k1 - k0)
     if masked:
-        s5.add_(tiles.bias(q0, q1, k0, k1))
+        s5.add_(tiles.bias(q0, q1, k0, k1)[:, None])                   # (n, 1, bk): the same for the group
     if plan.mask is not None:
         s5.add_(_user_bias(plan, chunk, q0, q1, k0, k1))
     return s, capped
@@ -311,10 +342,16 @@ def _grouped(x: torch.Tensor, plan: Plan) -> torch.Tensor:
     return x.reshape(plan.batch * plan.kv_heads, plan.groups, x.shape[2], x.shape[3])
 
 
-def _block(x4: torch.Tensor, heads: slice, q0: int, q1: int) -> torch.Tensor:
-    """Rows [q0, q1) of every group head, stacked: (h, G, L, E) → (h, G·n, E) (a view when G = 1)."""
-    part = x4[heads, :, q0:q1]
+def _rows(x4: torch.Tensor, heads: slice, q0: int, q1: int) -> torch.Tensor:
+    """Queries [q0, q1) of every head of a group as the rows of one matrix, query-major (row r is
+    query q0 + r // G of group head r % G): (h, G, L, E) → (h, n·G, E). A view when G = 1."""
+    part = x4[heads, :, q0:q1].transpose(1, 2)
     return part.reshape(part.shape[0], part.shape[1] * part.shape[2], part.shape[3])
+
+
+def _unrows(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """(h, n·G, E) → (h, G, n, E): undo `_rows` (a view)."""
+    return x.view(x.shape[0], -1, groups, x.shape[2]).transpose(1, 2)
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan):
@@ -324,40 +361,41 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan):
     k3 = k.to(plan.acc).reshape(plan.batch * plan.kv_heads, plan.len_k, k.shape[-1])
     v3 = v.to(plan.acc).reshape(plan.batch * plan.kv_heads, plan.len_k, Dv)
     out = q.new_empty(plan.batch, plan.q_heads, plan.len_q, Dv)
-    lse2 = q4.new_empty(plan.batch, plan.q_heads, plan.len_q)
-    out4, lse4 = _grouped(out, plan), lse2.view(plan.batch * plan.kv_heads, G, plan.len_q, 1)
+    lse2 = q4.new_empty(plan.batch, plan.q_heads, plan.len_q, 1)
+    out4, lse4 = _grouped(out, plan), _grouped(lse2, plan)
     for chunk in plan.head_chunks():
         b0, b1, h0, h1 = chunk
         heads = slice(b0 * plan.kv_heads + h0, (b1 - 1) * plan.kv_heads + h1)
         tiles = _Tiles(plan, (b1 - b0) * (h1 - h0), q4, buffers=1)
         for q0 in range(0, plan.len_q, BQ):
             q1 = min(q0 + BQ, plan.len_q)
-            qb = _block(q4, heads, q0, q1)                              # (h, G·n, D)
+            qb = _rows(q4, heads, q0, q1)                               # (h, n·G, D)
             m = qb.new_full((qb.shape[0], qb.shape[1], 1), NEG_INF)     # running max
             l = qb.new_zeros(qb.shape[0], qb.shape[1], 1)               # running sum
             acc = qb.new_zeros(qb.shape[0], qb.shape[1], Dv)            # running Σ p·v
             full, partial = plan.key_blocks(q0, q1)
             for blocks, masked in ((full, False), (partial, True)):   # off-band first, then the diagonal
-                for k0, k1 in blocks:
-                    s, _ = _scores(plan, chunk, tiles, qb, k3[heads, k0:k1], q0, q1, k0, k1, masked)
-                    m = _online_softmax_step(s, v3[heads, k0:k1], m, l, acc)
+                for tile in blocks:
+                    r0, r1, k0, k1 = tile
+                    rows = slice((r0 - q0) * G, (r1 - q0) * G)         # the rows that see this key block
+                    s, _ = _scores(plan, chunk, tiles, qb[:, rows], k3[heads, k0:k1], tile, masked)
+                    _online_softmax_step(s, v3[heads, k0:k1], m[:, rows], l[:, rows], acc[:, rows])
             # epilogue: normalise, and save the log-sum-exp for the backward pass
-            shape = (qb.shape[0], G, q1 - q0)
-            acc.div_(l.masked_fill(l == 0, 1.0))                                 # a row that saw nothing: 0
-            out4[heads, :, q0:q1].copy_(acc.view(*shape, Dv))
-            lse4[heads, :, q0:q1].copy_((m + torch.log2(l)).view(*shape, 1))    # and lse = −inf
-    return out, lse2
+            acc.div_(l.masked_fill(l == 0, 1.0))                        # a row that saw nothing: 0
+            out4[heads, :, q0:q1].copy_(_unrows(acc, G))
+            lse4[heads, :, q0:q1].copy_(_unrows(m + torch.log2(l), G))  # and lse = −inf
+    return out, lse2[..., 0]
 
 
-def _online_softmax_step(s, vb, m, l, acc):
-    """Fold one tile of base-2 scores s (h, rows, bk) into the running (m, l, acc); returns the new m."""
+def _online_softmax_step(s, vb, m, l, acc) -> None:
+    """Fold one tile of base-2 scores s (h, rows, bk) into the running (m, l, acc), in place."""
     m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
     m_use = m_new.masked_fill(m_new == NEG_INF, 0.0)       # a row that saw only −inf so far: subtract 0, not −inf
     p = s.sub_(m_use).exp2_()                              # (h, rows, bk) in place: no new tile
     alpha = torch.exp2(m - m_use)                          # rescales what was summed under the old max
     l.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
     acc.mul_(alpha).baddbmm_(p, vb)
-    return m_new
+    m.copy_(m_new)
 
 
 def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
@@ -385,22 +423,22 @@ def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
             dk_acc, dv_acc = dk[heads, k0:k1], dv[heads, k0:k1]
             full, partial = plan.query_blocks(k0, k1)
             for blocks, masked in ((full, False), (partial, True)):
-                for q0, q1 in blocks:
-                    qb, do = _block(q4, heads, q0, q1), _block(do4, heads, q0, q1)
-                    s, capped = _scores(plan, chunk, tiles, qb, kb, q0, q1, k0, k1, masked, keep_tanh=True)
-                    p = s.sub_(_block(lse4, heads, q0, q1)).exp2_()           # the forward's probabilities
+                for tile in blocks:
+                    q0, q1 = tile[:2]
+                    qt, do = _rows(q4, heads, q0, q1), _rows(do4, heads, q0, q1)
+                    s, capped = _scores(plan, chunk, tiles, qt, kb, tile, masked, keep_tanh=True)
+                    p = s.sub_(_rows(lse4, heads, q0, q1)).exp2_()            # the forward's probabilities
                     dv_acc.baddbmm_(p.transpose(1, 2), do)                     # dV += pᵀ dO
                     ds = tiles.scratch(1, *p.shape)
                     torch.bmm(do, vb.transpose(1, 2), out=ds)                  # dP = dO Vᵀ
-                    ds.sub_(_block(delta4, heads, q0, q1)).mul_(p)             # dS = p ∘ (dP − Δ)
+                    ds.sub_(_rows(delta4, heads, q0, q1)).mul_(p)              # dS = p ∘ (dP − Δ)
                     if capped is not None:
                         ds.mul_(capped.square_().neg_().add_(1.0))             # d/dx c·tanh(x/c) = 1 − tanh²
-                    dk_acc.baddbmm_(ds.transpose(1, 2), qb, alpha=plan.scale)  # dK += scale · dSᵀ Q
+                    dk_acc.baddbmm_(ds.transpose(1, 2), qt, alpha=plan.scale)  # dK += scale · dSᵀ Q
                     if G == 1:                                                 # dQ += scale · dS K
                         dq4[heads, 0, q0:q1].baddbmm_(ds, kb, alpha=plan.scale)
                     else:                                                      # (group rows are not adjacent in dQ)
-                        dq = torch.bmm(ds, kb).view(qb.shape[0], G, q1 - q0, -1)
-                        dq4[heads, :, q0:q1].add_(dq, alpha=plan.scale)
+                        dq4[heads, :, q0:q1].add_(_unrows(torch.bmm(ds, kb), G), alpha=plan.scale)
     shape_kv = (plan.batch, plan.kv_heads, plan.len_k)
     return dq4.view(q.shape), dk.view(*shape_kv, -1), dv.view(*shape_kv, Dv)
 
