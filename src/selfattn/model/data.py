@@ -8,7 +8,7 @@ A paragraph is what a user pastes: sentence after sentence, <bos> once, <eos> at
     [<bos>, 一只, 蓝色, 怪兽, …, 。, 两条, 红色, 鱼, …, 。, …, 。, <eos>]
 
 `epoch_batches` makes one training epoch: some sentences alone at position 0, the others in
-paragraphs of 1..k sentences, each paragraph placed at a random start position so that every
+paragraphs of 1..k sentences, most of them placed at a random start position so that every
 position embedding is trained (the model's `forward(ids, start=...)`). `paragraphs` packs
 sentences in order into rows of exactly max_len + 1 tokens, the longest input the model reads:
 that is how the long-input metrics read the validation and test splits.
