@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=["tiny", "default"], default="default", help="model and schedule (default: default)")
     p.add_argument("--out", default="out/model", help="checkpoint folder to write (default: out/model)")
     p.add_argument("--seed", type=_non_negative_int, default=0, help="seed of corpus, init and batches (default: 0)")
-    p.add_argument("--epochs", type=_positive_int, help="epochs (default: the preset's)")
+    p.add_argument("--epochs", type=_positive_int, help="epochs (of the last stage, for staged presets; default: the preset's)")
     p.add_argument("--batch-size", type=_positive_int, dest="batch_size", help="batch size (default: the preset's)")
     p.add_argument("--lr", type=_positive_float, help="peak learning rate (default: the preset's)")
     p.add_argument("--plot", metavar="PNG", help="loss-curve picture (default: OUT/loss_curve.png)")
