@@ -12,7 +12,7 @@ peak memory at L = 32768) and every backend it lists (naive, sdpa, tiled, auto),
     GFLOP/s   useful flops (4·D per visible query-key pair, ×3.5 with the backward) per second
     % peak    that rate against an fp32 matmul timed in the same run on the same threads
     × SDPA    this row's time over PyTorch SDPA's in the same case (below 1: faster than SDPA)
-    +MiB      peak memory above inputs and outputs during one call, in a fresh process per case
+    +MiB      peak memory above inputs and outputs during one call, in a fresh process
               (see `selfattn.bench.memory`)
 
 A backend that refuses a case (naive past its memory budget) gets a row saying why.
@@ -36,7 +36,7 @@ __all__ = ["run", "render", "CASES"]
 
 MIB = 1 << 20
 
-BUSY_LOAD = 0.5
+BUSY_LOAD = 1.0
 """A 1-minute load average above this (plus the CPUs torch does not use) before the run: busy machine."""
 
 
@@ -44,10 +44,11 @@ def run(cases=None, quick: bool = False, json: bool = False, *, threads: int | N
         measure_memory: bool = True, console=None) -> dict:
     """Run the benchmark cases named in `cases` (all when None) and return the numbers as a dict.
 
-    quick           small sizes: the whole suite in well under a minute
+    quick           small sizes: the whole suite in about a minute (most of it starting the memory
+                    processes; measure_memory=False: seconds)
     json            print nothing (the caller prints the dict); else show progress, then the tables
     threads         torch threads to run on (default: torch.get_num_threads())
-    measure_memory  measure peak extra memory (one fresh process per case); else those fields are None
+    measure_memory  measure peak extra memory (one fresh process per row); else those fields are None
     """
     chosen = select(cases, quick)
     before = torch.get_num_threads()
@@ -108,7 +109,6 @@ def _run_case(case: Case, quick: bool, threads: int, min_seconds: float, measure
                      "skipped": why, "repeats": 0})
     calls = {row["backend"]: make_call(case, row["backend"], q, k, v) for row in rows if row["skipped"] is None}
     timings = best_seconds_interleaved(calls, min_seconds, case.rounds)
-    extra = memory.extra_bytes_of_case(case.name, quick, list(calls), threads) if measure_memory else {}
     for row in rows:
         if row["skipped"] is not None:
             continue
@@ -116,7 +116,7 @@ def _run_case(case: Case, quick: bool, threads: int, min_seconds: float, measure
         row["ms"] = seconds * 1e3
         row["gflops"] = case.flops / seconds / 1e9
         if measure_memory:
-            nbytes, row["memory_error"] = extra[row["backend"]]
+            nbytes, row["memory_error"] = memory.extra_bytes(case.name, quick, row["backend"], threads)
             row["extra_mib"] = None if nbytes is None else nbytes / MIB
     sdpa_ms = next((r["ms"] for r in rows if r["backend"] == "sdpa" and r["ms"] is not None), None)
     for row in rows:

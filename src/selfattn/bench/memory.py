@@ -1,18 +1,19 @@
 """Peak extra memory of one call, measured honestly: resident memory of a fresh process.
 
 `tracemalloc` does not see PyTorch's allocations, and PyTorch keeps no statistics for CPU
-memory, so the kernel's own bookkeeping cannot be asked. Instead each case runs in a fresh
-Python process that
+memory, so the kernel's own bookkeeping cannot be asked. Instead each (case, backend) runs in
+a fresh Python process that
 
-  1. builds the inputs (q, k, v, and the output gradient for a backward) and runs every backend
+  1. builds the inputs (q, k, v, and the output gradient for a backward) and runs the backend
      (for "auto", the one it picks) once at a tiny size, so one-time library set-up is not counted;
-  2. then for each backend in turn: gives freed heap back to the system (glibc `malloc_trim`),
-     reads its resident memory (VmRSS), resets the peak (writing 5 to /proc/self/clear_refs),
-     makes the one call, reads the peak resident memory (VmHWM), and lets the results go;
+  2. gives freed heap back to the system (glibc `malloc_trim`) and reads its resident memory (VmRSS);
+  3. resets the peak (writing 5 to /proc/self/clear_refs), makes the one call, and reads the peak
+     resident memory (VmHWM);
 
 and reports peak − before − the bytes of what the call returned (the output, and gradients).
-PyTorch's CPU allocator caches nothing, so memory one backend freed is back with the system
-before the next is measured. Needs Linux /proc; elsewhere the figure is reported as unavailable.
+One process per backend, not one per case: a second backend measured in the same process
+came out about 9 MiB higher than alone (memory the first call left behind). Needs Linux /proc;
+elsewhere the figure is reported as unavailable.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
-__all__ = ["METHOD", "extra_bytes", "extra_bytes_of_case", "child_main"]
+__all__ = ["METHOD", "extra_bytes", "child_main"]
 
 METHOD = ("peak RSS during one call in a fresh process (VmHWM after resetting it through /proc/self/clear_refs), "
           "minus RSS before the call, minus the bytes of the output (and gradients); inputs built and a tiny "
@@ -38,29 +39,22 @@ CHILD_TIMEOUT_SECONDS = 900
 
 
 def extra_bytes(case_name: str, quick: bool, backend: str, threads: int) -> tuple[int | None, str | None]:
-    """(peak extra bytes of one call of `backend`, None), or (None, why not)."""
-    return extra_bytes_of_case(case_name, quick, [backend], threads)[backend]
-
-
-def extra_bytes_of_case(case_name: str, quick: bool, backends: list[str], threads: int
-                        ) -> dict[str, tuple[int | None, str | None]]:
-    """backend → (peak extra bytes of one call, None) or (None, why not), measured in one fresh process."""
+    """(peak extra bytes of one call of `backend`, None) measured in a fresh process, or (None, why not)."""
     if not os.path.exists("/proc/self/clear_refs"):
-        return dict.fromkeys(backends, (None, "needs Linux /proc/self/clear_refs"))
-    spec = json.dumps({"case": case_name, "quick": quick, "backends": backends, "threads": threads})
+        return None, "needs Linux /proc/self/clear_refs"
+    spec = json.dumps({"case": case_name, "quick": quick, "backend": backend, "threads": threads})
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     code = "from selfattn.bench.memory import child_main; child_main()"
     try:
         done = subprocess.run([sys.executable, "-c", code, spec], capture_output=True, text=True, env=env,
                               timeout=CHILD_TIMEOUT_SECONDS)
     except subprocess.TimeoutExpired:
-        return dict.fromkeys(backends, (None, f"timed out after {CHILD_TIMEOUT_SECONDS} s"))
+        return None, f"timed out after {CHILD_TIMEOUT_SECONDS} s"
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return dict.fromkeys(backends, (None, f"measuring process failed: {tail}"))
-    answer = json.loads(lines[-1])
-    return {b: (answer[b], None) for b in backends}
+        return None, f"measuring process failed: {tail}"
+    return json.loads(lines[-1])["extra_bytes"], None
 
 
 def child_main() -> None:
@@ -73,26 +67,19 @@ def child_main() -> None:
     torch.set_num_threads(spec["threads"])
     case = select([spec["case"]], quick=spec["quick"])[0]
     q, k, v = case.inputs()
+    runs_on, _ = resolve(case, spec["backend"], q, k, v)     # "auto": warm up what it picks at full size
     tiny = replace(case, len_q=min(case.len_q, TINY), len_k=min(case.len_k, TINY),
                    window=None if case.window is None else min(case.window, TINY // 2))
-    for backend in spec["backends"]:
-        runs_on, _ = resolve(case, backend, q, k, v)      # "auto": warm up what it picks at full size
-        make_call(tiny, runs_on, *tiny.inputs())()
-    calls = {backend: make_call(case, backend, q, k, v) for backend in spec["backends"]}
-    extra = {}
-    for backend, call in calls.items():
-        _trim()
-        before = _status_kib("VmRSS")
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        outputs = call()
-        peak = _status_kib("VmHWM")
-        returned = sum(t.numel() * t.element_size() for t in outputs if t is not None)
-        extra[backend] = max(0, (peak - before) * 1024 - returned)
-        del outputs
-        for t in (q, k, v):
-            t.grad = None
-    print(json.dumps(extra))
+    make_call(tiny, runs_on, *tiny.inputs())()
+    call = make_call(case, spec["backend"], q, k, v)
+    _trim()
+    before = _status_kib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    outputs = call()
+    peak = _status_kib("VmHWM")
+    returned = sum(t.numel() * t.element_size() for t in outputs if t is not None)
+    print(json.dumps({"extra_bytes": max(0, (peak - before) * 1024 - returned)}))
 
 
 def _trim() -> None:

@@ -17,7 +17,7 @@ MIN_SECONDS = 1.0
 QUICK_MIN_SECONDS = 0.05
 """The same for `--quick`."""
 
-MIN_REPEATS = 3
+MIN_REPEATS = 5
 """At least this many timed calls."""
 
 MAX_REPEATS = 200
