@@ -74,3 +74,15 @@ def test_unknown_case_is_named():
         select(["nope"])
     assert [c.name for c in select()] == list(CASES)
     assert all(quick.len_k <= full.len_k for full, quick in CASES.values())
+
+
+def test_a_busy_machine_is_named(monkeypatch):
+    import selfattn.bench as b
+    monkeypatch.setattr(b.os, "cpu_count", lambda: 2)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert b._warnings(1.6, 2.4, [150.0, 148.0], threads=2) == []   # the load of the command just before
+    (text,) = b._warnings(2.7, 3.9, [75.0, 150.0], threads=2)
+    assert "load average 2.7 on 2 CPUs" in text and "3.9 after" in text and "GEMM peak 75 against 150" in text
+    assert "OMP_WAIT_POLICY=PASSIVE" in text
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
+    assert "OMP_WAIT_POLICY" not in b._warnings(2.7, None, [150.0], threads=2)[0]

@@ -37,7 +37,13 @@ __all__ = ["run", "render", "CASES"]
 MIB = 1 << 20
 
 BUSY_LOAD = 1.0
-"""A 1-minute load average above this (plus the CPUs torch does not use) before the run: busy machine."""
+"""Load (1-minute average) from other processes, beyond the CPUs torch leaves idle, that marks a busy machine."""
+
+BUSY_LOAD_BEFORE = 2.0
+"""The same before the run, higher: a 1-minute average still remembers the command just before."""
+
+PEAK_SPREAD = 1.25
+"""The GEMM peak is timed before and after the cases; one this much below the other marks a busy machine."""
 
 
 def run(cases=None, quick: bool = False, json: bool = False, *, threads: int | None = None,
@@ -74,6 +80,7 @@ def _run(chosen: list[Case], quick: bool, json: bool, threads: int, measure_memo
             console.print(f"[dim]measuring {case.name} ({case.shape})…[/dim]")
         entries.append(_run_case(case, quick, threads, min_seconds, measure_memory))
     peaks.append(gemm_peak(gemm_size, min_seconds))   # before and after: a busy moment must not lower the peak
+    load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     peak = max(peaks, key=lambda p: p["gflops"])
     for entry in entries:
         for row in entry["rows"]:
@@ -84,8 +91,10 @@ def _run(chosen: list[Case], quick: bool, json: bool, threads: int, measure_memo
         "machine": {"cpu": _cpu_name(), "cpus": os.cpu_count(), "threads": threads, "torch": torch.__version__,
                     "gemm_peak_gflops": peak["gflops"],
                     "gemm": f"{peak['what']}, the better of a run before and one after the cases",
-                    "load_before": load, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")},
-        "warnings": _warnings(load, threads),
+                    "load_before": load, "load_after": load_after,
+                    "gemm_peaks_gflops": [p["gflops"] for p in peaks],
+                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")},
+        "warnings": _warnings(load, load_after, [p["gflops"] for p in peaks], threads),
         "method": {
             "time": (f"best of n calls after one warm-up, the backends of a case taking turns, n rounds so "
                      f"that at least {min_seconds:g} s is spent"),
@@ -129,13 +138,20 @@ def _run_case(case: Case, quick: bool, threads: int, min_seconds: float, measure
             "gflop": case.flops / 1e9, "rows": rows}
 
 
-def _warnings(load: float | None, threads: int) -> list[str]:
-    """Why the figures may not be what this machine can do."""
+def _warnings(load_before: float | None, load_after: float | None, peaks: list[float], threads: int) -> list[str]:
+    """Why the figures may not be what this machine can do: other processes on its cores."""
     cpus = os.cpu_count() or threads
-    if load is None or load < BUSY_LOAD + max(0, cpus - threads):
+    idle = max(0, cpus - threads)                       # CPUs torch leaves to others
+    signs = []
+    if load_before is not None and load_before > BUSY_LOAD_BEFORE + idle:
+        signs.append(f"load average {load_before:.1f} on {cpus} CPUs before the run")
+    if load_after is not None and load_after > threads + BUSY_LOAD + idle:   # the bench itself adds `threads`
+        signs.append(f"{load_after:.1f} after it")
+    if min(peaks) < max(peaks) / PEAK_SPREAD:
+        signs.append(f"GEMM peak {min(peaks):.0f} against {max(peaks):.0f} GFLOP/s in the same run")
+    if not signs:
         return []
-    text = (f"the machine was busy (load average {load:.1f} on {cpus} CPUs before the run): other processes "
-            f"shared the cores with the {threads} torch threads.")
+    text = f"the machine was busy ({'; '.join(signs)}): other processes shared the cores with the torch threads."
     if (os.environ.get("OMP_WAIT_POLICY") or "").upper() != "PASSIVE":
         text += (" With OpenMP's default wait policy, a thread that waits for a preempted one spins and takes "
                  "its CPU, so kernels of many small steps (tiled, naive) slow down far more than SDPA's one "
