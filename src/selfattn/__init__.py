@@ -17,6 +17,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "attention": ("selfattn.functional", "attention"),
     "AttentionOutput": ("selfattn.functional", "AttentionOutput"),
+    "intercept": ("selfattn.functional", "intercept"),
+    "use_backend": ("selfattn.functional", "use_backend"),
     "attention_weights": ("selfattn.weights", "attention_weights"),
     "SelfAttention": ("selfattn.modules", "SelfAttention"),
     "MultiHeadSelfAttention": ("selfattn.modules", "MultiHeadSelfAttention"),

@@ -6,16 +6,62 @@ The user-facing edge: every argument is checked here, once, and a bad one gets a
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import numbers
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
 from . import kernels
 from .kernels.base import Request
 
-__all__ = ["AttentionOutput", "attention", "build_request"]
+__all__ = ["AttentionOutput", "attention", "build_request", "intercept", "use_backend", "Interceptor"]
+
+Interceptor = Callable[[Request, Callable[[Request], "kernels.Result"]], "kernels.Result"]
+"""`interceptor(request, compute) -> Result`: sees every `attention` call made inside
+`intercept(...)`. `compute(request)` runs the dispatch (the named or "auto" backend) on a request;
+an interceptor may record the request and result (the explainer's capture point), change the
+request (an intervention: no ÷√d_k, no causal mask, a temperature), or split it by head and
+compute each part differently. The request and result always have every field asked for."""
+
+_INTERCEPTOR: contextvars.ContextVar[Interceptor | None] = contextvars.ContextVar("selfattn_interceptor",
+                                                                                   default=None)
+_DEFAULT_BACKEND: contextvars.ContextVar[str] = contextvars.ContextVar("selfattn_backend", default="auto")
+
+
+@contextlib.contextmanager
+def intercept(interceptor: Interceptor):
+    """Route every `attention` call made in this context (this thread or task only) through
+    `interceptor(request, compute)`. Nests: the innermost interceptor sees the calls."""
+    if not callable(interceptor):
+        raise TypeError(f"interceptor must be callable, got {type(interceptor).__name__}")
+    token = _INTERCEPTOR.set(interceptor)
+    try:
+        yield interceptor
+    finally:
+        _INTERCEPTOR.reset(token)
+
+
+@contextlib.contextmanager
+def use_backend(name: str):
+    """Calls that ask for backend="auto" use backend `name` inside this context (this thread or
+    task only): how training or a benchmark picks a backend without touching live modules."""
+    _check_backend(name)
+    token = _DEFAULT_BACKEND.set(name)
+    try:
+        yield name
+    finally:
+        _DEFAULT_BACKEND.reset(token)
+
+
+def _check_backend(backend) -> str:
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a str, got {type(backend).__name__} {backend!r}")
+    if backend != "auto" and backend not in kernels.BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {sorted(kernels.BACKENDS)}")
+    return backend
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -56,13 +102,17 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
     A query row that may look at nothing gets output 0, weights 0, lse −inf: never NaN.
     Returns output (B, Hq, Lq, Dv), or an `AttentionOutput` when a return_* flag is set.
     """
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be a str, got {type(backend).__name__} {backend!r}")
-    if backend != "auto" and backend not in kernels.BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {sorted(kernels.BACKENDS)}")
+    _check_backend(backend)
+    if backend == "auto":
+        backend = _DEFAULT_BACKEND.get()
     request = build_request(q, k, v, causal=causal, mask=mask, window=window, scale=scale, softcap=softcap,
                             dropout_p=dropout_p, need_weights=return_weights, need_lse=return_lse)
-    result = kernels.choose(request, backend).forward(request)
+
+    def compute(r: Request) -> kernels.Result:
+        return kernels.choose(r, backend).forward(r)
+
+    interceptor = _INTERCEPTOR.get()
+    result = compute(request) if interceptor is None else interceptor(request, compute)
     if return_weights or return_lse:
         return AttentionOutput(result.output, result.weights, result.lse)
     return result.output
