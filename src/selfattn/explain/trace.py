@@ -38,7 +38,7 @@ from ..kernels.base import Request, Result
 from ..masks import visibility
 from ..modules import MultiHeadSelfAttention, SelfAttention
 
-__all__ = ["Intervention", "LayerTrace", "ModelTrace", "HeadChange", "capture", "weights_from_lse"]
+__all__ = ["TEMPERATURE_RANGE", "Intervention", "LayerTrace", "ModelTrace", "HeadChange", "capture", "weights_from_lse"]
 
 
 def weights_from_lse(masked: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
@@ -51,6 +51,11 @@ def weights_from_lse(masked: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
     """
     lse = lse[..., None]
     return torch.exp(masked - lse.masked_fill(torch.isneginf(lse), math.inf))
+
+
+TEMPERATURE_RANGE = (0.01, 100.0)
+"""The temperatures the web app offers and accepts (written once: the server checks them, the page
+reads them from its data). The library itself accepts any T > 0."""
 
 
 @dataclass(frozen=True)
