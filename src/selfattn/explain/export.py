@@ -72,7 +72,8 @@ def to_dict(trace: ModelTrace, *, model: dict, text: str, selected: dict, summar
                          "visible": change.visible.int().tolist()}
             if with_stages:
                 st = layer.stages(h)
-                head["stages"] = {name: _list(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")}
+                head["stages"] = {name: _list(st[name])
+                                  for name in ("scores", "scaled", "masked", "weights", "weighted")}
             heads.append(head)
         layers.append({"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": layer.window,
                        "visible": layer.visible.int().tolist(), "x": _list(layer.x),

@@ -170,7 +170,8 @@ def unknown_report(tokens: list[str], ids: list[int], is_unknown=None, hint: str
     positions = [p for p, (tok, i) in enumerate(zip(tokens, ids)) if test(tok, int(i))]
     message = ""
     if positions:
-        message = f"{len(positions)} of {len(tokens)} tokens are unknown to the tokenizer" + (f": {hint}" if hint else "")
+        message = f"{len(positions)} of {len(tokens)} tokens are unknown to the tokenizer"
+        message += f": {hint}" if hint else ""
     return {"count": len(positions), "positions": positions, "message": message}
 
 
