@@ -95,14 +95,26 @@ def test_pictures_png_and_svg(tmp_path, capsys, tiny_checkpoint):
     assert str(tmp_path / "pics" / "grid.png") in capsys.readouterr().out
 
 
+def text_width(label: str, family: str) -> float:
+    """Rendered width (pixels) of `label` in a font family, with the pictures' settings: used to
+    prove glyphs are real."""
+    import matplotlib
+
+    with matplotlib.rc_context(plots.rc(False)):
+        fig = plots._figure()
+        t = fig.text(0, 0, label, family=family, fontsize=20)
+        fig.canvas.draw()
+        return float(t.get_window_extent().width)
+
+
 def test_chinese_glyphs_are_real_not_boxes():
     label = "一只蓝色怪兽走进森林"
-    cjk = plots.text_width(label, "WenQuanYi Micro Hei")
+    cjk = text_width(label, "WenQuanYi Micro Hei")
     with pytest.warns(UserWarning, match="missing from font"):  # DejaVu has no CJK glyphs: boxes
-        fallback = plots.text_width(label, "DejaVu Sans")
+        fallback = text_width(label, "DejaVu Sans")
     assert cjk > 0 and abs(cjk - fallback) > 1.0
-    plt = plots._pyplot(True)
+    plt = plots.fonts(True)
     from matplotlib import font_manager
     found = font_manager.findfont(font_manager.FontProperties(family="WenQuanYi Micro Hei"), fallback_to_default=False)
     assert "wqy" in found.lower()
-    assert plt is not None
+    assert plt is not None and plt[0] in plots.CJK_FONTS

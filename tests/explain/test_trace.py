@@ -52,7 +52,7 @@ def test_interventions_change_the_computation_and_are_undone(tiny, change):
         assert layer.scale == pytest.approx(base.layers[0].scale / 3)
     if "causal" in change:
         assert bool(layer.visible.all()) and not layer.causal
-        assert other.layers[0].weights(0)[0, 1:].sum() > 0  # the first token now sees the future
+        assert other.layers[0].stages(0)["weights"][0, 1:].sum() > 0  # the first token now sees the future
     again = tiny.trace(TEXT)  # the model is left as it was
     assert torch.equal(again.logits, base.logits)
     assert all(m.causal for m in (b.attn for b in tiny.model.blocks))

@@ -5,26 +5,29 @@ numbers from here, so they cannot disagree.
 
 Layout of the dict (L tokens, H heads, D head dim):
 
-    selfattn_version, model {name, kind, n_layers, n_heads, n_kv_heads, head_dim, d_model},
-    text, tokens [L], token_ids [L], intervention {scaling, causal, temperature},
+    selfattn_version, model {name, kind, architecture, positions, n_layers, n_heads, n_kv_heads, head_dim, d_model},
+    text, tokens [L], token_ids [L], unknown {count, positions [..], message},
+    intervention {scaling, causal, temperature, layer?, head?},
     selected {layer, head, rule}, summaries [layer][head] {entropy, max_weight, first_token, previous, rows},
     prediction [{token, id, prob}] (decoders: the next token after the text; [] for encoders),
-    layers [ {scale, causal, visible [L][L] 0/1, x [L][d_model], attn_out [L][d_model], output [L][d_model],
+    layers [ {scale, causal, softcap, window, visible [L][L] 0/1, x [L][d_model], attn_out [L][d_model],
+              output [L][d_model],
               heads [ {kv_head, q [L][D], k [L][D], v [L][D], lse [L],
+                       scale?, softcap?, causal?, visible? — only for a head an intervention changed apart,
                        stages {scores, scaled, masked, weights, weighted} — only when L <= STAGES_MAX_LEN} ] } ]
 
-Infinite values are written as the strings "-inf"/"inf", so the JSON stays standard.
+Infinite values are written as the strings "-inf"/"inf" (`selfattn.files.json_float`), so the JSON
+stays standard.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import torch
 
 from .. import __version__
-from .trace import ModelTrace
+from ..files import json_float
+from .trace import ModelTrace, weights_from_lse
 
 STAGES_MAX_LEN = 64
 """Up to this many tokens the export holds every head's N×N stages; beyond, Q/K/V/lse (the stages
@@ -33,9 +36,11 @@ follow from them: `LayerTrace.stages`)."""
 TOP_PREDICTIONS = 5
 
 
-def model_info(model: torch.nn.Module, name: str, trace: ModelTrace) -> dict:
+def model_info(name: str, trace: ModelTrace, *, architecture: str, positions: str) -> dict:
+    """The model card every view shows: name, decoder/encoder, architecture, positional scheme, sizes."""
     first = trace.layers[0]
     return {"name": name, "kind": "decoder" if trace.logits is not None else "encoder",
+            "architecture": architecture, "positions": positions,
             "n_layers": trace.n_layers, "n_heads": first.n_heads, "n_kv_heads": int(first.k.shape[0]),
             "head_dim": int(first.q.shape[-1]), "d_model": int(first.x.shape[-1])}
 
@@ -50,8 +55,9 @@ def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS) -> list[dic
 
 
 def to_dict(trace: ModelTrace, *, model: dict, text: str, selected: dict, summaries: list,
-            prediction: list, stages: bool | None = None) -> dict:
-    """Everything captured, as JSON-ready lists."""
+            prediction: list, unknown: dict, stages: bool | None = None) -> dict:
+    """Everything captured, as JSON-ready lists. `unknown`: {count, positions, message} of the tokens
+    the tokenizer could not represent (never left out, so no view can hide them)."""
     with_stages = trace.layers[0].length <= STAGES_MAX_LEN if stages is None else stages
     layers = []
     for layer in trace.layers:
@@ -60,21 +66,26 @@ def to_dict(trace: ModelTrace, *, model: dict, text: str, selected: dict, summar
             kv = layer.kv_head(h)
             head = {"kv_head": kv, "q": _list(layer.q[h]), "k": _list(layer.k[kv]), "v": _list(layer.v[kv]),
                     "lse": _list(layer.lse[h])}
+            change = layer.changed.get(h)
+            if change is not None:
+                head |= {"scale": change.scale, "softcap": change.softcap, "causal": change.causal,
+                         "visible": change.visible.int().tolist()}
             if with_stages:
                 st = layer.stages(h)
-                head["stages"] = {name: _list(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")}
+                head["stages"] = {name: _list(st[name])
+                                  for name in ("scores", "scaled", "masked", "weights", "weighted")}
             heads.append(head)
-        layers.append({"scale": layer.scale, "causal": layer.causal,
+        layers.append({"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": layer.window,
                        "visible": layer.visible.int().tolist(), "x": _list(layer.x),
                        "attn_out": _list(layer.attn_out), "output": _list(layer.output), "heads": heads})
-    i = trace.intervention
     return {
         "selfattn_version": __version__,
         "model": model,
         "text": text,
         "tokens": list(trace.tokens),
         "token_ids": trace.token_ids.tolist(),
-        "intervention": {"scaling": i.scaling, "causal": i.causal, "temperature": i.temperature},
+        "unknown": unknown,
+        "intervention": trace.intervention.as_dict(),
         "selected": selected,
         "summaries": summaries,
         "prediction": prediction,
@@ -86,29 +97,40 @@ def to_arrays(doc: dict) -> dict[str, np.ndarray]:
     """The dict as flat named arrays for `np.savez` (strings as unicode arrays)."""
     out = {"selfattn_version": np.array(doc["selfattn_version"]), "model_name": np.array(doc["model"]["name"]),
            "text": np.array(doc["text"]), "tokens": np.array(doc["tokens"]),
-           "token_ids": np.array(doc["token_ids"], dtype=np.int64)}
+           "token_ids": np.array(doc["token_ids"], dtype=np.int64),
+           "model_architecture": np.array(doc["model"]["architecture"]),
+           "model_positions": np.array(doc["model"]["positions"]),
+           "unknown_positions": np.array(doc["unknown"]["positions"], dtype=np.int64)}
     for l, layer in enumerate(doc["layers"]):
         for name in ("x", "attn_out", "output"):
             out[f"layer{l}/{name}"] = _array(layer[name])
         out[f"layer{l}/visible"] = np.array(layer["visible"], dtype=bool)
         out[f"layer{l}/scale"] = np.array(layer["scale"])
+        if layer.get("softcap") is not None:
+            out[f"layer{l}/softcap"] = np.array(layer["softcap"])
         for h, head in enumerate(layer["heads"]):
             for name in ("q", "k", "v", "lse"):
                 out[f"layer{l}/head{h}/{name}"] = _array(head[name])
+            if "visible" in head:   # changed apart from its layer by an intervention
+                out[f"layer{l}/head{h}/visible"] = np.array(head["visible"], dtype=bool)
+                out[f"layer{l}/head{h}/scale"] = np.array(head["scale"])
             for name, values in head.get("stages", {}).items():
                 out[f"layer{l}/head{h}/{name}"] = _array(values)
     return out
 
 
 def head_weights(doc: dict, layer: int, head: int) -> np.ndarray:
-    """Weights (L, L) of one head from the dict's q, k, lse and visibility: exp(scale·q·k − lse)."""
+    """Weights (L, L) of one head from the dict's q, k, lse, scale, softcap and visibility (the head's
+    own, when an intervention changed it apart): `trace.weights_from_lse` of the masked scores."""
     lay = doc["layers"][layer]
     h = lay["heads"][head]
-    q, k, lse = _array(h["q"]), _array(h["k"]), _array(h["lse"])
-    visible = np.array(lay["visible"], dtype=bool) & np.isfinite(lse)[:, None]
-    with np.errstate(over="ignore", invalid="ignore"):
-        w = np.exp(lay["scale"] * (q @ k.T) - lse[:, None])
-    return np.where(visible, w, 0.0)
+    q, k, lse = (torch.from_numpy(_array(h[name])) for name in ("q", "k", "lse"))
+    scale, softcap = h.get("scale", lay["scale"]), h.get("softcap", lay.get("softcap"))
+    visible = torch.tensor(h.get("visible", lay["visible"]), dtype=torch.bool)
+    s = (q @ k.T) * scale
+    if softcap is not None:
+        s = softcap * torch.tanh(s / softcap)
+    return weights_from_lse(s.masked_fill(~visible, float("-inf")), lse).numpy()
 
 
 def _list(t: torch.Tensor):
@@ -116,13 +138,11 @@ def _list(t: torch.Tensor):
     a = t.detach().cpu().double().numpy()
     if np.isfinite(a).all():
         return a.tolist()
-    return _replace_inf(a.tolist())
+    return _encode(a.tolist())
 
 
-def _replace_inf(x):
-    if isinstance(x, list):
-        return [_replace_inf(v) for v in x]
-    return x if math.isfinite(x) else ("-inf" if x < 0 else "inf")
+def _encode(x):
+    return [_encode(v) for v in x] if isinstance(x, list) else json_float(x)
 
 
 def _array(values) -> np.ndarray:

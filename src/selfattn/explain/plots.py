@@ -1,7 +1,8 @@
 """Pictures of attention: one head's heatmap, and the layer × head grid. PNG or SVG (by suffix).
 
 Chinese tick labels need a CJK font; matplotlib is pointed at "WenQuanYi Micro Hei" (Debian's
-fonts-wqy-microhei). Without such a font, labels with CJK characters would render as boxes,
+fonts-wqy-microhei), inside `matplotlib.rc_context` for one picture: each picture is an explicit
+Figure on an Agg canvas, so neither the global backend nor the global rcParams are touched. Without such a font, labels with CJK characters would render as boxes,
 so `save` refuses with an error that says what to install.
 """
 
@@ -15,15 +16,14 @@ CJK_FONTS = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "No
 FONT_FILES = ("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc", "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc")
 FORMATS = (".png", ".svg")
 GRID_CELL_INCHES = 2.2
+MAX_HEATMAP_INCHES = 12.0
 DPI = 150
 
 
-def _pyplot(needs_cjk: bool):
-    import matplotlib
-
-    matplotlib.use("Agg")
+def fonts(needs_cjk: bool) -> list[str]:
+    """The sans-serif font list for the pictures: the installed CJK fonts first, then DejaVu Sans.
+    Refuses (ValueError) when CJK labels must be drawn and no CJK font is installed."""
     from matplotlib import font_manager
-    import matplotlib.pyplot as plt
 
     for f in FONT_FILES:  # a stale font cache may not know a font installed after it was built
         if Path(f).is_file() and f not in {e.fname for e in font_manager.fontManager.ttflist}:
@@ -33,11 +33,23 @@ def _pyplot(needs_cjk: bool):
     if needs_cjk and not cjk:
         raise ValueError("no CJK font found for the Chinese labels (looked for " + ", ".join(CJK_FONTS) +
                          "); install one, e.g. `apt-get install fonts-wqy-microhei`")
-    plt.rcParams["font.family"] = "sans-serif"
-    plt.rcParams["font.sans-serif"] = cjk + ["DejaVu Sans"]
-    plt.rcParams["axes.unicode_minus"] = False
-    plt.rcParams["svg.fonttype"] = "path"  # glyphs as outlines: the SVG looks the same without the font
-    return plt
+    return cjk + ["DejaVu Sans"]
+
+
+def rc(needs_cjk: bool) -> dict:
+    """matplotlib settings for one picture, applied with `matplotlib.rc_context` (never globally)."""
+    return {"font.family": "sans-serif", "font.sans-serif": fonts(needs_cjk), "axes.unicode_minus": False,
+            "svg.fonttype": "path"}  # glyphs as outlines: the SVG looks the same without the font
+
+
+def _figure(**kwargs):
+    """A Figure on its own Agg canvas: no pyplot, no global backend switch."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(**kwargs)
+    FigureCanvasAgg(fig)
+    return fig
 
 
 def _has_cjk(labels) -> bool:
@@ -58,11 +70,20 @@ def heatmap(doc: dict, layer: int, head: int, path, *, force: bool = False) -> P
     """One head's weights, query rows × key columns, token labels on both axes."""
     path = _check_path(path, force)
     tokens = doc["tokens"]
-    plt = _pyplot(_has_cjk(tokens))
+    import matplotlib
+
+    with matplotlib.rc_context(rc(_has_cjk(tokens))):
+        return _heatmap(doc, layer, head, path, tokens)
+
+
+def _heatmap(doc: dict, layer: int, head: int, path: Path, tokens: list[str]) -> Path:
     w = head_weights(doc, layer, head)
+    lay = doc["layers"][layer]
+    visible = lay["heads"][head].get("visible", lay["visible"])   # a head an intervention changed: its own
     L = len(tokens)
-    size = min(12.0, 3.0 + 0.45 * L)
-    fig, ax = plt.subplots(figsize=(size + 1.2, size))
+    size = min(MAX_HEATMAP_INCHES, 3.0 + 0.45 * L)
+    fig = _figure(figsize=(size + 1.2, size))
+    ax = fig.add_subplot()
     im = ax.imshow(w, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
     if L <= 40:
         ax.set_xticks(range(L), tokens, rotation=90 if L > 8 else 0)
@@ -70,7 +91,7 @@ def heatmap(doc: dict, layer: int, head: int, path, *, force: bool = False) -> P
         if L <= 12:
             for i in range(L):
                 for j in range(L):
-                    if doc["layers"][layer]["visible"][i][j]:
+                    if visible[i][j]:
                         ax.text(j, i, f"{w[i, j]:.0%}", ha="center", va="center", fontsize=8,
                                 color="white" if w[i, j] > 0.5 else "black")
     ax.set_xlabel("Key")
@@ -79,17 +100,23 @@ def heatmap(doc: dict, layer: int, head: int, path, *, force: bool = False) -> P
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="softmax weight")
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
-    plt.close(fig)
     return path
 
 
 def grid(doc: dict, path, *, force: bool = False) -> Path:
     """Every layer × head as a small heatmap, with its mean entropy and first-token attention."""
     path = _check_path(path, force)
+    import matplotlib
+
+    with matplotlib.rc_context(rc(False)):
+        return _grid(doc, path)
+
+
+def _grid(doc: dict, path: Path) -> Path:
     m = doc["model"]
-    plt = _pyplot(False)
     n_l, n_h = m["n_layers"], m["n_heads"]
-    fig, axes = plt.subplots(n_l, n_h, figsize=(GRID_CELL_INCHES * n_h, GRID_CELL_INCHES * n_l), squeeze=False)
+    fig = _figure(figsize=(GRID_CELL_INCHES * n_h, GRID_CELL_INCHES * n_l))
+    axes = fig.subplots(n_l, n_h, squeeze=False)
     for l in range(n_l):
         for h in range(n_h):
             ax = axes[l][h]
@@ -101,7 +128,6 @@ def grid(doc: dict, path, *, force: bool = False) -> Path:
     fig.suptitle(f"{m['name']}: attention weights, layer × head")
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
-    plt.close(fig)
     return path
 
 
@@ -116,15 +142,4 @@ def save(doc: dict, out_dir, *, formats=("png", "svg"), force: bool = False) -> 
     return paths
 
 
-def text_width(label: str, family: str) -> float:
-    """Rendered width (pixels at DPI) of `label` in a font family: used to prove glyphs are real."""
-    plt = _pyplot(False)
-    fig = plt.figure()
-    t = fig.text(0, 0, label, family=family, fontsize=20)
-    fig.canvas.draw()
-    width = t.get_window_extent().width
-    plt.close(fig)
-    return float(width)
-
-
-__all__ = ["heatmap", "grid", "save", "text_width"]
+__all__ = ["heatmap", "grid", "save", "fonts", "rc"]

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from .summary import PICK_RULE
+from .trace import TEMPERATURE_RANGE
 
 __all__ = ["render_html", "render_app", "write_html", "pack", "unpack", "policy", "STATIC_DIR"]
 
@@ -69,9 +70,11 @@ def pack(doc: dict) -> dict:
         out["visible"] = _pack_bits(layer["visible"], f"layers[{l}].visible")
         out["heads"] = []
         for h, head in enumerate(layer["heads"]):
-            packed = {k: v for k, v in head.items() if k not in HEAD_ARRAYS + ("stages",)}
+            packed = {k: v for k, v in head.items() if k not in HEAD_ARRAYS + ("stages", "visible")}
             for name in HEAD_ARRAYS:
                 packed[name] = _pack_floats(head[name], f"layers[{l}].heads[{h}].{name}")
+            if "visible" in head:   # a head an intervention changed apart from its layer
+                packed["visible"] = _pack_bits(head["visible"], f"layers[{l}].heads[{h}].visible")
             out["heads"].append(packed)
         layers.append(out)
     return {**doc, "layers": layers}
@@ -127,14 +130,17 @@ def render_html(doc: dict) -> str:
 
 
 def render_app(doc: dict | None, *, max_chars: int, max_tokens: int, api: str = "/api/explain",
-               error: str | None = None) -> str:
+               error: str | None = None, temperature: tuple[float, float] = TEMPERATURE_RANGE) -> str:
     """The same page in "live" mode for `selfattn serve`: a text box and interventions that call `api`.
 
     doc    the first text's export dict (shown at once), or None
     error  a message to show on load (for example why a `?text=` was refused)
+    temperature  (lowest, highest) temperature the server accepts: the page checks and shows these
     """
+    low, high = (float(t) for t in temperature)
     data = {"mode": "live", "doc": None if doc is None else pack(doc), "pick_rule": PICK_RULE,
-            "limits": {"max_chars": int(max_chars), "max_tokens": int(max_tokens)}, "api": api, "error": error}
+            "limits": {"max_chars": int(max_chars), "max_tokens": int(max_tokens)},
+            "temperature": {"min": low, "max": high}, "api": api, "error": error}
     return _page(data, live=True)
 
 

@@ -2,7 +2,8 @@
 
     GET  /               the explorer page in live mode (the same page and JS as the HTML report);
                          `?text=…` opens it on that text
-    POST /api/explain    {text, layer?, head?, scaling?, causal?, temperature?, format?} -> the export dict
+    POST /api/explain    {text, layer?, head?, scaling?, causal?, temperature?, only_layer?, only_head?, format?}
+                         -> the export dict (only_layer / only_head limit the intervention to one layer / head)
 
 `format` is "json" (default: the dict of `Explainer.explain`, exactly what `selfattn explain --json`
 prints) or "packed" (its float arrays as base64, what the page reads: `report.pack`).
@@ -12,13 +13,12 @@ oversized body, a wrong type, an empty text, a text over `session.MAX_CHARS` cha
 over the model's context in tokens, a control character, a temperature outside
 [MIN_TEMPERATURE, MAX_TEMPERATURE], a layer or head that does not exist.
 
-The explainer switches its interventions on by setting attributes of the model's attention
-modules for one forward pass, so requests are answered one at a time (a lock).
+Interventions travel in a context of the request's own thread (`selfattn.intercept`), so requests
+are answered concurrently, with no lock.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Literal
 
 from fastapi import FastAPI, Request
@@ -28,14 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from . import report
 from .session import DEFAULT_TEXT, MAX_CHARS, Explainer
-from .trace import Intervention
+from .trace import TEMPERATURE_RANGE, Intervention
 
 __all__ = ["create_app", "serve", "ExplainRequest", "MAX_BODY_BYTES", "MIN_TEMPERATURE", "MAX_TEMPERATURE"]
 
 MAX_BODY_BYTES = 64 * 1024
 """Largest request body accepted: MAX_CHARS characters, JSON-escaped, fit with room to spare."""
-MIN_TEMPERATURE = 0.01
-MAX_TEMPERATURE = 100.0
+MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -50,10 +49,13 @@ class ExplainRequest(BaseModel):
     scaling: StrictBool = True
     causal: StrictBool = True
     temperature: float = Field(default=1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)
+    only_layer: StrictInt | None = Field(default=None, ge=0)
+    only_head: StrictInt | None = Field(default=None, ge=0)
     format: Literal["json", "packed"] = "json"
 
     def intervention(self) -> Intervention:
-        return Intervention(scaling=self.scaling, causal=self.causal, temperature=float(self.temperature))
+        return Intervention(scaling=self.scaling, causal=self.causal, temperature=float(self.temperature),
+                            layer=self.only_layer, head=self.only_head)
 
 
 def create_app(explainer: Explainer) -> FastAPI:
@@ -61,11 +63,7 @@ def create_app(explainer: Explainer) -> FastAPI:
     if not isinstance(explainer, Explainer):
         raise TypeError(f"explainer must be a selfattn.explain.session.Explainer, got {type(explainer).__name__}")
     app = FastAPI(title="selfattn explorer", docs_url=None, redoc_url=None, openapi_url=None)
-    lock = threading.Lock()
-
-    def explain(text: str, **kwargs) -> dict:
-        with lock:
-            return explainer.explain(text, **kwargs)
+    explain = explainer.explain
 
     @app.middleware("http")
     async def limit_body(request: Request, call_next):

@@ -1,93 +1,121 @@
 """An `Explainer`: a model, its tokenizer and its name, ready to explain a text.
 
-    ex = Explainer.load()                 # the bundled default model
-    ex = Explainer.load("runs/my-model")  # a checkpoint written by `selfattn train`
-    doc = ex.explain("一只蓝色怪兽走进森林")  # the export dict of `selfattn.explain.export`
+    ex = Explainer.load()                       # the bundled default model (never touches the network)
+    ex = Explainer.load("runs/my-model")        # a checkpoint written by `selfattn train`
+    ex = Explainer.load("path/to/qwen")         # a transformers folder (config.json + safetensors + tokenizer)
+    ex = Explainer.load("Qwen/Qwen2.5-0.5B")    # a hub id: downloaded once, or from the local cache offline
+    doc = ex.explain("一只蓝色怪兽走进森林")        # the export dict of `selfattn.explain.export`
 
 The CLI, the HTML report and the web app all go through `explain`, so they show one set of numbers.
-
-Not thread-safe: an `Intervention` is applied by setting the model's attention modules for the
-duration of one forward pass, so concurrent calls on one Explainer must be serialised (the web
-app holds a lock around each request).
+Thread-safe: interventions travel in a context (`selfattn.intercept`), never as attributes set on
+the model, so one Explainer may serve several requests at once.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from . import export, summary
+from . import export, sources, summary
 from .trace import Intervention, ModelTrace, capture
+
+__all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report"]
 
 DEFAULT_TEXT = "一只蓝色怪兽走进森林"
 MAX_CHARS = 4000
 """Longest text accepted (characters), whatever the model's context."""
+SUGGESTED_MODEL = "Qwen/Qwen2.5-0.5B"
+"""A real model to suggest for free text (Chinese and English)."""
+UNKNOWN_STRINGS = ("<unk>", "[UNK]", "<|unk|>", "\ufffd")
+BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
+"""A byte-fallback piece (SentencePiece/Llama): the tokenizer did not know the character."""
+OURS = ("selfattn DecoderLM", "learned absolute positions, added to X")
 
 
 @dataclass
 class Explainer:
-    """model: a DecoderLM (or encoder) built from selfattn modules.
-    tokenize(text) -> (token strings, ids (L,), extra model kwargs); decode(id) -> str."""
+    """model: a DecoderLM / encoder built from selfattn modules, or a transformers model whose
+    attention implementation is "selfattn".
+    tokenize(text) -> (token strings, ids (L,), extra model kwargs); decode(id) -> str.
+    is_unknown(token string, id) -> bool marks what the tokenizer could not represent;
+    unknown_hint says what the model knows and what to use for free text."""
 
     model: torch.nn.Module
     name: str
     tokenize: Callable[[str], tuple[list[str], torch.Tensor, dict]]
     decode: Callable[[int], str]
     max_len: int
+    architecture: str = OURS[0]
+    positions: str = OURS[1]
+    is_unknown: Callable[[str, int], bool] | None = None
+    unknown_hint: str = ""
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "Explainer":
-        """The default model (path None), a checkpoint folder written by `selfattn train`, or a
-        Hugging Face GPT-2 / BERT-style folder (config.json + model.safetensors + tokenizer files)."""
+        """The default model (path None), a checkpoint folder written by `selfattn train`, a transformers
+        folder of one of `sources.TRANSFORMERS_TYPES`, or a hub id (see `sources.resolve`)."""
+        from ..model import checkpoint
+
         if path is None:
-            from ..model import checkpoint
-
-            return cls._from_checkpoint(*checkpoint.load_default()[:2], name="selfattn default model")
-        folder = Path(path)
-        if not folder.is_dir():
-            raise FileNotFoundError(f"model folder not found: {folder}")
-        kind = _folder_kind(folder)
+            model, tokenizer = checkpoint.load_default()[:2]
+            return cls._from_checkpoint(model, tokenizer, name="selfattn default model", bundled=True)
+        folder = sources.resolve(path)
+        kind, config = sources.folder_kind(folder)
         if kind == "selfattn":
-            from ..model import checkpoint
-
             return cls._from_checkpoint(*checkpoint.load_checkpoint(folder)[:2], name=folder.name)
-        return cls._from_hugging_face(folder, kind)
+        return cls._from_transformers(folder, kind, config, name=str(path) if sources.is_hub_id(str(path))
+                                      else folder.name)
 
     @classmethod
-    def _from_checkpoint(cls, model, tokenizer, *, name: str) -> "Explainer":
+    def _from_checkpoint(cls, model, tokenizer, *, name: str, bundled: bool = False) -> "Explainer":
         def tokenize(text: str):
             ids = tokenizer.encode(text, bos=True)
             return [tokenizer.tokens[i] for i in ids], torch.tensor(ids), {}
 
-        return cls(model=model.eval(), name=name, tokenize=tokenize,
-                   decode=lambda i: tokenizer.tokens[i], max_len=model.max_len)
+        words = len(tokenizer.tokens)
+        hint = (f"{name} knows only the {words} tokens of its corpus (list them: selfattn.explain.session."
+                f"vocabulary()); for free text use a real model, e.g. --model {SUGGESTED_MODEL}")
+        return cls(model=model.eval(), name=name, tokenize=tokenize, decode=lambda i: tokenizer.tokens[i],
+                   max_len=model.max_len, is_unknown=lambda tok, i: i == tokenizer.unk_id,
+                   unknown_hint=hint if bundled else hint.replace(f"{name} knows", "this checkpoint knows"))
 
     @classmethod
-    def _from_hugging_face(cls, folder: Path, kind: str) -> "Explainer":
-        from ..model import hf
+    def _from_transformers(cls, folder: Path, kind: str, config: dict, *, name: str) -> "Explainer":
+        import transformers
 
+        from .. import hf
+
+        hf.register()
         try:
-            from transformers import AutoTokenizer
-        except ImportError:
-            raise ValueError(f"{folder} is a Hugging Face {kind} folder; reading its tokenizer needs the "
-                             f"`transformers` package (pip install transformers)") from None
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         except (OSError, ValueError) as e:
             raise ValueError(f"{folder}: no usable tokenizer files ({e})") from None
-        model = hf.load_gpt2(folder) if kind == "gpt2" else hf.load_bert(folder)
+        auto = transformers.AutoModelForCausalLM if kind in sources.DECODER_TYPES else transformers.AutoModel
+        model = auto.from_pretrained(str(folder), attn_implementation=hf.NAME, local_files_only=True,
+                                     use_safetensors=True, dtype=torch.float32).eval()
+        decoder = kind in sources.DECODER_TYPES
+        unk = tokenizer.unk_token_id
 
         def tokenize(text: str):
             ids = tokenizer(text, add_special_tokens=True)["input_ids"]
             tokens = [tokenizer.decode([i]) for i in ids]
-            extra = {} if kind == "gpt2" else {"attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+            extra = {"use_cache": False} if decoder else {"attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
             return tokens, torch.tensor(ids), extra
 
-        return cls(model=model.eval(), name=folder.name, tokenize=tokenize,
-                   decode=lambda i: tokenizer.decode([i]), max_len=model.config.max_len)
+        def is_unknown(token: str, i: int) -> bool:
+            piece = tokenizer.convert_ids_to_tokens(i)
+            return i == unk or (isinstance(piece, str) and bool(BYTE_PIECE.match(piece))) or _unknown_string(token)
+
+        max_len = int(config.get("max_position_embeddings") or config.get("n_positions") or 0)
+        arch = (config.get("architectures") or [type(model).__name__])[0]
+        return cls(model=model, name=name, tokenize=tokenize, decode=lambda i: tokenizer.decode([i]),
+                   max_len=max_len, architecture=f"{arch} (transformers, attention by selfattn)",
+                   positions=sources.POSITIONS[kind], is_unknown=is_unknown,
+                   unknown_hint="the tokenizer has no piece for these characters")
 
     def check_text(self, text) -> str:
         if not isinstance(text, str):
@@ -113,9 +141,11 @@ class Explainer:
         trace = self.trace(text, intervention)
         table = summary.summaries(trace)
         selected = self.select(trace, table, layer, head)
-        return export.to_dict(trace, model=export.model_info(self.model, self.name, trace), text=text,
-                              selected=selected, summaries=table,
-                              prediction=export.predictions(trace, self.decode), stages=stages)
+        card = export.model_info(self.name, trace, architecture=self.architecture, positions=self.positions)
+        return export.to_dict(trace, model=card, text=text, selected=selected, summaries=table,
+                              prediction=export.predictions(trace, self.decode), stages=stages,
+                              unknown=unknown_report(trace.tokens, trace.token_ids.tolist(), self.is_unknown,
+                                                     self.unknown_hint))
 
     @staticmethod
     def select(trace: ModelTrace, table, layer, head) -> dict:
@@ -134,23 +164,25 @@ class Explainer:
         return {"layer": picked_layer, "head": picked_head, "rule": "auto"}
 
 
-def _folder_kind(folder: Path) -> str:
-    """"selfattn" (a `selfattn train` checkpoint), "gpt2" or "bert", from the folder's config.json."""
-    import json
+def unknown_report(tokens: list[str], ids: list[int], is_unknown=None, hint: str = "") -> dict:
+    """{count, positions, message}: the tokens the tokenizer could not represent (<unk>, byte pieces)."""
+    test = is_unknown or (lambda tok, i: _unknown_string(tok))
+    positions = [p for p, (tok, i) in enumerate(zip(tokens, ids)) if test(tok, int(i))]
+    message = ""
+    if positions:
+        message = f"{len(positions)} of {len(tokens)} tokens are unknown to the tokenizer"
+        message += f": {hint}" if hint else ""
+    return {"count": len(positions), "positions": positions, "message": message}
 
-    config = folder / "config.json"
-    if not config.is_file():
-        raise FileNotFoundError(f"{folder} has no config.json: not a model folder")
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{config} is not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{config} does not hold a JSON object")
-    if data.get("format") == "selfattn.decoder-lm":
-        return "selfattn"
-    kind = data.get("model_type")
-    if kind in ("gpt2", "bert"):
-        return kind
-    raise ValueError(f"{folder}: model_type {kind!r} is not supported; selfattn reads its own checkpoints, "
-                     f"GPT-2 and BERT-style folders")
+
+def _unknown_string(token: str) -> bool:
+    return token in UNKNOWN_STRINGS or bool(BYTE_PIECE.match(token))
+
+
+def vocabulary(path: str | Path | None = None) -> list[str]:
+    """The tokens a selfattn model knows, in id order: the bundled default model's corpus vocabulary
+    (path None) or a checkpoint folder's. (CLI: `selfattn vocab [--model PATH]`.)"""
+    from ..model import checkpoint
+
+    tokenizer = checkpoint.load_default()[1] if path is None else checkpoint.load_checkpoint(path)[1]
+    return list(tokenizer.tokens)

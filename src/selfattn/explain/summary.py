@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from .trace import LayerTrace, ModelTrace
+from .trace import LayerTrace, ModelTrace, weights_from_lse
 
 ROW_BLOCK = 256
 SINK_LIMIT = 0.5
@@ -39,6 +39,7 @@ def head_summary(layer: LayerTrace, head: int) -> dict:
     so no logarithm of the L×L weights is taken.
     """
     L = layer.length
+    scale, softcap, visible_all = layer.head_rule(head)
     q = layer.q[head].float()                                     # (L, D)
     k = layer.k[layer.kv_head(head)].float()                      # (L, D)
     lse = layer.lse[head].float()                                 # (L,)
@@ -46,13 +47,15 @@ def head_summary(layer: LayerTrace, head: int) -> dict:
     counted = 0
     for start in range(0, L, ROW_BLOCK):
         rows = torch.arange(start, min(start + ROW_BLOCK, L))
-        keep = layer.visible[rows].sum(-1) >= 2                    # (R,) rows with a choice to make
+        keep = visible_all[rows].sum(-1) >= 2                      # (R,) rows with a choice to make
         if not bool(keep.any()):
             continue
         rows = rows[keep]
-        visible = layer.visible[rows]                              # (R, L)
-        s = (q[rows] @ k.T) * layer.scale                          # (R, L) scaled scores
-        w = torch.where(visible, torch.exp(s - lse[rows, None]), torch.zeros_like(s))
+        visible = visible_all[rows]                                # (R, L)
+        s = (q[rows] @ k.T) * scale                                # (R, L) scaled scores
+        if softcap is not None:
+            s = softcap * torch.tanh(s / softcap)
+        w = weights_from_lse(s.masked_fill(~visible, float("-inf")), lse[rows])
         nats = lse[rows] - torch.where(visible, w * s, torch.zeros_like(s)).sum(-1)
         total["entropy"] += float(nats.sum()) / math.log(2)
         total["max_weight"] += float(w.max(-1).values.sum())

@@ -18,11 +18,13 @@ MAX_TABLE_TOKENS = 24
 TEXT = {
     "zh": {
         "model": "模型：{name}（{kind}，{n_layers} 层 × {n_heads} 个 head，d_model = {d_model}，head 维度 d_k = {head_dim}）",
+        "card": "架构：{architecture}；位置编码：{positions}",
+        "unknown": "注意：{n} 个 token 中有 {count} 个是分词器不认识的（标为 ⟨?⟩）。{message}",
         "tokens": "分词（{n} 个 token）：",
         "selected": "显示：第 {layer} 层，第 {head} 个 head。",
         "chosen": "由你指定",
         "intervention": "干预：{items}",
-        "no_scaling": "关闭 ÷√d_k", "no_causal": "关闭因果 mask", "temperature": "softmax 温度 T = {t:g}",
+        "only": "只在 {where}", "no_scaling": "关闭 ÷√d_k", "no_causal": "关闭因果 mask", "temperature": "softmax 温度 T = {t:g}",
         "scores": "① 分数 QKᵀ", "scaled": "② ÷√d_k（乘以 {scale:.4g}）", "mask": "③ 可见性（1 = 可以看，0 = 不能看）",
         "masked": "④ 加 mask（−inf）", "weights": "⑤ softmax 权重（%）",
         "top": "每个位置最关注的 token：", "row": "“{q}” → {items}",
@@ -32,11 +34,13 @@ TEXT = {
     },
     "en": {
         "model": "Model: {name} ({kind}, {n_layers} layers × {n_heads} heads, d_model = {d_model}, head dim d_k = {head_dim})",
+        "card": "Architecture: {architecture}; positions: {positions}",
+        "unknown": "Note: {count} of {n} tokens are unknown to the tokenizer (marked ⟨?⟩). {message}",
         "tokens": "Tokens ({n}):",
         "selected": "Showing layer {layer}, head {head}.",
         "chosen": "chosen by you",
         "intervention": "Intervention: {items}",
-        "no_scaling": "÷√d_k switched off", "no_causal": "causal mask switched off",
+        "only": "only in {where}", "no_scaling": "÷√d_k switched off", "no_causal": "causal mask switched off",
         "temperature": "softmax temperature T = {t:g}",
         "scores": "(1) scores QKᵀ", "scaled": "(2) ÷√d_k (times {scale:.4g})", "mask": "(3) visibility (1 = may look, 0 = may not)",
         "masked": "(4) masked (−inf)", "weights": "(5) softmax weights (%)",
@@ -52,11 +56,19 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
     t = TEXT[lang]
     m = doc["model"]
     console.print(t["model"].format(**m))
+    if m.get("architecture"):
+        console.print(t["card"].format(**m), markup=False)
     tokens = doc["tokens"]
-    console.print(t["tokens"].format(n=len(tokens)), " / ".join(tokens), markup=False)
+    unknown = doc.get("unknown") or {"count": 0, "positions": [], "message": ""}
+    marked = [f"{tok}⟨?⟩" if i in set(unknown["positions"]) else tok for i, tok in enumerate(tokens)]
+    console.print(t["tokens"].format(n=len(tokens)), " / ".join(marked), markup=False)
+    if unknown["count"]:
+        console.print(t["unknown"].format(n=len(tokens), **unknown), markup=False, style="yellow")
     i = doc["intervention"]
     changes = ([t["no_scaling"]] if not i["scaling"] else []) + ([t["no_causal"]] if not i["causal"] else []) + \
         ([t["temperature"].format(t=i["temperature"])] if i["temperature"] != 1 else [])
+    if changes and ("layer" in i or "head" in i):
+        changes.append(t["only"].format(where=" ".join(f"{k} {i[k]}" for k in ("layer", "head") if k in i)))
     if changes:
         console.print(t["intervention"].format(items="，".join(changes) if lang == "zh" else ", ".join(changes)))
     sel = doc["selected"]

@@ -1,46 +1,79 @@
-"""Trace capture: run a model once and keep, for every attention layer, what the tutorial names.
+"""Trace capture: run a model once and keep, for every attention call, what the tutorial names.
 
-    capture(model, input_ids, intervention) -> ModelTrace
+    capture(model, input_ids, tokens, intervention) -> ModelTrace
 
-Every `MultiHeadSelfAttention` inside the model is tapped with a forward hook: its input x
-(what W_Q multiplies), Q, K, V split into heads, the visibility mask, the scale, the
-log-sum-exp of every query row, the attention module's output, and the output of the
-block that holds it. The N×N stages (scores, scaled, masked, weights) are *not* stored:
-`LayerTrace.stages(head, rows)` recomputes them for the rows asked for, exactly, from
-Q, K and the lse — so a 1,000-token input costs O(L·D) memory per head, not O(L²).
+The one capture point is the `selfattn.attention` call: inside `selfattn.intercept(...)` every
+call — from our own `MultiHeadSelfAttention`, or from a transformers model whose attention
+implementation is "selfattn" (`selfattn.hf`) — hands its validated request to the recorder:
+Q, K (after RoPE, where the model rotates them), V, the scale, the visibility (causal rule,
+sliding window, padding), the softcap, and the result's log-sum-exp and output. The N×N stages
+(scores, scaled, masked, weights) are *not* stored: `LayerTrace.stages(head, rows)` recomputes
+them for the rows asked for, exactly, from Q, K and the lse — so a 1,000-token input costs
+O(L·D) memory per head, not O(L²).
 
-An `Intervention` changes the computation itself, not only the picture: switching off
-the ÷√d_k scaling or the causal mask, or setting a softmax temperature, is applied to
-every attention layer during the forward pass, so the next-token prediction changes too.
+Around the call, the residual stream is read from whichever modules are running: the module
+that made the call (its input is X, what W_Q multiplies; its output the attention output after
+W_O) and the module holding it (a block: its output). These are found from the stack of running
+modules, so no module class is special.
+
+An `Intervention` changes the computation itself, not only the picture: it rewrites the request
+inside the interceptor (no ÷√d_k, no causal rule, a softmax temperature), for every layer or one,
+every head or one, so the next-token prediction changes too. Nothing is set on the model, so one
+model can be explained from several threads at once (each thread has its own interceptor).
 """
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import math
-from contextlib import contextmanager
-from dataclasses import dataclass
+import threading
+import weakref
+from dataclasses import dataclass, field
 
 import torch
 
-from ..functional import attention
+from ..functional import intercept
+from ..kernels.base import Request, Result
 from ..masks import visibility
-from ..modules import MultiHeadSelfAttention
+from ..modules import MultiHeadSelfAttention, SelfAttention
 
-__all__ = ["Intervention", "LayerTrace", "ModelTrace", "capture"]
+__all__ = ["TEMPERATURE_RANGE", "Intervention", "LayerTrace", "ModelTrace", "HeadChange", "capture", "weights_from_lse"]
+
+
+def weights_from_lse(masked: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """weights_ij = exp(masked_ij − lse_i); a row that sees nothing (lse −inf) is all 0.
+
+    masked (..., R, Lk) scaled (softcapped) scores, −inf where hidden;  lse (..., R)
+    The explainer's one copy of the formula (tables, summaries, export, plots all call it).
+    LEAD: once `selfattn.weights.weights_from_lse` lands on main, make this
+    `from ..weights import weights_from_lse` (same arguments) and delete the body.
+    """
+    lse = lse[..., None]
+    return torch.exp(masked - lse.masked_fill(torch.isneginf(lse), math.inf))
+
+
+TEMPERATURE_RANGE = (0.01, 100.0)
+"""The temperatures the web app offers and accepts (written once: the server checks them, the page
+reads them from its data). The library itself accepts any T > 0."""
 
 
 @dataclass(frozen=True)
 class Intervention:
-    """What to switch off or change in every attention layer.
+    """What to switch off or change, in every attention layer or in one layer / one head.
 
-    scaling      False: scores are not divided by √d_k
-    causal       False: a decoder's queries may also look at future tokens
-    temperature  softmax(scores / T); T > 0, 1 = unchanged
+    scaling      False: scores are not divided by √d_k (the scale becomes 1)
+    causal       False: the causal rule and sliding window are lifted (padding stays hidden)
+    temperature  softmax(scores / T); T > 0, 1 = unchanged (a softcap is divided by T too)
+    layer        None: every attention layer; else only that one (0 = the first call)
+    head         None: every head; else only that query head
     """
 
     scaling: bool = True
     causal: bool = True
     temperature: float = 1.0
+    layer: int | None = None
+    head: int | None = None
 
     def __post_init__(self):
         for name in ("scaling", "causal"):
@@ -49,25 +82,50 @@ class Intervention:
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
             raise ValueError(f"temperature must be a finite number > 0, got {t!r}")
+        for name in ("layer", "head"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise ValueError(f"intervention {name} must be None or an int >= 0, got {v!r}")
 
-    @property
-    def is_identity(self) -> bool:
-        return self.scaling and self.causal and self.temperature == 1.0
+    def as_dict(self) -> dict:
+        """{scaling, causal, temperature}, plus layer / head when the intervention is limited to them."""
+        out = {"scaling": self.scaling, "causal": self.causal, "temperature": float(self.temperature)}
+        return out | {k: getattr(self, k) for k in ("layer", "head") if getattr(self, k) is not None}
+
+    def apply(self, r: Request) -> Request:
+        """The request with this intervention: scale (÷√d_k off, ÷T), softcap ÷T, causal/window off."""
+        t = float(self.temperature)
+        return dataclasses.replace(
+            r, scale=(r.scale if self.scaling else 1.0) / t, softcap=None if r.softcap is None else r.softcap / t,
+            causal=r.causal and self.causal, window=r.window if self.causal else None)
+
+
+@dataclass(frozen=True)
+class HeadChange:
+    """One head computed differently from its layer (an intervention limited to that head)."""
+
+    scale: float
+    softcap: float | None
+    causal: bool
+    visible: torch.Tensor     # (L, L) bool
 
 
 @dataclass
 class LayerTrace:
-    """One attention layer on one input (batch item 0).
+    """One attention call on one input (batch item 0).
 
-    x        (L, d_model)   the attention's input
-    q        (H, L, D)      queries per head
+    x        (L, d_model)   the input of the module that made the call (what W_Q multiplies)
+    q        (H, L, D)      queries per head (after RoPE, where the model rotates them)
     k, v     (Hkv, L, D)    keys and values per key/value head (query head h reads h // (H/Hkv))
-    visible  (L, L) bool    True = may look (causal rule and padding together)
+    visible  (L, L) bool    True = may look (causal rule, window and padding together)
     causal   bool           whether the causal rule was on
     scale    float          what Q Kᵀ is multiplied by (1/√D, or as the intervention set it)
     lse      (H, L)         log Σ_j exp(masked score) per query row
-    attn_out (L, d_model)   the attention module's output (heads merged, output projection)
-    output   (L, d_model)   the output of the block holding the attention
+    attn_out (L, d_model)   the calling module's output (heads merged, output projection)
+    output   (L, d_model)   the output of the module holding it (a block)
+    softcap  float | None   scaled scores s become softcap·tanh(s / softcap) before masking
+    window   int | None     the sliding window, if any
+    changed  {head: HeadChange}  heads an intervention computed differently from the layer
     """
 
     x: torch.Tensor
@@ -80,6 +138,9 @@ class LayerTrace:
     lse: torch.Tensor
     attn_out: torch.Tensor
     output: torch.Tensor
+    softcap: float | None = None
+    window: int | None = None
+    changed: dict[int, HeadChange] = field(default_factory=dict)
 
     @property
     def n_heads(self) -> int:
@@ -92,30 +153,34 @@ class LayerTrace:
     def kv_head(self, head: int) -> int:
         return head // (self.q.shape[0] // self.k.shape[0])
 
+    def head_rule(self, head: int) -> tuple[float, float | None, torch.Tensor]:
+        """(scale, softcap, visible (L, L)) that head `head` was computed with."""
+        c = self.changed.get(head)
+        return (self.scale, self.softcap, self.visible) if c is None else (c.scale, c.softcap, c.visible)
+
     def stages(self, head: int, rows=None) -> dict[str, torch.Tensor]:
         """The tutorial's stages for query `rows` (default all) of one head, in float64.
 
-        scores (R, L) = Q Kᵀ;  scaled (R, L) = scores · scale;  mask (R, L) bool, True = may look;
-        masked (R, L), −inf where hidden;  weights (R, L) = exp(masked − lse);  weighted (R, Dv) = weights · V.
+        scores (R, L) = Q Kᵀ;  scaled (R, L) = scores · scale (then softcap·tanh(·/softcap) if a softcap
+        is set);  mask (R, L) bool, True = may look;  masked (R, L), −inf where hidden;
+        weights (R, L) = exp(masked − lse);  weighted (R, Dv) = weights · V.
         """
         if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < self.n_heads:
             raise ValueError(f"head must be an int in [0, {self.n_heads}), got {head!r}")
         rows = _rows(rows, self.length)
+        scale, softcap, visible = self.head_rule(head)
         q = self.q[head, rows].double()                  # (R, D)
         k = self.k[self.kv_head(head)].double()          # (L, D)
         v = self.v[self.kv_head(head)].double()          # (L, Dv)
         scores = q @ k.T
-        scaled = scores * self.scale
-        mask = self.visible[rows]
+        scaled = scores * scale
+        if softcap is not None:
+            scaled = softcap * torch.tanh(scaled / softcap)
+        mask = visible[rows]
         masked = scaled.masked_fill(~mask, float("-inf"))
-        lse = self.lse[head, rows].double()[:, None]
-        weights = torch.where(mask & torch.isfinite(lse), torch.exp(masked - lse), torch.zeros_like(masked))
+        weights = weights_from_lse(masked, self.lse[head, rows].double())
         return {"scores": scores, "scaled": scaled, "mask": mask, "masked": masked,
                 "weights": weights, "weighted": weights @ v}
-
-    def weights(self, head: int, rows=None) -> torch.Tensor:
-        """Attention weights (R, L) of one head, recomputed from Q, K and the lse."""
-        return self.stages(head, rows)["weights"]
 
 
 @dataclass
@@ -124,7 +189,7 @@ class ModelTrace:
 
     tokens     the token strings, in order
     token_ids  (L,)
-    layers     one LayerTrace per attention layer, bottom to top
+    layers     one LayerTrace per attention call, bottom to top
     logits     (L, vocab) for a decoder, None for an encoder
     """
 
@@ -146,7 +211,7 @@ class ModelTrace:
 
 def capture(model: torch.nn.Module, input_ids: torch.Tensor, tokens: list[str],
             intervention: Intervention = Intervention(), **model_kwargs) -> ModelTrace:
-    """Run `model(input_ids, **model_kwargs)` once and record every attention layer.
+    """Run `model(input_ids, **model_kwargs)` once and record every `selfattn.attention` call.
 
     input_ids  (L,) or (1, L) token ids; `tokens` their strings (same length)
     model_kwargs  passed through (for example `attention_mask` of an encoder)
@@ -160,79 +225,189 @@ def capture(model: torch.nn.Module, input_ids: torch.Tensor, tokens: list[str],
         raise ValueError(f"capture explains one input at a time, got a batch of {ids.shape[0]}")
     if len(tokens) != ids.shape[1]:
         raise ValueError(f"{len(tokens)} token strings for {ids.shape[1]} token ids")
-    attns = [m for m in model.modules() if isinstance(m, MultiHeadSelfAttention)]
-    if not attns:
-        raise ValueError(f"{type(model).__name__} has no MultiHeadSelfAttention layer to explain")
-    records: list[dict] = []
-    with torch.no_grad():
-        with _tapped(model, attns, intervention, records):
-            out = model(ids, **model_kwargs)
-        layers = [_layer(r) for r in records]
-    logits = out[0] if getattr(model, "is_decoder", _is_decoder(attns)) else None
-    return ModelTrace(tokens=list(tokens), token_ids=ids[0], layers=layers, intervention=intervention,
-                      causal=any(m.causal for m in attns) and intervention.causal, logits=logits)
-
-
-def _is_decoder(attns) -> bool:
-    return any(m.causal for m in attns)
-
-
-@contextmanager
-def _tapped(model, attns, intervention: Intervention, records: list[dict]):
-    parent_of = {}
-    for module in model.modules():
-        for child in module.children():
-            if isinstance(child, MultiHeadSelfAttention):
-                parent_of[id(child)] = module
-    saved = [(m, m.causal, m.scale) for m in attns]
-    handles = []
+    if not _calls_selfattn(model):
+        raise ValueError(f"{type(model).__name__} has no MultiHeadSelfAttention layer to explain (nor a "
+                         f"transformers attention set to 'selfattn': selfattn.hf.register())")
+    _install_stack_hooks(model)
+    recorder = _Recorder(intervention)
+    token = _ACTIVE.set(recorder)
     try:
-        for m in attns:
-            m.causal = m.causal and intervention.causal
-            m.scale = (m.scale if intervention.scaling else 1.0) / intervention.temperature
-
-            def on_attention(module, args, kwargs, output):
-                x = args[0] if args else kwargs["x"]
-                mask = args[1] if len(args) > 1 else kwargs.get("mask")
-                records.append({"module": module, "x": x, "mask": mask, "attn_out": output,
-                                "causal": module.causal, "scale": module.scale})
-
-            handles.append(m.register_forward_hook(on_attention, with_kwargs=True))
-            parent = parent_of.get(id(m))
-            if parent is not None and parent is not model:
-                def on_block(module, args, output, _m=m):
-                    for r in reversed(records):
-                        if r["module"] is _m and "output" not in r:
-                            r["output"] = output[0] if isinstance(output, tuple) else output
-                            break
-
-                handles.append(parent.register_forward_hook(on_block))
-        yield
+        with torch.no_grad(), intercept(recorder.intercept):
+            out = model(ids, **model_kwargs)
     finally:
-        for h in handles:
-            h.remove()
-        for m, causal, scale in saved:
-            m.causal, m.scale = causal, scale
+        _ACTIVE.reset(token)
+    if not recorder.calls:
+        raise ValueError(f"{type(model).__name__} made no selfattn.attention call: nothing to explain")
+    if intervention.layer is not None and intervention.layer >= len(recorder.calls):
+        raise ValueError(f"intervention layer must be in [0, {len(recorder.calls) - 1}], got {intervention.layer}")
+    decoder = any(c["causal_before"] for c in recorder.calls)
+    layers = [_layer(c) for c in recorder.calls]
+    if intervention.head is not None and intervention.head >= layers[0].n_heads:
+        raise ValueError(f"intervention head must be in [0, {layers[0].n_heads - 1}], got {intervention.head}")
+    logits = _logits(out)[0] if decoder else None
+    return ModelTrace(tokens=list(tokens), token_ids=ids[0], layers=layers, intervention=intervention,
+                      causal=decoder and intervention.causal, logits=logits)
 
 
-def _layer(r: dict) -> LayerTrace:
-    m: MultiHeadSelfAttention = r["module"]
-    x = r["x"] if r["x"].dim() == 3 else r["x"][None]     # (1, L, d_model)
-    q, k, v = m.project(x)                                 # (1, H, L, D)
-    L = q.shape[2]
-    causal, scale = r["causal"], r["scale"]
-    visible = visibility(L, L, causal=causal, device=q.device)
-    mask = r["mask"]
-    if mask is not None:
-        if mask.dtype != torch.bool:
-            raise ValueError("the explainer reads bool visibility masks only, got an additive mask")
-        visible = visible & mask.expand(1, 1, L, L)[0, 0]
-    res = attention(q, k, v, causal=causal, mask=mask, scale=scale, return_lse=True)
-    attn_out = r["attn_out"]
-    output = r.get("output", attn_out)
-    return LayerTrace(x=x[0], q=q[0], k=k[0], v=v[0], visible=visible, causal=causal, scale=scale, lse=res.lse[0],
-                      attn_out=attn_out.reshape(-1, attn_out.shape[-1])[-L:],
-                      output=output.reshape(-1, output.shape[-1])[-L:])
+# --- the recorder: an interceptor, and hooks that keep the stack of running modules ------------
+
+_ACTIVE: contextvars.ContextVar["_Recorder | None"] = contextvars.ContextVar("selfattn_explain_recorder",
+                                                                            default=None)
+_HOOKED: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
+_HOOK_LOCK = threading.Lock()
+
+
+class _Recorder:
+    """One capture: the attention calls in order, and the modules running around them."""
+
+    def __init__(self, intervention: Intervention):
+        self.intervention = intervention
+        self.calls: list[dict] = []
+        self.stack: list[tuple[torch.nn.Module, torch.Tensor | None]] = []
+
+    def enter(self, module, args, kwargs) -> None:
+        self.stack.append((module, _first_tensor(args, kwargs)))
+
+    def leave(self, module, output) -> None:
+        if not self.stack or self.stack[-1][0] is not module:
+            return
+        self.stack.pop()
+        out = output[0] if isinstance(output, (tuple, list)) else output
+        for call in reversed(self.calls):
+            if call["caller"] is module and "attn_out" not in call:
+                call["attn_out"] = out
+            elif call["holder"] is module and "output" not in call:
+                call["output"] = out
+
+    def intercept(self, request: Request, compute) -> Result:
+        layer = len(self.calls)
+        base = dataclasses.replace(request, mask=_bool_mask(request.mask, request.q.dtype), need_lse=True)
+        iv = self.intervention
+        applies = iv.layer is None or iv.layer == layer
+        changed = iv.apply(base) if applies else base
+        if applies and iv.head is not None and iv.head < base.q_heads:
+            result = _compute_one_head_apart(base, changed, iv.head, compute)
+            kept, head_change = base, (iv.head, changed)
+        else:
+            result = compute(changed)
+            kept, head_change = changed, None
+        caller, x = self.stack[-1] if self.stack else (None, None)
+        holder = self.stack[-2][0] if len(self.stack) > 1 else None
+        self.calls.append({"request": kept, "head_change": head_change, "result": result, "x": x,
+                           "caller": caller, "holder": holder, "causal_before": request.causal})
+        if not request.need_lse:
+            result = result._replace(lse=None)
+        return result
+
+
+def _compute_one_head_apart(base: Request, changed: Request, head: int, compute) -> Result:
+    """All heads by `base`, then head `head` again by `changed`, spliced in."""
+    full = compute(base)
+    kv = head // base.groups
+    mask = changed.mask
+    if mask is not None and mask.dim() == 4 and mask.shape[1] > 1:
+        mask = mask[:, head:head + 1]
+    part = compute(dataclasses.replace(changed, q=changed.q[:, head:head + 1], k=changed.k[:, kv:kv + 1],
+                                       v=changed.v[:, kv:kv + 1], mask=mask))
+    output, lse = full.output.clone(), full.lse.clone()
+    output[:, head:head + 1], lse[:, head:head + 1] = part.output, part.lse
+    weights = None
+    if full.weights is not None:
+        weights = full.weights.clone()
+        weights[:, head:head + 1] = part.weights
+    return Result(output, weights, lse)
+
+
+def _install_stack_hooks(model: torch.nn.Module) -> None:
+    """Once per model: hooks on every submodule that, only inside a capture (the context variable),
+    push and pop the running modules. Outside a capture they return at once."""
+    with _HOOK_LOCK:
+        if model in _HOOKED:
+            return
+        for module in model.modules():
+            module.register_forward_pre_hook(_on_enter, with_kwargs=True)
+            module.register_forward_hook(_on_leave)
+        _HOOKED.add(model)
+
+
+def _on_enter(module, args, kwargs):
+    recorder = _ACTIVE.get()
+    if recorder is not None:
+        recorder.enter(module, args, kwargs)
+
+
+def _on_leave(module, args, output):
+    recorder = _ACTIVE.get()
+    if recorder is not None:
+        recorder.leave(module, output)
+
+
+def _first_tensor(args, kwargs) -> torch.Tensor | None:
+    for name in ("hidden_states", "x"):
+        if isinstance(kwargs.get(name), torch.Tensor):
+            return kwargs[name]
+    return next((a for a in args if isinstance(a, torch.Tensor)), None)
+
+
+def _calls_selfattn(model) -> bool:
+    if not isinstance(model, torch.nn.Module):
+        return False
+    if getattr(getattr(model, "config", None), "_attn_implementation", None) == "selfattn":
+        return True
+    return any(isinstance(m, (MultiHeadSelfAttention, SelfAttention)) for m in model.modules())
+
+
+def _bool_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """An additive 0 / −inf (or dtype-minimum) mask as bool, True = may look; bool and None as they are.
+    A mask with other values carries biases the explainer's stages would not show: refused."""
+    if mask is None or mask.dtype == torch.bool:
+        return mask
+    hidden = mask <= torch.finfo(mask.dtype).min / 2
+    if bool((mask[~hidden] != 0).any()):
+        raise ValueError("the explainer reads visibility masks only (0 / -inf); this additive mask carries "
+                         "biases that its stages would not show")
+    return ~hidden
+
+
+def _visible(r: Request, head: int = 0) -> torch.Tensor:
+    """(Lq, Lk) bool of batch item 0, query head `head`: rule and mask together."""
+    visible = visibility(r.len_q, r.len_k, causal=r.causal, window=r.window, device=r.q.device)
+    if r.mask is not None:
+        full = r.mask.expand(r.batch, r.q_heads, r.len_q, r.len_k)
+        visible = visible & full[0, head if r.mask.dim() == 4 and r.mask.shape[1] > 1 else 0]
+    return visible
+
+
+def _layer(call: dict) -> LayerTrace:
+    r: Request = call["request"]
+    res: Result = call["result"]
+    L = r.len_q
+    changed = {}
+    if call["head_change"] is not None:
+        head, c = call["head_change"]
+        changed[head] = HeadChange(scale=c.scale, softcap=c.softcap, causal=c.causal, visible=_visible(c, head))
+    merged = res.output[0].transpose(0, 1).flatten(1)                 # (L, Hq·Dv): the heads side by side
+    attn_out = call.get("attn_out", merged)
+    output = call.get("output", attn_out)
+    x = call["x"] if call["x"] is not None else merged
+    return LayerTrace(x=_rows_of(x, L), q=r.q[0], k=r.k[0], v=r.v[0], visible=_visible(r), causal=r.causal,
+                      scale=r.scale, lse=res.lse[0], attn_out=_rows_of(attn_out, L), output=_rows_of(output, L),
+                      softcap=r.softcap, window=r.window, changed=changed)
+
+
+def _rows_of(t: torch.Tensor, L: int) -> torch.Tensor:
+    """The last L positions of batch item 0 as (L, width)."""
+    return t.reshape(-1, t.shape[-1])[-L:]
+
+
+def _logits(out) -> torch.Tensor:
+    """(B, L, vocab) from a model's output: our DecoderLM's tensor or transformers' `.logits`."""
+    if isinstance(out, torch.Tensor):
+        return out
+    logits = getattr(out, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    raise ValueError(f"the model returned {type(out).__name__}, with no logits to predict from")
 
 
 def _rows(rows, length: int):

@@ -16,12 +16,12 @@ GPT-2 stores its linear layers as `Conv1D`, weight (in, out) — the transpose o
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import torch
 
+from ..files import read_json
 from .decoder import DecoderConfig, DecoderLM
 from .encoder import Encoder, EncoderConfig
 from .safetensors_io import assign, read_safetensors
@@ -36,15 +36,7 @@ OUTSIDE_PREFIX = ("lm_head.weight",)                     # GPT2LMHeadModel keeps
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"config.json not found: {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object")
-    return data
+    return read_json(path, what="config.json")
 
 
 def _field(cfg: dict, key: str, source: Path, default=None):

@@ -4,9 +4,10 @@
  *     X → Q/K/V → QKᵀ → ÷√d_k → mask → softmax → ·V → output
  *
  * on the real numbers of a model. Every stage of the selected query row is computed here
- * from q, k, v, lse, scale and visible with the formulas of
+ * from q, k, v, lse, scale, softcap and visible with the formulas of
  * selfattn.explain.trace.LayerTrace.stages, so a 6-token and a 1,000-token input share one
- * code path. The L×L weights are drawn once into a canvas ImageData, never as L² elements.
+ * code path. The weights come from the saved log-sum-exp by one function, `weightOf` (the
+ * page's single copy of selfattn.explain.trace.weights_from_lse; a test checks them equal). The L×L weights are drawn once into a canvas ImageData, never as L² elements.
  *
  * Safety: token text (and every other string from the data) is written with textContent
  * or canvas fillText only, never parsed as markup.
@@ -119,7 +120,8 @@
       tip_hidden: "mask = 0（不能看）",
       entropy: "bit",
       first: "首",
-      error_temperature: "温度必须是 0.01 到 100 之间的数",
+      error_temperature: (lo, hi) => `温度必须是 ${lo} 到 ${hi} 之间的数`,
+      unknown: (n, L, msg) => `注意：${L} 个 token 中有 ${n} 个是分词器不认识的（已用虚线框标出）。${msg}`,
     },
     en: {
       title: "What is Self-Attention · attention explorer",
@@ -197,7 +199,8 @@
       tip_hidden: "mask = 0 (may not look)",
       entropy: "bit",
       first: "1st",
-      error_temperature: "the temperature must be a number between 0.01 and 100",
+      error_temperature: (lo, hi) => `the temperature must be a number between ${lo} and ${hi}`,
+      unknown: (n, L, msg) => `Note: ${n} of ${L} tokens are unknown to the tokenizer (dashed boxes). ${msg}`,
     },
   };
 
@@ -208,13 +211,13 @@
   const $ = (id) => document.getElementById(id);
   const app = $("app");
   const state = {
-    mode: "report",
     lang: "zh",
     pickRule: {},
     doc: null, // the shown export dict, arrays unpacked
     baseline: null, // live mode: the same text without intervention
     layer: 0,
     head: 0,
+    rule: null, // how (layer, head) was chosen: "auto", "within layer", "within head", null / "user" = by you
     row: 0, // the selected query position i
     stage: 0, // index into STAGES
     focus: null, // the key j whose K and V are shown
@@ -222,6 +225,7 @@
     matrix: null, // {key, weights: Float32Array L×L, picture: canvas} of the selected head
     seq: 0, // live mode: number of the latest request
     limits: null,
+    temperature: null, // live mode: {min, max} the server accepts (from the page's data)
     api: null,
   };
 
@@ -268,6 +272,7 @@
       visible: unpack(layer.visible),
       heads: layer.heads.map((head) => Object.assign({}, head, {
         q: unpack(head.q), k: unpack(head.k), v: unpack(head.v), lse: unpack(head.lse),
+        visible: head.visible ? unpack(head.visible) : undefined, // only a head an intervention changed apart
       })),
     }));
     return Object.assign({}, packed, { layers });
@@ -277,9 +282,33 @@
   // The tutorial's stages for one query row (LayerTrace.stages, one row at a time)
   // ---------------------------------------------------------------------------------------
 
+  /** weights_ij = exp(masked_ij − lse_i); 0 where hidden (masked −inf) and in a row that sees
+   * nothing (lse −inf). The page's one copy of selfattn.explain.trace.weights_from_lse. */
+  function weightOf(masked, lse) {
+    return Number.isFinite(lse) && masked !== -Infinity ? Math.exp(masked - lse) : 0;
+  }
+
+  /** The rule head h of layer l was computed with: its own when an intervention changed it apart. */
+  function headRule(layer, h) {
+    const head = layer.heads[h];
+    const own = head.visible !== undefined;
+    return {
+      scale: own ? head.scale : layer.scale,
+      softcap: own ? head.softcap : layer.softcap,
+      visible: own ? head.visible : layer.visible,
+    };
+  }
+
+  /** scaled score: score · scale, then softcap · tanh(· / softcap) when the model caps its scores. */
+  function scaleScore(score, rule) {
+    const s = score * rule.scale;
+    return rule.softcap ? rule.softcap * Math.tanh(s / rule.softcap) : s;
+  }
+
   function stageRow(doc, l, h, i) {
     const layer = doc.layers[l];
     const head = layer.heads[h];
+    const rule = headRule(layer, h);
     const L = doc.tokens.length;
     const q = row(head.q, i);
     const lse = head.lse.data[i];
@@ -290,11 +319,11 @@
     const weights = new Float64Array(L);
     for (let j = 0; j < L; j++) {
       scores[j] = dot(q, row(head.k, j)); // QKᵀ: score_ij = Q_i · K_j
-      scaled[j] = scores[j] * layer.scale; // ÷√d_k (and ÷T), as the layer's scale says
-      visible[j] = bit(layer.visible, i, j); // the causal mask: 1 = may look
+      scaled[j] = scaleScore(scores[j], rule); // ÷√d_k (and ÷T, and the softcap), as the rule says
+      visible[j] = bit(rule.visible, i, j); // the causal mask: 1 = may look
       masked[j] = visible[j] ? scaled[j] : -Infinity; // hidden → −inf, not 0
       // softmax through the saved log-sum-exp: exp(masked − log Σ exp(masked))
-      weights[j] = visible[j] && Number.isFinite(lse) ? Math.exp(masked[j] - lse) : 0;
+      weights[j] = weightOf(masked[j], lse);
     }
     const dv = head.v.shape[1];
     const weighted = new Float64Array(dv); // ·V: Σ_j weights_j V_j
@@ -316,6 +345,7 @@
   function weightMatrix(doc, l, h) {
     const layer = doc.layers[l];
     const head = layer.heads[h];
+    const rule = headRule(layer, h);
     const L = doc.tokens.length;
     const D = head.q.shape[1];
     const qd = head.q.data, kd = head.k.data, lse = head.lse.data;
@@ -323,10 +353,10 @@
     for (let i = 0; i < L; i++) {
       if (!Number.isFinite(lse[i])) continue; // a row that may look at nothing: all 0
       for (let j = 0; j < L; j++) {
-        if (!bit(layer.visible, i, j)) continue;
+        if (!bit(rule.visible, i, j)) continue;
         let s = 0;
         for (let d = 0; d < D; d++) s += qd[i * D + d] * kd[j * D + d];
-        out[i * L + j] = Math.exp(s * layer.scale - lse[i]);
+        out[i * L + j] = weightOf(scaleScore(s, rule), lse[i]);
       }
     }
     return out;
@@ -473,7 +503,12 @@
   }
 
   function renderModel() {
-    $("model-info").textContent = t("model", state.doc.model, state.doc.tokens.length);
+    const m = state.doc.model;
+    $("model-info").textContent = t("model", m, state.doc.tokens.length) +
+      (m.architecture ? ` · ${m.architecture} · ${m.positions}` : "");
+    const unknown = state.doc.unknown || { count: 0, message: "" };
+    $("unknown").textContent = unknown.count ? t("unknown", unknown.count, state.doc.tokens.length, unknown.message) : "";
+    $("unknown").hidden = !unknown.count;
     const iv = state.doc.intervention;
     const parts = [];
     if (!iv.scaling) parts.push(t("iv_scaling"));
@@ -498,9 +533,11 @@
   function renderTokens() {
     const box = $("tokens");
     box.replaceChildren();
+    const unknownAt = new Set(state.doc.unknown ? state.doc.unknown.positions : []);
     state.doc.tokens.forEach((tok, i) => {
       const span = el("span", { class: "tok", "data-testid": "token", "data-index": i }, tok);
       if (/^<[^<>]*>$/.test(tok)) span.classList.add("special");
+      if (unknownAt.has(i)) span.classList.add("unk");
       box.append(span);
     });
   }
@@ -872,7 +909,10 @@
 
   function setupLive(data) {
     state.limits = data.limits;
+    state.temperature = data.temperature;
     state.api = data.api;
+    $("temperature").min = String(data.temperature.min);
+    $("temperature").max = String(data.temperature.max);
     $("live").hidden = false;
     $("text").maxLength = data.limits.max_chars;
     $("text").value = data.doc ? data.doc.text : "";
@@ -910,8 +950,9 @@
   async function request() {
     const text = $("text").value;
     const iv = intervention();
-    if (!(iv.temperature >= 0.01 && iv.temperature <= 100)) {
-      showError(t("error_temperature"));
+    const limit = state.temperature;
+    if (!(iv.temperature >= limit.min && iv.temperature <= limit.max)) {
+      showError(t("error_temperature", limit.min, limit.max));
       return;
     }
     const keep = !!state.doc && state.doc.text === text;
@@ -1008,7 +1049,6 @@
 
   function start() {
     const data = JSON.parse($("selfattn-data").textContent);
-    state.mode = data.mode;
     state.pickRule = data.pick_rule || {};
     bindEvents();
     if (data.mode === "live") setupLive(data);

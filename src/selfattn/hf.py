@@ -1,0 +1,134 @@
+"""selfattn as an attention implementation of Hugging Face transformers.
+
+    import selfattn.hf
+    selfattn.hf.register()                                   # once per process
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="selfattn")
+    # or: model.set_attn_implementation("selfattn")
+
+Every attention layer of the model then calls `selfattn.attention`, so every backend ("auto"
+included, and `selfattn.use_backend(...)`) serves it and the explainer captures it through
+`selfattn.intercept` — one capture point for our own modules and for transformers models.
+
+What transformers passes, and where it goes:
+
+    query (B, Hq, Lq, D), key/value (B, Hkv, Lk, D|Dv)   after RoPE; GQA heads are NOT repeated
+    attention_mask  None: the structure is `is_causal` (the module's, or the kwarg) and `sliding_window`
+                    bool (B, 1, Lq, Lk), True = may look (the "selfattn" mask interface is SDPA's)
+                    float, additive (0 / large negative): passed as an additive mask
+    scaling, dropout, softcap, sliding_window  -> scale, dropout_p, softcap, window
+    output_attentions=True                    -> the weights are returned as transformers expects
+
+A bool mask that is exactly the causal (and sliding-window) pattern is turned back into
+`causal=True, window=w` with no mask, so the fast causal paths run and an intervention can switch
+the causal rule off; a mask that also hides padding keeps its padding part. KV-cache decoding
+(Lq < Lk) needs no special case: selfattn's causal rule is bottom-right aligned.
+
+Anything else that changes the computation (attention sinks `s_aux`, a `head_mask`, a
+`position_bias`, packed-sequence lengths, ...) is refused with a ValueError naming it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from .functional import attention
+from .masks import visibility
+
+__all__ = ["NAME", "register", "attention_forward", "split_mask"]
+
+NAME = "selfattn"
+"""The `attn_implementation` name this module registers."""
+
+HANDLED = ("dropout", "scaling", "softcap", "sliding_window", "is_causal", "output_attentions")
+IGNORED = ("position_ids", "cache_position", "use_cache", "output_hidden_states", "return_dict",
+           "past_key_values", "cache", "layer_idx", "encoder_hidden_states", "encoder_attention_mask",
+           "position_embeddings", "token_type_ids")
+"""Keyword arguments transformers passes that do not change what attention computes here: positions
+are already inside the rotated Q/K, and the cache already inside K/V."""
+
+_LOCK = threading.Lock()
+
+
+def register() -> str:
+    """Register "selfattn" with transformers' AttentionInterface and AttentionMaskInterface; returns
+    the name. Idempotent and thread-safe."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    with _LOCK:
+        AttentionInterface.register(NAME, attention_forward)
+        AttentionMaskInterface.register(NAME, sdpa_mask)
+    return NAME
+
+
+def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                      **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """transformers' attention-function signature on top of `selfattn.attention`.
+
+    query (B, Hq, Lq, D), key (B, Hkv, Lk, D), value (B, Hkv, Lk, Dv)
+    returns (output (B, Lq, Hq, Dv), weights (B, Hq, Lq, Lk) or None)
+    """
+    _refuse_unknown(kwargs)
+    is_causal = kwargs.get("is_causal")
+    causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
+    window = kwargs.get("sliding_window")
+    Lq, Lk = query.shape[2], key.shape[2]
+    if attention_mask is None:
+        if causal and 1 < Lq < Lk:
+            # Only an empty static cache gets here (transformers skips the mask when it may): its keys
+            # beyond Lq are unwritten slots, not a past. Keep the first Lq, as transformers' SDPA does.
+            key, value = key[:, :, :Lq], value[:, :, :Lq]
+        mask = None
+        if not causal:
+            window = None       # a bidirectional layer without a mask sees everything
+    else:
+        causal, window, mask = split_mask(attention_mask, Lq, Lk, causal=causal, window=window)
+    want = bool(kwargs.get("output_attentions", False)) or _recording_attentions()
+    out = attention(query, key, value, causal=causal, mask=mask, window=window, scale=scaling,
+                    softcap=kwargs.get("softcap"), dropout_p=float(dropout or 0.0), return_weights=want)
+    output, weights = (out.output, out.weights.to(query.dtype)) if want else (out, None)
+    return output.transpose(1, 2).contiguous(), weights
+
+
+def split_mask(mask: torch.Tensor, n_q: int, n_k: int, *, causal: bool, window: int | None):
+    """(causal, window, mask) for `selfattn.attention` from the mask transformers built.
+
+    mask  bool (B, 1|H, Lq, Lk) True = may look, or additive float
+    A bool mask equal to the causal/window rule everywhere becomes (True, window, None); one that
+    only adds hidden keys to the rule keeps the rule as rule and itself as mask (same result); any
+    other mask is taken as it is, with no rule (causal False, window None).
+    """
+    if mask.dtype != torch.bool or not causal:
+        return False, None, mask
+    rule = visibility(n_q, n_k, causal=True, window=window, device=mask.device)   # (Lq, Lk)
+    if bool((mask == rule).all()):
+        return True, window, None
+    if not bool((mask & ~rule).any()):
+        return True, window, mask
+    return False, None, mask
+
+
+def _recording_attentions() -> bool:
+    """Whether transformers is collecting attention weights for this forward pass. Some models
+    (GPT-2) keep `output_attentions` to themselves; transformers' output recorder (a context
+    variable) says it for every model."""
+    try:
+        from transformers.utils.output_capturing import _active_collector
+    except ImportError:  # another transformers layout: the keyword alone decides
+        return False
+    try:
+        collected = _active_collector.get()
+    except LookupError:    # no model forward has set it in this context
+        return False
+    return isinstance(collected, dict) and "attentions" in collected
+
+
+def _refuse_unknown(kwargs: dict) -> None:
+    for name, value in kwargs.items():
+        if name in HANDLED or name in IGNORED or value is None:
+            continue
+        raise ValueError(f"selfattn attention cannot honour {name!r} (given {type(value).__name__}); "
+                         f"use attn_implementation='eager' for this model")
