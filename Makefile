@@ -1,14 +1,19 @@
 # The two commands of the README. Each sets up everything it needs on a fresh machine.
 #   make demo   the main job on its built-in default: selfattn explain on 一只蓝色怪兽走进森林
-#   make test   the whole test suite
+#   make test   the linters (make lint), then the whole test suite
+#   make lint   ruff (lint + format check) on the Python, ESLint 9 on the explorer page's JavaScript
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # torch is pinned in the install command: a CPU build of 2.13.0 lies on this machine's disk,
 # and an unpinned resolve could pull a several-GB CUDA build instead.
 TORCH  := torch==2.13.0
+# ESLint comes from the npm registry through npx (Node.js from the system), pinned to a major version;
+# its configuration is eslint.config.js.
+ESLINT := npx --yes eslint@9
+JS     := src/selfattn/explain/static/explorer.js
 
-.PHONY: demo test setup setup-test clean
+.PHONY: demo test lint setup setup-test clean
 
 setup: $(VENV)/.installed
 setup-test: $(VENV)/.installed-test
@@ -25,7 +30,13 @@ $(VENV)/.installed-test: $(VENV)/.installed
 demo: setup
 	$(BIN)/selfattn explain
 
-test: setup-test
+lint: setup-test
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+	@command -v npx >/dev/null || { echo "make lint: ESLint needs Node.js (npx): apt-get install nodejs npm" >&2; exit 1; }
+	$(ESLINT) $(JS)
+
+test: lint
 	bash scripts/setup-browser.sh   # Debian chromium + fonts-wqy-microhei for the browser tests
 	$(BIN)/python -m pytest -q
 

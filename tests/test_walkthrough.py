@@ -93,5 +93,5 @@ def test_bad_arguments_give_one_line_and_exit_2(args, message):
 def test_build_refuses_bad_values():
     with pytest.raises(ValueError, match="lang must be one of zh, en, got 'de'"):
         walkthrough.build(lang="de")
-    with pytest.raises(ValueError, match="d_k must be a positive int, got -2"):
+    with pytest.raises(ValueError, match="d_k must be >= 1, got -2"):
         walkthrough.build(d_k=-2)

@@ -1,17 +1,38 @@
 """The `selfattn` command: parse arguments, call the library, print. Nothing else lives here.
 
-Every command that prints numbers has a `--json` twin. A bad argument gets one line on
-stderr and exit status 2; a refused request (ValueError/TypeError from the library)
-gets one line and exit status 1 — never a traceback.
+Every command that prints numbers has a `--json` twin. All printing is here or in the render
+modules only this file calls (`selfattn.render.*`, `selfattn.bench.render`, `selfattn.explain.tables`);
+the library returns data.
+
+Errors, one format for every command:
+
+    bad argument (argparse)                      selfattn COMMAND: error: MESSAGE      exit 2
+    refused input or file (ValueError, OSError)  selfattn COMMAND: error: MESSAGE      exit 1
+    anything else (a bug)                        the traceback, then a line asking     exit 1
+                                                 to report it
+
+The CLI checks the type and range of every argument itself, so the library only ever sees values of
+the right type: a ValueError from it is a refusal of the user's input (an empty text, a layer that
+does not exist, a broken checkpoint file), an OSError a file that cannot be read or written. A
+TypeError, KeyError or anything else coming back is a bug, and is shown as one, with its traceback.
+Paths and texts the user gave are never read as rich markup.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import math
 import sys
+import traceback
+from pathlib import Path
 
 from . import __version__
+from .limits import MAX_SEED, MAX_THREADS
+
+REPORT = ("this is a bug in selfattn, not a problem with your input; please report it with the command and "
+          "the traceback above")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -19,43 +40,79 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _print_json(doc, indent: int | None = None) -> None:
+    """`doc` as standard JSON on stdout: NaN or infinity are refused (ValueError), never printed bare."""
+    print(json.dumps(doc, ensure_ascii=False, indent=indent, allow_nan=False))
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+# --- commands --------------------------------------------------------------------------------------------------
+
 def _walkthrough(args) -> int:
     from . import walkthrough
 
     doc = walkthrough.build(lang=args.lang, d_k=args.d_k, seed=args.seed)
     if args.json:
-        print(json.dumps(doc, ensure_ascii=False, indent=2))
+        _print_json(doc, indent=2)
     else:
-        walkthrough.render(doc, _console())
+        from .render.walkthrough import render
+
+        render(doc, _console())
     return 0
 
 
-def _explain(args) -> int:
-    from pathlib import Path
+def _check_explain_outputs(args) -> None:
+    """Every file `explain` will write, checked before the model is loaded: nothing is computed for nothing."""
+    from .files import check_writable
 
+    for path in (args.npz, args.html):
+        if path is not None:
+            check_writable(path, force=args.force)
+    if args.plots is not None:
+        folder = Path(args.plots)
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(f"--plots {folder} is a file; give a folder")
+        check_writable(folder / "grid.png" if folder.is_dir() else folder, force=args.force)
+
+
+def _write_npz(doc: dict, path: str, force: bool) -> None:
+    """Every captured tensor into `path` itself (NumPy would add ".npz" to a name without it), atomically."""
+    import numpy as np
+
+    from .explain.export import to_arrays
+    from .files import write_atomic
+
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **to_arrays(doc))
+    write_atomic(path, buffer.getvalue(), force=force)
+
+
+def _explain(args) -> int:
     from .explain.session import Explainer
     from .explain.trace import Intervention
 
-    for flag, path in (("--npz", args.npz), ("--html", args.html)):
-        if path is not None and Path(path).exists() and not args.force:
-            raise FileExistsError(f"{path} already exists; pass --force to overwrite ({flag})")
+    _check_explain_outputs(args)
     explainer = Explainer.load(args.model)
     intervention = Intervention(scaling=not args.no_scaling, causal=not args.no_causal, temperature=args.temperature)
     doc = explainer.explain(args.text, layer=args.layer, head=args.head, intervention=intervention)
     if args.npz:
-        import numpy as np
-
-        from .explain.export import to_arrays
-        np.savez_compressed(args.npz, **to_arrays(doc))
+        _write_npz(doc, args.npz, args.force)
     if args.html:
         from .explain.report import write_html
+
         write_html(doc, args.html, force=args.force)
     written = []
     if args.plots:
         from .explain import plots
+
         written = plots.save(doc, args.plots, force=args.force)
     if args.json:
-        print(json.dumps(doc, ensure_ascii=False))
+        _print_json(doc)
         return 0
     from .explain import tables
 
@@ -68,28 +125,65 @@ def _explain(args) -> int:
 
 
 def _train(args) -> int:
-    from .model.commands import train_command
+    from .model.train import run_training
+    from .render.train import format_train_summary
 
-    return train_command(preset=args.preset, out=args.out, seed=args.seed, epochs=args.epochs,
-                         batch_size=args.batch_size, lr=args.lr, plot=args.plot, force=args.force,
-                         threads=args.threads, progress=not args.no_progress, json_output=args.json)
+    summary = run_training(args.preset, args.out, seed=args.seed, epochs=args.epochs, batch_size=args.batch_size,
+                           lr=args.lr, plot=args.plot, force=args.force, progress=not args.no_progress,
+                           threads=args.threads)
+    if args.json:
+        _print_json(summary, indent=2)
+    else:
+        print(format_train_summary(summary))
+    return 0
+
+
+def _check_text(text: str) -> str:
+    """The explainer's rule for a text (not empty, not too long, no control character or undecodable byte),
+    so that `generate` refuses what `explain` refuses."""
+    from .explain.session import Explainer
+
+    # MERGE (lead): `check_text` does not use `self`; once the explain branch makes it a module-level function
+    # (e.g. `selfattn.explain.session.check_text`), call that here instead of the unbound method.
+    return Explainer.check_text(None, text)
 
 
 def _generate(args) -> int:
-    from .model.commands import generate_command
+    from .model.checkpoint import load_checkpoint, load_default
+    from .model.generate import generate_text
+    from .render.generate import format_generation
 
-    return generate_command(args.text, model=args.model, max_new_tokens=args.max_new_tokens, greedy=args.greedy,
-                            temperature=args.temperature, top_k=args.top_k, seed=args.seed,
-                            use_cache=not args.no_cache, json_output=args.json)
+    text = _check_text(args.text)
+    lm, tokenizer, _ = load_default() if args.model is None else load_checkpoint(args.model)
+    gen = generate_text(lm, tokenizer, text, args.max_new_tokens, greedy=args.greedy, temperature=args.temperature,
+                        top_k=args.top_k, seed=args.seed, use_cache=not args.no_cache)
+    if args.json:
+        _print_json({**gen.to_dict(), "model": args.model or "default"}, indent=2)
+    else:
+        print(format_generation(gen))
+    return 0
 
 
 def _bench(args) -> int:
     from . import bench
 
-    result = bench.run(args.case, quick=args.quick, json=args.json, threads=args.threads,
-                       measure_memory=not args.no_memory, console=None if args.json else _console())
+    if args.explain:
+        from .bench.cases import select
+        from .bench.dispatch import explain_case
+
+        print("\n\n".join(explain_case(case) for case in select(args.case, args.quick)))
+        return 0
+    console = None if args.json else _console()
+
+    def progress(case) -> None:
+        console.print(f"measuring {case.name} ({case.shape})…", style="dim", markup=False)
+
+    result = bench.run(args.case, quick=args.quick, threads=args.threads, measure_memory=not args.no_memory,
+                       load=args.load, progress=None if args.json else progress)
     if args.json:
-        print(json.dumps(result, ensure_ascii=False, indent=1))
+        _print_json(result, indent=1)
+    else:
+        bench.render(result, console)
     return 0
 
 
@@ -101,11 +195,7 @@ def _serve(args) -> int:
     return 0
 
 
-def _console():
-    from rich.console import Console
-
-    return Console(highlight=False)
-
+# --- arguments -------------------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="selfattn", description="Self-attention, exact and explainable.")
@@ -128,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lang", choices=["zh", "en"], default="zh", help="language of the tables (default: zh)")
     p.add_argument("--no-scaling", action="store_true", help="intervene: do not divide the scores by √d_k")
     p.add_argument("--no-causal", action="store_true", help="intervene: let a decoder look at future tokens")
-    p.add_argument("--temperature", type=_positive_float, default=1.0, help="intervene: softmax temperature (default 1)")
+    p.add_argument("--temperature", type=_temperature("explain"), default=1.0,
+                   help="intervene: softmax temperature, 0.01 to 100 (default 1)")
     p.add_argument("--json", action="store_true", help="print every captured tensor as JSON instead of tables")
     p.add_argument("--npz", metavar="FILE", help="also save every captured tensor to FILE (.npz)")
     p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report to FILE")
@@ -137,15 +228,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_explain)
 
     p = commands.add_parser("train", help="train a decoder-only model on the corpus of the tutorial's sentences")
-    p.add_argument("--preset", choices=["tiny", "default"], default="default", help="model and schedule (default: default)")
+    p.add_argument("--preset", choices=["tiny", "default"], default="default",
+                   help="model and schedule (default: default)")
     p.add_argument("--out", default="out/model", help="checkpoint folder to write (default: out/model)")
-    p.add_argument("--seed", type=_non_negative_int, default=0, help="seed of corpus, init and batches (default: 0)")
-    p.add_argument("--epochs", type=_positive_int, help="epochs (of the last stage, for staged presets; default: the preset's)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of corpus, init and batches (default: 0)")
+    p.add_argument("--epochs", type=_positive_int,
+                   help="epochs (of the last stage, for staged presets; default: the preset's)")
     p.add_argument("--batch-size", type=_positive_int, dest="batch_size", help="batch size (default: the preset's)")
     p.add_argument("--lr", type=_positive_float, help="peak learning rate (default: the preset's)")
-    p.add_argument("--plot", metavar="PNG", help="loss-curve picture (default: OUT/loss_curve.png)")
-    p.add_argument("--threads", type=_positive_int, default=1, help="torch threads (default: 1)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing checkpoint in OUT")
+    p.add_argument("--plot", metavar="PNG",
+                   help="loss-curve picture (default: OUT/loss_curve.png; kept unless --force)")
+    p.add_argument("--threads", type=_threads, default=1, help="torch threads (default: 1)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing checkpoint in OUT and the picture")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the training summary as JSON")
     p.set_defaults(run=_train)
@@ -155,9 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="PATH", help="a checkpoint folder (default: the bundled model)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=40, dest="max_new_tokens", help="(default: 40)")
     p.add_argument("--greedy", action="store_true", help="always take the most likely token")
-    p.add_argument("--temperature", type=_positive_float, default=1.0, help="sampling temperature (default: 1)")
+    p.add_argument("--temperature", type=_temperature("generate"), default=1.0,
+                   help="sampling temperature, 0.01 to 100 (default: 1; --greedy for the limit 0)")
     p.add_argument("--top-k", type=_positive_int, dest="top_k", help="sample among the k most likely tokens")
-    p.add_argument("--seed", type=_non_negative_int, default=0, help="sampling seed (default: 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="sampling seed (default: 0)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole prefix each step (no KV cache)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=_generate)
@@ -166,7 +261,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--case", action="append", metavar="NAME",
                    help="run only this case (repeatable; default: all; an unknown name lists the cases)")
     p.add_argument("--quick", action="store_true", help="small sizes: the whole suite in well under a minute")
-    p.add_argument("--threads", type=_positive_int, help="torch threads (default: torch's default)")
+    p.add_argument("--threads", type=_threads, help="torch threads (default: torch's default)")
+    p.add_argument("--load", type=_load, default=0, metavar="N",
+                   help="run N busy processes (one core each) during the run, for reproducible busy-core ratios")
+    p.add_argument("--explain", action="store_true",
+                   help="measure nothing: print how each case's request is dispatched (estimates, refusals, choice)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement (one process per row)")
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
     p.set_defaults(run=_bench)
@@ -181,15 +280,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _number(kind: type, *, low: float, high: float | None = None, low_open: bool = False, what: str = ""):
     """An argparse type: `kind` (int or float) within [low, high], or (low, high] with low_open."""
-    import math
-
     bound = f"> {low:g}" if low_open else f">= {low:g}"
     what = what or (f"an integer {bound}" if kind is int else f"a finite number {bound}")
 
     def parse(text: str):
         try:
             value = kind(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
         if (not math.isfinite(value) or value < low or (low_open and value == low)
                 or (high is not None and value > high)):
@@ -203,6 +300,33 @@ _positive_int = _number(int, low=1, what="a positive integer")
 _non_negative_int = _number(int, low=0)
 _positive_float = _number(float, low=0, low_open=True)
 _port = _number(int, low=0, high=65535, what="a port in [0, 65535]")
+_seed = _number(int, low=0, high=MAX_SEED, what=f"an integer in [0, {MAX_SEED}]")
+_threads = _number(int, low=1, high=MAX_THREADS, what=f"an integer in [1, {MAX_THREADS}]")
+
+
+def _temperature(command: str):
+    """An argparse type: a temperature in the range the library of `command` accepts (its constants)."""
+
+    def parse(text: str) -> float:
+        value = _positive_float(text)
+        if command == "generate":
+            from .model.generate import MAX_TEMPERATURE, MIN_TEMPERATURE
+        else:
+            # MERGE (lead): the explainer's range lives in explain/server.py today; if the explain branch moves it
+            # next to `Intervention` (explain/trace.py), import it from there.
+            from .explain.server import MAX_TEMPERATURE, MIN_TEMPERATURE
+        if not MIN_TEMPERATURE <= value <= MAX_TEMPERATURE:
+            raise argparse.ArgumentTypeError(
+                f"expected a temperature in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], got {text!r}")
+        return value
+
+    return parse
+
+
+def _load(text: str) -> int:
+    from .bench.load import MAX_LOAD
+
+    return _number(int, low=0, high=MAX_LOAD, what=f"an integer in [0, {MAX_LOAD}]")(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,12 +340,16 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `selfattn ... | head`: the reader left, nothing to report
         sys.stderr.close()
         return 0
-    except (ValueError, TypeError, KeyError, OSError) as exc:
-        print(f"selfattn {args.command}: error: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print(f"selfattn {args.command}: interrupted", file=sys.stderr)
         return 130
+    except (ValueError, OSError) as exc:      # a refused input or file: one line
+        print(f"selfattn {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception:                         # a bug: its traceback, and what to do about it
+        traceback.print_exc()
+        print(f"selfattn {args.command}: internal error: {REPORT}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

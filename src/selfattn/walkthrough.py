@@ -1,15 +1,17 @@
 """`selfattn walkthrough`: the tutorial "Self-Attention 是什么", executed step by step.
 
 `build(lang, d_k, seed)` computes every number with `selfattn.reference` and returns one
-plain dict (the content); `render(doc, console)` draws it with rich, and `--json` prints
-the same dict. One source, two views. Imports no torch.
+plain dict (the content); `selfattn.render.walkthrough.render(doc, console)` draws it with rich,
+and `--json` prints the same dict. One source, two views. Imports no torch.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import checks
 from . import reference as R
+from .files import json_float
 
 TOKENS = ["一只", "蓝色", "怪兽", "走进", "森林"]
 
@@ -26,6 +28,8 @@ FEATURES = {"zh": ["数量", "颜色", "角色", "动作", "地点"], "en": ["qu
 """What each token means on its own (the tutorial: 一只：数量, 蓝色：颜色, …): the value vectors."""
 
 DEFAULT_D_K = 4
+MAX_D_K = 1 << 20
+"""Largest d_k accepted: far beyond any head, and √d_k stays an ordinary float."""
 RANDOM_SHAPE = (10, 128)  # the tutorial's 10 tokens × 128 dims
 
 TEXT = {
@@ -92,10 +96,8 @@ def build(lang: str = "zh", d_k: int = DEFAULT_D_K, seed: int = 0) -> dict:
     """Compute the whole walkthrough. Every number comes from `selfattn.reference`."""
     if lang not in TEXT:
         raise ValueError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
-    if isinstance(d_k, bool) or not isinstance(d_k, int) or d_k < 1:
-        raise ValueError(f"d_k must be a positive int, got {d_k!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    checks.integer("d_k", d_k, low=1, high=MAX_D_K)
+    checks.integer("seed", seed, low=0)
     t = TEXT[lang]
     features = FEATURES[lang]
     n = len(TOKENS)
@@ -137,14 +139,16 @@ def build(lang: str = "zh", d_k: int = DEFAULT_D_K, seed: int = 0) -> dict:
         "d_k": d_k,
         "sections": [
             {"id": "tokens", "text": t["tokens"],
-             "table": {"corner": t["token"], "rows": TOKENS, "columns": [t["feature"]], "values": [[f] for f in features]}},
+             "table": {"corner": t["token"], "rows": TOKENS, "columns": [t["feature"]],
+                       "values": [[f] for f in features]}},
             {"id": "scores", "text": t["scores"], "table": table(TUTORIAL_SCORES)},
             {"id": "scaled", "text": t["scaled"].format(d_k=d_k, root=np.sqrt(d_k)), "table": table(scaled)},
             {"id": "mask", "text": t["mask"], "table": table(visible.astype(int))},
             {"id": "masked", "text": t["masked"], "table": table(masked)},
             {"id": "weights", "text": t["weights"],
              "table": table(np.column_stack([weights, weights.sum(1)]), columns=[*TOKENS, t["row_sum"]])},
-            {"id": "output", "text": t["output"], "table": table(output, columns=features, corner=t["position_feature"]),
+            {"id": "output", "text": t["output"],
+             "table": table(output, columns=features, corner=t["position_feature"]),
              "top": top,
              "top_lines": [t["top"].format(q=e["query"], items=", ".join(
                  f"{k['token']} {k['weight']:.0%}" for k in e["keys"])) for e in top]},
@@ -164,62 +168,9 @@ def build(lang: str = "zh", d_k: int = DEFAULT_D_K, seed: int = 0) -> dict:
     }
 
 
-def render(doc: dict, console) -> None:
-    """Draw `build`'s content on a rich console."""
-    from rich.table import Table
-
-    t = TEXT[doc["lang"]]
-    console.rule(f"[bold]{doc['title']}")
-    for section in doc["sections"]:
-        console.print()
-        console.print(section["text"])
-        if "table" in section:
-            digits = 0 if section["id"] == "mask" else 3 if section["id"] in ("weights", "output") else 2
-            console.print(_rich_table(section["table"], digits, Table))
-        if section["id"] == "output":
-            for line in section["top_lines"]:
-                console.print("  " + line)
-        if section["id"] == "softmax":
-            for ex in section["examples"]:
-                console.print(f"  softmax({_fmt_list(ex['scores'])}) = {_fmt_list(ex['softmax'], 3)}")
-        if section["id"] == "random":
-            shapes = Table(t["step"], t["shape_of"], show_edge=False)
-            for row in section["shapes"]:
-                shapes.add_row(row["step"], "×".join(map(str, row["shape"])))
-            console.print(shapes)
-            console.print(t["last_row"], _fmt_list(section["last_row_weights"], 3))
-            c = section["checks"]
-            console.print(t["checks"].format(sum_dev=c["row_sum_max_deviation"], future_max=c["future_weight_max"],
-                                             out_shape="×".join(map(str, c["output_shape"])),
-                                             in_shape="×".join(map(str, c["input_shape"]))))
-
-
-def _rich_table(table: dict, digits: int, Table):
-    out = Table(table["corner"], *table["columns"], show_edge=False, header_style="bold")
-    for label, row in zip(table["rows"], table["values"]):
-        out.add_row(label, *(_cell(x, digits) for x in row))
-    return out
-
-
-def _cell(x, digits: int) -> str:
-    if isinstance(x, str) and x not in ("-inf", "inf"):
-        return x
-    if x == "-inf":
-        return "[red]−inf[/red]"
-    if digits == 0:
-        return f"{x:.0f}" if x else "[dim]0[/dim]"
-    text = f"{x:.{digits}f}"
-    return f"[dim]{text}[/dim]" if x == 0 else text
-
-
-def _fmt_list(values, digits: int = 1) -> str:
-    return "[" + ", ".join("−inf" if v == "-inf" else f"{v:.{digits}f}" for v in values) + "]"
-
-
 def _jsonable(a):
-    """Nested lists of floats; ±inf become the strings "-inf"/"inf" so the JSON stays standard."""
+    """Nested lists of floats; ±inf become the strings "-inf"/"inf" (`selfattn.files.json_float`)."""
     a = np.asarray(a, dtype=np.float64)
     if a.ndim == 0:
-        x = float(a)
-        return x if np.isfinite(x) else ("-inf" if x < 0 else "inf")
+        return json_float(a)
     return [_jsonable(x) for x in a]

@@ -19,7 +19,7 @@ ROW_FIELDS = {"backend", "chosen", "shape", "ms", "gflops", "peak_percent", "vs_
 def quick_result():
     threads = torch.get_num_threads()
     result = bench.run(cases=["causal_forward", "forward_backward", "sliding_window", "gqa", "decode"],
-                       quick=True, json=True, measure_memory=False, threads=1)
+                       quick=True, measure_memory=False, threads=1)
     assert torch.get_num_threads() == threads      # the caller's setting is restored
     assert result["machine"]["threads"] == 1
     return result
@@ -57,7 +57,7 @@ def test_tables_render(quick_result):
 def test_refused_backend_gets_a_reason(monkeypatch):
     from selfattn.kernels import naive
     monkeypatch.setattr(naive, "WEIGHTS_BUDGET_BYTES", 1000)
-    result = bench.run(cases=["decode"], quick=True, json=True, measure_memory=False)
+    result = bench.run(cases=["decode"], quick=True, measure_memory=False)
     row = next(r for r in result["cases"][0]["rows"] if r["backend"] == "naive")
     assert row["ms"] is None and "budget" in row["skipped"]
 
@@ -77,7 +77,7 @@ def test_unknown_case_is_named():
 
 
 def test_a_busy_machine_is_named(monkeypatch):
-    import selfattn.bench as b
+    import selfattn.bench.runner as b
     monkeypatch.setattr(b.os, "cpu_count", lambda: 2)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     assert b._warnings(1.6, 2.4, [150.0, 148.0], threads=2) == []   # the load of the command just before
@@ -86,3 +86,56 @@ def test_a_busy_machine_is_named(monkeypatch):
     assert "OMP_WAIT_POLICY=PASSIVE" in text
     monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
     assert "OMP_WAIT_POLICY" not in b._warnings(2.7, None, [150.0], threads=2)[0]
+
+
+def test_busy_processes_run_during_the_block_and_stop_after():
+    import os
+
+    from selfattn.bench.load import busy_processes
+
+    with busy_processes(2) as pids:
+        assert len(pids) == 2
+        for pid in pids:
+            os.kill(pid, 0)                                    # alive
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    with pytest.raises(ValueError, match="load must be <= 256"):
+        with busy_processes(257):
+            pass
+
+
+def test_a_run_under_load_says_so(capsys):
+    from selfattn.cli import main
+
+    result = bench.run(cases=["decode"], quick=True, measure_memory=False, threads=1, load=1)
+    assert result["machine"]["busy_processes"] == 1
+    out = io.StringIO()
+    bench.render(result, Console(file=out, width=200))
+    assert "under load 1 (1 busy process, one core each)" in out.getvalue()
+    assert main(["bench", "--case", "decode", "--quick", "--no-memory", "--threads", "1", "--load", "1",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["machine"]["busy_processes"] == 1
+
+
+def test_explain_prints_every_backend_and_the_choice(capsys):
+    from selfattn.cli import main
+
+    assert main(["bench", "--explain", "--case", "decode", "--case", "sliding_window", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("decode: ") and "sliding_window: " in out
+    for name in ("naive", "sdpa", "tiled"):
+        assert f"  {name} " in out
+    assert out.count("auto   → ") == 2
+
+
+def test_texts_from_the_machine_are_not_markup():
+    result = {"quick": True, "machine": {"cpu": "[bold]cpu[/bold]", "torch": "2", "threads": 1,
+                                         "gemm_peak_gflops": 1.0, "gemm": "g"},
+              "method": {}, "warnings": ["[red]busy[/red]"],
+              "cases": [{"name": "c", "title": "t", "shape": "1", "rows": [
+                  {"backend": "naive", "chosen": None, "skipped": "[link=https://x]no[/link]", "memory_error": None}]}]}
+    out = io.StringIO()
+    bench.render(result, Console(file=out, width=200))
+    text = out.getvalue()
+    assert "[bold]cpu[/bold]" in text and "[red]busy[/red]" in text and "[link=https://x]no[/link]" in text

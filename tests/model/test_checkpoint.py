@@ -34,7 +34,8 @@ def test_broken_checkpoints_are_named(tokenizer, tmp_path):
     config["model"]["n_layers"] = 1
     config["model"]["d_model"] = 20
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    with pytest.raises(ValueError, match=r"tensor 'tok_emb\.weight' has shape \(\d+, 16\), the model expects \(\d+, 20\)"):
+    with pytest.raises(ValueError,
+                       match=r"tensor 'tok_emb\.weight' has shape \(\d+, 16\), the model expects \(\d+, 20\)"):
         load_checkpoint(folder)
     (folder / "model.safetensors").write_bytes(b"corrupt")
     config["model"]["d_model"] = 16
@@ -44,4 +45,69 @@ def test_broken_checkpoints_are_named(tokenizer, tmp_path):
     with pytest.raises(FileNotFoundError, match="checkpoint folder not found"):
         load_checkpoint(tmp_path / "nowhere")
     with pytest.raises(ValueError, match="vocab_size"):
-        save_checkpoint(DecoderLM(DecoderConfig(vocab_size=7, d_model=8, n_layers=1, n_heads=2)), tokenizer, tmp_path / "x")
+        save_checkpoint(DecoderLM(DecoderConfig(vocab_size=7, d_model=8, n_layers=1, n_heads=2)), tokenizer,
+                        tmp_path / "x")
+
+
+def test_a_save_killed_before_config_json_leaves_a_folder_that_refuses_to_load(tokenizer, tmp_path):
+    """A real SIGKILL in the middle of `save_checkpoint --force` over an older checkpoint: the new weights are
+    on disk, config.json is not, and loading says so instead of pairing them with the old config."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    torch.manual_seed(0)
+    old = DecoderLM(DecoderConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2))
+    folder = tmp_path / "ck"
+    save_checkpoint(old, tokenizer, folder, training={"run": "old"})
+    tokenizer.save(tmp_path / "tokenizer.json")
+    code = f"""
+import os, signal, torch
+from selfattn.model import checkpoint
+from selfattn.model.decoder import DecoderConfig, DecoderLM
+from selfattn.model.tokenizer import WordTokenizer
+
+def killed(path, *args, **kwargs):      # the moment before config.json is written
+    os.kill(os.getpid(), signal.SIGKILL)
+
+checkpoint.write_atomic = killed
+tok = WordTokenizer.load({str(tmp_path / "tokenizer.json")!r})
+torch.manual_seed(1)
+new = DecoderLM(DecoderConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2))
+checkpoint.save_checkpoint(new, tok, {str(folder)!r}, training={{"run": "new"}}, force=True)
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert (folder / "model.safetensors").is_file() and not (folder / "config.json").exists()
+    with pytest.raises(ValueError, match="has weights but no config.json: an incomplete checkpoint"):
+        load_checkpoint(folder)
+
+
+def test_weights_from_another_save_are_refused(tokenizer, tmp_path):
+    torch.manual_seed(0)
+    config = DecoderConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2)
+    save_checkpoint(DecoderLM(config), tokenizer, tmp_path / "a")
+    save_checkpoint(DecoderLM(config), tokenizer, tmp_path / "b")
+    (tmp_path / "a" / "model.safetensors").write_bytes((tmp_path / "b" / "model.safetensors").read_bytes())
+    with pytest.raises(ValueError, match="not the file config.json was saved with"):
+        load_checkpoint(tmp_path / "a")
+    load_checkpoint(tmp_path / "b")
+
+
+def test_weights_saved_by_save_model_under_the_other_tied_name_also_load(tokenizer, tmp_path):
+    """safetensors' save_model keeps the tied LM head under "lm_head.weight"; our files keep "tok_emb.weight"."""
+    from safetensors.torch import save_model
+
+    from selfattn.model.safetensors_io import assign, read_safetensors
+
+    torch.manual_seed(0)
+    model = DecoderLM(DecoderConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2)).eval()
+    save_model(model, str(tmp_path / "other.safetensors"))
+    tensors = read_safetensors(tmp_path / "other.safetensors")
+    assert "lm_head.weight" in tensors and "tok_emb.weight" not in tensors
+    fresh = DecoderLM(model.config)
+    assign(fresh, tensors, "other.safetensors")
+    ids = torch.tensor(tokenizer.encode("一只蓝色怪兽"))
+    assert torch.equal(fresh.eval()(ids), model(ids)) and fresh.lm_head.weight is fresh.tok_emb.weight

@@ -28,7 +28,7 @@ def test_plan_fills_every_row_exactly_and_uses_each_sentence_once():
 def test_plan_refuses_a_sentence_that_cannot_fit():
     with pytest.raises(ValueError, match="a sentence of 40 tokens cannot go into a row of 33 tokens"):
         plan_paragraphs([12, 40], 33)
-    with pytest.raises(ValueError, match="row_len must be an int >= 3"):
+    with pytest.raises(ValueError, match="row_len \\(<bos>, a token, <eos>\\) must be >= 3"):
         plan_paragraphs([1], 2)
 
 
@@ -60,7 +60,7 @@ def test_an_epoch_reads_every_sentence_once_at_positions_the_model_has():
         B, L = batch.shape
         assert start.shape == (B,) and start.dtype == torch.long
         assert int(start.min()) >= 0 and int(start.max()) + L - 1 <= 256        # input batch[:, :-1] fits
-        for row, s in zip(batch.tolist(), start.tolist()):
+        for row, s in zip(batch.tolist(), start.tolist(), strict=True):
             row = [t for t in row if t != PAD]
             assert row[0] == BOS and row[-1] == EOS and BOS not in row[1:] and EOS not in row[:-1]
             ids = Counter(row[1:-1])
@@ -84,7 +84,8 @@ def test_a_paragraph_holds_at_most_max_sentences_and_fits_max_len():
 
 def test_epochs_follow_the_generator():
     a, b = run_epoch(corpus_like(300), seed=4), run_epoch(corpus_like(300), seed=4)
-    assert len(a) == len(b) and all(torch.equal(x, y) and torch.equal(s, t) for (x, s), (y, t) in zip(a, b))
+    assert len(a) == len(b)
+    assert all(torch.equal(x, y) and torch.equal(s, t) for (x, s), (y, t) in zip(a, b, strict=True))
     c = run_epoch(corpus_like(300), seed=5)
     assert [x.tolist() for x, _ in a] != [x.tolist() for x, _ in c]
 
@@ -92,7 +93,7 @@ def test_epochs_follow_the_generator():
 def test_bad_epoch_settings_are_named():
     with pytest.raises(ValueError, match="single_share must be in \\[0, 1\\], got 1.5"):
         run_epoch(corpus_like(10), single_share=1.5)
-    with pytest.raises(ValueError, match="max_sentences must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="max_sentences must be >= 1, got 0"):
         run_epoch(corpus_like(10), max_sentences=0)
     with pytest.raises(ValueError, match="a sentence of 13 tokens does not fit max_len=12"):
         run_epoch([[5] * 13], max_len=12)

@@ -90,7 +90,7 @@ def test_bad_inputs_are_named(model):
         model(torch.zeros(1, 3, dtype=torch.long), cache=[KVCache()])
     with pytest.raises(ValueError, match="activation must be one of"):
         DecoderConfig(vocab_size=5, activation="swish")
-    with pytest.raises(ValueError, match="d_model must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="d_model must be >= 1, got 0"):
         DecoderConfig(vocab_size=5, d_model=0)
     with pytest.raises(ValueError, match="unknown DecoderConfig fields"):
         DecoderConfig.from_dict({"vocab_size": 5, "width": 3})

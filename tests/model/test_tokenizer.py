@@ -47,7 +47,7 @@ def test_json_round_trip_keeps_vocabulary_and_segmentation(tokenizer, tmp_path):
 def test_broken_files_and_vocabularies_are_named(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json", encoding="utf-8")
-    with pytest.raises(ValueError, match="bad.json is not valid JSON"):
+    with pytest.raises(ValueError, match="bad.json: not valid JSON"):
         WordTokenizer.load(bad)
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"format": "something-else"}), encoding="utf-8")

@@ -4,10 +4,11 @@ from dataclasses import replace
 import pytest
 import torch
 
+from selfattn.cli import main
 from selfattn.model.checkpoint import FILES
-from selfattn.model.commands import format_train_summary, train_command
 from selfattn.model.decoder import INIT_STD
 from selfattn.model.train import PRESETS, Preset, Stage, _lr_at, fourier_positions, run_training
+from selfattn.render.train import NOT_MEASURED, format_train_summary
 
 
 def test_tiny_training_lowers_the_loss_and_writes_everything(tiny_run):
@@ -32,7 +33,7 @@ def test_refuses_to_overwrite_without_force(tiny_run, capsys):
     before = (folder / "model.safetensors").read_bytes()
     with pytest.raises(FileExistsError, match="model.safetensors already exists; pass force=True"):
         run_training("tiny", folder, progress=False)
-    assert train_command(preset="tiny", out=str(folder), progress=False) == 1
+    assert main(["train", "--preset", "tiny", "--out", str(folder), "--no-progress"]) == 1
     assert "--force" in capsys.readouterr().err
     assert (folder / "model.safetensors").read_bytes() == before
 
@@ -40,11 +41,11 @@ def test_refuses_to_overwrite_without_force(tiny_run, capsys):
 def test_bad_options_are_named(tmp_path):
     with pytest.raises(ValueError, match="unknown preset 'huge'"):
         run_training("huge", tmp_path)
-    with pytest.raises(ValueError, match="epochs must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="epochs must be >= 1, got 0"):
         run_training("tiny", tmp_path, epochs=0)
-    with pytest.raises(ValueError, match="lr must be a number in \\(0, 1\\), got 5"):
+    with pytest.raises(ValueError, match="lr must be < 1, got 5"):
         run_training("tiny", tmp_path, lr=5)
-    with pytest.raises(ValueError, match="seed must be an int >= 0, got -3"):
+    with pytest.raises(ValueError, match="seed must be >= 0, got -3"):
         run_training("tiny", tmp_path, seed=-3)
 
 
@@ -66,7 +67,7 @@ def test_learning_rate_schedule_warms_up_then_decays():
     lrs = [_lr_at(s, 1000, p) for s in range(1000)]
     assert lrs[0] < lrs[p.warmup_steps - 1] == pytest.approx(p.lr)
     assert lrs[-1] == pytest.approx(0.1 * p.lr, rel=1e-3)
-    assert all(x >= y for x, y in zip(lrs[p.warmup_steps:], lrs[p.warmup_steps + 1:]))
+    assert all(x >= y for x, y in zip(lrs[p.warmup_steps:], lrs[p.warmup_steps + 1:], strict=False))
 
 
 STAGED = Preset(d_model=16, n_layers=1, n_heads=2, n_train=300, n_val=60, n_test=60, epochs=1, batch_size=32,
@@ -110,3 +111,14 @@ def test_bad_presets_are_named():
         replace(STAGED, pos_init="sinusoid")
     with pytest.raises(ValueError, match="anchored_share must be in \\[0, 1\\], got 2"):
         replace(STAGED, anchored_share=2)
+
+
+def test_a_summary_with_unmeasured_figures_prints_them_as_not_measured(tiny_run):
+    summary, _ = tiny_run
+    late = summary["metrics"]["paragraphs"]["late"]
+    broken = {**summary, "metrics": {**summary["metrics"], "paragraphs": {
+        **summary["metrics"]["paragraphs"],
+        "late": {**late, "sentences": max(late["sentences"], 1), "ref_agreement": None, "ref_n": 0,
+                 "measure_agreement": None, "perplexity": None}}}}
+    text = format_train_summary(broken)
+    assert f"这+measure agreement {NOT_MEASURED} of 0" in text and f"measure-word agreement {NOT_MEASURED}" in text

@@ -1,22 +1,28 @@
-"""The bench's tables, drawn with rich: one per case."""
+"""The bench's tables, drawn with rich: one per case (called by the CLI; `selfattn.bench.run` prints nothing).
+
+Text that comes from the machine or from errors (the CPU name, a refusal, a failed measurement) is
+printed as text, never read as rich markup."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 __all__ = ["render_header", "render_case", "render"]
 
 
 def render_header(result: dict, console: Console) -> None:
     machine = result["machine"]
+    busy = machine.get("busy_processes", 0)
+    under = f", under load {busy} ({busy} busy process{'es' if busy != 1 else ''}, one core each)" if busy else ""
     console.print(f"[bold]selfattn bench[/bold]{'  (quick sizes)' if result['quick'] else ''}: "
-                  f"torch {machine['torch']}, {machine['threads']} threads, {machine['cpu']}")
+                  f"torch {machine['torch']}, {machine['threads']} threads{under}, ", Text(machine["cpu"]), sep="")
     console.print(f"GEMM peak: {machine['gemm_peak_gflops']:.1f} GFLOP/s ({machine['gemm']})")
     for key, text in result["method"].items():
         console.print(f"[dim]{key}: {text}[/dim]")
     for text in result.get("warnings", []):
-        console.print(f"[bold yellow]warning:[/bold yellow] {text}")
+        console.print("[bold yellow]warning:[/bold yellow]", Text(text))
 
 
 def render_case(case: dict, console: Console) -> None:
@@ -37,9 +43,9 @@ def render_case(case: dict, console: Console) -> None:
     console.print(table)
     for row in case["rows"]:
         if row["skipped"]:
-            console.print(f"  [dim]{row['backend']} skipped: {row['skipped']}[/dim]")
+            console.print(Text(f"  {row['backend']} skipped: {row['skipped']}", style="dim"))
         elif row["memory_error"]:
-            console.print(f"  [dim]{row['backend']} memory not measured: {row['memory_error']}[/dim]")
+            console.print(Text(f"  {row['backend']} memory not measured: {row['memory_error']}", style="dim"))
 
 
 def render(result: dict, console: Console | None = None) -> None:

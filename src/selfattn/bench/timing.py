@@ -6,7 +6,7 @@ of other work on a shared machine hits all of them alike and the ratios stay fai
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["best_seconds", "best_seconds_interleaved", "MIN_SECONDS", "QUICK_MIN_SECONDS", "MIN_REPEATS",
            "MAX_REPEATS"]

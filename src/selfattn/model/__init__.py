@@ -10,10 +10,11 @@
     train           the training loop and its presets; loss_curve draws its PNG
     evaluate        perplexity, next-token accuracy, measure-word agreement, sampled grammaticality
     probe           in how many heads a word's strongest attention goes where the tutorial says
-    checkpoint      safetensors + config.json + tokenizer.json; `load_default()`
-    safetensors_io  reading/writing weight files, checking every name and shape
+    checkpoint      safetensors + config.json + tokenizer.json, saved as a unit; `load_default()`
+    safetensors_io  writing weight files (safetensors' save_model), reading them checking every name and shape
     hf              Hugging Face GPT-2 and BERT directories → DecoderLM / Encoder
-    commands        what `selfattn train` / `selfattn generate` do and print
+
+What `selfattn train` / `selfattn generate` print is drawn by `selfattn.render`, called by the CLI.
 
 Importing this package imports neither torch nor jieba; `load_default` does, when called.
 """

@@ -1,14 +1,22 @@
 """A checkpoint is a folder of three files: weights, model config, tokenizer.
 
     model.safetensors   the DecoderLM's tensors (a tied LM head is stored once)
-    config.json         {"format": "selfattn.decoder-lm", "version": 1, "model": {...}, "training": {...}}
+    config.json         {"format": "selfattn.decoder-lm", "version": 1, "model": {...}, "training": {...},
+                         "files": {"model.safetensors": {"bytes", "sha256"}, "tokenizer.json": {...}}}
     tokenizer.json      the WordTokenizer (vocabulary + jieba user words)
+
+Saved as a unit: an existing config.json is removed first, each file is written through a temporary
+file and a rename, and config.json comes last with the size and SHA-256 of the other two (the
+manifest). A save killed half-way therefore leaves a folder without config.json, and weights or a
+tokenizer that do not match the manifest are refused on loading: never new weights read with an
+old config. (Configs written before the manifest existed load without that check.)
 
 `load_default()` loads the model that ships inside the package (`selfattn/model/default/`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -16,16 +24,21 @@ from typing import NamedTuple
 
 import torch
 
+from ..files import read_json, write_atomic
 from .decoder import DecoderConfig, DecoderLM
+from .safetensors_io import assign, read_safetensors, save_weights
 from .tokenizer import WordTokenizer
-from .safetensors_io import assign, read_safetensors, unique_state, write_safetensors
 
-__all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "load_default", "DEFAULT_DIR", "FILES"]
+__all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "load_default", "DEFAULT_DIR", "FILES", "FORMAT",
+           "VERSION"]
 
 FORMAT = "selfattn.decoder-lm"
 VERSION = 1
 FILES = ("model.safetensors", "config.json", "tokenizer.json")
 DEFAULT_DIR = Path(__file__).resolve().parent / "default"
+MANIFEST_FILES = ("model.safetensors", "tokenizer.json")
+"""The files whose size and SHA-256 config.json records."""
+HASH_CHUNK = 1 << 20
 
 
 class Checkpoint(NamedTuple):
@@ -38,7 +51,7 @@ class Checkpoint(NamedTuple):
 
 def save_checkpoint(model: DecoderLM, tokenizer: WordTokenizer, out_dir: str | os.PathLike, *,
                     training: dict | None = None, force: bool = False) -> dict[str, str]:
-    """Write the three files into out_dir (created if needed).
+    """Write the three files into out_dir (created if needed), as a unit (see the module docstring).
 
     Refuses (FileExistsError naming the file) to replace an existing checkpoint unless force=True.
     Returns {file name: path written}.
@@ -55,31 +68,55 @@ def save_checkpoint(model: DecoderLM, tokenizer: WordTokenizer, out_dir: str | o
             if (out / name).exists():
                 raise FileExistsError(f"{out / name} already exists; pass force=True (--force) to overwrite")
     out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").unlink(missing_ok=True)        # from here until the end the folder does not load
     paths = {
-        "model.safetensors": write_safetensors(unique_state(model), out / "model.safetensors",
-                                               metadata={"format": FORMAT}),
-        "tokenizer.json": tokenizer.save(out / "tokenizer.json"),
+        "model.safetensors": save_weights(model, out / "model.safetensors", metadata={"format": FORMAT}, force=True),
+        "tokenizer.json": tokenizer.save(out / "tokenizer.json", force=True),
     }
-    config = {"format": FORMAT, "version": VERSION, "model": model.config.to_dict(), "training": training or {}}
-    (out / "config.json").write_text(json.dumps(config, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    paths["config.json"] = out / "config.json"
+    config = {"format": FORMAT, "version": VERSION, "model": model.config.to_dict(), "training": training or {},
+              "files": {name: _fingerprint(out / name) for name in MANIFEST_FILES}}
+    paths["config.json"] = write_atomic(out / "config.json", json.dumps(config, ensure_ascii=False, indent=1) + "\n",
+                                        force=True)
     return {k: str(v) for k, v in paths.items()}
 
 
+def _fingerprint(path: Path) -> dict:
+    """{"bytes", "sha256"} of a file."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(HASH_CHUNK), b""):
+            digest.update(chunk)
+    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
 def _read_config(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"checkpoint config not found: {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a {FORMAT} config (format={data.get('format') if isinstance(data, dict) else None!r})")
+    if not path.is_file() and path.parent.is_dir() and any((path.parent / f).exists() for f in MANIFEST_FILES):
+        raise ValueError(f"{path.parent} has weights but no config.json: an incomplete checkpoint (was a save "
+                         f"interrupted?); train it again or restore the folder")
+    data = read_json(path, what="checkpoint config")
+    if data.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a {FORMAT} config (format={data.get('format')!r})")
     if data.get("version") != VERSION:
         raise ValueError(f"{path} has version {data.get('version')!r}; this selfattn reads version {VERSION}")
     if not isinstance(data.get("model"), dict):
         raise ValueError(f"{path} has no 'model' section")
     return data
+
+
+def _check_manifest(folder: Path, data: dict) -> None:
+    """Refuse files that are not the ones config.json was written with (a mixed or half-replaced folder)."""
+    manifest = data.get("files")
+    if manifest is None:
+        return
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{folder / 'config.json'}: 'files' must be an object")
+    for name in MANIFEST_FILES:
+        path = folder / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing from the checkpoint")
+        if manifest.get(name) != _fingerprint(path):
+            raise ValueError(f"{path} is not the file config.json was saved with (size or SHA-256 differ): the "
+                             f"folder mixes two checkpoints or a save was interrupted; train it again")
 
 
 def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> Checkpoint:
@@ -96,8 +133,10 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(f"{folder}: tokenizer.json has {tokenizer.vocab_size} tokens, "
                          f"config.json says vocab_size={config.vocab_size}")
+    tensors = read_safetensors(folder / "model.safetensors")
+    _check_manifest(folder, data)
     model = DecoderLM(config)
-    assign(model, read_safetensors(folder / "model.safetensors"), str(folder / "model.safetensors"))
+    assign(model, tensors, str(folder / "model.safetensors"))
     return Checkpoint(model.to(device).eval(), tokenizer, data.get("training", {}))
 
 

@@ -55,9 +55,12 @@ import math
 import random
 from dataclasses import dataclass
 
+from .. import checks
+
 __all__ = [
     "Creature", "Sentence", "Corpus", "COLOURS", "CREATURES", "MEASURES", "QUANTITIES", "MOVES",
-    "PLACES", "places_for", "ACTIVITIES", "FEELINGS", "make_corpus", "make_sentence", "distinct_sentences", "log_prob", "all_words", "with_measure",
+    "PLACES", "places_for", "ACTIVITIES", "FEELINGS", "make_corpus", "make_sentence", "distinct_sentences",
+    "log_prob", "all_words", "with_measure",
 ]
 
 
@@ -253,10 +256,7 @@ def make_corpus(n_train: int = 20000, n_val: int = 1000, n_test: int = 1000, see
     seed                     everything (held-out pairs, sentences, order) follows from it
     """
     for name, n in (("n_train", n_train), ("n_val", n_val), ("n_test", n_test), ("seed", seed)):
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"{name} must be an int, got {type(n).__name__} {n!r}")
-        if n < 0:
-            raise ValueError(f"{name} must be >= 0, got {n}")
+        checks.integer(name, n, low=0)
     rng = random.Random(seed)
     val_pairs, test_pairs = _held_out_pairs(rng)
     all_pairs = [(c, k) for k in CREATURES for c in COLOURS]

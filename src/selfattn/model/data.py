@@ -17,11 +17,12 @@ that is how the long-input metrics read the validation and test splits.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 
+from .. import checks
 from .corpus import Sentence
 
 __all__ = ["encode_sentences", "pad_batch", "iterate_batches", "plan_paragraphs", "paragraphs", "epoch_batches",
@@ -76,8 +77,7 @@ def plan_paragraphs(lengths: Sequence[int], row_len: int) -> list[list[int]]:
     first of the next LOOKAHEAD sentences that still lets the rest of the row be filled exactly
     (skipped sentences stay at the front for the next row).
     """
-    if isinstance(row_len, bool) or not isinstance(row_len, int) or row_len < 3:
-        raise ValueError(f"row_len must be an int >= 3 (<bos>, a token, <eos>), got {row_len!r}")
+    checks.integer("row_len (<bos>, a token, <eos>)", row_len, low=3)
     room = row_len - 2
     bad = [n for n in lengths if not 1 <= n <= room]
     if bad:
@@ -102,7 +102,8 @@ def plan_paragraphs(lengths: Sequence[int], row_len: int) -> list[list[int]]:
     return rows
 
 
-def paragraphs(tokenizer, sentences: Sequence[Sentence], max_len: int) -> list[tuple[list[int], list[tuple[Sentence, int]]]]:
+def paragraphs(tokenizer, sentences: Sequence[Sentence],
+               max_len: int) -> list[tuple[list[int], list[tuple[Sentence, int]]]]:
     """Corpus sentences packed in order into paragraphs of max_len + 1 tokens: the longest input the model reads.
 
     returns  [(row ids [<bos>, …, <eos>], [(sentence, position of its first token in the row)])]
@@ -155,8 +156,7 @@ def epoch_batches(sentences: Sequence[Sequence[int]], *, max_sentences: int, sin
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {share!r}")
     for name, v in (("max_sentences", max_sentences), ("batch_size", batch_size), ("batch_tokens", batch_tokens)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        checks.integer(name, v, low=1)
     longest = max((len(s) for s in sentences), default=0)
     if longest + 2 > max_len + 1:
         raise ValueError(f"a sentence of {longest} tokens does not fit max_len={max_len} with <bos> and <eos>")

@@ -13,13 +13,15 @@ cache, `model(ids, start=s)` reads ids at positions s, s + 1, … (s may differ 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, dataclass, fields
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
+from .. import checks
 from ..functional import attention
 from ..modules import KVCache, MultiHeadSelfAttention
 
@@ -67,13 +69,9 @@ class DecoderConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+            checks.integer(name, getattr(self, name), low=1)
         for name in ("n_kv_heads", "d_ff"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name} must be None or an int >= 1, got {v!r}")
+            checks.optional_integer(name, getattr(self, name), low=1)
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -87,12 +85,23 @@ class DecoderConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "DecoderConfig":
+    def from_dict(cls, data: dict) -> DecoderConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown DecoderConfig fields {unknown}; known: {sorted(known)}")
         return cls(**data)
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module):
+    """Evaluation mode (no dropout) inside the block, then the model's previous mode again, even on an error."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 class MLP(nn.Module):

@@ -22,17 +22,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from contextlib import contextmanager
-from typing import Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 
+from .. import checks
+from ..modules import KVCache
 from .corpus import MEASURES, Sentence, with_measure
 from .data import encode_sentences, iterate_batches, next_token_loss, pad_batch, paragraphs
-from .decoder import DecoderLM
+from .decoder import DecoderLM, eval_mode
 from .generate import generate
 from .grammar import grammar_errors
-from ..modules import KVCache
 
 __all__ = ["lm_metrics", "measure_agreement", "ref_agreement", "sample_grammaticality", "paragraph_loss",
            "paragraph_metrics", "POSITION_EDGES"]
@@ -41,22 +42,11 @@ POSITION_EDGES = (0, 32, 128, 512)
 """`paragraph_metrics` reports perplexity for positions [0, 32), [32, 128), [128, 512), [512, max_len)."""
 
 
-@contextmanager
-def _eval_mode(model: DecoderLM):
-    """Evaluation mode (no dropout) for the block, then the model's previous mode again."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
-
-
 @torch.no_grad()
 def lm_metrics(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], batch_size: int = 256) -> dict:
     """{"loss", "perplexity", "accuracy", "tokens"} of next-token prediction over `sentences`."""
     total_loss, correct, count = 0.0, 0, 0
-    with _eval_mode(model):
+    with eval_mode(model):
         for batch in iterate_batches(encode_sentences(tokenizer, sentences), batch_size, tokenizer.pad_id):
             logits = model(batch[:, :-1])                                # (B, L-1, V)
             target = batch[:, 1:]
@@ -89,14 +79,14 @@ def measure_agreement(model: DecoderLM, tokenizer, sentences: Sequence[Sentence]
         end = s.index("noun") + 1
         rows += [tokenizer.encode_words(with_measure(s, m)[:end]) for m in MEASURES]
     chunk = 256 * len(MEASURES)
-    with _eval_mode(model):
+    with eval_mode(model):
         scores = torch.cat([_sequence_logprob(model, pad_batch(rows[i: i + chunk], tokenizer.pad_id), tokenizer.pad_id)
                             for i in range(0, len(rows), chunk)])       # (N * 6,)
     chosen = scores.view(len(sentences), len(MEASURES)).argmax(-1).tolist()
     hits, per = [], Counter()
     totals = Counter(s.creature.measure for s in sentences)
     errors = []
-    for s, c in zip(sentences, chosen):
+    for s, c in zip(sentences, chosen, strict=True):
         ok = MEASURES[c] == s.creature.measure
         hits.append(ok)
         per[s.creature.measure] += ok
@@ -118,13 +108,13 @@ def ref_agreement(model: DecoderLM, tokenizer, sentences: Sequence[Sentence]) ->
         raise ValueError("no sentence has a singular 这+measure reference")
     rows = [tokenizer.encode_words(s.words[: s.index("ref_measure")]) for s in picked]
     hits = 0
-    with _eval_mode(model):
+    with eval_mode(model):
         for start in range(0, len(rows), 512):
             part = rows[start: start + 512]
             logits = model(pad_batch(part, tokenizer.pad_id))                # (N, L, V)
             last = torch.tensor([len(r) - 1 for r in part])
             scores = logits[torch.arange(len(part)), last][:, chosen_from]   # (N, 6)
-            for s, c in zip(picked[start: start + 512], scores.argmax(-1).tolist()):
+            for s, c in zip(picked[start: start + 512], scores.argmax(-1).tolist(), strict=True):
                 hits += MEASURES[c] == s.creature.measure
     return {"accuracy": hits / len(picked), "n": len(picked)}
 
@@ -136,8 +126,7 @@ def sample_grammaticality(model: DecoderLM, tokenizer, n: int = 200, seed: int =
 
     returns {"grammatical", "n", "examples": [text], "errors": [{"text", "errors"}]}
     """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    checks.integer("n", n, low=1)
     start = torch.full((n, 1), tokenizer.bos_id, dtype=torch.long)
     out = generate(model, start, min(max_new_tokens, model.max_len), eos_id=tokenizer.eos_id, seed=seed)
     ok, examples, errors = 0, [], []
@@ -158,7 +147,7 @@ def paragraph_loss(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], r
     """{"loss", "perplexity", "tokens", "rows"} of next-token prediction over `data.paragraphs` rows."""
     rows = [row for row, _ in paragraphs(tokenizer, sentences, model.max_len)]
     total, count = 0.0, 0
-    with _eval_mode(model):
+    with eval_mode(model):
         for i in range(0, len(rows), rows_per_batch):
             batch = pad_batch(rows[i: i + rows_per_batch], tokenizer.pad_id)          # (B, max_len + 1)
             total += float(next_token_loss(model(batch[:, :-1]), batch, tokenizer.pad_id, reduction="sum"))
@@ -178,6 +167,48 @@ def _sliced_cache(cache: list[KVCache], length: int, copies: int) -> list[KVCach
     return out
 
 
+@dataclass
+class _LateTally:
+    """Running sums over the late sentences of `paragraph_metrics`."""
+
+    sentences: list = field(default_factory=list)
+    loss: float = 0.0            # summed loss of their words given the paragraph before them
+    tokens: int = 0
+    measure_hits: int = 0
+    ref_hits: int = 0
+    ref_n: int = 0               # late sentences with a singular 这+measure reference
+
+
+def _ratio(num: float, den: int, f=lambda x: x):
+    """f(num / den), or None when nothing was counted (den == 0)."""
+    return f(num / den) if den else None
+
+
+def _late_sentence(model: DecoderLM, tokenizer, row: list[int], s: Sentence, start: int, logp: torch.Tensor,
+                   picked: torch.Tensor, cache: list[KVCache], ref_ids: list[int], tally: _LateTally) -> None:
+    """Add one late sentence (its first word at `start` of `row`) to `tally`.
+
+    logp    (L, V) log-probabilities of the next token at each position of the row
+    picked  (L,) loss of the token that follows each position
+    cache   the row's KV cache, so the six measure-word variants reuse the paragraph before them
+    """
+    tally.sentences.append(s)
+    n = len(tokenizer.encode_words(s.words, bos=False))
+    tally.loss += float(picked[start - 1: start - 1 + n].sum())
+    tally.tokens += n
+    # log P(QM COLOUR NOUN | the paragraph before) for each of the six measure words
+    qm, noun = start + s.index("qm"), start + s.index("noun")
+    colour = qm + 1
+    variants = torch.tensor([[tokenizer.id_of(s.quantity + m), row[colour]] for m in MEASURES])     # (6, 2)
+    out = torch.log_softmax(model(variants, cache=_sliced_cache(cache, qm, len(MEASURES))).float(), -1)
+    scores = logp[qm - 1, variants[:, 0]] + out[:, 0, row[colour]] + out[:, 1, row[noun]]              # (6,)
+    tally.measure_hits += MEASURES[int(scores.argmax())] == s.creature.measure
+    if "ref_measure" in s.roles and s.words[s.index("ref_measure")] != "这些":
+        at = start + s.index("ref_measure")
+        tally.ref_hits += MEASURES[int(logp[at - 1, ref_ids].argmax())] == s.creature.measure
+        tally.ref_n += 1
+
+
 @torch.no_grad()
 def paragraph_metrics(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], late_from: int | None = None) -> dict:
     """How the model reads long inputs: `sentences` packed into paragraphs of model.max_len tokens.
@@ -190,16 +221,17 @@ def paragraph_metrics(model: DecoderLM, tokenizer, sentences: Sequence[Sentence]
                late perplexity counts the words of late sentences (QM … 。) given the paragraph
                before them; alone_perplexity the same words after <bos> alone. The agreements are
                those of `measure_agreement` / `ref_agreement`, asked with the paragraph as context.
+               A figure with nothing to count (no late sentence, no reference) is None.
     """
     if not sentences:
         raise ValueError("paragraph_metrics needs at least one sentence")
     late_from = model.max_len // 2 if late_from is None else late_from
     edges = [e for e in POSITION_EDGES if e < model.max_len] + [model.max_len]
     bucket_loss, bucket_n = [0.0] * (len(edges) - 1), [0] * (len(edges) - 1)
-    late, late_loss, late_tokens, measure_hits, ref_hits, ref_n = [], 0.0, 0, 0, 0, 0
+    tally = _LateTally()
     ref_ids = [tokenizer.id_of("这" + m) for m in MEASURES]
     rows = paragraphs(tokenizer, sentences, model.max_len)
-    with _eval_mode(model):
+    with eval_mode(model):
         for row, placed in rows:
             x = torch.tensor(row[:-1])[None]                                       # (1, L)
             cache = model.new_cache()
@@ -211,33 +243,20 @@ def paragraph_metrics(model: DecoderLM, tokenizer, sentences: Sequence[Sentence]
                 bucket_loss[b] += float(part.sum())
                 bucket_n[b] += part.numel()
             for s, start in placed:
-                if start < late_from:
-                    continue
-                late.append(s)
-                n = len(tokenizer.encode_words(s.words, bos=False))
-                late_loss += float(picked[start - 1: start - 1 + n].sum())
-                late_tokens += n
-                # log P(QM COLOUR NOUN | the paragraph before) for each of the six measure words
-                qm, noun = start + s.index("qm"), start + s.index("noun")
-                colour = qm + 1
-                variants = torch.tensor([[tokenizer.id_of(s.quantity + m), row[colour]] for m in MEASURES])  # (6, 2)
-                out = torch.log_softmax(model(variants, cache=_sliced_cache(cache, qm, len(MEASURES))).float(), -1)
-                scores = logp[qm - 1, variants[:, 0]] + out[:, 0, row[colour]] + out[:, 1, row[noun]]     # (6,)
-                measure_hits += MEASURES[int(scores.argmax())] == s.creature.measure
-                if "ref_measure" in s.roles and s.words[s.index("ref_measure")] != "这些":
-                    at = start + s.index("ref_measure")
-                    ref_hits += MEASURES[int(logp[at - 1, ref_ids].argmax())] == s.creature.measure
-                    ref_n += 1
-        alone = -float(_sequence_logprob(model, pad_batch([tokenizer.encode_words(s.words) for s in late],
-                                                          tokenizer.pad_id), tokenizer.pad_id).sum()) if late else 0.0
+                if start >= late_from:
+                    _late_sentence(model, tokenizer, row, s, start, logp, picked, cache, ref_ids, tally)
+        late_rows = [tokenizer.encode_words(s.words) for s in tally.sentences]
+        alone = -float(_sequence_logprob(model, pad_batch(late_rows, tokenizer.pad_id), tokenizer.pad_id).sum()
+                       ) if late_rows else 0.0
+    n_late = len(tally.sentences)
     return {
         "rows": len(rows), "tokens": sum(bucket_n),
         "by_position": [{"from": edges[b], "to": edges[b + 1], "tokens": bucket_n[b],
-                         "perplexity": math.exp(bucket_loss[b] / bucket_n[b]) if bucket_n[b] else None}
+                         "perplexity": _ratio(bucket_loss[b], bucket_n[b], math.exp)}
                         for b in range(len(edges) - 1)],
-        "late": {"from": late_from, "sentences": len(late),
-                 "perplexity": math.exp(late_loss / late_tokens) if late_tokens else None,
-                 "alone_perplexity": math.exp(alone / late_tokens) if late_tokens else None,
-                 "measure_agreement": measure_hits / len(late) if late else None,
-                 "ref_agreement": ref_hits / ref_n if ref_n else None, "ref_n": ref_n},
+        "late": {"from": late_from, "sentences": n_late,
+                 "perplexity": _ratio(tally.loss, tally.tokens, math.exp),
+                 "alone_perplexity": _ratio(alone, tally.tokens, math.exp),
+                 "measure_agreement": _ratio(tally.measure_hits, n_late),
+                 "ref_agreement": _ratio(tally.ref_hits, tally.ref_n), "ref_n": tally.ref_n},
     }

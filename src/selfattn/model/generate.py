@@ -7,28 +7,29 @@ without it, each step reruns the whole sequence. Both give the same tokens.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import asdict, dataclass
 
 import torch
 
-from .decoder import DecoderLM
+from .. import checks
+from ..limits import MAX_SEED
+from .decoder import DecoderLM, eval_mode
 
-__all__ = ["generate", "generate_text", "Generation", "next_token"]
+__all__ = ["generate", "generate_text", "Generation", "next_token", "MIN_TEMPERATURE", "MAX_TEMPERATURE"]
+
+MIN_TEMPERATURE = 0.01
+"""Lowest sampling temperature: logits / 0.01 stay finite in float32 for any logit a model gives
+(a temperature like 1e-300 turns them into ±inf and the probabilities into NaN). Use greedy=True
+for the limit T → 0."""
+
+MAX_TEMPERATURE = 100.0
+"""Highest sampling temperature: at 100 the distribution is already all but uniform."""
 
 
 def _check_sampling(greedy: bool, temperature: float, top_k: int | None) -> None:
-    if not isinstance(greedy, bool):
-        raise TypeError(f"greedy must be a bool, got {type(greedy).__name__} {greedy!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
-        raise TypeError(f"temperature must be a number, got {type(temperature).__name__} {temperature!r}")
-    if not temperature > 0 or temperature == float("inf"):
-        raise ValueError(f"temperature must be > 0 and finite, got {temperature}")
-    if top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, int):
-            raise TypeError(f"top_k must be an int or None, got {type(top_k).__name__} {top_k!r}")
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
+    checks.boolean("greedy", greedy)
+    checks.real("temperature", temperature, low=MIN_TEMPERATURE, high=MAX_TEMPERATURE)
+    checks.optional_integer("top_k", top_k, low=1)
 
 
 def next_token(logits: torch.Tensor, *, greedy: bool = False, temperature: float = 1.0,
@@ -58,7 +59,7 @@ def generate(model: DecoderLM, input_ids: torch.Tensor, max_new_tokens: int, *, 
     input_ids       (L,) or (B, L) int64, L >= 1 (start with <bos> for a model trained with it)
     max_new_tokens  int >= 0; L + max_new_tokens - 1 must not exceed model.max_len
     greedy          argmax at every step (temperature and top_k are then unused)
-    temperature     > 0; divides the logits before sampling
+    temperature     in [MIN_TEMPERATURE, MAX_TEMPERATURE]; divides the logits before sampling
     top_k           sample only among the k most likely tokens (None: all)
     eos_id          stop once every row has produced it; a row that has stops repeating it
     seed            seeds a private torch.Generator (None: torch's global generator)
@@ -68,8 +69,9 @@ def generate(model: DecoderLM, input_ids: torch.Tensor, max_new_tokens: int, *, 
     if not isinstance(model, DecoderLM):
         raise TypeError(f"model must be a DecoderLM, got {type(model).__name__}")
     _check_sampling(greedy, temperature, top_k)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    checks.integer("max_new_tokens", max_new_tokens, low=0)
+    if seed is not None:
+        checks.integer("seed", seed, low=0, high=MAX_SEED)
     if not isinstance(input_ids, torch.Tensor):
         input_ids = torch.as_tensor(input_ids, dtype=torch.long)
     added = input_ids.dim() == 1
@@ -83,9 +85,7 @@ def generate(model: DecoderLM, input_ids: torch.Tensor, max_new_tokens: int, *, 
     generator = None
     if seed is not None:
         generator = torch.Generator(device=ids.device).manual_seed(seed)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         cache = model.new_cache() if use_cache else None
         step_input = ids
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)   # (B,)
@@ -99,8 +99,6 @@ def generate(model: DecoderLM, input_ids: torch.Tensor, max_new_tokens: int, *, 
             step_input = tok[:, None]                                           # (B, 1)
             if eos_id is not None and bool(done.all()):
                 break
-    finally:
-        model.train(was_training)
     return ids[0] if added else ids
 
 
@@ -133,8 +131,7 @@ def generate_text(model: DecoderLM, tokenizer, text: str, max_new_tokens: int = 
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    checks.integer("max_new_tokens", max_new_tokens, low=1)
     _check_sampling(greedy, temperature, top_k)
     prompt_ids = tokenizer.encode(text, bos=True)
     room = model.max_len + 1 - len(prompt_ids)

@@ -7,7 +7,7 @@ Used to judge what a model generates: a sentence is grammatical when this return
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .corpus import ACTIVITIES, COLOURS, CREATURES, FEELINGS, MEASURES, MOVES, PLACES, QUANTITIES, places_for
 

@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
+import io
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+
+from ..files import write_atomic
 
 __all__ = ["save_loss_curve"]
 
 SMOOTHING = 0.9
 """Exponential moving average factor for the per-step training loss."""
 
+FIGURE_INCHES = (7, 4)
+"""Width and height of the picture in inches."""
+
+DPI = 110
+"""Dots per inch: FIGURE_INCHES × DPI = 770 × 440 pixels."""
+
 
 def save_loss_curve(step_losses: Sequence[float], epochs: Sequence[dict], path: str | os.PathLike,
-                    title: str = "selfattn train", floor: float | None = None) -> Path:
+                    title: str = "selfattn train", floor: float | None = None, force: bool = False) -> Path:
     """Plot per-step training loss (raw and smoothed) and per-epoch validation loss.
 
     step_losses  training loss of every optimiser step
     epochs       dicts with "step" (the step the epoch ended at) and "val_loss"; with
                  "val_paragraph_loss" too, that is drawn as a second line
     floor        the grammar's own cross-entropy on the validation split, drawn as a dashed line
+    force        replace an existing file at `path` (else FileExistsError); written atomically either way
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -30,7 +40,7 @@ def save_loss_curve(step_losses: Sequence[float], epochs: Sequence[dict], path: 
     for x in step_losses:
         avg = x if avg is None else SMOOTHING * avg + (1 - SMOOTHING) * x
         smooth.append(avg)
-    fig = Figure(figsize=(7, 4), dpi=110)
+    fig = Figure(figsize=FIGURE_INCHES, dpi=DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     steps = range(1, len(step_losses) + 1)
@@ -51,5 +61,6 @@ def save_loss_curve(step_losses: Sequence[float], epochs: Sequence[dict], path: 
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    return path
+    png = io.BytesIO()
+    fig.savefig(png, format="png")
+    return write_atomic(path, png.getvalue(), force=force)

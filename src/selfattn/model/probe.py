@@ -19,13 +19,13 @@ words, and a hit means the strongest weight lands on the claimed word *of the sa
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
 from .corpus import Sentence
 from .data import pad_batch, paragraphs
-from .decoder import DecoderLM
+from .decoder import DecoderLM, eval_mode
 
 __all__ = ["CLAIMS", "attention_probe", "paragraph_probe"]
 
@@ -36,12 +36,16 @@ CLAIMS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """(query role, the roles of the keys the tutorial says it looks at)."""
 
+HIT_THRESHOLD = 0.5
+"""A head "does what the tutorial says" when at least this share of the query rows hit the claimed keys."""
+
 CLAUSE1_WORDS = 6
 """QM COLOUR NOUN VERB PLACE 。"""
 
 
 @torch.no_grad()
-def attention_probe(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], threshold: float = 0.5) -> dict:
+def attention_probe(model: DecoderLM, tokenizer, sentences: Sequence[Sentence],
+                    threshold: float = HIT_THRESHOLD) -> dict:
     """Per claim, per head: how often the claimed word's strongest attention goes to the claimed keys.
 
     sentences  corpus sentences (only clause 1 is used)
@@ -53,11 +57,9 @@ def attention_probe(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], 
         raise ValueError("attention_probe needs at least one sentence")
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-    was_training = model.training
-    model.eval()
     batch = pad_batch([tokenizer.encode_words(s.words[:CLAUSE1_WORDS]) for s in sentences], tokenizer.pad_id)
-    _, weights = model.attention_weights(batch)                 # n_layers × (N, H, L, L)
-    model.train(was_training)
+    with eval_mode(model):
+        _, weights = model.attention_weights(batch)             # n_layers × (N, H, L, L)
     key_roles = ("<bos>",) + sentences[0].roles[:CLAUSE1_WORDS]  # clause 1 has the same roles in every sentence
     example = sentences[0].words
     claims = []
@@ -86,7 +88,7 @@ def attention_probe(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], 
 
 @torch.no_grad()
 def paragraph_probe(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], late_from: int | None = None,
-                    threshold: float = 0.5) -> dict:
+                    threshold: float = HIT_THRESHOLD) -> dict:
     """`attention_probe` for the sentences whose first word sits at position >= late_from of a paragraph.
 
     sentences  corpus sentences, packed in order into paragraphs of model.max_len + 1 tokens
@@ -104,24 +106,22 @@ def paragraph_probe(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], 
     mass = {query: torch.zeros(n_layers, n_heads) for query, _ in CLAIMS}
     even = {query: 0.0 for query, _ in CLAIMS}
     n = 0
-    was_training = model.training
-    model.eval()
-    for row, placed in paragraphs(tokenizer, sentences, model.max_len):
-        late = [(s, start) for s, start in placed if start >= late_from]
-        if not late:
-            continue
-        _, weights = model.attention_weights(torch.tensor(row[:-1]))     # n_layers × (H, L, L)
-        n += len(late)
-        for query, targets in CLAIMS:
-            for s, start in late:
-                q = start + s.index(query)
-                cols = torch.tensor([start + s.index(t) for t in targets])
-                even[query] += len(targets) / (q + 1)
-                for layer, w in enumerate(weights):
-                    top = w[:, q, : q + 1].argmax(-1)                      # (H,)
-                    hits[query][layer] += (top[:, None] == cols).any(-1).float()
-                    mass[query][layer] += w[:, q, cols].sum(-1)
-    model.train(was_training)
+    with eval_mode(model):
+        for row, placed in paragraphs(tokenizer, sentences, model.max_len):
+            late = [(s, start) for s, start in placed if start >= late_from]
+            if not late:
+                continue
+            _, weights = model.attention_weights(torch.tensor(row[:-1]))     # n_layers × (H, L, L)
+            n += len(late)
+            for query, targets in CLAIMS:
+                for s, start in late:
+                    q = start + s.index(query)
+                    cols = torch.tensor([start + s.index(t) for t in targets])
+                    even[query] += len(targets) / (q + 1)
+                    for layer, w in enumerate(weights):
+                        top = w[:, q, : q + 1].argmax(-1)                      # (H,)
+                        hits[query][layer] += (top[:, None] == cols).any(-1).float()
+                        mass[query][layer] += w[:, q, cols].sum(-1)
     claims = []
     for query, targets in CLAIMS:
         rate, weight = hits[query] / max(n, 1), mass[query] / max(n, 1)  # (n_layers, H)

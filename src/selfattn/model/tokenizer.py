@@ -22,8 +22,10 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
+
+from ..files import read_json, write_atomic
 
 __all__ = ["WordTokenizer", "SPECIAL_TOKENS", "USER_WORD_FREQ", "FORMAT", "cache_dir"]
 
@@ -88,7 +90,7 @@ class WordTokenizer:
     # --- building -----------------------------------------------------------------------
 
     @classmethod
-    def from_words(cls, sentences: Iterable[Sequence[str]], user_words: Sequence[str] = ()) -> "WordTokenizer":
+    def from_words(cls, sentences: Iterable[Sequence[str]], user_words: Sequence[str] = ()) -> WordTokenizer:
         """A vocabulary of every word in `sentences` (already cut) and every character in them.
 
         sentences   iterable of word lists, e.g. corpus `Sentence.words`
@@ -177,32 +179,28 @@ class WordTokenizer:
                 "tokens": self.tokens, "user_words": list(self.user_words)}
 
     @classmethod
-    def from_dict(cls, data: dict, *, source: str = "tokenizer") -> "WordTokenizer":
+    def from_dict(cls, data: dict, *, source: str = "tokenizer") -> WordTokenizer:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f"{source} is not a {FORMAT} file (format={data.get('format') if isinstance(data, dict) else None!r})")
+            found = data.get("format") if isinstance(data, dict) else None
+            raise ValueError(f"{source} is not a {FORMAT} file (format={found!r})")
         if data.get("version") != VERSION:
             raise ValueError(f"{source} has version {data.get('version')!r}; this selfattn reads version {VERSION}")
         for key in ("tokens", "user_words"):
             if not isinstance(data.get(key), list):
                 raise ValueError(f"{source} has no list {key!r}")
-        return cls(data["tokens"], data["user_words"])
+        try:
+            return cls(data["tokens"], data["user_words"])
+        except TypeError as e:                         # a wrong value in a file is a bad file, not a bad call
+            raise ValueError(f"{source}: {e}") from None
 
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write the tokenizer as JSON (UTF-8, readable)."""
-        path = Path(path)
-        path.write_text(json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-        return path
+    def save(self, path: str | os.PathLike, *, force: bool = False) -> Path:
+        """Write the tokenizer as JSON (UTF-8, readable), atomically; an existing file only with force=True."""
+        return write_atomic(path, json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n", force=force)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "WordTokenizer":
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"tokenizer file not found: {path}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"tokenizer file {path} is not valid JSON: {e}") from None
-        return cls.from_dict(data, source=str(path))
+    def load(cls, path: str | os.PathLike) -> WordTokenizer:
+        """A tokenizer saved by `save` (the JSON read bounded by `selfattn.files.read_json`)."""
+        return cls.from_dict(read_json(path, what="tokenizer file"), source=str(path))
 
     def __repr__(self) -> str:
         return f"WordTokenizer(vocab_size={self.vocab_size}, user_words={len(self.user_words)})"

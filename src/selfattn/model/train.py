@@ -23,17 +23,27 @@ import math
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
 
+from .. import checks
+from ..files import check_writable
+from ..functional import use_backend
+from ..limits import MAX_SEED, MAX_THREADS
 from .checkpoint import FILES, save_checkpoint
 from .corpus import all_words, log_prob, make_corpus
 from .data import epoch_batches, next_token_loss
 from .decoder import INIT_STD, DecoderConfig, DecoderLM
-from .evaluate import (lm_metrics, measure_agreement, paragraph_loss, paragraph_metrics, ref_agreement,
-                       sample_grammaticality)
+from .evaluate import (
+    lm_metrics,
+    measure_agreement,
+    paragraph_loss,
+    paragraph_metrics,
+    ref_agreement,
+    sample_grammaticality,
+)
 from .loss_curve import save_loss_curve
 from .probe import attention_probe, paragraph_probe
 from .tokenizer import WordTokenizer
@@ -61,9 +71,7 @@ class Stage:
 
     def __post_init__(self):
         for name in ("epochs", "max_sentences", "batch_tokens"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"Stage {name} must be an int >= 1, got {v!r}")
+            checks.integer(f"Stage {name}", getattr(self, name), low=1)
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,15 @@ TRAIN_BACKEND = "sdpa"
 whose choice follows a cost model (`selfattn.kernels.cost`) that may be retuned: a rebuild of the
 bundled model must not change with it. The trained model is handed back with "auto"."""
 
+ADAM_BETAS = (0.9, 0.95)
+"""AdamW's (β1, β2): the values of GPT-3 and nanoGPT; a β2 below 0.999 steadies training on short runs."""
+
+CLIP_NORM = 1.0
+"""The gradients of every step are clipped to this global L2 norm."""
+
+SAMPLED_SENTENCES = 200
+"""Sentences sampled from <bos> to measure how many the grammar accepts, after training."""
+
 
 def train_command_line(preset: str, seed: int, out: str | os.PathLike, overrides: dict | None = None) -> str:
     """The `selfattn train` command line that repeats a run (written into its config.json)."""
@@ -183,18 +200,23 @@ def _resolve(preset: str | Preset, epochs, batch_size, lr) -> tuple[str, Preset]
     else:
         raise TypeError(f"preset must be a str or Preset, got {type(preset).__name__}")
     for label, v in (("epochs", epochs), ("batch_size", batch_size)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"{label} must be an int >= 1, got {v!r}")
-    if lr is not None and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < 1):
-        raise ValueError(f"lr must be a number in (0, 1), got {lr!r}")
+        checks.optional_integer(label, v, low=1)
+    if lr is not None:
+        checks.real("lr", lr, low=0, low_open=True, high=1, high_open=True)
     changes = {k: v for k, v in (("epochs", epochs), ("batch_size", batch_size), ("lr", lr)) if v is not None}
     return name, replace(preset, **changes)
 
 
 def _progress(enabled: bool):
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(
         TextColumn("epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
@@ -211,10 +233,11 @@ def run_training(preset: str | Preset = "default", out_dir: str | os.PathLike = 
     """Train, evaluate and save a model; return a summary (what `selfattn train --json` prints).
 
     preset      a name in PRESETS ("tiny", "default") or a Preset
-    out_dir     checkpoint folder; an existing checkpoint there is kept unless force=True
+    out_dir     checkpoint folder; an existing checkpoint there is kept unless force=True. Every output is
+                checked before training starts, so a run that could not be saved fails at once
     seed        corpus, initial weights and batch order
     epochs, batch_size, lr   override the preset's values
-    plot        loss-curve PNG path (default: out_dir/loss_curve.png)
+    plot        loss-curve PNG path (default: out_dir/loss_curve.png); an existing one is kept unless force=True
     progress    show the rich progress bar (on stderr)
     threads     torch threads for the run, restored afterwards (None: leave torch's setting). The
                 default 1 is deliberate: these matrices are too small to gain much from a second
@@ -223,16 +246,12 @@ def run_training(preset: str | Preset = "default", out_dir: str | os.PathLike = 
     """
     name, p = _resolve(preset, epochs, batch_size, lr)
     overrides = {k: v for k, v in (("epochs", epochs), ("batch_size", batch_size), ("lr", lr)) if v is not None}
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    checks.integer("seed", seed, low=0, high=MAX_SEED)
+    checks.optional_integer("threads", threads, low=1, high=MAX_THREADS)
+    checks.boolean("force", force)
     out = Path(out_dir)
-    if not force:
-        for f in FILES:
-            if (out / f).exists():
-                raise FileExistsError(f"{out / f} already exists; pass force=True (--force) to overwrite")
     plot_path = Path(plot) if plot is not None else out / "loss_curve.png"
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be an int >= 1, got {threads!r}")
+    _check_outputs(out, plot_path, force)
     previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -251,7 +270,7 @@ def _final_metrics(model: DecoderLM, tokenizer: WordTokenizer, corpus, seed: int
         "test": lm_metrics(model, tokenizer, corpus.test),
         "measure_agreement": measure_agreement(model, tokenizer, corpus.test),
         "ref_agreement": ref_agreement(model, tokenizer, corpus.test),
-        "samples": sample_grammaticality(model, tokenizer, n=200, seed=seed),
+        "samples": sample_grammaticality(model, tokenizer, n=SAMPLED_SENTENCES, seed=seed),
         "paragraphs": paragraph_metrics(model, tokenizer, corpus.test),
     }
 
@@ -265,7 +284,8 @@ def _plan(p: Preset, train_ids: list[list[int]], tokenizer: WordTokenizer, seed:
             last = number == len(p.stages)
             batches = epoch_batches(train_ids, max_sentences=stage.max_sentences,
                                     single_share=p.single_share if last else 0.0,
-                                    anchored_share=p.anchored_share, max_len=p.max_len, batch_size=p.batch_size, batch_tokens=stage.batch_tokens,
+                                    anchored_share=p.anchored_share, max_len=p.max_len, batch_size=p.batch_size,
+                                    batch_tokens=stage.batch_tokens,
                                     bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
                                     generator=order)
             plan.append({"stage": number, "max_sentences": stage.max_sentences, "batches": batches})
@@ -290,10 +310,63 @@ def _position_counts(plan: list[dict], max_len: int, pad_id: int) -> torch.Tenso
     return counts
 
 
-def _train(name: str, p: Preset, out: Path, plot_path: Path, seed: int, overrides: dict, force: bool,
-           progress: bool) -> dict:
-    """The body of `run_training`, after its arguments are checked."""
-    started = time.perf_counter()
+def _check_outputs(out: Path, plot_path: Path, force: bool) -> None:
+    """Refuse, before any work, what the save at the end would refuse: an `out` that is a file, an existing
+    checkpoint or picture without `force`, a folder that cannot be created or written."""
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"checkpoint path {out} exists and is not a folder")
+    if not force:
+        for f in FILES:
+            if (out / f).exists():
+                raise FileExistsError(f"{out / f} already exists; pass force=True (--force) to overwrite")
+    _check_creatable(out / FILES[0], force)
+    _check_creatable(plot_path, force)
+
+
+def _check_creatable(path: Path, force: bool) -> None:
+    """`files.check_writable(path)` once its folder exists; before that, the nearest existing folder above
+    it must be a writable folder (the save creates the rest)."""
+    if path.parent.is_dir():
+        check_writable(path, force=force)
+        return
+    above = path.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise NotADirectoryError(f"cannot create {path.parent}: {above} is not a folder")
+    if not os.access(above, os.W_OK):
+        raise PermissionError(f"cannot create {path.parent}: folder {above} is not writable")
+
+
+@dataclass
+class _Setup:
+    """Everything decided before the first step: data, model, optimiser, every epoch's batches."""
+
+    corpus: object
+    tokenizer: WordTokenizer
+    model: DecoderLM
+    pos_start: torch.Tensor          # (max_len, d_model) position embeddings before training
+    opt: torch.optim.Optimizer
+    plan: list[dict]
+    counts: torch.Tensor             # (max_len,) training tokens read at each position
+    total_steps: int
+
+
+@dataclass
+class _Run:
+    """What the loop produced: per-step losses, per-epoch history, the kept epoch and its weights."""
+
+    step_losses: list[float] = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)
+    best_loss: float = float("inf")
+    best_epoch: int = 0
+    best_state: dict | None = None
+    tokens_seen: int = 0
+    train_seconds: float = 0.0
+    step: int = 0
+
+
+def _setup(p: Preset, seed: int) -> _Setup:
     corpus = make_corpus(p.n_train, p.n_val, p.n_test, seed=seed)
     tokenizer = WordTokenizer.from_words([s.words for s in corpus.train + corpus.val + corpus.test],
                                          user_words=all_words())
@@ -306,90 +379,116 @@ def _train(name: str, p: Preset, out: Path, plot_path: Path, seed: int, override
         with torch.no_grad():
             model.pos_emb.weight.copy_(fourier_positions(p.max_len, p.d_model, p.pos_sigma,
                                                          torch.Generator().manual_seed(seed)))
-    pos_start = model.pos_emb.weight.detach().clone()
-    decay = [q for n, q in model.named_parameters() if q.dim() >= 2]
-    no_decay = [q for n, q in model.named_parameters() if q.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": p.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=p.lr, betas=(0.9, 0.95))
-    for block in model.blocks:
-        block.attn.backend = TRAIN_BACKEND
     plan = _plan(p, train_ids, tokenizer, seed)
-    counts = _position_counts(plan, p.max_len, tokenizer.pad_id)
-    total_steps = sum(len(epoch["batches"]) for epoch in plan)
+    return _Setup(corpus=corpus, tokenizer=tokenizer, model=model, pos_start=model.pos_emb.weight.detach().clone(),
+                  opt=_optimizer(model, p), plan=plan, counts=_position_counts(plan, p.max_len, tokenizer.pad_id),
+                  total_steps=sum(len(epoch["batches"]) for epoch in plan))
 
-    step_losses: list[float] = []
-    history: list[dict] = []
-    best = (float("inf"), 0, None)          # (selection loss, epoch, weights): the epoch that is kept
-    tokens_seen, train_seconds, step = 0, 0.0, 0
-    with _progress(progress) as bar:
-        task = bar.add_task("train", total=total_steps, epoch=f"1/{len(plan)}", loss=float("nan"), tps=0.0)
-        for epoch, part in enumerate(plan, 1):
-            label = f"{epoch}/{len(plan)} (≤{part['max_sentences']} sentences)"
-            model.train()
-            t0 = time.perf_counter()
-            epoch_loss, epoch_tokens = 0.0, 0
-            for batch, start in part["batches"]:                                           # (B, L), (B,)
-                for group in opt.param_groups:
-                    group["lr"] = _lr_at(step, total_steps, p)
-                loss = next_token_loss(model(batch[:, :-1], start=start), batch, tokenizer.pad_id)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                n = int((batch[:, 1:] != tokenizer.pad_id).sum())
-                step += 1
-                tokens_seen += n
-                epoch_tokens += n
-                epoch_loss += float(loss.detach()) * n
-                step_losses.append(float(loss.detach()))
-                elapsed = train_seconds + time.perf_counter() - t0
-                bar.update(task, advance=1, epoch=label, loss=step_losses[-1], tps=tokens_seen / elapsed)
-            train_seconds += time.perf_counter() - t0
-            val = lm_metrics(model, tokenizer, corpus.val)
-            val_par = paragraph_loss(model, tokenizer, corpus.val)
-            chosen_by = (val["loss"] + val_par["loss"]) / 2
-            history.append({"epoch": epoch, "stage": part["stage"], "max_sentences": part["max_sentences"],
-                            "step": step, "train_loss": epoch_loss / epoch_tokens,
-                            "val_loss": val["loss"], "val_perplexity": val["perplexity"],
-                            "val_accuracy": val["accuracy"], "val_paragraph_loss": val_par["loss"],
-                            "val_paragraph_perplexity": val_par["perplexity"],
-                            "seconds": round(time.perf_counter() - started, 2)})
-            if chosen_by < best[0]:
-                best = (chosen_by, epoch, {k: v.detach().clone() for k, v in model.state_dict().items()})
+
+def _optimizer(model: DecoderLM, p: Preset) -> torch.optim.Optimizer:
+    """AdamW with weight decay on matrices only (not on norms and biases), as nanoGPT."""
+    decay = [q for q in model.parameters() if q.dim() >= 2]
+    no_decay = [q for q in model.parameters() if q.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": p.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=p.lr, betas=ADAM_BETAS)
+
+
+def _train_epoch(s: _Setup, p: Preset, part: dict, run: _Run, bar, task, label: str) -> tuple[float, int]:
+    """One pass over `part["batches"]`: (summed token loss, tokens). Updates `run` step by step."""
+    s.model.train()
+    t0 = time.perf_counter()
+    epoch_loss, epoch_tokens = 0.0, 0
+    for batch, start in part["batches"]:                                               # (B, L), (B,)
+        for group in s.opt.param_groups:
+            group["lr"] = _lr_at(run.step, s.total_steps, p)
+        loss = next_token_loss(s.model(batch[:, :-1], start=start), batch, s.tokenizer.pad_id)
+        s.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(s.model.parameters(), CLIP_NORM)
+        s.opt.step()
+        n = int((batch[:, 1:] != s.tokenizer.pad_id).sum())
+        run.step += 1
+        run.tokens_seen += n
+        epoch_tokens += n
+        epoch_loss += float(loss.detach()) * n
+        run.step_losses.append(float(loss.detach()))
+        elapsed = run.train_seconds + time.perf_counter() - t0
+        bar.update(task, advance=1, epoch=label, loss=run.step_losses[-1], tps=run.tokens_seen / elapsed)
+    run.train_seconds += time.perf_counter() - t0
+    return epoch_loss, epoch_tokens
+
+
+def _validate(s: _Setup) -> tuple[dict, dict, float]:
+    """(validation metrics of single sentences, of paragraphs, the loss that chooses the kept epoch)."""
+    val = lm_metrics(s.model, s.tokenizer, s.corpus.val)
+    val_par = paragraph_loss(s.model, s.tokenizer, s.corpus.val)
+    return val, val_par, (val["loss"] + val_par["loss"]) / 2
+
+
+def _loop(s: _Setup, p: Preset, progress: bool, started: float) -> _Run:
+    """Every epoch of the plan, on TRAIN_BACKEND; keeps the weights of the epoch with the lowest selection loss."""
+    run = _Run()
+    with use_backend(TRAIN_BACKEND), _progress(progress) as bar:
+        task = bar.add_task("train", total=s.total_steps, epoch=f"1/{len(s.plan)}", loss=float("nan"), tps=0.0)
+        for epoch, part in enumerate(s.plan, 1):
+            label = f"{epoch}/{len(s.plan)} (≤{part['max_sentences']} sentences)"
+            epoch_loss, epoch_tokens = _train_epoch(s, p, part, run, bar, task, label)
+            val, val_par, chosen_by = _validate(s)
+            run.history.append({"epoch": epoch, "stage": part["stage"], "max_sentences": part["max_sentences"],
+                                "step": run.step, "train_loss": epoch_loss / epoch_tokens,
+                                "val_loss": val["loss"], "val_perplexity": val["perplexity"],
+                                "val_accuracy": val["accuracy"], "val_paragraph_loss": val_par["loss"],
+                                "val_paragraph_perplexity": val_par["perplexity"],
+                                "seconds": round(time.perf_counter() - started, 2)})
+            if chosen_by < run.best_loss:
+                run.best_loss, run.best_epoch = chosen_by, epoch
+                run.best_state = {k: v.detach().clone() for k, v in s.model.state_dict().items()}
             bar.console.print(f"epoch {label}: train loss {epoch_loss / epoch_tokens:.4f} · "
                               f"val loss {val['loss']:.4f} (ppl {val['perplexity']:.3f}) · "
-                              f"val paragraphs loss {val_par['loss']:.4f} (ppl {val_par['perplexity']:.3f})")
+                              f"val paragraphs loss {val_par['loss']:.4f} (ppl {val_par['perplexity']:.3f})",
+                              markup=False)
+    return run
 
-    model.load_state_dict(best[2])
-    model.eval()
-    for block in model.blocks:
-        block.attn.backend = "auto"
-    metrics = _final_metrics(model, tokenizer, corpus, seed)
-    floor = metrics["val_grammar_floor"]["loss"]
-    probe = attention_probe(model, tokenizer, corpus.test)
-    late_probe = paragraph_probe(model, tokenizer, corpus.test)
-    moved = (model.pos_emb.weight.detach() - pos_start).norm(dim=-1) / pos_start.norm(dim=-1)   # (max_len,)
-    seconds = time.perf_counter() - started
-    training = {
+
+def _training_record(name: str, p: Preset, seed: int, out: Path, overrides: dict, s: _Setup, run: _Run,
+                     metrics: dict, probe: dict, late_probe: dict, started: float) -> dict:
+    """The "training" section of config.json: settings, history, metrics, probes, positions, speed."""
+    moved = (s.model.pos_emb.weight.detach() - s.pos_start).norm(dim=-1) / s.pos_start.norm(dim=-1)   # (max_len,)
+    return {
         "preset": name, "settings": asdict(p), "seed": seed,
         "corpus": {"n_train": p.n_train, "n_val": p.n_val, "n_test": p.n_test, "seed": seed},
         "command": None if name == "custom" else train_command_line(name, seed, out, overrides),
-        "history": history, "best_epoch": best[1], "metrics": metrics,
+        "history": run.history, "best_epoch": run.best_epoch, "metrics": metrics,
         "probe": {c["query"]: {"heads_hit": c["heads_hit"], "n_heads": c["n_heads"], "example": c["example"]}
                   for c in probe["claims"]},
         "paragraph_probe": {"n": late_probe["n"], "from": late_probe["from"],
                             **{c["query"]: _late_claim(c) for c in late_probe["claims"]}},
-        "positions": {"max_len": p.max_len, "min_tokens": int(counts.min()), "max_tokens": int(counts.max()),
-                      "untrained": int((counts == 0).sum()),
+        "positions": {"max_len": p.max_len, "min_tokens": int(s.counts.min()), "max_tokens": int(s.counts.max()),
+                      "untrained": int((s.counts == 0).sum()),
                       "min_relative_change": round(float(moved.min()), 4),
                       "median_relative_change": round(float(moved.median()), 4)},
-        "train_seconds": round(train_seconds, 2), "seconds": round(seconds, 2),
-        "tokens_per_second": round(tokens_seen / train_seconds), "threads": torch.get_num_threads(),
+        "train_seconds": round(run.train_seconds, 2), "seconds": round(time.perf_counter() - started, 2),
+        "tokens_per_second": round(run.tokens_seen / run.train_seconds), "threads": torch.get_num_threads(),
         "torch": torch.__version__, "machine": platform.machine(),
     }
-    files = save_checkpoint(model, tokenizer, out, training=training, force=force)
-    files["loss_curve"] = str(save_loss_curve(step_losses, history, plot_path, floor=floor,
+
+
+def _train(name: str, p: Preset, out: Path, plot_path: Path, seed: int, overrides: dict, force: bool,
+           progress: bool) -> dict:
+    """The body of `run_training`, after its arguments and outputs are checked: set up, train, evaluate, save."""
+    started = time.perf_counter()
+    s = _setup(p, seed)
+    run = _loop(s, p, progress, started)
+    s.model.load_state_dict(run.best_state)
+    s.model.eval()
+    metrics = _final_metrics(s.model, s.tokenizer, s.corpus, seed)
+    probe = attention_probe(s.model, s.tokenizer, s.corpus.test)
+    late_probe = paragraph_probe(s.model, s.tokenizer, s.corpus.test)
+    training = _training_record(name, p, seed, out, overrides, s, run, metrics, probe, late_probe, started)
+    files = save_checkpoint(s.model, s.tokenizer, out, training=training, force=force)
+    files["loss_curve"] = str(save_loss_curve(run.step_losses, run.history, plot_path, force=force,
+                                              floor=metrics["val_grammar_floor"]["loss"],
                                               title=f"selfattn train --preset {name} --seed {seed}"))
-    return {"out_dir": str(out), "files": files, "parameters": model.num_parameters(),
-            "vocab_size": tokenizer.vocab_size, "steps": step, **training, "probe": probe,
+    return {"out_dir": str(out), "files": files, "parameters": s.model.num_parameters(),
+            "vocab_size": s.tokenizer.vocab_size, "steps": run.step, **training, "probe": probe,
             "paragraph_probe": late_probe}

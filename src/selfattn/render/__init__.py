@@ -1,0 +1,9 @@
+"""What the `selfattn` commands print, one module per command; only `selfattn.cli` imports these.
+
+    train        format_train_summary(summary) -> str      the lines after `selfattn train`
+    generate     format_generation(generation) -> str     the text and its words
+    walkthrough  render(doc, console)                     the tutorial's tables, drawn with rich
+
+The library returns data (dicts, dataclasses); the CLI chooses between these views and `--json`.
+`selfattn.bench.render` and `selfattn.explain.tables` are the same kind of module for their commands.
+"""

@@ -1,0 +1,148 @@
+"""The `selfattn` command's contract: one error format, tracebacks only for bugs, outputs checked before work."""
+
+import subprocess
+import sys
+
+import pytest
+
+from selfattn import cli
+from selfattn.cli import main
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "selfattn.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_a_refusal_is_one_line_and_a_bug_is_a_traceback(monkeypatch, capsys):
+    from selfattn import walkthrough
+
+    def refuse(**_):
+        raise ValueError("d_k is wrong")
+
+    monkeypatch.setattr(walkthrough, "build", refuse)
+    assert main(["walkthrough"]) == 1
+    assert one_line(capsys.readouterr().err) == "selfattn walkthrough: error: d_k is wrong"
+    for bug in (KeyError("k"), TypeError("unsupported format string passed to NoneType.__format__")):
+        def broken(_bug=bug, **_):
+            raise _bug
+
+        monkeypatch.setattr(walkthrough, "build", broken)
+        assert main(["walkthrough"]) == 1
+        err = capsys.readouterr().err
+        assert "Traceback (most recent call last)" in err and type(bug).__name__ in err
+        assert err.strip().splitlines()[-1].startswith("selfattn walkthrough: internal error: this is a bug")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--seed", "1e23"], "argument --seed: expected an integer in [0, 9223372036854775807], got '1e23'"),
+    (["train", "--seed", "1" + "0" * 30], "expected an integer in [0, "),
+    (["train", "--threads", "100000"], "argument --threads: expected an integer in [1, 1024]"),
+    (["generate", "x", "--temperature", "1e-300"], "expected a temperature in [0.01, 100], got '1e-300'"),
+    (["explain", "--temperature", "1e-300"], "expected a temperature in [0.01, 100], got '1e-300'"),
+    (["explain", "--temperature", "nan"], "expected a finite number > 0, got 'nan'"),
+    (["bench", "--load", "-1"], "argument --load: expected an integer in [0, 256], got '-1'"),
+])
+def test_bad_numbers_are_one_line_exit_2(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith(f"selfattn {args[0]}: error: ") and message in line
+
+
+def test_the_walkthrough_refuses_a_huge_d_k_in_one_line(capsys):
+    assert main(["walkthrough", "--d-k", "1" + "0" * 32]) == 1
+    assert "d_k must be <= 1048576" in one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("text", ["一只\x01蓝色", "一只\x1b[31m", "   "])
+def test_generate_refuses_what_explain_refuses(text, capsys):
+    assert main(["generate", text]) == 1
+    line = one_line(capsys.readouterr().err)
+    assert line.startswith("selfattn generate: error: text ")
+
+
+def test_generate_refuses_bytes_that_are_not_utf8():
+    proc = subprocess.run([sys.executable, "-m", "selfattn.cli", "generate", b"\xff\xfe\xe4\xb8\x80".decode(
+        "utf-8", "surrogateescape")], capture_output=True, timeout=300)
+    assert proc.returncode == 1
+    assert b"control character" in proc.stderr and b"Traceback" not in proc.stderr
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """Fail the test if training starts: outputs must be refused before any work."""
+    from selfattn.model import train
+
+    def started(*_):
+        raise AssertionError("training started before its outputs were checked")
+
+    monkeypatch.setattr(train, "_setup", started)
+
+
+def test_train_checks_every_output_before_training(tmp_path, capsys, no_training):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["train", "--preset", "tiny", "--out", str(afile), "--no-progress"]) == 1
+    assert "is not a folder" in one_line(capsys.readouterr().err)
+    picture = tmp_path / "curve.png"
+    picture.write_bytes(b"old")
+    assert main(["train", "--preset", "tiny", "--out", str(tmp_path / "m"), "--plot", str(picture),
+                 "--no-progress"]) == 1
+    assert "curve.png already exists; pass --force to overwrite" in one_line(capsys.readouterr().err)
+    assert picture.read_bytes() == b"old"
+    assert main(["train", "--preset", "tiny", "--out", str(tmp_path / "m"), "--plot", str(afile / "sub" / "x.png"),
+                 "--no-progress"]) == 1
+    assert "afile is not a folder" in one_line(capsys.readouterr().err)
+    assert not (tmp_path / "m").exists()
+
+
+def test_explain_checks_every_output_before_loading(tmp_path, capsys, monkeypatch):
+    from selfattn.explain.session import Explainer
+
+    def loaded(*_):
+        raise AssertionError("the model was loaded before the outputs were checked")
+
+    monkeypatch.setattr(Explainer, "load", loaded)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    existing = tmp_path / "trace.npz"
+    existing.write_bytes(b"old")
+    for args, message in ((["--npz", str(folder), "--force"], "is a folder"),
+                          (["--npz", str(existing)], "trace.npz already exists; pass --force"),
+                          (["--html", str(folder)], "is a folder"),
+                          (["--html", str(tmp_path / "r.html"), "--plots", str(existing)], "is a file; give a folder"),
+                          (["--npz", str(tmp_path / "missing" / "t.npz")], "does not exist")):
+        assert main(["explain", *args]) == 1
+        assert message in one_line(capsys.readouterr().err)
+    assert existing.read_bytes() == b"old" and not (tmp_path / "r.html").exists()
+    assert not (tmp_path / "out.npz").exists()
+
+
+def test_npz_is_written_to_the_name_given(tmp_path, capsys, monkeypatch):
+    import numpy as np
+
+    doc = {"name": "x"}
+    monkeypatch.setattr("selfattn.explain.export.to_arrays", lambda d: {"a": np.arange(3)})
+    cli._write_npz(doc, str(tmp_path / "trace"), force=False)
+    assert (tmp_path / "trace").is_file() and not (tmp_path / "trace.npz").exists()
+    assert np.load(tmp_path / "trace")["a"].tolist() == [0, 1, 2]
+    with pytest.raises(FileExistsError):
+        cli._write_npz(doc, str(tmp_path / "trace"), force=False)
+
+
+def test_generate_prints_the_text_and_json(capsys):
+    assert main(["generate", "一只蓝色", "--greedy", "--max-new-tokens", "5"]) == 0
+    text, words = capsys.readouterr().out.strip().splitlines()
+    assert text.startswith("一只蓝色") and words.startswith("一只 / 蓝色 ‖ ")
+    import json
+
+    assert main(["generate", "一只蓝色", "--greedy", "--max-new-tokens", "5", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["text"] == text and doc["model"] == "default"
