@@ -98,7 +98,8 @@ def _explain(args) -> int:
 
     _check_explain_outputs(args)
     explainer = Explainer.load(args.model)
-    intervention = Intervention(scaling=not args.no_scaling, causal=not args.no_causal, temperature=args.temperature)
+    intervention = Intervention(scaling=not args.no_scaling, causal=not args.no_causal, temperature=args.temperature,
+                                layer=args.only_layer, head=args.only_head)
     doc = explainer.explain(args.text, layer=args.layer, head=args.head, intervention=intervention)
     if args.npz:
         _write_npz(doc, args.npz, args.force)
@@ -141,11 +142,9 @@ def _train(args) -> int:
 def _check_text(text: str) -> str:
     """The explainer's rule for a text (not empty, not too long, no control character or undecodable byte),
     so that `generate` refuses what `explain` refuses."""
-    from .explain.session import Explainer
+    from .explain.session import check_text
 
-    # MERGE (lead): `check_text` does not use `self`; once the explain branch makes it a module-level function
-    # (e.g. `selfattn.explain.session.check_text`), call that here instead of the unbound method.
-    return Explainer.check_text(None, text)
+    return check_text(text)
 
 
 def _generate(args) -> int:
@@ -187,6 +186,17 @@ def _bench(args) -> int:
     return 0
 
 
+def _vocab(args) -> int:
+    from .explain.session import vocabulary
+
+    words = vocabulary(args.model)
+    if args.json:
+        _print_json({"model": args.model or "default", "size": len(words), "tokens": words})
+    else:
+        print(f"{len(words)} tokens: " + " ".join(words))
+    return 0
+
+
 def _serve(args) -> int:
     from .explain.server import serve
     from .explain.session import Explainer
@@ -212,7 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("explain", help="a real model's attention on your sentence: tables, pictures, HTML")
     p.add_argument("text", nargs="?", default="一只蓝色怪兽走进森林", help="the text (default: 一只蓝色怪兽走进森林)")
-    p.add_argument("--model", metavar="PATH", help="a checkpoint folder (default: the bundled model)")
+    p.add_argument("--model", metavar="PATH_OR_ID",
+                   help="a selfattn checkpoint, a local transformers folder (Llama, Qwen2/3, Mistral, Gemma2, GPT-2, "
+                        "BERT) or a hub id such as Qwen/Qwen2.5-0.5B (default: the bundled model, offline)")
     p.add_argument("--layer", type=_non_negative_int, help="layer to show (default: picked by a rule, printed)")
     p.add_argument("--head", type=_non_negative_int, help="head to show (default: picked by a rule, printed)")
     p.add_argument("--lang", choices=["zh", "en"], default="zh", help="language of the tables (default: zh)")
@@ -220,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-causal", action="store_true", help="intervene: let a decoder look at future tokens")
     p.add_argument("--temperature", type=_temperature("explain"), default=1.0,
                    help="intervene: softmax temperature, 0.01 to 100 (default 1)")
+    p.add_argument("--only-layer", type=_non_negative_int, dest="only_layer", metavar="L",
+                   help="apply the interventions in layer L only (default: every layer)")
+    p.add_argument("--only-head", type=_non_negative_int, dest="only_head", metavar="H",
+                   help="apply the interventions to head H only (with --only-layer: that one head)")
     p.add_argument("--json", action="store_true", help="print every captured tensor as JSON instead of tables")
     p.add_argument("--npz", metavar="FILE", help="also save every captured tensor to FILE (.npz)")
     p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report to FILE")
@@ -270,6 +286,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
     p.set_defaults(run=_bench)
 
+    p = commands.add_parser("vocab", help="the words a selfattn model knows (others become <unk>)")
+    p.add_argument("--model", metavar="PATH", help="a selfattn checkpoint folder (default: the bundled model)")
+    p.add_argument("--json", action="store_true", help="print the list as JSON")
+    p.set_defaults(run=_vocab)
+
     p = commands.add_parser("serve", help="the local web app: type a sentence, see and intervene in its attention")
     p.add_argument("--model", metavar="PATH", help="a checkpoint folder (default: the bundled model)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
@@ -312,9 +333,9 @@ def _temperature(command: str):
         if command == "generate":
             from .model.generate import MAX_TEMPERATURE, MIN_TEMPERATURE
         else:
-            # MERGE (lead): the explainer's range lives in explain/server.py today; if the explain branch moves it
-            # next to `Intervention` (explain/trace.py), import it from there.
-            from .explain.server import MAX_TEMPERATURE, MIN_TEMPERATURE
+            from .explain.trace import TEMPERATURE_RANGE
+
+            MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
         if not MIN_TEMPERATURE <= value <= MAX_TEMPERATURE:
             raise argparse.ArgumentTypeError(
                 f"expected a temperature in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], got {text!r}")

@@ -59,8 +59,14 @@ def test_interventions_change_the_computation_and_are_undone(tiny, change):
 
 
 def test_intervention_values_are_checked():
-    with pytest.raises(ValueError, match="temperature must be a finite number > 0, got 0"):
+    with pytest.raises(ValueError, match="temperature must be >= 0.01, got 0"):
         Intervention(temperature=0)
+    with pytest.raises(ValueError, match="temperature must be >= 0.01, got 1e-300"):
+        Intervention(temperature=1e-300)
+    with pytest.raises(ValueError, match="temperature must be finite, got nan"):
+        Intervention(temperature=float("nan"))
+    with pytest.raises(TypeError, match="temperature must be a real number, got bool True"):
+        Intervention(temperature=True)
     with pytest.raises(TypeError, match="scaling must be a bool"):
         Intervention(scaling="no")
 

@@ -118,16 +118,7 @@ class Explainer:
                    unknown_hint="the tokenizer has no piece for these characters")
 
     def check_text(self, text) -> str:
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        if not text.strip():
-            raise ValueError("text is empty: give a sentence such as 一只蓝色怪兽走进森林")
-        if len(text) > MAX_CHARS:
-            raise ValueError(f"text has {len(text)} characters; the limit is {MAX_CHARS}")
-        bad = [ch for ch in text if not ch.isprintable() and ch not in "\n\t"]
-        if bad:
-            raise ValueError(f"text contains a control character {bad[0]!r}")
-        return text
+        return check_text(text)
 
     def trace(self, text: str, intervention: Intervention = Intervention()) -> ModelTrace:
         tokens, ids, kwargs = self.tokenize(self.check_text(text))
@@ -186,3 +177,18 @@ def vocabulary(path: str | Path | None = None) -> list[str]:
 
     tokenizer = checkpoint.load_default()[1] if path is None else checkpoint.load_checkpoint(path)[1]
     return list(tokenizer.tokens)
+
+
+def check_text(text) -> str:
+    """`text` if the explainer (and `generate`) accepts it: a non-empty str of at most MAX_CHARS
+    characters with no control character; else a TypeError/ValueError saying why."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if not text.strip():
+        raise ValueError("text is empty: give a sentence such as 一只蓝色怪兽走进森林")
+    if len(text) > MAX_CHARS:
+        raise ValueError(f"text has {len(text)} characters; the limit is {MAX_CHARS}")
+    bad = [ch for ch in text if not ch.isprintable() and ch not in "\n\t"]
+    if bad:
+        raise ValueError(f"text contains a control character {bad[0]!r}")
+    return text

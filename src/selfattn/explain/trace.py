@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .. import checks
 from ..functional import intercept
 from ..kernels.base import Request, Result
 from ..masks import visibility
@@ -54,8 +55,9 @@ def weights_from_lse(masked: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
 
 
 TEMPERATURE_RANGE = (0.01, 100.0)
-"""The temperatures the web app offers and accepts (written once: the server checks them, the page
-reads them from its data). The library itself accepts any T > 0."""
+"""The softmax temperatures an intervention accepts (written once: `Intervention`, the CLI and the
+server check them, the page reads them from its data). Outside it the weights are all-or-nothing
+and tell nothing; far outside it, ÷T overflows."""
 
 
 @dataclass(frozen=True)
@@ -77,15 +79,11 @@ class Intervention:
 
     def __post_init__(self):
         for name in ("scaling", "causal"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-            raise ValueError(f"temperature must be a finite number > 0, got {t!r}")
+            checks.boolean(name, getattr(self, name))
+        low, high = TEMPERATURE_RANGE
+        checks.real("temperature", self.temperature, low=low, high=high)
         for name in ("layer", "head"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-                raise ValueError(f"intervention {name} must be None or an int >= 0, got {v!r}")
+            checks.optional_integer(f"intervention {name}", getattr(self, name), low=0)
 
     def as_dict(self) -> dict:
         """{scaling, causal, temperature}, plus layer / head when the intervention is limited to them."""
