@@ -320,7 +320,7 @@ def _number(kind: type, *, low: float, high: float | None = None, low_open: bool
 _positive_int = _number(int, low=1, what="a positive integer")
 _non_negative_int = _number(int, low=0)
 _positive_float = _number(float, low=0, low_open=True)
-_port = _number(int, low=0, high=65535, what="a port in [0, 65535]")
+_port = _number(int, low=1, high=65535, what="a port in [1, 65535]")
 _seed = _number(int, low=0, high=MAX_SEED, what=f"an integer in [0, {MAX_SEED}]")
 _threads = _number(int, low=1, high=MAX_THREADS, what=f"an integer in [1, {MAX_THREADS}]")
 

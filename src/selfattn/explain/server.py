@@ -24,9 +24,11 @@ from typing import Literal
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from .. import checks
 from . import report
+from .http_guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 from .session import DEFAULT_TEXT, MAX_CHARS, Explainer
 from .trace import TEMPERATURE_RANGE, Intervention
 
@@ -36,6 +38,10 @@ MAX_BODY_BYTES = 64 * 1024
 """Largest request body accepted: MAX_CHARS characters, JSON-escaped, fit with room to spare."""
 MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+MAX_CONNECTIONS = 64
+"""Connections served at once; past it uvicorn answers 503 at once instead of holding more responses."""
+KEEP_ALIVE_SECONDS = 5
+"""An idle keep-alive connection is closed after this long."""
 
 
 class ExplainRequest(BaseModel):
@@ -48,7 +54,7 @@ class ExplainRequest(BaseModel):
     head: StrictInt | None = Field(default=None, ge=0)
     scaling: StrictBool = True
     causal: StrictBool = True
-    temperature: float = Field(default=1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)
+    temperature: StrictFloat = Field(default=1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)
     only_layer: StrictInt | None = Field(default=None, ge=0)
     only_head: StrictInt | None = Field(default=None, ge=0)
     format: Literal["json", "packed"] = "json"
@@ -58,19 +64,16 @@ class ExplainRequest(BaseModel):
                             layer=self.only_layer, head=self.only_head)
 
 
-def create_app(explainer: Explainer) -> FastAPI:
-    """The web app for one explainer (a model and its tokenizer)."""
+def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> FastAPI:
+    """The web app for one explainer (a model and its tokenizer), behind an `HttpGuard`: bodies over
+    MAX_BODY_BYTES (streamed or not), oversized headers and, when `hosts` is given, a Host header that
+    does not name this server are refused before any endpoint runs (`serve` passes the bound address)."""
     if not isinstance(explainer, Explainer):
         raise TypeError(f"explainer must be a selfattn.explain.session.Explainer, got {type(explainer).__name__}")
     app = FastAPI(title="selfattn explorer", docs_url=None, redoc_url=None, openapi_url=None)
     explain = explainer.explain
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return _error(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
-        return await call_next(request)
+    app.add_middleware(HttpGuard, max_body=MAX_BODY_BYTES, hosts=hosts)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
@@ -110,12 +113,13 @@ def serve(explainer: Explainer, host: str = "127.0.0.1", port: int = 8000) -> No
     """Run the app with uvicorn until interrupted. Binds the loopback address unless told otherwise."""
     import uvicorn
 
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"port must be an int in [0, 65535], got {port!r}")
+    port = checks.integer("port", port, low=1, high=65535)   # the Host check needs the real port
     if host not in LOOPBACK:
         print(f"selfattn serve: listening on {host}, reachable from other machines")
     print(f"selfattn serve: open http://{'[::1]' if host == '::1' else host}:{port}/ (Ctrl+C stops)")
-    uvicorn.run(create_app(explainer), host=host, port=port, log_level="warning")
+    app = create_app(explainer, hosts=allowed_hosts(host, port) if host in LOOPBACK else None)
+    uvicorn.run(app, host=host, port=port, log_level="warning", http="h11", limit_concurrency=MAX_CONNECTIONS,
+                h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=KEEP_ALIVE_SECONDS)
 
 
 def _error(status: int, message: str) -> JSONResponse:

@@ -1,0 +1,155 @@
+"""The web app as a user runs it: a real `selfattn serve` process, spoken to over real sockets.
+
+Regression tests of issue 11's HTTP findings: a chunked body cannot make the server read past
+MAX_BODY_BYTES, a foreign Host header (DNS rebinding) and oversized headers are refused, and a
+short request is answered while a long one is being computed (no global lock).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from selfattn.explain.server import MAX_BODY_BYTES
+
+START_TIMEOUT_S = 120
+LONG_TEXT = "一只蓝色怪兽走进森林。" * 90   # ~ 550 tokens of the default model
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "selfattn.cli", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"selfattn serve exited: {proc.stdout.read().decode(errors='replace')}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        raise AssertionError("selfattn serve did not answer in time")
+    yield proc, port
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def _raw(port: int, head: bytes, body_chunks=(), read_timeout: float = 30.0) -> tuple[int, bytes]:
+    """Send a raw HTTP/1.1 request; return (status, body). Sending stops quietly if the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=read_timeout) as s:
+        try:
+            s.sendall(head)
+            for chunk in body_chunks:
+                s.sendall(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        data = b""
+        try:
+            while True:
+                part = s.recv(65536)
+                if not part:
+                    break
+                data += part
+        except (ConnectionResetError, socket.timeout):
+            pass
+    status_line, _, rest = data.partition(b"\r\n")
+    status = int(status_line.split()[1]) if status_line.startswith(b"HTTP/1.1") else 0
+    return status, rest.partition(b"\r\n\r\n")[2]
+
+
+def _post(port: int, payload: dict, host: str | None = None) -> tuple[int, dict]:
+    body = json.dumps(payload).encode()
+    head = (f"POST /api/explain HTTP/1.1\r\nHost: {host or f'127.0.0.1:{port}'}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    status, raw = _raw(port, head, [body])
+    return status, json.loads(raw) if raw else {}
+
+
+def test_a_chunked_body_is_cut_at_the_limit_and_memory_stays_flat(server):
+    proc, port = server
+    before = _rss_kib(proc.pid)
+    chunk = b"a" * 65536
+    frame = b"%x\r\n%s\r\n" % (len(chunk), chunk)
+    head = (f"POST /api/explain HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n").encode()
+    status, body = _raw(port, head, (frame for _ in range(32 * 1024 * 1024 // len(chunk))))   # 32 MiB offered
+    assert status == 413
+    assert f"larger than {MAX_BODY_BYTES} bytes".encode() in body
+    grown_mib = (_rss_kib(proc.pid) - before) / 1024
+    assert grown_mib < 16, f"the server grew by {grown_mib:.0f} MiB reading a refused body"
+
+
+def test_a_declared_oversized_body_is_refused_unread(server):
+    _, port = server
+    head = (f"POST /api/explain HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {300 << 20}\r\n"
+            f"Connection: close\r\n\r\n").encode()
+    status, body = _raw(port, head)
+    assert status == 413 and b"larger than" in body
+
+
+def test_a_foreign_host_header_is_refused(server):
+    _, port = server
+    status, body = _post(port, {"text": "一只蓝色怪兽"}, host=f"evil.example:{port}")
+    assert status == 400
+    assert "evil.example" in body["detail"] and "not this server" in body["detail"]
+    status, _ = _post(port, {"text": "一只蓝色怪兽"}, host=f"localhost:{port}")
+    assert status == 200
+
+
+def test_oversized_headers_are_refused(server):
+    _, port = server
+    head = (f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Padding: {'a' * 100_000}\r\n"
+            f"Connection: close\r\n\r\n").encode()
+    status, _ = _raw(port, head)
+    assert status in (400, 431)
+
+
+def test_strict_types_over_http(server):
+    _, port = server
+    status, body = _post(port, {"text": "一只蓝色怪兽", "temperature": True})
+    assert status == 422 and "temperature" in body["detail"]
+
+
+def test_a_short_request_is_not_held_behind_a_long_one(server):
+    _, port = server
+    finished: list[str] = []
+
+    def ask(name: str, text: str) -> None:
+        status, _ = _post(port, {"text": text})
+        assert status == 200
+        finished.append(name)
+
+    long = threading.Thread(target=ask, args=("long", LONG_TEXT))
+    long.start()
+    time.sleep(0.3)                     # the long request is being computed
+    ask("short", "一只蓝色怪兽")
+    long.join(timeout=120)
+    assert finished == ["short", "long"]
