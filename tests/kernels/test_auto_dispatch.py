@@ -1,18 +1,11 @@
 """backend="auto": the cost model's choices on the cases it was calibrated for, and its pieces."""
 
 import pytest
-import torch
 
 from selfattn import kernels, reference
-from selfattn.functional import build_request
 from selfattn.kernels import cost
 
-
-def request(B=1, Hq=8, Hkv=8, Lq=1024, Lk=1024, D=64, device="cpu", grad=False, **kwargs):
-    """A request of that shape whose tensors take no memory (one element, expanded)."""
-    one = torch.zeros((), device=device, requires_grad=grad)
-    q, k, v = one.expand(B, Hq, Lq, D), one.expand(B, Hkv, Lk, D), one.expand(B, Hkv, Lk, D)
-    return build_request(q, k, v, **kwargs)
+from ..helpers import shaped_request as request
 
 
 @pytest.mark.parametrize("kwargs, want", [
@@ -23,10 +16,10 @@ def request(B=1, Hq=8, Hkv=8, Lq=1024, Lk=1024, D=64, device="cpu", grad=False, 
     (dict(Lq=1024, Lk=4096, causal=True), "tiled"),                     # chunked prefill: SDPA gets a dense mask
     (dict(Lq=1, Lk=16384, Hq=32, Hkv=4, causal=True), "tiled"),         # GQA decoding: K/V read once per group
     (dict(Lq=1, Lk=1024, causal=True), "sdpa"),
-    (dict(Lq=2048, Lk=2048, causal=True, need_lse=True), "tiled"),      # SDPA has no lse; naive is O(N²)
+    (dict(Lq=2048, Lk=2048, causal=True, return_lse=True), "tiled"),      # SDPA has no lse; naive is O(N²)
     (dict(Lq=1024, Lk=1024, causal=True, softcap=30.0), "tiled"),
     (dict(Lq=8, Lk=8, causal=True, softcap=30.0), "naive"),             # tiny: naive's one pass is cheaper
-    (dict(Lq=64, Lk=64, need_weights=True), "naive"),                   # nothing else returns weights
+    (dict(Lq=64, Lk=64, return_weights=True), "naive"),                   # nothing else returns weights
     (dict(Lq=4096, Lk=4096, causal=True, window=256, grad=True), "tiled"),
 ])
 def test_auto_chooses_by_estimated_speed(kwargs, want):
@@ -34,7 +27,7 @@ def test_auto_chooses_by_estimated_speed(kwargs, want):
 
 
 def test_auto_keeps_naive_for_weights_even_when_slow():
-    assert kernels.choose(request(Lq=2048, Lk=2048, causal=True, need_weights=True), "auto").name == "naive"
+    assert kernels.choose(request(Lq=2048, Lk=2048, causal=True, return_weights=True), "auto").name == "naive"
 
 
 def test_off_the_cpu_auto_keeps_the_preference_order():
@@ -44,14 +37,14 @@ def test_off_the_cpu_auto_keeps_the_preference_order():
 
 
 def test_no_backend_left_explains_every_refusal():
-    r = request(Lq=64, Lk=64, need_weights=True, dropout_p=0.1)
-    from selfattn.kernels import naive
-    old, naive.WEIGHTS_BUDGET_BYTES = naive.WEIGHTS_BUDGET_BYTES, 10
-    try:
+    r = request(Lq=64, Lk=64, return_weights=True, dropout_p=0.1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernels.naive, "WEIGHTS_BUDGET_BYTES", 10)
         with pytest.raises(ValueError, match="no backend can serve.*sdpa: .*tiled: .*naive: "):
             kernels.choose(r, "auto")
-    finally:
-        naive.WEIGHTS_BUDGET_BYTES = old
+        # every reason of every backend, not only the first: tiled lacks weights and dropout
+        with pytest.raises(ValueError, match="tiled: it never returns attention weights.*no dropout"):
+            kernels.choose(r, "auto")
 
 
 @pytest.mark.parametrize("n_q, n_k", [(1, 1), (5, 5), (3, 8), (8, 3), (1, 9), (13, 13)])
