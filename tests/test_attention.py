@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import selfattn
-from selfattn import kernels, reference
+from selfattn import kernels
 from selfattn.functional import build_request
 
 from .helpers import make_inputs, reference_of
@@ -227,12 +227,14 @@ def _qkv(**over):
     (dict(k=[[1.0]]), {}, TypeError, "k must be a torch.Tensor, got list"),
     (dict(k=torch.zeros(1, 2, 6, 32)), {}, ValueError, "k has D=32 but q has D=8"),
     (dict(k=torch.zeros(2, 2, 6, 8), v=torch.zeros(2, 2, 6, 3)), {}, ValueError, "q has B=1, k has B=2"),
-    (dict(k=torch.zeros(1, 3, 6, 8), v=torch.zeros(1, 3, 6, 3)), {}, ValueError, "Hq=4 heads, not a multiple of k's Hkv=3"),
+    (dict(k=torch.zeros(1, 3, 6, 8), v=torch.zeros(1, 3, 6, 3)), {}, ValueError,
+     "Hq=4 heads, not a multiple of k's Hkv=3"),
     (dict(v=torch.zeros(1, 2, 7, 3)), {}, ValueError, "v has Lk=7 positions but k has Lk=6"),
     (dict(v=torch.zeros(1, 1, 6, 3)), {}, ValueError, "v has 1 heads but k has 2"),
     (dict(v=torch.zeros(1, 2, 6, 3, dtype=torch.float64)), {}, TypeError, "share one dtype.*torch.float64"),
     (dict(q=torch.zeros(1, 4, 5, 8, dtype=torch.int64)), {}, TypeError, "q has dtype torch.int64"),
-    ({}, dict(mask=torch.ones(3, 6, dtype=torch.bool)), ValueError, r"mask has shape \(3, 6\), which does not broadcast to \(B, Hq, Lq, Lk\) = \(1, 4, 5, 6\)"),
+    ({}, dict(mask=torch.ones(3, 6, dtype=torch.bool)), ValueError,
+     r"mask has shape \(3, 6\), which does not broadcast to \(B, Hq, Lq, Lk\) = \(1, 4, 5, 6\)"),
     ({}, dict(mask=torch.ones(5, 6, dtype=torch.int32)), TypeError, "mask must be bool.*torch.int32"),
     ({}, dict(mask=torch.full((5, 6), float("nan"))), ValueError, "NaN"),
     ({}, dict(mask=torch.ones(1, 1, 1, 5, 6, dtype=torch.bool)), ValueError, "more than 4 dims"),
@@ -263,3 +265,78 @@ def test_mixed_devices_are_refused():
 def test_default_scale_is_one_over_sqrt_d():
     q, k, v = make_inputs(1, 1, 1, 5, 5, 16, 4, dtype=torch.float64)
     assert torch.allclose(selfattn.attention(q, k, v), selfattn.attention(q, k, v, scale=1 / math.sqrt(16)))
+
+
+# ---- regressions (issue 11): inputs that gave NaN, a crash from deep inside, or a wrong result
+
+
+@pytest.mark.parametrize("backend", ["auto", *sorted(kernels.BACKENDS)])
+@pytest.mark.parametrize("scale", [0.0, -0.5])
+def test_non_positive_scale_is_right_on_every_backend(backend, scale):
+    # PyTorch's fused causal CPU kernel returns NaN for scale <= 0: SDPA must be given a dense mask
+    q, k, v = make_inputs(1, 2, 2, 64, 64, 8, 8)
+    out = selfattn.attention(q, k, v, causal=True, scale=scale, backend=backend)
+    ref_out, _, _ = reference_of(q, k, v, causal=True, scale=scale)
+    assert_close_to_reference(out, ref_out)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(mask=torch.tensor([0.0, float("inf"), 0.0, 0.0, 0.0, 0.0])), r"\+inf"),
+    (dict(scale=1e300), "scale must be <= 1e\\+06, got 1e\\+300"),
+    (dict(scale=-1e38), "scale must be >= -1e\\+06"),
+    (dict(softcap=1e308), "softcap must be <= 1e\\+06"),
+])
+def test_values_that_would_overflow_are_refused(kwargs, match):
+    t = _qkv()
+    with pytest.raises(ValueError, match=match):
+        selfattn.attention(t["q"], t["k"], t["v"], **kwargs)
+
+
+@pytest.mark.parametrize("backend", sorted(kernels.BACKENDS))
+def test_largest_scale_and_softcap_stay_finite(backend):
+    q, k, v = make_inputs(1, 2, 2, 9, 9, 4, 4)
+    f = dict(causal=True, scale=selfattn.functional.MAX_SCALE)
+    if backend != "sdpa":
+        f["softcap"] = selfattn.functional.MAX_SOFTCAP
+    out = selfattn.attention(q, k, v, backend=backend, **f)
+    assert_close_to_reference(out, reference_of(q, k, v, **f)[0])
+
+
+@pytest.mark.parametrize("backend", sorted(kernels.BACKENDS))
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+def test_one_dimensional_key_padding_mask(backend, kind):
+    q, k, v = make_inputs(2, 4, 2, 5, 7, 8, 8)
+    visible = torch.tensor([True, True, False, True, True, False, True])
+    mask = visible if kind == "bool" else torch.zeros(7, dtype=torch.float64).masked_fill(~visible, float("-inf"))
+    for causal in (False, True):
+        out = selfattn.attention(q, k, v, mask=mask, causal=causal, backend=backend)
+        assert_close_to_reference(out, reference_of(q, k, v, mask=mask, causal=causal)[0])
+
+
+@pytest.mark.parametrize("backend", sorted(kernels.BACKENDS))
+def test_no_keys_gives_zeros_and_minus_inf(backend):
+    q, k, v = make_inputs(1, 2, 2, 3, 0, 4, 4)
+    f = dict(return_lse=True) if backend != "sdpa" else {}
+    res = selfattn.attention(q, k, v, causal=True, backend=backend, **f)
+    out = res if backend == "sdpa" else res.output
+    assert out.shape == (1, 2, 3, 4) and (out == 0).all()
+    if backend != "sdpa":
+        assert torch.isneginf(res.lse).all()
+
+
+@pytest.mark.parametrize("over, kwargs, match", [
+    (dict(q=torch.zeros(1, 0, 5, 8)), {}, "at least one head each, got Hq=0, Hkv=2"),
+    (dict(v=torch.zeros(1, 2, 6, 0)), {}, "Dv must be >= 1, got 0"),
+])
+def test_empty_heads_and_value_width_are_named(over, kwargs, match):
+    t = _qkv(**over)
+    with pytest.raises(ValueError, match=match):
+        selfattn.attention(t["q"], t["k"], t["v"], **kwargs)
+
+
+@pytest.mark.parametrize("backend", sorted(kernels.BACKENDS))
+def test_a_window_wider_than_the_keys_is_the_causal_rule(backend):
+    q, k, v = make_inputs(1, 2, 2, 5, 6, 4, 4)
+    wide = selfattn.attention(q, k, v, window=10**30, backend=backend)
+    assert_close_to_reference(wide, reference_of(q, k, v, causal=True)[0])
+    assert build_request(q, k, v, window=10**30).window == 6

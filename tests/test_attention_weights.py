@@ -115,3 +115,17 @@ def test_errors_name_the_values():
         selfattn.attention_weights(q, k[..., :4], lse)
     with pytest.raises(ValueError, match="window must be >= 1, got 0"):
         selfattn.attention_weights(q, k, lse, window=0)
+
+
+def test_weights_from_lse_is_the_one_formula():
+    from selfattn.weights import weights_from_lse
+    inf = float("inf")
+    s = torch.tensor([[0.5, -inf, 1.5], [-inf, -inf, -inf]], dtype=torch.float64)
+    lse = torch.logsumexp(s, dim=-1)                           # second row sees nothing: −inf
+    w = weights_from_lse(s, lse)
+    assert torch.equal(w[1], torch.zeros(3, dtype=torch.float64)) and w[0, 1] == 0
+    assert abs(w[0].sum().item() - 1) < TOL["float64_few_ops"]
+    base2 = weights_from_lse(s * 1.4426950408889634, lse * 1.4426950408889634, base2=True)
+    assert max_error(base2, w) < TOL["float64"]
+    scratch = s.clone()
+    assert weights_from_lse(scratch, lse, inplace=True) is scratch and torch.equal(scratch, w)

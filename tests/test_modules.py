@@ -99,8 +99,46 @@ def test_dropout_only_in_training():
     (lambda: MultiHeadSelfAttention(16, 4, dropout=1.5), ValueError, "dropout must be a number in .0, 1., got 1.5"),
     (lambda: SelfAttention(8)(torch.zeros(3, 7)), ValueError, "x has d_model=7 but the module was built for d_model=8"),
     (lambda: SelfAttention(8)(torch.zeros(8)), ValueError, r"got shape \(8,\)"),
-    (lambda: MultiHeadSelfAttention(8, 2)(torch.zeros(1, 3, 8), cache=[]), TypeError, "cache must be a KVCache, got list"),
+    (lambda: MultiHeadSelfAttention(8, 2)(torch.zeros(1, 3, 8), cache=[]), TypeError,
+     "cache must be a KVCache, got list"),
 ])
 def test_bad_module_arguments_are_named(make, err, match):
     with pytest.raises(err, match=match):
         make()
+
+
+def test_a_refused_call_does_not_grow_the_cache():
+    mha = MultiHeadSelfAttention(16, 4).eval()
+    cache = KVCache()
+    with torch.no_grad():
+        mha(torch.randn(1, 5, 16), cache=cache)
+        with pytest.raises(ValueError, match="does not broadcast"):
+            mha(torch.randn(1, 3, 16), cache=cache, mask=torch.ones(3, 3, dtype=torch.bool))  # needs Lk = 8
+        assert len(cache) == 5
+        refusing = MultiHeadSelfAttention(16, 4, dropout=0.5, backend="tiled").train()
+        with pytest.raises(ValueError, match="no dropout"):                               # refused by the backend
+            refusing(torch.randn(1, 3, 16), cache=cache)
+        assert len(cache) == 5
+        mha(torch.randn(1, 3, 16), cache=cache, mask=torch.ones(3, 8, dtype=torch.bool))
+    assert len(cache) == 8
+
+
+@pytest.mark.parametrize("k, v, match", [
+    (torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 5), r"values of \(B, Hkv, D\) = \(1, 2, 4\).*\(1, 2, 5\)"),
+    (torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 2, 4), r"k and v must agree on \(B, Hkv, Ln\)"),
+    (torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4, dtype=torch.float64), "k and v must agree.*float64"),
+    (torch.zeros(1, 2, 1, 4), torch.zeros(2, 1, 4), "v must be 4-D"),
+])
+def test_kv_cache_names_mismatched_values(k, v, match):
+    cache = KVCache()
+    cache.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    with pytest.raises(ValueError, match=match):
+        cache.append(k, v)
+    assert len(cache) == 3
+
+
+@pytest.mark.parametrize("module", [SelfAttention(8), MultiHeadSelfAttention(8, 2)], ids=["single", "multi"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16], ids=str)
+def test_input_dtype_other_than_the_weights_is_named(module, dtype):
+    with pytest.raises(TypeError, match=f"x has dtype {dtype} but the module's weights are torch.float32"):
+        module(torch.zeros(3, 8, dtype=dtype))

@@ -92,3 +92,21 @@ def test_visibility_window():
     expected = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]], bool)
     assert (R.visibility(4, 4, window=2) == expected).all()
     assert (R.visibility(2, 4, causal=True, window=2) == np.array([[0, 1, 1, 0], [0, 0, 1, 1]], bool)).all()
+
+
+def test_scale_scores_and_the_checked_arguments():
+    np.testing.assert_allclose(R.scale_scores([[4.0, 8.0]], 16), [[1.0, 2.0]])
+    assert R.scale is R.scale_scores                       # the former name, for callers not yet moved
+    q = np.ones((1, 1, 2, 4))
+    out, _, _ = R.attention(q, q, q, scale=0.0, causal=True)
+    np.testing.assert_allclose(out, 1.0)
+    with pytest.raises(ValueError, match="d_k must be >= 1, got 0"):
+        R.scale_scores([[1.0]], 0)
+    with pytest.raises(TypeError, match="scale must be a real number, got str"):
+        R.attention(q, q, q, scale="big")
+    with pytest.raises(ValueError, match="softcap must be > 0"):
+        R.attention(q, q, q, softcap=0.0)
+    with pytest.raises(ValueError, match="window must be >= 1, got 0"):
+        R.visibility(2, 2, window=0)
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        R.self_attention(np.eye(2), np.eye(2), np.eye(2), np.eye(2), causal=1)

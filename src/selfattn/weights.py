@@ -64,7 +64,7 @@ def attention_weights(q, k, lse, rows=None, *, causal=False, mask=None, window=N
     Returns weights (B, Hq, len(rows), Lk): float64 for float64 inputs, else float32. A row that
     may look at nothing is all 0. Equal to `attention(..., return_weights=True).weights[:, :, rows]`.
     """
-    from .functional import build_request   # functional → kernels → tiled imports this module
+    from .functional import build_request  # functional → kernels → tiled imports this module
 
     # v is not needed: k stands in for it, so that every argument is checked by the one validator
     r = build_request(q, k, k, causal=causal, mask=mask, window=window, scale=scale, softcap=softcap)

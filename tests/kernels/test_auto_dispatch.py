@@ -1,8 +1,11 @@
 """backend="auto": the cost model's choices on the cases it was calibrated for, and its pieces."""
 
-import pytest
+import json
 
-from selfattn import kernels, reference
+import pytest
+import torch
+
+from selfattn import kernels, masks, reference
 from selfattn.kernels import cost
 
 from ..helpers import shaped_request as request
@@ -59,3 +62,77 @@ def test_tiled_work_counts_visited_tiles():
     assert tiles == 10 and pairs == 10 * 256 * 256     # 4 + 3 + 2 + 1 tiles on and below the diagonal
     tiles, pairs = kernels.tiled.Plan.of(request(Lq=1, Lk=16384, causal=True), 256, 256).work()
     assert tiles == 1 and pairs == 16384                # one decoding step: one wide tile
+
+
+def test_explain_gives_each_estimate_or_reasons_and_the_choice():
+    r = request(Lq=2048, Lk=2048, causal=True, return_lse=True)
+    e = kernels.explain(r)
+    assert e["choice"] == kernels.choose(r, "auto").name == "tiled" and "smallest estimated time" in e["why"]
+    assert e["backends"]["sdpa"] == {"supported": False, "seconds": None,
+                                     "reasons": kernels.BACKENDS["sdpa"].not_supported_reasons(r)}
+    assert "log-sum-exp" in e["backends"]["sdpa"]["reasons"][0]
+    for name in ("tiled", "naive"):
+        assert e["backends"][name]["seconds"] == cost.estimate_seconds(name, r) > 0
+    assert e["request"]["Lq"] == 2048 and e["request"]["return_lse"] is True
+    plan = e["plan"]
+    assert (plan["block_q"], plan["block_k"], plan["query_blocks"], plan["key_blocks"]) == (1024, 256, 2, 8)
+    assert plan["drawing"] == masks.draw_blocks(2048, 2048, 1024, 256, causal=True)
+    assert json.loads(json.dumps(e)) == e                                   # plain data: a --json twin
+    text = kernels.render(e)
+    for part in ("Lq=2048", "sdpa", "cannot: it never returns the log-sum-exp", "choice   tiled",
+                 plan["drawing"].splitlines()[0]):
+        assert part in text
+
+
+def test_explain_takes_attention_arguments_or_a_shape():
+    q, k, v = (torch.zeros(1, 2, 5, 4) for _ in range(3))
+    by_tensors = kernels.explain(dict(q=q, k=k, v=v, causal=True, return_weights=True))
+    by_shape = kernels.explain(dict(B=1, Hq=2, Lq=5, D=4, causal=True, return_weights=True))
+    assert by_tensors["request"] == by_shape["request"] and by_tensors["choice"] == by_shape["choice"] == "naive"
+    assert kernels.explain(dict(Lq=64, D=8), backend="tiled")["choice"] == "tiled"
+    with pytest.raises(ValueError, match="missing Lq"):
+        kernels.explain(dict(D=8))
+    with pytest.raises(TypeError, match="Request or a mapping"):
+        kernels.explain([1, 2])
+    with pytest.raises(ValueError, match="unknown backend 'flash'"):
+        kernels.explain(dict(Lq=4, D=4), backend="flash")
+
+
+def test_explain_with_no_backend_left_says_so(monkeypatch):
+    monkeypatch.setattr(kernels.naive, "WEIGHTS_BUDGET_BYTES", 10)
+    e = kernels.explain(dict(Lq=8, D=4, return_weights=True, dropout_p=0.1, softcap=1.0))
+    assert e["choice"] is None and "no backend" in e["why"]
+    assert len(e["backends"]["tiled"]["reasons"]) == 2 and len(e["backends"]["sdpa"]["reasons"]) == 2
+    assert "choice   none" in kernels.render(e)
+
+
+def test_capabilities_list_every_missing_feature():
+    caps = kernels.Capabilities(returns_weights=False, returns_lse=False, softcap=False, dropout=False,
+                                dtypes=frozenset({torch.float64}), devices=frozenset({"cuda"}), window=False,
+                                gqa=False, bool_mask=False, notes={"softcap": "use backend='naive'"})
+    mask = torch.ones(64, 64, dtype=torch.bool)
+    r = request(Lq=64, Lk=64, Hkv=2, causal=True, window=3, softcap=2.0, mask=mask, return_weights=True,
+                return_lse=True, dropout_p=0.1)
+    reasons = caps.not_supported_reasons(r)
+    for part in ("dtype torch.float32", "device cpu", "attention weights", "log-sum-exp",
+                 "softcap; use backend='naive'", "dropout", "bool mask", "sliding window", "grouped-query"):
+        assert sum(part in reason for reason in reasons) == 1, part
+    assert len(reasons) == 9
+
+
+def test_a_new_backend_is_one_class_and_a_registry_entry(monkeypatch):
+    class Echo(kernels.Backend):
+        name = "echo"
+        capabilities = kernels.Capabilities(returns_weights=False, returns_lse=False, softcap=False, dropout=False)
+
+        def forward(self, r):
+            return kernels.Result(r.v.expand(r.B, r.Hq, r.Lk, r.Dv)[:, :, :r.Lq], None, None)
+
+    monkeypatch.setitem(kernels.BACKENDS, "echo", Echo())
+    import selfattn
+    q = torch.zeros(1, 2, 3, 4)
+    assert torch.equal(selfattn.attention(q, q, q + 1, backend="echo"), q + 1)
+    e = kernels.explain(dict(q=q, k=q, v=q), backend="echo")
+    assert e["choice"] == "echo" and e["backends"]["echo"]["seconds"] is None   # no cost entry: no estimate
+    with pytest.raises(ValueError, match="backend 'echo' cannot serve this request: it has no softcap"):
+        selfattn.attention(q, q, q, softcap=1.0, backend="echo")

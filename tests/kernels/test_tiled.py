@@ -331,3 +331,22 @@ def test_never_builds_an_lq_by_lk_matrix(monkeypatch):
     with torch.no_grad():
         TiledBackend().forward(build_request(q, k, v, causal=True))     # default blocks: 1024 × 256
     assert max(biggest) <= 1000 * 256
+
+
+@pytest.mark.parametrize("hidden_by", ["causal", "bool-mask", "window"])
+def test_a_nan_in_a_hidden_key_never_reaches_the_rows_that_cannot_see_it(hidden_by):
+    # hidden scores are set to −inf, not summed with it: NaN + (−inf) would be NaN and poison the row
+    Lq = Lk = 45
+    q, k, v = inputs(1, 4, 2, Lq, Lk, 8, 8)
+    poisoned = k.clone()
+    poisoned[:, :, 30] = float("nan")
+    kwargs = {"causal": dict(causal=True), "window": dict(causal=True, window=5),
+              "bool-mask": dict(mask=torch.arange(Lk) != 30)}[hidden_by]
+    rows = list(range(30)) + (list(range(35, Lq)) if hidden_by != "causal" else [])   # rows that never see key 30
+    if hidden_by == "bool-mask":
+        rows = list(range(Lq))
+    for backend in (SMALL, TiledBackend()):
+        got = run(backend, q, poisoned, v, **kwargs)
+        want = run(backend, q, k, v, **kwargs)
+        assert torch.isfinite(got.output[:, :, rows]).all() and torch.isfinite(got.lse[:, :, rows]).all()
+        assert torch.equal(got.output[:, :, rows], want.output[:, :, rows])

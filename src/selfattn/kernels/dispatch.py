@@ -21,7 +21,7 @@ from . import cost
 from .base import Backend, Request
 from .naive import NaiveBackend
 from .sdpa import SdpaBackend
-from .tiled import TiledBackend, Plan
+from .tiled import Plan, TiledBackend
 
 __all__ = ["BACKENDS", "AUTO_ORDER", "choose", "explain", "render", "MAX_DRAWN_BLOCKS"]
 
@@ -165,7 +165,7 @@ def _as_request(x) -> Request:
         return x
     if not isinstance(x, Mapping):
         raise TypeError(f"explain needs a Request or a mapping of attention arguments, got {type(x).__name__}")
-    from ..functional import build_request   # functional imports this package
+    from ..functional import build_request  # functional imports this package
 
     kwargs = dict(x)
     if "q" not in kwargs:
