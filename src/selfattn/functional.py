@@ -64,8 +64,6 @@ def _check_backend(backend) -> str:
     return backend
 
 
-SUPPORTED_DTYPES = tuple(sorted(ALL_DTYPES, key=str))
-
 MAX_SCALE = 1e6
 """Largest |scale| accepted. Scores of ordinary inputs times a larger scale overflow float32 (the
 accumulation type of half inputs) to inf, and inf − inf in the softmax is NaN; a 1/√D scale, or
@@ -109,7 +107,9 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
 
     interceptor = _INTERCEPTOR.get()
     result = compute(request) if interceptor is None else interceptor(request, compute)
-    return result if return_weights or return_lse else result.output
+    if return_weights or return_lse:
+        return AttentionOutput(result.output, result.weights, result.lse)   # whatever tuple an interceptor made
+    return result.output
 
 
 def build_request(q, k, v, *, causal=False, mask=None, window=None, scale=None, softcap=None,
