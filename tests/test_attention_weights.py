@@ -5,7 +5,8 @@ import torch
 
 import selfattn
 
-from .tolerances import max_error
+from .helpers import make_inputs
+from .tolerances import TOL, max_error
 
 FEATURES = {
     "plain": dict(),
@@ -18,9 +19,7 @@ FEATURES = {
 
 
 def inputs(B=2, Hq=4, Hkv=2, Lq=23, Lk=31, D=8, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(*s, generator=g, dtype=torch.float64).to(dtype)
-                 for s in ((B, Hq, Lq, D), (B, Hkv, Lk, D), (B, Hkv, Lk, D)))
+    return make_inputs(B, Hq, Hkv, Lq, Lk, D, dtype=dtype, seed=seed)
 
 
 def resolve(feature, Lq, Lk):
@@ -44,7 +43,7 @@ def test_rows_equal_the_naive_weights(feature, lse_from):
     rows = [0, 3, 7, 22]
     got = selfattn.attention_weights(q, k, lse, rows=rows, **f)
     assert got.shape == (2, 4, 4, 31) and got.dtype == torch.float64
-    assert max_error(got, naive[:, :, rows]) < 1e-12
+    assert max_error(got, naive[:, :, rows]) < TOL["float64"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
@@ -54,7 +53,7 @@ def test_low_precision_inputs_give_float32_weights(dtype):
     naive = selfattn.attention(q, k, v, causal=True, return_weights=True, backend="naive").weights
     got = selfattn.attention_weights(q, k, lse, rows=slice(None), causal=True)
     assert got.dtype == torch.float32
-    assert max_error(got, naive) < 1e-5
+    assert max_error(got, naive) < TOL["float32"]
 
 
 @pytest.mark.parametrize("rows, want", [
@@ -71,7 +70,7 @@ def test_row_forms(rows, want):
     q, k, v = inputs()
     res = selfattn.attention(q, k, v, causal=True, return_weights=True, return_lse=True, backend="naive")
     got = selfattn.attention_weights(q, k, res.lse, rows=rows, causal=True)
-    assert max_error(got, res.weights[:, :, want]) < 1e-12
+    assert max_error(got, res.weights[:, :, want]) < TOL["float64"]
 
 
 def test_a_row_that_sees_nothing_is_zero_and_rows_sum_to_one():
@@ -79,7 +78,7 @@ def test_a_row_that_sees_nothing_is_zero_and_rows_sum_to_one():
     lse = selfattn.attention(q, k, v, causal=True, return_lse=True, backend="tiled").lse
     w = selfattn.attention_weights(q, k, lse, rows=[0, 19, 20, 39], causal=True)   # Lq > Lk: rows < 20 see nothing
     assert (w[:, :, :2] == 0).all()
-    assert torch.allclose(w[:, :, 2:].sum(-1), torch.ones(2, 4, 2, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(w[:, :, 2:].sum(-1), torch.ones(2, 4, 2, dtype=torch.float64), atol=TOL["float64"])
 
 
 def test_long_input_without_the_full_matrix():
@@ -88,11 +87,11 @@ def test_long_input_without_the_full_matrix():
     out = selfattn.attention(q, k, v, causal=True, window=1000, return_lse=True, backend="tiled")
     w = selfattn.attention_weights(q, k, out.lse, rows=[5000, -1], causal=True, window=1000)
     assert w.shape == (1, 8, 2, 8192)
-    assert torch.allclose(w.sum(-1), torch.ones(1, 8, 2), atol=1e-5)
+    assert torch.allclose(w.sum(-1), torch.ones(1, 8, 2), atol=TOL["float32"])
     assert (w[..., :5000 - 999][:, :, 0] == 0).all() and (w[:, :, 0, 5001:] == 0).all()
     # weights · V of a row is that row's output
     row = torch.einsum("bhk,bhkd->bhd", w[:, :, 1], v.repeat_interleave(4, dim=1))
-    assert max_error(row, out.output[:, :, -1]) < 1e-5
+    assert max_error(row, out.output[:, :, -1]) < TOL["float32"]
 
 
 def test_errors_name_the_values():
@@ -102,7 +101,7 @@ def test_errors_name_the_values():
         selfattn.attention_weights(q, k, lse, rows=[0, 23])
     with pytest.raises(ValueError, match="row -24 is out of range"):
         selfattn.attention_weights(q, k, lse, rows=-24)
-    with pytest.raises(TypeError, match="rows must hold ints, got float 1.5"):
+    with pytest.raises(TypeError, match=r"rows\[0\] must be an int, got float 1.5"):
         selfattn.attention_weights(q, k, lse, rows=[1.5])
     with pytest.raises(TypeError, match="1-D and integer"):
         selfattn.attention_weights(q, k, lse, rows=torch.tensor([[1]]))
@@ -116,3 +115,17 @@ def test_errors_name_the_values():
         selfattn.attention_weights(q, k[..., :4], lse)
     with pytest.raises(ValueError, match="window must be >= 1, got 0"):
         selfattn.attention_weights(q, k, lse, window=0)
+
+
+def test_weights_from_lse_is_the_one_formula():
+    from selfattn.weights import weights_from_lse
+    inf = float("inf")
+    s = torch.tensor([[0.5, -inf, 1.5], [-inf, -inf, -inf]], dtype=torch.float64)
+    lse = torch.logsumexp(s, dim=-1)                           # second row sees nothing: −inf
+    w = weights_from_lse(s, lse)
+    assert torch.equal(w[1], torch.zeros(3, dtype=torch.float64)) and w[0, 1] == 0
+    assert abs(w[0].sum().item() - 1) < TOL["float64_few_ops"]
+    base2 = weights_from_lse(s * 1.4426950408889634, lse * 1.4426950408889634, base2=True)
+    assert max_error(base2, w) < TOL["float64"]
+    scratch = s.clone()
+    assert weights_from_lse(scratch, lse, inplace=True) is scratch and torch.equal(scratch, w)

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -41,3 +43,35 @@ def test_padding_mask_and_draw():
         masks.padding_mask([1, 0])
     with pytest.raises(ValueError, match="2-D"):
         masks.draw(np.ones(3, bool))
+
+
+@pytest.mark.parametrize("causal, window", [(False, None), (True, None), (True, 3), (False, 2)])
+def test_visibility_of_chosen_rows_and_columns_is_a_slice_of_the_whole(causal, window):
+    whole = masks.visibility(9, 13, causal=causal, window=window)
+    rows, cols = torch.tensor([0, 4, 8]), torch.tensor([2, 3, 11, 12])
+    part = masks.visibility(9, 13, causal=causal, window=window, rows=rows, cols=cols)
+    assert torch.equal(part, whole[rows][:, cols])
+    assert torch.equal(masks.visibility(9, 13, causal=causal, window=window, rows=rows), whole[rows])
+
+
+def test_draw_blocks_is_the_tiled_docstring_picture():
+    from selfattn.kernels import tiled
+    picture = masks.draw_blocks(8, 8, 2, 2, causal=True)
+    assert picture == "P . . .\nF P . .\nF F P .\nF F F P"
+    for doc in (tiled.__doc__, masks.draw_blocks.__doc__):
+        drawn = re.findall(r"^ +([FP.](?: [FP.]){3})(?= |$)", doc, flags=re.MULTILINE)
+        assert "\n".join(drawn) == picture
+
+
+@pytest.mark.parametrize("causal, window", [(False, None), (True, None), (True, 5), (False, 3)])
+@pytest.mark.parametrize("n_q, n_k, bq, bk", [(13, 13, 4, 3), (5, 17, 2, 4), (17, 5, 6, 1)])
+def test_draw_blocks_agrees_with_block_visibility(causal, window, n_q, n_k, bq, bk):
+    rows = masks.draw_blocks(n_q, n_k, bq, bk, causal=causal, window=window).splitlines()
+    assert len(rows) == -(-n_q // bq)
+    for i, row in enumerate(rows):
+        for j, char in enumerate(row.split(" ")):
+            kind = masks.block_visibility(i * bq, min(i * bq + bq, n_q), j * bk, min(j * bk + bk, n_k), n_q, n_k,
+                                          causal=causal, window=window)
+            assert char == masks.BLOCK_CHARS[kind]
+    with pytest.raises(ValueError, match="block_q must be >= 1, got 0"):
+        masks.draw_blocks(4, 4, 0, 2)

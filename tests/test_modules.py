@@ -4,6 +4,8 @@ import torch
 
 from selfattn import KVCache, MultiHeadSelfAttention, SelfAttention, reference
 
+from .tolerances import TOL
+
 
 def test_self_attention_is_the_tutorial_head():
     torch.manual_seed(0)
@@ -13,7 +15,7 @@ def test_self_attention_is_the_tutorial_head():
     assert out.shape == (10, 128)  # 10×128 in, 10×128 out
     t = reference.self_attention(x.numpy(), head.w_q.weight.detach().T.numpy(),
                                  head.w_k.weight.detach().T.numpy(), head.w_v.weight.detach().T.numpy())
-    np.testing.assert_allclose(out.detach().numpy(), t.output, atol=1e-12)
+    np.testing.assert_allclose(out.detach().numpy(), t.output, atol=TOL["float64"])
     assert head(x[None].repeat(3, 1, 1)).shape == (3, 10, 128)
 
 
@@ -23,7 +25,7 @@ def test_self_attention_d_k_and_non_causal():
     assert head.w_q.weight.shape == (4, 16) and head(x).shape == x.shape
     t = reference.self_attention(x[1].numpy(), head.w_q.weight.detach().T.numpy(),
                                  head.w_k.weight.detach().T.numpy(), head.w_v.weight.detach().T.numpy(), causal=False)
-    np.testing.assert_allclose(head(x)[1].detach().numpy(), t.output, atol=1e-12)
+    np.testing.assert_allclose(head(x)[1].detach().numpy(), t.output, atol=TOL["float64"])
 
 
 @pytest.mark.parametrize("n_heads, n_kv_heads", [(4, None), (4, 2), (4, 1)])
@@ -38,7 +40,7 @@ def test_multi_head_matches_reference_per_head(n_heads, n_kv_heads):
         heads.append(reference.attention(q[:, h:h + 1].detach().numpy(), k[:, h // G:h // G + 1].detach().numpy(),
                                          v[:, h // G:h // G + 1].detach().numpy(), causal=True)[0])
     o = torch.from_numpy(np.concatenate(heads, axis=1))
-    assert torch.allclose(mha(x), mha.merge(o), atol=1e-12)
+    assert torch.allclose(mha(x), mha.merge(o), atol=TOL["float64"])
 
 
 def test_multi_head_padding_mask_and_shapes():
@@ -50,7 +52,7 @@ def test_multi_head_padding_mask_and_shapes():
     assert out.shape == x.shape
     x2 = x.clone()
     x2[1, 4:] = 1e3  # padded positions must not influence the others
-    assert torch.allclose(mha(x2, mask=pad)[1, :4], out[1, :4], atol=1e-5)
+    assert torch.allclose(mha(x2, mask=pad)[1, :4], out[1, :4], atol=TOL["float32"])
     assert mha(x[0]).shape == (6, 24)
 
 
@@ -65,7 +67,7 @@ def test_kv_cache_decoding_equals_full_pass(n_kv_heads):
         prefix = mha(x[:, :5], cache=cache)
         steps = [mha(x[:, i:i + 1], cache=cache) for i in range(5, 40)]
     assert len(cache) == 40 and cache.keys.shape == (2, n_kv_heads or 4, 40, 8)
-    torch.testing.assert_close(torch.cat([prefix, *steps], 1), full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.cat([prefix, *steps], 1), full, atol=TOL["float32"], rtol=TOL["float32"])
 
 
 def test_kv_cache_refuses_mismatched_appends():
@@ -97,8 +99,46 @@ def test_dropout_only_in_training():
     (lambda: MultiHeadSelfAttention(16, 4, dropout=1.5), ValueError, "dropout must be a number in .0, 1., got 1.5"),
     (lambda: SelfAttention(8)(torch.zeros(3, 7)), ValueError, "x has d_model=7 but the module was built for d_model=8"),
     (lambda: SelfAttention(8)(torch.zeros(8)), ValueError, r"got shape \(8,\)"),
-    (lambda: MultiHeadSelfAttention(8, 2)(torch.zeros(1, 3, 8), cache=[]), TypeError, "cache must be a KVCache, got list"),
+    (lambda: MultiHeadSelfAttention(8, 2)(torch.zeros(1, 3, 8), cache=[]), TypeError,
+     "cache must be a KVCache, got list"),
 ])
 def test_bad_module_arguments_are_named(make, err, match):
     with pytest.raises(err, match=match):
         make()
+
+
+def test_a_refused_call_does_not_grow_the_cache():
+    mha = MultiHeadSelfAttention(16, 4).eval()
+    cache = KVCache()
+    with torch.no_grad():
+        mha(torch.randn(1, 5, 16), cache=cache)
+        with pytest.raises(ValueError, match="does not broadcast"):
+            mha(torch.randn(1, 3, 16), cache=cache, mask=torch.ones(3, 3, dtype=torch.bool))  # needs Lk = 8
+        assert len(cache) == 5
+        refusing = MultiHeadSelfAttention(16, 4, dropout=0.5, backend="tiled").train()
+        with pytest.raises(ValueError, match="no dropout"):                               # refused by the backend
+            refusing(torch.randn(1, 3, 16), cache=cache)
+        assert len(cache) == 5
+        mha(torch.randn(1, 3, 16), cache=cache, mask=torch.ones(3, 8, dtype=torch.bool))
+    assert len(cache) == 8
+
+
+@pytest.mark.parametrize("k, v, match", [
+    (torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 5), r"values of \(B, Hkv, D\) = \(1, 2, 4\).*\(1, 2, 5\)"),
+    (torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 2, 4), r"k and v must agree on \(B, Hkv, Ln\)"),
+    (torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4, dtype=torch.float64), "k and v must agree.*float64"),
+    (torch.zeros(1, 2, 1, 4), torch.zeros(2, 1, 4), "v must be 4-D"),
+])
+def test_kv_cache_names_mismatched_values(k, v, match):
+    cache = KVCache()
+    cache.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+    with pytest.raises(ValueError, match=match):
+        cache.append(k, v)
+    assert len(cache) == 3
+
+
+@pytest.mark.parametrize("module", [SelfAttention(8), MultiHeadSelfAttention(8, 2)], ids=["single", "multi"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16], ids=str)
+def test_input_dtype_other_than_the_weights_is_named(module, dtype):
+    with pytest.raises(TypeError, match=f"x has dtype {dtype} but the module's weights are torch.float32"):
+        module(torch.zeros(3, 8, dtype=dtype))

@@ -8,16 +8,17 @@ from hypothesis import strategies as st
 import selfattn
 from selfattn import KVCache, MultiHeadSelfAttention, SelfAttention, kernels
 
+from .helpers import make_inputs
+from .tolerances import TOL
+
 shapes = st.tuples(st.integers(1, 2), st.sampled_from([(1, 1), (2, 1), (4, 2), (3, 3)]),
                    st.integers(1, 12), st.integers(1, 12), st.integers(1, 9))
 
 
 def tensors(shape, seed):
+    """q, k, v of the drawn shape, and a generator for anything else the test draws."""
     B, (Hq, Hkv), Lq, Lk, D = shape
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(B, Hq, Lq, D, generator=g, dtype=torch.float64),
-            torch.randn(B, Hkv, Lk, D, generator=g, dtype=torch.float64),
-            torch.randn(B, Hkv, Lk, D, generator=g, dtype=torch.float64), g)
+    return (*make_inputs(B, Hq, Hkv, Lq, Lk, D, seed=seed), torch.Generator().manual_seed(seed + 1))
 
 
 @settings(max_examples=60, deadline=None)
@@ -28,7 +29,7 @@ def test_rows_sum_to_one_or_are_all_zero(shape, seed, causal, window, masked):
     mask = (torch.rand(q.shape[2], k.shape[2], generator=g) > 0.4) if masked else None
     w = selfattn.attention(q, k, v, causal=causal, window=window, mask=mask, return_weights=True).weights
     sums = w.sum(-1)
-    assert torch.all(((sums - 1).abs() < 1e-12) | (sums == 0))
+    assert torch.all(((sums - 1).abs() < TOL["float64"]) | (sums == 0))
     assert torch.all(w >= 0)
 
 
@@ -46,7 +47,7 @@ def test_causality_future_inputs_never_change_the_past(shape, seed, backend, i):
     k2[:, :, max(p + 1, 0):] -= 3.0
     v2[:, :, max(p + 1, 0):] *= -7.0
     out2 = selfattn.attention(q2, k2, v2, causal=True, backend=backend)
-    assert torch.allclose(out[:, :, : i + 1], out2[:, :, : i + 1], atol=1e-12)
+    assert torch.allclose(out[:, :, : i + 1], out2[:, :, : i + 1], atol=TOL["float64"])
 
 
 @settings(max_examples=25, deadline=None)
@@ -71,4 +72,4 @@ def test_kv_cache_decoding_equals_full_forward(heads, L, split, seed):
         cache = KVCache()
         parts = [mha(x[:, :split], cache=cache)] if split else []
         parts += [mha(x[:, i:i + 1], cache=cache) for i in range(split, L)]
-    assert np.allclose(torch.cat(parts, 1).numpy(), full.numpy(), atol=1e-12)
+    assert np.allclose(torch.cat(parts, 1).numpy(), full.numpy(), atol=TOL["float64"])

@@ -5,17 +5,19 @@ import pytest
 
 from selfattn import reference as R
 
+from .tolerances import TOL
+
 
 def test_softmax_examples_of_the_tutorial():
     # "scores = [2.0, 0.0, 0.0] → softmax ≈ [0.79, 0.10, 0.10]"
-    np.testing.assert_allclose(R.softmax([2.0, 0.0, 0.0]), [0.7870, 0.1065, 0.1065], atol=1e-4)
+    np.testing.assert_allclose(R.softmax([2.0, 0.0, 0.0]), [0.7870, 0.1065, 0.1065], atol=TOL["tutorial_digits"])
     # "scores = [2.0, -inf, -inf] → softmax = [1.0, 0.0, 0.0]" — exactly
     assert R.softmax([2.0, -np.inf, -np.inf]).tolist() == [1.0, 0.0, 0.0]
 
 
 def test_softmax_is_stable_and_safe():
     big = R.softmax([1e4, 1e4 - 1.0, -1e4])
-    assert np.isfinite(big).all() and abs(big.sum() - 1) < 1e-15
+    assert np.isfinite(big).all() and abs(big.sum() - 1) < TOL["float64_one_op"]
     assert R.softmax([-np.inf, -np.inf]).tolist() == [0.0, 0.0]  # nothing visible: zeros, not NaN
     with pytest.raises(ValueError, match="scalar"):
         R.softmax(3.0)
@@ -44,10 +46,10 @@ def test_self_attention_by_hand():
     s[np.triu_indices(10, 1)] = -np.inf
     w = np.exp(s - s.max(1, keepdims=True))
     w /= w.sum(1, keepdims=True)
-    np.testing.assert_allclose(t.weights, w, rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(t.output, w @ v, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(t.weights, w, rtol=TOL["float64"], atol=TOL["float64_one_op"])
+    np.testing.assert_allclose(t.output, w @ v, rtol=TOL["float64"], atol=TOL["float64"])
     assert (t.weights[np.triu_indices(10, 1)] == 0).all()  # future positions: exactly 0
-    np.testing.assert_allclose(t.weights.sum(1), 1.0, rtol=1e-14)
+    np.testing.assert_allclose(t.weights.sum(1), 1.0, rtol=TOL["float64_few_ops"])
     assert np.isneginf(t.masked[np.triu_indices(10, 1)]).all()
 
 
@@ -56,7 +58,7 @@ def test_self_attention_extra_mask_and_empty_rows():
     mask = np.array([[0, 0, 0], [1, 1, 1], [1, 0, 1]], bool)
     t = R.self_attention(x, np.eye(3), np.eye(3), np.eye(3), mask=mask)
     assert (t.weights[0] == 0).all() and (t.output[0] == 0).all()
-    assert t.weights[2, 1] == 0 and abs(t.weights[2].sum() - 1) < 1e-15
+    assert t.weights[2, 1] == 0 and abs(t.weights[2].sum() - 1) < TOL["float64_one_op"]
 
 
 @pytest.mark.parametrize("bad, err, match", [
@@ -81,12 +83,30 @@ def test_reference_attention_agrees_with_self_attention():
     w = [rng.normal(size=(6, 6)) for _ in range(3)]
     t = R.self_attention(x, *w)
     out, weights, lse = R.attention(t.q[None, None], t.k[None, None], t.v[None, None], causal=True)
-    np.testing.assert_allclose(out[0, 0], t.output, atol=1e-13)
-    np.testing.assert_allclose(weights[0, 0], t.weights, atol=1e-15)
-    np.testing.assert_allclose(np.exp(t.masked - lse[0, 0, :, None]), t.weights, atol=1e-13)
+    np.testing.assert_allclose(out[0, 0], t.output, atol=TOL["float64_lse"])
+    np.testing.assert_allclose(weights[0, 0], t.weights, atol=TOL["float64_one_op"])
+    np.testing.assert_allclose(np.exp(t.masked - lse[0, 0, :, None]), t.weights, atol=TOL["float64_lse"])
 
 
 def test_visibility_window():
     expected = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]], bool)
     assert (R.visibility(4, 4, window=2) == expected).all()
     assert (R.visibility(2, 4, causal=True, window=2) == np.array([[0, 1, 1, 0], [0, 0, 1, 1]], bool)).all()
+
+
+def test_scale_scores_and_the_checked_arguments():
+    np.testing.assert_allclose(R.scale_scores([[4.0, 8.0]], 16), [[1.0, 2.0]])
+    assert R.scale is R.scale_scores                       # the former name, for callers not yet moved
+    q = np.ones((1, 1, 2, 4))
+    out, _, _ = R.attention(q, q, q, scale=0.0, causal=True)
+    np.testing.assert_allclose(out, 1.0)
+    with pytest.raises(ValueError, match="d_k must be >= 1, got 0"):
+        R.scale_scores([[1.0]], 0)
+    with pytest.raises(TypeError, match="scale must be a real number, got str"):
+        R.attention(q, q, q, scale="big")
+    with pytest.raises(ValueError, match="softcap must be > 0"):
+        R.attention(q, q, q, softcap=0.0)
+    with pytest.raises(ValueError, match="window must be >= 1, got 0"):
+        R.visibility(2, 2, window=0)
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        R.self_attention(np.eye(2), np.eye(2), np.eye(2), np.eye(2), causal=1)

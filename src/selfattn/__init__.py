@@ -20,6 +20,7 @@ _LAZY = {
     "intercept": ("selfattn.functional", "intercept"),
     "use_backend": ("selfattn.functional", "use_backend"),
     "attention_weights": ("selfattn.weights", "attention_weights"),
+    "weights_from_lse": ("selfattn.weights", "weights_from_lse"),
     "SelfAttention": ("selfattn.modules", "SelfAttention"),
     "MultiHeadSelfAttention": ("selfattn.modules", "MultiHeadSelfAttention"),
     "KVCache": ("selfattn.modules", "KVCache"),

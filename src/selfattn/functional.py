@@ -9,15 +9,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-import numbers
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 
-from . import kernels
-from .kernels.base import Request
+from . import checks, kernels
+from .kernels.base import ALL_DTYPES, AttentionOutput, Request
 
-__all__ = ["AttentionOutput", "attention", "build_request", "intercept", "use_backend", "Interceptor"]
+__all__ = ["AttentionOutput", "attention", "build_request", "check_mask", "intercept", "use_backend", "Interceptor",
+           "MAX_SCALE", "MAX_SOFTCAP"]
 
 Interceptor = Callable[[Request, Callable[[Request], "kernels.Result"]], "kernels.Result"]
 """`interceptor(request, compute) -> Result`: sees every `attention` call made inside
@@ -63,21 +63,15 @@ def _check_backend(backend) -> str:
         raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {sorted(kernels.BACKENDS)}")
     return backend
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
+MAX_SCALE = 1e6
+"""Largest |scale| accepted. Scores of ordinary inputs times a larger scale overflow float32 (the
+accumulation type of half inputs) to inf, and inf − inf in the softmax is NaN; a 1/√D scale, or
+one divided by a temperature down to 1e-4, stays far below."""
 
-class AttentionOutput(NamedTuple):
-    """What `attention` returns when a `return_*` flag is set.
-
-    output   (B, Hq, Lq, Dv)  input dtype
-    weights  (B, Hq, Lq, Lk)  float32 for half inputs, else the input dtype; None unless asked
-    lse      (B, Hq, Lq)      log Σ_j exp(score_ij), −inf for a row that sees nothing; None unless asked
-    """
-
-    output: torch.Tensor
-    weights: torch.Tensor | None
-    lse: torch.Tensor | None
-
+MAX_SOFTCAP = 1e6
+"""Largest softcap accepted: c·tanh(s/c) ≈ s long before this, and c·log₂e must stay finite in
+float32 (`kernels.tiled` keeps its scores in base 2)."""
 
 def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, softcap=None,
               dropout_p=0.0, return_weights=False, return_lse=False, backend="auto"):
@@ -96,7 +90,7 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
     scale      multiplies Q Kᵀ; default 1/√D
     softcap    c > 0: a scaled score s becomes c·tanh(s/c) before masking
     dropout_p  dropout on the weights, in [0, 1) (pass 0 in evaluation)
-    return_weights, return_lse   return AttentionOutput(output, weights, lse)
+    return_weights, return_lse   return AttentionOutput(output, weights, lse) (= kernels.Result)
     backend    "auto" (fastest that can serve the request), or one of "naive", "sdpa", …
 
     A query row that may look at nothing gets output 0, weights 0, lse −inf: never NaN.
@@ -106,7 +100,7 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
     if backend == "auto":
         backend = _DEFAULT_BACKEND.get()
     request = build_request(q, k, v, causal=causal, mask=mask, window=window, scale=scale, softcap=softcap,
-                            dropout_p=dropout_p, need_weights=return_weights, need_lse=return_lse)
+                            dropout_p=dropout_p, return_weights=return_weights, return_lse=return_lse)
 
     def compute(r: Request) -> kernels.Result:
         return kernels.choose(r, backend).forward(r)
@@ -114,19 +108,23 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
     interceptor = _INTERCEPTOR.get()
     result = compute(request) if interceptor is None else interceptor(request, compute)
     if return_weights or return_lse:
-        return AttentionOutput(result.output, result.weights, result.lse)
+        return AttentionOutput(result.output, result.weights, result.lse)   # whatever tuple an interceptor made
     return result.output
 
 
 def build_request(q, k, v, *, causal=False, mask=None, window=None, scale=None, softcap=None,
-                  dropout_p=0.0, need_weights=False, need_lse=False) -> Request:
-    """Check every argument of `attention` and normalise it into a `Request`."""
+                  dropout_p=0.0, return_weights=False, return_lse=False) -> Request:
+    """Check every argument of `attention` and normalise it into a `Request`.
+
+    Normalised: scale resolved (default 1/√D); a window wider than Lk clamped to Lk (the same
+    rule: every key is within reach); the mask viewed as 4-D (leading dims of size 1).
+    """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D (B, H, L, D), got shape {tuple(t.shape)}")
-        if t.dtype not in SUPPORTED_DTYPES:
+        if t.dtype not in ALL_DTYPES:
             raise TypeError(f"{name} has dtype {t.dtype}; supported: float16, bfloat16, float32, float64")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
@@ -141,45 +139,41 @@ def build_request(q, k, v, *, causal=False, mask=None, window=None, scale=None, 
         raise ValueError(f"v has {Hv} heads but k has {Hkv}")
     if Lv != Lk:
         raise ValueError(f"v has Lk={Lv} positions but k has Lk={Lk}")
-    if Hkv == 0 or Hq % Hkv != 0:
+    if Hq == 0 or Hkv == 0:
+        raise ValueError(f"q and k need at least one head each, got Hq={Hq}, Hkv={Hkv}")
+    if Hq % Hkv != 0:
         raise ValueError(f"q has Hq={Hq} heads, not a multiple of k's Hkv={Hkv}")
     if D == 0:
         raise ValueError("head dim D must be >= 1, got 0")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
-    for name, flag in (("return_weights", need_weights), ("return_lse", need_lse)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be a bool, got {type(flag).__name__} {flag!r}")
+    if Dv == 0:
+        raise ValueError("value head dim Dv must be >= 1, got 0")
+    causal = checks.boolean("causal", causal)
+    return_weights = checks.boolean("return_weights", return_weights)
+    return_lse = checks.boolean("return_lse", return_lse)
+    window = checks.optional_integer("window", window, low=1)
     if window is not None:
-        if isinstance(window, bool) or not isinstance(window, numbers.Integral):
-            raise TypeError(f"window must be an int, got {type(window).__name__} {window!r}")
-        if window < 1:
-            raise ValueError(f"window must be >= 1, got {window}")
-        window = int(window)
-    scale = 1.0 / math.sqrt(D) if scale is None else _finite_number("scale", scale)
+        window = min(window, max(Lk, 1))
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    else:
+        scale = checks.real("scale", scale, low=-MAX_SCALE, high=MAX_SCALE)
     if softcap is not None:
-        softcap = _finite_number("softcap", softcap)
-        if softcap <= 0:
-            raise ValueError(f"softcap must be > 0, got {softcap}")
-    dropout_p = _finite_number("dropout_p", dropout_p)
+        softcap = checks.real("softcap", softcap, low=0.0, low_open=True, high=MAX_SOFTCAP)
+    dropout_p = checks.real("dropout_p", dropout_p)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     if mask is not None:
-        mask = _check_mask(mask, (B, Hq, Lq, Lk), q.device)
+        mask = check_mask(mask, (B, Hq, Lq, Lk), q.device)
     return Request(q=q, k=k, v=v, causal=causal, mask=mask, window=window, scale=scale, softcap=softcap,
-                   dropout_p=dropout_p, need_weights=need_weights, need_lse=need_lse)
+                   dropout_p=dropout_p, return_weights=return_weights, return_lse=return_lse)
 
 
-def _finite_number(name: str, x) -> float:
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(x).__name__} {x!r}")
-    x = float(x)
-    if not math.isfinite(x):
-        raise ValueError(f"{name} must be finite, got {x}")
-    return x
+def check_mask(mask, full_shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """`mask` checked against (B, Hq, Lq, Lk) = full_shape, as a 4-D view (leading dims of size 1).
 
-
-def _check_mask(mask, full_shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    bool (True = may look) or additive float; broadcastable to full_shape; on `device`; an
+    additive mask may hold −inf but neither NaN nor +inf.
+    """
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a torch.Tensor (bool, or additive float), got {type(mask).__name__}")
     if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
@@ -196,6 +190,10 @@ def _check_mask(mask, full_shape: tuple[int, ...], device: torch.device) -> torc
     if broadcast != torch.Size(full_shape):
         raise ValueError(f"mask has shape {tuple(mask.shape)}, which does not broadcast to "
                          f"(B, Hq, Lq, Lk) = {full_shape}")
-    if mask.dtype.is_floating_point and bool(torch.isnan(mask).any()):
-        raise ValueError("additive mask contains NaN; use -inf (or a bool mask) for hidden positions")
-    return mask
+    if mask.dtype.is_floating_point:
+        if bool(torch.isnan(mask).any()):
+            raise ValueError("additive mask contains NaN; use -inf (or a bool mask) for hidden positions")
+        if bool(torch.isposinf(mask).any()):
+            raise ValueError("additive mask contains +inf, which would make a softmax row NaN; use finite "
+                             "values, and -inf (or a bool mask) for hidden positions")
+    return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))

@@ -19,17 +19,34 @@ import enum
 
 import torch
 
-__all__ = ["visibility", "Block", "block_visibility", "padding_mask", "draw"]
+from . import checks
+
+__all__ = ["visibility", "Block", "block_visibility", "draw_blocks", "padding_mask", "draw"]
 
 
 def visibility(n_q: int, n_k: int, *, causal: bool = False, window: int | None = None,
-               device: torch.device | str | None = None) -> torch.Tensor:
-    """Bool (n_q, n_k), True = may look, for the causal and window rules."""
-    visible = torch.ones(n_q, n_k, dtype=torch.bool, device=device)
+               device: torch.device | str | None = None, rows: torch.Tensor | None = None,
+               cols: torch.Tensor | None = None) -> torch.Tensor:
+    """The causal / window rule: bool (R, C), True = may look. The one copy every backend, the
+    weights from an lse and the explainer use (`selfattn.reference.visibility` is the NumPy spec).
+
+    n_q, n_k  Lq and Lk of the whole request (they fix the bottom-right alignment)
+    rows      (R,) query indices in [0, n_q); default all Lq of them
+    cols      (C,) key indices in [0, n_k); default all Lk of them
+
+    Query i stands at position p = i + n_k − n_q; key j is visible when j <= p (causal or
+    windowed) and j > p − window (windowed).
+    """
+    if rows is not None:
+        device = rows.device
+    elif cols is not None:
+        device = cols.device
+    rows = torch.arange(n_q, device=device) if rows is None else rows
+    cols = torch.arange(n_k, device=device) if cols is None else cols
     if not causal and window is None:
-        return visible
-    p = torch.arange(n_q, device=device)[:, None] + (n_k - n_q)  # (Lq, 1) query positions
-    j = torch.arange(n_k, device=device)[None, :]                 # (1, Lk) key positions
+        return torch.ones(len(rows), len(cols), dtype=torch.bool, device=device)
+    p = rows[:, None] + (n_k - n_q)   # (R, 1) query positions, bottom-right aligned
+    j = cols[None, :]                 # (1, C) key positions
     visible = j <= p
     if window is not None:
         visible &= j > p - window
@@ -65,6 +82,32 @@ def block_visibility(q0: int, q1: int, k0: int, k1: int, n_q: int, n_k: int, *,
     if k1 - 1 <= hi_first and (lo_last is None or k0 >= lo_last):
         return Block.FULL
     return Block.PARTIAL
+
+
+BLOCK_CHARS = {Block.FULL: "F", Block.PARTIAL: "P", Block.HIDDEN: "."}
+"""How `draw_blocks` draws a tile (as FlexAttention's `BlockMask.to_string` draws its blocks)."""
+
+
+def draw_blocks(n_q: int, n_k: int, block_q: int, block_k: int, *, causal: bool = False,
+                window: int | None = None) -> str:
+    """The block plan of a tiled kernel: one row per query block, one character per key block,
+    F (full: no mask needed), P (partial: a diagonal or window edge crosses it: masked),
+    . (hidden: never computed). causal, Lq = Lk = 8, blocks of 2:
+
+        P . . .
+        F P . .
+        F F P .
+        F F F P
+    """
+    checks.integer("block_q", block_q, low=1)
+    checks.integer("block_k", block_k, low=1)
+    lines = []
+    for q0 in range(0, n_q, block_q):
+        q1 = min(q0 + block_q, n_q)
+        lines.append(" ".join(
+            BLOCK_CHARS[block_visibility(q0, q1, k0, min(k0 + block_k, n_k), n_q, n_k, causal=causal, window=window)]
+            for k0 in range(0, n_k, block_k)))
+    return "\n".join(lines)
 
 
 def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -12,20 +12,13 @@ import math
 import torch
 from torch import nn
 
-from .functional import attention
+from . import checks
+from .functional import attention, check_mask
 
 __all__ = ["SelfAttention", "MultiHeadSelfAttention", "KVCache"]
 
 
-def _positive_int(name: str, x) -> int:
-    if isinstance(x, bool) or not isinstance(x, int):
-        raise TypeError(f"{name} must be an int, got {type(x).__name__} {x!r}")
-    if x < 1:
-        raise ValueError(f"{name} must be >= 1, got {x}")
-    return x
-
-
-def _as_batch(x, d_model: int, name: str = "x") -> tuple[torch.Tensor, bool]:
+def _as_batch(x, d_model: int, weight: torch.Tensor, name: str = "x") -> tuple[torch.Tensor, bool]:
     """(L, D) or (B, L, D) -> (B, L, D), and whether a batch dim was added."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -33,6 +26,9 @@ def _as_batch(x, d_model: int, name: str = "x") -> tuple[torch.Tensor, bool]:
         raise ValueError(f"{name} must be (L, d_model) or (B, L, d_model), got shape {tuple(x.shape)}")
     if x.shape[-1] != d_model:
         raise ValueError(f"{name} has d_model={x.shape[-1]} but the module was built for d_model={d_model}")
+    if x.dtype != weight.dtype:
+        raise TypeError(f"{name} has dtype {x.dtype} but the module's weights are {weight.dtype}; convert one "
+                        f"(x.to({weight.dtype}) or module.to({x.dtype}))")
     return (x[None], True) if x.dim() == 2 else (x, False)
 
 
@@ -68,12 +64,9 @@ class KVCache:
         self.length = 0
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Add k (B, Hkv, Ln, D) and v (B, Hkv, Ln, Dv); return all keys and values so far."""
-        if self._k is not None:
-            have, new = self._k.shape, k.shape
-            if (have[0], have[1], have[3]) != (new[0], new[1], new[3]) or k.dtype != self._k.dtype:
-                raise ValueError(f"cache holds keys of (B, Hkv, D) = {(have[0], have[1], have[3])} {self._k.dtype}, "
-                                 f"cannot append {(new[0], new[1], new[3])} {k.dtype}")
+        """Add k (B, Hkv, Ln, D) and v (B, Hkv, Ln, Dv); return all keys and values so far.
+        Everything is checked before anything is written: a refused append leaves the cache as it was."""
+        self._check(k, v)
         need = self.length + k.shape[2]
         if self._k is None or need > self._k.shape[2]:
             capacity = max(need, 2 * (0 if self._k is None else self._k.shape[2]), 16)
@@ -84,12 +77,39 @@ class KVCache:
         self.length = need
         return self.keys, self.values
 
+    def truncate(self, length: int) -> None:
+        """Forget every position from `length` on (undo appends)."""
+        self.length = checks.integer("length", length, low=0, high=self.length)
+
+    def _check(self, k, v) -> None:
+        for name, t in (("k", k), ("v", v)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if t.dim() != 4:
+                raise ValueError(f"{name} must be 4-D (B, Hkv, Ln, D), got shape {tuple(t.shape)}")
+        if k.shape[:3] != v.shape[:3] or k.dtype != v.dtype or k.device != v.device:
+            raise ValueError(f"k and v must agree on (B, Hkv, Ln), dtype and device, got k {tuple(k.shape)} "
+                             f"{k.dtype} {k.device} and v {tuple(v.shape)} {v.dtype} {v.device}")
+        if self._k is None:
+            return
+        for name, new, have in (("keys", k, self._k), ("values", v, self._v)):
+            held, given = (have.shape[0], have.shape[1], have.shape[3]), (new.shape[0], new.shape[1], new.shape[3])
+            if held != given or new.dtype != have.dtype or new.device != have.device:
+                raise ValueError(f"cache holds {name} of (B, Hkv, D) = {held} {have.dtype} on {have.device}, "
+                                 f"cannot append {given} {new.dtype} on {new.device}")
+
     def _grow(self, old: torch.Tensor | None, like: torch.Tensor, capacity: int) -> torch.Tensor:
         B, H, _, D = like.shape
         fresh = like.new_empty(B, H, capacity, D)
         if old is not None:
             fresh[:, :, : self.length] = old[:, :, : self.length]
         return fresh
+
+
+def _check_cache(cache) -> KVCache:
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+    return cache
 
 
 class SelfAttention(nn.Module):
@@ -103,18 +123,16 @@ class SelfAttention(nn.Module):
 
     def __init__(self, d_model: int, d_k: int | None = None, causal: bool = True, *, backend: str = "auto"):
         super().__init__()
-        self.d_model = _positive_int("d_model", d_model)
-        self.d_k = self.d_model if d_k is None else _positive_int("d_k", d_k)
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
-        self.causal = causal
+        self.d_model = checks.integer("d_model", d_model, low=1)
+        self.d_k = self.d_model if d_k is None else checks.integer("d_k", d_k, low=1)
+        self.causal = checks.boolean("causal", causal)
         self.backend = backend
         self.w_q = nn.Linear(self.d_model, self.d_k, bias=False)
         self.w_k = nn.Linear(self.d_model, self.d_k, bias=False)
         self.w_v = nn.Linear(self.d_model, self.d_model, bias=False)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        x, added = _as_batch(x, self.d_model)
+        x, added = _as_batch(x, self.d_model, self.w_q.weight)
         q, k, v = (w(x)[:, None] for w in (self.w_q, self.w_k, self.w_v))  # (B, 1, L, d_k|d_model)
         out = attention(q, k, v, causal=self.causal, mask=mask, backend=self.backend)[:, 0]
         return out[0] if added else out
@@ -137,9 +155,9 @@ class MultiHeadSelfAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, causal: bool = True, *,
                  head_dim: int | None = None, bias: bool = True, dropout: float = 0.0, backend: str = "auto"):
         super().__init__()
-        self.d_model = _positive_int("d_model", d_model)
-        self.n_heads = _positive_int("n_heads", n_heads)
-        self.n_kv_heads = self.n_heads if n_kv_heads is None else _positive_int("n_kv_heads", n_kv_heads)
+        self.d_model = checks.integer("d_model", d_model, low=1)
+        self.n_heads = checks.integer("n_heads", n_heads, low=1)
+        self.n_kv_heads = self.n_heads if n_kv_heads is None else checks.integer("n_kv_heads", n_kv_heads, low=1)
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
         if head_dim is None:
@@ -147,14 +165,13 @@ class MultiHeadSelfAttention(nn.Module):
                 raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                                  f"pass head_dim explicitly")
             head_dim = self.d_model // self.n_heads
-        self.head_dim = _positive_int("head_dim", head_dim)
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        self.head_dim = checks.integer("head_dim", head_dim, low=1)
+        self.causal = checks.boolean("causal", causal)
+        dropout = checks.real("dropout", dropout)
+        if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
-        self.causal = causal
         self.scale = 1.0 / math.sqrt(self.head_dim)  # multiplies Q Kᵀ: the tutorial's ÷√d_k
-        self.dropout = float(dropout)
+        self.dropout = dropout
         self.backend = backend
         self.q_proj = nn.Linear(self.d_model, self.n_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(self.d_model, self.n_kv_heads * self.head_dim, bias=bias)
@@ -171,9 +188,7 @@ class MultiHeadSelfAttention(nn.Module):
         k = self.k_proj(x).unflatten(-1, (self.n_kv_heads, self.head_dim)).transpose(1, 2)
         v = self.v_proj(x).unflatten(-1, (self.n_kv_heads, self.head_dim)).transpose(1, 2)
         if cache is not None:
-            if not isinstance(cache, KVCache):
-                raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
-            k, v = cache.append(k, v)
+            k, v = _check_cache(cache).append(k, v)
         return q, k, v
 
     def merge(self, o: torch.Tensor) -> torch.Tensor:
@@ -181,10 +196,19 @@ class MultiHeadSelfAttention(nn.Module):
         return self.out_proj(o.transpose(1, 2).flatten(2))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None):
-        x, added = _as_batch(x, self.d_model)
+        x, added = _as_batch(x, self.d_model, self.q_proj.weight)
+        past = 0 if cache is None else len(_check_cache(cache))
+        if mask is not None:       # checked before the cache grows: a refused call leaves it as it was
+            B, L = x.shape[:2]
+            check_mask(mask, (B, self.n_heads, L, past + L), x.device)
         q, k, v = self.project(x, cache)
-        o = attention(q, k, v, causal=self.causal, mask=mask, scale=self.scale,
-                      dropout_p=self.dropout if self.training else 0.0, backend=self.backend)
+        try:
+            o = attention(q, k, v, causal=self.causal, mask=mask, scale=self.scale,
+                          dropout_p=self.dropout if self.training else 0.0, backend=self.backend)
+        except (TypeError, ValueError):
+            if cache is not None:   # any other refusal: undo this call's append
+                cache.truncate(past)
+            raise
         out = self.merge(o)
         return out[0] if added else out
 

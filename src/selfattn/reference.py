@@ -14,7 +14,10 @@ to be read next to the tutorial "Self-Attention 是什么":
 Shapes use fixed letters: L = sequence length, D = model width (d_model),
 d_k = query/key width, d_v = value width.
 
-This module imports nothing but NumPy, so `selfattn walkthrough` starts fast.
+This module imports nothing but NumPy (and the pure-Python `selfattn.checks`), so `selfattn
+walkthrough` starts fast. It is independent of the PyTorch paths on purpose: its `visibility`
+is its own NumPy copy of the rule in `selfattn.masks`, so that the fast paths are tested against
+an implementation that shares no code with them.
 """
 
 from __future__ import annotations
@@ -23,13 +26,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import checks
+
 __all__ = [
     "Trace",
     "softmax",
     "causal_mask",
     "project",
     "scores",
-    "scale",
+    "scale_scores",
     "apply_mask",
     "weighted_sum",
     "self_attention",
@@ -104,12 +109,8 @@ def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
 
     and with n_q = 1 (one decoding step with a cache of n_k keys) it is all ones.
     """
-    n_k = n_q if n_k is None else n_k
-    for name, n in (("n_q", n_q), ("n_k", n_k)):
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-            raise TypeError(f"{name} must be an int, got {type(n).__name__} {n!r}")
-        if n < 0:
-            raise ValueError(f"{name} must be >= 0, got {n}")
+    n_q = checks.integer("n_q", n_q, low=0)
+    n_k = n_q if n_k is None else checks.integer("n_k", n_k, low=0)
     i = np.arange(n_q)[:, None]
     j = np.arange(n_k)[None, :]
     return j <= i + (n_k - n_q)
@@ -143,11 +144,15 @@ def scores(q, k) -> np.ndarray:
     return q @ k.T
 
 
-def scale(s, d_k: int) -> np.ndarray:
+def scale_scores(s, d_k: int) -> np.ndarray:
     """scores / √d_k."""
-    if isinstance(d_k, bool) or not isinstance(d_k, (int, np.integer)) or d_k < 1:
-        raise ValueError(f"d_k must be a positive int, got {d_k!r}")
+    d_k = checks.integer("d_k", d_k, low=1)
     return np.asarray(s, dtype=np.float64) / np.sqrt(d_k)
+
+
+scale = scale_scores
+"""The former name of `scale_scores`, kept while `selfattn.walkthrough` and tests/explain/truth.py
+still call it; not in __all__, and `attention`'s `scale` argument no longer needs it."""
 
 
 def apply_mask(s, mask) -> np.ndarray:
@@ -188,9 +193,10 @@ def self_attention(x, w_q, w_k, w_v, *, causal: bool = True, mask=None) -> Trace
 
     Returns a `Trace`; `trace.output` is (L, d_v), the same shape as x when d_v = D.
     """
+    causal = checks.boolean("causal", causal)
     q, k, v = project(x, w_q, w_k, w_v)
     s = scores(q, k)
-    scaled = scale(s, q.shape[1])
+    scaled = scale_scores(s, q.shape[1])
     visible = causal_mask(*s.shape) if causal else np.ones(s.shape, dtype=bool)
     if mask is not None:
         mask = np.asarray(mask)
@@ -215,6 +221,7 @@ def visibility(n_q: int, n_k: int, *, causal: bool = False, window: int | None =
     causal:   key j visible only if j <= p.
     window w: key j visible only if p - w < j <= p (the last w positions, itself included).
     """
+    window = checks.optional_integer("window", window, low=1)
     visible = np.ones((n_q, n_k), dtype=bool)
     if causal or window is not None:
         visible &= causal_mask(n_q, n_k)
@@ -240,9 +247,10 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
     groups = q.shape[1] // k.shape[1]
     k = np.repeat(k, groups, axis=1)
     v = np.repeat(v, groups, axis=1)
-    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else float(scale)
-    s = np.einsum("bhid,bhjd->bhij", q, k) * scale
+    multiplier = 1.0 / np.sqrt(q.shape[-1]) if scale is None else checks.real("scale", scale)
+    s = np.einsum("bhid,bhjd->bhij", q, k) * multiplier
     if softcap is not None:
+        softcap = checks.real("softcap", softcap, low=0.0, low_open=True)
         s = softcap * np.tanh(s / softcap)
     visible = np.broadcast_to(visibility(q.shape[2], k.shape[2], causal=causal, window=window), s.shape)
     if mask is not None:

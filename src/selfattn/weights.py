@@ -9,8 +9,10 @@ and with it any row of weights is one matrix-vector product away, exactly:
 
     weights_ij = exp(s_ij − lse_i)
 
-no second pass for the row maximum, no renormalisation, O(len(rows) · Lk) memory. This is how
-the explainer shows attention for inputs far too long for the full matrix:
+no second pass for the row maximum, no renormalisation, O(len(rows) · Lk) memory.
+`weights_from_lse` is the one copy of that formula (with its rule for a row that sees nothing);
+the tiled backward recomputes its probabilities with it, and anything else that turns a saved lse
+into weights should import it. For inputs far too long for the full matrix:
 
     out = selfattn.attention(q, k, v, causal=True, return_lse=True, backend="tiled")
     w = selfattn.attention_weights(q, k, out.lse, rows=[0, -1], causal=True)   # (B, H, 2, Lk)
@@ -22,10 +24,31 @@ import numbers
 
 import torch
 
-from .functional import build_request
-from .kernels.tiled import tile_visibility
+from . import checks, masks
 
-__all__ = ["attention_weights"]
+__all__ = ["attention_weights", "weights_from_lse"]
+
+NEG_INF = float("-inf")
+
+
+def weights_from_lse(masked_scores: torch.Tensor, lse: torch.Tensor, *, base2: bool = False,
+                     inplace: bool = False) -> torch.Tensor:
+    """exp(s − lse) by row: the weights of scores whose log-sum-exp is known.
+
+    masked_scores  (..., R, Lk)  scaled, softcapped, masked scores (−inf where hidden)
+    lse            (..., R)      log Σ_j exp(s_ij) of each row; −inf for a row that sees nothing
+    base2          scores and lse in base 2 (the tiled kernel's): 2^(s − lse₂)
+    inplace        overwrite masked_scores with the weights (no new tile)
+
+    A row whose lse is −inf gets weights 0 (its scores are all −inf: exp(−inf − (−inf)) would be
+    NaN, so the lse is taken as +inf there). Returns weights (..., R, Lk).
+    """
+    offset = lse.masked_fill(lse == NEG_INF, float("inf"))[..., None]   # (..., R, 1)
+    if inplace:
+        s = masked_scores.sub_(offset)
+        return s.exp2_() if base2 else s.exp_()
+    s = masked_scores - offset
+    return torch.exp2(s) if base2 else torch.exp(s)
 
 
 def attention_weights(q, k, lse, rows=None, *, causal=False, mask=None, window=None, scale=None, softcap=None):
@@ -41,28 +64,27 @@ def attention_weights(q, k, lse, rows=None, *, causal=False, mask=None, window=N
     Returns weights (B, Hq, len(rows), Lk): float64 for float64 inputs, else float32. A row that
     may look at nothing is all 0. Equal to `attention(..., return_weights=True).weights[:, :, rows]`.
     """
+    from .functional import build_request  # functional → kernels → tiled imports this module
+
     # v is not needed: k stands in for it, so that every argument is checked by the one validator
     r = build_request(q, k, k, causal=causal, mask=mask, window=window, scale=scale, softcap=softcap)
-    B, Hq, Lq, Lk, G = r.batch, r.q_heads, r.len_q, r.len_k, r.groups
+    B, Hq, Lq, Lk, G = r.B, r.Hq, r.Lq, r.Lk, r.G
     acc = torch.float64 if r.q.dtype == torch.float64 else torch.float32
     _check_lse(lse, (B, Hq, Lq), r.q.device)
     index = _row_index(rows, Lq, r.q.device)
 
-    q_rows = r.q[:, :, index].to(acc).unflatten(1, (r.kv_heads, G))         # (B, Hkv, G, R, D)
+    q_rows = r.q[:, :, index].to(acc).unflatten(1, (r.Hkv, G))              # (B, Hkv, G, R, D)
     s = (q_rows @ r.k.to(acc)[:, :, None].transpose(-1, -2)).flatten(1, 2)  # (B, Hq, R, Lk): k shared, not copied
     s = s * r.scale
     if r.softcap is not None:
         s = r.softcap * torch.tanh(s / r.softcap)
     if r.mask is not None:
         mask_rows = r.mask.expand(B, Hq, Lq, Lk)[:, :, index]               # (B, Hq, R, Lk)
-        s = s.masked_fill(~mask_rows, float("-inf")) if mask_rows.dtype == torch.bool else s + mask_rows.to(acc)
+        s = s.masked_fill(~mask_rows, NEG_INF) if mask_rows.dtype == torch.bool else s + mask_rows.to(acc)
     if r.causal or r.window is not None:
-        visible = tile_visibility(index, torch.arange(Lk, device=s.device), Lq, Lk,
-                                  causal=r.causal, window=r.window)          # (R, Lk)
-        s = s.masked_fill(~visible, float("-inf"))
-    lse_rows = lse[:, :, index].to(acc)[..., None]                            # (B, Hq, R, 1)
-    lse_rows = lse_rows.masked_fill(lse_rows == float("-inf"), float("inf"))  # a row that sees nothing: all 0
-    return torch.exp(s - lse_rows)
+        visible = masks.visibility(Lq, Lk, causal=r.causal, window=r.window, rows=index)   # (R, Lk)
+        s = s.masked_fill(~visible, NEG_INF)
+    return weights_from_lse(s, lse[:, :, index].to(acc))
 
 
 def _check_lse(lse, shape: tuple[int, int, int], device: torch.device) -> None:
@@ -94,9 +116,8 @@ def _row_index(rows, n: int, device: torch.device) -> torch.Tensor:
         except TypeError:
             raise TypeError(f"rows must be None, an int, a sequence of ints, a slice or a 1-D tensor, "
                             f"got {type(rows).__name__} {rows!r}") from None
+    values = [checks.integer(f"rows[{i}]", x) for i, x in enumerate(values)]
     for x in values:
-        if isinstance(x, bool) or not isinstance(x, numbers.Integral):
-            raise TypeError(f"rows must hold ints, got {type(x).__name__} {x!r}")
         if not -n <= x < n:
             raise ValueError(f"row {x} is out of range for Lq={n} query rows (valid: {-n} to {n - 1})")
     return torch.tensor([x % n for x in values], dtype=torch.long, device=device)

@@ -1,18 +1,14 @@
 """backend="auto": the cost model's choices on the cases it was calibrated for, and its pieces."""
 
+import json
+
 import pytest
 import torch
 
-from selfattn import kernels, reference
-from selfattn.functional import build_request
+from selfattn import kernels, masks, reference
 from selfattn.kernels import cost
 
-
-def request(B=1, Hq=8, Hkv=8, Lq=1024, Lk=1024, D=64, device="cpu", grad=False, **kwargs):
-    """A request of that shape whose tensors take no memory (one element, expanded)."""
-    one = torch.zeros((), device=device, requires_grad=grad)
-    q, k, v = one.expand(B, Hq, Lq, D), one.expand(B, Hkv, Lk, D), one.expand(B, Hkv, Lk, D)
-    return build_request(q, k, v, **kwargs)
+from ..helpers import shaped_request as request
 
 
 @pytest.mark.parametrize("kwargs, want", [
@@ -23,10 +19,10 @@ def request(B=1, Hq=8, Hkv=8, Lq=1024, Lk=1024, D=64, device="cpu", grad=False, 
     (dict(Lq=1024, Lk=4096, causal=True), "tiled"),                     # chunked prefill: SDPA gets a dense mask
     (dict(Lq=1, Lk=16384, Hq=32, Hkv=4, causal=True), "tiled"),         # GQA decoding: K/V read once per group
     (dict(Lq=1, Lk=1024, causal=True), "sdpa"),
-    (dict(Lq=2048, Lk=2048, causal=True, need_lse=True), "tiled"),      # SDPA has no lse; naive is O(N²)
+    (dict(Lq=2048, Lk=2048, causal=True, return_lse=True), "tiled"),      # SDPA has no lse; naive is O(N²)
     (dict(Lq=1024, Lk=1024, causal=True, softcap=30.0), "tiled"),
     (dict(Lq=8, Lk=8, causal=True, softcap=30.0), "naive"),             # tiny: naive's one pass is cheaper
-    (dict(Lq=64, Lk=64, need_weights=True), "naive"),                   # nothing else returns weights
+    (dict(Lq=64, Lk=64, return_weights=True), "naive"),                   # nothing else returns weights
     (dict(Lq=4096, Lk=4096, causal=True, window=256, grad=True), "tiled"),
 ])
 def test_auto_chooses_by_estimated_speed(kwargs, want):
@@ -34,7 +30,7 @@ def test_auto_chooses_by_estimated_speed(kwargs, want):
 
 
 def test_auto_keeps_naive_for_weights_even_when_slow():
-    assert kernels.choose(request(Lq=2048, Lk=2048, causal=True, need_weights=True), "auto").name == "naive"
+    assert kernels.choose(request(Lq=2048, Lk=2048, causal=True, return_weights=True), "auto").name == "naive"
 
 
 def test_off_the_cpu_auto_keeps_the_preference_order():
@@ -44,14 +40,14 @@ def test_off_the_cpu_auto_keeps_the_preference_order():
 
 
 def test_no_backend_left_explains_every_refusal():
-    r = request(Lq=64, Lk=64, need_weights=True, dropout_p=0.1)
-    from selfattn.kernels import naive
-    old, naive.WEIGHTS_BUDGET_BYTES = naive.WEIGHTS_BUDGET_BYTES, 10
-    try:
+    r = request(Lq=64, Lk=64, return_weights=True, dropout_p=0.1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernels.naive, "WEIGHTS_BUDGET_BYTES", 10)
         with pytest.raises(ValueError, match="no backend can serve.*sdpa: .*tiled: .*naive: "):
             kernels.choose(r, "auto")
-    finally:
-        naive.WEIGHTS_BUDGET_BYTES = old
+        # every reason of every backend, not only the first: tiled lacks weights and dropout
+        with pytest.raises(ValueError, match="tiled: it never returns attention weights.*no dropout"):
+            kernels.choose(r, "auto")
 
 
 @pytest.mark.parametrize("n_q, n_k", [(1, 1), (5, 5), (3, 8), (8, 3), (1, 9), (13, 13)])
@@ -66,3 +62,77 @@ def test_tiled_work_counts_visited_tiles():
     assert tiles == 10 and pairs == 10 * 256 * 256     # 4 + 3 + 2 + 1 tiles on and below the diagonal
     tiles, pairs = kernels.tiled.Plan.of(request(Lq=1, Lk=16384, causal=True), 256, 256).work()
     assert tiles == 1 and pairs == 16384                # one decoding step: one wide tile
+
+
+def test_explain_gives_each_estimate_or_reasons_and_the_choice():
+    r = request(Lq=2048, Lk=2048, causal=True, return_lse=True)
+    e = kernels.explain(r)
+    assert e["choice"] == kernels.choose(r, "auto").name == "tiled" and "smallest estimated time" in e["why"]
+    assert e["backends"]["sdpa"] == {"supported": False, "seconds": None,
+                                     "reasons": kernels.BACKENDS["sdpa"].not_supported_reasons(r)}
+    assert "log-sum-exp" in e["backends"]["sdpa"]["reasons"][0]
+    for name in ("tiled", "naive"):
+        assert e["backends"][name]["seconds"] == cost.estimate_seconds(name, r) > 0
+    assert e["request"]["Lq"] == 2048 and e["request"]["return_lse"] is True
+    plan = e["plan"]
+    assert (plan["block_q"], plan["block_k"], plan["query_blocks"], plan["key_blocks"]) == (1024, 256, 2, 8)
+    assert plan["drawing"] == masks.draw_blocks(2048, 2048, 1024, 256, causal=True)
+    assert json.loads(json.dumps(e)) == e                                   # plain data: a --json twin
+    text = kernels.render(e)
+    for part in ("Lq=2048", "sdpa", "cannot: it never returns the log-sum-exp", "choice   tiled",
+                 plan["drawing"].splitlines()[0]):
+        assert part in text
+
+
+def test_explain_takes_attention_arguments_or_a_shape():
+    q, k, v = (torch.zeros(1, 2, 5, 4) for _ in range(3))
+    by_tensors = kernels.explain(dict(q=q, k=k, v=v, causal=True, return_weights=True))
+    by_shape = kernels.explain(dict(B=1, Hq=2, Lq=5, D=4, causal=True, return_weights=True))
+    assert by_tensors["request"] == by_shape["request"] and by_tensors["choice"] == by_shape["choice"] == "naive"
+    assert kernels.explain(dict(Lq=64, D=8), backend="tiled")["choice"] == "tiled"
+    with pytest.raises(ValueError, match="missing Lq"):
+        kernels.explain(dict(D=8))
+    with pytest.raises(TypeError, match="Request or a mapping"):
+        kernels.explain([1, 2])
+    with pytest.raises(ValueError, match="unknown backend 'flash'"):
+        kernels.explain(dict(Lq=4, D=4), backend="flash")
+
+
+def test_explain_with_no_backend_left_says_so(monkeypatch):
+    monkeypatch.setattr(kernels.naive, "WEIGHTS_BUDGET_BYTES", 10)
+    e = kernels.explain(dict(Lq=8, D=4, return_weights=True, dropout_p=0.1, softcap=1.0))
+    assert e["choice"] is None and "no backend" in e["why"]
+    assert len(e["backends"]["tiled"]["reasons"]) == 2 and len(e["backends"]["sdpa"]["reasons"]) == 2
+    assert "choice   none" in kernels.render(e)
+
+
+def test_capabilities_list_every_missing_feature():
+    caps = kernels.Capabilities(returns_weights=False, returns_lse=False, softcap=False, dropout=False,
+                                dtypes=frozenset({torch.float64}), devices=frozenset({"cuda"}), window=False,
+                                gqa=False, bool_mask=False, notes={"softcap": "use backend='naive'"})
+    mask = torch.ones(64, 64, dtype=torch.bool)
+    r = request(Lq=64, Lk=64, Hkv=2, causal=True, window=3, softcap=2.0, mask=mask, return_weights=True,
+                return_lse=True, dropout_p=0.1)
+    reasons = caps.not_supported_reasons(r)
+    for part in ("dtype torch.float32", "device cpu", "attention weights", "log-sum-exp",
+                 "softcap; use backend='naive'", "dropout", "bool mask", "sliding window", "grouped-query"):
+        assert sum(part in reason for reason in reasons) == 1, part
+    assert len(reasons) == 9
+
+
+def test_a_new_backend_is_one_class_and_a_registry_entry(monkeypatch):
+    class Echo(kernels.Backend):
+        name = "echo"
+        capabilities = kernels.Capabilities(returns_weights=False, returns_lse=False, softcap=False, dropout=False)
+
+        def forward(self, r):
+            return kernels.Result(r.v.expand(r.B, r.Hq, r.Lk, r.Dv)[:, :, :r.Lq], None, None)
+
+    monkeypatch.setitem(kernels.BACKENDS, "echo", Echo())
+    import selfattn
+    q = torch.zeros(1, 2, 3, 4)
+    assert torch.equal(selfattn.attention(q, q, q + 1, backend="echo"), q + 1)
+    e = kernels.explain(dict(q=q, k=q, v=q), backend="echo")
+    assert e["choice"] == "echo" and e["backends"]["echo"]["seconds"] is None   # no cost entry: no estimate
+    with pytest.raises(ValueError, match="backend 'echo' cannot serve this request: it has no softcap"):
+        selfattn.attention(q, q, q, softcap=1.0, backend="echo")

@@ -1,23 +1,35 @@
-"""The one contract every attention backend keeps.
+"""The one contract every attention backend keeps, and what each declares it supports.
 
 `selfattn.attention` validates its arguments once and hands a backend a `Request`.
-A backend is an object with
+A backend is a `Backend` subclass with
 
     name: str
-    refuse(request) -> str | None     why it cannot serve the request, or None if it can
-    forward(request) -> Result        output (B, Hq, Lq, Dv), and weights / lse when asked
+    capabilities: Capabilities               what it supports, as data (dtypes, devices, weights, lse, …)
+    not_supported_reasons(request) -> list   every reason it cannot serve the request ([] if it can)
+    forward(request) -> Result               output (B, Hq, Lq, Dv), and weights / lse when asked
 
 Backends never validate user input again: everything in a `Request` is already
 checked and normalised (scale resolved, mask a bool or floating tensor that
-broadcasts to (B, Hq, Lq, Lk)).
+broadcasts to (B, Hq, Lq, Lk)). Adding a backend is one subclass with its capabilities and
+forward, plus an entry in `kernels.dispatch.BACKENDS` (and in `kernels.cost` for "auto" to
+estimate it).
+
+Names (the glossary): B batch, Hq query heads, Hkv key/value heads, G = Hq / Hkv query heads per
+key/value head, Lq queries, Lk keys, D query/key width, Dv value width.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
+
+__all__ = ["Request", "Result", "AttentionOutput", "Capabilities", "Backend", "ALL_DTYPES"]
+
+ALL_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+"""The dtypes `selfattn.attention` accepts."""
 
 
 @dataclass(frozen=True)
@@ -39,33 +51,48 @@ class Request:
     scale: float
     softcap: float | None
     dropout_p: float
-    need_weights: bool
-    need_lse: bool
+    return_weights: bool
+    return_lse: bool
 
     @property
-    def batch(self) -> int:
+    def B(self) -> int:
         return self.q.shape[0]
 
     @property
-    def q_heads(self) -> int:
+    def Hq(self) -> int:
         return self.q.shape[1]
 
     @property
-    def kv_heads(self) -> int:
+    def Hkv(self) -> int:
         return self.k.shape[1]
 
     @property
-    def groups(self) -> int:
+    def G(self) -> int:
         """Query heads per key/value head (1 = MHA, Hq = MQA, else GQA)."""
         return self.q.shape[1] // self.k.shape[1]
 
     @property
-    def len_q(self) -> int:
+    def Lq(self) -> int:
         return self.q.shape[2]
 
     @property
-    def len_k(self) -> int:
+    def Lk(self) -> int:
         return self.k.shape[2]
+
+    @property
+    def D(self) -> int:
+        return self.q.shape[3]
+
+    @property
+    def Dv(self) -> int:
+        return self.v.shape[3]
+
+    @property
+    def mask_kind(self) -> str | None:
+        """None, "bool" or "additive"."""
+        if self.mask is None:
+            return None
+        return "bool" if self.mask.dtype == torch.bool else "additive"
 
     @property
     def accumulate_dtype(self) -> torch.dtype:
@@ -73,22 +100,116 @@ class Request:
         return torch.float32 if self.q.dtype in (torch.float16, torch.bfloat16) else self.q.dtype
 
     @property
+    def weights_bytes(self) -> int:
+        """Bytes of the whole (B, Hq, Lq, Lk) weight matrix in the accumulation dtype."""
+        return self.B * self.Hq * self.Lq * self.Lk * torch.empty((), dtype=self.accumulate_dtype).element_size()
+
+    @property
     def needs_grad(self) -> bool:
         return torch.is_grad_enabled() and any(t.requires_grad for t in (self.q, self.k, self.v))
 
+    @property
+    def mask_needs_grad(self) -> bool:
+        return self.mask is not None and self.mask.requires_grad and torch.is_grad_enabled()
+
 
 class Result(NamedTuple):
-    """output (B, Hq, Lq, Dv) in the input dtype; weights (B, Hq, Lq, Lk) and lse (B, Hq, Lq)
-    in the accumulation dtype, or None when not asked for."""
+    """What a backend returns, and what `selfattn.attention` returns when a `return_*` flag is set.
+
+    output   (B, Hq, Lq, Dv)  input dtype
+    weights  (B, Hq, Lq, Lk)  float32 for half inputs, else the input dtype; None unless asked
+    lse      (B, Hq, Lq)      log Σ_j exp(score_ij), −inf for a row that sees nothing; None unless asked
+    """
 
     output: torch.Tensor
     weights: torch.Tensor | None
     lse: torch.Tensor | None
 
 
-class Backend(Protocol):
-    name: str
+AttentionOutput = Result
+"""The public name of `Result` (`selfattn.AttentionOutput`): one class, two names."""
 
-    def refuse(self, request: Request) -> str | None: ...
 
-    def forward(self, request: Request) -> Result: ...
+def _size(nbytes: float) -> str:
+    for unit, step in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= step:
+            return f"{nbytes / step:.2f} {unit}"
+    return f"{nbytes:.0f} bytes"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend supports, as data (after xFormers' `AttentionOpBase` class attributes).
+
+    `notes` maps a feature name ("dtype", "device", "weights", "lse", "softcap", "dropout",
+    "bool_mask", "additive_mask", "mask_grad", "causal", "window", "gqa", "backward",
+    "weights_bytes") to the sentence given when a request needs it and the backend lacks it
+    (say what to use instead), appended to the plain sentence that names what is lacking.
+    """
+
+    returns_weights: bool
+    returns_lse: bool
+    softcap: bool
+    dropout: bool
+    dtypes: frozenset[torch.dtype] = ALL_DTYPES
+    devices: frozenset[str] | None = None           # device types ("cpu", "cuda"); None: any
+    bool_mask: bool = True
+    additive_mask: bool = True
+    mask_grad: bool = True                           # differentiates an additive mask that requires grad
+    causal: bool = True
+    window: bool = True
+    gqa: bool = True
+    backward: bool = True
+    max_weights_bytes: int | None = None             # it materialises the weights: at most this many bytes
+    notes: Mapping[str, str] = field(default_factory=dict)
+
+    def not_supported_reasons(self, r: Request) -> list[str]:
+        """Every reason these capabilities cannot serve `r`, in a fixed order; [] if they can."""
+        lacking = []
+        if r.q.dtype not in self.dtypes:
+            names = ", ".join(sorted(str(d).removeprefix("torch.") for d in self.dtypes))
+            lacking.append(("dtype", f"dtype {r.q.dtype} is not supported (supported: {names})"))
+        if self.devices is not None and r.q.device.type not in self.devices:
+            lacking.append(("device", f"device {r.q.device.type} is not supported (supported: "
+                                      f"{', '.join(sorted(self.devices))})"))
+        wanted = (
+            ("weights", r.return_weights, self.returns_weights, "it never returns attention weights"),
+            ("lse", r.return_lse, self.returns_lse, "it never returns the log-sum-exp"),
+            ("softcap", r.softcap is not None, self.softcap, "it has no softcap"),
+            ("dropout", r.dropout_p > 0, self.dropout, "it has no dropout"),
+            ("bool_mask", r.mask_kind == "bool", self.bool_mask, "it takes no bool mask"),
+            ("additive_mask", r.mask_kind == "additive", self.additive_mask, "it takes no additive mask"),
+            ("mask_grad", r.mask_needs_grad, self.mask_grad, "it does not differentiate an additive mask"),
+            ("causal", r.causal, self.causal, "it has no causal rule"),
+            ("window", r.window is not None, self.window, "it has no sliding window"),
+            ("gqa", r.G > 1, self.gqa, f"it has no grouped-query attention (Hq={r.Hq}, Hkv={r.Hkv})"),
+            ("backward", r.needs_grad, self.backward, "it has no backward pass"),
+        )
+        lacking += [(name, text) for name, needed, supported, text in wanted if needed and not supported]
+        if self.max_weights_bytes is not None and r.weights_bytes > self.max_weights_bytes:
+            lacking.append(("weights_bytes", f"it would materialise {r.B}×{r.Hq}×{r.Lq}×{r.Lk} weights = "
+                                             f"{_size(r.weights_bytes)}, over its budget of "
+                                             f"{_size(self.max_weights_bytes)} (max_weights_bytes)"))
+        return [text if name not in self.notes else f"{text}; {self.notes[name]}" for name, text in lacking]
+
+
+class Backend:
+    """Base of every backend: subclasses set `name` and `capabilities` and write `forward`."""
+
+    name: str = ""
+    capabilities: Capabilities
+
+    def not_supported_reasons(self, request: Request) -> list[str]:
+        """Every reason this backend cannot serve `request` ([] if it can)."""
+        return self.capabilities.not_supported_reasons(request)
+
+    def refuse(self, request: Request) -> str | None:
+        """All reasons joined into one sentence, or None if it can serve `request`."""
+        reasons = self.not_supported_reasons(request)
+        return "; ".join(reasons) if reasons else None
+
+    def forward(self, request: Request) -> Result:
+        raise NotImplementedError(f"backend {self.name!r} has no forward")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

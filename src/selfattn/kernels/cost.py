@@ -30,15 +30,22 @@ is their ratios, which belong to the algorithms and carry over between CPUs far 
 absolute numbers. Nothing is timed at import or at dispatch: the estimate is arithmetic on the
 request's shape. Off the CPU the rates say nothing, and "auto" keeps the fixed preference order
 of `selfattn.kernels.AUTO_ORDER` instead.
+
+Adding a backend to the model: an entry in RATE_GFLOPS, READ_GBPS, CALL_SECONDS, BACKWARD_FACTOR
+and in WORK (which pairs it computes, at which rate, with what extra cost). A backend without
+an entry gets no estimate (None), and "auto" takes it only when no estimated backend can serve.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 from .base import Request
+from .sdpa import fused_causal
 from .tiled import BLOCK_K, BLOCK_Q, Plan
 
-__all__ = ["RATE_GFLOPS", "READ_GBPS", "CALL_SECONDS", "TILE_SECONDS", "BACKWARD_FACTOR", "visible_pairs",
-           "estimate_seconds"]
+__all__ = ["RATE_GFLOPS", "READ_GBPS", "CALL_SECONDS", "TILE_SECONDS", "BACKWARD_FACTOR", "WORK",
+           "visible_pairs", "estimate_seconds"]
 
 RATE_GFLOPS = {
     "sdpa": 60.0,          # full and square-causal forward, L = 4096: 571 ms / 301 ms
@@ -81,25 +88,43 @@ def visible_pairs(n_q: int, n_k: int, *, causal: bool = False, window: int | Non
     return below(n_k) - below(n_k - n_q)   # positions n_k − n_q … n_k − 1
 
 
-def estimate_seconds(backend: str, r: Request, block_q: int = BLOCK_Q, block_k: int = BLOCK_K) -> float:
-    """Estimated seconds for `backend` to serve `r` on this CPU (see the module docstring)."""
-    flops_per_pair = 2.0 * r.batch * r.q_heads * (r.q.shape[-1] + r.v.shape[-1])
-    limited = r.causal or r.window is not None
-    extra = 0.0
-    if backend == "sdpa":
-        if r.causal and r.window is None and r.mask is None and r.len_q == r.len_k:
-            pairs, rate = visible_pairs(r.len_q, r.len_k, causal=True), RATE_GFLOPS["sdpa"]
-        else:
-            masked = limited or r.mask is not None
-            pairs, rate = r.len_q * r.len_k, RATE_GFLOPS["sdpa_masked" if masked else "sdpa"]
-    elif backend == "tiled":
-        tiles, pairs = Plan.of(r, block_q, block_k).work()
-        rate, extra = RATE_GFLOPS["tiled"], tiles * TILE_SECONDS
-    else:
-        masked = limited or r.mask is not None
-        pairs, rate = r.len_q * r.len_k, RATE_GFLOPS["naive_masked" if masked else "naive"]
-    readers = r.q_heads if backend == "sdpa" else r.kv_heads   # SDPA's CPU kernel reads K, V per query head
-    kv_bytes = r.batch * readers * r.len_k * (r.k.shape[-1] + r.v.shape[-1]) * r.k.element_size()
+Work = tuple[int, float, float]
+"""(query-key pairs computed, GFLOP/s at which they are computed, extra seconds)."""
+
+
+def _sdpa_work(r: Request) -> Work:
+    if fused_causal(r):
+        return visible_pairs(r.Lq, r.Lk, causal=True), RATE_GFLOPS["sdpa"], 0.0
+    masked = r.causal or r.window is not None or r.mask is not None
+    return r.Lq * r.Lk, RATE_GFLOPS["sdpa_masked" if masked else "sdpa"], 0.0
+
+
+def _tiled_work(r: Request) -> Work:
+    tiles, pairs = Plan.of(r, BLOCK_Q, BLOCK_K).work()
+    return pairs, RATE_GFLOPS["tiled"], tiles * TILE_SECONDS
+
+
+def _naive_work(r: Request) -> Work:
+    masked = r.causal or r.window is not None or r.mask is not None
+    return r.Lq * r.Lk, RATE_GFLOPS["naive_masked" if masked else "naive"], 0.0
+
+
+WORK: dict[str, Callable[[Request], Work]] = {"sdpa": _sdpa_work, "tiled": _tiled_work, "naive": _naive_work}
+"""Per backend: which (query, key) pairs it computes for a request, at which rate, plus extra seconds."""
+
+READS_PER_QUERY_HEAD = frozenset({"sdpa"})
+"""Backends that read K and V once per query head (SDPA's CPU kernel), not once per key/value head."""
+
+
+def estimate_seconds(backend: str, r: Request) -> float | None:
+    """Estimated seconds for `backend` to serve `r` on this CPU (see the module docstring); None
+    for a backend the model has no entry for."""
+    if backend not in WORK:
+        return None
+    pairs, rate, extra = WORK[backend](r)
+    flops_per_pair = 2.0 * r.B * r.Hq * (r.D + r.Dv)
+    readers = r.Hq if backend in READS_PER_QUERY_HEAD else r.Hkv
+    kv_bytes = r.B * readers * r.Lk * (r.D + r.Dv) * r.k.element_size()
     work = extra + max(pairs * flops_per_pair / (rate * 1e9), kv_bytes / (READ_GBPS[backend] * 1e9))
     if r.needs_grad:
         work *= BACKWARD_FACTOR[backend]

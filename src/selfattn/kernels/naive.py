@@ -8,33 +8,38 @@ grows with B·Hq·Lq·Lk, so it refuses requests whose weights would exceed
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 
 from .. import masks
-from .base import Request, Result
+from .base import Backend, Capabilities, Request, Result
 
 WEIGHTS_BUDGET_BYTES = 1 << 30
 """Largest weight matrix (B·Hq·Lq·Lk elements × bytes) the naive backend agrees to build: 1 GiB."""
 
 
-class NaiveBackend:
+CAPABILITIES = Capabilities(
+    returns_weights=True, returns_lse=True, softcap=True, dropout=True,
+    max_weights_bytes=WEIGHTS_BUDGET_BYTES,
+    notes={"weights_bytes": "use backend='sdpa' or 'tiled', which never build the full matrix "
+                            "(the budget is selfattn.kernels.naive.WEIGHTS_BUDGET_BYTES)"},
+)
+
+
+class NaiveBackend(Backend):
     name = "naive"
 
-    def refuse(self, request: Request) -> str | None:
-        size = request.batch * request.q_heads * request.len_q * request.len_k
-        nbytes = size * torch.empty((), dtype=request.accumulate_dtype).element_size()
-        if nbytes > WEIGHTS_BUDGET_BYTES:
-            return (f"it would materialise {request.batch}×{request.q_heads}×{request.len_q}×{request.len_k} "
-                    f"weights = {nbytes / 2**30:.2f} GiB, over its budget of {WEIGHTS_BUDGET_BYTES / 2**30:.0f} GiB "
-                    f"(selfattn.kernels.naive.WEIGHTS_BUDGET_BYTES); use backend='sdpa' or 'tiled', which never "
-                    f"build the full matrix")
-        return None
+    @property
+    def capabilities(self) -> Capabilities:
+        """CAPABILITIES, with the budget as WEIGHTS_BUDGET_BYTES is now (a setting one may lower)."""
+        return dataclasses.replace(CAPABILITIES, max_weights_bytes=WEIGHTS_BUDGET_BYTES)
 
     def forward(self, r: Request) -> Result:
         acc = r.accumulate_dtype
-        B, Hq, Lq, Lk, G = r.batch, r.q_heads, r.len_q, r.len_k, r.groups
-        q = r.q.to(acc).reshape(B, r.kv_heads, G * Lq, r.q.shape[-1])  # (B, Hkv, G·Lq, D): a group's queries as rows
+        B, Hq, Lq, Lk, G = r.B, r.Hq, r.Lq, r.Lk, r.G
+        q = r.q.to(acc).reshape(B, r.Hkv, G * Lq, r.D)         # (B, Hkv, G·Lq, D): a group's queries as rows
         k = r.k.to(acc)                                        # (B, Hkv, Lk, D): shared, not copied
         v = r.v.to(acc)                                        # (B, Hkv, Lk, Dv)
         s = (q @ k.transpose(-1, -2)).view(B, Hq, Lq, Lk) * r.scale  # (B, Hq, Lq, Lk)  Q Kᵀ / √d_k
@@ -50,7 +55,10 @@ class NaiveBackend:
                 s = s + r.mask.to(acc)
         if visible is not None:
             s = s.masked_fill(~visible, float("-inf"))          # −inf, not 0: softmax gives exactly 0
-        peak = s.amax(dim=-1, keepdim=True).detach()           # (B, Hq, Lq, 1)
+        if Lk == 0:                                             # no keys: every row sees nothing
+            peak = s.new_full((B, Hq, Lq, 1), float("-inf"))
+        else:
+            peak = s.amax(dim=-1, keepdim=True).detach()       # (B, Hq, Lq, 1)
         peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
         e = torch.exp(s - peak)
         total = e.sum(dim=-1, keepdim=True)
@@ -58,9 +66,9 @@ class NaiveBackend:
         weights = e / torch.where(alive, total, torch.ones_like(total))
         if r.dropout_p > 0:
             weights = F.dropout(weights, p=r.dropout_p, training=True)
-        out = (weights.reshape(B, r.kv_heads, G * Lq, Lk) @ v).view(B, Hq, Lq, v.shape[-1])  # (B, Hq, Lq, Dv)
+        out = (weights.reshape(B, r.Hkv, G * Lq, Lk) @ v).view(B, Hq, Lq, r.Dv)  # (B, Hq, Lq, Dv)
         lse = None
-        if r.need_lse:
+        if r.return_lse:
             lse = torch.where(alive, torch.log(torch.where(alive, total, torch.ones_like(total))) + peak,
                               torch.full_like(total, float("-inf")))[..., 0]
-        return Result(out.to(r.q.dtype), weights if r.need_weights else None, lse)
+        return Result(out.to(r.q.dtype), weights if r.return_weights else None, lse)

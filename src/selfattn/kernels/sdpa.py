@@ -2,8 +2,9 @@
 
 SDPA aligns `is_causal` top-left, so `is_causal=True` is used only when Lq == Lk (where
 both alignments agree); every other causal or windowed request gets an explicit
-bottom-right visibility mask. SDPA returns neither weights nor the log-sum-exp and has
-no softcap: such requests are refused with the reason.
+bottom-right visibility mask. PyTorch's fused causal CPU kernel returns NaN for a scale <= 0
+(torch 2.13), so such requests get the explicit mask too (`fused_causal`). SDPA returns
+neither weights nor the log-sum-exp and has no softcap: such requests are refused with the reason.
 """
 
 from __future__ import annotations
@@ -12,30 +13,35 @@ import torch
 import torch.nn.functional as F
 
 from .. import masks
-from .base import Request, Result
+from .base import Backend, Capabilities, Request, Result
 
 
-class SdpaBackend:
+class SdpaBackend(Backend):
     name = "sdpa"
-
-    def refuse(self, request: Request) -> str | None:
-        if request.need_weights:
-            return ("PyTorch SDPA never returns attention weights; use backend='naive', or "
-                    "selfattn.attention_weights for chosen rows")
-        if request.need_lse:
-            return "PyTorch SDPA does not return the log-sum-exp; use backend='naive' or 'tiled'"
-        if request.softcap is not None:
-            return "PyTorch SDPA has no softcap; use backend='naive' or 'tiled'"
-        return None
+    capabilities = Capabilities(
+        returns_weights=False, returns_lse=False, softcap=False, dropout=True,
+        notes={
+            "weights": "use backend='naive', or selfattn.attention_weights for chosen rows",
+            "lse": "use backend='naive' or 'tiled'",
+            "softcap": "use backend='naive' or 'tiled'",
+        },
+    )
 
     def forward(self, r: Request) -> Result:
-        is_causal = r.causal and r.window is None and r.mask is None and r.len_q == r.len_k
+        is_causal = fused_causal(r)
         attn_mask = None if is_causal else dense_mask(r)
         out = F.scaled_dot_product_attention(
             r.q, r.k, r.v, attn_mask=attn_mask, dropout_p=r.dropout_p, is_causal=is_causal,
-            scale=r.scale, enable_gqa=r.groups > 1,
+            scale=r.scale, enable_gqa=r.G > 1,
         )
         return Result(out, None, None)
+
+
+def fused_causal(r: Request) -> bool:
+    """Whether SDPA's own causal kernel serves `r` (no dense mask): causal only, Lq == Lk (where
+    its top-left alignment agrees with ours), and a positive scale (its CPU kernel returns NaN
+    for scale <= 0)."""
+    return r.causal and r.window is None and r.mask is None and r.Lq == r.Lk and r.scale > 0
 
 
 def dense_mask(r: Request) -> torch.Tensor | None:
@@ -43,7 +49,7 @@ def dense_mask(r: Request) -> torch.Tensor | None:
     float in the input dtype when the user's mask is additive. Broadcasts to (B, Hq, Lq, Lk)."""
     visible = None
     if r.causal or r.window is not None:
-        visible = masks.visibility(r.len_q, r.len_k, causal=r.causal, window=r.window, device=r.q.device)
+        visible = masks.visibility(r.Lq, r.Lk, causal=r.causal, window=r.window, device=r.q.device)
     if r.mask is None:
         return visible
     if r.mask.dtype == torch.bool:

@@ -18,8 +18,9 @@ cheaper than exp, and the log₂e factor rides on the Q Kᵀ matmul's alpha.
 
 Which blocks are visited comes from `masks.block_visibility`. With causal = True, Lq = Lk = 8
 and blocks of 2, the query blocks (rows) meet the key blocks (columns) as
+`masks.draw_blocks(8, 8, 2, 2, causal=True)` draws them:
 
-    F . . .        F  full: no mask needed ("off-band"), visited first
+    P . . .        F  full: no mask needed ("off-band"), visited first
     F P . .        P  partial: the diagonal (or a window edge) crosses it: masked
     F F P .        .  hidden: never computed
     F F F P
@@ -27,7 +28,8 @@ and blocks of 2, the query blocks (rows) meet the key blocks (columns) as
 so causal costs half of full attention, and a window of w costs O(N·w) instead of O(N²).
 Query blocks may be taller than key blocks (1024 × 256 by default): a tile then keeps only the
 rows that see some key of its key block, so the hidden part above the diagonal stays uncomputed.
-A user mask (bool or additive) is applied tile by tile on every visited block.
+A user mask (bool or additive) is applied tile by tile on every visited block. Hidden scores are
+set to −inf (not added to), so a NaN in a key that a row may not see never reaches that row.
 
 Grouped-query attention does not copy K/V: the G query heads that share a key/value head
 are stacked as the rows of one query block, (B·Hkv, n·G, D), so one batched matmul per tile
@@ -49,9 +51,10 @@ from dataclasses import dataclass
 import torch
 
 from .. import masks
-from .base import Request, Result
+from ..weights import weights_from_lse
+from .base import Backend, Capabilities, Request, Result
 
-__all__ = ["TiledBackend", "Plan", "BLOCK_SIZES", "BLOCK_Q", "BLOCK_K", "tile_visibility"]
+__all__ = ["TiledBackend", "Plan", "BLOCK_SIZES", "BLOCK_Q", "BLOCK_K"]
 
 BLOCK_SIZES = (16, 32, 64, 128, 256, 512, 1024)
 """Block sizes (query or key positions per block) the tiled kernel supports and is tested with."""
@@ -80,10 +83,19 @@ Tile = tuple[int, int, int, int]
 """(q0, q1, k0, k1): queries [q0, q1) × keys [k0, k1)."""
 
 
-class TiledBackend:
+class TiledBackend(Backend):
     """The tiled kernel with its block sizes; `BACKENDS["tiled"]` is `TiledBackend()`."""
 
     name = "tiled"
+    capabilities = Capabilities(
+        returns_weights=False, returns_lse=True, softcap=True, dropout=False, mask_grad=False,
+        notes={
+            "weights": "the tiled kernel never builds the weight matrix: use backend='naive', or "
+                       "selfattn.attention_weights(q, k, lse, rows=...) for chosen rows",
+            "dropout": "use backend='sdpa' or 'naive', or dropout_p=0",
+            "mask_grad": "use backend='naive'",
+        },
+    )
 
     def __init__(self, block_q: int = BLOCK_Q, block_k: int = BLOCK_K):
         for label, size in (("block_q", block_q), ("block_k", block_k)):
@@ -95,24 +107,13 @@ class TiledBackend:
     def __repr__(self) -> str:
         return f"TiledBackend(block_q={self.block_q}, block_k={self.block_k})"
 
-    def refuse(self, request: Request) -> str | None:
-        if request.need_weights:
-            return ("the tiled kernel never builds the weight matrix; use backend='naive', or "
-                    "selfattn.attention_weights(q, k, lse, rows=...) for chosen rows")
-        if request.dropout_p > 0:
-            return "the tiled kernel has no dropout; use backend='sdpa' or 'naive', or dropout_p=0"
-        mask = request.mask
-        if mask is not None and mask.requires_grad and torch.is_grad_enabled():
-            return "the tiled kernel does not differentiate an additive mask; use backend='naive'"
-        return None
-
     def forward(self, r: Request) -> Result:
         plan = Plan.of(r, self.block_q, self.block_k)
         if r.needs_grad:
             out, lse2 = _TiledAttention.apply(r.q, r.k, r.v, plan)
         else:
             out, lse2 = _forward(r.q, r.k, r.v, plan)
-        return Result(out, None, lse2 * LN_2 if r.need_lse else None)
+        return Result(out, None, lse2 * LN_2 if r.return_lse else None)
 
 
 @dataclass(frozen=True)
@@ -120,11 +121,11 @@ class Plan:
     """How one request is tiled: everything the loops need, resolved once, and which blocks
     they visit (`key_blocks`, `query_blocks`) and how much work that is (`work`)."""
 
-    batch: int
-    q_heads: int
-    kv_heads: int
-    len_q: int
-    len_k: int
+    B: int
+    Hq: int
+    Hkv: int
+    Lq: int
+    Lk: int
     causal: bool
     window: int | None
     scale: float
@@ -139,20 +140,20 @@ class Plan:
         mask = None
         if r.mask is not None:
             m = r.mask.reshape((1,) * (4 - r.mask.dim()) + tuple(r.mask.shape))
-            m = m.unflatten(1, (r.kv_heads, r.groups)) if m.shape[1] == r.q_heads else m.unsqueeze(2)
+            m = m.unflatten(1, (r.Hkv, r.G)) if m.shape[1] == r.Hq else m.unsqueeze(2)
             mask = m
-        return cls(batch=r.batch, q_heads=r.q_heads, kv_heads=r.kv_heads, len_q=r.len_q, len_k=r.len_k,
+        return cls(B=r.B, Hq=r.Hq, Hkv=r.Hkv, Lq=r.Lq, Lk=r.Lk,
                    causal=r.causal, window=r.window, scale=r.scale, softcap=r.softcap, mask=mask,
                    block_q=block_q, block_k=block_k, acc=r.accumulate_dtype)
 
     @property
-    def groups(self) -> int:
-        return self.q_heads // self.kv_heads
+    def G(self) -> int:
+        return self.Hq // self.Hkv
 
     @property
     def shift(self) -> int:
         """Bottom-right alignment: query i stands at key position i + shift."""
-        return self.len_k - self.len_q
+        return self.Lk - self.Lq
 
     @property
     def limited(self) -> bool:
@@ -169,7 +170,7 @@ class Plan:
         `width`. A query block shorter than block_q (one decoding step, a short last block) takes
         proportionally wider key blocks, so its tiles keep their size and Python's per-tile overhead
         does not dominate: one decoding step over 16384 keys is one tile, not 64."""
-        lo, hi = 0, self.len_k
+        lo, hi = 0, self.Lk
         if self.limited:
             hi = min(hi, q1 + self.shift)                      # last visible key: q1 − 1 + shift
         if self.window is not None:
@@ -178,7 +179,7 @@ class Plan:
 
     def query_span(self, k0: int, k1: int) -> tuple[int, int]:
         """[lo, hi): the queries that see any key of [k0, k1)."""
-        lo, hi = 0, self.len_q
+        lo, hi = 0, self.Lq
         if self.limited:
             lo = max(lo, k0 - self.shift)                      # first query that sees key k0
         if self.window is not None:
@@ -193,7 +194,7 @@ class Plan:
         lo, hi, width = self.key_span(q0, q1)
         tiles = []
         for k0 in range(lo - lo % width, hi, width):
-            k1 = min(k0 + width, self.len_k)
+            k1 = min(k0 + width, self.Lk)
             r0, r1 = self.query_span(k0, k1)
             tiles.append((max(q0, r0), min(q1, r1), k0, k1))
         return self._classify(tiles)
@@ -209,7 +210,7 @@ class Plan:
         """Sort tiles (q0, q1, k0, k1) by `masks.block_visibility` into full and partial ones."""
         full, partial = [], []
         for tile in tiles:
-            kind = masks.block_visibility(*tile, self.len_q, self.len_k, causal=self.causal, window=self.window)
+            kind = masks.block_visibility(*tile, self.Lq, self.Lk, causal=self.causal, window=self.window)
             if kind is masks.Block.FULL:
                 full.append(tile)
             elif kind is masks.Block.PARTIAL:
@@ -220,11 +221,11 @@ class Plan:
         """(tiles, query-key pairs computed) of the forward pass, counted without classifying
         tiles (partial ones count whole): what `kernels.cost` charges for."""
         tiles = pairs = 0
-        for q0 in range(0, self.len_q, self.block_q):
-            q1 = min(q0 + self.block_q, self.len_q)
+        for q0 in range(0, self.Lq, self.block_q):
+            q1 = min(q0 + self.block_q, self.Lq)
             lo, hi, width = self.key_span(q0, q1)
             for k0 in range(lo - lo % width, hi, width):
-                k1 = min(k0 + width, self.len_k)
+                k1 = min(k0 + width, self.Lk)
                 r0, r1 = self.query_span(k0, k1)
                 rows = min(q1, r1) - max(q0, r0)
                 if rows > 0:
@@ -237,43 +238,27 @@ class Plan:
 
         A chunk is either whole batches (all kv heads) or kv heads of one batch, so that it is
         a contiguous range of the merged B·Hkv dimension and a user mask slices without copies."""
-        per_head = self.groups * self.block_q * self.block_k * torch.empty((), dtype=self.acc).element_size()
+        per_head = self.G * self.block_q * self.block_k * torch.empty((), dtype=self.acc).element_size()
         heads = max(1, TILE_BUDGET_BYTES // per_head)
-        if heads >= self.kv_heads:
-            step = heads // self.kv_heads
-            return [(b, min(b + step, self.batch), 0, self.kv_heads) for b in range(0, self.batch, step)]
-        return [(b, b + 1, h, min(h + heads, self.kv_heads))
-                for b in range(self.batch) for h in range(0, self.kv_heads, heads)]
-
-
-def tile_visibility(q_pos: torch.Tensor, k_pos: torch.Tensor, n_q: int, n_k: int, *,
-                    causal: bool = False, window: int | None = None) -> torch.Tensor:
-    """The rule of `masks.visibility` for chosen query rows × key columns only: bool (len(q), len(k)).
-
-    q_pos  (R,) query indices in [0, n_q)     k_pos  (C,) key indices in [0, n_k)
-    """
-    p = (q_pos + (n_k - n_q))[:, None]   # (R, 1) query positions, bottom-right aligned
-    j = k_pos[None, :]                   # (1, C)
-    if not causal and window is None:
-        return torch.ones(len(q_pos), len(k_pos), dtype=torch.bool, device=q_pos.device)
-    visible = j <= p
-    if window is not None:
-        visible &= j > p - window
-    return visible
+        if heads >= self.Hkv:
+            step = heads // self.Hkv
+            return [(b, min(b + step, self.B), 0, self.Hkv) for b in range(0, self.B, step)]
+        return [(b, b + 1, h, min(h + heads, self.Hkv))
+                for b in range(self.B) for h in range(0, self.Hkv, heads)]
 
 
 class _Tiles:
     """Scratch space for one chunk of heads: score tiles reused from step to step, and the
-    additive 0 / −inf tiles of the causal/window rule, cached by their geometry."""
+    hidden-position tiles of the causal/window rule, cached by their geometry."""
 
-    BIAS_CACHE_SIZE = 64
+    HIDDEN_CACHE_SIZE = 64
     """Distinct edge-tile geometries kept; aligned blocks need only a handful."""
 
     def __init__(self, plan: Plan, heads: int, like: torch.Tensor, buffers: int):
-        size = heads * plan.groups * min(plan.block_q * plan.block_k, plan.len_q * plan.len_k)   # ≥ any tile
+        size = heads * plan.G * min(plan.block_q * plan.block_k, plan.Lq * plan.Lk)   # ≥ any tile
         self._flat = [like.new_empty(size) for _ in range(buffers)]
         self._plan = plan
-        self._bias: dict[tuple[int, int, int], torch.Tensor] = {}
+        self._hidden: dict[tuple[int, int, int], torch.Tensor] = {}
 
     def scratch(self, i: int, *shape: int) -> torch.Tensor:
         """Buffer i as a contiguous tensor of `shape` (at most one tile)."""
@@ -282,29 +267,30 @@ class _Tiles:
             n *= d
         return self._flat[i][:n].view(shape)
 
-    def bias(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
-        """0 where the causal/window rule lets query i see key j, −inf elsewhere: (n, bk)."""
+    def hidden(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
+        """True where the causal/window rule hides key j from query i: bool (n, bk)."""
         key = (q1 - q0, k1 - k0, q0 - k0)            # the rule depends on positions only through q − k
-        if key not in self._bias:
-            if len(self._bias) >= self.BIAS_CACHE_SIZE:
-                self._bias.clear()
+        if key not in self._hidden:
+            if len(self._hidden) >= self.HIDDEN_CACHE_SIZE:
+                self._hidden.clear()
             plan, device = self._plan, self._flat[0].device
-            visible = tile_visibility(torch.arange(q0, q1, device=device), torch.arange(k0, k1, device=device),
-                                      plan.len_q, plan.len_k, causal=plan.causal, window=plan.window)
-            self._bias[key] = torch.zeros(visible.shape, dtype=plan.acc, device=device).masked_fill_(
-                ~visible, NEG_INF)
-        return self._bias[key]
+            self._hidden[key] = ~masks.visibility(plan.Lq, plan.Lk, causal=plan.causal, window=plan.window,
+                                                  rows=torch.arange(q0, q1, device=device),
+                                                  cols=torch.arange(k0, k1, device=device))
+        return self._hidden[key]
 
 
-def _user_bias(plan: Plan, chunk, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
-    """The user's mask for one tile as base-2 additive scores, broadcastable to (b, h, n, G, bk)."""
+def _mask_user(s5: torch.Tensor, plan: Plan, chunk, q0: int, q1: int, k0: int, k1: int) -> None:
+    """Apply the user's mask to one tile of base-2 scores s5 (b, h, n, G, bk), in place: −inf where
+    a bool mask hides (NaN-proof), + mask · log₂e where it is additive."""
     b0, b1, h0, h1 = chunk
     m = plan.mask
     tile = m[_span(m, 0, b0, b1), _span(m, 1, h0, h1), :, _span(m, 3, q0, q1), _span(m, 4, k0, k1)]
     tile = tile.transpose(2, 3)                                       # (b, h, n|1, G|1, bk|1)
     if tile.dtype == torch.bool:
-        return torch.zeros(tile.shape, dtype=plan.acc, device=tile.device).masked_fill_(~tile, NEG_INF)
-    return tile.to(plan.acc) * LOG2_E
+        s5.masked_fill_(~tile, NEG_INF)
+    else:
+        s5.add_(tile.to(plan.acc) * LOG2_E)
 
 
 def _span(m: torch.Tensor, dim: int, a: int, b: int) -> slice:
@@ -328,18 +314,18 @@ def _scores(plan: Plan, chunk, tiles: _Tiles, qt: torch.Tensor, kb: torch.Tensor
             s = capped * (plan.softcap * LOG2_E)
         else:
             s.tanh_().mul_(plan.softcap * LOG2_E)
-    s5 = s.view(b1 - b0, h1 - h0, q1 - q0, plan.groups, k1 - k0)
-    if masked:
-        s5.add_(tiles.bias(q0, q1, k0, k1)[:, None])                   # (n, 1, bk): the same for the group
+    s5 = s.view(b1 - b0, h1 - h0, q1 - q0, plan.G, k1 - k0)
     if plan.mask is not None:
-        s5.add_(_user_bias(plan, chunk, q0, q1, k0, k1))
+        _mask_user(s5, plan, chunk, q0, q1, k0, k1)
+    if masked:
+        s5.masked_fill_(tiles.hidden(q0, q1, k0, k1)[:, None], NEG_INF)  # (n, 1, bk): the same for the group
     return s, capped
 
 
 def _grouped(x: torch.Tensor, plan: Plan) -> torch.Tensor:
     """(B, Hq, L, E) → (B·Hkv, G, L, E): the G query heads of each key/value head side by side (a view
     for the usual layouts)."""
-    return x.reshape(plan.batch * plan.kv_heads, plan.groups, x.shape[2], x.shape[3])
+    return x.reshape(plan.B * plan.Hkv, plan.G, x.shape[2], x.shape[3])
 
 
 def _rows(x4: torch.Tensor, heads: slice, q0: int, q1: int) -> torch.Tensor:
@@ -356,19 +342,19 @@ def _unrows(x: torch.Tensor, groups: int) -> torch.Tensor:
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan):
     """The forward loops. Returns out (B, Hq, Lq, Dv) in q's dtype and lse₂ (B, Hq, Lq) (base 2)."""
-    G, BQ, Dv = plan.groups, plan.block_q, v.shape[-1]
+    G, BQ, Dv = plan.G, plan.block_q, v.shape[-1]
     q4 = _grouped(q.to(plan.acc), plan)                                     # (B·Hkv, G, Lq, D)
-    k3 = k.to(plan.acc).reshape(plan.batch * plan.kv_heads, plan.len_k, k.shape[-1])
-    v3 = v.to(plan.acc).reshape(plan.batch * plan.kv_heads, plan.len_k, Dv)
-    out = q.new_empty(plan.batch, plan.q_heads, plan.len_q, Dv)
-    lse2 = q4.new_empty(plan.batch, plan.q_heads, plan.len_q, 1)
+    k3 = k.to(plan.acc).reshape(plan.B * plan.Hkv, plan.Lk, k.shape[-1])
+    v3 = v.to(plan.acc).reshape(plan.B * plan.Hkv, plan.Lk, Dv)
+    out = q.new_empty(plan.B, plan.Hq, plan.Lq, Dv)
+    lse2 = q4.new_empty(plan.B, plan.Hq, plan.Lq, 1)
     out4, lse4 = _grouped(out, plan), _grouped(lse2, plan)
     for chunk in plan.head_chunks():
         b0, b1, h0, h1 = chunk
-        heads = slice(b0 * plan.kv_heads + h0, (b1 - 1) * plan.kv_heads + h1)
+        heads = slice(b0 * plan.Hkv + h0, (b1 - 1) * plan.Hkv + h1)
         tiles = _Tiles(plan, (b1 - b0) * (h1 - h0), q4, buffers=1)
-        for q0 in range(0, plan.len_q, BQ):
-            q1 = min(q0 + BQ, plan.len_q)
+        for q0 in range(0, plan.Lq, BQ):
+            q1 = min(q0 + BQ, plan.Lq)
             qb = _rows(q4, heads, q0, q1)                               # (h, n·G, D)
             m = qb.new_full((qb.shape[0], qb.shape[1], 1), NEG_INF)     # running max
             l = qb.new_zeros(qb.shape[0], qb.shape[1], 1)               # running sum
@@ -401,24 +387,24 @@ def _online_softmax_step(s, vb, m, l, acc) -> None:
 def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
     """The backward loops (FlashAttention-2): key blocks outside, query blocks inside, every tile's
     probabilities recomputed as p = 2^(s − lse₂). Returns dq, dk, dv in the accumulate dtype."""
-    G, BK, Dv, acc = plan.groups, plan.block_k, v.shape[-1], plan.acc
-    BH = plan.batch * plan.kv_heads
+    G, BK, Dv, acc = plan.G, plan.block_k, v.shape[-1], plan.acc
+    BH = plan.B * plan.Hkv
     q4 = _grouped(q.to(acc), plan)
-    k3, v3 = k.to(acc).reshape(BH, plan.len_k, k.shape[-1]), v.to(acc).reshape(BH, plan.len_k, Dv)
+    k3, v3 = k.to(acc).reshape(BH, plan.Lk, k.shape[-1]), v.to(acc).reshape(BH, plan.Lk, Dv)
     do4 = _grouped(d_out.to(acc), plan)
     delta = (d_out.to(acc) * out.to(acc)).sum(dim=-1)                  # Δ = rowsum(dO ∘ O)   (B, Hq, Lq)
     if d_lse is not None:
         delta = delta - d_lse.to(acc)                                   # ∂lse/∂s = p joins the same term
     delta4 = _grouped(delta[..., None], plan)
-    lse4 = _grouped(lse2.masked_fill(lse2 == NEG_INF, float("inf"))[..., None], plan)  # sees nothing: p = 0
+    lse4 = _grouped(lse2[..., None], plan)
     dq4 = torch.zeros_like(q4)
     dk, dv = torch.zeros_like(k3), torch.zeros_like(v3)
     for chunk in plan.head_chunks():
         b0, b1, h0, h1 = chunk
-        heads = slice(b0 * plan.kv_heads + h0, (b1 - 1) * plan.kv_heads + h1)
+        heads = slice(b0 * plan.Hkv + h0, (b1 - 1) * plan.Hkv + h1)
         tiles = _Tiles(plan, (b1 - b0) * (h1 - h0), q4, buffers=2)
-        for k0 in range(0, plan.len_k, BK):
-            k1 = min(k0 + BK, plan.len_k)
+        for k0 in range(0, plan.Lk, BK):
+            k1 = min(k0 + BK, plan.Lk)
             kb, vb = k3[heads, k0:k1], v3[heads, k0:k1]
             dk_acc, dv_acc = dk[heads, k0:k1], dv[heads, k0:k1]
             full, partial = plan.query_blocks(k0, k1)
@@ -427,7 +413,8 @@ def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
                     q0, q1 = tile[:2]
                     qt, do = _rows(q4, heads, q0, q1), _rows(do4, heads, q0, q1)
                     s, capped = _scores(plan, chunk, tiles, qt, kb, tile, masked, keep_tanh=True)
-                    p = s.sub_(_rows(lse4, heads, q0, q1)).exp2_()            # the forward's probabilities
+                    p = weights_from_lse(s, _rows(lse4, heads, q0, q1)[..., 0], base2=True,
+                                         inplace=True)                         # the forward's probabilities
                     dv_acc.baddbmm_(p.transpose(1, 2), do)                     # dV += pᵀ dO
                     ds = tiles.scratch(1, *p.shape)
                     torch.bmm(do, vb.transpose(1, 2), out=ds)                  # dP = dO Vᵀ
@@ -439,7 +426,7 @@ def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
                         dq4[heads, 0, q0:q1].baddbmm_(ds, kb, alpha=plan.scale)
                     else:                                                      # (group rows are not adjacent in dQ)
                         dq4[heads, :, q0:q1].add_(_unrows(torch.bmm(ds, kb), G), alpha=plan.scale)
-    shape_kv = (plan.batch, plan.kv_heads, plan.len_k)
+    shape_kv = (plan.B, plan.Hkv, plan.Lk)
     return dq4.view(q.shape), dk.view(*shape_kv, -1), dv.view(*shape_kv, Dv)
 
 

@@ -1,0 +1,192 @@
+"""The registry of backends, and how a request finds one: `choose`, `explain`, `render`.
+
+    choose(request, "auto")    the backend that serves it (the fastest by `cost`), or a ValueError
+                               that gives every backend's every reason
+    explain(request)           a dict: each backend's estimate or reasons, the choice and why,
+                               and the tiled kernel's block plan
+    render(explain(request))   that dict as text, the block plan drawn F / P / .
+
+Adding a backend: a `base.Backend` subclass (capabilities + forward), an entry in BACKENDS (and
+AUTO_ORDER if "auto" may pick it), and an entry in `cost` for "auto" to estimate it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from .. import checks, masks
+from . import cost
+from .base import Backend, Request
+from .naive import NaiveBackend
+from .sdpa import SdpaBackend
+from .tiled import Plan, TiledBackend
+
+__all__ = ["BACKENDS", "AUTO_ORDER", "choose", "explain", "render", "MAX_DRAWN_BLOCKS"]
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (NaiveBackend(), SdpaBackend(), TiledBackend())}
+
+AUTO_ORDER = ("sdpa", "tiled", "naive")
+"""The backends "auto" chooses from, in order of preference where estimates tie or none applies.
+
+On a CPU, "auto" takes the one with the smallest `cost.estimate_seconds` among those that
+accept the request: SDPA for plain and causal (Lq = Lk) attention, where PyTorch's fused
+kernel is fastest; "tiled" for sliding windows and bottom-right causal with Lq ≠ Lk, where it
+skips the blocks SDPA has to compute through a dense mask, and for what SDPA refuses (lse,
+softcap); "naive" when weights are asked for (nothing else returns them) or the problem is
+tiny. On other devices the CPU-measured rates do not apply and the first accepting backend
+in this order is taken."""
+
+MAX_DRAWN_BLOCKS = 64
+"""`explain` draws the tiled block plan only up to this many query or key blocks."""
+
+
+def _reasons(request: Request, candidates) -> dict[str, list[str]]:
+    return {name: BACKENDS[name].not_supported_reasons(request) for name in candidates}
+
+
+def _pick(request: Request, able: list[str]) -> tuple[str, str, dict[str, float | None]]:
+    """(choice, why, estimates) among the backends `able` to serve the request (in AUTO_ORDER)."""
+    estimates = {name: cost.estimate_seconds(name, request) for name in able}
+    if request.q.device.type != "cpu":
+        return able[0], (f"on {request.q.device.type} the CPU cost model does not apply: the first that "
+                         f"can serve it in the preference order {', '.join(AUTO_ORDER)}"), estimates
+    estimated = [name for name in able if estimates[name] is not None]
+    if not estimated:
+        return able[0], f"none can be estimated: the first in the preference order {', '.join(AUTO_ORDER)}", estimates
+    best = min(estimated, key=lambda name: estimates[name])
+    if len(able) == 1:
+        return best, "the only backend that can serve it", estimates
+    return best, f"the smallest estimated time among {', '.join(estimated)} (selfattn.kernels.cost)", estimates
+
+
+def choose(request: Request, name: str) -> Backend:
+    """The backend called `name` if it can serve `request`; "auto": the fastest that can (see AUTO_ORDER).
+    A refusal is a ValueError naming every reason of every backend considered."""
+    if name == "auto":
+        reasons = _reasons(request, AUTO_ORDER)
+        able = [candidate for candidate in AUTO_ORDER if not reasons[candidate]]
+        if not able:
+            raise ValueError("no backend can serve this request: " + "; ".join(
+                f"{candidate}: {', '.join(why)}" for candidate, why in reasons.items()))
+        return BACKENDS[_pick(request, able)[0]]
+    backend = BACKENDS[name]
+    why = backend.not_supported_reasons(request)
+    if why:
+        raise ValueError(f"backend {name!r} cannot serve this request: {'; '.join(why)}")
+    return backend
+
+
+def explain(request_or_kwargs: Request | Mapping, backend: str = "auto") -> dict:
+    """Why `backend` ("auto": which one, and why) serves this request, as plain data.
+
+    request_or_kwargs  a `Request`, or the keyword arguments of `selfattn.attention` (q, k, v,
+                       causal, mask, …), or a shape without tensors: B, Hq, Hkv, Lq, Lk, D, Dv,
+                       dtype, device, requires_grad and the masking arguments (causal, window, …)
+
+    Returns {"request": {...}, "backends": {name: {"supported", "seconds", "reasons"}},
+    "choice": name or None, "why": str, "plan": the tiled block plan or None}.
+    """
+    request = _as_request(request_or_kwargs)
+    if backend != "auto" and backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {sorted(BACKENDS)}")
+    names = list(AUTO_ORDER) + [name for name in BACKENDS if name not in AUTO_ORDER]
+    reasons = _reasons(request, names)
+    able = [name for name in AUTO_ORDER if not reasons[name]]
+    rows = {name: {"supported": not reasons[name], "seconds": None if reasons[name] else
+                   cost.estimate_seconds(name, request), "reasons": reasons[name]} for name in names}
+    if backend != "auto":
+        choice = None if reasons[backend] else backend
+        why = f"asked for by name; {'it can serve it' if choice else 'it cannot serve it'}"
+    elif able:
+        choice, why, _ = _pick(request, able)
+    else:
+        choice, why = None, "no backend can serve this request (see each one's reasons)"
+    return {"request": _describe(request), "backends": rows, "choice": choice, "why": why,
+            "plan": _plan(request, BACKENDS["tiled"])}
+
+
+def render(explanation: Mapping) -> str:
+    """The text of an `explain` dict: the request, one line per backend, the choice, the block plan."""
+    r = explanation["request"]
+    shape = " ".join(f"{key}={r[key]}" for key in ("B", "Hq", "Hkv", "Lq", "Lk", "D", "Dv"))
+    options = [f"{key}={r[key]}" for key in ("causal", "window", "scale", "softcap", "dropout_p")
+               if r[key] not in (None, False, 0.0) or key in ("causal", "scale")]
+    if r["mask"] is not None:
+        options.append(f"mask={r['mask']['kind']} {tuple(r['mask']['shape'])}")
+    options += [key for key in ("return_weights", "return_lse", "requires_grad") if r[key]]
+    lines = [f"request  {shape}  {r['dtype']} on {r['device']}", f"         {', '.join(options)}", ""]
+    width = max(len(name) for name in explanation["backends"])
+    for name, row in explanation["backends"].items():
+        if row["supported"]:
+            seconds = "no estimate" if row["seconds"] is None else f"estimate {_seconds(row['seconds'])}"
+            lines.append(f"{name:<{width}}  can serve it, {seconds}")
+        else:
+            lines.append(f"{name:<{width}}  cannot: " + ("\n" + " " * (width + 10)).join(row["reasons"]))
+    lines += ["", f"choice   {explanation['choice'] or 'none'}: {explanation['why']}"]
+    plan = explanation.get("plan")
+    if plan is not None:
+        lines += ["", f"tiled block plan: {plan['query_blocks']} × {plan['key_blocks']} blocks of "
+                      f"{plan['block_q']} × {plan['block_k']} (query × key); {plan['tiles']} tiles visited, "
+                      f"{plan['pairs']} pairs", "  F full, P partial (masked), . hidden (skipped)"]
+        lines += ["  " + line for line in plan["drawing"].splitlines()] if plan["drawing"] else \
+                 [f"  (not drawn: more than {MAX_DRAWN_BLOCKS} blocks a side)"]
+    return "\n".join(lines)
+
+
+def _seconds(x: float) -> str:
+    return f"{x * 1e3:.3g} ms" if x < 1 else f"{x:.3g} s"
+
+
+def _plan(r: Request, tiled: TiledBackend) -> dict:
+    n_q, n_k = -(-r.Lq // tiled.block_q), -(-r.Lk // tiled.block_k)
+    tiles, pairs = Plan.of(r, tiled.block_q, tiled.block_k).work()
+    drawing = None
+    if max(n_q, n_k) <= MAX_DRAWN_BLOCKS:
+        drawing = masks.draw_blocks(r.Lq, r.Lk, tiled.block_q, tiled.block_k, causal=r.causal, window=r.window)
+    return {"block_q": tiled.block_q, "block_k": tiled.block_k, "query_blocks": n_q, "key_blocks": n_k,
+            "tiles": tiles, "pairs": pairs, "drawing": drawing}
+
+
+def _describe(r: Request) -> dict:
+    mask = None if r.mask is None else {"kind": r.mask_kind, "shape": list(r.mask.shape)}
+    return {"B": r.B, "Hq": r.Hq, "Hkv": r.Hkv, "Lq": r.Lq, "Lk": r.Lk, "D": r.D, "Dv": r.Dv,
+            "dtype": str(r.q.dtype).removeprefix("torch."), "device": str(r.q.device), "causal": r.causal,
+            "window": r.window, "scale": r.scale, "softcap": r.softcap, "dropout_p": r.dropout_p, "mask": mask,
+            "return_weights": r.return_weights, "return_lse": r.return_lse, "requires_grad": r.needs_grad}
+
+
+SHAPE_KEYS = ("B", "Hq", "Hkv", "Lq", "Lk", "D", "Dv")
+
+
+def _as_request(x) -> Request:
+    if isinstance(x, Request):
+        return x
+    if not isinstance(x, Mapping):
+        raise TypeError(f"explain needs a Request or a mapping of attention arguments, got {type(x).__name__}")
+    from ..functional import build_request  # functional imports this package
+
+    kwargs = dict(x)
+    if "q" not in kwargs:
+        kwargs = _shaped(kwargs)
+    return build_request(**kwargs)
+
+
+def _shaped(kwargs: dict) -> dict:
+    """B, Hq, Hkv, Lq, Lk, D, Dv, dtype, device, requires_grad → q, k, v that take no memory
+    (one element, expanded), plus the other arguments unchanged."""
+    size = {key: checks.integer(key, kwargs.pop(key), low=0) for key in SHAPE_KEYS if key in kwargs}
+    missing = [key for key in ("Lq", "D") if key not in size]
+    if missing:
+        raise ValueError(f"explain needs q, k, v or a shape with at least Lq and D; missing {', '.join(missing)}")
+    B, Hq, Lq, D = size.get("B", 1), size.get("Hq", 1), size["Lq"], size["D"]
+    Hkv, Lk, Dv = size.get("Hkv", Hq), size.get("Lk", Lq), size.get("Dv", D)
+    dtype = kwargs.pop("dtype", torch.float32)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__} {dtype!r}")
+    device = kwargs.pop("device", "cpu")
+    grad = checks.boolean("requires_grad", kwargs.pop("requires_grad", False))
+    one = torch.zeros((), dtype=dtype, device=device, requires_grad=grad)
+    kwargs.update(q=one.expand(B, Hq, Lq, D), k=one.expand(B, Hkv, Lk, D), v=one.expand(B, Hkv, Lk, Dv))
+    return kwargs
