@@ -96,7 +96,7 @@ def test_visibility_window():
 
 def test_scale_scores_and_the_checked_arguments():
     np.testing.assert_allclose(R.scale_scores([[4.0, 8.0]], 16), [[1.0, 2.0]])
-    assert R.scale is R.scale_scores                       # the former name, for callers not yet moved
+    assert not hasattr(R, "scale")                          # `attention`'s scale argument shadows nothing
     q = np.ones((1, 1, 2, 4))
     out, _, _ = R.attention(q, q, q, scale=0.0, causal=True)
     np.testing.assert_allclose(out, 1.0)

@@ -150,11 +150,6 @@ def scale_scores(s, d_k: int) -> np.ndarray:
     return np.asarray(s, dtype=np.float64) / np.sqrt(d_k)
 
 
-scale = scale_scores
-"""The former name of `scale_scores`, kept while `selfattn.walkthrough` and tests/explain/truth.py
-still call it; not in __all__, and `attention`'s `scale` argument no longer needs it."""
-
-
 def apply_mask(s, mask) -> np.ndarray:
     """Set the positions that may not be looked at to −inf (not 0: see `softmax`).
 

@@ -102,7 +102,7 @@ def build(lang: str = "zh", d_k: int = DEFAULT_D_K, seed: int = 0) -> dict:
     features = FEATURES[lang]
     n = len(TOKENS)
 
-    scaled = R.scale(TUTORIAL_SCORES, d_k)
+    scaled = R.scale_scores(TUTORIAL_SCORES, d_k)
     visible = R.causal_mask(n)
     masked = R.apply_mask(scaled, visible)
     weights = R.softmax(masked)

@@ -125,8 +125,9 @@ def test_explain_prints_every_backend_and_the_choice(capsys):
     out = capsys.readouterr().out
     assert out.startswith("decode: ") and "sliding_window: " in out
     for name in ("naive", "sdpa", "tiled"):
-        assert f"  {name} " in out
-    assert out.count("auto   → ") == 2
+        assert f"\n{name} " in out                        # one line per backend: estimate or reasons
+    assert out.count("\nchoice   ") == 2                  # auto's choice, once per case
+    assert "tiled block plan" in out
 
 
 def test_texts_from_the_machine_are_not_markup():

@@ -51,7 +51,7 @@ def stages(model: DecoderLM, ids, layer: int, head: int, *, scaling=True, causal
     x1 = np.hstack([x, np.ones((len(x), 1))])
     q, k, v = reference.project(x1, *head_weights(model, layer, head))
     scores = reference.scores(q, k)
-    scaled = (reference.scale(scores, q.shape[1]) if scaling else scores) / temperature
+    scaled = (reference.scale_scores(scores, q.shape[1]) if scaling else scores) / temperature
     mask = reference.causal_mask(len(x)) if causal else np.ones((len(x), len(x)), dtype=bool)
     masked = reference.apply_mask(scaled, mask)
     weights = reference.softmax(masked)

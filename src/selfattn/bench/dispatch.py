@@ -19,29 +19,8 @@ def request_of(case: Case):
 
 
 def explain_case(case: Case) -> str:
-    """Lines of text: the case, then the dispatch of its request."""
-    request = request_of(case)
-    # MERGE (lead): `selfattn.kernels.explain(request)` is being written on the dispatch branch. Once it is on
-    # main, replace the next line by `body = kernels.explain(request)` (with `from .. import kernels`) and
-    # delete `_dispatch_lines`, so the bench and the library explain a request in one place.
-    body = "\n".join(_dispatch_lines(request))
-    return f"{case.name}: {case.title}\n  shape {case.shape}, {case.dtype}\n{body}"
-
-
-def _dispatch_lines(request) -> list[str]:
-    """Each backend's estimated time or refusal, from `kernels.BACKENDS` and `kernels.cost`, and auto's choice."""
+    """Lines of text: the case, then `selfattn.kernels.explain` of its request (the library's one account)."""
     from .. import kernels
-    from ..kernels import cost
 
-    lines = []
-    for name, backend in kernels.BACKENDS.items():
-        why = backend.refuse(request)
-        if why is None:
-            lines.append(f"  {name:<6} estimate {cost.estimate_seconds(name, request) * 1e3:.3g} ms")
-        else:
-            lines.append(f"  {name:<6} refuses: {why}")
-    try:
-        lines.append(f"  auto   → {kernels.choose(request, 'auto').name}")
-    except ValueError as refusal:
-        lines.append(f"  auto   → none: {refusal}")
-    return lines
+    body = kernels.render(kernels.explain(request_of(case)))
+    return f"{case.name}: {case.title}\n  shape {case.shape}, {case.dtype}\n{body}"

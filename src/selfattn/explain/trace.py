@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import math
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -37,21 +36,10 @@ from .. import checks
 from ..functional import intercept
 from ..kernels.base import Request, Result
 from ..masks import visibility
+from ..weights import weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
 from ..modules import MultiHeadSelfAttention, SelfAttention
 
 __all__ = ["TEMPERATURE_RANGE", "Intervention", "LayerTrace", "ModelTrace", "HeadChange", "capture", "weights_from_lse"]
-
-
-def weights_from_lse(masked: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
-    """weights_ij = exp(masked_ij − lse_i); a row that sees nothing (lse −inf) is all 0.
-
-    masked (..., R, Lk) scaled (softcapped) scores, −inf where hidden;  lse (..., R)
-    The explainer's one copy of the formula (tables, summaries, export, plots all call it).
-    LEAD: once `selfattn.weights.weights_from_lse` lands on main, make this
-    `from ..weights import weights_from_lse` (same arguments) and delete the body.
-    """
-    lse = lse[..., None]
-    return torch.exp(masked - lse.masked_fill(torch.isneginf(lse), math.inf))
 
 
 TEMPERATURE_RANGE = (0.01, 100.0)
@@ -279,11 +267,11 @@ class _Recorder:
 
     def intercept(self, request: Request, compute) -> Result:
         layer = len(self.calls)
-        base = dataclasses.replace(request, mask=_bool_mask(request.mask, request.q.dtype), need_lse=True)
+        base = dataclasses.replace(request, mask=_bool_mask(request.mask, request.q.dtype), return_lse=True)
         iv = self.intervention
         applies = iv.layer is None or iv.layer == layer
         changed = iv.apply(base) if applies else base
-        if applies and iv.head is not None and iv.head < base.q_heads:
+        if applies and iv.head is not None and iv.head < base.Hq:
             result = _compute_one_head_apart(base, changed, iv.head, compute)
             kept, head_change = base, (iv.head, changed)
         else:
@@ -293,7 +281,7 @@ class _Recorder:
         holder = self.stack[-2][0] if len(self.stack) > 1 else None
         self.calls.append({"request": kept, "head_change": head_change, "result": result, "x": x,
                            "caller": caller, "holder": holder, "causal_before": request.causal})
-        if not request.need_lse:
+        if not request.return_lse:
             result = result._replace(lse=None)
         return result
 
@@ -301,7 +289,7 @@ class _Recorder:
 def _compute_one_head_apart(base: Request, changed: Request, head: int, compute) -> Result:
     """All heads by `base`, then head `head` again by `changed`, spliced in."""
     full = compute(base)
-    kv = head // base.groups
+    kv = head // base.G
     mask = changed.mask
     if mask is not None and mask.dim() == 4 and mask.shape[1] > 1:
         mask = mask[:, head:head + 1]
@@ -369,9 +357,9 @@ def _bool_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | 
 
 def _visible(r: Request, head: int = 0) -> torch.Tensor:
     """(Lq, Lk) bool of batch item 0, query head `head`: rule and mask together."""
-    visible = visibility(r.len_q, r.len_k, causal=r.causal, window=r.window, device=r.q.device)
+    visible = visibility(r.Lq, r.Lk, causal=r.causal, window=r.window, device=r.q.device)
     if r.mask is not None:
-        full = r.mask.expand(r.batch, r.q_heads, r.len_q, r.len_k)
+        full = r.mask.expand(r.B, r.Hq, r.Lq, r.Lk)
         visible = visible & full[0, head if r.mask.dim() == 4 and r.mask.shape[1] > 1 else 0]
     return visible
 
@@ -379,7 +367,7 @@ def _visible(r: Request, head: int = 0) -> torch.Tensor:
 def _layer(call: dict) -> LayerTrace:
     r: Request = call["request"]
     res: Result = call["result"]
-    L = r.len_q
+    L = r.Lq
     changed = {}
     if call["head_change"] is not None:
         head, c = call["head_change"]
