@@ -1,4 +1,6 @@
 import json
+import re
+import shutil
 
 import pytest
 import torch
@@ -111,3 +113,30 @@ def test_weights_saved_by_save_model_under_the_other_tied_name_also_load(tokeniz
     assign(fresh, tensors, "other.safetensors")
     ids = torch.tensor(tokenizer.encode("一只蓝色怪兽"))
     assert torch.equal(fresh.eval()(ids), model(ids)) and fresh.lm_head.weight is fresh.tok_emb.weight
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("n_layers", 10_000_000, "n_layers must be <= 512, got 10000000"),
+    ("d_model", 1 << 20, "d_model must be <= 32768"),
+    ("norm_eps", float("nan"), "norm_eps must be finite, got nan"),
+])
+def test_a_hostile_config_is_refused_before_any_tensor(tmp_path, field, value, message):
+    """issue 11: a config.json with huge sizes used to build the model first and eat all memory."""
+    import json
+
+    from selfattn.model.checkpoint import DEFAULT_DIR, load_checkpoint
+
+    folder = tmp_path / "hostile"
+    shutil.copytree(DEFAULT_DIR, folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["model"][field] = value
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_checkpoint(folder)
+
+
+def test_a_config_too_big_in_total_names_the_limit():
+    from selfattn.model.decoder import DecoderConfig
+
+    with pytest.raises(ValueError, match="over the limit of 2,000,000,000"):
+        DecoderConfig(vocab_size=100, d_model=30000, n_layers=500, n_heads=10)

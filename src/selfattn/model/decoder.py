@@ -36,6 +36,15 @@ ACTIVATIONS = {
 INIT_STD = 0.02
 """Standard deviation of the initial weights (GPT-2's initializer_range)."""
 
+LIMITS = {"vocab_size": 1 << 21, "d_model": 1 << 15, "n_layers": 512, "n_heads": 1024, "n_kv_heads": 1024,
+          "d_ff": 1 << 17, "max_len": 1 << 20}
+"""Largest value of each size field a config may hold: well above any real model, far below what would
+exhaust memory through one field alone (a config is checked before any tensor is allocated)."""
+
+MAX_PARAMETERS = 2_000_000_000
+"""Largest model a config may describe: 2 billion parameters, 8 GB of float32 — it must fit in this
+machine's memory with room for activations. Checked from the config, before anything is built."""
+
 
 @dataclass(frozen=True)
 class DecoderConfig:
@@ -69,13 +78,27 @@ class DecoderConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
-            checks.integer(name, getattr(self, name), low=1)
+            checks.integer(name, getattr(self, name), low=1, high=LIMITS[name])
         for name in ("n_kv_heads", "d_ff"):
-            checks.optional_integer(name, getattr(self, name), low=1)
+            checks.optional_integer(name, getattr(self, name), low=1, high=LIMITS[name])
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        checks.real("norm_eps", self.norm_eps, low=0, low_open=True, high=1.0)
+        checks.real("dropout", self.dropout, low=0, high=1, high_open=True)
+        checks.boolean("bias", self.bias)
+        checks.boolean("tie_embeddings", self.tie_embeddings)
+        if self.parameters > MAX_PARAMETERS:
+            raise ValueError(f"the config describes about {self.parameters:,} parameters (n_layers × d_model × …), "
+                             f"over the limit of {MAX_PARAMETERS:,} (selfattn.model.decoder.MAX_PARAMETERS)")
+
+    @property
+    def parameters(self) -> int:
+        """About how many parameters the model has (embeddings, attention, MLP; biases and norms left out)."""
+        kv = (self.n_kv_heads or self.n_heads) * (self.d_model // self.n_heads)
+        attention = self.d_model * (2 * self.d_model + 2 * kv)
+        mlp = 2 * self.d_model * self.hidden
+        embeddings = (self.vocab_size * (1 if self.tie_embeddings else 2) + self.max_len) * self.d_model
+        return self.n_layers * (attention + mlp) + embeddings
 
     @property
     def hidden(self) -> int:

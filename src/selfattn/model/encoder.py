@@ -16,8 +16,9 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from .. import checks
 from ..modules import MultiHeadSelfAttention
-from .decoder import ACTIVATIONS, MLP
+from .decoder import ACTIVATIONS, LIMITS, MAX_PARAMETERS, MLP
 
 __all__ = ["EncoderConfig", "Encoder", "EncoderBlock"]
 
@@ -37,10 +38,15 @@ class EncoderConfig:
     activation: str = "gelu"
 
     def __post_init__(self):
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len", "type_vocab_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len"):
+            checks.integer(name, getattr(self, name), low=1, high=LIMITS[name])
+        checks.integer("type_vocab_size", self.type_vocab_size, low=1, high=LIMITS["vocab_size"])
+        checks.real("norm_eps", self.norm_eps, low=0, low_open=True, high=1.0)
+        parameters = self.n_layers * 4 * self.d_model * (self.d_model + self.d_ff // 2) + \
+            (self.vocab_size + self.max_len + self.type_vocab_size) * self.d_model
+        if parameters > MAX_PARAMETERS:
+            raise ValueError(f"the config describes about {parameters:,} parameters, over the limit of "
+                             f"{MAX_PARAMETERS:,} (selfattn.model.decoder.MAX_PARAMETERS)")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
 
