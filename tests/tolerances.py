@@ -30,6 +30,7 @@ TOL = {
     "float64_few_ops": 1e-14,  # float64 results a few operations apart (one row; a row sum)
     "float64_one_op": 1e-15,   # float64 results one rounding apart (tiny inputs, NumPy)
     "tutorial_digits": 1e-4,   # numbers the tutorial prints to three or four digits
+    "float64_hostile": 1e-7,   # float64 with scores scaled up to 1e6 (hostile scale/softcap): rounding × 1e6
 }
 """Named absolute tolerances for comparisons that are not "fast path against float64"."""
 

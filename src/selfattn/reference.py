@@ -88,7 +88,7 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if x.ndim == 0:
         raise ValueError("softmax needs at least one axis, got a scalar")
-    peak = np.max(x, axis=axis, keepdims=True)
+    peak = np.max(x, axis=axis, keepdims=True, initial=-np.inf)   # initial: an empty row (Lk = 0) too
     peak = np.where(np.isfinite(peak), peak, 0.0)  # all −inf row: subtract nothing
     e = np.exp(x - peak)
     total = np.sum(e, axis=axis, keepdims=True)
@@ -256,7 +256,7 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
             s = s + mask.astype(np.float64)
     s = np.where(visible, s, -np.inf)
     weights = softmax(s, axis=-1)
-    peak = np.max(s, axis=-1, keepdims=True)
+    peak = np.max(s, axis=-1, keepdims=True, initial=-np.inf)
     finite_peak = np.where(np.isfinite(peak), peak, 0.0)
     with np.errstate(divide="ignore"):
         lse = (np.log(np.sum(np.exp(s - finite_peak), axis=-1, keepdims=True)) + finite_peak)[..., 0]

@@ -1,0 +1,111 @@
+"""Random hostile arguments to `attention`: the answer is either the float64 reference or a
+TypeError/ValueError naming the problem — never NaN, a crash from deep inside, or a wrong number.
+
+Issue 11's rule for the library's edge, as a property: whatever a user passes (zero-sized
+dimensions, non-finite or absurd scales, masks with ±inf or NaN, wrong types, windows of any
+size), each backend either refuses at the edge or agrees with `selfattn.reference`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from .helpers import make_inputs, reference_of
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from .tolerances import TOL
+
+import selfattn
+
+HOSTILE_NUMBERS = st.one_of(
+    st.sampled_from([0, -1, 0.0, -0.0, -1e-300, 1e-300, 1e300, -1e300, math.inf, -math.inf, math.nan, True,
+                     False, 10**30, 1e6, 1e7, 0.5, 2]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=3),
+    st.none(),
+)
+WINDOWS = st.one_of(st.none(), st.integers(1, 12), st.sampled_from([0, -3, 1, 2, 10**30, True, 2.0, "4"]),
+                    st.integers(-5, 50))
+SCALES = st.one_of(st.none(), st.floats(-10, 10), st.sampled_from([1e5, 1e6, -1e6]), HOSTILE_NUMBERS)
+SOFTCAPS = st.one_of(st.none(), st.none(), st.floats(0.05, 50), HOSTILE_NUMBERS)
+BACKENDS = st.sampled_from(["auto", "naive", "sdpa", "tiled"])
+
+
+@st.composite
+def masks(draw, B, Hq, Lq, Lk):
+    kind = draw(st.sampled_from(["none", "none", "bool", "additive", "1d", "wrong_shape", "int", "list"]))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 1000)))
+    if kind == "none":
+        return None
+    if kind == "bool":
+        return torch.rand(B, 1, Lq, Lk, generator=g) > draw(st.sampled_from([0.0, 0.5, 1.0]))
+    if kind == "additive":
+        m = torch.randn(1, Hq, Lq, Lk, generator=g, dtype=torch.float64)
+        special = draw(st.sampled_from([None, -math.inf, math.inf, math.nan, -1e300, 1e300]))
+        if special is not None and m.numel():
+            m.view(-1)[0] = special
+        return m
+    if kind == "1d":
+        return torch.rand(Lk, generator=g) > 0.3
+    if kind == "wrong_shape":
+        return torch.ones(Lq + 1, Lk + 2, dtype=torch.bool)
+    if kind == "int":
+        return torch.ones(Lq, Lk, dtype=torch.int64)
+    return [[True] * Lk] * Lq
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), B=st.integers(1, 2), Hkv=st.integers(1, 2), G=st.integers(1, 2), Lq=st.integers(0, 9),
+       Lk=st.integers(0, 9), D=st.integers(1, 5), causal=st.booleans(),
+       backend=BACKENDS)
+def test_hostile_arguments_give_the_reference_or_a_named_error(data, B, Hkv, G, Lq, Lk, D, causal, backend):
+    Hq = Hkv * G
+    q, k, v = make_inputs(B, Hq, Hkv, Lq, Lk, D)
+    scale = data.draw(SCALES, label="scale")
+    softcap = data.draw(SOFTCAPS, label="softcap")
+    window = data.draw(WINDOWS, label="window")
+    mask = data.draw(masks(B, Hq, Lq, Lk), label="mask")
+    try:
+        out, weights_, lse = selfattn.attention(q, k, v, causal=causal, mask=mask, window=window, scale=scale,
+                                                softcap=softcap, backend=backend, return_lse=backend != "sdpa")
+    except (TypeError, ValueError) as exc:
+        assert str(exc), "an error must say what is wrong"
+        event(f"refused: {type(exc).__name__}")
+        return
+    event("accepted")
+    assert torch.isfinite(out).all(), f"non-finite output for scale={scale!r} softcap={softcap!r} mask={mask!r}"
+    # accepted: it must be the spec's answer (a window wider than Lk is the same rule as Lk)
+    ref_out, _, ref_lse = reference_of(q, k, v, causal=causal, mask=mask, window=None if window is None else
+                                       min(window, max(Lk, 1)), scale=scale, softcap=softcap)
+    np.testing.assert_allclose(out.numpy(), ref_out, atol=TOL["float64_hostile"], rtol=0)
+    if lse is not None:
+        ref_lse = np.asarray(ref_lse)
+        assert np.array_equal(np.isneginf(lse.numpy()), np.isneginf(ref_lse))
+        finite = np.isfinite(ref_lse)
+        np.testing.assert_allclose(lse.numpy()[finite], ref_lse[finite], rtol=TOL["float64_hostile"])
+
+
+@pytest.mark.parametrize("B, Hq, Hkv, Lq, Lk, D, Dv", [(0, 1, 1, 3, 3, 4, 4), (1, 0, 1, 3, 3, 4, 4),
+                                                    (1, 1, 0, 3, 3, 4, 4), (1, 1, 1, 0, 3, 4, 4),
+                                                    (1, 1, 1, 3, 0, 4, 4), (1, 1, 1, 3, 3, 0, 4),
+                                                    (1, 1, 1, 3, 3, 4, 0)])
+@pytest.mark.parametrize("backend", ["auto", "naive", "sdpa", "tiled"])
+def test_zero_sized_dimensions_give_the_reference_or_a_named_error(B, Hq, Hkv, Lq, Lk, D, Dv, backend):
+    q, k, v = make_inputs(B, max(Hq, 1), max(Hkv, 1), Lq, Lk, D, Dv)
+    q, k, v = q[:, :Hq], k[:, :Hkv], v[:, :Hkv]
+    try:
+        out = selfattn.attention(q, k, v, causal=True, backend=backend)
+    except ValueError as exc:
+        assert any(name in str(exc) for name in ("B", "Hq", "Hkv", "D", "Dv", "head")), str(exc)
+        return
+    np.testing.assert_allclose(out.numpy(), reference_of(q, k, v, causal=True)[0], atol=TOL["float64"], rtol=0)
+
+
+@pytest.mark.parametrize("value", [torch.zeros(2, 2), np.zeros((1, 1, 2, 2)), [[[[0.0]]]], "q", None])
+def test_non_tensor_or_wrong_rank_inputs_are_named(value):
+    k = torch.zeros(1, 1, 2, 2)
+    with pytest.raises((TypeError, ValueError), match="q "):
+        selfattn.attention(value, k, k)
