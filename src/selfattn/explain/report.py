@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .summary import PICK_RULE
+from .heads import PICK_RULE
 from .trace import TEMPERATURE_RANGE
 
 __all__ = ["render_html", "render_app", "write_html", "pack", "unpack", "policy", "STATIC_DIR"]
@@ -64,6 +64,9 @@ def pack(doc: dict) -> dict:
         raise ValueError(f"doc lacks {missing}: pass the dict of Explainer.explain / export.to_dict")
     layers = []
     for l, layer in enumerate(doc["layers"]):
+        if layer.get("omitted"):   # asked without this layer's arrays
+            layers.append(dict(layer))
+            continue
         out = {k: v for k, v in layer.items() if k not in LAYER_ARRAYS + ("visible", "heads")}
         for name in LAYER_ARRAYS:
             out[name] = _pack_floats(layer[name], f"layers[{l}].{name}")
