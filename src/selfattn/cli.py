@@ -111,7 +111,7 @@ def _explain(args) -> int:
     if args.plots:
         from .explain import plots
 
-        written = plots.save(doc, args.plots, force=args.force)
+        written = plots.save(doc, args.plots, force=args.force, lang=args.lang)
     if args.json:
         _print_json(doc)
         return 0

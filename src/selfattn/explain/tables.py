@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -219,10 +220,12 @@ def _meanings(console: Console, t: dict, lang: str, tokens: list[str], weights) 
             col = MEANING_ROLES.index(r[j]) if r[j] in MEANING_ROLES else len(columns) - (2 if j == 0 else 1)
             sums[col] += 100 * w
         rows.append(sums)
-    _matrix(console, t["meaning"], t["corner_meaning"], tokens, columns, rows, lambda x: number(x, 1))
+    _matrix(console, t["meaning"], t["corner_meaning"], tokens, columns, rows, lambda x: number(x, 1), cut_columns=False)
 
 
 def _vectors(console: Console, t: dict, layer: dict, stages: dict, doc: dict) -> None:
+    if "weighted" not in stages or "attn_out" not in layer:
+        return
     console.print(t["vectors"].format(k=TOP_DIMENSIONS), markup=False)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for header in (t["corner"].split(" ")[0], t["col_weighted"], t["col_attn"], t["col_output"]):
@@ -243,12 +246,13 @@ def _cut(label: str) -> str:
     return label if len(label) <= LABEL_WIDTH else label[:LABEL_WIDTH - 1] + "…"
 
 
-def _matrix(console: Console, title: str, corner: str, rows: list[str], columns: list[str], values, fmt) -> None:
-    """One table, split into as many column blocks as the console width needs."""
+def _matrix(console: Console, title: str, corner: str, rows: list[str], columns: list[str], values, fmt,
+            cut_columns: bool = True) -> None:
+    """One table, split into as many column blocks as the console width needs (token labels cut to LABEL_WIDTH)."""
     cells = [[fmt(x) for x in row] for row in values]
-    label = max([console.measure(Text(_cut(r))).maximum for r in rows] + [len(corner)])
-    widths = [max([console.measure(Text(_cut(c))).maximum] + [len(row[j]) for row in cells])
-              for j, c in enumerate(columns)]
+    columns = [_cut(c) for c in columns] if cut_columns else list(columns)
+    label = max([cell_len(_cut(r)) for r in rows] + [cell_len(corner)])
+    widths = [max([cell_len(c)] + [len(row[j]) for row in cells]) for j, c in enumerate(columns)]
     blocks, start, used = [], 0, label + 3
     for j, w in enumerate(widths):
         if j > start and used + w + 3 > console.width:
@@ -261,7 +265,7 @@ def _matrix(console: Console, title: str, corner: str, rows: list[str], columns:
         console.print(name, markup=False)
         table = Table(show_edge=False, header_style="bold", box=box.SIMPLE_HEAD)
         for header in [corner, *columns[a:b]]:
-            table.add_column(Text(_cut(header)))
+            table.add_column(Text(header), no_wrap=True)
         for r, row in zip(rows, cells):
             table.add_row(Text(_cut(r)), *(_cell(x) for x in row[a:b]))
         console.print(table)
