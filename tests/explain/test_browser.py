@@ -127,7 +127,7 @@ def wait_ready(page: Page, timeout_s: float = 10.0):
 
 
 def value(text: str) -> float:
-    text = text.strip()
+    text = text.strip().replace("\u2212", "-")
     if text in ("-inf", "inf"):
         return float(text)
     if text.endswith("%"):

@@ -30,6 +30,7 @@ import torch
 
 from .. import __version__
 from ..files import json_float
+from .sources import POSITIONS_ZH
 from .trace import ModelTrace, weights_from_lse
 
 STAGES_MAX_LEN = 64
@@ -43,7 +44,7 @@ def model_info(name: str, trace: ModelTrace, *, architecture: str, positions: st
     """The model card every view shows: name, decoder/encoder, architecture, positional scheme, sizes."""
     first = trace.layers[0]
     return {"name": name, "kind": "decoder" if trace.logits is not None else "encoder",
-            "architecture": architecture, "positions": positions,
+            "architecture": architecture, "positions": positions, "positions_zh": POSITIONS_ZH.get(positions, positions),
             "n_layers": trace.n_layers, "n_heads": first.n_heads, "n_kv_heads": int(first.k.shape[0]),
             "head_dim": int(first.q.shape[-1]), "d_model": int(first.x.shape[-1])}
 

@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from . import experiment, export, heads, sources, summary
+from . import experiment, export, heads, relations, sources, summary
 from .trace import Intervention, ModelTrace, capture
 
 __all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report"]
@@ -132,7 +132,7 @@ class Explainer:
         """The whole export dict for `text`; the shown head is (layer, head), or picked by `heads.pick`.
 
         find     (query, key) token strings or positions: every head ranked by that weight (`heads.search`)
-        layers   the layers whose arrays the dict carries (default all; `export.to_dict`)
+        layers   the layers whose arrays the dict carries (default all; "selected": the shown one; `export.to_dict`)
         With an intervention the same text is also run without it, and `experiment` compares the two
         on the shown head (`experiment.compare`)."""
         trace = self.trace(text, intervention)
@@ -141,7 +141,7 @@ class Explainer:
         selected = self.select(trace, table, described, layer, head)
         card = export.model_info(self.name, trace, architecture=self.architecture, positions=self.positions)
         prediction = export.predictions(trace, self.decode)
-        extra = {"descriptions": described,
+        extra = {"descriptions": described, "roles": relations.roles(trace.tokens),
                  "first_token": heads.first_token_note(trace, table, (selected["layer"], selected["head"]))}
         if find is not None:
             if not isinstance(find, (tuple, list)) or len(find) != 2:
@@ -151,6 +151,8 @@ class Explainer:
             base = self.trace(text)
             extra["experiment"] = experiment.compare(base, trace, selected["layer"], selected["head"],
                                                      export.predictions(base, self.decode), prediction)
+        if isinstance(layers, str) and layers == "selected":
+            layers = [selected["layer"]]
         return export.to_dict(trace, model=card, text=text, selected=selected, summaries=table,
                               prediction=prediction, stages=stages, layers=layers,
                               unknown=unknown_report(trace.tokens, trace.token_ids.tolist(), self.is_unknown,

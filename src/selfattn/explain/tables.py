@@ -20,6 +20,7 @@ from rich.text import Text
 
 from .heads import PICK_RULE, percent
 from .relations import MEANING_ROLES, roles
+from .sources import POSITIONS_ZH
 from .summary import SINK_LIMIT
 
 MAX_TABLE_TOKENS = 24
@@ -101,13 +102,6 @@ TEXT = {
         "decoder": "decoder", "encoder": "encoder",
     },
 }
-
-POSITIONS_ZH = {
-    "learned absolute positions, added to X": "学到的绝对位置向量，加在 X 上",
-    "RoPE: Q/K shown after rotation": "RoPE：显示的是旋转之后的 Q/K",
-    "RoPE: Q/K shown after rotation (after QK-norm)": "RoPE：显示的是旋转之后的 Q/K（在 QK-norm 之后）",
-}
-"""The positional schemes of `sources.POSITIONS` and the default model, in Chinese."""
 
 MEANINGS = {"zh": ("数量", "颜色", "角色", "动作", "地点"), "en": ("quantity", "colour", "creature", "action", "place")}
 """The walkthrough's meanings (`selfattn.walkthrough.FEATURES`), one per role of `relations.MEANING_ROLES`."""
