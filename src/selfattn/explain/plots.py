@@ -71,10 +71,10 @@ def _check_path(path, force: bool) -> Path:
 
 PLOT_TEXT = {
     "zh": {"key": "键（被看的 token）", "query": "查询（当前 token）", "title": "{name} · 层 {layer} · head {head}",
-           "weight": "softmax 权重", "zoom": "（最后 {n} 个 token）", "grid": "{name}：每层每个 head 的注意力权重",
+           "weight": "softmax 权重（√ 刻度）", "zoom": "（最后 {n} 个 token）", "grid": "{name}：每层每个 head 的注意力权重",
            "cell": "层 {layer} · head {head}\n熵 {entropy} bit · 首 {first}", "shown": "（显示中）"},
     "en": {"key": "key (the token looked at)", "query": "query (the current token)",
-           "title": "{name} · layer {layer} · head {head}", "weight": "softmax weight", "zoom": " (the last {n} tokens)",
+           "title": "{name} · layer {layer} · head {head}", "weight": "softmax weight (√ scale)", "zoom": " (the last {n} tokens)",
            "grid": "{name}: attention weights, layer × head", "cell": "layer {layer} · head {head}\n{entropy} bits · 1st {first}",
            "shown": " (shown)"},
 }
@@ -123,7 +123,7 @@ def _heatmap(doc: dict, layer: int, head: int, path: Path, tokens: list[str], la
     ax = fig.add_subplot()
     drawn = np.ma.masked_where(~visible, w)
     cmap = matplotlib_cmap()
-    im = ax.imshow(drawn, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
+    im = ax.imshow(drawn, cmap=cmap, norm=_norm(), interpolation="nearest")
     ticks = [f"{start + i} {tok}" for i, tok in enumerate(shown)]
     ax.set_xticks(range(n), ticks, rotation=90 if n > 8 else 0, fontsize=8 if n > 24 else 10)
     ax.set_yticks(range(n), ticks, fontsize=8 if n > 24 else 10)
@@ -140,6 +140,13 @@ def _heatmap(doc: dict, layer: int, head: int, path: Path, tokens: list[str], la
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label=t["weight"])
     fig.tight_layout()
     return _save(fig, path, force)
+
+
+def _norm():
+    """Shade ∝ √weight on 0 → 1, as in the page: small weights of a long input stay visible, 61% and 100% apart."""
+    from matplotlib.colors import PowerNorm
+
+    return PowerNorm(0.5, vmin=0.0, vmax=1.0)
 
 
 def matplotlib_cmap():
@@ -177,7 +184,7 @@ def _grid(doc: dict, path: Path, lang: str, force: bool) -> Path:
             lay = doc["layers"][l]
             visible = np.array(lay["heads"][h].get("visible", lay["visible"]), dtype=bool)[start:, start:]
             w = head_weights(doc, l, h)[start:, start:]
-            ax.imshow(np.ma.masked_where(~visible, w), cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
+            ax.imshow(np.ma.masked_where(~visible, w), cmap=cmap, norm=_norm(), interpolation="nearest")
             s = doc["summaries"][l][h]
             shown = (l, h) == (sel["layer"], sel["head"])
             ax.set_title(t["cell"].format(layer=l, head=h, entropy=f"{s['entropy']:.2f}", first=f"{s['first_token']:.0%}")

@@ -121,11 +121,11 @@
       step: (n, total, name) => `第 ${n} / ${total} 步：${name}`,
       st_x: "X", st_qkv: "Q / K / V", st_scores: "QKᵀ", st_scaled: "÷√d_k", st_mask: "mask",
       st_softmax: "softmax", st_weighted: "·V", st_output: "输出", st_scaled_off: "不除以 √d_k",
-      ex_x: (i, tok, m) => `第 ${i} 个 token “${tok}” 进入这一层注意力的输入向量 X[${i}]（LayerNorm 之后），` +
+      ex_x: (i, tok, m) => `位置 ${i} 的 token “${tok}” 进入这一层注意力的输入向量 X[${i}]（LayerNorm 之后），` +
         `${m.d_model} 维。`,
       ex_qkv: (h) => `Q = X·W_Q + b，K = X·W_K + b，V = X·W_V + b（head ${h}）。Query 表示“我想找什么信息”，` +
         "Key 表示“我这里有什么信息可被匹配”，Value 是“别人关注我时我提供的内容”。点击下表的 Key 查看它的 K 和 V。",
-      ex_scores: "score[i][j] = Q[i] · K[j]：第 i 个位置的 Query 和第 j 个位置的 Key 有多匹配。",
+      ex_scores: "score[i][j] = Q[i] · K[j]：位置 i 的 Query 和位置 j 的 Key 有多匹配。",
       ex_scaled: (how) => `缩放：scaled = score × ${how}，让分数范围更稳定。`,
       ex_mask_on: "因果 mask：1 表示可以看，0 表示不能看（未来的 token）。不能看的位置改成 -inf，而不是 0。",
       ex_mask_off: "因果 mask 已关闭：每个位置都能看到所有 token，包括未来的。",
@@ -220,7 +220,7 @@
       step: (n, total, name) => `step ${n} / ${total}: ${name}`,
       st_x: "X", st_qkv: "Q / K / V", st_scores: "QKᵀ", st_scaled: "÷√d_k", st_mask: "mask",
       st_softmax: "softmax", st_weighted: "·V", st_output: "output", st_scaled_off: "no ÷√d_k",
-      ex_x: (i, tok, m) => `X[${i}]: the input vector of token ${i} "${tok}" to this layer's attention ` +
+      ex_x: (i, tok, m) => `X[${i}]: the input vector of the token at position ${i}, "${tok}", to this layer's attention ` +
         `(after LayerNorm), ${m.d_model} numbers.`,
       ex_qkv: (h) => `Q = X·W_Q + b, K = X·W_K + b, V = X·W_V + b (head ${h}). The query asks "what am I ` +
         'looking for", the key says "what I can be matched on", the value is what I give when attended to. ' +
@@ -277,6 +277,8 @@
     limits: null,
     temperature: null, // live mode: {min, max} the server accepts (from the page's data)
     api: null,
+    want: null, // live mode: the (layer, head) last picked, while its layer is being fetched
+    loading: {}, // live mode: layer → the request fetching its arrays
   };
 
   function t(key, ...args) {
@@ -469,6 +471,7 @@
     const L = doc.tokens.length;
     state.doc = doc;
     state.matrix = null;
+    state.want = null;
     if (!keepSelection || state.layer >= doc.layers.length || state.head >= doc.model.n_heads) {
       state.layer = doc.selected.layer;
       state.head = doc.selected.head;
@@ -1263,7 +1266,7 @@
       if (state.matrix) renderLegend(state.matrix.top);
     });
     $("layer").addEventListener("change", (e) => pickHead(Number(e.target.value), state.head));
-    $("head").addEventListener("change", (e) => select({ head: Number(e.target.value) }));
+    $("head").addEventListener("change", (e) => pickHead((state.want || state).layer, Number(e.target.value)));
     $("query").addEventListener("change", (e) => select({ row: Number(e.target.value) }));
     $("grid").addEventListener("click", (e) => {
       const td = e.target.closest("td[data-layer]");
@@ -1341,22 +1344,30 @@
     }
   }
 
-  /** Show head (l, h); in live mode a layer the answer left out is asked for first. */
+  /** Show head (l, h); in live mode a layer the answer left out is asked for first (once, however
+   * often it is picked meanwhile), and only the latest pick is shown when it arrives. */
   async function pickHead(l, h) {
+    state.want = { layer: l, head: h };
     if (state.doc.layers[l].omitted) {
+      const doc = state.doc;
+      if (!state.loading[l]) state.loading[l] = fetchLayer(l).finally(() => delete state.loading[l]);
       try {
-        await fetchLayer(l);
+        await state.loading[l];
       } catch (err) {
         showError(err.message);
+        app.dataset.ready = "1";
         return;
       }
+      if (state.doc !== doc) return; // a new answer replaced the page meanwhile (and drew itself)
     }
-    select({ layer: l, head: h });
+    if (state.want && state.want.layer === l && state.want.head === h) select({ layer: l, head: h });
+    else if (!Object.keys(state.loading).length) app.dataset.ready = "1";
   }
 
   /** Live mode: the arrays of layer l (for the shown text and intervention, and for the baseline). */
   async function fetchLayer(l) {
     app.dataset.busy = "1";
+    app.dataset.ready = "0";
     try {
       const doc = state.doc;
       const body = Object.assign({ text: doc.text, format: "packed", layers: [l] }, requestIntervention(doc.intervention));
