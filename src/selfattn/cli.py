@@ -237,7 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only-head", type=_non_negative_int, dest="only_head", metavar="H",
                    help="apply the interventions to head H only (with --only-layer: that one head)")
     p.add_argument("--find", nargs=2, metavar=("QUERY", "KEY"),
-                   help="head search: rank every head by the weight from token QUERY to token KEY, e.g. --find 走进 怪兽")
+                   help="head search: rank every head by the weight from token QUERY to token KEY "
+                        "(e.g. --find 走进 怪兽)")
     p.add_argument("--json", action="store_true", help="print every captured tensor as JSON instead of tables")
     p.add_argument("--npz", metavar="FILE", help="also save every captured tensor to FILE (.npz)")
     p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report to FILE")

@@ -8,7 +8,7 @@ from selfattn.explain import export, heads, relations
 from selfattn.explain.session import Explainer
 from selfattn.explain.trace import Intervention
 from selfattn.model import checkpoint
-from selfattn.model.corpus import Sentence, CREATURES
+from selfattn.model.corpus import CREATURES, Sentence
 from selfattn.model.probe import attention_probe
 
 TEXT = "一只蓝色怪兽走进森林"
@@ -76,7 +76,7 @@ def test_one_head_experiment_changes_only_that_step(default):
     for h in range(4):                       # the other heads of the layer: unchanged
         same = np.allclose(export.head_weights(doc, 0, h), export.head_weights(base, 0, h), atol=1e-6)
         assert same == (h != 3)
-    w0, w1 = export.head_weights(base, 0, 3), export.head_weights(doc, 0, 3)
+    w1 = export.head_weights(doc, 0, 3)
     future = np.triu(np.ones_like(w1, dtype=bool), 1)
     assert e["future"][1] == pytest.approx((w1 * future).sum(1).mean(), abs=1e-6)
     assert e["future"][0] == pytest.approx(0.0, abs=1e-12)

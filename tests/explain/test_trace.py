@@ -6,8 +6,8 @@ import torch
 
 import selfattn
 from selfattn import reference
-from selfattn.explain import heads as heads_module
 from selfattn.explain import export, summary
+from selfattn.explain import heads as heads_module
 from selfattn.explain.trace import Intervention, capture
 
 TEXT = "一只蓝色怪兽走进森林"

@@ -44,7 +44,8 @@ def model_info(name: str, trace: ModelTrace, *, architecture: str, positions: st
     """The model card every view shows: name, decoder/encoder, architecture, positional scheme, sizes."""
     first = trace.layers[0]
     return {"name": name, "kind": "decoder" if trace.logits is not None else "encoder",
-            "architecture": architecture, "positions": positions, "positions_zh": POSITIONS_ZH.get(positions, positions),
+            "architecture": architecture, "positions": positions,
+            "positions_zh": POSITIONS_ZH.get(positions, positions),
             "n_layers": trace.n_layers, "n_heads": first.n_heads, "n_kv_heads": int(first.k.shape[0]),
             "head_dim": int(first.q.shape[-1]), "d_model": int(first.x.shape[-1])}
 
@@ -85,9 +86,9 @@ def to_dict(trace: ModelTrace, *, model: dict, text: str, selected: dict, summar
                 head["stages"] = {name: _list(st[name])
                                   for name in ("scores", "scaled", "masked", "weights", "weighted")}
             heads.append(head)
-        out_layers.append({"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": layer.window,
-                       "visible": layer.visible.int().tolist(), "x": _list(layer.x),
-                       "attn_out": _list(layer.attn_out), "output": _list(layer.output), "heads": heads})
+        out_layers.append({"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap,
+                           "window": layer.window, "visible": layer.visible.int().tolist(), "x": _list(layer.x),
+                           "attn_out": _list(layer.attn_out), "output": _list(layer.output), "heads": heads})
     return {
         "selfattn_version": __version__,
         "model": model,

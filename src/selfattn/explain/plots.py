@@ -74,8 +74,9 @@ PLOT_TEXT = {
            "weight": "softmax 权重（√ 刻度）", "zoom": "（最后 {n} 个 token）", "grid": "{name}：每层每个 head 的注意力权重",
            "cell": "层 {layer} · head {head}\n熵 {entropy} bit · 首 {first}", "shown": "（显示中）"},
     "en": {"key": "key (the token looked at)", "query": "query (the current token)",
-           "title": "{name} · layer {layer} · head {head}", "weight": "softmax weight (√ scale)", "zoom": " (the last {n} tokens)",
-           "grid": "{name}: attention weights, layer × head", "cell": "layer {layer} · head {head}\n{entropy} bits · 1st {first}",
+           "title": "{name} · layer {layer} · head {head}", "weight": "softmax weight (√ scale)",
+           "zoom": " (the last {n} tokens)", "grid": "{name}: attention weights, layer × head",
+           "cell": "layer {layer} · head {head}\n{entropy} bits · 1st {first}",
            "shown": " (shown)"},
 }
 ZOOM = 48
@@ -187,7 +188,8 @@ def _grid(doc: dict, path: Path, lang: str, force: bool) -> Path:
             ax.imshow(np.ma.masked_where(~visible, w), cmap=cmap, norm=_norm(), interpolation="nearest")
             s = doc["summaries"][l][h]
             shown = (l, h) == (sel["layer"], sel["head"])
-            ax.set_title(t["cell"].format(layer=l, head=h, entropy=f"{s['entropy']:.2f}", first=f"{s['first_token']:.0%}")
+            ax.set_title(t["cell"].format(layer=l, head=h, entropy=f"{s['entropy']:.2f}",
+                                          first=f"{s['first_token']:.0%}")
                          + (t["shown"] if shown else ""), fontsize=7, color=SHOWN_COLOUR if shown else "black")
             ticks = range(len(shown_tokens))
             ax.set_xticks(ticks, shown_tokens if labelled and l == n_l - 1 else [], rotation=90, fontsize=6)

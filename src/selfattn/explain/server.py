@@ -120,8 +120,9 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
             return _error(400, str(exc))
         size = response_bytes(doc, body.format)
         if size > MAX_RESPONSE_BYTES:
-            return _error(422, f"the answer would be about {size / 2**20:.1f} MiB, over the {MAX_RESPONSE_BYTES >> 20} MiB "
-                               f"limit: ask for fewer layers (layers: [..]) or format \"packed\"")
+            return _error(422, f"the answer would be about {size / 2**20:.1f} MiB, over the "
+                               f"{MAX_RESPONSE_BYTES >> 20} MiB limit: ask for fewer layers (layers: [..]) "
+                               "or format \"packed\"")
         return JSONResponse(report.pack(doc) if body.format == "packed" else doc)
 
     return app

@@ -14,7 +14,6 @@ import math
 from rich import box
 from rich.cells import cell_len
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -33,7 +32,8 @@ LABEL_WIDTH = 8
 
 TEXT = {
     "zh": {
-        "model": "模型：{name}（{kind}，{n_layers} 层 × {n_heads} 个 head，d_model = {d_model}，head 维度 d_k = {head_dim}）",
+        "model": "模型：{name}（{kind}，{n_layers} 层 × {n_heads} 个 head，d_model = {d_model}，"
+                 "head 维度 d_k = {head_dim}）",
         "card": "架构：{architecture}；位置编码：{positions}",
         "numbering": "编号：层、head 和 token 位置都从 0 起。",
         "unknown": "注意：{n} 个 token 中有 {count} 个是分词器不认识的（标为 ⟨?⟩）。{message}",
@@ -42,15 +42,18 @@ TEXT = {
         "does": "这个 head 在做什么：{text}",
         "chosen": "由你指定", "within layer": "在这一层里自动选择", "within head": "为这个 head 自动选择层",
         "intervention": "干预：{items}",
-        "only": "只在{where}", "no_scaling": "关闭 ÷√d_k", "no_causal": "关闭因果 mask", "temperature": "softmax 温度 T = {t:g}",
+        "only": "只在{where}", "no_scaling": "关闭 ÷√d_k", "no_causal": "关闭因果 mask",
+        "temperature": "softmax 温度 T = {t:g}",
         "where": "层 {layer}", "where_head": " · head {head}",
         "experiment": "对照实验（同一句话，有干预 vs 无干预）：{text}",
         "scores": "① 分数 QKᵀ", "scaled": "② ÷√d_k（乘以 {scale}）", "scaled_off": "② 不除以 √d_k（乘以 {scale}）",
         "mask": "③ 可见性（1 = 可以看，0 = 不能看）", "mask_off": "③ 可见性（因果 mask 已关闭：1 = 可以看）",
         "masked": "④ 加 mask（−inf）", "weights": "⑤ softmax 权重（%）",
-        "meaning": "⑥ ·V 当作“含义”：若每个 token 的 V 只携带它自己的含义（教程的单位向量），输出的每一行就是各含义的权重（%）",
+        "meaning": "⑥ ·V 当作“含义”：若每个 token 的 V 只携带它自己的含义（教程的单位向量），"
+                   "输出的每一行就是各含义的权重（%）",
         "other": "其他", "first": "首 token",
-        "vectors": "⑦ 输出：Σ w·V（这个 head）、注意力层输出、这一层的输出（每行：长度 ‖·‖ 和最大的 {k} 个维度；完整数字见 --json）",
+        "vectors": "⑦ 输出：Σ w·V（这个 head）、注意力层输出、这一层的输出"
+                   "（每行：长度 ‖·‖ 和最大的 {k} 个维度；完整数字见 --json）",
         "col_weighted": "Σ w·V", "col_attn": "注意力层输出", "col_output": "这一层的输出",
         "top": "每个位置最关注的 token：", "row": "“{q}” → {items}",
         "bos": "注：{token} 是句首的特殊 token。用不上的注意力常常“停”在这里：这个 head 平均给它 {selected}，"
@@ -66,20 +69,23 @@ TEXT = {
         "decoder": "解码器", "encoder": "编码器",
     },
     "en": {
-        "model": "Model: {name} ({kind}, {n_layers} layers × {n_heads} heads, d_model = {d_model}, head dim d_k = {head_dim})",
+        "model": "Model: {name} ({kind}, {n_layers} layers × {n_heads} heads, d_model = {d_model}, "
+                 "head dim d_k = {head_dim})",
         "card": "Architecture: {architecture}; positions: {positions}",
         "numbering": "Numbering: layers, heads and token positions count from 0.",
         "unknown": "Note: {count} of {n} tokens are unknown to the tokenizer (marked ⟨?⟩). {message}",
         "tokens": "Tokens ({n}):",
         "selected": "Showing layer {layer} · head {head} ({reason})",
         "does": "What this head does: {text}",
-        "chosen": "chosen by you", "within layer": "picked within this layer", "within head": "layer picked for this head",
+        "chosen": "chosen by you", "within layer": "picked within this layer",
+        "within head": "layer picked for this head",
         "intervention": "Intervention: {items}",
         "only": "only in {where}", "no_scaling": "÷√d_k switched off", "no_causal": "causal mask switched off",
         "temperature": "softmax temperature T = {t:g}", "where": "layer {layer}", "where_head": " · head {head}",
         "experiment": "Controlled experiment (the same text with and without the intervention): {text}",
         "scores": "(1) scores QKᵀ", "scaled": "(2) ÷√d_k (times {scale})", "scaled_off": "(2) no ÷√d_k (times {scale})",
-        "mask": "(3) visibility (1 = may look, 0 = may not)", "mask_off": "(3) visibility (causal mask off: 1 = may look)",
+        "mask": "(3) visibility (1 = may look, 0 = may not)",
+        "mask_off": "(3) visibility (causal mask off: 1 = may look)",
         "masked": "(4) masked (−inf)", "weights": "(5) softmax weights (%)",
         "meaning": "(6) ·V as \"meanings\": if each token's V carried only its own meaning (the tutorial's unit "
                    "vectors), each output row would be these weights per meaning (%)",
@@ -97,7 +103,8 @@ TEXT = {
         "head_line": "  layer {layer} · head {head}: {text}",
         "search": "Head search: the weight from \"{q}\" (position {i}) to \"{k}\" (position {j}), largest first:",
         "search_line": "  layer {layer} · head {head}: {w}",
-        "too_long": "The input has {n} tokens, more than {limit}: the terminal shows summaries only; use --html for the full report.",
+        "too_long": "The input has {n} tokens, more than {limit}: the terminal shows summaries only; "
+                    "use --html for the full report.",
         "layer": "layer", "head": "head", "corner": "query \\ key", "corner_meaning": "position \\ meaning",
         "decoder": "decoder", "encoder": "encoder",
     },
@@ -208,13 +215,14 @@ def _meanings(console: Console, t: dict, lang: str, tokens: list[str], weights) 
     r = roles(tokens)
     columns = list(MEANINGS[lang]) + [t["first"], t["other"]]
     rows = []
-    for i, row in enumerate(weights):
+    for row in weights:
         sums = [0.0] * len(columns)
         for j, w in enumerate(row):
             col = MEANING_ROLES.index(r[j]) if r[j] in MEANING_ROLES else len(columns) - (2 if j == 0 else 1)
             sums[col] += 100 * w
         rows.append(sums)
-    _matrix(console, t["meaning"], t["corner_meaning"], tokens, columns, rows, lambda x: number(x, 1), cut_columns=False)
+    _matrix(console, t["meaning"], t["corner_meaning"], tokens, columns, rows, lambda x: number(x, 1),
+            cut_columns=False)
 
 
 def _vectors(console: Console, t: dict, layer: dict, stages: dict, doc: dict) -> None:
@@ -254,7 +262,7 @@ def _matrix(console: Console, title: str, corner: str, rows: list[str], columns:
             start, used = j, label + 3
         used += w + 3
     blocks.append((start, len(columns)))
-    for part, (a, b) in enumerate(blocks):
+    for a, b in blocks:
         name = title if len(blocks) == 1 else f"{title} [{a}–{b - 1}]"
         console.print(name, markup=False)
         table = Table(show_edge=False, header_style="bold", box=box.SIMPLE_HEAD)
