@@ -100,7 +100,7 @@ def _explain(args) -> int:
     explainer = Explainer.load(args.model)
     intervention = Intervention(scaling=not args.no_scaling, causal=not args.no_causal, temperature=args.temperature,
                                 layer=args.only_layer, head=args.only_head)
-    doc = explainer.explain(args.text, layer=args.layer, head=args.head, intervention=intervention)
+    doc = explainer.explain(args.text, layer=args.layer, head=args.head, intervention=intervention, find=args.find)
     if args.npz:
         _write_npz(doc, args.npz, args.force)
     if args.html:
@@ -111,7 +111,7 @@ def _explain(args) -> int:
     if args.plots:
         from .explain import plots
 
-        written = plots.save(doc, args.plots, force=args.force)
+        written = plots.save(doc, args.plots, force=args.force, lang=args.lang)
     if args.json:
         _print_json(doc)
         return 0
@@ -236,6 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="apply the interventions in layer L only (default: every layer)")
     p.add_argument("--only-head", type=_non_negative_int, dest="only_head", metavar="H",
                    help="apply the interventions to head H only (with --only-layer: that one head)")
+    p.add_argument("--find", nargs=2, metavar=("QUERY", "KEY"),
+                   help="head search: rank every head by the weight from token QUERY to token KEY "
+                        "(e.g. --find 走进 怪兽)")
     p.add_argument("--json", action="store_true", help="print every captured tensor as JSON instead of tables")
     p.add_argument("--npz", metavar="FILE", help="also save every captured tensor to FILE (.npz)")
     p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report to FILE")

@@ -24,6 +24,7 @@ import pytest
 import uvicorn
 from playwright.sync_api import Page, sync_playwright
 
+from selfattn.explain import heads as heads_module
 from selfattn.explain import report, server
 from selfattn.explain.trace import Intervention
 from tests.explain import truth
@@ -127,7 +128,7 @@ def wait_ready(page: Page, timeout_s: float = 10.0):
 
 
 def value(text: str) -> float:
-    text = text.strip()
+    text = text.strip().replace("\u2212", "-")
     if text in ("-inf", "inf"):
         return float(text)
     if text.endswith("%"):
@@ -380,8 +381,9 @@ def test_app_explains_a_typed_sentence_and_its_interventions(watched, explainer,
     tokens, ids, _ = explainer.tokenize(text)
     assert page.eval_on_selector_all("[data-testid=token]", "ts => ts.map(t => t.textContent)") == tokens
     last = len(tokens) - 1
-    page.select_option("[data-testid=layer-select]", "0")
+    page.select_option("[data-testid=layer-select]", "0")   # the answer held the shown layer: layer 0 is fetched
     page.select_option("[data-testid=head-select]", "0")
+    wait_ready(page)
     stage(page, "softmax")
     assert_row(page, "weights", truth.stages(explainer.model, ids, 0, 0)["weights"][last], WEIGHT_ATOL)
     assert_prediction(page, explainer.explain(text)["prediction"])
@@ -446,3 +448,187 @@ def test_app_renders_1000_tokens(watched, app_url):
     assert state(page)["row"] == "500"
     print(f"1,000 tokens in the app: {rendered - started:.1f} s (server and page)")
     assert_clean(watched, {app_url, app_url.rstrip("/") + "/api/explain"})
+
+
+# --- issue 12: heads that teach, experiments, every stage readable -------------------------
+
+SHOTS = Path(os.environ.get("SELFATTN_TEACH_SHOTS", "/tmp/teach-shots"))
+
+
+def shot(page: Page, name: str, selector: str | None = None):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    if selector:
+        page.locator(selector).screenshot(path=str(SHOTS / name))
+    else:
+        page.screenshot(path=str(SHOTS / name), full_page=True)
+
+
+def data_values(page: Page, selector: str) -> list[float]:
+    return page.eval_on_selector_all(selector, "es => es.map(e => Number(e.dataset.value))")
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_default_view_of_the_default_model_names_a_tutorial_link(watched, tmp_path, lang):
+    from selfattn.explain.session import Explainer
+
+    doc = Explainer.load().explain(TEXT)
+    open_report(watched, doc, tmp_path)
+    page = watched.page
+    if lang == "en":
+        page.click("[data-testid=lang-toggle]")
+        wait_ready(page)
+    sel = doc["selected"]
+    d = doc["descriptions"][sel["layer"]][sel["head"]]
+    assert d["kind"] == "relation"              # the probe check of this relation: test_heads.py
+    shown = page.text_content("[data-testid=head-description]")
+    assert d["text"][lang] in shown
+    cells = page.eval_on_selector_all("[data-testid=head-cell-description]", "cs => cs.map(c => c.textContent)")
+    assert cells == [h["text"][lang] for heads in doc["descriptions"] for h in heads]
+    note = page.text_content("[data-testid=bos-note]")
+    assert heads_module.percent(doc["first_token"]["mean"]) in note
+    if lang == "zh":
+        body = page.text_content("main")
+        for word in ("decoder", "learned absolute", "Query \\ Key"):
+            assert word not in body
+    shot(page, f"default-{lang}.png")
+    assert_clean(watched, {page.url})
+
+
+def test_report_stages_q_dot_k_and_v_mixing_equal_python(watched, explainer, tmp_path):
+    doc = explainer.explain(TEXT)
+    open_report(watched, doc, tmp_path)
+    page = watched.page
+    trace = explainer.trace(TEXT)
+    l, h, i = 1, 0, 4
+    page.select_option("[data-testid=layer-select]", str(l))
+    page.select_option("[data-testid=head-select]", str(h))
+    page.click(f"[data-testid=token][data-index='{i}']")
+    stage(page, "scores")
+    j = int(page.eval_on_selector(".keys th.focus", "th => th.dataset.key"))
+    layer = trace.layers[l]
+    q, k = layer.q[h, i].double().numpy(), layer.k[layer.kv_head(h), j].double().numpy()
+    products = data_values(page, "[data-testid=qk-products] td[data-dim]")
+    np.testing.assert_allclose(products, q * k, rtol=0, atol=1e-6)
+    total = data_values(page, "[data-testid=qk-sum]")[0]
+    assert total == pytest.approx(float(layer.stages(h, [i])["scores"][0, j]), abs=1e-5)
+    assert sum(products) == pytest.approx(total, abs=1e-9)
+    shot(page, "stage-qk.png", "[data-testid=stepper]")
+    stage(page, "weighted")
+    weighted = layer.stages(h, [i])["weighted"][0].numpy()
+    rows = page.eval_on_selector_all("[data-testid=mix-row]", """rs => rs.map(r => [Number(r.dataset.value),
+        Array.from(r.querySelectorAll('.seg')).reduce((s, e) => s + Number(e.dataset.value), 0)])""")
+    assert len(rows) == len(weighted)
+    np.testing.assert_allclose([bars for _, bars in rows], weighted, rtol=0, atol=1e-6)
+    np.testing.assert_allclose([out for out, _ in rows], weighted, rtol=0, atol=1e-6)
+    meaning = data_values(page, "[data-testid=meaning-seg]")
+    assert sum(meaning) == pytest.approx(1.0, abs=1e-6)
+    summary_text = page.text_content("[data-testid=vec-weighted-summary]")
+    assert f"{np.linalg.norm(weighted):.4f}" in summary_text
+    shot(page, "stage-mix.png", "[data-testid=stepper]")
+    assert_clean(watched, {page.url})
+
+
+def test_report_head_search_and_keyboard(watched, explainer, tmp_path):
+    doc = explainer.explain(TEXT, find=("走进", "怪兽"))
+    open_report(watched, doc, tmp_path)
+    page = watched.page
+    page.select_option("[data-testid=find-query]", "4")
+    page.select_option("[data-testid=find-key]", "3")
+    page.click("[data-testid=find-btn]")
+    rows = page.eval_on_selector_all("[data-testid=search-row]", "rs => rs.map(r => [Number(r.dataset.layer), "
+                                     "Number(r.dataset.head), Number(r.dataset.weight)])")
+    want = doc["search"]["heads"]
+    assert [(l, h) for l, h, _ in rows] == [(r["layer"], r["head"]) for r in want]
+    np.testing.assert_allclose([w for _, _, w in rows], [r["weight"] for r in want], rtol=0, atol=1e-6)
+    shot(page, "search.png", "[data-testid=search]")
+    page.click("[data-testid=search-row] button")
+    assert (int(state(page)["layer"]), int(state(page)["head"])) == (want[0]["layer"], want[0]["head"])
+
+    # keyboard: a token is focused with Tab-reachable focus, chosen with Enter, moved with the arrows
+    page.focus("[data-testid=token][data-index='2']")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("Enter")
+    assert state(page)["row"] == "3"
+    assert page.get_attribute("[data-testid=token][data-index='3']", "aria-label")
+    page.focus("[data-testid=heatmap]")
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowLeft")
+    assert state(page)["row"] == "4"
+    label = page.get_attribute("[data-testid=heatmap]", "aria-label")
+    assert "走进" in label
+    page.focus("[data-testid=head-cell][data-layer='1'][data-head='1']")
+    page.keyboard.press("Enter")
+    assert (state(page)["layer"], state(page)["head"]) == ("1", "1")
+    assert_clean(watched, {page.url})
+
+
+def test_app_one_head_experiment_and_temperatures(watched, explainer, app_url):
+    page = watched.page
+    page.goto(app_url)
+    wait_ready(page)
+    for typed in ("1", "0.37"):
+        page.fill("[data-testid=temperature]", typed)
+        assert page.eval_on_selector("[data-testid=temperature]", "e => e.checkValidity()")
+    with page.expect_response(lambda r: r.url.endswith("/api/explain")):
+        page.press("[data-testid=temperature]", "Enter")
+    wait_ready(page)
+    assert "0.37" in page.text_content("[data-testid=intervention]")
+    page.fill("[data-testid=temperature]", "1")
+    with page.expect_response(lambda r: r.url.endswith("/api/explain")):
+        page.press("[data-testid=temperature]", "Enter")
+    wait_ready(page)
+
+    # one head of one layer, causal mask off: only that step changes; the page says how, with Python's numbers
+    page.select_option("[data-testid=layer-select]", "1")
+    wait_ready(page)
+    page.select_option("[data-testid=head-select]", "1")
+    page.check("[data-testid=toggle-only-head]")
+    wait_ready(page)
+    with page.expect_response(lambda r: r.url.endswith("/api/explain")):
+        page.uncheck("[data-testid=toggle-causal]")
+    wait_ready(page)
+    iv = Intervention(causal=False, layer=1, head=1)
+    doc = explainer.explain(TEXT, layer=1, head=1, intervention=iv)
+    base = explainer.explain(TEXT, layer=1, head=1)
+    assert page.text_content("[data-testid=experiment]") == doc["experiment"]["text"]["zh"]
+    page.click("[data-testid=token][data-index='2']")
+    stage(page, "softmax")
+    deltas = export_deltas(doc, base, 1, 1)[2]
+    got = shown_values(page, "delta")
+    np.testing.assert_allclose([got[j] for j in sorted(got)], deltas[sorted(got)], rtol=0, atol=1e-6)
+    assert page.is_visible("[data-testid=diffmap]")
+    shot(page, "experiment.png")
+    shot(page, "experiment-maps.png", "[data-testid=compare]")
+    # the other heads of that layer are unchanged
+    page.select_option("[data-testid=head-select]", "0")
+    assert_row(page, "weights", export_weights(base, 1, 0)[2], WEIGHT_ATOL)
+
+    # the app's search (the answer holds one layer: the server ranks) gives Python's ranking
+    page.select_option("[data-testid=find-query]", "4")
+    page.select_option("[data-testid=find-key]", "3")
+    with page.expect_response(lambda r: r.url.endswith("/api/explain")):
+        page.click("[data-testid=find-btn]")
+    page.wait_for_selector("[data-testid=search-row]")
+    rows = page.eval_on_selector_all("[data-testid=search-row]", "rs => rs.map(r => [Number(r.dataset.layer), "
+                                     "Number(r.dataset.head)])")
+    want = explainer.explain(TEXT, intervention=iv, find=(4, 3))["search"]["heads"]
+    assert [tuple(r) for r in rows] == [(r["layer"], r["head"]) for r in want]
+    origin = app_url.rstrip("/")
+    assert_clean(watched, {app_url, f"{origin}/api/explain"})
+
+
+def export_weights(doc, l, h):
+    from selfattn.explain import export
+
+    return export.head_weights(doc, l, h)
+
+
+def export_deltas(doc, base, l, h):
+    return export_weights(doc, l, h) - export_weights(base, l, h)
+
+
+def shown_values(page: Page, name: str) -> dict[int, float]:
+    cells = page.eval_on_selector_all(f"[data-testid=row-{name}] td",
+                                      "tds => tds.map(td => [Number(td.dataset.key), Number(td.dataset.value)])")
+    assert cells, f"row {name} is not shown"
+    return dict(cells)

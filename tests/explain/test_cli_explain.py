@@ -1,6 +1,7 @@
 """`selfattn explain` from the command line: tables, --json, --npz, pictures, errors."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -31,10 +32,35 @@ def test_terminal_tables_show_the_json_numbers(capsys, tiny_checkpoint):
     weights = doc["layers"][1]["heads"][2]["stages"]["weights"]
     for row in weights:
         for w in row:
-            assert f"{w * 100:.1f}" in text
+            assert tables.number(w * 100, 1) in text
     scores = doc["layers"][1]["heads"][2]["stages"]["scores"]
-    assert f"{scores[5][3]:.2f}" in text and "−inf" in text
-    assert "Showing layer 1, head 2. (chosen by you)" in text
+    assert tables.number(scores[5][3]) in text and "−inf" in text
+    assert "Showing layer 1 · head 2 (chosen by you)" in text
+    assert doc["descriptions"][1][2]["text"]["en"] in text
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_terminal_fits_80_columns_with_one_minus_sign(capsys, tiny_checkpoint, lang):
+    from rich.cells import cell_len
+
+    args = ["explain", TEXT, "--model", str(tiny_checkpoint), "--lang", lang, "--find", "走进", "怪兽", "--no-causal",
+            "--only-layer", "1", "--only-head", "0"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert max(cell_len(line) for line in text.splitlines()) <= 80
+    assert not re.search(r"-\d|-inf", text) and "−" in text      # every negative number with "−"
+    assert "−0.00" not in text and "−0.0 " not in text
+    assert ("·V" in text) and ("‖" in text)                      # the stages go on through ·V and the output
+    if lang == "zh":
+        for word in ("decoder", "Query", "Key", "layer", "Showing", "positions", "learned"):
+            assert word not in text
+        assert "编号：层、head 和 token 位置都从 0 起。" in text and "对照实验" in text and "head 搜索" in text
+    else:
+        assert "Numbering: layers, heads and token positions count from 0." in text and "Head search" in text
+
+
+def test_number_has_one_minus_and_no_negative_zero():
+    assert tables.number(-0.001) == "0.00" and tables.number(-1.5) == "−1.50" and tables.number("-inf") == "−inf"
 
 
 def test_tables_escape_markup_in_tokens():
@@ -48,6 +74,11 @@ def test_tables_escape_markup_in_tokens():
                "weights": [[1, 0], [0.25, 0.75]]}}]}]}
     tables.render(doc, console, lang="en")
     assert "[red]" in console.export_text()
+    console = Console(record=True, width=200)
+    tables.render(doc | {"model": doc["model"] | {"name": "[bold]m[/bold]", "architecture": "[i]a",
+                                                   "positions": "p"}}, console, lang="zh")
+    shown = console.export_text()
+    assert "[bold]m[/bold]" in shown and "[i]a" in shown
 
 
 def test_npz_and_refusal_to_overwrite(tmp_path, capsys, tiny_checkpoint):

@@ -136,3 +136,21 @@ def test_live_page_may_talk_only_to_its_server(doc):
     assert data["error"] == "too long" and data["api"] == "/api/explain"
     assert "connect-src 'self'" in report.policy(live=True)
     assert inline(page, "script") == (report.STATIC_DIR / "explorer.js").read_text(encoding="utf-8")
+
+
+def test_write_html_and_pictures_are_atomic(doc, tmp_path, monkeypatch):
+    from selfattn.explain import plots
+
+    target = tmp_path / "report.html"
+    target.write_text("old", encoding="utf-8")
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("selfattn.files.os.replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        report.write_html(doc, target, force=True)
+    with pytest.raises(OSError, match="disk full"):
+        plots.save(doc, tmp_path / "pics", formats=("png",))
+    assert target.read_text(encoding="utf-8") == "old"          # the old file, whole; no temp file left
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["report.html"]

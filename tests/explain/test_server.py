@@ -175,3 +175,22 @@ def test_page_when_even_the_default_text_is_refused():
     assert r.status_code == 200
     data = json.loads(re.search(r'id="selfattn-data">(.*?)</script>', r.text, re.S).group(1))
     assert data["doc"] is None and "reads at most 3" in data["error"]
+
+
+def test_answers_are_sized_by_the_view(client, explainer, monkeypatch):
+    text = "一只蓝色怪兽走进森林"
+    packed = client.post("/api/explain", json={"text": text, "format": "packed"}).json()
+    shown = packed["selected"]["layer"]
+    assert [bool(layer.get("omitted")) for layer in packed["layers"]] == [l != shown for l in range(2)]
+    assert len(packed["descriptions"]) == 2 and len(packed["summaries"]) == 2      # every layer, in words
+    one = client.post("/api/explain", json={"text": text, "format": "packed", "layers": [1 - shown]}).json()
+    assert "heads" in one["layers"][1 - shown] and one["layers"][shown]["omitted"]
+    found = client.post("/api/explain", json={"text": text, "find": [4, "怪兽"], "layers": [0]}).json()["search"]
+    assert found == explainer.explain(text, find=(4, 3))["search"]
+    monkeypatch.setattr(server, "MAX_RESPONSE_BYTES", 10_000)
+    r = client.post("/api/explain", json={"text": text})
+    assert r.status_code == 422 and "over the" in r.json()["detail"] and "layers" in r.json()["detail"]
+    r = client.post("/api/explain", json={"text": text, "layers": [7]})
+    assert r.status_code == 422 and "layers must hold indices in [0, 1], got 7" in r.json()["detail"]
+    r = client.post("/api/explain", json={"text": text, "find": ["走进"]})
+    assert r.status_code == 422

@@ -7,6 +7,7 @@ import torch
 import selfattn
 from selfattn import reference
 from selfattn.explain import export, summary
+from selfattn.explain import heads as heads_module
 from selfattn.explain.trace import Intervention, capture
 
 TEXT = "一只蓝色怪兽走进森林"
@@ -106,15 +107,21 @@ def test_long_input_keeps_qkv_not_stages(tiny):
 
 def test_pick_rule_is_the_documented_one(tiny):
     doc = tiny.explain(TEXT)
-    table = doc["summaries"]
-    allowed = [(s["entropy"], l, h) for l, heads in enumerate(table) for h, s in enumerate(heads)
-               if s["first_token"] < summary.SINK_LIMIT]
-    _, l, h = min(allowed) if allowed else min((s["entropy"], l, h) for l, heads in enumerate(table)
-                                               for h, s in enumerate(heads))
+    table, described = doc["summaries"], doc["descriptions"]
+    allowed = [(l, h) for l, heads in enumerate(table) for h, s in enumerate(heads)
+               if s["first_token"] < summary.SINK_LIMIT and s["self"] < heads_module.SELF_LIMIT] or \
+        [(l, h) for l, heads in enumerate(table) for h in range(len(heads))]
+    teaching = [(described[l][h]["mean"], l, h) for l, h in allowed if described[l][h]["kind"] == "relation"]
+    if teaching:
+        best = max(w for w, _, _ in teaching)
+        l, h = next((l, h) for w, l, h in teaching if w == best)
+    else:
+        _, l, h = min((table[l][h]["entropy"], l, h) for l, h in allowed)
     assert (doc["selected"]["layer"], doc["selected"]["head"]) == (l, h) and doc["selected"]["rule"] == "auto"
     w = export.head_weights(doc, l, h)[1:]  # rows that see >= 2 tokens (row 0 sees only <bos>)
     ent = -np.sum(np.where(w > 0, w * np.log2(np.where(w > 0, w, 1)), 0), axis=1).mean()
     assert ent == pytest.approx(table[l][h]["entropy"], abs=1e-6)
+    assert np.diag(w[:, 1:]).mean() == pytest.approx(table[l][h]["self"], abs=1e-6)
     assert tiny.explain(TEXT, layer=1, head=0)["selected"] == {"layer": 1, "head": 0, "rule": None}
     with pytest.raises(ValueError, match=r"head must be in \[0, 3\], got 7"):
         tiny.explain(TEXT, head=7)

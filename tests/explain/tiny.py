@@ -1,4 +1,5 @@
-"""A tiny random decoder with a real jieba tokenizer, for the report, server and browser tests.
+"""The one tiny random decoder of the explainer tests (a real jieba tokenizer), in memory
+(`tiny_explainer`) or saved as a checkpoint folder (`save_tiny`, the `tiny_checkpoint` fixture).
 
 The bundled default model is trained elsewhere and may be absent; these tests need a model
 that reads 1,000+ tokens, so they build their own: 2 layers × 2 heads, d_model 32,
@@ -18,6 +19,7 @@ SENTENCES = [
     ["一只", "蓝色", "怪兽", "走进", "森林", "。"],
     ["两条", "红色", "鱼", "游进", "大海", "。"],
     ["它", "在", "森林", "里", "睡觉", "。"],
+    ["<script>"],
 ]
 MAX_LEN = 1024
 QK_STD = 0.25
@@ -70,3 +72,12 @@ def slash_explainer(seed: int = 0) -> Explainer:
 
     return Explainer(model=model, name="tiny random decoder (slash tokens)", tokenize=tokenize,
                      decode=lambda i: tok.tokens[i], max_len=MAX_LEN)
+
+
+def save_tiny(path, seed: int = 0, n_heads: int = 4, n_kv_heads: int | None = 2):
+    """The tiny decoder (GQA by default: 4 query heads over 2 key/value heads) as a checkpoint folder."""
+    from selfattn.model.checkpoint import save_checkpoint
+
+    tok = WordTokenizer.from_words(SENTENCES)
+    save_checkpoint(tiny_model(seed, tok.vocab_size, n_heads, n_kv_heads), tok, path)
+    return path

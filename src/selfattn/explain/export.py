@@ -8,13 +8,16 @@ Layout of the dict (L tokens, H heads, D head dim):
     selfattn_version, model {name, kind, architecture, positions, n_layers, n_heads, n_kv_heads, head_dim, d_model},
     text, tokens [L], token_ids [L], unknown {count, positions [..], message},
     intervention {scaling, causal, temperature, layer?, head?},
-    selected {layer, head, rule}, summaries [layer][head] {entropy, max_weight, first_token, previous, rows},
+    selected {layer, head, rule}, summaries [layer][head] {entropy, max_weight, first_token, previous, self, rows},
+    descriptions [layer][head] {kind, text {zh, en}, …} (`heads.describe`), first_token {token, selected, mean},
+    search? {query, key, heads [{layer, head, weight}]} (asked with find), experiment? (with an intervention),
     prediction [{token, id, prob}] (decoders: the next token after the text; [] for encoders),
     layers [ {scale, causal, softcap, window, visible [L][L] 0/1, x [L][d_model], attn_out [L][d_model],
               output [L][d_model],
               heads [ {kv_head, q [L][D], k [L][D], v [L][D], lse [L],
                        scale?, softcap?, causal?, visible? — only for a head an intervention changed apart,
                        stages {scores, scaled, masked, weights, weighted} — only when L <= STAGES_MAX_LEN} ] } ]
+    A layer left out by `layers=` keeps only {scale, causal, softcap, window, omitted: true}.
 
 Infinite values are written as the strings "-inf"/"inf" (`selfattn.files.json_float`), so the JSON
 stays standard.
@@ -27,6 +30,7 @@ import torch
 
 from .. import __version__
 from ..files import json_float
+from .sources import POSITIONS_ZH
 from .trace import ModelTrace, weights_from_lse
 
 STAGES_MAX_LEN = 64
@@ -41,6 +45,7 @@ def model_info(name: str, trace: ModelTrace, *, architecture: str, positions: st
     first = trace.layers[0]
     return {"name": name, "kind": "decoder" if trace.logits is not None else "encoder",
             "architecture": architecture, "positions": positions,
+            "positions_zh": POSITIONS_ZH.get(positions, positions),
             "n_layers": trace.n_layers, "n_heads": first.n_heads, "n_kv_heads": int(first.k.shape[0]),
             "head_dim": int(first.q.shape[-1]), "d_model": int(first.x.shape[-1])}
 
@@ -55,12 +60,18 @@ def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS) -> list[dic
 
 
 def to_dict(trace: ModelTrace, *, model: dict, text: str, selected: dict, summaries: list,
-            prediction: list, unknown: dict, stages: bool | None = None) -> dict:
+            prediction: list, unknown: dict, stages: bool | None = None, layers=None) -> dict:
     """Everything captured, as JSON-ready lists. `unknown`: {count, positions, message} of the tokens
-    the tokenizer could not represent (never left out, so no view can hide them)."""
+    the tokenizer could not represent (never left out, so no view can hide them). `layers`: the layer
+    indices whose arrays are written (default all); the others keep their scalars only."""
     with_stages = trace.layers[0].length <= STAGES_MAX_LEN if stages is None else stages
-    layers = []
-    for layer in trace.layers:
+    wanted = check_layers(layers, trace.n_layers)
+    out_layers = []
+    for index, layer in enumerate(trace.layers):
+        if index not in wanted:
+            out_layers.append({"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap,
+                               "window": layer.window, "omitted": True})
+            continue
         heads = []
         for h in range(layer.n_heads):
             kv = layer.kv_head(h)
@@ -75,9 +86,9 @@ def to_dict(trace: ModelTrace, *, model: dict, text: str, selected: dict, summar
                 head["stages"] = {name: _list(st[name])
                                   for name in ("scores", "scaled", "masked", "weights", "weighted")}
             heads.append(head)
-        layers.append({"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": layer.window,
-                       "visible": layer.visible.int().tolist(), "x": _list(layer.x),
-                       "attn_out": _list(layer.attn_out), "output": _list(layer.output), "heads": heads})
+        out_layers.append({"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap,
+                           "window": layer.window, "visible": layer.visible.int().tolist(), "x": _list(layer.x),
+                           "attn_out": _list(layer.attn_out), "output": _list(layer.output), "heads": heads})
     return {
         "selfattn_version": __version__,
         "model": model,
@@ -89,8 +100,22 @@ def to_dict(trace: ModelTrace, *, model: dict, text: str, selected: dict, summar
         "selected": selected,
         "summaries": summaries,
         "prediction": prediction,
-        "layers": layers,
+        "layers": out_layers,
     }
+
+
+def check_layers(layers, n_layers: int) -> set[int]:
+    """The set of layer indices asked for (None: all), each checked to be in [0, n_layers)."""
+    if layers is None:
+        return set(range(n_layers))
+    if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+        raise TypeError(f"layers must be a list of layer indices, got {type(layers).__name__}")
+    out = set()
+    for l in layers:
+        if isinstance(l, bool) or not isinstance(l, int) or not 0 <= l < n_layers:
+            raise ValueError(f"layers must hold indices in [0, {n_layers - 1}], got {l!r}")
+        out.add(l)
+    return out
 
 
 def to_arrays(doc: dict) -> dict[str, np.ndarray]:
@@ -102,6 +127,8 @@ def to_arrays(doc: dict) -> dict[str, np.ndarray]:
            "model_positions": np.array(doc["model"]["positions"]),
            "unknown_positions": np.array(doc["unknown"]["positions"], dtype=np.int64)}
     for l, layer in enumerate(doc["layers"]):
+        if layer.get("omitted"):
+            continue
         for name in ("x", "attn_out", "output"):
             out[f"layer{l}/{name}"] = _array(layer[name])
         out[f"layer{l}/visible"] = np.array(layer["visible"], dtype=bool)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
+from ..files import write_atomic
 from .export import head_weights
 
 CJK_FONTS = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "Noto Sans CJK JP")
@@ -66,80 +69,150 @@ def _check_path(path, force: bool) -> Path:
     return path
 
 
-def heatmap(doc: dict, layer: int, head: int, path, *, force: bool = False) -> Path:
-    """One head's weights, query rows × key columns, token labels on both axes."""
+PLOT_TEXT = {
+    "zh": {"key": "键（被看的 token）", "query": "查询（当前 token）", "title": "{name} · 层 {layer} · head {head}",
+           "weight": "softmax 权重（√ 刻度）", "zoom": "（最后 {n} 个 token）", "grid": "{name}：每层每个 head 的注意力权重",
+           "cell": "层 {layer} · head {head}\n熵 {entropy} bit · 首 {first}", "shown": "（显示中）"},
+    "en": {"key": "key (the token looked at)", "query": "query (the current token)",
+           "title": "{name} · layer {layer} · head {head}", "weight": "softmax weight (√ scale)",
+           "zoom": " (the last {n} tokens)", "grid": "{name}: attention weights, layer × head",
+           "cell": "layer {layer} · head {head}\n{entropy} bits · 1st {first}",
+           "shown": " (shown)"},
+}
+ZOOM = 48
+"""A longer input is drawn zoomed on its last ZOOM tokens (rows and keys), so each cell stays visible."""
+GRID_LABELS = 12
+"""Up to this many tokens the grid carries token labels."""
+SHOWN_COLOUR = "#dc2626"
+
+
+def _minus(x: str) -> str:
+    return x.replace("-", "−")
+
+
+def _save(fig, path: Path, force: bool) -> Path:
+    """The figure into `path` atomically (temp file + rename): no half-written picture after a failure."""
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=path.suffix.lstrip(".").lower(), dpi=DPI)
+    return write_atomic(path, buffer.getvalue(), force=force)
+
+
+def heatmap(doc: dict, layer: int, head: int, path, *, force: bool = False, lang: str = "zh") -> Path:
+    """One head's weights, query rows × key columns, token labels on both axes (zoomed on the last
+    ZOOM tokens of a longer input)."""
     path = _check_path(path, force)
     tokens = doc["tokens"]
     import matplotlib
 
-    with matplotlib.rc_context(rc(_has_cjk(tokens))):
-        return _heatmap(doc, layer, head, path, tokens)
+    with matplotlib.rc_context(rc(lang == "zh" or _has_cjk(tokens))):
+        return _heatmap(doc, layer, head, path, tokens, lang, force)
 
 
-def _heatmap(doc: dict, layer: int, head: int, path: Path, tokens: list[str]) -> Path:
+def _heatmap(doc: dict, layer: int, head: int, path: Path, tokens: list[str], lang: str, force: bool) -> Path:
+    t = PLOT_TEXT[lang]
     w = head_weights(doc, layer, head)
     lay = doc["layers"][layer]
-    visible = lay["heads"][head].get("visible", lay["visible"])   # a head an intervention changed: its own
+    visible = np.array(lay["heads"][head].get("visible", lay["visible"]), dtype=bool)
     L = len(tokens)
-    size = min(MAX_HEATMAP_INCHES, 3.0 + 0.45 * L)
+    start = max(0, L - ZOOM)
+    w, visible, shown = w[start:, start:], visible[start:, start:], tokens[start:]
+    n = len(shown)
+    size = min(MAX_HEATMAP_INCHES, 3.0 + 0.45 * n)
     fig = _figure(figsize=(size + 1.2, size))
     ax = fig.add_subplot()
-    im = ax.imshow(w, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
-    if L <= 40:
-        ax.set_xticks(range(L), tokens, rotation=90 if L > 8 else 0)
-        ax.set_yticks(range(L), tokens)
-        if L <= 12:
-            for i in range(L):
-                for j in range(L):
-                    if visible[i][j]:
-                        ax.text(j, i, f"{w[i, j]:.0%}", ha="center", va="center", fontsize=8,
-                                color="white" if w[i, j] > 0.5 else "black")
-    ax.set_xlabel("Key")
-    ax.set_ylabel("Query")
-    ax.set_title(f"{doc['model']['name']} · layer {layer} · head {head}")
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="softmax weight")
+    drawn = np.ma.masked_where(~visible, w)
+    cmap = matplotlib_cmap()
+    im = ax.imshow(drawn, cmap=cmap, norm=_norm(), interpolation="nearest")
+    ticks = [f"{start + i} {tok}" for i, tok in enumerate(shown)]
+    ax.set_xticks(range(n), ticks, rotation=90 if n > 8 else 0, fontsize=8 if n > 24 else 10)
+    ax.set_yticks(range(n), ticks, fontsize=8 if n > 24 else 10)
+    if n <= 12:
+        for i in range(n):
+            for j in range(n):
+                if visible[i][j]:
+                    ax.text(j, i, f"{w[i, j]:.0%}", ha="center", va="center", fontsize=8,
+                            color="white" if w[i, j] > 0.5 else "black")
+    ax.set_xlabel(t["key"])
+    ax.set_ylabel(t["query"])
+    title = t["title"].format(name=doc["model"]["name"], layer=layer, head=head)
+    ax.set_title(title + (t["zoom"].format(n=n) if start else ""))
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label=t["weight"])
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    return path
+    return _save(fig, path, force)
 
 
-def grid(doc: dict, path, *, force: bool = False) -> Path:
-    """Every layer × head as a small heatmap, with its mean entropy and first-token attention."""
+def _norm():
+    """Shade ∝ √weight on 0 → 1, as in the page: small weights of a long input stay visible, 61% and 100% apart."""
+    from matplotlib.colors import PowerNorm
+
+    return PowerNorm(0.5, vmin=0.0, vmax=1.0)
+
+
+def matplotlib_cmap():
+    """Blues from white, with hidden cells (mask 0) hatched grey: distinct from a low weight."""
+    import matplotlib
+
+    return matplotlib.colormaps["Blues"].with_extremes(bad="#9ca3af")
+
+
+def grid(doc: dict, path, *, force: bool = False, lang: str = "zh") -> Path:
+    """Every layer × head as a small heatmap, with its mean entropy and first-token attention; the
+    shown head framed; token labels up to GRID_LABELS tokens; zoomed on the last ZOOM tokens beyond."""
     path = _check_path(path, force)
     import matplotlib
 
-    with matplotlib.rc_context(rc(False)):
-        return _grid(doc, path)
+    with matplotlib.rc_context(rc(lang == "zh" or _has_cjk(doc["tokens"]))):
+        return _grid(doc, path, lang, force)
 
 
-def _grid(doc: dict, path: Path) -> Path:
+def _grid(doc: dict, path: Path, lang: str, force: bool) -> Path:
+    t = PLOT_TEXT[lang]
     m = doc["model"]
     n_l, n_h = m["n_layers"], m["n_heads"]
-    fig = _figure(figsize=(GRID_CELL_INCHES * n_h, GRID_CELL_INCHES * n_l))
+    tokens = doc["tokens"]
+    start = max(0, len(tokens) - ZOOM)
+    shown_tokens = tokens[start:]
+    labelled = len(shown_tokens) <= GRID_LABELS
+    fig = _figure(figsize=(GRID_CELL_INCHES * n_h + (0.8 if labelled else 0), GRID_CELL_INCHES * n_l + 0.6))
     axes = fig.subplots(n_l, n_h, squeeze=False)
+    sel = doc["selected"]
+    cmap = matplotlib_cmap()
     for l in range(n_l):
         for h in range(n_h):
             ax = axes[l][h]
-            ax.imshow(head_weights(doc, l, h), cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
+            lay = doc["layers"][l]
+            visible = np.array(lay["heads"][h].get("visible", lay["visible"]), dtype=bool)[start:, start:]
+            w = head_weights(doc, l, h)[start:, start:]
+            ax.imshow(np.ma.masked_where(~visible, w), cmap=cmap, norm=_norm(), interpolation="nearest")
             s = doc["summaries"][l][h]
-            ax.set_title(f"L{l} H{h}  H={s['entropy']:.2f}b  first={s['first_token']:.0%}", fontsize=7)
-            ax.set_xticks([])
-            ax.set_yticks([])
-    fig.suptitle(f"{m['name']}: attention weights, layer × head")
+            shown = (l, h) == (sel["layer"], sel["head"])
+            ax.set_title(t["cell"].format(layer=l, head=h, entropy=f"{s['entropy']:.2f}",
+                                          first=f"{s['first_token']:.0%}")
+                         + (t["shown"] if shown else ""), fontsize=7, color=SHOWN_COLOUR if shown else "black")
+            ticks = range(len(shown_tokens))
+            ax.set_xticks(ticks, shown_tokens if labelled and l == n_l - 1 else [], rotation=90, fontsize=6)
+            ax.set_yticks(ticks, shown_tokens if labelled and h == 0 else [], fontsize=6)
+            if shown:
+                for spine in ax.spines.values():
+                    spine.set_edgecolor(SHOWN_COLOUR)
+                    spine.set_linewidth(3)
+    fig.suptitle(t["grid"].format(name=m["name"]) + (t["zoom"].format(n=len(shown_tokens)) if start else ""))
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    return path
+    return _save(fig, path, force)
 
 
-def save(doc: dict, out_dir, *, formats=("png", "svg"), force: bool = False) -> list[Path]:
-    """The selected head's heatmap and the grid, in each format, into out_dir."""
+def save(doc: dict, out_dir, *, formats=("png", "svg"), force: bool = False, lang: str = "zh") -> list[Path]:
+    """The selected head's heatmap and the grid, in each format, into out_dir (each written atomically)."""
     out = Path(out_dir)
     sel = doc["selected"]
     paths = []
     for fmt in formats:
-        paths.append(heatmap(doc, sel["layer"], sel["head"], out / f"head-L{sel['layer']}-H{sel['head']}.{fmt}", force=force))
-        paths.append(grid(doc, out / f"grid.{fmt}", force=force))
+        paths.append(heatmap(doc, sel["layer"], sel["head"], out / f"head-L{sel['layer']}-H{sel['head']}.{fmt}",
+                             force=force, lang=lang))
+        paths.append(grid(doc, out / f"grid.{fmt}", force=force, lang=lang))
     return paths
 
 
-__all__ = ["heatmap", "grid", "save", "fonts", "rc"]
+__all__ = ["heatmap", "grid", "save", "fonts", "rc", "PLOT_TEXT"]

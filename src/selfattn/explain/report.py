@@ -36,7 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .summary import PICK_RULE
+from ..files import check_writable, write_atomic
+from .heads import PICK_RULE
 from .trace import TEMPERATURE_RANGE
 
 __all__ = ["render_html", "render_app", "write_html", "pack", "unpack", "policy", "STATIC_DIR"]
@@ -64,6 +65,9 @@ def pack(doc: dict) -> dict:
         raise ValueError(f"doc lacks {missing}: pass the dict of Explainer.explain / export.to_dict")
     layers = []
     for l, layer in enumerate(doc["layers"]):
+        if layer.get("omitted"):   # asked without this layer's arrays
+            layers.append(dict(layer))
+            continue
         out = {k: v for k, v in layer.items() if k not in LAYER_ARRAYS + ("visible", "heads")}
         for name in LAYER_ARRAYS:
             out[name] = _pack_floats(layer[name], f"layers[{l}].{name}")
@@ -145,15 +149,10 @@ def render_app(doc: dict | None, *, max_chars: int, max_tokens: int, api: str = 
 
 
 def write_html(doc: dict, path: str | os.PathLike, *, force: bool = False) -> Path:
-    """Write `render_html(doc)` to path (UTF-8). An existing file is kept unless force=True."""
-    path = Path(path)
-    if path.exists() and not force:
-        raise FileExistsError(f"{path} already exists; pass force=True (--force) to overwrite")
-    if path.is_dir():
-        raise IsADirectoryError(f"{path} is a folder, not a file name")
-    text = render_html(doc)
-    path.write_text(text, encoding="utf-8")
-    return path
+    """Write `render_html(doc)` to path (UTF-8) atomically: a temporary file in the same folder, then a
+    rename, so a failure leaves no half-written page. An existing file is kept unless force=True."""
+    check_writable(path, force=force)       # refused before the page is rendered
+    return write_atomic(path, render_html(doc), force=force)
 
 
 def policy(*, live: bool) -> str:

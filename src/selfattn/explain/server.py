@@ -2,11 +2,18 @@
 
     GET  /               the explorer page in live mode (the same page and JS as the HTML report);
                          `?text=…` opens it on that text
-    POST /api/explain    {text, layer?, head?, scaling?, causal?, temperature?, only_layer?, only_head?, format?}
+    POST /api/explain    {text, layer?, head?, scaling?, causal?, temperature?, only_layer?, only_head?, format?,
+                          layers?, find?}
                          -> the export dict (only_layer / only_head limit the intervention to one layer / head)
 
 `format` is "json" (default: the dict of `Explainer.explain`, exactly what `selfattn explain --json`
-prints) or "packed" (its float arrays as base64, what the page reads: `report.pack`).
+prints) or "packed" (its float arrays as float32/float64 base64, what the page reads: `report.pack`).
+
+Responses are sized by what the view needs: `layers` names the layers whose arrays are sent (the
+others keep their scalars; summaries, descriptions and predictions always cover every layer). Its
+default is every layer for "json" and only the shown layer for "packed" (the page asks for another
+layer when you pick it). `find: [query, key]` adds the head search. A response estimated over
+MAX_RESPONSE_BYTES is refused with a 422 that says how to ask for less.
 
 Every refusal is a 4xx with a one-line message in `detail`, never a 500: a malformed or
 oversized body, a wrong type, an empty text, a text over `session.MAX_CHARS` characters or
@@ -34,6 +41,10 @@ from .trace import TEMPERATURE_RANGE, Intervention
 
 __all__ = ["create_app", "serve", "ExplainRequest", "MAX_BODY_BYTES", "MIN_TEMPERATURE", "MAX_TEMPERATURE"]
 
+MAX_RESPONSE_BYTES = 16 << 20
+"""Largest response sent (estimated before it is encoded): 16 MiB."""
+JSON_NUMBER_BYTES = 21
+"""What one float64 costs in the "json" format, about (sign, 17 digits, point, exponent, comma)."""
 MAX_BODY_BYTES = 64 * 1024
 """Largest request body accepted: MAX_CHARS characters, JSON-escaped, fit with room to spare."""
 MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
@@ -58,6 +69,8 @@ class ExplainRequest(BaseModel):
     only_layer: StrictInt | None = Field(default=None, ge=0)
     only_head: StrictInt | None = Field(default=None, ge=0)
     format: Literal["json", "packed"] = "json"
+    layers: list[StrictInt] | None = Field(default=None, max_length=1024)
+    find: list[StrictStr | StrictInt] | None = Field(default=None, min_length=2, max_length=2)
 
     def intervention(self) -> Intervention:
         return Intervention(scaling=self.scaling, causal=self.causal, temperature=float(self.temperature),
@@ -99,11 +112,17 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
     def api_explain(body: ExplainRequest):
         try:
             doc = explain(body.text, layer=body.layer, head=body.head, intervention=body.intervention(),
-                          stages=False if body.format == "packed" else None)
+                          stages=False if body.format == "packed" else None, find=body.find,
+                          layers=body.layers if body.layers is not None or body.format == "json" else "selected")
         except ValueError as exc:
             return _error(422, str(exc))
         except TypeError as exc:
             return _error(400, str(exc))
+        size = response_bytes(doc, body.format)
+        if size > MAX_RESPONSE_BYTES:
+            return _error(422, f"the answer would be about {size / 2**20:.1f} MiB, over the "
+                               f"{MAX_RESPONSE_BYTES >> 20} MiB limit: ask for fewer layers (layers: [..]) "
+                               "or format \"packed\"")
         return JSONResponse(report.pack(doc) if body.format == "packed" else doc)
 
     return app
@@ -120,6 +139,22 @@ def serve(explainer: Explainer, host: str = "127.0.0.1", port: int = 8000) -> No
     app = create_app(explainer, hosts=allowed_hosts(host, port) if host in LOOPBACK else None)
     uvicorn.run(app, host=host, port=port, log_level="warning", http="h11", limit_concurrency=MAX_CONNECTIONS,
                 h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+
+
+def response_bytes(doc: dict, fmt: str) -> int:
+    """About how many bytes `doc` takes as a response in format `fmt` ("json" or "packed": float32 base64)."""
+    L = len(doc["tokens"])
+    m = doc["model"]
+    numbers = visible = 0
+    for layer in doc["layers"]:
+        if layer.get("omitted"):
+            continue
+        numbers += 3 * L * m["d_model"] + m["n_heads"] * L * (3 * m["head_dim"] + 1)
+        numbers += sum(len(h.get("stages", {})) * L * L for h in layer["heads"])
+        visible += L * L * (1 + sum("visible" in h for h in layer["heads"]))
+    if fmt == "json":
+        return numbers * JSON_NUMBER_BYTES + 2 * visible
+    return (numbers * 4 + visible // 8) * 4 // 3
 
 
 def _error(status: int, message: str) -> JSONResponse:

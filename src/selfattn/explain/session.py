@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from . import export, sources, summary
+from . import experiment, export, heads, relations, sources, summary
 from .trace import Intervention, ModelTrace, capture
 
 __all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report"]
@@ -127,31 +127,51 @@ class Explainer:
         return capture(self.model, ids, tokens, intervention, **kwargs)
 
     def explain(self, text: str = DEFAULT_TEXT, *, layer: int | None = None, head: int | None = None,
-                intervention: Intervention = Intervention(), stages: bool | None = None) -> dict:
-        """The whole export dict for `text`; the shown head is (layer, head), or picked by the rule."""
+                intervention: Intervention = Intervention(), stages: bool | None = None, find=None,
+                layers=None) -> dict:
+        """The whole export dict for `text`; the shown head is (layer, head), or picked by `heads.pick`.
+
+        find     (query, key) token strings or positions: every head ranked by that weight (`heads.search`)
+        layers   the layers whose arrays the dict carries (default all; "selected": the shown one; `export.to_dict`)
+        With an intervention the same text is also run without it, and `experiment` compares the two
+        on the shown head (`experiment.compare`)."""
         trace = self.trace(text, intervention)
         table = summary.summaries(trace)
-        selected = self.select(trace, table, layer, head)
+        described = heads.describe(trace, table)
+        selected = self.select(trace, table, described, layer, head)
         card = export.model_info(self.name, trace, architecture=self.architecture, positions=self.positions)
+        prediction = export.predictions(trace, self.decode)
+        extra = {"descriptions": described, "roles": relations.roles(trace.tokens),
+                 "first_token": heads.first_token_note(trace, table, (selected["layer"], selected["head"]))}
+        if find is not None:
+            if not isinstance(find, (tuple, list)) or len(find) != 2:
+                raise ValueError(f"find must be (query, key), got {find!r}")
+            extra["search"] = heads.search(trace, *find)
+        if intervention != Intervention():
+            base = self.trace(text)
+            extra["experiment"] = experiment.compare(base, trace, selected["layer"], selected["head"],
+                                                     export.predictions(base, self.decode), prediction)
+        if isinstance(layers, str) and layers == "selected":
+            layers = [selected["layer"]]
         return export.to_dict(trace, model=card, text=text, selected=selected, summaries=table,
-                              prediction=export.predictions(trace, self.decode), stages=stages,
+                              prediction=prediction, stages=stages, layers=layers,
                               unknown=unknown_report(trace.tokens, trace.token_ids.tolist(), self.is_unknown,
-                                                     self.unknown_hint))
+                                                     self.unknown_hint)) | extra
 
     @staticmethod
-    def select(trace: ModelTrace, table, layer, head) -> dict:
+    def select(trace: ModelTrace, table, described, layer, head) -> dict:
         for name, value, n in (("layer", layer, trace.n_layers), ("head", head, trace.n_heads)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n):
                 raise ValueError(f"{name} must be in [0, {n - 1}], got {value!r}")
         if layer is not None and head is not None:
             return {"layer": layer, "head": head, "rule": None}
         if layer is not None:  # best head of that layer
-            best = summary.pick_head([table[layer]])
+            best = heads.pick([table[layer]], [described[layer]])
             return {"layer": layer, "head": best[1], "rule": "within layer"}
-        picked_layer, picked_head = summary.pick_head(table)
         if head is not None:
-            best_layer = min(range(trace.n_layers), key=lambda l: table[l][head]["entropy"])
+            best_layer = heads.pick([[row[head]] for row in table], [[row[head]] for row in described])[0]
             return {"layer": best_layer, "head": head, "rule": "within head"}
+        picked_layer, picked_head = heads.pick(table, described)
         return {"layer": picked_layer, "head": picked_head, "rule": "auto"}
 
 

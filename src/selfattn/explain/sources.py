@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..files import read_json
 
-__all__ = ["TRANSFORMERS_TYPES", "DECODER_TYPES", "LIMITS", "POSITIONS", "resolve", "folder_kind",
+__all__ = ["TRANSFORMERS_TYPES", "DECODER_TYPES", "LIMITS", "POSITIONS", "POSITIONS_ZH", "resolve", "folder_kind",
            "check_config", "is_hub_id"]
 
 DECODER_TYPES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gpt2")
@@ -31,6 +31,13 @@ POSITIONS = {
     "gemma2": "RoPE: Q/K shown after rotation", "gpt2": "learned absolute positions, added to X",
     "bert": "learned absolute positions, added to X",
 }
+
+POSITIONS_ZH = {
+    "learned absolute positions, added to X": "学到的绝对位置向量，加在 X 上",
+    "RoPE: Q/K shown after rotation": "RoPE：显示的是旋转之后的 Q/K",
+    "RoPE: Q/K shown after rotation (after QK-norm)": "RoPE：显示的是旋转之后的 Q/K（在 QK-norm 之后）",
+}
+"""Each positional scheme of POSITIONS (and the default model's), in Chinese, for the Chinese views."""
 
 LIMITS = {
     "num_hidden_layers": 512, "n_layer": 512,

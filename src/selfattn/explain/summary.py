@@ -1,4 +1,4 @@
-"""Per-head summaries of a trace, and the rule that picks the head to show.
+"""Per-head summaries of a trace (the rule that picks the head to show is in `heads`).
 
 For each head, over the query rows that can see at least two tokens (a row that sees one
 token has no choice to make):
@@ -7,6 +7,7 @@ token has no choice to make):
     max_weight    mean of each row's largest weight (1 = perfectly concentrated)
     first_token   mean weight on the first token (heads that "park" attention there)
     previous      mean weight on the token just before the query (j = i − 1)
+    self          mean weight on the query's own token (j = i)
 
 Rows are processed in blocks, so summaries of a 1,000-token input never hold more than
 `ROW_BLOCK` × L weights at once.
@@ -22,18 +23,10 @@ from .trace import LayerTrace, ModelTrace, weights_from_lse
 
 ROW_BLOCK = 256
 SINK_LIMIT = 0.5
-"""A head whose mean attention to the first token reaches this is not picked."""
-
-PICK_RULE = {
-    "zh": "自动选择：注意力最集中的 head（可看 ≥2 个 token 的行上平均熵最低），"
-          "排除平均 ≥50% 注意力停在第一个 token 上的 head",
-    "en": "picked automatically: the most concentrated head (lowest mean entropy over rows that can see "
-          ">= 2 tokens), excluding heads that put >= 50% of their attention on the first token",
-}
-
+"""A head whose mean attention to the first token reaches this is not picked (`heads.pick`)."""
 
 def head_summary(layer: LayerTrace, head: int) -> dict:
-    """The four numbers above for one head, in float32 (summaries, not the exact stages).
+    """The five numbers above for one head, in float32 (summaries, not the exact stages).
 
     Entropy comes from the saved log-sum-exp: with w = exp(s − lse), −Σ w ln w = lse − Σ w s,
     so no logarithm of the L×L weights is taken.
@@ -43,7 +36,7 @@ def head_summary(layer: LayerTrace, head: int) -> dict:
     q = layer.q[head].float()                                     # (L, D)
     k = layer.k[layer.kv_head(head)].float()                      # (L, D)
     lse = layer.lse[head].float()                                 # (L,)
-    total = {"entropy": 0.0, "max_weight": 0.0, "first_token": 0.0, "previous": 0.0}
+    total = {"entropy": 0.0, "max_weight": 0.0, "first_token": 0.0, "previous": 0.0, "self": 0.0}
     counted = 0
     for start in range(0, L, ROW_BLOCK):
         rows = torch.arange(start, min(start + ROW_BLOCK, L))
@@ -61,6 +54,7 @@ def head_summary(layer: LayerTrace, head: int) -> dict:
         total["max_weight"] += float(w.max(-1).values.sum())
         total["first_token"] += float(w[:, 0].sum())
         total["previous"] += float(w.gather(1, (rows - 1).clamp_min(0)[:, None]).sum())
+        total["self"] += float(w.gather(1, rows[:, None]).sum())
         counted += len(rows)
     return {name: value / counted if counted else 0.0 for name, value in total.items()} | {"rows": counted}
 
@@ -68,13 +62,3 @@ def head_summary(layer: LayerTrace, head: int) -> dict:
 def summaries(trace: ModelTrace) -> list[list[dict]]:
     """head_summary for every layer × head."""
     return [[head_summary(layer, h) for h in range(layer.n_heads)] for layer in trace.layers]
-
-
-def pick_head(table: list[list[dict]]) -> tuple[int, int]:
-    """(layer, head) by the rule in PICK_RULE; falls back to all heads if every head is a sink."""
-    candidates = [(s["entropy"], l, h) for l, heads in enumerate(table) for h, s in enumerate(heads)
-                  if s["rows"] and s["first_token"] < SINK_LIMIT]
-    if not candidates:
-        candidates = [(s["entropy"], l, h) for l, heads in enumerate(table) for h, s in enumerate(heads)]
-    _, layer, head = min(candidates)
-    return layer, head

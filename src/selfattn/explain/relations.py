@@ -1,0 +1,106 @@
+"""The tutorial's links between words, found in a text: which token should look at which.
+
+    roles(tokens)      -> one grammar role per token ("qm", "colour", "noun", …, or None)
+    links(tokens)      -> [Link(relation, query, keys)]: for each word the tutorial names, the earlier
+                          words it depends on, by the probe's claims (`selfattn.model.probe.CLAIMS`)
+                          and the corpus grammar's clause-2 references (clause 2 → clause 1)
+
+The word classes come from the corpus (`selfattn.model.corpus`): a token is a measure word if the
+corpus makes it one (一只, 两条 …), a colour if it is one of COLOURS, and so on. A text that is not
+in the corpus grammar simply has fewer links (a free English text has none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..model.corpus import COLOURS, CREATURES, MEASURES, MOVES, PLACES, QUANTITIES
+from ..model.probe import CLAIMS
+
+__all__ = ["RELATIONS", "Link", "roles", "links", "MEANING_ROLES"]
+
+_WORD_ROLES: dict[str, str] = {}
+for _q in QUANTITIES:
+    for _m in MEASURES:
+        _WORD_ROLES[_q + _m] = "qm"
+_WORD_ROLES |= {c: "colour" for c in COLOURS}
+_WORD_ROLES |= {c.noun: "noun" for c in CREATURES}
+_WORD_ROLES |= {v: "verb" for verbs in MOVES.values() for v in verbs}
+_WORD_ROLES |= {p: "place" for places in PLACES.values() for p in places}
+_WORD_ROLES |= {c.pronoun + s: "ref" for c in CREATURES for s in ("", "们")}
+_WORD_ROLES |= {"这" + m: "ref_measure" for m in MEASURES} | {"这些": "ref_measure", "。": "punct"}
+
+RELATIONS: dict[str, dict] = {
+    **{f"{query}>{'+'.join(targets)}": {"query": query, "targets": targets} for query, targets in CLAIMS},
+    "clause2>clause1": {"query": "ref", "targets": ("noun",)},
+}
+"""Each relation: the query role and the roles of the earlier words it should look at. The first three
+are the probe's claims (noun → measure word and colour, verb → noun, place → verb and noun); the last
+is clause 2 → clause 1 (它 / 这只 怪兽 / 在 森林 point back at the creature and place of clause 1)."""
+
+WORDS = {
+    "noun>qm+colour": {"zh": "名词回看它的量词和颜色", "en": "the noun looks back at its measure word and colour"},
+    "verb>noun": {"zh": "动词回看做动作的名词", "en": "the verb looks back at the noun that moves"},
+    "place>verb+noun": {"zh": "地点回看动词和名词", "en": "the place looks back at the verb and the noun"},
+    "clause2>clause1": {"zh": "第二句回指第一句", "en": "clause 2 refers back to clause 1"},
+}
+"""How each relation is said in words (zh, en)."""
+
+MEANING_ROLES = ("qm", "colour", "noun", "verb", "place")
+"""The roles of the walkthrough's one-hot "meanings" (数量 · 颜色 · 角色 · 动作 · 地点), in its order."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """query position → the key positions it should look at, by `relation` (a key of RELATIONS)."""
+
+    relation: str
+    query: int
+    keys: tuple[int, ...]
+
+
+def roles(tokens: list[str]) -> list[str | None]:
+    """The corpus role of each token (None for a token the grammar does not name, <bos> included).
+    A noun right after 这只 / 这些, and a place right after 在, belong to clause 2 ("ref")."""
+    out: list[str | None] = []
+    for i, tok in enumerate(tokens):
+        role = _WORD_ROLES.get(tok.strip())
+        before = tokens[i - 1].strip() if i else ""
+        if role == "noun" and _WORD_ROLES.get(before) == "ref_measure":
+            role = "ref"
+        elif role == "place" and before == "在":
+            role = "ref"
+        out.append(role)
+    return out
+
+
+def links(tokens: list[str]) -> list[Link]:
+    """Every link the text holds: for each word of a relation's query role, the nearest earlier word of
+    each target role within its sentence (clause-1 relations), or the nearest earlier clause-1 word of
+    the same kind (clause 2 → clause 1: a pronoun or 这只 → the noun; 在 PLACE → the place)."""
+    r = roles(tokens)
+    out: list[Link] = []
+    start = 0                              # first position of the current sentence's clause 1
+    for i, role in enumerate(r):
+        if role is None:
+            continue
+        if role == "qm":
+            start = i
+        for name, rel in RELATIONS.items():
+            if name == "clause2>clause1" or rel["query"] != role:
+                continue
+            keys = tuple(k for k in (_last(r, t, start, i) for t in rel["targets"]) if k is not None)
+            if keys:
+                out.append(Link(name, i, keys))
+        if role == "ref":
+            word = tokens[i].strip()
+            want = "place" if _WORD_ROLES.get(word) == "place" else "noun"
+            key = next((k for k in range(i - 1, -1, -1) if r[k] == want and (want != "noun" or
+                        tokens[k].strip() == word or _WORD_ROLES.get(word) == "ref")), None)
+            if key is not None:
+                out.append(Link("clause2>clause1", i, (key,)))
+    return out
+
+
+def _last(r: list[str | None], role: str, start: int, end: int) -> int | None:
+    return next((k for k in range(end - 1, start - 1, -1) if r[k] == role), None)
