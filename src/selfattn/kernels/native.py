@@ -45,7 +45,10 @@ thread at L = 2048 causal, 64-256 × 512-1024 tiles ran within 3% of each other,
 BLOCK_K = 512
 """Key positions per tile (forward) and per backward task."""
 
-BASE_FLAGS = ("-O3", "-std=c++17", "-fno-math-errno", "-fopenmp-simd")
+BASE_FLAGS = ("-O3", "-std=c++17", "-fno-math-errno", "-fopenmp")
+"""-fopenmp: at::parallel_for is a header template over `#pragma omp parallel`; without it, it runs serially."""
+
+LINK_FLAGS = ("-fopenmp",)
 ARCH_FLAGS = {"AVX512": ("-mavx2", "-mfma", "-mavx512f"), "AVX2": ("-mavx2", "-mfma")}
 """Vector flags by PyTorch's detected CPU capability: what this CPU runs, part of the cache key."""
 
@@ -60,7 +63,7 @@ def _flags() -> tuple[str, ...]:
 def _name() -> str:
     """The library's name: changes with the source, the flags, the CPU capability and torch."""
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(_flags()).encode(), torch.__version__.encode()):
+    for part in (SOURCE.read_bytes(), " ".join(_flags() + LINK_FLAGS).encode(), torch.__version__.encode()):
         key.update(part)
     return f"selfattn_native_{key.hexdigest()[:12]}"
 
@@ -140,7 +143,8 @@ def _compile(path: Path, stream) -> None:
     stream.write(f"selfattn: compiling the native attention kernel (once, about a minute) into {path.parent} ... ")
     stream.flush()
     try:
-        load(name=path.stem, sources=[str(SOURCE)], extra_cflags=list(_flags()), build_directory=str(path.parent),
+        load(name=path.stem, sources=[str(SOURCE)], extra_cflags=list(_flags()), extra_ldflags=list(LINK_FLAGS),
+             build_directory=str(path.parent),
              is_python_module=False, verbose=False)
     except Exception:
         stream.write(f"failed after {time.perf_counter() - start:.1f} s\n")

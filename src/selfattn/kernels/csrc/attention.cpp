@@ -36,6 +36,9 @@ void sgemm_(const char*, const char*, const int*, const int*, const int*, const 
             const float*, const int*, const float*, float*, const int*) __attribute__((weak));
 void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*, const int*,
             const double*, const int*, const double*, double*, const int*) __attribute__((weak));
+// MKL's per-thread thread count (Fortran interface: by pointer): 1 inside a worker, or MKL starts its
+// own threads in every worker (torch.set_num_threads sets MKL's count too) and the cores are oversubscribed.
+int mkl_set_num_threads_local_(const int*) __attribute__((weak));
 }
 
 namespace {
@@ -192,9 +195,12 @@ void run_tasks(int64_t n_tasks, const F& task) {
   const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n_tasks));
   std::atomic<int64_t> next{0};
   at::parallel_for(0, workers, 1, [&](int64_t w0, int64_t w1) {
+    const int one = 1;
+    const int mkl_before = mkl_set_num_threads_local_ ? mkl_set_num_threads_local_(&one) : 0;
     for (int64_t w = w0; w < w1; ++w) {
       for (int64_t t = next.fetch_add(1); t < n_tasks; t = next.fetch_add(1)) task(w, t);
     }
+    if (mkl_set_num_threads_local_) mkl_set_num_threads_local_(&mkl_before);
   });
 }
 
