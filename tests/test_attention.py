@@ -139,6 +139,8 @@ def test_agrees_with_pytorch_sdpa_itself(shape, causal):
     q, k, v = make_inputs(shape, torch.float64, seed=5)
     want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=shape[1] != shape[2])
     for backend in kernels.BACKENDS:
+        if kernels.BACKENDS[backend].refuse(build_request(q, k, v, causal=causal)):
+            continue                                    # e.g. flex on a CPU below one block
         got = selfattn.attention(q, k, v, causal=causal, backend=backend)
         assert max_error(got, want) < 1e-12, backend
 
@@ -178,6 +180,8 @@ def test_fully_masked_row_gives_zeros_and_finite_gradients(backend):
     q, k, v = (t.requires_grad_() for t in make_inputs((1, 2, 2, 3, 4, 8, 8), torch.float32))
     mask = torch.ones(3, 4, dtype=torch.bool)
     mask[1] = False
+    if kernels.BACKENDS[backend].refuse(build_request(q, k, v, mask=mask)):
+        pytest.skip(f"{backend} refuses this request")
     out = selfattn.attention(q, k, v, mask=mask, backend=backend)
     assert torch.isfinite(out).all() and (out[:, :, 1] == 0).all()
     out.sum().backward()
@@ -192,6 +196,8 @@ def test_fully_masked_row_gives_zeros_and_finite_gradients(backend):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_scores_of_magnitude_1e4_stay_finite(backend, dtype):
     q, k, v = make_inputs((1, 2, 2, 8, 8, 4, 4), dtype, magnitude=100.0)  # q·k/√D ~ 1e4
+    if kernels.BACKENDS[backend].refuse(build_request(q, k, v, causal=True)):
+        pytest.skip(f"{backend} refuses this request")
     out = selfattn.attention(q, k, v, causal=True, backend=backend)
     assert torch.isfinite(out).all()
     ref, _, _ = reference_of(q, k, v, dict(causal=True))

@@ -282,7 +282,8 @@ def test_gradcheck_float64():
     def f(q, k, v):
         res = run(NativeBackend(4, 8), q, k, v, causal=True, window=6, mask=mask, softcap=2.0)
         return res.output, torch.where(torch.isfinite(res.lse), res.lse, 0.0)
-    assert torch.autograd.gradcheck(f, (q, k, v))
+    # dQ sums the key blocks' parts in the order workers finish them: equal up to rounding (see native.py)
+    assert torch.autograd.gradcheck(f, (q, k, v), nondet_tol=1e-12)
 
 
 def test_refusals_say_why(monkeypatch):

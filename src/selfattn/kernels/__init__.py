@@ -3,6 +3,8 @@
     naive   the whole weight matrix, materialised (weights, lse, softcap; O(N²) memory)
     sdpa    PyTorch's scaled_dot_product_attention (fast; no weights, lse or softcap)
     tiled   FlashAttention-2 in PyTorch ops: O(N) memory, skips hidden blocks, lse, softcap, backward
+    native  the same algorithm compiled (C++, one parallel region), built on first use; CPU only
+    flex    PyTorch's FlexAttention, compiled per signature (on the CPU: forward only, no lse)
 
 `choose(request, name)` returns the backend named, or for "auto" the fastest that can
 serve the request; a refusal always says why.
@@ -12,13 +14,16 @@ from __future__ import annotations
 
 from . import cost
 from .base import Backend, Request, Result
+from .flex import FlexBackend
 from .naive import NaiveBackend
+from .native import NativeBackend
 from .sdpa import SdpaBackend
 from .tiled import TiledBackend
 
 __all__ = ["BACKENDS", "AUTO_ORDER", "Backend", "Request", "Result", "choose"]
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (NaiveBackend(), SdpaBackend(), TiledBackend())}
+BACKENDS: dict[str, Backend] = {b.name: b for b in (NaiveBackend(), SdpaBackend(), TiledBackend(), NativeBackend(),
+                                                    FlexBackend())}
 
 AUTO_ORDER = ("sdpa", "tiled", "naive")
 """The backends "auto" chooses from, in order of preference where estimates tie or none applies.

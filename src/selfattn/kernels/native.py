@@ -14,12 +14,18 @@ build for another CPU is never loaded. Nothing compiles at import; `backend="aut
 builds it and says so on stderr in one line. Without a compiler, or when the build fails, the
 backend refuses every request with the reason, and "auto" keeps using "tiled".
 
+The backward runs over key blocks: each task owns its dK, dV rows, and dQ is summed per worker
+and the worker sums added at the end, so which worker took which task changes dQ's summation
+order: gradients are reproducible up to rounding (as FlashAttention-2's atomics on a GPU), not
+bit for bit. The forward is bit-for-bit the same whatever the thread count.
+
 Inputs in float16/bfloat16 are converted to float32 once (O(N) memory), computed in float32 and
 the output converted back; float32/float64 run in their own precision.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -56,10 +62,12 @@ _LOCK = threading.Lock()
 _STATE: dict[str, object] = {"ops": None, "error": None}
 
 
+@functools.lru_cache(maxsize=1)
 def _flags() -> tuple[str, ...]:
     return BASE_FLAGS + ARCH_FLAGS.get(torch.backends.cpu.get_cpu_capability(), ())
 
 
+@functools.lru_cache(maxsize=1)
 def _name() -> str:
     """The library's name: changes with the source, the flags, the CPU capability and torch."""
     key = hashlib.sha256()
@@ -84,6 +92,7 @@ def is_built() -> bool:
     return _STATE["ops"] is not None or _library_path().is_file()
 
 
+@functools.lru_cache(maxsize=1)
 def _missing_tools() -> str | None:
     compiler = os.environ.get("CXX", "c++")
     if shutil.which(compiler) is None:

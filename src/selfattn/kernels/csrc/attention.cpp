@@ -229,8 +229,10 @@ void forward_impl(const Problem<T>& P, T* out, T* lse) {
       lo = P.key_lo(q0);
       hi = P.key_hi(q1 - 1);
     }
-    for (int64_t k0 = lo; k0 < hi; k0 += P.block_k) {
-      const int64_t k1 = std::min(hi, k0 + P.block_k), n = k1 - k0;
+    // a short query block (one decoding step) takes proportionally wider key blocks: same tile size, fewer GEMMs
+    const int64_t width = P.block_k * std::max<int64_t>(1, P.block_q / nq);
+    for (int64_t k0 = lo; k0 < hi; k0 += width) {
+      const int64_t k1 = std::min(hi, k0 + width), n = k1 - k0;
       const int64_t r0 = std::max(q0, P.query_lo(k0)), r1 = std::min(q1, P.query_hi(k1));
       if (r1 <= r0) continue;
       for (int64_t g = 0; g < P.G; ++g) {
