@@ -215,7 +215,7 @@ class NativeBackend:
 def _prepared(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """t in the compute dtype, laid out as the kernel reads it: unit stride along D, rows ≥ D apart."""
     t = t.to(dtype)
-    if t.shape[-1] > 1 and t.stride(-1) != 1 or t.shape[2] > 1 and t.stride(2) < t.shape[3]:
+    if (t.shape[-1] > 1 and t.stride(-1) != 1) or (t.shape[2] > 1 and t.stride(2) < t.shape[3]):
         t = t.contiguous()
     return t
 
