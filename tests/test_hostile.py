@@ -31,7 +31,7 @@ WINDOWS = st.one_of(st.none(), st.integers(1, 12), st.sampled_from([0, -3, 1, 2,
                     st.integers(-5, 50))
 SCALES = st.one_of(st.none(), st.floats(-10, 10), st.sampled_from([1e5, 1e6, -1e6]), HOSTILE_NUMBERS)
 SOFTCAPS = st.one_of(st.none(), st.none(), st.floats(0.05, 50), HOSTILE_NUMBERS)
-BACKENDS = st.sampled_from(["auto", "naive", "sdpa", "tiled"])
+BACKENDS = st.sampled_from(["auto", "naive", "sdpa", "tiled", "native"])
 
 
 @st.composite
@@ -92,7 +92,7 @@ def test_hostile_arguments_give_the_reference_or_a_named_error(data, B, Hkv, G, 
                                                     (1, 1, 0, 3, 3, 4, 4), (1, 1, 1, 0, 3, 4, 4),
                                                     (1, 1, 1, 3, 0, 4, 4), (1, 1, 1, 3, 3, 0, 4),
                                                     (1, 1, 1, 3, 3, 4, 0)])
-@pytest.mark.parametrize("backend", ["auto", "naive", "sdpa", "tiled"])
+@pytest.mark.parametrize("backend", ["auto", "naive", "sdpa", "tiled", "native"])
 def test_zero_sized_dimensions_give_the_reference_or_a_named_error(B, Hq, Hkv, Lq, Lk, D, Dv, backend):
     q, k, v = make_inputs(B, max(Hq, 1), max(Hkv, 1), Lq, Lk, D, Dv)
     q, k, v = q[:, :Hq], k[:, :Hkv], v[:, :Hkv]

@@ -11,12 +11,25 @@ from selfattn.kernels import cost
 from ..helpers import shaped_request as request
 
 
+@pytest.fixture(autouse=True)
+def native_not_built(monkeypatch):
+    """The choices below are those of a machine where the native kernel is not compiled yet (as on a
+    fresh install: "auto" never compiles); `native_built` sets the other state."""
+    monkeypatch.setattr(kernels.native, "is_built", lambda: False)
+
+
+@pytest.fixture
+def native_built(monkeypatch):
+    monkeypatch.setattr(kernels.native, "is_built", lambda: True)
+    monkeypatch.setattr(kernels.native, "unavailable_reason", lambda: None)
+
+
 @pytest.mark.parametrize("kwargs, want", [
     (dict(Lq=4096, Lk=4096, causal=True), "sdpa"),                      # PyTorch's flash kernel skips blocks too
     (dict(Lq=4096, Lk=4096), "sdpa"),
     (dict(Lq=2048, Lk=2048, Hkv=2, causal=True), "sdpa"),
     (dict(Lq=8192, Lk=8192, causal=True, window=256), "tiled"),         # O(N·w) against a dense O(N²) mask
-    (dict(Lq=1024, Lk=4096, causal=True), "tiled"),                     # chunked prefill: SDPA gets a dense mask
+    (dict(Lq=1024, Lk=4096, causal=True), "sdpa"),                      # chunked prefill: close; SDPA holds up busy
     (dict(Lq=1, Lk=16384, Hq=32, Hkv=4, causal=True), "tiled"),         # GQA decoding: K/V read once per group
     (dict(Lq=1, Lk=1024, causal=True), "sdpa"),
     (dict(Lq=2048, Lk=2048, causal=True, return_lse=True), "tiled"),      # SDPA has no lse; naive is O(N²)
@@ -29,14 +42,45 @@ def test_auto_chooses_by_estimated_speed(kwargs, want):
     assert kernels.choose(request(**kwargs), "auto").name == want
 
 
+@pytest.mark.parametrize("kwargs, want", [
+    (dict(Lq=4096, Lk=4096, causal=True), "native"),                    # measured 0.92× SDPA's time
+    (dict(Lq=8192, Lk=8192, causal=True, window=256), "native"),        # 8× faster than flex, 25× than SDPA
+    (dict(Lq=2048, Lk=2048, causal=True, grad=True), "native"),
+    (dict(Lq=1, Lk=4096, causal=True), "native"),                       # one decoding step, no dense mask
+    (dict(Lq=2048, Lk=2048, causal=True, return_lse=True), "native"),
+    (dict(Lq=64, Lk=64, return_weights=True), "naive"),                 # still the only one with weights
+])
+def test_auto_takes_native_once_it_is_built(native_built, kwargs, want):
+    assert kernels.choose(request(**kwargs), "auto").name == want
+
+
+def test_auto_never_takes_an_unbuilt_native_kernel_and_says_why():
+    r = request(Lq=4096, Lk=4096, causal=True)
+    e = kernels.explain(r)
+    assert e["choice"] == "sdpa"
+    assert any("auto never waits on a compile" in why for why in e["backends"]["native"]["reasons"])
+    assert kernels.choose(r, "auto").name == "sdpa"
+
+
+def test_close_estimates_go_to_the_best_worst_case(monkeypatch):
+    """Tiled and SDPA within CLOSE of each other: auto takes the one that holds up on busy cores."""
+    r = request(Lq=4096, Lk=4096, causal=True)
+    sdpa = cost.estimate_seconds("sdpa", r)
+    monkeypatch.setitem(cost.WORK, "tiled", lambda req: (1, 1e12, sdpa * 0.95))   # tiled 5 % faster idle
+    assert cost.estimate_seconds("tiled", r) < sdpa
+    assert kernels.choose(r, "auto").name == "sdpa"                                 # but 3× slower busy
+    assert "busy cores" in kernels.explain(r)["why"]
+
+
 def test_auto_keeps_naive_for_weights_even_when_slow():
     assert kernels.choose(request(Lq=2048, Lk=2048, causal=True, return_weights=True), "auto").name == "naive"
 
 
-def test_off_the_cpu_auto_keeps_the_preference_order():
-    r = request(Lq=8192, Lk=8192, causal=True, window=256, device="meta")
-    assert kernels.choose(r, "auto").name == kernels.AUTO_ORDER[0] == "sdpa"
-    assert kernels.choose(request(Lq=64, Lk=64, softcap=3.0, device="meta"), "auto").name == "tiled"
+def test_off_the_cpu_sdpa_serves_plain_and_causal_and_flex_the_rest():
+    assert kernels.choose(request(Lq=8192, Lk=8192, causal=True, device="meta"), "auto").name == "sdpa"
+    assert kernels.choose(request(Lq=8192, Lk=8192, device="meta"), "auto").name == "sdpa"
+    assert kernels.choose(request(Lq=8192, Lk=8192, causal=True, window=256, device="meta"), "auto").name == "flex"
+    assert kernels.choose(request(Lq=256, Lk=256, softcap=3.0, device="meta"), "auto").name == "flex"
 
 
 def test_no_backend_left_explains_every_refusal():

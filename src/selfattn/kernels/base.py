@@ -203,6 +203,11 @@ class Backend:
         """Every reason this backend cannot serve `request` ([] if it can)."""
         return self.capabilities.not_supported_reasons(request)
 
+    def auto_reasons(self, request: Request) -> list[str]:
+        """Further reasons "auto" passes this backend over though it could serve `request` when named
+        (a kernel not compiled yet: "auto" never waits on a compile). [] for most backends."""
+        return []
+
     def refuse(self, request: Request) -> str | None:
         """All reasons joined into one sentence, or None if it can serve `request`."""
         reasons = self.not_supported_reasons(request)

@@ -41,11 +41,12 @@ from __future__ import annotations
 from typing import Callable
 
 from .base import Request
+from . import native
 from .sdpa import fused_causal
 from .tiled import BLOCK_K, BLOCK_Q, Plan
 
-__all__ = ["RATE_GFLOPS", "READ_GBPS", "CALL_SECONDS", "TILE_SECONDS", "BACKWARD_FACTOR", "WORK",
-           "visible_pairs", "estimate_seconds"]
+__all__ = ["RATE_GFLOPS", "READ_GBPS", "CALL_SECONDS", "TILE_SECONDS", "BACKWARD_FACTOR", "BUSY_FACTOR", "WORK",
+           "CLOSE", "visible_pairs", "estimate_seconds", "busy_seconds"]
 
 RATE_GFLOPS = {
     "sdpa": 60.0,          # full and square-causal forward, L = 4096: 571 ms / 301 ms
@@ -53,23 +54,37 @@ RATE_GFLOPS = {
     "tiled": 52.0,         # full and causal forward, L = 4096, 1024×256 tiles: 604 ms / 340 ms
     "naive": 15.0,         # full forward, L = 4096: 2.3 s (three passes over a materialised L×L matrix)
     "naive_masked": 9.5,   # causal forward, L = 4096: 3.7 s (the mask is one more pass)
+    "native": 90.0,        # full and causal forward, L = 4096 (91–96), and windows counted as below
+    "flex": 60.0,          # causal forward, compiled, L = 4096
+    "flex_window": 9.0,    # window w = 256, L = 8192, per visible pair (its CPU kernel visits more)
 }
 """GFLOP/s of computed pairs (2·(D + Dv) flops per query-key pair and head), 1 thread, measured."""
 
-READ_GBPS = {"sdpa": 14.0, "tiled": 15.7, "naive": 14.9}
+READ_GBPS = {"sdpa": 14.0, "tiled": 15.7, "naive": 14.9, "native": 23.5, "flex": 14.0}
 """GB/s at which each reads K and V, from one decoding step over a cache of 16384 (64 MiB). SDPA
 reads them once per query head (a GQA group of G heads reads its K and V G times), the others
 once per key/value head (the group's queries are the rows of one matmul)."""
 
-CALL_SECONDS = {"sdpa": 40e-6, "tiled": 200e-6, "naive": 150e-6}
+CALL_SECONDS = {"sdpa": 40e-6, "tiled": 200e-6, "naive": 150e-6, "native": 25e-6, "flex": 1.06e-3}
 """Fixed cost of one call (checks, small allocations, dispatch), measured at L = 16."""
 
 TILE_SECONDS = 60e-6
 """The tiled kernel's Python and small-op overhead per visited tile (about a dozen ops), measured."""
 
-BACKWARD_FACTOR = {"sdpa": 3.7, "tiled": 3.3, "naive": 2.4}
+BACKWARD_FACTOR = {"sdpa": 3.7, "tiled": 3.3, "naive": 2.4, "native": 3.9, "flex": 3.7}
 """(forward + backward time) / forward time, causal, L = 2048, measured. Naive's forward is slow
-(it masks and normalises the whole matrix), its backward is three matmuls."""
+(it masks and normalises the whole matrix), its backward is three matmuls. (Flex has no backward
+on the CPU; on a GPU the model is not used.)"""
+
+BUSY_FACTOR = {"sdpa": 1.0, "native": 1.0, "flex": 1.0, "naive": 1.5, "tiled": 3.0}
+"""How much slower each gets when another busy process shares the cores (`selfattn bench --load 1`),
+relative to SDPA. One parallel region per call (SDPA, native, flex's compiled kernel) loses about
+the share of the core it gives away; the tiled kernel starts and joins the thread pool per tile and
+waits each time for a preempted thread: 1.6× to 13× measured, 3 taken; naive's few big ops, 1.5."""
+
+CLOSE = 1.25
+"""Estimates within this factor of the fastest count as close: among them "auto" takes the one whose
+busy-core estimate (× BUSY_FACTOR) is smallest — the backend whose worst case is best."""
 
 
 def visible_pairs(n_q: int, n_k: int, *, causal: bool = False, window: int | None = None) -> int:
@@ -109,7 +124,21 @@ def _naive_work(r: Request) -> Work:
     return r.Lq * r.Lk, RATE_GFLOPS["naive_masked" if masked else "naive"], 0.0
 
 
-WORK: dict[str, Callable[[Request], Work]] = {"sdpa": _sdpa_work, "tiled": _tiled_work, "naive": _naive_work}
+def _native_work(r: Request) -> Work:
+    """Visible pairs, plus a window's ragged edge: a query block of native.BLOCK_Q reads about
+    BLOCK_Q + w keys per row (measured at the same rate)."""
+    if r.window is not None:
+        return r.Lq * min(r.Lk, native.BLOCK_Q + r.window), RATE_GFLOPS["native"], 0.0
+    return visible_pairs(r.Lq, r.Lk, causal=r.causal), RATE_GFLOPS["native"], 0.0
+
+
+def _flex_work(r: Request) -> Work:
+    pairs = visible_pairs(r.Lq, r.Lk, causal=r.causal, window=r.window)
+    return pairs, RATE_GFLOPS["flex_window" if r.window is not None else "flex"], 0.0
+
+
+WORK: dict[str, Callable[[Request], Work]] = {"sdpa": _sdpa_work, "tiled": _tiled_work, "naive": _naive_work,
+                                              "native": _native_work, "flex": _flex_work}
 """Per backend: which (query, key) pairs it computes for a request, at which rate, plus extra seconds."""
 
 READS_PER_QUERY_HEAD = frozenset({"sdpa"})
@@ -129,3 +158,9 @@ def estimate_seconds(backend: str, r: Request) -> float | None:
     if r.needs_grad:
         work *= BACKWARD_FACTOR[backend]
     return CALL_SECONDS[backend] + work
+
+
+def busy_seconds(backend: str, r: Request) -> float | None:
+    """The estimate on cores shared with one other busy process: `estimate_seconds` × BUSY_FACTOR."""
+    idle = estimate_seconds(backend, r)
+    return None if idle is None else idle * BUSY_FACTOR[backend]

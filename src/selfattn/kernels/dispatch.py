@@ -19,15 +19,18 @@ import torch
 from .. import checks, masks
 from . import cost
 from .base import Backend, Request
+from .flex import FlexBackend
 from .naive import NaiveBackend
-from .sdpa import SdpaBackend
+from .native import NativeBackend
+from .sdpa import SdpaBackend, fused_causal
 from .tiled import Plan, TiledBackend
 
 __all__ = ["BACKENDS", "AUTO_ORDER", "choose", "explain", "render", "MAX_DRAWN_BLOCKS"]
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (NaiveBackend(), SdpaBackend(), TiledBackend())}
+BACKENDS: dict[str, Backend] = {b.name: b for b in (NaiveBackend(), SdpaBackend(), TiledBackend(), NativeBackend(),
+                                                    FlexBackend())}
 
-AUTO_ORDER = ("sdpa", "tiled", "naive")
+AUTO_ORDER = ("sdpa", "native", "tiled", "flex", "naive")
 """The backends "auto" chooses from, in order of preference where estimates tie or none applies.
 
 On a CPU, "auto" takes the one with the smallest `cost.estimate_seconds` among those that
@@ -42,30 +45,46 @@ MAX_DRAWN_BLOCKS = 64
 """`explain` draws the tiled block plan only up to this many query or key blocks."""
 
 
-def _reasons(request: Request, candidates) -> dict[str, list[str]]:
-    return {name: BACKENDS[name].not_supported_reasons(request) for name in candidates}
+def _reasons(request: Request, candidates, *, auto: bool = False) -> dict[str, list[str]]:
+    """Each candidate's reasons to refuse; with `auto`, also the reasons "auto" passes it over for."""
+    return {name: BACKENDS[name].not_supported_reasons(request) + (BACKENDS[name].auto_reasons(request)
+                                                                    if auto else []) for name in candidates}
 
 
 def _pick(request: Request, able: list[str]) -> tuple[str, str, dict[str, float | None]]:
-    """(choice, why, estimates) among the backends `able` to serve the request (in AUTO_ORDER)."""
+    """(choice, why, estimates) among the backends `able` to serve the request (in AUTO_ORDER).
+
+    On a CPU: the estimates within `cost.CLOSE` of the fastest are close, and among them the one
+    with the best busy-core estimate wins (the best worst case). On a GPU the CPU rates say nothing:
+    SDPA's fused kernels (flash / cuDNN) for plain and square-causal attention, flex for the rest."""
     estimates = {name: cost.estimate_seconds(name, request) for name in able}
     if request.q.device.type != "cpu":
-        return able[0], (f"on {request.q.device.type} the CPU cost model does not apply: the first that "
-                         f"can serve it in the preference order {', '.join(AUTO_ORDER)}"), estimates
+        plain = request.mask is None and request.window is None and (not request.causal or fused_causal(request))
+        for name in (("sdpa", "flex") if plain else ("flex", "sdpa")):
+            if name in able:
+                return name, (f"on {request.q.device.type}: SDPA's fused kernels for plain and causal attention, "
+                              f"flex for windows, masks and softcaps"), estimates
+        return able[0], f"on {request.q.device.type}: the first that can serve it in {', '.join(AUTO_ORDER)}", \
+            estimates
     estimated = [name for name in able if estimates[name] is not None]
     if not estimated:
         return able[0], f"none can be estimated: the first in the preference order {', '.join(AUTO_ORDER)}", estimates
-    best = min(estimated, key=lambda name: estimates[name])
     if len(able) == 1:
-        return best, "the only backend that can serve it", estimates
-    return best, f"the smallest estimated time among {', '.join(estimated)} (selfattn.kernels.cost)", estimates
+        return estimated[0], "the only backend that can serve it", estimates
+    fastest = min(estimates[name] for name in estimated)
+    close = [name for name in estimated if estimates[name] <= fastest * cost.CLOSE]
+    best = min(close, key=lambda name: cost.busy_seconds(name, request))
+    if len(close) == 1:
+        return best, f"the smallest estimated time among {', '.join(estimated)} (selfattn.kernels.cost)", estimates
+    return best, (f"{', '.join(close)} are within {cost.CLOSE}× of each other: the one fastest on busy cores "
+                  f"(cost.BUSY_FACTOR)"), estimates
 
 
 def choose(request: Request, name: str) -> Backend:
     """The backend called `name` if it can serve `request`; "auto": the fastest that can (see AUTO_ORDER).
     A refusal is a ValueError naming every reason of every backend considered."""
     if name == "auto":
-        reasons = _reasons(request, AUTO_ORDER)
+        reasons = _reasons(request, AUTO_ORDER, auto=True)
         able = [candidate for candidate in AUTO_ORDER if not reasons[candidate]]
         if not able:
             raise ValueError("no backend can serve this request: " + "; ".join(
@@ -92,7 +111,7 @@ def explain(request_or_kwargs: Request | Mapping, backend: str = "auto") -> dict
     if backend != "auto" and backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {sorted(BACKENDS)}")
     names = list(AUTO_ORDER) + [name for name in BACKENDS if name not in AUTO_ORDER]
-    reasons = _reasons(request, names)
+    reasons = _reasons(request, names, auto=backend == "auto")
     able = [name for name in AUTO_ORDER if not reasons[name]]
     rows = {name: {"supported": not reasons[name], "seconds": None if reasons[name] else
                    cost.estimate_seconds(name, request), "reasons": reasons[name]} for name in names}

@@ -1,0 +1,434 @@
+// The "native" CPU attention kernel: FlashAttention-2 with one parallel region per pass.
+//
+// Forward: tasks are (batch, kv head, query block); a task serves the G query heads of its kv
+// head (GQA without copying K/V: one K/V block is read once for the whole group). Inside a task
+// everything is single-threaded: S = Q Kᵀ and acc += P V are BLAS GEMMs on cache-sized tiles
+// (sgemm_/dgemm_ of the BLAS PyTorch links, as PyTorch's own CPU flash kernel does), and the
+// online softmax (m, l, acc) runs row by row with a vectorisable exp. Blocks the causal/window
+// rule hides are never read; inside a visited block each row only touches its visible columns.
+//
+// Backward: tasks are (batch, kv head, key block): dK and dV of the block are owned by the task;
+// dQ is accumulated per worker (worker 0 writes into dq, the others into private buffers summed
+// at the end), so there are no races and no atomics. P is recomputed from the saved lse.
+//
+// Scheduling: one at::parallel_for over the workers; each worker takes tasks from a shared atomic
+// counter (most expensive first), so a worker whose core is busy with another process simply
+// takes fewer tasks instead of making the whole call wait for its static share.
+//
+// Layouts: q (B, Hq, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv) with unit stride on the last
+// dim; mask (B, Hq, Lq, Lk) through strides (0 where it broadcasts), bool or additive in T.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+extern "C" {
+// The Fortran BLAS of the library PyTorch links (MKL on x86). Weak: if absent, a loop GEMM is used.
+void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
+            const float*, const int*, const float*, float*, const int*) __attribute__((weak));
+void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*, const int*,
+            const double*, const int*, const double*, double*, const int*) __attribute__((weak));
+// MKL's per-thread thread count (Fortran interface: by pointer): 1 inside a worker, or MKL starts its
+// own threads in every worker (torch.set_num_threads sets MKL's count too) and the cores are oversubscribed.
+int mkl_set_num_threads_local_(const int*) __attribute__((weak));
+}
+
+namespace {
+
+constexpr double NEG_INF = -std::numeric_limits<double>::infinity();
+
+// Row-major C (M×N) = alpha · op(A) (M×K) · op(B) (K×N) + beta · C.
+template <typename T>
+void loop_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+               int64_t ldb, T beta, T* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      T sum = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        T a = ta ? A[k * lda + i] : A[i * lda + k];
+        T b = tb ? B[j * ldb + k] : B[k * ldb + j];
+        sum += a * b;
+      }
+      C[i * ldc + j] = alpha * sum + (beta == T(0) ? T(0) : beta * C[i * ldc + j]);
+    }
+  }
+}
+
+template <typename T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
+    return;
+  }
+  // column-major BLAS computes Cᵀ = op(B)ᵀ op(A)ᵀ
+  const char opa = tb ? 'T' : 'N', opb = ta ? 'T' : 'N';
+  const int m = static_cast<int>(N), n = static_cast<int>(M), k = static_cast<int>(K);
+  const int la = static_cast<int>(ldb), lb = static_cast<int>(lda), lc = static_cast<int>(ldc);
+  if constexpr (std::is_same_v<T, float>) {
+    if (sgemm_) return sgemm_(&opa, &opb, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc);
+  } else {
+    if (dgemm_) return dgemm_(&opa, &opb, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc);
+  }
+  loop_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// x[i] = exp(x[i] - sub) for i in [0, n), exp(-inf) = 0; returns their sum. Float: a range reduction
+// and a degree-7 polynomial the compiler vectorises (relative error ~1e-7); double: std::exp.
+inline float exp_sub(float* x, int64_t n, float sub) {
+  constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
+  constexpr float C2 = LN2 * LN2 / 2, C3 = C2 * LN2 / 3, C4 = C3 * LN2 / 4, C5 = C4 * LN2 / 5,
+                  C6 = C5 * LN2 / 6, C7 = C6 * LN2 / 7;
+  constexpr float MAGIC = 12582912.0f;   // 1.5 · 2^23: adding it rounds to an integer
+  constexpr float FLOOR = -125.0f;       // below 2^-125 the result is taken as 0
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) {
+    float y = (x[i] - sub) * LOG2E;
+    const bool zero = !(y >= FLOOR);    // also -inf and NaN-free -inf - m
+    y = y < FLOOR ? FLOOR : y;
+    const float r = y + MAGIC;
+    int32_t ni;
+    std::memcpy(&ni, &r, 4);
+    ni -= 0x4B400000;
+    const float f = y - (r - MAGIC);    // [-0.5, 0.5]
+    float p = 1.0f + f * (LN2 + f * (C2 + f * (C3 + f * (C4 + f * (C5 + f * (C6 + f * C7))))));
+    int32_t bits;
+    std::memcpy(&bits, &p, 4);
+    bits += ni * (1 << 23);
+    std::memcpy(&p, &bits, 4);
+    x[i] = zero ? 0.0f : p;
+    sum += x[i];
+  }
+  return sum;
+}
+
+inline double exp_sub(double* x, int64_t n, double sub) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - sub));
+  return sum;
+}
+
+template <typename T>
+inline T row_max(const T* x, int64_t n) {
+  T mx = T(NEG_INF);
+#pragma omp simd reduction(max : mx)
+  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  return mx;
+}
+
+// Everything one call needs, resolved once.
+template <typename T>
+struct Problem {
+  int64_t B, Hq, Hkv, G, Lq, Lk, D, Dv;
+  const T *q, *k, *v;
+  int64_t qsb, qsh, qsl, ksb, ksh, ksl, vsb, vsh, vsl;
+  bool causal;
+  int64_t window;   // 0: none
+  T scale, softcap; // softcap 0: none
+  const T* add_mask = nullptr;
+  const bool* bool_mask = nullptr;
+  int64_t msb = 0, msh = 0, msq = 0, msk = 0;
+  int64_t block_q, block_k;
+
+  bool limited() const { return causal || window > 0; }
+  int64_t shift() const { return Lk - Lq; }
+  // keys [lo, hi) that query i may see, from the causal/window rule alone
+  int64_t key_lo(int64_t i) const { return window > 0 ? std::max<int64_t>(0, i + shift() - window + 1) : 0; }
+  int64_t key_hi(int64_t i) const { return limited() ? std::min<int64_t>(Lk, std::max<int64_t>(0, i + shift() + 1)) : Lk; }
+  // queries [lo, hi) that see any key of [k0, k1)
+  int64_t query_lo(int64_t k0) const { return limited() ? std::max<int64_t>(0, k0 - shift()) : 0; }
+  int64_t query_hi(int64_t k1) const {
+    return window > 0 ? std::min<int64_t>(Lq, std::max<int64_t>(0, k1 - 1 - shift() + window)) : Lq;
+  }
+  T gemm_alpha() const { return softcap > 0 ? scale / softcap : scale; }
+  const T* qrow(int64_t b, int64_t h, int64_t i) const { return q + b * qsb + h * qsh + i * qsl; }
+  const T* krow(int64_t b, int64_t h, int64_t j) const { return k + b * ksb + h * ksh + j * ksl; }
+  const T* vrow(int64_t b, int64_t h, int64_t j) const { return v + b * vsb + h * vsh + j * vsl; }
+};
+
+// One tile of scores S (rows [r0, r1) of queries × keys [k0, k1)) for head h, softcapped and masked:
+// columns a row may not see are left as they are, and [a, b) per row is returned in `span`.
+template <typename T>
+void scores(const Problem<T>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t k0, int64_t k1, T* S,
+            T* tanh_out, std::vector<std::pair<int64_t, int64_t>>& span) {
+  const int64_t n = k1 - k0, hk = h / P.G;
+  gemm<T>(false, true, r1 - r0, n, P.D, P.gemm_alpha(), P.qrow(b, h, r0), P.qsl, P.krow(b, hk, k0), P.ksl, T(0), S, n);
+  span.resize(r1 - r0);
+  for (int64_t i = r0; i < r1; ++i) {
+    T* s = S + (i - r0) * n;
+    const int64_t a = std::max(k0, P.key_lo(i)), e = std::min(k1, P.key_hi(i));
+    span[i - r0] = {a - k0, std::max(a, e) - k0};
+    if (P.softcap > 0) {
+      for (int64_t j = a; j < e; ++j) {
+        const T t = std::tanh(s[j - k0]);
+        if (tanh_out) tanh_out[(i - r0) * n + j - k0] = t;
+        s[j - k0] = P.softcap * t;
+      }
+    }
+    if (P.add_mask) {
+      const T* m = P.add_mask + b * P.msb + h * P.msh + i * P.msq;
+      for (int64_t j = a; j < e; ++j) s[j - k0] += m[j * P.msk];
+    } else if (P.bool_mask) {
+      const bool* m = P.bool_mask + b * P.msb + h * P.msh + i * P.msq;
+      for (int64_t j = a; j < e; ++j)
+        if (!m[j * P.msk]) s[j - k0] = T(NEG_INF);
+    }
+  }
+}
+
+// Runs task(worker, t) for t in [0, n_tasks) on at most at::get_num_threads() workers, each taking
+// the next task from a shared counter.
+template <typename F>
+void run_tasks(int64_t n_tasks, const F& task) {
+  if (n_tasks <= 0) return;
+  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n_tasks));
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, workers, 1, [&](int64_t w0, int64_t w1) {
+    const int one = 1;
+    const int mkl_before = mkl_set_num_threads_local_ ? mkl_set_num_threads_local_(&one) : 0;
+    for (int64_t w = w0; w < w1; ++w) {
+      for (int64_t t = next.fetch_add(1); t < n_tasks; t = next.fetch_add(1)) task(w, t);
+    }
+    if (mkl_set_num_threads_local_) mkl_set_num_threads_local_(&mkl_before);
+  });
+}
+
+template <typename T>
+void forward_impl(const Problem<T>& P, T* out, T* lse) {
+  const int64_t n_qb = (P.Lq + P.block_q - 1) / P.block_q, BH = P.B * P.Hkv;
+  const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
+  std::vector<std::vector<T>> tiles(workers), states(workers);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(workers);
+  run_tasks(BH * n_qb, [&](int64_t w, int64_t t) {
+    const int64_t qb = n_qb - 1 - t / BH, bh = t % BH, b = bh / P.Hkv, hk = bh % P.Hkv;  // last (costliest) first
+    const int64_t q0 = qb * P.block_q, q1 = std::min(P.Lq, q0 + P.block_q), nq = q1 - q0;
+    std::vector<T>& S = tiles[w];
+    std::vector<T>& st = states[w];
+    S.resize(P.block_q * P.block_k);
+    st.resize(2 * P.G * P.block_q);
+    T *m = st.data(), *l = st.data() + P.G * P.block_q;
+    std::fill(m, m + P.G * P.block_q, T(NEG_INF));
+    std::fill(l, l + P.G * P.block_q, T(0));
+    for (int64_t g = 0; g < P.G; ++g) {
+      T* o = out + ((b * P.Hq + hk * P.G + g) * P.Lq + q0) * P.Dv;
+      std::fill(o, o + nq * P.Dv, T(0));
+    }
+    int64_t lo = 0, hi = P.Lk;   // keys any row of the block sees
+    if (P.limited()) {
+      lo = P.key_lo(q0);
+      hi = P.key_hi(q1 - 1);
+    }
+    // a short query block (one decoding step) takes proportionally wider key blocks: same tile size, fewer GEMMs
+    const int64_t width = P.block_k * std::max<int64_t>(1, P.block_q / nq);
+    for (int64_t k0 = lo; k0 < hi; k0 += width) {
+      const int64_t k1 = std::min(hi, k0 + width), n = k1 - k0;
+      const int64_t r0 = std::max(q0, P.query_lo(k0)), r1 = std::min(q1, P.query_hi(k1));
+      if (r1 <= r0) continue;
+      for (int64_t g = 0; g < P.G; ++g) {
+        const int64_t h = hk * P.G + g;
+        scores(P, b, h, r0, r1, k0, k1, S.data(), static_cast<T*>(nullptr), spans[w]);
+        T* o = out + ((b * P.Hq + h) * P.Lq) * P.Dv;
+        for (int64_t i = r0; i < r1; ++i) {
+          T* s = S.data() + (i - r0) * n;
+          const auto [a, e] = spans[w][i - r0];
+          const T mx = row_max(s + a, e - a);
+          T& mi = m[g * P.block_q + i - q0];
+          T& li = l[g * P.block_q + i - q0];
+          const T m_new = std::max(mi, mx);
+          std::fill(s, s + a, T(0));
+          std::fill(s + e, s + n, T(0));
+          if (m_new == T(NEG_INF)) {   // nothing visible so far: p = 0
+            std::fill(s + a, s + e, T(0));
+            continue;
+          }
+          const T sum = exp_sub(s + a, e - a, m_new);
+          if (mi != m_new) {
+            const T alpha = mi == T(NEG_INF) ? T(0) : std::exp(mi - m_new);
+            T* oi = o + i * P.Dv;
+            for (int64_t d = 0; d < P.Dv; ++d) oi[d] *= alpha;
+            li *= alpha;
+          }
+          li += sum;
+          mi = m_new;
+        }
+        gemm<T>(false, false, r1 - r0, P.Dv, n, T(1), S.data(), n, P.vrow(b, hk, k0), P.vsl, T(1),
+                o + r0 * P.Dv, P.Dv);
+      }
+    }
+    // epilogue: out = acc / l (0 for a row that saw nothing), lse = m + log l (−inf there)
+    for (int64_t g = 0; g < P.G; ++g) {
+      const int64_t h = hk * P.G + g;
+      for (int64_t i = q0; i < q1; ++i) {
+        const T li = l[g * P.block_q + i - q0];
+        T* oi = out + ((b * P.Hq + h) * P.Lq + i) * P.Dv;
+        T* lsei = lse + (b * P.Hq + h) * P.Lq + i;
+        if (li > 0) {
+          const T inv = T(1) / li;
+          for (int64_t d = 0; d < P.Dv; ++d) oi[d] *= inv;
+          *lsei = m[g * P.block_q + i - q0] + std::log(li);
+        } else {
+          std::fill(oi, oi + P.Dv, T(0));
+          *lsei = T(NEG_INF);
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void backward_impl(const Problem<T>& P, const T* dout, int64_t dsb, int64_t dsh, int64_t dsl, const T* lse,
+                   const T* delta, T* dq, T* dk, T* dv, std::vector<at::Tensor>& dq_extra) {
+  const int64_t n_kb = (P.Lk + P.block_k - 1) / P.block_k, BH = P.B * P.Hkv;
+  const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
+  std::vector<std::vector<T>> bufs(workers);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(workers);
+  std::vector<T*> dq_of(workers, nullptr);
+  dq_of[0] = dq;
+  const int64_t bq = P.block_q, bk = P.block_k;
+  run_tasks(BH * n_kb, [&](int64_t w, int64_t t) {
+    const int64_t kb = t / BH, bh = t % BH, b = bh / P.Hkv, hk = bh % P.Hkv;
+    if (!dq_of[w]) dq_of[w] = dq_extra[w].template data_ptr<T>();   // zeroed by the caller
+    T* dqw = dq_of[w];
+    std::vector<T>& buf = bufs[w];
+    buf.resize(3 * bq * bk);
+    T *S = buf.data(), *dP = S + bq * bk, *Th = dP + bq * bk;
+    const int64_t k0 = kb * bk, k1 = std::min(P.Lk, k0 + bk), n = k1 - k0;
+    T* dkb = dk + ((b * P.Hkv + hk) * P.Lk + k0) * P.D;
+    T* dvb = dv + ((b * P.Hkv + hk) * P.Lk + k0) * P.Dv;
+    const int64_t lo = P.query_lo(k0), hi = P.query_hi(k1);
+    for (int64_t q0 = lo; q0 < hi; q0 += bq) {
+      const int64_t q1 = std::min(hi, q0 + bq), nq = q1 - q0;
+      for (int64_t g = 0; g < P.G; ++g) {
+        const int64_t h = hk * P.G + g;
+        scores(P, b, h, q0, q1, k0, k1, S, P.softcap > 0 ? Th : static_cast<T*>(nullptr), spans[w]);
+        const T* lrow = lse + (b * P.Hq + h) * P.Lq;
+        for (int64_t i = q0; i < q1; ++i) {   // P = exp(S − lse): the forward's probabilities
+          T* s = S + (i - q0) * n;
+          const auto [a, e] = spans[w][i - q0];
+          std::fill(s, s + a, T(0));
+          std::fill(s + e, s + n, T(0));
+          if (lrow[i] == T(NEG_INF)) std::fill(s + a, s + e, T(0));
+          else exp_sub(s + a, e - a, lrow[i]);
+        }
+        const T* dor = dout + b * dsb + h * dsh + q0 * dsl;
+        gemm<T>(true, false, n, P.Dv, nq, T(1), S, n, dor, dsl, T(1), dvb, P.Dv);        // dV += Pᵀ dO
+        gemm<T>(false, true, nq, n, P.Dv, T(1), dor, dsl, P.vrow(b, hk, k0), P.vsl, T(0), dP, n);  // dP = dO Vᵀ
+        const T* drow = delta + (b * P.Hq + h) * P.Lq;
+        for (int64_t i = q0; i < q1; ++i) {   // dS = P ∘ (dP − Δ) (∘ (1 − tanh²) under a softcap)
+          T* ds = dP + (i - q0) * n;
+          const T* p = S + (i - q0) * n;
+          const T di = drow[i];
+          const auto [a, e] = spans[w][i - q0];
+          std::fill(ds, ds + a, T(0));
+          std::fill(ds + e, ds + n, T(0));
+          for (int64_t j = a; j < e; ++j) ds[j] = p[j] * (ds[j] - di);
+          if (P.softcap > 0) {
+            const T* th = Th + (i - q0) * n;
+            for (int64_t j = a; j < e; ++j) ds[j] *= T(1) - th[j] * th[j];
+          }
+        }
+        gemm<T>(true, false, n, P.D, nq, P.scale, dP, n, P.qrow(b, h, q0), P.qsl, T(1), dkb, P.D);  // dK += s dSᵀ Q
+        T* dqb = dqw + ((b * P.Hq + h) * P.Lq + q0) * P.D;
+        gemm<T>(false, false, nq, P.D, n, P.scale, dP, n, P.krow(b, hk, k0), P.ksl, T(1), dqb, P.D);  // dQ += s dS K
+      }
+    }
+  });
+}
+
+int64_t row_stride(const at::Tensor& t) { return t.size(2) <= 1 ? std::max<int64_t>(t.size(3), 1) : t.stride(2); }
+
+template <typename T>
+Problem<T> make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const std::optional<at::Tensor>& mask, bool causal, int64_t window, double scale,
+                        double softcap, int64_t block_q, int64_t block_k) {
+  Problem<T> P;
+  P.B = q.size(0); P.Hq = q.size(1); P.Lq = q.size(2); P.D = q.size(3);
+  P.Hkv = k.size(1); P.Lk = k.size(2); P.Dv = v.size(3); P.G = P.Hq / P.Hkv;
+  P.q = q.data_ptr<T>(); P.k = k.data_ptr<T>(); P.v = v.data_ptr<T>();
+  P.qsb = q.stride(0); P.qsh = q.stride(1); P.qsl = row_stride(q);
+  P.ksb = k.stride(0); P.ksh = k.stride(1); P.ksl = row_stride(k);
+  P.vsb = v.stride(0); P.vsh = v.stride(1); P.vsl = row_stride(v);
+  P.causal = causal; P.window = window; P.scale = static_cast<T>(scale); P.softcap = static_cast<T>(softcap);
+  P.block_q = block_q; P.block_k = block_k;
+  if (mask.has_value()) {
+    const at::Tensor& m = *mask;
+    TORCH_CHECK(m.dim() == 4 && m.size(0) == P.B && m.size(1) == P.Hq && m.size(2) == P.Lq && m.size(3) == P.Lk,
+                "mask must be expanded to (B, Hq, Lq, Lk)");
+    if (m.scalar_type() == at::kBool) P.bool_mask = m.data_ptr<bool>();
+    else P.add_mask = m.data_ptr<T>();
+    P.msb = m.stride(0); P.msh = m.stride(1); P.msq = m.stride(2); P.msk = m.stride(3);
+  }
+  return P;
+}
+
+void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t block_q, int64_t block_k) {
+  for (const at::Tensor* t : {&q, &k, &v}) {
+    TORCH_CHECK(t->device().is_cpu() && t->dim() == 4, "native attention: 4-D CPU tensors expected");
+    TORCH_CHECK(t->scalar_type() == q.scalar_type(), "native attention: q, k, v must share a dtype");
+    TORCH_CHECK(t->size(3) <= 1 || t->stride(3) == 1, "native attention: the last dim must have stride 1");
+  }
+  TORCH_CHECK(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble, "native attention: float32/64 only");
+  TORCH_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "native attention: Hq % Hkv != 0");
+  TORCH_CHECK(block_q > 0 && block_k > 0, "native attention: block sizes must be positive");
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                     const std::optional<at::Tensor>& mask, bool causal,
+                                                     int64_t window, double scale, double softcap, int64_t block_q,
+                                                     int64_t block_k) {
+  check_inputs(q, k, v, block_q, block_k);
+  at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
+  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "selfattn_native_forward", [&] {
+    auto P = make_problem<scalar_t>(q, k, v, mask, causal, window, scale, softcap, block_q, block_k);
+    forward_impl<scalar_t>(P, out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>());
+  });
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lse,
+    const at::Tensor& delta, const std::optional<at::Tensor>& mask, bool causal, int64_t window, double scale,
+    double softcap, int64_t block_q, int64_t block_k) {
+  check_inputs(q, k, v, block_q, block_k);
+  TORCH_CHECK(dout.size(3) <= 1 || dout.stride(3) == 1, "native attention: dout's last dim must have stride 1");
+  TORCH_CHECK(lse.is_contiguous() && delta.is_contiguous(), "native attention: lse and delta must be contiguous");
+  at::Tensor dq = at::zeros(q.sizes(), q.options());
+  at::Tensor dk = at::zeros(k.sizes(), k.options());
+  at::Tensor dv = at::zeros(v.sizes(), v.options());
+  const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
+  std::vector<at::Tensor> dq_extra(workers);
+  const int64_t n_tasks = q.size(0) * k.size(1) * ((k.size(2) + block_k - 1) / block_k);
+  for (int64_t w = 1; w < std::min(workers, n_tasks); ++w) dq_extra[w] = at::zeros(q.sizes(), q.options());
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "selfattn_native_backward", [&] {
+    auto P = make_problem<scalar_t>(q, k, v, mask, causal, window, scale, softcap, block_q, block_k);
+    backward_impl<scalar_t>(P, dout.data_ptr<scalar_t>(), dout.stride(0), dout.stride(1), row_stride(dout),
+                            lse.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
+                            dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), dq_extra);
+  });
+  for (const at::Tensor& extra : dq_extra)
+    if (extra.defined()) dq.add_(extra);
+  return {dq, dk, dv};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(selfattn_native, m) {
+  m.def("forward(Tensor q, Tensor k, Tensor v, Tensor? mask, bool causal, int window, float scale, float softcap, "
+        "int block_q, int block_k) -> (Tensor, Tensor)",
+        &attention_forward);
+  m.def("backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor lse, Tensor delta, Tensor? mask, bool causal, "
+        "int window, float scale, float softcap, int block_q, int block_k) -> (Tensor, Tensor, Tensor)",
+        &attention_backward);
+}
