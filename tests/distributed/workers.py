@@ -191,7 +191,7 @@ def group_four(rank: int, world: int) -> list[str]:
 def fails_mid_call(rank: int, world: int, victim: int, how: str) -> str:
     """The victim dies (SIGKILL) or hangs inside ring_attention, after the metadata check and before
     its first block goes out; the others must raise RankFailure naming a rank, not hang."""
-    import selfattn.distributed.comm as comm
+    from selfattn.distributed import comm
 
     if rank == victim:
         original = comm.Exchange.post

@@ -6,7 +6,8 @@ over one sequence of L positions in the zigzag layout, forward and backward, and
     seconds per step     best of `repeats` steps (forward + backward)
     bytes sent           counted at every send (`count_traffic`) against the formula
                              forward   (W−1) · B·Hkv·Lr·(D+Dv) · bytes(dtype)
-                             backward  (W−1) · B·Hkv·Lr·(D+Dv) · bytes(dtype)  +  W · B·Hkv·Lr·(D+Dv) · bytes(acc)
+                             backward  (W−1) · B·Hkv·Lr·(D+Dv) · bytes(dtype)
+                                       + W · B·Hkv·Lr·(D+Dv) · bytes(accumulation dtype)
                          (the K/V blocks travel W−1 hops; each dK/dV block W−1 hops and one home)
     peak memory          the step's peak extra resident memory (VmHWM − VmRSS before), and the
                          bytes of the rank's inputs: both fall as 1/W
@@ -28,7 +29,7 @@ import time
 
 import torch
 
-__all__ = ["ring_case", "LINK_BYTES_PER_S", "LINK_LATENCY_S", "SIM_WORLDS", "worker", "formula_bytes", "simulate"]
+__all__ = ["LINK_BYTES_PER_S", "LINK_LATENCY_S", "SIM_WORLDS", "formula_bytes", "ring_case", "simulate", "worker"]
 
 LINK_BYTES_PER_S = 12.5e9
 """The simulated link: 100 Gb/s (one InfiniBand EDR / 100 GbE port per rank), each direction."""
@@ -47,7 +48,7 @@ GROUP_TIMEOUT_S = 600.0
 def formula_bytes(world: int, local_len: int, batch: int, kv_heads: int, head_dim: int, dtype=torch.float32):
     """(forward, backward) bytes one rank sends for causal zigzag attention (every block is needed)."""
     element = torch.finfo(dtype).bits // 8
-    acc = 4 if element < 4 else element
+    acc = max(element, 4)
     block = batch * kv_heads * local_len * 2 * head_dim
     forward = (world - 1) * block * element
     backward = forward + (world if world > 1 else 0) * block * acc

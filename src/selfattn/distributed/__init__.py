@@ -13,5 +13,17 @@ from .comm import RankFailure, init
 from .layout import LAYOUTS, Sharded, padded_length, positions, segments, shard, unshard
 from .ring import Traffic, count_traffic, ring_attention
 
-__all__ = ["ring_attention", "shard", "unshard", "Sharded", "LAYOUTS", "padded_length", "positions", "segments",
-           "init", "RankFailure", "Traffic", "count_traffic"]
+__all__ = [
+           "LAYOUTS",
+           "RankFailure",
+           "Sharded",
+           "Traffic",
+           "count_traffic",
+           "init",
+           "padded_length",
+           "positions",
+           "ring_attention",
+           "segments",
+           "shard",
+           "unshard",
+]

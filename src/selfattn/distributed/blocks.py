@@ -23,7 +23,7 @@ import torch
 from ..functional import attention
 from .plan import Box, Rule
 
-__all__ = ["BACKWARD_ROWS", "block_forward", "merge", "block_backward", "accumulate_dtype"]
+__all__ = ["BACKWARD_ROWS", "accumulate_dtype", "block_backward", "block_forward", "merge"]
 
 BACKWARD_ROWS = 512
 """Query rows per strip in the backward: bounds its score tiles to (B, Hq, 512, block keys)."""

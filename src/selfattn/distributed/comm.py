@@ -19,8 +19,16 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-__all__ = ["RankFailure", "Peer", "Exchange", "DEFAULT_TIMEOUT_S", "init", "check_same", "group_ranks",
-           "timeout_of"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "Exchange",
+    "Peer",
+    "RankFailure",
+    "check_same",
+    "group_ranks",
+    "init",
+    "timeout_of",
+]
 
 DEFAULT_TIMEOUT_S = 300.0
 """How long one wait for another rank may take when neither the caller nor `init` said otherwise."""

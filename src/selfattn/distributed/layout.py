@@ -27,8 +27,17 @@ import torch
 
 from .. import checks
 
-__all__ = ["LAYOUTS", "Sharded", "units", "padded_length", "segments", "positions", "shard", "unshard",
-           "check_layout"]
+__all__ = [
+    "LAYOUTS",
+    "Sharded",
+    "check_layout",
+    "padded_length",
+    "positions",
+    "segments",
+    "shard",
+    "units",
+    "unshard",
+]
 
 LAYOUTS = ("zigzag", "contiguous")
 
@@ -96,7 +105,7 @@ class Sharded:
         """Global position of each local row, int64 (local_len,); positions >= seq_len are padding."""
         return positions(self.rank, self.world, self.local_len, self.layout, device=self.tensor.device)
 
-    def like(self, tensor: torch.Tensor, dim: int | None = None) -> "Sharded":
+    def like(self, tensor: torch.Tensor, dim: int | None = None) -> Sharded:
         """The same part of the sequence, another tensor (an output, a gradient)."""
         return Sharded(tensor, self.seq_len, self.layout, self.dim if dim is None else dim, self.world, self.rank)
 

@@ -24,7 +24,7 @@ import torch
 
 from . import layout as layout_mod
 
-__all__ = ["Rule", "Box", "box", "RingPlan"]
+__all__ = ["Box", "RingPlan", "Rule", "box"]
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from .blocks import accumulate_dtype, block_backward, block_forward, merge
 from .layout import LAYOUTS, Sharded, check_layout
 from .plan import RingPlan, Rule
 
-__all__ = ["ring_attention", "Traffic", "count_traffic"]
+__all__ = ["Traffic", "count_traffic", "ring_attention"]
 
 TAG_KV, TAG_DKV, TAG_HOME = 0, 1, 2
 """Message kinds; the tag of a message is kind + KINDS · step, so gloo never confuses two of a step."""
@@ -119,9 +119,9 @@ class _RingFunction(torch.autograd.Function):
             if src is not None:
                 with intercept(_direct):  # the blocks are not the user's attention calls: no interceptor sees them
                     for qoff, koff, b in plan.boxes(rank, src):
-                        o, l = block_forward(q, cur[..., :D], cur[..., D:], b, qoff, koff, plan.rule, ring.scale,
-                                             ring.softcap, ring.backend)
-                        merge(out, lse, b.q0 + qoff, o, l)
+                        part_out, part_lse = block_forward(q, cur[..., :D], cur[..., D:], b, qoff, koff, plan.rule,
+                                                           ring.scale, ring.softcap, ring.backend)
+                        merge(out, lse, b.q0 + qoff, part_out, part_lse)
             ex.wait()
             sent += ex.bytes_sent
             cur = nxt

@@ -18,7 +18,7 @@ import socket
 import time
 import traceback
 
-__all__ = ["free_port", "start", "collect", "run_local"]
+__all__ = ["collect", "free_port", "run_local", "start"]
 
 POLL_S = 1.0
 """How often the parent checks that its children are alive while it waits for answers."""

@@ -29,7 +29,7 @@ from .layout import LAYOUTS
 from .model import ContextParallelLM, train_step
 from .ring import count_traffic
 
-__all__ = ["main", "token_stream", "sample_batch"]
+__all__ = ["main", "sample_batch", "token_stream"]
 
 
 def token_stream(n_sentences: int, seed: int):
