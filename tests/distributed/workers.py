@@ -7,6 +7,7 @@ autograd for gradients, and in the case's dtype for the error baseline) and comp
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -181,7 +182,8 @@ def train_step_case(rank: int, world: int) -> list[str]:
 
 
 def group_two(rank: int, world: int) -> list[str]:
-    return roundtrip_and_mismatch(rank, world) + attention_cases(rank, world) + train_step_case(rank, world)
+    return (roundtrip_and_mismatch(rank, world) + attention_cases(rank, world) + train_step_case(rank, world)
+            + train_entry_point(rank, world))
 
 
 def group_four(rank: int, world: int) -> list[str]:
@@ -214,3 +216,24 @@ def fails_mid_call(rank: int, world: int, victim: int, how: str) -> str:
 
 HANG_S = 60.0
 """How long a hanging victim sleeps: longer than the test's timeout."""
+
+
+def train_entry_point(rank: int, world: int) -> list[str]:
+    """The torchrun entry point's loop, a few steps on a tiny model: finite losses, equal on every
+    rank, falling; every rank sent bytes."""
+    from selfattn.distributed.train import parse_args, train
+
+    args = parse_args(["--seq-len", "61", "--steps", "4", "--sentences", "200", "--d-model", "16",
+                       "--heads", "2", "--layers", "1", "--lr", "0.01"])
+    _, _, rows = train(args)
+    losses = [r["loss"] for r in rows]
+    failures = []
+    if not all(math.isfinite(x) for x in losses) or not losses[-1] < losses[0]:
+        failures.append(f"train losses not finite and falling: {losses}")
+    if not all(r["bytes_sent"] > 0 for r in rows):
+        failures.append(f"no bytes sent: {rows}")
+    gathered = [None] * world
+    torch.distributed.all_gather_object(gathered, losses)
+    if any(g != losses for g in gathered):
+        failures.append(f"ranks report different losses: {gathered}")
+    return failures

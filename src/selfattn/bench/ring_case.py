@@ -39,6 +39,10 @@ LINK_LATENCY_S = 5e-6
 
 SIM_WORLDS = (1, 2, 4, 8, 16, 32, 64)
 
+BLOCK_BACKEND = "tiled"
+"""The kernel for each block: O(N) memory, so a rank's peak memory follows its share of the sequence
+("auto" may pick the naive kernel for mid-sized blocks, whose weight matrix is Lr × Lr)."""
+
 FULL = dict(seq_len=8192, batch=1, q_heads=8, kv_heads=4, head_dim=64, repeats=3, sim_seq_len=1 << 18)
 QUICK = dict(seq_len=2048, batch=1, q_heads=4, kv_heads=2, head_dim=32, repeats=2, sim_seq_len=1 << 16)
 
@@ -73,12 +77,12 @@ def worker(rank: int, world: int, spec: dict) -> dict:
     def step():
         for t in leaves:
             t.grad = None
-        out = ring_attention(sq, sk, sv, causal=True).tensor
+        out = ring_attention(sq, sk, sv, causal=True, backend=spec["backend"]).tensor
         out.backward(torch.ones_like(out))
 
     def forward():
         with torch.no_grad():
-            ring_attention(sq, sk, sv, causal=True)
+            ring_attention(sq, sk, sv, causal=True, backend=spec["backend"])
 
     step()
     _trim()
@@ -134,7 +138,7 @@ def ring_case(quick: bool = False, worlds=(1, 2, 4), link_bytes_per_s: float = L
     """Measure ring attention at each world size and simulate to 64 ranks; returns plain data."""
     from ..distributed.spawn import run_local
 
-    spec = dict(QUICK if quick else FULL)
+    spec = dict(QUICK if quick else FULL, backend=BLOCK_BACKEND)
     measured = []
     for world in worlds:
         ranks = run_local(world, "selfattn.bench.ring_case:worker", args=(spec,), timeout_s=GROUP_TIMEOUT_S)

@@ -18,6 +18,7 @@ contiguous causal layout, blocks stop early and are never sent where nobody need
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -120,12 +121,19 @@ class RingPlan:
     def sees(self, dst: int, src: int) -> bool:
         return bool(self.boxes(dst, src))
 
+    @functools.cached_property
+    def _hops(self) -> tuple[int, ...]:
+        table = []
+        for src in range(self.world):
+            last = 0
+            for step in range(self.world):
+                if self.sees((src + step) % self.world, src):
+                    last = step
+            table.append(last)
+        return tuple(table)
+
     def hops(self, src: int) -> int:
-        last = 0
-        for step in range(self.world):
-            if self.sees((src + step) % self.world, src):
-                last = step
-        return last
+        return self._hops[src]
 
     def holds(self, rank: int, step: int) -> int | None:
         """The owner of the K/V block `rank` holds at `step`, or None when that block stopped earlier."""

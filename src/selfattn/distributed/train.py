@@ -29,7 +29,7 @@ from .layout import LAYOUTS
 from .model import ContextParallelLM, train_step
 from .ring import count_traffic
 
-__all__ = ["main", "sample_batch", "token_stream"]
+__all__ = ["main", "parse_args", "sample_batch", "token_stream", "train"]
 
 
 def token_stream(n_sentences: int, seed: int):
@@ -74,16 +74,23 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = _parser().parse_args(argv)
     for name in ("seq_len", "batch", "steps", "sentences", "d_model", "layers", "heads"):
         checks.integer(name, getattr(args, name), low=1)
     checks.real("lr", args.lr, low=0.0, low_open=True)
     checks.real("timeout", args.timeout, low=0.0, low_open=True)
+    return args
+
+
+def train(args: argparse.Namespace, report=None) -> tuple[torch.nn.Module, object, list[dict]]:
+    """The training loop on an initialised process group: (model, tokenizer, one row per step).
+
+    report(row) is called on every rank after each step (the row is the same on every rank but for
+    `bytes_sent`, this rank's)."""
     from ..model.decoder import DecoderConfig, DecoderLM
 
-    init(args.dist_backend, timeout_s=args.timeout)
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     tokenizer, stream = token_stream(args.sentences, args.seed)
     torch.manual_seed(args.seed)
@@ -93,24 +100,37 @@ def main(argv: list[str] | None = None) -> int:
     cp = ContextParallelLM(model, layout=args.layout, backend=args.backend)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95))
     rng = random.Random(args.seed)
+    rows = []
     for step in range(1, args.steps + 1):
         batch = sample_batch(stream, args.batch, args.seq_len, rng).to(device)
         t0 = time.perf_counter()
         with count_traffic() as traffic:
             loss = train_step(cp, batch, tokenizer.pad_id, opt)
         seconds = time.perf_counter() - t0
-        if rank == 0:
-            row = {"step": step, "loss": loss, "seconds": seconds, "tokens_per_s": batch.numel() / seconds,
-                   "world": world, "bytes_sent_rank0": traffic.forward + traffic.backward}
-            print(json.dumps(row) if args.json else
-                  f"step {step:4d}  loss {loss:.4f}  {row['tokens_per_s']:9.0f} tokens/s  "
-                  f"rank 0 sent {row['bytes_sent_rank0'] / 2**20:8.2f} MiB", flush=True)
+        rows.append({"step": step, "loss": loss, "seconds": seconds, "tokens_per_s": batch.numel() / seconds,
+                     "world": world, "bytes_sent": traffic.forward + traffic.backward})
+        if report is not None:
+            report(rows[-1])
+    return model, tokenizer, rows
+
+
+def _print_row(row: dict, as_json: bool) -> None:
+    print(json.dumps(row) if as_json else
+          f"step {row['step']:4d}  loss {row['loss']:.4f}  {row['tokens_per_s']:9.0f} tokens/s  "
+          f"rank 0 sent {row['bytes_sent'] / 2**20:8.2f} MiB", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    init(args.dist_backend, timeout_s=args.timeout)
+    rank = dist.get_rank()
+    model, tokenizer, rows = train(args, report=(lambda row: _print_row(row, args.json)) if rank == 0 else None)
     if args.out is not None and rank == 0:
         from ..model.checkpoint import save_checkpoint
 
         save_checkpoint(model.cpu(), tokenizer, args.out, force=args.force,
                         training={"command": "torchrun -m selfattn.distributed.train " + " ".join(sys.argv[1:]),
-                                  "world": world, "layout": args.layout})
+                                  "world": dist.get_world_size(), "layout": args.layout, "steps": rows})
     dist.barrier()
     dist.destroy_process_group()
     return 0
