@@ -1,0 +1,250 @@
+"""`ring_attention`: exact attention over a sequence split across the ranks of a process group.
+
+Each rank keeps its queries; the K/V blocks travel round the ring, one rank per step, and every
+rank folds each block it sees into its running (output, lse) (`blocks.merge`). The send of the
+next block is posted before the current one is computed, so communication overlaps compute:
+
+    step s on rank r:   post  send(block held, → r+1), recv(next block, ← r−1)
+                        compute r's queries × the block of rank r−s   (skipped if hidden)
+                        wait  (with a deadline, naming the rank that did not answer)
+
+Backward goes round the ring again: the K/V blocks travel as before and each carries its
+dK/dV accumulator, one step behind, to the next rank that uses it; the last user sends it home
+to the block's owner. dQ stays where it is.
+
+    rank r holds   q (B, Hq, Lr, D), k (B, Hkv, Lr, D), v (B, Hkv, Lr, Dv): Lr = Lp / W rows
+    forward sends  at most (W − 1) K/V blocks:   (W − 1) · B · Hkv · Lr · (D + Dv) elements
+    backward sends at most (W − 1) K/V blocks and W dK/dV blocks (the latter in the accumulation dtype)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import struct
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .. import checks
+from ..functional import AttentionOutput, build_request, intercept
+from . import comm
+from .blocks import accumulate_dtype, block_backward, block_forward, merge
+from .layout import LAYOUTS, Sharded, check_layout
+from .plan import RingPlan, Rule
+
+__all__ = ["Traffic", "count_traffic", "ring_attention"]
+
+TAG_KV, TAG_DKV, TAG_HOME = 0, 1, 2
+"""Message kinds; the tag of a message is kind + KINDS · step, so gloo never confuses two of a step."""
+KINDS = 3
+
+DTYPE_CODES = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 3, torch.float64: 4}
+
+
+@dataclass
+class Traffic:
+    """Bytes this rank sent through `ring_attention` while counting (forward and backward apart)."""
+
+    forward: int = 0
+    backward: int = 0
+
+
+_TRAFFIC: contextvars.ContextVar[Traffic | None] = contextvars.ContextVar("selfattn_ring_traffic", default=None)
+
+
+@contextlib.contextmanager
+def count_traffic():
+    """Count the bytes this rank sends in every `ring_attention` call inside (this thread only)."""
+    traffic = Traffic()
+    token = _TRAFFIC.set(traffic)
+    try:
+        yield traffic
+    finally:
+        _TRAFFIC.reset(token)
+
+
+@dataclass(frozen=True)
+class _Ring:
+    """Everything one call needs besides the tensors."""
+
+    group: object
+    plan: RingPlan
+    rank: int
+    globals: list
+    scale: float
+    softcap: float | None
+    backend: str
+    timeout_s: float
+    traffic: Traffic | None
+
+    @property
+    def world(self) -> int:
+        return self.plan.world
+
+    def exchange(self, label: str) -> comm.Exchange:
+        return comm.Exchange(self.group, self.timeout_s, self.rank, self.globals, label)
+
+
+def _direct(request, compute):
+    return compute(request)
+
+
+def _float_bits(x: float | None) -> int:
+    return -1 if x is None else struct.unpack("<q", struct.pack("<d", float(x)))[0]
+
+
+class _RingFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, ring: _Ring):
+        plan, rank, W = ring.plan, ring.rank, ring.world
+        acc = accumulate_dtype(q.dtype)
+        B, Hq, Lr, Dv = q.shape[0], q.shape[1], q.shape[2], v.shape[3]
+        D = k.shape[3]
+        out = torch.zeros(B, Hq, Lr, Dv, dtype=acc, device=q.device)
+        lse = torch.full((B, Hq, Lr), float("-inf"), dtype=acc, device=q.device)
+        cur = torch.cat([k, v], dim=-1).contiguous()                               # (B, Hkv, Lr, D + Dv)
+        sent = 0
+        for step in range(W):
+            ex = ring.exchange(f"forward step {step}")
+            nxt = None
+            if plan.sends_on(rank, step):
+                ex.send(cur, (rank + 1) % W, "sending the K/V block", TAG_KV + KINDS * step)
+            if plan.sends_on((rank - 1) % W, step):
+                nxt = torch.empty_like(cur)
+                ex.recv(nxt, (rank - 1) % W, "receiving the K/V block", TAG_KV + KINDS * step)
+            ex.post()
+            src = plan.holds(rank, step)
+            if src is not None:
+                with intercept(_direct):  # the blocks are not the user's attention calls: no interceptor sees them
+                    for qoff, koff, b in plan.boxes(rank, src):
+                        part_out, part_lse = block_forward(q, cur[..., :D], cur[..., D:], b, qoff, koff, plan.rule,
+                                                           ring.scale, ring.softcap, ring.backend)
+                        merge(out, lse, b.q0 + qoff, part_out, part_lse)
+            ex.wait()
+            sent += ex.bytes_sent
+            cur = nxt
+        if ring.traffic is not None:
+            ring.traffic.forward += sent
+        out = out.to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.ring = ring
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        ring: _Ring = ctx.ring
+        plan, rank, W = ring.plan, ring.rank, ring.world
+        acc = accumulate_dtype(q.dtype)
+        D = k.shape[3]
+        qa, do = q.to(acc), dout.to(acc)
+        delta = (do * out.to(acc)).sum(-1)                                          # (B, Hq, Lr)
+        if dlse is not None:
+            delta = delta - dlse.to(acc)
+        dq = torch.zeros_like(qa)
+        cur = torch.cat([k, v], dim=-1).contiguous()                               # (B, Hkv, Lr, D + Dv)
+        block = cur.shape
+        held_prev = done_prev = mine = None
+        my_hops = plan.hops(rank)
+        sent = 0
+        for step in range(W + 1):
+            ex = ring.exchange(f"backward step {step}")
+            nxt = acc_in = home = None
+            if step < W and plan.sends_on(rank, step):
+                ex.send(cur, (rank + 1) % W, "sending the K/V block", TAG_KV + KINDS * step)
+            if step < W and plan.sends_on((rank - 1) % W, step):
+                nxt = torch.empty_like(cur)
+                ex.recv(nxt, (rank - 1) % W, "receiving the K/V block", TAG_KV + KINDS * step)
+            if held_prev is not None:
+                if plan.sends_on(rank, step - 1):
+                    ex.send(done_prev, (rank + 1) % W, "sending dK/dV onward", TAG_DKV + KINDS * step)
+                elif held_prev != rank:
+                    ex.send(done_prev, held_prev, "sending dK/dV home", TAG_HOME + KINDS * step)
+                else:
+                    mine = done_prev
+            src = plan.holds(rank, step) if step < W else None
+            if src is not None and step > 0:
+                acc_in = torch.empty(block, dtype=acc, device=q.device)
+                ex.recv(acc_in, (rank - 1) % W, "receiving dK/dV", TAG_DKV + KINDS * step)
+            if my_hops > 0 and step == my_hops + 1:
+                home = torch.empty(block, dtype=acc, device=q.device)
+                ex.recv(home, (rank + my_hops) % W, "receiving this rank's dK/dV", TAG_HOME + KINDS * step)
+            ex.post()
+            part = None
+            if src is not None:
+                part = torch.zeros(block, dtype=acc, device=q.device)
+                ka, va = cur[..., :D].to(acc), cur[..., D:].to(acc)
+                for qoff, koff, b in plan.boxes(rank, src):
+                    block_backward(qa, ka, va, do, lse, delta, dq, part[..., :D], part[..., D:], b, qoff, koff,
+                                   plan.rule, ring.scale, ring.softcap)
+            ex.wait()
+            sent += ex.bytes_sent
+            if home is not None:
+                mine = home
+            if part is not None and acc_in is not None:
+                part += acc_in
+            held_prev, done_prev, cur = src, part, nxt
+        if ring.traffic is not None:
+            ring.traffic.backward += sent
+        dk, dv = mine[..., :D].to(k.dtype), mine[..., D:].to(v.dtype)
+        return dq.to(q.dtype), dk, dv, None
+
+
+def ring_attention(q, k, v, *, group=None, causal=False, window=None, softcap=None, scale=None,
+                   layout="zigzag", seq_len=None, return_lse=False, backend="auto"):
+    """Attention over a sequence split across the ranks of `group`: this rank's rows of the whole.
+
+    q  (B, Hq, Lr, D)    this rank's queries, Lr = Lp / W rows in `layout` (see `shard`)
+    k  (B, Hkv, Lr, D)   this rank's keys (K/V travel with Hkv heads: GQA is not expanded)
+    v  (B, Hkv, Lr, Dv)  this rank's values
+    q, k, v may be `Sharded` (from `shard`): layout and seq_len are then taken from them, and
+    the output (and lse) come back as `Sharded` too, ready for `unshard`.
+    causal, window, softcap, scale, backend   as in `selfattn.attention` on the whole sequence
+    layout     "zigzag" (rank i holds chunks i and 2W−1−i: balanced causal work) or "contiguous"
+    seq_len    the true length L <= Lr · W; positions >= L are padding: hidden as keys, and their
+               query rows get output 0, lse −inf (None: no padding, L = Lr · W)
+    return_lse return AttentionOutput(output, None, lse (B, Hq, Lr))
+
+    Returns output (B, Hq, Lr, Dv) equal to rows of `attention(full q, full k, full v, ...)`.
+    Raises ValueError when ranks disagree on shapes, dtypes or options, and `RankFailure` naming
+    the rank that did not answer within the group's timeout (set by `init`).
+    """
+    sharded = None
+    if any(isinstance(t, Sharded) for t in (q, k, v)):
+        if not all(isinstance(t, Sharded) for t in (q, k, v)):
+            raise TypeError("q, k, v must be all Sharded or all tensors")
+        metas = {(t.seq_len, t.layout, t.dim, t.world, t.rank) for t in (q, k, v)}
+        if len(metas) != 1 or q.dim != 2:
+            raise ValueError(f"q, k, v must be sharded alike along dim 2, got (seq_len, layout, dim, world, rank) "
+                             f"{sorted(metas)}")
+        sharded, seq_len, layout = q, q.seq_len, q.layout
+        q, k, v = q.tensor, k.tensor, v.tensor
+    check_layout(layout)
+    checks.boolean("causal", causal)
+    checks.boolean("return_lse", return_lse)
+    request = build_request(q, k, v, causal=causal, window=window, scale=scale, softcap=softcap)
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("torch.distributed is not initialised: call selfattn.distributed.init(...) first")
+    world, rank, global_ranks = comm.group_ranks(group)
+    Lr = q.shape[2]
+    if k.shape[2] != Lr:
+        raise ValueError(f"q has {Lr} local rows but k has {k.shape[2]}: each rank holds the same positions "
+                         f"of q, k and v")
+    if layout == "zigzag" and Lr % 2:
+        raise ValueError(f"the zigzag layout needs an even number of local rows (two equal chunks), got Lr={Lr}")
+    seq_len = checks.integer("seq_len", Lr * world if seq_len is None else seq_len, low=1, high=Lr * world)
+    comm.check_same({"B": q.shape[0], "Hq": q.shape[1], "Hkv": k.shape[1], "Lr": Lr, "D": q.shape[3],
+                     "Dv": v.shape[3], "dtype": DTYPE_CODES[q.dtype], "seq_len": seq_len,
+                     "layout": LAYOUTS.index(layout), "causal": int(causal),
+                     "window": 0 if request.window is None else request.window,
+                     "scale_bits": _float_bits(request.scale), "softcap_bits": _float_bits(request.softcap)},
+                    group, "ring_attention")
+    plan = RingPlan(world, Lr, layout, Rule(causal, request.window, seq_len))
+    ring = _Ring(group, plan, rank, global_ranks, request.scale, request.softcap, backend, comm.timeout_of(group),
+                 _TRAFFIC.get())
+    out, lse = _RingFunction.apply(q, k, v, ring)
+    if sharded is not None:
+        out, lse = sharded.like(out), sharded.like(lse)
+    return AttentionOutput(out, None, lse) if return_lse else out
