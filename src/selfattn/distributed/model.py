@@ -66,16 +66,16 @@ class ContextParallelLM(nn.Module):
         Lr = ids.local_len
 
         def route(request, compute) -> Result:
-            if request.len_q != Lr or request.len_k != Lr:
+            if request.Lq != Lr or request.Lk != Lr:
                 raise ValueError(f"context parallel attention needs this rank's {Lr} rows as queries and keys, "
-                                 f"got Lq={request.len_q}, Lk={request.len_k} (a KV cache is not supported)")
-            if request.mask is not None or request.need_weights or request.dropout_p > 0:
+                                 f"got Lq={request.Lq}, Lk={request.Lk} (a KV cache is not supported)")
+            if request.mask is not None or request.return_weights or request.dropout_p > 0:
                 raise ValueError("context parallel attention supports causal / window / softcap only: no mask, "
                                  "no returned weights, no attention dropout")
             res = ring_attention(request.q, request.k, request.v, group=self.group, causal=request.causal,
                                  window=request.window, softcap=request.softcap, scale=request.scale,
                                  layout=self.layout, seq_len=ids.seq_len, return_lse=True, backend=self.backend)
-            return Result(res.output, None, res.lse if request.need_lse else None)
+            return Result(res.output, None, res.lse if request.return_lse else None)
 
         return route
 
