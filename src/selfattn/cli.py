@@ -174,8 +174,8 @@ def _bench(args) -> int:
         return 0
     console = None if args.json else _console()
 
-    def progress(case) -> None:
-        console.print(f"measuring {case.name} ({case.shape})…", style="dim", markup=False)
+    def progress(name: str, what: str) -> None:
+        console.print(f"measuring {name} ({what})…", style="dim", markup=False)
 
     result = bench.run(args.case, quick=args.quick, threads=args.threads, measure_memory=not args.no_memory,
                        load=args.load, progress=None if args.json else progress)
@@ -278,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("bench", help="benchmarks: each backend against PyTorch SDPA and the machine's GEMM peak")
     p.add_argument("--case", action="append", metavar="NAME",
-                   help="run only this case (repeatable; default: all; an unknown name lists the cases)")
+                   help="run only this case (repeatable; default: every kernel case; 'hf' (a transformers model) "
+                        "and 'ring' (several processes) run only when named; an unknown name lists the cases)")
     p.add_argument("--quick", action="store_true", help="small sizes: the whole suite in well under a minute")
     p.add_argument("--threads", type=_threads, help="torch threads (default: torch's default)")
     p.add_argument("--load", type=_load, default=0, metavar="N",

@@ -37,13 +37,16 @@ def test_json_has_every_field(quick_result):
         assert [r["backend"] for r in case["rows"]] == list(CASES[case["name"]][1].backends)
         for row in case["rows"]:
             assert set(row) == ROW_FIELDS
+            if row["backend"] == "flex" and row["skipped"]:      # on a CPU: no backward, nothing under 128
+                assert "flex" in row["skipped"] or "FlexAttention" in row["skipped"] or "CPU" in row["skipped"]
+                continue
             assert row["skipped"] is None, row
             assert row["ms"] > 0 and row["gflops"] > 0 and row["peak_percent"] > 0 and row["repeats"] >= 1
             assert row["vs_sdpa"] > 0
         sdpa = next(r for r in case["rows"] if r["backend"] == "sdpa")
         assert sdpa["vs_sdpa"] == 1.0
         auto = next(r for r in case["rows"] if r["backend"] == "auto")
-        assert auto["chosen"] in ("sdpa", "tiled", "naive")
+        assert auto["chosen"] in ("sdpa", "native", "tiled", "naive")
 
 
 def test_tables_render(quick_result):
@@ -140,3 +143,19 @@ def test_texts_from_the_machine_are_not_markup():
     bench.render(result, Console(file=out, width=200))
     text = out.getvalue()
     assert "[bold]cpu[/bold]" in text and "[red]busy[/red]" in text and "[link=https://x]no[/link]" in text
+
+
+def test_extra_cases_run_only_when_named_and_render():
+    from selfattn.bench.cases import split_names
+
+    assert split_names(None)[1] == [] and split_names(["hf", "decode"]) == (["decode"], ["hf"])
+    with pytest.raises(ValueError, match="unknown bench case 'nope'; choose from .*hf, ring"):
+        split_names(["nope"])
+    result = bench.run(cases=["hf"], quick=True, measure_memory=False, threads=1)
+    assert result["cases"] == [] and set(result["extra"]) == {"hf"}
+    hf = json.loads(json.dumps(result["extra"]["hf"]))
+    assert set(hf["seconds"]) == {"selfattn", "sdpa", "eager"} and hf["ratio_to_sdpa"]["sdpa"] == 1.0
+    assert hf["max_logit_error_vs_eager"] < 1e-4
+    out = io.StringIO()
+    bench.render(result, Console(file=out, width=120))
+    assert "hf: tiny Llama forward, L = 512" in out.getvalue() and "selfattn" in out.getvalue()

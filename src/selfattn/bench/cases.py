@@ -12,7 +12,7 @@ import torch
 
 from ..kernels.cost import visible_pairs
 
-__all__ = ["Case", "CASES", "SEED", "BACKWARD_FLOPS_FACTOR", "select"]
+__all__ = ["Case", "CASES", "EXTRA_CASES", "SEED", "BACKWARD_FLOPS_FACTOR", "select", "split_names"]
 
 SEED = 0
 """Inputs are torch.randn from this seed, the same for every backend of a case."""
@@ -36,7 +36,7 @@ class Case:
     causal: bool = True
     window: int | None = None
     backward: bool = False
-    backends: tuple[str, ...] = ("sdpa", "tiled", "auto", "naive")
+    backends: tuple[str, ...] = ("sdpa", "native", "flex", "tiled", "auto", "naive")
     dtype: torch.dtype = torch.float32
     rounds: int | None = None    # timed rounds without a warm-up, for calls of many seconds; None: adaptive
 
@@ -87,7 +87,7 @@ def _cases() -> tuple[tuple[Case, Case], ...]:
         (Case("decode", "one KV-cache decoding step (Lq = 1, causal bottom-right: sees the whole cache)",
               len_q=1, len_k=16384, **base), dict(len_k=512)),
         (Case("memory", "causal forward at L = 32768: peak extra memory (naive would need 32 GiB of weights)",
-              len_q=32768, len_k=32768, backends=("sdpa", "tiled", "naive"), rounds=1, **base),
+              len_q=32768, len_k=32768, backends=("sdpa", "native", "tiled", "naive"), rounds=1, **base),
          dict(len_q=1024, len_k=1024, rounds=None)),
     )
     return tuple((full, replace(full, **quick)) for full, quick in pairs)
@@ -97,16 +97,30 @@ CASES: dict[str, tuple[Case, Case]] = {full.name: (full, quick) for full, quick 
 """name → (full-size case, quick case)."""
 
 
-def select(names=None, quick: bool = False) -> list[Case]:
-    """The cases called `names` (all when None), at full or quick size; unknown names are a ValueError."""
+EXTRA_CASES = {
+    "hf": "a tiny Llama's forward pass, attn_implementation selfattn vs sdpa vs eager (selfattn.bench.hf_case)",
+    "ring": "ring attention over 1, 2 and 4 local processes, bytes per rank, memory, scaling to 64 ranks "
+            "(selfattn.bench.ring_case)",
+}
+"""Cases that measure a whole model or several processes rather than one attention call; run only when named."""
+
+
+def split_names(names=None) -> tuple[list[str], list[str]]:
+    """(kernel case names, extra case names) of `names` (None: every kernel case, no extra one);
+    an unknown name is a ValueError listing them all."""
     if names is None:
-        names = list(CASES)
-    elif isinstance(names, str):
+        return list(CASES), []
+    if isinstance(names, str):
         names = [names]
-    unknown = [n for n in names if n not in CASES]
+    unknown = [n for n in names if n not in CASES and n not in EXTRA_CASES]
     if unknown:
-        raise ValueError(f"unknown bench case {unknown[0]!r}; choose from {', '.join(CASES)}")
-    return [CASES[n][1 if quick else 0] for n in names]
+        raise ValueError(f"unknown bench case {unknown[0]!r}; choose from {', '.join([*CASES, *EXTRA_CASES])}")
+    return [n for n in names if n in CASES], [n for n in names if n in EXTRA_CASES]
+
+
+def select(names=None, quick: bool = False) -> list[Case]:
+    """The kernel cases called `names` (all when None), at full or quick size; unknown names are a ValueError."""
+    return [CASES[n][1 if quick else 0] for n in split_names(names)[0]]
 
 
 def resolve(case: Case, backend: str, q, k, v) -> tuple[str | None, str | None]:

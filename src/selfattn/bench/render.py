@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["render_header", "render_case", "render"]
+__all__ = ["render_header", "render_case", "render_hf", "render_ring", "render"]
 
 
 def render_header(result: dict, console: Console) -> None:
@@ -48,9 +48,56 @@ def render_case(case: dict, console: Console) -> None:
             console.print(Text(f"  {row['backend']} memory not measured: {row['memory_error']}", style="dim"))
 
 
+def render_hf(hf: dict, console: Console) -> None:
+    """The `hf` case: one forward pass of a tiny Llama per attention implementation."""
+    table = Table(title=f"hf: {hf['model']} forward, L = {hf['length']} ({hf['device']})", title_justify="left",
+                  caption=f"× sdpa: time over attn_implementation='sdpa' (target for selfattn: ≤ {hf['target_ratio']}); "
+                          f"largest logit difference from eager {hf['max_logit_error_vs_eager']:.1e}",
+                  caption_justify="left")
+    for column in ("attn_implementation", "ms", "× sdpa"):
+        table.add_column(column, justify="left" if column == "attn_implementation" else "right", no_wrap=True)
+    for name, seconds in hf["seconds"].items():
+        table.add_row(name, f"{seconds * 1e3:.1f}", f"{hf['ratio_to_sdpa'][name]:.2f}")
+    console.print(table)
+
+
+def render_ring(ring: dict, console: Console) -> None:
+    """The `ring` case: time, bytes and memory per rank at each world size, then the simulated scaling."""
+    spec = ring["spec"]
+    table = Table(title=f"ring: causal zigzag ring attention, L = {spec['seq_len']}, forward + backward, "
+                        f"{ring['threads_per_rank']} thread per rank on {ring['cores']} cores", title_justify="left",
+                  caption="bytes: sent by each rank in one step, measured / by the formula of docs/distributed.md",
+                  caption_justify="left")
+    for column in ("ranks", "s / step", "MB sent per rank (measured / formula)", "peak MiB per rank"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for m in ring["measured"]:
+        ranks = m["ranks"]
+        sent = max(sum(r["bytes_sent"].values()) for r in ranks) / 1e6
+        formula = max(sum(r["bytes_formula"].values()) for r in ranks) / 1e6
+        peak = max(r["peak_extra_bytes"] for r in ranks) / 2**20
+        table.add_row(str(m["world"]), f"{m['seconds_per_step']:.3f}", f"{sent:.2f} / {formula:.2f}", f"{peak:.1f}")
+    console.print(table)
+    simulated = (ring.get("simulated") or {}).get("long")
+    if simulated:
+        sim = Table(title=f"ring, simulated: L = {simulated[0]['seq_len']}, from the measured compute rate and a "
+                          f"{ring['link_bytes_per_s'] * 8 / 1e9:.0f} Gb/s link", title_justify="left")
+        for column in ("ranks", "L per rank", "s / step", "speedup", "efficiency", "bound", "MB sent per rank"):
+            sim.add_column(column, justify="right", no_wrap=True)
+        for row in simulated:
+            sim.add_row(str(row["world"]), str(row["local_len"]), f"{row['seconds_per_step']:.3g}",
+                        f"{row['speedup']:.1f}", f"{row['efficiency']:.0%}", row["bound"],
+                        f"{row['bytes_sent_per_rank'] / 1e6:.1f}")
+        console.print(sim)
+
+
 def render(result: dict, console: Console | None = None) -> None:
     """Print the header and every case's table of a `selfattn.bench.run` result."""
     console = console or Console()
     render_header(result, console)
     for case in result["cases"]:
         render_case(case, console)
+    extra = result.get("extra", {})
+    if "hf" in extra:
+        render_hf(extra["hf"], console)
+    if "ring" in extra:
+        render_ring(extra["ring"], console)

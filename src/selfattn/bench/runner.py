@@ -27,7 +27,7 @@ import torch
 from .. import checks
 from ..limits import MAX_THREADS
 from . import memory
-from .cases import Case, make_call, resolve, select
+from .cases import EXTRA_CASES, Case, make_call, resolve, select, split_names
 from .load import busy_processes
 from .peak import GEMM_SIZE, QUICK_GEMM_SIZE, gemm_peak
 from .timing import MIN_SECONDS, QUICK_MIN_SECONDS, best_seconds_interleaved
@@ -47,7 +47,7 @@ PEAK_SPREAD = 1.25
 
 
 def run(cases=None, quick: bool = False, *, threads: int | None = None, measure_memory: bool = True,
-        load: int = 0, progress: Callable[[Case], None] | None = None) -> dict:
+        load: int = 0, progress: Callable[[str, str], None] | None = None) -> dict:
     """Run the benchmark cases named in `cases` (all when None) and return the numbers as a dict.
 
     quick           small sizes: the whole suite in about a minute (most of it starting the memory
@@ -56,9 +56,10 @@ def run(cases=None, quick: bool = False, *, threads: int | None = None, measure_
     measure_memory  measure peak extra memory (one fresh process per row); else those fields are None
     load            run this many busy processes (one core each, `selfattn.bench.load`) during the whole
                     run, GEMM peaks included, and stop them after
-    progress        called with each case before it is measured (the CLI shows "measuring …")
+    progress        called with (case name, what it measures) before each case (the CLI shows "measuring …")
     """
-    chosen = select(cases, quick)
+    kernel_names, extra_names = split_names(cases)
+    chosen = select(kernel_names, quick)
     checks.optional_integer("threads", threads, low=1, high=MAX_THREADS)
     checks.boolean("quick", quick)
     checks.boolean("measure_memory", measure_memory)
@@ -70,9 +71,38 @@ def run(cases=None, quick: bool = False, *, threads: int | None = None, measure_
     try:
         load_before = _load_average()                   # before our own busy processes start
         with busy_processes(load):
-            return _run(chosen, quick, torch.get_num_threads(), measure_memory, load, load_before, progress)
+            if any("native" in case.backends for case in chosen):
+                _build_native()
+            result = _run(chosen, quick, torch.get_num_threads(), measure_memory, load, load_before, progress)
+            result["extra"] = {name: _run_extra(name, quick, progress) for name in extra_names}
+            return result
     finally:
         torch.set_num_threads(before)
+
+
+def _build_native() -> None:
+    """Compile the native kernel now if it is not built (it says so on stderr, with the time it took):
+    its rows then time the kernel, not the compiler. A failed build leaves the rows refused with why."""
+    from ..kernels import native
+
+    if not native.is_built():
+        try:
+            native.build()
+        except RuntimeError:
+            pass                           # not_supported_reasons now carries the reason
+
+
+def _run_extra(name: str, quick: bool, progress) -> dict:
+    """One of `EXTRA_CASES`: a whole model (hf) or several processes (ring)."""
+    if progress is not None:
+        progress(name, EXTRA_CASES[name])
+    if name == "hf":
+        from .hf_case import run_hf_case
+
+        return run_hf_case(512 if quick else 2048, quick=quick)
+    from .ring_case import ring_case
+
+    return ring_case(quick=quick)
 
 
 def _load_average() -> float | None:
@@ -87,7 +117,7 @@ def _run(chosen: list[Case], quick: bool, threads: int, measure_memory: bool, bu
     entries = []
     for case in chosen:
         if progress is not None:
-            progress(case)
+            progress(case.name, case.shape)
         entries.append(_run_case(case, quick, threads, min_seconds, measure_memory))
     peaks.append(gemm_peak(gemm_size, min_seconds))   # before and after: a busy moment must not lower the peak
     load_after = _load_average()
@@ -132,7 +162,9 @@ def _run_case(case: Case, quick: bool, threads: int, min_seconds: float, measure
         seconds, row["repeats"] = timings[row["backend"]]
         row["ms"] = seconds * 1e3
         row["gflops"] = case.flops / seconds / 1e9
-        if measure_memory:
+        if measure_memory and row["chosen"] == "flex":
+            row["memory_error"] = "not measured: a fresh process would measure torch.compile, not the kernel"
+        elif measure_memory:
             nbytes, row["memory_error"] = memory.extra_bytes(case.name, quick, row["backend"], threads)
             row["extra_mib"] = None if nbytes is None else nbytes / MIB
     sdpa_ms = next((r["ms"] for r in rows if r["backend"] == "sdpa" and r["ms"] is not None), None)
