@@ -48,7 +48,7 @@ def dense_mask(r: Request) -> torch.Tensor | None:
     """The request's visibility as one SDPA `attn_mask`: bool (True = may look), or additive
     float in the input dtype when the user's mask is additive. Broadcasts to (B, Hq, Lq, Lk)."""
     visible = None
-    if r.causal or r.window is not None:
+    if r.window is not None or (r.causal and r.Lq > 1):   # one decoding step sees the whole cache: no mask
         visible = masks.visibility(r.Lq, r.Lk, causal=r.causal, window=r.window, device=r.q.device)
     if r.mask is None:
         return visible
