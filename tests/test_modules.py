@@ -142,3 +142,62 @@ def test_kv_cache_names_mismatched_values(k, v, match):
 def test_input_dtype_other_than_the_weights_is_named(module, dtype):
     with pytest.raises(TypeError, match=f"x has dtype {dtype} but the module's weights are torch.float32"):
         module(torch.zeros(3, 8, dtype=dtype))
+
+
+class _RecordingRing:
+    """Stands in for `selfattn.distributed.ContextParallel` in one process: records what the module passes and
+    runs plain attention over the given rows (the real ring is tested in real processes, tests/distributed)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def attention(self, q, k, v, *, causal, scale, backend):
+        from selfattn import attention
+
+        self.calls.append(dict(shapes=(tuple(q.shape), tuple(k.shape)), causal=causal, scale=scale, backend=backend))
+        return attention(q, k, v, causal=causal, scale=scale, backend=backend)
+
+
+@pytest.mark.parametrize("n_kv_heads, causal", [(None, True), (1, False)])
+def test_context_parallel_sends_the_attention_call_to_the_ring(n_kv_heads, causal):
+    mha = MultiHeadSelfAttention(16, 4, n_kv_heads, causal=causal).double().eval()
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    ring = _RecordingRing()
+    assert torch.allclose(mha(x, context_parallel=ring), mha(x), atol=TOL["float64"])
+    assert torch.allclose(mha(x[0], context_parallel=ring), mha(x[0]), atol=TOL["float64"])   # (L, d_model) too
+    Hkv = n_kv_heads or 4
+    assert ring.calls[0] == dict(shapes=((2, 4, 6, 4), (2, Hkv, 6, 4)), causal=causal, scale=mha.scale,
+                                 backend="auto")        # GQA K/V handed over un-expanded
+
+
+def test_context_parallel_refuses_mask_cache_dropout_by_name():
+    from selfattn.distributed import ContextParallel
+
+    cp = ContextParallel(seq_len=12)            # refused before anything is sent: no process group needed
+    mha = MultiHeadSelfAttention(8, 2).eval()
+    x = torch.randn(1, 6, 8)
+    with pytest.raises(ValueError, match="does not support a mask"):
+        mha(x, mask=torch.ones(6, 6, dtype=torch.bool), context_parallel=cp)
+    cache = KVCache()
+    with pytest.raises(ValueError, match="does not support a KV cache"):
+        mha(x, cache=cache, context_parallel=cp)
+    assert len(cache) == 0
+    dropping = MultiHeadSelfAttention(8, 2, dropout=0.1).train()
+    with pytest.raises(ValueError, match=r"attention dropout \(dropout=0.1, training\)"):
+        dropping(x, context_parallel=cp)
+    with pytest.raises(TypeError, match="context_parallel must be a selfattn.distributed.ContextParallel, got str"):
+        mha(x, context_parallel="ring")
+    with pytest.raises(RuntimeError, match="torch.distributed is not initialised"):
+        mha(x, context_parallel=cp)             # a valid call, but this process has no group
+
+
+@pytest.mark.parametrize("kwargs, err, match", [
+    (dict(layout="striped"), ValueError, "unknown layout 'striped'"),
+    (dict(seq_len=0), ValueError, "seq_len must be >= 1, got 0"),
+    (dict(seq_len=2.5), TypeError, "seq_len"),
+])
+def test_context_parallel_arguments_are_named(kwargs, err, match):
+    from selfattn.distributed import ContextParallel
+
+    with pytest.raises(err, match=match):
+        ContextParallel(**kwargs)

@@ -3,11 +3,15 @@
     SelfAttention(128)                 (10, 128) -> (10, 128), one head, W_Q/W_K/W_V
     MultiHeadSelfAttention(128, 8)     (B, L, 128) -> (B, L, 128), heads + output projection
     KVCache()                          keys/values of the past, for decoding one token at a time
+
+With `context_parallel=` (a `selfattn.distributed.ContextParallel`), MultiHeadSelfAttention runs
+on this rank's rows of a sequence split across processes and its attention goes round the ring.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -15,7 +19,20 @@ from torch import nn
 from . import checks
 from .functional import attention, check_mask
 
-__all__ = ["SelfAttention", "MultiHeadSelfAttention", "KVCache"]
+__all__ = ["SelfAttention", "MultiHeadSelfAttention", "KVCache", "SequenceParallel"]
+
+
+@runtime_checkable
+class SequenceParallel(Protocol):
+    """What `MultiHeadSelfAttention(..., context_parallel=cp)` needs of `cp`: attention of this rank's rows
+    over a sequence split across processes. `selfattn.distributed.ContextParallel` is the one to pass
+    (this module sits below `selfattn.distributed` and knows it only by this method).
+
+    q (B, Hq, Lr, D), k (B, Hkv, Lr, D), v (B, Hkv, Lr, Dv)  ->  (B, Hq, Lr, Dv), this rank's rows
+    """
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
+                  backend: str) -> torch.Tensor: ...
 
 
 def _as_batch(x, d_model: int, weight: torch.Tensor, name: str = "x") -> tuple[torch.Tensor, bool]:
@@ -195,8 +212,20 @@ class MultiHeadSelfAttention(nn.Module):
         """Heads back together and through the output projection: (B, H, L, D) -> (B, L, d_model)."""
         return self.out_proj(o.transpose(1, 2).flatten(2))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None, *,
+                context_parallel: SequenceParallel | None = None):
+        """x (L, d_model) or (B, L, d_model) -> the same shape.
+
+        mask              bool or additive, broadcastable to (B, H, L, L'), L' = cache length after appending
+        cache             a KVCache: the new positions attend over the whole past it holds
+        context_parallel  a `selfattn.distributed.ContextParallel`: x holds this rank's rows of a sequence
+                          split across processes (from `shard`), and attention runs over the whole
+                          sequence (`ring_attention`). No mask, cache or attention dropout with it.
+        """
         x, added = _as_batch(x, self.d_model, self.q_proj.weight)
+        if context_parallel is not None:
+            out = self._context_parallel(x, mask, cache, context_parallel)
+            return out[0] if added else out
         past = 0 if cache is None else len(_check_cache(cache))
         if mask is not None:       # checked before the cache grows: a refused call leaves it as it was
             B, L = x.shape[:2]
@@ -211,6 +240,23 @@ class MultiHeadSelfAttention(nn.Module):
             raise
         out = self.merge(o)
         return out[0] if added else out
+
+    def _context_parallel(self, x: torch.Tensor, mask, cache, cp) -> torch.Tensor:
+        """x (B, Lr, d_model): this rank's rows -> (B, Lr, d_model), attention over the whole sequence."""
+        if not isinstance(cp, SequenceParallel):
+            raise TypeError(f"context_parallel must be a selfattn.distributed.ContextParallel, got "
+                            f"{type(cp).__name__}")
+        refused = [what for what, given in (
+            ("a mask", mask is not None),
+            ("a KV cache", cache is not None),
+            (f"attention dropout (dropout={self.dropout}, training)", self.training and self.dropout > 0),
+        ) if given]
+        if refused:
+            raise ValueError(f"context parallel attention does not support {' or '.join(refused)}: it runs causal "
+                             f"or full attention over the whole sequence (decode with a cache in one process; "
+                             f"call .eval() or build with dropout=0)")
+        q, k, v = self.project(x)
+        return self.merge(cp.attention(q, k, v, causal=self.causal, scale=self.scale, backend=self.backend))
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "

@@ -104,7 +104,7 @@ def attention_cases(rank: int, world: int) -> list[str]:
             loss.backward()
         full_out = unshard(res.output)
         full_lse = unshard(res.lse)
-        grads = [unshard(t.like(leaf.grad)) for t, leaf in zip((sq, sk, sv), leaves)]
+        grads = [unshard(t.like(leaf.grad)) for t, leaf in zip((sq, sk, sv), leaves, strict=True)]
         for name, got, want, base in (("output", full_out, torch.from_numpy(o64), naive[0]),
                                       ("lse", full_lse, torch.from_numpy(lse64), naive[1]),
                                       ("dq", grads[0], gq64, naive[2]), ("dk", grads[1], gk64, naive[3]),
@@ -153,8 +153,9 @@ def roundtrip_and_mismatch(rank: int, world: int) -> list[str]:
 
 
 def train_step_case(rank: int, world: int) -> list[str]:
-    """One context-parallel step of a DecoderLM equals one process's step (loss and every gradient)."""
-    from selfattn.distributed.model import ContextParallelLM, train_step
+    """One context-parallel step of a DecoderLM, through its public arguments (`model(shard(ids), group=...)`
+    inside `train_step`), equals one process's step: the loss and every parameter's gradient."""
+    from selfattn.distributed import train_step
     from selfattn.model.data import next_token_loss
     from selfattn.model.decoder import DecoderConfig, DecoderLM
 
@@ -171,23 +172,78 @@ def train_step_case(rank: int, world: int) -> list[str]:
         model = DecoderLM(cfg).double()
         loss1 = next_token_loss(single(batch[:, :-1]), batch, pad_id)
         loss1.backward()
-        loss = train_step(ContextParallelLM(model, layout=layout), batch, pad_id)
-        if abs(loss - float(loss1)) > 1e-10:
-            failures.append(f"{layout}: loss {loss!r} != single-process {float(loss1)!r}")
-        for (name, p1), (_, p) in zip(single.named_parameters(), model.named_parameters()):
+        loss = train_step(model, batch, pad_id, layout=layout)
+        if abs(loss - loss1.item()) > 1e-10:
+            failures.append(f"{layout}: loss {loss!r} != single-process {loss1.item()!r}")
+        for (name, p1), (_, p) in zip(single.named_parameters(), model.named_parameters(), strict=True):
             err = float((p1.grad - p.grad).abs().max())
             if not err <= 1e-10:
                 failures.append(f"{layout}: grad of {name} differs by {err:.3g}")
     return failures
 
 
+def decoder_case(rank: int, world: int) -> list[str]:
+    """DecoderLM and MultiHeadSelfAttention on this rank's rows, through their public arguments, give this
+    rank's rows of one process's result: logits of Sharded ids (B, Lr) and (Lr,); the attention module's
+    output and gradients (input and weights), causal and not, GQA; a group of another size is refused."""
+    from selfattn.distributed import ContextParallel, Sharded
+    from selfattn.model.decoder import DecoderConfig, DecoderLM
+    from selfattn.modules import MultiHeadSelfAttention
+
+    failures: list[str] = []
+    torch.manual_seed(5)
+    model = DecoderLM(DecoderConfig(vocab_size=31, d_model=16, n_layers=2, n_heads=2, max_len=40)).double().eval()
+    ids = torch.randint(0, 31, (2, 19), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        want = model(ids)
+    for layout in ("zigzag", "contiguous"):
+        with torch.no_grad():
+            got = unshard(model(shard(ids, layout=layout, dim=1)))
+            one_row = unshard(model(shard(ids[1], layout=layout, dim=0)))
+        for name, a, b in (("(B, L)", got, want), ("(L,)", one_row, want[1])):
+            err = float((a - b).abs().max())
+            if not err <= 1e-12:
+                failures.append(f"DecoderLM {layout} {name}: logits differ by {err:.3g}")
+    for n_kv_heads, causal in ((None, True), (1, False)):
+        torch.manual_seed(8)
+        mha = MultiHeadSelfAttention(12, 4, n_kv_heads, causal=causal).double()
+        x = torch.randn(2, 13, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(9))
+        dy = torch.randn(2, 13, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(10))
+        xa = x.clone().requires_grad_()
+        (mha(xa) * dy).sum().backward()
+        want_grads = [xa.grad] + [p.grad.clone() for p in mha.parameters()]
+        mha.zero_grad()
+        sx = shard(x, dim=1)
+        leaf = sx.tensor.clone().requires_grad_()
+        y = mha(leaf, context_parallel=ContextParallel.of(sx))
+        (y * shard(dy, dim=1).tensor).sum().backward()
+        got_grads = [unshard(sx.like(leaf.grad))] + [p.grad.clone() for p in mha.parameters()]
+        for p in got_grads[1:]:
+            torch.distributed.all_reduce(p)                     # each rank holds its rows' share of dW
+        label = f"MultiHeadSelfAttention n_kv_heads={n_kv_heads} causal={causal}"
+        err = float((unshard(sx.like(y.detach())) - mha(x).detach()).abs().max())
+        if not err <= 1e-12:
+            failures.append(f"{label}: output differs by {err:.3g}")
+        for (name, _), a, b in zip([("x", None), *mha.named_parameters()], got_grads, want_grads, strict=True):
+            err = float((a - b).abs().max())
+            if not err <= 1e-12:
+                failures.append(f"{label}: grad of {name} differs by {err:.3g}")
+    try:
+        ContextParallel.of(Sharded(torch.zeros(1, 4), 7, "zigzag", 1, world + 1, rank))
+        failures.append("a Sharded of another world size was not refused")
+    except ValueError as e:
+        if f"sharded over {world + 1} ranks" not in str(e):
+            failures.append(f"world mismatch error does not name the sizes: {e}")
+    return failures
+
+
 def group_two(rank: int, world: int) -> list[str]:
     return (roundtrip_and_mismatch(rank, world) + attention_cases(rank, world) + train_step_case(rank, world)
-            + train_entry_point(rank, world))
+            + decoder_case(rank, world) + train_entry_point(rank, world))
 
 
 def group_four(rank: int, world: int) -> list[str]:
-    return roundtrip_and_mismatch(rank, world) + attention_cases(rank, world)
+    return roundtrip_and_mismatch(rank, world) + attention_cases(rank, world) + decoder_case(rank, world)
 
 
 def fails_mid_call(rank: int, world: int, victim: int, how: str) -> str:

@@ -26,7 +26,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
-__all__ = ["METHOD", "extra_bytes", "child_main"]
+__all__ = ["METHOD", "child_main", "extra_bytes", "status_kib", "trim"]
 
 METHOD = ("peak RSS during one call in a fresh process (VmHWM after resetting it through /proc/self/clear_refs), "
           "minus RSS before the call, minus the bytes of the output (and gradients); inputs built and a tiny "
@@ -72,17 +72,18 @@ def child_main() -> None:
                    window=None if case.window is None else min(case.window, TINY // 2))
     make_call(tiny, runs_on, *tiny.inputs())()
     call = make_call(case, spec["backend"], q, k, v)
-    _trim()
-    before = _status_kib("VmRSS")
+    trim()
+    before = status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     outputs = call()
-    peak = _status_kib("VmHWM")
+    peak = status_kib("VmHWM")
     returned = sum(t.numel() * t.element_size() for t in outputs if t is not None)
     print(json.dumps({"extra_bytes": max(0, (peak - before) * 1024 - returned)}))
 
 
-def _trim() -> None:
+def trim() -> None:
+    """Collect garbage and hand freed heap back to the system (glibc `malloc_trim`), before reading VmRSS."""
     gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -90,7 +91,8 @@ def _trim() -> None:
         pass
 
 
-def _status_kib(field: str) -> int:
+def status_kib(field: str) -> int:
+    """A memory field of /proc/self/status in KiB: "VmRSS" (resident now), "VmHWM" (peak since clear_refs)."""
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith(field + ":"):

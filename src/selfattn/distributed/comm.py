@@ -98,7 +98,7 @@ class Exchange:
         except RuntimeError as e:
             peers = sorted({p for _, p, _ in self._ops})
             raise self._failure(peers[0] if len(peers) == 1 else None, "posting " + self.label, e) from e
-        self._pending = [Peer(w, p, what) for w, (_, p, what) in zip(works, self._ops)]
+        self._pending = [Peer(w, p, what) for w, (_, p, what) in zip(works, self._ops, strict=True)]
         self._ops = []
 
     def wait(self) -> None:
@@ -147,8 +147,8 @@ def check_same(meta: dict[str, int], group, what: str) -> None:
     rows = [t.cpu().tolist() for t in table]
     for r, row in enumerate(rows):
         if row != rows[0]:
-            diffs = ", ".join(f"{n}: rank 0 has {a}, rank {r} has {b}" for n, a, b in zip(names, rows[0], row)
-                              if a != b)
+            diffs = ", ".join(f"{n}: rank 0 has {a}, rank {r} has {b}"
+                              for n, a, b in zip(names, rows[0], row, strict=True) if a != b)
             raise ValueError(f"{what}: ranks disagree ({diffs}); every rank must pass tensors of the same "
                              f"shape and dtype and the same options")
 
@@ -178,7 +178,7 @@ def init(backend: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S, ra
     try:
         store.wait(keys, timeout)
     except (RuntimeError, dist.DistStoreError) as e:
-        missing = [r for r, key in zip(range(world_size), keys) if not store.check([key])]
+        missing = [r for r, key in zip(range(world_size), keys, strict=True) if not store.check([key])]
         raise RankFailure(f"rank {rank}: ranks {missing} did not join within {timeout_s:g} s "
                           f"(rendezvous at {master_addr}:{master_port})", missing[0] if missing else None) from e
     if backend == "nccl":

@@ -37,6 +37,7 @@ __all__ = [
     "shard",
     "units",
     "unshard",
+    "world_and_rank",
 ]
 
 LAYOUTS = ("zigzag", "contiguous")
@@ -110,7 +111,8 @@ class Sharded:
         return Sharded(tensor, self.seq_len, self.layout, self.dim if dim is None else dim, self.world, self.rank)
 
 
-def _world(group) -> tuple[int, int]:
+def world_and_rank(group) -> tuple[int, int]:
+    """(world size, this process's rank) in `group` (None: the default group); RuntimeError before `init`."""
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():
@@ -136,7 +138,7 @@ def shard(x: torch.Tensor, group=None, *, layout: str = "zigzag", dim: int = 2) 
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     check_layout(layout)
     dim = _dim(x, dim)
-    world, rank = _world(group)
+    world, rank = world_and_rank(group)
     seq_len = x.shape[dim]
     total = padded_length(seq_len, world, layout)
     if total > seq_len:
@@ -155,7 +157,7 @@ def unshard(x: Sharded, group=None) -> torch.Tensor:
 
     if not isinstance(x, Sharded):
         raise TypeError(f"unshard takes the Sharded that shard() or ring_attention returned, got {type(x).__name__}")
-    world, rank = _world(group)
+    world, rank = world_and_rank(group)
     if (world, rank) != (x.world, x.rank):
         raise ValueError(f"x was sharded over {x.world} ranks (as rank {x.rank}), this group has {world} "
                          f"(this process is rank {rank})")

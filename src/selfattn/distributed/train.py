@@ -6,7 +6,8 @@
 
 Every rank builds the same corpus, tokenizer, model and batches (everything follows from
 --seed) and holds its shard of each sequence (`--layout`, zigzag by default); each step is
-`model.train_step`: attention through `ring_attention`, gradients summed over the ranks.
+`train_step`: the DecoderLM on this rank's rows (`model(shard(ids), group=...)`), attention
+through `ring_attention`, gradients summed over the ranks.
 Rank 0 prints one line per step (loss, tokens/s, bytes this rank sent) and, with --out, saves
 the checkpoint that `selfattn` commands load. This module is a launcher's entry point: it
 prints, as the CLI does; the library underneath does not.
@@ -24,9 +25,11 @@ import torch
 import torch.distributed as dist
 
 from .. import checks
+from ..functional import use_backend
+from ..kernels import BACKENDS
 from .comm import DEFAULT_TIMEOUT_S, init
 from .layout import LAYOUTS
-from .model import ContextParallelLM, train_step
+from .model import train_step
 from .ring import count_traffic
 
 __all__ = ["main", "parse_args", "sample_batch", "token_stream", "train"]
@@ -80,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         checks.integer(name, getattr(args, name), low=1)
     checks.real("lr", args.lr, low=0.0, low_open=True)
     checks.real("timeout", args.timeout, low=0.0, low_open=True)
+    if args.backend != "auto" and args.backend not in BACKENDS:
+        raise ValueError(f"unknown --backend {args.backend!r}; choose 'auto' or one of {sorted(BACKENDS)}")
     return args
 
 
@@ -97,15 +102,14 @@ def train(args: argparse.Namespace, report=None) -> tuple[torch.nn.Module, objec
     config = DecoderConfig(vocab_size=tokenizer.vocab_size, d_model=args.d_model, n_layers=args.layers,
                            n_heads=args.heads, n_kv_heads=args.kv_heads, max_len=args.seq_len)
     model = DecoderLM(config).to(device)
-    cp = ContextParallelLM(model, layout=args.layout, backend=args.backend)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95))
     rng = random.Random(args.seed)
     rows = []
     for step in range(1, args.steps + 1):
         batch = sample_batch(stream, args.batch, args.seq_len, rng).to(device)
         t0 = time.perf_counter()
-        with count_traffic() as traffic:
-            loss = train_step(cp, batch, tokenizer.pad_id, opt)
+        with count_traffic() as traffic, use_backend(args.backend):
+            loss = train_step(model, batch, tokenizer.pad_id, opt, layout=args.layout)
         seconds = time.perf_counter() - t0
         rows.append({"step": step, "loss": loss, "seconds": seconds, "tokens_per_s": batch.numel() / seconds,
                      "world": world, "bytes_sent": traffic.forward + traffic.backward})

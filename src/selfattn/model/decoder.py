@@ -8,7 +8,12 @@
 The layout (names aside) is GPT-2's, so `selfattn.model.hf.load_gpt2` fills it with real
 GPT-2 weights. With one `KVCache` per layer (`model.new_cache()`), feeding a sequence in
 pieces gives the logits of one full pass: positions continue at `cache.length`. Without a
-cache, `model(ids, start=s)` reads ids at positions s, s + 1, … (s may differ per row).
+cache, `model(ids, start=s)` reads ids at positions s, s + 1, … (s may differ per row), and
+`model(ids, positions=p)` at any positions p.
+
+Context parallelism (one sequence split across processes, docs/distributed.md):
+`model(shard(ids, group, dim=1), group=group)` runs on this rank's rows of the sequence: each row
+embedded at its global position, attention over the whole sequence round the ring.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import checks
+from ..distributed.context import ContextParallel
+from ..distributed.layout import Sharded
 from ..functional import attention
 from ..modules import KVCache, MultiHeadSelfAttention
 
@@ -153,8 +160,9 @@ class DecoderBlock(nn.Module):
         self.mlp = MLP(cfg.d_model, cfg.hidden, cfg.activation, cfg.bias, cfg.dropout)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.ln_1(x), cache=cache))
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, *,
+                context_parallel: ContextParallel | None = None) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.ln_1(x), cache=cache, context_parallel=context_parallel))
         return x + self.mlp(self.ln_2(x))
 
     def forward_with_weights(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -204,7 +212,8 @@ class DecoderLM(nn.Module):
         """One empty KVCache per layer, for `forward(..., cache=...)`."""
         return [KVCache() for _ in self.blocks]
 
-    def _embed(self, input_ids: torch.Tensor, start: int | torch.Tensor, origin: str) -> tuple[torch.Tensor, bool]:
+    def _embed(self, input_ids: torch.Tensor, start: int | torch.Tensor, origin: str,
+               positions: torch.Tensor | None = None) -> tuple[torch.Tensor, bool]:
         if not isinstance(input_ids, torch.Tensor):
             raise TypeError(f"input_ids must be a torch.Tensor of token ids, got {type(input_ids).__name__}")
         if input_ids.dtype not in (torch.int64, torch.int32):
@@ -215,13 +224,24 @@ class DecoderLM(nn.Module):
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be (L,) or (B, L), got shape {tuple(input_ids.shape)}")
         B, L = input_ids.shape
-        pos = torch.arange(L, device=input_ids.device)                                   # (L,)
+        if positions is not None:
+            pos = self._check_positions(positions, B, L, added).to(input_ids.device)     # (L,) or (B, L)
+        else:
+            pos = self._start_positions(start, B, L, origin, input_ids.device)           # (L,) or (B, L)
+        if L and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size):
+            raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got "
+                             f"[{int(input_ids.min())}, {int(input_ids.max())}]")
+        return self.drop(self.tok_emb(input_ids) + self.pos_emb(pos)), added            # (B, L, d_model)
+
+    def _start_positions(self, start: int | torch.Tensor, B: int, L: int, origin: str, device) -> torch.Tensor:
+        """start, start + 1, …: (L,) for an int start, (B, L) for one start per row."""
+        pos = torch.arange(L, device=device)                                             # (L,)
         if isinstance(start, torch.Tensor):                                              # one start per row
             if start.shape != (B,) or start.dtype not in (torch.int64, torch.int32):
                 raise ValueError(f"start must be an int or an int64/int32 tensor of shape (B,) = ({B},), "
                                  f"got {start.dtype} of shape {tuple(start.shape)}")
             lowest, highest = (int(start.min()), int(start.max())) if B else (0, 0)
-            pos = start.to(input_ids.device)[:, None] + pos                              # (B, L)
+            pos = start.to(device)[:, None] + pos                                        # (B, L)
         else:
             lowest = highest = start
             pos = start + pos
@@ -230,28 +250,53 @@ class DecoderLM(nn.Module):
         if highest + L > self.config.max_len:
             raise ValueError(f"{highest + L} positions ({origin} {highest} + input {L}) exceed "
                              f"max_len={self.config.max_len}")
-        if L and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got "
-                             f"[{int(input_ids.min())}, {int(input_ids.max())}]")
-        return self.drop(self.tok_emb(input_ids) + self.pos_emb(pos)), added            # (B, L, d_model)
+        return pos
 
-    def forward(self, input_ids: torch.Tensor, cache: list[KVCache] | None = None, *,
-                start: int | torch.Tensor = 0) -> torch.Tensor:
+    def _check_positions(self, positions, B: int, L: int, one_row: bool) -> torch.Tensor:
+        """positions (L,) or (B, L) int, each in [0, max_len)."""
+        if not isinstance(positions, torch.Tensor) or positions.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"positions must be an int64/int32 tensor, got "
+                            f"{positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__}")
+        shapes = [(L,)] if one_row else [(L,), (B, L)]
+        if tuple(positions.shape) not in shapes:
+            raise ValueError(f"positions must have shape {' or '.join(map(str, shapes))} (one per input id), "
+                             f"got {tuple(positions.shape)}")
+        if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= self.config.max_len):
+            raise ValueError(f"positions must be in [0, max_len={self.config.max_len}), got "
+                             f"[{int(positions.min())}, {int(positions.max())}]")
+        return positions
+
+    def forward(self, input_ids: torch.Tensor | Sharded, cache: list[KVCache] | None = None, *,
+                start: int | torch.Tensor = 0, positions: torch.Tensor | None = None, group=None):
         """Logits of the next token at every position.
 
-        input_ids  (B, L) or (L,)  int token ids
+        input_ids  (B, L) or (L,)  int token ids; or, for context parallelism, the `Sharded` that
+                   `shard(input_ids, group, dim=1)` (or `dim=0` for (L,)) returns: this rank's rows
         cache      None, or `new_cache()`: the past is read from it and the new keys/values appended;
                    positions then continue at the cache's length
         start      without a cache: the position of input_ids[..., 0], an int or a (B,) int tensor
                    with one start per row (training places paragraphs at random positions, so that
                    every position embedding is trained)
-        returns    (B, L, vocab_size), or (L, vocab_size) for 1-D input
+        positions  instead of start: the position of every id, int (L,) or (B, L), each < max_len
+        group      with Sharded input_ids: the process group it was sharded over (None: the default
+                   group); every rank must call with its own shard
+        returns    (B, L, vocab_size), or (L, vocab_size) for 1-D input; for Sharded input the
+                   Sharded logits of this rank's rows (rows at padding positions >= L are garbage)
         """
+        if isinstance(input_ids, Sharded):
+            return self._forward_sharded(input_ids, cache, start, positions, group)
+        if group is not None:
+            raise TypeError(f"group is for context parallelism: pass input_ids as the Sharded that "
+                            f"shard(input_ids, group, dim=1) returns, got a {type(input_ids).__name__}")
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"cache has {len(cache)} layers, the model {len(self.blocks)}")
         if isinstance(start, bool) or not isinstance(start, (int, torch.Tensor)):
             raise TypeError(f"start must be an int or a (B,) int tensor, got {type(start).__name__} {start!r}")
-        if cache is not None:
+        if positions is not None and (cache is not None or not (isinstance(start, int) and start == 0)):
+            raise ValueError("pass positions or start/cache, not both: positions place every id themselves")
+        if positions is not None:
+            x, added = self._embed(input_ids, 0, "start", positions)
+        elif cache is not None:
             if not (isinstance(start, int) and start == 0):
                 raise ValueError("pass start or cache, not both: with a cache, positions continue at its length")
             x, added = self._embed(input_ids, cache[0].length, "cache")
@@ -261,6 +306,27 @@ class DecoderLM(nn.Module):
             x = block(x, cache=None if cache is None else cache[i])
         logits = self.lm_head(self.ln_f(x))                                      # (B, L, V)
         return logits[0] if added else logits
+
+    def _forward_sharded(self, ids: Sharded, cache, start, positions, group) -> Sharded:
+        """This rank's rows of a sequence split across `group`: ids (B, Lr) -> Sharded logits (B, Lr, V)."""
+        refused = [name for name, given in (("cache", cache is not None), ("positions", positions is not None),
+                                            ("start", not (isinstance(start, int) and start == 0))) if given]
+        if refused:
+            raise ValueError(f"with Sharded input_ids (context parallelism) pass no {' / '.join(refused)}: "
+                             f"positions come from the shard, and a KV cache is a one-process (decoding) thing")
+        if (ids.tensor.dim(), ids.dim) not in ((2, 1), (1, 0)):
+            raise ValueError(f"Sharded input_ids must be (B, Lr) sharded along dim 1 or (Lr,) along dim 0, got "
+                             f"shape {tuple(ids.tensor.shape)} sharded along dim {ids.dim}")
+        if ids.seq_len > self.config.max_len:
+            raise ValueError(f"the sequence has {ids.seq_len} positions, over max_len={self.config.max_len}")
+        cp = ContextParallel.of(ids, group)
+        pos = ids.positions
+        pos = torch.where(pos < ids.seq_len, pos, torch.zeros_like(pos))       # padding rows: any valid position
+        x, added = self._embed(ids.tensor, 0, "start", pos)                    # (B, Lr, d_model)
+        for block in self.blocks:
+            x = block(x, context_parallel=cp)
+        logits = self.lm_head(self.ln_f(x))                                    # (B, Lr, V)
+        return ids.like(logits[0] if added else logits)
 
     @torch.no_grad()
     def attention_weights(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
