@@ -29,6 +29,7 @@ from selfattn.explain import report, server
 from selfattn.explain.trace import Intervention
 from tests.explain import truth
 from tests.explain.tiny import LONG_TEXT, MAX_LEN, slash_explainer, tiny_explainer
+from tests.tolerances import TOL
 
 CHROMIUM = os.environ.get("SELFATTN_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -36,10 +37,6 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 SCREENSHOTS = Path(os.environ.get("SELFATTN_SCREENSHOTS", "/tmp"))
 
 TEXT = "一只蓝色怪兽走进森林"
-NUMBER_ATOL = 0.5e-4 + 2e-5
-"""A number shown with 4 decimals: half a unit of the last digit, plus float32 against float64."""
-WEIGHT_ATOL = 0.5e-4 + 1e-5
-"""A weight shown as a percentage with 2 decimals (1e-4 of a weight), plus float32 against float64."""
 LONG_READY_S = 8.0
 """A 1,000-token page must be drawn and answering within this (2 shared CPU cores in CI)."""
 LONG_TASK_MS = 3000
@@ -178,7 +175,7 @@ def prediction(page: Page, testid: str = "prediction-row") -> list[tuple[str, fl
 def assert_prediction(page: Page, want: list[dict], testid: str = "prediction-row"):
     shown = prediction(page, testid)
     assert [tok for tok, _ in shown] == [p["token"] for p in want]
-    np.testing.assert_allclose([p for _, p in shown], [p["prob"] for p in want], rtol=0, atol=WEIGHT_ATOL)
+    np.testing.assert_allclose([p for _, p in shown], [p["prob"] for p in want], rtol=0, atol=TOL["page_weight"])
 
 
 def assert_clean(w: Watched, allowed_requests: set[str]):
@@ -206,35 +203,35 @@ def test_report_steps_through_the_reference_numbers(watched, explainer, tmp_path
     i = 4
 
     assert state(page)["stage"] == "x"
-    np.testing.assert_allclose(shown_vector(page, "x"), ref["x"][i], rtol=0, atol=NUMBER_ATOL)
+    np.testing.assert_allclose(shown_vector(page, "x"), ref["x"][i], rtol=0, atol=TOL["page_number"])
     page.click("[data-testid=stage-next]")                                      # Q/K/V
     page.click("[data-testid=key-table] th[data-key='2']")                      # show K, V of 蓝色
-    np.testing.assert_allclose(shown_vector(page, "q"), ref["q"][i], rtol=0, atol=NUMBER_ATOL)
-    np.testing.assert_allclose(shown_vector(page, "k"), ref["k"][2], rtol=0, atol=NUMBER_ATOL)
-    np.testing.assert_allclose(shown_vector(page, "v"), ref["v"][2], rtol=0, atol=NUMBER_ATOL)
+    np.testing.assert_allclose(shown_vector(page, "q"), ref["q"][i], rtol=0, atol=TOL["page_number"])
+    np.testing.assert_allclose(shown_vector(page, "k"), ref["k"][2], rtol=0, atol=TOL["page_number"])
+    np.testing.assert_allclose(shown_vector(page, "v"), ref["v"][2], rtol=0, atol=TOL["page_number"])
     page.click("[data-testid=stage-next]")                                      # QKᵀ
-    assert_row(page, "scores", ref["scores"][i], NUMBER_ATOL)
+    assert_row(page, "scores", ref["scores"][i], TOL["page_number"])
     page.click("[data-testid=stage-next]")                                      # ÷√d_k
-    assert_row(page, "scaled", ref["scaled"][i], NUMBER_ATOL)
+    assert_row(page, "scaled", ref["scaled"][i], TOL["page_number"])
     page.click("[data-testid=stage-next]")                                      # mask
     assert shown_row(page, "visible") == {j: float(v) for j, v in enumerate(ref["mask"][i])}
-    assert_row(page, "masked", ref["masked"][i], NUMBER_ATOL)
+    assert_row(page, "masked", ref["masked"][i], TOL["page_number"])
     assert shown_row(page, "masked")[5] == -np.inf                               # 森林 is in 走进's future
     page.click("[data-testid=stage-next]")                                      # softmax
-    assert_row(page, "weights", ref["weights"][i], WEIGHT_ATOL)
+    assert_row(page, "weights", ref["weights"][i], TOL["page_weight"])
     page.click("[data-testid=stage-next]")                                      # ·V
-    np.testing.assert_allclose(shown_vector(page, "weighted"), ref["weighted"][i], rtol=0, atol=NUMBER_ATOL)
+    np.testing.assert_allclose(shown_vector(page, "weighted"), ref["weighted"][i], rtol=0, atol=TOL["page_number"])
     page.click("[data-testid=stage-next]")                                      # output
     attn_out, block_out = truth.outputs(explainer.model, ids, 0)
-    np.testing.assert_allclose(shown_vector(page, "attn_out"), attn_out[i], rtol=0, atol=NUMBER_ATOL)
-    np.testing.assert_allclose(shown_vector(page, "output"), block_out[i], rtol=0, atol=NUMBER_ATOL)
+    np.testing.assert_allclose(shown_vector(page, "attn_out"), attn_out[i], rtol=0, atol=TOL["page_number"])
+    np.testing.assert_allclose(shown_vector(page, "output"), block_out[i], rtol=0, atol=TOL["page_number"])
     assert page.is_disabled("[data-testid=stage-next]")
 
     # another head through the summary grid: layer 1 head 0, softmax of the last token
     page.click("[data-testid=head-cell][data-layer='1'][data-head='0']")
     page.click("[data-testid=token][data-index='5']")
     stage(page, "softmax")
-    assert_row(page, "weights", truth.stages(explainer.model, ids, 1, 0)["weights"][5], WEIGHT_ATOL)
+    assert_row(page, "weights", truth.stages(explainer.model, ids, 1, 0)["weights"][5], TOL["page_weight"])
     assert_prediction(page, doc["prediction"])
     page.screenshot(path=str(SCREENSHOTS / "selfattn-report.png"), full_page=True)
     assert_clean(watched, {url})
@@ -266,7 +263,7 @@ def test_report_hover_shows_what_a_token_attends_to(watched, explainer, tmp_path
     weights = truth.stages(explainer.model, ids, 0, 0)["weights"]
     page.hover("[data-testid=token][data-index='3']")                           # 怪兽
     titles = page.eval_on_selector_all("[data-testid=token]", "ts => ts.map(t => t.title)")
-    np.testing.assert_allclose([value(t) for t in titles], weights[3], rtol=0, atol=WEIGHT_ATOL)
+    np.testing.assert_allclose([value(t) for t in titles], weights[3], rtol=0, atol=TOL["page_weight"])
     top = int(np.argmax(weights[3]))
     assert page.text_content("[data-testid=attends]").startswith(f"“怪兽” 关注：{doc['tokens'][top]}")
     # a click on the heatmap picks that query row
@@ -349,7 +346,7 @@ def test_report_of_1000_tokens_renders_without_freezing(watched, explainer, tmp_
     assert page.evaluate("window.__longest") < LONG_TASK_MS
     _, ids, _ = explainer.tokenize(LONG_TEXT)
     ref = truth.stages(explainer.model, ids, 0, 1)
-    assert_row(page, "weights", ref["weights"][L - 2], WEIGHT_ATOL)            # the columns shown: top keys
+    assert_row(page, "weights", ref["weights"][L - 2], TOL["page_weight"])            # the columns shown: top keys
     assert len(shown_row(page, "weights")) < 30                              # …not 1,001 cells
     colours = page.evaluate("""() => {
         const c = document.querySelector("[data-testid=heatmap]");
@@ -385,7 +382,7 @@ def test_app_explains_a_typed_sentence_and_its_interventions(watched, explainer,
     page.select_option("[data-testid=head-select]", "0")
     wait_ready(page)
     stage(page, "softmax")
-    assert_row(page, "weights", truth.stages(explainer.model, ids, 0, 0)["weights"][last], WEIGHT_ATOL)
+    assert_row(page, "weights", truth.stages(explainer.model, ids, 0, 0)["weights"][last], TOL["page_weight"])
     assert_prediction(page, explainer.explain(text)["prediction"])
 
     # switch off ÷√d_k: the weights and the prediction change, and the page says from what
@@ -394,9 +391,9 @@ def test_app_explains_a_typed_sentence_and_its_interventions(watched, explainer,
     wait_ready(page)
     assert (state(page)["layer"], state(page)["head"], state(page)["stage"]) == ("0", "0", "softmax")
     no_scaling = truth.stages(explainer.model, ids, 0, 0, scaling=False)
-    assert_row(page, "scaled", no_scaling["scaled"][last], NUMBER_ATOL)
-    assert_row(page, "weights", no_scaling["weights"][last], WEIGHT_ATOL)
-    assert_row(page, "baseline", truth.stages(explainer.model, ids, 0, 0)["weights"][last], WEIGHT_ATOL)
+    assert_row(page, "scaled", no_scaling["scaled"][last], TOL["page_number"])
+    assert_row(page, "weights", no_scaling["weights"][last], TOL["page_weight"])
+    assert_row(page, "baseline", truth.stages(explainer.model, ids, 0, 0)["weights"][last], TOL["page_weight"])
     assert_prediction(page, explainer.explain(text, intervention=Intervention(scaling=False))["prediction"])
     assert_prediction(page, explainer.explain(text)["prediction"], testid="baseline-row")
     assert "不除以 √d_k" in page.text_content("[data-testid=intervention]")
@@ -413,7 +410,7 @@ def test_app_explains_a_typed_sentence_and_its_interventions(watched, explainer,
     stage(page, "softmax")
     both = truth.stages(explainer.model, ids, 0, 0, scaling=False, causal=False, temperature=2.0)
     assert shown_row(page, "visible") == {j: 1.0 for j in range(len(tokens))}
-    assert_row(page, "weights", both["weights"][0], WEIGHT_ATOL)
+    assert_row(page, "weights", both["weights"][0], TOL["page_weight"])
     page.screenshot(path=str(SCREENSHOTS / "selfattn-app.png"), full_page=True)
     origin = app_url.rstrip("/")
     assert_clean(watched, {app_url, f"{origin}/api/explain"})
@@ -508,20 +505,20 @@ def test_report_stages_q_dot_k_and_v_mixing_equal_python(watched, explainer, tmp
     layer = trace.layers[l]
     q, k = layer.q[h, i].double().numpy(), layer.k[layer.kv_head(h), j].double().numpy()
     products = data_values(page, "[data-testid=qk-products] td[data-dim]")
-    np.testing.assert_allclose(products, q * k, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(products, q * k, rtol=0, atol=TOL["page_data"])
     total = data_values(page, "[data-testid=qk-sum]")[0]
-    assert total == pytest.approx(float(layer.stages(h, [i])["scores"][0, j]), abs=1e-5)
-    assert sum(products) == pytest.approx(total, abs=1e-9)
+    assert total == pytest.approx(float(layer.stages(h, [i])["scores"][0, j]), abs=TOL["float32"])
+    assert sum(products) == pytest.approx(total, abs=TOL["float64_short_sum"])
     shot(page, "stage-qk.png", "[data-testid=stepper]")
     stage(page, "weighted")
     weighted = layer.stages(h, [i])["weighted"][0].numpy()
     rows = page.eval_on_selector_all("[data-testid=mix-row]", """rs => rs.map(r => [Number(r.dataset.value),
         Array.from(r.querySelectorAll('.seg')).reduce((s, e) => s + Number(e.dataset.value), 0)])""")
     assert len(rows) == len(weighted)
-    np.testing.assert_allclose([bars for _, bars in rows], weighted, rtol=0, atol=1e-6)
-    np.testing.assert_allclose([out for out, _ in rows], weighted, rtol=0, atol=1e-6)
+    np.testing.assert_allclose([bars for _, bars in rows], weighted, rtol=0, atol=TOL["page_data"])
+    np.testing.assert_allclose([out for out, _ in rows], weighted, rtol=0, atol=TOL["page_data"])
     meaning = data_values(page, "[data-testid=meaning-seg]")
-    assert sum(meaning) == pytest.approx(1.0, abs=1e-6)
+    assert sum(meaning) == pytest.approx(1.0, abs=TOL["page_data"])
     summary_text = page.text_content("[data-testid=vec-weighted-summary]")
     assert f"{np.linalg.norm(weighted):.4f}" in summary_text
     shot(page, "stage-mix.png", "[data-testid=stepper]")
@@ -539,7 +536,7 @@ def test_report_head_search_and_keyboard(watched, explainer, tmp_path):
                                      "Number(r.dataset.head), Number(r.dataset.weight)])")
     want = doc["search"]["heads"]
     assert [(l, h) for l, h, _ in rows] == [(r["layer"], r["head"]) for r in want]
-    np.testing.assert_allclose([w for _, _, w in rows], [r["weight"] for r in want], rtol=0, atol=1e-6)
+    np.testing.assert_allclose([w for _, _, w in rows], [r["weight"] for r in want], rtol=0, atol=TOL["page_data"])
     shot(page, "search.png", "[data-testid=search]")
     page.click("[data-testid=search-row] button")
     assert (int(state(page)["layer"]), int(state(page)["head"])) == (want[0]["layer"], want[0]["head"])
@@ -595,13 +592,13 @@ def test_app_one_head_experiment_and_temperatures(watched, explainer, app_url):
     stage(page, "softmax")
     deltas = export_deltas(doc, base, 1, 1)[2]
     got = shown_values(page, "delta")
-    np.testing.assert_allclose([got[j] for j in sorted(got)], deltas[sorted(got)], rtol=0, atol=1e-6)
+    np.testing.assert_allclose([got[j] for j in sorted(got)], deltas[sorted(got)], rtol=0, atol=TOL["page_data"])
     assert page.is_visible("[data-testid=diffmap]")
     shot(page, "experiment.png")
     shot(page, "experiment-maps.png", "[data-testid=compare]")
     # the other heads of that layer are unchanged
     page.select_option("[data-testid=head-select]", "0")
-    assert_row(page, "weights", export_weights(base, 1, 0)[2], WEIGHT_ATOL)
+    assert_row(page, "weights", export_weights(base, 1, 0)[2], TOL["page_weight"])
 
     # the app's search (the answer holds one layer: the server ranks) gives Python's ranking
     page.select_option("[data-testid=find-query]", "4")

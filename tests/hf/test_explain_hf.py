@@ -15,6 +15,7 @@ from selfattn.explain import export, tables
 from selfattn.explain.session import Explainer, unknown_report
 from selfattn.explain.trace import Intervention, weights_from_lse
 from tests.hf.models import CONFIGS, WINDOW, build, save
+from tests.tolerances import TOL
 
 TEXT = "a blue monster walks into the forest the cat sleeps"
 
@@ -45,8 +46,8 @@ def test_stages_are_the_reference_and_weights_are_eager(kind, explainers, folder
                                             layer.v[None, kv:kv + 1].numpy(), causal=layer.causal,
                                             mask=layer.visible.numpy(), scale=layer.scale, softcap=layer.softcap)
             st = layer.stages(h)
-            np.testing.assert_allclose(st["weights"].numpy(), w[0, 0], atol=1e-6)
-            np.testing.assert_allclose(st["weighted"].numpy(), out[0, 0], atol=1e-5)
+            np.testing.assert_allclose(st["weights"].numpy(), w[0, 0], atol=TOL["float32_weights"])
+            np.testing.assert_allclose(st["weighted"].numpy(), out[0, 0], atol=TOL["float32"])
     eager = build(kind, "eager")
     ids = trace.token_ids[None]
     with torch.no_grad():
@@ -54,7 +55,8 @@ def test_stages_are_the_reference_and_weights_are_eager(kind, explainers, folder
         att = eager(ids, output_attentions=True, **kwargs).attentions
     for l in range(len(att)):
         for h in range(att[l].shape[1]):
-            np.testing.assert_allclose(export.head_weights(doc, l, h), att[l][0, h].numpy(), atol=1e-5)
+            np.testing.assert_allclose(export.head_weights(doc, l, h), att[l][0, h].numpy(),
+                                       atol=TOL["float32_vs_transformers"])
     if kind in ("mistral", "gemma2"):   # the window hides keys further back than WINDOW
         assert L > WINDOW and not trace.layers[0].visible[-1, 0]
 
@@ -155,4 +157,4 @@ def test_weights_from_lse_in_python_and_in_the_page_agree():
                      "console.log(JSON.stringify(m.map((row, i) => row.map((x) => weightOf(x, lse[i])))));\n")
     out = subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True, timeout=30).stdout
     expected = weights_from_lse(torch.tensor(masked, dtype=torch.float64), torch.tensor(lse, dtype=torch.float64))
-    np.testing.assert_allclose(np.array(json.loads(out)), expected.numpy(), rtol=1e-15, atol=0)
+    np.testing.assert_allclose(np.array(json.loads(out)), expected.numpy(), rtol=TOL["float64_one_op"], atol=0)

@@ -3,6 +3,7 @@ import torch
 
 from selfattn.model.decoder import DecoderConfig, DecoderLM
 from selfattn.modules import KVCache, MultiHeadSelfAttention
+from tests.tolerances import TOL
 
 V = 37
 
@@ -17,7 +18,7 @@ def test_shapes_and_the_building_blocks(model):
     ids = torch.randint(0, V, (2, 7))
     assert model(ids).shape == (2, 7, V)
     assert model(ids[0]).shape == (7, V)
-    assert torch.allclose(model(ids[0]), model(ids)[0], atol=1e-6)
+    assert torch.allclose(model(ids[0]), model(ids)[0], atol=TOL["float32_same_model"])
     assert all(isinstance(b.attn, MultiHeadSelfAttention) and b.attn.causal for b in model.blocks)
     assert model.lm_head.weight is model.tok_emb.weight
 
@@ -27,8 +28,8 @@ def test_a_position_never_sees_the_future(model):
     changed = ids.clone()
     changed[0, 6:] = (changed[0, 6:] + 1) % V
     a, b = model(ids), model(changed)
-    assert torch.allclose(a[:, :6], b[:, :6], atol=1e-6)
-    assert not torch.allclose(a[:, 6:], b[:, 6:], atol=1e-4)
+    assert torch.allclose(a[:, :6], b[:, :6], atol=TOL["float32_same_model"])
+    assert not torch.allclose(a[:, 6:], b[:, 6:], atol=TOL["must_differ"])
 
 
 def test_kv_cache_in_pieces_equals_one_full_pass(model):
@@ -41,16 +42,17 @@ def test_kv_cache_in_pieces_equals_one_full_pass(model):
         parts.append(model(ids[:, start:start + size], cache=cache))
         start += size
     assert cache[0].length == 11
-    assert torch.allclose(torch.cat(parts, dim=1), full, atol=1e-5)
+    assert torch.allclose(torch.cat(parts, dim=1), full, atol=TOL["float32"])
 
 
 def test_start_places_the_input_at_later_positions(model):
     ids = torch.randint(0, V, (3, 5))
-    assert not torch.allclose(model(ids, start=7), model(ids), atol=1e-4)   # the same tokens elsewhere read differently
+    # the same tokens elsewhere read differently
+    assert not torch.allclose(model(ids, start=7), model(ids), atol=TOL["must_differ"])
     per_row = model(ids, start=torch.tensor([0, 7, 15]))                   # one start per row
     alone = [model(ids[b: b + 1], start=s) for b, s in enumerate((0, 7, 15))]
-    assert torch.allclose(per_row, torch.cat(alone), atol=1e-6)
-    assert torch.allclose(per_row[0], model(ids[0]), atol=1e-6)
+    assert torch.allclose(per_row, torch.cat(alone), atol=TOL["float32_same_model"])
+    assert torch.allclose(per_row[0], model(ids[0]), atol=TOL["float32_same_model"])
 
 
 def test_start_must_fit_and_not_meet_a_cache(model):
@@ -72,10 +74,10 @@ def test_start_must_fit_and_not_meet_a_cache(model):
 def test_attention_weights_are_causal_rows_that_sum_to_one(model):
     ids = torch.randint(0, V, (2, 6))
     logits, weights = model.attention_weights(ids)
-    assert torch.allclose(logits, model(ids), atol=1e-5)
+    assert torch.allclose(logits, model(ids), atol=TOL["float32"])
     assert len(weights) == 2 and weights[0].shape == (2, 3, 6, 6)
     for w in weights:
-        assert torch.allclose(w.sum(-1), torch.ones(2, 3, 6), atol=1e-5)
+        assert torch.allclose(w.sum(-1), torch.ones(2, 3, 6), atol=TOL["float32"])
         assert torch.all(w.triu(1) == 0)
 
 

@@ -9,6 +9,7 @@ from selfattn.model.checkpoint import FILES
 from selfattn.model.decoder import INIT_STD
 from selfattn.model.train import PRESETS, Preset, Stage, _lr_at, fourier_positions, run_training
 from selfattn.render.train import NOT_MEASURED, format_train_summary
+from tests.tolerances import TOL
 
 
 def test_tiny_training_lowers_the_loss_and_writes_everything(tiny_run):
@@ -66,7 +67,7 @@ def test_learning_rate_schedule_warms_up_then_decays():
     p = PRESETS["default"]
     lrs = [_lr_at(s, 1000, p) for s in range(1000)]
     assert lrs[0] < lrs[p.warmup_steps - 1] == pytest.approx(p.lr)
-    assert lrs[-1] == pytest.approx(0.1 * p.lr, rel=1e-3)
+    assert lrs[-1] == pytest.approx(0.1 * p.lr, rel=TOL["lr_schedule_end_rel"])
     assert all(x >= y for x, y in zip(lrs[p.warmup_steps:], lrs[p.warmup_steps + 1:], strict=False))
 
 
@@ -97,12 +98,12 @@ def test_a_length_curriculum_trains_every_position_and_reports_long_inputs(tmp_p
 def test_fourier_positions_make_nearby_positions_alike_everywhere():
     p = fourier_positions(1024, 96, 2.0, torch.Generator().manual_seed(0))
     assert p.shape == (1024, 96)
-    assert float(p.pow(2).mean().sqrt()) == pytest.approx(INIT_STD, rel=1e-3)     # GPT-2's scale
+    assert float(p.pow(2).mean().sqrt()) == pytest.approx(INIT_STD, rel=TOL["init_scale_rel"])     # GPT-2's scale
     gram = p @ p.T / (INIT_STD ** 2 * 96)                      # a function of i - j: ≈ exp(-(i - j)² / 8)
     for i in (5, 300, 1000):
         assert [float(gram[i, i - d]) for d in (0, 1, 2)] == pytest.approx([float(gram[5, 5 - d]) for d in (0, 1, 2)],
-                                                                           abs=1e-4)
-        assert float(gram[i, i]) == pytest.approx(1.0, rel=1e-4)
+                                                                           abs=TOL["fourier_gram"])
+        assert float(gram[i, i]) == pytest.approx(1.0, rel=TOL["fourier_gram"])
         assert float(gram[i, i - 1]) > 0.8 > float(gram[i, i - 2]) > 0.5 > 0.1 > abs(float(gram[i, i - 4]))
 
 
