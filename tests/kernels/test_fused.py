@@ -195,14 +195,9 @@ def test_padding_of_partial_blocks_is_never_read(backend, rule):
 
 
 @pytest.mark.parametrize("blocks", BLOCKS)
-def test_keys_no_query_may_see_are_never_read(backend, blocks, request):
+def test_keys_no_query_may_see_are_never_read(backend, blocks):
     # a window of 8 over 200 positions, decoding the last 16: keys before 200 − 16 − 8 are hidden from
     # every query; NaN there must not reach the output (the kernel never reads them)
-    if backend.name == "tiled" and blocks == "default":
-        # strict: once tiled stops reading them this passes, and the mark must go
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "tiled reads every key of a key block some query sees: with 1024 × 256 blocks the hidden "
-            "keys share the one block, their scores are −inf but weight 0 × NaN value = NaN")))
     q, k, v = inputs(1, 2, 1, 16, 200, 8, 8)
     k_bad, v_bad = k.clone(), v.clone()
     k_bad[:, :, :170] = float("nan")

@@ -3,10 +3,12 @@ and its Plan (which tiles it visits, forward and backward, and the work it count
 an Lq × Lk matrix. The contract it shares with "native" (every feature, awkward lengths, masks,
 poisoned padding, fully masked rows, gradients) is tested for both in test_fused.py."""
 
+import numpy as np
 import pytest
 import torch
 
 import selfattn
+from selfattn import reference
 from selfattn.functional import build_request
 from selfattn.kernels import tiled
 from selfattn.kernels.tiled import BLOCK_SIZES, TiledBackend
@@ -90,18 +92,24 @@ def test_tall_query_blocks_trim_the_rows_above_the_diagonal():
     assert tiles["pairs"] == tiled.Plan.work(_plan(1024, block_q=256, causal=True))[1]
 
 
-def test_backward_visits_the_same_tiles():
+def test_backward_covers_what_the_forward_computes_and_both_cover_every_visible_pair():
+    L = 700
     for kwargs in (dict(causal=True), dict(causal=True, window=100), dict(window=7)):
+        visible = reference.visibility(L, L, causal=kwargs.get("causal", False), window=kwargs.get("window"))
         for block_q in (64, 256):
-            plan = _plan(700, block_q=block_q, **kwargs)
-            forward, backward = set(), set()
-            for q0 in range(0, 700, block_q):
-                full, partial = plan.key_blocks(q0, min(q0 + block_q, 700))
-                forward |= {(r, k0) for r0, r1, k0, _ in full + partial for r in range(r0, r1)}
-            for k0 in range(0, 700, 64):
-                full, partial = plan.query_blocks(k0, min(k0 + 64, 700))
-                backward |= {(r, k0) for r0, r1, _, _ in full + partial for r in range(r0, r1)}
-            assert forward == backward
+            plan = _plan(L, block_q=block_q, **kwargs)
+            forward, backward = np.zeros((L, L), bool), np.zeros((L, L), bool)
+            for q0 in range(0, L, block_q):
+                full, partial = plan.key_blocks(q0, min(q0 + block_q, L))
+                for r0, r1, k0, k1 in full + partial:
+                    forward[r0:r1, k0:k1] = True
+            for k0 in range(0, L, 64):
+                full, partial = plan.query_blocks(k0, min(k0 + 64, L))
+                for r0, r1, c0, c1 in full + partial:
+                    backward[r0:r1, c0:c1] = True
+            assert (forward >= visible).all() and (backward >= visible).all()   # nothing visible is skipped
+            assert (backward >= forward).all()      # the backward recomputes every tile the forward summed
+            assert not forward[:, ~visible.any(axis=0)].any()   # a key no query may see is never read
 
 
 def test_never_builds_an_lq_by_lk_matrix(monkeypatch):

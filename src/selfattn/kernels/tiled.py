@@ -194,7 +194,7 @@ class Plan:
         lo, hi, width = self.key_span(q0, q1)
         tiles = []
         for k0 in range(lo - lo % width, hi, width):
-            k1 = min(k0 + width, self.Lk)
+            k0, k1 = max(k0, lo), min(k0 + width, hi)     # never a key no row of the block may see
             r0, r1 = self.query_span(k0, k1)
             tiles.append((max(q0, r0), min(q1, r1), k0, k1))
         return self._classify(tiles)
@@ -225,7 +225,7 @@ class Plan:
             q1 = min(q0 + self.block_q, self.Lq)
             lo, hi, width = self.key_span(q0, q1)
             for k0 in range(lo - lo % width, hi, width):
-                k1 = min(k0 + width, self.Lk)
+                k0, k1 = max(k0, lo), min(k0 + width, hi)
                 r0, r1 = self.query_span(k0, k1)
                 rows = min(q1, r1) - max(q0, r0)
                 if rows > 0:
