@@ -60,13 +60,7 @@ def save_checkpoint(model: DecoderLM, tokenizer: WordTokenizer, out_dir: str | o
         raise TypeError(f"model must be a DecoderLM, got {type(model).__name__}")
     if model.config.vocab_size != tokenizer.vocab_size:
         raise ValueError(f"model has vocab_size={model.config.vocab_size}, tokenizer {tokenizer.vocab_size}")
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"checkpoint path {out} exists and is not a folder")
-    if not force:
-        for name in FILES:
-            if (out / name).exists():
-                raise FileExistsError(f"{out / name} already exists; pass force=True (--force) to overwrite")
+    out = check_checkpoint_folder(out_dir, force=force)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").unlink(missing_ok=True)        # from here until the end the folder does not load
     paths = {
@@ -117,6 +111,19 @@ def _check_manifest(folder: Path, data: dict) -> None:
         if manifest.get(name) != _fingerprint(path):
             raise ValueError(f"{path} is not the file config.json was saved with (size or SHA-256 differ): the "
                              f"folder mixes two checkpoints or a save was interrupted; train it again")
+
+
+def check_checkpoint_folder(out_dir: str | os.PathLike, *, force: bool = False) -> Path:
+    """`out_dir` as a Path if a checkpoint may be saved there: not a file, and (unless `force`) holding
+    none of the checkpoint's FILES; else NotADirectoryError / FileExistsError naming it."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"checkpoint path {out} exists and is not a folder")
+    if not force:
+        for name in FILES:
+            if (out / name).exists():
+                raise FileExistsError(f"{out / name} already exists; pass force=True (--force) to overwrite")
+    return out
 
 
 def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> Checkpoint:

@@ -32,7 +32,7 @@ from .. import checks
 from ..files import check_writable
 from ..functional import use_backend
 from ..limits import MAX_SEED, MAX_THREADS
-from .checkpoint import FILES, save_checkpoint
+from .checkpoint import FILES, check_checkpoint_folder, save_checkpoint
 from .corpus import all_words, log_prob, make_corpus
 from .data import epoch_batches, next_token_loss
 from .decoder import INIT_STD, DecoderConfig, DecoderLM
@@ -313,12 +313,7 @@ def _position_counts(plan: list[dict], max_len: int, pad_id: int) -> torch.Tenso
 def _check_outputs(out: Path, plot_path: Path, force: bool) -> None:
     """Refuse, before any work, what the save at the end would refuse: an `out` that is a file, an existing
     checkpoint or picture without `force`, a folder that cannot be created or written."""
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"checkpoint path {out} exists and is not a folder")
-    if not force:
-        for f in FILES:
-            if (out / f).exists():
-                raise FileExistsError(f"{out / f} already exists; pass force=True (--force) to overwrite")
+    check_checkpoint_folder(out, force=force)
     _check_creatable(out / FILES[0], force)
     _check_creatable(plot_path, force)
 
