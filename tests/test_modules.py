@@ -142,3 +142,15 @@ def test_kv_cache_names_mismatched_values(k, v, match):
 def test_input_dtype_other_than_the_weights_is_named(module, dtype):
     with pytest.raises(TypeError, match=f"x has dtype {dtype} but the module's weights are torch.float32"):
         module(torch.zeros(3, 8, dtype=dtype))
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda: SelfAttention(1 << 20), r"SelfAttention\(d_model=1048576, d_k=1048576\) would have [\d,]+ parameters"),
+    (lambda: SelfAttention(10**30), "over the limit of 2,000,000,000"),
+    (lambda: MultiHeadSelfAttention(10**6, 1), r"MultiHeadSelfAttention\(d_model=1000000, n_heads=1"),
+    (lambda: MultiHeadSelfAttention(8, 2, head_dim=1 << 30), "head_dim=1073741824"),
+])
+def test_a_module_too_big_for_memory_is_refused_before_any_weight(build, match):
+    """issue 11's hostile run: these raised torch's "can't allocate memory" (or an overflow) from deep inside."""
+    with pytest.raises(ValueError, match=match):
+        build()
