@@ -26,6 +26,7 @@ are answered concurrently, with no lock.
 
 from __future__ import annotations
 
+import socket
 from typing import Literal
 
 from fastapi import FastAPI, Request
@@ -51,6 +52,8 @@ MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_CONNECTIONS = 64
 """Connections served at once; past it uvicorn answers 503 at once instead of holding more responses."""
+LISTEN_BACKLOG = 2048
+"""Pending connections the kernel queues (uvicorn's own default)."""
 KEEP_ALIVE_SECONDS = 5
 """An idle keep-alive connection is closed after this long."""
 
@@ -133,12 +136,35 @@ def serve(explainer: Explainer, host: str = "127.0.0.1", port: int = 8000) -> No
     import uvicorn
 
     port = checks.integer("port", port, low=1, high=65535)   # the Host check needs the real port
+    sock = listen(host, port)
     if host not in LOOPBACK:
         print(f"selfattn serve: listening on {host}, reachable from other machines")
     print(f"selfattn serve: open http://{'[::1]' if host == '::1' else host}:{port}/ (Ctrl+C stops)")
     app = create_app(explainer, hosts=allowed_hosts(host, port) if host in LOOPBACK else None)
-    uvicorn.run(app, host=host, port=port, log_level="warning", http="h11", limit_concurrency=MAX_CONNECTIONS,
-                h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    config = uvicorn.Config(app, log_level="warning", http="h11", limit_concurrency=MAX_CONNECTIONS,
+                            h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port and listening, or an OSError that names the address (a host that does
+    not resolve, a port in use), raised before anything is printed rather than logged by uvicorn."""
+    if not isinstance(host, str) or not host:
+        raise ValueError(f"host must be an address such as 127.0.0.1, got {host!r}")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as e:
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def response_bytes(doc: dict, fmt: str) -> int:
