@@ -21,12 +21,19 @@ over the model's context in tokens, a control character, a temperature outside
 [MIN_TEMPERATURE, MAX_TEMPERATURE], a layer or head that does not exist.
 
 Interventions travel in a context of the request's own thread (`selfattn.intercept`), so requests
-are answered concurrently, with no lock.
+are answered concurrently, with no global lock. What they hold is bounded by lanes: a text of up to
+LIGHT_CHARS characters is explained in the light lane (LIGHT_SLOTS at once), a longer one in the heavy
+lane (HEAVY_SLOTS at once), so short requests never queue behind long ones and the memory of the
+explanations being computed is at most HEAVY_SLOTS long ones plus LIGHT_SLOTS short ones, whatever
+the number of clients. After a long one the freed heap is given back to the system (`release_memory`).
+Answers not yet read by their clients are held too: at most MAX_CONNECTIONS × MAX_RESPONSE_BYTES.
 """
 
 from __future__ import annotations
 
+import ctypes
 import socket
+import threading
 from typing import Literal
 
 from fastapi import FastAPI, Request
@@ -52,6 +59,13 @@ MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_CONNECTIONS = 64
 """Connections served at once; past it uvicorn answers 503 at once instead of holding more responses."""
+LIGHT_CHARS = 256
+"""Texts up to this many characters are explained in the light lane."""
+LIGHT_SLOTS = 4
+HEAVY_SLOTS = 2
+"""Explanations computed at once per lane: a 1,015-token explanation of the default model holds ~50 MB."""
+QUEUE_SECONDS = 120
+"""A request that waited this long for a slot is answered 503."""
 LISTEN_BACKLOG = 2048
 """Pending connections the kernel queues (uvicorn's own default)."""
 KEEP_ALIVE_SECONDS = 5
@@ -90,6 +104,7 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
     explain = explainer.explain
 
     app.add_middleware(HttpGuard, max_body=MAX_BODY_BYTES, hosts=hosts)
+    lanes = {"light": threading.BoundedSemaphore(LIGHT_SLOTS), "heavy": threading.BoundedSemaphore(HEAVY_SLOTS)}
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
@@ -113,6 +128,17 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
 
     @app.post("/api/explain")
     def api_explain(body: ExplainRequest):
+        lane = "light" if len(body.text) <= LIGHT_CHARS else "heavy"
+        if not lanes[lane].acquire(timeout=QUEUE_SECONDS):
+            return _error(503, "the server is busy with other long texts; try again in a moment")
+        try:
+            return answer(body)
+        finally:
+            lanes[lane].release()
+            if lane == "heavy":
+                release_memory()
+
+    def answer(body: ExplainRequest):
         try:
             doc = explain(body.text, layer=body.layer, head=body.head, intervention=body.intervention(),
                           stages=False if body.format == "packed" else None, find=body.find,
@@ -165,6 +191,21 @@ def listen(host: str, port: int) -> socket.socket:
         raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     sock.set_inheritable(True)
     return sock
+
+
+def release_memory() -> None:
+    """Give the heap pages freed by a long explanation back to the system (glibc's malloc_trim): glibc
+    keeps them in its per-thread arenas otherwise, and the server's RSS stays at its peak. No-op
+    where there is no glibc."""
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+try:
+    _LIBC = ctypes.CDLL(None)
+except OSError:   # no C library to open (not a Unix)
+    _LIBC = None
 
 
 def response_bytes(doc: dict, fmt: str) -> int:
