@@ -61,8 +61,13 @@ def main(argv=None) -> int:
     total = {"surface": "total", **{k: sum(r[k] for r in rows) for k in rows[0] if k != "surface"}}
     failures = [n for t in tallies for n in t.notes]
     if args.json:
-        print(json.dumps({"table": rows + [total], "failures": failures, "measurements": measurements,
-                          "seconds": seconds}, indent=1, ensure_ascii=False))
+        print(
+            json.dumps(
+                {"table": rows + [total], "failures": failures, "measurements": measurements, "seconds": seconds},
+                indent=1,
+                ensure_ascii=False,
+            )
+        )
     else:
         print(format_table(rows + [total]))
         for note in failures:

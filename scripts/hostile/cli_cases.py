@@ -39,10 +39,10 @@ CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 class Case:
     label: str
     argv: list
-    expect: str | None = None                 # "error", "ok" or None (either, if right)
+    expect: str | None = None  # "error", "ok" or None (either, if right)
     keep: list = field(default_factory=list)  # paths (relative to the work folder) that must not change
     absent: list = field(default_factory=list)  # paths that must not exist afterwards
-    check: object = None                      # check(stdout, work) -> None or why it is wrong
+    check: object = None  # check(stdout, work) -> None or why it is wrong
 
 
 def _snapshot(path: Path):
@@ -70,10 +70,20 @@ def _loads(folder: str):
         why = _json_ok(stdout, work) if stdout.lstrip().startswith("{") else None
         if why:
             return why
-        probe = subprocess.run([sys.executable, "-c", "import sys; from selfattn.model.checkpoint import "
-                                "load_checkpoint; load_checkpoint(sys.argv[1])", str(work / folder)],
-                               capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=_env())
+        probe = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from selfattn.model.checkpoint import load_checkpoint; load_checkpoint(sys.argv[1])",
+                str(work / folder),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            env=_env(),
+        )
         return None if probe.returncode == 0 else f"the checkpoint it wrote does not load: {probe.stderr[-200:]}"
+
     return check
 
 
@@ -86,106 +96,217 @@ def _npz_ok(name: str):
                 return None if len(data.files) else "empty npz"
         except (OSError, ValueError) as e:
             return f"{name} is not a readable npz ({e})"
+
     return check
 
 
 def cases() -> list[Case]:
     bad_numbers = ["0", "-1", "1e23", "nan", "inf", "-inf", "", "1.5", "0x10", "99999999999999999999999999"]
     c = [Case("no command", []), Case("unknown command", ["nope"], "error"), Case("--version", ["--version"], "ok")]
-    c += [Case("walkthrough", ["walkthrough"], "ok"), Case("walkthrough --json", ["walkthrough", "--json"], "ok",
-                                                           check=_json_ok),
-          Case("walkthrough --lang xx", ["walkthrough", "--lang", "xx"], "error"),
-          Case("walkthrough --d-k 10**20", ["walkthrough", "--d-k", str(10**20), "--json"], check=_json_ok)]
+    c += [
+        Case("walkthrough", ["walkthrough"], "ok"),
+        Case("walkthrough --json", ["walkthrough", "--json"], "ok", check=_json_ok),
+        Case("walkthrough --lang xx", ["walkthrough", "--lang", "xx"], "error"),
+        Case("walkthrough --d-k 10**20", ["walkthrough", "--d-k", str(10**20), "--json"], check=_json_ok),
+    ]
     c += [Case(f"walkthrough --d-k {v!r}", ["walkthrough", "--d-k", v], "error") for v in bad_numbers]
-    c += [Case(f"walkthrough --seed {v!r}", ["walkthrough", "--seed", v], "error")
-          for v in ["-1", "1e23", str(2**64), "nan"]]
+    c += [
+        Case(f"walkthrough --seed {v!r}", ["walkthrough", "--seed", v], "error")
+        for v in ["-1", "1e23", str(2**64), "nan"]
+    ]
     # explain
-    c += [Case("explain --json", ["explain", "一只蓝色怪兽走进森林", "--json"], "ok", check=_json_ok),
-          Case("explain --temperature 0.01 --json", ["explain", "--temperature", "0.01", "--json"], "ok", check=_json_ok),
-          Case("explain --find --json", ["explain", "--find", "走进", "怪兽", "--json"], "ok", check=_json_ok),
-          Case("explain tables, text with markup", ["explain", f"一只{MARKUP}怪兽"], None),
-          Case("explain --find unknown token", ["explain", "--find", "走进", "不存在"], "error"),
-          Case("explain --npz new (no .npz) --json", ["explain", "--npz", "fresh_out", "--json"], "ok",
-               check=_npz_ok("fresh_out"))]
-    c += [Case(f"explain --temperature {v!r}", ["explain", "--temperature", v], "error")
-          for v in ["1e-300", "0", "-1", "nan", "inf", "1e23", "100.5", "true"]]
-    c += [Case(f"explain {flag} {v!r}", ["explain", flag, v], "error")
-          for flag, v in [("--layer", "99"), ("--layer", "-1"), ("--layer", "1e23"), ("--head", "99"),
-                          ("--only-layer", "5"), ("--only-head", "64")]]
-    c += [Case("explain empty text", ["explain", ""], "error"), Case("explain blank text", ["explain", "  \n "], "error"),
-          Case("explain ESC in text", ["explain", "一只\x1b[31m怪兽"], "error"),
-          Case("explain invalid UTF-8 text", ["explain", b"\xff\xfe\xe4\xb8"], "error"),
-          Case("explain 5000 characters", ["explain", "怪" * 5000], "error"),
-          Case("explain 1100 tokens", ["explain", "一只蓝色怪兽走进森林。" * 190], "error")]
-    c += [Case("explain --npz existing, no --force", ["explain", "--npz", "out.npz"], "error", keep=["out.npz"]),
-          Case("explain --npz DIR --force", ["explain", "--npz", "dir_npz", "--force"], "error", keep=["dir_npz"],
-               absent=["dir_npz.npz"]),
-          Case("explain --html existing", ["explain", "--html", "report.html"], "error", keep=["report.html"]),
-          Case("explain --html unwritable", ["explain", "--html", f"{UNWRITABLE}/x.html"], "error"),
-          Case("explain --html missing folder", ["explain", "--html", "nowhere/x.html"], "error"),
-          Case("explain --html under a file", ["explain", "--html", "afile.txt/x.html"], "error"),
-          Case("explain --html ok, --plots a file", ["explain", "--html", "new.html", "--plots", "afile.txt"], "error",
-               absent=["new.html"], keep=["afile.txt"]),
-          Case("explain --npz ok, --plots unwritable", ["explain", "--npz", "new2.npz", "--plots", f"{UNWRITABLE}/p"],
-               "error", absent=["new2.npz"]),
-          Case("explain --model missing, markup", ["explain", "--model", f"gone/{MARKUP}"], "error"),
-          Case("explain --model checkpoint named with markup", ["explain", "--model", f"evil/{MARKUP}"], "ok"),
-          Case("explain --model checkpoint named with ESC", ["explain", "--model", f"evil/{ESC_NAME}"], "ok"),
-          Case("explain --model broken checkpoint (n_layers 10M)", ["explain", "--model", "huge_ckpt"], "error"),
-          Case("explain --model ESC in path", ["explain", "--model", "gone\x1b]8;;https://evil.example\x07x"],
-               "error"),
-          Case("explain --model invalid UTF-8 path", ["explain", "--model", b"gone\xff"], "error"),
-          Case("explain --model hub id offline", ["explain", "--model", "evil-org/not-cached"], "error"),
-          Case("explain --model pickle-only folder", ["explain", "--model", "pickles"], "error")]
+    c += [
+        Case("explain --json", ["explain", "一只蓝色怪兽走进森林", "--json"], "ok", check=_json_ok),
+        Case("explain --temperature 0.01 --json", ["explain", "--temperature", "0.01", "--json"], "ok", check=_json_ok),
+        Case("explain --find --json", ["explain", "--find", "走进", "怪兽", "--json"], "ok", check=_json_ok),
+        Case("explain tables, text with markup", ["explain", f"一只{MARKUP}怪兽"], None),
+        Case("explain --find unknown token", ["explain", "--find", "走进", "不存在"], "error"),
+        Case(
+            "explain --npz new (no .npz) --json",
+            ["explain", "--npz", "fresh_out", "--json"],
+            "ok",
+            check=_npz_ok("fresh_out"),
+        ),
+    ]
+    c += [
+        Case(f"explain --temperature {v!r}", ["explain", "--temperature", v], "error")
+        for v in ["1e-300", "0", "-1", "nan", "inf", "1e23", "100.5", "true"]
+    ]
+    c += [
+        Case(f"explain {flag} {v!r}", ["explain", flag, v], "error")
+        for flag, v in [
+            ("--layer", "99"),
+            ("--layer", "-1"),
+            ("--layer", "1e23"),
+            ("--head", "99"),
+            ("--only-layer", "5"),
+            ("--only-head", "64"),
+        ]
+    ]
+    c += [
+        Case("explain empty text", ["explain", ""], "error"),
+        Case("explain blank text", ["explain", "  \n "], "error"),
+        Case("explain ESC in text", ["explain", "一只\x1b[31m怪兽"], "error"),
+        Case("explain invalid UTF-8 text", ["explain", b"\xff\xfe\xe4\xb8"], "error"),
+        Case("explain 5000 characters", ["explain", "怪" * 5000], "error"),
+        Case("explain 1100 tokens", ["explain", "一只蓝色怪兽走进森林。" * 190], "error"),
+    ]
+    c += [
+        Case("explain --npz existing, no --force", ["explain", "--npz", "out.npz"], "error", keep=["out.npz"]),
+        Case(
+            "explain --npz DIR --force",
+            ["explain", "--npz", "dir_npz", "--force"],
+            "error",
+            keep=["dir_npz"],
+            absent=["dir_npz.npz"],
+        ),
+        Case("explain --html existing", ["explain", "--html", "report.html"], "error", keep=["report.html"]),
+        Case("explain --html unwritable", ["explain", "--html", f"{UNWRITABLE}/x.html"], "error"),
+        Case("explain --html missing folder", ["explain", "--html", "nowhere/x.html"], "error"),
+        Case("explain --html under a file", ["explain", "--html", "afile.txt/x.html"], "error"),
+        Case(
+            "explain --html ok, --plots a file",
+            ["explain", "--html", "new.html", "--plots", "afile.txt"],
+            "error",
+            absent=["new.html"],
+            keep=["afile.txt"],
+        ),
+        Case(
+            "explain --npz ok, --plots unwritable",
+            ["explain", "--npz", "new2.npz", "--plots", f"{UNWRITABLE}/p"],
+            "error",
+            absent=["new2.npz"],
+        ),
+        Case("explain --model missing, markup", ["explain", "--model", f"gone/{MARKUP}"], "error"),
+        Case("explain --model checkpoint named with markup", ["explain", "--model", f"evil/{MARKUP}"], "ok"),
+        Case("explain --model checkpoint named with ESC", ["explain", "--model", f"evil/{ESC_NAME}"], "ok"),
+        Case("explain --model broken checkpoint (n_layers 10M)", ["explain", "--model", "huge_ckpt"], "error"),
+        Case("explain --model ESC in path", ["explain", "--model", "gone\x1b]8;;https://evil.example\x07x"], "error"),
+        Case("explain --model invalid UTF-8 path", ["explain", "--model", b"gone\xff"], "error"),
+        Case("explain --model hub id offline", ["explain", "--model", "evil-org/not-cached"], "error"),
+        Case("explain --model pickle-only folder", ["explain", "--model", "pickles"], "error"),
+    ]
     # train: every refusal must come before any training
-    c += [Case(f"train {flag} {v!r}", ["train", "--preset", "tiny", "--out", "never", flag, v], "error",
-               absent=["never"])
-          for flag, v in [("--seed", "1e23"), ("--seed", "-1"), ("--seed", str(2**63)), ("--epochs", "0"),
-                          ("--lr", "nan"), ("--lr", "inf"), ("--lr", "0"), ("--batch-size", "0"), ("--threads", "0"),
-                          ("--threads", "5000"), ("--epochs", "1e23")]]
-    c += [Case("train --out an existing file", ["train", "--preset", "tiny", "--out", "afile.txt"], "error",
-               keep=["afile.txt"]),
-          Case("train --out existing checkpoint, no --force", ["train", "--preset", "tiny", "--out", "ckpt"], "error",
-               keep=["ckpt"]),
-          Case("train --plot existing, no --force", ["train", "--preset", "tiny", "--out", "never2", "--plot",
-                                                     "existing.png"], "error", keep=["existing.png"],
-               absent=["never2"]),
-          Case("train --plot unwritable", ["train", "--preset", "tiny", "--out", "never3", "--plot",
-                                           f"{UNWRITABLE}/x.png"], "error", absent=["never3"]),
-          Case("train --out unwritable", ["train", "--preset", "tiny", "--out", f"{UNWRITABLE}/m"], "error"),
-          Case("train --out markup", ["train", "--preset", "tiny", "--out", f"afile.txt/{MARKUP}"], "error"),
-          Case("train tiny --seed 1", ["train", "--preset", "tiny", "--seed", "1", "--out", "t1", "--no-progress"],
-               "ok", check=_loads("t1")),
-          Case("train tiny --json", ["train", "--preset", "tiny", "--out", "t2", "--json"], "ok", check=_loads("t2")),
-          Case("train tiny --lr 1e23", ["train", "--preset", "tiny", "--out", "t3", "--lr", "1e23", "--json"],
-               check=_loads("t3")),
-          Case("train tiny --batch-size 10**9", ["train", "--preset", "tiny", "--out", "t4", "--batch-size",
-                                                 str(10**9), "--no-progress"], check=_loads("t4"))]
+    c += [
+        Case(f"train {flag} {v!r}", ["train", "--preset", "tiny", "--out", "never", flag, v], "error", absent=["never"])
+        for flag, v in [
+            ("--seed", "1e23"),
+            ("--seed", "-1"),
+            ("--seed", str(2**63)),
+            ("--epochs", "0"),
+            ("--lr", "nan"),
+            ("--lr", "inf"),
+            ("--lr", "0"),
+            ("--batch-size", "0"),
+            ("--threads", "0"),
+            ("--threads", "5000"),
+            ("--epochs", "1e23"),
+        ]
+    ]
+    c += [
+        Case(
+            "train --out an existing file",
+            ["train", "--preset", "tiny", "--out", "afile.txt"],
+            "error",
+            keep=["afile.txt"],
+        ),
+        Case(
+            "train --out existing checkpoint, no --force",
+            ["train", "--preset", "tiny", "--out", "ckpt"],
+            "error",
+            keep=["ckpt"],
+        ),
+        Case(
+            "train --plot existing, no --force",
+            ["train", "--preset", "tiny", "--out", "never2", "--plot", "existing.png"],
+            "error",
+            keep=["existing.png"],
+            absent=["never2"],
+        ),
+        Case(
+            "train --plot unwritable",
+            ["train", "--preset", "tiny", "--out", "never3", "--plot", f"{UNWRITABLE}/x.png"],
+            "error",
+            absent=["never3"],
+        ),
+        Case("train --out unwritable", ["train", "--preset", "tiny", "--out", f"{UNWRITABLE}/m"], "error"),
+        Case("train --out markup", ["train", "--preset", "tiny", "--out", f"afile.txt/{MARKUP}"], "error"),
+        Case(
+            "train tiny --seed 1",
+            ["train", "--preset", "tiny", "--seed", "1", "--out", "t1", "--no-progress"],
+            "ok",
+            check=_loads("t1"),
+        ),
+        Case("train tiny --json", ["train", "--preset", "tiny", "--out", "t2", "--json"], "ok", check=_loads("t2")),
+        Case(
+            "train tiny --lr 1e23",
+            ["train", "--preset", "tiny", "--out", "t3", "--lr", "1e23", "--json"],
+            check=_loads("t3"),
+        ),
+        Case(
+            "train tiny --batch-size 10**9",
+            ["train", "--preset", "tiny", "--out", "t4", "--batch-size", str(10**9), "--no-progress"],
+            check=_loads("t4"),
+        ),
+    ]
     # generate
-    c += [Case("generate --json", ["generate", "一只", "--json"], "ok", check=_json_ok),
-          Case("generate --temperature 0.01 --json", ["generate", "一只", "--temperature", "0.01", "--json"], "ok",
-               check=_json_ok),
-          Case("generate --top-k 10**9", ["generate", "一只", "--top-k", str(10**9), "--json"], check=_json_ok),
-          Case("generate 900 new tokens", ["generate", "一只", "--max-new-tokens", "900", "--greedy", "--json"],
-               check=_json_ok),
-          Case("generate --max-new-tokens 10**9 (stops at max_len)", ["generate", "一只", "--max-new-tokens",
-                                                                        str(10**9), "--json"], check=_json_ok),
-          Case("generate ESC text", ["generate", "一只\x1b[2J"], "error"),
-          Case("generate invalid UTF-8", ["generate", b"\xff\xfe"], "error"),
-          Case("generate empty", ["generate", ""], "error"),
-          Case("generate --model markup", ["generate", "一只", "--model", f"gone/{MARKUP}"], "error")]
-    c += [Case(f"generate {flag} {v!r}", ["generate", "一只", flag, v], "error")
-          for flag, v in [("--temperature", "1e-300"), ("--temperature", "0"), ("--temperature", "nan"),
-                          ("--max-new-tokens", "0"), ("--top-k", "0"), ("--seed", "1e23"), ("--seed", "-5")]]
+    c += [
+        Case("generate --json", ["generate", "一只", "--json"], "ok", check=_json_ok),
+        Case(
+            "generate --temperature 0.01 --json",
+            ["generate", "一只", "--temperature", "0.01", "--json"],
+            "ok",
+            check=_json_ok,
+        ),
+        Case("generate --top-k 10**9", ["generate", "一只", "--top-k", str(10**9), "--json"], check=_json_ok),
+        Case(
+            "generate 900 new tokens",
+            ["generate", "一只", "--max-new-tokens", "900", "--greedy", "--json"],
+            check=_json_ok,
+        ),
+        Case(
+            "generate --max-new-tokens 10**9 (stops at max_len)",
+            ["generate", "一只", "--max-new-tokens", str(10**9), "--json"],
+            check=_json_ok,
+        ),
+        Case("generate ESC text", ["generate", "一只\x1b[2J"], "error"),
+        Case("generate invalid UTF-8", ["generate", b"\xff\xfe"], "error"),
+        Case("generate empty", ["generate", ""], "error"),
+        Case("generate --model markup", ["generate", "一只", "--model", f"gone/{MARKUP}"], "error"),
+    ]
+    c += [
+        Case(f"generate {flag} {v!r}", ["generate", "一只", flag, v], "error")
+        for flag, v in [
+            ("--temperature", "1e-300"),
+            ("--temperature", "0"),
+            ("--temperature", "nan"),
+            ("--max-new-tokens", "0"),
+            ("--top-k", "0"),
+            ("--seed", "1e23"),
+            ("--seed", "-5"),
+        ]
+    ]
     # bench, vocab, serve (refusals only: a serve that starts would not stop by itself)
-    c += [Case(f"bench {' '.join(a)}", ["bench", *a], "error") for a in
-          (["--case", "nope"], ["--load", "-1"], ["--load", str(10**6)], ["--threads", "0"], ["--threads", "1e23"])]
-    c += [Case("vocab --json", ["vocab", "--json"], "ok", check=_json_ok),
-          Case("vocab --model missing markup", ["vocab", "--model", f"gone/{MARKUP}"], "error"),
-          Case("vocab --model broken", ["vocab", "--model", "huge_ckpt"], "error")]
+    c += [
+        Case(f"bench {' '.join(a)}", ["bench", *a], "error")
+        for a in (
+            ["--case", "nope"],
+            ["--load", "-1"],
+            ["--load", str(10**6)],
+            ["--threads", "0"],
+            ["--threads", "1e23"],
+        )
+    ]
+    c += [
+        Case("vocab --json", ["vocab", "--json"], "ok", check=_json_ok),
+        Case("vocab --model missing markup", ["vocab", "--model", f"gone/{MARKUP}"], "error"),
+        Case("vocab --model broken", ["vocab", "--model", "huge_ckpt"], "error"),
+    ]
     c += [Case(f"serve --port {v!r}", ["serve", "--port", v], "error") for v in ["0", "70000", "-1", "nan", "1e23"]]
-    c += [Case("serve --host unroutable", ["serve", "--host", "256.0.0.1", "--port", "8765"], "error"),
-          Case("serve --model missing", ["serve", "--model", f"gone/{MARKUP}", "--port", "8766"], "error")]
+    c += [
+        Case("serve --host unroutable", ["serve", "--host", "256.0.0.1", "--port", "8765"], "error"),
+        Case("serve --model missing", ["serve", "--model", f"gone/{MARKUP}", "--port", "8766"], "error"),
+    ]
     return c
 
 

@@ -41,10 +41,13 @@ class Server:
     def __init__(self, work: Path):
         self.port = free_port()
         self.log = work / "serve.log"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1",
-               "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
-        self.proc = subprocess.Popen([sys.executable, "-m", "selfattn.cli", "serve", "--host", HOST, "--port",
-                                      str(self.port)], env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "selfattn.cli", "serve", "--host", HOST, "--port", str(self.port)],
+            env=env,
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -102,7 +105,7 @@ def raw(port: int, head: bytes, chunks=(), timeout: float = REQUEST_TIMEOUT_S) -
                 data += part
                 if _complete(data):
                     break
-        except (ConnectionResetError, socket.timeout):
+        except (TimeoutError, ConnectionResetError):
             pass
     if not data.startswith(b"HTTP/1."):
         return None, data
@@ -121,11 +124,27 @@ def _complete(data: bytes) -> bool:
     return False
 
 
-def request(port: int, body: bytes, *, path: str = "/api/explain", method: str = "POST", host: str | None = None,
-            extra: bytes = b"", content_type: bytes = b"application/json") -> tuple[int | None, bytes]:
+def request(
+    port: int,
+    body: bytes,
+    *,
+    path: str = "/api/explain",
+    method: str = "POST",
+    host: str | None = None,
+    extra: bytes = b"",
+    content_type: bytes = b"application/json",
+) -> tuple[int | None, bytes]:
     host_line = b"" if host == "" else b"Host: " + (host or f"{HOST}:{port}").encode() + b"\r\n"
-    head = (f"{method} {path} HTTP/1.1\r\n".encode() + host_line + b"Content-Type: " + content_type + b"\r\n"
-            + f"Content-Length: {len(body)}\r\n".encode() + extra + b"Connection: close\r\n\r\n")
+    head = (
+        f"{method} {path} HTTP/1.1\r\n".encode()
+        + host_line
+        + b"Content-Type: "
+        + content_type
+        + b"\r\n"
+        + f"Content-Length: {len(body)}\r\n".encode()
+        + extra
+        + b"Connection: close\r\n\r\n"
+    )
     return raw(port, head + body)
 
 
@@ -137,8 +156,9 @@ def _strict(body: bytes) -> bool:
         return False
 
 
-def _judge(tally: Tally, label: str, expect: str | None, status: int | None, body: bytes, *,
-           closed_ok: bool = False) -> None:
+def _judge(
+    tally: Tally, label: str, expect: str | None, status: int | None, body: bytes, *, closed_ok: bool = False
+) -> None:
     """closed_ok: broken framing, which a server may refuse by closing the connection (h11 does)."""
     if status is None and closed_ok:
         tally.record("error", label)
@@ -166,45 +186,75 @@ def _judge(tally: Tally, label: str, expect: str | None, status: int | None, bod
 
 def json_cases() -> list[tuple[str, str, bytes]]:
     """(label, expect, body) of POST /api/explain."""
-    ok = [("short", {"text": SHORT}), ("packed", {"text": SHORT, "format": "packed"}),
-          ("layer 1 head 3", {"text": SHORT, "layer": 1, "head": 3}), ("find", {"text": SHORT, "find": ["走进", "怪兽"]}),
-          ("temperature 0.01", {"text": SHORT, "temperature": 0.01}), ("temperature 100", {"text": SHORT,
-                                                                                          "temperature": 100.0}),
-          ("no causal, no scaling", {"text": SHORT, "causal": False, "scaling": False, "only_layer": 1}),
-          ("markup text", {"text": "一只[link=https:evil.example]x[/link]<script>alert(1)</script>"}),
-          ("layers []", {"text": SHORT, "layers": []})]
-    bad = [("text int", {"text": 123}), ("text null", {"text": None}), ("text list", {"text": [SHORT]}),
-           ("no text", {}), ("empty text", {"text": ""}), ("blank text", {"text": " \n "}),
-           ("ESC text", {"text": "一只\u001b[2J"}), ("NUL text", {"text": "一只\u0000"}),
-           ("lone surrogate", {"text": "一只\ud800"}), ("4001 chars", {"text": "怪" * 4001}),
-           ("1100 tokens", {"text": "一只蓝色怪兽走进森林。" * 190}),
-           ("layer str", {"text": SHORT, "layer": "0"}), ("layer float", {"text": SHORT, "layer": 1.0}),
-           ("layer true", {"text": SHORT, "layer": True}), ("layer 99", {"text": SHORT, "layer": 99}),
-           ("layer -1", {"text": SHORT, "layer": -1}), ("layer 10**30", {"text": SHORT, "layer": 10**30}),
-           ("head 99", {"text": SHORT, "head": 99}), ("scaling 1", {"text": SHORT, "scaling": 1}),
-           ("causal yes", {"text": SHORT, "causal": "yes"}), ("temperature true", {"text": SHORT, "temperature": True}),
-           ("temperature str", {"text": SHORT, "temperature": "1"}), ("temperature 0", {"text": SHORT, "temperature": 0}),
-           ("temperature 1e-300", {"text": SHORT, "temperature": 1e-300}),
-           ("temperature 1e308", {"text": SHORT, "temperature": 1e308}),
-           ("temperature -1", {"text": SHORT, "temperature": -1.0}),
-           ("only_layer 99", {"text": SHORT, "only_layer": 99}), ("only_head 99", {"text": SHORT, "only_head": 99}),
-           ("format xml", {"text": SHORT, "format": "xml"}), ("layers [99]", {"text": SHORT, "layers": [99]}),
-           ("layers str", {"text": SHORT, "layers": ["0"]}), ("layers 2000", {"text": SHORT, "layers": [0] * 2000}),
-           ("find one", {"text": SHORT, "find": ["走进"]}), ("find three", {"text": SHORT, "find": [1, 2, 3]}),
-           ("find unknown", {"text": SHORT, "find": ["走进", "不存在"]}), ("find bool", {"text": SHORT, "find": [True, 0]}),
-           ("find 10**30", {"text": SHORT, "find": [0, 10**30]}), ("extra field", {"text": SHORT, "evil": 1})]
+    ok = [
+        ("short", {"text": SHORT}),
+        ("packed", {"text": SHORT, "format": "packed"}),
+        ("layer 1 head 3", {"text": SHORT, "layer": 1, "head": 3}),
+        ("find", {"text": SHORT, "find": ["走进", "怪兽"]}),
+        ("temperature 0.01", {"text": SHORT, "temperature": 0.01}),
+        ("temperature 100", {"text": SHORT, "temperature": 100.0}),
+        ("no causal, no scaling", {"text": SHORT, "causal": False, "scaling": False, "only_layer": 1}),
+        ("markup text", {"text": "一只[link=https:evil.example]x[/link]<script>alert(1)</script>"}),
+        ("layers []", {"text": SHORT, "layers": []}),
+    ]
+    bad = [
+        ("text int", {"text": 123}),
+        ("text null", {"text": None}),
+        ("text list", {"text": [SHORT]}),
+        ("no text", {}),
+        ("empty text", {"text": ""}),
+        ("blank text", {"text": " \n "}),
+        ("ESC text", {"text": "一只\u001b[2J"}),
+        ("NUL text", {"text": "一只\u0000"}),
+        ("lone surrogate", {"text": "一只\ud800"}),
+        ("4001 chars", {"text": "怪" * 4001}),
+        ("1100 tokens", {"text": "一只蓝色怪兽走进森林。" * 190}),
+        ("layer str", {"text": SHORT, "layer": "0"}),
+        ("layer float", {"text": SHORT, "layer": 1.0}),
+        ("layer true", {"text": SHORT, "layer": True}),
+        ("layer 99", {"text": SHORT, "layer": 99}),
+        ("layer -1", {"text": SHORT, "layer": -1}),
+        ("layer 10**30", {"text": SHORT, "layer": 10**30}),
+        ("head 99", {"text": SHORT, "head": 99}),
+        ("scaling 1", {"text": SHORT, "scaling": 1}),
+        ("causal yes", {"text": SHORT, "causal": "yes"}),
+        ("temperature true", {"text": SHORT, "temperature": True}),
+        ("temperature str", {"text": SHORT, "temperature": "1"}),
+        ("temperature 0", {"text": SHORT, "temperature": 0}),
+        ("temperature 1e-300", {"text": SHORT, "temperature": 1e-300}),
+        ("temperature 1e308", {"text": SHORT, "temperature": 1e308}),
+        ("temperature -1", {"text": SHORT, "temperature": -1.0}),
+        ("only_layer 99", {"text": SHORT, "only_layer": 99}),
+        ("only_head 99", {"text": SHORT, "only_head": 99}),
+        ("format xml", {"text": SHORT, "format": "xml"}),
+        ("layers [99]", {"text": SHORT, "layers": [99]}),
+        ("layers str", {"text": SHORT, "layers": ["0"]}),
+        ("layers 2000", {"text": SHORT, "layers": [0] * 2000}),
+        ("find one", {"text": SHORT, "find": ["走进"]}),
+        ("find three", {"text": SHORT, "find": [1, 2, 3]}),
+        ("find unknown", {"text": SHORT, "find": ["走进", "不存在"]}),
+        ("find bool", {"text": SHORT, "find": [True, 0]}),
+        ("find 10**30", {"text": SHORT, "find": [0, 10**30]}),
+        ("extra field", {"text": SHORT, "evil": 1}),
+    ]
     cases = [(f"json {n}", "ok", json.dumps(b).encode()) for n, b in ok]
     cases += [(f"json {n}", "error", json.dumps(b).encode()) for n, b in bad]
     literal = '{"text": "一只", "temperature": %s}'
-    cases += [(f"json temperature {v}", "error", (literal % v).encode())
-              for v in ("NaN", "Infinity", "-Infinity", "1e400", "1" + "0" * 5000)]
-    cases += [("json layer 5000 digits", "error", ('{"text": "一只", "layer": %s}' % ("9" * 5000)).encode()),
-              ("json nested 30000 deep", "error", b'{"text": ' + b"[" * 30000 + b"]" * 30000 + b"}"),
-              ("json nested objects", "error", b'{"text": "x", "find": ' + b'{"a":' * 20000 + b"1" + b"}" * 20000
-               + b"}"),
-              ("not JSON", "error", b"text=hello"), ("JSON array", "error", b'["a"]'), ("JSON null", "error", b"null"),
-              ("invalid UTF-8", "error", b'{"text": "\xff\xfe"}'), ("empty body", "error", b""),
-              ("duplicate keys", "ok", ('{"text": 1, "text": "%s"}' % SHORT).encode())]
+    cases += [
+        (f"json temperature {v}", "error", (literal % v).encode())
+        for v in ("NaN", "Infinity", "-Infinity", "1e400", "1" + "0" * 5000)
+    ]
+    cases += [
+        ("json layer 5000 digits", "error", ('{"text": "一只", "layer": %s}' % ("9" * 5000)).encode()),
+        ("json nested 30000 deep", "error", b'{"text": ' + b"[" * 30000 + b"]" * 30000 + b"}"),
+        ("json nested objects", "error", b'{"text": "x", "find": ' + b'{"a":' * 20000 + b"1" + b"}" * 20000 + b"}"),
+        ("not JSON", "error", b"text=hello"),
+        ("JSON array", "error", b'["a"]'),
+        ("JSON null", "error", b"null"),
+        ("invalid UTF-8", "error", b'{"text": "\xff\xfe"}'),
+        ("empty body", "error", b""),
+        ("duplicate keys", "ok", (f'{{"text": 1, "text": "{SHORT}"}}').encode()),
+    ]
     return cases
 
 
@@ -213,37 +263,57 @@ def run(server: Server) -> Tally:
     port = server.port
     for label, expect, body in json_cases():
         _judge(tally, label, expect, *request(port, body))
-    page_cases = [("GET /", "ok", "GET", "/", None), ("GET /?text=<script>", "ok", "GET", "/?text=%3Cscript%3E", None),
-                  ("GET /?text=ESC", "ok", "GET", "/?text=%1B%5B2J", None), ("GET /nope", "error", "GET", "/nope", None),
-                  ("GET /api/explain", "error", "GET", "/api/explain", None), ("PUT /", "error", "PUT", "/", None),
-                  ("Host evil.example", "error", "POST", "/api/explain", "evil.example"),
-                  ("Host evil:port", "error", "POST", "/api/explain", f"evil.example:{port}"),
-                  ("no Host", "error", "POST", "/api/explain", ""), ("Host localhost", "ok", "POST", "/api/explain",
-                                                                      f"localhost:{port}")]
+    page_cases = [
+        ("GET /", "ok", "GET", "/", None),
+        ("GET /?text=<script>", "ok", "GET", "/?text=%3Cscript%3E", None),
+        ("GET /?text=ESC", "ok", "GET", "/?text=%1B%5B2J", None),
+        ("GET /nope", "error", "GET", "/nope", None),
+        ("GET /api/explain", "error", "GET", "/api/explain", None),
+        ("PUT /", "error", "PUT", "/", None),
+        ("Host evil.example", "error", "POST", "/api/explain", "evil.example"),
+        ("Host evil:port", "error", "POST", "/api/explain", f"evil.example:{port}"),
+        ("no Host", "error", "POST", "/api/explain", ""),
+        ("Host localhost", "ok", "POST", "/api/explain", f"localhost:{port}"),
+    ]
     for label, expect, method, path, host in page_cases:
-        _judge(tally, label, expect, *request(port, json.dumps({"text": SHORT}).encode(), method=method, path=path,
-                                              host=host))
+        _judge(
+            tally,
+            label,
+            expect,
+            *request(port, json.dumps({"text": SHORT}).encode(), method=method, path=path, host=host),
+        )
     body = json.dumps({"text": SHORT}).encode()
-    framing = [("100 KB header", b"X-Evil: " + b"a" * 100_000 + b"\r\n"),
-               ("4000 small headers", b"".join(f"X-{i}: v\r\n".encode() for i in range(4000)))]
+    framing = [
+        ("100 KB header", b"X-Evil: " + b"a" * 100_000 + b"\r\n"),
+        ("4000 small headers", b"".join(f"X-{i}: v\r\n".encode() for i in range(4000))),
+    ]
     for label, extra in framing:
         _judge(tally, label, "error", *request(port, body, extra=extra), closed_ok=True)
     _judge(tally, "control chars in an unused header", None, *request(port, body, extra=b"X-Evil: a\x01b\r\n"))
     head = f"POST /api/explain HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n".encode()
     for label, headers, payload in [
-            ("Content-Length 10**12", b"Content-Length: 1000000000000\r\n", body),
-            ("Content-Length -1", b"Content-Length: -1\r\n", body),
-            ("Content-Length abc", b"Content-Length: abc\r\n", body),
-            ("two Content-Lengths", f"Content-Length: {len(body)}\r\nContent-Length: 5\r\n".encode(), body),
-            ("chunk size not hex", b"Transfer-Encoding: chunked\r\n", b"zz\r\nabc\r\n0\r\n\r\n"),
-            ("chunk size 2**64", b"Transfer-Encoding: chunked\r\n", b"10000000000000000\r\nabc\r\n"),
-            ("chunked + Content-Length", f"Transfer-Encoding: chunked\r\nContent-Length: {len(body)}\r\n".encode(),
-             body)]:
-        _judge(tally, label, "error", *raw(port, head + headers + b"Connection: close\r\n\r\n" + payload, timeout=10),
-               closed_ok=True)
+        ("Content-Length 10**12", b"Content-Length: 1000000000000\r\n", body),
+        ("Content-Length -1", b"Content-Length: -1\r\n", body),
+        ("Content-Length abc", b"Content-Length: abc\r\n", body),
+        ("two Content-Lengths", f"Content-Length: {len(body)}\r\nContent-Length: 5\r\n".encode(), body),
+        ("chunk size not hex", b"Transfer-Encoding: chunked\r\n", b"zz\r\nabc\r\n0\r\n\r\n"),
+        ("chunk size 2**64", b"Transfer-Encoding: chunked\r\n", b"10000000000000000\r\nabc\r\n"),
+        ("chunked + Content-Length", f"Transfer-Encoding: chunked\r\nContent-Length: {len(body)}\r\n".encode(), body),
+    ]:
+        _judge(
+            tally,
+            label,
+            "error",
+            *raw(port, head + headers + b"Connection: close\r\n\r\n" + payload, timeout=10),
+            closed_ok=True,
+        )
     ok_chunked = hex(len(body))[2:].encode() + b"\r\n" + body + b"\r\n0\r\n\r\n"
-    _judge(tally, "valid chunked body", "ok", *raw(port, head + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-                                                  + ok_chunked))
+    _judge(
+        tally,
+        "valid chunked body",
+        "ok",
+        *raw(port, head + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + ok_chunked),
+    )
     slowloris(tally, port)
     if "Traceback" in server.log.read_text(errors="replace"):
         tally.record("traceback", "server log", "Traceback in the server's output")
@@ -266,7 +336,7 @@ def slowloris(tally: Tally, port: int) -> None:
         while time.monotonic() < end:
             for s in socks:
                 try:
-                    s.sendall(head[i % len(head): i % len(head) + 1])
+                    s.sendall(head[i % len(head) : i % len(head) + 1])
                 except OSError:
                     pass
             i += 1

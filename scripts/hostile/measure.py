@@ -50,8 +50,10 @@ def _settle(server: Server, limit_s: float) -> float:
 def chunked_body(server: Server) -> dict:
     server.reset_peak()
     before = server.status("VmRSS")
-    head = (f"POST /api/explain HTTP/1.1\r\nHost: {HOST}:{server.port}\r\nContent-Type: application/json\r\n"
-            "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n").encode()
+    head = (
+        f"POST /api/explain HTTP/1.1\r\nHost: {HOST}:{server.port}\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    ).encode()
     frame = hex(CHUNK)[2:].encode() + b"\r\n" + b"x" * CHUNK + b"\r\n"
     sent, status, start = 0, None, time.monotonic()
     with socket.create_connection((HOST, server.port), timeout=30) as s:
@@ -68,9 +70,14 @@ def chunked_body(server: Server) -> dict:
             status = int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.") else None
         except (OSError, IndexError, ValueError):
             pass
-    return {"sent_mib_before_refusal": round(sent / 2**20), "status": status, "rss_before_mib": before // MIB,
-            "peak_rss_mib": server.status("VmHWM") // MIB,
-            "peak_growth_mib": (server.status("VmHWM") - before) // MIB, "seconds": round(time.monotonic() - start, 1)}
+    return {
+        "sent_mib_before_refusal": round(sent / 2**20),
+        "status": status,
+        "rss_before_mib": before // MIB,
+        "peak_rss_mib": server.status("VmHWM") // MIB,
+        "peak_growth_mib": (server.status("VmHWM") - before) // MIB,
+        "seconds": round(time.monotonic() - start, 1),
+    }
 
 
 def non_readers(server: Server, body: dict) -> dict:
@@ -78,13 +85,15 @@ def non_readers(server: Server, body: dict) -> dict:
     server.reset_peak()
     before = server.status("VmRSS")
     payload = json.dumps(body).encode()
-    head = (f"POST /api/explain HTTP/1.1\r\nHost: {HOST}:{server.port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload)}\r\n\r\n").encode()
+    head = (
+        f"POST /api/explain HTTP/1.1\r\nHost: {HOST}:{server.port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n"
+    ).encode()
     socks = []
     try:
         for _ in range(NON_READERS):
             s = socket.socket()
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)     # the answer stays on the server's side
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the answer stays on the server's side
             s.settimeout(30)
             s.connect((HOST, server.port))
             s.sendall(head + payload)
@@ -95,19 +104,30 @@ def non_readers(server: Server, body: dict) -> dict:
         for s in socks:
             s.close()
     time.sleep(2)
-    return {"rss_before_mib": before // MIB, "peak_rss_mib": peak // MIB, "peak_growth_mib": (peak - before) // MIB,
-            "rss_while_held_mib": held // MIB, "rss_after_close_mib": server.status("VmRSS") // MIB,
-            "seconds_to_settle": round(waited, 1)}
+    return {
+        "rss_before_mib": before // MIB,
+        "peak_rss_mib": peak // MIB,
+        "peak_growth_mib": (peak - before) // MIB,
+        "rss_while_held_mib": held // MIB,
+        "rss_after_close_mib": server.status("VmRSS") // MIB,
+        "seconds_to_settle": round(waited, 1),
+    }
 
 
 def answer_size(server: Server, body: dict) -> dict:
     payload = json.dumps(body).encode()
-    head = (f"POST /api/explain HTTP/1.1\r\nHost: {HOST}:{server.port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
+    head = (
+        f"POST /api/explain HTTP/1.1\r\nHost: {HOST}:{server.port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+    ).encode()
     start = time.monotonic()
     status, answer = raw(server.port, head + payload, timeout=120)
-    return {"status": status, "bytes": len(answer), "seconds": round(time.monotonic() - start, 2),
-            **({"detail": json.loads(answer)["detail"][:160]} if status and status != 200 else {})}
+    return {
+        "status": status,
+        "bytes": len(answer),
+        "seconds": round(time.monotonic() - start, 2),
+        **({"detail": json.loads(answer)["detail"][:160]} if status and status != 200 else {}),
+    }
 
 
 def latency(server: Server) -> dict:
@@ -127,14 +147,14 @@ def latency(server: Server) -> dict:
                 response = conn.getresponse()
                 response.read()
                 (results[kind] if response.status == 200 else failures).append(
-                    time.monotonic() - start if response.status == 200 else response.status)
+                    time.monotonic() - start if response.status == 200 else response.status
+                )
             except OSError as e:
                 failures.append(type(e).__name__)
             finally:
                 conn.close()
 
-    threads = [threading.Thread(target=client, args=("long" if i < LONG_CLIENTS else "short",))
-               for i in range(CLIENTS)]
+    threads = [threading.Thread(target=client, args=("long" if i < LONG_CLIENTS else "short",)) for i in range(CLIENTS)]
     for t in threads:
         t.start()
     for t in threads:
@@ -144,18 +164,27 @@ def latency(server: Server) -> dict:
         xs = sorted(xs)
         if not xs:
             return {"n": 0}
-        pick = lambda q: round(xs[min(len(xs) - 1, int(q * len(xs)))], 3)   # noqa: E731
+        pick = lambda q: round(xs[min(len(xs) - 1, int(q * len(xs)))], 3)  # noqa: E731
         return {"n": len(xs), "p50_s": pick(0.5), "p99_s": pick(0.99), "max_s": round(xs[-1], 3)}
-    return {"clients": CLIENTS, "long_clients": LONG_CLIENTS, "seconds": LATENCY_DURATION_S,
-            "short": stats(results["short"]), "long": stats(results["long"]), "failures": failures[:10],
-            "failed": len(failures)}
+
+    return {
+        "clients": CLIENTS,
+        "long_clients": LONG_CLIENTS,
+        "seconds": LATENCY_DURATION_S,
+        "short": stats(results["short"]),
+        "long": stats(results["long"]),
+        "failures": failures[:10],
+        "failed": len(failures),
+    }
 
 
 def run(server: Server) -> dict:
     out = {"chunked_300mb": chunked_body(server)}
-    out["answer_1015_tokens"] = {"packed (default of the page)": answer_size(server, {"text": LONG, "format": "packed"}),
-                                 "json, every layer": answer_size(server, {"text": LONG}),
-                                 "json, layers [0]": answer_size(server, {"text": LONG, "layers": [0]})}
+    out["answer_1015_tokens"] = {
+        "packed (default of the page)": answer_size(server, {"text": LONG, "format": "packed"}),
+        "json, every layer": answer_size(server, {"text": LONG}),
+        "json, layers [0]": answer_size(server, {"text": LONG, "layers": [0]}),
+    }
     out["non_readers_packed"] = non_readers(server, {"text": LONG, "format": "packed"})
     out["non_readers_json_layer0"] = non_readers(server, {"text": LONG, "layers": [0]})
     out["latency"] = latency(server)

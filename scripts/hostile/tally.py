@@ -47,9 +47,15 @@ class Tally:
             self.outside_notes.append(f"{label}: {type(exc).__name__}: {exc}"[:300])
 
     def row(self) -> dict:
-        return {"surface": self.surface, "tried": self.tried, "ok": self.counts["ok"],
-                "clear errors": self.counts["error"], "wrong results": self.counts["wrong"],
-                "tracebacks": self.counts["traceback"], "errors from outside selfattn": self.outside}
+        return {
+            "surface": self.surface,
+            "tried": self.tried,
+            "ok": self.counts["ok"],
+            "clear errors": self.counts["error"],
+            "wrong results": self.counts["wrong"],
+            "tracebacks": self.counts["traceback"],
+            "errors from outside selfattn": self.outside,
+        }
 
 
 def raised_outside(exc: BaseException) -> bool:
@@ -62,6 +68,9 @@ def format_table(rows: list[dict]) -> str:
     """The rows as a fixed-width text table."""
     keys = list(rows[0])
     widths = [max(len(k), *(len(str(r[k])) for r in rows)) for k in keys]
-    line = lambda values: "  ".join(str(v).rjust(w) if i else str(v).ljust(w)   # noqa: E731
-                                    for i, (v, w) in enumerate(zip(values, widths)))
+
+    def line(values) -> str:
+        return "  ".join(str(v).rjust(w) if i else str(v).ljust(w)
+                         for i, (v, w) in enumerate(zip(values, widths, strict=False)))
+
     return "\n".join([line(keys), line("-" * w for w in widths), *(line(r[k] for k in keys) for r in rows)])

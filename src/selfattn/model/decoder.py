@@ -23,7 +23,7 @@ from torch import nn
 
 from .. import checks
 from ..functional import attention
-from ..limits import MAX_PARAMETERS   # the one budget, checked from the config before anything is built
+from ..limits import MAX_PARAMETERS  # the one budget, checked from the config before anything is built
 from ..modules import KVCache, MultiHeadSelfAttention
 
 __all__ = ["DecoderConfig", "DecoderLM", "DecoderBlock", "MLP", "ACTIVATIONS"]
