@@ -129,3 +129,15 @@ def test_weights_from_lse_is_the_one_formula():
     assert max_error(base2, w) < TOL["float64"]
     scratch = s.clone()
     assert weights_from_lse(scratch, lse, inplace=True) is scratch and torch.equal(scratch, w)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_an_lse_holding_nan_or_plus_inf_is_refused(bad):
+    """A NaN or +inf log-sum-exp gave NaN or all-zero weights without a word (issue 11's hostile run)."""
+    q, k, v = make_inputs(1, 2, 2, 4, 4, 3)
+    lse = selfattn.attention(q, k, v, causal=True, return_lse=True, backend="naive").lse
+    lse[0, 1, 2] = bad
+    with pytest.raises(ValueError, match=r"lse holds NaN or \+inf"):
+        selfattn.attention_weights(q, k, lse, causal=True)
+    lse[0, 1, 2] = float("-inf")                           # −inf is a row that sees nothing: accepted
+    assert selfattn.attention_weights(q, k, lse, rows=2, causal=True)[0, 1].abs().sum() == 0

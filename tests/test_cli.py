@@ -47,6 +47,7 @@ def test_a_refusal_is_one_line_and_a_bug_is_a_traceback(monkeypatch, capsys):
     (["explain", "--temperature", "1e-300"], "expected a temperature in [0.01, 100], got '1e-300'"),
     (["explain", "--temperature", "nan"], "expected a finite number > 0, got 'nan'"),
     (["bench", "--load", "-1"], "argument --load: expected an integer in [0, 256], got '-1'"),
+    (["walkthrough", "--seed", str(2**64)], "argument --seed: expected an integer in [0, 9223372036854775807]"),
 ])
 def test_bad_numbers_are_one_line_exit_2(args, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -146,3 +147,30 @@ def test_generate_prints_the_text_and_json(capsys):
     assert main(["generate", "一只蓝色", "--greedy", "--max-new-tokens", "5", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["text"] == text and doc["model"] == "default"
+
+
+def test_control_characters_in_a_refused_path_never_reach_the_terminal(capsys, tmp_path):
+    """issue 11's hostile run: an ESC sequence in --model (a hyperlink, a clear-screen) was echoed raw."""
+    hostile = str(tmp_path / "gone\x1b]8;;evil.example\x07x\x1b[2J")
+    assert main(["explain", "--model", hostile]) == 1
+    line = one_line(capsys.readouterr().err)
+    assert "\x1b" not in line and "\x07" not in line
+    assert line.endswith("gone\\x1b]8;;evil.example\\x07x\\x1b[2J")
+
+
+def test_a_checkpoint_named_with_escape_sequences_is_shown_escaped(capsys, tmp_path):
+    import shutil
+
+    from selfattn.model.checkpoint import DEFAULT_DIR
+
+    folder = tmp_path / "esc\x1b]8;;evil.example\x07name"
+    shutil.copytree(DEFAULT_DIR, folder)
+    assert main(["explain", "--model", str(folder), "--lang", "en"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "esc\\x1b]8;;evil.example\\x07name" in out
+
+
+def test_serve_on_an_address_that_does_not_resolve_is_one_line(capsys):
+    """uvicorn logged "ERROR: [Errno -2] Name or service not known" and exited 3."""
+    assert main(["serve", "--host", "256.0.0.1", "--port", "8765"]) == 1
+    assert one_line(capsys.readouterr().err).startswith("selfattn serve: error: cannot listen on 256.0.0.1:8765: ")

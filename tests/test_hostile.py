@@ -109,3 +109,54 @@ def test_non_tensor_or_wrong_rank_inputs_are_named(value):
     k = torch.zeros(1, 1, 2, 2)
     with pytest.raises((TypeError, ValueError), match="q "):
         selfattn.attention(value, k, k)
+
+
+# --- regressions found by scripts/hostile_run.py -----------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["auto", "naive", "sdpa", "tiled"])
+@pytest.mark.parametrize("how", ["bool mask", "additive mask", "causal Lq < Lk"])
+def test_a_non_finite_key_hidden_by_a_mask_reaches_no_row_that_cannot_see_it(backend, how):
+    """SDPA adds its mask to the scores (NaN + −inf = NaN): one NaN key hidden by a mask made every row NaN."""
+    q, k, v = make_inputs(1, 2, 1, 4, 5, 4, dtype=torch.float32)
+    if how == "causal Lq < Lk":
+        k[..., 4, :] = math.nan                          # seen by the last query row only
+        kw = {"causal": True}
+    else:
+        k[..., 2, :] = math.nan                          # hidden from every row
+        visible = torch.tensor([True, True, False, True, True])
+        kw = {"mask": visible if how == "bool mask" else torch.where(visible, 0.0, -math.inf)}
+    out = selfattn.attention(q, k, v, backend=backend, **kw)
+    ref_out = reference_of(q, k, v, **kw)[0]
+    assert np.array_equal(np.isnan(out.numpy()), np.isnan(ref_out))
+    np.testing.assert_allclose(out.numpy(), ref_out, atol=TOL["float32"], rtol=0)
+
+
+def test_the_reference_keeps_a_nan_score_nan():
+    """The spec used to turn a row holding a NaN score into weights 0 (output 0), hiding the NaN."""
+    from selfattn import reference
+
+    weights = reference.softmax(np.array([[1.0, math.nan], [1.0, -math.inf], [-math.inf, -math.inf]]))
+    assert np.isnan(weights[0]).all()
+    np.testing.assert_array_equal(weights[1:], [[1.0, 0.0], [0.0, 0.0]])
+
+
+@pytest.mark.parametrize("backend", ["auto", "naive", "sdpa", "tiled"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_finite_inputs_whose_scores_overflow_are_refused_not_nan(backend, dtype):
+    """q, k of magnitude 1e20 in float32: q·k overflows to inf and the softmax gave NaN (the float64 spec is finite)."""
+    q, k, v = make_inputs(1, 2, 2, 5, 6, 4, dtype=dtype, magnitude=1e20)
+    with pytest.raises(ValueError, match=r"attention of finite inputs overflowed torch.float32 \(largest \|q\| "):
+        selfattn.attention(q, k, v, causal=True, backend=backend)
+    q[..., 0, 0] = math.nan                               # non-finite inputs: NaN where the spec has it, no error
+    assert torch.isnan(selfattn.attention(q, k, v, backend=backend)).any()
+
+
+@pytest.mark.parametrize("backend", ["auto", "naive", "tiled"])
+@pytest.mark.parametrize("softcap", [1e-300, 5e-5, 0.0, -1.0])
+def test_a_softcap_below_the_minimum_is_named(backend, softcap):
+    """softcap=1e-300: tiled's multiplier scale/c overflowed float32 ("value cannot be converted") from deep inside."""
+    q, k, v = make_inputs(1, 1, 1, 3, 3, 4, dtype=torch.float32)
+    with pytest.raises(ValueError, match="softcap must be >= 0.0001"):
+        selfattn.attention(q, k, v, softcap=softcap, backend=backend)
+    out = selfattn.attention(q, k, v, softcap=1e-4, backend=backend)
+    np.testing.assert_allclose(out.numpy(), reference_of(q, k, v, softcap=1e-4)[0], atol=TOL["float32"], rtol=0)

@@ -201,3 +201,15 @@ def test_context_parallel_arguments_are_named(kwargs, err, match):
 
     with pytest.raises(err, match=match):
         ContextParallel(**kwargs)
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda: SelfAttention(1 << 20), r"SelfAttention\(d_model=1048576, d_k=1048576\) would have [\d,]+ parameters"),
+    (lambda: SelfAttention(10**30), "over the limit of 2,000,000,000"),
+    (lambda: MultiHeadSelfAttention(10**6, 1), r"MultiHeadSelfAttention\(d_model=1000000, n_heads=1"),
+    (lambda: MultiHeadSelfAttention(8, 2, head_dim=1 << 30), "head_dim=1073741824"),
+])
+def test_a_module_too_big_for_memory_is_refused_before_any_weight(build, match):
+    """issue 11's hostile run: these raised torch's "can't allocate memory" (or an overflow) from deep inside."""
+    with pytest.raises(ValueError, match=match):
+        build()

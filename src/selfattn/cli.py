@@ -30,6 +30,7 @@ from pathlib import Path
 
 from . import __version__
 from .limits import MAX_SEED, MAX_THREADS
+from .terminal import printable
 
 REPORT = ("this is a bug in selfattn, not a problem with your input; please report it with the command and "
           "the traceback above")
@@ -121,7 +122,7 @@ def _explain(args) -> int:
     tables.render(doc, console, lang=args.lang)
     for path in [args.npz, args.html, *written]:
         if path:
-            console.print(f"→ {path}", markup=False)
+            console.print(f"→ {printable(path)}", markup=False)
     return 0
 
 
@@ -216,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lang", choices=["zh", "en"], default="zh", help="language of the text (default: zh)")
     p.add_argument("--d-k", type=_positive_int, default=4, dest="d_k",
                    help="the d_k used to scale the tutorial's score table (default: 4)")
-    p.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the random 10×128 run (default: 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the random 10×128 run (default: 0)")
     p.add_argument("--json", action="store_true", help="print the same content as JSON")
     p.set_defaults(run=_walkthrough)
 
@@ -368,8 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"selfattn {args.command}: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, OSError) as exc:      # a refused input or file: one line
-        print(f"selfattn {args.command}: error: {exc}", file=sys.stderr)
+    except (ValueError, OSError) as exc:      # a refused input or file: one line, no raw control character
+        print(f"selfattn {args.command}: error: {printable(exc)}", file=sys.stderr)
         return 1
     except Exception:                         # a bug: its traceback, and what to do about it
         traceback.print_exc()

@@ -47,6 +47,8 @@ def read_json(path: str | os.PathLike, *, max_bytes: int = MAX_JSON_BYTES, what:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except ValueError as e:   # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise ValueError(f"{path}: not a usable JSON file ({e})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object at the top, got {type(data).__name__}")
     return data

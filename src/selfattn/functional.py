@@ -17,7 +17,7 @@ from . import checks, kernels
 from .kernels.base import ALL_DTYPES, AttentionOutput, Request
 
 __all__ = ["AttentionOutput", "attention", "build_request", "check_mask", "intercept", "use_backend", "Interceptor",
-           "MAX_SCALE", "MAX_SOFTCAP"]
+           "MAX_SCALE", "MAX_SOFTCAP", "MIN_SOFTCAP"]
 
 Interceptor = Callable[[Request, Callable[[Request], "kernels.Result"]], "kernels.Result"]
 """`interceptor(request, compute) -> Result`: sees every `attention` call made inside
@@ -73,6 +73,11 @@ MAX_SOFTCAP = 1e6
 """Largest softcap accepted: c·tanh(s/c) ≈ s long before this, and c·log₂e must stay finite in
 float32 (`kernels.tiled` keeps its scores in base 2)."""
 
+MIN_SOFTCAP = 1e-4
+"""Smallest softcap accepted: c·tanh(s/c) lies in (−c, c), so below this every capped score is 0 to
+within half precision, and scale/c (the tiled kernel's matmul multiplier) must stay finite in float32:
+MAX_SCALE / MIN_SOFTCAP = 1e10 does, 1 / 1e-300 does not."""
+
 def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, softcap=None,
               dropout_p=0.0, return_weights=False, return_lse=False, backend="auto"):
     """softmax(Q Kᵀ / √d_k, masked) · V — the tutorial's formula, batched and multi-head.
@@ -88,12 +93,13 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
     mask       bool (True = may look) or additive float, broadcastable to (B, Hq, Lq, Lk)
     window     w >= 1: key j is visible to query position p only if p - w < j <= p
     scale      multiplies Q Kᵀ; default 1/√D
-    softcap    c > 0: a scaled score s becomes c·tanh(s/c) before masking
+    softcap    c in [MIN_SOFTCAP, MAX_SOFTCAP]: a scaled score s becomes c·tanh(s/c) before masking
     dropout_p  dropout on the weights, in [0, 1) (pass 0 in evaluation)
     return_weights, return_lse   return AttentionOutput(output, weights, lse) (= kernels.Result)
     backend    "auto" (fastest that can serve the request), or one of "naive", "sdpa", …
 
-    A query row that may look at nothing gets output 0, weights 0, lse −inf: never NaN.
+    A query row that may look at nothing gets output 0, weights 0, lse −inf: never NaN. Finite inputs
+    whose scores overflow the compute dtype get a ValueError (on the CPU: `check_overflow`).
     Returns output (B, Hq, Lq, Dv), or an `AttentionOutput` when a return_* flag is set.
     """
     _check_backend(backend)
@@ -107,6 +113,7 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
 
     interceptor = _INTERCEPTOR.get()
     result = compute(request) if interceptor is None else interceptor(request, compute)
+    check_overflow(request, result.output)
     if return_weights or return_lse:
         return AttentionOutput(result.output, result.weights, result.lse)   # whatever tuple an interceptor made
     return result.output
@@ -158,7 +165,7 @@ def build_request(q, k, v, *, causal=False, mask=None, window=None, scale=None, 
     else:
         scale = checks.real("scale", scale, low=-MAX_SCALE, high=MAX_SCALE)
     if softcap is not None:
-        softcap = checks.real("softcap", softcap, low=0.0, low_open=True, high=MAX_SOFTCAP)
+        softcap = checks.real("softcap", softcap, low=MIN_SOFTCAP, high=MAX_SOFTCAP)
     dropout_p = checks.real("dropout_p", dropout_p)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
@@ -166,6 +173,23 @@ def build_request(q, k, v, *, causal=False, mask=None, window=None, scale=None, 
         mask = check_mask(mask, (B, Hq, Lq, Lk), q.device)
     return Request(q=q, k=k, v=v, causal=causal, mask=mask, window=window, scale=scale, softcap=softcap,
                    dropout_p=dropout_p, return_weights=return_weights, return_lse=return_lse)
+
+
+def check_overflow(r: Request, output: torch.Tensor) -> None:
+    """Finite q, k, v must give a finite output: if the scores or the output overflowed the compute dtype
+    (float32 q·k past 3.4e38, say), a ValueError says so instead of handing back NaN. Inputs that hold
+    NaN or ±inf give NaN where the reference does, as they are.
+
+    Checked on the CPU only (one pass over the output, O(B·Hq·Lq·Dv)); on an accelerator the check would
+    make every call wait for its kernel."""
+    if output.device.type != "cpu" or bool(torch.isfinite(output).all()):
+        return
+    if not all(bool(torch.isfinite(t).all()) for t in (r.q, r.k, r.v)):
+        return
+    largest = ", ".join(f"|{n}| {float(t.detach().abs().max()):.3g}" for n, t in (("q", r.q), ("k", r.k), ("v", r.v)))
+    raise ValueError(f"attention of finite inputs overflowed {r.accumulate_dtype} (largest {largest}, scale "
+                     f"{r.scale:g}): the scores or the output are beyond its range; scale the inputs down or "
+                     f"compute in float64")
 
 
 def check_mask(mask, full_shape: tuple[int, ...], device: torch.device) -> torch.Tensor:

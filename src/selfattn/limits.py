@@ -5,7 +5,7 @@ Pure Python: the CLI checks its arguments against these before importing torch.
 
 from __future__ import annotations
 
-__all__ = ["MAX_SEED", "MAX_THREADS"]
+__all__ = ["MAX_SEED", "MAX_THREADS", "MAX_PARAMETERS"]
 
 MAX_SEED = 2**63 - 1
 """Largest seed of training, sampling and benchmarks: a signed 64-bit integer, which torch.Generator
@@ -14,3 +14,8 @@ and NumPy both take (torch refuses 2**64 with "Overflow when unpacking long long
 MAX_THREADS = 1024
 """Most torch threads a run may ask for: more than any machine this runs on has cores (torch accepts
 100,000 and then crashes the process at exit)."""
+
+MAX_PARAMETERS = 2_000_000_000
+"""Largest module or model (parameters, estimated from its sizes before any tensor is allocated): 8 GB of
+float32, which must fit in memory with room for activations. Wider asks get a ValueError naming the sizes,
+not torch's "can't allocate memory" from deep inside."""

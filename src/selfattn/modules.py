@@ -18,6 +18,7 @@ from torch import nn
 
 from . import checks
 from .functional import attention, check_mask
+from .limits import MAX_PARAMETERS
 
 __all__ = ["SelfAttention", "MultiHeadSelfAttention", "KVCache", "SequenceParallel"]
 
@@ -123,6 +124,13 @@ class KVCache:
         return fresh
 
 
+def _check_size(module: str, parameters: int, sizes: str) -> None:
+    """Refuse, before any weight is allocated, a module of more than MAX_PARAMETERS parameters."""
+    if parameters > MAX_PARAMETERS:
+        raise ValueError(f"{module}({sizes}) would have {parameters:,} parameters, over the limit of "
+                         f"{MAX_PARAMETERS:,} (selfattn.limits.MAX_PARAMETERS)")
+
+
 def _check_cache(cache) -> KVCache:
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
@@ -143,6 +151,8 @@ class SelfAttention(nn.Module):
         self.d_model = checks.integer("d_model", d_model, low=1)
         self.d_k = self.d_model if d_k is None else checks.integer("d_k", d_k, low=1)
         self.causal = checks.boolean("causal", causal)
+        _check_size("SelfAttention", self.d_model * (2 * self.d_k + self.d_model),
+                    f"d_model={self.d_model}, d_k={self.d_k}")
         self.backend = backend
         self.w_q = nn.Linear(self.d_model, self.d_k, bias=False)
         self.w_k = nn.Linear(self.d_model, self.d_k, bias=False)
@@ -183,6 +193,9 @@ class MultiHeadSelfAttention(nn.Module):
                                  f"pass head_dim explicitly")
             head_dim = self.d_model // self.n_heads
         self.head_dim = checks.integer("head_dim", head_dim, low=1)
+        _check_size("MultiHeadSelfAttention", self.d_model * self.head_dim * (2 * self.n_heads + 2 * self.n_kv_heads),
+                    f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
+                    f"head_dim={self.head_dim}")
         self.causal = checks.boolean("causal", causal)
         dropout = checks.real("dropout", dropout)
         if not 0.0 <= dropout < 1.0:

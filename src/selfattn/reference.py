@@ -80,7 +80,7 @@ def softmax(x, axis: int = -1) -> np.ndarray:
 
     The row maximum is subtracted before exp, so scores of magnitude 1e4 give finite
     results. −inf entries get weight exactly 0. A row that is −inf everywhere (a query
-    that may look at nothing) gets all-zero weights, never NaN.
+    that may look at nothing) gets all-zero weights, never NaN; a row holding a NaN score is NaN.
 
         softmax([2.0, 0.0, 0.0])     ≈ [0.787, 0.107, 0.107]
         softmax([2.0, -inf, -inf])   =  [1.0,   0.0,   0.0]
@@ -92,7 +92,8 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     peak = np.where(np.isfinite(peak), peak, 0.0)  # all −inf row: subtract nothing
     e = np.exp(x - peak)
     total = np.sum(e, axis=axis, keepdims=True)
-    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    weights = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    return np.where(np.isnan(total), np.nan, weights)   # a NaN score stays NaN: never hidden as weight 0
 
 
 def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:

@@ -96,6 +96,9 @@ def _check_lse(lse, shape: tuple[int, int, int], device: torch.device) -> None:
         raise ValueError(f"lse has shape {tuple(lse.shape)} but q and k need (B, Hq, Lq) = {shape}")
     if lse.device != device:
         raise ValueError(f"lse is on {lse.device} but q is on {device}")
+    if bool((torch.isnan(lse) | torch.isposinf(lse)).any()):
+        raise ValueError("lse holds NaN or +inf; a log-sum-exp from attention(..., return_lse=True) is finite, or "
+                         "-inf for a row that may look at nothing")
 
 
 def _row_index(rows, n: int, device: torch.device) -> torch.Tensor:

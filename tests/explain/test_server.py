@@ -194,3 +194,42 @@ def test_answers_are_sized_by_the_view(client, explainer, monkeypatch):
     assert r.status_code == 422 and "layers must hold indices in [0, 1], got 7" in r.json()["detail"]
     r = client.post("/api/explain", json={"text": text, "find": ["走进"]})
     assert r.status_code == 422
+
+
+def test_long_texts_take_the_heavy_lane_and_short_ones_never_wait_behind_them(explainer, monkeypatch):
+    """issue 11: ten clients asking for long texts made ten explanations at once (+0.5-1 GB) and short
+    requests waited behind them. Long texts now run HEAVY_SLOTS at a time; short ones have their own lane."""
+    import dataclasses
+
+    started, release, running, most = threading.Event(), threading.Event(), [0], [0]
+    lock = threading.Lock()
+    real = explainer.explain
+
+    def explain(text, **kw):
+        if len(text) > server.LIGHT_CHARS:
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+                if running[0] == server.HEAVY_SLOTS:
+                    started.set()
+            release.wait(timeout=60)
+            with lock:
+                running[0] -= 1
+            text = text[:5]
+        return real(text, **kw)
+
+    blocking = dataclasses.replace(explainer)
+    monkeypatch.setattr(blocking, "explain", explain)
+    client = TestClient(server.create_app(blocking))
+    long_text = "a" * (server.LIGHT_CHARS + 1)
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(post(client, text=long_text).status_code))
+               for _ in range(server.HEAVY_SLOTS + 2)]
+    for t in threads:
+        t.start()
+    assert started.wait(timeout=60)
+    assert post(client, text="ab").status_code == 200            # answered while the heavy lane is full
+    release.set()
+    for t in threads:
+        t.join(timeout=60)
+    assert most[0] == server.HEAVY_SLOTS and answers == [200] * (server.HEAVY_SLOTS + 2)

@@ -140,3 +140,34 @@ def test_a_config_too_big_in_total_names_the_limit():
 
     with pytest.raises(ValueError, match="over the limit of 2,000,000,000"):
         DecoderConfig(vocab_size=100, d_model=30000, n_layers=500, n_heads=10)
+
+
+@pytest.mark.parametrize("poison", [float("nan"), float("inf")])
+def test_weights_holding_nan_or_inf_are_refused_on_loading(tmp_path, poison):
+    """A checkpoint whose weights hold NaN loaded and explained as NaN (invalid JSON) — issue 11's hostile run."""
+    from safetensors.torch import load_file, save
+
+    from selfattn.model.checkpoint import DEFAULT_DIR
+
+    folder = tmp_path / "poisoned"
+    shutil.copytree(DEFAULT_DIR, folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    del config["files"]                                    # no manifest: the content check alone must refuse
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["blocks.0.ln_1.weight"][3] = poison
+    (folder / "model.safetensors").write_bytes(save(tensors))
+    with pytest.raises(ValueError, match=r"tensor 'blocks.0.ln_1.weight' holds NaN or infinite values"):
+        load_checkpoint(folder)
+
+
+def test_a_config_with_an_integer_too_long_to_convert_names_the_file(tmp_path):
+    """Python refuses ints of more than 4,300 digits with its own ValueError, which did not name the file."""
+    from selfattn.model.checkpoint import DEFAULT_DIR
+
+    folder = tmp_path / "long_int"
+    shutil.copytree(DEFAULT_DIR, folder)
+    text = (folder / "config.json").read_text(encoding="utf-8").replace('"n_layers": 2', '"n_layers": ' + "9" * 5000)
+    (folder / "config.json").write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"config.json: not a usable JSON file \(Exceeds the limit"):
+        load_checkpoint(folder)

@@ -21,11 +21,19 @@ over the model's context in tokens, a control character, a temperature outside
 [MIN_TEMPERATURE, MAX_TEMPERATURE], a layer or head that does not exist.
 
 Interventions travel in a context of the request's own thread (`selfattn.intercept`), so requests
-are answered concurrently, with no lock.
+are answered concurrently, with no global lock. What they hold is bounded by lanes: a text of up to
+LIGHT_CHARS characters is explained in the light lane (LIGHT_SLOTS at once), a longer one in the heavy
+lane (HEAVY_SLOTS at once), so short requests never queue behind long ones and the memory of the
+explanations being computed is at most HEAVY_SLOTS long ones plus LIGHT_SLOTS short ones, whatever
+the number of clients. After a long one the freed heap is given back to the system (`release_memory`).
+Answers not yet read by their clients are held too: at most MAX_CONNECTIONS × MAX_RESPONSE_BYTES.
 """
 
 from __future__ import annotations
 
+import ctypes
+import socket
+import threading
 from typing import Literal
 
 from fastapi import FastAPI, Request
@@ -51,6 +59,15 @@ MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_CONNECTIONS = 64
 """Connections served at once; past it uvicorn answers 503 at once instead of holding more responses."""
+LIGHT_CHARS = 256
+"""Texts up to this many characters are explained in the light lane."""
+LIGHT_SLOTS = 4
+HEAVY_SLOTS = 2
+"""Explanations computed at once per lane: a 1,015-token explanation of the default model holds ~50 MB."""
+QUEUE_SECONDS = 120
+"""A request that waited this long for a slot is answered 503."""
+LISTEN_BACKLOG = 2048
+"""Pending connections the kernel queues (uvicorn's own default)."""
 KEEP_ALIVE_SECONDS = 5
 """An idle keep-alive connection is closed after this long."""
 
@@ -87,6 +104,7 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
     explain = explainer.explain
 
     app.add_middleware(HttpGuard, max_body=MAX_BODY_BYTES, hosts=hosts)
+    lanes = {"light": threading.BoundedSemaphore(LIGHT_SLOTS), "heavy": threading.BoundedSemaphore(HEAVY_SLOTS)}
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
@@ -110,6 +128,17 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
 
     @app.post("/api/explain")
     def api_explain(body: ExplainRequest):
+        lane = "light" if len(body.text) <= LIGHT_CHARS else "heavy"
+        if not lanes[lane].acquire(timeout=QUEUE_SECONDS):
+            return _error(503, "the server is busy with other long texts; try again in a moment")
+        try:
+            return answer(body)
+        finally:
+            lanes[lane].release()
+            if lane == "heavy":
+                release_memory()
+
+    def answer(body: ExplainRequest):
         try:
             doc = explain(body.text, layer=body.layer, head=body.head, intervention=body.intervention(),
                           stages=False if body.format == "packed" else None, find=body.find,
@@ -133,12 +162,50 @@ def serve(explainer: Explainer, host: str = "127.0.0.1", port: int = 8000) -> No
     import uvicorn
 
     port = checks.integer("port", port, low=1, high=65535)   # the Host check needs the real port
+    sock = listen(host, port)
     if host not in LOOPBACK:
         print(f"selfattn serve: listening on {host}, reachable from other machines")
     print(f"selfattn serve: open http://{'[::1]' if host == '::1' else host}:{port}/ (Ctrl+C stops)")
     app = create_app(explainer, hosts=allowed_hosts(host, port) if host in LOOPBACK else None)
-    uvicorn.run(app, host=host, port=port, log_level="warning", http="h11", limit_concurrency=MAX_CONNECTIONS,
-                h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    config = uvicorn.Config(app, log_level="warning", http="h11", limit_concurrency=MAX_CONNECTIONS,
+                            h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port and listening, or an OSError that names the address (a host that does
+    not resolve, a port in use), raised before anything is printed rather than logged by uvicorn."""
+    if not isinstance(host, str) or not host:
+        raise ValueError(f"host must be an address such as 127.0.0.1, got {host!r}")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as e:
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def release_memory() -> None:
+    """Give the heap pages freed by a long explanation back to the system (glibc's malloc_trim): glibc
+    keeps them in its per-thread arenas otherwise, and the server's RSS stays at its peak. No-op
+    where there is no glibc."""
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+try:
+    _LIBC = ctypes.CDLL(None)
+except OSError:   # no C library to open (not a Unix)
+    _LIBC = None
 
 
 def response_bytes(doc: dict, fmt: str) -> int:

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..terminal import printable
 from .heads import PICK_RULE, percent
 from .relations import MEANING_ROLES, roles
 from .sources import POSITIONS_ZH
@@ -128,7 +129,8 @@ def number(x, digits: int = 2) -> str:
 
 def render(doc: dict, console: Console, lang: str = "zh") -> None:
     t = TEXT[lang]
-    say = lambda *parts, **kw: console.print(*parts, markup=False, **kw)   # noqa: E731 — never markup
+    say = lambda *parts, **kw: console.print(*(printable(p, keep="\n") if isinstance(p, str) else p  # noqa: E731
+                                               for p in parts), markup=False, **kw)   # never markup, never ESC
     m = doc["model"]
     say(t["model"].format(**(m | {"kind": t.get(m["kind"], m["kind"])})))
     if m.get("architecture"):
@@ -245,6 +247,7 @@ def _summary(values) -> str:
 
 
 def _cut(label: str) -> str:
+    label = printable(label)
     return label if len(label) <= LABEL_WIDTH else label[:LABEL_WIDTH - 1] + "…"
 
 

@@ -5,6 +5,12 @@ both alignments agree); every other causal or windowed request gets an explicit
 bottom-right visibility mask. PyTorch's fused causal CPU kernel returns NaN for a scale <= 0
 (torch 2.13), so such requests get the explicit mask too (`fused_causal`). SDPA returns
 neither weights nor the log-sum-exp and has no softcap: such requests are refused with the reason.
+
+SDPA adds its mask to the scores, and NaN + (−inf) is NaN: one non-finite key hidden by the mask
+would make every row NaN. A masked request whose keys are not all finite is therefore computed by
+a kernel that fills hidden scores with −inf (`_exact_kernel`: tiled, or naive for dropout or a mask
+that needs a gradient), so that only the rows that see such a key are NaN, as in the reference.
+The check is one pass over k, made only when a mask is sent.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ class SdpaBackend(Backend):
     def forward(self, r: Request) -> Result:
         is_causal = fused_causal(r)
         attn_mask = None if is_causal else dense_mask(r)
+        if attn_mask is not None and not bool(torch.isfinite(r.k).all()):
+            return _exact_kernel(r).forward(r)
         out = F.scaled_dot_product_attention(
             r.q, r.k, r.v, attn_mask=attn_mask, dropout_p=r.dropout_p, is_causal=is_causal,
             scale=r.scale, enable_gqa=r.G > 1,
@@ -58,3 +66,13 @@ def dense_mask(r: Request) -> torch.Tensor | None:
     if visible is None:
         return additive
     return additive.masked_fill(~visible, float("-inf"))
+
+
+def _exact_kernel(r: Request) -> Backend:
+    """The kernel that serves a masked request with non-finite keys: tiled (O(N) memory), or naive
+    when it needs dropout or a mask gradient (tiled has neither)."""
+    from .naive import NaiveBackend
+    from .tiled import TiledBackend
+
+    mask_grad = r.mask is not None and r.mask.requires_grad
+    return NaiveBackend() if r.dropout_p > 0 or mask_grad else TiledBackend()

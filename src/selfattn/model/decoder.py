@@ -30,6 +30,7 @@ from .. import checks
 from ..distributed.context import ContextParallel
 from ..distributed.layout import Sharded
 from ..functional import attention
+from ..limits import MAX_PARAMETERS  # the one budget, checked from the config before anything is built
 from ..modules import KVCache, MultiHeadSelfAttention
 
 __all__ = ["DecoderConfig", "DecoderLM", "DecoderBlock", "MLP", "ACTIVATIONS"]
@@ -47,10 +48,6 @@ LIMITS = {"vocab_size": 1 << 21, "d_model": 1 << 15, "n_layers": 512, "n_heads":
           "d_ff": 1 << 17, "max_len": 1 << 20}
 """Largest value of each size field a config may hold: well above any real model, far below what would
 exhaust memory through one field alone (a config is checked before any tensor is allocated)."""
-
-MAX_PARAMETERS = 2_000_000_000
-"""Largest model a config may describe: 2 billion parameters, 8 GB of float32 — it must fit in this
-machine's memory with room for activations. Checked from the config, before anything is built."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +93,7 @@ class DecoderConfig:
         checks.boolean("tie_embeddings", self.tie_embeddings)
         if self.parameters > MAX_PARAMETERS:
             raise ValueError(f"the config describes about {self.parameters:,} parameters (n_layers × d_model × …), "
-                             f"over the limit of {MAX_PARAMETERS:,} (selfattn.model.decoder.MAX_PARAMETERS)")
+                             f"over the limit of {MAX_PARAMETERS:,} (selfattn.limits.MAX_PARAMETERS)")
 
     @property
     def parameters(self) -> int:

@@ -46,7 +46,7 @@ class EncoderConfig:
             (self.vocab_size + self.max_len + self.type_vocab_size) * self.d_model
         if parameters > MAX_PARAMETERS:
             raise ValueError(f"the config describes about {parameters:,} parameters, over the limit of "
-                             f"{MAX_PARAMETERS:,} (selfattn.model.decoder.MAX_PARAMETERS)")
+                             f"{MAX_PARAMETERS:,} (selfattn.limits.MAX_PARAMETERS)")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
 

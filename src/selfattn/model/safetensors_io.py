@@ -68,7 +68,8 @@ def assign(module: nn.Module, tensors: dict[str, torch.Tensor], source: str) -> 
     tensors  name -> tensor, one per distinct tensor of the module: tied tensors (a GPT-2 LM head
              sharing the token embedding) under any one of their names
     source   what to call the origin in errors, e.g. the file's path
-    Raises ValueError naming a missing or unexpected tensor, or one whose shape is wrong.
+    Raises ValueError naming a missing or unexpected tensor, one whose shape or dtype is wrong, or one
+    holding NaN or infinity.
     """
     want, alias = _tied_names(module)
     given: dict[str, torch.Tensor] = {}
@@ -93,6 +94,9 @@ def assign(module: nn.Module, tensors: dict[str, torch.Tensor], source: str) -> 
                              f"the model expects {tuple(want[name].shape)}")
         if not t.is_floating_point() and want[name].is_floating_point():
             raise ValueError(f"{source}: tensor {name!r} has dtype {t.dtype}, the model expects floating point")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{source}: tensor {name!r} holds NaN or infinite values; a model with them computes "
+                             f"NaN")
     with torch.no_grad():
         for name, t in given.items():
             want[name].copy_(t)

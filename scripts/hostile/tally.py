@@ -1,0 +1,76 @@
+"""Counting outcomes of hostile inputs, one `Tally` per surface.
+
+An input ends in exactly one of:
+    ok         accepted, and the answer checked right (equal to the float64 reference, valid JSON, ...)
+    error      refused with a clear one-line error (TypeError/ValueError/OSError naming the problem,
+               `selfattn CMD: error: ...` with exit 1/2, an HTTP 4xx with a `detail` message)
+    wrong      accepted with a wrong answer (NaN, a number off the reference, a file overwritten without
+               --force, a 200 for what must be refused), or refused although it is valid, or a hang
+    traceback  a crash: any other exception, "Traceback" on stderr, an HTTP 5xx or a dropped connection
+`outside` counts the errors (already in `error`) raised from code outside selfattn (torch, transformers).
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+
+OUTCOMES = ("ok", "error", "wrong", "traceback")
+MAX_NOTES = 40
+"""Most failure notes kept per surface (the counts stay exact)."""
+
+
+@dataclass
+class Tally:
+    surface: str
+    counts: dict = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    outside: int = 0
+    notes: list = field(default_factory=list)
+    outside_notes: list = field(default_factory=list)
+
+    @property
+    def tried(self) -> int:
+        return sum(self.counts.values())
+
+    def record(self, outcome: str, label: str, detail: str = "") -> str:
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}")
+        self.counts[outcome] += 1
+        if outcome in ("wrong", "traceback") and len(self.notes) < MAX_NOTES:
+            self.notes.append(f"{outcome}: {label}: {detail}"[:400])
+        return outcome
+
+    def note_outside(self, label: str, exc: BaseException) -> None:
+        """Count a clear error that was raised from outside selfattn, and keep what it said."""
+        self.outside += 1
+        if len(self.outside_notes) < MAX_NOTES:
+            self.outside_notes.append(f"{label}: {type(exc).__name__}: {exc}"[:300])
+
+    def row(self) -> dict:
+        return {
+            "surface": self.surface,
+            "tried": self.tried,
+            "ok": self.counts["ok"],
+            "clear errors": self.counts["error"],
+            "wrong results": self.counts["wrong"],
+            "tracebacks": self.counts["traceback"],
+            "errors from outside selfattn": self.outside,
+        }
+
+
+def raised_outside(exc: BaseException) -> bool:
+    """Whether the innermost frame of `exc` is outside the selfattn package (torch, transformers, Python)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and "/selfattn/" not in frames[-1].filename
+
+
+def format_table(rows: list[dict]) -> str:
+    """The rows as a fixed-width text table."""
+    keys = list(rows[0])
+    widths = [max(len(k), *(len(str(r[k])) for r in rows)) for k in keys]
+
+    def line(values) -> str:
+        return "  ".join(str(v).rjust(w) if i else str(v).ljust(w)
+                         for i, (v, w) in enumerate(zip(values, widths, strict=False)))
+
+    return "\n".join([line(keys), line("-" * w for w in widths), *(line(r[k] for k in keys) for r in rows)])

@@ -1,0 +1,88 @@
+"""Issue 11's attack run, reproducible: many hostile inputs per surface, then the measurements.
+
+    HF_HUB_OFFLINE=1 PYTHONPATH=src python scripts/hostile_run.py [--only library,cli,http] [--json]
+
+(a) the library: attention, attention_weights, modules, KVCache, hostile model folders (scripts/hostile/library.py)
+(b) the CLI: every subcommand as a subprocess (scripts/hostile/cli_cases.py)
+(c) HTTP: a real `selfattn serve` on 127.0.0.1 only, then peak RSS, answer sizes and latency
+    (scripts/hostile/http_cases.py, scripts/hostile/measure.py)
+
+Prints one row per surface (inputs tried, accepted and right, clear errors, wrong results, tracebacks)
+and every wrong result or traceback. Every loop is bounded in count and time; the run stops by itself
+(about 4-5 minutes on 2 cores) and exits 1 if anything was wrong or crashed. Address space is capped
+at ADDRESS_SPACE_LIMIT so that a defect that allocates without bound fails instead of taking the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from hostile import cli_cases, http_cases, library, measure
+from hostile.tally import format_table
+
+ADDRESS_SPACE_LIMIT = 16 << 30
+SURFACES = ("library", "cli", "http")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(SURFACES), help="surfaces to run, comma-separated")
+    parser.add_argument("--json", action="store_true", help="print the table and measurements as JSON")
+    args = parser.parse_args(argv)
+    only = set(args.only.split(","))
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
+    tallies, measurements, seconds = [], {}, {}
+    with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
+        work = Path(tmp)
+        if "library" in only:
+            start = time.monotonic()
+            tallies += library.run(work / "library")
+            seconds["library"] = round(time.monotonic() - start)
+        if "cli" in only:
+            start = time.monotonic()
+            tallies.append(cli_cases.run(work / "cli"))
+            seconds["cli"] = round(time.monotonic() - start)
+        if "http" in only:
+            start = time.monotonic()
+            (work / "http").mkdir()
+            with http_cases.Server(work / "http") as server:
+                tallies.append(http_cases.run(server))
+                measurements = measure.run(server)
+                if "Traceback" in server.log.read_text(errors="replace"):
+                    tallies[-1].record("traceback", "server log after the measurements", "Traceback in its output")
+            seconds["http"] = round(time.monotonic() - start)
+    rows = [t.row() for t in tallies]
+    total = {"surface": "total", **{k: sum(r[k] for r in rows) for k in rows[0] if k != "surface"}}
+    failures = [n for t in tallies for n in t.notes]
+    if args.json:
+        print(
+            json.dumps(
+                {"table": rows + [total], "failures": failures, "measurements": measurements, "seconds": seconds},
+                indent=1,
+                ensure_ascii=False,
+            )
+        )
+    else:
+        print(format_table(rows + [total]))
+        for note in failures:
+            print("  " + note)
+        outside = [n for t in tallies for n in t.outside_notes]
+        if outside:
+            print("clear errors raised from outside selfattn:")
+            for note in outside:
+                print("  " + note)
+        if measurements:
+            print("measurements:")
+            print(json.dumps(measurements, indent=1, ensure_ascii=False))
+        print(f"seconds per surface: {seconds}")
+    return 1 if total["wrong results"] or total["tracebacks"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
