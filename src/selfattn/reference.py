@@ -233,7 +233,8 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
     q     (B, Hq, Lq, D)
     k     (B, Hkv, Lk, D)     Hq % Hkv == 0: query head h reads key/value head h // (Hq // Hkv)
     v     (B, Hkv, Lk, Dv)
-    mask  bool (True = may look) or additive float, broadcastable to (B, Hq, Lq, Lk)
+    mask  bool (True = may look) or additive float, broadcastable to (B, Hq, Lq, Lk); an additive
+          −inf hides the key exactly as a bool False does (whatever its score, NaN included)
     scale default 1/√D; softcap c turns a scaled score s into c·tanh(s/c) before masking
 
     Returns (output (B, Hq, Lq, Dv), weights (B, Hq, Lq, Lk), lse (B, Hq, Lq)).
@@ -254,7 +255,9 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
         if mask.dtype == np.bool_:
             visible = visible & mask
         else:
-            s = s + mask.astype(np.float64)
+            mask = mask.astype(np.float64)
+            visible = visible & (mask != -np.inf)          # −inf hides the key, as a bool False does
+            s = s + mask
     s = np.where(visible, s, -np.inf)
     weights = softmax(s, axis=-1)
     peak = np.max(s, axis=-1, keepdims=True, initial=-np.inf)

@@ -80,7 +80,10 @@ def attention_weights(q, k, lse, rows=None, *, causal=False, mask=None, window=N
         s = r.softcap * torch.tanh(s / r.softcap)
     if r.mask is not None:
         mask_rows = r.mask.expand(B, Hq, Lq, Lk)[:, :, index]               # (B, Hq, R, Lk)
-        s = s.masked_fill(~mask_rows, NEG_INF) if mask_rows.dtype == torch.bool else s + mask_rows.to(acc)
+        if mask_rows.dtype == torch.bool:
+            s = s.masked_fill(~mask_rows, NEG_INF)
+        else:                                     # an additive −inf hides the key, as in every backend
+            s = (s + mask_rows.to(acc)).masked_fill(mask_rows == NEG_INF, NEG_INF)
     if r.causal or r.window is not None:
         visible = masks.visibility(Lq, Lk, causal=r.causal, window=r.window, rows=index)   # (R, Lk)
         s = s.masked_fill(~visible, NEG_INF)

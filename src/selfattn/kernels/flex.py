@@ -197,7 +197,8 @@ def _score_mod(r: Request):
         if add is not None:
             bb = b if add.shape[0] > 1 else 0
             hh = h if add.shape[1] > 1 else 0
-            score = score + add[bb, hh, q_idx, kv_idx]
+            a = add[bb, hh, q_idx, kv_idx]
+            score = torch.where(a == float("-inf"), a, score + a)    # −inf hides the key, NaN-proof
         return score
 
     return score_mod

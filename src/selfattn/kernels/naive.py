@@ -52,7 +52,8 @@ class NaiveBackend(Backend):
             if r.mask.dtype == torch.bool:
                 visible = r.mask if visible is None else visible & r.mask
             else:
-                s = s + r.mask.to(acc)
+                additive = r.mask.to(acc)
+                s = (s + additive).masked_fill(additive == float("-inf"), float("-inf"))   # −inf hides, NaN-proof
         if visible is not None:
             s = s.masked_fill(~visible, float("-inf"))          # −inf, not 0: softmax gives exactly 0
         if Lk == 0:                                             # no keys: every row sees nothing

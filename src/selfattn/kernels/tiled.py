@@ -282,7 +282,7 @@ class _Tiles:
 
 def _mask_user(s5: torch.Tensor, plan: Plan, chunk, q0: int, q1: int, k0: int, k1: int) -> None:
     """Apply the user's mask to one tile of base-2 scores s5 (b, h, n, G, bk), in place: −inf where
-    a bool mask hides (NaN-proof), + mask · log₂e where it is additive."""
+    a bool mask hides (NaN-proof), + mask · log₂e where it is additive (its −inf hides, NaN-proof too)."""
     b0, b1, h0, h1 = chunk
     m = plan.mask
     tile = m[_span(m, 0, b0, b1), _span(m, 1, h0, h1), :, _span(m, 3, q0, q1), _span(m, 4, k0, k1)]
@@ -290,7 +290,8 @@ def _mask_user(s5: torch.Tensor, plan: Plan, chunk, q0: int, q1: int, k0: int, k
     if tile.dtype == torch.bool:
         s5.masked_fill_(~tile, NEG_INF)
     else:
-        s5.add_(tile.to(plan.acc) * LOG2_E)
+        tile = tile.to(plan.acc)
+        s5.add_(tile * LOG2_E).masked_fill_(tile == NEG_INF, NEG_INF)
 
 
 def _span(m: torch.Tensor, dim: int, a: int, b: int) -> slice:

@@ -95,8 +95,9 @@ inline float exp_sub(float* x, int64_t n, float sub) {
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) {
     float y = (x[i] - sub) * LOG2E;
-    const bool zero = !(y >= FLOOR);    // also -inf and NaN-free -inf - m
-    y = y < FLOOR ? FLOOR : y;
+    const bool nan = y != y;            // a NaN score stays NaN (as in every backend): never weight 0
+    const bool zero = y < FLOOR;        // also -inf
+    y = (zero || nan) ? FLOOR : y;
     const float r = y + MAGIC;
     int32_t ni;
     std::memcpy(&ni, &r, 4);
@@ -107,7 +108,7 @@ inline float exp_sub(float* x, int64_t n, float sub) {
     std::memcpy(&bits, &p, 4);
     bits += ni * (1 << 23);
     std::memcpy(&p, &bits, 4);
-    x[i] = zero ? 0.0f : p;
+    x[i] = nan ? x[i] - sub : (zero ? 0.0f : p);
     sum += x[i];
   }
   return sum;
@@ -120,11 +121,15 @@ inline double exp_sub(double* x, int64_t n, double sub) {
 }
 
 template <typename T>
-inline T row_max(const T* x, int64_t n) {
+inline T row_max(const T* x, int64_t n) {   // NaN if any score is NaN: such a row is NaN, never 0
   T mx = T(NEG_INF);
-#pragma omp simd reduction(max : mx)
-  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
-  return mx;
+  int nan = 0;
+#pragma omp simd reduction(max : mx) reduction(| : nan)
+  for (int64_t i = 0; i < n; ++i) {
+    mx = x[i] > mx ? x[i] : mx;
+    nan |= x[i] != x[i];
+  }
+  return nan ? std::numeric_limits<T>::quiet_NaN() : mx;
 }
 
 // Everything one call needs, resolved once.
@@ -178,7 +183,10 @@ void scores(const Problem<T>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, i
     }
     if (P.add_mask) {
       const T* m = P.add_mask + b * P.msb + h * P.msh + i * P.msq;
-      for (int64_t j = a; j < e; ++j) s[j - k0] += m[j * P.msk];
+      for (int64_t j = a; j < e; ++j) {   // −inf hides the key whatever its score (NaN included)
+        const T add = m[j * P.msk];
+        s[j - k0] = add == T(NEG_INF) ? add : s[j - k0] + add;
+      }
     } else if (P.bool_mask) {
       const bool* m = P.bool_mask + b * P.msb + h * P.msh + i * P.msq;
       for (int64_t j = a; j < e; ++j)
@@ -245,7 +253,7 @@ void forward_impl(const Problem<T>& P, T* out, T* lse) {
           const T mx = row_max(s + a, e - a);
           T& mi = m[g * P.block_q + i - q0];
           T& li = l[g * P.block_q + i - q0];
-          const T m_new = std::max(mi, mx);
+          const T m_new = mx != mx ? mx : std::max(mi, mx);   // a NaN score makes the row NaN, never 0
           std::fill(s, s + a, T(0));
           std::fill(s + e, s + n, T(0));
           if (m_new == T(NEG_INF)) {   // nothing visible so far: p = 0
@@ -273,7 +281,7 @@ void forward_impl(const Problem<T>& P, T* out, T* lse) {
         const T li = l[g * P.block_q + i - q0];
         T* oi = out + ((b * P.Hq + h) * P.Lq + i) * P.Dv;
         T* lsei = lse + (b * P.Hq + h) * P.Lq + i;
-        if (li > 0) {
+        if (li > 0 || li != li) {   // a NaN row stays NaN (as in every backend), not "saw nothing"
           const T inv = T(1) / li;
           for (int64_t d = 0; d < P.Dv; ++d) oi[d] *= inv;
           *lsei = m[g * P.block_q + i - q0] + std::log(li);
