@@ -81,7 +81,7 @@ def test_walkthrough_does_not_import_torch():
 @pytest.mark.parametrize("args, message", [
     (["walkthrough", "--lang", "fr"], "invalid choice: 'fr'"),
     (["walkthrough", "--d-k", "0"], "expected a positive integer, got '0'"),
-    (["walkthrough", "--seed", "x"], "expected an integer >= 0, got 'x'"),
+    (["walkthrough", "--seed", "x"], "expected an integer in [0, 9223372036854775807], got 'x'"),
     (["nope"], "invalid choice: 'nope'"),
 ])
 def test_bad_arguments_give_one_line_and_exit_2(args, message):
