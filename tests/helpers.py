@@ -1,8 +1,8 @@
 """Test inputs and the float64 reference of them, written once for every test file.
 
-    make_inputs(B, Hq, Hkv, Lq, Lk, D, Dv)   q, k, v from a seeded generator (float64, then cast)
-    reference_of(q, k, v, **attention_kwargs) `selfattn.reference.attention` of the same tensors
-    shaped_request(B=1, Hq=8, ...)            a Request of that shape whose tensors take no memory
+make_inputs(B, Hq, Hkv, Lq, Lk, D, Dv)   q, k, v from a seeded generator (float64, then cast)
+reference_of(q, k, v, **attention_kwargs) `selfattn.reference.attention` of the same tensors
+shaped_request(B=1, Hq=8, ...)            a Request of that shape whose tensors take no memory
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ def _numpy(t):
 
 def reference_of(q, k, v, *, causal=False, mask=None, window=None, scale=None, softcap=None):
     """(output, weights, lse) of the float64 spec for these tensors and `attention` arguments."""
-    return reference.attention(_numpy(q), _numpy(k), _numpy(v), causal=causal, mask=_numpy(mask),
-                               window=window, scale=scale, softcap=softcap)
+    return reference.attention(
+        _numpy(q), _numpy(k), _numpy(v), causal=causal, mask=_numpy(mask), window=window, scale=scale, softcap=softcap
+    )
 
 
 def shaped_request(B=1, Hq=8, Hkv=8, Lq=1024, Lk=1024, D=64, device="cpu", grad=False, **kwargs):

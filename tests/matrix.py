@@ -1,8 +1,8 @@
 """The feature × dtype × shape matrix every backend is checked over, written once.
 
-    DTYPES, SHAPES, FEATURES      the axes; a shape is (B, Hq, Hkv, Lq, Lk, D, Dv)
-    over_the_matrix               the three parametrizations at once, as one decorator
-    matrix_case(feature, shape, dtype) -> (q, k, v, kwargs)   seeded inputs and `attention` arguments
+DTYPES, SHAPES, FEATURES      the axes; a shape is (B, Hq, Hkv, Lq, Lk, D, Dv)
+over_the_matrix               the three parametrizations at once, as one decorator
+matrix_case(feature, shape, dtype) -> (q, k, v, kwargs)   seeded inputs and `attention` arguments
 """
 
 from __future__ import annotations

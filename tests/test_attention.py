@@ -59,7 +59,7 @@ def test_named_tuple_fields_and_plain_output():
     assert isinstance(out, torch.Tensor)
     res = selfattn.attention(q, k, v, return_lse=True)
     assert isinstance(res, selfattn.AttentionOutput) and res.weights is None and res.lse.shape == (1, 1, 4)
-    assert selfattn.AttentionOutput is kernels.Result                      # one class, two names
+    assert selfattn.AttentionOutput is kernels.Result  # one class, two names
     assert torch.equal(res.output, res[0])
 
 
@@ -71,7 +71,7 @@ def test_agrees_with_pytorch_sdpa_itself(shape, causal):
     want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=shape[1] != shape[2])
     for backend in kernels.BACKENDS:
         if kernels.BACKENDS[backend].refuse(build_request(q, k, v, causal=causal)):
-            continue                                    # e.g. flex on a CPU below one block
+            continue  # e.g. flex on a CPU below one block
         got = selfattn.attention(q, k, v, causal=causal, backend=backend)
         assert max_error(got, want) < TOL["float64"], backend
 
@@ -103,7 +103,8 @@ def test_naive_gradcheck():
     q, k, v = (t.requires_grad_() for t in make_inputs(1, 2, 1, 3, 4, 3, 2, dtype=torch.float64, seed=2))
     mask = torch.tensor([[False, False, False, False], [True, False, True, True], [True, True, True, True]])
     assert torch.autograd.gradcheck(
-        lambda q, k, v: selfattn.attention(q, k, v, causal=True, mask=mask, softcap=3.0, backend="naive"), (q, k, v))
+        lambda q, k, v: selfattn.attention(q, k, v, causal=True, mask=mask, softcap=3.0, backend="naive"), (q, k, v)
+    )
 
 
 @pytest.mark.parametrize("backend", sorted(kernels.BACKENDS))
@@ -161,6 +162,7 @@ def test_auto_picks_a_backend_that_serves_and_explains_refusals():
 
 def test_naive_refuses_over_its_memory_budget(monkeypatch):
     from selfattn.kernels import naive
+
     monkeypatch.setattr(naive, "WEIGHTS_BUDGET_BYTES", 1000)
     q, k, v = make_inputs(1, 2, 2, 32, 32, 8, 8, dtype=torch.float32)
     with pytest.raises(ValueError, match=r"1×2×32×32 weights.*use backend='sdpa' or 'tiled'"):
@@ -174,34 +176,45 @@ def _qkv(**over):
     return t
 
 
-@pytest.mark.parametrize("over, kwargs, err, match", [
-    (dict(q=torch.zeros(4, 5, 8)), {}, ValueError, r"q must be 4-D \(B, H, L, D\), got shape \(4, 5, 8\)"),
-    (dict(k=[[1.0]]), {}, TypeError, "k must be a torch.Tensor, got list"),
-    (dict(k=torch.zeros(1, 2, 6, 32)), {}, ValueError, "k has D=32 but q has D=8"),
-    (dict(k=torch.zeros(2, 2, 6, 8), v=torch.zeros(2, 2, 6, 3)), {}, ValueError, "q has B=1, k has B=2"),
-    (dict(k=torch.zeros(1, 3, 6, 8), v=torch.zeros(1, 3, 6, 3)), {}, ValueError,
-     "Hq=4 heads, not a multiple of k's Hkv=3"),
-    (dict(v=torch.zeros(1, 2, 7, 3)), {}, ValueError, "v has Lk=7 positions but k has Lk=6"),
-    (dict(v=torch.zeros(1, 1, 6, 3)), {}, ValueError, "v has 1 heads but k has 2"),
-    (dict(v=torch.zeros(1, 2, 6, 3, dtype=torch.float64)), {}, TypeError, "share one dtype.*torch.float64"),
-    (dict(q=torch.zeros(1, 4, 5, 8, dtype=torch.int64)), {}, TypeError, "q has dtype torch.int64"),
-    ({}, dict(mask=torch.ones(3, 6, dtype=torch.bool)), ValueError,
-     r"mask has shape \(3, 6\), which does not broadcast to \(B, Hq, Lq, Lk\) = \(1, 4, 5, 6\)"),
-    ({}, dict(mask=torch.ones(5, 6, dtype=torch.int32)), TypeError, "mask must be bool.*torch.int32"),
-    ({}, dict(mask=torch.full((5, 6), float("nan"))), ValueError, "NaN"),
-    ({}, dict(mask=torch.ones(1, 1, 1, 5, 6, dtype=torch.bool)), ValueError, "more than 4 dims"),
-    ({}, dict(window=0), ValueError, "window must be >= 1, got 0"),
-    ({}, dict(window=2.5), TypeError, "window must be an int, got float 2.5"),
-    ({}, dict(dropout_p=1.0), ValueError, r"dropout_p must be in \[0, 1\), got 1.0"),
-    ({}, dict(dropout_p=-0.1), ValueError, "got -0.1"),
-    ({}, dict(scale=float("nan")), ValueError, "scale must be finite, got nan"),
-    ({}, dict(scale=float("inf")), ValueError, "scale must be finite, got inf"),
-    ({}, dict(scale="big"), TypeError, "scale must be a real number, got str 'big'"),
-    ({}, dict(softcap=-1.0), ValueError, "softcap must be >= 0.0001, got -1"),
-    ({}, dict(causal="yes"), TypeError, "causal must be a bool, got str 'yes'"),
-    ({}, dict(backend="flash"), ValueError, "unknown backend 'flash'"),
-    ({}, dict(backend=3), TypeError, "backend must be a str, got int 3"),
-])
+@pytest.mark.parametrize(
+    "over, kwargs, err, match",
+    [
+        (dict(q=torch.zeros(4, 5, 8)), {}, ValueError, r"q must be 4-D \(B, H, L, D\), got shape \(4, 5, 8\)"),
+        (dict(k=[[1.0]]), {}, TypeError, "k must be a torch.Tensor, got list"),
+        (dict(k=torch.zeros(1, 2, 6, 32)), {}, ValueError, "k has D=32 but q has D=8"),
+        (dict(k=torch.zeros(2, 2, 6, 8), v=torch.zeros(2, 2, 6, 3)), {}, ValueError, "q has B=1, k has B=2"),
+        (
+            dict(k=torch.zeros(1, 3, 6, 8), v=torch.zeros(1, 3, 6, 3)),
+            {},
+            ValueError,
+            "Hq=4 heads, not a multiple of k's Hkv=3",
+        ),
+        (dict(v=torch.zeros(1, 2, 7, 3)), {}, ValueError, "v has Lk=7 positions but k has Lk=6"),
+        (dict(v=torch.zeros(1, 1, 6, 3)), {}, ValueError, "v has 1 heads but k has 2"),
+        (dict(v=torch.zeros(1, 2, 6, 3, dtype=torch.float64)), {}, TypeError, "share one dtype.*torch.float64"),
+        (dict(q=torch.zeros(1, 4, 5, 8, dtype=torch.int64)), {}, TypeError, "q has dtype torch.int64"),
+        (
+            {},
+            dict(mask=torch.ones(3, 6, dtype=torch.bool)),
+            ValueError,
+            r"mask has shape \(3, 6\), which does not broadcast to \(B, Hq, Lq, Lk\) = \(1, 4, 5, 6\)",
+        ),
+        ({}, dict(mask=torch.ones(5, 6, dtype=torch.int32)), TypeError, "mask must be bool.*torch.int32"),
+        ({}, dict(mask=torch.full((5, 6), float("nan"))), ValueError, "NaN"),
+        ({}, dict(mask=torch.ones(1, 1, 1, 5, 6, dtype=torch.bool)), ValueError, "more than 4 dims"),
+        ({}, dict(window=0), ValueError, "window must be >= 1, got 0"),
+        ({}, dict(window=2.5), TypeError, "window must be an int, got float 2.5"),
+        ({}, dict(dropout_p=1.0), ValueError, r"dropout_p must be in \[0, 1\), got 1.0"),
+        ({}, dict(dropout_p=-0.1), ValueError, "got -0.1"),
+        ({}, dict(scale=float("nan")), ValueError, "scale must be finite, got nan"),
+        ({}, dict(scale=float("inf")), ValueError, "scale must be finite, got inf"),
+        ({}, dict(scale="big"), TypeError, "scale must be a real number, got str 'big'"),
+        ({}, dict(softcap=-1.0), ValueError, "softcap must be >= 0.0001, got -1"),
+        ({}, dict(causal="yes"), TypeError, "causal must be a bool, got str 'yes'"),
+        ({}, dict(backend="flash"), ValueError, "unknown backend 'flash'"),
+        ({}, dict(backend=3), TypeError, "backend must be a str, got int 3"),
+    ],
+)
 def test_bad_input_is_named(over, kwargs, err, match):
     t = _qkv(**over)
     with pytest.raises(err, match=match):
@@ -233,12 +246,15 @@ def test_non_positive_scale_is_right_on_every_backend(backend, scale):
     assert_close_to_reference(out, ref_out)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(mask=torch.tensor([0.0, float("inf"), 0.0, 0.0, 0.0, 0.0])), r"\+inf"),
-    (dict(scale=1e300), "scale must be <= 1e\\+06, got 1e\\+300"),
-    (dict(scale=-1e38), "scale must be >= -1e\\+06"),
-    (dict(softcap=1e308), "softcap must be <= 1e\\+06"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(mask=torch.tensor([0.0, float("inf"), 0.0, 0.0, 0.0, 0.0])), r"\+inf"),
+        (dict(scale=1e300), "scale must be <= 1e\\+06, got 1e\\+300"),
+        (dict(scale=-1e38), "scale must be >= -1e\\+06"),
+        (dict(softcap=1e308), "softcap must be <= 1e\\+06"),
+    ],
+)
 def test_values_that_would_overflow_are_refused(kwargs, match):
     t = _qkv()
     with pytest.raises(ValueError, match=match):
@@ -280,10 +296,13 @@ def test_no_keys_gives_zeros_and_minus_inf(backend):
         assert torch.isneginf(res.lse).all()
 
 
-@pytest.mark.parametrize("over, kwargs, match", [
-    (dict(q=torch.zeros(1, 0, 5, 8)), {}, "at least one head each, got Hq=0, Hkv=2"),
-    (dict(v=torch.zeros(1, 2, 6, 0)), {}, "Dv must be >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "over, kwargs, match",
+    [
+        (dict(q=torch.zeros(1, 0, 5, 8)), {}, "at least one head each, got Hq=0, Hkv=2"),
+        (dict(v=torch.zeros(1, 2, 6, 0)), {}, "Dv must be >= 1, got 0"),
+    ],
+)
 def test_empty_heads_and_value_width_are_named(over, kwargs, match):
     t = _qkv(**over)
     with pytest.raises(ValueError, match=match):

@@ -27,7 +27,7 @@ def resolve(feature, Lq, Lk):
     g = torch.Generator().manual_seed(1)
     if f.get("mask") == "bool":
         f["mask"] = torch.rand(1, 4, Lq, Lk, generator=g) > 0.3
-        f["mask"][:, :, 3] = False                       # a row that sees nothing
+        f["mask"][:, :, 3] = False  # a row that sees nothing
     elif f.get("mask") == "additive":
         f["mask"] = torch.randn(Lq, Lk, generator=g, dtype=torch.float64)
     return f
@@ -56,16 +56,19 @@ def test_low_precision_inputs_give_float32_weights(dtype):
     assert max_error(got, naive) < TOL["float32"]
 
 
-@pytest.mark.parametrize("rows, want", [
-    (None, list(range(23))),
-    (5, [5]),
-    (-1, [22]),
-    ([0, -1, 4], [0, 22, 4]),
-    ((2, 2), [2, 2]),
-    (slice(3, 12, 4), [3, 7, 11]),
-    (torch.tensor([1, 20]), [1, 20]),
-    (range(3), [0, 1, 2]),
-])
+@pytest.mark.parametrize(
+    "rows, want",
+    [
+        (None, list(range(23))),
+        (5, [5]),
+        (-1, [22]),
+        ([0, -1, 4], [0, 22, 4]),
+        ((2, 2), [2, 2]),
+        (slice(3, 12, 4), [3, 7, 11]),
+        (torch.tensor([1, 20]), [1, 20]),
+        (range(3), [0, 1, 2]),
+    ],
+)
 def test_row_forms(rows, want):
     q, k, v = inputs()
     res = selfattn.attention(q, k, v, causal=True, return_weights=True, return_lse=True, backend="naive")
@@ -76,7 +79,7 @@ def test_row_forms(rows, want):
 def test_a_row_that_sees_nothing_is_zero_and_rows_sum_to_one():
     q, k, v = inputs(Lq=40, Lk=20)
     lse = selfattn.attention(q, k, v, causal=True, return_lse=True, backend="tiled").lse
-    w = selfattn.attention_weights(q, k, lse, rows=[0, 19, 20, 39], causal=True)   # Lq > Lk: rows < 20 see nothing
+    w = selfattn.attention_weights(q, k, lse, rows=[0, 19, 20, 39], causal=True)  # Lq > Lk: rows < 20 see nothing
     assert (w[:, :, :2] == 0).all()
     assert torch.allclose(w[:, :, 2:].sum(-1), torch.ones(2, 4, 2, dtype=torch.float64), atol=TOL["float64"])
 
@@ -88,7 +91,7 @@ def test_long_input_without_the_full_matrix():
     w = selfattn.attention_weights(q, k, out.lse, rows=[5000, -1], causal=True, window=1000)
     assert w.shape == (1, 8, 2, 8192)
     assert torch.allclose(w.sum(-1), torch.ones(1, 8, 2), atol=TOL["float32"])
-    assert (w[..., :5000 - 999][:, :, 0] == 0).all() and (w[:, :, 0, 5001:] == 0).all()
+    assert (w[..., : 5000 - 999][:, :, 0] == 0).all() and (w[:, :, 0, 5001:] == 0).all()
     # weights · V of a row is that row's output
     row = torch.einsum("bhk,bhkd->bhd", w[:, :, 1], v.repeat_interleave(4, dim=1))
     assert max_error(row, out.output[:, :, -1]) < TOL["float32"]
@@ -111,7 +114,7 @@ def test_errors_name_the_values():
         selfattn.attention_weights(q, k, lse[:, :, 1:])
     with pytest.raises(TypeError, match="lse must be a torch.Tensor"):
         selfattn.attention_weights(q, k, lse.tolist())
-    with pytest.raises(ValueError, match="k has D=4 but q has D=8"):   # the same validation as attention()
+    with pytest.raises(ValueError, match="k has D=4 but q has D=8"):  # the same validation as attention()
         selfattn.attention_weights(q, k[..., :4], lse)
     with pytest.raises(ValueError, match="window must be >= 1, got 0"):
         selfattn.attention_weights(q, k, lse, window=0)
@@ -119,9 +122,10 @@ def test_errors_name_the_values():
 
 def test_weights_from_lse_is_the_one_formula():
     from selfattn.weights import weights_from_lse
+
     inf = float("inf")
     s = torch.tensor([[0.5, -inf, 1.5], [-inf, -inf, -inf]], dtype=torch.float64)
-    lse = torch.logsumexp(s, dim=-1)                           # second row sees nothing: −inf
+    lse = torch.logsumexp(s, dim=-1)  # second row sees nothing: −inf
     w = weights_from_lse(s, lse)
     assert torch.equal(w[1], torch.zeros(3, dtype=torch.float64)) and w[0, 1] == 0
     assert abs(w[0].sum().item() - 1) < TOL["float64_few_ops"]
@@ -139,5 +143,5 @@ def test_an_lse_holding_nan_or_plus_inf_is_refused(bad):
     lse[0, 1, 2] = bad
     with pytest.raises(ValueError, match=r"lse holds NaN or \+inf"):
         selfattn.attention_weights(q, k, lse, causal=True)
-    lse[0, 1, 2] = float("-inf")                           # −inf is a row that sees nothing: accepted
+    lse[0, 1, 2] = float("-inf")  # −inf is a row that sees nothing: accepted
     assert selfattn.attention_weights(q, k, lse, rows=2, causal=True)[0, 1].abs().sum() == 0

@@ -29,6 +29,7 @@ def test_a_refusal_is_one_line_and_a_bug_is_a_traceback(monkeypatch, capsys):
     assert main(["walkthrough"]) == 1
     assert one_line(capsys.readouterr().err) == "selfattn walkthrough: error: d_k is wrong"
     for bug in (KeyError("k"), TypeError("unsupported format string passed to NoneType.__format__")):
+
         def broken(_bug=bug, **_):
             raise _bug
 
@@ -39,16 +40,19 @@ def test_a_refusal_is_one_line_and_a_bug_is_a_traceback(monkeypatch, capsys):
         assert err.strip().splitlines()[-1].startswith("selfattn walkthrough: internal error: this is a bug")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["train", "--seed", "1e23"], "argument --seed: expected an integer in [0, 9223372036854775807], got '1e23'"),
-    (["train", "--seed", "1" + "0" * 30], "expected an integer in [0, "),
-    (["train", "--threads", "100000"], "argument --threads: expected an integer in [1, 1024]"),
-    (["generate", "x", "--temperature", "1e-300"], "expected a temperature in [0.01, 100], got '1e-300'"),
-    (["explain", "--temperature", "1e-300"], "expected a temperature in [0.01, 100], got '1e-300'"),
-    (["explain", "--temperature", "nan"], "expected a finite number > 0, got 'nan'"),
-    (["bench", "--load", "-1"], "argument --load: expected an integer in [0, 256], got '-1'"),
-    (["walkthrough", "--seed", str(2**64)], "argument --seed: expected an integer in [0, 9223372036854775807]"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "--seed", "1e23"], "argument --seed: expected an integer in [0, 9223372036854775807], got '1e23'"),
+        (["train", "--seed", "1" + "0" * 30], "expected an integer in [0, "),
+        (["train", "--threads", "100000"], "argument --threads: expected an integer in [1, 1024]"),
+        (["generate", "x", "--temperature", "1e-300"], "expected a temperature in [0.01, 100], got '1e-300'"),
+        (["explain", "--temperature", "1e-300"], "expected a temperature in [0.01, 100], got '1e-300'"),
+        (["explain", "--temperature", "nan"], "expected a finite number > 0, got 'nan'"),
+        (["bench", "--load", "-1"], "argument --load: expected an integer in [0, 256], got '-1'"),
+        (["walkthrough", "--seed", str(2**64)], "argument --seed: expected an integer in [0, 9223372036854775807]"),
+    ],
+)
 def test_bad_numbers_are_one_line_exit_2(args, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(args)
@@ -70,8 +74,11 @@ def test_generate_refuses_what_explain_refuses(text, capsys):
 
 
 def test_generate_refuses_bytes_that_are_not_utf8():
-    proc = subprocess.run([sys.executable, "-m", "selfattn.cli", "generate", b"\xff\xfe\xe4\xb8\x80".decode(
-        "utf-8", "surrogateescape")], capture_output=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "selfattn.cli", "generate", b"\xff\xfe\xe4\xb8\x80".decode("utf-8", "surrogateescape")],
+        capture_output=True,
+        timeout=300,
+    )
     assert proc.returncode == 1
     assert b"control character" in proc.stderr and b"Traceback" not in proc.stderr
 
@@ -94,12 +101,26 @@ def test_train_checks_every_output_before_training(tmp_path, capsys, no_training
     assert "is not a folder" in one_line(capsys.readouterr().err)
     picture = tmp_path / "curve.png"
     picture.write_bytes(b"old")
-    assert main(["train", "--preset", "tiny", "--out", str(tmp_path / "m"), "--plot", str(picture),
-                 "--no-progress"]) == 1
+    assert (
+        main(["train", "--preset", "tiny", "--out", str(tmp_path / "m"), "--plot", str(picture), "--no-progress"]) == 1
+    )
     assert "curve.png already exists; pass --force to overwrite" in one_line(capsys.readouterr().err)
     assert picture.read_bytes() == b"old"
-    assert main(["train", "--preset", "tiny", "--out", str(tmp_path / "m"), "--plot", str(afile / "sub" / "x.png"),
-                 "--no-progress"]) == 1
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "tiny",
+                "--out",
+                str(tmp_path / "m"),
+                "--plot",
+                str(afile / "sub" / "x.png"),
+                "--no-progress",
+            ]
+        )
+        == 1
+    )
     assert "afile is not a folder" in one_line(capsys.readouterr().err)
     assert not (tmp_path / "m").exists()
 
@@ -115,11 +136,13 @@ def test_explain_checks_every_output_before_loading(tmp_path, capsys, monkeypatc
     folder.mkdir()
     existing = tmp_path / "trace.npz"
     existing.write_bytes(b"old")
-    for args, message in ((["--npz", str(folder), "--force"], "is a folder"),
-                          (["--npz", str(existing)], "trace.npz already exists; pass --force"),
-                          (["--html", str(folder)], "is a folder"),
-                          (["--html", str(tmp_path / "r.html"), "--plots", str(existing)], "is a file; give a folder"),
-                          (["--npz", str(tmp_path / "missing" / "t.npz")], "does not exist")):
+    for args, message in (
+        (["--npz", str(folder), "--force"], "is a folder"),
+        (["--npz", str(existing)], "trace.npz already exists; pass --force"),
+        (["--html", str(folder)], "is a folder"),
+        (["--html", str(tmp_path / "r.html"), "--plots", str(existing)], "is a file; give a folder"),
+        (["--npz", str(tmp_path / "missing" / "t.npz")], "does not exist"),
+    ):
         assert main(["explain", *args]) == 1
         assert message in one_line(capsys.readouterr().err)
     assert existing.read_bytes() == b"old" and not (tmp_path / "r.html").exists()

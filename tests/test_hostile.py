@@ -13,22 +13,44 @@ import math
 import numpy as np
 import pytest
 import torch
-from .helpers import make_inputs, reference_of
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from .tolerances import TOL
 
 import selfattn
 
+from .helpers import make_inputs, reference_of
+from .tolerances import TOL
+
 HOSTILE_NUMBERS = st.one_of(
-    st.sampled_from([0, -1, 0.0, -0.0, -1e-300, 1e-300, 1e300, -1e300, math.inf, -math.inf, math.nan, True,
-                     False, 10**30, 1e6, 1e7, 0.5, 2]),
+    st.sampled_from(
+        [
+            0,
+            -1,
+            0.0,
+            -0.0,
+            -1e-300,
+            1e-300,
+            1e300,
+            -1e300,
+            math.inf,
+            -math.inf,
+            math.nan,
+            True,
+            False,
+            10**30,
+            1e6,
+            1e7,
+            0.5,
+            2,
+        ]
+    ),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=3),
     st.none(),
 )
-WINDOWS = st.one_of(st.none(), st.integers(1, 12), st.sampled_from([0, -3, 1, 2, 10**30, True, 2.0, "4"]),
-                    st.integers(-5, 50))
+WINDOWS = st.one_of(
+    st.none(), st.integers(1, 12), st.sampled_from([0, -3, 1, 2, 10**30, True, 2.0, "4"]), st.integers(-5, 50)
+)
 SCALES = st.one_of(st.none(), st.floats(-10, 10), st.sampled_from([1e5, 1e6, -1e6]), HOSTILE_NUMBERS)
 SOFTCAPS = st.one_of(st.none(), st.none(), st.floats(0.05, 50), HOSTILE_NUMBERS)
 BACKENDS = st.sampled_from(["auto", "naive", "sdpa", "tiled", "native"])
@@ -58,9 +80,17 @@ def masks(draw, B, Hq, Lq, Lk):
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), B=st.integers(1, 2), Hkv=st.integers(1, 2), G=st.integers(1, 2), Lq=st.integers(0, 9),
-       Lk=st.integers(0, 9), D=st.integers(1, 5), causal=st.booleans(),
-       backend=BACKENDS)
+@given(
+    data=st.data(),
+    B=st.integers(1, 2),
+    Hkv=st.integers(1, 2),
+    G=st.integers(1, 2),
+    Lq=st.integers(0, 9),
+    Lk=st.integers(0, 9),
+    D=st.integers(1, 5),
+    causal=st.booleans(),
+    backend=BACKENDS,
+)
 def test_hostile_arguments_give_the_reference_or_a_named_error(data, B, Hkv, G, Lq, Lk, D, causal, backend):
     Hq = Hkv * G
     q, k, v = make_inputs(B, Hq, Hkv, Lq, Lk, D)
@@ -69,8 +99,18 @@ def test_hostile_arguments_give_the_reference_or_a_named_error(data, B, Hkv, G, 
     window = data.draw(WINDOWS, label="window")
     mask = data.draw(masks(B, Hq, Lq, Lk), label="mask")
     try:
-        out, weights_, lse = selfattn.attention(q, k, v, causal=causal, mask=mask, window=window, scale=scale,
-                                                softcap=softcap, backend=backend, return_lse=backend != "sdpa")
+        out, weights_, lse = selfattn.attention(
+            q,
+            k,
+            v,
+            causal=causal,
+            mask=mask,
+            window=window,
+            scale=scale,
+            softcap=softcap,
+            backend=backend,
+            return_lse=backend != "sdpa",
+        )
     except (TypeError, ValueError) as exc:
         assert str(exc), "an error must say what is wrong"
         event(f"refused: {type(exc).__name__}")
@@ -78,8 +118,16 @@ def test_hostile_arguments_give_the_reference_or_a_named_error(data, B, Hkv, G, 
     event("accepted")
     assert torch.isfinite(out).all(), f"non-finite output for scale={scale!r} softcap={softcap!r} mask={mask!r}"
     # accepted: it must be the spec's answer (a window wider than Lk is the same rule as Lk)
-    ref_out, _, ref_lse = reference_of(q, k, v, causal=causal, mask=mask, window=None if window is None else
-                                       min(window, max(Lk, 1)), scale=scale, softcap=softcap)
+    ref_out, _, ref_lse = reference_of(
+        q,
+        k,
+        v,
+        causal=causal,
+        mask=mask,
+        window=None if window is None else min(window, max(Lk, 1)),
+        scale=scale,
+        softcap=softcap,
+    )
     np.testing.assert_allclose(out.numpy(), ref_out, atol=TOL["float64_hostile"], rtol=0)
     if lse is not None:
         ref_lse = np.asarray(ref_lse)
@@ -88,10 +136,18 @@ def test_hostile_arguments_give_the_reference_or_a_named_error(data, B, Hkv, G, 
         np.testing.assert_allclose(lse.numpy()[finite], ref_lse[finite], rtol=TOL["float64_hostile"])
 
 
-@pytest.mark.parametrize("B, Hq, Hkv, Lq, Lk, D, Dv", [(0, 1, 1, 3, 3, 4, 4), (1, 0, 1, 3, 3, 4, 4),
-                                                    (1, 1, 0, 3, 3, 4, 4), (1, 1, 1, 0, 3, 4, 4),
-                                                    (1, 1, 1, 3, 0, 4, 4), (1, 1, 1, 3, 3, 0, 4),
-                                                    (1, 1, 1, 3, 3, 4, 0)])
+@pytest.mark.parametrize(
+    "B, Hq, Hkv, Lq, Lk, D, Dv",
+    [
+        (0, 1, 1, 3, 3, 4, 4),
+        (1, 0, 1, 3, 3, 4, 4),
+        (1, 1, 0, 3, 3, 4, 4),
+        (1, 1, 1, 0, 3, 4, 4),
+        (1, 1, 1, 3, 0, 4, 4),
+        (1, 1, 1, 3, 3, 0, 4),
+        (1, 1, 1, 3, 3, 4, 0),
+    ],
+)
 @pytest.mark.parametrize("backend", ["auto", "naive", "sdpa", "tiled", "native"])
 def test_zero_sized_dimensions_give_the_reference_or_a_named_error(B, Hq, Hkv, Lq, Lk, D, Dv, backend):
     q, k, v = make_inputs(B, max(Hq, 1), max(Hkv, 1), Lq, Lk, D, Dv)
@@ -113,16 +169,17 @@ def test_non_tensor_or_wrong_rank_inputs_are_named(value):
 
 # --- regressions found by scripts/hostile_run.py -----------------------------------------------------------
 
+
 @pytest.mark.parametrize("backend", ["auto", "naive", "sdpa", "tiled"])
 @pytest.mark.parametrize("how", ["bool mask", "additive mask", "causal Lq < Lk"])
 def test_a_non_finite_key_hidden_by_a_mask_reaches_no_row_that_cannot_see_it(backend, how):
     """SDPA adds its mask to the scores (NaN + −inf = NaN): one NaN key hidden by a mask made every row NaN."""
     q, k, v = make_inputs(1, 2, 1, 4, 5, 4, dtype=torch.float32)
     if how == "causal Lq < Lk":
-        k[..., 4, :] = math.nan                          # seen by the last query row only
+        k[..., 4, :] = math.nan  # seen by the last query row only
         kw = {"causal": True}
     else:
-        k[..., 2, :] = math.nan                          # hidden from every row
+        k[..., 2, :] = math.nan  # hidden from every row
         visible = torch.tensor([True, True, False, True, True])
         kw = {"mask": visible if how == "bool mask" else torch.where(visible, 0.0, -math.inf)}
     out = selfattn.attention(q, k, v, backend=backend, **kw)
@@ -147,7 +204,7 @@ def test_finite_inputs_whose_scores_overflow_are_refused_not_nan(backend, dtype)
     q, k, v = make_inputs(1, 2, 2, 5, 6, 4, dtype=dtype, magnitude=1e20)
     with pytest.raises(ValueError, match=r"attention of finite inputs overflowed torch.float32 \(largest \|q\| "):
         selfattn.attention(q, k, v, causal=True, backend=backend)
-    q[..., 0, 0] = math.nan                               # non-finite inputs: NaN where the spec has it, no error
+    q[..., 0, 0] = math.nan  # non-finite inputs: NaN where the spec has it, no error
     assert torch.isnan(selfattn.attention(q, k, v, backend=backend)).any()
 
 

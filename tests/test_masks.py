@@ -25,8 +25,13 @@ def test_block_visibility_agrees_with_the_dense_matrix(causal, window, n_q, n_k)
                     q1, k1 = min(q0 + bq, n_q), min(k0 + bk, n_k)
                     tile = dense[q0:q1, k0:k1]
                     kind = masks.block_visibility(q0, q1, k0, k1, n_q, n_k, causal=causal, window=window)
-                    want = (masks.Block.HIDDEN if not tile.any() else
-                            masks.Block.FULL if tile.all() else masks.Block.PARTIAL)
+                    want = (
+                        masks.Block.HIDDEN
+                        if not tile.any()
+                        else masks.Block.FULL
+                        if tile.all()
+                        else masks.Block.PARTIAL
+                    )
                     assert kind == want, (q0, q1, k0, k1)
 
 
@@ -56,6 +61,7 @@ def test_visibility_of_chosen_rows_and_columns_is_a_slice_of_the_whole(causal, w
 
 def test_draw_blocks_is_the_tiled_docstring_picture():
     from selfattn.kernels import tiled
+
     picture = masks.draw_blocks(8, 8, 2, 2, causal=True)
     assert picture == "P . . .\nF P . .\nF F P .\nF F F P"
     for doc in (tiled.__doc__, masks.draw_blocks.__doc__):
@@ -70,8 +76,9 @@ def test_draw_blocks_agrees_with_block_visibility(causal, window, n_q, n_k, bq, 
     assert len(rows) == -(-n_q // bq)
     for i, row in enumerate(rows):
         for j, char in enumerate(row.split(" ")):
-            kind = masks.block_visibility(i * bq, min(i * bq + bq, n_q), j * bk, min(j * bk + bk, n_k), n_q, n_k,
-                                          causal=causal, window=window)
+            kind = masks.block_visibility(
+                i * bq, min(i * bq + bq, n_q), j * bk, min(j * bk + bk, n_k), n_q, n_k, causal=causal, window=window
+            )
             assert char == masks.BLOCK_CHARS[kind]
     with pytest.raises(ValueError, match="block_q must be >= 1, got 0"):
         masks.draw_blocks(4, 4, 0, 2)

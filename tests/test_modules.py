@@ -13,8 +13,12 @@ def test_self_attention_is_the_tutorial_head():
     x = torch.randn(10, 128, dtype=torch.float64)
     out = head(x)
     assert out.shape == (10, 128)  # 10×128 in, 10×128 out
-    t = reference.self_attention(x.numpy(), head.w_q.weight.detach().T.numpy(),
-                                 head.w_k.weight.detach().T.numpy(), head.w_v.weight.detach().T.numpy())
+    t = reference.self_attention(
+        x.numpy(),
+        head.w_q.weight.detach().T.numpy(),
+        head.w_k.weight.detach().T.numpy(),
+        head.w_v.weight.detach().T.numpy(),
+    )
     np.testing.assert_allclose(out.detach().numpy(), t.output, atol=TOL["float64"])
     assert head(x[None].repeat(3, 1, 1)).shape == (3, 10, 128)
 
@@ -23,8 +27,13 @@ def test_self_attention_d_k_and_non_causal():
     head = SelfAttention(16, d_k=4, causal=False).double()
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     assert head.w_q.weight.shape == (4, 16) and head(x).shape == x.shape
-    t = reference.self_attention(x[1].numpy(), head.w_q.weight.detach().T.numpy(),
-                                 head.w_k.weight.detach().T.numpy(), head.w_v.weight.detach().T.numpy(), causal=False)
+    t = reference.self_attention(
+        x[1].numpy(),
+        head.w_q.weight.detach().T.numpy(),
+        head.w_k.weight.detach().T.numpy(),
+        head.w_v.weight.detach().T.numpy(),
+        causal=False,
+    )
     np.testing.assert_allclose(head(x)[1].detach().numpy(), t.output, atol=TOL["float64"])
 
 
@@ -37,8 +46,14 @@ def test_multi_head_matches_reference_per_head(n_heads, n_kv_heads):
     G = n_heads // (n_kv_heads or n_heads)
     heads = []
     for h in range(n_heads):
-        heads.append(reference.attention(q[:, h:h + 1].detach().numpy(), k[:, h // G:h // G + 1].detach().numpy(),
-                                         v[:, h // G:h // G + 1].detach().numpy(), causal=True)[0])
+        heads.append(
+            reference.attention(
+                q[:, h : h + 1].detach().numpy(),
+                k[:, h // G : h // G + 1].detach().numpy(),
+                v[:, h // G : h // G + 1].detach().numpy(),
+                causal=True,
+            )[0]
+        )
     o = torch.from_numpy(np.concatenate(heads, axis=1))
     assert torch.allclose(mha(x), mha.merge(o), atol=TOL["float64"])
 
@@ -65,7 +80,7 @@ def test_kv_cache_decoding_equals_full_pass(n_kv_heads):
         full = mha(x)
         cache = KVCache()
         prefix = mha(x[:, :5], cache=cache)
-        steps = [mha(x[:, i:i + 1], cache=cache) for i in range(5, 40)]
+        steps = [mha(x[:, i : i + 1], cache=cache) for i in range(5, 40)]
     assert len(cache) == 40 and cache.keys.shape == (2, n_kv_heads or 4, 40, 8)
     torch.testing.assert_close(torch.cat([prefix, *steps], 1), full, atol=TOL["float32"], rtol=TOL["float32"])
 
@@ -90,18 +105,28 @@ def test_dropout_only_in_training():
     assert not torch.allclose(a, mha(x))
 
 
-@pytest.mark.parametrize("make, err, match", [
-    (lambda: SelfAttention(0), ValueError, "d_model must be >= 1, got 0"),
-    (lambda: SelfAttention(8, d_k=2.0), TypeError, "d_k must be an int, got float 2.0"),
-    (lambda: SelfAttention(8, causal=1), TypeError, "causal must be a bool"),
-    (lambda: MultiHeadSelfAttention(10, 4), ValueError, "d_model=10 is not divisible by n_heads=4"),
-    (lambda: MultiHeadSelfAttention(16, 4, 3), ValueError, "n_heads=4 is not a multiple of n_kv_heads=3"),
-    (lambda: MultiHeadSelfAttention(16, 4, dropout=1.5), ValueError, "dropout must be a number in .0, 1., got 1.5"),
-    (lambda: SelfAttention(8)(torch.zeros(3, 7)), ValueError, "x has d_model=7 but the module was built for d_model=8"),
-    (lambda: SelfAttention(8)(torch.zeros(8)), ValueError, r"got shape \(8,\)"),
-    (lambda: MultiHeadSelfAttention(8, 2)(torch.zeros(1, 3, 8), cache=[]), TypeError,
-     "cache must be a KVCache, got list"),
-])
+@pytest.mark.parametrize(
+    "make, err, match",
+    [
+        (lambda: SelfAttention(0), ValueError, "d_model must be >= 1, got 0"),
+        (lambda: SelfAttention(8, d_k=2.0), TypeError, "d_k must be an int, got float 2.0"),
+        (lambda: SelfAttention(8, causal=1), TypeError, "causal must be a bool"),
+        (lambda: MultiHeadSelfAttention(10, 4), ValueError, "d_model=10 is not divisible by n_heads=4"),
+        (lambda: MultiHeadSelfAttention(16, 4, 3), ValueError, "n_heads=4 is not a multiple of n_kv_heads=3"),
+        (lambda: MultiHeadSelfAttention(16, 4, dropout=1.5), ValueError, "dropout must be a number in .0, 1., got 1.5"),
+        (
+            lambda: SelfAttention(8)(torch.zeros(3, 7)),
+            ValueError,
+            "x has d_model=7 but the module was built for d_model=8",
+        ),
+        (lambda: SelfAttention(8)(torch.zeros(8)), ValueError, r"got shape \(8,\)"),
+        (
+            lambda: MultiHeadSelfAttention(8, 2)(torch.zeros(1, 3, 8), cache=[]),
+            TypeError,
+            "cache must be a KVCache, got list",
+        ),
+    ],
+)
 def test_bad_module_arguments_are_named(make, err, match):
     with pytest.raises(err, match=match):
         make()
@@ -116,19 +141,22 @@ def test_a_refused_call_does_not_grow_the_cache():
             mha(torch.randn(1, 3, 16), cache=cache, mask=torch.ones(3, 3, dtype=torch.bool))  # needs Lk = 8
         assert len(cache) == 5
         refusing = MultiHeadSelfAttention(16, 4, dropout=0.5, backend="tiled").train()
-        with pytest.raises(ValueError, match="no dropout"):                               # refused by the backend
+        with pytest.raises(ValueError, match="no dropout"):  # refused by the backend
             refusing(torch.randn(1, 3, 16), cache=cache)
         assert len(cache) == 5
         mha(torch.randn(1, 3, 16), cache=cache, mask=torch.ones(3, 8, dtype=torch.bool))
     assert len(cache) == 8
 
 
-@pytest.mark.parametrize("k, v, match", [
-    (torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 5), r"values of \(B, Hkv, D\) = \(1, 2, 4\).*\(1, 2, 5\)"),
-    (torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 2, 4), r"k and v must agree on \(B, Hkv, Ln\)"),
-    (torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4, dtype=torch.float64), "k and v must agree.*float64"),
-    (torch.zeros(1, 2, 1, 4), torch.zeros(2, 1, 4), "v must be 4-D"),
-])
+@pytest.mark.parametrize(
+    "k, v, match",
+    [
+        (torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 5), r"values of \(B, Hkv, D\) = \(1, 2, 4\).*\(1, 2, 5\)"),
+        (torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 2, 4), r"k and v must agree on \(B, Hkv, Ln\)"),
+        (torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4, dtype=torch.float64), "k and v must agree.*float64"),
+        (torch.zeros(1, 2, 1, 4), torch.zeros(2, 1, 4), "v must be 4-D"),
+    ],
+)
 def test_kv_cache_names_mismatched_values(k, v, match):
     cache = KVCache()
     cache.append(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
@@ -164,16 +192,17 @@ def test_context_parallel_sends_the_attention_call_to_the_ring(n_kv_heads, causa
     x = torch.randn(2, 6, 16, dtype=torch.float64)
     ring = _RecordingRing()
     assert torch.allclose(mha(x, context_parallel=ring), mha(x), atol=TOL["float64"])
-    assert torch.allclose(mha(x[0], context_parallel=ring), mha(x[0]), atol=TOL["float64"])   # (L, d_model) too
+    assert torch.allclose(mha(x[0], context_parallel=ring), mha(x[0]), atol=TOL["float64"])  # (L, d_model) too
     Hkv = n_kv_heads or 4
-    assert ring.calls[0] == dict(shapes=((2, 4, 6, 4), (2, Hkv, 6, 4)), causal=causal, scale=mha.scale,
-                                 backend="auto")        # GQA K/V handed over un-expanded
+    assert ring.calls[0] == dict(
+        shapes=((2, 4, 6, 4), (2, Hkv, 6, 4)), causal=causal, scale=mha.scale, backend="auto"
+    )  # GQA K/V handed over un-expanded
 
 
 def test_context_parallel_refuses_mask_cache_dropout_by_name():
     from selfattn.distributed import ContextParallel
 
-    cp = ContextParallel(seq_len=12)            # refused before anything is sent: no process group needed
+    cp = ContextParallel(seq_len=12)  # refused before anything is sent: no process group needed
     mha = MultiHeadSelfAttention(8, 2).eval()
     x = torch.randn(1, 6, 8)
     with pytest.raises(ValueError, match="does not support a mask"):
@@ -188,14 +217,17 @@ def test_context_parallel_refuses_mask_cache_dropout_by_name():
     with pytest.raises(TypeError, match="context_parallel must be a selfattn.distributed.ContextParallel, got str"):
         mha(x, context_parallel="ring")
     with pytest.raises(RuntimeError, match="torch.distributed is not initialised"):
-        mha(x, context_parallel=cp)             # a valid call, but this process has no group
+        mha(x, context_parallel=cp)  # a valid call, but this process has no group
 
 
-@pytest.mark.parametrize("kwargs, err, match", [
-    (dict(layout="striped"), ValueError, "unknown layout 'striped'"),
-    (dict(seq_len=0), ValueError, "seq_len must be >= 1, got 0"),
-    (dict(seq_len=2.5), TypeError, "seq_len"),
-])
+@pytest.mark.parametrize(
+    "kwargs, err, match",
+    [
+        (dict(layout="striped"), ValueError, "unknown layout 'striped'"),
+        (dict(seq_len=0), ValueError, "seq_len must be >= 1, got 0"),
+        (dict(seq_len=2.5), TypeError, "seq_len"),
+    ],
+)
 def test_context_parallel_arguments_are_named(kwargs, err, match):
     from selfattn.distributed import ContextParallel
 
@@ -203,12 +235,15 @@ def test_context_parallel_arguments_are_named(kwargs, err, match):
         ContextParallel(**kwargs)
 
 
-@pytest.mark.parametrize("build, match", [
-    (lambda: SelfAttention(1 << 20), r"SelfAttention\(d_model=1048576, d_k=1048576\) would have [\d,]+ parameters"),
-    (lambda: SelfAttention(10**30), "over the limit of 2,000,000,000"),
-    (lambda: MultiHeadSelfAttention(10**6, 1), r"MultiHeadSelfAttention\(d_model=1000000, n_heads=1"),
-    (lambda: MultiHeadSelfAttention(8, 2, head_dim=1 << 30), "head_dim=1073741824"),
-])
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: SelfAttention(1 << 20), r"SelfAttention\(d_model=1048576, d_k=1048576\) would have [\d,]+ parameters"),
+        (lambda: SelfAttention(10**30), "over the limit of 2,000,000,000"),
+        (lambda: MultiHeadSelfAttention(10**6, 1), r"MultiHeadSelfAttention\(d_model=1000000, n_heads=1"),
+        (lambda: MultiHeadSelfAttention(8, 2, head_dim=1 << 30), "head_dim=1073741824"),
+    ],
+)
 def test_a_module_too_big_for_memory_is_refused_before_any_weight(build, match):
     """issue 11's hostile run: these raised torch's "can't allocate memory" (or an overflow) from deep inside."""
     with pytest.raises(ValueError, match=match):

@@ -61,14 +61,17 @@ def test_self_attention_extra_mask_and_empty_rows():
     assert t.weights[2, 1] == 0 and abs(t.weights[2].sum() - 1) < TOL["float64_one_op"]
 
 
-@pytest.mark.parametrize("bad, err, match", [
-    (dict(x=np.ones((3,))), ValueError, r"x must be 2-D, got shape \(3,\)"),
-    (dict(w_q=np.ones((4, 2))), ValueError, "w_q has 4 rows but x has D=3"),
-    (dict(w_k=np.ones((3, 5))), ValueError, "d_k=2 but w_k gives d_k=5"),
-    (dict(x=np.array([["a"] * 3])), TypeError, "x must be a real numeric array"),
-    (dict(mask=np.ones((3, 3))), TypeError, "mask must be bool"),
-    (dict(mask=np.ones((2, 2), bool)), ValueError, r"mask has shape \(2, 2\)"),
-])
+@pytest.mark.parametrize(
+    "bad, err, match",
+    [
+        (dict(x=np.ones((3,))), ValueError, r"x must be 2-D, got shape \(3,\)"),
+        (dict(w_q=np.ones((4, 2))), ValueError, "w_q has 4 rows but x has D=3"),
+        (dict(w_k=np.ones((3, 5))), ValueError, "d_k=2 but w_k gives d_k=5"),
+        (dict(x=np.array([["a"] * 3])), TypeError, "x must be a real numeric array"),
+        (dict(mask=np.ones((3, 3))), TypeError, "mask must be bool"),
+        (dict(mask=np.ones((2, 2), bool)), ValueError, r"mask has shape \(2, 2\)"),
+    ],
+)
 def test_bad_inputs_are_named(bad, err, match):
     args = dict(x=np.ones((3, 3)), w_q=np.ones((3, 2)), w_k=np.ones((3, 2)), w_v=np.ones((3, 3)))
     mask = bad.pop("mask", None)
@@ -96,7 +99,7 @@ def test_visibility_window():
 
 def test_scale_scores_and_the_checked_arguments():
     np.testing.assert_allclose(R.scale_scores([[4.0, 8.0]], 16), [[1.0, 2.0]])
-    assert not hasattr(R, "scale")                          # `attention`'s scale argument shadows nothing
+    assert not hasattr(R, "scale")  # `attention`'s scale argument shadows nothing
     q = np.ones((1, 1, 2, 4))
     out, _, _ = R.attention(q, q, q, scale=0.0, causal=True)
     np.testing.assert_allclose(out, 1.0)

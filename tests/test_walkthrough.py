@@ -71,19 +71,24 @@ def test_terminal_output_in_both_languages(capsys, lang, phrase):
 
 
 def test_walkthrough_does_not_import_torch():
-    code = ("import sys, io, contextlib\nfrom selfattn.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()): main(['walkthrough'])\n"
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys, io, contextlib\nfrom selfattn.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()): main(['walkthrough'])\n"
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["walkthrough", "--lang", "fr"], "invalid choice: 'fr'"),
-    (["walkthrough", "--d-k", "0"], "expected a positive integer, got '0'"),
-    (["walkthrough", "--seed", "x"], "expected an integer in [0, 9223372036854775807], got 'x'"),
-    (["nope"], "invalid choice: 'nope'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["walkthrough", "--lang", "fr"], "invalid choice: 'fr'"),
+        (["walkthrough", "--d-k", "0"], "expected a positive integer, got '0'"),
+        (["walkthrough", "--seed", "x"], "expected an integer in [0, 9223372036854775807], got 'x'"),
+        (["nope"], "invalid choice: 'nope'"),
+    ],
+)
 def test_bad_arguments_give_one_line_and_exit_2(args, message):
     proc = subprocess.run([sys.executable, "-m", "selfattn.cli", *args], capture_output=True, text=True)
     assert proc.returncode == 2

@@ -23,38 +23,38 @@ RATIO = 2.0
 """How much worse than the naive path (same dtype) a fast path may be."""
 
 TOL = {
-    "float64": 1e-12,          # two float64 computations of the same numbers (another order of sums)
-    "float32": 1e-5,           # the same in float32, or float32 accumulation of half inputs
-    "float64_grad": 1e-10,     # float64 gradients of two backends (longer chains of rounding)
-    "float64_lse": 1e-13,      # a NumPy float64 log-sum-exp turned back into weights
+    "float64": 1e-12,  # two float64 computations of the same numbers (another order of sums)
+    "float32": 1e-5,  # the same in float32, or float32 accumulation of half inputs
+    "float64_grad": 1e-10,  # float64 gradients of two backends (longer chains of rounding)
+    "float64_lse": 1e-13,  # a NumPy float64 log-sum-exp turned back into weights
     "float64_few_ops": 1e-14,  # float64 results a few operations apart (one row; a row sum)
-    "float64_one_op": 1e-15,   # float64 results one rounding apart (tiny inputs, NumPy)
-    "tutorial_digits": 1e-4,   # numbers the tutorial prints to three or four digits
-    "float64_hostile": 1e-7,   # float64 with scores scaled up to 1e6 (hostile scale/softcap): rounding × 1e6
+    "float64_one_op": 1e-15,  # float64 results one rounding apart (tiny inputs, NumPy)
+    "tutorial_digits": 1e-4,  # numbers the tutorial prints to three or four digits
+    "float64_hostile": 1e-7,  # float64 with scores scaled up to 1e6 (hostile scale/softcap): rounding × 1e6
     "float64_short_sum": 1e-9,  # a float64 sum of a handful of numbers (JSON, JavaScript) against its stated total
-    "same_op_rel": 1e-12,      # relative: one operation done twice on the same numbers (bit-equal in practice)
+    "same_op_rel": 1e-12,  # relative: one operation done twice on the same numbers (bit-equal in practice)
     # float32 models and what the explainer shows of them
-    "float32_weights": 1e-6,   # float32 attention weights (in [0, 1]) and statistics of them, against float64
+    "float32_weights": 1e-6,  # float32 attention weights (in [0, 1]) and statistics of them, against float64
     "float32_same_model": 1e-6,  # one float32 model, the same numbers through another batch shape, split or offset
-    "float32_logits": 1e-4,    # float32 logits reached another way (LayerNorm, a vocabulary-wide head: larger values)
+    "float32_logits": 1e-4,  # float32 logits reached another way (LayerNorm, a vocabulary-wide head: larger values)
     "float32_long_row_sum": 1e-4,  # a 901-key float32 weight row's sum against 1
     "float32_vs_transformers": 1e-5,  # our float32 model against transformers' with the same small random weights
     "float32_real_model": 1e-4,  # a pretrained float32 model (MiniLM, 6 layers × 384) against transformers or batched
     "hf_selfattn_vs_eager": 20 * FLOOR[torch.float32],  # attn_implementation="selfattn" vs "eager": logits of a
-                                                        # 2-layer float32 model, the attention's float32 error passed on
-    "must_differ": 1e-4,       # outputs that must change (other tokens, other positions): somewhere by more than this
+    # 2-layer float32 model, the attention's float32 error passed on
+    "must_differ": 1e-4,  # outputs that must change (other tokens, other positions): somewhere by more than this
     # the explorer page: numbers it shows, and numbers it carries in data attributes
     "page_number": 0.5e-4 + 2e-5,  # shown with 4 decimals: half a unit of the last digit, plus float32 against float64
     "page_weight": 0.5e-4 + 1e-5,  # a weight shown as a percentage with 2 decimals, plus float32 against float64
-    "page_data": 1e-6,         # a float32 value the page carries (JSON) against Python's
+    "page_data": 1e-6,  # a float32 value the page carries (JSON) against Python's
     # float32 on a GPU against the float64 reference (no naive path to compare with there)
     "gpu_float32_lse": 1e-4,
     "gpu_float32_grad": 1e-2,  # gradients of a 300-position float32 head: sums over 300 keys
     # reports and statistics
-    "four_decimals": 1e-4,     # a number reported rounded to 4 decimals against it recomputed
+    "four_decimals": 1e-4,  # a number reported rounded to 4 decimals against it recomputed
     "lr_schedule_end_rel": 1e-3,  # relative: the learning rate at the last step against the schedule's floor
-    "init_scale_rel": 1e-3,    # relative: the RMS of 98,304 drawn position values against the init scale
-    "fourier_gram": 1e-4,      # the gram of Fourier positions: the same at one offset anywhere, 1 on its diagonal
+    "init_scale_rel": 1e-3,  # relative: the RMS of 98,304 drawn position values against the init scale
+    "fourier_gram": 1e-4,  # the gram of Fourier positions: the same at one offset anywhere, 1 on its diagonal
     "loss_from_perplexity_rel": 1e-5,  # relative: a loss rebuilt from bucket perplexities (float32 log and exp)
 }
 """Named tolerances for comparisons that are not "fast path against float64": absolute, except the
@@ -84,8 +84,9 @@ def assert_close_to_reference(out, ref64, naive_out=None, *, dtype=None, what="o
     naive_error = 0.0 if naive_out is None else max_error(naive_out, ref64)
     err = max_error(out, ref64)
     tol = tolerance(dtype, naive_error)
-    assert err <= tol, (f"{what}: error {err:.3g} against float64 > tolerance {tol:.3g} "
-                        f"(naive error {naive_error:.3g}, {dtype})")
+    assert err <= tol, (
+        f"{what}: error {err:.3g} against float64 > tolerance {tol:.3g} (naive error {naive_error:.3g}, {dtype})"
+    )
 
 
 def lse_error(lse, ref_lse) -> float:

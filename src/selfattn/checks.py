@@ -38,8 +38,15 @@ def optional_integer(name: str, x, *, low: int | None = None, high: int | None =
     return None if x is None else integer(name, x, low=low, high=high)
 
 
-def real(name: str, x, *, low: float | None = None, high: float | None = None,
-         low_open: bool = False, high_open: bool = False) -> float:
+def real(
+    name: str,
+    x,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     """`x` as a finite float within the bounds (closed unless `low_open` / `high_open`); bools refused."""
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {_describe(x)}")

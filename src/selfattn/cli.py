@@ -32,8 +32,10 @@ from . import __version__
 from .limits import MAX_SEED, MAX_THREADS
 from .terminal import printable
 
-REPORT = ("this is a bug in selfattn, not a problem with your input; please report it with the command and "
-          "the traceback above")
+REPORT = (
+    "this is a bug in selfattn, not a problem with your input; please report it with the command and "
+    "the traceback above"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,6 +55,7 @@ def _console():
 
 
 # --- commands --------------------------------------------------------------------------------------------------
+
 
 def _walkthrough(args) -> int:
     from . import walkthrough
@@ -99,8 +102,13 @@ def _explain(args) -> int:
 
     _check_explain_outputs(args)
     explainer = Explainer.load(args.model)
-    intervention = Intervention(scaling=not args.no_scaling, causal=not args.no_causal, temperature=args.temperature,
-                                layer=args.only_layer, head=args.only_head)
+    intervention = Intervention(
+        scaling=not args.no_scaling,
+        causal=not args.no_causal,
+        temperature=args.temperature,
+        layer=args.only_layer,
+        head=args.only_head,
+    )
     doc = explainer.explain(args.text, layer=args.layer, head=args.head, intervention=intervention, find=args.find)
     if args.npz:
         _write_npz(doc, args.npz, args.force)
@@ -130,9 +138,18 @@ def _train(args) -> int:
     from .model.train import run_training
     from .render.train import format_train_summary
 
-    summary = run_training(args.preset, args.out, seed=args.seed, epochs=args.epochs, batch_size=args.batch_size,
-                           lr=args.lr, plot=args.plot, force=args.force, progress=not args.no_progress,
-                           threads=args.threads)
+    summary = run_training(
+        args.preset,
+        args.out,
+        seed=args.seed,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        plot=args.plot,
+        force=args.force,
+        progress=not args.no_progress,
+        threads=args.threads,
+    )
     if args.json:
         _print_json(summary, indent=2)
     else:
@@ -155,8 +172,17 @@ def _generate(args) -> int:
 
     text = _check_text(args.text)
     lm, tokenizer, _ = load_default() if args.model is None else load_checkpoint(args.model)
-    gen = generate_text(lm, tokenizer, text, args.max_new_tokens, greedy=args.greedy, temperature=args.temperature,
-                        top_k=args.top_k, seed=args.seed, use_cache=not args.no_cache)
+    gen = generate_text(
+        lm,
+        tokenizer,
+        text,
+        args.max_new_tokens,
+        greedy=args.greedy,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        seed=args.seed,
+        use_cache=not args.no_cache,
+    )
     if args.json:
         _print_json({**gen.to_dict(), "model": args.model or "default"}, indent=2)
     else:
@@ -178,8 +204,14 @@ def _bench(args) -> int:
     def progress(name: str, what: str) -> None:
         console.print(f"measuring {name} ({what})…", style="dim", markup=False)
 
-    result = bench.run(args.case, quick=args.quick, threads=args.threads, measure_memory=not args.no_memory,
-                       load=args.load, progress=None if args.json else progress)
+    result = bench.run(
+        args.case,
+        quick=args.quick,
+        threads=args.threads,
+        measure_memory=not args.no_memory,
+        load=args.load,
+        progress=None if args.json else progress,
+    )
     if args.json:
         _print_json(result, indent=1)
     else:
@@ -208,6 +240,7 @@ def _serve(args) -> int:
 
 # --- arguments -------------------------------------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="selfattn", description="Self-attention, exact and explainable.")
     parser.add_argument("--version", action="version", version=f"selfattn {__version__}")
@@ -215,31 +248,56 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("walkthrough", help="the tutorial, executed step by step on 一只/蓝色/怪兽/走进/森林")
     p.add_argument("--lang", choices=["zh", "en"], default="zh", help="language of the text (default: zh)")
-    p.add_argument("--d-k", type=_positive_int, default=4, dest="d_k",
-                   help="the d_k used to scale the tutorial's score table (default: 4)")
+    p.add_argument(
+        "--d-k",
+        type=_positive_int,
+        default=4,
+        dest="d_k",
+        help="the d_k used to scale the tutorial's score table (default: 4)",
+    )
     p.add_argument("--seed", type=_seed, default=0, help="seed of the random 10×128 run (default: 0)")
     p.add_argument("--json", action="store_true", help="print the same content as JSON")
     p.set_defaults(run=_walkthrough)
 
     p = commands.add_parser("explain", help="a real model's attention on your sentence: tables, pictures, HTML")
     p.add_argument("text", nargs="?", default="一只蓝色怪兽走进森林", help="the text (default: 一只蓝色怪兽走进森林)")
-    p.add_argument("--model", metavar="PATH_OR_ID",
-                   help="a selfattn checkpoint, a local transformers folder (Llama, Qwen2/3, Mistral, Gemma2, GPT-2, "
-                        "BERT) or a hub id such as Qwen/Qwen2.5-0.5B (default: the bundled model, offline)")
+    p.add_argument(
+        "--model",
+        metavar="PATH_OR_ID",
+        help="a selfattn checkpoint, a local transformers folder (Llama, Qwen2/3, Mistral, Gemma2, GPT-2, "
+        "BERT) or a hub id such as Qwen/Qwen2.5-0.5B (default: the bundled model, offline)",
+    )
     p.add_argument("--layer", type=_non_negative_int, help="layer to show (default: picked by a rule, printed)")
     p.add_argument("--head", type=_non_negative_int, help="head to show (default: picked by a rule, printed)")
     p.add_argument("--lang", choices=["zh", "en"], default="zh", help="language of the tables (default: zh)")
     p.add_argument("--no-scaling", action="store_true", help="intervene: do not divide the scores by √d_k")
     p.add_argument("--no-causal", action="store_true", help="intervene: let a decoder look at future tokens")
-    p.add_argument("--temperature", type=_temperature("explain"), default=1.0,
-                   help="intervene: softmax temperature, 0.01 to 100 (default 1)")
-    p.add_argument("--only-layer", type=_non_negative_int, dest="only_layer", metavar="L",
-                   help="apply the interventions in layer L only (default: every layer)")
-    p.add_argument("--only-head", type=_non_negative_int, dest="only_head", metavar="H",
-                   help="apply the interventions to head H only (with --only-layer: that one head)")
-    p.add_argument("--find", nargs=2, metavar=("QUERY", "KEY"),
-                   help="head search: rank every head by the weight from token QUERY to token KEY "
-                        "(e.g. --find 走进 怪兽)")
+    p.add_argument(
+        "--temperature",
+        type=_temperature("explain"),
+        default=1.0,
+        help="intervene: softmax temperature, 0.01 to 100 (default 1)",
+    )
+    p.add_argument(
+        "--only-layer",
+        type=_non_negative_int,
+        dest="only_layer",
+        metavar="L",
+        help="apply the interventions in layer L only (default: every layer)",
+    )
+    p.add_argument(
+        "--only-head",
+        type=_non_negative_int,
+        dest="only_head",
+        metavar="H",
+        help="apply the interventions to head H only (with --only-layer: that one head)",
+    )
+    p.add_argument(
+        "--find",
+        nargs=2,
+        metavar=("QUERY", "KEY"),
+        help="head search: rank every head by the weight from token QUERY to token KEY (e.g. --find 走进 怪兽)",
+    )
     p.add_argument("--json", action="store_true", help="print every captured tensor as JSON instead of tables")
     p.add_argument("--npz", metavar="FILE", help="also save every captured tensor to FILE (.npz)")
     p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report to FILE")
@@ -248,16 +306,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_explain)
 
     p = commands.add_parser("train", help="train a decoder-only model on the corpus of the tutorial's sentences")
-    p.add_argument("--preset", choices=["tiny", "default"], default="default",
-                   help="model and schedule (default: default)")
+    p.add_argument(
+        "--preset", choices=["tiny", "default"], default="default", help="model and schedule (default: default)"
+    )
     p.add_argument("--out", default="out/model", help="checkpoint folder to write (default: out/model)")
     p.add_argument("--seed", type=_seed, default=0, help="seed of corpus, init and batches (default: 0)")
-    p.add_argument("--epochs", type=_positive_int,
-                   help="epochs (of the last stage, for staged presets; default: the preset's)")
+    p.add_argument(
+        "--epochs", type=_positive_int, help="epochs (of the last stage, for staged presets; default: the preset's)"
+    )
     p.add_argument("--batch-size", type=_positive_int, dest="batch_size", help="batch size (default: the preset's)")
     p.add_argument("--lr", type=_positive_float, help="peak learning rate (default: the preset's)")
-    p.add_argument("--plot", metavar="PNG",
-                   help="loss-curve picture (default: OUT/loss_curve.png; kept unless --force)")
+    p.add_argument(
+        "--plot", metavar="PNG", help="loss-curve picture (default: OUT/loss_curve.png; kept unless --force)"
+    )
     p.add_argument("--threads", type=_threads, default=1, help="torch threads (default: 1)")
     p.add_argument("--force", action="store_true", help="overwrite an existing checkpoint in OUT and the picture")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -269,8 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="PATH", help="a checkpoint folder (default: the bundled model)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=40, dest="max_new_tokens", help="(default: 40)")
     p.add_argument("--greedy", action="store_true", help="always take the most likely token")
-    p.add_argument("--temperature", type=_temperature("generate"), default=1.0,
-                   help="sampling temperature, 0.01 to 100 (default: 1; --greedy for the limit 0)")
+    p.add_argument(
+        "--temperature",
+        type=_temperature("generate"),
+        default=1.0,
+        help="sampling temperature, 0.01 to 100 (default: 1; --greedy for the limit 0)",
+    )
     p.add_argument("--top-k", type=_positive_int, dest="top_k", help="sample among the k most likely tokens")
     p.add_argument("--seed", type=_seed, default=0, help="sampling seed (default: 0)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole prefix each step (no KV cache)")
@@ -278,15 +343,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_generate)
 
     p = commands.add_parser("bench", help="benchmarks: each backend against PyTorch SDPA and the machine's GEMM peak")
-    p.add_argument("--case", action="append", metavar="NAME",
-                   help="run only this case (repeatable; default: every kernel case; 'hf' (a transformers model) "
-                        "and 'ring' (several processes) run only when named; an unknown name lists the cases)")
+    p.add_argument(
+        "--case",
+        action="append",
+        metavar="NAME",
+        help="run only this case (repeatable; default: every kernel case; 'hf' (a transformers model) "
+        "and 'ring' (several processes) run only when named; an unknown name lists the cases)",
+    )
     p.add_argument("--quick", action="store_true", help="small sizes: the whole suite in well under a minute")
     p.add_argument("--threads", type=_threads, help="torch threads (default: torch's default)")
-    p.add_argument("--load", type=_load, default=0, metavar="N",
-                   help="run N busy processes (one core each) during the run, for reproducible busy-core ratios")
-    p.add_argument("--explain", action="store_true",
-                   help="measure nothing: print how each case's request is dispatched (estimates, refusals, choice)")
+    p.add_argument(
+        "--load",
+        type=_load,
+        default=0,
+        metavar="N",
+        help="run N busy processes (one core each) during the run, for reproducible busy-core ratios",
+    )
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="measure nothing: print how each case's request is dispatched (estimates, refusals, choice)",
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement (one process per row)")
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
     p.set_defaults(run=_bench)
@@ -314,8 +391,12 @@ def _number(kind: type, *, low: float, high: float | None = None, low_open: bool
             value = kind(text)
         except (ValueError, OverflowError):
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if (not math.isfinite(value) or value < low or (low_open and value == low)
-                or (high is not None and value > high)):
+        if (
+            not math.isfinite(value)
+            or value < low
+            or (low_open and value == low)
+            or (high is not None and value > high)
+        ):
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
         return value
 
@@ -343,7 +424,8 @@ def _temperature(command: str):
             MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
         if not MIN_TEMPERATURE <= value <= MAX_TEMPERATURE:
             raise argparse.ArgumentTypeError(
-                f"expected a temperature in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], got {text!r}")
+                f"expected a temperature in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], got {text!r}"
+            )
         return value
 
     return parse
@@ -369,10 +451,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"selfattn {args.command}: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, OSError) as exc:      # a refused input or file: one line, no raw control character
+    except (ValueError, OSError) as exc:  # a refused input or file: one line, no raw control character
         print(f"selfattn {args.command}: error: {printable(exc)}", file=sys.stderr)
         return 1
-    except Exception:                         # a bug: its traceback, and what to do about it
+    except Exception:  # a bug: its traceback, and what to do about it
         traceback.print_exc()
         print(f"selfattn {args.command}: internal error: {REPORT}", file=sys.stderr)
         return 1

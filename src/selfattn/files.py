@@ -1,11 +1,11 @@
 """Reading and writing files, written once: bounded JSON reads, atomic writes, no silent overwrite.
 
-    read_json(path, max_bytes=...)    the size is checked before a byte is parsed; depth is bounded
-    write_atomic(path, data, force=)  temp file in the same folder, fsync, rename: a reader sees the
-                                      old file or the new one, never half of one
-    check_writable(path, force=)      before a long job: refuses an existing file without --force and
-                                      a folder that cannot be written, so the failure comes first
-    json_float(x)                     a float for JSON: ±inf as the strings "inf" / "-inf", NaN refused
+read_json(path, max_bytes=...)    the size is checked before a byte is parsed; depth is bounded
+write_atomic(path, data, force=)  temp file in the same folder, fsync, rename: a reader sees the
+                                  old file or the new one, never half of one
+check_writable(path, force=)      before a long job: refuses an existing file without --force and
+                                  a folder that cannot be written, so the failure comes first
+json_float(x)                     a float for JSON: ±inf as the strings "inf" / "-inf", NaN refused
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def read_json(path: str | os.PathLike, *, max_bytes: int = MAX_JSON_BYTES, what:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
-    except ValueError as e:   # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+    except ValueError as e:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
         raise ValueError(f"{path}: not a usable JSON file ({e})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object at the top, got {type(data).__name__}")
@@ -106,7 +106,7 @@ def write_atomic(path: str | os.PathLike, data: bytes | str, *, force: bool = Fa
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        if path.exists() and not force:   # appeared while we wrote
+        if path.exists() and not force:  # appeared while we wrote
             raise FileExistsError(f"{path} already exists; pass --force to overwrite")
         os.replace(tmp, path)
     except BaseException:

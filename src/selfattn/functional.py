@@ -9,15 +9,25 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from . import checks, kernels
 from .kernels.base import ALL_DTYPES, AttentionOutput, Request
 
-__all__ = ["AttentionOutput", "attention", "build_request", "check_mask", "intercept", "use_backend", "Interceptor",
-           "MAX_SCALE", "MAX_SOFTCAP", "MIN_SOFTCAP"]
+__all__ = [
+    "AttentionOutput",
+    "attention",
+    "build_request",
+    "check_mask",
+    "intercept",
+    "use_backend",
+    "Interceptor",
+    "MAX_SCALE",
+    "MAX_SOFTCAP",
+    "MIN_SOFTCAP",
+]
 
 Interceptor = Callable[[Request, Callable[[Request], "kernels.Result"]], "kernels.Result"]
 """`interceptor(request, compute) -> Result`: sees every `attention` call made inside
@@ -26,8 +36,7 @@ an interceptor may record the request and result (the explainer's capture point)
 request (an intervention: no ÷√d_k, no causal mask, a temperature), or split it by head and
 compute each part differently. The request and result always have every field asked for."""
 
-_INTERCEPTOR: contextvars.ContextVar[Interceptor | None] = contextvars.ContextVar("selfattn_interceptor",
-                                                                                   default=None)
+_INTERCEPTOR: contextvars.ContextVar[Interceptor | None] = contextvars.ContextVar("selfattn_interceptor", default=None)
 _DEFAULT_BACKEND: contextvars.ContextVar[str] = contextvars.ContextVar("selfattn_backend", default="auto")
 
 
@@ -78,8 +87,22 @@ MIN_SOFTCAP = 1e-4
 within half precision, and scale/c (the tiled kernel's matmul multiplier) must stay finite in float32:
 MAX_SCALE / MIN_SOFTCAP = 1e10 does, 1 / 1e-300 does not."""
 
-def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, softcap=None,
-              dropout_p=0.0, return_weights=False, return_lse=False, backend="auto"):
+
+def attention(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    mask=None,
+    window=None,
+    scale=None,
+    softcap=None,
+    dropout_p=0.0,
+    return_weights=False,
+    return_lse=False,
+    backend="auto",
+):
     """softmax(Q Kᵀ / √d_k, masked) · V — the tutorial's formula, batched and multi-head.
 
     q     (B, Hq, Lq, D)    queries
@@ -105,8 +128,19 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
     _check_backend(backend)
     if backend == "auto":
         backend = _DEFAULT_BACKEND.get()
-    request = build_request(q, k, v, causal=causal, mask=mask, window=window, scale=scale, softcap=softcap,
-                            dropout_p=dropout_p, return_weights=return_weights, return_lse=return_lse)
+    request = build_request(
+        q,
+        k,
+        v,
+        causal=causal,
+        mask=mask,
+        window=window,
+        scale=scale,
+        softcap=softcap,
+        dropout_p=dropout_p,
+        return_weights=return_weights,
+        return_lse=return_lse,
+    )
 
     def compute(r: Request) -> kernels.Result:
         return kernels.choose(r, backend).forward(r)
@@ -115,12 +149,24 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
     result = compute(request) if interceptor is None else interceptor(request, compute)
     check_overflow(request, result.output)
     if return_weights or return_lse:
-        return AttentionOutput(result.output, result.weights, result.lse)   # whatever tuple an interceptor made
+        return AttentionOutput(result.output, result.weights, result.lse)  # whatever tuple an interceptor made
     return result.output
 
 
-def build_request(q, k, v, *, causal=False, mask=None, window=None, scale=None, softcap=None,
-                  dropout_p=0.0, return_weights=False, return_lse=False) -> Request:
+def build_request(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    mask=None,
+    window=None,
+    scale=None,
+    softcap=None,
+    dropout_p=0.0,
+    return_weights=False,
+    return_lse=False,
+) -> Request:
     """Check every argument of `attention` and normalise it into a `Request`.
 
     Normalised: scale resolved (default 1/√D); a window wider than Lk clamped to Lk (the same
@@ -171,8 +217,19 @@ def build_request(q, k, v, *, causal=False, mask=None, window=None, scale=None, 
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     if mask is not None:
         mask = check_mask(mask, (B, Hq, Lq, Lk), q.device)
-    return Request(q=q, k=k, v=v, causal=causal, mask=mask, window=window, scale=scale, softcap=softcap,
-                   dropout_p=dropout_p, return_weights=return_weights, return_lse=return_lse)
+    return Request(
+        q=q,
+        k=k,
+        v=v,
+        causal=causal,
+        mask=mask,
+        window=window,
+        scale=scale,
+        softcap=softcap,
+        dropout_p=dropout_p,
+        return_weights=return_weights,
+        return_lse=return_lse,
+    )
 
 
 def check_overflow(r: Request, output: torch.Tensor) -> None:
@@ -187,9 +244,11 @@ def check_overflow(r: Request, output: torch.Tensor) -> None:
     if not all(bool(torch.isfinite(t).all()) for t in (r.q, r.k, r.v)):
         return
     largest = ", ".join(f"|{n}| {float(t.detach().abs().max()):.3g}" for n, t in (("q", r.q), ("k", r.k), ("v", r.v)))
-    raise ValueError(f"attention of finite inputs overflowed {r.accumulate_dtype} (largest {largest}, scale "
-                     f"{r.scale:g}): the scores or the output are beyond its range; scale the inputs down or "
-                     f"compute in float64")
+    raise ValueError(
+        f"attention of finite inputs overflowed {r.accumulate_dtype} (largest {largest}, scale "
+        f"{r.scale:g}): the scores or the output are beyond its range; scale the inputs down or "
+        f"compute in float64"
+    )
 
 
 def check_mask(mask, full_shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
@@ -205,19 +264,23 @@ def check_mask(mask, full_shape: tuple[int, ...], device: torch.device) -> torch
     if mask.device != device:
         raise ValueError(f"mask is on {mask.device} but q is on {device}")
     if mask.dim() > 4:
-        raise ValueError(f"mask has shape {tuple(mask.shape)}, more than 4 dims: cannot broadcast to "
-                         f"(B, Hq, Lq, Lk) = {full_shape}")
+        raise ValueError(
+            f"mask has shape {tuple(mask.shape)}, more than 4 dims: cannot broadcast to (B, Hq, Lq, Lk) = {full_shape}"
+        )
     try:
         broadcast = torch.broadcast_shapes(mask.shape, full_shape)
     except RuntimeError:
         broadcast = None
     if broadcast != torch.Size(full_shape):
-        raise ValueError(f"mask has shape {tuple(mask.shape)}, which does not broadcast to "
-                         f"(B, Hq, Lq, Lk) = {full_shape}")
+        raise ValueError(
+            f"mask has shape {tuple(mask.shape)}, which does not broadcast to (B, Hq, Lq, Lk) = {full_shape}"
+        )
     if mask.dtype.is_floating_point:
         if bool(torch.isnan(mask).any()):
             raise ValueError("additive mask contains NaN; use -inf (or a bool mask) for hidden positions")
         if bool(torch.isposinf(mask).any()):
-            raise ValueError("additive mask contains +inf, which would make a softmax row NaN; use finite "
-                             "values, and -inf (or a bool mask) for hidden positions")
+            raise ValueError(
+                "additive mask contains +inf, which would make a softmax row NaN; use finite "
+                "values, and -inf (or a bool mask) for hidden positions"
+            )
     return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))

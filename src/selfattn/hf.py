@@ -42,9 +42,20 @@ NAME = "selfattn"
 """The `attn_implementation` name this module registers."""
 
 HANDLED = ("dropout", "scaling", "softcap", "sliding_window", "is_causal", "output_attentions")
-IGNORED = ("position_ids", "cache_position", "use_cache", "output_hidden_states", "return_dict",
-           "past_key_values", "cache", "layer_idx", "encoder_hidden_states", "encoder_attention_mask",
-           "position_embeddings", "token_type_ids")
+IGNORED = (
+    "position_ids",
+    "cache_position",
+    "use_cache",
+    "output_hidden_states",
+    "return_dict",
+    "past_key_values",
+    "cache",
+    "layer_idx",
+    "encoder_hidden_states",
+    "encoder_attention_mask",
+    "position_embeddings",
+    "token_type_ids",
+)
 """Keyword arguments transformers passes that do not change what attention computes here: positions
 are already inside the rotated Q/K, and the cache already inside K/V."""
 
@@ -63,9 +74,16 @@ def register() -> str:
     return NAME
 
 
-def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                      **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+def attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """transformers' attention-function signature on top of `selfattn.attention`.
 
     query (B, Hq, Lq, D), key (B, Hkv, Lk, D), value (B, Hkv, Lk, Dv)
@@ -83,12 +101,22 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
             key, value = key[:, :, :Lq], value[:, :, :Lq]
         mask = None
         if not causal:
-            window = None       # a bidirectional layer without a mask sees everything
+            window = None  # a bidirectional layer without a mask sees everything
     else:
         causal, window, mask = split_mask(attention_mask, Lq, Lk, causal=causal, window=window)
     want = bool(kwargs.get("output_attentions", False)) or _recording_attentions()
-    out = attention(query, key, value, causal=causal, mask=mask, window=window, scale=scaling,
-                    softcap=kwargs.get("softcap"), dropout_p=float(dropout or 0.0), return_weights=want)
+    out = attention(
+        query,
+        key,
+        value,
+        causal=causal,
+        mask=mask,
+        window=window,
+        scale=scaling,
+        softcap=kwargs.get("softcap"),
+        dropout_p=float(dropout or 0.0),
+        return_weights=want,
+    )
     output, weights = (out.output, out.weights.to(query.dtype)) if want else (out, None)
     return output.transpose(1, 2).contiguous(), weights
 
@@ -103,7 +131,7 @@ def split_mask(mask: torch.Tensor, n_q: int, n_k: int, *, causal: bool, window: 
     """
     if mask.dtype != torch.bool or not causal:
         return False, None, mask
-    rule = visibility(n_q, n_k, causal=True, window=window, device=mask.device)   # (Lq, Lk)
+    rule = visibility(n_q, n_k, causal=True, window=window, device=mask.device)  # (Lq, Lk)
     if bool((mask == rule).all()):
         return True, window, None
     if not bool((mask & ~rule).any()):
@@ -121,7 +149,7 @@ def _recording_attentions() -> bool:
         return False
     try:
         collected = _active_collector.get()
-    except LookupError:    # no model forward has set it in this context
+    except LookupError:  # no model forward has set it in this context
         return False
     return isinstance(collected, dict) and "attentions" in collected
 
@@ -130,5 +158,7 @@ def _refuse_unknown(kwargs: dict) -> None:
     for name, value in kwargs.items():
         if name in HANDLED or name in IGNORED or value is None:
             continue
-        raise ValueError(f"selfattn attention cannot honour {name!r} (given {type(value).__name__}); "
-                         f"use attn_implementation='eager' for this model")
+        raise ValueError(
+            f"selfattn attention cannot honour {name!r} (given {type(value).__name__}); "
+            f"use attn_implementation='eager' for this model"
+        )

@@ -24,9 +24,16 @@ from . import checks
 __all__ = ["visibility", "Block", "block_visibility", "draw_blocks", "padding_mask", "draw"]
 
 
-def visibility(n_q: int, n_k: int, *, causal: bool = False, window: int | None = None,
-               device: torch.device | str | None = None, rows: torch.Tensor | None = None,
-               cols: torch.Tensor | None = None) -> torch.Tensor:
+def visibility(
+    n_q: int,
+    n_k: int,
+    *,
+    causal: bool = False,
+    window: int | None = None,
+    device: torch.device | str | None = None,
+    rows: torch.Tensor | None = None,
+    cols: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The causal / window rule: bool (R, C), True = may look. The one copy every backend, the
     weights from an lse and the explainer use (`selfattn.reference.visibility` is the NumPy spec).
 
@@ -45,8 +52,8 @@ def visibility(n_q: int, n_k: int, *, causal: bool = False, window: int | None =
     cols = torch.arange(n_k, device=device) if cols is None else cols
     if not causal and window is None:
         return torch.ones(len(rows), len(cols), dtype=torch.bool, device=device)
-    p = rows[:, None] + (n_k - n_q)   # (R, 1) query positions, bottom-right aligned
-    j = cols[None, :]                 # (1, C) key positions
+    p = rows[:, None] + (n_k - n_q)  # (R, 1) query positions, bottom-right aligned
+    j = cols[None, :]  # (1, C) key positions
     visible = j <= p
     if window is not None:
         visible &= j > p - window
@@ -56,13 +63,14 @@ def visibility(n_q: int, n_k: int, *, causal: bool = False, window: int | None =
 class Block(enum.Enum):
     """How much of a (query block × key block) tile the causal/window rules let through."""
 
-    HIDDEN = "hidden"    # nothing visible: skip the tile
-    FULL = "full"        # everything visible: no mask needed
+    HIDDEN = "hidden"  # nothing visible: skip the tile
+    FULL = "full"  # everything visible: no mask needed
     PARTIAL = "partial"  # the diagonal or window edge crosses the tile: mask it
 
 
-def block_visibility(q0: int, q1: int, k0: int, k1: int, n_q: int, n_k: int, *,
-                     causal: bool = False, window: int | None = None) -> Block:
+def block_visibility(
+    q0: int, q1: int, k0: int, k1: int, n_q: int, n_k: int, *, causal: bool = False, window: int | None = None
+) -> Block:
     """Classify the tile of queries [q0, q1) × keys [k0, k1) without building it.
 
     Query i sees key j iff lo(i) <= j <= hi(i) with hi(i) = i + n_k - n_q (when causal or
@@ -88,8 +96,9 @@ BLOCK_CHARS = {Block.FULL: "F", Block.PARTIAL: "P", Block.HIDDEN: "."}
 """How `draw_blocks` draws a tile (as FlexAttention's `BlockMask.to_string` draws its blocks)."""
 
 
-def draw_blocks(n_q: int, n_k: int, block_q: int, block_k: int, *, causal: bool = False,
-                window: int | None = None) -> str:
+def draw_blocks(
+    n_q: int, n_k: int, block_q: int, block_k: int, *, causal: bool = False, window: int | None = None
+) -> str:
     """The block plan of a tiled kernel: one row per query block, one character per key block,
     F (full: no mask needed), P (partial: a diagonal or window edge crosses it: masked),
     . (hidden: never computed). causal, Lq = Lk = 8, blocks of 2:
@@ -104,9 +113,14 @@ def draw_blocks(n_q: int, n_k: int, block_q: int, block_k: int, *, causal: bool 
     lines = []
     for q0 in range(0, n_q, block_q):
         q1 = min(q0 + block_q, n_q)
-        lines.append(" ".join(
-            BLOCK_CHARS[block_visibility(q0, q1, k0, min(k0 + block_k, n_k), n_q, n_k, causal=causal, window=window)]
-            for k0 in range(0, n_k, block_k)))
+        lines.append(
+            " ".join(
+                BLOCK_CHARS[
+                    block_visibility(q0, q1, k0, min(k0 + block_k, n_k), n_q, n_k, causal=causal, window=window)
+                ]
+                for k0 in range(0, n_k, block_k)
+            )
+        )
     return "\n".join(lines)
 
 

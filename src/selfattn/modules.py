@@ -32,8 +32,9 @@ class SequenceParallel(Protocol):
     q (B, Hq, Lr, D), k (B, Hkv, Lr, D), v (B, Hkv, Lr, Dv)  ->  (B, Hq, Lr, Dv), this rank's rows
     """
 
-    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float,
-                  backend: str) -> torch.Tensor: ...
+    def attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, scale: float, backend: str
+    ) -> torch.Tensor: ...
 
 
 def _as_batch(x, d_model: int, weight: torch.Tensor, name: str = "x") -> tuple[torch.Tensor, bool]:
@@ -45,8 +46,10 @@ def _as_batch(x, d_model: int, weight: torch.Tensor, name: str = "x") -> tuple[t
     if x.shape[-1] != d_model:
         raise ValueError(f"{name} has d_model={x.shape[-1]} but the module was built for d_model={d_model}")
     if x.dtype != weight.dtype:
-        raise TypeError(f"{name} has dtype {x.dtype} but the module's weights are {weight.dtype}; convert one "
-                        f"(x.to({weight.dtype}) or module.to({x.dtype}))")
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but the module's weights are {weight.dtype}; convert one "
+            f"(x.to({weight.dtype}) or module.to({x.dtype}))"
+        )
     return (x[None], True) if x.dim() == 2 else (x, False)
 
 
@@ -90,8 +93,8 @@ class KVCache:
             capacity = max(need, 2 * (0 if self._k is None else self._k.shape[2]), 16)
             self._k = self._grow(self._k, k, capacity)
             self._v = self._grow(self._v, v, capacity)
-        self._k[:, :, self.length: need] = k
-        self._v[:, :, self.length: need] = v
+        self._k[:, :, self.length : need] = k
+        self._v[:, :, self.length : need] = v
         self.length = need
         return self.keys, self.values
 
@@ -106,15 +109,19 @@ class KVCache:
             if t.dim() != 4:
                 raise ValueError(f"{name} must be 4-D (B, Hkv, Ln, D), got shape {tuple(t.shape)}")
         if k.shape[:3] != v.shape[:3] or k.dtype != v.dtype or k.device != v.device:
-            raise ValueError(f"k and v must agree on (B, Hkv, Ln), dtype and device, got k {tuple(k.shape)} "
-                             f"{k.dtype} {k.device} and v {tuple(v.shape)} {v.dtype} {v.device}")
+            raise ValueError(
+                f"k and v must agree on (B, Hkv, Ln), dtype and device, got k {tuple(k.shape)} "
+                f"{k.dtype} {k.device} and v {tuple(v.shape)} {v.dtype} {v.device}"
+            )
         if self._k is None:
             return
         for name, new, have in (("keys", k, self._k), ("values", v, self._v)):
             held, given = (have.shape[0], have.shape[1], have.shape[3]), (new.shape[0], new.shape[1], new.shape[3])
             if held != given or new.dtype != have.dtype or new.device != have.device:
-                raise ValueError(f"cache holds {name} of (B, Hkv, D) = {held} {have.dtype} on {have.device}, "
-                                 f"cannot append {given} {new.dtype} on {new.device}")
+                raise ValueError(
+                    f"cache holds {name} of (B, Hkv, D) = {held} {have.dtype} on {have.device}, "
+                    f"cannot append {given} {new.dtype} on {new.device}"
+                )
 
     def _grow(self, old: torch.Tensor | None, like: torch.Tensor, capacity: int) -> torch.Tensor:
         B, H, _, D = like.shape
@@ -127,8 +134,10 @@ class KVCache:
 def _check_size(module: str, parameters: int, sizes: str) -> None:
     """Refuse, before any weight is allocated, a module of more than MAX_PARAMETERS parameters."""
     if parameters > MAX_PARAMETERS:
-        raise ValueError(f"{module}({sizes}) would have {parameters:,} parameters, over the limit of "
-                         f"{MAX_PARAMETERS:,} (selfattn.limits.MAX_PARAMETERS)")
+        raise ValueError(
+            f"{module}({sizes}) would have {parameters:,} parameters, over the limit of "
+            f"{MAX_PARAMETERS:,} (selfattn.limits.MAX_PARAMETERS)"
+        )
 
 
 def _check_cache(cache) -> KVCache:
@@ -151,8 +160,9 @@ class SelfAttention(nn.Module):
         self.d_model = checks.integer("d_model", d_model, low=1)
         self.d_k = self.d_model if d_k is None else checks.integer("d_k", d_k, low=1)
         self.causal = checks.boolean("causal", causal)
-        _check_size("SelfAttention", self.d_model * (2 * self.d_k + self.d_model),
-                    f"d_model={self.d_model}, d_k={self.d_k}")
+        _check_size(
+            "SelfAttention", self.d_model * (2 * self.d_k + self.d_model), f"d_model={self.d_model}, d_k={self.d_k}"
+        )
         self.backend = backend
         self.w_q = nn.Linear(self.d_model, self.d_k, bias=False)
         self.w_k = nn.Linear(self.d_model, self.d_k, bias=False)
@@ -179,8 +189,18 @@ class MultiHeadSelfAttention(nn.Module):
     the new positions attend over everything the cache holds (bottom-right causal).
     """
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None, causal: bool = True, *,
-                 head_dim: int | None = None, bias: bool = True, dropout: float = 0.0, backend: str = "auto"):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        causal: bool = True,
+        *,
+        head_dim: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+        backend: str = "auto",
+    ):
         super().__init__()
         self.d_model = checks.integer("d_model", d_model, low=1)
         self.n_heads = checks.integer("n_heads", n_heads, low=1)
@@ -189,13 +209,16 @@ class MultiHeadSelfAttention(nn.Module):
             raise ValueError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
         if head_dim is None:
             if self.d_model % self.n_heads:
-                raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
-                                 f"pass head_dim explicitly")
+                raise ValueError(
+                    f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; pass head_dim explicitly"
+                )
             head_dim = self.d_model // self.n_heads
         self.head_dim = checks.integer("head_dim", head_dim, low=1)
-        _check_size("MultiHeadSelfAttention", self.d_model * self.head_dim * (2 * self.n_heads + 2 * self.n_kv_heads),
-                    f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
-                    f"head_dim={self.head_dim}")
+        _check_size(
+            "MultiHeadSelfAttention",
+            self.d_model * self.head_dim * (2 * self.n_heads + 2 * self.n_kv_heads),
+            f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, head_dim={self.head_dim}",
+        )
         self.causal = checks.boolean("causal", causal)
         dropout = checks.real("dropout", dropout)
         if not 0.0 <= dropout < 1.0:
@@ -225,8 +248,14 @@ class MultiHeadSelfAttention(nn.Module):
         """Heads back together and through the output projection: (B, H, L, D) -> (B, L, d_model)."""
         return self.out_proj(o.transpose(1, 2).flatten(2))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None, *,
-                context_parallel: SequenceParallel | None = None):
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        *,
+        context_parallel: SequenceParallel | None = None,
+    ):
         """x (L, d_model) or (B, L, d_model) -> the same shape.
 
         mask              bool or additive, broadcastable to (B, H, L, L'), L' = cache length after appending
@@ -240,15 +269,23 @@ class MultiHeadSelfAttention(nn.Module):
             out = self._context_parallel(x, mask, cache, context_parallel)
             return out[0] if added else out
         past = 0 if cache is None else len(_check_cache(cache))
-        if mask is not None:       # checked before the cache grows: a refused call leaves it as it was
+        if mask is not None:  # checked before the cache grows: a refused call leaves it as it was
             B, L = x.shape[:2]
             check_mask(mask, (B, self.n_heads, L, past + L), x.device)
         q, k, v = self.project(x, cache)
         try:
-            o = attention(q, k, v, causal=self.causal, mask=mask, scale=self.scale,
-                          dropout_p=self.dropout if self.training else 0.0, backend=self.backend)
+            o = attention(
+                q,
+                k,
+                v,
+                causal=self.causal,
+                mask=mask,
+                scale=self.scale,
+                dropout_p=self.dropout if self.training else 0.0,
+                backend=self.backend,
+            )
         except (TypeError, ValueError):
-            if cache is not None:   # any other refusal: undo this call's append
+            if cache is not None:  # any other refusal: undo this call's append
                 cache.truncate(past)
             raise
         out = self.merge(o)
@@ -257,20 +294,27 @@ class MultiHeadSelfAttention(nn.Module):
     def _context_parallel(self, x: torch.Tensor, mask, cache, cp) -> torch.Tensor:
         """x (B, Lr, d_model): this rank's rows -> (B, Lr, d_model), attention over the whole sequence."""
         if not isinstance(cp, SequenceParallel):
-            raise TypeError(f"context_parallel must be a selfattn.distributed.ContextParallel, got "
-                            f"{type(cp).__name__}")
-        refused = [what for what, given in (
-            ("a mask", mask is not None),
-            ("a KV cache", cache is not None),
-            (f"attention dropout (dropout={self.dropout}, training)", self.training and self.dropout > 0),
-        ) if given]
+            raise TypeError(f"context_parallel must be a selfattn.distributed.ContextParallel, got {type(cp).__name__}")
+        refused = [
+            what
+            for what, given in (
+                ("a mask", mask is not None),
+                ("a KV cache", cache is not None),
+                (f"attention dropout (dropout={self.dropout}, training)", self.training and self.dropout > 0),
+            )
+            if given
+        ]
         if refused:
-            raise ValueError(f"context parallel attention does not support {' or '.join(refused)}: it runs causal "
-                             f"or full attention over the whole sequence (decode with a cache in one process; "
-                             f"call .eval() or build with dropout=0)")
+            raise ValueError(
+                f"context parallel attention does not support {' or '.join(refused)}: it runs causal "
+                f"or full attention over the whole sequence (decode with a cache in one process; "
+                f"call .eval() or build with dropout=0)"
+            )
         q, k, v = self.project(x)
         return self.merge(cp.attention(q, k, v, causal=self.causal, scale=self.scale, backend=self.backend))
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
-                f"head_dim={self.head_dim}, causal={self.causal}")
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
+            f"head_dim={self.head_dim}, causal={self.causal}"
+        )

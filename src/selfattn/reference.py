@@ -88,12 +88,12 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if x.ndim == 0:
         raise ValueError("softmax needs at least one axis, got a scalar")
-    peak = np.max(x, axis=axis, keepdims=True, initial=-np.inf)   # initial: an empty row (Lk = 0) too
+    peak = np.max(x, axis=axis, keepdims=True, initial=-np.inf)  # initial: an empty row (Lk = 0) too
     peak = np.where(np.isfinite(peak), peak, 0.0)  # all −inf row: subtract nothing
     e = np.exp(x - peak)
     total = np.sum(e, axis=axis, keepdims=True)
     weights = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
-    return np.where(np.isnan(total), np.nan, weights)   # a NaN score stays NaN: never hidden as weight 0
+    return np.where(np.isnan(total), np.nan, weights)  # a NaN score stays NaN: never hidden as weight 0
 
 
 def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
@@ -205,8 +205,16 @@ def self_attention(x, w_q, w_k, w_v, *, causal: bool = True, mask=None) -> Trace
     weights = softmax(masked, axis=-1)
     output = weighted_sum(weights, v)
     return Trace(
-        x=np.asarray(x, dtype=np.float64), q=q, k=k, v=v, scores=s, scaled=scaled,
-        mask=visible, masked=masked, weights=weights, output=output,
+        x=np.asarray(x, dtype=np.float64),
+        q=q,
+        k=k,
+        v=v,
+        scores=s,
+        scaled=scaled,
+        mask=visible,
+        masked=masked,
+        weights=weights,
+        output=output,
     )
 
 
@@ -256,7 +264,7 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
             visible = visible & mask
         else:
             mask = mask.astype(np.float64)
-            visible = visible & (mask != -np.inf)          # −inf hides the key, as a bool False does
+            visible = visible & (mask != -np.inf)  # −inf hides the key, as a bool False does
             s = s + mask
     s = np.where(visible, s, -np.inf)
     weights = softmax(s, axis=-1)

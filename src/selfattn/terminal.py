@@ -18,5 +18,7 @@ def printable(text: str, keep: str = "") -> str:
     text = str(text)
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() or ch in keep else ch.encode("unicode_escape", "backslashreplace").decode()
-                   for ch in text)
+    return "".join(
+        ch if ch.isprintable() or ch in keep else ch.encode("unicode_escape", "backslashreplace").decode()
+        for ch in text
+    )

@@ -31,8 +31,9 @@ __all__ = ["attention_weights", "weights_from_lse"]
 NEG_INF = float("-inf")
 
 
-def weights_from_lse(masked_scores: torch.Tensor, lse: torch.Tensor, *, base2: bool = False,
-                     inplace: bool = False) -> torch.Tensor:
+def weights_from_lse(
+    masked_scores: torch.Tensor, lse: torch.Tensor, *, base2: bool = False, inplace: bool = False
+) -> torch.Tensor:
     """exp(s − lse) by row: the weights of scores whose log-sum-exp is known.
 
     masked_scores  (..., R, Lk)  scaled, softcapped, masked scores (−inf where hidden)
@@ -43,7 +44,7 @@ def weights_from_lse(masked_scores: torch.Tensor, lse: torch.Tensor, *, base2: b
     A row whose lse is −inf gets weights 0 (its scores are all −inf: exp(−inf − (−inf)) would be
     NaN, so the lse is taken as +inf there). Returns weights (..., R, Lk).
     """
-    offset = lse.masked_fill(lse == NEG_INF, float("inf"))[..., None]   # (..., R, 1)
+    offset = lse.masked_fill(lse == NEG_INF, float("inf"))[..., None]  # (..., R, 1)
     if inplace:
         s = masked_scores.sub_(offset)
         return s.exp2_() if base2 else s.exp_()
@@ -73,19 +74,19 @@ def attention_weights(q, k, lse, rows=None, *, causal=False, mask=None, window=N
     _check_lse(lse, (B, Hq, Lq), r.q.device)
     index = _row_index(rows, Lq, r.q.device)
 
-    q_rows = r.q[:, :, index].to(acc).unflatten(1, (r.Hkv, G))              # (B, Hkv, G, R, D)
+    q_rows = r.q[:, :, index].to(acc).unflatten(1, (r.Hkv, G))  # (B, Hkv, G, R, D)
     s = (q_rows @ r.k.to(acc)[:, :, None].transpose(-1, -2)).flatten(1, 2)  # (B, Hq, R, Lk): k shared, not copied
     s = s * r.scale
     if r.softcap is not None:
         s = r.softcap * torch.tanh(s / r.softcap)
     if r.mask is not None:
-        mask_rows = r.mask.expand(B, Hq, Lq, Lk)[:, :, index]               # (B, Hq, R, Lk)
+        mask_rows = r.mask.expand(B, Hq, Lq, Lk)[:, :, index]  # (B, Hq, R, Lk)
         if mask_rows.dtype == torch.bool:
             s = s.masked_fill(~mask_rows, NEG_INF)
-        else:                                     # an additive −inf hides the key, as in every backend
+        else:  # an additive −inf hides the key, as in every backend
             s = (s + mask_rows.to(acc)).masked_fill(mask_rows == NEG_INF, NEG_INF)
     if r.causal or r.window is not None:
-        visible = masks.visibility(Lq, Lk, causal=r.causal, window=r.window, rows=index)   # (R, Lk)
+        visible = masks.visibility(Lq, Lk, causal=r.causal, window=r.window, rows=index)  # (R, Lk)
         s = s.masked_fill(~visible, NEG_INF)
     return weights_from_lse(s, lse[:, :, index].to(acc))
 
@@ -100,8 +101,10 @@ def _check_lse(lse, shape: tuple[int, int, int], device: torch.device) -> None:
     if lse.device != device:
         raise ValueError(f"lse is on {lse.device} but q is on {device}")
     if bool((torch.isnan(lse) | torch.isposinf(lse)).any()):
-        raise ValueError("lse holds NaN or +inf; a log-sum-exp from attention(..., return_lse=True) is finite, or "
-                         "-inf for a row that may look at nothing")
+        raise ValueError(
+            "lse holds NaN or +inf; a log-sum-exp from attention(..., return_lse=True) is finite, or "
+            "-inf for a row that may look at nothing"
+        )
 
 
 def _row_index(rows, n: int, device: torch.device) -> torch.Tensor:
@@ -120,8 +123,10 @@ def _row_index(rows, n: int, device: torch.device) -> torch.Tensor:
         try:
             values = list(rows)
         except TypeError:
-            raise TypeError(f"rows must be None, an int, a sequence of ints, a slice or a 1-D tensor, "
-                            f"got {type(rows).__name__} {rows!r}") from None
+            raise TypeError(
+                f"rows must be None, an int, a sequence of ints, a slice or a 1-D tensor, "
+                f"got {type(rows).__name__} {rows!r}"
+            ) from None
     values = [checks.integer(f"rows[{i}]", x) for i, x in enumerate(values)]
     for x in values:
         if not -n <= x < n:

@@ -12,33 +12,53 @@ from selfattn.bench import memory
 from selfattn.bench.cases import CASES, select
 from tests.tolerances import TOL
 
-ROW_FIELDS = {"backend", "chosen", "shape", "ms", "gflops", "peak_percent", "vs_sdpa", "extra_mib",
-              "memory_error", "skipped", "repeats"}
+ROW_FIELDS = {
+    "backend",
+    "chosen",
+    "shape",
+    "ms",
+    "gflops",
+    "peak_percent",
+    "vs_sdpa",
+    "extra_mib",
+    "memory_error",
+    "skipped",
+    "repeats",
+}
 
 
 @pytest.fixture(scope="module")
 def quick_result():
     threads = torch.get_num_threads()
-    result = bench.run(cases=["causal_forward", "forward_backward", "sliding_window", "gqa", "decode"],
-                       quick=True, measure_memory=False, threads=1)
-    assert torch.get_num_threads() == threads      # the caller's setting is restored
+    result = bench.run(
+        cases=["causal_forward", "forward_backward", "sliding_window", "gqa", "decode"],
+        quick=True,
+        measure_memory=False,
+        threads=1,
+    )
+    assert torch.get_num_threads() == threads  # the caller's setting is restored
     assert result["machine"]["threads"] == 1
     return result
 
 
 def test_json_has_every_field(quick_result):
-    result = json.loads(json.dumps(quick_result))                  # plain JSON all the way down
+    result = json.loads(json.dumps(quick_result))  # plain JSON all the way down
     assert result["quick"] is True
     assert result["machine"]["gemm_peak_gflops"] > 0 and result["machine"]["threads"] >= 1
     assert set(result["method"]) == {"time", "flops", "memory"} and isinstance(result["warnings"], list)
-    assert [c["name"] for c in result["cases"]] == ["causal_forward", "forward_backward", "sliding_window", "gqa",
-                                                    "decode"]
+    assert [c["name"] for c in result["cases"]] == [
+        "causal_forward",
+        "forward_backward",
+        "sliding_window",
+        "gqa",
+        "decode",
+    ]
     for case in result["cases"]:
         assert case["gflop"] > 0 and case["size"]["dtype"] == "float32"
         assert [r["backend"] for r in case["rows"]] == list(CASES[case["name"]][1].backends)
         for row in case["rows"]:
             assert set(row) == ROW_FIELDS
-            if row["backend"] == "flex" and row["skipped"]:      # on a CPU: no backward, nothing under 128
+            if row["backend"] == "flex" and row["skipped"]:  # on a CPU: no backward, nothing under 128
                 assert "flex" in row["skipped"] or "FlexAttention" in row["skipped"] or "CPU" in row["skipped"]
                 continue
             assert row["skipped"] is None, row
@@ -60,6 +80,7 @@ def test_tables_render(quick_result):
 
 def test_refused_backend_gets_a_reason(monkeypatch):
     from selfattn.kernels import naive
+
     monkeypatch.setattr(naive, "WEIGHTS_BUDGET_BYTES", 1000)
     result = bench.run(cases=["decode"], quick=True, measure_memory=False)
     row = next(r for r in result["cases"][0]["rows"] if r["backend"] == "naive")
@@ -82,9 +103,10 @@ def test_unknown_case_is_named():
 
 def test_a_busy_machine_is_named(monkeypatch):
     import selfattn.bench.runner as b
+
     monkeypatch.setattr(b.os, "cpu_count", lambda: 2)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    assert b._warnings(1.6, 2.4, [150.0, 148.0], threads=2) == []   # the load of the command just before
+    assert b._warnings(1.6, 2.4, [150.0, 148.0], threads=2) == []  # the load of the command just before
     (text,) = b._warnings(2.7, 3.9, [75.0, 150.0], threads=2)
     assert "load average 2.7 on 2 CPUs" in text and "3.9 after" in text and "GEMM peak 75 against 150" in text
     assert "OMP_WAIT_POLICY=PASSIVE" in text
@@ -100,7 +122,7 @@ def test_busy_processes_run_during_the_block_and_stop_after():
     with busy_processes(2) as pids:
         assert len(pids) == 2
         for pid in pids:
-            os.kill(pid, 0)                                    # alive
+            os.kill(pid, 0)  # alive
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
@@ -117,8 +139,7 @@ def test_a_run_under_load_says_so(capsys):
     out = io.StringIO()
     bench.render(result, Console(file=out, width=200))
     assert "under load 1 (1 busy process, one core each)" in out.getvalue()
-    assert main(["bench", "--case", "decode", "--quick", "--no-memory", "--threads", "1", "--load", "1",
-                 "--json"]) == 0
+    assert main(["bench", "--case", "decode", "--quick", "--no-memory", "--threads", "1", "--load", "1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["machine"]["busy_processes"] == 1
 
 
@@ -129,17 +150,28 @@ def test_explain_prints_every_backend_and_the_choice(capsys):
     out = capsys.readouterr().out
     assert out.startswith("decode: ") and "sliding_window: " in out
     for name in ("naive", "sdpa", "tiled"):
-        assert f"\n{name} " in out                        # one line per backend: estimate or reasons
-    assert out.count("\nchoice   ") == 2                  # auto's choice, once per case
+        assert f"\n{name} " in out  # one line per backend: estimate or reasons
+    assert out.count("\nchoice   ") == 2  # auto's choice, once per case
     assert "tiled block plan" in out
 
 
 def test_texts_from_the_machine_are_not_markup():
-    result = {"quick": True, "machine": {"cpu": "[bold]cpu[/bold]", "torch": "2", "threads": 1,
-                                         "gemm_peak_gflops": 1.0, "gemm": "g"},
-              "method": {}, "warnings": ["[red]busy[/red]"],
-              "cases": [{"name": "c", "title": "t", "shape": "1", "rows": [
-                  {"backend": "naive", "chosen": None, "skipped": "[link=https://x]no[/link]", "memory_error": None}]}]}
+    result = {
+        "quick": True,
+        "machine": {"cpu": "[bold]cpu[/bold]", "torch": "2", "threads": 1, "gemm_peak_gflops": 1.0, "gemm": "g"},
+        "method": {},
+        "warnings": ["[red]busy[/red]"],
+        "cases": [
+            {
+                "name": "c",
+                "title": "t",
+                "shape": "1",
+                "rows": [
+                    {"backend": "naive", "chosen": None, "skipped": "[link=https://x]no[/link]", "memory_error": None}
+                ],
+            }
+        ],
+    }
     out = io.StringIO()
     bench.render(result, Console(file=out, width=200))
     text = out.getvalue()

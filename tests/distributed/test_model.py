@@ -24,7 +24,7 @@ def test_positions_equal_start_and_place_each_row():
     m = DecoderLM(DecoderConfig(vocab_size=V, d_model=16, n_layers=1, n_heads=2, max_len=20)).double().eval()
     ids = torch.randint(0, V, (2, 6))
     assert torch.equal(m(ids, positions=torch.arange(4, 10)), m(ids, start=4))
-    per_row = torch.stack([torch.arange(0, 6), torch.arange(9, 15)])                 # (B, L)
+    per_row = torch.stack([torch.arange(0, 6), torch.arange(9, 15)])  # (B, L)
     assert torch.equal(m(ids, positions=per_row), m(ids, start=torch.tensor([0, 9])))
     assert torch.equal(m(ids[0], positions=torch.arange(3, 9)), m(ids[0], start=3))
     # any positions, not only a run: attention mixes rows by order, the embedding reads each row's position
@@ -35,15 +35,18 @@ def test_positions_equal_start_and_place_each_row():
     assert torch.equal(m(ids, positions=scattered), m.lm_head(m.ln_f(x)))
 
 
-@pytest.mark.parametrize("kwargs, err, match", [
-    (dict(positions=torch.arange(5)), ValueError, r"positions must have shape \(6,\) or \(2, 6\)"),
-    (dict(positions=torch.arange(15, 21)), ValueError, r"positions must be in \[0, max_len=20\), got \[15, 20\]"),
-    (dict(positions=-torch.arange(6)), ValueError, r"got \[-5, 0\]"),
-    (dict(positions=torch.arange(6.0)), TypeError, "positions must be an int64/int32 tensor, got torch.float32"),
-    (dict(positions=[0, 1, 2, 3, 4, 5]), TypeError, "got list"),
-    (dict(positions=torch.arange(6), start=2), ValueError, "pass positions or start/cache, not both"),
-    (dict(group=object()), TypeError, "group is for context parallelism: pass input_ids as the Sharded"),
-])
+@pytest.mark.parametrize(
+    "kwargs, err, match",
+    [
+        (dict(positions=torch.arange(5)), ValueError, r"positions must have shape \(6,\) or \(2, 6\)"),
+        (dict(positions=torch.arange(15, 21)), ValueError, r"positions must be in \[0, max_len=20\), got \[15, 20\]"),
+        (dict(positions=-torch.arange(6)), ValueError, r"got \[-5, 0\]"),
+        (dict(positions=torch.arange(6.0)), TypeError, "positions must be an int64/int32 tensor, got torch.float32"),
+        (dict(positions=[0, 1, 2, 3, 4, 5]), TypeError, "got list"),
+        (dict(positions=torch.arange(6), start=2), ValueError, "pass positions or start/cache, not both"),
+        (dict(group=object()), TypeError, "group is for context parallelism: pass input_ids as the Sharded"),
+    ],
+)
 def test_bad_positions_and_group_are_named(model, kwargs, err, match):
     with pytest.raises(err, match=match):
         model(torch.zeros(2, 6, dtype=torch.int64), **kwargs)
@@ -60,17 +63,37 @@ def _sharded(tensor, seq_len=7, dim=1):
     return Sharded(tensor, seq_len=seq_len, layout="zigzag", dim=dim, world=2, rank=0)
 
 
-@pytest.mark.parametrize("ids, kwargs, err, match", [
-    (_sharded(torch.zeros(1, 4, dtype=torch.int64)), dict(cache="new"), ValueError,
-     r"with Sharded input_ids \(context parallelism\) pass no cache"),
-    (_sharded(torch.zeros(1, 4, dtype=torch.int64)), dict(start=3), ValueError, "pass no start"),
-    (_sharded(torch.zeros(1, 4, dtype=torch.int64)), dict(positions=torch.arange(4)), ValueError, "pass no positions"),
-    (_sharded(torch.zeros(1, 4, dtype=torch.int64), dim=0), {}, ValueError,
-     r"\(B, Lr\) sharded along dim 1 or \(Lr,\) along dim 0, got shape \(1, 4\) sharded along dim 0"),
-    (_sharded(torch.zeros(1, 12, dtype=torch.int64), seq_len=23), {}, ValueError,
-     "the sequence has 23 positions, over max_len=20"),
-    (_sharded(torch.zeros(1, 4, dtype=torch.int64)), {}, RuntimeError, "torch.distributed is not initialised"),
-])
+@pytest.mark.parametrize(
+    "ids, kwargs, err, match",
+    [
+        (
+            _sharded(torch.zeros(1, 4, dtype=torch.int64)),
+            dict(cache="new"),
+            ValueError,
+            r"with Sharded input_ids \(context parallelism\) pass no cache",
+        ),
+        (_sharded(torch.zeros(1, 4, dtype=torch.int64)), dict(start=3), ValueError, "pass no start"),
+        (
+            _sharded(torch.zeros(1, 4, dtype=torch.int64)),
+            dict(positions=torch.arange(4)),
+            ValueError,
+            "pass no positions",
+        ),
+        (
+            _sharded(torch.zeros(1, 4, dtype=torch.int64), dim=0),
+            {},
+            ValueError,
+            r"\(B, Lr\) sharded along dim 1 or \(Lr,\) along dim 0, got shape \(1, 4\) sharded along dim 0",
+        ),
+        (
+            _sharded(torch.zeros(1, 12, dtype=torch.int64), seq_len=23),
+            {},
+            ValueError,
+            "the sequence has 23 positions, over max_len=20",
+        ),
+        (_sharded(torch.zeros(1, 4, dtype=torch.int64)), {}, RuntimeError, "torch.distributed is not initialised"),
+    ],
+)
 def test_sharded_input_refusals_come_before_any_communication(model, ids, kwargs, err, match):
     if kwargs.get("cache") == "new":
         kwargs = dict(kwargs, cache=model.new_cache())

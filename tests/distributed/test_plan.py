@@ -21,8 +21,16 @@ def test_zigzag_holds_chunks_i_and_2w_minus_1_minus_i():
     assert sorted(every.tolist()) == list(range(24))
 
 
-@pytest.mark.parametrize("L, world, layout, want", [(37, 2, "zigzag", 40), (37, 4, "zigzag", 40), (9, 4, "zigzag", 16),
-                                                    (9, 4, "contiguous", 12), (16, 4, "zigzag", 16)])
+@pytest.mark.parametrize(
+    "L, world, layout, want",
+    [
+        (37, 2, "zigzag", 40),
+        (37, 4, "zigzag", 40),
+        (9, 4, "zigzag", 16),
+        (9, 4, "contiguous", 12),
+        (16, 4, "zigzag", 16),
+    ],
+)
 def test_padded_length(L, world, layout, want):
     assert padded_length(L, world, layout) == want
 
@@ -43,7 +51,7 @@ def test_boxes_cover_exactly_the_visible_pairs(causal, window):
                 m = torch.ones(b.q1 - b.q0, b.k1 - b.k0, dtype=torch.bool).tril()
             else:
                 m = b.mask(plan.rule)
-            covered[b.q0:b.q1, b.k0:b.k1] += m.long()
+            covered[b.q0 : b.q1, b.k0 : b.k1] += m.long()
     assert torch.equal(covered, truth.long())
 
 
@@ -66,7 +74,7 @@ def test_box_kinds():
     assert box((4, 8), (0, 4), rule).kind == "full"
     assert box((0, 4), (4, 8), rule) is None
     assert box((4, 8), (0, 4), Rule(True, 3, 100)).kind == "mask"
-    assert box((96, 104), (96, 104), rule) == box((96, 100), (96, 100), rule)   # padding trimmed
+    assert box((96, 104), (96, 104), rule) == box((96, 100), (96, 100), rule)  # padding trimmed
 
 
 def test_formula_and_simulation_shapes():

@@ -39,16 +39,16 @@ class Case:
 
 
 CASES = (
-    Case(37, causal=True, Hq=4, Hkv=2),                                   # GQA, L not divisible by 2W
+    Case(37, causal=True, Hq=4, Hkv=2),  # GQA, L not divisible by 2W
     Case(32, causal=False, dtype=torch.float32),
     Case(29, causal=True, window=5, layout="contiguous"),
     Case(40, causal=False, window=7, dtype=torch.float32, Dv=6),
-    Case(21, causal=True, softcap=2.0, Hq=3, Hkv=1, dtype=torch.float32, layout="contiguous"),   # MQA
+    Case(21, causal=True, softcap=2.0, Hq=3, Hkv=1, dtype=torch.float32, layout="contiguous"),  # MQA
     Case(16, causal=True, layout="contiguous", lse_grad=True, B=2),
     Case(19, causal=False, softcap=1.5, scale=0.3, lse_grad=True),
     Case(23, causal=True, window=1, dtype=torch.float32),
     Case(45, causal=True, window=9, Hq=4, Hkv=1, lse_grad=True),
-    Case(9, causal=True, dtype=torch.float32, layout="contiguous"),        # shorter than 2W chunks on 4 ranks
+    Case(9, causal=True, dtype=torch.float32, layout="contiguous"),  # shorter than 2W chunks on 4 ranks
 )
 
 
@@ -105,14 +105,19 @@ def attention_cases(rank: int, world: int) -> list[str]:
         full_out = unshard(res.output)
         full_lse = unshard(res.lse)
         grads = [unshard(t.like(leaf.grad)) for t, leaf in zip((sq, sk, sv), leaves, strict=True)]
-        for name, got, want, base in (("output", full_out, torch.from_numpy(o64), naive[0]),
-                                      ("lse", full_lse, torch.from_numpy(lse64), naive[1]),
-                                      ("dq", grads[0], gq64, naive[2]), ("dk", grads[1], gk64, naive[3]),
-                                      ("dv", grads[2], gv64, naive[4])):
+        for name, got, want, base in (
+            ("output", full_out, torch.from_numpy(o64), naive[0]),
+            ("lse", full_lse, torch.from_numpy(lse64), naive[1]),
+            ("dq", grads[0], gq64, naive[2]),
+            ("dk", grads[1], gk64, naive[3]),
+            ("dv", grads[2], gv64, naive[4]),
+        ):
             _check(f"{label} {name}", got, want, base, case.dtype, failures)
         local_pad = shard(q, layout=case.layout).positions >= case.L
-        if bool(local_pad.any()) and not (bool(torch.isinf(res.lse.tensor[..., local_pad]).all())
-                                          and float(res.output.tensor.detach()[..., local_pad, :].abs().max()) == 0.0):
+        if bool(local_pad.any()) and not (
+            bool(torch.isinf(res.lse.tensor[..., local_pad]).all())
+            and float(res.output.tensor.detach()[..., local_pad, :].abs().max()) == 0.0
+        ):
             failures.append(f"{label}: padded query rows must have lse -inf and output 0")
         expect = _expected_forward_bytes(case, world, rank)
         if traffic.forward != expect:
@@ -163,7 +168,7 @@ def train_step_case(rank: int, world: int) -> list[str]:
     cfg = DecoderConfig(vocab_size=40, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, max_len=64)
     pad_id = 0
     g = torch.Generator().manual_seed(7)
-    batch = torch.randint(1, cfg.vocab_size, (2, 28), generator=g)                # L = 27: not a multiple of 2W
+    batch = torch.randint(1, cfg.vocab_size, (2, 28), generator=g)  # L = 27: not a multiple of 2W
     batch[1, 20:] = pad_id
     for layout in ("zigzag", "contiguous"):
         torch.manual_seed(3)
@@ -219,7 +224,7 @@ def decoder_case(rank: int, world: int) -> list[str]:
         (y * shard(dy, dim=1).tensor).sum().backward()
         got_grads = [unshard(sx.like(leaf.grad))] + [p.grad.clone() for p in mha.parameters()]
         for p in got_grads[1:]:
-            torch.distributed.all_reduce(p)                     # each rank holds its rows' share of dW
+            torch.distributed.all_reduce(p)  # each rank holds its rows' share of dW
         label = f"MultiHeadSelfAttention n_kv_heads={n_kv_heads} causal={causal}"
         err = float((unshard(sx.like(y.detach())) - mha(x).detach()).abs().max())
         if not err <= 1e-12:
@@ -238,8 +243,13 @@ def decoder_case(rank: int, world: int) -> list[str]:
 
 
 def group_two(rank: int, world: int) -> list[str]:
-    return (roundtrip_and_mismatch(rank, world) + attention_cases(rank, world) + train_step_case(rank, world)
-            + decoder_case(rank, world) + train_entry_point(rank, world))
+    return (
+        roundtrip_and_mismatch(rank, world)
+        + attention_cases(rank, world)
+        + train_step_case(rank, world)
+        + decoder_case(rank, world)
+        + train_entry_point(rank, world)
+    )
 
 
 def group_four(rank: int, world: int) -> list[str]:
@@ -279,8 +289,24 @@ def train_entry_point(rank: int, world: int) -> list[str]:
     rank, falling; every rank sent bytes."""
     from selfattn.distributed.train import parse_args, train
 
-    args = parse_args(["--seq-len", "61", "--steps", "4", "--sentences", "200", "--d-model", "16",
-                       "--heads", "2", "--layers", "1", "--lr", "0.01"])
+    args = parse_args(
+        [
+            "--seq-len",
+            "61",
+            "--steps",
+            "4",
+            "--sentences",
+            "200",
+            "--d-model",
+            "16",
+            "--heads",
+            "2",
+            "--layers",
+            "1",
+            "--lr",
+            "0.01",
+        ]
+    )
     _, _, rows = train(args)
     losses = [r["loss"] for r in rows]
     failures = []

@@ -32,8 +32,14 @@ from tests.explain.tiny import LONG_TEXT, MAX_LEN, slash_explainer, tiny_explain
 from tests.tolerances import TOL
 
 CHROMIUM = os.environ.get("SELFATTN_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 SCREENSHOTS = Path(os.environ.get("SELFATTN_SCREENSHOTS", "/tmp"))
 
 TEXT = "一只蓝色怪兽走进森林"
@@ -49,8 +55,10 @@ LONG_TASK_MS = 3000
 @pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium not found at {CHROMIUM}: run scripts/setup-browser.sh (make test does); "
-                    "the browser tests do not skip")
+        pytest.fail(
+            f"Chromium not found at {CHROMIUM}: run scripts/setup-browser.sh (make test does); "
+            "the browser tests do not skip"
+        )
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
@@ -135,8 +143,9 @@ def value(text: str) -> float:
 
 def shown_row(page: Page, name: str) -> dict[int, float]:
     """{key j: number} of one row of the stage table (row-scores, row-weights, …)."""
-    cells = page.eval_on_selector_all(f"[data-testid=row-{name}] td",
-                                      "tds => tds.map(td => [Number(td.dataset.key), td.textContent])")
+    cells = page.eval_on_selector_all(
+        f"[data-testid=row-{name}] td", "tds => tds.map(td => [Number(td.dataset.key), td.textContent])"
+    )
     assert cells, f"row {name} is not shown"
     return {j: value(text) for j, text in cells}
 
@@ -166,9 +175,10 @@ def stage(page: Page, name: str):
 
 
 def prediction(page: Page, testid: str = "prediction-row") -> list[tuple[str, float]]:
-    rows = page.eval_on_selector_all(f"[data-testid={testid}]",
-                                     "rs => rs.map(r => [r.querySelector('.word').textContent, "
-                                     "r.querySelector('.prob').textContent])")
+    rows = page.eval_on_selector_all(
+        f"[data-testid={testid}]",
+        "rs => rs.map(r => [r.querySelector('.word').textContent, r.querySelector('.prob').textContent])",
+    )
     return [(tok, value(p)) for tok, p in rows]
 
 
@@ -204,24 +214,24 @@ def test_report_steps_through_the_reference_numbers(watched, explainer, tmp_path
 
     assert state(page)["stage"] == "x"
     np.testing.assert_allclose(shown_vector(page, "x"), ref["x"][i], rtol=0, atol=TOL["page_number"])
-    page.click("[data-testid=stage-next]")                                      # Q/K/V
-    page.click("[data-testid=key-table] th[data-key='2']")                      # show K, V of 蓝色
+    page.click("[data-testid=stage-next]")  # Q/K/V
+    page.click("[data-testid=key-table] th[data-key='2']")  # show K, V of 蓝色
     np.testing.assert_allclose(shown_vector(page, "q"), ref["q"][i], rtol=0, atol=TOL["page_number"])
     np.testing.assert_allclose(shown_vector(page, "k"), ref["k"][2], rtol=0, atol=TOL["page_number"])
     np.testing.assert_allclose(shown_vector(page, "v"), ref["v"][2], rtol=0, atol=TOL["page_number"])
-    page.click("[data-testid=stage-next]")                                      # QKᵀ
+    page.click("[data-testid=stage-next]")  # QKᵀ
     assert_row(page, "scores", ref["scores"][i], TOL["page_number"])
-    page.click("[data-testid=stage-next]")                                      # ÷√d_k
+    page.click("[data-testid=stage-next]")  # ÷√d_k
     assert_row(page, "scaled", ref["scaled"][i], TOL["page_number"])
-    page.click("[data-testid=stage-next]")                                      # mask
+    page.click("[data-testid=stage-next]")  # mask
     assert shown_row(page, "visible") == {j: float(v) for j, v in enumerate(ref["mask"][i])}
     assert_row(page, "masked", ref["masked"][i], TOL["page_number"])
-    assert shown_row(page, "masked")[5] == -np.inf                               # 森林 is in 走进's future
-    page.click("[data-testid=stage-next]")                                      # softmax
+    assert shown_row(page, "masked")[5] == -np.inf  # 森林 is in 走进's future
+    page.click("[data-testid=stage-next]")  # softmax
     assert_row(page, "weights", ref["weights"][i], TOL["page_weight"])
-    page.click("[data-testid=stage-next]")                                      # ·V
+    page.click("[data-testid=stage-next]")  # ·V
     np.testing.assert_allclose(shown_vector(page, "weighted"), ref["weighted"][i], rtol=0, atol=TOL["page_number"])
-    page.click("[data-testid=stage-next]")                                      # output
+    page.click("[data-testid=stage-next]")  # output
     attn_out, block_out = truth.outputs(explainer.model, ids, 0)
     np.testing.assert_allclose(shown_vector(page, "attn_out"), attn_out[i], rtol=0, atol=TOL["page_number"])
     np.testing.assert_allclose(shown_vector(page, "output"), block_out[i], rtol=0, atol=TOL["page_number"])
@@ -261,7 +271,7 @@ def test_report_hover_shows_what_a_token_attends_to(watched, explainer, tmp_path
     url = open_report(watched, doc, tmp_path)
     _, ids, _ = explainer.tokenize(TEXT)
     weights = truth.stages(explainer.model, ids, 0, 0)["weights"]
-    page.hover("[data-testid=token][data-index='3']")                           # 怪兽
+    page.hover("[data-testid=token][data-index='3']")  # 怪兽
     titles = page.eval_on_selector_all("[data-testid=token]", "ts => ts.map(t => t.title)")
     np.testing.assert_allclose([value(t) for t in titles], weights[3], rtol=0, atol=TOL["page_weight"])
     top = int(np.argmax(weights[3]))
@@ -292,8 +302,12 @@ def test_report_shows_markup_tokens_as_text(watched, tmp_path):
     evil = ["<script>window.__pwned=1</script>", "<img src=x onerror=window.__pwned=2>", "</script>"]
     doc = slash_explainer().explain(" / ".join(["一只", *evil, "森林"]))
     url = open_report(watched, doc, tmp_path)
-    assert page.eval_on_selector_all("[data-testid=token]", "ts => ts.map(t => t.textContent)") == \
-        ["<bos>", "一只", *evil, "森林"]
+    assert page.eval_on_selector_all("[data-testid=token]", "ts => ts.map(t => t.textContent)") == [
+        "<bos>",
+        "一只",
+        *evil,
+        "森林",
+    ]
     assert page.evaluate("window.__pwned") is None
     assert page.evaluate("document.querySelectorAll('img').length") == 0
     assert page.evaluate("document.scripts.length") == 2
@@ -315,16 +329,19 @@ def test_report_draws_chinese_with_the_wenquanyi_font(watched, explainer, tmp_pa
     fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
     assert [f["familyName"] for f in fonts] == ["WenQuanYi Micro Hei"], fonts
     # and the glyphs are real: six characters draw six different pictures, none the missing-glyph box
-    pictures = page.evaluate("""(chars) => chars.map((ch) => {
+    pictures = page.evaluate(
+        """(chars) => chars.map((ch) => {
         const c = document.createElement("canvas"); c.width = c.height = 40;
         const g = c.getContext("2d");
         g.font = '32px ' + getComputedStyle(document.querySelector("[data-testid=token]")).fontFamily;
         g.fillText(ch, 4, 34);
         return [Array.from(g.getImageData(0, 0, 40, 40).data).join(","), g.measureText(ch).width];
-    })""", list("一只蓝色怪兽") + ["\ue000"])
+    })""",
+        list("一只蓝色怪兽") + ["\ue000"],
+    )
     images = [p for p, _ in pictures]
     assert len(set(images[:6])) == 6 and images[6] not in images[:6]
-    assert [w for _, w in pictures[:6]] == [32] * 6                  # full-width ideographs
+    assert [w for _, w in pictures[:6]] == [32] * 6  # full-width ideographs
     path = SCREENSHOTS / "selfattn-cjk.png"
     page.screenshot(path=str(path), clip={"x": 0, "y": 0, "width": 900, "height": 260})
     assert path.stat().st_size > 0
@@ -339,15 +356,15 @@ def test_report_of_1000_tokens_renders_without_freezing(watched, explainer, tmp_
     started = time.monotonic()
     page.goto(path.resolve().as_uri())
     wait_ready(page, LONG_READY_S)
-    page.click(f"[data-testid=token][data-index='{L - 2}']")                  # answers a click at once
+    page.click(f"[data-testid=token][data-index='{L - 2}']")  # answers a click at once
     stage(page, "softmax")
     elapsed = time.monotonic() - started
     assert elapsed < LONG_READY_S, f"1,000 tokens took {elapsed:.1f} s"
     assert page.evaluate("window.__longest") < LONG_TASK_MS
     _, ids, _ = explainer.tokenize(LONG_TEXT)
     ref = truth.stages(explainer.model, ids, 0, 1)
-    assert_row(page, "weights", ref["weights"][L - 2], TOL["page_weight"])            # the columns shown: top keys
-    assert len(shown_row(page, "weights")) < 30                              # …not 1,001 cells
+    assert_row(page, "weights", ref["weights"][L - 2], TOL["page_weight"])  # the columns shown: top keys
+    assert len(shown_row(page, "weights")) < 30  # …not 1,001 cells
     colours = page.evaluate("""() => {
         const c = document.querySelector("[data-testid=heatmap]");
         const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
@@ -378,7 +395,7 @@ def test_app_explains_a_typed_sentence_and_its_interventions(watched, explainer,
     tokens, ids, _ = explainer.tokenize(text)
     assert page.eval_on_selector_all("[data-testid=token]", "ts => ts.map(t => t.textContent)") == tokens
     last = len(tokens) - 1
-    page.select_option("[data-testid=layer-select]", "0")   # the answer held the shown layer: layer 0 is fetched
+    page.select_option("[data-testid=layer-select]", "0")  # the answer held the shown layer: layer 0 is fetched
     page.select_option("[data-testid=head-select]", "0")
     wait_ready(page)
     stage(page, "softmax")
@@ -476,7 +493,7 @@ def test_default_view_of_the_default_model_names_a_tutorial_link(watched, tmp_pa
         wait_ready(page)
     sel = doc["selected"]
     d = doc["descriptions"][sel["layer"]][sel["head"]]
-    assert d["kind"] == "relation"              # the probe check of this relation: test_heads.py
+    assert d["kind"] == "relation"  # the probe check of this relation: test_heads.py
     shown = page.text_content("[data-testid=head-description]")
     assert d["text"][lang] in shown
     cells = page.eval_on_selector_all("[data-testid=head-cell-description]", "cs => cs.map(c => c.textContent)")
@@ -512,8 +529,11 @@ def test_report_stages_q_dot_k_and_v_mixing_equal_python(watched, explainer, tmp
     shot(page, "stage-qk.png", "[data-testid=stepper]")
     stage(page, "weighted")
     weighted = layer.stages(h, [i])["weighted"][0].numpy()
-    rows = page.eval_on_selector_all("[data-testid=mix-row]", """rs => rs.map(r => [Number(r.dataset.value),
-        Array.from(r.querySelectorAll('.seg')).reduce((s, e) => s + Number(e.dataset.value), 0)])""")
+    rows = page.eval_on_selector_all(
+        "[data-testid=mix-row]",
+        """rs => rs.map(r => [Number(r.dataset.value),
+        Array.from(r.querySelectorAll('.seg')).reduce((s, e) => s + Number(e.dataset.value), 0)])""",
+    )
     assert len(rows) == len(weighted)
     np.testing.assert_allclose([bars for _, bars in rows], weighted, rtol=0, atol=TOL["page_data"])
     np.testing.assert_allclose([out for out, _ in rows], weighted, rtol=0, atol=TOL["page_data"])
@@ -532,8 +552,10 @@ def test_report_head_search_and_keyboard(watched, explainer, tmp_path):
     page.select_option("[data-testid=find-query]", "4")
     page.select_option("[data-testid=find-key]", "3")
     page.click("[data-testid=find-btn]")
-    rows = page.eval_on_selector_all("[data-testid=search-row]", "rs => rs.map(r => [Number(r.dataset.layer), "
-                                     "Number(r.dataset.head), Number(r.dataset.weight)])")
+    rows = page.eval_on_selector_all(
+        "[data-testid=search-row]",
+        "rs => rs.map(r => [Number(r.dataset.layer), Number(r.dataset.head), Number(r.dataset.weight)])",
+    )
     want = doc["search"]["heads"]
     assert [(l, h) for l, h, _ in rows] == [(r["layer"], r["head"]) for r in want]
     np.testing.assert_allclose([w for _, _, w in rows], [r["weight"] for r in want], rtol=0, atol=TOL["page_data"])
@@ -606,8 +628,9 @@ def test_app_one_head_experiment_and_temperatures(watched, explainer, app_url):
     with page.expect_response(lambda r: r.url.endswith("/api/explain")):
         page.click("[data-testid=find-btn]")
     page.wait_for_selector("[data-testid=search-row]")
-    rows = page.eval_on_selector_all("[data-testid=search-row]", "rs => rs.map(r => [Number(r.dataset.layer), "
-                                     "Number(r.dataset.head)])")
+    rows = page.eval_on_selector_all(
+        "[data-testid=search-row]", "rs => rs.map(r => [Number(r.dataset.layer), Number(r.dataset.head)])"
+    )
     want = explainer.explain(TEXT, intervention=iv, find=(4, 3))["search"]["heads"]
     assert [tuple(r) for r in rows] == [(r["layer"], r["head"]) for r in want]
     origin = app_url.rstrip("/")
@@ -625,7 +648,8 @@ def export_deltas(doc, base, l, h):
 
 
 def shown_values(page: Page, name: str) -> dict[int, float]:
-    cells = page.eval_on_selector_all(f"[data-testid=row-{name}] td",
-                                      "tds => tds.map(td => [Number(td.dataset.key), Number(td.dataset.value)])")
+    cells = page.eval_on_selector_all(
+        f"[data-testid=row-{name}] td", "tds => tds.map(td => [Number(td.dataset.key), Number(td.dataset.value)])"
+    )
     assert cells, f"row {name} is not shown"
     return dict(cells)

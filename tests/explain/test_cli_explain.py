@@ -43,14 +43,28 @@ def test_terminal_tables_show_the_json_numbers(capsys, tiny_checkpoint):
 def test_terminal_fits_80_columns_with_one_minus_sign(capsys, tiny_checkpoint, lang):
     from rich.cells import cell_len
 
-    args = ["explain", TEXT, "--model", str(tiny_checkpoint), "--lang", lang, "--find", "走进", "怪兽", "--no-causal",
-            "--only-layer", "1", "--only-head", "0"]
+    args = [
+        "explain",
+        TEXT,
+        "--model",
+        str(tiny_checkpoint),
+        "--lang",
+        lang,
+        "--find",
+        "走进",
+        "怪兽",
+        "--no-causal",
+        "--only-layer",
+        "1",
+        "--only-head",
+        "0",
+    ]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert max(cell_len(line) for line in text.splitlines()) <= 80
-    assert not re.search(r"-\d|-inf", text) and "−" in text      # every negative number with "−"
+    assert not re.search(r"-\d|-inf", text) and "−" in text  # every negative number with "−"
     assert "−0.00" not in text and "−0.0 " not in text
-    assert ("·V" in text) and ("‖" in text)                      # the stages go on through ·V and the output
+    assert ("·V" in text) and ("‖" in text)  # the stages go on through ·V and the output
     if lang == "zh":
         for word in ("decoder", "Query", "Key", "layer", "Showing", "positions", "learned"):
             assert word not in text
@@ -65,18 +79,38 @@ def test_number_has_one_minus_and_no_negative_zero():
 
 def test_tables_escape_markup_in_tokens():
     console = Console(record=True, width=200)
-    doc = {"model": {"name": "m", "kind": "decoder", "n_layers": 1, "n_heads": 1, "d_model": 2, "head_dim": 2},
-           "tokens": ["[red]", "x"], "intervention": {"scaling": True, "causal": True, "temperature": 1.0},
-           "selected": {"layer": 0, "head": 0, "rule": None}, "prediction": [],
-           "summaries": [[{"entropy": 1.0, "first_token": 0.5, "max_weight": 0.5, "previous": 0.5, "rows": 1}]],
-           "layers": [{"scale": 1.0, "visible": [[1, 0], [1, 1]], "heads": [{"stages": {
-               "scores": [[1, 2], [3, 4]], "scaled": [[1, 2], [3, 4]], "masked": [[1, "-inf"], [3, 4]],
-               "weights": [[1, 0], [0.25, 0.75]]}}]}]}
+    doc = {
+        "model": {"name": "m", "kind": "decoder", "n_layers": 1, "n_heads": 1, "d_model": 2, "head_dim": 2},
+        "tokens": ["[red]", "x"],
+        "intervention": {"scaling": True, "causal": True, "temperature": 1.0},
+        "selected": {"layer": 0, "head": 0, "rule": None},
+        "prediction": [],
+        "summaries": [[{"entropy": 1.0, "first_token": 0.5, "max_weight": 0.5, "previous": 0.5, "rows": 1}]],
+        "layers": [
+            {
+                "scale": 1.0,
+                "visible": [[1, 0], [1, 1]],
+                "heads": [
+                    {
+                        "stages": {
+                            "scores": [[1, 2], [3, 4]],
+                            "scaled": [[1, 2], [3, 4]],
+                            "masked": [[1, "-inf"], [3, 4]],
+                            "weights": [[1, 0], [0.25, 0.75]],
+                        }
+                    }
+                ],
+            }
+        ],
+    }
     tables.render(doc, console, lang="en")
     assert "[red]" in console.export_text()
     console = Console(record=True, width=200)
-    tables.render(doc | {"model": doc["model"] | {"name": "[bold]m[/bold]", "architecture": "[i]a",
-                                                   "positions": "p"}}, console, lang="zh")
+    tables.render(
+        doc | {"model": doc["model"] | {"name": "[bold]m[/bold]", "architecture": "[i]a", "positions": "p"}},
+        console,
+        lang="zh",
+    )
     shown = console.export_text()
     assert "[bold]m[/bold]" in shown and "[i]a" in shown
 
@@ -101,15 +135,20 @@ def test_interventions_from_the_command_line(capsys, tiny_checkpoint):
     assert off["prediction"] != base["prediction"]
 
 
-@pytest.mark.parametrize("args, code, message", [
-    (["--layer", "9"], 1, "layer must be in [0, 1], got 9"),
-    (["--temperature", "0"], 2, "expected a finite number > 0, got '0'"),
-    (["--model", "/nonexistent/model"], 1, "model folder not found: /nonexistent/model"),
-    ([""], 1, "text is empty"),
-])
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["--layer", "9"], 1, "layer must be in [0, 1], got 9"),
+        (["--temperature", "0"], 2, "expected a finite number > 0, got '0'"),
+        (["--model", "/nonexistent/model"], 1, "model folder not found: /nonexistent/model"),
+        ([""], 1, "text is empty"),
+    ],
+)
 def test_bad_arguments_give_one_line(tiny_checkpoint, args, code, message):
     base = ["--model", str(tiny_checkpoint)] if "--model" not in args else []
-    proc = subprocess.run([sys.executable, "-m", "selfattn.cli", "explain", *args, *base], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "selfattn.cli", "explain", *args, *base], capture_output=True, text=True
+    )
     assert proc.returncode == code, proc.stderr
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
@@ -146,6 +185,7 @@ def test_chinese_glyphs_are_real_not_boxes():
     assert cjk > 0 and abs(cjk - fallback) > 1.0
     plt = plots.fonts(True)
     from matplotlib import font_manager
+
     found = font_manager.findfont(font_manager.FontProperties(family="WenQuanYi Micro Hei"), fallback_to_default=False)
     assert "wqy" in found.lower()
     assert plt is not None and plt[0] in plots.CJK_FONTS

@@ -24,8 +24,12 @@ def gpt2_folder(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("gpt2")
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(["a blue monster walks into the forest", "the cat sleeps in the house"] * 50,
-                            vocab_size=300, min_frequency=1, show_progress=False)
+    bpe.train_from_iterator(
+        ["a blue monster walks into the forest", "the cat sleeps in the house"] * 50,
+        vocab_size=300,
+        min_frequency=1,
+        show_progress=False,
+    )
     tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe)
     tok.save_pretrained(folder)
     torch.manual_seed(0)
@@ -47,8 +51,9 @@ def test_minilm_weights_equal_transformers(minilm_path):
     assert all(all(v == 1 for v in row) for row in doc["layers"][0]["visible"])  # not causal
     for layer in (0, 3, 5):
         for head in (0, 7, 11):
-            np.testing.assert_allclose(export.head_weights(doc, layer, head), att[layer][0, head].numpy(),
-                                       atol=TOL["float32_real_model"])
+            np.testing.assert_allclose(
+                export.head_weights(doc, layer, head), att[layer][0, head].numpy(), atol=TOL["float32_real_model"]
+            )
 
 
 def test_gpt2_weights_and_prediction_equal_transformers(gpt2_folder):
@@ -64,8 +69,11 @@ def test_gpt2_weights_and_prediction_equal_transformers(gpt2_folder):
         out = hf(ids, output_attentions=True)
     for layer in range(2):
         for head in range(4):
-            np.testing.assert_allclose(export.head_weights(doc, layer, head), out.attentions[layer][0, head].numpy(),
-                                       atol=TOL["float32_vs_transformers"])
+            np.testing.assert_allclose(
+                export.head_weights(doc, layer, head),
+                out.attentions[layer][0, head].numpy(),
+                atol=TOL["float32_vs_transformers"],
+            )
     probs = torch.softmax(out.logits[0, -1].double(), -1)
     assert doc["prediction"][0]["id"] == int(probs.argmax())
     assert doc["prediction"][0]["prob"] == pytest.approx(float(probs.max()), abs=TOL["float32_vs_transformers"])

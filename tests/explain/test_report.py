@@ -56,8 +56,8 @@ def test_pack_is_lossless(doc):
 
 def test_pack_keeps_float64_and_infinities_exactly(doc):
     d = json.loads(json.dumps(doc))
-    d["layers"][0]["x"][0][0] = 0.1                 # not a float32 value: the array goes as float64
-    d["layers"][0]["heads"][0]["lse"][0] = "-inf"   # a row that may look at nothing
+    d["layers"][0]["x"][0][0] = 0.1  # not a float32 value: the array goes as float64
+    d["layers"][0]["heads"][0]["lse"][0] = "-inf"  # a row that may look at nothing
     packed = report.pack(d)
     assert packed["layers"][0]["x"]["dtype"] == "f64"
     assert report.unpack(packed["layers"][0]["x"])[0, 0] == 0.1
@@ -102,7 +102,7 @@ def test_token_text_cannot_close_the_data_script():
     ex = slash_explainer()
     doc = ex.explain(f"一只 / {EVIL} / <img src=x onerror=alert(1)> / 森林")
     page = report.render_html(doc)
-    assert page.count("<script") == 2            # the data block and the explorer, nothing injected
+    assert page.count("<script") == 2  # the data block and the explorer, nothing injected
     assert "</script><script>window" not in page and "<img src=x" not in page
     assert embedded(page)["doc"]["tokens"] == ["<bos>", "一只", EVIL, "<img src=x onerror=alert(1)>", "森林"]
     assert "&lt;/script&gt;" in page.split("<title>")[1].split("</title>")[0]
@@ -152,5 +152,5 @@ def test_write_html_and_pictures_are_atomic(doc, tmp_path, monkeypatch):
         report.write_html(doc, target, force=True)
     with pytest.raises(OSError, match="disk full"):
         plots.save(doc, tmp_path / "pics", formats=("png",))
-    assert target.read_text(encoding="utf-8") == "old"          # the old file, whole; no temp file left
+    assert target.read_text(encoding="utf-8") == "old"  # the old file, whole; no temp file left
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["report.html"]

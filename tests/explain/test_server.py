@@ -57,15 +57,22 @@ def test_packed_answer_holds_the_same_numbers(client):
     plain = post(client, text=TEXT).json()
     packed = post(client, text=TEXT, format="packed").json()
     for name in ("q", "k", "v", "lse"):
-        np.testing.assert_array_equal(report.unpack(packed["layers"][1]["heads"][1][name]),
-                                      np.array(plain["layers"][1]["heads"][1][name]))
+        np.testing.assert_array_equal(
+            report.unpack(packed["layers"][1]["heads"][1][name]), np.array(plain["layers"][1]["heads"][1][name])
+        )
     assert packed["prediction"] == plain["prediction"] and packed["summaries"] == plain["summaries"]
 
 
-@pytest.mark.parametrize("intervention", [
-    Intervention(scaling=False), Intervention(causal=False), Intervention(temperature=2.5),
-    Intervention(scaling=False, causal=False, temperature=0.5),
-], ids=["no-scaling", "no-causal", "temperature", "all"])
+@pytest.mark.parametrize(
+    "intervention",
+    [
+        Intervention(scaling=False),
+        Intervention(causal=False),
+        Intervention(temperature=2.5),
+        Intervention(scaling=False, causal=False, temperature=0.5),
+    ],
+    ids=["no-scaling", "no-causal", "temperature", "all"],
+)
 def test_interventions_change_weights_and_prediction_as_the_reference_says(client, explainer, intervention):
     body = {"scaling": intervention.scaling, "causal": intervention.causal, "temperature": intervention.temperature}
     base = post(client, text=TEXT).json()
@@ -86,30 +93,33 @@ def test_interventions_change_weights_and_prediction_as_the_reference_says(clien
 LONG = "森林" * (MAX_LEN + 10)
 
 
-@pytest.mark.parametrize("body, status, message", [
-    ({}, 422, "text: Field required"),
-    ({"text": ""}, 422, "empty"),
-    ({"text": "   "}, 422, "empty"),
-    ({"text": "一" * (MAX_CHARS + 1)}, 422, f"at most {MAX_CHARS} characters"),
-    ({"text": LONG}, 422, f"reads at most {MAX_LEN}"),
-    ({"text": "一只\x00怪兽"}, 422, "control character"),
-    ({"text": "一只\x1b[31m怪兽"}, 422, "control character"),
-    ({"text": 5}, 422, "text: Input should be a valid string"),
-    ({"text": TEXT, "temperature": 0}, 422, "temperature"),
-    ({"text": TEXT, "temperature": -1}, 422, "temperature"),
-    ({"text": TEXT, "temperature": 1e9}, 422, "temperature"),
-    ({"text": TEXT, "temperature": "hot"}, 422, "temperature"),
-    ({"text": TEXT, "layer": 7}, 422, "layer must be in [0, 1], got 7"),
-    ({"text": TEXT, "head": 2}, 422, "head must be in [0, 1], got 2"),
-    ({"text": TEXT, "head": -1}, 422, "head"),
-    ({"text": TEXT, "layer": "0"}, 422, "layer"),
-    ({"text": TEXT, "layer": 1.5}, 422, "layer"),
-    ({"text": TEXT, "scaling": "no"}, 422, "scaling"),
-    ({"text": TEXT, "causal": 0}, 422, "causal"),
-    ({"text": TEXT, "format": "xml"}, 422, "format"),
-    ({"text": TEXT, "colour": "blue"}, 422, "colour: Extra inputs are not permitted"),
-    ([TEXT], 422, "body"),
-])
+@pytest.mark.parametrize(
+    "body, status, message",
+    [
+        ({}, 422, "text: Field required"),
+        ({"text": ""}, 422, "empty"),
+        ({"text": "   "}, 422, "empty"),
+        ({"text": "一" * (MAX_CHARS + 1)}, 422, f"at most {MAX_CHARS} characters"),
+        ({"text": LONG}, 422, f"reads at most {MAX_LEN}"),
+        ({"text": "一只\x00怪兽"}, 422, "control character"),
+        ({"text": "一只\x1b[31m怪兽"}, 422, "control character"),
+        ({"text": 5}, 422, "text: Input should be a valid string"),
+        ({"text": TEXT, "temperature": 0}, 422, "temperature"),
+        ({"text": TEXT, "temperature": -1}, 422, "temperature"),
+        ({"text": TEXT, "temperature": 1e9}, 422, "temperature"),
+        ({"text": TEXT, "temperature": "hot"}, 422, "temperature"),
+        ({"text": TEXT, "layer": 7}, 422, "layer must be in [0, 1], got 7"),
+        ({"text": TEXT, "head": 2}, 422, "head must be in [0, 1], got 2"),
+        ({"text": TEXT, "head": -1}, 422, "head"),
+        ({"text": TEXT, "layer": "0"}, 422, "layer"),
+        ({"text": TEXT, "layer": 1.5}, 422, "layer"),
+        ({"text": TEXT, "scaling": "no"}, 422, "scaling"),
+        ({"text": TEXT, "causal": 0}, 422, "causal"),
+        ({"text": TEXT, "format": "xml"}, 422, "format"),
+        ({"text": TEXT, "colour": "blue"}, 422, "colour: Extra inputs are not permitted"),
+        ([TEXT], 422, "body"),
+    ],
+)
 def test_bad_requests_get_a_4xx_with_a_message(client, body, status, message):
     r = client.post("/api/explain", json=body)
     assert r.status_code == status, r.text
@@ -119,8 +129,11 @@ def test_bad_requests_get_a_4xx_with_a_message(client, body, status, message):
 def test_broken_and_oversized_bodies_are_refused(client):
     r = client.post("/api/explain", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 422 and "JSON" in r.json()["detail"]
-    r = client.post("/api/explain", content=json.dumps({"text": "一" * 70_000}).encode(),
-                    headers={"content-type": "application/json"})
+    r = client.post(
+        "/api/explain",
+        content=json.dumps({"text": "一" * 70_000}).encode(),
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 413 and str(server.MAX_BODY_BYTES) in r.json()["detail"]
     assert client.get("/api/explain").status_code == 405
 
@@ -170,7 +183,7 @@ def test_serve_checks_its_port():
 
 def test_page_when_even_the_default_text_is_refused():
     ex = tiny_explainer()
-    ex.max_len = 3                      # 一只蓝色怪兽走进森林 is 6 tokens
+    ex.max_len = 3  # 一只蓝色怪兽走进森林 is 6 tokens
     r = TestClient(server.create_app(ex)).get("/")
     assert r.status_code == 200
     data = json.loads(re.search(r'id="selfattn-data">(.*?)</script>', r.text, re.S).group(1))
@@ -182,7 +195,7 @@ def test_answers_are_sized_by_the_view(client, explainer, monkeypatch):
     packed = client.post("/api/explain", json={"text": text, "format": "packed"}).json()
     shown = packed["selected"]["layer"]
     assert [bool(layer.get("omitted")) for layer in packed["layers"]] == [l != shown for l in range(2)]
-    assert len(packed["descriptions"]) == 2 and len(packed["summaries"]) == 2      # every layer, in words
+    assert len(packed["descriptions"]) == 2 and len(packed["summaries"]) == 2  # every layer, in words
     one = client.post("/api/explain", json={"text": text, "format": "packed", "layers": [1 - shown]}).json()
     assert "heads" in one["layers"][1 - shown] and one["layers"][shown]["omitted"]
     found = client.post("/api/explain", json={"text": text, "find": [4, "怪兽"], "layers": [0]}).json()["search"]
@@ -223,12 +236,14 @@ def test_long_texts_take_the_heavy_lane_and_short_ones_never_wait_behind_them(ex
     client = TestClient(server.create_app(blocking))
     long_text = "a" * (server.LIGHT_CHARS + 1)
     answers = []
-    threads = [threading.Thread(target=lambda: answers.append(post(client, text=long_text).status_code))
-               for _ in range(server.HEAVY_SLOTS + 2)]
+    threads = [
+        threading.Thread(target=lambda: answers.append(post(client, text=long_text).status_code))
+        for _ in range(server.HEAVY_SLOTS + 2)
+    ]
     for t in threads:
         t.start()
     assert started.wait(timeout=60)
-    assert post(client, text="ab").status_code == 200            # answered while the heavy lane is full
+    assert post(client, text="ab").status_code == 200  # answered while the heavy lane is full
     release.set()
     for t in threads:
         t.join(timeout=60)

@@ -22,7 +22,7 @@ import pytest
 from selfattn.explain.server import MAX_BODY_BYTES
 
 START_TIMEOUT_S = 120
-LONG_TEXT = "一只蓝色怪兽走进森林。" * 90   # ~ 550 tokens of the default model
+LONG_TEXT = "一只蓝色怪兽走进森林。" * 90  # ~ 550 tokens of the default model
 
 
 def _free_port() -> int:
@@ -42,8 +42,12 @@ def _rss_kib(pid: int) -> int:
 def server():
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "selfattn.cli", "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "selfattn.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -78,7 +82,7 @@ def _raw(port: int, head: bytes, body_chunks=(), read_timeout: float = 30.0) -> 
                 if not part:
                     break
                 data += part
-        except (ConnectionResetError, socket.timeout):
+        except (TimeoutError, ConnectionResetError):
             pass
     status_line, _, rest = data.partition(b"\r\n")
     status = int(status_line.split()[1]) if status_line.startswith(b"HTTP/1.1") else 0
@@ -87,8 +91,10 @@ def _raw(port: int, head: bytes, body_chunks=(), read_timeout: float = 30.0) -> 
 
 def _post(port: int, payload: dict, host: str | None = None) -> tuple[int, dict]:
     body = json.dumps(payload).encode()
-    head = (f"POST /api/explain HTTP/1.1\r\nHost: {host or f'127.0.0.1:{port}'}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    head = (
+        f"POST /api/explain HTTP/1.1\r\nHost: {host or f'127.0.0.1:{port}'}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
     status, raw = _raw(port, head, [body])
     return status, json.loads(raw) if raw else {}
 
@@ -98,9 +104,11 @@ def test_a_chunked_body_is_cut_at_the_limit_and_memory_stays_flat(server):
     before = _rss_kib(proc.pid)
     chunk = b"a" * 65536
     frame = b"%x\r\n%s\r\n" % (len(chunk), chunk)
-    head = (f"POST /api/explain HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-            f"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n").encode()
-    status, body = _raw(port, head, (frame for _ in range(32 * 1024 * 1024 // len(chunk))))   # 32 MiB offered
+    head = (
+        f"POST /api/explain HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    ).encode()
+    status, body = _raw(port, head, (frame for _ in range(32 * 1024 * 1024 // len(chunk))))  # 32 MiB offered
     assert status == 413
     assert f"larger than {MAX_BODY_BYTES} bytes".encode() in body
     grown_mib = (_rss_kib(proc.pid) - before) / 1024
@@ -109,8 +117,10 @@ def test_a_chunked_body_is_cut_at_the_limit_and_memory_stays_flat(server):
 
 def test_a_declared_oversized_body_is_refused_unread(server):
     _, port = server
-    head = (f"POST /api/explain HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {300 << 20}\r\n"
-            f"Connection: close\r\n\r\n").encode()
+    head = (
+        f"POST /api/explain HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {300 << 20}\r\n"
+        f"Connection: close\r\n\r\n"
+    ).encode()
     status, body = _raw(port, head)
     assert status == 413 and b"larger than" in body
 
@@ -126,8 +136,9 @@ def test_a_foreign_host_header_is_refused(server):
 
 def test_oversized_headers_are_refused(server):
     _, port = server
-    head = (f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Padding: {'a' * 100_000}\r\n"
-            f"Connection: close\r\n\r\n").encode()
+    head = (
+        f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Padding: {'a' * 100_000}\r\nConnection: close\r\n\r\n"
+    ).encode()
     status, _ = _raw(port, head)
     assert status in (400, 431)
 
@@ -149,7 +160,7 @@ def test_a_short_request_is_not_held_behind_a_long_one(server):
 
     long = threading.Thread(target=ask, args=("long", LONG_TEXT))
     long.start()
-    time.sleep(0.3)                     # the long request is being computed
+    time.sleep(0.3)  # the long request is being computed
     ask("short", "一只蓝色怪兽")
     long.join(timeout=120)
     assert finished == ["short", "long"]

@@ -22,16 +22,23 @@ def test_stages_are_the_reference_computation(tiny):
         for h in range(layer.n_heads):
             st = layer.stages(h)
             kv = layer.kv_head(h)
-            out, w, lse = reference.attention(layer.q[None, h:h + 1].numpy(), layer.k[None, kv:kv + 1].numpy(),
-                                              layer.v[None, kv:kv + 1].numpy(), causal=True, scale=layer.scale)
+            out, w, lse = reference.attention(
+                layer.q[None, h : h + 1].numpy(),
+                layer.k[None, kv : kv + 1].numpy(),
+                layer.v[None, kv : kv + 1].numpy(),
+                causal=True,
+                scale=layer.scale,
+            )
             np.testing.assert_allclose(st["weights"].numpy(), w[0, 0], atol=TOL["float32_weights"])
             np.testing.assert_allclose(st["weighted"].numpy(), out[0, 0], atol=TOL["float32"])
-            np.testing.assert_allclose(st["scores"].numpy() * layer.scale, st["scaled"].numpy(),
-                                       rtol=TOL["same_op_rel"])
+            np.testing.assert_allclose(
+                st["scores"].numpy() * layer.scale, st["scaled"].numpy(), rtol=TOL["same_op_rel"]
+            )
             assert np.isneginf(st["masked"].numpy()[~reference.causal_mask(6)]).all()
             assert (st["weights"].numpy()[~reference.causal_mask(6)] == 0).all()
-            np.testing.assert_allclose(layer.stages(h, [2, 5])["weights"].numpy(), w[0, 0, [2, 5]],
-                                       atol=TOL["float32_weights"])
+            np.testing.assert_allclose(
+                layer.stages(h, [2, 5])["weights"].numpy(), w[0, 0, [2, 5]], atol=TOL["float32_weights"]
+            )
 
 
 def test_layer_outputs_chain(tiny):
@@ -94,8 +101,9 @@ def test_export_is_standard_json_and_consistent(tiny):
     assert doc["selfattn_version"] == selfattn.__version__
     for l, layer in enumerate(doc["layers"]):
         for h, head in enumerate(layer["heads"]):
-            np.testing.assert_allclose(export.head_weights(doc, l, h), head["stages"]["weights"],
-                                       atol=TOL["float32_weights"])
+            np.testing.assert_allclose(
+                export.head_weights(doc, l, h), head["stages"]["weights"], atol=TOL["float32_weights"]
+            )
     assert abs(sum(p["prob"] for p in doc["prediction"])) <= 1 + TOL["float64_short_sum"]
     assert len(doc["prediction"]) == 5
     arrays = export.to_arrays(doc)
@@ -113,9 +121,12 @@ def test_long_input_keeps_qkv_not_stages(tiny):
 def test_pick_rule_is_the_documented_one(tiny):
     doc = tiny.explain(TEXT)
     table, described = doc["summaries"], doc["descriptions"]
-    allowed = [(l, h) for l, heads in enumerate(table) for h, s in enumerate(heads)
-               if s["first_token"] < summary.SINK_LIMIT and s["self"] < heads_module.SELF_LIMIT] or \
-        [(l, h) for l, heads in enumerate(table) for h in range(len(heads))]
+    allowed = [
+        (l, h)
+        for l, heads in enumerate(table)
+        for h, s in enumerate(heads)
+        if s["first_token"] < summary.SINK_LIMIT and s["self"] < heads_module.SELF_LIMIT
+    ] or [(l, h) for l, heads in enumerate(table) for h in range(len(heads))]
     teaching = [(described[l][h]["mean"], l, h) for l, h in allowed if described[l][h]["kind"] == "relation"]
     if teaching:
         best = max(w for w, _, _ in teaching)
@@ -132,8 +143,15 @@ def test_pick_rule_is_the_documented_one(tiny):
         tiny.explain(TEXT, head=7)
 
 
-@pytest.mark.parametrize("text, match", [("", "text is empty"), ("a\x00b", "control character"),
-                                         ("森" * 5000, "5000 characters"), (3, "text must be a str")])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("", "text is empty"),
+        ("a\x00b", "control character"),
+        ("森" * 5000, "5000 characters"),
+        (3, "text must be a str"),
+    ],
+)
 def test_bad_text_is_refused(tiny, text, match):
     with pytest.raises((ValueError, TypeError), match=match):
         tiny.explain(text)

@@ -29,10 +29,15 @@ LONG_TEXT = "一只蓝色怪兽走进森林" * 200
 """2,000 characters, 1,000 words (+ <bos>): the long input of issue 5."""
 
 
-def tiny_model(seed: int = 0, vocab_size: int | None = None, n_heads: int = 2, n_kv_heads: int | None = None) -> DecoderLM:
+def tiny_model(
+    seed: int = 0, vocab_size: int | None = None, n_heads: int = 2, n_kv_heads: int | None = None
+) -> DecoderLM:
     torch.manual_seed(seed)
-    model = DecoderLM(DecoderConfig(vocab_size=vocab_size, d_model=32, n_layers=2, n_heads=n_heads,
-                                    n_kv_heads=n_kv_heads, max_len=MAX_LEN))
+    model = DecoderLM(
+        DecoderConfig(
+            vocab_size=vocab_size, d_model=32, n_layers=2, n_heads=n_heads, n_kv_heads=n_kv_heads, max_len=MAX_LEN
+        )
+    )
     with torch.no_grad():
         model.tok_emb.weight.normal_(0.0, EMB_STD)
         for block in model.blocks:
@@ -55,8 +60,9 @@ def tiny_explainer(seed: int = 0, n_heads: int = 2, n_kv_heads: int | None = Non
         ids = tok.encode(text, bos=True)
         return [tok.tokens[i] for i in ids], torch.tensor(ids), {}
 
-    return Explainer(model=model, name="tiny random decoder", tokenize=tokenize,
-                     decode=lambda i: tok.tokens[i], max_len=MAX_LEN)
+    return Explainer(
+        model=model, name="tiny random decoder", tokenize=tokenize, decode=lambda i: tok.tokens[i], max_len=MAX_LEN
+    )
 
 
 def slash_explainer(seed: int = 0) -> Explainer:
@@ -70,8 +76,13 @@ def slash_explainer(seed: int = 0) -> Explainer:
         ids = [tok.bos_id] + [tok.id_of(w) if w in tok else tok.unk_id for w in words]
         return ["<bos>"] + words, torch.tensor(ids), {}
 
-    return Explainer(model=model, name="tiny random decoder (slash tokens)", tokenize=tokenize,
-                     decode=lambda i: tok.tokens[i], max_len=MAX_LEN)
+    return Explainer(
+        model=model,
+        name="tiny random decoder (slash tokens)",
+        tokenize=tokenize,
+        decode=lambda i: tok.tokens[i],
+        max_len=MAX_LEN,
+    )
 
 
 def save_tiny(path, seed: int = 0, n_heads: int = 4, n_kv_heads: int | None = 2):

@@ -33,8 +33,8 @@ def head_weights(model: DecoderLM, layer: int, head: int):
     kv = head // (attn.n_heads // attn.n_kv_heads)
     out = []
     for lin, h in ((attn.q_proj, head), (attn.k_proj, kv), (attn.v_proj, kv)):
-        w = lin.weight.detach().double().numpy()[h * D:(h + 1) * D]      # (D, d_model)
-        b = lin.bias.detach().double().numpy()[h * D:(h + 1) * D]        # (D,)
+        w = lin.weight.detach().double().numpy()[h * D : (h + 1) * D]  # (D, d_model)
+        b = lin.bias.detach().double().numpy()[h * D : (h + 1) * D]  # (D,)
         out.append(np.vstack([w.T, b[None]]))
     return out
 
@@ -55,8 +55,18 @@ def stages(model: DecoderLM, ids, layer: int, head: int, *, scaling=True, causal
     mask = reference.causal_mask(len(x)) if causal else np.ones((len(x), len(x)), dtype=bool)
     masked = reference.apply_mask(scaled, mask)
     weights = reference.softmax(masked)
-    return {"x": x, "q": q, "k": k, "v": v, "scores": scores, "scaled": scaled, "mask": mask,
-            "masked": masked, "weights": weights, "weighted": reference.weighted_sum(weights, v)}
+    return {
+        "x": x,
+        "q": q,
+        "k": k,
+        "v": v,
+        "scores": scores,
+        "scaled": scaled,
+        "mask": mask,
+        "masked": masked,
+        "weights": weights,
+        "weighted": reference.weighted_sum(weights, v),
+    }
 
 
 def outputs(model: DecoderLM, ids, layer: int) -> tuple[np.ndarray, np.ndarray]:
@@ -69,6 +79,6 @@ def outputs(model: DecoderLM, ids, layer: int) -> tuple[np.ndarray, np.ndarray]:
     ids = torch.as_tensor(ids)
     with torch.no_grad():
         x = m.tok_emb(ids) + m.pos_emb(torch.arange(len(ids)))
-        for block in m.blocks[:layer + 1]:
+        for block in m.blocks[: layer + 1]:
             x = block(x[None])[0]
     return attn_out, x.numpy()

@@ -16,21 +16,28 @@ import transformers
 VOCAB = 120
 WINDOW = 4
 """Sliding window of Mistral and Gemma2: shorter than the test inputs, so it hides keys."""
-SENTENCES = ["a blue monster walks into the forest", "the cat sleeps in the house",
-             "two red fish swim into the sea"]
+SENTENCES = ["a blue monster walks into the forest", "the cat sleeps in the house", "two red fish swim into the sea"]
 
-_COMMON = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-               num_attention_heads=4, max_position_embeddings=128)
+_COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=128,
+)
 
 CONFIGS = {
     "llama": lambda: transformers.LlamaConfig(**_COMMON, num_key_value_heads=2),
     "qwen2": lambda: transformers.Qwen2Config(**_COMMON, num_key_value_heads=2),
     "qwen3": lambda: transformers.Qwen3Config(**_COMMON, num_key_value_heads=2, head_dim=8),
     "mistral": lambda: transformers.MistralConfig(**_COMMON, num_key_value_heads=2, sliding_window=WINDOW),
-    "gemma2": lambda: transformers.Gemma2Config(**_COMMON, num_key_value_heads=2, head_dim=8,
-                                                sliding_window=WINDOW, attn_logit_softcapping=5.0),
-    "gpt2": lambda: transformers.GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=32, n_layer=2, n_head=4,
-                                            bos_token_id=2, eos_token_id=3),
+    "gemma2": lambda: transformers.Gemma2Config(
+        **_COMMON, num_key_value_heads=2, head_dim=8, sliding_window=WINDOW, attn_logit_softcapping=5.0
+    ),
+    "gpt2": lambda: transformers.GPT2Config(
+        vocab_size=VOCAB, n_positions=128, n_embd=32, n_layer=2, n_head=4, bos_token_id=2, eos_token_id=3
+    ),
     "bert": lambda: transformers.BertConfig(**_COMMON),
 }
 DECODERS = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gpt2")
@@ -60,8 +67,9 @@ def tokenizer():
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train_from_iterator(SENTENCES, trainers.WordLevelTrainer(special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"]))
     tok.post_processor = processors.TemplateProcessing(single="[CLS] $A", special_tokens=[("[CLS]", 2)])
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
-                                                cls_token="[CLS]", sep_token="[SEP]")
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]"
+    )
 
 
 def save(kind: str, folder: Path, seed: int = 0) -> Path:

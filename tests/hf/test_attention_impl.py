@@ -33,7 +33,7 @@ def test_prefill_and_attentions_equal_eager(kind):
         a, b = eager(ids, output_attentions=True), ours(ids, output_attentions=True)
     assert max_error(_main(b), _main(a)) <= TOL["hf_selfattn_vs_eager"]
     assert len(b.attentions) == len(a.attentions) == 2
-    for wa, wb in zip(a.attentions, b.attentions):
+    for wa, wb in zip(a.attentions, b.attentions, strict=False):
         assert wb.shape == wa.shape and max_error(wb, wa) <= TOL["hf_selfattn_vs_eager"]
 
 
@@ -42,10 +42,10 @@ def test_padding_in_a_batch_equals_eager(kind):
     eager, ours = _pair(kind)
     ids = _ids(1)
     mask = torch.ones_like(ids)
-    mask[1, :3] = 0                       # left padding (decoders) / masked keys (BERT)
+    mask[1, :3] = 0  # left padding (decoders) / masked keys (BERT)
     with torch.no_grad():
         a, b = _main(eager(ids, attention_mask=mask)), _main(ours(ids, attention_mask=mask))
-    real = mask.bool()                     # padded rows are not compared: nobody reads them
+    real = mask.bool()  # padded rows are not compared: nobody reads them
     assert max_error(b[real], a[real]) <= TOL["hf_selfattn_vs_eager"]
 
 
@@ -58,7 +58,7 @@ def test_cached_decoding_token_by_token_equals_eager(kind):
         full = eager(ids).logits
         cache, steps = None, []
         for i in range(L):
-            out = ours(ids[:, i:i + 1], cache=cache, use_cache=True)
+            out = ours(ids[:, i : i + 1], cache=cache, use_cache=True)
             cache = out.past_key_values
             steps.append(out.logits)
     assert max_error(torch.cat(steps, 1), full) <= TOL["hf_selfattn_vs_eager"]
@@ -100,5 +100,5 @@ def test_register_is_idempotent_and_reaches_every_layer():
 
     with selfattn.intercept(count), torch.no_grad():
         model(_ids(batch=1))
-    assert calls == [(1, 4, L, 8)] * 2      # GQA K/V arrive un-repeated: the request has Hq=4, Hkv=2
+    assert calls == [(1, 4, L, 8)] * 2  # GQA K/V arrive un-repeated: the request has Hq=4, Hkv=2
     assert isinstance(model.config, transformers.PretrainedConfig)

@@ -42,9 +42,15 @@ def test_stages_are_the_reference_and_weights_are_eager(kind, explainers, folder
     for layer in trace.layers:
         for h in range(layer.n_heads):
             kv = layer.kv_head(h)
-            out, w, _ = reference.attention(layer.q[None, h:h + 1].numpy(), layer.k[None, kv:kv + 1].numpy(),
-                                            layer.v[None, kv:kv + 1].numpy(), causal=layer.causal,
-                                            mask=layer.visible.numpy(), scale=layer.scale, softcap=layer.softcap)
+            out, w, _ = reference.attention(
+                layer.q[None, h : h + 1].numpy(),
+                layer.k[None, kv : kv + 1].numpy(),
+                layer.v[None, kv : kv + 1].numpy(),
+                causal=layer.causal,
+                mask=layer.visible.numpy(),
+                scale=layer.scale,
+                softcap=layer.softcap,
+            )
             st = layer.stages(h)
             np.testing.assert_allclose(st["weights"].numpy(), w[0, 0], atol=TOL["float32_weights"])
             np.testing.assert_allclose(st["weighted"].numpy(), out[0, 0], atol=TOL["float32"])
@@ -55,9 +61,10 @@ def test_stages_are_the_reference_and_weights_are_eager(kind, explainers, folder
         att = eager(ids, output_attentions=True, **kwargs).attentions
     for l in range(len(att)):
         for h in range(att[l].shape[1]):
-            np.testing.assert_allclose(export.head_weights(doc, l, h), att[l][0, h].numpy(),
-                                       atol=TOL["float32_vs_transformers"])
-    if kind in ("mistral", "gemma2"):   # the window hides keys further back than WINDOW
+            np.testing.assert_allclose(
+                export.head_weights(doc, l, h), att[l][0, h].numpy(), atol=TOL["float32_vs_transformers"]
+            )
+    if kind in ("mistral", "gemma2"):  # the window hides keys further back than WINDOW
         assert L > WINDOW and not trace.layers[0].visible[-1, 0]
 
 
@@ -71,12 +78,12 @@ def test_per_head_intervention_changes_only_that_head_and_the_prediction(explain
     base = ex.trace(TEXT)
     other = ex.trace(TEXT, Intervention(causal=False, temperature=0.3, layer=1, head=2))
     assert not torch.allclose(base.logits, other.logits)
-    torch.testing.assert_close(other.layers[0].lse, base.layers[0].lse)      # layer 0 untouched
+    torch.testing.assert_close(other.layers[0].lse, base.layers[0].lse)  # layer 0 untouched
     changed = other.layers[1]
     assert set(changed.changed) == {2} and bool(changed.changed[2].visible.all())
-    assert not bool(changed.visible.all())                                   # the other heads stay causal
+    assert not bool(changed.visible.all())  # the other heads stay causal
     w = changed.stages(2)["weights"]
-    assert float(w[0, 1:].sum()) > 0                                         # head 2 now sees the future
+    assert float(w[0, 1:].sum()) > 0  # head 2 now sees the future
     doc = ex.explain(TEXT, intervention=Intervention(causal=False, layer=1, head=2))
     assert doc["intervention"] == {"scaling": True, "causal": False, "temperature": 1.0, "layer": 1, "head": 2}
     assert export.head_weights(doc, 1, 2)[0, 1:].sum() > 0 and export.head_weights(doc, 1, 1)[0, 1:].sum() == 0
@@ -86,8 +93,10 @@ def test_per_head_intervention_changes_only_that_head_and_the_prediction(explain
 
 def test_two_threads_with_different_texts_and_interventions(explainers):
     ex = explainers["qwen2"]
-    jobs = [("a blue monster walks into the forest", Intervention()),
-            ("the cat sleeps in the house", Intervention(scaling=False, head=1))]
+    jobs = [
+        ("a blue monster walks into the forest", Intervention()),
+        ("the cat sleeps in the house", Intervention(scaling=False, head=1)),
+    ]
     alone = [ex.explain(text, intervention=iv) for text, iv in jobs]
     results = [[None] * 6 for _ in jobs]
     barrier = threading.Barrier(len(jobs))
@@ -109,7 +118,7 @@ def test_two_threads_with_different_texts_and_interventions(explainers):
 
 def test_unknown_tokens_are_counted_and_marked(explainers):
     ex = explainers["llama"]
-    doc = ex.explain("a purple monster")            # "purple" is not in the word-level vocabulary
+    doc = ex.explain("a purple monster")  # "purple" is not in the word-level vocabulary
     assert doc["unknown"]["count"] == 1 and doc["tokens"][doc["unknown"]["positions"][0]] == "[UNK]"
     from rich.console import Console
 
@@ -149,12 +158,14 @@ def test_weights_from_lse_in_python_and_in_the_page_agree():
     """The page's `weightOf` (its one copy of the formula), run by node, against `weights_from_lse`."""
     js = (Path(__file__).parents[2] / "src/selfattn/explain/static/explorer.js").read_text(encoding="utf-8")
     start = js.index("  function weightOf(")
-    body = js[start:js.index("\n  }\n", start) + 4]
+    body = js[start : js.index("\n  }\n", start) + 4]
     masked = [[0.5, -1.0, float("-inf")], [float("-inf")] * 3, [2.0, 3.0, 1.0]]
     lse = [0.7, float("-inf"), 3.4]
     # json.dumps writes -inf as -Infinity: a JavaScript literal
-    script = body + (f"const m = {json.dumps(masked)}; const lse = {json.dumps(lse)};\n"
-                     "console.log(JSON.stringify(m.map((row, i) => row.map((x) => weightOf(x, lse[i])))));\n")
+    script = body + (
+        f"const m = {json.dumps(masked)}; const lse = {json.dumps(lse)};\n"
+        "console.log(JSON.stringify(m.map((row, i) => row.map((x) => weightOf(x, lse[i])))));\n"
+    )
     out = subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True, timeout=30).stdout
     expected = weights_from_lse(torch.tensor(masked, dtype=torch.float64), torch.tensor(lse, dtype=torch.float64))
     np.testing.assert_allclose(np.array(json.loads(out)), expected.numpy(), rtol=TOL["float64_one_op"], atol=0)

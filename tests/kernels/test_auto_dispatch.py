@@ -24,32 +24,38 @@ def native_built(monkeypatch):
     monkeypatch.setattr(kernels.native, "unavailable_reason", lambda: None)
 
 
-@pytest.mark.parametrize("kwargs, want", [
-    (dict(Lq=4096, Lk=4096, causal=True), "sdpa"),                      # PyTorch's flash kernel skips blocks too
-    (dict(Lq=4096, Lk=4096), "sdpa"),
-    (dict(Lq=2048, Lk=2048, Hkv=2, causal=True), "sdpa"),
-    (dict(Lq=8192, Lk=8192, causal=True, window=256), "tiled"),         # O(N·w) against a dense O(N²) mask
-    (dict(Lq=1024, Lk=4096, causal=True), "sdpa"),                      # chunked prefill: close; SDPA holds up busy
-    (dict(Lq=1, Lk=16384, Hq=32, Hkv=4, causal=True), "tiled"),         # GQA decoding: K/V read once per group
-    (dict(Lq=1, Lk=1024, causal=True), "sdpa"),
-    (dict(Lq=2048, Lk=2048, causal=True, return_lse=True), "tiled"),      # SDPA has no lse; naive is O(N²)
-    (dict(Lq=1024, Lk=1024, causal=True, softcap=30.0), "tiled"),
-    (dict(Lq=8, Lk=8, causal=True, softcap=30.0), "naive"),             # tiny: naive's one pass is cheaper
-    (dict(Lq=64, Lk=64, return_weights=True), "naive"),                   # nothing else returns weights
-    (dict(Lq=4096, Lk=4096, causal=True, window=256, grad=True), "tiled"),
-])
+@pytest.mark.parametrize(
+    "kwargs, want",
+    [
+        (dict(Lq=4096, Lk=4096, causal=True), "sdpa"),  # PyTorch's flash kernel skips blocks too
+        (dict(Lq=4096, Lk=4096), "sdpa"),
+        (dict(Lq=2048, Lk=2048, Hkv=2, causal=True), "sdpa"),
+        (dict(Lq=8192, Lk=8192, causal=True, window=256), "tiled"),  # O(N·w) against a dense O(N²) mask
+        (dict(Lq=1024, Lk=4096, causal=True), "sdpa"),  # chunked prefill: close; SDPA holds up busy
+        (dict(Lq=1, Lk=16384, Hq=32, Hkv=4, causal=True), "tiled"),  # GQA decoding: K/V read once per group
+        (dict(Lq=1, Lk=1024, causal=True), "sdpa"),
+        (dict(Lq=2048, Lk=2048, causal=True, return_lse=True), "tiled"),  # SDPA has no lse; naive is O(N²)
+        (dict(Lq=1024, Lk=1024, causal=True, softcap=30.0), "tiled"),
+        (dict(Lq=8, Lk=8, causal=True, softcap=30.0), "naive"),  # tiny: naive's one pass is cheaper
+        (dict(Lq=64, Lk=64, return_weights=True), "naive"),  # nothing else returns weights
+        (dict(Lq=4096, Lk=4096, causal=True, window=256, grad=True), "tiled"),
+    ],
+)
 def test_auto_chooses_by_estimated_speed(kwargs, want):
     assert kernels.choose(request(**kwargs), "auto").name == want
 
 
-@pytest.mark.parametrize("kwargs, want", [
-    (dict(Lq=4096, Lk=4096, causal=True), "native"),                    # measured 0.92× SDPA's time
-    (dict(Lq=8192, Lk=8192, causal=True, window=256), "native"),        # 8× faster than flex, 25× than SDPA
-    (dict(Lq=2048, Lk=2048, causal=True, grad=True), "native"),
-    (dict(Lq=1, Lk=4096, causal=True), "native"),                       # one decoding step, no dense mask
-    (dict(Lq=2048, Lk=2048, causal=True, return_lse=True), "native"),
-    (dict(Lq=64, Lk=64, return_weights=True), "naive"),                 # still the only one with weights
-])
+@pytest.mark.parametrize(
+    "kwargs, want",
+    [
+        (dict(Lq=4096, Lk=4096, causal=True), "native"),  # measured 0.92× SDPA's time
+        (dict(Lq=8192, Lk=8192, causal=True, window=256), "native"),  # 8× faster than flex, 25× than SDPA
+        (dict(Lq=2048, Lk=2048, causal=True, grad=True), "native"),
+        (dict(Lq=1, Lk=4096, causal=True), "native"),  # one decoding step, no dense mask
+        (dict(Lq=2048, Lk=2048, causal=True, return_lse=True), "native"),
+        (dict(Lq=64, Lk=64, return_weights=True), "naive"),  # still the only one with weights
+    ],
+)
 def test_auto_takes_native_once_it_is_built(native_built, kwargs, want):
     assert kernels.choose(request(**kwargs), "auto").name == want
 
@@ -66,9 +72,9 @@ def test_close_estimates_go_to_the_best_worst_case(monkeypatch):
     """Tiled and SDPA within CLOSE of each other: auto takes the one that holds up on busy cores."""
     r = request(Lq=4096, Lk=4096, causal=True)
     sdpa = cost.estimate_seconds("sdpa", r)
-    monkeypatch.setitem(cost.WORK, "tiled", lambda req: (1, 1e12, sdpa * 0.95))   # tiled 5 % faster idle
+    monkeypatch.setitem(cost.WORK, "tiled", lambda req: (1, 1e12, sdpa * 0.95))  # tiled 5 % faster idle
     assert cost.estimate_seconds("tiled", r) < sdpa
-    assert kernels.choose(r, "auto").name == "sdpa"                                 # but 3× slower busy
+    assert kernels.choose(r, "auto").name == "sdpa"  # but 3× slower busy
     assert "busy cores" in kernels.explain(r)["why"]
 
 
@@ -103,17 +109,20 @@ def test_visible_pairs_counts_the_visibility_rule(n_q, n_k, causal, window):
 
 def test_tiled_work_counts_visited_tiles():
     tiles, pairs = kernels.tiled.Plan.of(request(Lq=1024, Lk=1024, causal=True), 256, 256).work()
-    assert tiles == 10 and pairs == 10 * 256 * 256     # 4 + 3 + 2 + 1 tiles on and below the diagonal
+    assert tiles == 10 and pairs == 10 * 256 * 256  # 4 + 3 + 2 + 1 tiles on and below the diagonal
     tiles, pairs = kernels.tiled.Plan.of(request(Lq=1, Lk=16384, causal=True), 256, 256).work()
-    assert tiles == 1 and pairs == 16384                # one decoding step: one wide tile
+    assert tiles == 1 and pairs == 16384  # one decoding step: one wide tile
 
 
 def test_explain_gives_each_estimate_or_reasons_and_the_choice():
     r = request(Lq=2048, Lk=2048, causal=True, return_lse=True)
     e = kernels.explain(r)
     assert e["choice"] == kernels.choose(r, "auto").name == "tiled" and "smallest estimated time" in e["why"]
-    assert e["backends"]["sdpa"] == {"supported": False, "seconds": None,
-                                     "reasons": kernels.BACKENDS["sdpa"].not_supported_reasons(r)}
+    assert e["backends"]["sdpa"] == {
+        "supported": False,
+        "seconds": None,
+        "reasons": kernels.BACKENDS["sdpa"].not_supported_reasons(r),
+    }
     assert "log-sum-exp" in e["backends"]["sdpa"]["reasons"][0]
     for name in ("tiled", "naive"):
         assert e["backends"][name]["seconds"] == cost.estimate_seconds(name, r) > 0
@@ -121,10 +130,15 @@ def test_explain_gives_each_estimate_or_reasons_and_the_choice():
     plan = e["plan"]
     assert (plan["block_q"], plan["block_k"], plan["query_blocks"], plan["key_blocks"]) == (1024, 256, 2, 8)
     assert plan["drawing"] == masks.draw_blocks(2048, 2048, 1024, 256, causal=True)
-    assert json.loads(json.dumps(e)) == e                                   # plain data: a --json twin
+    assert json.loads(json.dumps(e)) == e  # plain data: a --json twin
     text = kernels.render(e)
-    for part in ("Lq=2048", "sdpa", "cannot: it never returns the log-sum-exp", "choice   tiled",
-                 plan["drawing"].splitlines()[0]):
+    for part in (
+        "Lq=2048",
+        "sdpa",
+        "cannot: it never returns the log-sum-exp",
+        "choice   tiled",
+        plan["drawing"].splitlines()[0],
+    ):
         assert part in text
 
 
@@ -151,15 +165,43 @@ def test_explain_with_no_backend_left_says_so(monkeypatch):
 
 
 def test_capabilities_list_every_missing_feature():
-    caps = kernels.Capabilities(returns_weights=False, returns_lse=False, softcap=False, dropout=False,
-                                dtypes=frozenset({torch.float64}), devices=frozenset({"cuda"}), window=False,
-                                gqa=False, bool_mask=False, notes={"softcap": "use backend='naive'"})
+    caps = kernels.Capabilities(
+        returns_weights=False,
+        returns_lse=False,
+        softcap=False,
+        dropout=False,
+        dtypes=frozenset({torch.float64}),
+        devices=frozenset({"cuda"}),
+        window=False,
+        gqa=False,
+        bool_mask=False,
+        notes={"softcap": "use backend='naive'"},
+    )
     mask = torch.ones(64, 64, dtype=torch.bool)
-    r = request(Lq=64, Lk=64, Hkv=2, causal=True, window=3, softcap=2.0, mask=mask, return_weights=True,
-                return_lse=True, dropout_p=0.1)
+    r = request(
+        Lq=64,
+        Lk=64,
+        Hkv=2,
+        causal=True,
+        window=3,
+        softcap=2.0,
+        mask=mask,
+        return_weights=True,
+        return_lse=True,
+        dropout_p=0.1,
+    )
     reasons = caps.not_supported_reasons(r)
-    for part in ("dtype torch.float32", "device cpu", "attention weights", "log-sum-exp",
-                 "softcap; use backend='naive'", "dropout", "bool mask", "sliding window", "grouped-query"):
+    for part in (
+        "dtype torch.float32",
+        "device cpu",
+        "attention weights",
+        "log-sum-exp",
+        "softcap; use backend='naive'",
+        "dropout",
+        "bool mask",
+        "sliding window",
+        "grouped-query",
+    ):
         assert sum(part in reason for reason in reasons) == 1, part
     assert len(reasons) == 9
 
@@ -170,13 +212,14 @@ def test_a_new_backend_is_one_class_and_a_registry_entry(monkeypatch):
         capabilities = kernels.Capabilities(returns_weights=False, returns_lse=False, softcap=False, dropout=False)
 
         def forward(self, r):
-            return kernels.Result(r.v.expand(r.B, r.Hq, r.Lk, r.Dv)[:, :, :r.Lq], None, None)
+            return kernels.Result(r.v.expand(r.B, r.Hq, r.Lk, r.Dv)[:, :, : r.Lq], None, None)
 
     monkeypatch.setitem(kernels.BACKENDS, "echo", Echo())
     import selfattn
+
     q = torch.zeros(1, 2, 3, 4)
     assert torch.equal(selfattn.attention(q, q, q + 1, backend="echo"), q + 1)
     e = kernels.explain(dict(q=q, k=q, v=q), backend="echo")
-    assert e["choice"] == "echo" and e["backends"]["echo"]["seconds"] is None   # no cost entry: no estimate
+    assert e["choice"] == "echo" and e["backends"]["echo"]["seconds"] is None  # no cost entry: no estimate
     with pytest.raises(ValueError, match="backend 'echo' cannot serve this request: it has no softcap"):
         selfattn.attention(q, q, q, softcap=1.0, backend="echo")

@@ -32,7 +32,7 @@ def cpu_compiles():
 def _masks(Lq, Lk):
     g = torch.Generator().manual_seed(3)
     bool_mask = torch.rand(2, 1, Lq, Lk, generator=g) > 0.3
-    bool_mask[:, :, 5] = False                                  # a row that sees nothing
+    bool_mask[:, :, 5] = False  # a row that sees nothing
     additive = torch.randn(1, 4, Lq, Lk, generator=g)
     return {"bool": bool_mask, "additive": additive}
 
@@ -62,7 +62,7 @@ def test_cpu_forward_matches_reference(case):
     naive = NaiveBackend().forward(r).output
     assert_close_to_reference(out, ref_out, naive)
     if kwargs.get("mask") is not None and kwargs["mask"].dtype == torch.bool:
-        assert (out[:, :, 5] == 0).all()                         # the row that sees nothing: 0, not NaN
+        assert (out[:, :, 5] == 0).all()  # the row that sees nothing: 0, not NaN
 
 
 def test_cpu_refusals_name_every_reason():

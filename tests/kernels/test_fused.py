@@ -32,14 +32,15 @@ class Fused:
     """One fused backend under test: how to make it with given blocks, and which blocks to try."""
 
     name: str
-    make: Callable[..., Backend]   # make() has the default blocks, make(block_q, block_k) others
-    small: tuple[int, int]         # lengths like 113 span many full, partial and ragged tiles (and tasks)
-    smallest: tuple[int, int]      # the smallest blocks it takes, for gradcheck
-    nondet_tol: float              # gradcheck: how far two runs of the backward may differ
+    make: Callable[..., Backend]  # make() has the default blocks, make(block_q, block_k) others
+    small: tuple[int, int]  # lengths like 113 span many full, partial and ragged tiles (and tasks)
+    smallest: tuple[int, int]  # the smallest blocks it takes, for gradcheck
+    nondet_tol: float  # gradcheck: how far two runs of the backward may differ
 
     def at(self, blocks: str) -> Backend:
-        return {"small": lambda: self.make(*self.small), "medium": lambda: self.make(64, 128),
-                "default": self.make}[blocks]()
+        return {"small": lambda: self.make(*self.small), "medium": lambda: self.make(64, 128), "default": self.make}[
+            blocks
+        ]()
 
 
 FUSED = {
@@ -98,7 +99,7 @@ def test_feature_dtype_matrix_matches_reference(backend, blocks, dtype, feature,
 @pytest.mark.parametrize("lengths", LENGTHS, ids=lambda t: f"{t[0]}x{t[1]}")
 def test_forward_and_lse_at_awkward_lengths_and_head_dims(backend, lengths, rule, dims):
     Lq, Lk = lengths
-    heads = (1, 1) if Lq * Lk > 10_000 else (4, 2)   # GQA wherever it stays cheap
+    heads = (1, 1) if Lq * Lk > 10_000 else (4, 2)  # GQA wherever it stays cheap
     q, k, v = inputs(1, *heads, Lq, Lk, *dims)
     ref_out, _, ref_lse = reference_of(q, k, v, **RULES[rule])
     for blocks in BLOCKS:
@@ -110,7 +111,7 @@ def test_forward_and_lse_at_awkward_lengths_and_head_dims(backend, lengths, rule
 def _masks(B, Hq, Lq, Lk):
     g = torch.Generator().manual_seed(4)
     bool_full = torch.rand(B, Hq, Lq, Lk, generator=g) > 0.4
-    bool_full[:, :, 2] = False                                      # a row that sees nothing
+    bool_full[:, :, 2] = False  # a row that sees nothing
     additive = torch.randn(1, Hq, Lq, Lk, generator=g, dtype=torch.float64)
     additive[torch.rand(additive.shape, generator=g) > 0.8] = float("-inf")
     return {
@@ -120,7 +121,7 @@ def _masks(B, Hq, Lq, Lk):
         "per-head-query": torch.rand(1, Hq, Lq, 1, generator=g) > 0.2,
         "additive": additive,
         "additive-keys": torch.randn(Lk, generator=g, dtype=torch.float64),
-        "transposed": (torch.rand(Lk, Lq, generator=g) > 0.5).T,   # strides not in the usual order
+        "transposed": (torch.rand(Lk, Lq, generator=g) > 0.5).T,  # strides not in the usual order
     }
 
 
@@ -136,8 +137,11 @@ def test_user_masks_block_by_block_through_strides(backend, mask_kind, rule):
     assert_lse_matches(res.lse, ref_lse, TOL["float64"])
 
 
-@pytest.mark.parametrize("kwargs", [dict(scale=0.3), dict(softcap=2.0), dict(softcap=0.5, scale=2.0, causal=True)],
-                         ids=["scale", "softcap", "softcap-scale-causal"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(scale=0.3), dict(softcap=2.0), dict(softcap=0.5, scale=2.0, causal=True)],
+    ids=["scale", "softcap", "softcap-scale-causal"],
+)
 def test_scale_and_softcap(backend, kwargs):
     q, k, v = inputs(1, 2, 1, 33, 47, 16, 8)
     res = run(backend.at("small"), q, k, v, **kwargs)
@@ -214,9 +218,12 @@ def test_a_nan_in_a_hidden_key_never_reaches_the_rows_that_cannot_see_it(backend
     q, k, v = inputs(1, 4, 2, Lq, Lk, 8, 8)
     poisoned = k.clone()
     poisoned[:, :, 30] = float("nan")
-    kwargs = {"causal": dict(causal=True), "window": dict(causal=True, window=5),
-              "bool-mask": dict(mask=torch.arange(Lk) != 30)}[hidden_by]
-    rows = list(range(30)) + (list(range(35, Lq)) if hidden_by != "causal" else [])   # rows that never see key 30
+    kwargs = {
+        "causal": dict(causal=True),
+        "window": dict(causal=True, window=5),
+        "bool-mask": dict(mask=torch.arange(Lk) != 30),
+    }[hidden_by]
+    rows = list(range(30)) + (list(range(35, Lq)) if hidden_by != "causal" else [])  # rows that never see key 30
     if hidden_by == "bool-mask":
         rows = list(range(Lq))
     for blocks in BLOCKS:
@@ -231,7 +238,7 @@ def test_non_contiguous_inputs(backend):
     q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in inputs(2, 4, 2, 50, 50, 8, 8))
     assert not q.is_contiguous()
     assert_close_to_reference(run(small, q, k, v, causal=True).output, reference_of(q, k, v, causal=True)[0])
-    q1, k1, v1 = (t[..., ::2] for t in inputs(1, 2, 2, 9, 9, 8, 8))   # stride 2 along D
+    q1, k1, v1 = (t[..., ::2] for t in inputs(1, 2, 2, 9, 9, 8, 8))  # stride 2 along D
     assert_close_to_reference(run(small, q1, k1, v1).output, reference_of(q1, k1, v1)[0])
 
 
@@ -239,7 +246,7 @@ def test_fully_masked_rows_give_zeros_lse_minus_inf_and_finite_gradients(backend
     q, k, v = (t.requires_grad_() for t in inputs(1, 2, 1, 40, 20, 8, 8))
     mask = torch.ones(40, 20, dtype=torch.bool)
     mask[[0, 17, 39]] = False
-    res = run(backend.at("small"), q, k, v, mask=mask, causal=True)   # causal, Lq > Lk: rows 0..19 see nothing too
+    res = run(backend.at("small"), q, k, v, mask=mask, causal=True)  # causal, Lq > Lk: rows 0..19 see nothing too
     assert (res.output[:, :, :20] == 0).all() and (res.output[:, :, [39]] == 0).all()
     assert torch.isneginf(res.lse[:, :, :20]).all() and torch.isfinite(res.lse[:, :, 20:39]).all()
     grads = torch.autograd.grad(res.output.sum(), (q, k, v))
@@ -286,7 +293,7 @@ def test_gradients_match_naive_autograd(backend, case, blocks):
     def grads(fn):
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
         res = run(fn, *leaves, **kwargs)
-        lse = torch.where(torch.isfinite(res.lse), res.lse, 0.0)   # the lse is differentiable too
+        lse = torch.where(torch.isfinite(res.lse), res.lse, 0.0)  # the lse is differentiable too
         loss = (res.output * d_out).sum() + (lse * d_lse).sum()
         return torch.autograd.grad(loss, leaves)
 
@@ -304,6 +311,7 @@ def test_low_precision_gradients_within_twice_the_naive_error(backend, dtype):
     def grads(fn):
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
         return torch.autograd.grad(run(fn, *leaves, causal=True, window=30).output.float().square().sum(), leaves)
+
     for g, n, w in zip(grads(backend.at("small")), grads(NaiveBackend()), want, strict=True):
         assert g.dtype == dtype
         assert_close_to_reference(g, w, n, dtype=dtype, what="gradient")
@@ -317,4 +325,5 @@ def test_gradcheck_float64(backend, heads):
     def f(q, k, v):
         res = run(backend.make(*backend.smallest), q, k, v, causal=True, window=6, mask=mask, softcap=2.0)
         return res.output, torch.where(torch.isfinite(res.lse), res.lse, 0.0)
+
     assert torch.autograd.gradcheck(f, (q, k, v), nondet_tol=backend.nondet_tol)

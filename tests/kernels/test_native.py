@@ -45,7 +45,7 @@ def test_thread_count_does_not_change_the_forward():
             outs.append(run(SMALL, q, k, v, causal=True).output)
     finally:
         torch.set_num_threads(before)
-    assert all(torch.equal(outs[0], o) for o in outs[1:])   # a task's arithmetic does not depend on its worker
+    assert all(torch.equal(outs[0], o) for o in outs[1:])  # a task's arithmetic does not depend on its worker
 
 
 def test_refusals_say_why(monkeypatch):
@@ -61,7 +61,7 @@ def test_refusals_say_why(monkeypatch):
 
 
 def test_a_failed_build_is_one_stated_reason(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))                 # nothing built there
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing built there
     monkeypatch.setattr(native, "_STATE", {"ops": None, "error": None})
     monkeypatch.setattr(native, "_missing_tools", lambda: "no C++ compiler ('c++' is not on PATH)")
     assert not native.is_built()
@@ -69,15 +69,17 @@ def test_a_failed_build_is_one_stated_reason(monkeypatch, tmp_path):
     assert "no C++ compiler" in NativeBackend().refuse(build_request(q, k, v))
     with pytest.raises(RuntimeError, match="cannot build the native kernel: no C\\+\\+ compiler.*using 'tiled'"):
         native.build()
-    assert "using 'tiled' instead" in NativeBackend().refuse(build_request(q, k, v))   # remembered, not retried
+    assert "using 'tiled' instead" in NativeBackend().refuse(build_request(q, k, v))  # remembered, not retried
 
 
 def test_import_never_compiles(tmp_path):
-    code = ("import selfattn, selfattn.kernels.native as n; import torch;"
-            "assert not n.is_built(); assert n._STATE['ops'] is None;"
-            "q = torch.zeros(1, 1, 4, 8); from selfattn.functional import build_request;"
-            "n.NativeBackend().refuse(build_request(q, q, q));"   # asking costs no compile
-            "assert not n.is_built(); print('ok')")
+    code = (
+        "import selfattn, selfattn.kernels.native as n; import torch;"
+        "assert not n.is_built(); assert n._STATE['ops'] is None;"
+        "q = torch.zeros(1, 1, 4, 8); from selfattn.functional import build_request;"
+        "n.NativeBackend().refuse(build_request(q, q, q));"  # asking costs no compile
+        "assert not n.is_built(); print('ok')"
+    )
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -87,7 +89,7 @@ def test_import_never_compiles(tmp_path):
 
 def test_build_is_cached_and_says_where(built):
     assert native.is_built() and native.unavailable_reason() is None
-    assert native.build() is built                         # loaded once per process
+    assert native.build() is built  # loaded once per process
     path = native._library_path()
     assert path.is_file() and native.build_dir() in path.parents
     assert torch.__version__.replace("+", "_") in str(path)

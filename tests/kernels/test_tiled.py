@@ -107,9 +107,9 @@ def test_backward_covers_what_the_forward_computes_and_both_cover_every_visible_
                 full, partial = plan.query_blocks(k0, min(k0 + 64, L))
                 for r0, r1, c0, c1 in full + partial:
                     backward[r0:r1, c0:c1] = True
-            assert (forward >= visible).all() and (backward >= visible).all()   # nothing visible is skipped
-            assert (backward >= forward).all()      # the backward recomputes every tile the forward summed
-            assert not forward[:, ~visible.any(axis=0)].any()   # a key no query may see is never read
+            assert (forward >= visible).all() and (backward >= visible).all()  # nothing visible is skipped
+            assert (backward >= forward).all()  # the backward recomputes every tile the forward summed
+            assert not forward[:, ~visible.any(axis=0)].any()  # a key no query may see is never read
 
 
 def test_never_builds_an_lq_by_lk_matrix(monkeypatch):
@@ -120,7 +120,9 @@ def test_never_builds_an_lq_by_lk_matrix(monkeypatch):
             out = real(*args, **kwargs)
             biggest.append(out.shape[-2] * out.shape[-1])
             return out
+
         return matmul
+
     for name in ("bmm", "baddbmm"):
         monkeypatch.setattr(torch, name, spy(getattr(torch, name)))
     q, k, v = (t.requires_grad_() for t in inputs(1, 2, 2, 1000, 1000, 8, 8, dtype=torch.float32))
@@ -129,5 +131,5 @@ def test_never_builds_an_lq_by_lk_matrix(monkeypatch):
     assert len(biggest) > 100 and max(biggest) <= 64 * 128
     biggest.clear()
     with torch.no_grad():
-        TiledBackend().forward(build_request(q, k, v, causal=True))     # default blocks: 1024 × 256
+        TiledBackend().forward(build_request(q, k, v, causal=True))  # default blocks: 1024 × 256
     assert max(biggest) <= 1000 * 256

@@ -36,8 +36,9 @@ def test_broken_checkpoints_are_named(tokenizer, tmp_path):
     config["model"]["n_layers"] = 1
     config["model"]["d_model"] = 20
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    with pytest.raises(ValueError,
-                       match=r"tensor 'tok_emb\.weight' has shape \(\d+, 16\), the model expects \(\d+, 20\)"):
+    with pytest.raises(
+        ValueError, match=r"tensor 'tok_emb\.weight' has shape \(\d+, 16\), the model expects \(\d+, 20\)"
+    ):
         load_checkpoint(folder)
     (folder / "model.safetensors").write_bytes(b"corrupt")
     config["model"]["d_model"] = 16
@@ -47,8 +48,9 @@ def test_broken_checkpoints_are_named(tokenizer, tmp_path):
     with pytest.raises(FileNotFoundError, match="checkpoint folder not found"):
         load_checkpoint(tmp_path / "nowhere")
     with pytest.raises(ValueError, match="vocab_size"):
-        save_checkpoint(DecoderLM(DecoderConfig(vocab_size=7, d_model=8, n_layers=1, n_heads=2)), tokenizer,
-                        tmp_path / "x")
+        save_checkpoint(
+            DecoderLM(DecoderConfig(vocab_size=7, d_model=8, n_layers=1, n_heads=2)), tokenizer, tmp_path / "x"
+        )
 
 
 def test_a_save_killed_before_config_json_leaves_a_folder_that_refuses_to_load(tokenizer, tmp_path):
@@ -115,11 +117,14 @@ def test_weights_saved_by_save_model_under_the_other_tied_name_also_load(tokeniz
     assert torch.equal(fresh.eval()(ids), model(ids)) and fresh.lm_head.weight is fresh.tok_emb.weight
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("n_layers", 10_000_000, "n_layers must be <= 512, got 10000000"),
-    ("d_model", 1 << 20, "d_model must be <= 32768"),
-    ("norm_eps", float("nan"), "norm_eps must be finite, got nan"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("n_layers", 10_000_000, "n_layers must be <= 512, got 10000000"),
+        ("d_model", 1 << 20, "d_model must be <= 32768"),
+        ("norm_eps", float("nan"), "norm_eps must be finite, got nan"),
+    ],
+)
 def test_a_hostile_config_is_refused_before_any_tensor(tmp_path, field, value, message):
     """issue 11: a config.json with huge sizes used to build the model first and eat all memory."""
     import json
@@ -152,7 +157,7 @@ def test_weights_holding_nan_or_inf_are_refused_on_loading(tmp_path, poison):
     folder = tmp_path / "poisoned"
     shutil.copytree(DEFAULT_DIR, folder)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    del config["files"]                                    # no manifest: the content check alone must refuse
+    del config["files"]  # no manifest: the content check alone must refuse
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
     tensors = load_file(str(folder / "model.safetensors"))
     tensors["blocks.0.ln_1.weight"][3] = poison

@@ -102,9 +102,12 @@ def test_bad_arguments_are_named():
         C.make_corpus(n_train=-1)
     with pytest.raises(TypeError, match="n_val must be an int"):
         C.make_corpus(n_val=1.5)
-    room = sum(C.distinct_sentences(c) for c in C.CREATURES)             # one held-out colour per noun
-    with pytest.raises(ValueError, match=f"the test split asks for 1000000 distinct sentences, but its 28 "
-                                         f"\\(colour, noun\\) pairs make only {room}"):
+    room = sum(C.distinct_sentences(c) for c in C.CREATURES)  # one held-out colour per noun
+    with pytest.raises(
+        ValueError,
+        match=f"the test split asks for 1000000 distinct sentences, but its 28 "
+        f"\\(colour, noun\\) pairs make only {room}",
+    ):
         C.make_corpus(n_train=10, n_val=0, n_test=10**6)
 
 

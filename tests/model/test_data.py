@@ -21,7 +21,7 @@ def test_plan_fills_every_row_exactly_and_uses_each_sentence_once():
     lengths = [len(s) for s in corpus_like(3000)]
     rows = plan_paragraphs(lengths, 1025)
     assert sorted(i for row in rows for i in row) == list(range(3000))
-    assert all(sum(lengths[i] for i in row) == 1023 for row in rows[:-1])   # + <bos> + <eos> = 1025
+    assert all(sum(lengths[i] for i in row) == 1023 for row in rows[:-1])  # + <bos> + <eos> = 1025
     assert 0 < sum(lengths[i] for i in rows[-1]) <= 1023
 
 
@@ -39,14 +39,23 @@ def test_paragraphs_place_each_sentence_where_its_words_are(tokenizer, small_cor
     for row, placed in out:
         assert row[0] == tokenizer.bos_id and row[-1] == tokenizer.eos_id and len(row) <= 129
         for s, start in placed:
-            assert row[start: start + len(s.words)] == tokenizer.encode_words(s.words, bos=False)
-    assert sum(len(row) == 129 for row, _ in out) >= len(out) - 2         # full but for the queue's tail
+            assert row[start : start + len(s.words)] == tokenizer.encode_words(s.words, bos=False)
+    assert sum(len(row) == 129 for row, _ in out) >= len(out) - 2  # full but for the queue's tail
     assert sorted(s.text for _, placed in out for s, _ in placed) == sorted(s.text for s in sentences)
 
 
 def run_epoch(sentences, seed=0, **kw):
-    args = dict(max_sentences=8, single_share=0.25, anchored_share=0.3, max_len=256, batch_size=16,
-                batch_tokens=512, bos_id=BOS, eos_id=EOS, pad_id=PAD)
+    args = dict(
+        max_sentences=8,
+        single_share=0.25,
+        anchored_share=0.3,
+        max_len=256,
+        batch_size=16,
+        batch_tokens=512,
+        bos_id=BOS,
+        eos_id=EOS,
+        pad_id=PAD,
+    )
     args.update(kw)
     return epoch_batches(sentences, generator=torch.Generator().manual_seed(seed), **args)
 
@@ -59,7 +68,7 @@ def test_an_epoch_reads_every_sentence_once_at_positions_the_model_has():
     for batch, start in batches:
         B, L = batch.shape
         assert start.shape == (B,) and start.dtype == torch.long
-        assert int(start.min()) >= 0 and int(start.max()) + L - 1 <= 256        # input batch[:, :-1] fits
+        assert int(start.min()) >= 0 and int(start.max()) + L - 1 <= 256  # input batch[:, :-1] fits
         for row, s in zip(batch.tolist(), start.tolist(), strict=True):
             row = [t for t in row if t != PAD]
             assert row[0] == BOS and row[-1] == EOS and BOS not in row[1:] and EOS not in row[:-1]
@@ -69,8 +78,8 @@ def test_an_epoch_reads_every_sentence_once_at_positions_the_model_has():
             moved += s > 0
             anchored += s == 0
     assert set(seen) == {100 + i for i in range(800)} and set(seen.values()) == {1}
-    assert singles >= 200                                                        # single_share 0.25
-    assert moved > 0 and anchored > singles                                      # some paragraphs at 0, most not
+    assert singles >= 200  # single_share 0.25
+    assert moved > 0 and anchored > singles  # some paragraphs at 0, most not
 
 
 def test_a_paragraph_holds_at_most_max_sentences_and_fits_max_len():

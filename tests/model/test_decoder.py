@@ -39,7 +39,7 @@ def test_kv_cache_in_pieces_equals_one_full_pass(model):
     assert len(cache) == 2 and all(isinstance(c, KVCache) for c in cache)
     parts, start = [], 0
     for size in (3, 1, 1, 4, 2):
-        parts.append(model(ids[:, start:start + size], cache=cache))
+        parts.append(model(ids[:, start : start + size], cache=cache))
         start += size
     assert cache[0].length == 11
     assert torch.allclose(torch.cat(parts, dim=1), full, atol=TOL["float32"])
@@ -49,8 +49,8 @@ def test_start_places_the_input_at_later_positions(model):
     ids = torch.randint(0, V, (3, 5))
     # the same tokens elsewhere read differently
     assert not torch.allclose(model(ids, start=7), model(ids), atol=TOL["must_differ"])
-    per_row = model(ids, start=torch.tensor([0, 7, 15]))                   # one start per row
-    alone = [model(ids[b: b + 1], start=s) for b, s in enumerate((0, 7, 15))]
+    per_row = model(ids, start=torch.tensor([0, 7, 15]))  # one start per row
+    alone = [model(ids[b : b + 1], start=s) for b, s in enumerate((0, 7, 15))]
     assert torch.allclose(per_row, torch.cat(alone), atol=TOL["float32_same_model"])
     assert torch.allclose(per_row[0], model(ids[0]), atol=TOL["float32_same_model"])
 
@@ -101,7 +101,7 @@ def test_bad_inputs_are_named(model):
 def test_a_few_steps_of_training_lower_the_loss():
     torch.manual_seed(0)
     m = DecoderLM(DecoderConfig(vocab_size=V, d_model=32, n_layers=1, n_heads=2, max_len=16))
-    ids = torch.arange(12).repeat(8, 1) % V                               # a pattern to learn
+    ids = torch.arange(12).repeat(8, 1) % V  # a pattern to learn
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
     losses = []
     for _ in range(30):

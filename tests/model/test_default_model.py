@@ -99,12 +99,12 @@ def test_reads_1024_tokens(shipped):
     model, tokenizer, _, corpus = shipped
     assert model.max_len == 1024
     row, placed = paragraphs(tokenizer, corpus.test, model.max_len)[0]
-    ids = torch.tensor(row[:-1])                                    # <bos> + 1,023 tokens of test sentences
+    ids = torch.tensor(row[:-1])  # <bos> + 1,023 tokens of test sentences
     assert ids.shape == (1024,) and len(placed) > 70
     logits, weights = model.attention_weights(ids)
     assert torch.isfinite(logits).all() and weights[0].shape == (model.config.n_heads, 1024, 1024)
     text = "".join(s.text for s, _ in placed)
-    assert tokenizer.encode(text, bos=True) == row[:-1]             # the same paragraph, typed as text
+    assert tokenizer.encode(text, bos=True) == row[:-1]  # the same paragraph, typed as text
 
 
 def test_every_position_embedding_was_trained(shipped):
@@ -114,11 +114,12 @@ def test_every_position_embedding_was_trained(shipped):
     positions = info["positions"]
     assert positions["max_len"] == 1024 and positions["untrained"] == 0 and positions["min_tokens"] > 0
     preset = PRESETS["default"]
-    start = fourier_positions(preset.max_len, preset.d_model, preset.pos_sigma,
-                              torch.Generator().manual_seed(info["seed"]))
-    moved = (model.pos_emb.weight.detach() - start).norm(dim=-1) / start.norm(dim=-1)     # (1024,)
+    start = fourier_positions(
+        preset.max_len, preset.d_model, preset.pos_sigma, torch.Generator().manual_seed(info["seed"])
+    )
+    moved = (model.pos_emb.weight.detach() - start).norm(dim=-1) / start.norm(dim=-1)  # (1024,)
     assert float(moved.min()) == pytest.approx(positions["min_relative_change"], abs=TOL["four_decimals"])
-    assert float(moved.min()) > 0.25                                # the last position as much as the first
+    assert float(moved.min()) > 0.25  # the last position as much as the first
 
 
 def test_long_inputs(shipped):

@@ -19,7 +19,7 @@ MAX_LEN = 96
 def model(tokenizer):
     torch.manual_seed(0)
     m = DecoderLM(DecoderConfig(vocab_size=tokenizer.vocab_size, d_model=24, n_layers=2, n_heads=2, max_len=MAX_LEN))
-    with torch.no_grad():                    # logits of some spread, so that choices are not ties
+    with torch.no_grad():  # logits of some spread, so that choices are not ties
         m.tok_emb.weight.normal_(std=0.5)
     return m.eval()
 

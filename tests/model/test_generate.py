@@ -12,13 +12,14 @@ V = 41
 def model():
     torch.manual_seed(1)
     m = DecoderLM(DecoderConfig(vocab_size=V, d_model=32, n_layers=2, n_heads=4, max_len=40, tie_embeddings=False))
-    with torch.no_grad():                    # logits of about unit spread: neither uniform nor one-hot
+    with torch.no_grad():  # logits of about unit spread: neither uniform nor one-hot
         m.lm_head.weight.normal_(std=0.2)
     return m.eval()
 
 
-@pytest.mark.parametrize("kwargs", [dict(greedy=True), dict(temperature=0.7, seed=3),
-                                    dict(temperature=1.3, top_k=5, seed=11)])
+@pytest.mark.parametrize(
+    "kwargs", [dict(greedy=True), dict(temperature=0.7, seed=3), dict(temperature=1.3, top_k=5, seed=11)]
+)
 def test_kv_cache_generation_equals_uncached_token_for_token(model, kwargs):
     prompt = torch.tensor([[2, 7, 9], [2, 30, 4]])
     cached = generate(model, prompt, 25, use_cache=True, **kwargs)
@@ -46,14 +47,14 @@ def test_top_k_samples_only_among_the_k_best():
 def test_generation_stops_at_eos_and_pads_finished_rows_with_it(model):
     prompt = torch.tensor([[2, 7], [2, 8]])
     free = generate(model, prompt, 12, greedy=True)
-    eos = int(free[0, 2])                                   # row 0's first new token
+    eos = int(free[0, 2])  # row 0's first new token
     out = generate(model, prompt, 12, greedy=True, eos_id=eos)
     assert torch.all(out[0, 2:] == eos)
     hits = (free[1, 2:] == eos).nonzero()
-    if len(hits):                                           # row 1 also said eos: both stop there
+    if len(hits):  # row 1 also said eos: both stop there
         k = 2 + int(hits[0])
         assert out.shape[1] == k + 1 and torch.equal(out[1], free[1, : k + 1])
-    else:                                                   # row 1 never did: it runs to the end
+    else:  # row 1 never did: it runs to the end
         assert torch.equal(out[1], free[1])
 
 

@@ -15,5 +15,7 @@ def test_accepts_the_grammar_and_names_each_violation():
 def test_unfinished_or_unknown_words():
     assert grammar_errors(["一只", "蓝色"]) == ["ends after 2 words; expected a creature"]
     assert "is not a colour" in grammar_errors(["一只", "可爱"])[0]
-    assert "extra words" in grammar_errors(
-        ["一只", "蓝色", "猫", "走进", "花园", "。", "它", "很", "开心", "。", "它"])[-1]
+    assert (
+        "extra words"
+        in grammar_errors(["一只", "蓝色", "猫", "走进", "花园", "。", "它", "很", "开心", "。", "它"])[-1]
+    )

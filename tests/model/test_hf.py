@@ -23,19 +23,23 @@ SENTENCES = [
 
 def _gpt2_dir(tmp_path, cls=GPT2LMHeadModel, **overrides):
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=101, n_positions=48, n_embd=64, n_layer=2, n_head=4, bos_token_id=0,
-                     eos_token_id=0, **overrides)
+    cfg = GPT2Config(
+        vocab_size=101, n_positions=48, n_embd=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0, **overrides
+    )
     hf = cls(cfg).eval()
     folder = tmp_path / f"{cls.__name__}-{overrides}"
     hf.save_pretrained(folder)
     return hf, folder
 
 
-@pytest.mark.parametrize("cls, overrides", [
-    (GPT2LMHeadModel, {}),
-    (GPT2LMHeadModel, {"tie_word_embeddings": False}),
-    (GPT2LMHeadModel, {"activation_function": "relu", "n_inner": 96}),
-])
+@pytest.mark.parametrize(
+    "cls, overrides",
+    [
+        (GPT2LMHeadModel, {}),
+        (GPT2LMHeadModel, {"tie_word_embeddings": False}),
+        (GPT2LMHeadModel, {"activation_function": "relu", "n_inner": 96}),
+    ],
+)
 def test_gpt2_logits_equal_transformers(tmp_path, cls, overrides):
     hf, folder = _gpt2_dir(tmp_path, cls, **overrides)
     model = load_gpt2(folder)
@@ -49,14 +53,16 @@ def test_gpt2_logits_equal_transformers(tmp_path, cls, overrides):
 
 
 def test_gpt2_without_lm_head_prefix_and_its_kv_cache(tmp_path):
-    hf, folder = _gpt2_dir(tmp_path, GPT2Model)       # names without "transformer."
+    hf, folder = _gpt2_dir(tmp_path, GPT2Model)  # names without "transformer."
     model = load_gpt2(folder)
     ids = torch.randint(0, 101, (2, 13), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         hidden = hf(ids).last_hidden_state
     assert torch.allclose(model(ids), hidden @ hf.wte.weight.T, atol=TOL["float32_vs_transformers"])
     prompt = ids[:, :4]
-    assert torch.equal(generate(model, prompt, 20, greedy=True), generate(model, prompt, 20, greedy=True, use_cache=False))
+    assert torch.equal(
+        generate(model, prompt, 20, greedy=True), generate(model, prompt, 20, greedy=True, use_cache=False)
+    )
 
 
 def test_gpt2_file_problems_are_named(tmp_path):
@@ -71,7 +77,9 @@ def test_gpt2_file_problems_are_named(tmp_path):
 
     tensors = load_file(weights) | {"transformer.h.1.attn.c_attn.weight": torch.zeros(64, 190)}
     save_file(tensors, weights)
-    with pytest.raises(ValueError, match=r"'transformer\.h\.1\.attn\.c_attn\.weight' has shape \(64, 190\), expected \(64, 192\)"):
+    with pytest.raises(
+        ValueError, match=r"'transformer\.h\.1\.attn\.c_attn\.weight' has shape \(64, 190\), expected \(64, 192\)"
+    ):
         load_gpt2(folder)
 
     tensors["transformer.h.1.attn.c_attn.weight"] = torch.zeros(64, 192)
@@ -107,7 +115,7 @@ def test_bundled_minilm_hidden_states_equal_transformers():
     assert isinstance(ours, Encoder) and not ours.blocks[0].attn.causal
     ref = BertModel.from_pretrained(str(path)).eval()
     enc = tok(SENTENCES, padding=True, return_tensors="pt")
-    assert int((enc["attention_mask"] == 0).sum()) > 0          # padding is part of the check
+    assert int((enc["attention_mask"] == 0).sum()) > 0  # padding is part of the check
     with torch.no_grad():
         want = ref(**enc).last_hidden_state
         got = ours(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
@@ -123,9 +131,15 @@ def test_bundled_minilm_hidden_states_equal_transformers():
 
 def test_bert_task_model_with_prefix(tmp_path):
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=48, max_position_embeddings=40)
-    mlm = BertForMaskedLM(cfg).eval()                           # tensors are named "bert.…" and "cls.…"
+    cfg = BertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=40,
+    )
+    mlm = BertForMaskedLM(cfg).eval()  # tensors are named "bert.…" and "cls.…"
     mlm.save_pretrained(tmp_path / "mlm")
     ours = load_bert(tmp_path / "mlm")
     ids = torch.randint(0, 99, (2, 11), generator=torch.Generator().manual_seed(3))
@@ -143,9 +157,13 @@ def test_bert_file_problems_are_named(tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text((path / "config.json").read_text())
     tensors = load_file(path / "model.safetensors")
-    tensors["encoder.layer.3.output.dense.weight"] = tensors["encoder.layer.3.output.dense.weight"][:, :100].contiguous()
+    tensors["encoder.layer.3.output.dense.weight"] = tensors["encoder.layer.3.output.dense.weight"][
+        :, :100
+    ].contiguous()
     save_file(tensors, folder / "model.safetensors")
-    with pytest.raises(ValueError, match=r"'encoder\.layer\.3\.output\.dense\.weight' has shape \(384, 100\), expected \(384, 1536\)"):
+    with pytest.raises(
+        ValueError, match=r"'encoder\.layer\.3\.output\.dense\.weight' has shape \(384, 100\), expected \(384, 1536\)"
+    ):
         load_bert(folder)
     del tensors["encoder.layer.3.output.dense.weight"]
     save_file(tensors, folder / "model.safetensors")

@@ -38,7 +38,7 @@ class Case:
     backward: bool = False
     backends: tuple[str, ...] = ("sdpa", "native", "flex", "tiled", "auto", "naive")
     dtype: torch.dtype = torch.float32
-    rounds: int | None = None    # timed rounds without a warm-up, for calls of many seconds; None: adaptive
+    rounds: int | None = None  # timed rounds without a warm-up, for calls of many seconds; None: adaptive
 
     @property
     def shape(self) -> str:
@@ -63,9 +63,11 @@ class Case:
         """q (B, Hq, Lq, D), k and v (B, Hkv, Lk, D), from SEED."""
         grad = self.backward if requires_grad is None else requires_grad
         g = torch.Generator().manual_seed(SEED)
-        shapes = ((self.batch, self.q_heads, self.len_q, self.head_dim),
-                  (self.batch, self.kv_heads, self.len_k, self.head_dim),
-                  (self.batch, self.kv_heads, self.len_k, self.head_dim))
+        shapes = (
+            (self.batch, self.q_heads, self.len_q, self.head_dim),
+            (self.batch, self.kv_heads, self.len_k, self.head_dim),
+            (self.batch, self.kv_heads, self.len_k, self.head_dim),
+        )
         return tuple(torch.randn(s, generator=g, dtype=self.dtype).requires_grad_(grad) for s in shapes)
 
     def kwargs(self) -> dict:
@@ -78,17 +80,53 @@ def _cases() -> tuple[tuple[Case, Case], ...]:
     base = dict(batch=1, q_heads=8, kv_heads=8, head_dim=64)
     pairs = (
         (Case("causal_forward", "causal forward", len_q=4096, len_k=4096, **base), dict(len_q=256, len_k=256)),
-        (Case("forward_backward", "causal forward + backward", len_q=2048, len_k=2048, backward=True, **base),
-         dict(len_q=128, len_k=128)),
-        (Case("sliding_window", "sliding window, causal (SDPA gets the equivalent dense mask)",
-              len_q=8192, len_k=8192, window=256, **base), dict(len_q=512, len_k=512, window=32)),
-        (Case("gqa", "grouped-query attention, causal forward (8 query heads share 2 key/value heads)",
-              len_q=4096, len_k=4096, **{**base, "kv_heads": 2}), dict(len_q=256, len_k=256)),
-        (Case("decode", "one KV-cache decoding step (Lq = 1, causal bottom-right: sees the whole cache)",
-              len_q=1, len_k=16384, **base), dict(len_k=512)),
-        (Case("memory", "causal forward at L = 32768: peak extra memory (naive would need 32 GiB of weights)",
-              len_q=32768, len_k=32768, backends=("sdpa", "native", "tiled", "naive"), rounds=1, **base),
-         dict(len_q=1024, len_k=1024, rounds=None)),
+        (
+            Case("forward_backward", "causal forward + backward", len_q=2048, len_k=2048, backward=True, **base),
+            dict(len_q=128, len_k=128),
+        ),
+        (
+            Case(
+                "sliding_window",
+                "sliding window, causal (SDPA gets the equivalent dense mask)",
+                len_q=8192,
+                len_k=8192,
+                window=256,
+                **base,
+            ),
+            dict(len_q=512, len_k=512, window=32),
+        ),
+        (
+            Case(
+                "gqa",
+                "grouped-query attention, causal forward (8 query heads share 2 key/value heads)",
+                len_q=4096,
+                len_k=4096,
+                **{**base, "kv_heads": 2},
+            ),
+            dict(len_q=256, len_k=256),
+        ),
+        (
+            Case(
+                "decode",
+                "one KV-cache decoding step (Lq = 1, causal bottom-right: sees the whole cache)",
+                len_q=1,
+                len_k=16384,
+                **base,
+            ),
+            dict(len_k=512),
+        ),
+        (
+            Case(
+                "memory",
+                "causal forward at L = 32768: peak extra memory (naive would need 32 GiB of weights)",
+                len_q=32768,
+                len_k=32768,
+                backends=("sdpa", "native", "tiled", "naive"),
+                rounds=1,
+                **base,
+            ),
+            dict(len_q=1024, len_k=1024, rounds=None),
+        ),
     )
     return tuple((full, replace(full, **quick)) for full, quick in pairs)
 
@@ -100,7 +138,7 @@ CASES: dict[str, tuple[Case, Case]] = {full.name: (full, quick) for full, quick 
 EXTRA_CASES = {
     "hf": "a tiny Llama's forward pass, attn_implementation selfattn vs sdpa vs eager (selfattn.bench.hf_case)",
     "ring": "ring attention over 1, 2 and 4 local processes, bytes per rank, memory, scaling to 64 ranks "
-            "(selfattn.bench.ring_case)",
+    "(selfattn.bench.ring_case)",
 }
 """Cases that measure a whole model or several processes rather than one attention call; run only when named."""
 
@@ -142,9 +180,11 @@ def make_call(case: Case, backend: str, q, k, v):
 
     kwargs = case.kwargs()
     if not case.backward:
+
         def forward_only():
             with torch.no_grad():
                 return [attention(q, k, v, backend=backend, **kwargs)]
+
         return forward_only
 
     g = torch.Generator().manual_seed(SEED + 1)
@@ -156,4 +196,5 @@ def make_call(case: Case, backend: str, q, k, v):
         out = attention(q, k, v, backend=backend, **kwargs)
         out.backward(d_out)
         return [out.detach(), q.grad, k.grad, v.grad]
+
     return forward_backward

@@ -1,7 +1,7 @@
 """`selfattn bench --explain`: for each case, what every backend says about its request, and auto's choice.
 
-    explain_case(case) -> str     the case's request as `attention` would build it, then per backend
-                                  its time estimate or its refusal, then the backend "auto" takes
+explain_case(case) -> str     the case's request as `attention` would build it, then per backend
+                              its time estimate or its refusal, then the backend "auto" takes
 """
 
 from __future__ import annotations

@@ -48,8 +48,11 @@ def busy_processes(n: int):
     try:
         env = dict(os.environ, **ONE_THREAD)
         for _ in range(n):
-            procs.append(subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE,
-                                          stderr=subprocess.DEVNULL, text=True, env=env))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", SPIN], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+                )
+            )
         for proc in procs:
             if proc.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"busy process {proc.pid} did not start (exit status {proc.poll()})")

@@ -28,9 +28,11 @@ from dataclasses import replace
 
 __all__ = ["METHOD", "child_main", "extra_bytes", "status_kib", "trim"]
 
-METHOD = ("peak RSS during one call in a fresh process (VmHWM after resetting it through /proc/self/clear_refs), "
-          "minus RSS before the call, minus the bytes of the output (and gradients); inputs built and a tiny "
-          "warm-up call made first")
+METHOD = (
+    "peak RSS during one call in a fresh process (VmHWM after resetting it through /proc/self/clear_refs), "
+    "minus RSS before the call, minus the bytes of the output (and gradients); inputs built and a tiny "
+    "warm-up call made first"
+)
 
 TINY = 64
 """Lengths of the warm-up call that initialises libraries before measuring."""
@@ -46,8 +48,9 @@ def extra_bytes(case_name: str, quick: bool, backend: str, threads: int) -> tupl
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     code = "from selfattn.bench.memory import child_main; child_main()"
     try:
-        done = subprocess.run([sys.executable, "-c", code, spec], capture_output=True, text=True, env=env,
-                              timeout=CHILD_TIMEOUT_SECONDS)
+        done = subprocess.run(
+            [sys.executable, "-c", code, spec], capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_SECONDS
+        )
     except subprocess.TimeoutExpired:
         return None, f"timed out after {CHILD_TIMEOUT_SECONDS} s"
     lines = done.stdout.strip().splitlines()
@@ -67,9 +70,13 @@ def child_main() -> None:
     torch.set_num_threads(spec["threads"])
     case = select([spec["case"]], quick=spec["quick"])[0]
     q, k, v = case.inputs()
-    runs_on, _ = resolve(case, spec["backend"], q, k, v)     # "auto": warm up what it picks at full size
-    tiny = replace(case, len_q=min(case.len_q, TINY), len_k=min(case.len_k, TINY),
-                   window=None if case.window is None else min(case.window, TINY // 2))
+    runs_on, _ = resolve(case, spec["backend"], q, k, v)  # "auto": warm up what it picks at full size
+    tiny = replace(
+        case,
+        len_q=min(case.len_q, TINY),
+        len_k=min(case.len_k, TINY),
+        window=None if case.window is None else min(case.window, TINY // 2),
+    )
     make_call(tiny, runs_on, *tiny.inputs())()
     call = make_call(case, spec["backend"], q, k, v)
     trim()

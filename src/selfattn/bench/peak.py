@@ -21,5 +21,9 @@ def gemm_peak(n: int = GEMM_SIZE, min_seconds: float = 1.0) -> dict:
     a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
     out = torch.empty(n, n)
     seconds, repeats = best_seconds(lambda: torch.mm(a, b, out=out), min_seconds)
-    return {"gflops": 2.0 * n ** 3 / seconds / 1e9, "n": n, "repeats": repeats,
-            "what": f"fp32 torch.mm {n}×{n} @ {n}×{n}, best of {repeats}"}
+    return {
+        "gflops": 2.0 * n**3 / seconds / 1e9,
+        "n": n,
+        "repeats": repeats,
+        "what": f"fp32 torch.mm {n}×{n} @ {n}×{n}, best of {repeats}",
+    }

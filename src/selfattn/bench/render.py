@@ -16,8 +16,12 @@ def render_header(result: dict, console: Console) -> None:
     machine = result["machine"]
     busy = machine.get("busy_processes", 0)
     under = f", under load {busy} ({busy} busy process{'es' if busy != 1 else ''}, one core each)" if busy else ""
-    console.print(f"[bold]selfattn bench[/bold]{'  (quick sizes)' if result['quick'] else ''}: "
-                  f"torch {machine['torch']}, {machine['threads']} threads{under}, ", Text(machine["cpu"]), sep="")
+    console.print(
+        f"[bold]selfattn bench[/bold]{'  (quick sizes)' if result['quick'] else ''}: "
+        f"torch {machine['torch']}, {machine['threads']} threads{under}, ",
+        Text(machine["cpu"]),
+        sep="",
+    )
     console.print(f"GEMM peak: {machine['gemm_peak_gflops']:.1f} GFLOP/s ({machine['gemm']})")
     for key, text in result["method"].items():
         console.print(f"[dim]{key}: {text}[/dim]")
@@ -26,20 +30,36 @@ def render_header(result: dict, console: Console) -> None:
 
 
 def render_case(case: dict, console: Console) -> None:
-    table = Table(title=f"{case['name']}: {case['title']}", title_justify="left",
-                  caption="% peak: of the fp32 GEMM peak · × SDPA: time over SDPA's · +MiB: peak extra memory",
-                  caption_justify="left")
-    for column, justify in (("backend", "left"), ("shape", "left"), ("ms", "right"), ("GFLOP/s", "right"),
-                            ("% peak", "right"), ("× SDPA", "right"), ("+MiB", "right")):
+    table = Table(
+        title=f"{case['name']}: {case['title']}",
+        title_justify="left",
+        caption="% peak: of the fp32 GEMM peak · × SDPA: time over SDPA's · +MiB: peak extra memory",
+        caption_justify="left",
+    )
+    for column, justify in (
+        ("backend", "left"),
+        ("shape", "left"),
+        ("ms", "right"),
+        ("GFLOP/s", "right"),
+        ("% peak", "right"),
+        ("× SDPA", "right"),
+        ("+MiB", "right"),
+    ):
         table.add_column(column, justify=justify, no_wrap=True)
     for row in case["rows"]:
         name = row["backend"] if row["chosen"] in (None, row["backend"]) else f"{row['backend']} → {row['chosen']}"
         if row["skipped"]:
             table.add_row(name, case["shape"], "—", "—", "—", "—", "—")
             continue
-        table.add_row(name, case["shape"], f"{row['ms']:.2f}", f"{row['gflops']:.1f}", f"{row['peak_percent']:.0f}%",
-                      "—" if row["vs_sdpa"] is None else f"{row['vs_sdpa']:.2f}",
-                      "—" if row["extra_mib"] is None else f"{row['extra_mib']:.1f}")
+        table.add_row(
+            name,
+            case["shape"],
+            f"{row['ms']:.2f}",
+            f"{row['gflops']:.1f}",
+            f"{row['peak_percent']:.0f}%",
+            "—" if row["vs_sdpa"] is None else f"{row['vs_sdpa']:.2f}",
+            "—" if row["extra_mib"] is None else f"{row['extra_mib']:.1f}",
+        )
     console.print(table)
     for row in case["rows"]:
         if row["skipped"]:
@@ -50,10 +70,13 @@ def render_case(case: dict, console: Console) -> None:
 
 def render_hf(hf: dict, console: Console) -> None:
     """The `hf` case: one forward pass of a tiny Llama per attention implementation."""
-    table = Table(title=f"hf: {hf['model']} forward, L = {hf['length']} ({hf['device']})", title_justify="left",
-                  caption=f"× sdpa: time over attn_implementation='sdpa' (target for selfattn: ≤ {hf['target_ratio']}); "
-                          f"largest logit difference from eager {hf['max_logit_error_vs_eager']:.1e}",
-                  caption_justify="left")
+    table = Table(
+        title=f"hf: {hf['model']} forward, L = {hf['length']} ({hf['device']})",
+        title_justify="left",
+        caption=f"× sdpa: time over attn_implementation='sdpa' (target for selfattn: ≤ {hf['target_ratio']}); "
+        f"largest logit difference from eager {hf['max_logit_error_vs_eager']:.1e}",
+        caption_justify="left",
+    )
     for column in ("attn_implementation", "ms", "× sdpa"):
         table.add_column(column, justify="left" if column == "attn_implementation" else "right", no_wrap=True)
     for name, seconds in hf["seconds"].items():
@@ -64,10 +87,13 @@ def render_hf(hf: dict, console: Console) -> None:
 def render_ring(ring: dict, console: Console) -> None:
     """The `ring` case: time, bytes and memory per rank at each world size, then the simulated scaling."""
     spec = ring["spec"]
-    table = Table(title=f"ring: causal zigzag ring attention, L = {spec['seq_len']}, forward + backward, "
-                        f"{ring['threads_per_rank']} thread per rank on {ring['cores']} cores", title_justify="left",
-                  caption="bytes: sent by each rank in one step, measured / by the formula of docs/distributed.md",
-                  caption_justify="left")
+    table = Table(
+        title=f"ring: causal zigzag ring attention, L = {spec['seq_len']}, forward + backward, "
+        f"{ring['threads_per_rank']} thread per rank on {ring['cores']} cores",
+        title_justify="left",
+        caption="bytes: sent by each rank in one step, measured / by the formula of docs/distributed.md",
+        caption_justify="left",
+    )
     for column in ("ranks", "s / step", "MB sent per rank (measured / formula)", "peak MiB per rank"):
         table.add_column(column, justify="right", no_wrap=True)
     for m in ring["measured"]:
@@ -79,14 +105,23 @@ def render_ring(ring: dict, console: Console) -> None:
     console.print(table)
     simulated = (ring.get("simulated") or {}).get("long")
     if simulated:
-        sim = Table(title=f"ring, simulated: L = {simulated[0]['seq_len']}, from the measured compute rate and a "
-                          f"{ring['link_bytes_per_s'] * 8 / 1e9:.0f} Gb/s link", title_justify="left")
+        sim = Table(
+            title=f"ring, simulated: L = {simulated[0]['seq_len']}, from the measured compute rate and a "
+            f"{ring['link_bytes_per_s'] * 8 / 1e9:.0f} Gb/s link",
+            title_justify="left",
+        )
         for column in ("ranks", "L per rank", "s / step", "speedup", "efficiency", "bound", "MB sent per rank"):
             sim.add_column(column, justify="right", no_wrap=True)
         for row in simulated:
-            sim.add_row(str(row["world"]), str(row["local_len"]), f"{row['seconds_per_step']:.3g}",
-                        f"{row['speedup']:.1f}", f"{row['efficiency']:.0%}", row["bound"],
-                        f"{row['bytes_sent_per_rank'] / 1e6:.1f}")
+            sim.add_row(
+                str(row["world"]),
+                str(row["local_len"]),
+                f"{row['seconds_per_step']:.3g}",
+                f"{row['speedup']:.1f}",
+                f"{row['efficiency']:.0%}",
+                row["bound"],
+                f"{row['bytes_sent_per_rank'] / 1e6:.1f}",
+            )
         console.print(sim)
 
 

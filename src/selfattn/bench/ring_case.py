@@ -101,14 +101,26 @@ def worker(rank: int, world: int, spec: dict) -> dict:
         step()
         times.append(time.perf_counter() - t0)
     f_fwd, f_bwd = formula_bytes(world, sq.local_len, B, Hkv, D)
-    return {"rank": rank, "seconds_per_step": min(times), "forward_seconds": min(fwd_times),
-            "bytes_sent": {"forward": traffic.forward, "backward": traffic.backward},
-            "bytes_formula": {"forward": f_fwd, "backward": f_bwd},
-            "peak_extra_bytes": peak_extra, "input_bytes": input_bytes, "local_len": sq.local_len}
+    return {
+        "rank": rank,
+        "seconds_per_step": min(times),
+        "forward_seconds": min(fwd_times),
+        "bytes_sent": {"forward": traffic.forward, "backward": traffic.backward},
+        "bytes_formula": {"forward": f_fwd, "backward": f_bwd},
+        "peak_extra_bytes": peak_extra,
+        "input_bytes": input_bytes,
+        "local_len": sq.local_len,
+    }
 
 
-def simulate(spec: dict, seq_len: int, forward_pairs_per_s: float, backward_pairs_per_s: float,
-             link_bytes_per_s: float = LINK_BYTES_PER_S, latency_s: float = LINK_LATENCY_S) -> list[dict]:
+def simulate(
+    spec: dict,
+    seq_len: int,
+    forward_pairs_per_s: float,
+    backward_pairs_per_s: float,
+    link_bytes_per_s: float = LINK_BYTES_PER_S,
+    latency_s: float = LINK_LATENCY_S,
+) -> list[dict]:
     """Time per forward+backward step at each of SIM_WORLDS ranks for `seq_len`, from measured pair rates.
 
     A ring step computes Lr²/2 visible pairs while the next block (and, backward, a dK/dV block)
@@ -118,19 +130,27 @@ def simulate(spec: dict, seq_len: int, forward_pairs_per_s: float, backward_pair
     base = None
     for world in SIM_WORLDS:
         Lr = -(-seq_len // (2 * world)) * 2
-        pairs = Lr * Lr / 2 if world > 1 else seq_len * seq_len / 2   # per ring step; W = 1: the whole causal map
+        pairs = Lr * Lr / 2 if world > 1 else seq_len * seq_len / 2  # per ring step; W = 1: the whole causal map
         f_bytes, b_bytes = formula_bytes(world, Lr, spec["batch"], spec["kv_heads"], spec["head_dim"])
         compute_f, compute_b = pairs / forward_pairs_per_s, pairs / backward_pairs_per_s
         send_f = latency_s + f_bytes / (world - 1) / link_bytes_per_s if world > 1 else 0.0
         send_b = 2 * latency_s + b_bytes / world / link_bytes_per_s if world > 1 else 0.0
         seconds = world * (max(compute_f, send_f) + max(compute_b, send_b))
         base = seconds if base is None else base
-        rows.append({"world": world, "seq_len": seq_len, "local_len": Lr,
-                     "compute_s_per_ring_step": compute_f + compute_b,
-                     "transfer_s_per_ring_step": send_f + send_b,
-                     "bound": "compute" if compute_f + compute_b >= send_f + send_b else "link",
-                     "seconds_per_step": seconds, "speedup": base / seconds,
-                     "efficiency": base / seconds / world, "bytes_sent_per_rank": f_bytes + b_bytes})
+        rows.append(
+            {
+                "world": world,
+                "seq_len": seq_len,
+                "local_len": Lr,
+                "compute_s_per_ring_step": compute_f + compute_b,
+                "transfer_s_per_ring_step": send_f + send_b,
+                "bound": "compute" if compute_f + compute_b >= send_f + send_b else "link",
+                "seconds_per_step": seconds,
+                "speedup": base / seconds,
+                "efficiency": base / seconds / world,
+                "bytes_sent_per_rank": f_bytes + b_bytes,
+            }
+        )
     return rows
 
 
@@ -142,9 +162,7 @@ def ring_case(quick: bool = False, worlds=(1, 2, 4), link_bytes_per_s: float = L
     measured = []
     for world in worlds:
         ranks = run_local(world, "selfattn.bench.ring_case:worker", args=(spec,), timeout_s=GROUP_TIMEOUT_S)
-        measured.append({"world": world,
-                         "seconds_per_step": max(r["seconds_per_step"] for r in ranks),
-                         "ranks": ranks})
+        measured.append({"world": world, "seconds_per_step": max(r["seconds_per_step"] for r in ranks), "ranks": ranks})
     one = next((m for m in measured if m["world"] == 1), None)
     table = None
     rates = None
@@ -154,11 +172,23 @@ def ring_case(quick: bool = False, worlds=(1, 2, 4), link_bytes_per_s: float = L
         fwd = pairs / r0["forward_seconds"]
         bwd = pairs / max(1e-9, r0["seconds_per_step"] - r0["forward_seconds"])
         rates = {"forward_pairs_per_s": fwd, "backward_pairs_per_s": bwd}
-        table = {"measured_length": simulate(spec, spec["seq_len"], fwd, bwd, link_bytes_per_s),
-                 "long": simulate(spec, spec["sim_seq_len"], fwd, bwd, link_bytes_per_s)}
-    return {"case": "ring", "spec": spec, "layout": "zigzag", "causal": True, "dtype": "float32",
-            "threads_per_rank": 1, "cores": os.cpu_count(), "measured": measured,
-            "rates": rates, "link_bytes_per_s": link_bytes_per_s, "link_latency_s": LINK_LATENCY_S,
-            "simulated": table,
-            "memory_method": "per rank: peak RSS during one forward+backward step (VmHWM after clear_refs) minus "
-                             "RSS before it; input_bytes: the rank's q, k, v shards"}
+        table = {
+            "measured_length": simulate(spec, spec["seq_len"], fwd, bwd, link_bytes_per_s),
+            "long": simulate(spec, spec["sim_seq_len"], fwd, bwd, link_bytes_per_s),
+        }
+    return {
+        "case": "ring",
+        "spec": spec,
+        "layout": "zigzag",
+        "causal": True,
+        "dtype": "float32",
+        "threads_per_rank": 1,
+        "cores": os.cpu_count(),
+        "measured": measured,
+        "rates": rates,
+        "link_bytes_per_s": link_bytes_per_s,
+        "link_latency_s": LINK_LATENCY_S,
+        "simulated": table,
+        "memory_method": "per rank: peak RSS during one forward+backward step (VmHWM after clear_refs) minus "
+        "RSS before it; input_bytes: the rank's q, k, v shards",
+    }

@@ -46,8 +46,15 @@ PEAK_SPREAD = 1.25
 """The GEMM peak is timed before and after the cases; one this much below the other marks a busy machine."""
 
 
-def run(cases=None, quick: bool = False, *, threads: int | None = None, measure_memory: bool = True,
-        load: int = 0, progress: Callable[[str, str], None] | None = None) -> dict:
+def run(
+    cases=None,
+    quick: bool = False,
+    *,
+    threads: int | None = None,
+    measure_memory: bool = True,
+    load: int = 0,
+    progress: Callable[[str, str], None] | None = None,
+) -> dict:
     """Run the benchmark cases named in `cases` (all when None) and return the numbers as a dict.
 
     quick           small sizes: the whole suite in about a minute (most of it starting the memory
@@ -69,7 +76,7 @@ def run(cases=None, quick: bool = False, *, threads: int | None = None, measure_
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        load_before = _load_average()                   # before our own busy processes start
+        load_before = _load_average()  # before our own busy processes start
         with busy_processes(load):
             if any("native" in case.backends for case in chosen):
                 _build_native()
@@ -89,7 +96,7 @@ def _build_native() -> None:
         try:
             native.build()
         except RuntimeError:
-            pass                           # not_supported_reasons now carries the reason
+            pass  # not_supported_reasons now carries the reason
 
 
 def _run_extra(name: str, quick: bool, progress) -> dict:
@@ -109,8 +116,9 @@ def _load_average() -> float | None:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
-def _run(chosen: list[Case], quick: bool, threads: int, measure_memory: bool, busy: int, load: float | None,
-         progress) -> dict:
+def _run(
+    chosen: list[Case], quick: bool, threads: int, measure_memory: bool, busy: int, load: float | None, progress
+) -> dict:
     min_seconds = QUICK_MIN_SECONDS if quick else MIN_SECONDS
     gemm_size = QUICK_GEMM_SIZE if quick else GEMM_SIZE
     peaks = [gemm_peak(gemm_size, min_seconds)]
@@ -119,7 +127,7 @@ def _run(chosen: list[Case], quick: bool, threads: int, measure_memory: bool, bu
         if progress is not None:
             progress(case.name, case.shape)
         entries.append(_run_case(case, quick, threads, min_seconds, measure_memory))
-    peaks.append(gemm_peak(gemm_size, min_seconds))   # before and after: a busy moment must not lower the peak
+    peaks.append(gemm_peak(gemm_size, min_seconds))  # before and after: a busy moment must not lower the peak
     load_after = _load_average()
     peak = max(peaks, key=lambda p: p["gflops"])
     for entry in entries:
@@ -128,16 +136,25 @@ def _run(chosen: list[Case], quick: bool, threads: int, measure_memory: bool, bu
                 row["peak_percent"] = 100.0 * row["gflops"] / peak["gflops"]
     result = {
         "quick": quick,
-        "machine": {"cpu": _cpu_name(), "cpus": os.cpu_count(), "threads": threads, "torch": torch.__version__,
-                    "gemm_peak_gflops": peak["gflops"],
-                    "gemm": f"{peak['what']}, the better of a run before and one after the cases",
-                    "load_before": load, "load_after": load_after, "busy_processes": busy,
-                    "gemm_peaks_gflops": [p["gflops"] for p in peaks],
-                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")},
+        "machine": {
+            "cpu": _cpu_name(),
+            "cpus": os.cpu_count(),
+            "threads": threads,
+            "torch": torch.__version__,
+            "gemm_peak_gflops": peak["gflops"],
+            "gemm": f"{peak['what']}, the better of a run before and one after the cases",
+            "load_before": load,
+            "load_after": load_after,
+            "busy_processes": busy,
+            "gemm_peaks_gflops": [p["gflops"] for p in peaks],
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        },
         "warnings": _warnings(load, load_after, [p["gflops"] for p in peaks], threads, busy),
         "method": {
-            "time": (f"best of n calls after one warm-up, the backends of a case taking turns, n rounds so "
-                     f"that at least {min_seconds:g} s is spent"),
+            "time": (
+                f"best of n calls after one warm-up, the backends of a case taking turns, n rounds so "
+                f"that at least {min_seconds:g} s is spent"
+            ),
             "flops": "4·D per visible (query, key) pair and head; forward+backward counts 3.5× the forward",
             "memory": memory.METHOD if measure_memory else "not measured",
         },
@@ -151,9 +168,21 @@ def _run_case(case: Case, quick: bool, threads: int, min_seconds: float, measure
     rows = []
     for backend in case.backends:
         runs_on, why = resolve(case, backend, q, k, v)
-        rows.append({"backend": backend, "chosen": runs_on, "shape": case.shape, "ms": None, "gflops": None,
-                     "peak_percent": None, "vs_sdpa": None, "extra_mib": None, "memory_error": None,
-                     "skipped": why, "repeats": 0})
+        rows.append(
+            {
+                "backend": backend,
+                "chosen": runs_on,
+                "shape": case.shape,
+                "ms": None,
+                "gflops": None,
+                "peak_percent": None,
+                "vs_sdpa": None,
+                "extra_mib": None,
+                "memory_error": None,
+                "skipped": why,
+                "repeats": 0,
+            }
+        )
     calls = {row["backend"]: make_call(case, row["backend"], q, k, v) for row in rows if row["skipped"] is None}
     timings = best_seconds_interleaved(calls, min_seconds, case.rounds)
     for row in rows:
@@ -171,23 +200,38 @@ def _run_case(case: Case, quick: bool, threads: int, min_seconds: float, measure
     for row in rows:
         if row["ms"] is not None and sdpa_ms is not None:
             row["vs_sdpa"] = row["ms"] / sdpa_ms
-    return {"name": case.name, "title": case.title, "shape": case.shape,
-            "size": {"B": case.batch, "Hq": case.q_heads, "Hkv": case.kv_heads, "Lq": case.len_q,
-                     "Lk": case.len_k, "D": case.head_dim, "window": case.window, "causal": case.causal,
-                     "backward": case.backward, "dtype": str(case.dtype).removeprefix("torch.")},
-            "gflop": case.flops / 1e9, "rows": rows}
+    return {
+        "name": case.name,
+        "title": case.title,
+        "shape": case.shape,
+        "size": {
+            "B": case.batch,
+            "Hq": case.q_heads,
+            "Hkv": case.kv_heads,
+            "Lq": case.len_q,
+            "Lk": case.len_k,
+            "D": case.head_dim,
+            "window": case.window,
+            "causal": case.causal,
+            "backward": case.backward,
+            "dtype": str(case.dtype).removeprefix("torch."),
+        },
+        "gflop": case.flops / 1e9,
+        "rows": rows,
+    }
 
 
-def _warnings(load_before: float | None, load_after: float | None, peaks: list[float], threads: int,
-              busy: int = 0) -> list[str]:
+def _warnings(
+    load_before: float | None, load_after: float | None, peaks: list[float], threads: int, busy: int = 0
+) -> list[str]:
     """Why the figures may not be what this machine can do: other processes on its cores, beyond the
     `busy` processes the run started on purpose (`--load`)."""
     cpus = os.cpu_count() or threads
-    idle = max(0, cpus - threads)                       # CPUs torch leaves to others
+    idle = max(0, cpus - threads)  # CPUs torch leaves to others
     signs = []
     if load_before is not None and load_before > BUSY_LOAD_BEFORE + idle:
         signs.append(f"load average {load_before:.1f} on {cpus} CPUs before the run")
-    if load_after is not None and load_after > threads + busy + BUSY_LOAD + idle:   # the bench adds threads + busy
+    if load_after is not None and load_after > threads + busy + BUSY_LOAD + idle:  # the bench adds threads + busy
         signs.append(f"{load_after:.1f} after it")
     if min(peaks) < max(peaks) / PEAK_SPREAD:
         signs.append(f"GEMM peak {min(peaks):.0f} against {max(peaks):.0f} GFLOP/s in the same run")
@@ -195,9 +239,11 @@ def _warnings(load_before: float | None, load_after: float | None, peaks: list[f
         return []
     text = f"the machine was busy ({'; '.join(signs)}): other processes shared the cores with the torch threads."
     if (os.environ.get("OMP_WAIT_POLICY") or "").upper() != "PASSIVE":
-        text += (" With OpenMP's default wait policy, a thread that waits for a preempted one spins and takes "
-                 "its CPU, so kernels of many small steps (tiled, naive) slow down far more than SDPA's one "
-                 "fused call; rerun with OMP_WAIT_POLICY=PASSIVE in the environment, or on idle cores.")
+        text += (
+            " With OpenMP's default wait policy, a thread that waits for a preempted one spins and takes "
+            "its CPU, so kernels of many small steps (tiled, naive) slow down far more than SDPA's one "
+            "fused call; rerun with OMP_WAIT_POLICY=PASSIVE in the environment, or on idle cores."
+        )
     return [text]
 
 

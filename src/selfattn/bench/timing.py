@@ -8,8 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["best_seconds", "best_seconds_interleaved", "MIN_SECONDS", "QUICK_MIN_SECONDS", "MIN_REPEATS",
-           "MAX_REPEATS"]
+__all__ = ["best_seconds", "best_seconds_interleaved", "MIN_SECONDS", "QUICK_MIN_SECONDS", "MIN_REPEATS", "MAX_REPEATS"]
 
 MIN_SECONDS = 1.0
 """Keep repeating a call until this much time was spent on it (full bench)."""
@@ -38,8 +37,9 @@ def best_seconds(fn: Callable[[], object], min_seconds: float = MIN_SECONDS) -> 
     return best, repeats
 
 
-def best_seconds_interleaved(fns: dict[str, Callable[[], object]], min_seconds: float = MIN_SECONDS,
-                             rounds: int | None = None) -> dict[str, tuple[float, int]]:
+def best_seconds_interleaved(
+    fns: dict[str, Callable[[], object]], min_seconds: float = MIN_SECONDS, rounds: int | None = None
+) -> dict[str, tuple[float, int]]:
     """name → (best seconds of one call, timed calls): one warm-up call each, then rounds of one
     call of every function until min_seconds were spent (at least MIN_REPEATS rounds). With
     `rounds` given: no warm-up, exactly that many rounds (for calls of many seconds)."""

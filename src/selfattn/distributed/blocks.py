@@ -47,14 +47,15 @@ def block_forward(q, k, v, b: Box, qoff: int, koff: int, rule: Rule, scale: floa
     qoff / koff turn global positions into local rows. Returns output (B, Hq, n, Dv) and
     lse (B, Hq, n) for the n = b.q1 − b.q0 rows starting at local row b.q0 + qoff.
     """
-    qs = q[:, :, b.q0 + qoff: b.q1 + qoff]
-    ks = k[:, :, b.k0 + koff: b.k1 + koff]
-    vs = v[:, :, b.k0 + koff: b.k1 + koff]
+    qs = q[:, :, b.q0 + qoff : b.q1 + qoff]
+    ks = k[:, :, b.k0 + koff : b.k1 + koff]
+    vs = v[:, :, b.k0 + koff : b.k1 + koff]
     if b.kind == "causal":
         res = attention(qs, ks, vs, causal=True, scale=scale, softcap=softcap, return_lse=True, backend=backend)
     else:
-        res = attention(qs, ks, vs, mask=_visible(b, rule, q.device), scale=scale, softcap=softcap,
-                        return_lse=True, backend=backend)
+        res = attention(
+            qs, ks, vs, mask=_visible(b, rule, q.device), scale=scale, softcap=softcap, return_lse=True, backend=backend
+        )
     return res.output, res.lse
 
 
@@ -65,16 +66,17 @@ def merge(out: torch.Tensor, lse: torch.Tensor, start: int, part_out: torch.Tens
     Rows that have seen nothing keep lse −inf and output 0.
     """
     n = part_lse.shape[-1]
-    old = lse[:, :, start: start + n]
+    old = lse[:, :, start : start + n]
     new = torch.logaddexp(old, part_lse.to(lse.dtype))
     safe = torch.where(torch.isfinite(new), new, torch.zeros_like(new))
     keep, take = torch.exp(old - safe)[..., None], torch.exp(part_lse.to(lse.dtype) - safe)[..., None]
-    out[:, :, start: start + n] = out[:, :, start: start + n] * keep + part_out.to(out.dtype) * take
-    lse[:, :, start: start + n] = new
+    out[:, :, start : start + n] = out[:, :, start : start + n] * keep + part_out.to(out.dtype) * take
+    lse[:, :, start : start + n] = new
 
 
-def block_backward(q, k, v, do, lse, delta, dq, dk, dv, b: Box, qoff: int, koff: int, rule: Rule,
-                   scale: float, softcap) -> None:
+def block_backward(
+    q, k, v, do, lse, delta, dq, dk, dv, b: Box, qoff: int, koff: int, rule: Rule, scale: float, softcap
+) -> None:
     """Add this box's contribution to dq (this rank's rows) and dk / dv (the travelling block), in place.
 
     q (B, Hq, Lr, D), do (B, Hq, Lr, Dv), lse / delta (B, Hq, Lr), dq (B, Hq, Lr, D): this rank's,
@@ -82,8 +84,8 @@ def block_backward(q, k, v, do, lse, delta, dq, dk, dv, b: Box, qoff: int, koff:
     """
     Hq, Hkv = q.shape[1], k.shape[1]
     groups = Hq // Hkv
-    ks = k[:, :, b.k0 + koff: b.k1 + koff].repeat_interleave(groups, dim=1)    # (B, Hq, n, D)
-    vs = v[:, :, b.k0 + koff: b.k1 + koff].repeat_interleave(groups, dim=1)    # (B, Hq, n, Dv)
+    ks = k[:, :, b.k0 + koff : b.k1 + koff].repeat_interleave(groups, dim=1)  # (B, Hq, n, D)
+    vs = v[:, :, b.k0 + koff : b.k1 + koff].repeat_interleave(groups, dim=1)  # (B, Hq, n, Dv)
     visible = _visible(b, rule, q.device)
     if b.kind == "causal":
         visible = torch.ones(b.q1 - b.q0, b.k1 - b.k0, dtype=torch.bool, device=q.device).tril()
@@ -92,15 +94,15 @@ def block_backward(q, k, v, do, lse, delta, dq, dk, dv, b: Box, qoff: int, koff:
     for r0 in range(0, b.q1 - b.q0, BACKWARD_ROWS):
         r1 = min(b.q1 - b.q0, r0 + BACKWARD_ROWS)
         rows = slice(b.q0 + qoff + r0, b.q0 + qoff + r1)
-        qs, dos = q[:, :, rows], do[:, :, rows]                                  # (B, Hq, m, D|Dv)
-        s = torch.matmul(qs, ks.transpose(-1, -2)) * scale                      # (B, Hq, m, n)
+        qs, dos = q[:, :, rows], do[:, :, rows]  # (B, Hq, m, D|Dv)
+        s = torch.matmul(qs, ks.transpose(-1, -2)) * scale  # (B, Hq, m, n)
         if softcap is not None:
             t = torch.tanh(s / softcap)
             s = softcap * t
         p = torch.exp(s - lse[:, :, rows, None])
         if visible is not None:
             p = torch.where(visible[r0:r1], p, torch.zeros((), dtype=p.dtype, device=p.device))
-        dp = torch.matmul(dos, vs.transpose(-1, -2))                            # (B, Hq, m, n)
+        dp = torch.matmul(dos, vs.transpose(-1, -2))  # (B, Hq, m, n)
         ds = p * (dp - delta[:, :, rows, None])
         if softcap is not None:
             ds = ds * (1 - t * t)
@@ -108,5 +110,5 @@ def block_backward(q, k, v, do, lse, delta, dq, dk, dv, b: Box, qoff: int, koff:
         dks += torch.matmul(ds.transpose(-1, -2), qs) * scale
         dvs += torch.matmul(p.transpose(-1, -2), dos)
     B, n = ks.shape[0], ks.shape[2]
-    dk[:, :, b.k0 + koff: b.k1 + koff] += dks.view(B, Hkv, groups, n, -1).sum(2)
-    dv[:, :, b.k0 + koff: b.k1 + koff] += dvs.view(B, Hkv, groups, n, -1).sum(2)
+    dk[:, :, b.k0 + koff : b.k1 + koff] += dks.view(B, Hkv, groups, n, -1).sum(2)
+    dv[:, :, b.k0 + koff : b.k1 + koff] += dvs.view(B, Hkv, groups, n, -1).sum(2)

@@ -115,8 +115,10 @@ class Exchange:
     def _failure(self, peer: int | None, what: str, error: Exception | None) -> RankFailure:
         who = "a peer" if peer is None else f"rank {peer}"
         how = "timed out" if error is None else "failed"
-        text = (f"rank {self.rank}: {what} ({self.label}) with {who} {how} (waiting at most {self.timeout_s:g} s): "
-                f"{who} died, hung or left the ring — see its own log")
+        text = (
+            f"rank {self.rank}: {what} ({self.label}) with {who} {how} (waiting at most {self.timeout_s:g} s): "
+            f"{who} died, hung or left the ring — see its own log"
+        )
         if error is not None:
             text += f". Original error: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
         return RankFailure(text, peer)
@@ -139,22 +141,35 @@ def check_same(meta: dict[str, int], group, what: str) -> None:
         work = dist.all_gather(table, mine, group=group, async_op=True)
         finished = work.wait(datetime.timedelta(seconds=timeout))
     except RuntimeError as e:
-        raise RankFailure(f"rank {rank}: the {what} metadata exchange did not complete within {timeout:g} s: some "
-                          f"rank of the group died, hung or never called it. Original error: "
-                          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}", None) from e
+        raise RankFailure(
+            f"rank {rank}: the {what} metadata exchange did not complete within {timeout:g} s: some "
+            f"rank of the group died, hung or never called it. Original error: "
+            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}",
+            None,
+        ) from e
     if finished is False:
         raise RankFailure(f"rank {rank}: the {what} metadata exchange timed out after {timeout:g} s", None)
     rows = [t.cpu().tolist() for t in table]
     for r, row in enumerate(rows):
         if row != rows[0]:
-            diffs = ", ".join(f"{n}: rank 0 has {a}, rank {r} has {b}"
-                              for n, a, b in zip(names, rows[0], row, strict=True) if a != b)
-            raise ValueError(f"{what}: ranks disagree ({diffs}); every rank must pass tensors of the same "
-                             f"shape and dtype and the same options")
+            diffs = ", ".join(
+                f"{n}: rank 0 has {a}, rank {r} has {b}" for n, a, b in zip(names, rows[0], row, strict=True) if a != b
+            )
+            raise ValueError(
+                f"{what}: ranks disagree ({diffs}); every rank must pass tensors of the same "
+                f"shape and dtype and the same options"
+            )
 
 
-def init(backend: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S, rank: int | None = None,
-         world_size: int | None = None, master_addr: str | None = None, master_port: int | None = None):
+def init(
+    backend: str | None = None,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    rank: int | None = None,
+    world_size: int | None = None,
+    master_addr: str | None = None,
+    master_port: int | None = None,
+):
     """Start the default process group with a timeout, naming any rank that never joins.
 
     Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the environment when not given
@@ -171,16 +186,25 @@ def init(backend: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S, ra
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     timeout = datetime.timedelta(seconds=timeout_s)
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(master_addr, master_port, world_size, is_master=(rank == 0 and not agent_store),
-                          timeout=timeout, wait_for_workers=False)
+    store = dist.TCPStore(
+        master_addr,
+        master_port,
+        world_size,
+        is_master=(rank == 0 and not agent_store),
+        timeout=timeout,
+        wait_for_workers=False,
+    )
     store.set(f"{JOIN_PREFIX}{rank}", "1")
     keys = [f"{JOIN_PREFIX}{r}" for r in range(world_size)]
     try:
         store.wait(keys, timeout)
     except (RuntimeError, dist.DistStoreError) as e:
         missing = [r for r, key in zip(range(world_size), keys, strict=True) if not store.check([key])]
-        raise RankFailure(f"rank {rank}: ranks {missing} did not join within {timeout_s:g} s "
-                          f"(rendezvous at {master_addr}:{master_port})", missing[0] if missing else None) from e
+        raise RankFailure(
+            f"rank {rank}: ranks {missing} did not join within {timeout_s:g} s "
+            f"(rendezvous at {master_addr}:{master_port})",
+            missing[0] if missing else None,
+        ) from e
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % max(1, torch.cuda.device_count()))))
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)

@@ -51,15 +51,34 @@ class ContextParallel:
             raise TypeError(f"sharded must be the Sharded that shard() returns, got {type(sharded).__name__}")
         world, rank = world_and_rank(group)
         if (world, rank) != (sharded.world, sharded.rank):
-            raise ValueError(f"the input was sharded over {sharded.world} ranks (as rank {sharded.rank}), but the "
-                             f"group has {world} (this process is rank {rank}): pass the group it was sharded over")
+            raise ValueError(
+                f"the input was sharded over {sharded.world} ranks (as rank {sharded.rank}), but the "
+                f"group has {world} (this process is rank {rank}): pass the group it was sharded over"
+            )
         return cls(group, sharded.layout, sharded.seq_len)
 
-    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                  scale: float | None = None, backend: str = "auto") -> torch.Tensor:
+    def attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        causal: bool = False,
+        scale: float | None = None,
+        backend: str = "auto",
+    ) -> torch.Tensor:
         """This rank's rows of attention over the whole sequence (`ring_attention`).
 
         q (B, Hq, Lr, D), k (B, Hkv, Lr, D), v (B, Hkv, Lr, Dv)  ->  (B, Hq, Lr, Dv)
         """
-        return ring_attention(q, k, v, group=self.group, causal=causal, scale=scale, layout=self.layout,
-                              seq_len=self.seq_len, backend=backend)
+        return ring_attention(
+            q,
+            k,
+            v,
+            group=self.group,
+            causal=causal,
+            scale=scale,
+            layout=self.layout,
+            seq_len=self.seq_len,
+            backend=backend,
+        )

@@ -116,8 +116,10 @@ def world_and_rank(group) -> tuple[int, int]:
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError("torch.distributed is not initialised: call selfattn.distributed.init(...) "
-                           "or torch.distributed.init_process_group(...) first")
+        raise RuntimeError(
+            "torch.distributed is not initialised: call selfattn.distributed.init(...) "
+            "or torch.distributed.init_process_group(...) first"
+        )
     return dist.get_world_size(group), dist.get_rank(group)
 
 
@@ -159,8 +161,10 @@ def unshard(x: Sharded, group=None) -> torch.Tensor:
         raise TypeError(f"unshard takes the Sharded that shard() or ring_attention returned, got {type(x).__name__}")
     world, rank = world_and_rank(group)
     if (world, rank) != (x.world, x.rank):
-        raise ValueError(f"x was sharded over {x.world} ranks (as rank {x.rank}), this group has {world} "
-                         f"(this process is rank {rank})")
+        raise ValueError(
+            f"x was sharded over {x.world} ranks (as rank {x.rank}), this group has {world} "
+            f"(this process is rank {rank})"
+        )
     t = x.tensor.contiguous()
     gathered = [torch.empty_like(t) for _ in range(world)]
     dist.all_gather(gathered, t, group=group)

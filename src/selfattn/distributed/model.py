@@ -22,8 +22,15 @@ from .layout import check_layout, shard
 __all__ = ["train_step"]
 
 
-def train_step(model: nn.Module, batch: torch.Tensor, pad_id: int, optimizer: torch.optim.Optimizer | None = None,
-               *, group=None, layout: str = "zigzag") -> float:
+def train_step(
+    model: nn.Module,
+    batch: torch.Tensor,
+    pad_id: int,
+    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    group=None,
+    layout: str = "zigzag",
+) -> float:
     """One step of `model` (a DecoderLM) on `batch` (B, L + 1), the same on every rank; returns the global mean loss.
 
     The loss equals `next_token_loss(model(batch[:, :-1]), batch, pad_id)` of one process, and after
@@ -32,20 +39,23 @@ def train_step(model: nn.Module, batch: torch.Tensor, pad_id: int, optimizer: to
     layout   "zigzag" or "contiguous" (see `shard`)
     """
     if not isinstance(batch, torch.Tensor) or batch.dim() != 2 or batch.shape[1] < 2:
-        raise ValueError(f"batch must be (B, L + 1) token ids with L >= 1, got "
-                         f"{tuple(batch.shape) if isinstance(batch, torch.Tensor) else type(batch).__name__}")
+        raise ValueError(
+            f"batch must be (B, L + 1) token ids with L >= 1, got "
+            f"{tuple(batch.shape) if isinstance(batch, torch.Tensor) else type(batch).__name__}"
+        )
     checks.integer("pad_id", pad_id)
     check_layout(layout)
     inputs, targets = batch[:, :-1], batch[:, 1:]
-    ids = shard(inputs, group, layout=layout, dim=1)                                  # Sharded (B, Lr)
+    ids = shard(inputs, group, layout=layout, dim=1)  # Sharded (B, Lr)
     tgt = shard(targets, group, layout=layout, dim=1)
     local_targets = torch.where(ids.positions < ids.seq_len, tgt.tensor, torch.full_like(tgt.tensor, pad_id))
     count = int((targets != pad_id).sum())
     if optimizer is not None:
         optimizer.zero_grad(set_to_none=True)
-    logits = model(ids, group=group).tensor                                           # (B, Lr, V)
-    loss = F.cross_entropy(logits.flatten(0, 1), local_targets.flatten(), ignore_index=pad_id,
-                           reduction="sum") / max(count, 1)
+    logits = model(ids, group=group).tensor  # (B, Lr, V)
+    loss = F.cross_entropy(logits.flatten(0, 1), local_targets.flatten(), ignore_index=pad_id, reduction="sum") / max(
+        count, 1
+    )
     loss.backward()
     total = loss.detach().clone()
     dist.all_reduce(total, group=group)

@@ -104,7 +104,7 @@ class _RingFunction(torch.autograd.Function):
         D = k.shape[3]
         out = torch.zeros(B, Hq, Lr, Dv, dtype=acc, device=q.device)
         lse = torch.full((B, Hq, Lr), float("-inf"), dtype=acc, device=q.device)
-        cur = torch.cat([k, v], dim=-1).contiguous()                               # (B, Hkv, Lr, D + Dv)
+        cur = torch.cat([k, v], dim=-1).contiguous()  # (B, Hkv, Lr, D + Dv)
         sent = 0
         for step in range(W):
             ex = ring.exchange(f"forward step {step}")
@@ -119,8 +119,18 @@ class _RingFunction(torch.autograd.Function):
             if src is not None:
                 with intercept(_direct):  # the blocks are not the user's attention calls: no interceptor sees them
                     for qoff, koff, b in plan.boxes(rank, src):
-                        part_out, part_lse = block_forward(q, cur[..., :D], cur[..., D:], b, qoff, koff, plan.rule,
-                                                           ring.scale, ring.softcap, ring.backend)
+                        part_out, part_lse = block_forward(
+                            q,
+                            cur[..., :D],
+                            cur[..., D:],
+                            b,
+                            qoff,
+                            koff,
+                            plan.rule,
+                            ring.scale,
+                            ring.softcap,
+                            ring.backend,
+                        )
                         merge(out, lse, b.q0 + qoff, part_out, part_lse)
             ex.wait()
             sent += ex.bytes_sent
@@ -140,11 +150,11 @@ class _RingFunction(torch.autograd.Function):
         acc = accumulate_dtype(q.dtype)
         D = k.shape[3]
         qa, do = q.to(acc), dout.to(acc)
-        delta = (do * out.to(acc)).sum(-1)                                          # (B, Hq, Lr)
+        delta = (do * out.to(acc)).sum(-1)  # (B, Hq, Lr)
         if dlse is not None:
             delta = delta - dlse.to(acc)
         dq = torch.zeros_like(qa)
-        cur = torch.cat([k, v], dim=-1).contiguous()                               # (B, Hkv, Lr, D + Dv)
+        cur = torch.cat([k, v], dim=-1).contiguous()  # (B, Hkv, Lr, D + Dv)
         block = cur.shape
         held_prev = done_prev = mine = None
         my_hops = plan.hops(rank)
@@ -177,8 +187,23 @@ class _RingFunction(torch.autograd.Function):
                 part = torch.zeros(block, dtype=acc, device=q.device)
                 ka, va = cur[..., :D].to(acc), cur[..., D:].to(acc)
                 for qoff, koff, b in plan.boxes(rank, src):
-                    block_backward(qa, ka, va, do, lse, delta, dq, part[..., :D], part[..., D:], b, qoff, koff,
-                                   plan.rule, ring.scale, ring.softcap)
+                    block_backward(
+                        qa,
+                        ka,
+                        va,
+                        do,
+                        lse,
+                        delta,
+                        dq,
+                        part[..., :D],
+                        part[..., D:],
+                        b,
+                        qoff,
+                        koff,
+                        plan.rule,
+                        ring.scale,
+                        ring.softcap,
+                    )
             ex.wait()
             sent += ex.bytes_sent
             if home is not None:
@@ -192,8 +217,21 @@ class _RingFunction(torch.autograd.Function):
         return dq.to(q.dtype), dk, dv, None
 
 
-def ring_attention(q, k, v, *, group=None, causal=False, window=None, softcap=None, scale=None,
-                   layout="zigzag", seq_len=None, return_lse=False, backend="auto"):
+def ring_attention(
+    q,
+    k,
+    v,
+    *,
+    group=None,
+    causal=False,
+    window=None,
+    softcap=None,
+    scale=None,
+    layout="zigzag",
+    seq_len=None,
+    return_lse=False,
+    backend="auto",
+):
     """Attention over a sequence split across the ranks of `group`: this rank's rows of the whole.
 
     q  (B, Hq, Lr, D)    this rank's queries, Lr = Lp / W rows in `layout` (see `shard`)
@@ -217,8 +255,9 @@ def ring_attention(q, k, v, *, group=None, causal=False, window=None, softcap=No
             raise TypeError("q, k, v must be all Sharded or all tensors")
         metas = {(t.seq_len, t.layout, t.dim, t.world, t.rank) for t in (q, k, v)}
         if len(metas) != 1 or q.dim != 2:
-            raise ValueError(f"q, k, v must be sharded alike along dim 2, got (seq_len, layout, dim, world, rank) "
-                             f"{sorted(metas)}")
+            raise ValueError(
+                f"q, k, v must be sharded alike along dim 2, got (seq_len, layout, dim, world, rank) {sorted(metas)}"
+            )
         sharded, seq_len, layout = q, q.seq_len, q.layout
         q, k, v = q.tensor, k.tensor, v.tensor
     check_layout(layout)
@@ -230,20 +269,35 @@ def ring_attention(q, k, v, *, group=None, causal=False, window=None, softcap=No
     world, rank, global_ranks = comm.group_ranks(group)
     Lr = q.shape[2]
     if k.shape[2] != Lr:
-        raise ValueError(f"q has {Lr} local rows but k has {k.shape[2]}: each rank holds the same positions "
-                         f"of q, k and v")
+        raise ValueError(
+            f"q has {Lr} local rows but k has {k.shape[2]}: each rank holds the same positions of q, k and v"
+        )
     if layout == "zigzag" and Lr % 2:
         raise ValueError(f"the zigzag layout needs an even number of local rows (two equal chunks), got Lr={Lr}")
     seq_len = checks.integer("seq_len", Lr * world if seq_len is None else seq_len, low=1, high=Lr * world)
-    comm.check_same({"B": q.shape[0], "Hq": q.shape[1], "Hkv": k.shape[1], "Lr": Lr, "D": q.shape[3],
-                     "Dv": v.shape[3], "dtype": DTYPE_CODES[q.dtype], "seq_len": seq_len,
-                     "layout": LAYOUTS.index(layout), "causal": int(causal),
-                     "window": 0 if request.window is None else request.window,
-                     "scale_bits": _float_bits(request.scale), "softcap_bits": _float_bits(request.softcap)},
-                    group, "ring_attention")
+    comm.check_same(
+        {
+            "B": q.shape[0],
+            "Hq": q.shape[1],
+            "Hkv": k.shape[1],
+            "Lr": Lr,
+            "D": q.shape[3],
+            "Dv": v.shape[3],
+            "dtype": DTYPE_CODES[q.dtype],
+            "seq_len": seq_len,
+            "layout": LAYOUTS.index(layout),
+            "causal": int(causal),
+            "window": 0 if request.window is None else request.window,
+            "scale_bits": _float_bits(request.scale),
+            "softcap_bits": _float_bits(request.softcap),
+        },
+        group,
+        "ring_attention",
+    )
     plan = RingPlan(world, Lr, layout, Rule(causal, request.window, seq_len))
-    ring = _Ring(group, plan, rank, global_ranks, request.scale, request.softcap, backend, comm.timeout_of(group),
-                 _TRAFFIC.get())
+    ring = _Ring(
+        group, plan, rank, global_ranks, request.scale, request.softcap, backend, comm.timeout_of(group), _TRAFFIC.get()
+    )
     out, lse = _RingFunction.apply(q, k, v, ring)
     if sharded is not None:
         out, lse = sharded.like(out), sharded.like(lse)

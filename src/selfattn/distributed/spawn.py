@@ -30,8 +30,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank: int, world: int, port: int, target: str, timeout_s: float, threads: int, args: tuple,
-           results) -> None:
+def _entry(rank: int, world: int, port: int, target: str, timeout_s: float, threads: int, args: tuple, results) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     import torch
     import torch.distributed as dist
@@ -57,8 +56,10 @@ def start(world: int, target: str, *, args: tuple = (), timeout_s: float = 60.0,
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_entry, args=(r, world, port, target, timeout_s, threads, args, results),
-                         daemon=True) for r in range(world)]
+    procs = [
+        ctx.Process(target=_entry, args=(r, world, port, target, timeout_s, threads, args, results), daemon=True)
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     return procs, results
@@ -87,8 +88,9 @@ def collect(procs, results, expect: int, wait_s: float) -> dict[int, tuple[str, 
     return got
 
 
-def run_local(world: int, target: str, *, args: tuple = (), timeout_s: float = 60.0, threads: int = 1,
-              wait_s: float = 3600.0) -> list:
+def run_local(
+    world: int, target: str, *, args: tuple = (), timeout_s: float = 60.0, threads: int = 1, wait_s: float = 3600.0
+) -> list:
     """Run `target` ("module:function") in `world` processes; their return values in rank order.
 
     timeout_s  the process group's timeout (any wait for another rank)

@@ -49,10 +49,11 @@ def token_stream(n_sentences: int, seed: int):
 def sample_batch(stream: torch.Tensor, batch: int, seq_len: int, rng: random.Random) -> torch.Tensor:
     """(batch, seq_len + 1) windows of the stream at random offsets (the same on every rank)."""
     if stream.numel() < seq_len + 1:
-        raise ValueError(f"the corpus has {stream.numel()} tokens, fewer than seq_len + 1 = {seq_len + 1}; "
-                         f"raise --sentences")
+        raise ValueError(
+            f"the corpus has {stream.numel()} tokens, fewer than seq_len + 1 = {seq_len + 1}; raise --sentences"
+        )
     starts = [rng.randrange(stream.numel() - seq_len) for _ in range(batch)]
-    return torch.stack([stream[s: s + seq_len + 1] for s in starts])
+    return torch.stack([stream[s : s + seq_len + 1] for s in starts])
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -99,8 +100,14 @@ def train(args: argparse.Namespace, report=None) -> tuple[torch.nn.Module, objec
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     tokenizer, stream = token_stream(args.sentences, args.seed)
     torch.manual_seed(args.seed)
-    config = DecoderConfig(vocab_size=tokenizer.vocab_size, d_model=args.d_model, n_layers=args.layers,
-                           n_heads=args.heads, n_kv_heads=args.kv_heads, max_len=args.seq_len)
+    config = DecoderConfig(
+        vocab_size=tokenizer.vocab_size,
+        d_model=args.d_model,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        n_kv_heads=args.kv_heads,
+        max_len=args.seq_len,
+    )
     model = DecoderLM(config).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95))
     rng = random.Random(args.seed)
@@ -111,17 +118,29 @@ def train(args: argparse.Namespace, report=None) -> tuple[torch.nn.Module, objec
         with count_traffic() as traffic, use_backend(args.backend):
             loss = train_step(model, batch, tokenizer.pad_id, opt, layout=args.layout)
         seconds = time.perf_counter() - t0
-        rows.append({"step": step, "loss": loss, "seconds": seconds, "tokens_per_s": batch.numel() / seconds,
-                     "world": world, "bytes_sent": traffic.forward + traffic.backward})
+        rows.append(
+            {
+                "step": step,
+                "loss": loss,
+                "seconds": seconds,
+                "tokens_per_s": batch.numel() / seconds,
+                "world": world,
+                "bytes_sent": traffic.forward + traffic.backward,
+            }
+        )
         if report is not None:
             report(rows[-1])
     return model, tokenizer, rows
 
 
 def _print_row(row: dict, as_json: bool) -> None:
-    print(json.dumps(row) if as_json else
-          f"step {row['step']:4d}  loss {row['loss']:.4f}  {row['tokens_per_s']:9.0f} tokens/s  "
-          f"rank 0 sent {row['bytes_sent'] / 2**20:8.2f} MiB", flush=True)
+    print(
+        json.dumps(row)
+        if as_json
+        else f"step {row['step']:4d}  loss {row['loss']:.4f}  {row['tokens_per_s']:9.0f} tokens/s  "
+        f"rank 0 sent {row['bytes_sent'] / 2**20:8.2f} MiB",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,9 +151,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None and rank == 0:
         from ..model.checkpoint import save_checkpoint
 
-        save_checkpoint(model.cpu(), tokenizer, args.out, force=args.force,
-                        training={"command": "torchrun -m selfattn.distributed.train " + " ".join(sys.argv[1:]),
-                                  "world": dist.get_world_size(), "layout": args.layout, "steps": rows})
+        save_checkpoint(
+            model.cpu(),
+            tokenizer,
+            args.out,
+            force=args.force,
+            training={
+                "command": "torchrun -m selfattn.distributed.train " + " ".join(sys.argv[1:]),
+                "world": dist.get_world_size(),
+                "layout": args.layout,
+                "steps": rows,
+            },
+        )
     dist.barrier()
     dist.destroy_process_group()
     return 0

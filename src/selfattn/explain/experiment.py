@@ -25,23 +25,31 @@ from .trace import ModelTrace
 __all__ = ["compare"]
 
 
-def compare(base: ModelTrace, changed: ModelTrace, layer: int, head: int,
-            prediction_before: list[dict], prediction_after: list[dict]) -> dict:
+def compare(
+    base: ModelTrace,
+    changed: ModelTrace,
+    layer: int,
+    head: int,
+    prediction_before: list[dict],
+    prediction_after: list[dict],
+) -> dict:
     if base.tokens != changed.tokens:
         raise ValueError("an experiment compares one text with and without an intervention; the tokens differ")
     before = head_summary(base.layers[layer], head)
     after = head_summary(changed.layers[layer], head)
-    w0 = base.layers[layer].stages(head)["weights"]           # (L, L)
-    w1 = changed.layers[layer].stages(head)["weights"]        # (L, L)
+    w0 = base.layers[layer].stages(head)["weights"]  # (L, L)
+    w1 = changed.layers[layer].stages(head)["weights"]  # (L, L)
     L = w0.shape[0]
-    future = torch.ones(L, L, dtype=torch.bool).triu(1)       # (L, L) True where j > i
-    f0, f1 = (w0 * future).sum(-1), (w1 * future).sum(-1)       # (L,) weight on the future, per row
+    future = torch.ones(L, L, dtype=torch.bool).triu(1)  # (L, L) True where j > i
+    f0, f1 = (w0 * future).sum(-1), (w1 * future).sum(-1)  # (L,) weight on the future, per row
     row = int(torch.argmax(f1))
     reached = [j for j in range(row + 1, L) if float(w1[row, j]) > 0]
     top0 = prediction_before[0] if prediction_before else None
     top1 = prediction_after[0] if prediction_after else None
     out = {
-        "layer": layer, "head": head, "scope": "model" if changed.intervention.layer is None else "layer",
+        "layer": layer,
+        "head": head,
+        "scope": "model" if changed.intervention.layer is None else "layer",
         "same_x": bool(torch.equal(base.layers[layer].x, changed.layers[layer].x)),
         "entropy": [before["entropy"], after["entropy"]],
         "future": [float(f0.mean()), float(f1.mean())],
@@ -68,8 +76,9 @@ def _sentences(e: dict, tokens: list[str]) -> dict:
     t0, t1 = e["top"]
     if t0 and t1:
         zh.append(f"预测的下一个 token：{t0['token']} {percent(t0['prob'])} → {t1['token']} {percent(t1['prob'])}")
-        en.append(f"the predicted next token: {t0['token']} {percent(t0['prob'])} → {t1['token']} "
-                  f"{percent(t1['prob'])}")
+        en.append(
+            f"the predicted next token: {t0['token']} {percent(t0['prob'])} → {t1['token']} {percent(t1['prob'])}"
+        )
     if e["scope"] == "model":
         zh.append("干预作用于每一层，所以预测也可能改变")
         en.append("the intervention acts in every layer, so the prediction may change")

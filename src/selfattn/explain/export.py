@@ -43,11 +43,18 @@ TOP_PREDICTIONS = 5
 def model_info(name: str, trace: ModelTrace, *, architecture: str, positions: str) -> dict:
     """The model card every view shows: name, decoder/encoder, architecture, positional scheme, sizes."""
     first = trace.layers[0]
-    return {"name": name, "kind": "decoder" if trace.logits is not None else "encoder",
-            "architecture": architecture, "positions": positions,
-            "positions_zh": POSITIONS_ZH.get(positions, positions),
-            "n_layers": trace.n_layers, "n_heads": first.n_heads, "n_kv_heads": int(first.k.shape[0]),
-            "head_dim": int(first.q.shape[-1]), "d_model": int(first.x.shape[-1])}
+    return {
+        "name": name,
+        "kind": "decoder" if trace.logits is not None else "encoder",
+        "architecture": architecture,
+        "positions": positions,
+        "positions_zh": POSITIONS_ZH.get(positions, positions),
+        "n_layers": trace.n_layers,
+        "n_heads": first.n_heads,
+        "n_kv_heads": int(first.k.shape[0]),
+        "head_dim": int(first.q.shape[-1]),
+        "d_model": int(first.x.shape[-1]),
+    }
 
 
 def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS) -> list[dict]:
@@ -56,11 +63,22 @@ def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS) -> list[dic
         return []
     probs = torch.softmax(trace.logits[-1].double(), dim=-1)
     top = torch.topk(probs, min(k, probs.numel()))
-    return [{"token": decode(int(i)), "id": int(i), "prob": float(p)} for p, i in zip(top.values, top.indices)]
+    pairs = zip(top.values, top.indices, strict=True)
+    return [{"token": decode(int(i)), "id": int(i), "prob": float(p)} for p, i in pairs]
 
 
-def to_dict(trace: ModelTrace, *, model: dict, text: str, selected: dict, summaries: list,
-            prediction: list, unknown: dict, stages: bool | None = None, layers=None) -> dict:
+def to_dict(
+    trace: ModelTrace,
+    *,
+    model: dict,
+    text: str,
+    selected: dict,
+    summaries: list,
+    prediction: list,
+    unknown: dict,
+    stages: bool | None = None,
+    layers=None,
+) -> dict:
     """Everything captured, as JSON-ready lists. `unknown`: {count, positions, message} of the tokens
     the tokenizer could not represent (never left out, so no view can hide them). `layers`: the layer
     indices whose arrays are written (default all); the others keep their scalars only."""
@@ -69,26 +87,53 @@ def to_dict(trace: ModelTrace, *, model: dict, text: str, selected: dict, summar
     out_layers = []
     for index, layer in enumerate(trace.layers):
         if index not in wanted:
-            out_layers.append({"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap,
-                               "window": layer.window, "omitted": True})
+            out_layers.append(
+                {
+                    "scale": layer.scale,
+                    "causal": layer.causal,
+                    "softcap": layer.softcap,
+                    "window": layer.window,
+                    "omitted": True,
+                }
+            )
             continue
         heads = []
         for h in range(layer.n_heads):
             kv = layer.kv_head(h)
-            head = {"kv_head": kv, "q": _list(layer.q[h]), "k": _list(layer.k[kv]), "v": _list(layer.v[kv]),
-                    "lse": _list(layer.lse[h])}
+            head = {
+                "kv_head": kv,
+                "q": _list(layer.q[h]),
+                "k": _list(layer.k[kv]),
+                "v": _list(layer.v[kv]),
+                "lse": _list(layer.lse[h]),
+            }
             change = layer.changed.get(h)
             if change is not None:
-                head |= {"scale": change.scale, "softcap": change.softcap, "causal": change.causal,
-                         "visible": change.visible.int().tolist()}
+                head |= {
+                    "scale": change.scale,
+                    "softcap": change.softcap,
+                    "causal": change.causal,
+                    "visible": change.visible.int().tolist(),
+                }
             if with_stages:
                 st = layer.stages(h)
-                head["stages"] = {name: _list(st[name])
-                                  for name in ("scores", "scaled", "masked", "weights", "weighted")}
+                head["stages"] = {
+                    name: _list(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")
+                }
             heads.append(head)
-        out_layers.append({"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap,
-                           "window": layer.window, "visible": layer.visible.int().tolist(), "x": _list(layer.x),
-                           "attn_out": _list(layer.attn_out), "output": _list(layer.output), "heads": heads})
+        out_layers.append(
+            {
+                "scale": layer.scale,
+                "causal": layer.causal,
+                "softcap": layer.softcap,
+                "window": layer.window,
+                "visible": layer.visible.int().tolist(),
+                "x": _list(layer.x),
+                "attn_out": _list(layer.attn_out),
+                "output": _list(layer.output),
+                "heads": heads,
+            }
+        )
     return {
         "selfattn_version": __version__,
         "model": model,
@@ -120,12 +165,16 @@ def check_layers(layers, n_layers: int) -> set[int]:
 
 def to_arrays(doc: dict) -> dict[str, np.ndarray]:
     """The dict as flat named arrays for `np.savez` (strings as unicode arrays)."""
-    out = {"selfattn_version": np.array(doc["selfattn_version"]), "model_name": np.array(doc["model"]["name"]),
-           "text": np.array(doc["text"]), "tokens": np.array(doc["tokens"]),
-           "token_ids": np.array(doc["token_ids"], dtype=np.int64),
-           "model_architecture": np.array(doc["model"]["architecture"]),
-           "model_positions": np.array(doc["model"]["positions"]),
-           "unknown_positions": np.array(doc["unknown"]["positions"], dtype=np.int64)}
+    out = {
+        "selfattn_version": np.array(doc["selfattn_version"]),
+        "model_name": np.array(doc["model"]["name"]),
+        "text": np.array(doc["text"]),
+        "tokens": np.array(doc["tokens"]),
+        "token_ids": np.array(doc["token_ids"], dtype=np.int64),
+        "model_architecture": np.array(doc["model"]["architecture"]),
+        "model_positions": np.array(doc["model"]["positions"]),
+        "unknown_positions": np.array(doc["unknown"]["positions"], dtype=np.int64),
+    }
     for l, layer in enumerate(doc["layers"]):
         if layer.get("omitted"):
             continue
@@ -138,7 +187,7 @@ def to_arrays(doc: dict) -> dict[str, np.ndarray]:
         for h, head in enumerate(layer["heads"]):
             for name in ("q", "k", "v", "lse"):
                 out[f"layer{l}/head{h}/{name}"] = _array(head[name])
-            if "visible" in head:   # changed apart from its layer by an intervention
+            if "visible" in head:  # changed apart from its layer by an intervention
                 out[f"layer{l}/head{h}/visible"] = np.array(head["visible"], dtype=bool)
                 out[f"layer{l}/head{h}/scale"] = np.array(head["scale"])
             for name, values in head.get("stages", {}).items():

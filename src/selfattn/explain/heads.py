@@ -23,8 +23,18 @@ from .relations import RELATIONS, WORDS, links
 from .summary import SINK_LIMIT
 from .trace import ModelTrace
 
-__all__ = ["RELATION_SHOWN", "SELF_LIMIT", "PREVIOUS_LIMIT", "PICK_RULE", "describe", "pick", "search",
-           "first_token_note", "relation_weights", "percent"]
+__all__ = [
+    "RELATION_SHOWN",
+    "SELF_LIMIT",
+    "PREVIOUS_LIMIT",
+    "PICK_RULE",
+    "describe",
+    "pick",
+    "search",
+    "first_token_note",
+    "relation_weights",
+    "percent",
+]
 
 RELATION_SHOWN = 0.3
 """A head is described by a link when its mean weight over that link's keys reaches this."""
@@ -34,12 +44,12 @@ PREVIOUS_LIMIT = 0.5
 
 PICK_RULE = {
     "zh": "自动选择：在这句话的教程链接（名词→量词/颜色、动词→名词、地点→动词/名词、第二句→第一句）上"
-          "平均权重最大的 head；排除平均 ≥50% 停在第一个 token 上或 ≥50% 看自己的 head。"
-          "句子里没有这些链接时，选注意力最集中（平均熵最低）的 head",
+    "平均权重最大的 head；排除平均 ≥50% 停在第一个 token 上或 ≥50% 看自己的 head。"
+    "句子里没有这些链接时，选注意力最集中（平均熵最低）的 head",
     "en": "picked automatically: the head with the largest mean weight on one of the tutorial's links in this "
-          "text (noun → measure word/colour, verb → noun, place → verb/noun, clause 2 → clause 1), leaving out "
-          "heads with >= 50% on the first token or >= 50% on the token itself; a text without such links gets "
-          "the most concentrated head (lowest mean entropy)",
+    "text (noun → measure word/colour, verb → noun, place → verb/noun, clause 2 → clause 1), leaving out "
+    "heads with >= 50% on the first token or >= 50% on the token itself; a text without such links gets "
+    "the most concentrated head (lowest mean entropy)",
 }
 
 
@@ -59,7 +69,7 @@ def relation_weights(trace: ModelTrace) -> list[list[dict[str, dict]]]:
         for h in range(layer.n_heads):
             per_head: dict[str, dict] = {}
             if rows:
-                w = layer.stages(h, rows)["weights"]                     # (R, L)
+                w = layer.stages(h, rows)["weights"]  # (R, L)
                 at = {r: i for i, r in enumerate(rows)}
                 for name in RELATIONS:
                     mine = [link for link in found if link.relation == name]
@@ -68,8 +78,13 @@ def relation_weights(trace: ModelTrace) -> list[list[dict[str, dict]]]:
                     total = [float(w[at[link.query], list(link.keys)].sum()) for link in mine]
                     pairs = [(float(w[at[link.query], k]), link.query, k) for link in mine for k in link.keys]
                     best = max(pairs)
-                    per_head[name] = {"weight": sum(total) / len(total), "n": len(mine), "query": best[1],
-                                      "key": best[2], "pair_weight": best[0]}
+                    per_head[name] = {
+                        "weight": sum(total) / len(total),
+                        "n": len(mine),
+                        "query": best[1],
+                        "key": best[2],
+                        "pair_weight": best[0],
+                    }
             per_layer.append(per_head)
         out.append(per_layer)
     return out
@@ -97,38 +112,67 @@ def _describe_one(tokens: list[str], s: dict, rel: dict[str, dict]) -> dict:
         extra = {"zh": "", "en": ""}
         if r["n"] > 1:
             extra = {"zh": f"（{r['n']} 处平均 {mean}）", "en": f" (mean over {r['n']} links: {mean})"}
-        return {"kind": "relation", "relation": name, "query": r["query"], "key": r["key"],
-                "weight": r["pair_weight"], "mean": r["weight"],
-                "text": {"zh": f"{WORDS[name]['zh']}：{pair}{extra['zh']}",
-                         "en": f"{WORDS[name]['en']}: {pair}{extra['en']}"}}
+        return {
+            "kind": "relation",
+            "relation": name,
+            "query": r["query"],
+            "key": r["key"],
+            "weight": r["pair_weight"],
+            "mean": r["weight"],
+            "text": {
+                "zh": f"{WORDS[name]['zh']}：{pair}{extra['zh']}",
+                "en": f"{WORDS[name]['en']}: {pair}{extra['en']}",
+            },
+        }
     first = tokens[0] if tokens else ""
     if s["rows"] and s["first_token"] >= SINK_LIMIT:
         p = percent(s["first_token"])
-        return {"kind": "first", "weight": s["first_token"],
-                "text": {"zh": f"把注意力停在第一个 token {first} 上：平均 {p}",
-                         "en": f"parks its attention on the first token {first}: {p} on average"}}
+        return {
+            "kind": "first",
+            "weight": s["first_token"],
+            "text": {
+                "zh": f"把注意力停在第一个 token {first} 上：平均 {p}",
+                "en": f"parks its attention on the first token {first}: {p} on average",
+            },
+        }
     if s["rows"] and s.get("self", 0.0) >= SELF_LIMIT:
         p = percent(s["self"])
-        return {"kind": "self", "weight": s["self"],
-                "text": {"zh": f"主要看自己：平均 {p}", "en": f"mostly looks at itself: {p} on average"}}
+        return {
+            "kind": "self",
+            "weight": s["self"],
+            "text": {"zh": f"主要看自己：平均 {p}", "en": f"mostly looks at itself: {p} on average"},
+        }
     if s["rows"] and s["previous"] >= PREVIOUS_LIMIT:
         p = percent(s["previous"])
-        return {"kind": "previous", "weight": s["previous"],
-                "text": {"zh": f"看前一个 token：平均 {p}", "en": f"looks at the token just before: {p} on average"}}
+        return {
+            "kind": "previous",
+            "weight": s["previous"],
+            "text": {"zh": f"看前一个 token：平均 {p}", "en": f"looks at the token just before: {p} on average"},
+        }
     bits = f"{s['entropy']:.2f}"
-    return {"kind": "spread", "weight": s["max_weight"],
-            "text": {"zh": f"注意力较分散：平均熵 {bits} bit", "en": f"spread out: mean entropy {bits} bits"}}
+    return {
+        "kind": "spread",
+        "weight": s["max_weight"],
+        "text": {"zh": f"注意力较分散：平均熵 {bits} bit", "en": f"spread out: mean entropy {bits} bits"},
+    }
 
 
 def pick(table: list[list[dict]], descriptions: list[list[dict]]) -> tuple[int, int]:
     """(layer, head) by PICK_RULE. Falls back to every head when all are parked on the first token or
     on themselves."""
-    allowed = [(l, h) for l, heads in enumerate(table) for h, s in enumerate(heads)
-               if s["rows"] and s["first_token"] < SINK_LIMIT and s.get("self", 0.0) < SELF_LIMIT]
+    allowed = [
+        (l, h)
+        for l, heads in enumerate(table)
+        for h, s in enumerate(heads)
+        if s["rows"] and s["first_token"] < SINK_LIMIT and s.get("self", 0.0) < SELF_LIMIT
+    ]
     if not allowed:
         allowed = [(l, h) for l, heads in enumerate(table) for h in range(len(heads))]
-    teaching = [(descriptions[l][h]["mean"], -table[l][h]["entropy"], -l, -h) for l, h in allowed
-                if descriptions[l][h]["kind"] == "relation"]
+    teaching = [
+        (descriptions[l][h]["mean"], -table[l][h]["entropy"], -l, -h)
+        for l, h in allowed
+        if descriptions[l][h]["kind"] == "relation"
+    ]
     if teaching:
         _, _, l, h = max(teaching)
         return -l, -h
@@ -175,5 +219,8 @@ def first_token_note(trace: ModelTrace, table: list[list[dict]], selected: tuple
     """{token, selected, mean}: the mean weight the selected head and all heads put on the first token."""
     shares = [s["first_token"] for heads in table for s in heads if s["rows"]]
     l, h = selected
-    return {"token": trace.tokens[0], "selected": table[l][h]["first_token"],
-            "mean": sum(shares) / len(shares) if shares else 0.0}
+    return {
+        "token": trace.tokens[0],
+        "selected": table[l][h]["first_token"],
+        "mean": sum(shares) / len(shares) if shares else 0.0,
+    }

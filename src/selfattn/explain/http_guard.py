@@ -21,8 +21,11 @@ __all__ = ["HttpGuard", "MAX_HEADER_BYTES", "allowed_hosts"]
 MAX_HEADER_BYTES = 16 * 1024
 """Most bytes of request headers (names and values together) accepted: browsers send 1-2 KB."""
 
-LOOPBACK_NAMES = {"127.0.0.1": ("127.0.0.1", "localhost"), "localhost": ("127.0.0.1", "localhost"),
-                  "::1": ("[::1]", "localhost")}
+LOOPBACK_NAMES = {
+    "127.0.0.1": ("127.0.0.1", "localhost"),
+    "localhost": ("127.0.0.1", "localhost"),
+    "::1": ("[::1]", "localhost"),
+}
 
 
 def allowed_hosts(host: str, port: int) -> frozenset[str]:
@@ -36,8 +39,7 @@ class HttpGuard:
 
     `hosts=None` checks no Host header (for an app behind a proxy that checks it)."""
 
-    def __init__(self, app, *, max_body: int, hosts: frozenset[str] | None,
-                 max_header_bytes: int = MAX_HEADER_BYTES):
+    def __init__(self, app, *, max_body: int, hosts: frozenset[str] | None, max_header_bytes: int = MAX_HEADER_BYTES):
         self.app = app
         self.max_body = max_body
         self.hosts = hosts
@@ -52,8 +54,11 @@ class HttpGuard:
         if self.hosts is not None:
             host = next((v.decode("latin-1") for k, v in headers if k == b"host"), "")
             if host.lower() not in self.hosts:
-                return await _refuse(send, 400, f"Host {host[:100]!r} is not this server "
-                                                f"(expected one of {', '.join(sorted(self.hosts))})")
+                return await _refuse(
+                    send,
+                    400,
+                    f"Host {host[:100]!r} is not this server (expected one of {', '.join(sorted(self.hosts))})",
+                )
         declared = next((v for k, v in headers if k == b"content-length"), None)
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
             return await _refuse(send, 413, f"the request body is larger than {self.max_body} bytes")
@@ -82,7 +87,15 @@ class HttpGuard:
 
 async def _refuse(send, status: int, message: str) -> None:
     payload = json.dumps({"detail": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                            (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})

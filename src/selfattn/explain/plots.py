@@ -2,8 +2,9 @@
 
 Chinese tick labels need a CJK font; matplotlib is pointed at "WenQuanYi Micro Hei" (Debian's
 fonts-wqy-microhei), inside `matplotlib.rc_context` for one picture: each picture is an explicit
-Figure on an Agg canvas, so neither the global backend nor the global rcParams are touched. Without such a font, labels with CJK characters would render as boxes,
-so `save` refuses with an error that says what to install.
+Figure on an Agg canvas, so neither the global backend nor the global rcParams are touched. Without
+such a font, labels with CJK characters would render as boxes, so `save` refuses with an error
+that says what to install.
 """
 
 from __future__ import annotations
@@ -34,15 +35,22 @@ def fonts(needs_cjk: bool) -> list[str]:
     installed = {e.name for e in font_manager.fontManager.ttflist}
     cjk = [f for f in CJK_FONTS if f in installed]
     if needs_cjk and not cjk:
-        raise ValueError("no CJK font found for the Chinese labels (looked for " + ", ".join(CJK_FONTS) +
-                         "); install one, e.g. `apt-get install fonts-wqy-microhei`")
+        raise ValueError(
+            "no CJK font found for the Chinese labels (looked for "
+            + ", ".join(CJK_FONTS)
+            + "); install one, e.g. `apt-get install fonts-wqy-microhei`"
+        )
     return cjk + ["DejaVu Sans"]
 
 
 def rc(needs_cjk: bool) -> dict:
     """matplotlib settings for one picture, applied with `matplotlib.rc_context` (never globally)."""
-    return {"font.family": "sans-serif", "font.sans-serif": fonts(needs_cjk), "axes.unicode_minus": False,
-            "svg.fonttype": "path"}  # glyphs as outlines: the SVG looks the same without the font
+    return {
+        "font.family": "sans-serif",
+        "font.sans-serif": fonts(needs_cjk),
+        "axes.unicode_minus": False,
+        "svg.fonttype": "path",
+    }  # glyphs as outlines: the SVG looks the same without the font
 
 
 def _figure(**kwargs):
@@ -70,14 +78,26 @@ def _check_path(path, force: bool) -> Path:
 
 
 PLOT_TEXT = {
-    "zh": {"key": "键（被看的 token）", "query": "查询（当前 token）", "title": "{name} · 层 {layer} · head {head}",
-           "weight": "softmax 权重（√ 刻度）", "zoom": "（最后 {n} 个 token）", "grid": "{name}：每层每个 head 的注意力权重",
-           "cell": "层 {layer} · head {head}\n熵 {entropy} bit · 首 {first}", "shown": "（显示中）"},
-    "en": {"key": "key (the token looked at)", "query": "query (the current token)",
-           "title": "{name} · layer {layer} · head {head}", "weight": "softmax weight (√ scale)",
-           "zoom": " (the last {n} tokens)", "grid": "{name}: attention weights, layer × head",
-           "cell": "layer {layer} · head {head}\n{entropy} bits · 1st {first}",
-           "shown": " (shown)"},
+    "zh": {
+        "key": "键（被看的 token）",
+        "query": "查询（当前 token）",
+        "title": "{name} · 层 {layer} · head {head}",
+        "weight": "softmax 权重（√ 刻度）",
+        "zoom": "（最后 {n} 个 token）",
+        "grid": "{name}：每层每个 head 的注意力权重",
+        "cell": "层 {layer} · head {head}\n熵 {entropy} bit · 首 {first}",
+        "shown": "（显示中）",
+    },
+    "en": {
+        "key": "key (the token looked at)",
+        "query": "query (the current token)",
+        "title": "{name} · layer {layer} · head {head}",
+        "weight": "softmax weight (√ scale)",
+        "zoom": " (the last {n} tokens)",
+        "grid": "{name}: attention weights, layer × head",
+        "cell": "layer {layer} · head {head}\n{entropy} bits · 1st {first}",
+        "shown": " (shown)",
+    },
 }
 ZOOM = 48
 """A longer input is drawn zoomed on its last ZOOM tokens (rows and keys), so each cell stays visible."""
@@ -132,8 +152,15 @@ def _heatmap(doc: dict, layer: int, head: int, path: Path, tokens: list[str], la
         for i in range(n):
             for j in range(n):
                 if visible[i][j]:
-                    ax.text(j, i, f"{w[i, j]:.0%}", ha="center", va="center", fontsize=8,
-                            color="white" if w[i, j] > 0.5 else "black")
+                    ax.text(
+                        j,
+                        i,
+                        f"{w[i, j]:.0%}",
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                        color="white" if w[i, j] > 0.5 else "black",
+                    )
     ax.set_xlabel(t["key"])
     ax.set_ylabel(t["query"])
     title = t["title"].format(name=doc["model"]["name"], layer=layer, head=head)
@@ -188,9 +215,12 @@ def _grid(doc: dict, path: Path, lang: str, force: bool) -> Path:
             ax.imshow(np.ma.masked_where(~visible, w), cmap=cmap, norm=_norm(), interpolation="nearest")
             s = doc["summaries"][l][h]
             shown = (l, h) == (sel["layer"], sel["head"])
-            ax.set_title(t["cell"].format(layer=l, head=h, entropy=f"{s['entropy']:.2f}",
-                                          first=f"{s['first_token']:.0%}")
-                         + (t["shown"] if shown else ""), fontsize=7, color=SHOWN_COLOUR if shown else "black")
+            ax.set_title(
+                t["cell"].format(layer=l, head=h, entropy=f"{s['entropy']:.2f}", first=f"{s['first_token']:.0%}")
+                + (t["shown"] if shown else ""),
+                fontsize=7,
+                color=SHOWN_COLOUR if shown else "black",
+            )
             ticks = range(len(shown_tokens))
             ax.set_xticks(ticks, shown_tokens if labelled and l == n_l - 1 else [], rotation=90, fontsize=6)
             ax.set_yticks(ticks, shown_tokens if labelled and h == 0 else [], fontsize=6)
@@ -209,8 +239,16 @@ def save(doc: dict, out_dir, *, formats=("png", "svg"), force: bool = False, lan
     sel = doc["selected"]
     paths = []
     for fmt in formats:
-        paths.append(heatmap(doc, sel["layer"], sel["head"], out / f"head-L{sel['layer']}-H{sel['head']}.{fmt}",
-                             force=force, lang=lang))
+        paths.append(
+            heatmap(
+                doc,
+                sel["layer"],
+                sel["head"],
+                out / f"head-L{sel['layer']}-H{sel['head']}.{fmt}",
+                force=force,
+                lang=lang,
+            )
+        )
         paths.append(grid(doc, out / f"grid.{fmt}", force=force, lang=lang))
     return paths
 

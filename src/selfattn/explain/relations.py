@@ -80,7 +80,7 @@ def links(tokens: list[str]) -> list[Link]:
     the same kind (clause 2 → clause 1: a pronoun or 这只 → the noun; 在 PLACE → the place)."""
     r = roles(tokens)
     out: list[Link] = []
-    start = 0                              # first position of the current sentence's clause 1
+    start = 0  # first position of the current sentence's clause 1
     for i, role in enumerate(r):
         if role is None:
             continue
@@ -95,8 +95,14 @@ def links(tokens: list[str]) -> list[Link]:
         if role == "ref":
             word = tokens[i].strip()
             want = "place" if _WORD_ROLES.get(word) == "place" else "noun"
-            key = next((k for k in range(i - 1, -1, -1) if r[k] == want and (want != "noun" or
-                        tokens[k].strip() == word or _WORD_ROLES.get(word) == "ref")), None)
+            key = next(
+                (
+                    k
+                    for k in range(i - 1, -1, -1)
+                    if r[k] == want and (want != "noun" or tokens[k].strip() == word or _WORD_ROLES.get(word) == "ref")
+                ),
+                None,
+            )
             if key is not None:
                 out.append(Link("clause2>clause1", i, (key,)))
     return out

@@ -65,7 +65,7 @@ def pack(doc: dict) -> dict:
         raise ValueError(f"doc lacks {missing}: pass the dict of Explainer.explain / export.to_dict")
     layers = []
     for l, layer in enumerate(doc["layers"]):
-        if layer.get("omitted"):   # asked without this layer's arrays
+        if layer.get("omitted"):  # asked without this layer's arrays
             layers.append(dict(layer))
             continue
         out = {k: v for k, v in layer.items() if k not in LAYER_ARRAYS + ("visible", "heads")}
@@ -77,7 +77,7 @@ def pack(doc: dict) -> dict:
             packed = {k: v for k, v in head.items() if k not in HEAD_ARRAYS + ("stages", "visible")}
             for name in HEAD_ARRAYS:
                 packed[name] = _pack_floats(head[name], f"layers[{l}].heads[{h}].{name}")
-            if "visible" in head:   # a head an intervention changed apart from its layer
+            if "visible" in head:  # a head an intervention changed apart from its layer
                 packed["visible"] = _pack_bits(head["visible"], f"layers[{l}].heads[{h}].visible")
             out["heads"].append(packed)
         layers.append(out)
@@ -133,8 +133,15 @@ def render_html(doc: dict) -> str:
     return _page({"mode": "report", "doc": pack(doc), "pick_rule": PICK_RULE}, live=False)
 
 
-def render_app(doc: dict | None, *, max_chars: int, max_tokens: int, api: str = "/api/explain",
-               error: str | None = None, temperature: tuple[float, float] = TEMPERATURE_RANGE) -> str:
+def render_app(
+    doc: dict | None,
+    *,
+    max_chars: int,
+    max_tokens: int,
+    api: str = "/api/explain",
+    error: str | None = None,
+    temperature: tuple[float, float] = TEMPERATURE_RANGE,
+) -> str:
     """The same page in "live" mode for `selfattn serve`: a text box and interventions that call `api`.
 
     doc    the first text's export dict (shown at once), or None
@@ -142,16 +149,22 @@ def render_app(doc: dict | None, *, max_chars: int, max_tokens: int, api: str = 
     temperature  (lowest, highest) temperature the server accepts: the page checks and shows these
     """
     low, high = (float(t) for t in temperature)
-    data = {"mode": "live", "doc": None if doc is None else pack(doc), "pick_rule": PICK_RULE,
-            "limits": {"max_chars": int(max_chars), "max_tokens": int(max_tokens)},
-            "temperature": {"min": low, "max": high}, "api": api, "error": error}
+    data = {
+        "mode": "live",
+        "doc": None if doc is None else pack(doc),
+        "pick_rule": PICK_RULE,
+        "limits": {"max_chars": int(max_chars), "max_tokens": int(max_tokens)},
+        "temperature": {"min": low, "max": high},
+        "api": api,
+        "error": error,
+    }
     return _page(data, live=True)
 
 
 def write_html(doc: dict, path: str | os.PathLike, *, force: bool = False) -> Path:
     """Write `render_html(doc)` to path (UTF-8) atomically: a temporary file in the same folder, then a
     rename, so a failure leaves no half-written page. An existing file is kept unless force=True."""
-    check_writable(path, force=force)       # refused before the page is rendered
+    check_writable(path, force=force)  # refused before the page is rendered
     return write_atomic(path, render_html(doc), force=force)
 
 
@@ -162,9 +175,11 @@ def policy(*, live: bool) -> str:
 
 
 def _policy(script: str, style: str, connect: str) -> str:
-    return ("default-src 'none'; "
-            f"script-src '{_sha256(script)}'; style-src '{_sha256(style)}'; "
-            f"img-src data: blob:; connect-src {connect}; base-uri 'none'; form-action 'none'")
+    return (
+        "default-src 'none'; "
+        f"script-src '{_sha256(script)}'; style-src '{_sha256(style)}'; "
+        f"img-src data: blob:; connect-src {connect}; base-uri 'none'; form-action 'none'"
+    )
 
 
 def _page(data: dict, *, live: bool) -> str:
@@ -174,8 +189,13 @@ def _page(data: dict, *, live: bool) -> str:
     if doc:
         text = str(doc.get("text", ""))
         title = f"{text[:TITLE_CHARS]}{'…' if len(text) > TITLE_CHARS else ''} · {title}"
-    slots = {"TITLE": html.escape(title), "CSP": html.escape(_policy(script, style, "'self'" if live else "'none'")),
-             "STYLE": style, "SCRIPT": script, "DATA": _json_for_script(data)}
+    slots = {
+        "TITLE": html.escape(title),
+        "CSP": html.escape(_policy(script, style, "'self'" if live else "'none'")),
+        "STYLE": style,
+        "SCRIPT": script,
+        "DATA": _json_for_script(data),
+    }
     # One pass: text put into a slot is never searched for further slots.
     return _SLOT.sub(lambda m: slots[m.group(1)], template)
 

@@ -90,8 +90,13 @@ class ExplainRequest(BaseModel):
     find: list[StrictStr | StrictInt] | None = Field(default=None, min_length=2, max_length=2)
 
     def intervention(self) -> Intervention:
-        return Intervention(scaling=self.scaling, causal=self.causal, temperature=float(self.temperature),
-                            layer=self.only_layer, head=self.only_head)
+        return Intervention(
+            scaling=self.scaling,
+            causal=self.causal,
+            temperature=float(self.temperature),
+            layer=self.only_layer,
+            head=self.only_head,
+        )
 
 
 def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> FastAPI:
@@ -140,18 +145,27 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
 
     def answer(body: ExplainRequest):
         try:
-            doc = explain(body.text, layer=body.layer, head=body.head, intervention=body.intervention(),
-                          stages=False if body.format == "packed" else None, find=body.find,
-                          layers=body.layers if body.layers is not None or body.format == "json" else "selected")
+            doc = explain(
+                body.text,
+                layer=body.layer,
+                head=body.head,
+                intervention=body.intervention(),
+                stages=False if body.format == "packed" else None,
+                find=body.find,
+                layers=body.layers if body.layers is not None or body.format == "json" else "selected",
+            )
         except ValueError as exc:
             return _error(422, str(exc))
         except TypeError as exc:
             return _error(400, str(exc))
         size = response_bytes(doc, body.format)
         if size > MAX_RESPONSE_BYTES:
-            return _error(422, f"the answer would be about {size / 2**20:.1f} MiB, over the "
-                               f"{MAX_RESPONSE_BYTES >> 20} MiB limit: ask for fewer layers (layers: [..]) "
-                               "or format \"packed\"")
+            return _error(
+                422,
+                f"the answer would be about {size / 2**20:.1f} MiB, over the "
+                f"{MAX_RESPONSE_BYTES >> 20} MiB limit: ask for fewer layers (layers: [..]) "
+                'or format "packed"',
+            )
         return JSONResponse(report.pack(doc) if body.format == "packed" else doc)
 
     return app
@@ -161,14 +175,20 @@ def serve(explainer: Explainer, host: str = "127.0.0.1", port: int = 8000) -> No
     """Run the app with uvicorn until interrupted. Binds the loopback address unless told otherwise."""
     import uvicorn
 
-    port = checks.integer("port", port, low=1, high=65535)   # the Host check needs the real port
+    port = checks.integer("port", port, low=1, high=65535)  # the Host check needs the real port
     sock = listen(host, port)
     if host not in LOOPBACK:
         print(f"selfattn serve: listening on {host}, reachable from other machines")
     print(f"selfattn serve: open http://{'[::1]' if host == '::1' else host}:{port}/ (Ctrl+C stops)")
     app = create_app(explainer, hosts=allowed_hosts(host, port) if host in LOOPBACK else None)
-    config = uvicorn.Config(app, log_level="warning", http="h11", limit_concurrency=MAX_CONNECTIONS,
-                            h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        http="h11",
+        limit_concurrency=MAX_CONNECTIONS,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+    )
     uvicorn.Server(config).run(sockets=[sock])
 
 
@@ -204,7 +224,7 @@ def release_memory() -> None:
 
 try:
     _LIBC = ctypes.CDLL(None)
-except OSError:   # no C library to open (not a Unix)
+except OSError:  # no C library to open (not a Unix)
     _LIBC = None
 
 
@@ -240,5 +260,8 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 def _page_headers() -> dict[str, str]:
     """The page's CSP (also in its <meta>), and no sniffing, framing or referrer."""
-    return {"Content-Security-Policy": report.policy(live=True) + "; frame-ancestors 'none'",
-            "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
+    return {
+        "Content-Security-Policy": report.policy(live=True) + "; frame-ancestors 'none'",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+    }

@@ -14,9 +14,9 @@ the model, so one Explainer may serve several requests at once.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -55,7 +55,7 @@ class Explainer:
     unknown_hint: str = ""
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> "Explainer":
+    def load(cls, path: str | Path | None = None) -> Explainer:
         """The default model (path None), a checkpoint folder written by `selfattn train`, a transformers
         folder of one of `sources.TRANSFORMERS_TYPES`, or a hub id (see `sources.resolve`)."""
         from ..model import checkpoint
@@ -67,24 +67,33 @@ class Explainer:
         kind, config = sources.folder_kind(folder)
         if kind == "selfattn":
             return cls._from_checkpoint(*checkpoint.load_checkpoint(folder)[:2], name=folder.name)
-        return cls._from_transformers(folder, kind, config, name=str(path) if sources.is_hub_id(str(path))
-                                      else folder.name)
+        return cls._from_transformers(
+            folder, kind, config, name=str(path) if sources.is_hub_id(str(path)) else folder.name
+        )
 
     @classmethod
-    def _from_checkpoint(cls, model, tokenizer, *, name: str, bundled: bool = False) -> "Explainer":
+    def _from_checkpoint(cls, model, tokenizer, *, name: str, bundled: bool = False) -> Explainer:
         def tokenize(text: str):
             ids = tokenizer.encode(text, bos=True)
             return [tokenizer.tokens[i] for i in ids], torch.tensor(ids), {}
 
         words = len(tokenizer.tokens)
-        hint = (f"{name} knows only the {words} tokens of its corpus (list them: selfattn.explain.session."
-                f"vocabulary()); for free text use a real model, e.g. --model {SUGGESTED_MODEL}")
-        return cls(model=model.eval(), name=name, tokenize=tokenize, decode=lambda i: tokenizer.tokens[i],
-                   max_len=model.max_len, is_unknown=lambda tok, i: i == tokenizer.unk_id,
-                   unknown_hint=hint if bundled else hint.replace(f"{name} knows", "this checkpoint knows"))
+        hint = (
+            f"{name} knows only the {words} tokens of its corpus (list them: selfattn.explain.session."
+            f"vocabulary()); for free text use a real model, e.g. --model {SUGGESTED_MODEL}"
+        )
+        return cls(
+            model=model.eval(),
+            name=name,
+            tokenize=tokenize,
+            decode=lambda i: tokenizer.tokens[i],
+            max_len=model.max_len,
+            is_unknown=lambda tok, i: i == tokenizer.unk_id,
+            unknown_hint=hint if bundled else hint.replace(f"{name} knows", "this checkpoint knows"),
+        )
 
     @classmethod
-    def _from_transformers(cls, folder: Path, kind: str, config: dict, *, name: str) -> "Explainer":
+    def _from_transformers(cls, folder: Path, kind: str, config: dict, *, name: str) -> Explainer:
         import transformers
 
         from .. import hf
@@ -95,8 +104,9 @@ class Explainer:
         except (OSError, ValueError) as e:
             raise ValueError(f"{folder}: no usable tokenizer files ({e})") from None
         auto = transformers.AutoModelForCausalLM if kind in sources.DECODER_TYPES else transformers.AutoModel
-        model = auto.from_pretrained(str(folder), attn_implementation=hf.NAME, local_files_only=True,
-                                     use_safetensors=True, dtype=torch.float32).eval()
+        model = auto.from_pretrained(
+            str(folder), attn_implementation=hf.NAME, local_files_only=True, use_safetensors=True, dtype=torch.float32
+        ).eval()
         decoder = kind in sources.DECODER_TYPES
         unk = tokenizer.unk_token_id
 
@@ -112,10 +122,17 @@ class Explainer:
 
         max_len = int(config.get("max_position_embeddings") or config.get("n_positions") or 0)
         arch = (config.get("architectures") or [type(model).__name__])[0]
-        return cls(model=model, name=name, tokenize=tokenize, decode=lambda i: tokenizer.decode([i]),
-                   max_len=max_len, architecture=f"{arch} (transformers, attention by selfattn)",
-                   positions=sources.POSITIONS[kind], is_unknown=is_unknown,
-                   unknown_hint="the tokenizer has no piece for these characters")
+        return cls(
+            model=model,
+            name=name,
+            tokenize=tokenize,
+            decode=lambda i: tokenizer.decode([i]),
+            max_len=max_len,
+            architecture=f"{arch} (transformers, attention by selfattn)",
+            positions=sources.POSITIONS[kind],
+            is_unknown=is_unknown,
+            unknown_hint="the tokenizer has no piece for these characters",
+        )
 
     def check_text(self, text) -> str:
         return check_text(text)
@@ -126,9 +143,17 @@ class Explainer:
             raise ValueError(f"the text has {len(ids)} tokens; {self.name} reads at most {self.max_len}")
         return capture(self.model, ids, tokens, intervention, **kwargs)
 
-    def explain(self, text: str = DEFAULT_TEXT, *, layer: int | None = None, head: int | None = None,
-                intervention: Intervention = Intervention(), stages: bool | None = None, find=None,
-                layers=None) -> dict:
+    def explain(
+        self,
+        text: str = DEFAULT_TEXT,
+        *,
+        layer: int | None = None,
+        head: int | None = None,
+        intervention: Intervention = Intervention(),
+        stages: bool | None = None,
+        find=None,
+        layers=None,
+    ) -> dict:
         """The whole export dict for `text`; the shown head is (layer, head), or picked by `heads.pick`.
 
         find     (query, key) token strings or positions: every head ranked by that weight (`heads.search`)
@@ -141,22 +166,36 @@ class Explainer:
         selected = self.select(trace, table, described, layer, head)
         card = export.model_info(self.name, trace, architecture=self.architecture, positions=self.positions)
         prediction = export.predictions(trace, self.decode)
-        extra = {"descriptions": described, "roles": relations.roles(trace.tokens),
-                 "first_token": heads.first_token_note(trace, table, (selected["layer"], selected["head"]))}
+        extra = {
+            "descriptions": described,
+            "roles": relations.roles(trace.tokens),
+            "first_token": heads.first_token_note(trace, table, (selected["layer"], selected["head"])),
+        }
         if find is not None:
             if not isinstance(find, (tuple, list)) or len(find) != 2:
                 raise ValueError(f"find must be (query, key), got {find!r}")
             extra["search"] = heads.search(trace, *find)
         if intervention != Intervention():
             base = self.trace(text)
-            extra["experiment"] = experiment.compare(base, trace, selected["layer"], selected["head"],
-                                                     export.predictions(base, self.decode), prediction)
+            extra["experiment"] = experiment.compare(
+                base, trace, selected["layer"], selected["head"], export.predictions(base, self.decode), prediction
+            )
         if isinstance(layers, str) and layers == "selected":
             layers = [selected["layer"]]
-        return export.to_dict(trace, model=card, text=text, selected=selected, summaries=table,
-                              prediction=prediction, stages=stages, layers=layers,
-                              unknown=unknown_report(trace.tokens, trace.token_ids.tolist(), self.is_unknown,
-                                                     self.unknown_hint)) | extra
+        return (
+            export.to_dict(
+                trace,
+                model=card,
+                text=text,
+                selected=selected,
+                summaries=table,
+                prediction=prediction,
+                stages=stages,
+                layers=layers,
+                unknown=unknown_report(trace.tokens, trace.token_ids.tolist(), self.is_unknown, self.unknown_hint),
+            )
+            | extra
+        )
 
     @staticmethod
     def select(trace: ModelTrace, table, described, layer, head) -> dict:
@@ -178,7 +217,7 @@ class Explainer:
 def unknown_report(tokens: list[str], ids: list[int], is_unknown=None, hint: str = "") -> dict:
     """{count, positions, message}: the tokens the tokenizer could not represent (<unk>, byte pieces)."""
     test = is_unknown or (lambda tok, i: _unknown_string(tok))
-    positions = [p for p, (tok, i) in enumerate(zip(tokens, ids)) if test(tok, int(i))]
+    positions = [p for p, (tok, i) in enumerate(zip(tokens, ids, strict=False)) if test(tok, int(i))]
     message = ""
     if positions:
         message = f"{len(positions)} of {len(tokens)} tokens are unknown to the tokenizer"

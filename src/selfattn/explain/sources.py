@@ -18,17 +18,29 @@ from pathlib import Path
 
 from ..files import read_json
 
-__all__ = ["TRANSFORMERS_TYPES", "DECODER_TYPES", "LIMITS", "POSITIONS", "POSITIONS_ZH", "resolve", "folder_kind",
-           "check_config", "is_hub_id"]
+__all__ = [
+    "TRANSFORMERS_TYPES",
+    "DECODER_TYPES",
+    "LIMITS",
+    "POSITIONS",
+    "POSITIONS_ZH",
+    "resolve",
+    "folder_kind",
+    "check_config",
+    "is_hub_id",
+]
 
 DECODER_TYPES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gpt2")
 TRANSFORMERS_TYPES = DECODER_TYPES + ("bert",)
 """transformers `model_type`s the explainer loads (each tested with a tiny random model)."""
 
 POSITIONS = {
-    "llama": "RoPE: Q/K shown after rotation", "qwen2": "RoPE: Q/K shown after rotation",
-    "qwen3": "RoPE: Q/K shown after rotation (after QK-norm)", "mistral": "RoPE: Q/K shown after rotation",
-    "gemma2": "RoPE: Q/K shown after rotation", "gpt2": "learned absolute positions, added to X",
+    "llama": "RoPE: Q/K shown after rotation",
+    "qwen2": "RoPE: Q/K shown after rotation",
+    "qwen3": "RoPE: Q/K shown after rotation (after QK-norm)",
+    "mistral": "RoPE: Q/K shown after rotation",
+    "gemma2": "RoPE: Q/K shown after rotation",
+    "gpt2": "learned absolute positions, added to X",
     "bert": "learned absolute positions, added to X",
 }
 
@@ -40,12 +52,18 @@ POSITIONS_ZH = {
 """Each positional scheme of POSITIONS (and the default model's), in Chinese, for the Chinese views."""
 
 LIMITS = {
-    "num_hidden_layers": 512, "n_layer": 512,
-    "hidden_size": 32768, "n_embd": 32768,
-    "num_attention_heads": 512, "n_head": 512, "num_key_value_heads": 512,
-    "intermediate_size": 262144, "n_inner": 262144,
+    "num_hidden_layers": 512,
+    "n_layer": 512,
+    "hidden_size": 32768,
+    "n_embd": 32768,
+    "num_attention_heads": 512,
+    "n_head": 512,
+    "num_key_value_heads": 512,
+    "intermediate_size": 262144,
+    "n_inner": 262144,
     "vocab_size": 1 << 20,
-    "max_position_embeddings": 1 << 21, "n_positions": 1 << 21,
+    "max_position_embeddings": 1 << 21,
+    "n_positions": 1 << 21,
     "head_dim": 1024,
 }
 """Largest value accepted per config field: beyond any released model, far below what would
@@ -62,7 +80,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def is_hub_id(text: str) -> bool:
-    """"owner/name" that is not an existing local path."""
+    """ "owner/name" that is not an existing local path."""
     return bool(_HUB_ID.match(text)) and not Path(text).exists()
 
 
@@ -81,8 +99,7 @@ def resolve(source: str | os.PathLike) -> Path:
 
 def _snapshot(repo_id: str) -> Path:
     try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub import constants
+        from huggingface_hub import constants, snapshot_download
     except ImportError:
         raise ValueError(f"{repo_id} is a hub id; fetching it needs the `huggingface_hub` package") from None
     offline = bool(constants.HF_HUB_OFFLINE)
@@ -90,13 +107,15 @@ def _snapshot(repo_id: str) -> Path:
         path = snapshot_download(repo_id, allow_patterns=WEIGHT_PATTERNS, local_files_only=offline)
     except Exception as e:  # noqa: BLE001 — a network, auth or cache failure: say which, in one line
         if not offline:
-            try:   # no network: the cache may still hold it
+            try:  # no network: the cache may still hold it
                 return Path(snapshot_download(repo_id, allow_patterns=WEIGHT_PATTERNS, local_files_only=True))
             except Exception:  # noqa: BLE001
                 pass
         where = "offline (HF_HUB_OFFLINE=1)" if offline else "could not download it"
-        raise ValueError(f"{repo_id}: {where}, and it is not in the local Hugging Face cache "
-                         f"({type(e).__name__}); download it once with network access") from None
+        raise ValueError(
+            f"{repo_id}: {where}, and it is not in the local Hugging Face cache "
+            f"({type(e).__name__}); download it once with network access"
+        ) from None
     return Path(path)
 
 
@@ -115,8 +134,10 @@ def folder_kind(folder: Path) -> tuple[str, dict]:
         return "selfattn", data
     kind = data.get("model_type")
     if kind not in TRANSFORMERS_TYPES:
-        raise ValueError(f"{folder}: model_type {kind!r} is not supported; selfattn reads its own checkpoints "
-                         f"and transformers folders of {', '.join(TRANSFORMERS_TYPES)}")
+        raise ValueError(
+            f"{folder}: model_type {kind!r} is not supported; selfattn reads its own checkpoints "
+            f"and transformers folders of {', '.join(TRANSFORMERS_TYPES)}"
+        )
     check_weights(folder)
     check_config(data, config_path)
     return kind, data
@@ -148,8 +169,10 @@ def check_config(config: dict, source: Path) -> None:
     vocab = config.get("vocab_size") or 0
     estimate = layers * (4 * width * width + 3 * width * ff) + 2 * vocab * width
     if estimate > MAX_PARAMETERS:
-        raise ValueError(f"{source}: about {estimate:,} parameters (num_hidden_layers × hidden_size × …), over the "
-                         f"limit of {MAX_PARAMETERS:,}")
+        raise ValueError(
+            f"{source}: about {estimate:,} parameters (num_hidden_layers × hidden_size × …), over the "
+            f"limit of {MAX_PARAMETERS:,}"
+        )
     text = config.get("text_config")
     if isinstance(text, dict):
         check_config(text, source)

@@ -25,6 +25,7 @@ ROW_BLOCK = 256
 SINK_LIMIT = 0.5
 """A head whose mean attention to the first token reaches this is not picked (`heads.pick`)."""
 
+
 def head_summary(layer: LayerTrace, head: int) -> dict:
     """The five numbers above for one head, in float32 (summaries, not the exact stages).
 
@@ -33,19 +34,19 @@ def head_summary(layer: LayerTrace, head: int) -> dict:
     """
     L = layer.length
     scale, softcap, visible_all = layer.head_rule(head)
-    q = layer.q[head].float()                                     # (L, D)
-    k = layer.k[layer.kv_head(head)].float()                      # (L, D)
-    lse = layer.lse[head].float()                                 # (L,)
+    q = layer.q[head].float()  # (L, D)
+    k = layer.k[layer.kv_head(head)].float()  # (L, D)
+    lse = layer.lse[head].float()  # (L,)
     total = {"entropy": 0.0, "max_weight": 0.0, "first_token": 0.0, "previous": 0.0, "self": 0.0}
     counted = 0
     for start in range(0, L, ROW_BLOCK):
         rows = torch.arange(start, min(start + ROW_BLOCK, L))
-        keep = visible_all[rows].sum(-1) >= 2                      # (R,) rows with a choice to make
+        keep = visible_all[rows].sum(-1) >= 2  # (R,) rows with a choice to make
         if not bool(keep.any()):
             continue
         rows = rows[keep]
-        visible = visible_all[rows]                                # (R, L)
-        s = (q[rows] @ k.T) * scale                                # (R, L) scaled scores
+        visible = visible_all[rows]  # (R, L)
+        s = (q[rows] @ k.T) * scale  # (R, L) scaled scores
         if softcap is not None:
             s = softcap * torch.tanh(s / softcap)
         w = weights_from_lse(s.masked_fill(~visible, float("-inf")), lse[rows])

@@ -34,31 +34,44 @@ LABEL_WIDTH = 8
 TEXT = {
     "zh": {
         "model": "模型：{name}（{kind}，{n_layers} 层 × {n_heads} 个 head，d_model = {d_model}，"
-                 "head 维度 d_k = {head_dim}）",
+        "head 维度 d_k = {head_dim}）",
         "card": "架构：{architecture}；位置编码：{positions}",
         "numbering": "编号：层、head 和 token 位置都从 0 起。",
         "unknown": "注意：{n} 个 token 中有 {count} 个是分词器不认识的（标为 ⟨?⟩）。{message}",
         "tokens": "分词（{n} 个 token）：",
         "selected": "显示：层 {layer} · head {head}（{reason}）",
         "does": "这个 head 在做什么：{text}",
-        "chosen": "由你指定", "within layer": "在这一层里自动选择", "within head": "为这个 head 自动选择层",
+        "chosen": "由你指定",
+        "within layer": "在这一层里自动选择",
+        "within head": "为这个 head 自动选择层",
         "intervention": "干预：{items}",
-        "only": "只在{where}", "no_scaling": "关闭 ÷√d_k", "no_causal": "关闭因果 mask",
+        "only": "只在{where}",
+        "no_scaling": "关闭 ÷√d_k",
+        "no_causal": "关闭因果 mask",
         "temperature": "softmax 温度 T = {t:g}",
-        "where": "层 {layer}", "where_head": " · head {head}",
+        "where": "层 {layer}",
+        "where_head": " · head {head}",
         "experiment": "对照实验（同一句话，有干预 vs 无干预）：{text}",
-        "scores": "① 分数 QKᵀ", "scaled": "② ÷√d_k（乘以 {scale}）", "scaled_off": "② 不除以 √d_k（乘以 {scale}）",
-        "mask": "③ 可见性（1 = 可以看，0 = 不能看）", "mask_off": "③ 可见性（因果 mask 已关闭：1 = 可以看）",
-        "masked": "④ 加 mask（−inf）", "weights": "⑤ softmax 权重（%）",
+        "scores": "① 分数 QKᵀ",
+        "scaled": "② ÷√d_k（乘以 {scale}）",
+        "scaled_off": "② 不除以 √d_k（乘以 {scale}）",
+        "mask": "③ 可见性（1 = 可以看，0 = 不能看）",
+        "mask_off": "③ 可见性（因果 mask 已关闭：1 = 可以看）",
+        "masked": "④ 加 mask（−inf）",
+        "weights": "⑤ softmax 权重（%）",
         "meaning": "⑥ ·V 当作“含义”：若每个 token 的 V 只携带它自己的含义（教程的单位向量），"
-                   "输出的每一行就是各含义的权重（%）",
-        "other": "其他", "first": "首 token",
+        "输出的每一行就是各含义的权重（%）",
+        "other": "其他",
+        "first": "首 token",
         "vectors": "⑦ 输出：Σ w·V（这个 head）、注意力层输出、这一层的输出"
-                   "（每行：长度 ‖·‖ 和最大的 {k} 个维度；完整数字见 --json）",
-        "col_weighted": "Σ w·V", "col_attn": "注意力层输出", "col_output": "这一层的输出",
-        "top": "每个位置最关注的 token：", "row": "“{q}” → {items}",
+        "（每行：长度 ‖·‖ 和最大的 {k} 个维度；完整数字见 --json）",
+        "col_weighted": "Σ w·V",
+        "col_attn": "注意力层输出",
+        "col_output": "这一层的输出",
+        "top": "每个位置最关注的 token：",
+        "row": "“{q}” → {items}",
         "bos": "注：{token} 是句首的特殊 token。用不上的注意力常常“停”在这里：这个 head 平均给它 {selected}，"
-               "所有 head 平均 {mean}。",
+        "所有 head 平均 {mean}。",
         "predict": "模型预测的下一个 token：",
         "summary": "各 head 概览：平均熵（bit，越小越集中）；* = ≥50% 注意力停在第一个 token 上；> = 当前显示",
         "heads": "每个 head 在这句话上做什么：",
@@ -66,48 +79,68 @@ TEXT = {
         "search": "head 搜索：“{q}”（位置 {i}）→“{k}”（位置 {j}）的权重，从大到小：",
         "search_line": "  层 {layer} · head {head}：{w}",
         "too_long": "输入有 {n} 个 token，超过 {limit}：终端只显示概览；用 --html 查看完整交互报告。",
-        "layer": "层", "head": "head", "corner": "查询 \\ 键", "corner_meaning": "位置 \\ 含义",
-        "decoder": "解码器", "encoder": "编码器",
+        "layer": "层",
+        "head": "head",
+        "corner": "查询 \\ 键",
+        "corner_meaning": "位置 \\ 含义",
+        "decoder": "解码器",
+        "encoder": "编码器",
     },
     "en": {
         "model": "Model: {name} ({kind}, {n_layers} layers × {n_heads} heads, d_model = {d_model}, "
-                 "head dim d_k = {head_dim})",
+        "head dim d_k = {head_dim})",
         "card": "Architecture: {architecture}; positions: {positions}",
         "numbering": "Numbering: layers, heads and token positions count from 0.",
         "unknown": "Note: {count} of {n} tokens are unknown to the tokenizer (marked ⟨?⟩). {message}",
         "tokens": "Tokens ({n}):",
         "selected": "Showing layer {layer} · head {head} ({reason})",
         "does": "What this head does: {text}",
-        "chosen": "chosen by you", "within layer": "picked within this layer",
+        "chosen": "chosen by you",
+        "within layer": "picked within this layer",
         "within head": "layer picked for this head",
         "intervention": "Intervention: {items}",
-        "only": "only in {where}", "no_scaling": "÷√d_k switched off", "no_causal": "causal mask switched off",
-        "temperature": "softmax temperature T = {t:g}", "where": "layer {layer}", "where_head": " · head {head}",
+        "only": "only in {where}",
+        "no_scaling": "÷√d_k switched off",
+        "no_causal": "causal mask switched off",
+        "temperature": "softmax temperature T = {t:g}",
+        "where": "layer {layer}",
+        "where_head": " · head {head}",
         "experiment": "Controlled experiment (the same text with and without the intervention): {text}",
-        "scores": "(1) scores QKᵀ", "scaled": "(2) ÷√d_k (times {scale})", "scaled_off": "(2) no ÷√d_k (times {scale})",
+        "scores": "(1) scores QKᵀ",
+        "scaled": "(2) ÷√d_k (times {scale})",
+        "scaled_off": "(2) no ÷√d_k (times {scale})",
         "mask": "(3) visibility (1 = may look, 0 = may not)",
         "mask_off": "(3) visibility (causal mask off: 1 = may look)",
-        "masked": "(4) masked (−inf)", "weights": "(5) softmax weights (%)",
+        "masked": "(4) masked (−inf)",
+        "weights": "(5) softmax weights (%)",
         "meaning": "(6) ·V as \"meanings\": if each token's V carried only its own meaning (the tutorial's unit "
-                   "vectors), each output row would be these weights per meaning (%)",
-        "other": "other", "first": "1st token",
+        "vectors), each output row would be these weights per meaning (%)",
+        "other": "other",
+        "first": "1st token",
         "vectors": "(7) output: Σ w·V (this head), attention output, layer output (per row: length ‖·‖ and the {k} "
-                   "largest dimensions; every number is in --json)",
-        "col_weighted": "Σ w·V", "col_attn": "attention output", "col_output": "layer output",
-        "top": "What each position attends to most:", "row": "\"{q}\" → {items}",
-        "bos": "Note: {token} is the special first token. Attention that is not needed elsewhere often \"parks\" "
-               "there: this head gives it {selected} on average, all heads {mean}.",
+        "largest dimensions; every number is in --json)",
+        "col_weighted": "Σ w·V",
+        "col_attn": "attention output",
+        "col_output": "layer output",
+        "top": "What each position attends to most:",
+        "row": '"{q}" → {items}',
+        "bos": 'Note: {token} is the special first token. Attention that is not needed elsewhere often "parks" '
+        "there: this head gives it {selected} on average, all heads {mean}.",
         "predict": "The model's next-token prediction:",
         "summary": "Heads at a glance: mean entropy (bits, lower = more concentrated); * = >= 50% on the first "
-                   "token; > = shown",
+        "token; > = shown",
         "heads": "What each head does on this text:",
         "head_line": "  layer {layer} · head {head}: {text}",
-        "search": "Head search: the weight from \"{q}\" (position {i}) to \"{k}\" (position {j}), largest first:",
+        "search": 'Head search: the weight from "{q}" (position {i}) to "{k}" (position {j}), largest first:',
         "search_line": "  layer {layer} · head {head}: {w}",
         "too_long": "The input has {n} tokens, more than {limit}: the terminal shows summaries only; "
-                    "use --html for the full report.",
-        "layer": "layer", "head": "head", "corner": "query \\ key", "corner_meaning": "position \\ meaning",
-        "decoder": "decoder", "encoder": "encoder",
+        "use --html for the full report.",
+        "layer": "layer",
+        "head": "head",
+        "corner": "query \\ key",
+        "corner_meaning": "position \\ meaning",
+        "decoder": "decoder",
+        "encoder": "encoder",
     },
 }
 
@@ -129,8 +162,17 @@ def number(x, digits: int = 2) -> str:
 
 def render(doc: dict, console: Console, lang: str = "zh") -> None:
     t = TEXT[lang]
-    say = lambda *parts, **kw: console.print(*(printable(p, keep="\n") if isinstance(p, str) else p  # noqa: E731
-                                               for p in parts), markup=False, **kw)   # never markup, never ESC
+
+    def say(*parts, **kw):
+        return console.print(
+            *(
+                printable(p, keep="\n") if isinstance(p, str) else p  # noqa: E731
+                for p in parts
+            ),
+            markup=False,
+            **kw,
+        )  # never markup, never ESC
+
     m = doc["model"]
     say(t["model"].format(**(m | {"kind": t.get(m["kind"], m["kind"])})))
     if m.get("architecture"):
@@ -178,8 +220,11 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
 
 def _intervention(doc: dict, say, t: dict, lang: str) -> None:
     i = doc["intervention"]
-    changes = ([t["no_scaling"]] if not i["scaling"] else []) + ([t["no_causal"]] if not i["causal"] else []) + \
-        ([t["temperature"].format(t=i["temperature"])] if i["temperature"] != 1 else [])
+    changes = (
+        ([t["no_scaling"]] if not i["scaling"] else [])
+        + ([t["no_causal"]] if not i["causal"] else [])
+        + ([t["temperature"].format(t=i["temperature"])] if i["temperature"] != 1 else [])
+    )
     if changes and "layer" in i:
         where = t["where"].format(layer=i["layer"]) + (t["where_head"].format(head=i["head"]) if "head" in i else "")
         changes.append(t["only"].format(where=where))
@@ -201,12 +246,19 @@ def _stages(doc: dict, console: Console, t: dict, lang: str, layer: dict, head: 
     _matrix(console, t["mask" if causal else "mask_off"], t["corner"], tokens, tokens, visible, str)
     _matrix(console, t["masked"], t["corner"], tokens, tokens, stages["masked"], number)
     weights = stages["weights"]
-    _matrix(console, t["weights"], t["corner"], tokens, tokens, [[100 * w for w in row] for row in weights],
-            lambda x: number(x, 1))
+    _matrix(
+        console,
+        t["weights"],
+        t["corner"],
+        tokens,
+        tokens,
+        [[100 * w for w in row] for row in weights],
+        lambda x: number(x, 1),
+    )
     _meanings(console, t, lang, tokens, weights)
     _vectors(console, t, layer, stages, doc)
     console.print(t["top"], markup=False)
-    for q, row in zip(tokens, weights):
+    for q, row in zip(tokens, weights, strict=False):
         best = sorted(range(len(row)), key=lambda j: -row[j])[:3]
         items = ", ".join(f"{tokens[j]} {percent(row[j])}" for j in best if row[j] > 0)
         console.print("  " + t["row"].format(q=q, items=items), markup=False)
@@ -223,8 +275,9 @@ def _meanings(console: Console, t: dict, lang: str, tokens: list[str], weights) 
             col = MEANING_ROLES.index(r[j]) if r[j] in MEANING_ROLES else len(columns) - (2 if j == 0 else 1)
             sums[col] += 100 * w
         rows.append(sums)
-    _matrix(console, t["meaning"], t["corner_meaning"], tokens, columns, rows, lambda x: number(x, 1),
-            cut_columns=False)
+    _matrix(
+        console, t["meaning"], t["corner_meaning"], tokens, columns, rows, lambda x: number(x, 1), cut_columns=False
+    )
 
 
 def _vectors(console: Console, t: dict, layer: dict, stages: dict, doc: dict) -> None:
@@ -235,8 +288,9 @@ def _vectors(console: Console, t: dict, layer: dict, stages: dict, doc: dict) ->
     for header in (t["corner"].split(" ")[0], t["col_weighted"], t["col_attn"], t["col_output"]):
         table.add_column(Text(header))
     for i, q in enumerate(doc["tokens"]):
-        table.add_row(Text(_cut(q)), *(Text(_summary(vec[i])) for vec in (stages["weighted"], layer["attn_out"],
-                                                                          layer["output"])))
+        table.add_row(
+            Text(_cut(q)), *(Text(_summary(vec[i])) for vec in (stages["weighted"], layer["attn_out"], layer["output"]))
+        )
     console.print(table)
 
 
@@ -248,11 +302,19 @@ def _summary(values) -> str:
 
 def _cut(label: str) -> str:
     label = printable(label)
-    return label if len(label) <= LABEL_WIDTH else label[:LABEL_WIDTH - 1] + "…"
+    return label if len(label) <= LABEL_WIDTH else label[: LABEL_WIDTH - 1] + "…"
 
 
-def _matrix(console: Console, title: str, corner: str, rows: list[str], columns: list[str], values, fmt,
-            cut_columns: bool = True) -> None:
+def _matrix(
+    console: Console,
+    title: str,
+    corner: str,
+    rows: list[str],
+    columns: list[str],
+    values,
+    fmt,
+    cut_columns: bool = True,
+) -> None:
     """One table, split into as many column blocks as the console width needs (token labels cut to LABEL_WIDTH)."""
     cells = [[fmt(x) for x in row] for row in values]
     columns = [_cut(c) for c in columns] if cut_columns else list(columns)
@@ -271,7 +333,7 @@ def _matrix(console: Console, title: str, corner: str, rows: list[str], columns:
         table = Table(show_edge=False, header_style="bold", box=box.SIMPLE_HEAD)
         for header in [corner, *columns[a:b]]:
             table.add_column(Text(header), no_wrap=True)
-        for r, row in zip(rows, cells):
+        for r, row in zip(rows, cells, strict=False):
             table.add_row(Text(_cut(r)), *(_cell(x) for x in row[a:b]))
         console.print(table)
 

@@ -36,8 +36,8 @@ from .. import checks
 from ..functional import intercept
 from ..kernels.base import Request, Result
 from ..masks import visibility
-from ..weights import weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
 from ..modules import MultiHeadSelfAttention, SelfAttention
+from ..weights import weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
 
 __all__ = ["TEMPERATURE_RANGE", "Intervention", "LayerTrace", "ModelTrace", "HeadChange", "capture", "weights_from_lse"]
 
@@ -82,8 +82,12 @@ class Intervention:
         """The request with this intervention: scale (÷√d_k off, ÷T), softcap ÷T, causal/window off."""
         t = float(self.temperature)
         return dataclasses.replace(
-            r, scale=(r.scale if self.scaling else 1.0) / t, softcap=None if r.softcap is None else r.softcap / t,
-            causal=r.causal and self.causal, window=r.window if self.causal else None)
+            r,
+            scale=(r.scale if self.scaling else 1.0) / t,
+            softcap=None if r.softcap is None else r.softcap / t,
+            causal=r.causal and self.causal,
+            window=r.window if self.causal else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ class HeadChange:
     scale: float
     softcap: float | None
     causal: bool
-    visible: torch.Tensor     # (L, L) bool
+    visible: torch.Tensor  # (L, L) bool
 
 
 @dataclass
@@ -155,9 +159,9 @@ class LayerTrace:
             raise ValueError(f"head must be an int in [0, {self.n_heads}), got {head!r}")
         rows = _rows(rows, self.length)
         scale, softcap, visible = self.head_rule(head)
-        q = self.q[head, rows].double()                  # (R, D)
-        k = self.k[self.kv_head(head)].double()          # (L, D)
-        v = self.v[self.kv_head(head)].double()          # (L, Dv)
+        q = self.q[head, rows].double()  # (R, D)
+        k = self.k[self.kv_head(head)].double()  # (L, D)
+        v = self.v[self.kv_head(head)].double()  # (L, Dv)
         scores = q @ k.T
         scaled = scores * scale
         if softcap is not None:
@@ -165,8 +169,14 @@ class LayerTrace:
         mask = visible[rows]
         masked = scaled.masked_fill(~mask, float("-inf"))
         weights = weights_from_lse(masked, self.lse[head, rows].double())
-        return {"scores": scores, "scaled": scaled, "mask": mask, "masked": masked,
-                "weights": weights, "weighted": weights @ v}
+        return {
+            "scores": scores,
+            "scaled": scaled,
+            "mask": mask,
+            "masked": masked,
+            "weights": weights,
+            "weighted": weights @ v,
+        }
 
 
 @dataclass
@@ -195,8 +205,13 @@ class ModelTrace:
         return self.layers[0].n_heads if self.layers else 0
 
 
-def capture(model: torch.nn.Module, input_ids: torch.Tensor, tokens: list[str],
-            intervention: Intervention = Intervention(), **model_kwargs) -> ModelTrace:
+def capture(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    tokens: list[str],
+    intervention: Intervention = Intervention(),
+    **model_kwargs,
+) -> ModelTrace:
     """Run `model(input_ids, **model_kwargs)` once and record every `selfattn.attention` call.
 
     input_ids  (L,) or (1, L) token ids; `tokens` their strings (same length)
@@ -212,8 +227,10 @@ def capture(model: torch.nn.Module, input_ids: torch.Tensor, tokens: list[str],
     if len(tokens) != ids.shape[1]:
         raise ValueError(f"{len(tokens)} token strings for {ids.shape[1]} token ids")
     if not _calls_selfattn(model):
-        raise ValueError(f"{type(model).__name__} has no MultiHeadSelfAttention layer to explain (nor a "
-                         f"transformers attention set to 'selfattn': selfattn.hf.register())")
+        raise ValueError(
+            f"{type(model).__name__} has no MultiHeadSelfAttention layer to explain (nor a "
+            f"transformers attention set to 'selfattn': selfattn.hf.register())"
+        )
     _install_stack_hooks(model)
     recorder = _Recorder(intervention)
     token = _ACTIVE.set(recorder)
@@ -231,15 +248,20 @@ def capture(model: torch.nn.Module, input_ids: torch.Tensor, tokens: list[str],
     if intervention.head is not None and intervention.head >= layers[0].n_heads:
         raise ValueError(f"intervention head must be in [0, {layers[0].n_heads - 1}], got {intervention.head}")
     logits = _logits(out)[0] if decoder else None
-    return ModelTrace(tokens=list(tokens), token_ids=ids[0], layers=layers, intervention=intervention,
-                      causal=decoder and intervention.causal, logits=logits)
+    return ModelTrace(
+        tokens=list(tokens),
+        token_ids=ids[0],
+        layers=layers,
+        intervention=intervention,
+        causal=decoder and intervention.causal,
+        logits=logits,
+    )
 
 
 # --- the recorder: an interceptor, and hooks that keep the stack of running modules ------------
 
-_ACTIVE: contextvars.ContextVar["_Recorder | None"] = contextvars.ContextVar("selfattn_explain_recorder",
-                                                                            default=None)
-_HOOKED: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
+_ACTIVE: contextvars.ContextVar[_Recorder | None] = contextvars.ContextVar("selfattn_explain_recorder", default=None)
+_HOOKED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 _HOOK_LOCK = threading.Lock()
 
 
@@ -279,8 +301,17 @@ class _Recorder:
             kept, head_change = changed, None
         caller, x = self.stack[-1] if self.stack else (None, None)
         holder = self.stack[-2][0] if len(self.stack) > 1 else None
-        self.calls.append({"request": kept, "head_change": head_change, "result": result, "x": x,
-                           "caller": caller, "holder": holder, "causal_before": request.causal})
+        self.calls.append(
+            {
+                "request": kept,
+                "head_change": head_change,
+                "result": result,
+                "x": x,
+                "caller": caller,
+                "holder": holder,
+                "causal_before": request.causal,
+            }
+        )
         if not request.return_lse:
             result = result._replace(lse=None)
         return result
@@ -292,15 +323,22 @@ def _compute_one_head_apart(base: Request, changed: Request, head: int, compute)
     kv = head // base.G
     mask = changed.mask
     if mask is not None and mask.dim() == 4 and mask.shape[1] > 1:
-        mask = mask[:, head:head + 1]
-    part = compute(dataclasses.replace(changed, q=changed.q[:, head:head + 1], k=changed.k[:, kv:kv + 1],
-                                       v=changed.v[:, kv:kv + 1], mask=mask))
+        mask = mask[:, head : head + 1]
+    part = compute(
+        dataclasses.replace(
+            changed,
+            q=changed.q[:, head : head + 1],
+            k=changed.k[:, kv : kv + 1],
+            v=changed.v[:, kv : kv + 1],
+            mask=mask,
+        )
+    )
     output, lse = full.output.clone(), full.lse.clone()
-    output[:, head:head + 1], lse[:, head:head + 1] = part.output, part.lse
+    output[:, head : head + 1], lse[:, head : head + 1] = part.output, part.lse
     weights = None
     if full.weights is not None:
         weights = full.weights.clone()
-        weights[:, head:head + 1] = part.weights
+        weights[:, head : head + 1] = part.weights
     return Result(output, weights, lse)
 
 
@@ -350,8 +388,10 @@ def _bool_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | 
         return mask
     hidden = mask <= torch.finfo(mask.dtype).min / 2
     if bool((mask[~hidden] != 0).any()):
-        raise ValueError("the explainer reads visibility masks only (0 / -inf); this additive mask carries "
-                         "biases that its stages would not show")
+        raise ValueError(
+            "the explainer reads visibility masks only (0 / -inf); this additive mask carries "
+            "biases that its stages would not show"
+        )
     return ~hidden
 
 
@@ -372,13 +412,25 @@ def _layer(call: dict) -> LayerTrace:
     if call["head_change"] is not None:
         head, c = call["head_change"]
         changed[head] = HeadChange(scale=c.scale, softcap=c.softcap, causal=c.causal, visible=_visible(c, head))
-    merged = res.output[0].transpose(0, 1).flatten(1)                 # (L, Hq·Dv): the heads side by side
+    merged = res.output[0].transpose(0, 1).flatten(1)  # (L, Hq·Dv): the heads side by side
     attn_out = call.get("attn_out", merged)
     output = call.get("output", attn_out)
     x = call["x"] if call["x"] is not None else merged
-    return LayerTrace(x=_rows_of(x, L), q=r.q[0], k=r.k[0], v=r.v[0], visible=_visible(r), causal=r.causal,
-                      scale=r.scale, lse=res.lse[0], attn_out=_rows_of(attn_out, L), output=_rows_of(output, L),
-                      softcap=r.softcap, window=r.window, changed=changed)
+    return LayerTrace(
+        x=_rows_of(x, L),
+        q=r.q[0],
+        k=r.k[0],
+        v=r.v[0],
+        visible=_visible(r),
+        causal=r.causal,
+        scale=r.scale,
+        lse=res.lse[0],
+        attn_out=_rows_of(attn_out, L),
+        output=_rows_of(output, L),
+        softcap=r.softcap,
+        window=r.window,
+        changed=changed,
+    )
 
 
 def _rows_of(t: torch.Tensor, L: int) -> torch.Tensor:

@@ -15,5 +15,16 @@ from . import cost
 from .base import AttentionOutput, Backend, Capabilities, Request, Result
 from .dispatch import AUTO_ORDER, BACKENDS, choose, explain, render
 
-__all__ = ["BACKENDS", "AUTO_ORDER", "Backend", "Capabilities", "Request", "Result", "AttentionOutput", "choose",
-           "explain", "render", "cost"]
+__all__ = [
+    "BACKENDS",
+    "AUTO_ORDER",
+    "Backend",
+    "Capabilities",
+    "Request",
+    "Result",
+    "AttentionOutput",
+    "choose",
+    "explain",
+    "render",
+    "cost",
+]

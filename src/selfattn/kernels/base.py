@@ -152,15 +152,15 @@ class Capabilities:
     softcap: bool
     dropout: bool
     dtypes: frozenset[torch.dtype] = ALL_DTYPES
-    devices: frozenset[str] | None = None           # device types ("cpu", "cuda"); None: any
+    devices: frozenset[str] | None = None  # device types ("cpu", "cuda"); None: any
     bool_mask: bool = True
     additive_mask: bool = True
-    mask_grad: bool = True                           # differentiates an additive mask that requires grad
+    mask_grad: bool = True  # differentiates an additive mask that requires grad
     causal: bool = True
     window: bool = True
     gqa: bool = True
     backward: bool = True
-    max_weights_bytes: int | None = None             # it materialises the weights: at most this many bytes
+    max_weights_bytes: int | None = None  # it materialises the weights: at most this many bytes
     notes: Mapping[str, str] = field(default_factory=dict)
 
     def not_supported_reasons(self, r: Request) -> list[str]:
@@ -170,8 +170,9 @@ class Capabilities:
             names = ", ".join(sorted(str(d).removeprefix("torch.") for d in self.dtypes))
             lacking.append(("dtype", f"dtype {r.q.dtype} is not supported (supported: {names})"))
         if self.devices is not None and r.q.device.type not in self.devices:
-            lacking.append(("device", f"device {r.q.device.type} is not supported (supported: "
-                                      f"{', '.join(sorted(self.devices))})"))
+            lacking.append(
+                ("device", f"device {r.q.device.type} is not supported (supported: {', '.join(sorted(self.devices))})")
+            )
         wanted = (
             ("weights", r.return_weights, self.returns_weights, "it never returns attention weights"),
             ("lse", r.return_lse, self.returns_lse, "it never returns the log-sum-exp"),
@@ -187,9 +188,14 @@ class Capabilities:
         )
         lacking += [(name, text) for name, needed, supported, text in wanted if needed and not supported]
         if self.max_weights_bytes is not None and r.weights_bytes > self.max_weights_bytes:
-            lacking.append(("weights_bytes", f"it would materialise {r.B}×{r.Hq}×{r.Lq}×{r.Lk} weights = "
-                                             f"{_size(r.weights_bytes)}, over its budget of "
-                                             f"{_size(self.max_weights_bytes)} (max_weights_bytes)"))
+            lacking.append(
+                (
+                    "weights_bytes",
+                    f"it would materialise {r.B}×{r.Hq}×{r.Lq}×{r.Lk} weights = "
+                    f"{_size(r.weights_bytes)}, over its budget of "
+                    f"{_size(self.max_weights_bytes)} (max_weights_bytes)",
+                )
+            )
         return [text if name not in self.notes else f"{text}; {self.notes[name]}" for name, text in lacking]
 
 

@@ -38,25 +38,36 @@ an entry gets no estimate (None), and "auto" takes it only when no estimated bac
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from .base import Request
 from . import native
+from .base import Request
 from .sdpa import fused_causal
 from .tiled import BLOCK_K, BLOCK_Q, Plan
 
-__all__ = ["RATE_GFLOPS", "READ_GBPS", "CALL_SECONDS", "TILE_SECONDS", "BACKWARD_FACTOR", "BUSY_FACTOR", "WORK",
-           "CLOSE", "visible_pairs", "estimate_seconds", "busy_seconds"]
+__all__ = [
+    "RATE_GFLOPS",
+    "READ_GBPS",
+    "CALL_SECONDS",
+    "TILE_SECONDS",
+    "BACKWARD_FACTOR",
+    "BUSY_FACTOR",
+    "WORK",
+    "CLOSE",
+    "visible_pairs",
+    "estimate_seconds",
+    "busy_seconds",
+]
 
 RATE_GFLOPS = {
-    "sdpa": 60.0,          # full and square-causal forward, L = 4096: 571 ms / 301 ms
-    "sdpa_masked": 52.0,   # with a dense attn_mask (window w=256, L=4096): 668 ms for all L² pairs
-    "tiled": 52.0,         # full and causal forward, L = 4096, 1024×256 tiles: 604 ms / 340 ms
-    "naive": 15.0,         # full forward, L = 4096: 2.3 s (three passes over a materialised L×L matrix)
-    "naive_masked": 9.5,   # causal forward, L = 4096: 3.7 s (the mask is one more pass)
-    "native": 90.0,        # full and causal forward, L = 4096 (91–96), and windows counted as below
-    "flex": 60.0,          # causal forward, compiled, L = 4096
-    "flex_window": 9.0,    # window w = 256, L = 8192, per visible pair (its CPU kernel visits more)
+    "sdpa": 60.0,  # full and square-causal forward, L = 4096: 571 ms / 301 ms
+    "sdpa_masked": 52.0,  # with a dense attn_mask (window w=256, L=4096): 668 ms for all L² pairs
+    "tiled": 52.0,  # full and causal forward, L = 4096, 1024×256 tiles: 604 ms / 340 ms
+    "naive": 15.0,  # full forward, L = 4096: 2.3 s (three passes over a materialised L×L matrix)
+    "naive_masked": 9.5,  # causal forward, L = 4096: 3.7 s (the mask is one more pass)
+    "native": 90.0,  # full and causal forward, L = 4096 (91–96), and windows counted as below
+    "flex": 60.0,  # causal forward, compiled, L = 4096
+    "flex_window": 9.0,  # window w = 256, L = 8192, per visible pair (its CPU kernel visits more)
 }
 """GFLOP/s of computed pairs (2·(D + Dv) flops per query-key pair and head), 1 thread, measured."""
 
@@ -96,11 +107,11 @@ def visible_pairs(n_q: int, n_k: int, *, causal: bool = False, window: int | Non
         return n_q * n_k
     w = n_k if window is None else min(window, n_k)
 
-    def below(n: int) -> int:   # Σ_{p=0}^{n-1} min(p + 1, w)
+    def below(n: int) -> int:  # Σ_{p=0}^{n-1} min(p + 1, w)
         n = max(n, 0)
         return n * (n + 1) // 2 if n <= w else w * (w + 1) // 2 + (n - w) * w
 
-    return below(n_k) - below(n_k - n_q)   # positions n_k − n_q … n_k − 1
+    return below(n_k) - below(n_k - n_q)  # positions n_k − n_q … n_k − 1
 
 
 Work = tuple[int, float, float]
@@ -137,8 +148,13 @@ def _flex_work(r: Request) -> Work:
     return pairs, RATE_GFLOPS["flex_window" if r.window is not None else "flex"], 0.0
 
 
-WORK: dict[str, Callable[[Request], Work]] = {"sdpa": _sdpa_work, "tiled": _tiled_work, "naive": _naive_work,
-                                              "native": _native_work, "flex": _flex_work}
+WORK: dict[str, Callable[[Request], Work]] = {
+    "sdpa": _sdpa_work,
+    "tiled": _tiled_work,
+    "naive": _naive_work,
+    "native": _native_work,
+    "flex": _flex_work,
+}
 """Per backend: which (query, key) pairs it computes for a request, at which rate, plus extra seconds."""
 
 READS_PER_QUERY_HEAD = frozenset({"sdpa"})

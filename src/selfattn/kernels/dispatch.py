@@ -27,8 +27,9 @@ from .tiled import Plan, TiledBackend
 
 __all__ = ["BACKENDS", "AUTO_ORDER", "choose", "explain", "render", "MAX_DRAWN_BLOCKS"]
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (NaiveBackend(), SdpaBackend(), TiledBackend(), NativeBackend(),
-                                                    FlexBackend())}
+BACKENDS: dict[str, Backend] = {
+    b.name: b for b in (NaiveBackend(), SdpaBackend(), TiledBackend(), NativeBackend(), FlexBackend())
+}
 
 AUTO_ORDER = ("sdpa", "native", "tiled", "flex", "naive")
 """The backends "auto" chooses from, in order of preference where estimates tie or none applies.
@@ -47,8 +48,10 @@ MAX_DRAWN_BLOCKS = 64
 
 def _reasons(request: Request, candidates, *, auto: bool = False) -> dict[str, list[str]]:
     """Each candidate's reasons to refuse; with `auto`, also the reasons "auto" passes it over for."""
-    return {name: BACKENDS[name].not_supported_reasons(request) + (BACKENDS[name].auto_reasons(request)
-                                                                    if auto else []) for name in candidates}
+    return {
+        name: BACKENDS[name].not_supported_reasons(request) + (BACKENDS[name].auto_reasons(request) if auto else [])
+        for name in candidates
+    }
 
 
 def _pick(request: Request, able: list[str]) -> tuple[str, str, dict[str, float | None]]:
@@ -60,12 +63,17 @@ def _pick(request: Request, able: list[str]) -> tuple[str, str, dict[str, float 
     estimates = {name: cost.estimate_seconds(name, request) for name in able}
     if request.q.device.type != "cpu":
         plain = request.mask is None and request.window is None and (not request.causal or fused_causal(request))
-        for name in (("sdpa", "flex") if plain else ("flex", "sdpa")):
+        for name in ("sdpa", "flex") if plain else ("flex", "sdpa"):
             if name in able:
-                return name, (f"on {request.q.device.type}: SDPA's fused kernels for plain and causal attention, "
-                              f"flex for windows, masks and softcaps"), estimates
-        return able[0], f"on {request.q.device.type}: the first that can serve it in {', '.join(AUTO_ORDER)}", \
-            estimates
+                return (
+                    name,
+                    (
+                        f"on {request.q.device.type}: SDPA's fused kernels for plain and causal attention, "
+                        f"flex for windows, masks and softcaps"
+                    ),
+                    estimates,
+                )
+        return able[0], f"on {request.q.device.type}: the first that can serve it in {', '.join(AUTO_ORDER)}", estimates
     estimated = [name for name in able if estimates[name] is not None]
     if not estimated:
         return able[0], f"none can be estimated: the first in the preference order {', '.join(AUTO_ORDER)}", estimates
@@ -76,8 +84,14 @@ def _pick(request: Request, able: list[str]) -> tuple[str, str, dict[str, float 
     best = min(close, key=lambda name: cost.busy_seconds(name, request))
     if len(close) == 1:
         return best, f"the smallest estimated time among {', '.join(estimated)} (selfattn.kernels.cost)", estimates
-    return best, (f"{', '.join(close)} are within {cost.CLOSE}× of each other: the one fastest on busy cores "
-                  f"(cost.BUSY_FACTOR)"), estimates
+    return (
+        best,
+        (
+            f"{', '.join(close)} are within {cost.CLOSE}× of each other: the one fastest on busy cores "
+            f"(cost.BUSY_FACTOR)"
+        ),
+        estimates,
+    )
 
 
 def choose(request: Request, name: str) -> Backend:
@@ -87,8 +101,10 @@ def choose(request: Request, name: str) -> Backend:
         reasons = _reasons(request, AUTO_ORDER, auto=True)
         able = [candidate for candidate in AUTO_ORDER if not reasons[candidate]]
         if not able:
-            raise ValueError("no backend can serve this request: " + "; ".join(
-                f"{candidate}: {', '.join(why)}" for candidate, why in reasons.items()))
+            raise ValueError(
+                "no backend can serve this request: "
+                + "; ".join(f"{candidate}: {', '.join(why)}" for candidate, why in reasons.items())
+            )
         return BACKENDS[_pick(request, able)[0]]
     backend = BACKENDS[name]
     why = backend.not_supported_reasons(request)
@@ -113,8 +129,14 @@ def explain(request_or_kwargs: Request | Mapping, backend: str = "auto") -> dict
     names = list(AUTO_ORDER) + [name for name in BACKENDS if name not in AUTO_ORDER]
     reasons = _reasons(request, names, auto=backend == "auto")
     able = [name for name in AUTO_ORDER if not reasons[name]]
-    rows = {name: {"supported": not reasons[name], "seconds": None if reasons[name] else
-                   cost.estimate_seconds(name, request), "reasons": reasons[name]} for name in names}
+    rows = {
+        name: {
+            "supported": not reasons[name],
+            "seconds": None if reasons[name] else cost.estimate_seconds(name, request),
+            "reasons": reasons[name],
+        }
+        for name in names
+    }
     if backend != "auto":
         choice = None if reasons[backend] else backend
         why = f"asked for by name; {'it can serve it' if choice else 'it cannot serve it'}"
@@ -122,16 +144,24 @@ def explain(request_or_kwargs: Request | Mapping, backend: str = "auto") -> dict
         choice, why, _ = _pick(request, able)
     else:
         choice, why = None, "no backend can serve this request (see each one's reasons)"
-    return {"request": _describe(request), "backends": rows, "choice": choice, "why": why,
-            "plan": _plan(request, BACKENDS["tiled"])}
+    return {
+        "request": _describe(request),
+        "backends": rows,
+        "choice": choice,
+        "why": why,
+        "plan": _plan(request, BACKENDS["tiled"]),
+    }
 
 
 def render(explanation: Mapping) -> str:
     """The text of an `explain` dict: the request, one line per backend, the choice, the block plan."""
     r = explanation["request"]
     shape = " ".join(f"{key}={r[key]}" for key in ("B", "Hq", "Hkv", "Lq", "Lk", "D", "Dv"))
-    options = [f"{key}={r[key]}" for key in ("causal", "window", "scale", "softcap", "dropout_p")
-               if r[key] not in (None, False, 0.0) or key in ("causal", "scale")]
+    options = [
+        f"{key}={r[key]}"
+        for key in ("causal", "window", "scale", "softcap", "dropout_p")
+        if r[key] not in (None, False, 0.0) or key in ("causal", "scale")
+    ]
     if r["mask"] is not None:
         options.append(f"mask={r['mask']['kind']} {tuple(r['mask']['shape'])}")
     options += [key for key in ("return_weights", "return_lse", "requires_grad") if r[key]]
@@ -146,11 +176,18 @@ def render(explanation: Mapping) -> str:
     lines += ["", f"choice   {explanation['choice'] or 'none'}: {explanation['why']}"]
     plan = explanation.get("plan")
     if plan is not None:
-        lines += ["", f"tiled block plan: {plan['query_blocks']} × {plan['key_blocks']} blocks of "
-                      f"{plan['block_q']} × {plan['block_k']} (query × key); {plan['tiles']} tiles visited, "
-                      f"{plan['pairs']} pairs", "  F full, P partial (masked), . hidden (skipped)"]
-        lines += ["  " + line for line in plan["drawing"].splitlines()] if plan["drawing"] else \
-                 [f"  (not drawn: more than {MAX_DRAWN_BLOCKS} blocks a side)"]
+        lines += [
+            "",
+            f"tiled block plan: {plan['query_blocks']} × {plan['key_blocks']} blocks of "
+            f"{plan['block_q']} × {plan['block_k']} (query × key); {plan['tiles']} tiles visited, "
+            f"{plan['pairs']} pairs",
+            "  F full, P partial (masked), . hidden (skipped)",
+        ]
+        lines += (
+            ["  " + line for line in plan["drawing"].splitlines()]
+            if plan["drawing"]
+            else [f"  (not drawn: more than {MAX_DRAWN_BLOCKS} blocks a side)"]
+        )
     return "\n".join(lines)
 
 
@@ -164,16 +201,39 @@ def _plan(r: Request, tiled: TiledBackend) -> dict:
     drawing = None
     if max(n_q, n_k) <= MAX_DRAWN_BLOCKS:
         drawing = masks.draw_blocks(r.Lq, r.Lk, tiled.block_q, tiled.block_k, causal=r.causal, window=r.window)
-    return {"block_q": tiled.block_q, "block_k": tiled.block_k, "query_blocks": n_q, "key_blocks": n_k,
-            "tiles": tiles, "pairs": pairs, "drawing": drawing}
+    return {
+        "block_q": tiled.block_q,
+        "block_k": tiled.block_k,
+        "query_blocks": n_q,
+        "key_blocks": n_k,
+        "tiles": tiles,
+        "pairs": pairs,
+        "drawing": drawing,
+    }
 
 
 def _describe(r: Request) -> dict:
     mask = None if r.mask is None else {"kind": r.mask_kind, "shape": list(r.mask.shape)}
-    return {"B": r.B, "Hq": r.Hq, "Hkv": r.Hkv, "Lq": r.Lq, "Lk": r.Lk, "D": r.D, "Dv": r.Dv,
-            "dtype": str(r.q.dtype).removeprefix("torch."), "device": str(r.q.device), "causal": r.causal,
-            "window": r.window, "scale": r.scale, "softcap": r.softcap, "dropout_p": r.dropout_p, "mask": mask,
-            "return_weights": r.return_weights, "return_lse": r.return_lse, "requires_grad": r.needs_grad}
+    return {
+        "B": r.B,
+        "Hq": r.Hq,
+        "Hkv": r.Hkv,
+        "Lq": r.Lq,
+        "Lk": r.Lk,
+        "D": r.D,
+        "Dv": r.Dv,
+        "dtype": str(r.q.dtype).removeprefix("torch."),
+        "device": str(r.q.device),
+        "causal": r.causal,
+        "window": r.window,
+        "scale": r.scale,
+        "softcap": r.softcap,
+        "dropout_p": r.dropout_p,
+        "mask": mask,
+        "return_weights": r.return_weights,
+        "return_lse": r.return_lse,
+        "requires_grad": r.needs_grad,
+    }
 
 
 SHAPE_KEYS = ("B", "Hq", "Hkv", "Lq", "Lk", "D", "Dv")

@@ -57,8 +57,18 @@ def _mask_kind(r: Request):
 
 def signature(r: Request) -> tuple:
     """What torch.compile specialises on: a new signature means a new compile."""
-    return (r.q.device.type, r.q.dtype, tuple(r.q.shape), tuple(r.k.shape), tuple(r.v.shape), r.causal, r.window,
-            r.softcap, r.scale, _mask_kind(r))
+    return (
+        r.q.device.type,
+        r.q.dtype,
+        tuple(r.q.shape),
+        tuple(r.k.shape),
+        tuple(r.v.shape),
+        r.causal,
+        r.window,
+        r.softcap,
+        r.scale,
+        _mask_kind(r),
+    )
 
 
 def is_warm(r: Request) -> bool:
@@ -71,7 +81,11 @@ class FlexBackend(Backend):
 
     name = "flex"
     capabilities = Capabilities(
-        returns_weights=False, returns_lse=True, softcap=True, dropout=False, mask_grad=False,
+        returns_weights=False,
+        returns_lse=True,
+        softcap=True,
+        dropout=False,
+        mask_grad=False,
         notes={
             "weights": "use backend='naive'",
             "dropout": "use backend='sdpa' or 'naive', or dropout_p=0",
@@ -87,20 +101,26 @@ class FlexBackend(Backend):
         reasons = super().not_supported_reasons(r)
         if r.q.device.type == "cpu":
             if r.return_lse:
-                reasons.append(f"FlexAttention's compiled CPU kernel does not return the log-sum-exp (torch "
-                               f"{torch.__version__}); use backend='native' or 'tiled'")
+                reasons.append(
+                    f"FlexAttention's compiled CPU kernel does not return the log-sum-exp (torch "
+                    f"{torch.__version__}); use backend='native' or 'tiled'"
+                )
             if r.needs_grad:
-                reasons.append(f"FlexAttention has no backward on the CPU (torch {torch.__version__}); use "
-                               f"backend='native' or 'tiled'")
+                reasons.append(
+                    f"FlexAttention has no backward on the CPU (torch {torch.__version__}); use "
+                    f"backend='native' or 'tiled'"
+                )
             if min(r.Lq, r.Lk) < MIN_CPU_LENGTH:
-                reasons.append(f"on the CPU flex needs Lq and Lk >= {MIN_CPU_LENGTH} (one block), got Lq={r.Lq}, "
-                               f"Lk={r.Lk}: its compile (~13 s per shape) never pays off below that")
+                reasons.append(
+                    f"on the CPU flex needs Lq and Lk >= {MIN_CPU_LENGTH} (one block), got Lq={r.Lq}, "
+                    f"Lk={r.Lk}: its compile (~13 s per shape) never pays off below that"
+                )
             if shutil.which("c++") is None and shutil.which("g++") is None:
                 reasons.append("torch.compile needs a C++ compiler on the CPU and none is on PATH")
         return reasons
 
     def auto_reasons(self, r: Request) -> list[str]:
-        """"auto" never waits on a compile: on the CPU it takes flex only for a signature already compiled."""
+        """ "auto" never waits on a compile: on the CPU it takes flex only for a signature already compiled."""
         if r.q.device.type != "cpu" or is_warm(r):
             return []
         return ["not compiled for this shape yet, and auto never waits on a compile (~13 s on the CPU)"]
@@ -123,8 +143,16 @@ class FlexBackend(Backend):
             sys.stderr.write(f"selfattn: compiling FlexAttention for {_describe(r)} ... ")
             sys.stderr.flush()
         try:
-            out = compiled(r.q, r.k, r.v, score_mod=_score_mod(r), block_mask=block_mask, scale=r.scale,
-                           enable_gqa=r.G > 1, return_lse=r.return_lse)
+            out = compiled(
+                r.q,
+                r.k,
+                r.v,
+                score_mod=_score_mod(r),
+                block_mask=block_mask,
+                scale=r.scale,
+                enable_gqa=r.G > 1,
+                return_lse=r.return_lse,
+            )
         except Exception:
             if first:
                 sys.stderr.write("failed\n")
@@ -198,7 +226,7 @@ def _score_mod(r: Request):
             bb = b if add.shape[0] > 1 else 0
             hh = h if add.shape[1] > 1 else 0
             a = add[bb, hh, q_idx, kv_idx]
-            score = torch.where(a == float("-inf"), a, score + a)    # −inf hides the key, NaN-proof
+            score = torch.where(a == float("-inf"), a, score + a)  # −inf hides the key, NaN-proof
         return score
 
     return score_mod

@@ -21,10 +21,15 @@ WEIGHTS_BUDGET_BYTES = 1 << 30
 
 
 CAPABILITIES = Capabilities(
-    returns_weights=True, returns_lse=True, softcap=True, dropout=True,
+    returns_weights=True,
+    returns_lse=True,
+    softcap=True,
+    dropout=True,
     max_weights_bytes=WEIGHTS_BUDGET_BYTES,
-    notes={"weights_bytes": "use backend='sdpa' or 'tiled', which never build the full matrix "
-                            "(the budget is selfattn.kernels.naive.WEIGHTS_BUDGET_BYTES)"},
+    notes={
+        "weights_bytes": "use backend='sdpa' or 'tiled', which never build the full matrix "
+        "(the budget is selfattn.kernels.naive.WEIGHTS_BUDGET_BYTES)"
+    },
 )
 
 
@@ -39,9 +44,9 @@ class NaiveBackend(Backend):
     def forward(self, r: Request) -> Result:
         acc = r.accumulate_dtype
         B, Hq, Lq, Lk, G = r.B, r.Hq, r.Lq, r.Lk, r.G
-        q = r.q.to(acc).reshape(B, r.Hkv, G * Lq, r.D)         # (B, Hkv, G·Lq, D): a group's queries as rows
-        k = r.k.to(acc)                                        # (B, Hkv, Lk, D): shared, not copied
-        v = r.v.to(acc)                                        # (B, Hkv, Lk, Dv)
+        q = r.q.to(acc).reshape(B, r.Hkv, G * Lq, r.D)  # (B, Hkv, G·Lq, D): a group's queries as rows
+        k = r.k.to(acc)  # (B, Hkv, Lk, D): shared, not copied
+        v = r.v.to(acc)  # (B, Hkv, Lk, Dv)
         s = (q @ k.transpose(-1, -2)).view(B, Hq, Lq, Lk) * r.scale  # (B, Hq, Lq, Lk)  Q Kᵀ / √d_k
         if r.softcap is not None:
             s = r.softcap * torch.tanh(s / r.softcap)
@@ -53,23 +58,26 @@ class NaiveBackend(Backend):
                 visible = r.mask if visible is None else visible & r.mask
             else:
                 additive = r.mask.to(acc)
-                s = (s + additive).masked_fill(additive == float("-inf"), float("-inf"))   # −inf hides, NaN-proof
+                s = (s + additive).masked_fill(additive == float("-inf"), float("-inf"))  # −inf hides, NaN-proof
         if visible is not None:
-            s = s.masked_fill(~visible, float("-inf"))          # −inf, not 0: softmax gives exactly 0
-        if Lk == 0:                                             # no keys: every row sees nothing
+            s = s.masked_fill(~visible, float("-inf"))  # −inf, not 0: softmax gives exactly 0
+        if Lk == 0:  # no keys: every row sees nothing
             peak = s.new_full((B, Hq, Lq, 1), float("-inf"))
         else:
-            peak = s.amax(dim=-1, keepdim=True).detach()       # (B, Hq, Lq, 1)
+            peak = s.amax(dim=-1, keepdim=True).detach()  # (B, Hq, Lq, 1)
         peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
         e = torch.exp(s - peak)
         total = e.sum(dim=-1, keepdim=True)
-        alive = total > 0                                       # False: the row may look at nothing
+        alive = total > 0  # False: the row may look at nothing
         weights = e / torch.where(alive, total, torch.ones_like(total))
         if r.dropout_p > 0:
             weights = F.dropout(weights, p=r.dropout_p, training=True)
         out = (weights.reshape(B, r.Hkv, G * Lq, Lk) @ v).view(B, Hq, Lq, r.Dv)  # (B, Hq, Lq, Dv)
         lse = None
         if r.return_lse:
-            lse = torch.where(alive, torch.log(torch.where(alive, total, torch.ones_like(total))) + peak,
-                              torch.full_like(total, float("-inf")))[..., 0]
+            lse = torch.where(
+                alive,
+                torch.log(torch.where(alive, total, torch.ones_like(total))) + peak,
+                torch.full_like(total, float("-inf")),
+            )[..., 0]
         return Result(out.to(r.q.dtype), weights if r.return_weights else None, lse)

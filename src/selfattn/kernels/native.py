@@ -153,9 +153,15 @@ def _compile(path: Path, stream) -> None:
     stream.write(f"selfattn: compiling the native attention kernel (once, about a minute) into {path.parent} ... ")
     stream.flush()
     try:
-        load(name=path.stem, sources=[str(SOURCE)], extra_cflags=list(_flags()), extra_ldflags=list(LINK_FLAGS),
-             build_directory=str(path.parent),
-             is_python_module=False, verbose=False)
+        load(
+            name=path.stem,
+            sources=[str(SOURCE)],
+            extra_cflags=list(_flags()),
+            extra_ldflags=list(LINK_FLAGS),
+            build_directory=str(path.parent),
+            is_python_module=False,
+            verbose=False,
+        )
     except Exception:
         stream.write(f"failed after {time.perf_counter() - start:.1f} s\n")
         stream.flush()
@@ -169,7 +175,11 @@ class NativeBackend(Backend):
 
     name = "native"
     capabilities = Capabilities(
-        returns_weights=False, returns_lse=True, softcap=True, dropout=False, devices=frozenset({"cpu"}),
+        returns_weights=False,
+        returns_lse=True,
+        softcap=True,
+        dropout=False,
+        devices=frozenset({"cpu"}),
         mask_grad=False,
         notes={
             "weights": "use backend='naive', or selfattn.attention_weights(q, k, lse, rows=...) for chosen rows",
@@ -192,11 +202,13 @@ class NativeBackend(Backend):
         return super().not_supported_reasons(request) + ([] if why is None else [why])
 
     def auto_reasons(self, request: Request) -> list[str]:
-        """"auto" never waits on a compile: it takes native only once the kernel is built."""
+        """ "auto" never waits on a compile: it takes native only once the kernel is built."""
         if is_built():
             return []
-        return ["not built yet, and auto never waits on a compile: build it once with "
-                "selfattn.kernels.native.build() (or `selfattn bench`, which says so)"]
+        return [
+            "not built yet, and auto never waits on a compile: build it once with "
+            "selfattn.kernels.native.build() (or `selfattn bench`, which says so)"
+        ]
 
     def forward(self, r: Request) -> Result:
         ops = build()
@@ -245,8 +257,8 @@ class _NativeAttention(torch.autograd.Function):
         if d_out is None:
             d_out = torch.zeros_like(out)
         d_out = _prepared(d_out, out.dtype)
-        delta = (d_out * out).sum(dim=-1)                    # Δ = rowsum(dO ∘ O)   (B, Hq, Lq)
+        delta = (d_out * out).sum(dim=-1)  # Δ = rowsum(dO ∘ O)   (B, Hq, Lq)
         if d_lse is not None:
-            delta = delta - d_lse.to(out.dtype)              # ∂lse/∂s = p joins the same term
+            delta = delta - d_lse.to(out.dtype)  # ∂lse/∂s = p joins the same term
         dq, dk, dv = ctx.ops.backward(d_out, q, k, v, lse.contiguous(), delta.contiguous(), *ctx.args)
         return dq, dk, dv, None, None

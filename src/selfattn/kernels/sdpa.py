@@ -25,7 +25,10 @@ from .base import Backend, Capabilities, Request, Result
 class SdpaBackend(Backend):
     name = "sdpa"
     capabilities = Capabilities(
-        returns_weights=False, returns_lse=False, softcap=False, dropout=True,
+        returns_weights=False,
+        returns_lse=False,
+        softcap=False,
+        dropout=True,
         notes={
             "weights": "use backend='naive', or selfattn.attention_weights for chosen rows",
             "lse": "use backend='naive' or 'tiled'",
@@ -39,8 +42,14 @@ class SdpaBackend(Backend):
         if attn_mask is not None and not bool(torch.isfinite(r.k).all()):
             return _exact_kernel(r).forward(r)
         out = F.scaled_dot_product_attention(
-            r.q, r.k, r.v, attn_mask=attn_mask, dropout_p=r.dropout_p, is_causal=is_causal,
-            scale=r.scale, enable_gqa=r.G > 1,
+            r.q,
+            r.k,
+            r.v,
+            attn_mask=attn_mask,
+            dropout_p=r.dropout_p,
+            is_causal=is_causal,
+            scale=r.scale,
+            enable_gqa=r.G > 1,
         )
         return Result(out, None, None)
 
@@ -56,7 +65,7 @@ def dense_mask(r: Request) -> torch.Tensor | None:
     """The request's visibility as one SDPA `attn_mask`: bool (True = may look), or additive
     float in the input dtype when the user's mask is additive. Broadcasts to (B, Hq, Lq, Lk)."""
     visible = None
-    if r.window is not None or (r.causal and r.Lq > 1):   # one decoding step sees the whole cache: no mask
+    if r.window is not None or (r.causal and r.Lq > 1):  # one decoding step sees the whole cache: no mask
         visible = masks.visibility(r.Lq, r.Lk, causal=r.causal, window=r.window, device=r.q.device)
     if r.mask is None:
         return visible

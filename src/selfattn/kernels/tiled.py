@@ -88,10 +88,14 @@ class TiledBackend(Backend):
 
     name = "tiled"
     capabilities = Capabilities(
-        returns_weights=False, returns_lse=True, softcap=True, dropout=False, mask_grad=False,
+        returns_weights=False,
+        returns_lse=True,
+        softcap=True,
+        dropout=False,
+        mask_grad=False,
         notes={
             "weights": "the tiled kernel never builds the weight matrix: use backend='naive', or "
-                       "selfattn.attention_weights(q, k, lse, rows=...) for chosen rows",
+            "selfattn.attention_weights(q, k, lse, rows=...) for chosen rows",
             "dropout": "use backend='sdpa' or 'naive', or dropout_p=0",
             "mask_grad": "use backend='naive'",
         },
@@ -130,7 +134,7 @@ class Plan:
     window: int | None
     scale: float
     softcap: float | None
-    mask: torch.Tensor | None   # (Bm, Hkv|1, G|1, Lq|1, Lk|1): the user's mask with heads split by group
+    mask: torch.Tensor | None  # (Bm, Hkv|1, G|1, Lq|1, Lk|1): the user's mask with heads split by group
     block_q: int
     block_k: int
     acc: torch.dtype
@@ -142,9 +146,21 @@ class Plan:
             m = r.mask.reshape((1,) * (4 - r.mask.dim()) + tuple(r.mask.shape))
             m = m.unflatten(1, (r.Hkv, r.G)) if m.shape[1] == r.Hq else m.unsqueeze(2)
             mask = m
-        return cls(B=r.B, Hq=r.Hq, Hkv=r.Hkv, Lq=r.Lq, Lk=r.Lk,
-                   causal=r.causal, window=r.window, scale=r.scale, softcap=r.softcap, mask=mask,
-                   block_q=block_q, block_k=block_k, acc=r.accumulate_dtype)
+        return cls(
+            B=r.B,
+            Hq=r.Hq,
+            Hkv=r.Hkv,
+            Lq=r.Lq,
+            Lk=r.Lk,
+            causal=r.causal,
+            window=r.window,
+            scale=r.scale,
+            softcap=r.softcap,
+            mask=mask,
+            block_q=block_q,
+            block_k=block_k,
+            acc=r.accumulate_dtype,
+        )
 
     @property
     def G(self) -> int:
@@ -172,18 +188,18 @@ class Plan:
         does not dominate: one decoding step over 16384 keys is one tile, not 64."""
         lo, hi = 0, self.Lk
         if self.limited:
-            hi = min(hi, q1 + self.shift)                      # last visible key: q1 − 1 + shift
+            hi = min(hi, q1 + self.shift)  # last visible key: q1 − 1 + shift
         if self.window is not None:
-            lo = max(lo, q0 + self.shift - self.window + 1)    # first visible key of query q0
+            lo = max(lo, q0 + self.shift - self.window + 1)  # first visible key of query q0
         return lo, hi, self.block_k * max(1, self.block_q // (q1 - q0))
 
     def query_span(self, k0: int, k1: int) -> tuple[int, int]:
         """[lo, hi): the queries that see any key of [k0, k1)."""
         lo, hi = 0, self.Lq
         if self.limited:
-            lo = max(lo, k0 - self.shift)                      # first query that sees key k0
+            lo = max(lo, k0 - self.shift)  # first query that sees key k0
         if self.window is not None:
-            hi = min(hi, k1 - 1 - self.shift + self.window)    # last query that sees key k1 − 1, plus one
+            hi = min(hi, k1 - 1 - self.shift + self.window)  # last query that sees key k1 − 1, plus one
         return lo, max(lo, hi)
 
     def key_blocks(self, q0: int, q1: int) -> tuple[list[Tile], list[Tile]]:
@@ -194,7 +210,7 @@ class Plan:
         lo, hi, width = self.key_span(q0, q1)
         tiles = []
         for k0 in range(lo - lo % width, hi, width):
-            k0, k1 = max(k0, lo), min(k0 + width, hi)     # never a key no row of the block may see
+            k0, k1 = max(k0, lo), min(k0 + width, hi)  # never a key no row of the block may see
             r0, r1 = self.query_span(k0, k1)
             tiles.append((max(q0, r0), min(q1, r1), k0, k1))
         return self._classify(tiles)
@@ -202,8 +218,9 @@ class Plan:
     def query_blocks(self, k0: int, k1: int) -> tuple[list[Tile], list[Tile]]:
         """The tiles of the query blocks that see any key of [k0, k1): (full ones, partial ones)."""
         lo, hi = self.query_span(k0, k1)
-        tiles = [(max(q0, lo), min(q0 + self.block_q, hi), k0, k1)
-                 for q0 in range(lo - lo % self.block_q, hi, self.block_q)]
+        tiles = [
+            (max(q0, lo), min(q0 + self.block_q, hi), k0, k1) for q0 in range(lo - lo % self.block_q, hi, self.block_q)
+        ]
         return self._classify(tiles)
 
     def _classify(self, tiles: list[Tile]) -> tuple[list[Tile], list[Tile]]:
@@ -243,8 +260,7 @@ class Plan:
         if heads >= self.Hkv:
             step = heads // self.Hkv
             return [(b, min(b + step, self.B), 0, self.Hkv) for b in range(0, self.B, step)]
-        return [(b, b + 1, h, min(h + heads, self.Hkv))
-                for b in range(self.B) for h in range(0, self.Hkv, heads)]
+        return [(b, b + 1, h, min(h + heads, self.Hkv)) for b in range(self.B) for h in range(0, self.Hkv, heads)]
 
 
 class _Tiles:
@@ -255,7 +271,7 @@ class _Tiles:
     """Distinct edge-tile geometries kept; aligned blocks need only a handful."""
 
     def __init__(self, plan: Plan, heads: int, like: torch.Tensor, buffers: int):
-        size = heads * plan.G * min(plan.block_q * plan.block_k, plan.Lq * plan.Lk)   # ≥ any tile
+        size = heads * plan.G * min(plan.block_q * plan.block_k, plan.Lq * plan.Lk)  # ≥ any tile
         self._flat = [like.new_empty(size) for _ in range(buffers)]
         self._plan = plan
         self._hidden: dict[tuple[int, int, int], torch.Tensor] = {}
@@ -269,14 +285,19 @@ class _Tiles:
 
     def hidden(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
         """True where the causal/window rule hides key j from query i: bool (n, bk)."""
-        key = (q1 - q0, k1 - k0, q0 - k0)            # the rule depends on positions only through q − k
+        key = (q1 - q0, k1 - k0, q0 - k0)  # the rule depends on positions only through q − k
         if key not in self._hidden:
             if len(self._hidden) >= self.HIDDEN_CACHE_SIZE:
                 self._hidden.clear()
             plan, device = self._plan, self._flat[0].device
-            self._hidden[key] = ~masks.visibility(plan.Lq, plan.Lk, causal=plan.causal, window=plan.window,
-                                                  rows=torch.arange(q0, q1, device=device),
-                                                  cols=torch.arange(k0, k1, device=device))
+            self._hidden[key] = ~masks.visibility(
+                plan.Lq,
+                plan.Lk,
+                causal=plan.causal,
+                window=plan.window,
+                rows=torch.arange(q0, q1, device=device),
+                cols=torch.arange(k0, k1, device=device),
+            )
         return self._hidden[key]
 
 
@@ -286,7 +307,7 @@ def _mask_user(s5: torch.Tensor, plan: Plan, chunk, q0: int, q1: int, k0: int, k
     b0, b1, h0, h1 = chunk
     m = plan.mask
     tile = m[_span(m, 0, b0, b1), _span(m, 1, h0, h1), :, _span(m, 3, q0, q1), _span(m, 4, k0, k1)]
-    tile = tile.transpose(2, 3)                                       # (b, h, n|1, G|1, bk|1)
+    tile = tile.transpose(2, 3)  # (b, h, n|1, G|1, bk|1)
     if tile.dtype == torch.bool:
         s5.masked_fill_(~tile, NEG_INF)
     else:
@@ -299,15 +320,23 @@ def _span(m: torch.Tensor, dim: int, a: int, b: int) -> slice:
     return slice(a, b) if m.shape[dim] > 1 else slice(None)
 
 
-def _scores(plan: Plan, chunk, tiles: _Tiles, qt: torch.Tensor, kb: torch.Tensor, tile: Tile, masked: bool,
-            keep_tanh: bool = False):
+def _scores(
+    plan: Plan,
+    chunk,
+    tiles: _Tiles,
+    qt: torch.Tensor,
+    kb: torch.Tensor,
+    tile: Tile,
+    masked: bool,
+    keep_tanh: bool = False,
+):
     """One tile of base-2 scores s = q·k · scale · log₂e, softcapped and masked: (heads, n·G, bk),
     in scratch buffer 0. With keep_tanh (the backward, under a softcap) also tanh(q·k · scale/c),
     which the softcap's derivative needs; then s is a new tensor and buffer 0 holds the tanh."""
     q0, q1, k0, k1 = tile
     b0, b1, h0, h1 = chunk
     s = tiles.scratch(0, qt.shape[0], qt.shape[1], k1 - k0)
-    torch.baddbmm(s, qt, kb.transpose(1, 2), beta=0.0, alpha=plan.q_mult, out=s)   # s = alpha · Q Kᵀ
+    torch.baddbmm(s, qt, kb.transpose(1, 2), beta=0.0, alpha=plan.q_mult, out=s)  # s = alpha · Q Kᵀ
     capped = None
     if plan.softcap is not None:
         if keep_tanh:
@@ -344,7 +373,7 @@ def _unrows(x: torch.Tensor, groups: int) -> torch.Tensor:
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan):
     """The forward loops. Returns out (B, Hq, Lq, Dv) in q's dtype and lse₂ (B, Hq, Lq) (base 2)."""
     G, BQ, Dv = plan.G, plan.block_q, v.shape[-1]
-    q4 = _grouped(q.to(plan.acc), plan)                                     # (B·Hkv, G, Lq, D)
+    q4 = _grouped(q.to(plan.acc), plan)  # (B·Hkv, G, Lq, D)
     k3 = k.to(plan.acc).reshape(plan.B * plan.Hkv, plan.Lk, k.shape[-1])
     v3 = v.to(plan.acc).reshape(plan.B * plan.Hkv, plan.Lk, Dv)
     out = q.new_empty(plan.B, plan.Hq, plan.Lq, Dv)
@@ -356,19 +385,19 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan):
         tiles = _Tiles(plan, (b1 - b0) * (h1 - h0), q4, buffers=1)
         for q0 in range(0, plan.Lq, BQ):
             q1 = min(q0 + BQ, plan.Lq)
-            qb = _rows(q4, heads, q0, q1)                               # (h, n·G, D)
-            m = qb.new_full((qb.shape[0], qb.shape[1], 1), NEG_INF)     # running max
-            l = qb.new_zeros(qb.shape[0], qb.shape[1], 1)               # running sum
-            acc = qb.new_zeros(qb.shape[0], qb.shape[1], Dv)            # running Σ p·v
+            qb = _rows(q4, heads, q0, q1)  # (h, n·G, D)
+            m = qb.new_full((qb.shape[0], qb.shape[1], 1), NEG_INF)  # running max
+            l = qb.new_zeros(qb.shape[0], qb.shape[1], 1)  # running sum
+            acc = qb.new_zeros(qb.shape[0], qb.shape[1], Dv)  # running Σ p·v
             full, partial = plan.key_blocks(q0, q1)
-            for blocks, masked in ((full, False), (partial, True)):   # off-band first, then the diagonal
+            for blocks, masked in ((full, False), (partial, True)):  # off-band first, then the diagonal
                 for tile in blocks:
                     r0, r1, k0, k1 = tile
-                    rows = slice((r0 - q0) * G, (r1 - q0) * G)         # the rows that see this key block
+                    rows = slice((r0 - q0) * G, (r1 - q0) * G)  # the rows that see this key block
                     s, _ = _scores(plan, chunk, tiles, qb[:, rows], k3[heads, k0:k1], tile, masked)
                     _online_softmax_step(s, v3[heads, k0:k1], m[:, rows], l[:, rows], acc[:, rows])
             # epilogue: normalise, and save the log-sum-exp for the backward pass
-            acc.div_(l.masked_fill(l == 0, 1.0))                        # a row that saw nothing: 0
+            acc.div_(l.masked_fill(l == 0, 1.0))  # a row that saw nothing: 0
             out4[heads, :, q0:q1].copy_(_unrows(acc, G))
             lse4[heads, :, q0:q1].copy_(_unrows(m + torch.log2(l), G))  # and lse = −inf
     return out, lse2[..., 0]
@@ -377,9 +406,9 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan):
 def _online_softmax_step(s, vb, m, l, acc) -> None:
     """Fold one tile of base-2 scores s (h, rows, bk) into the running (m, l, acc), in place."""
     m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-    m_use = m_new.masked_fill(m_new == NEG_INF, 0.0)       # a row that saw only −inf so far: subtract 0, not −inf
-    p = s.sub_(m_use).exp2_()                              # (h, rows, bk) in place: no new tile
-    alpha = torch.exp2(m - m_use)                          # rescales what was summed under the old max
+    m_use = m_new.masked_fill(m_new == NEG_INF, 0.0)  # a row that saw only −inf so far: subtract 0, not −inf
+    p = s.sub_(m_use).exp2_()  # (h, rows, bk) in place: no new tile
+    alpha = torch.exp2(m - m_use)  # rescales what was summed under the old max
     l.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
     acc.mul_(alpha).baddbmm_(p, vb)
     m.copy_(m_new)
@@ -393,9 +422,9 @@ def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
     q4 = _grouped(q.to(acc), plan)
     k3, v3 = k.to(acc).reshape(BH, plan.Lk, k.shape[-1]), v.to(acc).reshape(BH, plan.Lk, Dv)
     do4 = _grouped(d_out.to(acc), plan)
-    delta = (d_out.to(acc) * out.to(acc)).sum(dim=-1)                  # Δ = rowsum(dO ∘ O)   (B, Hq, Lq)
+    delta = (d_out.to(acc) * out.to(acc)).sum(dim=-1)  # Δ = rowsum(dO ∘ O)   (B, Hq, Lq)
     if d_lse is not None:
-        delta = delta - d_lse.to(acc)                                   # ∂lse/∂s = p joins the same term
+        delta = delta - d_lse.to(acc)  # ∂lse/∂s = p joins the same term
     delta4 = _grouped(delta[..., None], plan)
     lse4 = _grouped(lse2[..., None], plan)
     dq4 = torch.zeros_like(q4)
@@ -414,18 +443,19 @@ def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
                     q0, q1 = tile[:2]
                     qt, do = _rows(q4, heads, q0, q1), _rows(do4, heads, q0, q1)
                     s, capped = _scores(plan, chunk, tiles, qt, kb, tile, masked, keep_tanh=True)
-                    p = weights_from_lse(s, _rows(lse4, heads, q0, q1)[..., 0], base2=True,
-                                         inplace=True)                         # the forward's probabilities
-                    dv_acc.baddbmm_(p.transpose(1, 2), do)                     # dV += pᵀ dO
+                    p = weights_from_lse(
+                        s, _rows(lse4, heads, q0, q1)[..., 0], base2=True, inplace=True
+                    )  # the forward's probabilities
+                    dv_acc.baddbmm_(p.transpose(1, 2), do)  # dV += pᵀ dO
                     ds = tiles.scratch(1, *p.shape)
-                    torch.bmm(do, vb.transpose(1, 2), out=ds)                  # dP = dO Vᵀ
-                    ds.sub_(_rows(delta4, heads, q0, q1)).mul_(p)              # dS = p ∘ (dP − Δ)
+                    torch.bmm(do, vb.transpose(1, 2), out=ds)  # dP = dO Vᵀ
+                    ds.sub_(_rows(delta4, heads, q0, q1)).mul_(p)  # dS = p ∘ (dP − Δ)
                     if capped is not None:
-                        ds.mul_(capped.square_().neg_().add_(1.0))             # d/dx c·tanh(x/c) = 1 − tanh²
+                        ds.mul_(capped.square_().neg_().add_(1.0))  # d/dx c·tanh(x/c) = 1 − tanh²
                     dk_acc.baddbmm_(ds.transpose(1, 2), qt, alpha=plan.scale)  # dK += scale · dSᵀ Q
-                    if G == 1:                                                 # dQ += scale · dS K
+                    if G == 1:  # dQ += scale · dS K
                         dq4[heads, 0, q0:q1].baddbmm_(ds, kb, alpha=plan.scale)
-                    else:                                                      # (group rows are not adjacent in dQ)
+                    else:  # (group rows are not adjacent in dQ)
                         dq4[heads, :, q0:q1].add_(_unrows(torch.bmm(ds, kb), G), alpha=plan.scale)
     shape_kv = (plan.B, plan.Hkv, plan.Lk)
     return dq4.view(q.shape), dk.view(*shape_kv, -1), dv.view(*shape_kv, Dv)
@@ -448,6 +478,6 @@ class _TiledAttention(torch.autograd.Function):
         q, k, v, out, lse2 = ctx.saved_tensors
         if d_out is None:
             d_out = torch.zeros_like(out)
-        d_lse = None if d_lse2 is None else d_lse2 * LOG2_E     # the caller's lse is lse₂ · ln 2
+        d_lse = None if d_lse2 is None else d_lse2 * LOG2_E  # the caller's lse is lse₂ · ln 2
         dq, dk, dv = _backward(q, k, v, out, lse2, d_out, d_lse, ctx.plan)
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None

@@ -29,8 +29,16 @@ from .decoder import DecoderConfig, DecoderLM
 from .safetensors_io import assign, read_safetensors, save_weights
 from .tokenizer import WordTokenizer
 
-__all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "load_default", "DEFAULT_DIR", "FILES", "FORMAT",
-           "VERSION"]
+__all__ = [
+    "Checkpoint",
+    "save_checkpoint",
+    "load_checkpoint",
+    "load_default",
+    "DEFAULT_DIR",
+    "FILES",
+    "FORMAT",
+    "VERSION",
+]
 
 FORMAT = "selfattn.decoder-lm"
 VERSION = 1
@@ -46,11 +54,17 @@ class Checkpoint(NamedTuple):
 
     model: DecoderLM
     tokenizer: WordTokenizer
-    info: dict            # config.json's "training" section (preset, seed, metrics, command)
+    info: dict  # config.json's "training" section (preset, seed, metrics, command)
 
 
-def save_checkpoint(model: DecoderLM, tokenizer: WordTokenizer, out_dir: str | os.PathLike, *,
-                    training: dict | None = None, force: bool = False) -> dict[str, str]:
+def save_checkpoint(
+    model: DecoderLM,
+    tokenizer: WordTokenizer,
+    out_dir: str | os.PathLike,
+    *,
+    training: dict | None = None,
+    force: bool = False,
+) -> dict[str, str]:
     """Write the three files into out_dir (created if needed), as a unit (see the module docstring).
 
     Refuses (FileExistsError naming the file) to replace an existing checkpoint unless force=True.
@@ -62,15 +76,21 @@ def save_checkpoint(model: DecoderLM, tokenizer: WordTokenizer, out_dir: str | o
         raise ValueError(f"model has vocab_size={model.config.vocab_size}, tokenizer {tokenizer.vocab_size}")
     out = check_checkpoint_folder(out_dir, force=force)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").unlink(missing_ok=True)        # from here until the end the folder does not load
+    (out / "config.json").unlink(missing_ok=True)  # from here until the end the folder does not load
     paths = {
         "model.safetensors": save_weights(model, out / "model.safetensors", metadata={"format": FORMAT}, force=True),
         "tokenizer.json": tokenizer.save(out / "tokenizer.json", force=True),
     }
-    config = {"format": FORMAT, "version": VERSION, "model": model.config.to_dict(), "training": training or {},
-              "files": {name: _fingerprint(out / name) for name in MANIFEST_FILES}}
-    paths["config.json"] = write_atomic(out / "config.json", json.dumps(config, ensure_ascii=False, indent=1) + "\n",
-                                        force=True)
+    config = {
+        "format": FORMAT,
+        "version": VERSION,
+        "model": model.config.to_dict(),
+        "training": training or {},
+        "files": {name: _fingerprint(out / name) for name in MANIFEST_FILES},
+    }
+    paths["config.json"] = write_atomic(
+        out / "config.json", json.dumps(config, ensure_ascii=False, indent=1) + "\n", force=True
+    )
     return {k: str(v) for k, v in paths.items()}
 
 
@@ -85,8 +105,10 @@ def _fingerprint(path: Path) -> dict:
 
 def _read_config(path: Path) -> dict:
     if not path.is_file() and path.parent.is_dir() and any((path.parent / f).exists() for f in MANIFEST_FILES):
-        raise ValueError(f"{path.parent} has weights but no config.json: an incomplete checkpoint (was a save "
-                         f"interrupted?); train it again or restore the folder")
+        raise ValueError(
+            f"{path.parent} has weights but no config.json: an incomplete checkpoint (was a save "
+            f"interrupted?); train it again or restore the folder"
+        )
     data = read_json(path, what="checkpoint config")
     if data.get("format") != FORMAT:
         raise ValueError(f"{path} is not a {FORMAT} config (format={data.get('format')!r})")
@@ -109,8 +131,10 @@ def _check_manifest(folder: Path, data: dict) -> None:
         if not path.is_file():
             raise FileNotFoundError(f"{path} is missing from the checkpoint")
         if manifest.get(name) != _fingerprint(path):
-            raise ValueError(f"{path} is not the file config.json was saved with (size or SHA-256 differ): the "
-                             f"folder mixes two checkpoints or a save was interrupted; train it again")
+            raise ValueError(
+                f"{path} is not the file config.json was saved with (size or SHA-256 differ): the "
+                f"folder mixes two checkpoints or a save was interrupted; train it again"
+            )
 
 
 def check_checkpoint_folder(out_dir: str | os.PathLike, *, force: bool = False) -> Path:
@@ -138,8 +162,10 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
         raise ValueError(f"{folder / 'config.json'}: bad model config: {e}") from None
     tokenizer = WordTokenizer.load(folder / "tokenizer.json")
     if tokenizer.vocab_size != config.vocab_size:
-        raise ValueError(f"{folder}: tokenizer.json has {tokenizer.vocab_size} tokens, "
-                         f"config.json says vocab_size={config.vocab_size}")
+        raise ValueError(
+            f"{folder}: tokenizer.json has {tokenizer.vocab_size} tokens, "
+            f"config.json says vocab_size={config.vocab_size}"
+        )
     tensors = read_safetensors(folder / "model.safetensors")
     _check_manifest(folder, data)
     model = DecoderLM(config)
@@ -150,6 +176,8 @@ def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cp
 def load_default(*, device: str | torch.device = "cpu") -> Checkpoint:
     """The model that ships with selfattn, trained on the corpus of `selfattn.model.corpus`."""
     if not (DEFAULT_DIR / "model.safetensors").is_file():
-        raise FileNotFoundError(f"the default model is missing from {DEFAULT_DIR}; reinstall selfattn, or "
-                                f"rebuild it with `selfattn train --out {DEFAULT_DIR} --force`")
+        raise FileNotFoundError(
+            f"the default model is missing from {DEFAULT_DIR}; reinstall selfattn, or "
+            f"rebuild it with `selfattn train --out {DEFAULT_DIR} --force`"
+        )
     return load_checkpoint(DEFAULT_DIR, device=device)

@@ -58,9 +58,24 @@ from dataclasses import dataclass
 from .. import checks
 
 __all__ = [
-    "Creature", "Sentence", "Corpus", "COLOURS", "CREATURES", "MEASURES", "QUANTITIES", "MOVES",
-    "PLACES", "places_for", "ACTIVITIES", "FEELINGS", "make_corpus", "make_sentence", "distinct_sentences",
-    "log_prob", "all_words", "with_measure",
+    "Creature",
+    "Sentence",
+    "Corpus",
+    "COLOURS",
+    "CREATURES",
+    "MEASURES",
+    "QUANTITIES",
+    "MOVES",
+    "PLACES",
+    "places_for",
+    "ACTIVITIES",
+    "FEELINGS",
+    "make_corpus",
+    "make_sentence",
+    "distinct_sentences",
+    "log_prob",
+    "all_words",
+    "with_measure",
 ]
 
 
@@ -128,8 +143,14 @@ MOVES: dict[str, tuple[str, ...]] = {
 """Way of moving → the verbs that express it."""
 
 PLACES: dict[str, dict[str, tuple[str, str]]] = {
-    "land": {"森林": ("里", "wild"), "山洞": ("里", "wild"), "草原": ("上", "wild"),
-             "城堡": ("里", "town"), "村庄": ("里", "town"), "花园": ("里", "town")},
+    "land": {
+        "森林": ("里", "wild"),
+        "山洞": ("里", "wild"),
+        "草原": ("上", "wild"),
+        "城堡": ("里", "town"),
+        "村庄": ("里", "town"),
+        "花园": ("里", "town"),
+    },
     "water": {"大海": ("里", "wild"), "湖泊": ("里", "wild"), "小河": ("里", "town"), "池塘": ("里", "town")},
     "air": {"天空": ("中", "wild"), "云层": ("里", "wild"), "彩虹": ("上", "town"), "屋顶": ("上", "town")},
 }
@@ -166,8 +187,7 @@ class Sentence:
         try:
             return self.roles.index(role)
         except ValueError:
-            raise ValueError(f"sentence {self.text!r} has no word with role {role!r}; "
-                             f"roles: {self.roles}") from None
+            raise ValueError(f"sentence {self.text!r} has no word with role {role!r}; roles: {self.roles}") from None
 
 
 @dataclass(frozen=True)
@@ -232,15 +252,18 @@ def distinct_sentences(creature: Creature) -> int:
     return len(QUANTITIES) * clause1 * 2 * (len(ACTIVITIES) + len(FEELINGS))
 
 
-def _draw(rng: random.Random, pairs: list[tuple[str, Creature]], n: int, seen: set[str],
-          split: str) -> tuple[Sentence, ...]:
+def _draw(
+    rng: random.Random, pairs: list[tuple[str, Creature]], n: int, seen: set[str], split: str
+) -> tuple[Sentence, ...]:
     """n sentences not in `seen` (which is updated), each over a pair drawn from `pairs`."""
     room = sum(distinct_sentences(c) for _, c in pairs)
     if n > room // 2:
-        raise ValueError(f"the {split} split asks for {n} distinct sentences, but its {len(pairs)} (colour, noun) "
-                         f"pairs make only {room}; ask for at most {room // 2}")
+        raise ValueError(
+            f"the {split} split asks for {n} distinct sentences, but its {len(pairs)} (colour, noun) "
+            f"pairs make only {room}; ask for at most {room // 2}"
+        )
     out: list[Sentence] = []
-    while len(out) < n:          # at most half the space is drawn, so a fresh sentence takes < 2 draws on average
+    while len(out) < n:  # at most half the space is drawn, so a fresh sentence takes < 2 draws on average
         colour, creature = rng.choice(pairs)
         s = make_sentence(rng, creature, colour)
         if s.text not in seen:
@@ -275,7 +298,7 @@ def with_measure(sentence: Sentence, measure: str) -> tuple[str, ...]:
     if measure not in MEASURES:
         raise ValueError(f"measure must be one of {MEASURES}, got {measure!r}")
     i = sentence.index("qm")
-    return sentence.words[:i] + (sentence.quantity + measure,) + sentence.words[i + 1:]
+    return sentence.words[:i] + (sentence.quantity + measure,) + sentence.words[i + 1 :]
 
 
 def log_prob(sentence: Sentence) -> float:

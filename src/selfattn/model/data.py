@@ -25,8 +25,15 @@ import torch.nn.functional as F
 from .. import checks
 from .corpus import Sentence
 
-__all__ = ["encode_sentences", "pad_batch", "iterate_batches", "plan_paragraphs", "paragraphs", "epoch_batches",
-           "next_token_loss"]
+__all__ = [
+    "encode_sentences",
+    "pad_batch",
+    "iterate_batches",
+    "plan_paragraphs",
+    "paragraphs",
+    "epoch_batches",
+    "next_token_loss",
+]
 
 LOOKAHEAD = 64
 """How far down the queue `plan_paragraphs` looks for a sentence that lets a row end exactly full."""
@@ -48,13 +55,15 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
     return out
 
 
-def iterate_batches(seqs: Sequence[Sequence[int]], batch_size: int, pad_id: int, *,
-                    generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
+def iterate_batches(
+    seqs: Sequence[Sequence[int]], batch_size: int, pad_id: int, *, generator: torch.Generator | None = None
+) -> Iterator[torch.Tensor]:
     """(B, L) batches in order, or shuffled by `generator` when one is given."""
-    order = (torch.randperm(len(seqs), generator=generator) if generator is not None
-             else torch.arange(len(seqs))).tolist()
+    order = (
+        torch.randperm(len(seqs), generator=generator) if generator is not None else torch.arange(len(seqs))
+    ).tolist()
     for start in range(0, len(order), batch_size):
-        yield pad_batch([seqs[i] for i in order[start: start + batch_size]], pad_id)
+        yield pad_batch([seqs[i] for i in order[start : start + batch_size]], pad_id)
 
 
 def _fillable(lengths: set[int], room: int) -> list[bool]:
@@ -81,8 +90,10 @@ def plan_paragraphs(lengths: Sequence[int], row_len: int) -> list[list[int]]:
     room = row_len - 2
     bad = [n for n in lengths if not 1 <= n <= room]
     if bad:
-        raise ValueError(f"a sentence of {bad[0]} tokens cannot go into a row of {row_len} tokens "
-                         f"(room for 1..{room} between <bos> and <eos>)")
+        raise ValueError(
+            f"a sentence of {bad[0]} tokens cannot go into a row of {row_len} tokens "
+            f"(room for 1..{room} between <bos> and <eos>)"
+        )
     fillable = _fillable(set(lengths), room)
     queue = deque(range(len(lengths)))
     rows: list[list[int]] = []
@@ -102,8 +113,9 @@ def plan_paragraphs(lengths: Sequence[int], row_len: int) -> list[list[int]]:
     return rows
 
 
-def paragraphs(tokenizer, sentences: Sequence[Sentence],
-               max_len: int) -> list[tuple[list[int], list[tuple[Sentence, int]]]]:
+def paragraphs(
+    tokenizer, sentences: Sequence[Sentence], max_len: int
+) -> list[tuple[list[int], list[tuple[Sentence, int]]]]:
     """Corpus sentences packed in order into paragraphs of max_len + 1 tokens: the longest input the model reads.
 
     returns  [(row ids [<bos>, …, <eos>], [(sentence, position of its first token in the row)])]
@@ -120,8 +132,15 @@ def paragraphs(tokenizer, sentences: Sequence[Sentence],
     return out
 
 
-def _paragraph_rows(sentences: Sequence[Sequence[int]], order: list[int], max_sentences: int, max_len: int,
-                    bos_id: int, eos_id: int, generator: torch.Generator) -> list[list[int]]:
+def _paragraph_rows(
+    sentences: Sequence[Sequence[int]],
+    order: list[int],
+    max_sentences: int,
+    max_len: int,
+    bos_id: int,
+    eos_id: int,
+    generator: torch.Generator,
+) -> list[list[int]]:
     """Rows [<bos>, s…, …, <eos>] of 1..max_sentences sentences taken in `order` (uniform count), none
     longer than max_len + 1 tokens."""
     rows, i = [], 0
@@ -137,9 +156,20 @@ def _paragraph_rows(sentences: Sequence[Sequence[int]], order: list[int], max_se
     return rows
 
 
-def epoch_batches(sentences: Sequence[Sequence[int]], *, max_sentences: int, single_share: float,
-                  anchored_share: float, max_len: int, batch_size: int, batch_tokens: int, bos_id: int, eos_id: int,
-                  pad_id: int, generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def epoch_batches(
+    sentences: Sequence[Sequence[int]],
+    *,
+    max_sentences: int,
+    single_share: float,
+    anchored_share: float,
+    max_len: int,
+    batch_size: int,
+    batch_tokens: int,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    generator: torch.Generator,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """One epoch of training batches: every sentence once, alone or inside a paragraph, in a shuffled order.
 
     sentences      id lists without <bos>/<eos>, one per training sentence (shuffled here)
@@ -163,19 +193,24 @@ def epoch_batches(sentences: Sequence[Sequence[int]], *, max_sentences: int, sin
     order = torch.randperm(len(sentences), generator=generator).tolist()
     n_single = round(single_share * len(sentences))
     singles = [[bos_id, *sentences[i], eos_id] for i in order[:n_single]]
-    batches = [(pad_batch(singles[i: i + batch_size], pad_id), torch.zeros(len(singles[i: i + batch_size]),
-                                                                           dtype=torch.long))
-               for i in range(0, len(singles), batch_size)]
-    rows = sorted(_paragraph_rows(sentences, order[n_single:], max_sentences, max_len, bos_id, eos_id, generator),
-                  key=len)                                  # similar lengths together: little padding
+    batches = [
+        (
+            pad_batch(singles[i : i + batch_size], pad_id),
+            torch.zeros(len(singles[i : i + batch_size]), dtype=torch.long),
+        )
+        for i in range(0, len(singles), batch_size)
+    ]
+    rows = sorted(
+        _paragraph_rows(sentences, order[n_single:], max_sentences, max_len, bos_id, eos_id, generator), key=len
+    )  # similar lengths together: little padding
     i = 0
     while i < len(rows):
         j = i + 1
         while j < len(rows) and (j + 1 - i) * len(rows[j]) <= batch_tokens:
             j += 1
-        batch = pad_batch(rows[i:j], pad_id)                                              # (B, L)
+        batch = pad_batch(rows[i:j], pad_id)  # (B, L)
         start = torch.randint(0, max_len + 2 - batch.shape[1], (j - i,), generator=generator)  # (B,)
-        start *= torch.rand(j - i, generator=generator) >= anchored_share                   # some at 0
+        start *= torch.rand(j - i, generator=generator) >= anchored_share  # some at 0
         batches.append((batch, start))
         i = j
     return [batches[k] for k in torch.randperm(len(batches), generator=generator).tolist()]

@@ -44,8 +44,15 @@ ACTIVATIONS = {
 INIT_STD = 0.02
 """Standard deviation of the initial weights (GPT-2's initializer_range)."""
 
-LIMITS = {"vocab_size": 1 << 21, "d_model": 1 << 15, "n_layers": 512, "n_heads": 1024, "n_kv_heads": 1024,
-          "d_ff": 1 << 17, "max_len": 1 << 20}
+LIMITS = {
+    "vocab_size": 1 << 21,
+    "d_model": 1 << 15,
+    "n_layers": 512,
+    "n_heads": 1024,
+    "n_kv_heads": 1024,
+    "d_ff": 1 << 17,
+    "max_len": 1 << 20,
+}
 """Largest value of each size field a config may hold: well above any real model, far below what would
 exhaust memory through one field alone (a config is checked before any tensor is allocated)."""
 
@@ -92,8 +99,10 @@ class DecoderConfig:
         checks.boolean("bias", self.bias)
         checks.boolean("tie_embeddings", self.tie_embeddings)
         if self.parameters > MAX_PARAMETERS:
-            raise ValueError(f"the config describes about {self.parameters:,} parameters (n_layers × d_model × …), "
-                             f"over the limit of {MAX_PARAMETERS:,} (selfattn.limits.MAX_PARAMETERS)")
+            raise ValueError(
+                f"the config describes about {self.parameters:,} parameters (n_layers × d_model × …), "
+                f"over the limit of {MAX_PARAMETERS:,} (selfattn.limits.MAX_PARAMETERS)"
+            )
 
     @property
     def parameters(self) -> int:
@@ -151,20 +160,22 @@ class DecoderBlock(nn.Module):
     def __init__(self, cfg: DecoderConfig):
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.attn = MultiHeadSelfAttention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, causal=True,
-                                           bias=cfg.bias, dropout=cfg.dropout)
+        self.attn = MultiHeadSelfAttention(
+            cfg.d_model, cfg.n_heads, cfg.n_kv_heads, causal=True, bias=cfg.bias, dropout=cfg.dropout
+        )
         self.ln_2 = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.mlp = MLP(cfg.d_model, cfg.hidden, cfg.activation, cfg.bias, cfg.dropout)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, *,
-                context_parallel: ContextParallel | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: KVCache | None = None, *, context_parallel: ContextParallel | None = None
+    ) -> torch.Tensor:
         x = x + self.drop(self.attn(self.ln_1(x), cache=cache, context_parallel=context_parallel))
         return x + self.mlp(self.ln_2(x))
 
     def forward_with_weights(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The same block, also returning its attention weights (B, H, L, L) (no cache, no dropout)."""
-        q, k, v = self.attn.project(self.ln_1(x))                       # (B, H, L, D)
+        q, k, v = self.attn.project(self.ln_1(x))  # (B, H, L, D)
         res = attention(q, k, v, causal=True, scale=self.attn.scale, return_weights=True, backend="naive")
         x = x + self.attn.merge(res.output)
         return x + self.mlp(self.ln_2(x)), res.weights
@@ -209,8 +220,9 @@ class DecoderLM(nn.Module):
         """One empty KVCache per layer, for `forward(..., cache=...)`."""
         return [KVCache() for _ in self.blocks]
 
-    def _embed(self, input_ids: torch.Tensor, start: int | torch.Tensor, origin: str,
-               positions: torch.Tensor | None = None) -> tuple[torch.Tensor, bool]:
+    def _embed(
+        self, input_ids: torch.Tensor, start: int | torch.Tensor, origin: str, positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, bool]:
         if not isinstance(input_ids, torch.Tensor):
             raise TypeError(f"input_ids must be a torch.Tensor of token ids, got {type(input_ids).__name__}")
         if input_ids.dtype not in (torch.int64, torch.int32):
@@ -222,49 +234,67 @@ class DecoderLM(nn.Module):
             raise ValueError(f"input_ids must be (L,) or (B, L), got shape {tuple(input_ids.shape)}")
         B, L = input_ids.shape
         if positions is not None:
-            pos = self._check_positions(positions, B, L, added).to(input_ids.device)     # (L,) or (B, L)
+            pos = self._check_positions(positions, B, L, added).to(input_ids.device)  # (L,) or (B, L)
         else:
-            pos = self._start_positions(start, B, L, origin, input_ids.device)           # (L,) or (B, L)
+            pos = self._start_positions(start, B, L, origin, input_ids.device)  # (L,) or (B, L)
         if L and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got "
-                             f"[{int(input_ids.min())}, {int(input_ids.max())}]")
-        return self.drop(self.tok_emb(input_ids) + self.pos_emb(pos)), added            # (B, L, d_model)
+            raise ValueError(
+                f"token ids must be in [0, {self.config.vocab_size}), got "
+                f"[{int(input_ids.min())}, {int(input_ids.max())}]"
+            )
+        return self.drop(self.tok_emb(input_ids) + self.pos_emb(pos)), added  # (B, L, d_model)
 
     def _start_positions(self, start: int | torch.Tensor, B: int, L: int, origin: str, device) -> torch.Tensor:
         """start, start + 1, …: (L,) for an int start, (B, L) for one start per row."""
-        pos = torch.arange(L, device=device)                                             # (L,)
-        if isinstance(start, torch.Tensor):                                              # one start per row
+        pos = torch.arange(L, device=device)  # (L,)
+        if isinstance(start, torch.Tensor):  # one start per row
             if start.shape != (B,) or start.dtype not in (torch.int64, torch.int32):
-                raise ValueError(f"start must be an int or an int64/int32 tensor of shape (B,) = ({B},), "
-                                 f"got {start.dtype} of shape {tuple(start.shape)}")
+                raise ValueError(
+                    f"start must be an int or an int64/int32 tensor of shape (B,) = ({B},), "
+                    f"got {start.dtype} of shape {tuple(start.shape)}"
+                )
             lowest, highest = (int(start.min()), int(start.max())) if B else (0, 0)
-            pos = start.to(device)[:, None] + pos                                        # (B, L)
+            pos = start.to(device)[:, None] + pos  # (B, L)
         else:
             lowest = highest = start
             pos = start + pos
         if lowest < 0:
             raise ValueError(f"start must be >= 0, got {lowest}")
         if highest + L > self.config.max_len:
-            raise ValueError(f"{highest + L} positions ({origin} {highest} + input {L}) exceed "
-                             f"max_len={self.config.max_len}")
+            raise ValueError(
+                f"{highest + L} positions ({origin} {highest} + input {L}) exceed max_len={self.config.max_len}"
+            )
         return pos
 
     def _check_positions(self, positions, B: int, L: int, one_row: bool) -> torch.Tensor:
         """positions (L,) or (B, L) int, each in [0, max_len)."""
         if not isinstance(positions, torch.Tensor) or positions.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"positions must be an int64/int32 tensor, got "
-                            f"{positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__}")
+            raise TypeError(
+                f"positions must be an int64/int32 tensor, got "
+                f"{positions.dtype if isinstance(positions, torch.Tensor) else type(positions).__name__}"
+            )
         shapes = [(L,)] if one_row else [(L,), (B, L)]
         if tuple(positions.shape) not in shapes:
-            raise ValueError(f"positions must have shape {' or '.join(map(str, shapes))} (one per input id), "
-                             f"got {tuple(positions.shape)}")
+            raise ValueError(
+                f"positions must have shape {' or '.join(map(str, shapes))} (one per input id), "
+                f"got {tuple(positions.shape)}"
+            )
         if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= self.config.max_len):
-            raise ValueError(f"positions must be in [0, max_len={self.config.max_len}), got "
-                             f"[{int(positions.min())}, {int(positions.max())}]")
+            raise ValueError(
+                f"positions must be in [0, max_len={self.config.max_len}), got "
+                f"[{int(positions.min())}, {int(positions.max())}]"
+            )
         return positions
 
-    def forward(self, input_ids: torch.Tensor | Sharded, cache: list[KVCache] | None = None, *,
-                start: int | torch.Tensor = 0, positions: torch.Tensor | None = None, group=None):
+    def forward(
+        self,
+        input_ids: torch.Tensor | Sharded,
+        cache: list[KVCache] | None = None,
+        *,
+        start: int | torch.Tensor = 0,
+        positions: torch.Tensor | None = None,
+        group=None,
+    ):
         """Logits of the next token at every position.
 
         input_ids  (B, L) or (L,)  int token ids; or, for context parallelism, the `Sharded` that
@@ -283,8 +313,10 @@ class DecoderLM(nn.Module):
         if isinstance(input_ids, Sharded):
             return self._forward_sharded(input_ids, cache, start, positions, group)
         if group is not None:
-            raise TypeError(f"group is for context parallelism: pass input_ids as the Sharded that "
-                            f"shard(input_ids, group, dim=1) returns, got a {type(input_ids).__name__}")
+            raise TypeError(
+                f"group is for context parallelism: pass input_ids as the Sharded that "
+                f"shard(input_ids, group, dim=1) returns, got a {type(input_ids).__name__}"
+            )
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"cache has {len(cache)} layers, the model {len(self.blocks)}")
         if isinstance(start, bool) or not isinstance(start, (int, torch.Tensor)):
@@ -301,28 +333,39 @@ class DecoderLM(nn.Module):
             x, added = self._embed(input_ids, start, "start")
         for i, block in enumerate(self.blocks):
             x = block(x, cache=None if cache is None else cache[i])
-        logits = self.lm_head(self.ln_f(x))                                      # (B, L, V)
+        logits = self.lm_head(self.ln_f(x))  # (B, L, V)
         return logits[0] if added else logits
 
     def _forward_sharded(self, ids: Sharded, cache, start, positions, group) -> Sharded:
         """This rank's rows of a sequence split across `group`: ids (B, Lr) -> Sharded logits (B, Lr, V)."""
-        refused = [name for name, given in (("cache", cache is not None), ("positions", positions is not None),
-                                            ("start", not (isinstance(start, int) and start == 0))) if given]
+        refused = [
+            name
+            for name, given in (
+                ("cache", cache is not None),
+                ("positions", positions is not None),
+                ("start", not (isinstance(start, int) and start == 0)),
+            )
+            if given
+        ]
         if refused:
-            raise ValueError(f"with Sharded input_ids (context parallelism) pass no {' / '.join(refused)}: "
-                             f"positions come from the shard, and a KV cache is a one-process (decoding) thing")
+            raise ValueError(
+                f"with Sharded input_ids (context parallelism) pass no {' / '.join(refused)}: "
+                f"positions come from the shard, and a KV cache is a one-process (decoding) thing"
+            )
         if (ids.tensor.dim(), ids.dim) not in ((2, 1), (1, 0)):
-            raise ValueError(f"Sharded input_ids must be (B, Lr) sharded along dim 1 or (Lr,) along dim 0, got "
-                             f"shape {tuple(ids.tensor.shape)} sharded along dim {ids.dim}")
+            raise ValueError(
+                f"Sharded input_ids must be (B, Lr) sharded along dim 1 or (Lr,) along dim 0, got "
+                f"shape {tuple(ids.tensor.shape)} sharded along dim {ids.dim}"
+            )
         if ids.seq_len > self.config.max_len:
             raise ValueError(f"the sequence has {ids.seq_len} positions, over max_len={self.config.max_len}")
         cp = ContextParallel.of(ids, group)
         pos = ids.positions
-        pos = torch.where(pos < ids.seq_len, pos, torch.zeros_like(pos))       # padding rows: any valid position
-        x, added = self._embed(ids.tensor, 0, "start", pos)                    # (B, Lr, d_model)
+        pos = torch.where(pos < ids.seq_len, pos, torch.zeros_like(pos))  # padding rows: any valid position
+        x, added = self._embed(ids.tensor, 0, "start", pos)  # (B, Lr, d_model)
         for block in self.blocks:
             x = block(x, context_parallel=cp)
-        logits = self.lm_head(self.ln_f(x))                                    # (B, Lr, V)
+        logits = self.lm_head(self.ln_f(x))  # (B, Lr, V)
         return ids.like(logits[0] if added else logits)
 
     @torch.no_grad()

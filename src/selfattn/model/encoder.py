@@ -42,11 +42,15 @@ class EncoderConfig:
             checks.integer(name, getattr(self, name), low=1, high=LIMITS[name])
         checks.integer("type_vocab_size", self.type_vocab_size, low=1, high=LIMITS["vocab_size"])
         checks.real("norm_eps", self.norm_eps, low=0, low_open=True, high=1.0)
-        parameters = self.n_layers * 4 * self.d_model * (self.d_model + self.d_ff // 2) + \
-            (self.vocab_size + self.max_len + self.type_vocab_size) * self.d_model
+        parameters = (
+            self.n_layers * 4 * self.d_model * (self.d_model + self.d_ff // 2)
+            + (self.vocab_size + self.max_len + self.type_vocab_size) * self.d_model
+        )
         if parameters > MAX_PARAMETERS:
-            raise ValueError(f"the config describes about {parameters:,} parameters, over the limit of "
-                             f"{MAX_PARAMETERS:,} (selfattn.limits.MAX_PARAMETERS)")
+            raise ValueError(
+                f"the config describes about {parameters:,} parameters, over the limit of "
+                f"{MAX_PARAMETERS:,} (selfattn.limits.MAX_PARAMETERS)"
+            )
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
 
@@ -83,8 +87,12 @@ class Encoder(nn.Module):
         self.ln_emb = nn.LayerNorm(config.d_model, eps=config.norm_eps)
         self.blocks = nn.ModuleList(EncoderBlock(config) for _ in range(config.n_layers))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Contextual vectors of every position.
 
         input_ids       (B, L) int token ids
@@ -93,22 +101,26 @@ class Encoder(nn.Module):
         returns         (B, L, d_model)
         """
         if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be a (B, L) tensor, got "
-                             f"{tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__}")
+            raise ValueError(
+                f"input_ids must be a (B, L) tensor, got "
+                f"{tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__}"
+            )
         B, L = input_ids.shape
         if L > self.config.max_len:
             raise ValueError(f"{L} positions exceed max_len={self.config.max_len}")
         if L and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got "
-                             f"[{int(input_ids.min())}, {int(input_ids.max())}]")
+            raise ValueError(
+                f"token ids must be in [0, {self.config.vocab_size}), got "
+                f"[{int(input_ids.min())}, {int(input_ids.max())}]"
+            )
         for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
             if t is not None and tuple(t.shape) != (B, L):
                 raise ValueError(f"{name} must have the shape of input_ids {(B, L)}, got {tuple(t.shape)}")
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        pos = torch.arange(L, device=input_ids.device)                          # (L,)
+        pos = torch.arange(L, device=input_ids.device)  # (L,)
         x = self.ln_emb(self.word_emb(input_ids) + self.pos_emb(pos) + self.type_emb(token_type_ids))
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L)
         for block in self.blocks:
             x = block(x, mask=mask)
-        return x                                                                  # (B, L, d_model)
+        return x  # (B, L, d_model)

@@ -35,8 +35,15 @@ from .decoder import DecoderLM, eval_mode
 from .generate import generate
 from .grammar import grammar_errors
 
-__all__ = ["lm_metrics", "measure_agreement", "ref_agreement", "sample_grammaticality", "paragraph_loss",
-           "paragraph_metrics", "POSITION_EDGES"]
+__all__ = [
+    "lm_metrics",
+    "measure_agreement",
+    "ref_agreement",
+    "sample_grammaticality",
+    "paragraph_loss",
+    "paragraph_metrics",
+    "POSITION_EDGES",
+]
 
 POSITION_EDGES = (0, 32, 128, 512)
 """`paragraph_metrics` reports perplexity for positions [0, 32), [32, 128), [128, 512), [512, max_len)."""
@@ -48,7 +55,7 @@ def lm_metrics(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], batch
     total_loss, correct, count = 0.0, 0, 0
     with eval_mode(model):
         for batch in iterate_batches(encode_sentences(tokenizer, sentences), batch_size, tokenizer.pad_id):
-            logits = model(batch[:, :-1])                                # (B, L-1, V)
+            logits = model(batch[:, :-1])  # (B, L-1, V)
             target = batch[:, 1:]
             keep = target != tokenizer.pad_id
             total_loss += float(next_token_loss(logits, batch, tokenizer.pad_id, reduction="sum"))
@@ -60,10 +67,10 @@ def lm_metrics(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], batch
 
 def _sequence_logprob(model: DecoderLM, batch: torch.Tensor, pad_id: int) -> torch.Tensor:
     """batch (N, L) right-padded -> (N,) sum over t >= 1 of log P(token t | tokens < t), pads skipped."""
-    logp = torch.log_softmax(model(batch[:, :-1]).float(), dim=-1)       # (N, L-1, V)
-    target = batch[:, 1:]                                                # (N, L-1)
+    logp = torch.log_softmax(model(batch[:, :-1]).float(), dim=-1)  # (N, L-1, V)
+    target = batch[:, 1:]  # (N, L-1)
     picked = logp.gather(-1, target[..., None])[..., 0]
-    return picked.masked_fill(target == pad_id, 0.0).sum(-1)             # (N,)
+    return picked.masked_fill(target == pad_id, 0.0).sum(-1)  # (N,)
 
 
 @torch.no_grad()
@@ -80,8 +87,12 @@ def measure_agreement(model: DecoderLM, tokenizer, sentences: Sequence[Sentence]
         rows += [tokenizer.encode_words(with_measure(s, m)[:end]) for m in MEASURES]
     chunk = 256 * len(MEASURES)
     with eval_mode(model):
-        scores = torch.cat([_sequence_logprob(model, pad_batch(rows[i: i + chunk], tokenizer.pad_id), tokenizer.pad_id)
-                            for i in range(0, len(rows), chunk)])       # (N * 6,)
+        scores = torch.cat(
+            [
+                _sequence_logprob(model, pad_batch(rows[i : i + chunk], tokenizer.pad_id), tokenizer.pad_id)
+                for i in range(0, len(rows), chunk)
+            ]
+        )  # (N * 6,)
     chosen = scores.view(len(sentences), len(MEASURES)).argmax(-1).tolist()
     hits, per = [], Counter()
     totals = Counter(s.creature.measure for s in sentences)
@@ -92,8 +103,12 @@ def measure_agreement(model: DecoderLM, tokenizer, sentences: Sequence[Sentence]
         per[s.creature.measure] += ok
         if not ok and len(errors) < max_errors:
             errors.append({"sentence": s.text, "chose": s.quantity + MEASURES[c]})
-    return {"accuracy": sum(hits) / len(hits), "n": len(hits),
-            "by_measure": {m: per[m] / totals[m] for m in MEASURES if totals[m]}, "errors": errors}
+    return {
+        "accuracy": sum(hits) / len(hits),
+        "n": len(hits),
+        "by_measure": {m: per[m] / totals[m] for m in MEASURES if totals[m]},
+        "errors": errors,
+    }
 
 
 @torch.no_grad()
@@ -110,18 +125,19 @@ def ref_agreement(model: DecoderLM, tokenizer, sentences: Sequence[Sentence]) ->
     hits = 0
     with eval_mode(model):
         for start in range(0, len(rows), 512):
-            part = rows[start: start + 512]
-            logits = model(pad_batch(part, tokenizer.pad_id))                # (N, L, V)
+            part = rows[start : start + 512]
+            logits = model(pad_batch(part, tokenizer.pad_id))  # (N, L, V)
             last = torch.tensor([len(r) - 1 for r in part])
-            scores = logits[torch.arange(len(part)), last][:, chosen_from]   # (N, 6)
-            for s, c in zip(picked[start: start + 512], scores.argmax(-1).tolist(), strict=True):
+            scores = logits[torch.arange(len(part)), last][:, chosen_from]  # (N, 6)
+            for s, c in zip(picked[start : start + 512], scores.argmax(-1).tolist(), strict=True):
                 hits += MEASURES[c] == s.creature.measure
     return {"accuracy": hits / len(picked), "n": len(picked)}
 
 
 @torch.no_grad()
-def sample_grammaticality(model: DecoderLM, tokenizer, n: int = 200, seed: int = 0, max_new_tokens: int = 24,
-                          max_examples: int = 5) -> dict:
+def sample_grammaticality(
+    model: DecoderLM, tokenizer, n: int = 200, seed: int = 0, max_new_tokens: int = 24, max_examples: int = 5
+) -> dict:
     """Share of n sentences sampled from <bos> (temperature 1, no top-k) that are grammatical.
 
     returns {"grammatical", "n", "examples": [text], "errors": [{"text", "errors"}]}
@@ -149,7 +165,7 @@ def paragraph_loss(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], r
     total, count = 0.0, 0
     with eval_mode(model):
         for i in range(0, len(rows), rows_per_batch):
-            batch = pad_batch(rows[i: i + rows_per_batch], tokenizer.pad_id)          # (B, max_len + 1)
+            batch = pad_batch(rows[i : i + rows_per_batch], tokenizer.pad_id)  # (B, max_len + 1)
             total += float(next_token_loss(model(batch[:, :-1]), batch, tokenizer.pad_id, reduction="sum"))
             count += int((batch[:, 1:] != tokenizer.pad_id).sum())
     loss = total / max(count, 1)
@@ -161,8 +177,9 @@ def _sliced_cache(cache: list[KVCache], length: int, copies: int) -> list[KVCach
     out = []
     for layer in cache:
         fresh = KVCache()
-        fresh.append(layer.keys[:, :, :length].expand(copies, -1, -1, -1),
-                     layer.values[:, :, :length].expand(copies, -1, -1, -1))
+        fresh.append(
+            layer.keys[:, :, :length].expand(copies, -1, -1, -1), layer.values[:, :, :length].expand(copies, -1, -1, -1)
+        )
         out.append(fresh)
     return out
 
@@ -172,11 +189,11 @@ class _LateTally:
     """Running sums over the late sentences of `paragraph_metrics`."""
 
     sentences: list = field(default_factory=list)
-    loss: float = 0.0            # summed loss of their words given the paragraph before them
+    loss: float = 0.0  # summed loss of their words given the paragraph before them
     tokens: int = 0
     measure_hits: int = 0
     ref_hits: int = 0
-    ref_n: int = 0               # late sentences with a singular 这+measure reference
+    ref_n: int = 0  # late sentences with a singular 这+measure reference
 
 
 def _ratio(num: float, den: int, f=lambda x: x):
@@ -184,8 +201,18 @@ def _ratio(num: float, den: int, f=lambda x: x):
     return f(num / den) if den else None
 
 
-def _late_sentence(model: DecoderLM, tokenizer, row: list[int], s: Sentence, start: int, logp: torch.Tensor,
-                   picked: torch.Tensor, cache: list[KVCache], ref_ids: list[int], tally: _LateTally) -> None:
+def _late_sentence(
+    model: DecoderLM,
+    tokenizer,
+    row: list[int],
+    s: Sentence,
+    start: int,
+    logp: torch.Tensor,
+    picked: torch.Tensor,
+    cache: list[KVCache],
+    ref_ids: list[int],
+    tally: _LateTally,
+) -> None:
     """Add one late sentence (its first word at `start` of `row`) to `tally`.
 
     logp    (L, V) log-probabilities of the next token at each position of the row
@@ -194,14 +221,14 @@ def _late_sentence(model: DecoderLM, tokenizer, row: list[int], s: Sentence, sta
     """
     tally.sentences.append(s)
     n = len(tokenizer.encode_words(s.words, bos=False))
-    tally.loss += float(picked[start - 1: start - 1 + n].sum())
+    tally.loss += float(picked[start - 1 : start - 1 + n].sum())
     tally.tokens += n
     # log P(QM COLOUR NOUN | the paragraph before) for each of the six measure words
     qm, noun = start + s.index("qm"), start + s.index("noun")
     colour = qm + 1
-    variants = torch.tensor([[tokenizer.id_of(s.quantity + m), row[colour]] for m in MEASURES])     # (6, 2)
+    variants = torch.tensor([[tokenizer.id_of(s.quantity + m), row[colour]] for m in MEASURES])  # (6, 2)
     out = torch.log_softmax(model(variants, cache=_sliced_cache(cache, qm, len(MEASURES))).float(), -1)
-    scores = logp[qm - 1, variants[:, 0]] + out[:, 0, row[colour]] + out[:, 1, row[noun]]              # (6,)
+    scores = logp[qm - 1, variants[:, 0]] + out[:, 0, row[colour]] + out[:, 1, row[noun]]  # (6,)
     tally.measure_hits += MEASURES[int(scores.argmax())] == s.creature.measure
     if "ref_measure" in s.roles and s.words[s.index("ref_measure")] != "这些":
         at = start + s.index("ref_measure")
@@ -233,30 +260,44 @@ def paragraph_metrics(model: DecoderLM, tokenizer, sentences: Sequence[Sentence]
     rows = paragraphs(tokenizer, sentences, model.max_len)
     with eval_mode(model):
         for row, placed in rows:
-            x = torch.tensor(row[:-1])[None]                                       # (1, L)
+            x = torch.tensor(row[:-1])[None]  # (1, L)
             cache = model.new_cache()
-            logp = torch.log_softmax(model(x, cache=cache)[0].float(), dim=-1)     # (L, V)
+            logp = torch.log_softmax(model(x, cache=cache)[0].float(), dim=-1)  # (L, V)
             target = torch.tensor(row[1:])
-            picked = -logp.gather(-1, target[:, None])[:, 0]                       # (L,) loss of token t+1
+            picked = -logp.gather(-1, target[:, None])[:, 0]  # (L,) loss of token t+1
             for b in range(len(edges) - 1):
-                part = picked[edges[b]: edges[b + 1]]
+                part = picked[edges[b] : edges[b + 1]]
                 bucket_loss[b] += float(part.sum())
                 bucket_n[b] += part.numel()
             for s, start in placed:
                 if start >= late_from:
                     _late_sentence(model, tokenizer, row, s, start, logp, picked, cache, ref_ids, tally)
         late_rows = [tokenizer.encode_words(s.words) for s in tally.sentences]
-        alone = -float(_sequence_logprob(model, pad_batch(late_rows, tokenizer.pad_id), tokenizer.pad_id).sum()
-                       ) if late_rows else 0.0
+        alone = (
+            -float(_sequence_logprob(model, pad_batch(late_rows, tokenizer.pad_id), tokenizer.pad_id).sum())
+            if late_rows
+            else 0.0
+        )
     n_late = len(tally.sentences)
     return {
-        "rows": len(rows), "tokens": sum(bucket_n),
-        "by_position": [{"from": edges[b], "to": edges[b + 1], "tokens": bucket_n[b],
-                         "perplexity": _ratio(bucket_loss[b], bucket_n[b], math.exp)}
-                        for b in range(len(edges) - 1)],
-        "late": {"from": late_from, "sentences": n_late,
-                 "perplexity": _ratio(tally.loss, tally.tokens, math.exp),
-                 "alone_perplexity": _ratio(alone, tally.tokens, math.exp),
-                 "measure_agreement": _ratio(tally.measure_hits, n_late),
-                 "ref_agreement": _ratio(tally.ref_hits, tally.ref_n), "ref_n": tally.ref_n},
+        "rows": len(rows),
+        "tokens": sum(bucket_n),
+        "by_position": [
+            {
+                "from": edges[b],
+                "to": edges[b + 1],
+                "tokens": bucket_n[b],
+                "perplexity": _ratio(bucket_loss[b], bucket_n[b], math.exp),
+            }
+            for b in range(len(edges) - 1)
+        ],
+        "late": {
+            "from": late_from,
+            "sentences": n_late,
+            "perplexity": _ratio(tally.loss, tally.tokens, math.exp),
+            "alone_perplexity": _ratio(alone, tally.tokens, math.exp),
+            "measure_agreement": _ratio(tally.measure_hits, n_late),
+            "ref_agreement": _ratio(tally.ref_hits, tally.ref_n),
+            "ref_n": tally.ref_n,
+        },
     }

@@ -61,8 +61,10 @@ def grammar_errors(words: Sequence[str]) -> list[str]:
         word("。", {"。"})
         pronoun = creature.pronoun + ("们" if plural else "")
         this = "这些" if plural else "这" + creature.measure
-        ref = word("a reference (它 / 这只 …)",
-                   {c.pronoun + s for c in CREATURES for s in ("", "们")} | {"这" + m for m in MEASURES} | {"这些"})
+        ref = word(
+            "a reference (它 / 这只 …)",
+            {c.pronoun + s for c in CREATURES for s in ("", "们")} | {"这" + m for m in MEASURES} | {"这些"},
+        )
         if ref.startswith("这"):
             if ref != this:
                 errors.append(f"{qm} … {noun} … {ref}: expected {this}")

@@ -21,8 +21,14 @@ DPI = 110
 """Dots per inch: FIGURE_INCHES × DPI = 770 × 440 pixels."""
 
 
-def save_loss_curve(step_losses: Sequence[float], epochs: Sequence[dict], path: str | os.PathLike,
-                    title: str = "selfattn train", floor: float | None = None, force: bool = False) -> Path:
+def save_loss_curve(
+    step_losses: Sequence[float],
+    epochs: Sequence[dict],
+    path: str | os.PathLike,
+    title: str = "selfattn train",
+    floor: float | None = None,
+    force: bool = False,
+) -> Path:
     """Plot per-step training loss (raw and smoothed) and per-epoch validation loss.
 
     step_losses  training loss of every optimiser step
@@ -47,11 +53,23 @@ def save_loss_curve(step_losses: Sequence[float], epochs: Sequence[dict], path: 
     ax.plot(steps, step_losses, color="tab:blue", alpha=0.25, linewidth=0.8, label="train loss (per step)")
     ax.plot(steps, smooth, color="tab:blue", linewidth=1.6, label=f"train loss (EMA {SMOOTHING})")
     if epochs:
-        ax.plot([e["step"] for e in epochs], [e["val_loss"] for e in epochs], "o-", color="tab:orange",
-                linewidth=1.6, label="validation loss (per epoch)")
+        ax.plot(
+            [e["step"] for e in epochs],
+            [e["val_loss"] for e in epochs],
+            "o-",
+            color="tab:orange",
+            linewidth=1.6,
+            label="validation loss (per epoch)",
+        )
         if all("val_paragraph_loss" in e for e in epochs):
-            ax.plot([e["step"] for e in epochs], [e["val_paragraph_loss"] for e in epochs], "s--",
-                    color="tab:green", linewidth=1.2, label="validation paragraphs (per epoch)")
+            ax.plot(
+                [e["step"] for e in epochs],
+                [e["val_paragraph_loss"] for e in epochs],
+                "s--",
+                color="tab:green",
+                linewidth=1.2,
+                label="validation paragraphs (per epoch)",
+            )
     if floor is not None:
         ax.axhline(floor, color="gray", linestyle="--", linewidth=1.0, label=f"grammar floor ({floor:.3f})")
     ax.set_xlabel("optimiser step")

@@ -44,8 +44,9 @@ CLAUSE1_WORDS = 6
 
 
 @torch.no_grad()
-def attention_probe(model: DecoderLM, tokenizer, sentences: Sequence[Sentence],
-                    threshold: float = HIT_THRESHOLD) -> dict:
+def attention_probe(
+    model: DecoderLM, tokenizer, sentences: Sequence[Sentence], threshold: float = HIT_THRESHOLD
+) -> dict:
     """Per claim, per head: how often the claimed word's strongest attention goes to the claimed keys.
 
     sentences  corpus sentences (only clause 1 is used)
@@ -59,36 +60,52 @@ def attention_probe(model: DecoderLM, tokenizer, sentences: Sequence[Sentence],
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
     batch = pad_batch([tokenizer.encode_words(s.words[:CLAUSE1_WORDS]) for s in sentences], tokenizer.pad_id)
     with eval_mode(model):
-        _, weights = model.attention_weights(batch)             # n_layers × (N, H, L, L)
+        _, weights = model.attention_weights(batch)  # n_layers × (N, H, L, L)
     key_roles = ("<bos>",) + sentences[0].roles[:CLAUSE1_WORDS]  # clause 1 has the same roles in every sentence
     example = sentences[0].words
     claims = []
     for query, targets in CLAIMS:
-        q = sentences[0].index(query) + 1                        # +1: <bos> is position 0
+        q = sentences[0].index(query) + 1  # +1: <bos> is position 0
         cols = [sentences[0].index(t) + 1 for t in targets]
         heads = []
         for layer, w in enumerate(weights):
-            row = w[:, :, q, : q + 1]                            # (N, H, q+1): what the query sees
-            top = row.argmax(-1)                                 # (N, H)
+            row = w[:, :, q, : q + 1]  # (N, H, q+1): what the query sees
+            top = row.argmax(-1)  # (N, H)
             hit = torch.zeros_like(top, dtype=torch.bool)
             for c in cols:
                 hit |= top == c
             for h in range(row.shape[1]):
                 top_key = Counter(top[:, h].tolist()).most_common(1)[0][0]
-                heads.append({"layer": layer, "head": h, "hit_rate": float(hit[:, h].float().mean()),
-                              "mean_weight": float(row[:, h, cols].sum(-1).mean()),
-                              "top_key": key_roles[top_key]})
-        claims.append({
-            "query": query, "targets": list(targets),
-            "example": f"{example[q - 1]} → " + ", ".join(example[c - 1] for c in cols),
-            "heads_hit": sum(h["hit_rate"] >= threshold for h in heads), "n_heads": len(heads), "heads": heads,
-        })
+                heads.append(
+                    {
+                        "layer": layer,
+                        "head": h,
+                        "hit_rate": float(hit[:, h].float().mean()),
+                        "mean_weight": float(row[:, h, cols].sum(-1).mean()),
+                        "top_key": key_roles[top_key],
+                    }
+                )
+        claims.append(
+            {
+                "query": query,
+                "targets": list(targets),
+                "example": f"{example[q - 1]} → " + ", ".join(example[c - 1] for c in cols),
+                "heads_hit": sum(h["hit_rate"] >= threshold for h in heads),
+                "n_heads": len(heads),
+                "heads": heads,
+            }
+        )
     return {"n": len(sentences), "threshold": threshold, "claims": claims}
 
 
 @torch.no_grad()
-def paragraph_probe(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], late_from: int | None = None,
-                    threshold: float = HIT_THRESHOLD) -> dict:
+def paragraph_probe(
+    model: DecoderLM,
+    tokenizer,
+    sentences: Sequence[Sentence],
+    late_from: int | None = None,
+    threshold: float = HIT_THRESHOLD,
+) -> dict:
     """`attention_probe` for the sentences whose first word sits at position >= late_from of a paragraph.
 
     sentences  corpus sentences, packed in order into paragraphs of model.max_len + 1 tokens
@@ -111,7 +128,7 @@ def paragraph_probe(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], 
             late = [(s, start) for s, start in placed if start >= late_from]
             if not late:
                 continue
-            _, weights = model.attention_weights(torch.tensor(row[:-1]))     # n_layers × (H, L, L)
+            _, weights = model.attention_weights(torch.tensor(row[:-1]))  # n_layers × (H, L, L)
             n += len(late)
             for query, targets in CLAIMS:
                 for s, start in late:
@@ -119,16 +136,30 @@ def paragraph_probe(model: DecoderLM, tokenizer, sentences: Sequence[Sentence], 
                     cols = torch.tensor([start + s.index(t) for t in targets])
                     even[query] += len(targets) / (q + 1)
                     for layer, w in enumerate(weights):
-                        top = w[:, q, : q + 1].argmax(-1)                      # (H,)
+                        top = w[:, q, : q + 1].argmax(-1)  # (H,)
                         hits[query][layer] += (top[:, None] == cols).any(-1).float()
                         mass[query][layer] += w[:, q, cols].sum(-1)
     claims = []
     for query, targets in CLAIMS:
         rate, weight = hits[query] / max(n, 1), mass[query] / max(n, 1)  # (n_layers, H)
-        heads = [{"layer": layer, "head": h, "hit_rate": float(rate[layer, h]),
-                  "mean_weight": float(weight[layer, h]),
-                  "lift": float(weight[layer, h]) / (even[query] / n) if n else 0.0}
-                 for layer in range(n_layers) for h in range(n_heads)]
-        claims.append({"query": query, "targets": list(targets), "n_heads": len(heads), "heads": heads,
-                       "heads_hit": sum(h["hit_rate"] >= threshold for h in heads) if n else 0})
+        heads = [
+            {
+                "layer": layer,
+                "head": h,
+                "hit_rate": float(rate[layer, h]),
+                "mean_weight": float(weight[layer, h]),
+                "lift": float(weight[layer, h]) / (even[query] / n) if n else 0.0,
+            }
+            for layer in range(n_layers)
+            for h in range(n_heads)
+        ]
+        claims.append(
+            {
+                "query": query,
+                "targets": list(targets),
+                "n_heads": len(heads),
+                "heads": heads,
+                "heads_hit": sum(h["hit_rate"] >= threshold for h in heads) if n else 0,
+            }
+        )
     return {"n": n, "from": late_from, "threshold": threshold, "claims": claims}

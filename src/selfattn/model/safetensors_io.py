@@ -22,8 +22,9 @@ from ..files import write_atomic
 __all__ = ["read_safetensors", "save_weights", "assign"]
 
 
-def save_weights(module: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None, *,
-                 force: bool = False) -> Path:
+def save_weights(
+    module: nn.Module, path: str | os.PathLike, metadata: dict[str, str] | None = None, *, force: bool = False
+) -> Path:
     """Write `module`'s tensors to `path` atomically, tied tensors once (under their first name).
 
     Not `safetensors.torch.save_model`: that records tied names as extra metadata keys, and safetensors
@@ -81,22 +82,26 @@ def assign(module: nn.Module, tensors: dict[str, torch.Tensor], source: str) -> 
             unexpected.append(name)
     missing = [name for name in want if name not in given]
     if missing:
-        raise ValueError(f"{source} is missing tensor {missing[0]!r} (shape {tuple(want[missing[0]].shape)})"
-                         + (f" and {len(missing) - 1} more: {missing[1:6]}" if len(missing) > 1 else ""))
+        raise ValueError(
+            f"{source} is missing tensor {missing[0]!r} (shape {tuple(want[missing[0]].shape)})"
+            + (f" and {len(missing) - 1} more: {missing[1:6]}" if len(missing) > 1 else "")
+        )
     unexpected.sort()
     if unexpected:
-        raise ValueError(f"{source} has unexpected tensor {unexpected[0]!r}"
-                         + (f" and {len(unexpected) - 1} more: {unexpected[1:6]}" if len(unexpected) > 1 else ""))
-    for name in want:                                   # in the module's order: the first layer first
+        raise ValueError(
+            f"{source} has unexpected tensor {unexpected[0]!r}"
+            + (f" and {len(unexpected) - 1} more: {unexpected[1:6]}" if len(unexpected) > 1 else "")
+        )
+    for name in want:  # in the module's order: the first layer first
         t = given[name]
         if tuple(t.shape) != tuple(want[name].shape):
-            raise ValueError(f"{source}: tensor {name!r} has shape {tuple(t.shape)}, "
-                             f"the model expects {tuple(want[name].shape)}")
+            raise ValueError(
+                f"{source}: tensor {name!r} has shape {tuple(t.shape)}, the model expects {tuple(want[name].shape)}"
+            )
         if not t.is_floating_point() and want[name].is_floating_point():
             raise ValueError(f"{source}: tensor {name!r} has dtype {t.dtype}, the model expects floating point")
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            raise ValueError(f"{source}: tensor {name!r} holds NaN or infinite values; a model with them computes "
-                             f"NaN")
+            raise ValueError(f"{source}: tensor {name!r} holds NaN or infinite values; a model with them computes NaN")
     with torch.no_grad():
         for name, t in given.items():
             want[name].copy_(t)

@@ -174,9 +174,15 @@ class WordTokenizer:
     # --- files ----------------------------------------------------------------------------
 
     def to_dict(self) -> dict:
-        return {"format": FORMAT, "version": VERSION, "special_tokens": list(SPECIAL_TOKENS),
-                "user_word_freq": USER_WORD_FREQ, "hmm": False,
-                "tokens": self.tokens, "user_words": list(self.user_words)}
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "special_tokens": list(SPECIAL_TOKENS),
+            "user_word_freq": USER_WORD_FREQ,
+            "hmm": False,
+            "tokens": self.tokens,
+            "user_words": list(self.user_words),
+        }
 
     @classmethod
     def from_dict(cls, data: dict, *, source: str = "tokenizer") -> WordTokenizer:
@@ -190,7 +196,7 @@ class WordTokenizer:
                 raise ValueError(f"{source} has no list {key!r}")
         try:
             return cls(data["tokens"], data["user_words"])
-        except TypeError as e:                         # a wrong value in a file is a bad file, not a bad call
+        except TypeError as e:  # a wrong value in a file is a bad file, not a bad call
             raise ValueError(f"{source}: {e}") from None
 
     def save(self, path: str | os.PathLike, *, force: bool = False) -> Path:

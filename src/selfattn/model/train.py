@@ -48,8 +48,16 @@ from .loss_curve import save_loss_curve
 from .probe import attention_probe, paragraph_probe
 from .tokenizer import WordTokenizer
 
-__all__ = ["Stage", "Preset", "PRESETS", "run_training", "default_command", "train_command_line",
-           "fourier_positions", "POS_INITS"]
+__all__ = [
+    "Stage",
+    "Preset",
+    "PRESETS",
+    "run_training",
+    "default_command",
+    "train_command_line",
+    "fourier_positions",
+    "POS_INITS",
+]
 
 POS_INITS = ("normal", "fourier")
 """How the position embeddings start: GPT-2's N(0, 0.02), or `fourier_positions`."""
@@ -124,14 +132,39 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     # seconds: for tests and trying the command out (single sentences only, like a short-context model)
-    "tiny": Preset(d_model=32, n_layers=1, n_heads=2, n_train=1500, n_val=200, n_test=200,
-                   epochs=2, batch_size=32, lr=3e-3, warmup_steps=10),
+    "tiny": Preset(
+        d_model=32,
+        n_layers=1,
+        n_heads=2,
+        n_train=1500,
+        n_val=200,
+        n_test=200,
+        epochs=2,
+        batch_size=32,
+        lr=3e-3,
+        warmup_steps=10,
+    ),
     # the shipped model: reads up to 1,024 tokens; under 3 minutes on 1 thread of 2 shared cores
-    "default": Preset(d_model=96, n_layers=2, n_heads=4, n_train=16000, n_val=1000, n_test=1000,
-                      epochs=4, batch_size=64, lr=2e-3, warmup_steps=100, max_len=1024,
-                      max_sentences=80, batch_tokens=2048,
-                      curriculum=(Stage(2, 1, 896), Stage(1, 4, 896), Stage(1, 16, 1280), Stage(3, 40, 2048)),
-                      single_share=0.1, anchored_share=0.3, pos_init="fourier", pos_sigma=2.0),
+    "default": Preset(
+        d_model=96,
+        n_layers=2,
+        n_heads=4,
+        n_train=16000,
+        n_val=1000,
+        n_test=1000,
+        epochs=4,
+        batch_size=64,
+        lr=2e-3,
+        warmup_steps=100,
+        max_len=1024,
+        max_sentences=80,
+        batch_tokens=2048,
+        curriculum=(Stage(2, 1, 896), Stage(1, 4, 896), Stage(1, 16, 1280), Stage(3, 40, 2048)),
+        single_share=0.1,
+        anchored_share=0.3,
+        pos_init="fourier",
+        pos_sigma=2.0,
+    ),
 }
 
 MIN_LR_FRACTION = 0.1
@@ -176,9 +209,9 @@ def fourier_positions(max_len: int, d_model: int, sigma: float, generator: torch
     root-mean-square INIT_STD of GPT-2's N(0, 0.02) initialisation (a = INIT_STD · √2).
     """
     m = (d_model + 1) // 2
-    omega = torch.randn(m, generator=generator, dtype=torch.float64) / sigma                # (m,)
-    angle = torch.arange(max_len, dtype=torch.float64)[:, None] * omega                     # (max_len, m)
-    features = torch.cat([angle.cos(), angle.sin()], dim=1)[:, :d_model]                    # (max_len, d_model)
+    omega = torch.randn(m, generator=generator, dtype=torch.float64) / sigma  # (m,)
+    angle = torch.arange(max_len, dtype=torch.float64)[:, None] * omega  # (max_len, m)
+    features = torch.cat([angle.cos(), angle.sin()], dim=1)[:, :d_model]  # (max_len, d_model)
     return (features * INIT_STD * math.sqrt(2)).float()
 
 
@@ -219,17 +252,32 @@ def _progress(enabled: bool):
     )
 
     return Progress(
-        TextColumn("epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]:.3f}"), TextColumn("{task.fields[tps]:>8,.0f} tok/s"),
-        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-        console=Console(stderr=True), disable=not enabled,
+        TextColumn("epoch {task.fields[epoch]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.3f}"),
+        TextColumn("{task.fields[tps]:>8,.0f} tok/s"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
     )
 
 
-def run_training(preset: str | Preset = "default", out_dir: str | os.PathLike = "out/model", *, seed: int = 0,
-                 epochs: int | None = None, batch_size: int | None = None, lr: float | None = None,
-                 plot: str | os.PathLike | None = None, force: bool = False, progress: bool = True,
-                 threads: int | None = 1) -> dict:
+def run_training(
+    preset: str | Preset = "default",
+    out_dir: str | os.PathLike = "out/model",
+    *,
+    seed: int = 0,
+    epochs: int | None = None,
+    batch_size: int | None = None,
+    lr: float | None = None,
+    plot: str | os.PathLike | None = None,
+    force: bool = False,
+    progress: bool = True,
+    threads: int | None = 1,
+) -> dict:
     """Train, evaluate and save a model; return a summary (what `selfattn train --json` prints).
 
     preset      a name in PRESETS ("tiny", "default") or a Preset
@@ -282,12 +330,19 @@ def _plan(p: Preset, train_ids: list[list[int]], tokenizer: WordTokenizer, seed:
     for number, stage in enumerate(p.stages, 1):
         for _ in range(stage.epochs):
             last = number == len(p.stages)
-            batches = epoch_batches(train_ids, max_sentences=stage.max_sentences,
-                                    single_share=p.single_share if last else 0.0,
-                                    anchored_share=p.anchored_share, max_len=p.max_len, batch_size=p.batch_size,
-                                    batch_tokens=stage.batch_tokens,
-                                    bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
-                                    generator=order)
+            batches = epoch_batches(
+                train_ids,
+                max_sentences=stage.max_sentences,
+                single_share=p.single_share if last else 0.0,
+                anchored_share=p.anchored_share,
+                max_len=p.max_len,
+                batch_size=p.batch_size,
+                batch_tokens=stage.batch_tokens,
+                bos_id=tokenizer.bos_id,
+                eos_id=tokenizer.eos_id,
+                pad_id=tokenizer.pad_id,
+                generator=order,
+            )
             plan.append({"stage": number, "max_sentences": stage.max_sentences, "batches": batches})
     return plan
 
@@ -295,9 +350,17 @@ def _plan(p: Preset, train_ids: list[list[int]], tokenizer: WordTokenizer, seed:
 def _late_claim(claim: dict) -> dict:
     """What config.json keeps of one `paragraph_probe` claim: heads hit, and the head with the highest lift."""
     best = max(claim["heads"], key=lambda h: h["lift"])
-    return {"heads_hit": claim["heads_hit"], "n_heads": claim["n_heads"],
-            "best_head": {"layer": best["layer"], "head": best["head"], "lift": round(best["lift"], 2),
-                          "mean_weight": round(best["mean_weight"], 4), "hit_rate": round(best["hit_rate"], 4)}}
+    return {
+        "heads_hit": claim["heads_hit"],
+        "n_heads": claim["n_heads"],
+        "best_head": {
+            "layer": best["layer"],
+            "head": best["head"],
+            "lift": round(best["lift"], 2),
+            "mean_weight": round(best["mean_weight"], 4),
+            "hit_rate": round(best["hit_rate"], 4),
+        },
+    }
 
 
 def _position_counts(plan: list[dict], max_len: int, pad_id: int) -> torch.Tensor:
@@ -305,7 +368,7 @@ def _position_counts(plan: list[dict], max_len: int, pad_id: int) -> torch.Tenso
     counts = torch.zeros(max_len, dtype=torch.long)
     for epoch in plan:
         for batch, start in epoch["batches"]:
-            pos = start[:, None] + torch.arange(batch.shape[1] - 1)                        # (B, L-1)
+            pos = start[:, None] + torch.arange(batch.shape[1] - 1)  # (B, L-1)
             counts += torch.bincount(pos[batch[:, 1:] != pad_id], minlength=max_len)
     return counts
 
@@ -340,10 +403,10 @@ class _Setup:
     corpus: object
     tokenizer: WordTokenizer
     model: DecoderLM
-    pos_start: torch.Tensor          # (max_len, d_model) position embeddings before training
+    pos_start: torch.Tensor  # (max_len, d_model) position embeddings before training
     opt: torch.optim.Optimizer
     plan: list[dict]
-    counts: torch.Tensor             # (max_len,) training tokens read at each position
+    counts: torch.Tensor  # (max_len,) training tokens read at each position
     total_steps: int
 
 
@@ -363,29 +426,47 @@ class _Run:
 
 def _setup(p: Preset, seed: int) -> _Setup:
     corpus = make_corpus(p.n_train, p.n_val, p.n_test, seed=seed)
-    tokenizer = WordTokenizer.from_words([s.words for s in corpus.train + corpus.val + corpus.test],
-                                         user_words=all_words())
+    tokenizer = WordTokenizer.from_words(
+        [s.words for s in corpus.train + corpus.val + corpus.test], user_words=all_words()
+    )
     train_ids = [tokenizer.encode_words(s.words, bos=False) for s in corpus.train]
     torch.manual_seed(seed)
-    config = DecoderConfig(vocab_size=tokenizer.vocab_size, d_model=p.d_model, n_layers=p.n_layers,
-                           n_heads=p.n_heads, max_len=p.max_len, dropout=p.dropout)
+    config = DecoderConfig(
+        vocab_size=tokenizer.vocab_size,
+        d_model=p.d_model,
+        n_layers=p.n_layers,
+        n_heads=p.n_heads,
+        max_len=p.max_len,
+        dropout=p.dropout,
+    )
     model = DecoderLM(config)
     if p.pos_init == "fourier":
         with torch.no_grad():
-            model.pos_emb.weight.copy_(fourier_positions(p.max_len, p.d_model, p.pos_sigma,
-                                                         torch.Generator().manual_seed(seed)))
+            model.pos_emb.weight.copy_(
+                fourier_positions(p.max_len, p.d_model, p.pos_sigma, torch.Generator().manual_seed(seed))
+            )
     plan = _plan(p, train_ids, tokenizer, seed)
-    return _Setup(corpus=corpus, tokenizer=tokenizer, model=model, pos_start=model.pos_emb.weight.detach().clone(),
-                  opt=_optimizer(model, p), plan=plan, counts=_position_counts(plan, p.max_len, tokenizer.pad_id),
-                  total_steps=sum(len(epoch["batches"]) for epoch in plan))
+    return _Setup(
+        corpus=corpus,
+        tokenizer=tokenizer,
+        model=model,
+        pos_start=model.pos_emb.weight.detach().clone(),
+        opt=_optimizer(model, p),
+        plan=plan,
+        counts=_position_counts(plan, p.max_len, tokenizer.pad_id),
+        total_steps=sum(len(epoch["batches"]) for epoch in plan),
+    )
 
 
 def _optimizer(model: DecoderLM, p: Preset) -> torch.optim.Optimizer:
     """AdamW with weight decay on matrices only (not on norms and biases), as nanoGPT."""
     decay = [q for q in model.parameters() if q.dim() >= 2]
     no_decay = [q for q in model.parameters() if q.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": p.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=p.lr, betas=ADAM_BETAS)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": p.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=p.lr,
+        betas=ADAM_BETAS,
+    )
 
 
 def _train_epoch(s: _Setup, p: Preset, part: dict, run: _Run, bar, task, label: str) -> tuple[float, int]:
@@ -393,7 +474,7 @@ def _train_epoch(s: _Setup, p: Preset, part: dict, run: _Run, bar, task, label: 
     s.model.train()
     t0 = time.perf_counter()
     epoch_loss, epoch_tokens = 0.0, 0
-    for batch, start in part["batches"]:                                               # (B, L), (B,)
+    for batch, start in part["batches"]:  # (B, L), (B,)
         for group in s.opt.param_groups:
             group["lr"] = _lr_at(run.step, s.total_steps, p)
         loss = next_token_loss(s.model(batch[:, :-1], start=start), batch, s.tokenizer.pad_id)
@@ -429,47 +510,86 @@ def _loop(s: _Setup, p: Preset, progress: bool, started: float) -> _Run:
             label = f"{epoch}/{len(s.plan)} (≤{part['max_sentences']} sentences)"
             epoch_loss, epoch_tokens = _train_epoch(s, p, part, run, bar, task, label)
             val, val_par, chosen_by = _validate(s)
-            run.history.append({"epoch": epoch, "stage": part["stage"], "max_sentences": part["max_sentences"],
-                                "step": run.step, "train_loss": epoch_loss / epoch_tokens,
-                                "val_loss": val["loss"], "val_perplexity": val["perplexity"],
-                                "val_accuracy": val["accuracy"], "val_paragraph_loss": val_par["loss"],
-                                "val_paragraph_perplexity": val_par["perplexity"],
-                                "seconds": round(time.perf_counter() - started, 2)})
+            run.history.append(
+                {
+                    "epoch": epoch,
+                    "stage": part["stage"],
+                    "max_sentences": part["max_sentences"],
+                    "step": run.step,
+                    "train_loss": epoch_loss / epoch_tokens,
+                    "val_loss": val["loss"],
+                    "val_perplexity": val["perplexity"],
+                    "val_accuracy": val["accuracy"],
+                    "val_paragraph_loss": val_par["loss"],
+                    "val_paragraph_perplexity": val_par["perplexity"],
+                    "seconds": round(time.perf_counter() - started, 2),
+                }
+            )
             if chosen_by < run.best_loss:
                 run.best_loss, run.best_epoch = chosen_by, epoch
                 run.best_state = {k: v.detach().clone() for k, v in s.model.state_dict().items()}
-            bar.console.print(f"epoch {label}: train loss {epoch_loss / epoch_tokens:.4f} · "
-                              f"val loss {val['loss']:.4f} (ppl {val['perplexity']:.3f}) · "
-                              f"val paragraphs loss {val_par['loss']:.4f} (ppl {val_par['perplexity']:.3f})",
-                              markup=False)
+            bar.console.print(
+                f"epoch {label}: train loss {epoch_loss / epoch_tokens:.4f} · "
+                f"val loss {val['loss']:.4f} (ppl {val['perplexity']:.3f}) · "
+                f"val paragraphs loss {val_par['loss']:.4f} (ppl {val_par['perplexity']:.3f})",
+                markup=False,
+            )
     return run
 
 
-def _training_record(name: str, p: Preset, seed: int, out: Path, overrides: dict, s: _Setup, run: _Run,
-                     metrics: dict, probe: dict, late_probe: dict, started: float) -> dict:
+def _training_record(
+    name: str,
+    p: Preset,
+    seed: int,
+    out: Path,
+    overrides: dict,
+    s: _Setup,
+    run: _Run,
+    metrics: dict,
+    probe: dict,
+    late_probe: dict,
+    started: float,
+) -> dict:
     """The "training" section of config.json: settings, history, metrics, probes, positions, speed."""
-    moved = (s.model.pos_emb.weight.detach() - s.pos_start).norm(dim=-1) / s.pos_start.norm(dim=-1)   # (max_len,)
+    moved = (s.model.pos_emb.weight.detach() - s.pos_start).norm(dim=-1) / s.pos_start.norm(dim=-1)  # (max_len,)
     return {
-        "preset": name, "settings": asdict(p), "seed": seed,
+        "preset": name,
+        "settings": asdict(p),
+        "seed": seed,
         "corpus": {"n_train": p.n_train, "n_val": p.n_val, "n_test": p.n_test, "seed": seed},
         "command": None if name == "custom" else train_command_line(name, seed, out, overrides),
-        "history": run.history, "best_epoch": run.best_epoch, "metrics": metrics,
-        "probe": {c["query"]: {"heads_hit": c["heads_hit"], "n_heads": c["n_heads"], "example": c["example"]}
-                  for c in probe["claims"]},
-        "paragraph_probe": {"n": late_probe["n"], "from": late_probe["from"],
-                            **{c["query"]: _late_claim(c) for c in late_probe["claims"]}},
-        "positions": {"max_len": p.max_len, "min_tokens": int(s.counts.min()), "max_tokens": int(s.counts.max()),
-                      "untrained": int((s.counts == 0).sum()),
-                      "min_relative_change": round(float(moved.min()), 4),
-                      "median_relative_change": round(float(moved.median()), 4)},
-        "train_seconds": round(run.train_seconds, 2), "seconds": round(time.perf_counter() - started, 2),
-        "tokens_per_second": round(run.tokens_seen / run.train_seconds), "threads": torch.get_num_threads(),
-        "torch": torch.__version__, "machine": platform.machine(),
+        "history": run.history,
+        "best_epoch": run.best_epoch,
+        "metrics": metrics,
+        "probe": {
+            c["query"]: {"heads_hit": c["heads_hit"], "n_heads": c["n_heads"], "example": c["example"]}
+            for c in probe["claims"]
+        },
+        "paragraph_probe": {
+            "n": late_probe["n"],
+            "from": late_probe["from"],
+            **{c["query"]: _late_claim(c) for c in late_probe["claims"]},
+        },
+        "positions": {
+            "max_len": p.max_len,
+            "min_tokens": int(s.counts.min()),
+            "max_tokens": int(s.counts.max()),
+            "untrained": int((s.counts == 0).sum()),
+            "min_relative_change": round(float(moved.min()), 4),
+            "median_relative_change": round(float(moved.median()), 4),
+        },
+        "train_seconds": round(run.train_seconds, 2),
+        "seconds": round(time.perf_counter() - started, 2),
+        "tokens_per_second": round(run.tokens_seen / run.train_seconds),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "machine": platform.machine(),
     }
 
 
-def _train(name: str, p: Preset, out: Path, plot_path: Path, seed: int, overrides: dict, force: bool,
-           progress: bool) -> dict:
+def _train(
+    name: str, p: Preset, out: Path, plot_path: Path, seed: int, overrides: dict, force: bool, progress: bool
+) -> dict:
     """The body of `run_training`, after its arguments and outputs are checked: set up, train, evaluate, save."""
     started = time.perf_counter()
     s = _setup(p, seed)
@@ -481,9 +601,23 @@ def _train(name: str, p: Preset, out: Path, plot_path: Path, seed: int, override
     late_probe = paragraph_probe(s.model, s.tokenizer, s.corpus.test)
     training = _training_record(name, p, seed, out, overrides, s, run, metrics, probe, late_probe, started)
     files = save_checkpoint(s.model, s.tokenizer, out, training=training, force=force)
-    files["loss_curve"] = str(save_loss_curve(run.step_losses, run.history, plot_path, force=force,
-                                              floor=metrics["val_grammar_floor"]["loss"],
-                                              title=f"selfattn train --preset {name} --seed {seed}"))
-    return {"out_dir": str(out), "files": files, "parameters": s.model.num_parameters(),
-            "vocab_size": s.tokenizer.vocab_size, "steps": run.step, **training, "probe": probe,
-            "paragraph_probe": late_probe}
+    files["loss_curve"] = str(
+        save_loss_curve(
+            run.step_losses,
+            run.history,
+            plot_path,
+            force=force,
+            floor=metrics["val_grammar_floor"]["loss"],
+            title=f"selfattn train --preset {name} --seed {seed}",
+        )
+    )
+    return {
+        "out_dir": str(out),
+        "files": files,
+        "parameters": s.model.num_parameters(),
+        "vocab_size": s.tokenizer.vocab_size,
+        "steps": run.step,
+        **training,
+        "probe": probe,
+        "paragraph_probe": late_probe,
+    }

@@ -30,9 +30,11 @@ def _run_lines(summary: dict) -> list[str]:
         f"measure-word agreement {m['measure_agreement']['accuracy']:.1%} of {m['measure_agreement']['n']}, "
         f"这+measure agreement {m['ref_agreement']['accuracy']:.1%} of {m['ref_agreement']['n']}",
         f"samples from <bos>: {m['samples']['grammatical']:.1%} of {m['samples']['n']} grammatical",
-    ] + [f"attention probe {claim['example']}: strongest attention on the claimed words in "
-         f"{claim['heads_hit']} of {claim['n_heads']} heads (hit rate ≥ {summary['probe']['threshold']:.0%})"
-         for claim in summary["probe"]["claims"]]
+    ] + [
+        f"attention probe {claim['example']}: strongest attention on the claimed words in "
+        f"{claim['heads_hit']} of {claim['n_heads']} heads (hit rate ≥ {summary['probe']['threshold']:.0%})"
+        for claim in summary["probe"]["claims"]
+    ]
 
 
 def _paragraph_lines(summary: dict) -> list[str]:
@@ -50,9 +52,11 @@ def _paragraph_lines(summary: dict) -> list[str]:
     ]
     for claim in summary["paragraph_probe"]["claims"]:
         best = max(claim["heads"], key=lambda h: h["lift"])
-        lines.append(f"late attention probe {claim['query']} → {', '.join(claim['targets'])}: strongest in "
-                     f"{claim['heads_hit']} of {claim['n_heads']} heads; best head layer {best['layer']} "
-                     f"head {best['head']} gives them {best['lift']:.1f}× the weight of even attention")
+        lines.append(
+            f"late attention probe {claim['query']} → {', '.join(claim['targets'])}: strongest in "
+            f"{claim['heads_hit']} of {claim['n_heads']} heads; best head layer {best['layer']} "
+            f"head {best['head']} gives them {best['lift']:.1f}× the weight of even attention"
+        )
     return lines
 
 
@@ -60,9 +64,11 @@ def _position_lines(summary: dict) -> list[str]:
     if "positions" not in summary:
         return []
     pos = summary["positions"]
-    return [f"position embeddings: {pos['max_len'] - pos['untrained']} of {pos['max_len']} trained, on "
-            f"{pos['min_tokens']:,}–{pos['max_tokens']:,} tokens each; each moved ≥ "
-            f"{pos['min_relative_change']:.0%} of its initial length"]
+    return [
+        f"position embeddings: {pos['max_len'] - pos['untrained']} of {pos['max_len']} trained, on "
+        f"{pos['min_tokens']:,}–{pos['max_tokens']:,} tokens each; each moved ≥ "
+        f"{pos['min_relative_change']:.0%} of its initial length"
+    ]
 
 
 def format_train_summary(summary: dict) -> str:

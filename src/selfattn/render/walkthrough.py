@@ -36,9 +36,14 @@ def render(doc: dict, console) -> None:
             console.print(shapes)
             console.print(t["last_row"], _fmt_list(section["last_row_weights"], 3))
             c = section["checks"]
-            console.print(t["checks"].format(sum_dev=c["row_sum_max_deviation"], future_max=c["future_weight_max"],
-                                             out_shape="×".join(map(str, c["output_shape"])),
-                                             in_shape="×".join(map(str, c["input_shape"]))))
+            console.print(
+                t["checks"].format(
+                    sum_dev=c["row_sum_max_deviation"],
+                    future_max=c["future_weight_max"],
+                    out_shape="×".join(map(str, c["output_shape"])),
+                    in_shape="×".join(map(str, c["input_shape"])),
+                )
+            )
 
 
 def _rich_table(table: dict, digits: int) -> Table:
