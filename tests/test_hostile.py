@@ -217,3 +217,21 @@ def test_a_softcap_below_the_minimum_is_named(backend, softcap):
         selfattn.attention(q, k, v, softcap=softcap, backend=backend)
     out = selfattn.attention(q, k, v, softcap=1e-4, backend=backend)
     np.testing.assert_allclose(out.numpy(), reference_of(q, k, v, softcap=1e-4)[0], atol=TOL["float32"], rtol=0)
+
+
+def test_the_overflow_check_costs_no_copy_of_the_output(monkeypatch):
+    """The check after every CPU call must not allocate like `torch.isfinite(out).all()` (several copies of
+    the output: 110 MiB extra at L = 32768): a finite sum settles it, else a chunked exact pass."""
+    from selfattn import functional
+
+    seen = []
+    real = torch.isfinite
+    monkeypatch.setattr(torch, "isfinite", lambda t: seen.append(t.numel()) or real(t))
+    q, k, v = make_inputs(1, 2, 2, 64, 64, 8, dtype=torch.float32)
+    selfattn.attention(q, k, v, causal=True, backend="sdpa")
+    assert seen and max(seen) == 1                       # only the sum's scalar was looked at
+    out = torch.full((3, functional.FINITE_CHECK_CHUNK), 3e38)   # finite, but its sum overflows
+    seen.clear()
+    assert functional._all_finite(out) and max(seen) <= functional.FINITE_CHECK_CHUNK
+    out[2, 5] = math.nan
+    assert not functional._all_finite(out)
