@@ -19,6 +19,8 @@ windows, softcap, lse and backward.
 
 from __future__ import annotations
 
+import functools
+import os
 import shutil
 import sys
 import threading
@@ -71,6 +73,12 @@ def signature(r: Request) -> tuple:
     )
 
 
+@functools.lru_cache(maxsize=4)
+def _has_compiler(path: str) -> bool:
+    """Whether a C++ compiler is on this PATH (torch.compile needs one on the CPU); asked once per PATH."""
+    return shutil.which("c++", path=path) is not None or shutil.which("g++", path=path) is not None
+
+
 def is_warm(r: Request) -> bool:
     """True when this request's signature is compiled already (a call costs no compile)."""
     return signature(r) in _COMPILED
@@ -115,7 +123,7 @@ class FlexBackend(Backend):
                     f"on the CPU flex needs Lq and Lk >= {MIN_CPU_LENGTH} (one block), got Lq={r.Lq}, "
                     f"Lk={r.Lk}: its compile (~13 s per shape) never pays off below that"
                 )
-            if shutil.which("c++") is None and shutil.which("g++") is None:
+            if not _has_compiler(os.environ.get("PATH", "")):
                 reasons.append("torch.compile needs a C++ compiler on the CPU and none is on PATH")
         return reasons
 

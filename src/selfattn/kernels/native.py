@@ -84,6 +84,12 @@ def build_dir() -> Path:
 
 
 def _library_path() -> Path:
+    return _library_path_for(os.environ.get("XDG_CACHE_HOME"), os.path.expanduser("~"))
+
+
+@functools.lru_cache(maxsize=8)
+def _library_path_for(xdg_cache_home: str | None, home: str) -> Path:
+    """The library's path for these environment values, built once: "auto" asks on every call."""
     name = _name()
     return build_dir() / name / f"{name}.so"
 
