@@ -6,8 +6,8 @@ anything (`plan.box`), and the exact merge of partial results through their log-
     lse  = log(e^lse_a + e^lse_b)
     out  = out_a · e^(lse_a − lse) + out_b · e^(lse_b − lse)
 
-Backward: the FlashAttention-2 formulas from the saved final lse, in PyTorch ops, a strip of
-BACKWARD_ROWS query rows at a time (so no kernel's own backward is needed):
+Backward: the FlashAttention-2 formulas from the saved final lse, in PyTorch ops, a strip of query
+rows at a time (at most BACKWARD_TILE_BYTES per score tile), so no kernel's own backward is needed:
 
     s  = scale · q kᵀ   (t = c·tanh(s/c) with softcap c)
     p  = exp(t − lse)   masked to 0 where hidden
@@ -23,10 +23,14 @@ import torch
 from ..functional import attention
 from .plan import Box, Rule
 
-__all__ = ["BACKWARD_ROWS", "accumulate_dtype", "block_backward", "block_forward", "merge"]
+__all__ = ["BACKWARD_TILE_BYTES", "accumulate_dtype", "block_backward", "block_forward", "merge"]
 
-BACKWARD_ROWS = 512
-"""Query rows per strip in the backward: bounds its score tiles to (B, Hq, 512, block keys)."""
+BACKWARD_TILE_BYTES = 8 << 20
+"""Most bytes one score tile (B, Hq, rows, block keys) of the backward may take: the strip's rows are
+chosen so, whatever the block's length, so a rank's peak memory follows its O(Lr) tensors, not Lr²."""
+
+MIN_BACKWARD_ROWS = 16
+"""Fewest query rows per strip (very long blocks): a strip of fewer rows would be all overhead."""
 
 
 def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -91,8 +95,10 @@ def block_backward(
         visible = torch.ones(b.q1 - b.q0, b.k1 - b.k0, dtype=torch.bool, device=q.device).tril()
     dks = torch.zeros_like(ks)
     dvs = torch.zeros_like(vs)
-    for r0 in range(0, b.q1 - b.q0, BACKWARD_ROWS):
-        r1 = min(b.q1 - b.q0, r0 + BACKWARD_ROWS)
+    per_row = ks.shape[0] * Hq * max(1, ks.shape[2]) * q.element_size()  # bytes of one row of a tile
+    strip = max(MIN_BACKWARD_ROWS, BACKWARD_TILE_BYTES // per_row)
+    for r0 in range(0, b.q1 - b.q0, strip):
+        r1 = min(b.q1 - b.q0, r0 + strip)
         rows = slice(b.q0 + qoff + r0, b.q0 + qoff + r1)
         qs, dos = q[:, :, rows], do[:, :, rows]  # (B, Hq, m, D|Dv)
         s = torch.matmul(qs, ks.transpose(-1, -2)) * scale  # (B, Hq, m, n)
