@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -101,3 +102,14 @@ def test_through_attention_by_name():
         pytest.skip("backend 'native' is not registered in selfattn.kernels.BACKENDS")
     out = selfattn.attention(q, k, v, causal=True, backend="native")
     assert_close_to_reference(out, reference_of(q, k, v, causal=True)[0])
+
+
+def test_scale_zero_goes_elsewhere_so_a_nan_key_still_shows():
+    """BLAS skips a product whose alpha is 0: native would turn NaN·0 into 0. It refuses scale = 0, and
+    auto serves it with a backend that keeps IEEE's NaN · 0 = NaN, as the reference does."""
+    q, k, v = make_inputs(1, 2, 1, 4, 3, 3, dtype=torch.float32)
+    k[..., 2, :] = float("nan")
+    assert "scale = 0" in NativeBackend().refuse(build_request(q, k, v, scale=0.0))
+    out = selfattn.attention(q, k, v, scale=0.0)
+    ref = reference_of(q, k, v, scale=0.0)[0]
+    assert np.array_equal(np.isnan(out.numpy()), np.isnan(ref)) and np.isnan(ref).all()

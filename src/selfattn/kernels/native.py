@@ -204,8 +204,14 @@ class NativeBackend(Backend):
 
     def not_supported_reasons(self, request: Request) -> list[str]:
         """Every reason this backend cannot serve `request` (empty: it can). Never compiles."""
+        reasons = super().not_supported_reasons(request)
+        if request.scale == 0:
+            reasons.append(
+                "scale = 0 is not supported: BLAS skips a product whose alpha is 0, so a NaN in q or k "
+                "would not reach the scores as it does in the reference; use backend='tiled' or 'naive'"
+            )
         why = unavailable_reason()
-        return super().not_supported_reasons(request) + ([] if why is None else [why])
+        return reasons + ([] if why is None else [why])
 
     def auto_reasons(self, request: Request) -> list[str]:
         """ "auto" never waits on a compile: it takes native only once the kernel is built."""
