@@ -23,8 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from hostile import cli_cases, http_cases, library, measure
-from hostile.tally import format_table
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository: tests.rawhttp
+
+from hostile import cli_cases, http_cases, library, measure  # noqa: E402
+from hostile.tally import format_table  # noqa: E402
 
 ADDRESS_SPACE_LIMIT = 16 << 30
 SURFACES = ("library", "cli", "http")

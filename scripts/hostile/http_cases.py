@@ -19,6 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.rawhttp import raw
+
 from .tally import Tally
 
 HOST = "127.0.0.1"
@@ -85,43 +87,6 @@ class Server:
 
     def __exit__(self, *exc):
         self.stop()
-
-
-def raw(port: int, head: bytes, chunks=(), timeout: float = REQUEST_TIMEOUT_S) -> tuple[int | None, bytes]:
-    """Send bytes; return (status or None if the server closed without answering, response body)."""
-    with socket.create_connection((HOST, port), timeout=timeout) as s:
-        try:
-            s.sendall(head)
-            for chunk in chunks:
-                s.sendall(chunk)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        data = b""
-        try:
-            while True:
-                part = s.recv(1 << 16)
-                if not part:
-                    break
-                data += part
-                if _complete(data):
-                    break
-        except (TimeoutError, ConnectionResetError):
-            pass
-    if not data.startswith(b"HTTP/1."):
-        return None, data
-    head_, _, body = data.partition(b"\r\n\r\n")
-    return int(head_.split(b" ", 2)[1]), body
-
-
-def _complete(data: bytes) -> bool:
-    head, sep, body = data.partition(b"\r\n\r\n")
-    if not sep:
-        return False
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            return len(body) >= int(value.strip())
-    return False
 
 
 def request(

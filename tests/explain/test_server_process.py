@@ -21,6 +21,8 @@ import pytest
 
 from selfattn.explain.server import MAX_BODY_BYTES
 
+from ..rawhttp import raw
+
 START_TIMEOUT_S = 120
 LONG_TEXT = "一只蓝色怪兽走进森林。" * 90  # ~ 550 tokens of the default model
 
@@ -66,37 +68,14 @@ def server():
     proc.wait(timeout=20)
 
 
-def _raw(port: int, head: bytes, body_chunks=(), read_timeout: float = 30.0) -> tuple[int, bytes]:
-    """Send a raw HTTP/1.1 request; return (status, body). Sending stops quietly if the server closes."""
-    with socket.create_connection(("127.0.0.1", port), timeout=read_timeout) as s:
-        try:
-            s.sendall(head)
-            for chunk in body_chunks:
-                s.sendall(chunk)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        data = b""
-        try:
-            while True:
-                part = s.recv(65536)
-                if not part:
-                    break
-                data += part
-        except (TimeoutError, ConnectionResetError):
-            pass
-    status_line, _, rest = data.partition(b"\r\n")
-    status = int(status_line.split()[1]) if status_line.startswith(b"HTTP/1.1") else 0
-    return status, rest.partition(b"\r\n\r\n")[2]
-
-
 def _post(port: int, payload: dict, host: str | None = None) -> tuple[int, dict]:
     body = json.dumps(payload).encode()
     head = (
         f"POST /api/explain HTTP/1.1\r\nHost: {host or f'127.0.0.1:{port}'}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode()
-    status, raw = _raw(port, head, [body])
-    return status, json.loads(raw) if raw else {}
+    status, answer = raw(port, head, [body])
+    return status, json.loads(answer) if answer else {}
 
 
 def test_a_chunked_body_is_cut_at_the_limit_and_memory_stays_flat(server):
@@ -108,7 +87,7 @@ def test_a_chunked_body_is_cut_at_the_limit_and_memory_stays_flat(server):
         f"POST /api/explain HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
         f"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
     ).encode()
-    status, body = _raw(port, head, (frame for _ in range(32 * 1024 * 1024 // len(chunk))))  # 32 MiB offered
+    status, body = raw(port, head, (frame for _ in range(32 * 1024 * 1024 // len(chunk))))  # 32 MiB offered
     assert status == 413
     assert f"larger than {MAX_BODY_BYTES} bytes".encode() in body
     grown_mib = (_rss_kib(proc.pid) - before) / 1024
@@ -121,7 +100,7 @@ def test_a_declared_oversized_body_is_refused_unread(server):
         f"POST /api/explain HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {300 << 20}\r\n"
         f"Connection: close\r\n\r\n"
     ).encode()
-    status, body = _raw(port, head)
+    status, body = raw(port, head)
     assert status == 413 and b"larger than" in body
 
 
@@ -139,7 +118,7 @@ def test_oversized_headers_are_refused(server):
     head = (
         f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Padding: {'a' * 100_000}\r\nConnection: close\r\n\r\n"
     ).encode()
-    status, _ = _raw(port, head)
+    status, _ = raw(port, head)
     assert status in (400, 431)
 
 
