@@ -43,6 +43,7 @@ TEXT = {
         "does": "这个 head 在做什么：{text}",
         "chosen": "由你指定",
         "within layer": "在这一层里自动选择",
+        "auto_short": "自动选择",
         "within head": "为这个 head 自动选择层",
         "intervention": "干预：{items}",
         "only": "只在{where}",
@@ -97,6 +98,7 @@ TEXT = {
         "does": "What this head does: {text}",
         "chosen": "chosen by you",
         "within layer": "picked within this layer",
+        "auto_short": "picked automatically",
         "within head": "layer picked for this head",
         "intervention": "Intervention: {items}",
         "only": "only in {where}",
@@ -187,8 +189,12 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
         say(t["unknown"].format(n=len(tokens), **unknown), style="yellow")
     _intervention(doc, say, t, lang)
     sel = doc["selected"]
-    reason = PICK_RULE[lang] if sel["rule"] == "auto" else t["chosen"] if sel["rule"] is None else t[sel["rule"]]
-    say(t["selected"].format(layer=sel["layer"], head=sel["head"], reason=reason))
+    if sel["rule"] == "auto":  # the rule is a paragraph: under the head, not wrapped into its name
+        say(t["selected"].format(layer=sel["layer"], head=sel["head"], reason=t["auto_short"]))
+        say("  " + PICK_RULE[lang], style="dim")
+    else:
+        reason = t["chosen"] if sel["rule"] is None else t[sel["rule"]]
+        say(t["selected"].format(layer=sel["layer"], head=sel["head"], reason=reason))
     described = doc.get("descriptions")
     if described:
         say(t["does"].format(text=described[sel["layer"]][sel["head"]]["text"][lang]), style="bold")
