@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import checks
-from .layout import Sharded, check_layout, world_and_rank
+from .layout import Sharded, check_layout
 from .ring import ring_attention
 
 __all__ = ["ContextParallel"]
@@ -49,12 +49,7 @@ class ContextParallel:
         Raises ValueError when `group` is not the group it was sharded over (another size or rank)."""
         if not isinstance(sharded, Sharded):
             raise TypeError(f"sharded must be the Sharded that shard() returns, got {type(sharded).__name__}")
-        world, rank = world_and_rank(group)
-        if (world, rank) != (sharded.world, sharded.rank):
-            raise ValueError(
-                f"the input was sharded over {sharded.world} ranks (as rank {sharded.rank}), but the "
-                f"group has {world} (this process is rank {rank}): pass the group it was sharded over"
-            )
+        sharded.check_group(group)
         return cls(group, sharded.layout, sharded.seq_len)
 
     def attention(

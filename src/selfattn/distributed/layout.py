@@ -106,6 +106,16 @@ class Sharded:
         """Global position of each local row, int64 (local_len,); positions >= seq_len are padding."""
         return positions(self.rank, self.world, self.local_len, self.layout, device=self.tensor.device)
 
+    def check_group(self, group) -> None:
+        """ValueError unless `group` (None: the default group) is the group this was sharded over:
+        the same size, this process at the same rank."""
+        world, rank = world_and_rank(group)
+        if (world, rank) != (self.world, self.rank):
+            raise ValueError(
+                f"the input was sharded over {self.world} ranks (as rank {self.rank}), but the group has "
+                f"{world} (this process is rank {rank}): pass the group it was sharded over"
+            )
+
     def like(self, tensor: torch.Tensor, dim: int | None = None) -> Sharded:
         """The same part of the sequence, another tensor (an output, a gradient)."""
         return Sharded(tensor, self.seq_len, self.layout, self.dim if dim is None else dim, self.world, self.rank)
@@ -159,19 +169,14 @@ def unshard(x: Sharded, group=None) -> torch.Tensor:
 
     if not isinstance(x, Sharded):
         raise TypeError(f"unshard takes the Sharded that shard() or ring_attention returned, got {type(x).__name__}")
-    world, rank = world_and_rank(group)
-    if (world, rank) != (x.world, x.rank):
-        raise ValueError(
-            f"x was sharded over {x.world} ranks (as rank {x.rank}), this group has {world} "
-            f"(this process is rank {rank})"
-        )
+    x.check_group(group)
     t = x.tensor.contiguous()
-    gathered = [torch.empty_like(t) for _ in range(world)]
+    gathered = [torch.empty_like(t) for _ in range(x.world)]
     dist.all_gather(gathered, t, group=group)
     pieces: list[tuple[int, torch.Tensor]] = []
     for r, part in enumerate(gathered):
         offset = 0
-        for a, b in segments(r, world, x.local_len, x.layout):
+        for a, b in segments(r, x.world, x.local_len, x.layout):
             pieces.append((a, part.narrow(x.dim, offset, b - a)))
             offset += b - a
     whole = torch.cat([p for _, p in sorted(pieces, key=lambda item: item[0])], dim=x.dim)
