@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository: tests.rawhttp
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository: tests.live_server
 
 from hostile import cli_cases, http_cases, library, measure  # noqa: E402
 from hostile.tally import format_table  # noqa: E402
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
                 tallies.append(http_cases.run(server))
                 measurements = measure.run(server)
                 if "Traceback" in server.log.read_text(errors="replace"):
-                    tallies[-1].record("traceback", "server log after the measurements", "Traceback in its output")
+                    tallies[-1].record("traceback", "server log", "Traceback in its output (cases and measurements)")
             seconds["http"] = round(time.monotonic() - start)
     rows = [t.row() for t in tallies]
     total = {"surface": "total", **{k: sum(r[k] for r in rows) for k in rows[0] if k != "surface"}}

@@ -8,64 +8,22 @@ short request is answered while a long one is being computed (no global lock).
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
 from selfattn.explain.server import MAX_BODY_BYTES
 
-from ..rawhttp import raw
+from ..live_server import Server, raw
 
-START_TIMEOUT_S = 120
 LONG_TEXT = "一只蓝色怪兽走进森林。" * 90  # ~ 550 tokens of the default model
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 @pytest.fixture(scope="module")
-def server():
-    port = _free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "selfattn.cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"selfattn serve exited: {proc.stdout.read().decode(errors='replace')}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        raise AssertionError("selfattn serve did not answer in time")
-    yield proc, port
-    proc.terminate()
-    proc.wait(timeout=20)
+def server(tmp_path_factory):
+    with Server(tmp_path_factory.mktemp("serve")) as live:
+        yield live
 
 
 def _post(port: int, payload: dict, host: str | None = None) -> tuple[int, dict]:
@@ -79,8 +37,8 @@ def _post(port: int, payload: dict, host: str | None = None) -> tuple[int, dict]
 
 
 def test_a_chunked_body_is_cut_at_the_limit_and_memory_stays_flat(server):
-    proc, port = server
-    before = _rss_kib(proc.pid)
+    port = server.port
+    before = server.status("VmRSS")
     chunk = b"a" * 65536
     frame = b"%x\r\n%s\r\n" % (len(chunk), chunk)
     head = (
@@ -90,12 +48,12 @@ def test_a_chunked_body_is_cut_at_the_limit_and_memory_stays_flat(server):
     status, body = raw(port, head, (frame for _ in range(32 * 1024 * 1024 // len(chunk))))  # 32 MiB offered
     assert status == 413
     assert f"larger than {MAX_BODY_BYTES} bytes".encode() in body
-    grown_mib = (_rss_kib(proc.pid) - before) / 1024
+    grown_mib = (server.status("VmRSS") - before) / 1024
     assert grown_mib < 16, f"the server grew by {grown_mib:.0f} MiB reading a refused body"
 
 
 def test_a_declared_oversized_body_is_refused_unread(server):
-    _, port = server
+    port = server.port
     head = (
         f"POST /api/explain HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {300 << 20}\r\n"
         f"Connection: close\r\n\r\n"
@@ -105,7 +63,7 @@ def test_a_declared_oversized_body_is_refused_unread(server):
 
 
 def test_a_foreign_host_header_is_refused(server):
-    _, port = server
+    port = server.port
     status, body = _post(port, {"text": "一只蓝色怪兽"}, host=f"evil.example:{port}")
     assert status == 400
     assert "evil.example" in body["detail"] and "not this server" in body["detail"]
@@ -114,7 +72,7 @@ def test_a_foreign_host_header_is_refused(server):
 
 
 def test_oversized_headers_are_refused(server):
-    _, port = server
+    port = server.port
     head = (
         f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Padding: {'a' * 100_000}\r\nConnection: close\r\n\r\n"
     ).encode()
@@ -123,13 +81,13 @@ def test_oversized_headers_are_refused(server):
 
 
 def test_strict_types_over_http(server):
-    _, port = server
+    port = server.port
     status, body = _post(port, {"text": "一只蓝色怪兽", "temperature": True})
     assert status == 422 and "temperature" in body["detail"]
 
 
 def test_a_short_request_is_not_held_behind_a_long_one(server):
-    _, port = server
+    port = server.port
     finished: list[str] = []
 
     def ask(name: str, text: str) -> None:
