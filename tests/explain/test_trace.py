@@ -89,7 +89,7 @@ def test_capture_refuses_bad_input(tiny):
         capture(tiny.model, torch.zeros(2, 3, dtype=torch.long), ["a", "b", "c"])
     with pytest.raises(ValueError, match="has no MultiHeadSelfAttention"):
         capture(torch.nn.Linear(2, 2), torch.zeros(3, dtype=torch.long), ["a", "b", "c"])
-    with pytest.raises(ValueError, match="row 9 is out of range for 6"):
+    with pytest.raises(ValueError, match="row 9 is out of range for Lq=6"):
         tiny.trace(TEXT).layers[0].stages(0, [9])
 
 

@@ -13,7 +13,8 @@ import torch
 from selfattn import reference
 from selfattn.explain import export, tables
 from selfattn.explain.session import Explainer, unknown_report
-from selfattn.explain.trace import Intervention, weights_from_lse
+from selfattn.explain.trace import Intervention
+from selfattn.weights import weights_from_lse
 from tests.hf.models import CONFIGS, WINDOW, build, save
 from tests.tolerances import TOL
 

@@ -37,8 +37,8 @@ def compare(
         raise ValueError("an experiment compares one text with and without an intervention; the tokens differ")
     before = head_summary(base.layers[layer], head)
     after = head_summary(changed.layers[layer], head)
-    w0 = base.layers[layer].stages(head)["weights"]  # (L, L)
-    w1 = changed.layers[layer].stages(head)["weights"]  # (L, L)
+    w0 = base.layers[layer].stages(head, weighted=False)["weights"]  # (L, L)
+    w1 = changed.layers[layer].stages(head, weighted=False)["weights"]  # (L, L)
     L = w0.shape[0]
     future = torch.ones(L, L, dtype=torch.bool).triu(1)  # (L, L) True where j > i
     f0, f1 = (w0 * future).sum(-1), (w1 * future).sum(-1)  # (L,) weight on the future, per row

@@ -28,10 +28,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import __version__
+from .. import __version__, checks
 from ..files import json_float
 from .sources import POSITIONS_ZH
-from .trace import ModelTrace, weights_from_lse
+from .trace import ModelTrace, head_stages
 
 STAGES_MAX_LEN = 64
 """Up to this many tokens the export holds every head's N×N stages; beyond, Q/K/V/lse (the stages
@@ -157,7 +157,7 @@ def check_layers(layers, n_layers: int) -> set[int]:
         raise TypeError(f"layers must be a list of layer indices, got {type(layers).__name__}")
     out = set()
     for l in layers:
-        if isinstance(l, bool) or not isinstance(l, int) or not 0 <= l < n_layers:
+        if not 0 <= checks.integer("a layer index", l) < n_layers:
             raise ValueError(f"layers must hold indices in [0, {n_layers - 1}], got {l!r}")
         out.add(l)
     return out
@@ -197,16 +197,13 @@ def to_arrays(doc: dict) -> dict[str, np.ndarray]:
 
 def head_weights(doc: dict, layer: int, head: int) -> np.ndarray:
     """Weights (L, L) of one head from the dict's q, k, lse, scale, softcap and visibility (the head's
-    own, when an intervention changed it apart): `trace.weights_from_lse` of the masked scores."""
+    own, when an intervention changed it apart): `trace.head_stages`, the formula of `LayerTrace.stages`."""
     lay = doc["layers"][layer]
     h = lay["heads"][head]
     q, k, lse = (torch.from_numpy(_array(h[name])) for name in ("q", "k", "lse"))
-    scale, softcap = h.get("scale", lay["scale"]), h.get("softcap", lay.get("softcap"))
     visible = torch.tensor(h.get("visible", lay["visible"]), dtype=torch.bool)
-    s = (q @ k.T) * scale
-    if softcap is not None:
-        s = softcap * torch.tanh(s / softcap)
-    return weights_from_lse(s.masked_fill(~visible, float("-inf")), lse).numpy()
+    rule = {"scale": h.get("scale", lay["scale"]), "softcap": h.get("softcap", lay.get("softcap"))}
+    return head_stages(q, k, lse, visible=visible, **rule)["weights"].numpy()
 
 
 def _list(t: torch.Tensor):
@@ -222,10 +219,15 @@ def _encode(x):
 
 
 def _array(values) -> np.ndarray:
-    return np.array(_restore_inf(values), dtype=np.float64)
+    return np.array(restore_inf(values), dtype=np.float64)
 
 
-def _restore_inf(x):
+def restore_inf(x):
+    """Nested lists as written by `_list`, with "inf" / "-inf" back as floats; any other string is refused."""
     if isinstance(x, list):
-        return [_restore_inf(v) for v in x]
-    return float(x) if isinstance(x, str) else x
+        return [restore_inf(v) for v in x]
+    if isinstance(x, str):
+        if x not in ("inf", "-inf"):
+            raise ValueError(f"unexpected string {x!r} in a numeric array")
+        return float(x)
+    return x

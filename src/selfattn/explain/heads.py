@@ -63,16 +63,16 @@ def relation_weights(trace: ModelTrace) -> list[list[dict[str, dict]]]:
     weight the query gives its keys together, and the single (query, key) with the largest weight."""
     found = links(trace.tokens)
     rows = sorted({link.query for link in found})
+    at = {r: i for i, r in enumerate(rows)}  # query position -> its row in the weights
+    by_relation = {name: [link for link in found if link.relation == name] for name in RELATIONS}
     out = []
     for layer in trace.layers:
         per_layer = []
         for h in range(layer.n_heads):
             per_head: dict[str, dict] = {}
             if rows:
-                w = layer.stages(h, rows)["weights"]  # (R, L)
-                at = {r: i for i, r in enumerate(rows)}
-                for name in RELATIONS:
-                    mine = [link for link in found if link.relation == name]
+                w = layer.stages(h, rows, weighted=False)["weights"]  # (R, L)
+                for name, mine in by_relation.items():
                     if not mine:
                         continue
                     total = [float(w[at[link.query], list(link.keys)].sum()) for link in mine]
@@ -193,7 +193,8 @@ def search(trace: ModelTrace, query, key) -> dict:
     ranked = []
     for l, layer in enumerate(trace.layers):
         for h in range(layer.n_heads):
-            ranked.append({"layer": l, "head": h, "weight": float(layer.stages(h, [i])["weights"][0, j])})
+            weight = float(layer.stages(h, [i], weighted=False)["weights"][0, j])
+            ranked.append({"layer": l, "head": h, "weight": weight})
     ranked.sort(key=lambda r: (-r["weight"], r["layer"], r["head"]))
     return {"query": i, "key": j, "heads": ranked}
 

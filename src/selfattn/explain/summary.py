@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from .trace import LayerTrace, ModelTrace, weights_from_lse
+from .trace import LayerTrace, ModelTrace
 
 ROW_BLOCK = 256
 SINK_LIMIT = 0.5
@@ -33,10 +33,7 @@ def head_summary(layer: LayerTrace, head: int) -> dict:
     so no logarithm of the L×L weights is taken.
     """
     L = layer.length
-    scale, softcap, visible_all = layer.head_rule(head)
-    q = layer.q[head].float()  # (L, D)
-    k = layer.k[layer.kv_head(head)].float()  # (L, D)
-    lse = layer.lse[head].float()  # (L,)
+    visible_all = layer.head_rule(head)[2]  # (L, L)
     total = {"entropy": 0.0, "max_weight": 0.0, "first_token": 0.0, "previous": 0.0, "self": 0.0}
     counted = 0
     for start in range(0, L, ROW_BLOCK):
@@ -45,12 +42,9 @@ def head_summary(layer: LayerTrace, head: int) -> dict:
         if not bool(keep.any()):
             continue
         rows = rows[keep]
-        visible = visible_all[rows]  # (R, L)
-        s = (q[rows] @ k.T) * scale  # (R, L) scaled scores
-        if softcap is not None:
-            s = softcap * torch.tanh(s / softcap)
-        w = weights_from_lse(s.masked_fill(~visible, float("-inf")), lse[rows])
-        nats = lse[rows] - torch.where(visible, w * s, torch.zeros_like(s)).sum(-1)
+        st = layer.stages(head, rows, dtype=torch.float32, weighted=False)
+        s, visible, w, lse = st["scaled"], st["mask"], st["weights"], layer.lse[head, rows].float()  # (R, L) ×3, (R,)
+        nats = lse - torch.where(visible, w * s, torch.zeros_like(s)).sum(-1)
         total["entropy"] += float(nats.sum()) / math.log(2)
         total["max_weight"] += float(w.max(-1).values.sum())
         total["first_token"] += float(w[:, 0].sum())

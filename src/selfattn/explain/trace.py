@@ -37,9 +37,9 @@ from ..functional import intercept
 from ..kernels.base import Request, Result
 from ..masks import visibility
 from ..modules import MultiHeadSelfAttention, SelfAttention
-from ..weights import weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
+from ..weights import _row_index, weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
 
-__all__ = ["TEMPERATURE_RANGE", "Intervention", "LayerTrace", "ModelTrace", "HeadChange", "capture", "weights_from_lse"]
+__all__ = ["TEMPERATURE_RANGE", "Intervention", "LayerTrace", "ModelTrace", "HeadChange", "capture", "head_stages"]
 
 
 TEMPERATURE_RANGE = (0.01, 100.0)
@@ -148,35 +148,43 @@ class LayerTrace:
         c = self.changed.get(head)
         return (self.scale, self.softcap, self.visible) if c is None else (c.scale, c.softcap, c.visible)
 
-    def stages(self, head: int, rows=None) -> dict[str, torch.Tensor]:
-        """The tutorial's stages for query `rows` (default all) of one head, in float64.
+    def stages(self, head: int, rows=None, *, dtype: torch.dtype = torch.float64, weighted: bool = True) -> dict:
+        """The tutorial's stages for query `rows` (default all) of one head, in `dtype` (`head_stages`).
 
-        scores (R, L) = Q Kᵀ;  scaled (R, L) = scores · scale (then softcap·tanh(·/softcap) if a softcap
-        is set);  mask (R, L) bool, True = may look;  masked (R, L), −inf where hidden;
-        weights (R, L) = exp(masked − lse);  weighted (R, Dv) = weights · V.
+        rows      None, an int, a sequence of ints, a slice or a 1-D integer tensor (`selfattn.weights`' rule)
+        weighted  False: leave out "weighted" (weights · V), for callers that need the weights only
         """
-        if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < self.n_heads:
-            raise ValueError(f"head must be an int in [0, {self.n_heads}), got {head!r}")
-        rows = _rows(rows, self.length)
+        head = checks.integer("head", head, low=0, high=self.n_heads - 1)
+        index = _row_index(rows, self.length, self.q.device)  # (R,)
         scale, softcap, visible = self.head_rule(head)
-        q = self.q[head, rows].double()  # (R, D)
-        k = self.k[self.kv_head(head)].double()  # (L, D)
-        v = self.v[self.kv_head(head)].double()  # (L, Dv)
-        scores = q @ k.T
-        scaled = scores * scale
-        if softcap is not None:
-            scaled = softcap * torch.tanh(scaled / softcap)
-        mask = visible[rows]
-        masked = scaled.masked_fill(~mask, float("-inf"))
-        weights = weights_from_lse(masked, self.lse[head, rows].double())
-        return {
-            "scores": scores,
-            "scaled": scaled,
-            "mask": mask,
-            "masked": masked,
-            "weights": weights,
-            "weighted": weights @ v,
-        }
+        kv = self.kv_head(head)
+        return head_stages(
+            self.q[head, index].to(dtype),
+            self.k[kv].to(dtype),
+            self.lse[head, index].to(dtype),
+            scale=scale,
+            softcap=softcap,
+            visible=visible[index],
+            v=self.v[kv].to(dtype) if weighted else None,
+        )
+
+
+def head_stages(q, k, lse, *, scale: float, softcap: float | None, visible, v=None) -> dict[str, torch.Tensor]:
+    """The tutorial's stages of R query rows of one head, in the dtype of q (the one copy of the formula).
+
+    q (R, D), k (L, D), lse (R,), visible (R, L) bool (True = may look), v (L, Dv) or None.
+    scores (R, L) = Q Kᵀ;  scaled (R, L) = scores · scale (then softcap·tanh(·/softcap) if a softcap
+    is set);  mask (R, L) = visible;  masked (R, L), −inf where hidden;
+    weights (R, L) = exp(masked − lse);  weighted (R, Dv) = weights · V (only when v is given).
+    """
+    scores = q @ k.T
+    scaled = scores * scale
+    if softcap is not None:
+        scaled = softcap * torch.tanh(scaled / softcap)
+    masked = scaled.masked_fill(~visible, float("-inf"))
+    weights = weights_from_lse(masked, lse)
+    out = {"scores": scores, "scaled": scaled, "mask": visible, "masked": masked, "weights": weights}
+    return out if v is None else out | {"weighted": weights @ v}
 
 
 @dataclass
@@ -193,7 +201,6 @@ class ModelTrace:
     token_ids: torch.Tensor
     layers: list[LayerTrace]
     intervention: Intervention
-    causal: bool
     logits: torch.Tensor | None
 
     @property
@@ -253,7 +260,6 @@ def capture(
         token_ids=ids[0],
         layers=layers,
         intervention=intervention,
-        causal=decoder and intervention.causal,
         logits=logits,
     )
 
@@ -446,19 +452,3 @@ def _logits(out) -> torch.Tensor:
     if isinstance(logits, torch.Tensor):
         return logits
     raise ValueError(f"the model returned {type(out).__name__}, with no logits to predict from")
-
-
-def _rows(rows, length: int):
-    if rows is None:
-        return slice(None)
-    if isinstance(rows, bool):
-        raise TypeError(f"rows must be an int, a sequence of ints or a slice, got {rows!r}")
-    if isinstance(rows, int):
-        rows = [rows]
-    if isinstance(rows, slice):
-        return rows
-    rows = list(rows)
-    for r in rows:
-        if isinstance(r, bool) or not isinstance(r, int) or not -length <= r < length:
-            raise ValueError(f"row {r!r} is out of range for {length} query positions")
-    return torch.tensor(rows, dtype=torch.long)

@@ -7,7 +7,7 @@
  * from q, k, v, lse, scale, softcap and visible with the formulas of
  * selfattn.explain.trace.LayerTrace.stages, so a 6-token and a 1,000-token input share one
  * code path. The weights come from the saved log-sum-exp by one function, `weightOf` (the
- * page's single copy of selfattn.explain.trace.weights_from_lse; a test checks them equal). The L×L weights are drawn once into a canvas ImageData, never as L² elements.
+ * page's single copy of selfattn.weights.weights_from_lse; a test checks them equal). The L×L weights are drawn once into a canvas ImageData, never as L² elements.
  *
  * Safety: token text (and every other string from the data) is written with textContent
  * or canvas fillText only, never parsed as markup.
@@ -335,7 +335,7 @@
   // ---------------------------------------------------------------------------------------
 
   /** weights_ij = exp(masked_ij − lse_i); 0 where hidden (masked −inf) and in a row that sees
-   * nothing (lse −inf). The page's one copy of selfattn.explain.trace.weights_from_lse. */
+   * nothing (lse −inf). The page's one copy of selfattn.weights.weights_from_lse. */
   function weightOf(masked, lse) {
     return Number.isFinite(lse) && masked !== -Infinity ? Math.exp(masked - lse) : 0;
   }
