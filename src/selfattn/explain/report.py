@@ -27,6 +27,7 @@ writes token text with `textContent` only.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import html
 import json
@@ -37,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ..files import check_writable, write_atomic
+from .export import restore_inf
 from .heads import PICK_RULE
 from .trace import TEMPERATURE_RANGE
 
@@ -96,7 +98,7 @@ def unpack(packed) -> np.ndarray:
 
 
 def _pack_floats(values, where: str) -> dict:
-    a = np.array(_restore_inf(values), dtype=np.float64)
+    a = np.array(restore_inf(values), dtype=np.float64)
     if a.dtype != np.float64 or a.ndim == 0:
         raise ValueError(f"{where} is not a numeric array")
     if np.isnan(a).any():
@@ -113,16 +115,6 @@ def _pack_bits(values, where: str) -> dict:
         raise ValueError(f"{where} must be an L×L matrix of 0/1")
     bits = np.packbits(a.astype(bool).ravel())
     return {"dtype": "bits", "shape": list(a.shape), "b64": base64.b64encode(bits.tobytes()).decode("ascii")}
-
-
-def _restore_inf(x):
-    if isinstance(x, list):
-        return [_restore_inf(v) for v in x]
-    if isinstance(x, str):
-        if x not in ("inf", "-inf"):
-            raise ValueError(f"unexpected string {x!r} in a numeric array")
-        return float(x)
-    return x
 
 
 # --- the page ------------------------------------------------------------------------------
@@ -168,9 +160,11 @@ def write_html(doc: dict, path: str | os.PathLike, *, force: bool = False) -> Pa
     return write_atomic(path, render_html(doc), force=force)
 
 
+@functools.cache
 def policy(*, live: bool) -> str:
     """The page's Content-Security-Policy: only its own inline script and style (by hash) run;
-    the report may connect nowhere, the live page only to the server that sent it."""
+    the report may connect nowhere, the live page only to the server that sent it. Computed once
+    per mode (the files ship with the package: `_static`)."""
     return _policy(_static(SCRIPT), _static(STYLE), "'self'" if live else "'none'")
 
 
@@ -191,7 +185,7 @@ def _page(data: dict, *, live: bool) -> str:
         title = f"{text[:TITLE_CHARS]}{'…' if len(text) > TITLE_CHARS else ''} · {title}"
     slots = {
         "TITLE": html.escape(title),
-        "CSP": html.escape(_policy(script, style, "'self'" if live else "'none'")),
+        "CSP": html.escape(policy(live=live)),
         "STYLE": style,
         "SCRIPT": script,
         "DATA": _json_for_script(data),
@@ -210,5 +204,7 @@ def _sha256(text: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii")
 
 
+@functools.cache
 def _static(name: str) -> str:
+    """A package file of the page, read once per process (they ship with the package and do not change)."""
     return (STATIC_DIR / name).read_text(encoding="utf-8")
