@@ -12,8 +12,10 @@ prints) or "packed" (its float arrays as float32/float64 base64, what the page r
 Responses are sized by what the view needs: `layers` names the layers whose arrays are sent (the
 others keep their scalars; summaries, descriptions and predictions always cover every layer). Its
 default is every layer for "json" and only the shown layer for "packed" (the page asks for another
-layer when you pick it). `find: [query, key]` adds the head search. A response estimated over
-MAX_RESPONSE_BYTES is refused with a 422 that says how to ask for less.
+layer when you pick it). A request that names `layers` gets no `experiment` (no second run without
+the intervention): the page asks for its baseline itself. `find: [query, key]` adds the head search.
+A response estimated over MAX_RESPONSE_BYTES is refused with a 422 that says how to ask for less.
+GET / goes through the same lanes and the same limit, and carries the shown layer's arrays only.
 
 Every refusal is a 4xx with a one-line message in `detail`, never a 500: a malformed or
 oversized body, a wrong type, an empty text, a text over `session.MAX_CHARS` characters or
@@ -70,6 +72,11 @@ LISTEN_BACKLOG = 2048
 """Pending connections the kernel queues (uvicorn's own default)."""
 KEEP_ALIVE_SECONDS = 5
 """An idle keep-alive connection is closed after this long."""
+BUSY = "the server is busy with other long texts; try again in a moment"
+
+
+class Busy(Exception):
+    """No slot of the request's lane freed within QUEUE_SECONDS (answered 503)."""
 
 
 class ExplainRequest(BaseModel):
@@ -115,57 +122,77 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
     async def invalid_request(request: Request, exc: RequestValidationError):
         return _error(422, _validation_message(exc))
 
+    def in_lane(text: str, work):
+        """work() in the lane of `text`: light up to LIGHT_CHARS characters, else heavy; `Busy` when no
+        slot frees within QUEUE_SECONDS. The page and the API both go through here."""
+        lane = "light" if len(text) <= LIGHT_CHARS else "heavy"
+        if not lanes[lane].acquire(timeout=QUEUE_SECONDS):
+            raise Busy(BUSY)
+        try:
+            return work()
+        finally:
+            lanes[lane].release()
+            if lane == "heavy":
+                release_memory()
+
+    def explained(text: str, fmt: str, **kwargs) -> dict:
+        """explain(text, **kwargs), refused (ValueError) when its answer in `fmt` would exceed MAX_RESPONSE_BYTES."""
+        doc = explain(text, **kwargs)
+        size = response_bytes(doc, fmt)
+        if size > MAX_RESPONSE_BYTES:
+            raise ValueError(
+                f"the answer would be about {size / 2**20:.1f} MiB, over the "
+                f"{MAX_RESPONSE_BYTES >> 20} MiB limit: ask for fewer layers (layers: [..]) "
+                'or format "packed"'
+            )
+        return doc
+
     def first_doc(text: str | None) -> tuple[dict | None, str | None]:
-        """The page's first text explained, or (if refused) the default text and why the first was refused."""
+        """The page's first text explained as the packed API answers it (the shown layer's arrays only:
+        the page asks for the others when picked), or (if refused) the default text and why the first
+        was refused."""
         error = None
         for candidate in ([text] if text is not None else []) + [DEFAULT_TEXT]:
             try:
-                return explain(candidate, stages=False), error
+                return explained(candidate, "packed", stages=False, layers="selected"), error
             except (ValueError, TypeError) as exc:
                 error = error or str(exc)
         return None, error
 
     @app.get("/", response_class=HTMLResponse)
     def page(text: str | None = None):
-        doc, error = first_doc(text)
+        status = 200
+        try:
+            doc, error = in_lane(DEFAULT_TEXT if text is None else text, lambda: first_doc(text))
+        except Busy as exc:
+            doc, error, status = None, str(exc), 503
         html = report.render_app(doc, max_chars=MAX_CHARS, max_tokens=explainer.max_len, error=error)
-        return HTMLResponse(html, headers=_page_headers())
+        return HTMLResponse(html, status_code=status, headers=_page_headers())
 
     @app.post("/api/explain")
     def api_explain(body: ExplainRequest):
-        lane = "light" if len(body.text) <= LIGHT_CHARS else "heavy"
-        if not lanes[lane].acquire(timeout=QUEUE_SECONDS):
-            return _error(503, "the server is busy with other long texts; try again in a moment")
         try:
-            return answer(body)
-        finally:
-            lanes[lane].release()
-            if lane == "heavy":
-                release_memory()
+            return in_lane(body.text, lambda: answer(body))
+        except Busy as exc:
+            return _error(503, str(exc))
 
     def answer(body: ExplainRequest):
         try:
-            doc = explain(
+            doc = explained(
                 body.text,
+                body.format,
                 layer=body.layer,
                 head=body.head,
                 intervention=body.intervention(),
                 stages=False if body.format == "packed" else None,
                 find=body.find,
                 layers=body.layers if body.layers is not None or body.format == "json" else "selected",
+                compare=body.layers is None,  # a request naming layers fetches arrays; the page has its baseline
             )
         except ValueError as exc:
             return _error(422, str(exc))
         except TypeError as exc:
             return _error(400, str(exc))
-        size = response_bytes(doc, body.format)
-        if size > MAX_RESPONSE_BYTES:
-            return _error(
-                422,
-                f"the answer would be about {size / 2**20:.1f} MiB, over the "
-                f"{MAX_RESPONSE_BYTES >> 20} MiB limit: ask for fewer layers (layers: [..]) "
-                'or format "packed"',
-            )
         return JSONResponse(report.pack(doc) if body.format == "packed" else doc)
 
     return app

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from .. import checks
 from . import experiment, export, heads, relations, sources, summary
 from .trace import Intervention, ModelTrace, capture
 
@@ -134,11 +135,8 @@ class Explainer:
             unknown_hint="the tokenizer has no piece for these characters",
         )
 
-    def check_text(self, text) -> str:
-        return check_text(text)
-
     def trace(self, text: str, intervention: Intervention = Intervention()) -> ModelTrace:
-        tokens, ids, kwargs = self.tokenize(self.check_text(text))
+        tokens, ids, kwargs = self.tokenize(check_text(text))
         if len(ids) > self.max_len:
             raise ValueError(f"the text has {len(ids)} tokens; {self.name} reads at most {self.max_len}")
         return capture(self.model, ids, tokens, intervention, **kwargs)
@@ -153,13 +151,15 @@ class Explainer:
         stages: bool | None = None,
         find=None,
         layers=None,
+        compare: bool = True,
     ) -> dict:
         """The whole export dict for `text`; the shown head is (layer, head), or picked by `heads.pick`.
 
         find     (query, key) token strings or positions: every head ranked by that weight (`heads.search`)
         layers   the layers whose arrays the dict carries (default all; "selected": the shown one; `export.to_dict`)
-        With an intervention the same text is also run without it, and `experiment` compares the two
-        on the shown head (`experiment.compare`)."""
+        compare  with an intervention, also run the text without it and compare the two on the shown head
+                 (`experiment`: `experiment.compare`); False skips that second run (a caller that has its
+                 own baseline: the page's layer requests)"""
         trace = self.trace(text, intervention)
         table = summary.summaries(trace)
         described = heads.describe(trace, table)
@@ -175,7 +175,7 @@ class Explainer:
             if not isinstance(find, (tuple, list)) or len(find) != 2:
                 raise ValueError(f"find must be (query, key), got {find!r}")
             extra["search"] = heads.search(trace, *find)
-        if intervention != Intervention():
+        if checks.boolean("compare", compare) and intervention != Intervention():
             base = self.trace(text)
             extra["experiment"] = experiment.compare(
                 base, trace, selected["layer"], selected["head"], export.predictions(base, self.decode), prediction
@@ -200,7 +200,7 @@ class Explainer:
     @staticmethod
     def select(trace: ModelTrace, table, described, layer, head) -> dict:
         for name, value, n in (("layer", layer, trace.n_layers), ("head", head, trace.n_heads)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n):
+            if value is not None and not 0 <= checks.integer(name, value) < n:
                 raise ValueError(f"{name} must be in [0, {n - 1}], got {value!r}")
         if layer is not None and head is not None:
             return {"layer": layer, "head": head, "rule": None}
