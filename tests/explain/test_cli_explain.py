@@ -106,8 +106,9 @@ def test_tables_escape_markup_in_tokens():
     tables.render(doc, console, lang="en")
     assert "[red]" in console.export_text()
     console = Console(record=True, width=200)
+    card = {"name": "[bold]m[/bold]", "architecture": "[i]a", "positions": "p", "positions_zh": "p"}
     tables.render(
-        doc | {"model": doc["model"] | {"name": "[bold]m[/bold]", "architecture": "[i]a", "positions": "p"}},
+        doc | {"model": doc["model"] | card},
         console,
         lang="zh",
     )

@@ -18,9 +18,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..terminal import printable
+from ..walkthrough import FEATURES as MEANINGS  # the walkthrough's meanings, one per relations.MEANING_ROLES
 from .heads import PICK_RULE, percent
 from .relations import MEANING_ROLES, roles
-from .sources import POSITIONS_ZH
 from .summary import SINK_LIMIT
 
 MAX_TABLE_TOKENS = 24
@@ -146,9 +146,6 @@ TEXT = {
     },
 }
 
-MEANINGS = {"zh": ("数量", "颜色", "角色", "动作", "地点"), "en": ("quantity", "colour", "creature", "action", "place")}
-"""The walkthrough's meanings (`selfattn.walkthrough.FEATURES`), one per role of `relations.MEANING_ROLES`."""
-
 
 def number(x, digits: int = 2) -> str:
     """A number with one minus sign "−", never "−0.00"; ±inf as "±inf"."""
@@ -178,12 +175,13 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
     m = doc["model"]
     say(t["model"].format(**(m | {"kind": t.get(m["kind"], m["kind"])})))
     if m.get("architecture"):
-        positions = POSITIONS_ZH.get(m["positions"], m["positions"]) if lang == "zh" else m["positions"]
+        positions = m["positions_zh" if lang == "zh" else "positions"]  # both written by export.model_info
         say(t["card"].format(**(m | {"positions": positions})))
     say(t["numbering"])
     tokens = doc["tokens"]
     unknown = doc.get("unknown") or {"count": 0, "positions": [], "message": ""}
-    marked = [f"{tok}⟨?⟩" if i in set(unknown["positions"]) else tok for i, tok in enumerate(tokens)]
+    unknown_at = set(unknown["positions"])
+    marked = [f"{tok}⟨?⟩" if i in unknown_at else tok for i, tok in enumerate(tokens)]
     say(t["tokens"].format(n=len(tokens)), " / ".join(marked))
     if unknown["count"]:
         say(t["unknown"].format(n=len(tokens), **unknown), style="yellow")
