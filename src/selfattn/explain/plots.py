@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import write_atomic
+from ..files import check_writable, write_atomic
 from .export import head_weights
 
 CJK_FONTS = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "Noto Sans CJK JP")
@@ -68,13 +68,12 @@ def _has_cjk(labels) -> bool:
 
 
 def _check_path(path, force: bool) -> Path:
+    """`path` if a picture may be written there (PNG/SVG suffix; its folder is made), before anything is drawn."""
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise ValueError(f"picture path must end in {' or '.join(FORMATS)}, got {path.name!r}")
-    if path.exists() and not force:
-        raise FileExistsError(f"{path} already exists; pass --force to overwrite")
     path.parent.mkdir(parents=True, exist_ok=True)
-    return path
+    return check_writable(path, force=force)
 
 
 PLOT_TEXT = {
@@ -122,16 +121,21 @@ def _save(fig, path: Path, force: bool) -> Path:
 def heatmap(doc: dict, layer: int, head: int, path, *, force: bool = False, lang: str = "zh") -> Path:
     """One head's weights, query rows × key columns, token labels on both axes (zoomed on the last
     ZOOM tokens of a longer input)."""
-    path = _check_path(path, force)
-    tokens = doc["tokens"]
+    return _draw(lambda: _heatmap(doc, layer, head, lang), doc, lang, {_check_path(path, force): force})[0]
+
+
+def _draw(build, doc: dict, lang: str, paths: dict[Path, bool]) -> list[Path]:
+    """Build one figure (`build()`, inside its rc_context) and save it to each path (path -> force)."""
     import matplotlib
 
-    with matplotlib.rc_context(rc(lang == "zh" or _has_cjk(tokens))):
-        return _heatmap(doc, layer, head, path, tokens, lang, force)
+    with matplotlib.rc_context(rc(lang == "zh" or _has_cjk(doc["tokens"]))):
+        fig = build()
+        return [_save(fig, path, force) for path, force in paths.items()]
 
 
-def _heatmap(doc: dict, layer: int, head: int, path: Path, tokens: list[str], lang: str, force: bool) -> Path:
+def _heatmap(doc: dict, layer: int, head: int, lang: str):
     t = PLOT_TEXT[lang]
+    tokens = doc["tokens"]
     w = head_weights(doc, layer, head)
     lay = doc["layers"][layer]
     visible = np.array(lay["heads"][head].get("visible", lay["visible"]), dtype=bool)
@@ -167,7 +171,7 @@ def _heatmap(doc: dict, layer: int, head: int, path: Path, tokens: list[str], la
     ax.set_title(title + (t["zoom"].format(n=n) if start else ""))
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label=t["weight"])
     fig.tight_layout()
-    return _save(fig, path, force)
+    return fig
 
 
 def _norm():
@@ -187,14 +191,10 @@ def matplotlib_cmap():
 def grid(doc: dict, path, *, force: bool = False, lang: str = "zh") -> Path:
     """Every layer × head as a small heatmap, with its mean entropy and first-token attention; the
     shown head framed; token labels up to GRID_LABELS tokens; zoomed on the last ZOOM tokens beyond."""
-    path = _check_path(path, force)
-    import matplotlib
-
-    with matplotlib.rc_context(rc(lang == "zh" or _has_cjk(doc["tokens"]))):
-        return _grid(doc, path, lang, force)
+    return _draw(lambda: _grid(doc, lang), doc, lang, {_check_path(path, force): force})[0]
 
 
-def _grid(doc: dict, path: Path, lang: str, force: bool) -> Path:
+def _grid(doc: dict, lang: str):
     t = PLOT_TEXT[lang]
     m = doc["model"]
     n_l, n_h = m["n_layers"], m["n_heads"]
@@ -230,27 +230,20 @@ def _grid(doc: dict, path: Path, lang: str, force: bool) -> Path:
                     spine.set_linewidth(3)
     fig.suptitle(t["grid"].format(name=m["name"]) + (t["zoom"].format(n=len(shown_tokens)) if start else ""))
     fig.tight_layout()
-    return _save(fig, path, force)
+    return fig
 
 
 def save(doc: dict, out_dir, *, formats=("png", "svg"), force: bool = False, lang: str = "zh") -> list[Path]:
-    """The selected head's heatmap and the grid, in each format, into out_dir (each written atomically)."""
+    """The selected head's heatmap and the grid, in each format, into out_dir (each written atomically).
+    Each figure is drawn once and saved in every format; every path is checked before anything is drawn."""
     out = Path(out_dir)
     sel = doc["selected"]
-    paths = []
-    for fmt in formats:
-        paths.append(
-            heatmap(
-                doc,
-                sel["layer"],
-                sel["head"],
-                out / f"head-L{sel['layer']}-H{sel['head']}.{fmt}",
-                force=force,
-                lang=lang,
-            )
-        )
-        paths.append(grid(doc, out / f"grid.{fmt}", force=force, lang=lang))
-    return paths
+    head = f"head-L{sel['layer']}-H{sel['head']}"
+    heads = {_check_path(out / f"{head}.{fmt}", force): force for fmt in formats}
+    grids = {_check_path(out / f"grid.{fmt}", force): force for fmt in formats}
+    drawn = _draw(lambda: _heatmap(doc, sel["layer"], sel["head"], lang), doc, lang, heads)
+    drawn += _draw(lambda: _grid(doc, lang), doc, lang, grids)
+    return [p for pair in zip(drawn[: len(heads)], drawn[len(heads) :], strict=True) for p in pair]
 
 
 __all__ = ["heatmap", "grid", "save", "fonts", "rc", "PLOT_TEXT"]
