@@ -29,6 +29,7 @@ Anything else that changes the computation (attention sinks `s_aux`, a `head_mas
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import torch
@@ -139,16 +140,26 @@ def split_mask(mask: torch.Tensor, n_q: int, n_k: int, *, causal: bool, window: 
     return False, None, mask
 
 
+@functools.cache
+def _output_collector():
+    """transformers' output recorder (a context variable), or None in a transformers layout without it;
+    looked up once per process, not on every attention call."""
+    try:
+        from transformers.utils.output_capturing import _active_collector
+    except ImportError:  # another transformers layout: the keyword alone decides
+        return None
+    return _active_collector
+
+
 def _recording_attentions() -> bool:
     """Whether transformers is collecting attention weights for this forward pass. Some models
     (GPT-2) keep `output_attentions` to themselves; transformers' output recorder (a context
     variable) says it for every model."""
-    try:
-        from transformers.utils.output_capturing import _active_collector
-    except ImportError:  # another transformers layout: the keyword alone decides
+    collector = _output_collector()
+    if collector is None:
         return False
     try:
-        collected = _active_collector.get()
+        collected = collector.get()
     except LookupError:  # no model forward has set it in this context
         return False
     return isinstance(collected, dict) and "attentions" in collected
