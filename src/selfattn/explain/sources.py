@@ -16,6 +16,7 @@ import os
 import re
 from pathlib import Path
 
+from .. import checks
 from ..files import read_json
 
 __all__ = [
@@ -159,8 +160,10 @@ def check_config(config: dict, source: Path) -> None:
         value = config.get(name)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{source}: {name} must be a positive int, got {value!r}")
+        try:
+            checks.integer(f"{source}: {name}", value, low=1)
+        except TypeError as e:  # a wrong type in a file is bad content, refused like the rest: ValueError
+            raise ValueError(str(e)) from None
         if value > limit:
             raise ValueError(f"{source}: {name}={value:,} is over the limit of {limit:,}")
     layers = config.get("num_hidden_layers") or config.get("n_layer") or 0
