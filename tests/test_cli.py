@@ -50,6 +50,7 @@ def test_a_refusal_is_one_line_and_a_bug_is_a_traceback(monkeypatch, capsys):
         (["explain", "--temperature", "1e-300"], "expected a temperature in [0.01, 100], got '1e-300'"),
         (["explain", "--temperature", "nan"], "expected a finite number > 0, got 'nan'"),
         (["bench", "--load", "-1"], "argument --load: expected an integer in [0, 256], got '-1'"),
+        (["train", "--lr", "1"], "argument --lr: expected a learning rate in (0, 1), got '1'"),
         (["walkthrough", "--seed", str(2**64)], "argument --seed: expected an integer in [0, 9223372036854775807]"),
     ],
 )
