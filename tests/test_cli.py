@@ -150,6 +150,20 @@ def test_explain_checks_every_output_before_loading(tmp_path, capsys, monkeypatc
     assert not (tmp_path / "out.npz").exists()
 
 
+def test_explain_plots_may_name_a_folder_to_create(tmp_path, capsys, monkeypatch):
+    from selfattn.explain.session import Explainer
+
+    def loaded(*_):
+        raise ValueError("model loading reached")
+
+    monkeypatch.setattr(Explainer, "load", loaded)
+    assert main(["explain", "--plots", str(tmp_path / "a" / "b" / "c")]) == 1  # plots.save creates a/b/c
+    assert "model loading reached" in one_line(capsys.readouterr().err)
+    (tmp_path / "afile").write_text("x")
+    assert main(["explain", "--plots", str(tmp_path / "afile" / "b")]) == 1
+    assert "afile is not a folder" in one_line(capsys.readouterr().err)
+
+
 def test_npz_is_written_to_the_name_given(tmp_path, capsys, monkeypatch):
     import numpy as np
 

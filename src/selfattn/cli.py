@@ -74,15 +74,16 @@ def _walkthrough(args) -> int:
 def _check_explain_outputs(args) -> None:
     """Every file `explain` will write, checked before the model is loaded: nothing is computed for nothing."""
     from .files import check_writable
+    from .model.checkpoint import check_creatable
 
     for path in (args.npz, args.html):
         if path is not None:
             check_writable(path, force=args.force)
-    if args.plots is not None:
+    if args.plots is not None:  # plots.save creates the folder and its parents
         folder = Path(args.plots)
         if folder.exists() and not folder.is_dir():
             raise NotADirectoryError(f"--plots {folder} is a file; give a folder")
-        check_writable(folder / "grid.png" if folder.is_dir() else folder, force=args.force)
+        check_creatable(folder / "grid.png", force=args.force)
 
 
 def _write_npz(doc: dict, path: str, force: bool) -> None:

@@ -29,10 +29,9 @@ from pathlib import Path
 import torch
 
 from .. import checks
-from ..files import check_writable
 from ..functional import use_backend
 from ..limits import MAX_SEED, MAX_THREADS
-from .checkpoint import FILES, check_checkpoint_folder, save_checkpoint
+from .checkpoint import FILES, check_checkpoint_folder, check_creatable, save_checkpoint
 from .corpus import all_words, log_prob, make_corpus
 from .data import epoch_batches, next_token_loss
 from .decoder import INIT_STD, DecoderConfig, DecoderLM
@@ -377,23 +376,8 @@ def _check_outputs(out: Path, plot_path: Path, force: bool) -> None:
     """Refuse, before any work, what the save at the end would refuse: an `out` that is a file, an existing
     checkpoint or picture without `force`, a folder that cannot be created or written."""
     check_checkpoint_folder(out, force=force)
-    _check_creatable(out / FILES[0], force)
-    _check_creatable(plot_path, force)
-
-
-def _check_creatable(path: Path, force: bool) -> None:
-    """`files.check_writable(path)` once its folder exists; before that, the nearest existing folder above
-    it must be a writable folder (the save creates the rest)."""
-    if path.parent.is_dir():
-        check_writable(path, force=force)
-        return
-    above = path.parent
-    while not above.exists() and above != above.parent:
-        above = above.parent
-    if not above.is_dir():
-        raise NotADirectoryError(f"cannot create {path.parent}: {above} is not a folder")
-    if not os.access(above, os.W_OK):
-        raise PermissionError(f"cannot create {path.parent}: folder {above} is not writable")
+    check_creatable(out / FILES[0], force=force)
+    check_creatable(plot_path, force=force)
 
 
 @dataclass
