@@ -196,10 +196,13 @@ def _bench(args) -> int:
     from . import bench
 
     if args.explain:
-        from .bench.cases import select
+        from .bench.cases import EXTRA_CASES, select, split_names
         from .bench.dispatch import explain_case
 
-        print("\n\n".join(explain_case(case) for case in select(args.case, args.quick)))
+        kernel_names, extra_names = split_names(args.case)
+        parts = [explain_case(case) for case in select(kernel_names, args.quick)]
+        parts += [f"{name}: {EXTRA_CASES[name]}\n  no single attention call to explain" for name in extra_names]
+        print("\n\n".join(parts))
         return 0
     console = None if args.json else _console()
 
