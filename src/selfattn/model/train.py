@@ -222,7 +222,8 @@ def _lr_at(step: int, total: int, preset: Preset) -> float:
     return preset.lr * (MIN_LR_FRACTION + (1 - MIN_LR_FRACTION) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def _resolve(preset: str | Preset, epochs, batch_size, lr) -> tuple[str, Preset]:
+def _resolve(preset: str | Preset, epochs, batch_size, lr) -> tuple[str, Preset, dict]:
+    """(the preset's name, the preset with the overrides applied, the overrides given: {name: value})."""
     if isinstance(preset, Preset):
         name = "custom"
     elif isinstance(preset, str):
@@ -235,8 +236,8 @@ def _resolve(preset: str | Preset, epochs, batch_size, lr) -> tuple[str, Preset]
         checks.optional_integer(label, v, low=1)
     if lr is not None:
         checks.real("lr", lr, low=0, low_open=True, high=1, high_open=True)
-    changes = {k: v for k, v in (("epochs", epochs), ("batch_size", batch_size), ("lr", lr)) if v is not None}
-    return name, replace(preset, **changes)
+    overrides = {k: v for k, v in (("epochs", epochs), ("batch_size", batch_size), ("lr", lr)) if v is not None}
+    return name, replace(preset, **overrides), overrides
 
 
 def _progress(enabled: bool):
@@ -291,8 +292,7 @@ def run_training(
                 thread, and on a machine whose cores are shared, two spinning OpenMP threads can
                 make a step 50× slower
     """
-    name, p = _resolve(preset, epochs, batch_size, lr)
-    overrides = {k: v for k, v in (("epochs", epochs), ("batch_size", batch_size), ("lr", lr)) if v is not None}
+    name, p, overrides = _resolve(preset, epochs, batch_size, lr)
     checks.integer("seed", seed, low=0, high=MAX_SEED)
     checks.optional_integer("threads", threads, low=1, high=MAX_THREADS)
     checks.boolean("force", force)
