@@ -346,10 +346,24 @@ def _plan(p: Preset, train_ids: list[list[int]], tokenizer: WordTokenizer, seed:
     return plan
 
 
+def _probe_record(probe: dict) -> dict:
+    """What config.json (and `selfattn train --json`) keeps of `attention_probe`: the threshold, and per claim
+    {query: {"heads_hit", "n_heads", "example"}}."""
+    return {
+        "threshold": probe["threshold"],
+        **{
+            c["query"]: {"heads_hit": c["heads_hit"], "n_heads": c["n_heads"], "example": c["example"]}
+            for c in probe["claims"]
+        },
+    }
+
+
 def _late_claim(claim: dict) -> dict:
-    """What config.json keeps of one `paragraph_probe` claim: heads hit, and the head with the highest lift."""
+    """What config.json keeps of one `paragraph_probe` claim: heads hit, and the head with the highest lift
+    (the one place that picks it; `selfattn.render.train` prints it)."""
     best = max(claim["heads"], key=lambda h: h["lift"])
     return {
+        "targets": claim["targets"],
         "heads_hit": claim["heads_hit"],
         "n_heads": claim["n_heads"],
         "best_head": {
@@ -545,10 +559,7 @@ def _training_record(
         "history": run.history,
         "best_epoch": run.best_epoch,
         "metrics": metrics,
-        "probe": {
-            c["query"]: {"heads_hit": c["heads_hit"], "n_heads": c["n_heads"], "example": c["example"]}
-            for c in probe["claims"]
-        },
+        "probe": _probe_record(probe),
         "paragraph_probe": {
             "n": late_probe["n"],
             "from": late_probe["from"],
@@ -602,6 +613,4 @@ def _train(
         "vocab_size": s.tokenizer.vocab_size,
         "steps": run.step,
         **training,
-        "probe": probe,
-        "paragraph_probe": late_probe,
     }
