@@ -159,20 +159,13 @@ def _train(args) -> int:
     return 0
 
 
-def _check_text(text: str) -> str:
-    """The explainer's rule for a text (not empty, not too long, no control character or undecodable byte),
-    so that `generate` refuses what `explain` refuses."""
-    from .explain.session import check_text
-
-    return check_text(text)
-
-
 def _generate(args) -> int:
+    from .explain.session import check_text  # generate refuses the texts explain refuses
     from .model.checkpoint import load_checkpoint, load_default
     from .model.generate import generate_text
     from .render.generate import format_generation
 
-    text = _check_text(args.text)
+    text = check_text(args.text)
     lm, tokenizer, _ = load_default() if args.model is None else load_checkpoint(args.model)
     gen = generate_text(
         lm,
