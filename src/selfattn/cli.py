@@ -391,8 +391,8 @@ def _number(
     """An argparse type: `kind` (int or float) within the bounds (closed unless `low_open` / `high_open`).
 
     The bounds are checked by `checks.integer` / `checks.real`, the library's own rule; a refusal becomes
-    argparse's one line "expected WHAT, got 'TEXT'" (exit 2). A float text that is not a finite number is
-    described as such ("a finite number > 0"), not by the range.
+    argparse's one line "expected WHAT, got 'TEXT'" (exit 2). A float text that is not a finite number (or
+    not positive, for a positive range) is told so ("expected a finite number > 0"), not given the range.
     """
     if kind is int:
         if low_open or high_open:
@@ -402,8 +402,8 @@ def _number(
         not_number = what
     else:
         check = partial(checks.real, "value", low=low, high=high, low_open=low_open, high_open=high_open)
-        sign = "> 0" if low > 0 or (low == 0 and low_open) else f"{'>' if low_open else '>='} {low:g}"
-        not_number = f"a finite number {sign}"
+        positive = low > 0 or (low == 0 and low_open)
+        not_number = "a finite number > 0" if positive else "a finite number"
         what = what or not_number
 
     def parse(text: str):
@@ -411,7 +411,7 @@ def _number(
             value = kind(text)
         except (ValueError, OverflowError):
             raise argparse.ArgumentTypeError(f"expected {not_number}, got {text!r}") from None
-        if kind is float and not math.isfinite(value):
+        if kind is float and (not math.isfinite(value) or (positive and value <= 0)):
             raise argparse.ArgumentTypeError(f"expected {not_number}, got {text!r}")
         try:
             return check(value)
