@@ -9,14 +9,10 @@ export default [
     languageOptions: {
       ecmaVersion: 2022,
       sourceType: "script",
-      globals: {
-        window: "readonly", document: "readonly", console: "readonly", fetch: "readonly", location: "readonly",
-        history: "readonly", navigator: "readonly", URL: "readonly", URLSearchParams: "readonly",
-        setTimeout: "readonly", clearTimeout: "readonly", requestAnimationFrame: "readonly", atob: "readonly",
-        btoa: "readonly", Float32Array: "readonly", Float64Array: "readonly", Uint8Array: "readonly",
-        Int32Array: "readonly", DataView: "readonly", TextDecoder: "readonly", TextEncoder: "readonly",
-        AbortController: "readonly", Event: "readonly", CustomEvent: "readonly", HTMLElement: "readonly",
-        getComputedStyle: "readonly", matchMedia: "readonly", performance: "readonly", localStorage: "readonly",
+      globals: {  // exactly those explorer.js uses
+        window: "readonly", document: "readonly", fetch: "readonly", URL: "readonly", setTimeout: "readonly",
+        clearTimeout: "readonly", atob: "readonly", Float32Array: "readonly", Float64Array: "readonly",
+        Uint8Array: "readonly", performance: "readonly",
       },
     },
     rules: {

@@ -50,6 +50,7 @@ def test_a_refusal_is_one_line_and_a_bug_is_a_traceback(monkeypatch, capsys):
         (["explain", "--temperature", "1e-300"], "expected a temperature in [0.01, 100], got '1e-300'"),
         (["explain", "--temperature", "nan"], "expected a finite number > 0, got 'nan'"),
         (["bench", "--load", "-1"], "argument --load: expected an integer in [0, 256], got '-1'"),
+        (["train", "--lr", "1"], "argument --lr: expected a learning rate in (0, 1), got '1'"),
         (["walkthrough", "--seed", str(2**64)], "argument --seed: expected an integer in [0, 9223372036854775807]"),
     ],
 )
@@ -147,6 +148,20 @@ def test_explain_checks_every_output_before_loading(tmp_path, capsys, monkeypatc
         assert message in one_line(capsys.readouterr().err)
     assert existing.read_bytes() == b"old" and not (tmp_path / "r.html").exists()
     assert not (tmp_path / "out.npz").exists()
+
+
+def test_explain_plots_may_name_a_folder_to_create(tmp_path, capsys, monkeypatch):
+    from selfattn.explain.session import Explainer
+
+    def loaded(*_):
+        raise ValueError("model loading reached")
+
+    monkeypatch.setattr(Explainer, "load", loaded)
+    assert main(["explain", "--plots", str(tmp_path / "a" / "b" / "c")]) == 1  # plots.save creates a/b/c
+    assert "model loading reached" in one_line(capsys.readouterr().err)
+    (tmp_path / "afile").write_text("x")
+    assert main(["explain", "--plots", str(tmp_path / "afile" / "b")]) == 1
+    assert "afile is not a folder" in one_line(capsys.readouterr().err)
 
 
 def test_npz_is_written_to_the_name_given(tmp_path, capsys, monkeypatch):

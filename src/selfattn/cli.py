@@ -26,10 +26,11 @@ import json
 import math
 import sys
 import traceback
+from functools import partial
 from pathlib import Path
 
-from . import __version__
-from .limits import MAX_SEED, MAX_THREADS
+from . import __version__, checks
+from .limits import MAX_LOAD, MAX_SEED, MAX_THREADS, TEMPERATURE_RANGE
 from .terminal import printable
 
 REPORT = (
@@ -73,15 +74,16 @@ def _walkthrough(args) -> int:
 def _check_explain_outputs(args) -> None:
     """Every file `explain` will write, checked before the model is loaded: nothing is computed for nothing."""
     from .files import check_writable
+    from .model.checkpoint import check_creatable
 
     for path in (args.npz, args.html):
         if path is not None:
             check_writable(path, force=args.force)
-    if args.plots is not None:
+    if args.plots is not None:  # plots.save creates the folder and its parents
         folder = Path(args.plots)
         if folder.exists() and not folder.is_dir():
             raise NotADirectoryError(f"--plots {folder} is a file; give a folder")
-        check_writable(folder / "grid.png" if folder.is_dir() else folder, force=args.force)
+        check_creatable(folder / "grid.png", force=args.force)
 
 
 def _write_npz(doc: dict, path: str, force: bool) -> None:
@@ -157,20 +159,13 @@ def _train(args) -> int:
     return 0
 
 
-def _check_text(text: str) -> str:
-    """The explainer's rule for a text (not empty, not too long, no control character or undecodable byte),
-    so that `generate` refuses what `explain` refuses."""
-    from .explain.session import check_text
-
-    return check_text(text)
-
-
 def _generate(args) -> int:
+    from .explain.session import check_text  # generate refuses the texts explain refuses
     from .model.checkpoint import load_checkpoint, load_default
     from .model.generate import generate_text
     from .render.generate import format_generation
 
-    text = _check_text(args.text)
+    text = check_text(args.text)
     lm, tokenizer, _ = load_default() if args.model is None else load_checkpoint(args.model)
     gen = generate_text(
         lm,
@@ -194,10 +189,13 @@ def _bench(args) -> int:
     from . import bench
 
     if args.explain:
-        from .bench.cases import select
+        from .bench.cases import EXTRA_CASES, select, split_names
         from .bench.dispatch import explain_case
 
-        print("\n\n".join(explain_case(case) for case in select(args.case, args.quick)))
+        kernel_names, extra_names = split_names(args.case)
+        parts = [explain_case(case) for case in select(kernel_names, args.quick)]
+        parts += [f"{name}: {EXTRA_CASES[name]}\n  no single attention call to explain" for name in extra_names]
+        print("\n\n".join(parts))
         return 0
     console = None if args.json else _console()
 
@@ -274,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-causal", action="store_true", help="intervene: let a decoder look at future tokens")
     p.add_argument(
         "--temperature",
-        type=_temperature("explain"),
+        type=_temperature,
         default=1.0,
         help="intervene: softmax temperature, 0.01 to 100 (default 1)",
     )
@@ -315,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--epochs", type=_positive_int, help="epochs (of the last stage, for staged presets; default: the preset's)"
     )
     p.add_argument("--batch-size", type=_positive_int, dest="batch_size", help="batch size (default: the preset's)")
-    p.add_argument("--lr", type=_positive_float, help="peak learning rate (default: the preset's)")
+    p.add_argument("--lr", type=_lr, help="peak learning rate, below 1 (default: the preset's)")
     p.add_argument(
         "--plot", metavar="PNG", help="loss-curve picture (default: OUT/loss_curve.png; kept unless --force)"
     )
@@ -332,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--greedy", action="store_true", help="always take the most likely token")
     p.add_argument(
         "--temperature",
-        type=_temperature("generate"),
+        type=_temperature,
         default=1.0,
         help="sampling temperature, 0.01 to 100 (default: 1; --greedy for the limit 0)",
     )
@@ -381,60 +379,63 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _number(kind: type, *, low: float, high: float | None = None, low_open: bool = False, what: str = ""):
-    """An argparse type: `kind` (int or float) within [low, high], or (low, high] with low_open."""
-    bound = f"> {low:g}" if low_open else f">= {low:g}"
-    what = what or (f"an integer {bound}" if kind is int else f"a finite number {bound}")
+def _number(
+    kind: type,
+    *,
+    low: float,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    what: str = "",
+):
+    """An argparse type: `kind` (int or float) within the bounds (closed unless `low_open` / `high_open`).
+
+    The bounds are checked by `checks.integer` / `checks.real`, the library's own rule; a refusal becomes
+    argparse's one line "expected WHAT, got 'TEXT'" (exit 2). A float text that is not a finite number (or
+    not positive, for a positive range) is told so ("expected a finite number > 0"), not given the range.
+    """
+    if kind is int:
+        if low_open or high_open:
+            raise ValueError("an integer range is written closed: use low + 1 or high - 1")
+        check = partial(checks.integer, "value", low=low, high=high)
+        what = what or f"an integer >= {low}"
+        not_number = what
+    else:
+        check = partial(checks.real, "value", low=low, high=high, low_open=low_open, high_open=high_open)
+        positive = low > 0 or (low == 0 and low_open)
+        not_number = "a finite number > 0" if positive else "a finite number"
+        what = what or not_number
 
     def parse(text: str):
         try:
             value = kind(text)
         except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"expected {not_number}, got {text!r}") from None
+        if kind is float and (not math.isfinite(value) or (positive and value <= 0)):
+            raise argparse.ArgumentTypeError(f"expected {not_number}, got {text!r}")
+        try:
+            return check(value)
+        except ValueError:
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if (
-            not math.isfinite(value)
-            or value < low
-            or (low_open and value == low)
-            or (high is not None and value > high)
-        ):
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
 
     return parse
 
+
+MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
 
 _positive_int = _number(int, low=1, what="a positive integer")
 _non_negative_int = _number(int, low=0)
-_positive_float = _number(float, low=0, low_open=True)
 _port = _number(int, low=1, high=65535, what="a port in [1, 65535]")
 _seed = _number(int, low=0, high=MAX_SEED, what=f"an integer in [0, {MAX_SEED}]")
 _threads = _number(int, low=1, high=MAX_THREADS, what=f"an integer in [1, {MAX_THREADS}]")
-
-
-def _temperature(command: str):
-    """An argparse type: a temperature in the range the library of `command` accepts (its constants)."""
-
-    def parse(text: str) -> float:
-        value = _positive_float(text)
-        if command == "generate":
-            from .model.generate import MAX_TEMPERATURE, MIN_TEMPERATURE
-        else:
-            from .explain.trace import TEMPERATURE_RANGE
-
-            MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
-        if not MIN_TEMPERATURE <= value <= MAX_TEMPERATURE:
-            raise argparse.ArgumentTypeError(
-                f"expected a temperature in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}], got {text!r}"
-            )
-        return value
-
-    return parse
-
-
-def _load(text: str) -> int:
-    from .bench.load import MAX_LOAD
-
-    return _number(int, low=0, high=MAX_LOAD, what=f"an integer in [0, {MAX_LOAD}]")(text)
+_load = _number(int, low=0, high=MAX_LOAD, what=f"an integer in [0, {MAX_LOAD}]")
+_lr = _number(float, low=0, low_open=True, high=1, high_open=True, what="a learning rate in (0, 1)")
+_temperature = _number(
+    float,
+    low=MIN_TEMPERATURE,
+    high=MAX_TEMPERATURE,
+    what=f"a temperature in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}]",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -155,6 +155,15 @@ def test_explain_prints_every_backend_and_the_choice(capsys):
     assert "tiled block plan" in out
 
 
+def test_explain_says_an_extra_case_has_no_single_call(capsys):
+    from selfattn.cli import main
+
+    assert main(["bench", "--explain", "--case", "ring", "--case", "decode", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("decode: ") and "\nring: ring attention" in out
+    assert "no single attention call to explain" in out
+
+
 def test_texts_from_the_machine_are_not_markup():
     result = {
         "quick": True,

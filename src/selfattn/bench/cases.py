@@ -12,7 +12,7 @@ import torch
 
 from ..kernels.cost import visible_pairs
 
-__all__ = ["Case", "CASES", "EXTRA_CASES", "SEED", "BACKWARD_FLOPS_FACTOR", "select", "split_names"]
+__all__ = ["Case", "CASES", "EXTRA_CASES", "SEED", "BACKWARD_FLOPS_FACTOR", "select", "split_names", "request_of"]
 
 SEED = 0
 """Inputs are torch.randn from this seed, the same for every backend of a case."""
@@ -161,14 +161,21 @@ def select(names=None, quick: bool = False) -> list[Case]:
     return [CASES[n][1 if quick else 0] for n in split_names(names)[0]]
 
 
+def request_of(case: Case, inputs: tuple | None = None):
+    """The `selfattn.kernels.Request` that `attention` builds for this case's masking and `inputs`
+    (q, k, v; default: `case.inputs()`)."""
+    from ..functional import build_request
+
+    q, k, v = case.inputs() if inputs is None else inputs
+    return build_request(q, k, v, **case.kwargs())
+
+
 def resolve(case: Case, backend: str, q, k, v) -> tuple[str | None, str | None]:
     """(the backend that will run — for "auto", the one it picks — or None, and why not if None)."""
     from .. import kernels
-    from ..functional import build_request
 
-    request = build_request(q, k, v, **case.kwargs())
     try:
-        return kernels.choose(request, backend).name, None
+        return kernels.choose(request_of(case, (q, k, v)), backend).name, None
     except ValueError as refusal:
         return None, str(refusal)
 

@@ -6,16 +6,9 @@ explain_case(case) -> str     the case's request as `attention` would build it, 
 
 from __future__ import annotations
 
-from .cases import Case
+from .cases import Case, request_of
 
 __all__ = ["explain_case", "request_of"]
-
-
-def request_of(case: Case):
-    """The `selfattn.kernels.Request` that `attention` builds for this case's inputs and masking."""
-    from ..functional import build_request
-
-    return build_request(*case.inputs(requires_grad=case.backward), **case.kwargs())
 
 
 def explain_case(case: Case) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import checks
 from .timing import MIN_SECONDS, QUICK_MIN_SECONDS, best_seconds_interleaved
 
 __all__ = ["run_hf_case", "IMPLEMENTATIONS", "TARGET_RATIO"]
@@ -33,23 +34,22 @@ LLAMA = dict(
 
 def run_hf_case(length: int = 2048, *, quick: bool = False, device: str = "cpu", seed: int = 0) -> dict:
     """Time one forward pass (batch 1, `length` tokens) per implementation; ratios against sdpa."""
-    if isinstance(length, bool) or not isinstance(length, int) or not 1 <= length <= LLAMA["max_position_embeddings"]:
-        raise ValueError(f"length must be an int in [1, {LLAMA['max_position_embeddings']}], got {length!r}")
+    checks.integer("length", length, low=1, high=LLAMA["max_position_embeddings"])
     import transformers
 
     from .. import hf
 
     hf.register()
     torch.manual_seed(seed)
-    config = transformers.LlamaConfig(**LLAMA)
-    base = transformers.LlamaForCausalLM(config).eval().to(device)
     models = {}
     for name in IMPLEMENTATIONS:  # one config each: set_attn_implementation writes into the config
         model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA)).eval().to(device)
-        model.load_state_dict(base.state_dict())
+        if models:  # the first model's random weights, shared by all three
+            model.load_state_dict(next(iter(models.values())).state_dict())
         model.set_attn_implementation(name)
         models[name] = model
-    ids = torch.randint(0, config.vocab_size, (1, length), generator=torch.Generator().manual_seed(seed)).to(device)
+    ids = torch.randint(0, LLAMA["vocab_size"], (1, length), generator=torch.Generator().manual_seed(seed))
+    ids = ids.to(device)
 
     def forward(model):
         def call():

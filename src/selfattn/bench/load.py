@@ -14,11 +14,9 @@ import subprocess
 import sys
 
 from .. import checks
+from ..limits import MAX_LOAD
 
 __all__ = ["busy_processes", "MAX_LOAD", "MATRIX_SIZE"]
-
-MAX_LOAD = 256
-"""Most busy processes `--load` starts."""
 
 MATRIX_SIZE = 256
 """n of the n×n @ n×n float64 product each busy process repeats (a few ms: it never sleeps)."""

@@ -26,7 +26,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
-__all__ = ["METHOD", "child_main", "extra_bytes", "status_kib", "trim"]
+__all__ = ["METHOD", "child_main", "extra_bytes", "peak_extra_bytes"]
 
 METHOD = (
     "peak RSS during one call in a fresh process (VmHWM after resetting it through /proc/self/clear_refs), "
@@ -78,18 +78,24 @@ def child_main() -> None:
         window=None if case.window is None else min(case.window, TINY // 2),
     )
     make_call(tiny, runs_on, *tiny.inputs())()
-    call = make_call(case, spec["backend"], q, k, v)
-    trim()
-    before = status_kib("VmRSS")
+    outputs, extra = peak_extra_bytes(make_call(case, spec["backend"], q, k, v))
+    returned = sum(t.numel() * t.element_size() for t in outputs if t is not None)
+    print(json.dumps({"extra_bytes": max(0, extra - returned)}))
+
+
+def peak_extra_bytes(call):
+    """(what `call()` returned, the peak resident memory during it above the resident memory before it, in
+    bytes, at least 0): freed heap handed back first, then VmRSS, the peak reset through clear_refs, the
+    call, VmHWM. Linux only (/proc/self)."""
+    _trim()
+    before = _status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    outputs = call()
-    peak = status_kib("VmHWM")
-    returned = sum(t.numel() * t.element_size() for t in outputs if t is not None)
-    print(json.dumps({"extra_bytes": max(0, (peak - before) * 1024 - returned)}))
+    result = call()
+    return result, max(0, (_status_kib("VmHWM") - before) * 1024)
 
 
-def trim() -> None:
+def _trim() -> None:
     """Collect garbage and hand freed heap back to the system (glibc `malloc_trim`), before reading VmRSS."""
     gc.collect()
     try:
@@ -98,7 +104,7 @@ def trim() -> None:
         pass
 
 
-def status_kib(field: str) -> int:
+def _status_kib(field: str) -> int:
     """A memory field of /proc/self/status in KiB: "VmRSS" (resident now), "VmHWM" (peak since clear_refs)."""
     with open("/proc/self/status") as f:
         for line in f:

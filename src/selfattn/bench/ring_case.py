@@ -62,7 +62,7 @@ def formula_bytes(world: int, local_len: int, batch: int, kv_heads: int, head_di
 def worker(rank: int, world: int, spec: dict) -> dict:
     """One rank of the benchmark (run by `selfattn.distributed.spawn`)."""
     from ..distributed import count_traffic, ring_attention, shard
-    from .memory import status_kib, trim
+    from .memory import peak_extra_bytes
 
     g = torch.Generator().manual_seed(0)
     B, Hq, Hkv, L, D = (spec[k] for k in ("batch", "q_heads", "kv_heads", "seq_len", "head_dim"))
@@ -84,14 +84,13 @@ def worker(rank: int, world: int, spec: dict) -> dict:
         with torch.no_grad():
             ring_attention(sq, sk, sv, causal=True, backend=spec["backend"])
 
+    def counted_step():
+        with count_traffic() as traffic:
+            step()
+        return traffic
+
     step()
-    trim()
-    before = status_kib("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    with count_traffic() as traffic:
-        step()
-    peak_extra = max(0, (status_kib("VmHWM") - before) * 1024)
+    traffic, peak_extra = peak_extra_bytes(counted_step)
     times, fwd_times = [], []
     for _ in range(spec["repeats"]):
         t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """`selfattn.bench.run`: every chosen case on every backend it lists, with the GEMM peak before and after.
 
 For every case (causal forward, forward + backward, sliding window, GQA, one decoding step,
-peak memory at L = 32768) and every backend it lists (naive, sdpa, tiled, auto), a row gives
+peak memory at L = 32768) and every backend it lists (naive, sdpa, native, flex, tiled, auto), a row gives
 
     ms        best wall-clock time of one call (after a warm-up), on the current torch threads;
               the backends of a case take turns, so a busy moment of the machine hits all alike

@@ -11,7 +11,8 @@
     evaluate        perplexity, next-token accuracy, measure-word agreement, sampled grammaticality
     probe           in how many heads a word's strongest attention goes where the tutorial says
     checkpoint      safetensors + config.json + tokenizer.json, saved as a unit; `load_default()`
-    safetensors_io  writing weight files (safetensors' save_model), reading them checking every name and shape
+    safetensors_io  writing weight files (safetensors' save, tied tensors once), reading them checking every name
+                    and shape
     hf              Hugging Face GPT-2 and BERT directories → DecoderLM / Encoder
 
 What `selfattn train` / `selfattn generate` print is drawn by `selfattn.render`, called by the CLI.

@@ -111,14 +111,24 @@ def measure_agreement(model: DecoderLM, tokenizer, sentences: Sequence[Sentence]
     }
 
 
+def _has_singular_ref(s: Sentence) -> bool:
+    """Does clause 2 of `s` start with 这 + a measure word (not the plural 这些)?"""
+    return "ref_measure" in s.roles and s.words[s.index("ref_measure")] != "这些"
+
+
+def _ref_ids(tokenizer) -> list[int]:
+    """(6,) the ids of 这 + each of MEASURES, in that order."""
+    return [tokenizer.id_of("这" + m) for m in MEASURES]
+
+
 @torch.no_grad()
 def ref_agreement(model: DecoderLM, tokenizer, sentences: Sequence[Sentence]) -> dict:
     """Share of singular 这+measure references where the model ranks the right one first.
 
     returns {"accuracy", "n"}; n counts the sentences that have such a reference
     """
-    chosen_from = [tokenizer.id_of("这" + m) for m in MEASURES]
-    picked = [s for s in sentences if "ref_measure" in s.roles and s.words[s.index("ref_measure")] != "这些"]
+    chosen_from = _ref_ids(tokenizer)
+    picked = [s for s in sentences if _has_singular_ref(s)]
     if not picked:
         raise ValueError("no sentence has a singular 这+measure reference")
     rows = [tokenizer.encode_words(s.words[: s.index("ref_measure")]) for s in picked]
@@ -230,7 +240,7 @@ def _late_sentence(
     out = torch.log_softmax(model(variants, cache=_sliced_cache(cache, qm, len(MEASURES))).float(), -1)
     scores = logp[qm - 1, variants[:, 0]] + out[:, 0, row[colour]] + out[:, 1, row[noun]]  # (6,)
     tally.measure_hits += MEASURES[int(scores.argmax())] == s.creature.measure
-    if "ref_measure" in s.roles and s.words[s.index("ref_measure")] != "这些":
+    if _has_singular_ref(s):
         at = start + s.index("ref_measure")
         tally.ref_hits += MEASURES[int(logp[at - 1, ref_ids].argmax())] == s.creature.measure
         tally.ref_n += 1
@@ -256,7 +266,7 @@ def paragraph_metrics(model: DecoderLM, tokenizer, sentences: Sequence[Sentence]
     edges = [e for e in POSITION_EDGES if e < model.max_len] + [model.max_len]
     bucket_loss, bucket_n = [0.0] * (len(edges) - 1), [0] * (len(edges) - 1)
     tally = _LateTally()
-    ref_ids = [tokenizer.id_of("这" + m) for m in MEASURES]
+    ref_ids = _ref_ids(tokenizer)
     rows = paragraphs(tokenizer, sentences, model.max_len)
     with eval_mode(model):
         for row, placed in rows:

@@ -12,18 +12,14 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .. import checks
-from ..limits import MAX_SEED
+from ..limits import MAX_SEED, TEMPERATURE_RANGE
 from .decoder import DecoderLM, eval_mode
 
 __all__ = ["generate", "generate_text", "Generation", "next_token", "MIN_TEMPERATURE", "MAX_TEMPERATURE"]
 
-MIN_TEMPERATURE = 0.01
-"""Lowest sampling temperature: logits / 0.01 stay finite in float32 for any logit a model gives
-(a temperature like 1e-300 turns them into ±inf and the probabilities into NaN). Use greedy=True
-for the limit T → 0."""
-
-MAX_TEMPERATURE = 100.0
-"""Highest sampling temperature: at 100 the distribution is already all but uniform."""
+MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
+"""Lowest and highest sampling temperature (`selfattn.limits.TEMPERATURE_RANGE`). Use greedy=True for
+the limit T → 0."""
 
 
 def _check_sampling(greedy: bool, temperature: float, top_k: int | None) -> None:

@@ -32,8 +32,8 @@ def save_loss_curve(
     """Plot per-step training loss (raw and smoothed) and per-epoch validation loss.
 
     step_losses  training loss of every optimiser step
-    epochs       dicts with "step" (the step the epoch ended at) and "val_loss"; with
-                 "val_paragraph_loss" too, that is drawn as a second line
+    epochs       dicts with "step" (the step the epoch ended at), "val_loss" and "val_paragraph_loss"
+                 (`run_training`'s history: every epoch has all three)
     floor        the grammar's own cross-entropy on the validation split, drawn as a dashed line
     force        replace an existing file at `path` (else FileExistsError); written atomically either way
     """
@@ -52,24 +52,23 @@ def save_loss_curve(
     steps = range(1, len(step_losses) + 1)
     ax.plot(steps, step_losses, color="tab:blue", alpha=0.25, linewidth=0.8, label="train loss (per step)")
     ax.plot(steps, smooth, color="tab:blue", linewidth=1.6, label=f"train loss (EMA {SMOOTHING})")
-    if epochs:
-        ax.plot(
-            [e["step"] for e in epochs],
-            [e["val_loss"] for e in epochs],
-            "o-",
-            color="tab:orange",
-            linewidth=1.6,
-            label="validation loss (per epoch)",
-        )
-        if all("val_paragraph_loss" in e for e in epochs):
-            ax.plot(
-                [e["step"] for e in epochs],
-                [e["val_paragraph_loss"] for e in epochs],
-                "s--",
-                color="tab:green",
-                linewidth=1.2,
-                label="validation paragraphs (per epoch)",
-            )
+    ends = [e["step"] for e in epochs]
+    ax.plot(
+        ends,
+        [e["val_loss"] for e in epochs],
+        "o-",
+        color="tab:orange",
+        linewidth=1.6,
+        label="validation loss (per epoch)",
+    )
+    ax.plot(
+        ends,
+        [e["val_paragraph_loss"] for e in epochs],
+        "s--",
+        color="tab:green",
+        linewidth=1.2,
+        label="validation paragraphs (per epoch)",
+    )
     if floor is not None:
         ax.axhline(floor, color="gray", linestyle="--", linewidth=1.0, label=f"grammar floor ({floor:.3f})")
     ax.set_xlabel("optimiser step")

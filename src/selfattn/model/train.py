@@ -29,10 +29,9 @@ from pathlib import Path
 import torch
 
 from .. import checks
-from ..files import check_writable
 from ..functional import use_backend
 from ..limits import MAX_SEED, MAX_THREADS
-from .checkpoint import FILES, check_checkpoint_folder, save_checkpoint
+from .checkpoint import FILES, check_checkpoint_folder, check_creatable, save_checkpoint
 from .corpus import all_words, log_prob, make_corpus
 from .data import epoch_batches, next_token_loss
 from .decoder import INIT_STD, DecoderConfig, DecoderLM
@@ -223,7 +222,8 @@ def _lr_at(step: int, total: int, preset: Preset) -> float:
     return preset.lr * (MIN_LR_FRACTION + (1 - MIN_LR_FRACTION) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def _resolve(preset: str | Preset, epochs, batch_size, lr) -> tuple[str, Preset]:
+def _resolve(preset: str | Preset, epochs, batch_size, lr) -> tuple[str, Preset, dict]:
+    """(the preset's name, the preset with the overrides applied, the overrides given: {name: value})."""
     if isinstance(preset, Preset):
         name = "custom"
     elif isinstance(preset, str):
@@ -236,8 +236,8 @@ def _resolve(preset: str | Preset, epochs, batch_size, lr) -> tuple[str, Preset]
         checks.optional_integer(label, v, low=1)
     if lr is not None:
         checks.real("lr", lr, low=0, low_open=True, high=1, high_open=True)
-    changes = {k: v for k, v in (("epochs", epochs), ("batch_size", batch_size), ("lr", lr)) if v is not None}
-    return name, replace(preset, **changes)
+    overrides = {k: v for k, v in (("epochs", epochs), ("batch_size", batch_size), ("lr", lr)) if v is not None}
+    return name, replace(preset, **overrides), overrides
 
 
 def _progress(enabled: bool):
@@ -292,8 +292,7 @@ def run_training(
                 thread, and on a machine whose cores are shared, two spinning OpenMP threads can
                 make a step 50× slower
     """
-    name, p = _resolve(preset, epochs, batch_size, lr)
-    overrides = {k: v for k, v in (("epochs", epochs), ("batch_size", batch_size), ("lr", lr)) if v is not None}
+    name, p, overrides = _resolve(preset, epochs, batch_size, lr)
     checks.integer("seed", seed, low=0, high=MAX_SEED)
     checks.optional_integer("threads", threads, low=1, high=MAX_THREADS)
     checks.boolean("force", force)
@@ -347,10 +346,24 @@ def _plan(p: Preset, train_ids: list[list[int]], tokenizer: WordTokenizer, seed:
     return plan
 
 
+def _probe_record(probe: dict) -> dict:
+    """What config.json (and `selfattn train --json`) keeps of `attention_probe`: the threshold, and per claim
+    {query: {"heads_hit", "n_heads", "example"}}."""
+    return {
+        "threshold": probe["threshold"],
+        **{
+            c["query"]: {"heads_hit": c["heads_hit"], "n_heads": c["n_heads"], "example": c["example"]}
+            for c in probe["claims"]
+        },
+    }
+
+
 def _late_claim(claim: dict) -> dict:
-    """What config.json keeps of one `paragraph_probe` claim: heads hit, and the head with the highest lift."""
+    """What config.json keeps of one `paragraph_probe` claim: heads hit, and the head with the highest lift
+    (the one place that picks it; `selfattn.render.train` prints it)."""
     best = max(claim["heads"], key=lambda h: h["lift"])
     return {
+        "targets": claim["targets"],
         "heads_hit": claim["heads_hit"],
         "n_heads": claim["n_heads"],
         "best_head": {
@@ -377,23 +390,8 @@ def _check_outputs(out: Path, plot_path: Path, force: bool) -> None:
     """Refuse, before any work, what the save at the end would refuse: an `out` that is a file, an existing
     checkpoint or picture without `force`, a folder that cannot be created or written."""
     check_checkpoint_folder(out, force=force)
-    _check_creatable(out / FILES[0], force)
-    _check_creatable(plot_path, force)
-
-
-def _check_creatable(path: Path, force: bool) -> None:
-    """`files.check_writable(path)` once its folder exists; before that, the nearest existing folder above
-    it must be a writable folder (the save creates the rest)."""
-    if path.parent.is_dir():
-        check_writable(path, force=force)
-        return
-    above = path.parent
-    while not above.exists() and above != above.parent:
-        above = above.parent
-    if not above.is_dir():
-        raise NotADirectoryError(f"cannot create {path.parent}: {above} is not a folder")
-    if not os.access(above, os.W_OK):
-        raise PermissionError(f"cannot create {path.parent}: folder {above} is not writable")
+    check_creatable(out / FILES[0], force=force)
+    check_creatable(plot_path, force=force)
 
 
 @dataclass
@@ -561,10 +559,7 @@ def _training_record(
         "history": run.history,
         "best_epoch": run.best_epoch,
         "metrics": metrics,
-        "probe": {
-            c["query"]: {"heads_hit": c["heads_hit"], "n_heads": c["n_heads"], "example": c["example"]}
-            for c in probe["claims"]
-        },
+        "probe": _probe_record(probe),
         "paragraph_probe": {
             "n": late_probe["n"],
             "from": late_probe["from"],
@@ -618,6 +613,4 @@ def _train(
         "vocab_size": s.tokenizer.vocab_size,
         "steps": run.step,
         **training,
-        "probe": probe,
-        "paragraph_probe": late_probe,
     }

@@ -16,6 +16,12 @@ def _num(x, spec: str) -> str:
     return NOT_MEASURED if x is None else format(x, spec)
 
 
+def _claims(section: dict) -> dict:
+    """{query: claim} of a probe section of the summary (config.json's shape: the claims sit beside
+    scalar fields such as "threshold" or "n")."""
+    return {query: claim for query, claim in section.items() if isinstance(claim, dict)}
+
+
 def _run_lines(summary: dict) -> list[str]:
     m = summary["metrics"]
     return [
@@ -33,15 +39,15 @@ def _run_lines(summary: dict) -> list[str]:
     ] + [
         f"attention probe {claim['example']}: strongest attention on the claimed words in "
         f"{claim['heads_hit']} of {claim['n_heads']} heads (hit rate ≥ {summary['probe']['threshold']:.0%})"
-        for claim in summary["probe"]["claims"]
+        for claim in _claims(summary["probe"]).values()
     ]
 
 
 def _paragraph_lines(summary: dict) -> list[str]:
-    par = summary["metrics"].get("paragraphs")
-    if not par or not par["late"]["sentences"]:
-        return []
+    par = summary["metrics"]["paragraphs"]
     late = par["late"]
+    if late["sentences"] == 0:
+        return []
     lines = [
         f"paragraphs of {summary['positions']['max_len']} tokens (test): perplexity by position "
         + ", ".join(f"{b['from']}–{b['to'] - 1}: {_num(b['perplexity'], '.3f')}" for b in par["by_position"]),
@@ -50,10 +56,10 @@ def _paragraph_lines(summary: dict) -> list[str]:
         f"measure-word agreement {_num(late['measure_agreement'], '.1%')}, "
         f"这+measure agreement {_num(late['ref_agreement'], '.1%')} of {late['ref_n']}",
     ]
-    for claim in summary["paragraph_probe"]["claims"]:
-        best = max(claim["heads"], key=lambda h: h["lift"])
+    for query, claim in _claims(summary["paragraph_probe"]).items():
+        best = claim["best_head"]
         lines.append(
-            f"late attention probe {claim['query']} → {', '.join(claim['targets'])}: strongest in "
+            f"late attention probe {query} → {', '.join(claim['targets'])}: strongest in "
             f"{claim['heads_hit']} of {claim['n_heads']} heads; best head layer {best['layer']} "
             f"head {best['head']} gives them {best['lift']:.1f}× the weight of even attention"
         )
@@ -61,8 +67,6 @@ def _paragraph_lines(summary: dict) -> list[str]:
 
 
 def _position_lines(summary: dict) -> list[str]:
-    if "positions" not in summary:
-        return []
     pos = summary["positions"]
     return [
         f"position embeddings: {pos['max_len'] - pos['untrained']} of {pos['max_len']} trained, on "
