@@ -35,17 +35,12 @@ import torch
 from .. import checks
 from ..functional import intercept
 from ..kernels.base import Request, Result
+from ..limits import TEMPERATURE_RANGE  # Intervention, the CLI and the server check it; the page reads it
 from ..masks import visibility
 from ..modules import MultiHeadSelfAttention, SelfAttention
 from ..weights import _row_index, weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
 
 __all__ = ["TEMPERATURE_RANGE", "Intervention", "LayerTrace", "ModelTrace", "HeadChange", "capture", "head_stages"]
-
-
-TEMPERATURE_RANGE = (0.01, 100.0)
-"""The softmax temperatures an intervention accepts (written once: `Intervention`, the CLI and the
-server check them, the page reads them from its data). Outside it the weights are all-or-nothing
-and tell nothing; far outside it, ÷T overflows."""
 
 
 @dataclass(frozen=True)
