@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from . import checks
-from .functional import attention, check_mask
+from .functional import attention
 from .limits import MAX_PARAMETERS
 
 __all__ = ["SelfAttention", "MultiHeadSelfAttention", "KVCache", "SequenceParallel"]
@@ -269,9 +269,6 @@ class MultiHeadSelfAttention(nn.Module):
             out = self._context_parallel(x, mask, cache, context_parallel)
             return out[0] if added else out
         past = 0 if cache is None else len(_check_cache(cache))
-        if mask is not None:  # checked before the cache grows: a refused call leaves it as it was
-            B, L = x.shape[:2]
-            check_mask(mask, (B, self.n_heads, L, past + L), x.device)
         q, k, v = self.project(x, cache)
         try:
             o = attention(
@@ -285,7 +282,7 @@ class MultiHeadSelfAttention(nn.Module):
                 backend=self.backend,
             )
         except (TypeError, ValueError):
-            if cache is not None:  # any other refusal: undo this call's append
+            if cache is not None:  # a refused call (a bad mask too) leaves the cache as it was
                 cache.truncate(past)
             raise
         out = self.merge(o)
