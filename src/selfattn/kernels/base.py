@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Request", "Result", "AttentionOutput", "Capabilities", "Backend", "ALL_DTYPES"]
+__all__ = ["Request", "Result", "AttentionOutput", "Capabilities", "Backend", "ALL_DTYPES", "over_budget"]
 
 ALL_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 """The dtypes `selfattn.attention` accepts."""
@@ -102,7 +102,7 @@ class Request:
     @property
     def weights_bytes(self) -> int:
         """Bytes of the whole (B, Hq, Lq, Lk) weight matrix in the accumulation dtype."""
-        return self.B * self.Hq * self.Lq * self.Lk * torch.empty((), dtype=self.accumulate_dtype).element_size()
+        return self.B * self.Hq * self.Lq * self.Lk * self.accumulate_dtype.itemsize
 
     @property
     def needs_grad(self) -> bool:
@@ -135,6 +135,14 @@ def _size(nbytes: float) -> str:
         if nbytes >= step:
             return f"{nbytes / step:.2f} {unit}"
     return f"{nbytes:.0f} bytes"
+
+
+def over_budget(r: Request, budget: int) -> str:
+    """The sentence refusing `r` because its whole weight matrix would take more than `budget` bytes."""
+    return (
+        f"it would materialise {r.B}×{r.Hq}×{r.Lq}×{r.Lk} weights = {_size(r.weights_bytes)}, "
+        f"over its budget of {_size(budget)} (max_weights_bytes)"
+    )
 
 
 @dataclass(frozen=True)
@@ -188,14 +196,7 @@ class Capabilities:
         )
         lacking += [(name, text) for name, needed, supported, text in wanted if needed and not supported]
         if self.max_weights_bytes is not None and r.weights_bytes > self.max_weights_bytes:
-            lacking.append(
-                (
-                    "weights_bytes",
-                    f"it would materialise {r.B}×{r.Hq}×{r.Lq}×{r.Lk} weights = "
-                    f"{_size(r.weights_bytes)}, over its budget of "
-                    f"{_size(self.max_weights_bytes)} (max_weights_bytes)",
-                )
-            )
+            lacking.append(("weights_bytes", over_budget(r, self.max_weights_bytes)))
         return [text if name not in self.notes else f"{text}; {self.notes[name]}" for name, text in lacking]
 
 

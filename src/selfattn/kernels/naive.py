@@ -8,13 +8,11 @@ grows with B·Hq·Lq·Lk, so it refuses requests whose weights would exceed
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import torch.nn.functional as F
 
 from .. import masks
-from .base import Backend, Capabilities, Request, Result
+from .base import Backend, Capabilities, Request, Result, over_budget
 
 WEIGHTS_BUDGET_BYTES = 1 << 30
 """Largest weight matrix (B·Hq·Lq·Lk elements × bytes) the naive backend agrees to build: 1 GiB."""
@@ -25,21 +23,24 @@ CAPABILITIES = Capabilities(
     returns_lse=True,
     softcap=True,
     dropout=True,
-    max_weights_bytes=WEIGHTS_BUDGET_BYTES,
     notes={
         "weights_bytes": "use backend='sdpa' or 'tiled', which never build the full matrix "
         "(the budget is selfattn.kernels.naive.WEIGHTS_BUDGET_BYTES)"
     },
 )
+"""No max_weights_bytes: the budget is WEIGHTS_BUDGET_BYTES as it is at each request (a setting one may lower)."""
 
 
 class NaiveBackend(Backend):
     name = "naive"
+    capabilities = CAPABILITIES
 
-    @property
-    def capabilities(self) -> Capabilities:
-        """CAPABILITIES, with the budget as WEIGHTS_BUDGET_BYTES is now (a setting one may lower)."""
-        return dataclasses.replace(CAPABILITIES, max_weights_bytes=WEIGHTS_BUDGET_BYTES)
+    def not_supported_reasons(self, request: Request) -> list[str]:
+        """CAPABILITIES' reasons, and the weight budget as WEIGHTS_BUDGET_BYTES is now."""
+        reasons = self.capabilities.not_supported_reasons(request)
+        if request.weights_bytes > WEIGHTS_BUDGET_BYTES:
+            reasons.append(f"{over_budget(request, WEIGHTS_BUDGET_BYTES)}; {self.capabilities.notes['weights_bytes']}")
+        return reasons
 
     def forward(self, r: Request) -> Result:
         acc = r.accumulate_dtype

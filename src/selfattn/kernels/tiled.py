@@ -255,7 +255,7 @@ class Plan:
 
         A chunk is either whole batches (all kv heads) or kv heads of one batch, so that it is
         a contiguous range of the merged B·Hkv dimension and a user mask slices without copies."""
-        per_head = self.G * self.block_q * self.block_k * torch.empty((), dtype=self.acc).element_size()
+        per_head = self.G * self.block_q * self.block_k * self.acc.itemsize
         heads = max(1, TILE_BUDGET_BYTES // per_head)
         if heads >= self.Hkv:
             step = heads // self.Hkv
