@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from . import checks, kernels
-from .kernels.base import ALL_DTYPES, AttentionOutput, Request
+from .kernels.base import ALL_DTYPES, AttentionOutput, Request, all_finite
 
 __all__ = [
     "AttentionOutput",
@@ -239,31 +239,15 @@ def check_overflow(r: Request, output: torch.Tensor) -> None:
 
     Checked on the CPU only (one pass over the output, O(B·Hq·Lq·Dv)); on an accelerator the check would
     make every call wait for its kernel."""
-    if output.device.type != "cpu" or _all_finite(output):
+    if output.device.type != "cpu" or all_finite(output):
         return
-    if not all(_all_finite(t) for t in (r.q, r.k, r.v)):
+    if not all(all_finite(t) for t in (r.q, r.k, r.v)):
         return
     largest = ", ".join(f"|{n}| {float(t.detach().abs().max()):.3g}" for n, t in (("q", r.q), ("k", r.k), ("v", r.v)))
     raise ValueError(
         f"attention of finite inputs overflowed {r.accumulate_dtype} (largest {largest}, scale "
         f"{r.scale:g}): the scores or the output are beyond its range; scale the inputs down or "
         f"compute in float64"
-    )
-
-
-FINITE_CHECK_CHUNK = 1 << 20
-"""Elements per step of `_all_finite`'s exact pass: a few MiB, whatever the tensor's size."""
-
-
-def _all_finite(t: torch.Tensor) -> bool:
-    """No NaN or ±inf in `t`, in O(1) extra memory: a finite sum proves it at once (NaN and inf reach
-    the sum); only when the sum is not finite (it may just have overflowed) are the elements checked,
-    FINITE_CHECK_CHUNK at a time — `torch.isfinite(t).all()` would allocate several copies of t."""
-    if bool(torch.isfinite(t.detach().sum())):
-        return True
-    flat = t.detach().reshape(-1)
-    return all(
-        bool(torch.isfinite(flat[i : i + FINITE_CHECK_CHUNK]).all()) for i in range(0, flat.numel(), FINITE_CHECK_CHUNK)
     )
 
 
