@@ -9,7 +9,7 @@ A backend is a `Backend` subclass with
     forward(request) -> Result               output (B, Hq, Lq, Dv), and weights / lse when asked
 
 Backends never validate user input again: everything in a `Request` is already
-checked and normalised (scale resolved, mask a bool or floating tensor that
+checked and normalised (scale resolved, mask a 4-D bool or floating tensor that
 broadcasts to (B, Hq, Lq, Lk)). Adding a backend is one subclass with its capabilities and
 forward, plus an entry in `kernels.dispatch.BACKENDS` (and in `kernels.cost` for "auto" to
 estimate it).
@@ -49,7 +49,8 @@ class Request:
     q     (B, Hq, Lq, D)
     k     (B, Hkv, Lk, D)
     v     (B, Hkv, Lk, Dv)
-    mask  None, or bool (True = may look) / additive float, broadcastable to (B, Hq, Lq, Lk)
+    mask  None, or bool (True = may look) / additive float: 4-D, broadcastable to (B, Hq, Lq, Lk)
+          (`functional.build_request`, the only builder, makes it 4-D; backends rely on that)
     """
 
     q: torch.Tensor

@@ -143,9 +143,8 @@ class Plan:
     def of(cls, r: Request, block_q: int, block_k: int) -> Plan:
         mask = None
         if r.mask is not None:
-            m = r.mask.reshape((1,) * (4 - r.mask.dim()) + tuple(r.mask.shape))
-            m = m.unflatten(1, (r.Hkv, r.G)) if m.shape[1] == r.Hq else m.unsqueeze(2)
-            mask = m
+            m = r.mask  # (Bm, Hq|1, Lq|1, Lk|1)
+            mask = m.unflatten(1, (r.Hkv, r.G)) if m.shape[1] == r.Hq else m.unsqueeze(2)
         return cls(
             B=r.B,
             Hq=r.Hq,
