@@ -70,7 +70,7 @@ def attention_weights(q, k, lse, rows=None, *, causal=False, mask=None, window=N
     # v is not needed: k stands in for it, so that every argument is checked by the one validator
     r = build_request(q, k, k, causal=causal, mask=mask, window=window, scale=scale, softcap=softcap)
     B, Hq, Lq, Lk, G = r.B, r.Hq, r.Lq, r.Lk, r.G
-    acc = torch.float64 if r.q.dtype == torch.float64 else torch.float32
+    acc = r.accumulate_dtype
     _check_lse(lse, (B, Hq, Lq), r.q.device)
     index = _row_index(rows, Lq, r.q.device)
 

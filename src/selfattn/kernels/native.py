@@ -224,7 +224,7 @@ class NativeBackend(Backend):
 
     def forward(self, r: Request) -> Result:
         ops = build()
-        compute = torch.float64 if r.q.dtype == torch.float64 else torch.float32
+        compute = r.accumulate_dtype
         q, k, v = (_prepared(t, compute) for t in (r.q, r.k, r.v))
         mask = _prepared_mask(r, compute)
         args = (mask, r.causal, r.window or 0, r.scale, r.softcap or 0.0, self.block_q, self.block_k)
