@@ -15,6 +15,7 @@ import torch
 
 from . import checks, kernels
 from .kernels.base import ALL_DTYPES, AttentionOutput, Request, all_finite
+from .kernels.dispatch import check_backend
 
 __all__ = [
     "AttentionOutput",
@@ -57,20 +58,12 @@ def intercept(interceptor: Interceptor):
 def use_backend(name: str):
     """Calls that ask for backend="auto" use backend `name` inside this context (this thread or
     task only): how training or a benchmark picks a backend without touching live modules."""
-    _check_backend(name)
+    check_backend(name)
     token = _DEFAULT_BACKEND.set(name)
     try:
         yield name
     finally:
         _DEFAULT_BACKEND.reset(token)
-
-
-def _check_backend(backend) -> str:
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be a str, got {type(backend).__name__} {backend!r}")
-    if backend != "auto" and backend not in kernels.BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {sorted(kernels.BACKENDS)}")
-    return backend
 
 
 MAX_SCALE = 1e6
@@ -125,7 +118,7 @@ def attention(
     whose scores overflow the compute dtype get a ValueError (on the CPU: `check_overflow`).
     Returns output (B, Hq, Lq, Dv), or an `AttentionOutput` when a return_* flag is set.
     """
-    _check_backend(backend)
+    check_backend(backend)
     if backend == "auto":
         backend = _DEFAULT_BACKEND.get()
     request = build_request(

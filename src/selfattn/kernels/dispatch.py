@@ -25,7 +25,7 @@ from .native import NativeBackend
 from .sdpa import SdpaBackend, fused_causal
 from .tiled import Plan, TiledBackend
 
-__all__ = ["BACKENDS", "AUTO_ORDER", "choose", "explain", "render", "MAX_DRAWN_BLOCKS"]
+__all__ = ["BACKENDS", "AUTO_ORDER", "check_backend", "choose", "explain", "render", "MAX_DRAWN_BLOCKS"]
 
 BACKENDS: dict[str, Backend] = {
     b.name: b for b in (NaiveBackend(), SdpaBackend(), TiledBackend(), NativeBackend(), FlexBackend())
@@ -44,6 +44,15 @@ in this order is taken."""
 
 MAX_DRAWN_BLOCKS = 64
 """`explain` draws the tiled block plan only up to this many query or key blocks."""
+
+
+def check_backend(backend) -> str:
+    """`backend` if it is "auto" or a name in BACKENDS; else a TypeError / ValueError naming it."""
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a str, got {type(backend).__name__} {backend!r}")
+    if backend != "auto" and backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {sorted(BACKENDS)}")
+    return backend
 
 
 def _reasons(request: Request, candidates, *, auto: bool = False) -> dict[str, list[str]]:
@@ -120,8 +129,7 @@ def explain(request_or_kwargs: Request | Mapping, backend: str = "auto") -> dict
     "choice": name or None, "why": str, "plan": the tiled block plan or None}.
     """
     request = _as_request(request_or_kwargs)
-    if backend != "auto" and backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {sorted(BACKENDS)}")
+    check_backend(backend)
     names = list(AUTO_ORDER) + [name for name in BACKENDS if name not in AUTO_ORDER]
     reasons = _reasons(request, names, auto=backend == "auto")
     able = [name for name in AUTO_ORDER if not reasons[name]]
