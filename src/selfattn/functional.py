@@ -205,9 +205,7 @@ def build_request(
         scale = checks.real("scale", scale, low=-MAX_SCALE, high=MAX_SCALE)
     if softcap is not None:
         softcap = checks.real("softcap", softcap, low=MIN_SOFTCAP, high=MAX_SOFTCAP)
-    dropout_p = checks.real("dropout_p", dropout_p)
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    dropout_p = checks.real("dropout_p", dropout_p, low=0, high=1, high_open=True)
     if mask is not None:
         mask = check_mask(mask, (B, Hq, Lq, Lk), q.device)
     return Request(

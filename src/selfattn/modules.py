@@ -220,9 +220,7 @@ class MultiHeadSelfAttention(nn.Module):
             f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, head_dim={self.head_dim}",
         )
         self.causal = checks.boolean("causal", causal)
-        dropout = checks.real("dropout", dropout)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
+        dropout = checks.real("dropout", dropout, low=0, high=1, high_open=True)
         self.scale = 1.0 / math.sqrt(self.head_dim)  # multiplies Q Kᵀ: the tutorial's ÷√d_k
         self.dropout = dropout
         self.backend = backend
