@@ -36,6 +36,7 @@ __all__ = [
     "over_budget",
     "all_finite",
     "FINITE_CHECK_CHUNK",
+    "softmax_delta",
 ]
 
 ALL_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
@@ -138,6 +139,19 @@ def all_finite(t: torch.Tensor) -> bool:
     return all(
         bool(torch.isfinite(flat[i : i + FINITE_CHECK_CHUNK]).all()) for i in range(0, flat.numel(), FINITE_CHECK_CHUNK)
     )
+
+
+def softmax_delta(
+    d_out: torch.Tensor, out: torch.Tensor, d_lse: torch.Tensor | None, dtype: torch.dtype
+) -> torch.Tensor:
+    """Δ of the attention backward, in `dtype`: rowsum(dO ∘ O) − dlse, so that dS = P ∘ (dP − Δ).
+
+    d_out, out  (B, Hq, Lq, Dv)
+    d_lse       (B, Hq, Lq) or None: the gradient of the log-sum-exp (∂lse/∂s = p joins the same term)
+    returns     (B, Hq, Lq)
+    """
+    delta = (d_out.to(dtype) * out.to(dtype)).sum(dim=-1)
+    return delta if d_lse is None else delta - d_lse.to(dtype)
 
 
 class Result(NamedTuple):

@@ -52,7 +52,7 @@ import torch
 
 from .. import masks
 from ..weights import weights_from_lse
-from .base import Backend, Capabilities, Request, Result
+from .base import Backend, Capabilities, Request, Result, softmax_delta
 
 __all__ = ["TiledBackend", "Plan", "BLOCK_SIZES", "BLOCK_Q", "BLOCK_K"]
 
@@ -421,10 +421,7 @@ def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
     q4 = _grouped(q.to(acc), plan)
     k3, v3 = k.to(acc).reshape(BH, plan.Lk, k.shape[-1]), v.to(acc).reshape(BH, plan.Lk, Dv)
     do4 = _grouped(d_out.to(acc), plan)
-    delta = (d_out.to(acc) * out.to(acc)).sum(dim=-1)  # Δ = rowsum(dO ∘ O)   (B, Hq, Lq)
-    if d_lse is not None:
-        delta = delta - d_lse.to(acc)  # ∂lse/∂s = p joins the same term
-    delta4 = _grouped(delta[..., None], plan)
+    delta4 = _grouped(softmax_delta(d_out, out, d_lse, acc)[..., None], plan)  # Δ = rowsum(dO ∘ O) − dlse
     lse4 = _grouped(lse2[..., None], plan)
     dq4 = torch.zeros_like(q4)
     dk, dv = torch.zeros_like(k3), torch.zeros_like(v3)
