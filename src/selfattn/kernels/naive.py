@@ -3,7 +3,8 @@
 It follows the tutorial line by line in PyTorch (in float32 for half inputs) and is
 the only backend that returns the attention weights of every query row. Its memory
 grows with B·Hq·Lq·Lk, so it refuses requests whose weights would exceed
-`WEIGHTS_BUDGET_BYTES` and names a backend that can serve them instead.
+`WEIGHTS_BUDGET_BYTES` and names a backend that can serve them instead. Its scores are
+`selfattn.weights.masked_scores`, the one copy `attention_weights` recomputes rows with.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import masks
+from ..weights import masked_scores
 from .base import Backend, Capabilities, Request, Result, over_budget
 
 WEIGHTS_BUDGET_BYTES = 1 << 30
@@ -45,23 +46,8 @@ class NaiveBackend(Backend):
     def forward(self, r: Request) -> Result:
         acc = r.accumulate_dtype
         B, Hq, Lq, Lk, G = r.B, r.Hq, r.Lq, r.Lk, r.G
-        q = r.q.to(acc).reshape(B, r.Hkv, G * Lq, r.D)  # (B, Hkv, G·Lq, D): a group's queries as rows
-        k = r.k.to(acc)  # (B, Hkv, Lk, D): shared, not copied
         v = r.v.to(acc)  # (B, Hkv, Lk, Dv)
-        s = (q @ k.transpose(-1, -2)).view(B, Hq, Lq, Lk) * r.scale  # (B, Hq, Lq, Lk)  Q Kᵀ / √d_k
-        if r.softcap is not None:
-            s = r.softcap * torch.tanh(s / r.softcap)
-        visible = None
-        if r.causal or r.window is not None:
-            visible = masks.visibility(Lq, Lk, causal=r.causal, window=r.window, device=s.device)
-        if r.mask is not None:
-            if r.mask.dtype == torch.bool:
-                visible = r.mask if visible is None else visible & r.mask
-            else:
-                additive = r.mask.to(acc)
-                s = (s + additive).masked_fill(additive == float("-inf"), float("-inf"))  # −inf hides, NaN-proof
-        if visible is not None:
-            s = s.masked_fill(~visible, float("-inf"))  # −inf, not 0: softmax gives exactly 0
+        s = masked_scores(r)  # (B, Hq, Lq, Lk)  Q Kᵀ / √d_k, softcapped, −inf where hidden
         if Lk == 0:  # no keys: every row sees nothing
             peak = s.new_full((B, Hq, Lq, 1), float("-inf"))
         else:
