@@ -188,6 +188,19 @@ def test_a_non_finite_key_hidden_by_a_mask_reaches_no_row_that_cannot_see_it(bac
     np.testing.assert_allclose(out.numpy(), ref_out, atol=TOL["float32"], rtol=0)
 
 
+def test_sdpa_hands_a_non_finite_masked_key_only_to_a_kernel_within_its_limits(monkeypatch):
+    """With dropout tiled cannot serve it; naive did, past its weight budget: now its budget refuses it by name."""
+    from selfattn.kernels import naive
+
+    q, k, v = make_inputs(1, 2, 1, 4, 5, 4, dtype=torch.float32)
+    k[..., 2, :] = math.nan
+    mask = torch.tensor([True, True, False, True, True])
+    assert selfattn.attention(q, k, v, mask=mask, dropout_p=0.5, backend="sdpa").shape == q.shape  # naive
+    monkeypatch.setattr(naive, "WEIGHTS_BUDGET_BYTES", 10)
+    with pytest.raises(ValueError, match=r"hold NaN.*tiled: it has no dropout.*naive: it would materialise"):
+        selfattn.attention(q, k, v, mask=mask, dropout_p=0.5, backend="sdpa")
+
+
 def test_the_reference_keeps_a_nan_score_nan():
     """The spec used to turn a row holding a NaN score into weights 0 (output 0), hiding the NaN."""
     from selfattn import reference
@@ -222,7 +235,7 @@ def test_a_softcap_below_the_minimum_is_named(backend, softcap):
 def test_the_overflow_check_costs_no_copy_of_the_output(monkeypatch):
     """The check after every CPU call must not allocate like `torch.isfinite(out).all()` (several copies of
     the output: 110 MiB extra at L = 32768): a finite sum settles it, else a chunked exact pass."""
-    from selfattn import functional
+    from selfattn.kernels import base
 
     seen = []
     real = torch.isfinite
@@ -230,8 +243,8 @@ def test_the_overflow_check_costs_no_copy_of_the_output(monkeypatch):
     q, k, v = make_inputs(1, 2, 2, 64, 64, 8, dtype=torch.float32)
     selfattn.attention(q, k, v, causal=True, backend="sdpa")
     assert seen and max(seen) == 1  # only the sum's scalar was looked at
-    out = torch.full((3, functional.FINITE_CHECK_CHUNK), 3e38)  # finite, but its sum overflows
+    out = torch.full((3, base.FINITE_CHECK_CHUNK), 3e38)  # finite, but its sum overflows
     seen.clear()
-    assert functional._all_finite(out) and max(seen) <= functional.FINITE_CHECK_CHUNK
+    assert base.all_finite(out) and max(seen) <= base.FINITE_CHECK_CHUNK
     out[2, 5] = math.nan
-    assert not functional._all_finite(out)
+    assert not base.all_finite(out)

@@ -113,7 +113,7 @@ def test_dropout_only_in_training():
         (lambda: SelfAttention(8, causal=1), TypeError, "causal must be a bool"),
         (lambda: MultiHeadSelfAttention(10, 4), ValueError, "d_model=10 is not divisible by n_heads=4"),
         (lambda: MultiHeadSelfAttention(16, 4, 3), ValueError, "n_heads=4 is not a multiple of n_kv_heads=3"),
-        (lambda: MultiHeadSelfAttention(16, 4, dropout=1.5), ValueError, "dropout must be a number in .0, 1., got 1.5"),
+        (lambda: MultiHeadSelfAttention(16, 4, dropout=1.5), ValueError, "dropout must be < 1, got 1.5"),
         (
             lambda: SelfAttention(8)(torch.zeros(3, 7)),
             ValueError,

@@ -1,6 +1,6 @@
 """Reading and writing files, written once: bounded JSON reads, atomic writes, no silent overwrite.
 
-read_json(path, max_bytes=...)    the size is checked before a byte is parsed; depth is bounded
+read_json(path, max_bytes=...)    the size is checked before a byte is parsed; too deep a nesting is refused
 write_atomic(path, data, force=)  temp file in the same folder, fsync, rename: a reader sees the
                                   old file or the new one, never half of one
 check_writable(path, force=)      before a long job: refuses an existing file without --force and
@@ -16,13 +16,10 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["MAX_JSON_BYTES", "MAX_JSON_DEPTH", "read_json", "write_atomic", "check_writable", "json_float"]
+__all__ = ["MAX_JSON_BYTES", "read_json", "write_atomic", "check_writable", "json_float"]
 
 MAX_JSON_BYTES = 64 << 20
 """Largest JSON file read by default (64 MiB): a tokenizer of a real model is a few MiB."""
-
-MAX_JSON_DEPTH = 64
-"""Deepest nesting accepted in a JSON file: configs and tokenizers nest a handful of levels."""
 
 
 def read_json(path: str | os.PathLike, *, max_bytes: int = MAX_JSON_BYTES, what: str = "JSON file") -> dict:
@@ -35,46 +32,25 @@ def read_json(path: str | os.PathLike, *, max_bytes: int = MAX_JSON_BYTES, what:
         raise FileNotFoundError(f"{what} not found: {path}") from None
     if size > max_bytes:
         raise ValueError(f"{path}: {size:,} bytes, over the {max_bytes:,}-byte limit for a {what}")
-    raw = path.read_bytes()[: max_bytes + 1]
+    with open(path, "rb") as f:  # at most one byte past the limit, however big the file has grown
+        raw = f.read(max_bytes + 1)
     if len(raw) > max_bytes:
         raise ValueError(f"{path}: grew past the {max_bytes:,}-byte limit for a {what} while being read")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    _check_depth(text, path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except RecursionError:  # the decoder recurses once per level of nesting
+        raise ValueError(f"{path}: JSON nested too deeply to read") from None
     except ValueError as e:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
         raise ValueError(f"{path}: not a usable JSON file ({e})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object at the top, got {type(data).__name__}")
     return data
-
-
-def _check_depth(text: str, path: Path) -> None:
-    """Refuse nesting deeper than MAX_JSON_DEPTH before `json.loads` recurses into it."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                raise ValueError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
-        elif ch in "]}":
-            depth -= 1
-        deepest = max(deepest, depth)
 
 
 def check_writable(path: str | os.PathLike, *, force: bool = False, flag: str = "--force") -> Path:

@@ -14,7 +14,8 @@ from collections.abc import Callable
 import torch
 
 from . import checks, kernels
-from .kernels.base import ALL_DTYPES, AttentionOutput, Request
+from .kernels.base import ALL_DTYPES, AttentionOutput, Request, all_finite
+from .kernels.dispatch import check_backend
 
 __all__ = [
     "AttentionOutput",
@@ -57,20 +58,12 @@ def intercept(interceptor: Interceptor):
 def use_backend(name: str):
     """Calls that ask for backend="auto" use backend `name` inside this context (this thread or
     task only): how training or a benchmark picks a backend without touching live modules."""
-    _check_backend(name)
+    check_backend(name)
     token = _DEFAULT_BACKEND.set(name)
     try:
         yield name
     finally:
         _DEFAULT_BACKEND.reset(token)
-
-
-def _check_backend(backend) -> str:
-    if not isinstance(backend, str):
-        raise TypeError(f"backend must be a str, got {type(backend).__name__} {backend!r}")
-    if backend != "auto" and backend not in kernels.BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {sorted(kernels.BACKENDS)}")
-    return backend
 
 
 MAX_SCALE = 1e6
@@ -125,7 +118,7 @@ def attention(
     whose scores overflow the compute dtype get a ValueError (on the CPU: `check_overflow`).
     Returns output (B, Hq, Lq, Dv), or an `AttentionOutput` when a return_* flag is set.
     """
-    _check_backend(backend)
+    check_backend(backend)
     if backend == "auto":
         backend = _DEFAULT_BACKEND.get()
     request = build_request(
@@ -212,9 +205,7 @@ def build_request(
         scale = checks.real("scale", scale, low=-MAX_SCALE, high=MAX_SCALE)
     if softcap is not None:
         softcap = checks.real("softcap", softcap, low=MIN_SOFTCAP, high=MAX_SOFTCAP)
-    dropout_p = checks.real("dropout_p", dropout_p)
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    dropout_p = checks.real("dropout_p", dropout_p, low=0, high=1, high_open=True)
     if mask is not None:
         mask = check_mask(mask, (B, Hq, Lq, Lk), q.device)
     return Request(
@@ -239,31 +230,15 @@ def check_overflow(r: Request, output: torch.Tensor) -> None:
 
     Checked on the CPU only (one pass over the output, O(B·Hq·Lq·Dv)); on an accelerator the check would
     make every call wait for its kernel."""
-    if output.device.type != "cpu" or _all_finite(output):
+    if output.device.type != "cpu" or all_finite(output):
         return
-    if not all(_all_finite(t) for t in (r.q, r.k, r.v)):
+    if not all(all_finite(t) for t in (r.q, r.k, r.v)):
         return
     largest = ", ".join(f"|{n}| {float(t.detach().abs().max()):.3g}" for n, t in (("q", r.q), ("k", r.k), ("v", r.v)))
     raise ValueError(
         f"attention of finite inputs overflowed {r.accumulate_dtype} (largest {largest}, scale "
         f"{r.scale:g}): the scores or the output are beyond its range; scale the inputs down or "
         f"compute in float64"
-    )
-
-
-FINITE_CHECK_CHUNK = 1 << 20
-"""Elements per step of `_all_finite`'s exact pass: a few MiB, whatever the tensor's size."""
-
-
-def _all_finite(t: torch.Tensor) -> bool:
-    """No NaN or ±inf in `t`, in O(1) extra memory: a finite sum proves it at once (NaN and inf reach
-    the sum); only when the sum is not finite (it may just have overflowed) are the elements checked,
-    FINITE_CHECK_CHUNK at a time — `torch.isfinite(t).all()` would allocate several copies of t."""
-    if bool(torch.isfinite(t.detach().sum())):
-        return True
-    flat = t.detach().reshape(-1)
-    return all(
-        bool(torch.isfinite(flat[i : i + FINITE_CHECK_CHUNK]).all()) for i in range(0, flat.numel(), FINITE_CHECK_CHUNK)
     )
 
 

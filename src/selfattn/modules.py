@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from . import checks
-from .functional import attention, check_mask
+from .functional import attention
 from .limits import MAX_PARAMETERS
 
 __all__ = ["SelfAttention", "MultiHeadSelfAttention", "KVCache", "SequenceParallel"]
@@ -220,9 +220,7 @@ class MultiHeadSelfAttention(nn.Module):
             f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, head_dim={self.head_dim}",
         )
         self.causal = checks.boolean("causal", causal)
-        dropout = checks.real("dropout", dropout)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
+        dropout = checks.real("dropout", dropout, low=0, high=1, high_open=True)
         self.scale = 1.0 / math.sqrt(self.head_dim)  # multiplies Q Kᵀ: the tutorial's ÷√d_k
         self.dropout = dropout
         self.backend = backend
@@ -269,9 +267,6 @@ class MultiHeadSelfAttention(nn.Module):
             out = self._context_parallel(x, mask, cache, context_parallel)
             return out[0] if added else out
         past = 0 if cache is None else len(_check_cache(cache))
-        if mask is not None:  # checked before the cache grows: a refused call leaves it as it was
-            B, L = x.shape[:2]
-            check_mask(mask, (B, self.n_heads, L, past + L), x.device)
         q, k, v = self.project(x, cache)
         try:
             o = attention(
@@ -285,7 +280,7 @@ class MultiHeadSelfAttention(nn.Module):
                 backend=self.backend,
             )
         except (TypeError, ValueError):
-            if cache is not None:  # any other refusal: undo this call's append
+            if cache is not None:  # a refused call (a bad mask too) leaves the cache as it was
                 cache.truncate(past)
             raise
         out = self.merge(o)

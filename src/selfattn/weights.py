@@ -10,7 +10,8 @@ and with it any row of weights is one matrix-vector product away, exactly:
     weights_ij = exp(s_ij − lse_i)
 
 no second pass for the row maximum, no renormalisation, O(len(rows) · Lk) memory.
-`weights_from_lse` is the one copy of that formula (with its rule for a row that sees nothing);
+`masked_scores` is the one copy of s_ij (the naive backend's scores too), and
+`weights_from_lse` the one copy of that formula (with its rule for a row that sees nothing);
 the tiled backward recomputes its probabilities with it, and anything else that turns a saved lse
 into weights should import it. For inputs far too long for the full matrix:
 
@@ -21,12 +22,16 @@ into weights should import it. For inputs far too long for the full matrix:
 from __future__ import annotations
 
 import numbers
+from typing import TYPE_CHECKING
 
 import torch
 
 from . import checks, masks
 
-__all__ = ["attention_weights", "weights_from_lse"]
+if TYPE_CHECKING:  # kernels.tiled imports this module
+    from .kernels.base import Request
+
+__all__ = ["attention_weights", "masked_scores", "weights_from_lse"]
 
 NEG_INF = float("-inf")
 
@@ -52,6 +57,37 @@ def weights_from_lse(
     return torch.exp2(s) if base2 else torch.exp(s)
 
 
+def masked_scores(r: Request, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """s_ij of query rows `rows` (all Lq if None), in r.accumulate_dtype: Q Kᵀ × scale, softcapped,
+    then −inf wherever the mask, the causal rule or the window hides the key.
+
+    rows     (R,) int64 query indices in [0, Lq), or None
+    returns  (B, Hq, R, Lk)
+
+    An additive mask is added and its −inf entries set to −inf afterwards (a score of +inf plus −inf
+    is NaN, not hidden); −inf rather than a large negative number, so the softmax gives exactly 0."""
+    acc = r.accumulate_dtype
+    q = r.q if rows is None else r.q[:, :, rows]
+    R = q.shape[2]
+    q = q.to(acc).reshape(r.B, r.Hkv, r.G * R, r.D)  # (B, Hkv, G·R, D): a group's queries as rows
+    s = (q @ r.k.to(acc).transpose(-1, -2)).view(r.B, r.Hq, R, r.Lk) * r.scale  # k shared, not copied
+    if r.softcap is not None:
+        s = r.softcap * torch.tanh(s / r.softcap)
+    visible = None
+    if r.causal or r.window is not None:
+        visible = masks.visibility(r.Lq, r.Lk, causal=r.causal, window=r.window, device=s.device, rows=rows)
+    if r.mask is not None:
+        mask = r.mask if rows is None or r.mask.shape[2] == 1 else r.mask[:, :, rows]  # (Bm, Hq|1, R|1, Lk|1)
+        if mask.dtype == torch.bool:
+            visible = mask if visible is None else visible & mask
+        else:
+            additive = mask.to(acc)
+            s = (s + additive).masked_fill(additive == NEG_INF, NEG_INF)
+    if visible is not None:
+        s = s.masked_fill(~visible, NEG_INF)
+    return s
+
+
 def attention_weights(q, k, lse, rows=None, *, causal=False, mask=None, window=None, scale=None, softcap=None):
     """The attention weights of query rows `rows`, recomputed from the log-sum-exp `lse`.
 
@@ -69,26 +105,10 @@ def attention_weights(q, k, lse, rows=None, *, causal=False, mask=None, window=N
 
     # v is not needed: k stands in for it, so that every argument is checked by the one validator
     r = build_request(q, k, k, causal=causal, mask=mask, window=window, scale=scale, softcap=softcap)
-    B, Hq, Lq, Lk, G = r.B, r.Hq, r.Lq, r.Lk, r.G
-    acc = torch.float64 if r.q.dtype == torch.float64 else torch.float32
-    _check_lse(lse, (B, Hq, Lq), r.q.device)
-    index = _row_index(rows, Lq, r.q.device)
-
-    q_rows = r.q[:, :, index].to(acc).unflatten(1, (r.Hkv, G))  # (B, Hkv, G, R, D)
-    s = (q_rows @ r.k.to(acc)[:, :, None].transpose(-1, -2)).flatten(1, 2)  # (B, Hq, R, Lk): k shared, not copied
-    s = s * r.scale
-    if r.softcap is not None:
-        s = r.softcap * torch.tanh(s / r.softcap)
-    if r.mask is not None:
-        mask_rows = r.mask.expand(B, Hq, Lq, Lk)[:, :, index]  # (B, Hq, R, Lk)
-        if mask_rows.dtype == torch.bool:
-            s = s.masked_fill(~mask_rows, NEG_INF)
-        else:  # an additive −inf hides the key, as in every backend
-            s = (s + mask_rows.to(acc)).masked_fill(mask_rows == NEG_INF, NEG_INF)
-    if r.causal or r.window is not None:
-        visible = masks.visibility(Lq, Lk, causal=r.causal, window=r.window, rows=index)  # (R, Lk)
-        s = s.masked_fill(~visible, NEG_INF)
-    return weights_from_lse(s, lse[:, :, index].to(acc))
+    _check_lse(lse, (r.B, r.Hq, r.Lq), r.q.device)
+    index = _row_index(rows, r.Lq, r.q.device)
+    s = masked_scores(r, index)  # (B, Hq, R, Lk)
+    return weights_from_lse(s, lse[:, :, index].to(r.accumulate_dtype))
 
 
 def _check_lse(lse, shape: tuple[int, int, int], device: torch.device) -> None:

@@ -176,3 +176,20 @@ def test_a_config_with_an_integer_too_long_to_convert_names_the_file(tmp_path):
     (folder / "config.json").write_text(text, encoding="utf-8")
     with pytest.raises(ValueError, match=r"config.json: not a usable JSON file \(Exceeds the limit"):
         load_checkpoint(folder)
+
+
+def test_a_config_nested_past_the_decoders_recursion_names_the_file(tmp_path):
+    """json.loads recurses once per level: a deep enough nesting is a RecursionError, refused naming the file."""
+    from selfattn.model.checkpoint import DEFAULT_DIR
+
+    folder = tmp_path / "deep"
+    shutil.copytree(DEFAULT_DIR, folder)
+    depth = 100_000
+    text = (
+        (folder / "config.json")
+        .read_text(encoding="utf-8")
+        .replace('"n_layers": 2', '"n_layers": ' + "[" * depth + "]" * depth)
+    )
+    (folder / "config.json").write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=r"config.json: JSON nested too deeply to read"):
+        load_checkpoint(folder)

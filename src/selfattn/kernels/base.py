@@ -9,7 +9,7 @@ A backend is a `Backend` subclass with
     forward(request) -> Result               output (B, Hq, Lq, Dv), and weights / lse when asked
 
 Backends never validate user input again: everything in a `Request` is already
-checked and normalised (scale resolved, mask a bool or floating tensor that
+checked and normalised (scale resolved, mask a 4-D bool or floating tensor that
 broadcasts to (B, Hq, Lq, Lk)). Adding a backend is one subclass with its capabilities and
 forward, plus an entry in `kernels.dispatch.BACKENDS` (and in `kernels.cost` for "auto" to
 estimate it).
@@ -26,7 +26,18 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Request", "Result", "AttentionOutput", "Capabilities", "Backend", "ALL_DTYPES"]
+__all__ = [
+    "Request",
+    "Result",
+    "AttentionOutput",
+    "Capabilities",
+    "Backend",
+    "ALL_DTYPES",
+    "over_budget",
+    "all_finite",
+    "FINITE_CHECK_CHUNK",
+    "softmax_delta",
+]
 
 ALL_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 """The dtypes `selfattn.attention` accepts."""
@@ -39,7 +50,8 @@ class Request:
     q     (B, Hq, Lq, D)
     k     (B, Hkv, Lk, D)
     v     (B, Hkv, Lk, Dv)
-    mask  None, or bool (True = may look) / additive float, broadcastable to (B, Hq, Lq, Lk)
+    mask  None, or bool (True = may look) / additive float: 4-D, broadcastable to (B, Hq, Lq, Lk)
+          (`functional.build_request`, the only builder, makes it 4-D; backends rely on that)
     """
 
     q: torch.Tensor
@@ -102,7 +114,7 @@ class Request:
     @property
     def weights_bytes(self) -> int:
         """Bytes of the whole (B, Hq, Lq, Lk) weight matrix in the accumulation dtype."""
-        return self.B * self.Hq * self.Lq * self.Lk * torch.empty((), dtype=self.accumulate_dtype).element_size()
+        return self.B * self.Hq * self.Lq * self.Lk * self.accumulate_dtype.itemsize
 
     @property
     def needs_grad(self) -> bool:
@@ -111,6 +123,35 @@ class Request:
     @property
     def mask_needs_grad(self) -> bool:
         return self.mask is not None and self.mask.requires_grad and torch.is_grad_enabled()
+
+
+FINITE_CHECK_CHUNK = 1 << 20
+"""Elements per step of `all_finite`'s exact pass: a few MiB, whatever the tensor's size."""
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """No NaN or ±inf in `t`, in O(1) extra memory: a finite sum proves it at once (NaN and inf reach
+    the sum); only when the sum is not finite (it may just have overflowed) are the elements checked,
+    FINITE_CHECK_CHUNK at a time — `torch.isfinite(t).all()` would allocate several copies of t."""
+    if bool(torch.isfinite(t.detach().sum())):
+        return True
+    flat = t.detach().reshape(-1)
+    return all(
+        bool(torch.isfinite(flat[i : i + FINITE_CHECK_CHUNK]).all()) for i in range(0, flat.numel(), FINITE_CHECK_CHUNK)
+    )
+
+
+def softmax_delta(
+    d_out: torch.Tensor, out: torch.Tensor, d_lse: torch.Tensor | None, dtype: torch.dtype
+) -> torch.Tensor:
+    """Δ of the attention backward, in `dtype`: rowsum(dO ∘ O) − dlse, so that dS = P ∘ (dP − Δ).
+
+    d_out, out  (B, Hq, Lq, Dv)
+    d_lse       (B, Hq, Lq) or None: the gradient of the log-sum-exp (∂lse/∂s = p joins the same term)
+    returns     (B, Hq, Lq)
+    """
+    delta = (d_out.to(dtype) * out.to(dtype)).sum(dim=-1)
+    return delta if d_lse is None else delta - d_lse.to(dtype)
 
 
 class Result(NamedTuple):
@@ -135,6 +176,14 @@ def _size(nbytes: float) -> str:
         if nbytes >= step:
             return f"{nbytes / step:.2f} {unit}"
     return f"{nbytes:.0f} bytes"
+
+
+def over_budget(r: Request, budget: int) -> str:
+    """The sentence refusing `r` because its whole weight matrix would take more than `budget` bytes."""
+    return (
+        f"it would materialise {r.B}×{r.Hq}×{r.Lq}×{r.Lk} weights = {_size(r.weights_bytes)}, "
+        f"over its budget of {_size(budget)} (max_weights_bytes)"
+    )
 
 
 @dataclass(frozen=True)
@@ -188,14 +237,7 @@ class Capabilities:
         )
         lacking += [(name, text) for name, needed, supported, text in wanted if needed and not supported]
         if self.max_weights_bytes is not None and r.weights_bytes > self.max_weights_bytes:
-            lacking.append(
-                (
-                    "weights_bytes",
-                    f"it would materialise {r.B}×{r.Hq}×{r.Lq}×{r.Lk} weights = "
-                    f"{_size(r.weights_bytes)}, over its budget of "
-                    f"{_size(self.max_weights_bytes)} (max_weights_bytes)",
-                )
-            )
+            lacking.append(("weights_bytes", over_budget(r, self.max_weights_bytes)))
         return [text if name not in self.notes else f"{text}; {self.notes[name]}" for name, text in lacking]
 
 

@@ -56,7 +56,6 @@ __all__ = [
     "CLOSE",
     "visible_pairs",
     "estimate_seconds",
-    "busy_seconds",
 ]
 
 RATE_GFLOPS = {
@@ -174,9 +173,3 @@ def estimate_seconds(backend: str, r: Request) -> float | None:
     if r.needs_grad:
         work *= BACKWARD_FACTOR[backend]
     return CALL_SECONDS[backend] + work
-
-
-def busy_seconds(backend: str, r: Request) -> float | None:
-    """The estimate on cores shared with one other busy process: `estimate_seconds` × BUSY_FACTOR."""
-    idle = estimate_seconds(backend, r)
-    return None if idle is None else idle * BUSY_FACTOR[backend]

@@ -25,7 +25,7 @@ from .native import NativeBackend
 from .sdpa import SdpaBackend, fused_causal
 from .tiled import Plan, TiledBackend
 
-__all__ = ["BACKENDS", "AUTO_ORDER", "choose", "explain", "render", "MAX_DRAWN_BLOCKS"]
+__all__ = ["BACKENDS", "AUTO_ORDER", "check_backend", "choose", "explain", "render", "MAX_DRAWN_BLOCKS"]
 
 BACKENDS: dict[str, Backend] = {
     b.name: b for b in (NaiveBackend(), SdpaBackend(), TiledBackend(), NativeBackend(), FlexBackend())
@@ -46,6 +46,15 @@ MAX_DRAWN_BLOCKS = 64
 """`explain` draws the tiled block plan only up to this many query or key blocks."""
 
 
+def check_backend(backend) -> str:
+    """`backend` if it is "auto" or a name in BACKENDS; else a TypeError / ValueError naming it."""
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a str, got {type(backend).__name__} {backend!r}")
+    if backend != "auto" and backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {sorted(BACKENDS)}")
+    return backend
+
+
 def _reasons(request: Request, candidates, *, auto: bool = False) -> dict[str, list[str]]:
     """Each candidate's reasons to refuse; with `auto`, also the reasons "auto" passes it over for."""
     return {
@@ -54,13 +63,13 @@ def _reasons(request: Request, candidates, *, auto: bool = False) -> dict[str, l
     }
 
 
-def _pick(request: Request, able: list[str]) -> tuple[str, str, dict[str, float | None]]:
-    """(choice, why, estimates) among the backends `able` to serve the request (in AUTO_ORDER).
+def _pick(request: Request, able: list[str]) -> tuple[str, str]:
+    """(choice, why) among the backends `able` to serve the request (in AUTO_ORDER).
 
     On a CPU: the estimates within `cost.CLOSE` of the fastest are close, and among them the one
-    with the best busy-core estimate wins (the best worst case). On a GPU the CPU rates say nothing:
-    SDPA's fused kernels (flash / cuDNN) for plain and square-causal attention, flex for the rest."""
-    estimates = {name: cost.estimate_seconds(name, request) for name in able}
+    with the best busy-core estimate (× cost.BUSY_FACTOR) wins (the best worst case). On a GPU the
+    CPU rates say nothing: SDPA's fused kernels (flash / cuDNN) for plain and square-causal
+    attention, flex for the rest."""
     if request.q.device.type != "cpu":
         plain = request.mask is None and request.window is None and (not request.causal or fused_causal(request))
         for name in ("sdpa", "flex") if plain else ("flex", "sdpa"):
@@ -71,26 +80,22 @@ def _pick(request: Request, able: list[str]) -> tuple[str, str, dict[str, float 
                         f"on {request.q.device.type}: SDPA's fused kernels for plain and causal attention, "
                         f"flex for windows, masks and softcaps"
                     ),
-                    estimates,
                 )
-        return able[0], f"on {request.q.device.type}: the first that can serve it in {', '.join(AUTO_ORDER)}", estimates
+        return able[0], f"on {request.q.device.type}: the first that can serve it in {', '.join(AUTO_ORDER)}"
+    estimates = {name: cost.estimate_seconds(name, request) for name in able}
     estimated = [name for name in able if estimates[name] is not None]
     if not estimated:
-        return able[0], f"none can be estimated: the first in the preference order {', '.join(AUTO_ORDER)}", estimates
+        return able[0], f"none can be estimated: the first in the preference order {', '.join(AUTO_ORDER)}"
     if len(able) == 1:
-        return estimated[0], "the only backend that can serve it", estimates
+        return estimated[0], "the only backend that can serve it"
     fastest = min(estimates[name] for name in estimated)
     close = [name for name in estimated if estimates[name] <= fastest * cost.CLOSE]
-    best = min(close, key=lambda name: cost.busy_seconds(name, request))
+    best = min(close, key=lambda name: estimates[name] * cost.BUSY_FACTOR[name])
     if len(close) == 1:
-        return best, f"the smallest estimated time among {', '.join(estimated)} (selfattn.kernels.cost)", estimates
+        return best, f"the smallest estimated time among {', '.join(estimated)} (selfattn.kernels.cost)"
     return (
         best,
-        (
-            f"{', '.join(close)} are within {cost.CLOSE}× of each other: the one fastest on busy cores "
-            f"(cost.BUSY_FACTOR)"
-        ),
-        estimates,
+        f"{', '.join(close)} are within {cost.CLOSE}× of each other: the one fastest on busy cores (cost.BUSY_FACTOR)",
     )
 
 
@@ -124,8 +129,7 @@ def explain(request_or_kwargs: Request | Mapping, backend: str = "auto") -> dict
     "choice": name or None, "why": str, "plan": the tiled block plan or None}.
     """
     request = _as_request(request_or_kwargs)
-    if backend != "auto" and backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {sorted(BACKENDS)}")
+    check_backend(backend)
     names = list(AUTO_ORDER) + [name for name in BACKENDS if name not in AUTO_ORDER]
     reasons = _reasons(request, names, auto=backend == "auto")
     able = [name for name in AUTO_ORDER if not reasons[name]]
@@ -141,7 +145,7 @@ def explain(request_or_kwargs: Request | Mapping, backend: str = "auto") -> dict
         choice = None if reasons[backend] else backend
         why = f"asked for by name; {'it can serve it' if choice else 'it cannot serve it'}"
     elif able:
-        choice, why, _ = _pick(request, able)
+        choice, why = _pick(request, able)
     else:
         choice, why = None, "no backend can serve this request (see each one's reasons)"
     return {

@@ -188,7 +188,7 @@ def _mask_batch_heads(r: Request) -> tuple[int | None, int | None]:
     """create_block_mask's B and H: None where the block mask is the same for every batch/head."""
     if r.mask is None or r.mask.dtype != torch.bool:
         return None, None
-    shape = (1,) * (4 - r.mask.dim()) + tuple(r.mask.shape)
+    shape = r.mask.shape
     return (r.B if shape[0] > 1 else None), (r.Hq if shape[1] > 1 else None)
 
 
@@ -197,8 +197,7 @@ def _mask_mod(r: Request):
     shift, window, causal = r.Lk - r.Lq, r.window, r.causal
     user = None
     if r.mask is not None and r.mask.dtype == torch.bool:
-        user = r.mask.reshape((1,) * (4 - r.mask.dim()) + tuple(r.mask.shape))
-        user = user.expand(user.shape[0], user.shape[1], r.Lq, r.Lk)
+        user = r.mask.expand(r.mask.shape[0], r.mask.shape[1], r.Lq, r.Lk)
     if not causal and window is None and user is None:
         return None
 
@@ -222,7 +221,6 @@ def _score_mod(r: Request):
     add = None
     if r.mask is not None and r.mask.dtype != torch.bool:
         add = r.mask.detach().to(r.q.dtype)
-        add = add.reshape((1,) * (4 - add.dim()) + tuple(add.shape))
         add = add.expand(add.shape[0], add.shape[1], r.Lq, r.Lk)
     if cap is None and add is None:
         return None

@@ -3,18 +3,17 @@
 It follows the tutorial line by line in PyTorch (in float32 for half inputs) and is
 the only backend that returns the attention weights of every query row. Its memory
 grows with B·Hq·Lq·Lk, so it refuses requests whose weights would exceed
-`WEIGHTS_BUDGET_BYTES` and names a backend that can serve them instead.
+`WEIGHTS_BUDGET_BYTES` and names a backend that can serve them instead. Its scores are
+`selfattn.weights.masked_scores`, the one copy `attention_weights` recomputes rows with.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import torch.nn.functional as F
 
-from .. import masks
-from .base import Backend, Capabilities, Request, Result
+from ..weights import masked_scores
+from .base import Backend, Capabilities, Request, Result, over_budget
 
 WEIGHTS_BUDGET_BYTES = 1 << 30
 """Largest weight matrix (B·Hq·Lq·Lk elements × bytes) the naive backend agrees to build: 1 GiB."""
@@ -25,42 +24,30 @@ CAPABILITIES = Capabilities(
     returns_lse=True,
     softcap=True,
     dropout=True,
-    max_weights_bytes=WEIGHTS_BUDGET_BYTES,
     notes={
         "weights_bytes": "use backend='sdpa' or 'tiled', which never build the full matrix "
         "(the budget is selfattn.kernels.naive.WEIGHTS_BUDGET_BYTES)"
     },
 )
+"""No max_weights_bytes: the budget is WEIGHTS_BUDGET_BYTES as it is at each request (a setting one may lower)."""
 
 
 class NaiveBackend(Backend):
     name = "naive"
+    capabilities = CAPABILITIES
 
-    @property
-    def capabilities(self) -> Capabilities:
-        """CAPABILITIES, with the budget as WEIGHTS_BUDGET_BYTES is now (a setting one may lower)."""
-        return dataclasses.replace(CAPABILITIES, max_weights_bytes=WEIGHTS_BUDGET_BYTES)
+    def not_supported_reasons(self, request: Request) -> list[str]:
+        """CAPABILITIES' reasons, and the weight budget as WEIGHTS_BUDGET_BYTES is now."""
+        reasons = self.capabilities.not_supported_reasons(request)
+        if request.weights_bytes > WEIGHTS_BUDGET_BYTES:
+            reasons.append(f"{over_budget(request, WEIGHTS_BUDGET_BYTES)}; {self.capabilities.notes['weights_bytes']}")
+        return reasons
 
     def forward(self, r: Request) -> Result:
         acc = r.accumulate_dtype
         B, Hq, Lq, Lk, G = r.B, r.Hq, r.Lq, r.Lk, r.G
-        q = r.q.to(acc).reshape(B, r.Hkv, G * Lq, r.D)  # (B, Hkv, G·Lq, D): a group's queries as rows
-        k = r.k.to(acc)  # (B, Hkv, Lk, D): shared, not copied
         v = r.v.to(acc)  # (B, Hkv, Lk, Dv)
-        s = (q @ k.transpose(-1, -2)).view(B, Hq, Lq, Lk) * r.scale  # (B, Hq, Lq, Lk)  Q Kᵀ / √d_k
-        if r.softcap is not None:
-            s = r.softcap * torch.tanh(s / r.softcap)
-        visible = None
-        if r.causal or r.window is not None:
-            visible = masks.visibility(Lq, Lk, causal=r.causal, window=r.window, device=s.device)
-        if r.mask is not None:
-            if r.mask.dtype == torch.bool:
-                visible = r.mask if visible is None else visible & r.mask
-            else:
-                additive = r.mask.to(acc)
-                s = (s + additive).masked_fill(additive == float("-inf"), float("-inf"))  # −inf hides, NaN-proof
-        if visible is not None:
-            s = s.masked_fill(~visible, float("-inf"))  # −inf, not 0: softmax gives exactly 0
+        s = masked_scores(r)  # (B, Hq, Lq, Lk)  Q Kᵀ / √d_k, softcapped, −inf where hidden
         if Lk == 0:  # no keys: every row sees nothing
             peak = s.new_full((B, Hq, Lq, 1), float("-inf"))
         else:

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from .. import checks
-from .base import Backend, Capabilities, Request, Result
+from .base import Backend, Capabilities, Request, Result, softmax_delta
 
 __all__ = ["NativeBackend", "build", "is_built", "build_dir", "unavailable_reason", "BLOCK_Q", "BLOCK_K"]
 
@@ -224,7 +224,7 @@ class NativeBackend(Backend):
 
     def forward(self, r: Request) -> Result:
         ops = build()
-        compute = torch.float64 if r.q.dtype == torch.float64 else torch.float32
+        compute = r.accumulate_dtype
         q, k, v = (_prepared(t, compute) for t in (r.q, r.k, r.v))
         mask = _prepared_mask(r, compute)
         args = (mask, r.causal, r.window or 0, r.scale, r.softcap or 0.0, self.block_q, self.block_k)
@@ -269,8 +269,6 @@ class _NativeAttention(torch.autograd.Function):
         if d_out is None:
             d_out = torch.zeros_like(out)
         d_out = _prepared(d_out, out.dtype)
-        delta = (d_out * out).sum(dim=-1)  # Δ = rowsum(dO ∘ O)   (B, Hq, Lq)
-        if d_lse is not None:
-            delta = delta - d_lse.to(out.dtype)  # ∂lse/∂s = p joins the same term
+        delta = softmax_delta(d_out, out, d_lse, out.dtype)  # (B, Hq, Lq)
         dq, dk, dv = ctx.ops.backward(d_out, q, k, v, lse.contiguous(), delta.contiguous(), *ctx.args)
         return dq, dk, dv, None, None

@@ -10,7 +10,7 @@ SDPA adds its mask to the scores, and NaN + (−inf) is NaN: one non-finite key 
 would make every row NaN. A masked request whose keys are not all finite is therefore computed by
 a kernel that fills hidden scores with −inf (`_exact_kernel`: tiled, or naive for dropout or a mask
 that needs a gradient), so that only the rows that see such a key are NaN, as in the reference.
-The check is one pass over k, made only when a mask is sent.
+The check is a sum over k (`all_finite`, no copy of k), made only when a mask is sent.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from .. import masks
-from .base import Backend, Capabilities, Request, Result
+from .base import Backend, Capabilities, Request, Result, all_finite
+
+EXACT_KERNELS = ("tiled", "naive")
+"""The kernels that hide masked scores with −inf, in order of preference (see `_exact_kernel`)."""
 
 
 class SdpaBackend(Backend):
@@ -39,7 +42,7 @@ class SdpaBackend(Backend):
     def forward(self, r: Request) -> Result:
         is_causal = fused_causal(r)
         attn_mask = None if is_causal else dense_mask(r)
-        if attn_mask is not None and not bool(torch.isfinite(r.k).all()):
+        if attn_mask is not None and not all_finite(r.k):
             return _exact_kernel(r).forward(r)
         out = F.scaled_dot_product_attention(
             r.q,
@@ -78,10 +81,16 @@ def dense_mask(r: Request) -> torch.Tensor | None:
 
 
 def _exact_kernel(r: Request) -> Backend:
-    """The kernel that serves a masked request with non-finite keys: tiled (O(N) memory), or naive
-    when it needs dropout or a mask gradient (tiled has neither)."""
-    from .naive import NaiveBackend
-    from .tiled import TiledBackend
+    """The kernel that serves a masked request with non-finite keys: the first of tiled (O(N) memory)
+    and naive (dropout, a mask gradient; within its weight budget) that can serve it."""
+    from .dispatch import BACKENDS  # dispatch imports this module
 
-    mask_grad = r.mask is not None and r.mask.requires_grad
-    return NaiveBackend() if r.dropout_p > 0 or mask_grad else TiledBackend()
+    reasons = {name: BACKENDS[name].not_supported_reasons(r) for name in EXACT_KERNELS}
+    for name, why in reasons.items():
+        if not why:
+            return BACKENDS[name]
+    raise ValueError(
+        "backend 'sdpa' cannot serve a masked request whose keys hold NaN or ±inf (its mask would spread "
+        "the NaN to every row), and neither kernel that hides masked keys can serve it: "
+        + "; ".join(f"{name}: {', '.join(why)}" for name, why in reasons.items())
+    )

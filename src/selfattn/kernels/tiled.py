@@ -52,7 +52,7 @@ import torch
 
 from .. import masks
 from ..weights import weights_from_lse
-from .base import Backend, Capabilities, Request, Result
+from .base import Backend, Capabilities, Request, Result, softmax_delta
 
 __all__ = ["TiledBackend", "Plan", "BLOCK_SIZES", "BLOCK_Q", "BLOCK_K"]
 
@@ -143,9 +143,8 @@ class Plan:
     def of(cls, r: Request, block_q: int, block_k: int) -> Plan:
         mask = None
         if r.mask is not None:
-            m = r.mask.reshape((1,) * (4 - r.mask.dim()) + tuple(r.mask.shape))
-            m = m.unflatten(1, (r.Hkv, r.G)) if m.shape[1] == r.Hq else m.unsqueeze(2)
-            mask = m
+            m = r.mask  # (Bm, Hq|1, Lq|1, Lk|1)
+            mask = m.unflatten(1, (r.Hkv, r.G)) if m.shape[1] == r.Hq else m.unsqueeze(2)
         return cls(
             B=r.B,
             Hq=r.Hq,
@@ -255,7 +254,7 @@ class Plan:
 
         A chunk is either whole batches (all kv heads) or kv heads of one batch, so that it is
         a contiguous range of the merged B·Hkv dimension and a user mask slices without copies."""
-        per_head = self.G * self.block_q * self.block_k * torch.empty((), dtype=self.acc).element_size()
+        per_head = self.G * self.block_q * self.block_k * self.acc.itemsize
         heads = max(1, TILE_BUDGET_BYTES // per_head)
         if heads >= self.Hkv:
             step = heads // self.Hkv
@@ -422,10 +421,7 @@ def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
     q4 = _grouped(q.to(acc), plan)
     k3, v3 = k.to(acc).reshape(BH, plan.Lk, k.shape[-1]), v.to(acc).reshape(BH, plan.Lk, Dv)
     do4 = _grouped(d_out.to(acc), plan)
-    delta = (d_out.to(acc) * out.to(acc)).sum(dim=-1)  # Δ = rowsum(dO ∘ O)   (B, Hq, Lq)
-    if d_lse is not None:
-        delta = delta - d_lse.to(acc)  # ∂lse/∂s = p joins the same term
-    delta4 = _grouped(delta[..., None], plan)
+    delta4 = _grouped(softmax_delta(d_out, out, d_lse, acc)[..., None], plan)  # Δ = rowsum(dO ∘ O) − dlse
     lse4 = _grouped(lse2[..., None], plan)
     dq4 = torch.zeros_like(q4)
     dk, dv = torch.zeros_like(k3), torch.zeros_like(v3)
