@@ -16,7 +16,7 @@ import time
 
 from tests.live_server import HOST, Server, raw, request
 
-from .tally import Tally
+from .tally import Tally, strict_json
 
 SHORT = "一只蓝色怪兽走进森林"
 LONG = "一只蓝色怪兽走进森林。" * 169
@@ -25,7 +25,7 @@ LONG = "一只蓝色怪兽走进森林。" * 169
 
 def _strict(body: bytes) -> bool:
     try:
-        json.loads(body, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+        strict_json(body)
         return True
     except ValueError:
         return False
