@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from selfattn.bench.timing import best_seconds_interleaved
 from selfattn.functional import build_request
 from selfattn.kernels import cost, native
 from selfattn.kernels.flex import FlexBackend
@@ -28,13 +29,9 @@ from measure_native import BUSY, H, D, gemm_gflops, qkv  # noqa: E402
 
 
 def best(fn, rounds):
+    """Best seconds of one call of `fn` over `rounds` timed calls, after one untimed warm-up call."""
     fn()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return best_seconds_interleaved({"call": fn}, rounds=rounds)["call"][0]
 
 
 def main(argv=None) -> int:

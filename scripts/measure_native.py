@@ -23,6 +23,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from selfattn.bench.memory import status_kib
+from selfattn.bench.timing import best_seconds_interleaved
 from selfattn.functional import build_request
 from selfattn.kernels import flex, native, sdpa
 from selfattn.kernels.flex import FlexBackend
@@ -31,6 +33,7 @@ from selfattn.kernels.tiled import TiledBackend
 
 BUSY = "import torch\ntorch.set_num_threads(1)\na = torch.randn(1024, 1024)\nwhile True:\n    a @ a\n"
 H, D = 8, 64
+KIB = 1024
 
 
 def gemm_gflops(seconds: float = 0.5) -> float:
@@ -95,33 +98,15 @@ def cases():
     return out
 
 
-def measure(rounds: int, inner_budget: float = 0.3) -> dict:
+def measure(rounds: int) -> dict:
+    """name → {contender: best seconds of one call}: one warm-up call each (builds, compiles, first-touch
+    allocations), then `rounds` rounds of one call of every contender."""
     table = {}
     for name, contenders in cases().items():
-        for run in contenders.values():   # warm-up: builds, compiles, first-touch allocations
+        for run in contenders.values():
             run()
-        best = {c: float("inf") for c in contenders}
-        for _ in range(rounds):
-            for c, run in contenders.items():
-                start = time.perf_counter()
-                n = 0
-                while True:
-                    run()
-                    n += 1
-                    took = time.perf_counter() - start
-                    if took > inner_budget or n >= 20:
-                        break
-                best[c] = min(best[c], took / n)
-        table[name] = best
+        table[name] = {c: t for c, (t, _) in best_seconds_interleaved(contenders, rounds=rounds).items()}
     return table
-
-
-def _rss_bytes(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def peak_memory_child(L: int) -> None:
@@ -132,9 +117,9 @@ def peak_memory_child(L: int) -> None:
     NativeBackend().forward(build_request(*qkv(256, 256), causal=True))   # load the library, start the threads
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    base = _rss_bytes("VmRSS")
+    base = status_kib("VmRSS") * KIB
     res = NativeBackend().forward(r)
-    peak = _rss_bytes("VmHWM")
+    peak = status_kib("VmHWM") * KIB
     kept = res.output.numel() * 4 + H * L * 4                      # the output, and the lse the kernel makes
     print(json.dumps({"L": L, "extra_MiB": round((peak - base - kept) / 2**20, 1),
                       "returned_MiB": round(kept / 2**20, 1)}))

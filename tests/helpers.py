@@ -3,6 +3,7 @@
 make_inputs(B, Hq, Hkv, Lq, Lk, D, Dv)   q, k, v from a seeded generator (float64, then cast)
 reference_of(q, k, v, **attention_kwargs) `selfattn.reference.attention` of the same tensors
 shaped_request(B=1, Hq=8, ...)            a Request of that shape whose tensors take no memory
+forward_with_lse(backend, q, k, v, **kw)  one backend's forward of these tensors, lse included
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ def shaped_request(B=1, Hq=8, Hkv=8, Lq=1024, Lk=1024, D=64, device="cpu", grad=
     one = torch.zeros((), device=device, requires_grad=grad)
     q, k, v = one.expand(B, Hq, Lq, D), one.expand(B, Hkv, Lk, D), one.expand(B, Hkv, Lk, D)
     return build_request(q, k, v, **kwargs)
+
+
+def forward_with_lse(backend, q, k, v, **kwargs):
+    """`backend.forward` (a Backend object, not a name) of a request of these tensors and `attention`
+    arguments, with return_lse=True: its Result (output (B, Hq, Lq, Dv), lse (B, Hq, Lq))."""
+    return backend.forward(build_request(q, k, v, return_lse=True, **kwargs))
 
 
 def skip_if_flex_refuses(backend: str, q, k, v, **kwargs) -> None:

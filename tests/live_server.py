@@ -1,7 +1,7 @@
-"""A real `selfattn serve` process on a free loopback port (`Server`), and a raw HTTP/1.1 client over one
+"""A real `selfattn serve` process on a free loopback port (`Server`), a raw HTTP/1.1 client over one
 socket (`raw`) for hostile requests a normal client will not send (chunked bodies far over the limit,
-100 KB headers, a foreign Host). Used by tests/explain/test_server_process.py and scripts/hostile_run.py;
-everything stays on 127.0.0.1."""
+100 KB headers, a foreign Host), and `request`: one whole request with a body, built on `raw`.
+Used by tests/explain/test_server_process.py and scripts/hostile_run.py; everything stays on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -103,6 +103,36 @@ def raw(port: int, head: bytes, chunks=(), timeout: float = 30.0) -> tuple[int |
         return None, data
     head_, _, body = data.partition(b"\r\n\r\n")
     return int(head_.split(b" ", 2)[1]), body
+
+
+def request(
+    port: int,
+    body: bytes,
+    *,
+    path: str = "/api/explain",
+    method: str = "POST",
+    host: str | None = None,
+    extra: bytes = b"",
+    content_type: bytes = b"application/json",
+    timeout: float = 30.0,
+) -> tuple[int | None, bytes]:
+    """One `method path` request carrying `body` (Connection: close), through `raw`.
+
+    host    the Host header's value: None for this server's own address, "" to send no Host at all
+    extra   further header lines, each ending in CRLF
+    """
+    host_line = b"" if host == "" else b"Host: " + (host or f"{HOST}:{port}").encode() + b"\r\n"
+    head = (
+        f"{method} {path} HTTP/1.1\r\n".encode()
+        + host_line
+        + b"Content-Type: "
+        + content_type
+        + b"\r\n"
+        + f"Content-Length: {len(body)}\r\n".encode()
+        + extra
+        + b"Connection: close\r\n\r\n"
+    )
+    return raw(port, head + body, timeout=timeout)
 
 
 def _complete(data: bytes) -> bool:

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .tally import Tally
+from .tally import Tally, strict_json
 
 WORKERS = 2
 """CLI runs at once (each imports torch: two keep this 2-core machine busy without thrashing)."""
@@ -53,13 +53,9 @@ def _snapshot(path: Path):
     return path.read_bytes()
 
 
-def _strict_json(stdout: str):
-    return json.loads(stdout, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(f"bare {c} in JSON")))
-
-
 def _json_ok(stdout: str, work: Path) -> str | None:
     try:
-        _strict_json(stdout)
+        strict_json(stdout)
     except ValueError as e:
         return f"--json printed invalid JSON ({str(e)[:80]})"
     return None
@@ -317,8 +313,6 @@ def _env() -> dict:
 
 def prepare(work: Path) -> None:
     """The files and folders the cases point at."""
-    import json as _json
-
     from selfattn.model.checkpoint import DEFAULT_DIR
 
     work.mkdir(parents=True, exist_ok=True)
@@ -332,11 +326,11 @@ def prepare(work: Path) -> None:
     shutil.copytree(DEFAULT_DIR, work / "evil" / MARKUP)
     shutil.copytree(DEFAULT_DIR, work / "evil" / ESC_NAME)
     shutil.copytree(DEFAULT_DIR, work / "huge_ckpt")
-    config = _json.loads((work / "huge_ckpt" / "config.json").read_text())
+    config = json.loads((work / "huge_ckpt" / "config.json").read_text())
     config["model"]["n_layers"] = 10_000_000
-    (work / "huge_ckpt" / "config.json").write_text(_json.dumps(config))
+    (work / "huge_ckpt" / "config.json").write_text(json.dumps(config))
     (work / "pickles").mkdir()
-    (work / "pickles" / "config.json").write_text(_json.dumps({"model_type": "gpt2", "n_layer": 1}))
+    (work / "pickles" / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 1}))
     (work / "pickles" / "pytorch_model.bin").write_bytes(b"\x80\x04cos\nsystem\n(S'echo pwned'\ntR.")
 
 

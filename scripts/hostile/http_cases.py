@@ -14,43 +14,18 @@ import json
 import socket
 import time
 
-from tests.live_server import HOST, Server, raw
+from tests.live_server import HOST, Server, raw, request
 
-from .tally import Tally
+from .tally import Tally, strict_json
 
-REQUEST_TIMEOUT_S = 60
 SHORT = "一只蓝色怪兽走进森林"
 LONG = "一只蓝色怪兽走进森林。" * 169
 """1,015 tokens of the default model (<bos> + 169 × 6), just under its 1,024 positions."""
 
 
-def request(
-    port: int,
-    body: bytes,
-    *,
-    path: str = "/api/explain",
-    method: str = "POST",
-    host: str | None = None,
-    extra: bytes = b"",
-    content_type: bytes = b"application/json",
-) -> tuple[int | None, bytes]:
-    host_line = b"" if host == "" else b"Host: " + (host or f"{HOST}:{port}").encode() + b"\r\n"
-    head = (
-        f"{method} {path} HTTP/1.1\r\n".encode()
-        + host_line
-        + b"Content-Type: "
-        + content_type
-        + b"\r\n"
-        + f"Content-Length: {len(body)}\r\n".encode()
-        + extra
-        + b"Connection: close\r\n\r\n"
-    )
-    return raw(port, head + body)
-
-
 def _strict(body: bytes) -> bool:
     try:
-        json.loads(body, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+        strict_json(body)
         return True
     except ValueError:
         return False

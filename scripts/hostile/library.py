@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import selfattn
-from selfattn import reference
+from tests.helpers import make_inputs, reference_of
 
 from .tally import Tally, raised_outside
 
@@ -86,14 +86,6 @@ def _draw(rng: random.Random, name: str):
     return rng.choice(HOSTILE[name] if rng.random() < HOSTILE_SHARE else VALID[name])
 
 
-def _inputs(B, Hq, Hkv, Lq, Lk, D, Dv, dtype, magnitude, seed):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, Hq, Lq, D, generator=g, dtype=torch.float64) * magnitude
-    k = torch.randn(B, Hkv, Lk, D, generator=g, dtype=torch.float64) * magnitude
-    v = torch.randn(B, Hkv, Lk, Dv, generator=g, dtype=torch.float64)
-    return q.to(dtype), k.to(dtype), v.to(dtype)
-
-
 def _mask(kind: str, rng: random.Random, B, Hq, Lq, Lk, seed):
     g = torch.Generator().manual_seed(seed)
     if kind == "none":
@@ -122,12 +114,6 @@ def _mask(kind: str, rng: random.Random, B, Hq, Lq, Lk, seed):
     return torch.zeros(Lq, Lk, dtype=torch.float16)  # "half": an additive mask of another float dtype
 
 
-def _np(t):
-    if t is None or not isinstance(t, torch.Tensor):
-        return t
-    return t.numpy() if t.dtype == torch.bool else t.detach().double().numpy()
-
-
 def _check_attention(q, k, v, kw, dropout_p, *, nan_inputs: bool):
     """A check: the output equals the float64 reference (NaN only where the reference has NaN)."""
 
@@ -141,12 +127,12 @@ def _check_attention(q, k, v, kw, dropout_p, *, nan_inputs: bool):
         if window is not None:
             window = min(int(window), max(k.shape[2], 1))
         with np.errstate(all="ignore"):
-            ref, ref_w, ref_lse = reference.attention(
-                _np(q),
-                _np(k),
-                _np(v),
+            ref, ref_w, ref_lse = reference_of(
+                q,
+                k,
+                v,
                 causal=bool(kw["causal"]),
-                mask=_np(kw["mask"]),
+                mask=kw["mask"],
                 window=window,
                 scale=None if kw["scale"] is None else float(kw["scale"]),
                 softcap=kw["softcap"],
@@ -174,7 +160,7 @@ def attention_cases(tally: Tally) -> None:
         B, Hq, Lq, Lk, D = rng.randint(1, 2), Hkv * G, rng.randint(0, 9), rng.randint(0, 9), rng.randint(1, 5)
         Dv = D if rng.random() < 0.8 else rng.randint(1, 6)
         dtype, magnitude = _draw(rng, "dtype"), _draw(rng, "magnitude")
-        q, k, v = _inputs(B, Hq, Hkv, Lq, Lk, D, Dv, dtype, magnitude, seed=i)
+        q, k, v = make_inputs(B, Hq, Hkv, Lq, Lk, D, Dv, dtype=dtype, seed=i, magnitude=magnitude)
         kw = {
             "causal": _draw(rng, "causal"),
             "mask": _mask(_draw(rng, "mask"), rng, B, Hq, Lq, Lk, seed=i),

@@ -15,7 +15,9 @@ import threading
 import time
 from pathlib import Path
 
-from .http_cases import HOST, LONG, SHORT, Server, raw
+from tests.live_server import request
+
+from .http_cases import HOST, LONG, SHORT, Server
 
 CHUNKED_TOTAL = 300 << 20
 CHUNK = 1 << 20
@@ -116,12 +118,8 @@ def non_readers(server: Server, body: dict) -> dict:
 
 def answer_size(server: Server, body: dict) -> dict:
     payload = json.dumps(body).encode()
-    head = (
-        f"POST /api/explain HTTP/1.1\r\nHost: {HOST}:{server.port}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
-    ).encode()
     start = time.monotonic()
-    status, answer = raw(server.port, head + payload, timeout=120)
+    status, answer = request(server.port, payload, timeout=120)
     return {
         "status": status,
         "bytes": len(answer),

@@ -12,6 +12,7 @@ An input ends in exactly one of:
 
 from __future__ import annotations
 
+import json
 import traceback
 from dataclasses import dataclass, field
 
@@ -62,6 +63,16 @@ def raised_outside(exc: BaseException) -> bool:
     """Whether the innermost frame of `exc` is outside the selfattn package (torch, transformers, Python)."""
     frames = traceback.extract_tb(exc.__traceback__)
     return bool(frames) and "/selfattn/" not in frames[-1].filename
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"bare {name} in JSON")
+
+
+def strict_json(text: str | bytes):
+    """`json.loads`, but a bare NaN / Infinity / -Infinity (which JSON has not) is a ValueError like any
+    other invalid JSON."""
+    return json.loads(text, parse_constant=_refuse_constant)
 
 
 def format_table(rows: list[dict]) -> str:

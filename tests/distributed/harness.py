@@ -2,24 +2,22 @@
 
     failures = run_group(2, "tests.distributed.workers:group_two", timeout_s=15)
 
+(Starting a group to watch it fail: `selfattn.distributed.spawn.start` and `collect` directly.)
+
 One spawn runs many cases: process start-up is the expensive part on two cores.
 """
 
 from __future__ import annotations
 
-from selfattn.distributed.spawn import collect, free_port, run_local, start
+from selfattn.distributed.spawn import run_local
 
-__all__ = ["START_TIMEOUT_S", "collect", "free_port", "run_group", "start_group"]
+__all__ = ["RUN_TIMEOUT_S", "START_TIMEOUT_S", "run_group"]
 
 START_TIMEOUT_S = 120.0
 """Spawning and importing torch on two busy cores may take a while."""
 
 RUN_TIMEOUT_S = 600.0
 """The most a group's work may take once started."""
-
-
-def start_group(world: int, target: str, *, timeout_s: float, args: tuple = ()):
-    return start(world, target, args=args, timeout_s=timeout_s)
 
 
 def run_group(world: int, target: str, *, timeout_s: float, args: tuple = ()) -> list:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from selfattn.distributed import RankFailure, init
+from selfattn.distributed.spawn import collect, free_port, start
 
-from .harness import START_TIMEOUT_S, collect, free_port, run_group, start_group
+from .harness import START_TIMEOUT_S, run_group
 
 TIMEOUT_S = 15.0
 """The process group's timeout in these tests: a dead rank must be reported well within it."""
@@ -32,9 +33,7 @@ def test_ring_equals_single_process(world, target):
 @pytest.mark.parametrize("world, how, timeout_s", [(3, "die", TIMEOUT_S), (2, "hang", HANG_TIMEOUT_S)])
 def test_failed_rank_ends_the_others_with_a_named_error(world, how, timeout_s):
     victim = 1
-    procs, results = start_group(
-        world, "tests.distributed.workers:fails_mid_call", timeout_s=timeout_s, args=(victim, how)
-    )
+    procs, results = start(world, "tests.distributed.workers:fails_mid_call", timeout_s=timeout_s, args=(victim, how))
     got = collect(procs, results, world - 1, wait_s=START_TIMEOUT_S + timeout_s)
     assert victim not in got
     assert sorted(got) == [r for r in range(world) if r != victim], f"survivors did not answer: {got}"

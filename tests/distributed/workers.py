@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
-from selfattn import attention, reference
+from selfattn import attention
 from selfattn.distributed import RankFailure, count_traffic, padded_length, ring_attention, shard, unshard
 from selfattn.distributed.plan import RingPlan, Rule
-from tests.tolerances import FLOOR, RATIO, max_error
+from tests.helpers import make_inputs, reference_of
+from tests.tolerances import max_error, tolerance
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,15 @@ CASES = (
 )
 
 
+GRAD_SEED_OFFSET = 10_000
+"""The upstream gradients (dO, dlse) come from their own generator, seeded this far from the inputs'
+(case seeds are 100 + i, so no case's gradients share a stream with another case's q, k, v)."""
+
+
 def _inputs(case: Case, seed: int):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(case.B, case.Hq, case.L, case.D, generator=g, dtype=torch.float64)
-    k = torch.randn(case.B, case.Hkv, case.L, case.D, generator=g, dtype=torch.float64)
-    v = torch.randn(case.B, case.Hkv, case.L, case.Dv, generator=g, dtype=torch.float64)
+    """float64 q, k, v (`make_inputs`) and the upstream gradients dO (B, Hq, L, Dv), dlse (B, Hq, L) or None."""
+    q, k, v = make_inputs(case.B, case.Hq, case.Hkv, case.L, case.L, case.D, case.Dv, seed=seed)
+    g = torch.Generator().manual_seed(seed + GRAD_SEED_OFFSET)
     do = torch.randn(case.B, case.Hq, case.L, case.Dv, generator=g, dtype=torch.float64)
     dl = torch.randn(case.B, case.Hq, case.L, generator=g, dtype=torch.float64) if case.lse_grad else None
     return q, k, v, do, dl
@@ -79,7 +84,7 @@ def _naive(q, k, v, do, dl, case: Case, dtype):
 
 def _check(name: str, got, want64, naive, dtype, failures: list) -> None:
     err = max_error(got, want64)
-    tol = RATIO * max_error(naive, want64) + FLOOR[dtype]
+    tol = tolerance(dtype, max_error(naive, want64))
     if not err <= tol:
         failures.append(f"{name}: error {err:.3g} > tolerance {tol:.3g}")
 
@@ -89,7 +94,7 @@ def attention_cases(rank: int, world: int) -> list[str]:
     for i, case in enumerate(CASES):
         label = f"case {i} {case} W={world}"
         q, k, v, do, dl = _inputs(case, seed=100 + i)
-        o64, _, lse64 = reference.attention(q.numpy(), k.numpy(), v.numpy(), **_opts(case))
+        o64, _, lse64 = reference_of(q, k, v, **_opts(case))
         _, _, gq64, gk64, gv64 = _naive(q, k, v, do, dl, case, torch.float64)
         naive = _naive(q, k, v, do, dl, case, case.dtype)
         sq, sk, sv = (shard(t.to(case.dtype), layout=case.layout) for t in (q, k, v))

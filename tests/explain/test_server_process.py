@@ -15,7 +15,7 @@ import pytest
 
 from selfattn.explain.server import MAX_BODY_BYTES
 
-from ..live_server import Server, raw
+from ..live_server import Server, raw, request
 
 LONG_TEXT = "一只蓝色怪兽走进森林。" * 90  # ~ 550 tokens of the default model
 
@@ -27,12 +27,7 @@ def server(tmp_path_factory):
 
 
 def _post(port: int, payload: dict, host: str | None = None) -> tuple[int, dict]:
-    body = json.dumps(payload).encode()
-    head = (
-        f"POST /api/explain HTTP/1.1\r\nHost: {host or f'127.0.0.1:{port}'}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    ).encode()
-    status, answer = raw(port, head, [body])
+    status, answer = request(port, json.dumps(payload).encode(), host=host)
     return status, json.loads(answer) if answer else {}
 
 

@@ -14,12 +14,13 @@ from ..helpers import shaped_request as request
 @pytest.fixture(autouse=True)
 def native_not_built(monkeypatch):
     """The choices below are those of a machine where the native kernel is not compiled yet (as on a
-    fresh install: "auto" never compiles); `native_built` sets the other state."""
+    fresh install: "auto" never compiles); `native_marked_built` sets the other state."""
     monkeypatch.setattr(kernels.native, "is_built", lambda: False)
 
 
 @pytest.fixture
-def native_built(monkeypatch):
+def native_marked_built(monkeypatch):
+    """Pretend the native kernel is built (nothing is compiled); not the session's real `native_built`."""
     monkeypatch.setattr(kernels.native, "is_built", lambda: True)
     monkeypatch.setattr(kernels.native, "unavailable_reason", lambda: None)
 
@@ -56,7 +57,7 @@ def test_auto_chooses_by_estimated_speed(kwargs, want):
         (dict(Lq=64, Lk=64, return_weights=True), "naive"),  # still the only one with weights
     ],
 )
-def test_auto_takes_native_once_it_is_built(native_built, kwargs, want):
+def test_auto_takes_native_once_it_is_built(native_marked_built, kwargs, want):
     assert kernels.choose(request(**kwargs), "auto").name == want
 
 

@@ -10,23 +10,16 @@ from selfattn.kernels import flex
 from selfattn.kernels.flex import MIN_CPU_LENGTH, FlexBackend
 from selfattn.kernels.naive import NaiveBackend
 
-from ..helpers import reference_of
+from ..helpers import make_inputs, reference_of
 from ..tolerances import TOL, assert_close_to_reference
 
 FLEX = FlexBackend()
 
 
-def inputs(B, Hq, Hkv, Lq, Lk, D, Dv, dtype=torch.float32, seed=0, device="cpu"):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, Hq, Lq, D, generator=g, dtype=torch.float64).to(dtype)
-    k = torch.randn(B, Hkv, Lk, D, generator=g, dtype=torch.float64).to(dtype)
-    v = torch.randn(B, Hkv, Lk, Dv, generator=g, dtype=torch.float64).to(dtype)
-    return q.to(device), k.to(device), v.to(device)
-
-
 def cpu_compiles():
-    if FLEX.not_supported_reasons(build_request(*inputs(1, 1, 1, 128, 128, 16, 16))):
-        pytest.skip("flex cannot run on this CPU: " + FLEX.refuse(build_request(*inputs(1, 1, 1, 128, 128, 16, 16))))
+    r = build_request(*make_inputs(1, 1, 1, 128, 128, 16, 16, dtype=torch.float32))
+    if FLEX.not_supported_reasons(r):
+        pytest.skip("flex cannot run on this CPU: " + FLEX.refuse(r))
 
 
 def _masks(Lq, Lk):
@@ -50,7 +43,7 @@ def test_cpu_forward_matches_reference(case):
     cpu_compiles()
     kwargs = dict(CPU_CASES[case])
     shape = kwargs.pop("shape")
-    q, k, v = inputs(*shape)
+    q, k, v = make_inputs(*shape, dtype=torch.float32)
     if "mask" in kwargs:
         kwargs["mask"] = _masks(shape[3], shape[4])[kwargs["mask"]]
     r = build_request(q, k, v, **kwargs)
@@ -66,16 +59,17 @@ def test_cpu_forward_matches_reference(case):
 
 
 def test_cpu_refusals_name_every_reason():
-    q, k, v = (t.requires_grad_() for t in inputs(1, 2, 2, 16, 16, 8, 8))
+    q, k, v = (t.requires_grad_() for t in make_inputs(1, 2, 2, 16, 16, 8, 8, dtype=torch.float32))
     reasons = FLEX.not_supported_reasons(build_request(q, k, v, return_lse=True, return_weights=True))
     text = " | ".join(reasons)
     for part in ("weights", "log-sum-exp", "no backward on the CPU", f"Lq and Lk >= {MIN_CPU_LENGTH}"):
         assert part in text
-    assert FLEX.refuse(build_request(*inputs(1, 1, 1, 4, 4, 8, 8), dropout_p=0.1)).startswith("it has no dropout")
+    r = build_request(*make_inputs(1, 1, 1, 4, 4, 8, 8, dtype=torch.float32), dropout_p=0.1)
+    assert FLEX.refuse(r).startswith("it has no dropout")
 
 
 def test_asking_compiles_nothing():
-    r = build_request(*inputs(1, 1, 1, 256, 256, 8, 8, seed=4), causal=True, scale=0.123)
+    r = build_request(*make_inputs(1, 1, 1, 256, 256, 8, 8, seed=4, dtype=torch.float32), causal=True, scale=0.123)
     before = dict(flex._COMPILED)
     FLEX.not_supported_reasons(r)
     assert not flex.is_warm(r) and flex._COMPILED == before
@@ -88,7 +82,7 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
 @gpu
 @pytest.mark.parametrize("kwargs", [dict(causal=True), dict(causal=True, window=64, softcap=5.0)], ids=str)
 def test_gpu_forward_lse_and_backward(kwargs):
-    q, k, v = (t.requires_grad_() for t in inputs(1, 4, 2, 300, 300, 64, 64, device="cuda"))
+    q, k, v = (t.cuda().requires_grad_() for t in make_inputs(1, 4, 2, 300, 300, 64, 64, dtype=torch.float32))
     r = build_request(q, k, v, return_lse=True, **kwargs)
     assert FLEX.refuse(r) is None
     res = FLEX.forward(r)

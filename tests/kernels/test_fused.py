@@ -22,7 +22,7 @@ from selfattn.kernels.naive import NaiveBackend
 from selfattn.kernels.native import NativeBackend
 from selfattn.kernels.tiled import TiledBackend
 
-from ..helpers import make_inputs, reference_of
+from ..helpers import forward_with_lse, make_inputs, reference_of
 from ..matrix import matrix_case, over_the_matrix
 from ..tolerances import RATIO, TOL, assert_close_to_reference, assert_lse_matches, lse_error, max_error
 
@@ -75,21 +75,14 @@ def backend(request) -> Fused:
     return FUSED[request.param]
 
 
-inputs = make_inputs
-
-
-def run(backend, q, k, v, **kwargs):
-    return backend.forward(build_request(q, k, v, return_lse=True, **kwargs))
-
-
 @pytest.mark.parametrize("blocks", BLOCKS)
 @over_the_matrix
 def test_feature_dtype_matrix_matches_reference(backend, blocks, dtype, feature, shape):
     q, k, v, f = matrix_case(feature, shape, dtype)
-    res = run(backend.at(blocks), q, k, v, **f)
+    res = forward_with_lse(backend.at(blocks), q, k, v, **f)
     assert res.output.dtype == dtype and res.output.shape == (*q.shape[:3], v.shape[-1])
     ref_out, _, ref_lse = reference_of(q, k, v, **f)
-    naive = run(NaiveBackend(), q, k, v, **f)
+    naive = forward_with_lse(NaiveBackend(), q, k, v, **f)
     assert_close_to_reference(res.output, ref_out, naive.output, dtype=dtype)
     assert_lse_matches(res.lse, ref_lse, RATIO * lse_error(naive.lse, ref_lse) + TOL["float32"])
 
@@ -100,10 +93,10 @@ def test_feature_dtype_matrix_matches_reference(backend, blocks, dtype, feature,
 def test_forward_and_lse_at_awkward_lengths_and_head_dims(backend, lengths, rule, dims):
     Lq, Lk = lengths
     heads = (1, 1) if Lq * Lk > 10_000 else (4, 2)  # GQA wherever it stays cheap
-    q, k, v = inputs(1, *heads, Lq, Lk, *dims)
+    q, k, v = make_inputs(1, *heads, Lq, Lk, *dims)
     ref_out, _, ref_lse = reference_of(q, k, v, **RULES[rule])
     for blocks in BLOCKS:
-        res = run(backend.at(blocks), q, k, v, **RULES[rule])
+        res = forward_with_lse(backend.at(blocks), q, k, v, **RULES[rule])
         assert_close_to_reference(res.output, ref_out)
         assert_lse_matches(res.lse, ref_lse, TOL["float64"])
 
@@ -129,9 +122,9 @@ def _masks(B, Hq, Lq, Lk):
 @pytest.mark.parametrize("rule", ["plain", "causal-window"])
 def test_user_masks_block_by_block_through_strides(backend, mask_kind, rule):
     B, Hq, Hkv, Lq, Lk = 2, 4, 2, 45, 37
-    q, k, v = inputs(B, Hq, Hkv, Lq, Lk, 8, 8)
+    q, k, v = make_inputs(B, Hq, Hkv, Lq, Lk, 8, 8)
     mask = _masks(B, Hq, Lq, Lk)[mask_kind]
-    res = run(backend.at("small"), q, k, v, mask=mask, **RULES[rule])
+    res = forward_with_lse(backend.at("small"), q, k, v, mask=mask, **RULES[rule])
     ref_out, _, ref_lse = reference_of(q, k, v, mask=mask, **RULES[rule])
     assert_close_to_reference(res.output, ref_out)
     assert_lse_matches(res.lse, ref_lse, TOL["float64"])
@@ -143,8 +136,8 @@ def test_user_masks_block_by_block_through_strides(backend, mask_kind, rule):
     ids=["scale", "softcap", "softcap-scale-causal"],
 )
 def test_scale_and_softcap(backend, kwargs):
-    q, k, v = inputs(1, 2, 1, 33, 47, 16, 8)
-    res = run(backend.at("small"), q, k, v, **kwargs)
+    q, k, v = make_inputs(1, 2, 1, 33, 47, 16, 8)
+    res = forward_with_lse(backend.at("small"), q, k, v, **kwargs)
     ref_out, _, ref_lse = reference_of(q, k, v, **kwargs)
     assert_close_to_reference(res.output, ref_out)
     assert_lse_matches(res.lse, ref_lse, TOL["float64"])
@@ -154,10 +147,10 @@ def test_scale_and_softcap(backend, kwargs):
 @pytest.mark.parametrize("dtype", LOW_PRECISION, ids=str)
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_low_precision_within_twice_the_naive_error(backend, dtype, rule, softcap):
-    q, k, v = inputs(1, 4, 2, 113, 97, 32, 32, dtype=dtype, seed=2)
+    q, k, v = make_inputs(1, 4, 2, 113, 97, 32, 32, dtype=dtype, seed=2)
     kwargs = dict(RULES[rule], softcap=softcap)
-    res = run(backend.at("small"), q, k, v, **kwargs)
-    naive = run(NaiveBackend(), q, k, v, **kwargs)
+    res = forward_with_lse(backend.at("small"), q, k, v, **kwargs)
+    naive = forward_with_lse(NaiveBackend(), q, k, v, **kwargs)
     ref_out, _, ref_lse = reference_of(q, k, v, **kwargs)
     assert res.output.dtype == dtype and res.lse.dtype == torch.float32
     assert_close_to_reference(res.output, ref_out, naive.output, dtype=dtype)
@@ -167,7 +160,7 @@ def test_low_precision_within_twice_the_naive_error(backend, dtype, rule, softca
 @pytest.mark.parametrize("kwargs", [dict(causal=True), dict(causal=True, window=300), dict()], ids=str)
 def test_default_blocks_past_one_block_through_attention(backend, kwargs):
     # the default blocks: more than one query block, the last ragged, several key blocks (native: many tasks)
-    q, k, v = inputs(2, 4, 2, 1100, 1100, 16, 16, dtype=torch.float32)
+    q, k, v = make_inputs(2, 4, 2, 1100, 1100, 16, 16, dtype=torch.float32)
     naive = NaiveBackend().forward(build_request(q, k, v, **kwargs))
     ref_out, _, _ = reference_of(q, k, v, **kwargs)
     assert_close_to_reference(selfattn.attention(q, k, v, backend=backend.name, **kwargs), ref_out, naive.output)
@@ -183,17 +176,17 @@ def _poisoned(t: torch.Tensor, pad: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_padding_of_partial_blocks_is_never_read(backend, rule):
-    q, k, v = inputs(1, 4, 2, 113, 71, 8, 8)
+    q, k, v = make_inputs(1, 4, 2, 113, 71, 8, 8)
     pq, pk, pv = (_poisoned(t, pad=200) for t in (q, k, v))
     mask = torch.rand(113, 71, generator=torch.Generator().manual_seed(0)) > 0.3
     ref_out, _, _ = reference_of(q, k, v, mask=mask, **RULES[rule])
     for blocks in ("small", "medium", "default"):
-        res = run(backend.at(blocks), pq, pk, pv, mask=mask, **RULES[rule])
+        res = forward_with_lse(backend.at(blocks), pq, pk, pv, mask=mask, **RULES[rule])
         assert torch.isfinite(res.output).all()
         assert_close_to_reference(res.output, ref_out)
     # and gradients of poisoned views stay finite and right
     pq, pk, pv = (t.requires_grad_() for t in (pq, pk, pv))
-    out = run(backend.at("small"), pq, pk, pv, **RULES[rule]).output
+    out = forward_with_lse(backend.at("small"), pq, pk, pv, **RULES[rule]).output
     grads = torch.autograd.grad(out.square().sum(), (pq, pk, pv))
     assert all(torch.isfinite(g).all() for g in grads)
 
@@ -202,12 +195,12 @@ def test_padding_of_partial_blocks_is_never_read(backend, rule):
 def test_keys_no_query_may_see_are_never_read(backend, blocks):
     # a window of 8 over 200 positions, decoding the last 16: keys before 200 − 16 − 8 are hidden from
     # every query; NaN there must not reach the output (the kernel never reads them)
-    q, k, v = inputs(1, 2, 1, 16, 200, 8, 8)
+    q, k, v = make_inputs(1, 2, 1, 16, 200, 8, 8)
     k_bad, v_bad = k.clone(), v.clone()
     k_bad[:, :, :170] = float("nan")
     v_bad[:, :, :170] = float("nan")
     ref_out, _, _ = reference_of(q, k, v, causal=True, window=8)
-    out = run(backend.at(blocks), q, k_bad, v_bad, causal=True, window=8).output
+    out = forward_with_lse(backend.at(blocks), q, k_bad, v_bad, causal=True, window=8).output
     assert_close_to_reference(out, ref_out)
 
 
@@ -215,7 +208,7 @@ def test_keys_no_query_may_see_are_never_read(backend, blocks):
 def test_a_nan_in_a_hidden_key_never_reaches_the_rows_that_cannot_see_it(backend, hidden_by):
     # hidden scores are set to −inf, not summed with it: NaN + (−inf) would be NaN and poison the row
     Lq = Lk = 45
-    q, k, v = inputs(1, 4, 2, Lq, Lk, 8, 8)
+    q, k, v = make_inputs(1, 4, 2, Lq, Lk, 8, 8)
     poisoned = k.clone()
     poisoned[:, :, 30] = float("nan")
     kwargs = {
@@ -227,26 +220,30 @@ def test_a_nan_in_a_hidden_key_never_reaches_the_rows_that_cannot_see_it(backend
     if hidden_by == "bool-mask":
         rows = list(range(Lq))
     for blocks in BLOCKS:
-        got = run(backend.at(blocks), q, poisoned, v, **kwargs)
-        want = run(backend.at(blocks), q, k, v, **kwargs)
+        got = forward_with_lse(backend.at(blocks), q, poisoned, v, **kwargs)
+        want = forward_with_lse(backend.at(blocks), q, k, v, **kwargs)
         assert torch.isfinite(got.output[:, :, rows]).all() and torch.isfinite(got.lse[:, :, rows]).all()
         assert torch.equal(got.output[:, :, rows], want.output[:, :, rows])
 
 
 def test_non_contiguous_inputs(backend):
     small = backend.at("small")
-    q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in inputs(2, 4, 2, 50, 50, 8, 8))
+    q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in make_inputs(2, 4, 2, 50, 50, 8, 8))
     assert not q.is_contiguous()
-    assert_close_to_reference(run(small, q, k, v, causal=True).output, reference_of(q, k, v, causal=True)[0])
-    q1, k1, v1 = (t[..., ::2] for t in inputs(1, 2, 2, 9, 9, 8, 8))  # stride 2 along D
-    assert_close_to_reference(run(small, q1, k1, v1).output, reference_of(q1, k1, v1)[0])
+    assert_close_to_reference(
+        forward_with_lse(small, q, k, v, causal=True).output, reference_of(q, k, v, causal=True)[0]
+    )
+    q1, k1, v1 = (t[..., ::2] for t in make_inputs(1, 2, 2, 9, 9, 8, 8))  # stride 2 along D
+    assert_close_to_reference(forward_with_lse(small, q1, k1, v1).output, reference_of(q1, k1, v1)[0])
 
 
 def test_fully_masked_rows_give_zeros_lse_minus_inf_and_finite_gradients(backend):
-    q, k, v = (t.requires_grad_() for t in inputs(1, 2, 1, 40, 20, 8, 8))
+    q, k, v = (t.requires_grad_() for t in make_inputs(1, 2, 1, 40, 20, 8, 8))
     mask = torch.ones(40, 20, dtype=torch.bool)
     mask[[0, 17, 39]] = False
-    res = run(backend.at("small"), q, k, v, mask=mask, causal=True)  # causal, Lq > Lk: rows 0..19 see nothing too
+    res = forward_with_lse(
+        backend.at("small"), q, k, v, mask=mask, causal=True
+    )  # causal, Lq > Lk: rows 0..19 see nothing too
     assert (res.output[:, :, :20] == 0).all() and (res.output[:, :, [39]] == 0).all()
     assert torch.isneginf(res.lse[:, :, :20]).all() and torch.isfinite(res.lse[:, :, 20:39]).all()
     grads = torch.autograd.grad(res.output.sum(), (q, k, v))
@@ -256,10 +253,10 @@ def test_fully_masked_rows_give_zeros_lse_minus_inf_and_finite_gradients(backend
 
 def test_empty_query_and_key_lengths(backend):
     small = backend.at("small")
-    q, k, v = inputs(1, 2, 2, 0, 5, 4, 4)
-    assert run(small, q, k, v, causal=True).output.shape == (1, 2, 0, 4)
-    q, k, v = inputs(1, 2, 2, 5, 0, 4, 4)
-    res = run(small, q, k, v)
+    q, k, v = make_inputs(1, 2, 2, 0, 5, 4, 4)
+    assert forward_with_lse(small, q, k, v, causal=True).output.shape == (1, 2, 0, 4)
+    q, k, v = make_inputs(1, 2, 2, 5, 0, 4, 4)
+    res = forward_with_lse(small, q, k, v)
     assert (res.output == 0).all() and torch.isneginf(res.lse).all()
 
 
@@ -281,7 +278,7 @@ GRAD_CASES = {
 def test_gradients_match_naive_autograd(backend, case, blocks):
     kwargs = dict(GRAD_CASES[case])
     Lq, Lk = kwargs.pop("lengths", (37, 37))
-    q, k, v = inputs(2, 4, 2, Lq, Lk, 8, 6, seed=5)
+    q, k, v = make_inputs(2, 4, 2, Lq, Lk, 8, 6, seed=5)
     g = torch.Generator().manual_seed(9)
     if kwargs.get("mask") == "bool":
         kwargs["mask"] = torch.rand(2, 1, Lq, Lk, generator=g) > 0.4
@@ -292,7 +289,7 @@ def test_gradients_match_naive_autograd(backend, case, blocks):
 
     def grads(fn):
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-        res = run(fn, *leaves, **kwargs)
+        res = forward_with_lse(fn, *leaves, **kwargs)
         lse = torch.where(torch.isfinite(res.lse), res.lse, 0.0)  # the lse is differentiable too
         loss = (res.output * d_out).sum() + (lse * d_lse).sum()
         return torch.autograd.grad(loss, leaves)
@@ -304,13 +301,17 @@ def test_gradients_match_naive_autograd(backend, case, blocks):
 
 @pytest.mark.parametrize("dtype", LOW_PRECISION, ids=str)
 def test_low_precision_gradients_within_twice_the_naive_error(backend, dtype):
-    q, k, v = inputs(1, 4, 1, 70, 70, 16, 16, dtype=dtype, seed=8)
+    q, k, v = make_inputs(1, 4, 1, 70, 70, 16, 16, dtype=dtype, seed=8)
     ref = [t.double().requires_grad_() for t in (q, k, v)]
-    want = torch.autograd.grad(run(NaiveBackend(), *ref, causal=True, window=30).output.square().sum(), ref)
+    want = torch.autograd.grad(
+        forward_with_lse(NaiveBackend(), *ref, causal=True, window=30).output.square().sum(), ref
+    )
 
     def grads(fn):
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-        return torch.autograd.grad(run(fn, *leaves, causal=True, window=30).output.float().square().sum(), leaves)
+        return torch.autograd.grad(
+            forward_with_lse(fn, *leaves, causal=True, window=30).output.float().square().sum(), leaves
+        )
 
     for g, n, w in zip(grads(backend.at("small")), grads(NaiveBackend()), want, strict=True):
         assert g.dtype == dtype
@@ -319,11 +320,11 @@ def test_low_precision_gradients_within_twice_the_naive_error(backend, dtype):
 
 @pytest.mark.parametrize("heads", [(2, 1), (4, 2)], ids=lambda h: f"Hq{h[0]}-Hkv{h[1]}")
 def test_gradcheck_float64(backend, heads):
-    q, k, v = (t.requires_grad_() for t in inputs(1, *heads, 13, 17, 4, 3))
+    q, k, v = (t.requires_grad_() for t in make_inputs(1, *heads, 13, 17, 4, 3))
     mask = torch.rand(13, 17, generator=torch.Generator().manual_seed(1)) > 0.2
 
     def f(q, k, v):
-        res = run(backend.make(*backend.smallest), q, k, v, causal=True, window=6, mask=mask, softcap=2.0)
+        res = forward_with_lse(backend.make(*backend.smallest), q, k, v, causal=True, window=6, mask=mask, softcap=2.0)
         return res.output, torch.where(torch.isfinite(res.lse), res.lse, 0.0)
 
     assert torch.autograd.gradcheck(f, (q, k, v), nondet_tol=backend.nondet_tol)

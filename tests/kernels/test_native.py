@@ -17,13 +17,11 @@ from selfattn.functional import build_request
 from selfattn.kernels import native
 from selfattn.kernels.native import NativeBackend
 
-from ..helpers import make_inputs, reference_of
+from ..helpers import forward_with_lse, make_inputs, reference_of
 from ..tolerances import assert_close_to_reference
 
 SMALL = NativeBackend(block_q=16, block_k=32)
 """Small blocks, so that lengths like 300 span many tasks."""
-
-inputs = make_inputs
 
 
 @pytest.fixture(autouse=True)
@@ -32,25 +30,21 @@ def built(native_built):
     return native_built
 
 
-def run(backend, q, k, v, **kwargs):
-    return backend.forward(build_request(q, k, v, return_lse=True, **kwargs))
-
-
 def test_thread_count_does_not_change_the_forward():
-    q, k, v = inputs(2, 8, 2, 300, 300, 16, 16, dtype=torch.float32)
+    q, k, v = make_inputs(2, 8, 2, 300, 300, 16, 16, dtype=torch.float32)
     before = torch.get_num_threads()
     try:
         outs = []
         for threads in (1, 2, 3):
             torch.set_num_threads(threads)
-            outs.append(run(SMALL, q, k, v, causal=True).output)
+            outs.append(forward_with_lse(SMALL, q, k, v, causal=True).output)
     finally:
         torch.set_num_threads(before)
     assert all(torch.equal(outs[0], o) for o in outs[1:])  # a task's arithmetic does not depend on its worker
 
 
 def test_refusals_say_why(monkeypatch):
-    q, k, v = inputs(1, 1, 1, 4, 4, 8, 8)
+    q, k, v = make_inputs(1, 1, 1, 4, 4, 8, 8)
     reasons = NativeBackend().not_supported_reasons(build_request(q, k, v, return_weights=True, dropout_p=0.1))
     assert len(reasons) == 2 and "weights" in reasons[0] and "dropout" in reasons[1]
     mask = torch.zeros(4, 4, dtype=torch.float64, requires_grad=True)
@@ -66,7 +60,7 @@ def test_a_failed_build_is_one_stated_reason(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_STATE", {"ops": None, "error": None})
     monkeypatch.setattr(native, "_missing_tools", lambda: "no C++ compiler ('c++' is not on PATH)")
     assert not native.is_built()
-    q, k, v = inputs(1, 1, 1, 4, 4, 8, 8)
+    q, k, v = make_inputs(1, 1, 1, 4, 4, 8, 8)
     assert "no C++ compiler" in NativeBackend().refuse(build_request(q, k, v))
     with pytest.raises(RuntimeError, match="cannot build the native kernel: no C\\+\\+ compiler.*using 'tiled'"):
         native.build()
@@ -97,7 +91,7 @@ def test_build_is_cached_and_says_where(built):
 
 
 def test_through_attention_by_name():
-    q, k, v = inputs(1, 4, 2, 33, 33, 8, 8)
+    q, k, v = make_inputs(1, 4, 2, 33, 33, 8, 8)
     if "native" not in selfattn.kernels.BACKENDS:
         pytest.skip("backend 'native' is not registered in selfattn.kernels.BACKENDS")
     out = selfattn.attention(q, k, v, causal=True, backend="native")

@@ -13,22 +13,16 @@ from selfattn.functional import build_request
 from selfattn.kernels import tiled
 from selfattn.kernels.tiled import BLOCK_SIZES, TiledBackend
 
-from ..helpers import make_inputs, reference_of
+from ..helpers import forward_with_lse, make_inputs, reference_of
 from ..tolerances import TOL, assert_close_to_reference, assert_lse_matches
-
-inputs = make_inputs
-
-
-def run(backend, q, k, v, **kwargs):
-    return backend.forward(build_request(q, k, v, return_lse=True, **kwargs))
 
 
 @pytest.mark.parametrize("block_q", BLOCK_SIZES)
 @pytest.mark.parametrize("block_k", BLOCK_SIZES)
 def test_every_supported_block_size(block_q, block_k):
-    q, k, v = inputs(2, 4, 2, 113, 150, 8, 8)
+    q, k, v = make_inputs(2, 4, 2, 113, 150, 8, 8)
     kwargs = dict(causal=True, window=70)
-    res = run(TiledBackend(block_q, block_k), q, k, v, **kwargs)
+    res = forward_with_lse(TiledBackend(block_q, block_k), q, k, v, **kwargs)
     ref_out, _, ref_lse = reference_of(q, k, v, **kwargs)
     assert_close_to_reference(res.output, ref_out)
     assert_lse_matches(res.lse, ref_lse, TOL["float64"])
@@ -43,11 +37,11 @@ def test_block_sizes_are_checked():
 
 def test_refusals_say_why():
     # every reason at once, not only the first
-    q, k, v = inputs(1, 1, 1, 4, 4, 8, 8)
+    q, k, v = make_inputs(1, 1, 1, 4, 4, 8, 8)
     request = build_request(q, k, v, return_weights=True, dropout_p=0.1)
     reasons = TiledBackend().not_supported_reasons(request)
     assert len(reasons) == 2 and "weight matrix" in reasons[0] and "no dropout" in reasons[1]
-    q, k, v = inputs(1, 1, 1, 4, 4, 8, 8)
+    q, k, v = make_inputs(1, 1, 1, 4, 4, 8, 8)
     with pytest.raises(ValueError, match="never builds the weight matrix.*attention_weights"):
         selfattn.attention(q, k, v, return_weights=True, backend="tiled")
     with pytest.raises(ValueError, match="no dropout"):
@@ -125,7 +119,7 @@ def test_never_builds_an_lq_by_lk_matrix(monkeypatch):
 
     for name in ("bmm", "baddbmm"):
         monkeypatch.setattr(torch, name, spy(getattr(torch, name)))
-    q, k, v = (t.requires_grad_() for t in inputs(1, 2, 2, 1000, 1000, 8, 8, dtype=torch.float32))
+    q, k, v = (t.requires_grad_() for t in make_inputs(1, 2, 2, 1000, 1000, 8, 8, dtype=torch.float32))
     out = TiledBackend(64, 128).forward(build_request(q, k, v, causal=True)).output
     out.sum().backward()
     assert len(biggest) > 100 and max(biggest) <= 64 * 128

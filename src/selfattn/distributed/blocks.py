@@ -90,9 +90,7 @@ def block_backward(
     groups = Hq // Hkv
     ks = k[:, :, b.k0 + koff : b.k1 + koff].repeat_interleave(groups, dim=1)  # (B, Hq, n, D)
     vs = v[:, :, b.k0 + koff : b.k1 + koff].repeat_interleave(groups, dim=1)  # (B, Hq, n, Dv)
-    visible = _visible(b, rule, q.device)
-    if b.kind == "causal":
-        visible = torch.ones(b.q1 - b.q0, b.k1 - b.k0, dtype=torch.bool, device=q.device).tril()
+    visible = _visible(b, rule, q.device)  # (n_q, n_k) or None for a "full" box
     dks = torch.zeros_like(ks)
     dvs = torch.zeros_like(vs)
     per_row = ks.shape[0] * Hq * max(1, ks.shape[2]) * q.element_size()  # bytes of one row of a tile

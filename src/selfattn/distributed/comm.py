@@ -27,14 +27,14 @@ __all__ = [
     "check_same",
     "group_ranks",
     "init",
-    "timeout_of",
+    "wait_timeout_s",
 ]
 
 DEFAULT_TIMEOUT_S = 300.0
 """How long one wait for another rank may take when neither the caller nor `init` said otherwise."""
 
-_TIMEOUTS: dict[int, float] = {}
-"""Seconds per process group as set by `init`: key 0 for the default group."""
+_timeout_s = DEFAULT_TIMEOUT_S
+"""Seconds one wait may take, on any group: as `init` last set it, else DEFAULT_TIMEOUT_S."""
 
 JOIN_PREFIX = "selfattn/joined/"
 
@@ -47,9 +47,9 @@ class RankFailure(RuntimeError):
         self.rank = rank
 
 
-def timeout_of(group) -> float:
-    """Seconds one wait on `group` (any group) may take: as `init` set it, else DEFAULT_TIMEOUT_S."""
-    return _TIMEOUTS.get(0, DEFAULT_TIMEOUT_S)
+def wait_timeout_s() -> float:
+    """Seconds one wait (on any group) may take: as `init` set it, else DEFAULT_TIMEOUT_S."""
+    return _timeout_s
 
 
 def group_ranks(group) -> tuple[int, int, list[int]]:
@@ -136,7 +136,7 @@ def check_same(meta: dict[str, int], group, what: str) -> None:
     if dist.get_backend(group) == "nccl":
         mine = mine.cuda()
     table = [torch.empty_like(mine) for _ in range(world)]
-    timeout = timeout_of(group)
+    timeout = wait_timeout_s()
     try:
         work = dist.all_gather(table, mine, group=group, async_op=True)
         finished = work.wait(datetime.timedelta(seconds=timeout))
@@ -208,5 +208,6 @@ def init(
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % max(1, torch.cuda.device_count()))))
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
-    _TIMEOUTS[0] = float(timeout_s)
+    global _timeout_s
+    _timeout_s = float(timeout_s)
     return store

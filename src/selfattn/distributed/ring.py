@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import struct
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
 from .. import checks
 from ..functional import AttentionOutput, build_request, intercept
 from . import comm
 from .blocks import accumulate_dtype, block_backward, block_forward, merge
-from .layout import LAYOUTS, Sharded, check_layout
+from .layout import LAYOUTS, Sharded, check_layout, world_and_rank
 from .plan import RingPlan, Rule
 
 __all__ = ["Traffic", "count_traffic", "ring_attention"]
@@ -41,6 +41,19 @@ TAG_KV, TAG_DKV, TAG_HOME = 0, 1, 2
 KINDS = 3
 
 DTYPE_CODES = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 3, torch.float64: 4}
+
+PLAN_CACHE_SIZE = 64
+"""Ring plans kept (one per distinct (world, Lr, layout, rule)): a model's layers share one."""
+
+
+@functools.lru_cache(maxsize=PLAN_CACHE_SIZE)
+def _plan(world: int, Lr: int, layout: str, rule: Rule) -> RingPlan:
+    """The plan of one ring pass, built once per shape and rule rather than once per call (per layer).
+
+    Only called after `comm.check_same` has agreed the arguments across ranks, so every rank
+    gets a plan built from the same values, cached or not.
+    """
+    return RingPlan(world, Lr, layout, rule)
 
 
 @dataclass
@@ -264,8 +277,7 @@ def ring_attention(
     checks.boolean("causal", causal)
     checks.boolean("return_lse", return_lse)
     request = build_request(q, k, v, causal=causal, window=window, scale=scale, softcap=softcap)
-    if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError("torch.distributed is not initialised: call selfattn.distributed.init(...) first")
+    world_and_rank(group)  # RuntimeError before `init`
     world, rank, global_ranks = comm.group_ranks(group)
     Lr = q.shape[2]
     if k.shape[2] != Lr:
@@ -294,9 +306,9 @@ def ring_attention(
         group,
         "ring_attention",
     )
-    plan = RingPlan(world, Lr, layout, Rule(causal, request.window, seq_len))
+    plan = _plan(world, Lr, layout, Rule(causal, request.window, seq_len))
     ring = _Ring(
-        group, plan, rank, global_ranks, request.scale, request.softcap, backend, comm.timeout_of(group), _TRAFFIC.get()
+        group, plan, rank, global_ranks, request.scale, request.softcap, backend, comm.wait_timeout_s(), _TRAFFIC.get()
     )
     out, lse = _RingFunction.apply(q, k, v, ring)
     if sharded is not None:
