@@ -23,7 +23,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from selfattn.bench.memory import status_kib
+from selfattn.bench.memory import peak_extra_bytes
 from selfattn.bench.timing import best_seconds_interleaved
 from selfattn.functional import build_request
 from selfattn.kernels import flex, native, sdpa
@@ -33,7 +33,6 @@ from selfattn.kernels.tiled import TiledBackend
 
 BUSY = "import torch\ntorch.set_num_threads(1)\na = torch.randn(1024, 1024)\nwhile True:\n    a @ a\n"
 H, D = 8, 64
-KIB = 1024
 
 
 def gemm_gflops(seconds: float = 0.5) -> float:
@@ -115,13 +114,9 @@ def peak_memory_child(L: int) -> None:
     q, k, v = qkv(L, L)
     r = build_request(q, k, v, causal=True)
     NativeBackend().forward(build_request(*qkv(256, 256), causal=True))   # load the library, start the threads
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    base = status_kib("VmRSS") * KIB
-    res = NativeBackend().forward(r)
-    peak = status_kib("VmHWM") * KIB
+    res, grown = peak_extra_bytes(lambda: NativeBackend().forward(r))
     kept = res.output.numel() * 4 + H * L * 4                      # the output, and the lse the kernel makes
-    print(json.dumps({"L": L, "extra_MiB": round((peak - base - kept) / 2**20, 1),
+    print(json.dumps({"L": L, "extra_MiB": round((grown - kept) / 2**20, 1),
                       "returned_MiB": round(kept / 2**20, 1)}))
 
 
