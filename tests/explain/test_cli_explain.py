@@ -190,3 +190,13 @@ def test_chinese_glyphs_are_real_not_boxes():
     found = font_manager.findfont(font_manager.FontProperties(family="WenQuanYi Micro Hei"), fallback_to_default=False)
     assert "wqy" in found.lower()
     assert plt is not None and plt[0] in plots.CJK_FONTS
+
+
+def test_unknown_words_are_explained_in_the_view_language(capsys):
+    """The bundled model knows only its corpus: the note about unknown tokens is in the table's language."""
+    assert main(["explain", "一只红色的狗跑进了公园"]) == 0
+    zh = capsys.readouterr().out
+    assert "个是分词器不认识的" in zh and "只认识语料里的 225 个 token" in zh and "knows only" not in zh
+    assert main(["explain", "一只红色的狗跑进了公园", "--lang", "en"]) == 0
+    en = capsys.readouterr().out
+    assert "tokens are unknown to the tokenizer" in en and "knows only the 225 tokens" in en

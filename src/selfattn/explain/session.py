@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -53,7 +53,7 @@ class Explainer:
     architecture: str = OURS[0]
     positions: str = OURS[1]
     is_unknown: Callable[[str, int], bool] | None = None
-    unknown_hint: str = ""
+    unknown_hint: dict[str, str] = field(default_factory=lambda: {"en": "", "zh": ""})
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Explainer:
@@ -78,11 +78,14 @@ class Explainer:
             ids = tokenizer.encode(text, bos=True)
             return [tokenizer.tokens[i] for i in ids], torch.tensor(ids), {}
 
+        who = {"en": name if bundled else "this checkpoint", "zh": name if bundled else "这个模型"}
         words = len(tokenizer.tokens)
-        hint = (
-            f"{name} knows only the {words} tokens of its corpus (list them: selfattn.explain.session."
-            f"vocabulary()); for free text use a real model, e.g. --model {SUGGESTED_MODEL}"
-        )
+        hint = {
+            "en": f"{who['en']} knows only the {words} tokens of its corpus (list them: selfattn vocab); for free "
+            f"text use a real model, e.g. --model {SUGGESTED_MODEL}",
+            "zh": f"{who['zh']} 只认识语料里的 {words} 个 token（用 selfattn vocab 列出）；任意文本请用真实模型，"
+            f"例如 --model {SUGGESTED_MODEL}",
+        }
         return cls(
             model=model.eval(),
             name=name,
@@ -90,7 +93,7 @@ class Explainer:
             decode=lambda i: tokenizer.tokens[i],
             max_len=model.max_len,
             is_unknown=lambda tok, i: i == tokenizer.unk_id,
-            unknown_hint=hint if bundled else hint.replace(f"{name} knows", "this checkpoint knows"),
+            unknown_hint=hint,
         )
 
     @classmethod
@@ -132,7 +135,7 @@ class Explainer:
             architecture=f"{arch} (transformers, attention by selfattn)",
             positions=sources.POSITIONS[kind],
             is_unknown=is_unknown,
-            unknown_hint="the tokenizer has no piece for these characters",
+            unknown_hint={"en": "the tokenizer has no piece for these characters", "zh": "分词器没有这些字符的片段"},
         )
 
     def trace(self, text: str, intervention: Intervention = Intervention()) -> ModelTrace:
@@ -214,15 +217,18 @@ class Explainer:
         return {"layer": picked_layer, "head": picked_head, "rule": "auto"}
 
 
-def unknown_report(tokens: list[str], ids: list[int], is_unknown=None, hint: str = "") -> dict:
-    """{count, positions, message}: the tokens the tokenizer could not represent (<unk>, byte pieces)."""
+def unknown_report(tokens: list[str], ids: list[int], is_unknown=None, hint: dict[str, str] | None = None) -> dict:
+    """{count, positions, message, hint}: the tokens the tokenizer could not represent (<unk>, byte pieces).
+    `message` is the English sentence (for JSON readers); each view says the count in its own language
+    and adds `hint[lang]`: what the model knows and what to use instead."""
+    hint = hint or {"en": "", "zh": ""}
     test = is_unknown or (lambda tok, i: _unknown_string(tok))
     positions = [p for p, (tok, i) in enumerate(zip(tokens, ids, strict=False)) if test(tok, int(i))]
     message = ""
     if positions:
         message = f"{len(positions)} of {len(tokens)} tokens are unknown to the tokenizer"
-        message += f": {hint}" if hint else ""
-    return {"count": len(positions), "positions": positions, "message": message}
+        message += f": {hint['en']}" if hint["en"] else ""
+    return {"count": len(positions), "positions": positions, "message": message, "hint": hint}
 
 
 def _unknown_string(token: str) -> bool:

@@ -37,7 +37,7 @@ TEXT = {
         "head 维度 d_k = {head_dim}）",
         "card": "架构：{architecture}；位置编码：{positions}",
         "numbering": "编号：层、head 和 token 位置都从 0 起。",
-        "unknown": "注意：{n} 个 token 中有 {count} 个是分词器不认识的（标为 ⟨?⟩）。{message}",
+        "unknown": "注意：{n} 个 token 中有 {count} 个是分词器不认识的（标为 ⟨?⟩）。{hint}",
         "tokens": "分词（{n} 个 token）：",
         "selected": "显示：层 {layer} · head {head}（{reason}）",
         "does": "这个 head 在做什么：{text}",
@@ -92,7 +92,7 @@ TEXT = {
         "head dim d_k = {head_dim})",
         "card": "Architecture: {architecture}; positions: {positions}",
         "numbering": "Numbering: layers, heads and token positions count from 0.",
-        "unknown": "Note: {count} of {n} tokens are unknown to the tokenizer (marked ⟨?⟩). {message}",
+        "unknown": "Note: {count} of {n} tokens are unknown to the tokenizer (marked ⟨?⟩). {hint}",
         "tokens": "Tokens ({n}):",
         "selected": "Showing layer {layer} · head {head} ({reason})",
         "does": "What this head does: {text}",
@@ -184,7 +184,7 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
     marked = [f"{tok}⟨?⟩" if i in unknown_at else tok for i, tok in enumerate(tokens)]
     say(t["tokens"].format(n=len(tokens)), " / ".join(marked))
     if unknown["count"]:
-        say(t["unknown"].format(n=len(tokens), **unknown), style="yellow")
+        say(t["unknown"].format(n=len(tokens), count=unknown["count"], hint=unknown["hint"][lang]), style="yellow")
     _intervention(doc, say, t, lang)
     sel = doc["selected"]
     if sel["rule"] == "auto":  # the rule is a paragraph: under the head, not wrapped into its name

@@ -600,8 +600,8 @@
     const positions = state.lang === "zh" && m.positions_zh ? m.positions_zh : m.positions;
     $("model-info").textContent = t("model", m, state.doc.tokens.length) +
       (m.architecture ? ` · ${m.architecture} · ${positions}` : "");
-    const unknown = state.doc.unknown || { count: 0, message: "" };
-    $("unknown").textContent = unknown.count ? t("unknown", unknown.count, state.doc.tokens.length, unknown.message) : "";
+    const unknown = state.doc.unknown || { count: 0, hint: { en: "", zh: "" } };
+    $("unknown").textContent = unknown.count ? t("unknown", unknown.count, state.doc.tokens.length, unknown.hint[state.lang]) : "";
     $("unknown").hidden = !unknown.count;
     const iv = state.doc.intervention;
     const parts = [];
