@@ -87,7 +87,7 @@ def test_generate_refuses_bytes_that_are_not_utf8():
 @pytest.fixture
 def no_training(monkeypatch):
     """Fail the test if training starts: outputs must be refused before any work."""
-    from selfattn.model import train
+    from selfattn.model.train import run as train
 
     def started(*_):
         raise AssertionError("training started before its outputs were checked")

@@ -165,9 +165,9 @@ def roundtrip_and_mismatch(rank: int, world: int) -> list[str]:
 def train_step_case(rank: int, world: int) -> list[str]:
     """One context-parallel step of a DecoderLM, through its public arguments (`model(shard(ids), group=...)`
     inside `train_step`), equals one process's step: the loss and every parameter's gradient."""
-    from selfattn.distributed import train_step
     from selfattn.model.data import next_token_loss
     from selfattn.model.decoder import DecoderConfig, DecoderLM
+    from selfattn.model.train.parallel import train_step
 
     failures: list[str] = []
     cfg = DecoderConfig(vocab_size=40, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, max_len=64)
@@ -292,7 +292,7 @@ HANG_S = 60.0
 def train_entry_point(rank: int, world: int) -> list[str]:
     """The torchrun entry point's loop, a few steps on a tiny model: finite losses, equal on every
     rank, falling; every rank sent bytes."""
-    from selfattn.distributed.train import parse_args, train
+    from selfattn.model.train.parallel import parse_args, train
 
     args = parse_args(
         [

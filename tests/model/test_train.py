@@ -7,7 +7,7 @@ import torch
 from selfattn.cli import main
 from selfattn.model.checkpoint import FILES
 from selfattn.model.decoder import INIT_STD
-from selfattn.model.train import PRESETS, Preset, Stage, _lr_at, fourier_positions, run_training
+from selfattn.model.train import PRESETS, Preset, Stage, fourier_positions, lr_at, run_training
 from selfattn.render.train import NOT_MEASURED, format_train_summary
 from tests.tolerances import TOL
 
@@ -75,7 +75,7 @@ def test_the_same_seed_trains_the_same_model(tmp_path, staged):
 
 def test_learning_rate_schedule_warms_up_then_decays():
     p = PRESETS["default"]
-    lrs = [_lr_at(s, 1000, p) for s in range(1000)]
+    lrs = [lr_at(s, 1000, p) for s in range(1000)]
     assert lrs[0] < lrs[p.warmup_steps - 1] == pytest.approx(p.lr)
     assert lrs[-1] == pytest.approx(0.1 * p.lr, rel=TOL["lr_schedule_end_rel"])
     assert all(x >= y for x, y in zip(lrs[p.warmup_steps :], lrs[p.warmup_steps + 1 :], strict=False))

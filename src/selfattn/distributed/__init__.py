@@ -6,15 +6,14 @@
     unshard(out, group)                         the whole sequence back on every rank
     mha(x.tensor, context_parallel=ContextParallel.of(x, group))   a MultiHeadSelfAttention on a shard
     model(shard(ids, group, dim=1), group=group)                  a DecoderLM on a shard (Sharded logits)
-    train_step(model, batch, pad_id, optimizer, group=group)      one step, equal to one process's
 
+A library only: training a model this way lives with the model (`selfattn.model.train.parallel`).
 See docs/distributed.md.
 """
 
 from .comm import RankFailure, init
 from .context import ContextParallel
 from .layout import LAYOUTS, Sharded, padded_length, positions, segments, shard, unshard
-from .model import train_step
 from .ring import Traffic, count_traffic, ring_attention
 
 __all__ = [
@@ -30,6 +29,5 @@ __all__ = [
     "ring_attention",
     "segments",
     "shard",
-    "train_step",
     "unshard",
 ]

@@ -1,8 +1,12 @@
-"""DecoderLM's arguments for context parallelism, in one process (no group): `positions`, and what a
-Sharded input refuses before anything is sent. The equality with one process runs in real processes
-(workers.py: `decoder_case`, `train_step_case`)."""
+"""Context parallelism on the model side, in one process (no group): DecoderLM's `positions`, what a
+Sharded input refuses before anything is sent, the torchrun entry point's arguments, and that the
+library `selfattn.distributed` imports nothing of the model. The equality with one process runs in
+real processes (tests/distributed/workers.py: `decoder_case`, `train_step_case`, `train_entry_point`)."""
 
 from __future__ import annotations
+
+import ast
+from pathlib import Path
 
 import pytest
 import torch
@@ -99,3 +103,53 @@ def test_sharded_input_refusals_come_before_any_communication(model, ids, kwargs
         kwargs = dict(kwargs, cache=model.new_cache())
     with pytest.raises(err, match=match):
         model(ids, **kwargs)
+
+
+def test_the_distributed_library_imports_nothing_of_the_model():
+    """issue 16: distributed/ held an application (training) that imported model/, which imports distributed/."""
+    folder = Path(__file__).parents[2] / "src/selfattn/distributed"
+    for path in sorted(folder.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                target = ("." * node.level) + (node.module or "")
+                assert not target.startswith(("..model", "selfattn.model")), f"{path.name} imports {target}"
+            elif isinstance(node, ast.Import):
+                assert not any(a.name.startswith("selfattn.model") for a in node.names), path.name
+
+
+@pytest.mark.parametrize(
+    "argv, err, match",
+    [
+        (["--backend", "nope"], ValueError, "unknown backend 'nope'; choose 'auto' or one of"),
+        (["--seq-len", "0"], ValueError, "seq_len must be >= 1, got 0"),
+        (["--lr", "0"], ValueError, "lr must be > 0"),
+        (["--timeout", "-1"], ValueError, "timeout must be > 0"),
+    ],
+)
+def test_the_torchrun_entry_point_names_a_bad_argument(argv, err, match):
+    from selfattn.model.train.parallel import parse_args
+
+    with pytest.raises(err, match=match):
+        parse_args(argv)
+
+
+def test_the_torchrun_entry_point_runs_as_a_module():
+    """`python -m selfattn.model.train.parallel --help`: the module the README's torchrun line names exists."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "selfattn.model.train.parallel", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "torchrun ... -m selfattn.model.train.parallel" in proc.stdout and "--seq-len" in proc.stdout
+
+
+def test_a_batch_that_is_not_b_by_l_plus_1_is_named_before_any_communication(model):
+    from selfattn.model.train.parallel import train_step
+
+    with pytest.raises(ValueError, match=r"batch must be \(B, L \+ 1\) token ids with L >= 1, got \(2, 1\)"):
+        train_step(model, torch.zeros(2, 1, dtype=torch.int64), 0)
+    with pytest.raises(ValueError, match="unknown layout 'striped'"):
+        train_step(model, torch.zeros(2, 5, dtype=torch.int64), 0, layout="striped")
