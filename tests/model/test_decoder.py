@@ -71,16 +71,6 @@ def test_start_must_fit_and_not_meet_a_cache(model):
         model(ids, cache=model.new_cache(), start=3)
 
 
-def test_attention_weights_are_causal_rows_that_sum_to_one(model):
-    ids = torch.randint(0, V, (2, 6))
-    logits, weights = model.attention_weights(ids)
-    assert torch.allclose(logits, model(ids), atol=TOL["float32"])
-    assert len(weights) == 2 and weights[0].shape == (2, 3, 6, 6)
-    for w in weights:
-        assert torch.allclose(w.sum(-1), torch.ones(2, 3, 6), atol=TOL["float32"])
-        assert torch.all(w.triu(1) == 0)
-
-
 def test_bad_inputs_are_named(model):
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 37\), got \[0, 37\]"):
         model(torch.tensor([[0, 37]]))

@@ -11,7 +11,7 @@ from selfattn.model.data import paragraphs
 from selfattn.model.evaluate import lm_metrics, measure_agreement, paragraph_metrics, ref_agreement
 from selfattn.model.generate import generate_text
 from selfattn.model.grammar import grammar_errors
-from selfattn.model.probe import attention_probe
+from selfattn.model.probe import attention_maps, attention_probe
 from selfattn.model.train import PRESETS, default_command, fourier_positions
 from tests.tolerances import TOL
 
@@ -101,7 +101,7 @@ def test_reads_1024_tokens(shipped):
     row, placed = paragraphs(tokenizer, corpus.test, model.max_len)[0]
     ids = torch.tensor(row[:-1])  # <bos> + 1,023 tokens of test sentences
     assert ids.shape == (1024,) and len(placed) > 70
-    logits, weights = model.attention_weights(ids)
+    logits, weights = attention_maps(model, ids)
     assert torch.isfinite(logits).all() and weights[0].shape == (model.config.n_heads, 1024, 1024)
     text = "".join(s.text for s, _ in placed)
     assert tokenizer.encode(text, bos=True) == row[:-1]  # the same paragraph, typed as text

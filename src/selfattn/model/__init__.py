@@ -7,9 +7,12 @@
     decoder         DecoderLM: embeddings, pre-norm blocks of MultiHeadSelfAttention, LM head
     encoder         Encoder: BERT-style post-norm blocks of MultiHeadSelfAttention(causal=False)
     generate        greedy / temperature / top-k decoding, with a KV cache
-    train           the training loop and its presets; loss_curve draws its PNG
+    train/          training, one room per job: presets, setup, schedule, loop, progress, records, run;
+                    parallel: context-parallel training (train_step, the torchrun entry point);
+                    loss_curve draws the run's PNG
     evaluate        perplexity, next-token accuracy, measure-word agreement, sampled grammaticality
-    probe           in how many heads a word's strongest attention goes where the tutorial says
+    probe           in how many heads a word's strongest attention goes where the tutorial says (the
+                    weights recorded at the attention calls of a forward pass: `attention_maps`)
     checkpoint      safetensors + config.json + tokenizer.json, saved as a unit; `load_default()`
     safetensors_io  writing weight files (safetensors' save, tied tensors once), reading them checking every name
                     and shape

@@ -29,7 +29,6 @@ from torch import nn
 from .. import checks
 from ..distributed.context import ContextParallel
 from ..distributed.layout import Sharded
-from ..functional import attention
 from ..limits import MAX_PARAMETERS  # the one budget, checked from the config before anything is built
 from ..modules import KVCache, MultiHeadSelfAttention
 
@@ -172,13 +171,6 @@ class DecoderBlock(nn.Module):
     ) -> torch.Tensor:
         x = x + self.drop(self.attn(self.ln_1(x), cache=cache, context_parallel=context_parallel))
         return x + self.mlp(self.ln_2(x))
-
-    def forward_with_weights(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The same block, also returning its attention weights (B, H, L, L) (no cache, no dropout)."""
-        q, k, v = self.attn.project(self.ln_1(x))  # (B, H, L, D)
-        res = attention(q, k, v, causal=True, scale=self.attn.scale, return_weights=True, backend="naive")
-        x = x + self.attn.merge(res.output)
-        return x + self.mlp(self.ln_2(x)), res.weights
 
 
 class DecoderLM(nn.Module):
@@ -367,22 +359,6 @@ class DecoderLM(nn.Module):
             x = block(x, context_parallel=cp)
         logits = self.lm_head(self.ln_f(x))  # (B, Lr, V)
         return ids.like(logits[0] if added else logits)
-
-    @torch.no_grad()
-    def attention_weights(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Logits and every layer's attention weights, for reading what each head looks at.
-
-        input_ids  (B, L) or (L,)
-        returns    logits (B, L, V) and a list of n_layers tensors (B, H, L, L) — row i: the
-                   weights query i gives keys 0..i (zeros above the diagonal). 1-D input drops B.
-        """
-        x, added = self._embed(input_ids, 0, "start")
-        weights = []
-        for block in self.blocks:
-            x, w = block.forward_with_weights(x)
-            weights.append(w[0] if added else w)
-        logits = self.lm_head(self.ln_f(x))
-        return (logits[0] if added else logits), weights
 
     def num_parameters(self) -> int:
         """Distinct parameters (a tied LM head counted once)."""

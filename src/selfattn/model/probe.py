@@ -11,6 +11,10 @@ For each claim and each head of each layer, the probe feeds clause 1 of every se
 how often that row's largest weight falls on one of the claimed keys (the hit rate). A
 head "does what the tutorial says" when its hit rate is at least `threshold`.
 
+The weights are read at the one capture point, the `selfattn.attention` call (`attention_maps`: a
+normal forward pass inside `selfattn.intercept`, each call asked for its weights as well), never
+by a second copy of the model's forward pass.
+
 `paragraph_probe` asks the same of sentences late in a long paragraph (the test sentences packed
 into paragraphs of max_len tokens, as in training): there the query row sees hundreds of earlier
 words, and a hit means the strongest weight lands on the claimed word *of the same sentence*.
@@ -18,16 +22,18 @@ words, and a hit means the strongest weight lands on the claimed word *of the sa
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 
 import torch
 
+from ..functional import intercept, use_backend
 from .corpus import Sentence
 from .data import pad_batch, paragraphs
 from .decoder import DecoderLM, eval_mode
 
-__all__ = ["CLAIMS", "attention_probe", "paragraph_probe"]
+__all__ = ["CLAIMS", "attention_maps", "attention_probe", "paragraph_probe"]
 
 CLAIMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("noun", ("qm", "colour")),
@@ -41,6 +47,34 @@ HIT_THRESHOLD = 0.5
 
 CLAUSE1_WORDS = 6
 """QM COLOUR NOUN VERB PLACE 。"""
+
+
+@torch.no_grad()
+def attention_maps(model: DecoderLM, input_ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Logits and every layer's attention weights of one ordinary forward pass, for reading what each head looks at.
+
+    input_ids  (B, L) or (L,)
+    returns    logits (B, L, V) and a list of n_layers tensors (B, H, L, L) — row i: the weights
+               query i gives keys 0..i (zeros above the diagonal). 1-D input drops B.
+
+    Each attention call of the pass is asked for its weights too (`return_weights`, which the
+    dispatcher serves with a backend that builds them), recorded, and answered as asked.
+    """
+    weights: list[torch.Tensor] = []
+
+    def record(request, compute):
+        result = compute(dataclasses.replace(request, return_weights=True))
+        weights.append(result.weights)  # (B, H, L, L)
+        return result
+
+    # "auto" inside: a surrounding use_backend("sdpa") (training's) would refuse to build weights
+    with eval_mode(model), use_backend("auto"), intercept(record):
+        logits = model(input_ids)
+    if len(weights) != model.config.n_layers:
+        raise RuntimeError(f"recorded {len(weights)} attention calls for {model.config.n_layers} layers")
+    if input_ids.dim() == 1:
+        weights = [w[0] for w in weights]
+    return logits, weights
 
 
 @torch.no_grad()
@@ -59,8 +93,7 @@ def attention_probe(
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
     batch = pad_batch([tokenizer.encode_words(s.words[:CLAUSE1_WORDS]) for s in sentences], tokenizer.pad_id)
-    with eval_mode(model):
-        _, weights = model.attention_weights(batch)  # n_layers × (N, H, L, L)
+    _, weights = attention_maps(model, batch)  # n_layers × (N, H, L, L)
     key_roles = ("<bos>",) + sentences[0].roles[:CLAUSE1_WORDS]  # clause 1 has the same roles in every sentence
     example = sentences[0].words
     claims = []
@@ -128,7 +161,7 @@ def paragraph_probe(
             late = [(s, start) for s, start in placed if start >= late_from]
             if not late:
                 continue
-            _, weights = model.attention_weights(torch.tensor(row[:-1]))  # n_layers × (H, L, L)
+            _, weights = attention_maps(model, torch.tensor(row[:-1]))  # n_layers × (H, L, L)
             n += len(late)
             for query, targets in CLAIMS:
                 for s, start in late:
