@@ -1,11 +1,34 @@
-"""Limits on numbers that several rooms accept (CLI arguments and the library calls they reach), written once.
+"""Limits on numbers that several rooms accept (CLI arguments, model configs, the calls they reach), written once.
 
-Pure Python: the CLI checks its arguments against these before importing torch.
+    SIZES                           the largest of each size of a model (layers, width, heads, ...)
+    CONFIG_LIMITS                   those sizes under the field names of selfattn's DecoderConfig, EncoderConfig
+    TRANSFORMERS_LIMITS             the same sizes under the field names of transformers' config.json
+    check_parameters(n, what, how)  the one parameter budget: MAX_PARAMETERS, and no more than this
+                                    machine's available memory holds (`parameter_budget`)
+
+Pure Python: the CLI checks its arguments against these before importing torch, and a config is
+checked before any tensor is allocated.
 """
 
 from __future__ import annotations
 
-__all__ = ["MAX_SEED", "MAX_THREADS", "MAX_PARAMETERS", "MAX_LOAD", "TEMPERATURE_RANGE"]
+import os
+
+__all__ = [
+    "MAX_SEED",
+    "MAX_THREADS",
+    "MAX_PARAMETERS",
+    "MAX_LOAD",
+    "TEMPERATURE_RANGE",
+    "SIZES",
+    "CONFIG_LIMITS",
+    "TRANSFORMERS_LIMITS",
+    "BYTES_PER_PARAMETER",
+    "MEMORY_SHARE",
+    "available_memory",
+    "parameter_budget",
+    "check_parameters",
+]
 
 MAX_SEED = 2**63 - 1
 """Largest seed of training, sampling and benchmarks: a signed 64-bit integer, which torch.Generator
@@ -18,7 +41,136 @@ MAX_THREADS = 1024
 MAX_PARAMETERS = 2_000_000_000
 """Largest module or model (parameters, estimated from its sizes before any tensor is allocated): 8 GB of
 float32, which must fit in memory with room for activations. Wider asks get a ValueError naming the sizes,
-not torch's "can't allocate memory" from deep inside."""
+not torch's "can't allocate memory" from deep inside. A machine with less memory lowers the budget
+further (`parameter_budget`)."""
+
+BYTES_PER_PARAMETER = 4
+"""A parameter's bytes as the models are built and loaded here: float32 (the explainer loads transformers
+models in float32 too)."""
+
+MEMORY_SHARE = 0.5
+"""The weights may take at most this share of the memory available when the model is built: the rest is
+for the activations of a forward pass (the explainer keeps every layer's Q, K, V and weights)."""
+
+SIZES = {
+    "layers": 512,
+    "width": 1 << 15,
+    "heads": 1024,
+    "head_dim": 1024,
+    "hidden": 1 << 18,
+    "vocab": 1 << 21,
+    "positions": 1 << 21,
+}
+"""Largest value of each size of a model (blocks; d_model; query or key/value heads; one head's width; the
+MLP's hidden width; vocabulary; positions): beyond any released model, far below what would exhaust memory
+through one field alone. Every size field of every config read is checked against one of these."""
+
+CONFIG_LIMITS = {
+    "vocab_size": SIZES["vocab"],
+    "type_vocab_size": SIZES["vocab"],
+    "d_model": SIZES["width"],
+    "n_layers": SIZES["layers"],
+    "n_heads": SIZES["heads"],
+    "n_kv_heads": SIZES["heads"],
+    "d_ff": SIZES["hidden"],
+    "max_len": SIZES["positions"],
+}
+"""SIZES under the field names of `selfattn.model.decoder.DecoderConfig` and `encoder.EncoderConfig`."""
+
+TRANSFORMERS_LIMITS = {
+    "num_hidden_layers": SIZES["layers"],
+    "n_layer": SIZES["layers"],
+    "hidden_size": SIZES["width"],
+    "n_embd": SIZES["width"],
+    "num_attention_heads": SIZES["heads"],
+    "n_head": SIZES["heads"],
+    "num_key_value_heads": SIZES["heads"],
+    "head_dim": SIZES["head_dim"],
+    "intermediate_size": SIZES["hidden"],
+    "n_inner": SIZES["hidden"],
+    "vocab_size": SIZES["vocab"],
+    "max_position_embeddings": SIZES["positions"],
+    "n_positions": SIZES["positions"],
+}
+"""SIZES under the field names of a transformers config.json (llama/qwen/mistral/gemma names, GPT-2's names)."""
+
+_MEMINFO = "/proc/meminfo"
+_CGROUP_FILES = (
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2
+    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),  # cgroup v1
+)
+
+
+def _read_int(path: str) -> int | None:
+    """The integer a one-number kernel file holds (None: absent, unreadable, or "max")."""
+    try:
+        with open(path, encoding="ascii") as f:
+            return int(f.read(64).strip())
+    except (OSError, ValueError):
+        return None
+
+
+def available_memory() -> int | None:
+    """Bytes of memory a new allocation can take now, or None where the system does not say.
+
+    Linux: MemAvailable of /proc/meminfo, lowered to what the process's memory cgroup (a container's
+    limit) still allows; elsewhere the free physical pages (os.sysconf), where it has them."""
+    found = None
+    try:
+        with open(_MEMINFO, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found = int(line.split()[1]) * 1024  # "MemAvailable:  24079132 kB"
+                    break
+    except (OSError, ValueError, IndexError):
+        found = None
+    if found is None:
+        try:
+            found = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, OSError, ValueError):
+            return None
+    for limit_file, usage_file in _CGROUP_FILES:
+        limit, usage = _read_int(limit_file), _read_int(usage_file)
+        if limit is not None and usage is not None:
+            found = min(found, max(limit - usage, 0))
+    return found
+
+
+def parameter_budget(available: int | None = None) -> int:
+    """Most parameters a model built now may have: MAX_PARAMETERS, or fewer where MEMORY_SHARE of the
+    `available` bytes (default: `available_memory()`) holds fewer at BYTES_PER_PARAMETER each."""
+    available = available_memory() if available is None else available
+    if available is None:
+        return MAX_PARAMETERS
+    return min(MAX_PARAMETERS, int(available * MEMORY_SHARE) // BYTES_PER_PARAMETER)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def check_parameters(estimate: int, what: str, how: str = "", *, available: int | None = None) -> None:
+    """Refuse (ValueError), before any tensor is allocated, a model of about `estimate` parameters over the
+    budget: the sentence names the estimate, the limit it broke and the memory available.
+
+    what       the model, e.g. "the config" or a config file's path
+    how        how the estimate was made, e.g. "n_layers × d_model × …"
+    available  bytes of memory available (default: `available_memory()`; tests pass their own)"""
+    available = available_memory() if available is None else available
+    if estimate <= parameter_budget(available):
+        return
+    weights = f"{_gib(estimate * BYTES_PER_PARAMETER)} as float32"
+    memory = "" if available is None else f"; this machine has {_gib(available)} of memory available"
+    about = f"{what} describes about {estimate:,} parameters" + (f" ({how})" if how else "")
+    if estimate > MAX_PARAMETERS:
+        raise ValueError(
+            f"{about}, {weights}: over the limit of {MAX_PARAMETERS:,} (selfattn.limits.MAX_PARAMETERS){memory}"
+        )
+    raise ValueError(
+        f"{about}, {weights}: more than this machine can hold with room to run it (the weights may take "
+        f"{MEMORY_SHARE:.0%} of the {_gib(available)} of memory available, {parameter_budget(available):,} "
+        f"parameters); free memory or choose a smaller model"
+    )
 
 
 MAX_LOAD = 256

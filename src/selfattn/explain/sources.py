@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .. import checks
 from ..files import read_json
+from ..limits import TRANSFORMERS_LIMITS, check_parameters
 
 __all__ = [
     "TRANSFORMERS_TYPES",
@@ -52,26 +53,9 @@ POSITIONS_ZH = {
 }
 """Each positional scheme of POSITIONS (and the default model's), in Chinese, for the Chinese views."""
 
-LIMITS = {
-    "num_hidden_layers": 512,
-    "n_layer": 512,
-    "hidden_size": 32768,
-    "n_embd": 32768,
-    "num_attention_heads": 512,
-    "n_head": 512,
-    "num_key_value_heads": 512,
-    "intermediate_size": 262144,
-    "n_inner": 262144,
-    "vocab_size": 1 << 20,
-    "max_position_embeddings": 1 << 21,
-    "n_positions": 1 << 21,
-    "head_dim": 1024,
-}
-"""Largest value accepted per config field: beyond any released model, far below what would
-exhaust memory while the empty model is built."""
-
-MAX_PARAMETERS = 80_000_000_000
-"""Largest model (parameters, estimated from the config) the explainer builds."""
+LIMITS = TRANSFORMERS_LIMITS
+"""Largest value accepted per config field: `selfattn.limits.TRANSFORMERS_LIMITS`, the one table of sizes
+(the parameter budget is `selfattn.limits.check_parameters`: MAX_PARAMETERS and the memory available)."""
 
 WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]
 """The files a hub download fetches: configs, weights (safetensors only), tokenizer files."""
@@ -155,7 +139,9 @@ def check_weights(folder: Path) -> None:
 
 def check_config(config: dict, source: Path) -> None:
     """Refuse a config whose sizes could not be built: each field against LIMITS, and the estimated
-    parameter count against MAX_PARAMETERS. Configs nest a text config in some models: checked too."""
+    parameter count against the one budget (`limits.check_parameters`: MAX_PARAMETERS, and what the
+    machine's available memory holds), before anything is allocated. Configs nest a text config in
+    some models: checked too."""
     for name, limit in LIMITS.items():
         value = config.get(name)
         if value is None:
@@ -171,11 +157,7 @@ def check_config(config: dict, source: Path) -> None:
     ff = config.get("intermediate_size") or config.get("n_inner") or 4 * width
     vocab = config.get("vocab_size") or 0
     estimate = layers * (4 * width * width + 3 * width * ff) + 2 * vocab * width
-    if estimate > MAX_PARAMETERS:
-        raise ValueError(
-            f"{source}: about {estimate:,} parameters (num_hidden_layers × hidden_size × …), over the "
-            f"limit of {MAX_PARAMETERS:,}"
-        )
+    check_parameters(estimate, str(source), "num_hidden_layers × hidden_size × …")
     text = config.get("text_config")
     if isinstance(text, dict):
         check_config(text, source)

@@ -29,7 +29,7 @@ from torch import nn
 from .. import checks
 from ..distributed.context import ContextParallel
 from ..distributed.layout import Sharded
-from ..limits import MAX_PARAMETERS  # the one budget, checked from the config before anything is built
+from ..limits import CONFIG_LIMITS, check_parameters  # the one table, checked before anything is built
 from ..modules import KVCache, MultiHeadSelfAttention
 
 __all__ = ["DecoderConfig", "DecoderLM", "DecoderBlock", "MLP", "ACTIVATIONS"]
@@ -42,18 +42,6 @@ ACTIVATIONS = {
 
 INIT_STD = 0.02
 """Standard deviation of the initial weights (GPT-2's initializer_range)."""
-
-LIMITS = {
-    "vocab_size": 1 << 21,
-    "d_model": 1 << 15,
-    "n_layers": 512,
-    "n_heads": 1024,
-    "n_kv_heads": 1024,
-    "d_ff": 1 << 17,
-    "max_len": 1 << 20,
-}
-"""Largest value of each size field a config may hold: well above any real model, far below what would
-exhaust memory through one field alone (a config is checked before any tensor is allocated)."""
 
 
 @dataclass(frozen=True)
@@ -88,20 +76,16 @@ class DecoderConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
-            checks.integer(name, getattr(self, name), low=1, high=LIMITS[name])
+            checks.integer(name, getattr(self, name), low=1, high=CONFIG_LIMITS[name])
         for name in ("n_kv_heads", "d_ff"):
-            checks.optional_integer(name, getattr(self, name), low=1, high=LIMITS[name])
+            checks.optional_integer(name, getattr(self, name), low=1, high=CONFIG_LIMITS[name])
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
         checks.real("norm_eps", self.norm_eps, low=0, low_open=True, high=1.0)
         checks.real("dropout", self.dropout, low=0, high=1, high_open=True)
         checks.boolean("bias", self.bias)
         checks.boolean("tie_embeddings", self.tie_embeddings)
-        if self.parameters > MAX_PARAMETERS:
-            raise ValueError(
-                f"the config describes about {self.parameters:,} parameters (n_layers × d_model × …), "
-                f"over the limit of {MAX_PARAMETERS:,} (selfattn.limits.MAX_PARAMETERS)"
-            )
+        check_parameters(self.parameters, "the config", "n_layers × d_model × …")
 
     @property
     def parameters(self) -> int:

@@ -17,8 +17,9 @@ import torch
 from torch import nn
 
 from .. import checks
+from ..limits import CONFIG_LIMITS, check_parameters
 from ..modules import MultiHeadSelfAttention
-from .decoder import ACTIVATIONS, LIMITS, MAX_PARAMETERS, MLP
+from .decoder import ACTIVATIONS, MLP
 
 __all__ = ["EncoderConfig", "Encoder", "EncoderBlock"]
 
@@ -39,18 +40,14 @@ class EncoderConfig:
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len"):
-            checks.integer(name, getattr(self, name), low=1, high=LIMITS[name])
-        checks.integer("type_vocab_size", self.type_vocab_size, low=1, high=LIMITS["vocab_size"])
+            checks.integer(name, getattr(self, name), low=1, high=CONFIG_LIMITS[name])
+        checks.integer("type_vocab_size", self.type_vocab_size, low=1, high=CONFIG_LIMITS["type_vocab_size"])
         checks.real("norm_eps", self.norm_eps, low=0, low_open=True, high=1.0)
         parameters = (
             self.n_layers * 4 * self.d_model * (self.d_model + self.d_ff // 2)
             + (self.vocab_size + self.max_len + self.type_vocab_size) * self.d_model
         )
-        if parameters > MAX_PARAMETERS:
-            raise ValueError(
-                f"the config describes about {parameters:,} parameters, over the limit of "
-                f"{MAX_PARAMETERS:,} (selfattn.limits.MAX_PARAMETERS)"
-            )
+        check_parameters(parameters, "the config", "n_layers × d_model × …")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
 
