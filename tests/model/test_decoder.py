@@ -101,3 +101,42 @@ def test_a_few_steps_of_training_lower_the_loss():
         opt.step()
         losses.append(float(loss.detach()))
     assert losses[-1] < 0.2 * losses[0]
+
+
+def test_caches_out_of_sync_are_refused_by_name(model):
+    """issue 18 item 4: after a step stopped between layers (lengths [6, 4]) the next step ran with wrong
+    logits, and one KVCache object given for both layers was accepted."""
+    ids = torch.randint(0, V, (1, 6))
+    cache = model.new_cache()
+    model(ids[:, :4], cache=cache)
+    q, k, v = model.blocks[0].attn.project(model.blocks[0].ln_1(torch.zeros(1, 2, 24)))
+    cache[0].append(k, v)  # layer 0 went on, layer 1 did not
+    with pytest.raises(ValueError, match=r"the cache's layers are out of sync: they hold \[6, 4\] positions"):
+        model(ids[:, 4:], cache=cache)
+    assert [len(c) for c in cache] == [6, 4]  # a refused call writes nothing
+    one = KVCache()
+    with pytest.raises(ValueError, match=r"cache\[0\] and cache\[1\] are one KVCache object"):
+        model(ids, cache=[one, one])
+    assert len(one) == 0
+    with pytest.raises(TypeError, match=r"cache\[1\] must be a KVCache, got dict"):
+        model(ids, cache=[KVCache(), {}])
+    with pytest.raises(TypeError, match="cache must be a list of KVCache, one per layer"):
+        model(ids, cache=KVCache())
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_a_step_stopped_between_layers_leaves_every_layer_as_it_was(model, monkeypatch, error):
+    ids = torch.randint(0, V, (2, 9))
+    cache = model.new_cache()
+    model(ids[:, :5], cache=cache)
+
+    def stopped(*args, **kwargs):
+        raise error("stopped in layer 1")
+
+    with monkeypatch.context() as m:
+        m.setattr(model.blocks[1].attn, "forward", stopped)
+        with pytest.raises(error, match="stopped in layer 1"):
+            model(ids[:, 5:], cache=cache)
+    assert [len(c) for c in cache] == [5, 5]
+    rest = model(ids[:, 5:], cache=cache)  # the step again: the logits of one full pass
+    torch.testing.assert_close(rest, model(ids)[:, 5:], rtol=0, atol=TOL["float32_same_model"])

@@ -293,8 +293,7 @@ class DecoderLM(nn.Module):
                 f"group is for context parallelism: pass input_ids as the Sharded that "
                 f"shard(input_ids, group, dim=1) returns, got a {type(input_ids).__name__}"
             )
-        if cache is not None and len(cache) != len(self.blocks):
-            raise ValueError(f"cache has {len(cache)} layers, the model {len(self.blocks)}")
+        past = None if cache is None else self._check_cache(cache)
         if isinstance(start, bool) or not isinstance(start, (int, torch.Tensor)):
             raise TypeError(f"start must be an int or a (B,) int tensor, got {type(start).__name__} {start!r}")
         if positions is not None and (cache is not None or not (isinstance(start, int) and start == 0)):
@@ -304,13 +303,44 @@ class DecoderLM(nn.Module):
         elif cache is not None:
             if not (isinstance(start, int) and start == 0):
                 raise ValueError("pass start or cache, not both: with a cache, positions continue at its length")
-            x, added = self._embed(input_ids, cache[0].length, "cache")
+            x, added = self._embed(input_ids, past, "cache")
         else:
             x, added = self._embed(input_ids, start, "start")
-        for i, block in enumerate(self.blocks):
-            x = block(x, cache=None if cache is None else cache[i])
+        try:
+            for i, block in enumerate(self.blocks):
+                x = block(x, cache=None if cache is None else cache[i])
+        except BaseException:  # an error or an interrupt between layers: no layer keeps this step's positions
+            for layer in cache or ():
+                layer.truncate(past)
+            raise
         logits = self.lm_head(self.ln_f(x))  # (B, L, V)
         return logits[0] if added else logits
+
+    def _check_cache(self, cache) -> int:
+        """The length of the past a cache holds: one distinct KVCache per layer (`new_cache()`), every
+        layer holding the same positions; else a TypeError/ValueError naming what is wrong."""
+        if not isinstance(cache, (list, tuple)):
+            raise TypeError(
+                f"cache must be a list of KVCache, one per layer (model.new_cache()), got {type(cache).__name__}"
+            )
+        if len(cache) != len(self.blocks):
+            raise ValueError(f"cache has {len(cache)} layers, the model {len(self.blocks)}")
+        first_seen: dict[int, int] = {}
+        for i, layer in enumerate(cache):
+            if not isinstance(layer, KVCache):
+                raise TypeError(f"cache[{i}] must be a KVCache, got {type(layer).__name__}")
+            j = first_seen.setdefault(id(layer), i)
+            if j != i:
+                raise ValueError(
+                    f"cache[{j}] and cache[{i}] are one KVCache object: each layer needs its own (model.new_cache())"
+                )
+        lengths = [len(layer) for layer in cache]
+        if len(set(lengths)) > 1:
+            raise ValueError(
+                f"the cache's layers are out of sync: they hold {lengths} positions (a step stopped between "
+                f"layers?); every layer must hold the same past: start again with model.new_cache()"
+            )
+        return lengths[0] if lengths else 0
 
     def _forward_sharded(self, ids: Sharded, cache, start, positions, group) -> Sharded:
         """This rank's rows of a sequence split across `group`: ids (B, Lr) -> Sharded logits (B, Lr, V)."""
