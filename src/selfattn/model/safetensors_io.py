@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..files import write_atomic
+from ..files import open_regular, write_atomic
 
 __all__ = ["read_safetensors", "save_weights", "assign"]
 
@@ -43,8 +43,8 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"weights file not found: {path}")
+    with open_regular(path, what="weights file"):  # missing, or a FIFO / device / folder: named, never waited on
+        pass
     try:
         return load_file(str(path))
     except (SafetensorError, OSError) as e:
