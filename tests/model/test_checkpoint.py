@@ -1,11 +1,12 @@
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
-from selfattn.model.checkpoint import load_checkpoint, save_checkpoint
+from selfattn.model.checkpoint import FILES, load_checkpoint, save_checkpoint
 from selfattn.model.decoder import DecoderConfig, DecoderLM
 
 
@@ -53,40 +54,147 @@ def test_broken_checkpoints_are_named(tokenizer, tmp_path):
         )
 
 
-def test_a_save_killed_before_config_json_leaves_a_folder_that_refuses_to_load(tokenizer, tmp_path):
-    """A real SIGKILL in the middle of `save_checkpoint --force` over an older checkpoint: the new weights are
-    on disk, config.json is not, and loading says so instead of pairing them with the old config."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    torch.manual_seed(0)
-    old = DecoderLM(DecoderConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2))
-    folder = tmp_path / "ck"
-    save_checkpoint(old, tokenizer, folder, training={"run": "old"})
-    tokenizer.save(tmp_path / "tokenizer.json")
-    code = f"""
+def _kill_script(tmp_path, folder, patch: str) -> str:
+    """A child process that saves a new checkpoint over `folder` with --force and is SIGKILLed where `patch` says."""
+    return f"""
 import os, signal, torch
 from selfattn.model import checkpoint
 from selfattn.model.decoder import DecoderConfig, DecoderLM
 from selfattn.model.tokenizer import WordTokenizer
 
-def killed(path, *args, **kwargs):      # the moment before config.json is written
+def killed(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 
-checkpoint.write_atomic = killed
+{patch}
 tok = WordTokenizer.load({str(tmp_path / "tokenizer.json")!r})
 torch.manual_seed(1)
 new = DecoderLM(DecoderConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2))
 checkpoint.save_checkpoint(new, tok, {str(folder)!r}, training={{"run": "new"}}, force=True)
 """
+
+
+KILLED_AT = {
+    "writing the weights": "checkpoint.save_weights = killed",
+    "writing the tokenizer": "checkpoint.WordTokenizer.save = killed",
+    "before config.json": "checkpoint.write_atomic = killed",
+    "after the weights were written": (
+        "original = checkpoint.save_weights\n"
+        "def half(module, path, *a, **k):\n"
+        "    original(module, path, *a, **k)\n"
+        "    killed()\n"
+        "checkpoint.save_weights = half"
+    ),
+}
+
+
+def _run_killed(tmp_path, folder, patch: str) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    code = _kill_script(tmp_path, folder, patch)
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    assert (folder / "model.safetensors").is_file() and not (folder / "config.json").exists()
-    with pytest.raises(ValueError, match="has weights but no config.json: an incomplete checkpoint"):
+
+
+@pytest.mark.parametrize("moment", sorted(KILLED_AT))
+def test_a_save_killed_over_an_old_checkpoint_leaves_the_old_one_loading(tokenizer, tmp_path, moment):
+    """issue 18 item 5: `train --force` deleted config.json before writing, so a save killed (or a full disk)
+    left a folder that did not load. A real SIGKILL in the middle of `save_checkpoint --force`: the old
+    checkpoint loads as it was, with its own weights."""
+    torch.manual_seed(0)
+    old = DecoderLM(DecoderConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2)).eval()
+    folder = tmp_path / "ck"
+    save_checkpoint(old, tokenizer, folder, training={"run": "old"})
+    (folder / "notes.txt").write_text("mine")
+    tokenizer.save(tmp_path / "tokenizer.json")
+    before = {name: (folder / name).read_bytes() for name in FILES}
+    _run_killed(tmp_path, folder, KILLED_AT[moment])
+    assert {name: (folder / name).read_bytes() for name in FILES} == before
+    model, _, info = load_checkpoint(folder)
+    ids = torch.tensor(tokenizer.encode("一只蓝色怪兽走进森林"))
+    assert info == {"run": "old"} and torch.equal(model(ids), old(ids))
+    assert (folder / "notes.txt").read_text() == "mine"
+    save_checkpoint(old, tokenizer, folder, training={"run": "again"}, force=True)  # a leftover does not block
+    assert load_checkpoint(folder).info == {"run": "again"}
+
+
+def test_a_save_killed_while_moving_files_in_names_the_complete_new_checkpoint(tokenizer, tmp_path):
+    """The one window left: killed between the renames that move the finished files in. The folder's files
+    disagree with its manifest (refused), and the message names the folder holding the complete new one."""
+    torch.manual_seed(0)
+    folder = tmp_path / "ck"
+    save_checkpoint(
+        DecoderLM(DecoderConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2)),
+        tokenizer,
+        folder,
+        training={"run": "old"},
+    )
+    tokenizer.save(tmp_path / "tokenizer.json")
+    patch = (  # the renames into the checkpoint folder itself (write_atomic renames inside the temporary one)
+        "moved = []\n"
+        "original = os.replace\n"
+        "def replace_once(a, b):\n"
+        f"    if os.path.dirname(b) == {str(folder)!r}:\n"
+        "        if moved: killed()\n"
+        "        moved.append(b)\n"
+        "    original(a, b)\n"
+        "checkpoint.os.replace = replace_once"
+    )
+    _run_killed(tmp_path, folder, patch)
+    with pytest.raises(ValueError, match=r"a complete checkpoint is left in .*\.checkpoint\.[0-9a-f]{8}\.tmp") as e:
         load_checkpoint(folder)
+    left = Path(re.search(r"left in (\S+):", str(e.value)).group(1))
+    for name in FILES:
+        if (left / name).exists():
+            (left / name).replace(folder / name)
+    assert load_checkpoint(folder).info == {"run": "new"}
+
+
+def test_a_failed_save_leaves_the_old_checkpoint_and_no_temporary_files(tokenizer, tmp_path, monkeypatch):
+    import errno
+
+    from selfattn.model import checkpoint
+
+    torch.manual_seed(0)
+    model = DecoderLM(DecoderConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2))
+    folder = tmp_path / "ck"
+    save_checkpoint(model, tokenizer, folder, training={"run": "old"})
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.WordTokenizer, "save", full)
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint(model, tokenizer, folder, training={"run": "new"}, force=True)
+    with pytest.raises(OSError, match="No space left"):
+        save_checkpoint(model, tokenizer, tmp_path / "fresh", training={"run": "new"})
+    assert load_checkpoint(folder).info == {"run": "old"}
+    assert sorted(p.name for p in folder.iterdir()) == sorted(FILES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+def test_a_new_checkpoint_folder_appears_complete_with_the_umasks_permissions(tokenizer, tmp_path):
+    """issue 18 item 16: every file was written 0600 (mkstemp) whatever the umask."""
+    import os
+    import stat
+
+    torch.manual_seed(0)
+    model = DecoderLM(DecoderConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_layers=1, n_heads=2))
+    old = os.umask(0o022)
+    try:
+        save_checkpoint(model, tokenizer, tmp_path / "a" / "ck")
+        os.umask(0o027)
+        save_checkpoint(model, tokenizer, tmp_path / "a" / "ck", force=True)
+    finally:
+        os.umask(old)
+    folder = tmp_path / "a" / "ck"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+    modes = {name: stat.S_IMODE((folder / name).stat().st_mode) for name in FILES}
+    assert modes == dict.fromkeys(FILES, 0o640)
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["ck"]
 
 
 def test_weights_from_another_save_are_refused(tokenizer, tmp_path):

@@ -5,11 +5,15 @@
                          "files": {"model.safetensors": {"bytes", "sha256"}, "tokenizer.json": {...}}}
     tokenizer.json      the WordTokenizer (vocabulary + jieba user words)
 
-Saved as a unit: an existing config.json is removed first, each file is written through a temporary
-file and a rename, and config.json comes last with the size and SHA-256 of the other two (the
-manifest). A save killed half-way therefore leaves a folder without config.json, and weights or a
-tokenizer that do not match the manifest are refused on loading: never new weights read with an
-old config. (Configs written before the manifest existed load without that check.)
+Saved as a unit, beside the old one: the three files are written in full (fsync) into a temporary
+folder on the same file system — beside the checkpoint folder when it is new, inside it
+(`.checkpoint.XXXXXXXX.tmp`) when it exists — and only then moved into place by renames, config.json
+last, with the size and SHA-256 of the other two (the manifest). A new folder appears complete (one
+rename); an existing checkpoint loads as it was until the new one is complete, so a full disk, an
+error or a kill while writing leaves it untouched (and at most the temporary folder behind). Only a
+kill between the three renames leaves a folder whose files disagree with its manifest: refused on
+loading, naming the temporary folder that holds the complete new checkpoint — never new weights read
+with an old config. (Configs written before the manifest existed load without that check.)
 
 `load_default()` loads the model that ships inside the package (`selfattn/model/default/`).
 """
@@ -19,12 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
-from ..files import check_writable, read_json, write_atomic
+from ..files import check_writable, open_regular, read_json, sync_folder, temp_folder, write_atomic
 from .decoder import DecoderConfig, DecoderLM
 from .safetensors_io import assign, read_safetensors, save_weights
 from .tokenizer import WordTokenizer
@@ -49,6 +54,8 @@ DEFAULT_DIR = Path(__file__).resolve().parent / "default"
 MANIFEST_FILES = ("model.safetensors", "tokenizer.json")
 """The files whose size and SHA-256 config.json records."""
 HASH_CHUNK = 1 << 20
+TEMP_NAME = "checkpoint"
+"""Inside an existing checkpoint folder, a save in progress writes into .checkpoint.XXXXXXXX.tmp/."""
 
 
 class Checkpoint(NamedTuple):
@@ -77,36 +84,55 @@ def save_checkpoint(
     if model.config.vocab_size != tokenizer.vocab_size:
         raise ValueError(f"model has vocab_size={model.config.vocab_size}, tokenizer {tokenizer.vocab_size}")
     out = check_checkpoint_folder(out_dir, force=force)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").unlink(missing_ok=True)  # from here until the end the folder does not load
-    paths = {
-        "model.safetensors": save_weights(model, out / "model.safetensors", metadata={"format": FORMAT}, force=True),
-        "tokenizer.json": tokenizer.save(out / "tokenizer.json", force=True),
-    }
+    existed = out.is_dir()
+    if existed:
+        staging = temp_folder(out, TEMP_NAME)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = temp_folder(out.parent, out.name)
+    try:
+        _write_files(model, tokenizer, staging, training)
+        if existed:
+            check_checkpoint_folder(out, force=force)  # a checkpoint that appeared meanwhile is kept
+            for name in MANIFEST_FILES + ("config.json",):  # config.json last: the manifest commits the unit
+                os.replace(staging / name, out / name)
+            shutil.rmtree(staging, ignore_errors=True)  # empty now; the checkpoint is saved either way
+        else:
+            os.rename(staging, out)  # a folder that appeared meanwhile (not empty) refuses the rename
+        sync_folder(out)
+        sync_folder(out.parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {name: str(out / name) for name in MANIFEST_FILES + ("config.json",)}
+
+
+def _write_files(model: DecoderLM, tokenizer: WordTokenizer, folder: Path, training: dict | None) -> None:
+    """The three files of a checkpoint, in full (each fsynced), into an empty `folder`."""
+    save_weights(model, folder / "model.safetensors", metadata={"format": FORMAT})
+    tokenizer.save(folder / "tokenizer.json")
     config = {
         "format": FORMAT,
         "version": VERSION,
         "model": model.config.to_dict(),
         "training": training or {},
-        "files": {name: _fingerprint(out / name) for name in MANIFEST_FILES},
+        "files": {name: _fingerprint(folder / name) for name in MANIFEST_FILES},
     }
-    paths["config.json"] = write_atomic(
-        out / "config.json", json.dumps(config, ensure_ascii=False, indent=1) + "\n", force=True
-    )
-    return {k: str(v) for k, v in paths.items()}
+    write_atomic(folder / "config.json", json.dumps(config, ensure_ascii=False, indent=1) + "\n")
 
 
 def _fingerprint(path: Path) -> dict:
     """{"bytes", "sha256"} of a file."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path, what="checkpoint file") as f:
         for chunk in iter(lambda: f.read(HASH_CHUNK), b""):
             digest.update(chunk)
-    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+        size = os.fstat(f.fileno()).st_size
+    return {"bytes": size, "sha256": digest.hexdigest()}
 
 
 def _read_config(path: Path) -> dict:
-    if not path.is_file() and path.parent.is_dir() and any((path.parent / f).exists() for f in MANIFEST_FILES):
+    if not path.exists() and path.parent.is_dir() and any((path.parent / f).exists() for f in MANIFEST_FILES):
         raise ValueError(
             f"{path.parent} has weights but no config.json: an incomplete checkpoint (was a save "
             f"interrupted?); train it again or restore the folder"
@@ -135,8 +161,16 @@ def _check_manifest(folder: Path, data: dict) -> None:
         if manifest.get(name) != _fingerprint(path):
             raise ValueError(
                 f"{path} is not the file config.json was saved with (size or SHA-256 differ): the "
-                f"folder mixes two checkpoints or a save was interrupted; train it again"
+                f"folder mixes two checkpoints or a save was interrupted; {_recovery(folder)}"
             )
+
+
+def _recovery(folder: Path) -> str:
+    """What to do about a mixed folder: move in the files of a save interrupted while renaming, if one is left."""
+    left = sorted(p for p in folder.glob(f".{TEMP_NAME}.*.tmp") if (p / "config.json").is_file())
+    if left:
+        return f"a complete checkpoint is left in {left[-1]}: move its files into {folder}, or train it again"
+    return "train it again"
 
 
 def check_checkpoint_folder(out_dir: str | os.PathLike, *, force: bool = False) -> Path:
