@@ -219,12 +219,13 @@ def _bench(args) -> int:
 
 def _vocab(args) -> int:
     from .explain.session import vocabulary
+    from .render.vocab import format_vocabulary
 
     words = vocabulary(args.model)
     if args.json:
         _print_json({"model": args.model or "default", "size": len(words), "tokens": words})
     else:
-        print(f"{len(words)} tokens: " + " ".join(words))
+        print(format_vocabulary(words))
     return 0
 
 
