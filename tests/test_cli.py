@@ -168,7 +168,7 @@ def test_npz_is_written_to_the_name_given(tmp_path, capsys, monkeypatch):
     import numpy as np
 
     doc = {"name": "x"}
-    monkeypatch.setattr("selfattn.explain.export.to_arrays", lambda d: {"a": np.arange(3)})
+    monkeypatch.setattr("selfattn.explain.views.export.to_arrays", lambda d: {"a": np.arange(3)})
     cli._write_npz(doc, str(tmp_path / "trace"), force=False)
     assert (tmp_path / "trace").is_file() and not (tmp_path / "trace.npz").exists()
     assert np.load(tmp_path / "trace")["a"].tolist() == [0, 1, 2]

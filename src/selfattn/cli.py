@@ -90,7 +90,7 @@ def _write_npz(doc: dict, path: str, force: bool) -> None:
     """Every captured tensor into `path` itself (NumPy would add ".npz" to a name without it), atomically."""
     import numpy as np
 
-    from .explain.export import to_arrays
+    from .explain.views.export import to_arrays
     from .files import write_atomic
 
     buffer = io.BytesIO()
@@ -99,8 +99,8 @@ def _write_npz(doc: dict, path: str, force: bool) -> None:
 
 
 def _explain(args) -> int:
+    from .explain.capture.trace import Intervention
     from .explain.session import Explainer
-    from .explain.trace import Intervention
 
     _check_explain_outputs(args)
     explainer = Explainer.load(args.model)
@@ -120,13 +120,13 @@ def _explain(args) -> int:
         write_html(doc, args.html, force=args.force)
     written = []
     if args.plots:
-        from .explain import plots
+        from .explain.views import plots
 
         written = plots.save(doc, args.plots, force=args.force, lang=args.lang)
     if args.json:
         _print_json(doc)
         return 0
-    from .explain import tables
+    from .explain.views import tables
 
     console = _console()
     tables.render(doc, console, lang=args.lang)
@@ -229,8 +229,8 @@ def _vocab(args) -> int:
 
 
 def _serve(args) -> int:
-    from .explain.server import serve
     from .explain.session import Explainer
+    from .explain.web.server import serve
 
     serve(Explainer.load(args.model), host=args.host, port=args.port)
     return 0

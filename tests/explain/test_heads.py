@@ -4,9 +4,9 @@ view on the default model verified against the probe, the head search, the contr
 import numpy as np
 import pytest
 
-from selfattn.explain import export, heads, relations
+from selfattn.explain.capture.trace import Intervention
 from selfattn.explain.session import Explainer
-from selfattn.explain.trace import Intervention
+from selfattn.explain.views import export, heads, relations
 from selfattn.model import checkpoint
 from selfattn.model.corpus import CREATURES, Sentence
 from selfattn.model.probe import attention_probe

@@ -21,8 +21,9 @@ from pathlib import Path
 import torch
 
 from .. import checks
-from . import experiment, export, heads, relations, sources, summary
-from .trace import Intervention, ModelTrace, capture
+from . import sources
+from .capture.trace import Intervention, ModelTrace, capture
+from .views import experiment, export, heads, relations, summary
 
 __all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report"]
 
@@ -138,7 +139,7 @@ class Explainer:
             unknown_hint={"en": "the tokenizer has no piece for these characters", "zh": "分词器没有这些字符的片段"},
         )
 
-    def trace(self, text: str, intervention: Intervention = Intervention()) -> ModelTrace:
+    def trace(self, text: str, intervention: Intervention | None = None) -> ModelTrace:
         tokens, ids, kwargs = self.tokenize(check_text(text))
         if len(ids) > self.max_len:
             raise ValueError(f"the text has {len(ids)} tokens; {self.name} reads at most {self.max_len}")
@@ -150,7 +151,7 @@ class Explainer:
         *,
         layer: int | None = None,
         head: int | None = None,
-        intervention: Intervention = Intervention(),
+        intervention: Intervention | None = None,
         stages: bool | None = None,
         find=None,
         layers=None,
@@ -163,6 +164,7 @@ class Explainer:
         compare  with an intervention, also run the text without it and compare the two on the shown head
                  (`experiment`: `experiment.compare`); False skips that second run (a caller that has its
                  own baseline: the page's layer requests)"""
+        intervention = Intervention() if intervention is None else intervention
         trace = self.trace(text, intervention)
         table = summary.summaries(trace)
         described = heads.describe(trace, table)

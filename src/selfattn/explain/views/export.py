@@ -28,10 +28,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import __version__, checks
-from ..files import json_float
-from .sources import POSITIONS_ZH
-from .trace import ModelTrace, head_stages
+from ... import __version__, checks
+from ...files import json_float
+from ..capture.trace import ModelTrace, head_stages
+from ..sources import POSITIONS_ZH
 
 STAGES_MAX_LEN = 64
 """Up to this many tokens the export holds every head's N×N stages; beyond, Q/K/V/lse (the stages

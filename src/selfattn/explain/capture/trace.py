@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import checks
-from ..functional import intercept
-from ..kernels.base import Request, Result
-from ..limits import TEMPERATURE_RANGE  # Intervention, the CLI and the server check it; the page reads it
-from ..masks import visibility
-from ..modules import MultiHeadSelfAttention, SelfAttention
-from ..weights import _row_index, weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
+from ... import checks
+from ...functional import intercept
+from ...kernels.base import Request, Result
+from ...limits import TEMPERATURE_RANGE  # Intervention, the CLI and the server check it; the page reads it
+from ...masks import visibility
+from ...modules import MultiHeadSelfAttention, SelfAttention
+from ...weights import _row_index, weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
 
 __all__ = ["TEMPERATURE_RANGE", "Intervention", "LayerTrace", "ModelTrace", "HeadChange", "capture", "head_stages"]
 
@@ -211,7 +211,7 @@ def capture(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     tokens: list[str],
-    intervention: Intervention = Intervention(),
+    intervention: Intervention | None = None,
     **model_kwargs,
 ) -> ModelTrace:
     """Run `model(input_ids, **model_kwargs)` once and record every `selfattn.attention` call.
@@ -219,6 +219,7 @@ def capture(
     input_ids  (L,) or (1, L) token ids; `tokens` their strings (same length)
     model_kwargs  passed through (for example `attention_mask` of an encoder)
     """
+    intervention = Intervention() if intervention is None else intervention
     if not isinstance(intervention, Intervention):
         raise TypeError(f"intervention must be an Intervention, got {type(intervention).__name__}")
     if not isinstance(input_ids, torch.Tensor):

@@ -19,9 +19,9 @@ Every number is a weight of `LayerTrace.stages` (float64, exact) or of the per-h
 
 from __future__ import annotations
 
+from ..capture.trace import ModelTrace
 from .relations import RELATIONS, WORDS, links
 from .summary import SINK_LIMIT
-from .trace import ModelTrace
 
 __all__ = [
     "RELATION_SHOWN",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import check_writable, write_atomic
+from ...files import check_writable, write_atomic
 from .export import head_weights
 
 CJK_FONTS = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "Noto Sans CJK JP")

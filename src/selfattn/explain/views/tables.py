@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..terminal import printable
-from ..walkthrough import FEATURES as MEANINGS  # the walkthrough's meanings, one per relations.MEANING_ROLES
+from ...terminal import printable
+from ...walkthrough import FEATURES as MEANINGS  # the walkthrough's meanings, one per relations.MEANING_ROLES
 from .heads import PICK_RULE, percent
 from .relations import MEANING_ROLES, roles
 from .summary import SINK_LIMIT
