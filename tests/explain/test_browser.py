@@ -25,7 +25,7 @@ import uvicorn
 from playwright.sync_api import Page, sync_playwright
 
 from selfattn.explain import report
-from selfattn.explain.capture.trace import Intervention
+from selfattn.explain.capture.interventions import Intervention
 from selfattn.explain.views import heads as heads_module
 from selfattn.explain.web import server
 from tests.explain import truth

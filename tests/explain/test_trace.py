@@ -6,7 +6,8 @@ import torch
 
 import selfattn
 from selfattn import reference
-from selfattn.explain.capture.trace import Intervention, capture
+from selfattn.explain.capture.interventions import Intervention
+from selfattn.explain.capture.trace import capture
 from selfattn.explain.views import export, summary
 from selfattn.explain.views import heads as heads_module
 from tests.tolerances import TOL

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from selfattn import reference
-from selfattn.explain.capture.trace import Intervention
+from selfattn.explain.capture.interventions import Intervention
 from selfattn.explain.session import Explainer, unknown_report
 from selfattn.explain.views import export, tables
 from selfattn.weights import weights_from_lse

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ..files import check_writable, write_atomic
-from .capture.trace import TEMPERATURE_RANGE
+from ..limits import TEMPERATURE_RANGE
 from .views.export import restore_inf
 from .views.heads import PICK_RULE
 

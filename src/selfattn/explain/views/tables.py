@@ -19,7 +19,9 @@ from rich.text import Text
 
 from ...terminal import printable
 from ...walkthrough import FEATURES as MEANINGS  # the walkthrough's meanings, one per relations.MEANING_ROLES
-from .heads import PICK_RULE, percent
+from ..capture.interventions import REGISTRY
+from . import texts
+from .heads import percent
 from .relations import MEANING_ROLES, roles
 from .summary import SINK_LIMIT
 
@@ -30,121 +32,6 @@ TOP_DIMENSIONS = 3
 """A long vector is summarised by its norm and its largest dimensions (the JSON holds all of them)."""
 LABEL_WIDTH = 8
 """Characters of a row label (a query token) before it is cut."""
-
-TEXT = {
-    "zh": {
-        "model": "模型：{name}（{kind}，{n_layers} 层 × {n_heads} 个 head，d_model = {d_model}，"
-        "head 维度 d_k = {head_dim}）",
-        "card": "架构：{architecture}；位置编码：{positions}",
-        "numbering": "编号：层、head 和 token 位置都从 0 起。",
-        "unknown": "注意：{n} 个 token 中有 {count} 个是分词器不认识的（标为 ⟨?⟩）。{hint}",
-        "tokens": "分词（{n} 个 token）：",
-        "selected": "显示：层 {layer} · head {head}（{reason}）",
-        "does": "这个 head 在做什么：{text}",
-        "chosen": "由你指定",
-        "within layer": "在这一层里自动选择",
-        "auto_short": "自动选择",
-        "within head": "为这个 head 自动选择层",
-        "intervention": "干预：{items}",
-        "only": "只在{where}",
-        "no_scaling": "关闭 ÷√d_k",
-        "no_causal": "关闭因果 mask",
-        "temperature": "softmax 温度 T = {t:g}",
-        "where": "层 {layer}",
-        "where_head": " · head {head}",
-        "experiment": "对照实验（同一句话，有干预 vs 无干预）：{text}",
-        "scores": "① 分数 QKᵀ",
-        "scaled": "② ÷√d_k（乘以 {scale}）",
-        "scaled_off": "② 不除以 √d_k（乘以 {scale}）",
-        "mask": "③ 可见性（1 = 可以看，0 = 不能看）",
-        "mask_off": "③ 可见性（因果 mask 已关闭：1 = 可以看）",
-        "masked": "④ 加 mask（−inf）",
-        "weights": "⑤ softmax 权重（%）",
-        "meaning": "⑥ ·V 当作“含义”：若每个 token 的 V 只携带它自己的含义（教程的单位向量），"
-        "输出的每一行就是各含义的权重（%）",
-        "other": "其他",
-        "first": "首 token",
-        "vectors": "⑦ 输出：Σ w·V（这个 head）、注意力层输出、这一层的输出"
-        "（每行：长度 ‖·‖ 和最大的 {k} 个维度；完整数字见 --json）",
-        "col_weighted": "Σ w·V",
-        "col_attn": "注意力层输出",
-        "col_output": "这一层的输出",
-        "top": "每个位置最关注的 token：",
-        "row": "“{q}” → {items}",
-        "bos": "注：{token} 是句首的特殊 token。用不上的注意力常常“停”在这里：这个 head 平均给它 {selected}，"
-        "所有 head 平均 {mean}。",
-        "predict": "模型预测的下一个 token：",
-        "summary": "各 head 概览：平均熵（bit，越小越集中）；* = ≥50% 注意力停在第一个 token 上；> = 当前显示",
-        "heads": "每个 head 在这句话上做什么：",
-        "head_line": "  层 {layer} · head {head}：{text}",
-        "search": "head 搜索：“{q}”（位置 {i}）→“{k}”（位置 {j}）的权重，从大到小：",
-        "search_line": "  层 {layer} · head {head}：{w}",
-        "too_long": "输入有 {n} 个 token，超过 {limit}：终端只显示概览；用 --html 查看完整交互报告。",
-        "layer": "层",
-        "head": "head",
-        "corner": "查询 \\ 键",
-        "corner_meaning": "位置 \\ 含义",
-        "decoder": "解码器",
-        "encoder": "编码器",
-    },
-    "en": {
-        "model": "Model: {name} ({kind}, {n_layers} layers × {n_heads} heads, d_model = {d_model}, "
-        "head dim d_k = {head_dim})",
-        "card": "Architecture: {architecture}; positions: {positions}",
-        "numbering": "Numbering: layers, heads and token positions count from 0.",
-        "unknown": "Note: {count} of {n} tokens are unknown to the tokenizer (marked ⟨?⟩). {hint}",
-        "tokens": "Tokens ({n}):",
-        "selected": "Showing layer {layer} · head {head} ({reason})",
-        "does": "What this head does: {text}",
-        "chosen": "chosen by you",
-        "within layer": "picked within this layer",
-        "auto_short": "picked automatically",
-        "within head": "layer picked for this head",
-        "intervention": "Intervention: {items}",
-        "only": "only in {where}",
-        "no_scaling": "÷√d_k switched off",
-        "no_causal": "causal mask switched off",
-        "temperature": "softmax temperature T = {t:g}",
-        "where": "layer {layer}",
-        "where_head": " · head {head}",
-        "experiment": "Controlled experiment (the same text with and without the intervention): {text}",
-        "scores": "(1) scores QKᵀ",
-        "scaled": "(2) ÷√d_k (times {scale})",
-        "scaled_off": "(2) no ÷√d_k (times {scale})",
-        "mask": "(3) visibility (1 = may look, 0 = may not)",
-        "mask_off": "(3) visibility (causal mask off: 1 = may look)",
-        "masked": "(4) masked (−inf)",
-        "weights": "(5) softmax weights (%)",
-        "meaning": "(6) ·V as \"meanings\": if each token's V carried only its own meaning (the tutorial's unit "
-        "vectors), each output row would be these weights per meaning (%)",
-        "other": "other",
-        "first": "1st token",
-        "vectors": "(7) output: Σ w·V (this head), attention output, layer output (per row: length ‖·‖ and the {k} "
-        "largest dimensions; every number is in --json)",
-        "col_weighted": "Σ w·V",
-        "col_attn": "attention output",
-        "col_output": "layer output",
-        "top": "What each position attends to most:",
-        "row": '"{q}" → {items}',
-        "bos": 'Note: {token} is the special first token. Attention that is not needed elsewhere often "parks" '
-        "there: this head gives it {selected} on average, all heads {mean}.",
-        "predict": "The model's next-token prediction:",
-        "summary": "Heads at a glance: mean entropy (bits, lower = more concentrated); * = >= 50% on the first "
-        "token; > = shown",
-        "heads": "What each head does on this text:",
-        "head_line": "  layer {layer} · head {head}: {text}",
-        "search": 'Head search: the weight from "{q}" (position {i}) to "{k}" (position {j}), largest first:',
-        "search_line": "  layer {layer} · head {head}: {w}",
-        "too_long": "The input has {n} tokens, more than {limit}: the terminal shows summaries only; "
-        "use --html for the full report.",
-        "layer": "layer",
-        "head": "head",
-        "corner": "query \\ key",
-        "corner_meaning": "position \\ meaning",
-        "decoder": "decoder",
-        "encoder": "encoder",
-    },
-}
 
 
 def number(x, digits: int = 2) -> str:
@@ -160,7 +47,8 @@ def number(x, digits: int = 2) -> str:
 
 
 def render(doc: dict, console: Console, lang: str = "zh") -> None:
-    t = TEXT[lang]
+    def t(key: str, **values) -> str:
+        return texts.text("tables." + key, lang, **values)
 
     def say(*parts, **kw):
         return console.print(
@@ -173,87 +61,85 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
         )  # never markup, never ESC
 
     m = doc["model"]
-    say(t["model"].format(**(m | {"kind": t.get(m["kind"], m["kind"])})))
+    say(t("model", **(m | {"kind": t(m["kind"])})))
     if m.get("architecture"):
         positions = m["positions_zh" if lang == "zh" else "positions"]  # both written by export.model_info
-        say(t["card"].format(**(m | {"positions": positions})))
-    say(t["numbering"])
+        say(t("card", **(m | {"positions": positions})))
+    say(t("numbering"))
     tokens = doc["tokens"]
     unknown = doc.get("unknown") or {"count": 0, "positions": [], "message": ""}
     unknown_at = set(unknown["positions"])
     marked = [f"{tok}⟨?⟩" if i in unknown_at else tok for i, tok in enumerate(tokens)]
-    say(t["tokens"].format(n=len(tokens)), " / ".join(marked))
+    say(t("tokens", n=len(tokens)), " / ".join(marked))
     if unknown["count"]:
-        say(t["unknown"].format(n=len(tokens), count=unknown["count"], hint=unknown["hint"][lang]), style="yellow")
+        say(t("unknown", n=len(tokens), count=unknown["count"], hint=unknown["hint"][lang]), style="yellow")
     _intervention(doc, say, t, lang)
     sel = doc["selected"]
     if sel["rule"] == "auto":  # the rule is a paragraph: under the head, not wrapped into its name
-        say(t["selected"].format(layer=sel["layer"], head=sel["head"], reason=t["auto_short"]))
-        say("  " + PICK_RULE[lang], style="dim")
+        say(t("selected", layer=sel["layer"], head=sel["head"], reason=t("auto_short")))
+        say("  " + texts.text("pick_rule", lang), style="dim")
     else:
-        reason = t["chosen"] if sel["rule"] is None else t[sel["rule"]]
-        say(t["selected"].format(layer=sel["layer"], head=sel["head"], reason=reason))
+        reason = t("chosen") if sel["rule"] is None else t(sel["rule"].replace(" ", "_"))
+        say(t("selected", layer=sel["layer"], head=sel["head"], reason=reason))
     described = doc.get("descriptions")
     if described:
-        say(t["does"].format(text=described[sel["layer"]][sel["head"]]["text"][lang]), style="bold")
-    if doc.get("experiment"):
-        say(t["experiment"].format(text=doc["experiment"]["text"][lang]))
+        say(t("does", text=described[sel["layer"]][sel["head"]]["text"][lang]), style="bold")
+    if "text" in doc.get("experiment", {}):  # compared with the text without the intervention
+        say(t("experiment", text=doc["experiment"]["text"][lang]))
     if doc["prediction"]:
-        say(t["predict"], "  ".join(f"{p['token']} {p['prob']:.1%}" for p in doc["prediction"]))
+        say(t("predict"), "  ".join(f"{p['token']} {p['prob']:.1%}" for p in doc["prediction"]))
     _summary_grid(doc, console, t)
     if described:
-        say(t["heads"])
+        say(t("heads"))
         for l, heads in enumerate(described):
             for h, d in enumerate(heads):
-                say(t["head_line"].format(layer=l, head=h, text=d["text"][lang]))
+                say(t("head_line", layer=l, head=h, text=d["text"][lang]))
     if doc.get("search"):
         s = doc["search"]
-        say(t["search"].format(q=tokens[s["query"]], i=s["query"], k=tokens[s["key"]], j=s["key"]))
+        say(t("search", q=tokens[s["query"]], i=s["query"], k=tokens[s["key"]], j=s["key"]))
         for r in s["heads"]:
-            say(t["search_line"].format(layer=r["layer"], head=r["head"], w=f"{100 * r['weight']:.1f}%"))
+            say(t("search_line", layer=r["layer"], head=r["head"], w=f"{100 * r['weight']:.1f}%"))
     if doc.get("first_token") and doc["summaries"][sel["layer"]][sel["head"]]["rows"]:
         ft = doc["first_token"]
-        say(t["bos"].format(token=ft["token"], selected=percent(ft["selected"]), mean=percent(ft["mean"])))
+        say(t("bos", token=ft["token"], selected=percent(ft["selected"]), mean=percent(ft["mean"])))
     layer = doc["layers"][sel["layer"]]
     head = layer.get("heads", [{}] * (sel["head"] + 1))[sel["head"]]
     if len(tokens) > MAX_TABLE_TOKENS or "stages" not in head:
-        say(t["too_long"].format(n=len(tokens), limit=MAX_TABLE_TOKENS))
+        say(t("too_long", n=len(tokens), limit=MAX_TABLE_TOKENS))
         return
     _stages(doc, console, t, lang, layer, head)
 
 
-def _intervention(doc: dict, say, t: dict, lang: str) -> None:
-    i = doc["intervention"]
-    changes = (
-        ([t["no_scaling"]] if not i["scaling"] else [])
-        + ([t["no_causal"]] if not i["causal"] else [])
-        + ([t["temperature"].format(t=i["temperature"])] if i["temperature"] != 1 else [])
-    )
-    if changes and "layer" in i:
-        where = t["where"].format(layer=i["layer"]) + (t["where_head"].format(head=i["head"]) if "head" in i else "")
-        changes.append(t["only"].format(where=where))
-    elif changes and "head" in i:
-        changes.append(t["only"].format(where=t["where_head"].format(head=i["head"]).strip(" ·")))
+def _intervention(doc: dict, say, t, lang: str) -> None:
+    """One line naming each applied intervention (the registry's words) and where it acts."""
+    applied = dict(doc.get("experiment", {}).get("applied", {}))  # absent: no intervention
+    layer, head = applied.pop("layer", None), applied.pop("head", None)
+    changes = [REGISTRY[name].words(lang, values) for name, values in applied.items()]
+    if changes and layer is not None:
+        where = t("where", layer=layer) + (t("where_head", head=head) if head is not None else "")
+        changes.append(t("only", where=where))
+    elif changes and head is not None:
+        changes.append(t("only_head", head=head))
     if changes:
-        say(t["intervention"].format(items="，".join(changes) if lang == "zh" else ", ".join(changes)))
+        say(t("intervention", items="，".join(changes) if lang == "zh" else ", ".join(changes)))
 
 
-def _stages(doc: dict, console: Console, t: dict, lang: str, layer: dict, head: dict) -> None:
+def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) -> None:
     tokens = doc["tokens"]
     stages = head["stages"]
     scale = head.get("scale", layer["scale"])
     visible = head.get("visible", layer["visible"])
     causal = head.get("causal", layer.get("causal", True))
-    scaled_title = t["scaled" if doc["intervention"]["scaling"] else "scaled_off"].format(scale=number(scale, 4))
-    _matrix(console, t["scores"], t["corner"], tokens, tokens, stages["scores"], number)
-    _matrix(console, scaled_title, t["corner"], tokens, tokens, stages["scaled"], number)
-    _matrix(console, t["mask" if causal else "mask_off"], t["corner"], tokens, tokens, visible, str)
-    _matrix(console, t["masked"], t["corner"], tokens, tokens, stages["masked"], number)
+    scaled_title = t("scaled" if doc["intervention"]["scaling"] else "scaled_off", scale=number(scale, 4))
+    _matrix(console, t("scores"), t("corner"), tokens, tokens, stages["scores"], number)
+    _matrix(console, scaled_title, t("corner"), tokens, tokens, stages["scaled"], number)
+    _matrix(console, t("mask" if causal else "mask_off"), t("corner"), tokens, tokens, visible, str)
+    _matrix(console, t("masked"), t("corner"), tokens, tokens, stages["masked"], number)
     weights = stages["weights"]
     _matrix(
         console,
-        t["weights"],
-        t["corner"],
+        t("weights"),
+        t("corner"),
         tokens,
         tokens,
         [[100 * w for w in row] for row in weights],
@@ -261,17 +147,17 @@ def _stages(doc: dict, console: Console, t: dict, lang: str, layer: dict, head: 
     )
     _meanings(console, t, lang, tokens, weights)
     _vectors(console, t, layer, stages, doc)
-    console.print(t["top"], markup=False)
+    console.print(t("top"), markup=False)
     for q, row in zip(tokens, weights, strict=False):
         best = sorted(range(len(row)), key=lambda j: -row[j])[:3]
         items = ", ".join(f"{tokens[j]} {percent(row[j])}" for j in best if row[j] > 0)
-        console.print("  " + t["row"].format(q=q, items=items), markup=False)
+        console.print("  " + t("row", q=q, items=items), markup=False)
 
 
-def _meanings(console: Console, t: dict, lang: str, tokens: list[str], weights) -> None:
+def _meanings(console: Console, t, lang: str, tokens: list[str], weights) -> None:
     """The walkthrough's one-hot-V table on the real tokens: weights summed per meaning (role)."""
     r = roles(tokens)
-    columns = list(MEANINGS[lang]) + [t["first"], t["other"]]
+    columns = list(MEANINGS[lang]) + [t("first"), t("other")]
     rows = []
     for row in weights:
         sums = [0.0] * len(columns)
@@ -280,16 +166,16 @@ def _meanings(console: Console, t: dict, lang: str, tokens: list[str], weights) 
             sums[col] += 100 * w
         rows.append(sums)
     _matrix(
-        console, t["meaning"], t["corner_meaning"], tokens, columns, rows, lambda x: number(x, 1), cut_columns=False
+        console, t("meaning"), t("corner_meaning"), tokens, columns, rows, lambda x: number(x, 1), cut_columns=False
     )
 
 
-def _vectors(console: Console, t: dict, layer: dict, stages: dict, doc: dict) -> None:
+def _vectors(console: Console, t, layer: dict, stages: dict, doc: dict) -> None:
     if "weighted" not in stages or "attn_out" not in layer:
         return
-    console.print(t["vectors"].format(k=TOP_DIMENSIONS), markup=False)
+    console.print(t("vectors", k=TOP_DIMENSIONS), markup=False)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for header in (t["corner"].split(" ")[0], t["col_weighted"], t["col_attn"], t["col_output"]):
+    for header in (t("corner").split(" ")[0], t("col_weighted"), t("col_attn"), t("col_output")):
         table.add_column(Text(header))
     for i, q in enumerate(doc["tokens"]):
         table.add_row(
@@ -348,10 +234,10 @@ def _cell(text: str) -> Text:
     return Text(text, style="dim" if float(text.replace(MINUS, "-")) == 0 else "")
 
 
-def _summary_grid(doc: dict, console: Console, t: dict) -> None:
-    console.print(t["summary"], markup=False)
+def _summary_grid(doc: dict, console: Console, t) -> None:
+    console.print(t("summary"), markup=False)
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
-    for name in [t["layer"], *(f"H{h}" for h in range(doc["model"]["n_heads"]))]:
+    for name in [t("layer"), *(f"H{h}" for h in range(doc["model"]["n_heads"]))]:
         table.add_column(name, no_wrap=True, justify="right", min_width=4)
     sel = doc["selected"]
     for l, heads in enumerate(doc["summaries"]):
@@ -364,4 +250,4 @@ def _summary_grid(doc: dict, console: Console, t: dict) -> None:
     console.print(table)
 
 
-__all__ = ["render", "number", "TEXT", "MAX_TABLE_TOKENS"]
+__all__ = ["render", "number", "MAX_TABLE_TOKENS"]

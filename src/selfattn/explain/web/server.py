@@ -2,9 +2,10 @@
 
     GET  /               the explorer page in live mode (the same page and JS as the HTML report);
                          `?text=…` opens it on that text
-    POST /api/explain    {text, layer?, head?, scaling?, causal?, temperature?, only_layer?, only_head?, format?,
-                          layers?, find?}
-                         -> the export dict (only_layer / only_head limit the intervention to one layer / head)
+    POST /api/explain    {text, layer?, head?, interventions?: {name: {param: value}, layer?, head?}, format?,
+                          layers?, find?}  (`body.ExplainRequest`, generated from the interventions' registry)
+                         -> the export dict (interventions.layer / .head limit the interventions to one layer /
+                            head; the top-level layer / head name the head to show)
 
 `format` is "json" (default: the dict of `Explainer.explain`, exactly what `selfattn explain --json`
 prints) or "packed" (its float arrays as float32/float64 base64, what the page reads: `report.pack`).
@@ -13,14 +14,21 @@ Responses are sized by what the view needs: `layers` names the layers whose arra
 others keep their scalars; summaries, descriptions and predictions always cover every layer). Its
 default is every layer for "json" and only the shown layer for "packed" (the page asks for another
 layer when you pick it). A request that names `layers` gets no `experiment` (no second run without
-the intervention): the page asks for its baseline itself. `find: [query, key]` adds the head search.
+the intervention): the page asks for its baseline itself. `find: [query, key]` adds the head search
+(`heads.search`, the one copy: with `layers: []` the answer is the ranking and the scalars only).
+
+One forward pass per change: the app keeps the traces it computed by (text, intervention) in a bounded
+`TraceCache` (TRACE_CACHE_BYTES), so the experiment's baseline, the page's own request for it, another
+layer's arrays and a head search on a text already shown are read back, not recomputed. A change of
+intervention on a shown text runs the changed pass only; the first view of a text with an intervention
+runs it and its baseline, once each, even when the page asks for both at the same time.
 A response estimated over MAX_RESPONSE_BYTES is refused with a 422 that says how to ask for less.
 GET / goes through the same lanes and the same limit, and carries the shown layer's arrays only.
 
 Every refusal is a 4xx with a one-line message in `detail`, never a 500: a malformed or
 oversized body, a wrong type, an empty text, a text over `session.MAX_CHARS` characters or
-over the model's context in tokens, a control character, a temperature outside
-[MIN_TEMPERATURE, MAX_TEMPERATURE], a layer or head that does not exist.
+over the model's context in tokens, a control character, an intervention's value outside its range
+(a temperature outside [MIN_TEMPERATURE, MAX_TEMPERATURE]), a layer or head that does not exist.
 
 Interventions travel in a context of the request's own thread (`selfattn.intercept`), so requests
 are answered concurrently, with no global lock. What they hold is bounded by lanes: a text of up to
@@ -28,7 +36,8 @@ LIGHT_CHARS characters is explained in the light lane (LIGHT_SLOTS at once), a l
 lane (HEAVY_SLOTS at once), so short requests never queue behind long ones and the memory of the
 explanations being computed is at most HEAVY_SLOTS long ones plus LIGHT_SLOTS short ones, whatever
 the number of clients. After a long one the freed heap is given back to the system (`release_memory`).
-Answers not yet read by their clients are held too: at most MAX_CONNECTIONS × MAX_RESPONSE_BYTES.
+Answers not yet read by their clients are held too: at most MAX_CONNECTIONS × MAX_RESPONSE_BYTES, and the
+kept traces: at most TRACE_CACHE_BYTES.
 """
 
 from __future__ import annotations
@@ -36,17 +45,18 @@ from __future__ import annotations
 import ctypes
 import socket
 import threading
-from typing import Literal
+from functools import partial
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from ... import checks
+from ...limits import TEMPERATURE_RANGE
 from .. import report
-from ..capture.trace import TEMPERATURE_RANGE, Intervention
+from ..capture.cache import TraceCache
 from ..session import DEFAULT_TEXT, MAX_CHARS, Explainer
+from .body import ExplainRequest
 from .guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 
 __all__ = ["create_app", "serve", "ExplainRequest", "MAX_BODY_BYTES", "MIN_TEMPERATURE", "MAX_TEMPERATURE"]
@@ -72,38 +82,14 @@ LISTEN_BACKLOG = 2048
 """Pending connections the kernel queues (uvicorn's own default)."""
 KEEP_ALIVE_SECONDS = 5
 """An idle keep-alive connection is closed after this long."""
+TRACE_CACHE_BYTES = 128 << 20
+"""Most bytes of traces the app keeps for reuse (`TraceCache`): a few dozen short texts of a small model."""
+TRACE_CACHE_ENTRIES = 16
 BUSY = "the server is busy with other long texts; try again in a moment"
 
 
 class Busy(Exception):
     """No slot of the request's lane freed within QUEUE_SECONDS (answered 503)."""
-
-
-class ExplainRequest(BaseModel):
-    """The body of POST /api/explain; types are strict ("3" is not a layer, 1 is not true)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    text: StrictStr = Field(max_length=MAX_CHARS)
-    layer: StrictInt | None = Field(default=None, ge=0)
-    head: StrictInt | None = Field(default=None, ge=0)
-    scaling: StrictBool = True
-    causal: StrictBool = True
-    temperature: StrictFloat = Field(default=1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)
-    only_layer: StrictInt | None = Field(default=None, ge=0)
-    only_head: StrictInt | None = Field(default=None, ge=0)
-    format: Literal["json", "packed"] = "json"
-    layers: list[StrictInt] | None = Field(default=None, max_length=1024)
-    find: list[StrictStr | StrictInt] | None = Field(default=None, min_length=2, max_length=2)
-
-    def intervention(self) -> Intervention:
-        return Intervention(
-            scaling=self.scaling,
-            causal=self.causal,
-            temperature=float(self.temperature),
-            layer=self.only_layer,
-            head=self.only_head,
-        )
 
 
 def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> FastAPI:
@@ -113,7 +99,9 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
     if not isinstance(explainer, Explainer):
         raise TypeError(f"explainer must be a selfattn.explain.session.Explainer, got {type(explainer).__name__}")
     app = FastAPI(title="selfattn explorer", docs_url=None, redoc_url=None, openapi_url=None)
-    explain = explainer.explain
+    traces = TraceCache(max_bytes=TRACE_CACHE_BYTES, max_entries=TRACE_CACHE_ENTRIES)
+    explain = partial(explainer.explain, cache=traces)
+    app.state.traces = traces
 
     app.add_middleware(HttpGuard, max_body=MAX_BODY_BYTES, hosts=hosts)
     lanes = {"light": threading.BoundedSemaphore(LIGHT_SLOTS), "heavy": threading.BoundedSemaphore(HEAVY_SLOTS)}
@@ -178,12 +166,13 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
 
     def answer(body: ExplainRequest):
         try:
+            intervention = body.intervention()
             doc = explained(
                 body.text,
                 body.format,
                 layer=body.layer,
                 head=body.head,
-                intervention=body.intervention(),
+                intervention=intervention,
                 stages=False if body.format == "packed" else None,
                 find=body.find,
                 layers=body.layers if body.layers is not None or body.format == "json" else "selected",
