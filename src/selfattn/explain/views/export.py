@@ -36,7 +36,7 @@ import torch
 from ... import __version__, checks
 from ...files import json_float
 from ..capture import interventions
-from ..capture.trace import ModelTrace, head_stages
+from ..capture.trace import LayerTrace, ModelTrace, head_stages
 from . import texts
 
 STAGES_MAX_LEN = 64
@@ -91,56 +91,10 @@ def to_dict(
     indices whose arrays are written (default all); the others keep their scalars only."""
     with_stages = trace.layers[0].length <= STAGES_MAX_LEN if stages is None else stages
     wanted = check_layers(layers, trace.n_layers)
-    out_layers = []
-    for index, layer in enumerate(trace.layers):
-        if index not in wanted:
-            out_layers.append(
-                {
-                    "scale": layer.scale,
-                    "causal": layer.causal,
-                    "softcap": layer.softcap,
-                    "window": layer.window,
-                    "omitted": True,
-                }
-            )
-            continue
-        heads = []
-        for h in range(layer.n_heads):
-            kv = layer.kv_head(h)
-            head = {
-                "kv_head": kv,
-                "q": _list(layer.q[h]),
-                "k": _list(layer.k[kv]),
-                "v": _list(layer.v[kv]),
-                "lse": _list(layer.lse[h]),
-            }
-            change = layer.changed.get(h)
-            if change is not None:
-                head |= {
-                    "scale": change.scale,
-                    "softcap": change.softcap,
-                    "causal": change.causal,
-                    "visible": change.visible.int().tolist(),
-                }
-            if with_stages:
-                st = layer.stages(h)
-                head["stages"] = {
-                    name: _list(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")
-                }
-            heads.append(head)
-        out_layers.append(
-            {
-                "scale": layer.scale,
-                "causal": layer.causal,
-                "softcap": layer.softcap,
-                "window": layer.window,
-                "visible": layer.visible.int().tolist(),
-                "x": _list(layer.x),
-                "attn_out": _list(layer.attn_out),
-                "output": _list(layer.output),
-                "heads": heads,
-            }
-        )
+    out_layers = [
+        _layer_dict(layer, with_stages) if index in wanted else _rule(layer) | {"omitted": True}
+        for index, layer in enumerate(trace.layers)
+    ]
     return {
         "selfattn_version": __version__,
         "model": model,
@@ -157,6 +111,38 @@ def to_dict(
         "prediction": prediction,
         "layers": out_layers,
     }
+
+
+def _rule(layer: LayerTrace) -> dict:
+    return {"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": layer.window}
+
+
+def _layer_dict(layer: LayerTrace, with_stages: bool) -> dict:
+    """One layer's arrays: its rule and visibility, X, the outputs, and per head Q/K/V/lse (+ stages)."""
+    heads = []
+    for h in range(layer.n_heads):
+        kv = layer.kv_head(h)
+        head = {
+            "kv_head": kv,
+            "q": _list(layer.q[h]),
+            "k": _list(layer.k[kv]),
+            "v": _list(layer.v[kv]),
+            "lse": _list(layer.lse[h]),
+        }
+        change = layer.changed.get(h)
+        if change is not None:
+            head |= {
+                "scale": change.scale,
+                "softcap": change.softcap,
+                "causal": change.causal,
+                "visible": change.visible.int().tolist(),
+            }
+        if with_stages:
+            st = layer.stages(h)
+            head["stages"] = {name: _list(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")}
+        heads.append(head)
+    arrays = {"x": _list(layer.x), "attn_out": _list(layer.attn_out), "output": _list(layer.output)}
+    return _rule(layer) | {"visible": layer.visible.int().tolist()} | arrays | {"heads": heads}
 
 
 def check_layers(layers, n_layers: int) -> set[int]:

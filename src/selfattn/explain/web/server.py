@@ -99,33 +99,61 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
     if not isinstance(explainer, Explainer):
         raise TypeError(f"explainer must be a selfattn.explain.session.Explainer, got {type(explainer).__name__}")
     app = FastAPI(title="selfattn explorer", docs_url=None, redoc_url=None, openapi_url=None)
-    traces = TraceCache(max_bytes=TRACE_CACHE_BYTES, max_entries=TRACE_CACHE_ENTRIES)
-    explain = partial(explainer.explain, cache=traces)
-    app.state.traces = traces
-
+    work = _Work(explainer)
+    app.state.traces = work.traces
     app.add_middleware(HttpGuard, max_body=MAX_BODY_BYTES, hosts=hosts)
-    lanes = {"light": threading.BoundedSemaphore(LIGHT_SLOTS), "heavy": threading.BoundedSemaphore(HEAVY_SLOTS)}
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
         return _error(422, _validation_message(exc))
 
-    def in_lane(text: str, work):
+    @app.get("/", response_class=HTMLResponse)
+    def page(text: str | None = None):
+        status = 200
+        try:
+            doc, error = work.in_lane(DEFAULT_TEXT if text is None else text, lambda: work.first_doc(text))
+        except Busy as exc:
+            doc, error, status = None, str(exc), 503
+        html = report.render_app(doc, max_chars=MAX_CHARS, max_tokens=explainer.max_len, error=error)
+        return HTMLResponse(html, status_code=status, headers=_page_headers())
+
+    @app.post("/api/explain")
+    def api_explain(body: ExplainRequest):
+        try:
+            return work.in_lane(body.text, lambda: work.answer(body))
+        except Busy as exc:
+            return _error(503, str(exc))
+
+    return app
+
+
+class _Work:
+    """What the endpoints do for one explainer: the lanes, the kept traces, the size of an answer."""
+
+    def __init__(self, explainer: Explainer):
+        self.traces = TraceCache(max_bytes=TRACE_CACHE_BYTES, max_entries=TRACE_CACHE_ENTRIES)
+        self.explain = partial(explainer.explain, cache=self.traces)
+        self.lanes = {
+            "light": threading.BoundedSemaphore(LIGHT_SLOTS),
+            "heavy": threading.BoundedSemaphore(HEAVY_SLOTS),
+        }
+
+    def in_lane(self, text: str, work):
         """work() in the lane of `text`: light up to LIGHT_CHARS characters, else heavy; `Busy` when no
         slot frees within QUEUE_SECONDS. The page and the API both go through here."""
         lane = "light" if len(text) <= LIGHT_CHARS else "heavy"
-        if not lanes[lane].acquire(timeout=QUEUE_SECONDS):
+        if not self.lanes[lane].acquire(timeout=QUEUE_SECONDS):
             raise Busy(BUSY)
         try:
             return work()
         finally:
-            lanes[lane].release()
+            self.lanes[lane].release()
             if lane == "heavy":
                 release_memory()
 
-    def explained(text: str, fmt: str, **kwargs) -> dict:
+    def explained(self, text: str, fmt: str, **kwargs) -> dict:
         """explain(text, **kwargs), refused (ValueError) when its answer in `fmt` would exceed MAX_RESPONSE_BYTES."""
-        doc = explain(text, **kwargs)
+        doc = self.explain(text, **kwargs)
         size = response_bytes(doc, fmt)
         if size > MAX_RESPONSE_BYTES:
             raise ValueError(
@@ -135,44 +163,26 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
             )
         return doc
 
-    def first_doc(text: str | None) -> tuple[dict | None, str | None]:
+    def first_doc(self, text: str | None) -> tuple[dict | None, str | None]:
         """The page's first text explained as the packed API answers it (the shown layer's arrays only:
         the page asks for the others when picked), or (if refused) the default text and why the first
         was refused."""
         error = None
         for candidate in ([text] if text is not None else []) + [DEFAULT_TEXT]:
             try:
-                return explained(candidate, "packed", stages=False, layers="selected"), error
+                return self.explained(candidate, "packed", stages=False, layers="selected"), error
             except (ValueError, TypeError) as exc:
                 error = error or str(exc)
         return None, error
 
-    @app.get("/", response_class=HTMLResponse)
-    def page(text: str | None = None):
-        status = 200
+    def answer(self, body: ExplainRequest):
         try:
-            doc, error = in_lane(DEFAULT_TEXT if text is None else text, lambda: first_doc(text))
-        except Busy as exc:
-            doc, error, status = None, str(exc), 503
-        html = report.render_app(doc, max_chars=MAX_CHARS, max_tokens=explainer.max_len, error=error)
-        return HTMLResponse(html, status_code=status, headers=_page_headers())
-
-    @app.post("/api/explain")
-    def api_explain(body: ExplainRequest):
-        try:
-            return in_lane(body.text, lambda: answer(body))
-        except Busy as exc:
-            return _error(503, str(exc))
-
-    def answer(body: ExplainRequest):
-        try:
-            intervention = body.intervention()
-            doc = explained(
+            doc = self.explained(
                 body.text,
                 body.format,
                 layer=body.layer,
                 head=body.head,
-                intervention=intervention,
+                intervention=body.intervention(),
                 stages=False if body.format == "packed" else None,
                 find=body.find,
                 layers=body.layers if body.layers is not None or body.format == "json" else "selected",
@@ -183,8 +193,6 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
         except TypeError as exc:
             return _error(400, str(exc))
         return JSONResponse(report.pack(doc) if body.format == "packed" else doc)
-
-    return app
 
 
 def serve(explainer: Explainer, host: str = "127.0.0.1", port: int = 8000) -> None:
