@@ -222,9 +222,13 @@ def test_bad_interventions_over_http_are_a_422_naming_the_field(client, body, me
 
 
 def test_a_scope_with_nothing_to_apply_changes_nothing(client):
+    plain = post(client, text=TEXT).json()
     doc = post(client, text=TEXT, only_head=1).json()
-    assert doc["intervention"] == {"scaling": True, "causal": True, "temperature": 1.0}
-    assert doc["experiment"] == {"applied": {"layer": None, "head": None}}
+    assert doc["layers"] == plain["layers"] and doc["prediction"] == plain["prediction"]
+    assert doc["experiment"] == {"applied": {"layer": None, "head": 1}}  # nothing compared: nothing changed
+    for body in ({"only_head": 9}, {"interventions": {"head": 9}}):
+        r = post(client, text=TEXT, **body)
+        assert r.status_code == 422 and "intervention head must be in [0, 1], got 9" in r.json()["detail"]
 
 
 def test_one_forward_pass_per_change(explainer):

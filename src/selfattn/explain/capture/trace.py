@@ -252,7 +252,7 @@ class _Recorder:
         layer = len(self.calls)
         base = dataclasses.replace(request, mask=_bool_mask(request.mask, request.q.dtype), return_lse=True)
         iv = self.intervention
-        applies = iv.applies_to(layer)
+        applies = bool(iv) and iv.applies_to(layer)  # a scope with nothing to apply changes nothing
         changed = iv.apply(base) if applies else base
         if applies and iv.head is not None and iv.head < base.Hq:
             result = _compute_one_head_apart(base, changed, iv.head, compute)

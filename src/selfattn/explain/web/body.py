@@ -71,19 +71,18 @@ class _Body(BaseModel):
 
     def intervention(self) -> Intervention:
         """The Intervention asked for (ValueError when both forms are given). A scope with nothing to apply
-        is dropped: the page's "only the head shown" box may be ticked before any change is chosen."""
+        changes nothing (the page's "only the head shown" box may be ticked before any change is chosen), but
+        is still checked against the model: a head that does not exist is a 422."""
         flat = {name: getattr(self, name) for name in flat_fields()}
         legacy = Intervention(layer=self.only_layer, head=self.only_head, **flat)
         if self.interventions is None:
-            chosen = legacy
-        elif legacy != Intervention():
+            return legacy
+        if legacy != Intervention():
             raise ValueError(
                 f"give the interventions as `interventions` or as the fields {', '.join(flat_fields())}, "
                 "only_layer, only_head; not both"
             )
-        else:
-            chosen = Intervention.of(self.interventions.model_dump(exclude_none=True))
-        return chosen if chosen else Intervention()
+        return Intervention.of(self.interventions.model_dump(exclude_none=True))
 
 
 ExplainRequest = create_model(
