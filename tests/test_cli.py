@@ -5,7 +5,6 @@ import sys
 
 import pytest
 
-from selfattn import cli
 from selfattn.cli import main
 
 
@@ -167,13 +166,16 @@ def test_explain_plots_may_name_a_folder_to_create(tmp_path, capsys, monkeypatch
 def test_npz_is_written_to_the_name_given(tmp_path, capsys, monkeypatch):
     import numpy as np
 
+    from selfattn.explain.views import outputs
+
     doc = {"name": "x"}
-    monkeypatch.setattr("selfattn.explain.export.to_arrays", lambda d: {"a": np.arange(3)})
-    cli._write_npz(doc, str(tmp_path / "trace"), force=False)
+    monkeypatch.setattr("selfattn.explain.views.export.to_arrays", lambda d: {"a": np.arange(3)})
+    files = {tmp_path / "trace": outputs.npz_bytes(doc)}
+    outputs.write_all(files, force=False)
     assert (tmp_path / "trace").is_file() and not (tmp_path / "trace.npz").exists()
     assert np.load(tmp_path / "trace")["a"].tolist() == [0, 1, 2]
     with pytest.raises(FileExistsError):
-        cli._write_npz(doc, str(tmp_path / "trace"), force=False)
+        outputs.write_all(files, force=False)
 
 
 def test_generate_prints_the_text_and_json(capsys):

@@ -24,9 +24,10 @@ import pytest
 import uvicorn
 from playwright.sync_api import Page, sync_playwright
 
-from selfattn.explain import heads as heads_module
-from selfattn.explain import report, server
-from selfattn.explain.trace import Intervention
+from selfattn.explain import report
+from selfattn.explain.capture.interventions import Intervention
+from selfattn.explain.views import heads as heads_module
+from selfattn.explain.web import server
 from tests.explain import truth
 from tests.explain.tiny import LONG_TEXT, MAX_LEN, slash_explainer, tiny_explainer
 from tests.tolerances import TOL
@@ -638,7 +639,7 @@ def test_app_one_head_experiment_and_temperatures(watched, explainer, app_url):
 
 
 def export_weights(doc, l, h):
-    from selfattn.explain import export
+    from selfattn.explain.views import export
 
     return export.head_weights(doc, l, h)
 

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from selfattn.cli import main
-from selfattn.explain import plots, tables
+from selfattn.explain.views import plots, tables
 
 TEXT = "一只蓝色怪兽走进森林"
 

@@ -4,9 +4,9 @@ view on the default model verified against the probe, the head search, the contr
 import numpy as np
 import pytest
 
-from selfattn.explain import export, heads, relations
+from selfattn.explain.capture.interventions import Intervention
 from selfattn.explain.session import Explainer
-from selfattn.explain.trace import Intervention
+from selfattn.explain.views import export, heads, relations
 from selfattn.model import checkpoint
 from selfattn.model.corpus import CREATURES, Sentence
 from selfattn.model.probe import attention_probe
@@ -100,7 +100,8 @@ def test_one_head_experiment_changes_only_that_step(default):
     assert e["entropy"] == pytest.approx([base["summaries"][0][3]["entropy"], doc["summaries"][0][3]["entropy"]])
     assert heads.percent(e["future_row"]["weight"]) in e["text"]["zh"]
     assert f"{e['entropy'][0]:.2f} → {e['entropy'][1]:.2f}" in e["text"]["en"]
-    assert "experiment" not in base
+    assert base["experiment"] == {"applied": {"layer": None, "head": None}}  # nothing applied, nothing compared
+    assert e["applied"] == {"no_causal": {}, "layer": 0, "head": 3}
 
 
 def test_layers_selection_leaves_the_others_out(default):

@@ -5,8 +5,8 @@ import pytest
 import torch
 import transformers  # noqa: E402  a declared test dependency: fail, never skip
 
-from selfattn.explain import export
 from selfattn.explain.session import Explainer
+from selfattn.explain.views import export
 from tests.tolerances import TOL
 
 

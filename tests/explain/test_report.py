@@ -139,7 +139,7 @@ def test_live_page_may_talk_only_to_its_server(doc):
 
 
 def test_write_html_and_pictures_are_atomic(doc, tmp_path, monkeypatch):
-    from selfattn.explain import plots
+    from selfattn.explain.views import plots
 
     target = tmp_path / "report.html"
     target.write_text("old", encoding="utf-8")

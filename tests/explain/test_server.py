@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from selfattn.explain import report, server
+from selfattn.explain import report
+from selfattn.explain.capture.interventions import Intervention
 from selfattn.explain.session import MAX_CHARS
-from selfattn.explain.trace import Intervention
+from selfattn.explain.web import server
 from tests.explain import truth
 from tests.explain.tiny import MAX_LEN, slash_explainer, tiny_explainer
 
@@ -74,10 +75,13 @@ def test_packed_answer_holds_the_same_numbers(client):
     ids=["no-scaling", "no-causal", "temperature", "all"],
 )
 def test_interventions_change_weights_and_prediction_as_the_reference_says(client, explainer, intervention):
-    body = {"scaling": intervention.scaling, "causal": intervention.causal, "temperature": intervention.temperature}
+    body = intervention.as_dict()  # the flat fields: {scaling, causal, temperature}
     base = post(client, text=TEXT).json()
     doc = post(client, text=TEXT, **body).json()
     assert doc["intervention"] == body
+    same = post(client, text=TEXT, interventions=intervention.as_applied()).json()  # the registry's shape
+    assert same["layers"] == doc["layers"] and same["experiment"] == doc["experiment"]
+    assert doc["experiment"]["applied"] == intervention.as_applied()
     _, ids, _ = explainer.tokenize(TEXT)
     for h in range(2):
         want = truth.stages(explainer.model, ids, 0, h, **body)["weights"]

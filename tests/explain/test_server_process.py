@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from selfattn.explain.server import MAX_BODY_BYTES
+from selfattn.explain.web.server import MAX_BODY_BYTES
 
 from ..live_server import Server, raw, request
 

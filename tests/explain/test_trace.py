@@ -6,9 +6,10 @@ import torch
 
 import selfattn
 from selfattn import reference
-from selfattn.explain import export, summary
-from selfattn.explain import heads as heads_module
-from selfattn.explain.trace import Intervention, capture
+from selfattn.explain.capture.interventions import Intervention
+from selfattn.explain.capture.trace import capture
+from selfattn.explain.views import export, summary
+from selfattn.explain.views import heads as heads_module
 from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"

@@ -39,13 +39,17 @@ def head_weights(model: DecoderLM, layer: int, head: int):
     return out
 
 
-def stages(model: DecoderLM, ids, layer: int, head: int, *, scaling=True, causal=True, temperature=1.0) -> dict:
+def stages(
+    model: DecoderLM, ids, layer: int, head: int, *, scaling=True, causal=True, temperature=1.0, blocked=None
+) -> dict:
     """The tutorial's stages of one head, every query row, by `selfattn.reference`.
+
+    blocked  (query, key): that one link is hidden (the "block" intervention), as a 0 in the mask
 
     An intervention changes the input of the layers above the first; this function reads the
     input without intervention, so with one it is right for layer 0 only (and refuses others).
     """
-    if layer and not (scaling and causal and temperature == 1.0):
+    if layer and not (scaling and causal and temperature == 1.0 and blocked is None):
         raise ValueError("with an intervention only layer 0's input is known without the explainer")
     x = layer_input(model, ids, layer)
     x1 = np.hstack([x, np.ones((len(x), 1))])
@@ -53,6 +57,9 @@ def stages(model: DecoderLM, ids, layer: int, head: int, *, scaling=True, causal
     scores = reference.scores(q, k)
     scaled = (reference.scale_scores(scores, q.shape[1]) if scaling else scores) / temperature
     mask = reference.causal_mask(len(x)) if causal else np.ones((len(x), len(x)), dtype=bool)
+    if blocked is not None:
+        mask = mask.copy()
+        mask[blocked] = False
     masked = reference.apply_mask(scaled, mask)
     weights = reference.softmax(masked)
     return {

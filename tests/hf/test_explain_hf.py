@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from selfattn import reference
-from selfattn.explain import export, tables
+from selfattn.explain.capture.interventions import Intervention
 from selfattn.explain.session import Explainer, unknown_report
-from selfattn.explain.trace import Intervention
+from selfattn.explain.views import export, tables
 from selfattn.weights import weights_from_lse
 from tests.hf.models import CONFIGS, WINDOW, build, save
 from tests.tolerances import TOL

@@ -38,9 +38,9 @@ from pathlib import Path
 import numpy as np
 
 from ..files import check_writable, write_atomic
-from .export import restore_inf
-from .heads import PICK_RULE
-from .trace import TEMPERATURE_RANGE
+from ..limits import TEMPERATURE_RANGE
+from .views.export import restore_inf
+from .views.heads import PICK_RULE
 
 __all__ = ["render_html", "render_app", "write_html", "pack", "unpack", "policy", "STATIC_DIR"]
 

@@ -14,6 +14,7 @@ the model, so one Explainer may serve several requests at once.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +22,11 @@ from pathlib import Path
 import torch
 
 from .. import checks
-from . import experiment, export, heads, relations, sources, summary
-from .trace import Intervention, ModelTrace, capture
+from . import sources
+from .capture.cache import TraceCache
+from .capture.interventions import Intervention
+from .capture.trace import ModelTrace, capture
+from .views import experiment, export, heads, relations, summary
 
 __all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report"]
 
@@ -34,7 +38,8 @@ SUGGESTED_MODEL = "Qwen/Qwen2.5-0.5B"
 UNKNOWN_STRINGS = ("<unk>", "[UNK]", "<|unk|>", "\ufffd")
 BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 """A byte-fallback piece (SentencePiece/Llama): the tokenizer did not know the character."""
-OURS = ("selfattn DecoderLM", "learned absolute positions, added to X")
+OURS = ("selfattn DecoderLM", "positions.learned")
+"""Our models' architecture, and their positional scheme as its key in `views.texts`."""
 
 
 @dataclass
@@ -108,9 +113,17 @@ class Explainer:
         except (OSError, ValueError) as e:
             raise ValueError(f"{folder}: no usable tokenizer files ({e})") from None
         auto = transformers.AutoModelForCausalLM if kind in sources.DECODER_TYPES else transformers.AutoModel
-        model = auto.from_pretrained(
-            str(folder), attn_implementation=hf.NAME, local_files_only=True, use_safetensors=True, dtype=torch.float32
-        ).eval()
+        model, info = auto.from_pretrained(
+            str(folder),
+            attn_implementation=hf.NAME,
+            local_files_only=True,
+            use_safetensors=True,
+            dtype=torch.float32,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # a wrong shape is reported in `info`, and refused by name below
+        )
+        sources.check_loaded(folder, model, info)
+        model = model.eval()
         decoder = kind in sources.DECODER_TYPES
         unk = tokenizer.unk_token_id
 
@@ -138,11 +151,20 @@ class Explainer:
             unknown_hint={"en": "the tokenizer has no piece for these characters", "zh": "分词器没有这些字符的片段"},
         )
 
-    def trace(self, text: str, intervention: Intervention = Intervention()) -> ModelTrace:
-        tokens, ids, kwargs = self.tokenize(check_text(text))
-        if len(ids) > self.max_len:
-            raise ValueError(f"the text has {len(ids)} tokens; {self.name} reads at most {self.max_len}")
-        return capture(self.model, ids, tokens, intervention, **kwargs)
+    def trace(self, text: str, intervention: Intervention | None = None, *, cache: TraceCache | None = None):
+        """The ModelTrace of `text` with `intervention` (default none): one forward pass, or none when `cache`
+        (the server's `TraceCache`) holds it already."""
+        intervention = Intervention() if intervention is None else intervention
+        if not isinstance(intervention, Intervention):
+            raise TypeError(f"intervention must be an Intervention, got {type(intervention).__name__}")
+
+        def run() -> ModelTrace:
+            tokens, ids, kwargs = self.tokenize(check_text(text))
+            if len(ids) > self.max_len:
+                raise ValueError(f"the text has {len(ids)} tokens; {self.name} reads at most {self.max_len}")
+            return capture(self.model, ids, tokens, intervention, **kwargs)
+
+        return run() if cache is None else cache.get((check_text(text), intervention), run)
 
     def explain(
         self,
@@ -150,20 +172,23 @@ class Explainer:
         *,
         layer: int | None = None,
         head: int | None = None,
-        intervention: Intervention = Intervention(),
+        intervention: Intervention | None = None,
         stages: bool | None = None,
         find=None,
         layers=None,
         compare: bool = True,
+        cache: TraceCache | None = None,
     ) -> dict:
         """The whole export dict for `text`; the shown head is (layer, head), or picked by `heads.pick`.
 
         find     (query, key) token strings or positions: every head ranked by that weight (`heads.search`)
         layers   the layers whose arrays the dict carries (default all; "selected": the shown one; `export.to_dict`)
-        compare  with an intervention, also run the text without it and compare the two on the shown head
-                 (`experiment`: `experiment.compare`); False skips that second run (a caller that has its
-                 own baseline: the page's layer requests)"""
-        trace = self.trace(text, intervention)
+        compare  with an intervention that `needs_baseline`, also trace the text without it and compare the two
+                 on the shown head (doc["experiment"] gains `experiment.compare`'s numbers); False skips it
+        cache    a `TraceCache` (the server's): traces it holds are read back instead of computed, so the
+                 baseline of an experiment costs no pass when the text was shown before"""
+        intervention = Intervention() if intervention is None else intervention
+        trace = self.trace(text, intervention, cache=cache)
         table = summary.summaries(trace)
         described = heads.describe(trace, table)
         selected = self.select(trace, table, described, layer, head)
@@ -178,27 +203,25 @@ class Explainer:
             if not isinstance(find, (tuple, list)) or len(find) != 2:
                 raise ValueError(f"find must be (query, key), got {find!r}")
             extra["search"] = heads.search(trace, *find)
-        if checks.boolean("compare", compare) and intervention != Intervention():
-            base = self.trace(text)
-            extra["experiment"] = experiment.compare(
-                base, trace, selected["layer"], selected["head"], export.predictions(base, self.decode), prediction
-            )
         if isinstance(layers, str) and layers == "selected":
             layers = [selected["layer"]]
-        return (
-            export.to_dict(
-                trace,
-                model=card,
-                text=text,
-                selected=selected,
-                summaries=table,
-                prediction=prediction,
-                stages=stages,
-                layers=layers,
-                unknown=unknown_report(trace.tokens, trace.token_ids.tolist(), self.is_unknown, self.unknown_hint),
-            )
-            | extra
+        doc = export.to_dict(
+            trace,
+            model=card,
+            text=text,
+            selected=selected,
+            summaries=table,
+            prediction=prediction,
+            stages=stages,
+            layers=layers,
+            unknown=unknown_report(trace.tokens, trace.token_ids.tolist(), self.is_unknown, self.unknown_hint),
         )
+        if checks.boolean("compare", compare) and intervention.needs_baseline():
+            base = self.trace(text, cache=cache)
+            doc["experiment"] |= experiment.compare(
+                base, trace, selected["layer"], selected["head"], export.predictions(base, self.decode), prediction
+            )
+        return doc | extra
 
     @staticmethod
     def select(trace: ModelTrace, table, described, layer, head) -> dict:
@@ -244,16 +267,35 @@ def vocabulary(path: str | Path | None = None) -> list[str]:
     return list(tokenizer.tokens)
 
 
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""Embeddings, overrides and isolates (LRE RLE PDF LRO RLO, LRI RLI FSI PDI): they reorder how the tokens
+around them are displayed (a table or the page could show "abc" for "cba"), so a text holding one is
+refused. The marks LRM/RLM (U+200E/U+200F) only hint a direction and are accepted."""
+
+
 def check_text(text) -> str:
-    """`text` if the explainer (and `generate`) accepts it: a non-empty str of at most MAX_CHARS
-    characters with no control character; else a TypeError/ValueError saying why."""
+    """`text` if the explainer (and `generate`) accepts it: a non-empty str of at most MAX_CHARS characters
+    with no control character; else a TypeError/ValueError saying why.
+
+    Refused, by `unicodedata.category`: controls (Cc: C0 and C1, DEL) except tab and newline, lone
+    surrogates (Cs: not text at all) and the bidi controls of BIDI_CONTROLS. Everything else is ordinary
+    text, whatever `str.isprintable` says: spaces such as U+3000 (ideographic) and U+00A0 (no-break),
+    and the format characters U+200D (the emoji joiner), U+FEFF and U+00AD (soft hyphen)."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     if not text.strip():
         raise ValueError("text is empty: give a sentence such as 一只蓝色怪兽走进森林")
     if len(text) > MAX_CHARS:
         raise ValueError(f"text has {len(text)} characters; the limit is {MAX_CHARS}")
-    bad = [ch for ch in text if not ch.isprintable() and ch not in "\n\t"]
-    if bad:
-        raise ValueError(f"text contains a control character {bad[0]!r}")
+    for at, ch in enumerate(text):
+        kind = unicodedata.category(ch)
+        if kind == "Cc" and ch not in "\n\t":
+            raise ValueError(f"text contains a control character {ch!r} at position {at}")
+        if kind == "Cs":
+            raise ValueError(f"text contains a control character {ch!r} at position {at} (a lone surrogate: not UTF-8)")
+        if ch in BIDI_CONTROLS:
+            raise ValueError(
+                f"text contains the bidirectional control U+{ord(ch):04X} at position {at}: it would reorder "
+                "how the tokens are displayed"
+            )
     return text

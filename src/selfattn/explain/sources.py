@@ -6,6 +6,8 @@
                                               taken from the local Hugging Face cache
     folder_kind(path)               -> "selfattn" | one of TRANSFORMERS_TYPES
     check_config(config, source)    refuses sizes that could not be built in memory, naming the field
+    check_loaded(folder, model, info) refuses a model whose weights did not all load (missing, wrong
+                                      shape, NaN/inf): it would be explained as a random model
 
 The default model (no `--model`) never comes here, so it never touches the network.
 """
@@ -25,10 +27,10 @@ __all__ = [
     "DECODER_TYPES",
     "LIMITS",
     "POSITIONS",
-    "POSITIONS_ZH",
     "resolve",
     "folder_kind",
     "check_config",
+    "check_loaded",
     "is_hub_id",
 ]
 
@@ -37,21 +39,15 @@ TRANSFORMERS_TYPES = DECODER_TYPES + ("bert",)
 """transformers `model_type`s the explainer loads (each tested with a tiny random model)."""
 
 POSITIONS = {
-    "llama": "RoPE: Q/K shown after rotation",
-    "qwen2": "RoPE: Q/K shown after rotation",
-    "qwen3": "RoPE: Q/K shown after rotation (after QK-norm)",
-    "mistral": "RoPE: Q/K shown after rotation",
-    "gemma2": "RoPE: Q/K shown after rotation",
-    "gpt2": "learned absolute positions, added to X",
-    "bert": "learned absolute positions, added to X",
+    "llama": "positions.rope",
+    "qwen2": "positions.rope",
+    "qwen3": "positions.rope_qk_norm",
+    "mistral": "positions.rope",
+    "gemma2": "positions.rope",
+    "gpt2": "positions.learned",
+    "bert": "positions.learned",
 }
-
-POSITIONS_ZH = {
-    "learned absolute positions, added to X": "学到的绝对位置向量，加在 X 上",
-    "RoPE: Q/K shown after rotation": "RoPE：显示的是旋转之后的 Q/K",
-    "RoPE: Q/K shown after rotation (after QK-norm)": "RoPE：显示的是旋转之后的 Q/K（在 QK-norm 之后）",
-}
-"""Each positional scheme of POSITIONS (and the default model's), in Chinese, for the Chinese views."""
+"""Each model type's positional scheme, as its key in the text table (`views.texts`: zh and en)."""
 
 LIMITS = TRANSFORMERS_LIMITS
 """Largest value accepted per config field: `selfattn.limits.TRANSFORMERS_LIMITS`, the one table of sizes
@@ -161,3 +157,39 @@ def check_config(config: dict, source: Path) -> None:
     text = config.get("text_config")
     if isinstance(text, dict):
         check_config(text, source)
+
+
+UNUSED_PREFIXES = ("pooler.",)
+"""Modules the explainer never runs (BERT's pooler): their weights may be absent from a folder."""
+NAMED = 3
+"""How many tensor names a refusal lists."""
+
+
+def check_loaded(folder: Path, model, info: dict) -> None:
+    """Refuse a transformers model whose weights did not all come from the folder: transformers only warns and
+    initialises the missing or wrong-shape tensors at random, and a NaN/inf tensor would give NaN weights.
+    `info`: the loading info of `from_pretrained(..., output_loading_info=True, ignore_mismatched_sizes=True)`
+    (a wrong shape is then reported there instead of raised as a traceback)."""
+    missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(UNUSED_PREFIXES))
+    if missing:
+        raise ValueError(
+            f"{folder}: the weights lack {len(missing)} tensor(s) the model needs ({_names(missing)}); transformers "
+            f"would fill them at random and the explanation would be of a random model"
+        )
+    mismatched = sorted(info.get("mismatched_keys", ()), key=lambda m: m[0])
+    if mismatched:
+        name, found, wanted = mismatched[0]
+        raise ValueError(
+            f"{folder}: tensor {name} has shape {tuple(found)} in the weights but the config needs {tuple(wanted)}"
+            + (f" ({len(mismatched) - 1} more mismatched)" if len(mismatched) > 1 else "")
+        )
+    errors = [str(e) for e in info.get("error_msgs", ())]
+    if errors:
+        raise ValueError(f"{folder}: the weights did not load: {errors[0][:200]}")
+    bad = [name for name, p in model.named_parameters() if p.is_floating_point() and not bool(p.isfinite().all())]
+    if bad:
+        raise ValueError(f"{folder}: the weights hold NaN or infinite values in {len(bad)} tensor(s) ({_names(bad)})")
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:NAMED]) + (f", … {len(names) - NAMED} more" if len(names) > NAMED else "")

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model.corpus import COLOURS, CREATURES, MEASURES, MOVES, PLACES, QUANTITIES
-from ..model.probe import CLAIMS
+from ...model.corpus import COLOURS, CREATURES, MEASURES, MOVES, PLACES, QUANTITIES
+from ...model.probe import CLAIMS
 
 __all__ = ["RELATIONS", "Link", "roles", "links", "MEANING_ROLES"]
 

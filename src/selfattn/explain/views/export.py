@@ -7,10 +7,15 @@ Layout of the dict (L tokens, H heads, D head dim):
 
     selfattn_version, model {name, kind, architecture, positions, n_layers, n_heads, n_kv_heads, head_dim, d_model},
     text, tokens [L], token_ids [L], unknown {count, positions [..], message},
-    intervention {scaling, causal, temperature, layer?, head?},
+    intervention {scaling, causal, temperature, block?, layer?, head?} (the flat record: `Intervention.as_dict`),
+    interventions [{name, label {zh, en}, help, said, params [{name, type, min, max, default, label}],
+                    needs_baseline}] (the registry as data: the page builds its controls from it),
+    experiment {applied {name: {param: value}, layer, head}, and with a baseline compared (`experiment`):
+                layer, head, scope, same_x, entropy, future, future_row, top, text {zh, en}},
+    texts {key: {zh, en}} (the sentences the page shows: `texts.for_page`),
     selected {layer, head, rule}, summaries [layer][head] {entropy, max_weight, first_token, previous, self, rows},
     descriptions [layer][head] {kind, text {zh, en}, …} (`heads.describe`), first_token {token, selected, mean},
-    search? {query, key, heads [{layer, head, weight}]} (asked with find), experiment? (with an intervention),
+    search? {query, key, heads [{layer, head, weight}]} (asked with find),
     prediction [{token, id, prob}] (decoders: the next token after the text; [] for encoders),
     layers [ {scale, causal, softcap, window, visible [L][L] 0/1, x [L][d_model], attn_out [L][d_model],
               output [L][d_model],
@@ -28,10 +33,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import __version__, checks
-from ..files import json_float
-from .sources import POSITIONS_ZH
-from .trace import ModelTrace, head_stages
+from ... import __version__, checks
+from ...files import json_float
+from ..capture import interventions
+from ..capture.trace import LayerTrace, ModelTrace, head_stages
+from . import texts
 
 STAGES_MAX_LEN = 64
 """Up to this many tokens the export holds every head's N×N stages; beyond, Q/K/V/lse (the stages
@@ -41,14 +47,15 @@ TOP_PREDICTIONS = 5
 
 
 def model_info(name: str, trace: ModelTrace, *, architecture: str, positions: str) -> dict:
-    """The model card every view shows: name, decoder/encoder, architecture, positional scheme, sizes."""
+    """The model card every view shows: name, decoder/encoder, architecture, positional scheme (`positions`:
+    its key in `texts.TEXTS`, written out in English and in Chinese), sizes."""
     first = trace.layers[0]
     return {
         "name": name,
         "kind": "decoder" if trace.logits is not None else "encoder",
         "architecture": architecture,
-        "positions": positions,
-        "positions_zh": POSITIONS_ZH.get(positions, positions),
+        "positions": texts.text(positions, "en"),
+        "positions_zh": texts.text(positions, "zh"),
         "n_layers": trace.n_layers,
         "n_heads": first.n_heads,
         "n_kv_heads": int(first.k.shape[0]),
@@ -84,56 +91,10 @@ def to_dict(
     indices whose arrays are written (default all); the others keep their scalars only."""
     with_stages = trace.layers[0].length <= STAGES_MAX_LEN if stages is None else stages
     wanted = check_layers(layers, trace.n_layers)
-    out_layers = []
-    for index, layer in enumerate(trace.layers):
-        if index not in wanted:
-            out_layers.append(
-                {
-                    "scale": layer.scale,
-                    "causal": layer.causal,
-                    "softcap": layer.softcap,
-                    "window": layer.window,
-                    "omitted": True,
-                }
-            )
-            continue
-        heads = []
-        for h in range(layer.n_heads):
-            kv = layer.kv_head(h)
-            head = {
-                "kv_head": kv,
-                "q": _list(layer.q[h]),
-                "k": _list(layer.k[kv]),
-                "v": _list(layer.v[kv]),
-                "lse": _list(layer.lse[h]),
-            }
-            change = layer.changed.get(h)
-            if change is not None:
-                head |= {
-                    "scale": change.scale,
-                    "softcap": change.softcap,
-                    "causal": change.causal,
-                    "visible": change.visible.int().tolist(),
-                }
-            if with_stages:
-                st = layer.stages(h)
-                head["stages"] = {
-                    name: _list(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")
-                }
-            heads.append(head)
-        out_layers.append(
-            {
-                "scale": layer.scale,
-                "causal": layer.causal,
-                "softcap": layer.softcap,
-                "window": layer.window,
-                "visible": layer.visible.int().tolist(),
-                "x": _list(layer.x),
-                "attn_out": _list(layer.attn_out),
-                "output": _list(layer.output),
-                "heads": heads,
-            }
-        )
+    out_layers = [
+        _layer_dict(layer, with_stages) if index in wanted else _rule(layer) | {"omitted": True}
+        for index, layer in enumerate(trace.layers)
+    ]
     return {
         "selfattn_version": __version__,
         "model": model,
@@ -142,11 +103,46 @@ def to_dict(
         "token_ids": trace.token_ids.tolist(),
         "unknown": unknown,
         "intervention": trace.intervention.as_dict(),
+        "interventions": interventions.as_data(),
+        "experiment": {"applied": trace.intervention.as_applied()},
+        "texts": texts.for_page(),
         "selected": selected,
         "summaries": summaries,
         "prediction": prediction,
         "layers": out_layers,
     }
+
+
+def _rule(layer: LayerTrace) -> dict:
+    return {"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": layer.window}
+
+
+def _layer_dict(layer: LayerTrace, with_stages: bool) -> dict:
+    """One layer's arrays: its rule and visibility, X, the outputs, and per head Q/K/V/lse (+ stages)."""
+    heads = []
+    for h in range(layer.n_heads):
+        kv = layer.kv_head(h)
+        head = {
+            "kv_head": kv,
+            "q": _list(layer.q[h]),
+            "k": _list(layer.k[kv]),
+            "v": _list(layer.v[kv]),
+            "lse": _list(layer.lse[h]),
+        }
+        change = layer.changed.get(h)
+        if change is not None:
+            head |= {
+                "scale": change.scale,
+                "softcap": change.softcap,
+                "causal": change.causal,
+                "visible": change.visible.int().tolist(),
+            }
+        if with_stages:
+            st = layer.stages(h)
+            head["stages"] = {name: _list(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")}
+        heads.append(head)
+    arrays = {"x": _list(layer.x), "attn_out": _list(layer.attn_out), "output": _list(layer.output)}
+    return _rule(layer) | {"visible": layer.visible.int().tolist()} | arrays | {"heads": heads}
 
 
 def check_layers(layers, n_layers: int) -> set[int]:

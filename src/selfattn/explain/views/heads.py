@@ -19,9 +19,10 @@ Every number is a weight of `LayerTrace.stages` (float64, exact) or of the per-h
 
 from __future__ import annotations
 
+from ..capture.trace import ModelTrace
 from .relations import RELATIONS, WORDS, links
 from .summary import SINK_LIMIT
-from .trace import ModelTrace
+from .texts import TEXTS
 
 __all__ = [
     "RELATION_SHOWN",
@@ -42,15 +43,8 @@ SELF_LIMIT = 0.5
 """A head whose mean weight on the token itself reaches this "mostly looks at itself": not picked."""
 PREVIOUS_LIMIT = 0.5
 
-PICK_RULE = {
-    "zh": "自动选择：在这句话的教程链接（名词→量词/颜色、动词→名词、地点→动词/名词、第二句→第一句）上"
-    "平均权重最大的 head；排除平均 ≥50% 停在第一个 token 上或 ≥50% 看自己的 head。"
-    "句子里没有这些链接时，选注意力最集中（平均熵最低）的 head",
-    "en": "picked automatically: the head with the largest mean weight on one of the tutorial's links in this "
-    "text (noun → measure word/colour, verb → noun, place → verb/noun, clause 2 → clause 1), leaving out "
-    "heads with >= 50% on the first token or >= 50% on the token itself; a text without such links gets "
-    "the most concentrated head (lowest mean entropy)",
-}
+PICK_RULE = TEXTS["pick_rule"]
+"""How the shown head is picked, {zh, en} (`pick`): the text table's entry."""
 
 
 def percent(x: float) -> str:

@@ -16,8 +16,9 @@ that made the call (its input is X, what W_Q multiplies; its output the attentio
 W_O) and the module holding it (a block: its output). These are found from the stack of running
 modules, so no module class is special.
 
-An `Intervention` changes the computation itself, not only the picture: it rewrites the request
-inside the interceptor (no ÷√d_k, no causal rule, a softmax temperature), for every layer or one,
+An `Intervention` (`interventions`: a registry of entries, each `apply(request, values) -> Request`)
+changes the computation itself, not only the picture: the recorder rewrites the request inside the
+interceptor (no ÷√d_k, no causal rule, a softmax temperature, a blocked link …), for every layer or one,
 every head or one, so the next-token prediction changes too. Nothing is set on the model, so one
 model can be explained from several threads at once (each thread has its own interceptor).
 """
@@ -32,57 +33,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import checks
-from ..functional import intercept
-from ..kernels.base import Request, Result
-from ..limits import TEMPERATURE_RANGE  # Intervention, the CLI and the server check it; the page reads it
-from ..masks import visibility
-from ..modules import MultiHeadSelfAttention, SelfAttention
-from ..weights import _row_index, weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
+from ... import checks
+from ...functional import intercept
+from ...kernels.base import Request, Result
+from ...masks import visibility
+from ...modules import MultiHeadSelfAttention, SelfAttention
+from ...weights import _row_index, weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
+from .interventions import Intervention
 
-__all__ = ["TEMPERATURE_RANGE", "Intervention", "LayerTrace", "ModelTrace", "HeadChange", "capture", "head_stages"]
-
-
-@dataclass(frozen=True)
-class Intervention:
-    """What to switch off or change, in every attention layer or in one layer / one head.
-
-    scaling      False: scores are not divided by √d_k (the scale becomes 1)
-    causal       False: the causal rule and sliding window are lifted (padding stays hidden)
-    temperature  softmax(scores / T); T > 0, 1 = unchanged (a softcap is divided by T too)
-    layer        None: every attention layer; else only that one (0 = the first call)
-    head         None: every head; else only that query head
-    """
-
-    scaling: bool = True
-    causal: bool = True
-    temperature: float = 1.0
-    layer: int | None = None
-    head: int | None = None
-
-    def __post_init__(self):
-        for name in ("scaling", "causal"):
-            checks.boolean(name, getattr(self, name))
-        low, high = TEMPERATURE_RANGE
-        checks.real("temperature", self.temperature, low=low, high=high)
-        for name in ("layer", "head"):
-            checks.optional_integer(f"intervention {name}", getattr(self, name), low=0)
-
-    def as_dict(self) -> dict:
-        """{scaling, causal, temperature}, plus layer / head when the intervention is limited to them."""
-        out = {"scaling": self.scaling, "causal": self.causal, "temperature": float(self.temperature)}
-        return out | {k: getattr(self, k) for k in ("layer", "head") if getattr(self, k) is not None}
-
-    def apply(self, r: Request) -> Request:
-        """The request with this intervention: scale (÷√d_k off, ÷T), softcap ÷T, causal/window off."""
-        t = float(self.temperature)
-        return dataclasses.replace(
-            r,
-            scale=(r.scale if self.scaling else 1.0) / t,
-            softcap=None if r.softcap is None else r.softcap / t,
-            causal=r.causal and self.causal,
-            window=r.window if self.causal else None,
-        )
+__all__ = ["LayerTrace", "ModelTrace", "HeadChange", "capture", "head_stages"]
 
 
 @dataclass(frozen=True)
@@ -211,7 +170,7 @@ def capture(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     tokens: list[str],
-    intervention: Intervention = Intervention(),
+    intervention: Intervention | None = None,
     **model_kwargs,
 ) -> ModelTrace:
     """Run `model(input_ids, **model_kwargs)` once and record every `selfattn.attention` call.
@@ -219,6 +178,7 @@ def capture(
     input_ids  (L,) or (1, L) token ids; `tokens` their strings (same length)
     model_kwargs  passed through (for example `attention_mask` of an encoder)
     """
+    intervention = Intervention() if intervention is None else intervention
     if not isinstance(intervention, Intervention):
         raise TypeError(f"intervention must be an Intervention, got {type(intervention).__name__}")
     if not isinstance(input_ids, torch.Tensor):
@@ -292,7 +252,7 @@ class _Recorder:
         layer = len(self.calls)
         base = dataclasses.replace(request, mask=_bool_mask(request.mask, request.q.dtype), return_lse=True)
         iv = self.intervention
-        applies = iv.layer is None or iv.layer == layer
+        applies = bool(iv) and iv.applies_to(layer)  # a scope with nothing to apply changes nothing
         changed = iv.apply(base) if applies else base
         if applies and iv.head is not None and iv.head < base.Hq:
             result = _compute_one_head_apart(base, changed, iv.head, compute)

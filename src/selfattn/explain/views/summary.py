@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from .trace import LayerTrace, ModelTrace
+from ..capture.trace import LayerTrace, ModelTrace
 
 ROW_BLOCK = 256
 SINK_LIMIT = 0.5

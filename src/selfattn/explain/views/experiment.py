@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
+from ..capture.trace import ModelTrace
 from .heads import percent
 from .summary import head_summary
-from .trace import ModelTrace
 
 __all__ = ["compare"]
 

@@ -9,12 +9,15 @@ that says what to install.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from ..files import check_writable, write_atomic
+from ...files import check_writable, write_atomic
+from . import texts
 from .export import head_weights
+from .fileset import write_all
 
 CJK_FONTS = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "Noto Sans CJK JP")
 FONT_FILES = ("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc", "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc")
@@ -76,28 +79,6 @@ def _check_path(path, force: bool) -> Path:
     return check_writable(path, force=force)
 
 
-PLOT_TEXT = {
-    "zh": {
-        "key": "键（被看的 token）",
-        "query": "查询（当前 token）",
-        "title": "{name} · 层 {layer} · head {head}",
-        "weight": "softmax 权重（√ 刻度）",
-        "zoom": "（最后 {n} 个 token）",
-        "grid": "{name}：每层每个 head 的注意力权重",
-        "cell": "层 {layer} · head {head}\n熵 {entropy} bit · 首 {first}",
-        "shown": "（显示中）",
-    },
-    "en": {
-        "key": "key (the token looked at)",
-        "query": "query (the current token)",
-        "title": "{name} · layer {layer} · head {head}",
-        "weight": "softmax weight (√ scale)",
-        "zoom": " (the last {n} tokens)",
-        "grid": "{name}: attention weights, layer × head",
-        "cell": "layer {layer} · head {head}\n{entropy} bits · 1st {first}",
-        "shown": " (shown)",
-    },
-}
 ZOOM = 48
 """A longer input is drawn zoomed on its last ZOOM tokens (rows and keys), so each cell stays visible."""
 GRID_LABELS = 12
@@ -105,17 +86,21 @@ GRID_LABELS = 12
 SHOWN_COLOUR = "#dc2626"
 
 
+def _say(lang: str, key: str, **values) -> str:
+    return texts.text("plots." + key, lang, **values)
+
+
 def _minus(x: str) -> str:
     return x.replace("-", "−")
 
 
-def _save(fig, path: Path, force: bool) -> Path:
-    """The figure into `path` atomically (temp file + rename): no half-written picture after a failure."""
+def _encode(fig, suffix: str) -> bytes:
+    """The figure as PNG or SVG bytes."""
     import io
 
     buffer = io.BytesIO()
-    fig.savefig(buffer, format=path.suffix.lstrip(".").lower(), dpi=DPI)
-    return write_atomic(path, buffer.getvalue(), force=force)
+    fig.savefig(buffer, format=suffix.lstrip(".").lower(), dpi=DPI)
+    return buffer.getvalue()
 
 
 def heatmap(doc: dict, layer: int, head: int, path, *, force: bool = False, lang: str = "zh") -> Path:
@@ -126,15 +111,21 @@ def heatmap(doc: dict, layer: int, head: int, path, *, force: bool = False, lang
 
 def _draw(build, doc: dict, lang: str, paths: dict[Path, bool]) -> list[Path]:
     """Build one figure (`build()`, inside its rc_context) and save it to each path (path -> force)."""
+    data = _draw_bytes(build, doc, lang, [p.name for p in paths])
+    return [write_atomic(path, d, force=force) for (path, force), d in zip(paths.items(), data, strict=True)]
+
+
+def _draw_bytes(build, doc: dict, lang: str, names: list[str]) -> list[bytes]:
+    """Build one figure (`build()`, inside its rc_context) and encode it once per name (format by suffix)."""
     import matplotlib
 
     with matplotlib.rc_context(rc(lang == "zh" or _has_cjk(doc["tokens"]))):
         fig = build()
-        return [_save(fig, path, force) for path, force in paths.items()]
+        return [_encode(fig, Path(name).suffix) for name in names]
 
 
 def _heatmap(doc: dict, layer: int, head: int, lang: str):
-    t = PLOT_TEXT[lang]
+    t = partial(_say, lang)
     tokens = doc["tokens"]
     w = head_weights(doc, layer, head)
     lay = doc["layers"][layer]
@@ -165,11 +156,11 @@ def _heatmap(doc: dict, layer: int, head: int, lang: str):
                         fontsize=8,
                         color="white" if w[i, j] > 0.5 else "black",
                     )
-    ax.set_xlabel(t["key"])
-    ax.set_ylabel(t["query"])
-    title = t["title"].format(name=doc["model"]["name"], layer=layer, head=head)
-    ax.set_title(title + (t["zoom"].format(n=n) if start else ""))
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label=t["weight"])
+    ax.set_xlabel(t("key"))
+    ax.set_ylabel(t("query"))
+    title = t("title", name=doc["model"]["name"], layer=layer, head=head)
+    ax.set_title(title + (t("zoom", n=n) if start else ""))
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label=t("weight"))
     fig.tight_layout()
     return fig
 
@@ -195,7 +186,7 @@ def grid(doc: dict, path, *, force: bool = False, lang: str = "zh") -> Path:
 
 
 def _grid(doc: dict, lang: str):
-    t = PLOT_TEXT[lang]
+    t = partial(_say, lang)
     m = doc["model"]
     n_l, n_h = m["n_layers"], m["n_heads"]
     tokens = doc["tokens"]
@@ -216,8 +207,8 @@ def _grid(doc: dict, lang: str):
             s = doc["summaries"][l][h]
             shown = (l, h) == (sel["layer"], sel["head"])
             ax.set_title(
-                t["cell"].format(layer=l, head=h, entropy=f"{s['entropy']:.2f}", first=f"{s['first_token']:.0%}")
-                + (t["shown"] if shown else ""),
+                t("cell", layer=l, head=h, entropy=f"{s['entropy']:.2f}", first=f"{s['first_token']:.0%}")
+                + (t("shown") if shown else ""),
                 fontsize=7,
                 color=SHOWN_COLOUR if shown else "black",
             )
@@ -228,22 +219,54 @@ def _grid(doc: dict, lang: str):
                 for spine in ax.spines.values():
                     spine.set_edgecolor(SHOWN_COLOUR)
                     spine.set_linewidth(3)
-    fig.suptitle(t["grid"].format(name=m["name"]) + (t["zoom"].format(n=len(shown_tokens)) if start else ""))
+    fig.suptitle(t("grid", name=m["name"]) + (t("zoom", n=len(shown_tokens)) if start else ""))
     fig.tight_layout()
     return fig
 
 
+def file_names(selected: tuple[int, int] | None, formats=FORMATS) -> list[str]:
+    """The names `render` / `save` write, in order: the shown head's heatmap and the grid, per format
+    (head-L{layer}-H{head}.png, grid.png, …); `selected` None: the grid's only (the head is not known yet)."""
+    out = []
+    for fmt in _formats(formats):
+        if selected is not None:
+            out.append(f"head-L{selected[0]}-H{selected[1]}{fmt}")
+        out.append(f"grid{fmt}")
+    return out
+
+
+def _formats(formats) -> list[str]:
+    suffixes = [f if f.startswith(".") else f".{f}" for f in formats]
+    bad = [f for f in suffixes if f.lower() not in FORMATS]
+    if bad:
+        raise ValueError(f"picture formats are {' and '.join(FORMATS)}, got {bad[0]!r}")
+    return suffixes
+
+
+def render(doc: dict, *, formats=FORMATS, lang: str = "zh") -> dict[str, bytes]:
+    """{file name: bytes} of the shown head's heatmap and the grid in each format (`file_names`' names and
+    order), drawn in memory: each figure once, saved in every format."""
+    sel = doc["selected"]
+    names = file_names((sel["layer"], sel["head"]), formats)
+    heads, grids = names[0::2], names[1::2]
+    out = dict.fromkeys(names, b"")
+    for build, wanted in (
+        (lambda: _heatmap(doc, sel["layer"], sel["head"], lang), heads),
+        (lambda: _grid(doc, lang), grids),
+    ):
+        for name, data in zip(wanted, _draw_bytes(build, doc, lang, wanted), strict=True):
+            out[name] = data
+    return out
+
+
 def save(doc: dict, out_dir, *, formats=("png", "svg"), force: bool = False, lang: str = "zh") -> list[Path]:
-    """The selected head's heatmap and the grid, in each format, into out_dir (each written atomically).
-    Each figure is drawn once and saved in every format; every path is checked before anything is drawn."""
+    """The selected head's heatmap and the grid, in each format, into out_dir as one set (`fileset.write_all`:
+    all the files or none). Every path is checked before anything is drawn."""
     out = Path(out_dir)
     sel = doc["selected"]
-    head = f"head-L{sel['layer']}-H{sel['head']}"
-    heads = {_check_path(out / f"{head}.{fmt}", force): force for fmt in formats}
-    grids = {_check_path(out / f"grid.{fmt}", force): force for fmt in formats}
-    drawn = _draw(lambda: _heatmap(doc, sel["layer"], sel["head"], lang), doc, lang, heads)
-    drawn += _draw(lambda: _grid(doc, lang), doc, lang, grids)
-    return [p for pair in zip(drawn[: len(heads)], drawn[len(heads) :], strict=True) for p in pair]
+    for name in file_names((sel["layer"], sel["head"]), formats):
+        _check_path(out / name, force)
+    return write_all({out / name: data for name, data in render(doc, formats=formats, lang=lang).items()}, force=force)
 
 
-__all__ = ["heatmap", "grid", "save", "fonts", "rc", "PLOT_TEXT"]
+__all__ = ["heatmap", "grid", "save", "render", "file_names", "fonts", "rc"]

@@ -2,9 +2,10 @@
 
     GET  /               the explorer page in live mode (the same page and JS as the HTML report);
                          `?text=…` opens it on that text
-    POST /api/explain    {text, layer?, head?, scaling?, causal?, temperature?, only_layer?, only_head?, format?,
-                          layers?, find?}
-                         -> the export dict (only_layer / only_head limit the intervention to one layer / head)
+    POST /api/explain    {text, layer?, head?, interventions?: {name: {param: value}, layer?, head?}, format?,
+                          layers?, find?}  (`body.ExplainRequest`, generated from the interventions' registry)
+                         -> the export dict (interventions.layer / .head limit the interventions to one layer /
+                            head; the top-level layer / head name the head to show)
 
 `format` is "json" (default: the dict of `Explainer.explain`, exactly what `selfattn explain --json`
 prints) or "packed" (its float arrays as float32/float64 base64, what the page reads: `report.pack`).
@@ -13,14 +14,21 @@ Responses are sized by what the view needs: `layers` names the layers whose arra
 others keep their scalars; summaries, descriptions and predictions always cover every layer). Its
 default is every layer for "json" and only the shown layer for "packed" (the page asks for another
 layer when you pick it). A request that names `layers` gets no `experiment` (no second run without
-the intervention): the page asks for its baseline itself. `find: [query, key]` adds the head search.
+the intervention): the page asks for its baseline itself. `find: [query, key]` adds the head search
+(`heads.search`, the one copy: with `layers: []` the answer is the ranking and the scalars only).
+
+One forward pass per change: the app keeps the traces it computed by (text, intervention) in a bounded
+`TraceCache` (TRACE_CACHE_BYTES), so the experiment's baseline, the page's own request for it, another
+layer's arrays and a head search on a text already shown are read back, not recomputed. A change of
+intervention on a shown text runs the changed pass only; the first view of a text with an intervention
+runs it and its baseline, once each, even when the page asks for both at the same time.
 A response estimated over MAX_RESPONSE_BYTES is refused with a 422 that says how to ask for less.
 GET / goes through the same lanes and the same limit, and carries the shown layer's arrays only.
 
 Every refusal is a 4xx with a one-line message in `detail`, never a 500: a malformed or
 oversized body, a wrong type, an empty text, a text over `session.MAX_CHARS` characters or
-over the model's context in tokens, a control character, a temperature outside
-[MIN_TEMPERATURE, MAX_TEMPERATURE], a layer or head that does not exist.
+over the model's context in tokens, a control character, an intervention's value outside its range
+(a temperature outside [MIN_TEMPERATURE, MAX_TEMPERATURE]), a layer or head that does not exist.
 
 Interventions travel in a context of the request's own thread (`selfattn.intercept`), so requests
 are answered concurrently, with no global lock. What they hold is bounded by lanes: a text of up to
@@ -28,7 +36,8 @@ LIGHT_CHARS characters is explained in the light lane (LIGHT_SLOTS at once), a l
 lane (HEAVY_SLOTS at once), so short requests never queue behind long ones and the memory of the
 explanations being computed is at most HEAVY_SLOTS long ones plus LIGHT_SLOTS short ones, whatever
 the number of clients. After a long one the freed heap is given back to the system (`release_memory`).
-Answers not yet read by their clients are held too: at most MAX_CONNECTIONS × MAX_RESPONSE_BYTES.
+Answers not yet read by their clients are held too: at most MAX_CONNECTIONS × MAX_RESPONSE_BYTES, and the
+kept traces: at most TRACE_CACHE_BYTES.
 """
 
 from __future__ import annotations
@@ -36,18 +45,19 @@ from __future__ import annotations
 import ctypes
 import socket
 import threading
-from typing import Literal
+from functools import partial
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
-from .. import checks
-from . import report
-from .http_guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
-from .session import DEFAULT_TEXT, MAX_CHARS, Explainer
-from .trace import TEMPERATURE_RANGE, Intervention
+from ... import checks
+from ...limits import TEMPERATURE_RANGE
+from .. import report
+from ..capture.cache import TraceCache
+from ..session import DEFAULT_TEXT, MAX_CHARS, Explainer
+from .body import ExplainRequest
+from .guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 
 __all__ = ["create_app", "serve", "ExplainRequest", "MAX_BODY_BYTES", "MIN_TEMPERATURE", "MAX_TEMPERATURE"]
 
@@ -72,38 +82,14 @@ LISTEN_BACKLOG = 2048
 """Pending connections the kernel queues (uvicorn's own default)."""
 KEEP_ALIVE_SECONDS = 5
 """An idle keep-alive connection is closed after this long."""
+TRACE_CACHE_BYTES = 128 << 20
+"""Most bytes of traces the app keeps for reuse (`TraceCache`): a few dozen short texts of a small model."""
+TRACE_CACHE_ENTRIES = 16
 BUSY = "the server is busy with other long texts; try again in a moment"
 
 
 class Busy(Exception):
     """No slot of the request's lane freed within QUEUE_SECONDS (answered 503)."""
-
-
-class ExplainRequest(BaseModel):
-    """The body of POST /api/explain; types are strict ("3" is not a layer, 1 is not true)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    text: StrictStr = Field(max_length=MAX_CHARS)
-    layer: StrictInt | None = Field(default=None, ge=0)
-    head: StrictInt | None = Field(default=None, ge=0)
-    scaling: StrictBool = True
-    causal: StrictBool = True
-    temperature: StrictFloat = Field(default=1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)
-    only_layer: StrictInt | None = Field(default=None, ge=0)
-    only_head: StrictInt | None = Field(default=None, ge=0)
-    format: Literal["json", "packed"] = "json"
-    layers: list[StrictInt] | None = Field(default=None, max_length=1024)
-    find: list[StrictStr | StrictInt] | None = Field(default=None, min_length=2, max_length=2)
-
-    def intervention(self) -> Intervention:
-        return Intervention(
-            scaling=self.scaling,
-            causal=self.causal,
-            temperature=float(self.temperature),
-            layer=self.only_layer,
-            head=self.only_head,
-        )
 
 
 def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> FastAPI:
@@ -113,31 +99,61 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
     if not isinstance(explainer, Explainer):
         raise TypeError(f"explainer must be a selfattn.explain.session.Explainer, got {type(explainer).__name__}")
     app = FastAPI(title="selfattn explorer", docs_url=None, redoc_url=None, openapi_url=None)
-    explain = explainer.explain
-
+    work = _Work(explainer)
+    app.state.traces = work.traces
     app.add_middleware(HttpGuard, max_body=MAX_BODY_BYTES, hosts=hosts)
-    lanes = {"light": threading.BoundedSemaphore(LIGHT_SLOTS), "heavy": threading.BoundedSemaphore(HEAVY_SLOTS)}
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
         return _error(422, _validation_message(exc))
 
-    def in_lane(text: str, work):
+    @app.get("/", response_class=HTMLResponse)
+    def page(text: str | None = None):
+        status = 200
+        try:
+            doc, error = work.in_lane(DEFAULT_TEXT if text is None else text, lambda: work.first_doc(text))
+        except Busy as exc:
+            doc, error, status = None, str(exc), 503
+        html = report.render_app(doc, max_chars=MAX_CHARS, max_tokens=explainer.max_len, error=error)
+        return HTMLResponse(html, status_code=status, headers=_page_headers())
+
+    @app.post("/api/explain")
+    def api_explain(body: ExplainRequest):
+        try:
+            return work.in_lane(body.text, lambda: work.answer(body))
+        except Busy as exc:
+            return _error(503, str(exc))
+
+    return app
+
+
+class _Work:
+    """What the endpoints do for one explainer: the lanes, the kept traces, the size of an answer."""
+
+    def __init__(self, explainer: Explainer):
+        self.traces = TraceCache(max_bytes=TRACE_CACHE_BYTES, max_entries=TRACE_CACHE_ENTRIES)
+        self.explain = partial(explainer.explain, cache=self.traces)
+        self.lanes = {
+            "light": threading.BoundedSemaphore(LIGHT_SLOTS),
+            "heavy": threading.BoundedSemaphore(HEAVY_SLOTS),
+        }
+
+    def in_lane(self, text: str, work):
         """work() in the lane of `text`: light up to LIGHT_CHARS characters, else heavy; `Busy` when no
         slot frees within QUEUE_SECONDS. The page and the API both go through here."""
         lane = "light" if len(text) <= LIGHT_CHARS else "heavy"
-        if not lanes[lane].acquire(timeout=QUEUE_SECONDS):
+        if not self.lanes[lane].acquire(timeout=QUEUE_SECONDS):
             raise Busy(BUSY)
         try:
             return work()
         finally:
-            lanes[lane].release()
+            self.lanes[lane].release()
             if lane == "heavy":
                 release_memory()
 
-    def explained(text: str, fmt: str, **kwargs) -> dict:
+    def explained(self, text: str, fmt: str, **kwargs) -> dict:
         """explain(text, **kwargs), refused (ValueError) when its answer in `fmt` would exceed MAX_RESPONSE_BYTES."""
-        doc = explain(text, **kwargs)
+        doc = self.explain(text, **kwargs)
         size = response_bytes(doc, fmt)
         if size > MAX_RESPONSE_BYTES:
             raise ValueError(
@@ -147,38 +163,21 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
             )
         return doc
 
-    def first_doc(text: str | None) -> tuple[dict | None, str | None]:
+    def first_doc(self, text: str | None) -> tuple[dict | None, str | None]:
         """The page's first text explained as the packed API answers it (the shown layer's arrays only:
         the page asks for the others when picked), or (if refused) the default text and why the first
         was refused."""
         error = None
         for candidate in ([text] if text is not None else []) + [DEFAULT_TEXT]:
             try:
-                return explained(candidate, "packed", stages=False, layers="selected"), error
+                return self.explained(candidate, "packed", stages=False, layers="selected"), error
             except (ValueError, TypeError) as exc:
                 error = error or str(exc)
         return None, error
 
-    @app.get("/", response_class=HTMLResponse)
-    def page(text: str | None = None):
-        status = 200
+    def answer(self, body: ExplainRequest):
         try:
-            doc, error = in_lane(DEFAULT_TEXT if text is None else text, lambda: first_doc(text))
-        except Busy as exc:
-            doc, error, status = None, str(exc), 503
-        html = report.render_app(doc, max_chars=MAX_CHARS, max_tokens=explainer.max_len, error=error)
-        return HTMLResponse(html, status_code=status, headers=_page_headers())
-
-    @app.post("/api/explain")
-    def api_explain(body: ExplainRequest):
-        try:
-            return in_lane(body.text, lambda: answer(body))
-        except Busy as exc:
-            return _error(503, str(exc))
-
-    def answer(body: ExplainRequest):
-        try:
-            doc = explained(
+            doc = self.explained(
                 body.text,
                 body.format,
                 layer=body.layer,
@@ -194,8 +193,6 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
         except TypeError as exc:
             return _error(400, str(exc))
         return JSONResponse(report.pack(doc) if body.format == "packed" else doc)
-
-    return app
 
 
 def serve(explainer: Explainer, host: str = "127.0.0.1", port: int = 8000) -> None:

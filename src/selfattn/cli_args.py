@@ -1,0 +1,297 @@
+"""The arguments of every `selfattn` command: one function per command, each flag's type and range.
+
+    build_parser(runs) -> argparse parser; `runs` maps a command name to the function that runs it (`cli`)
+
+The flags of the interventions (`selfattn explain --no-scaling --temperature T --block QUERY KEY ...`) are
+generated from the interventions' registry (`selfattn.explain.capture.interventions`): one flag per entry,
+one argument per parameter, each parsed with the entry's type and range. The CLI checks the type and range
+of every argument itself (`_number`), so the library only ever sees values of the right type.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from functools import partial
+
+from . import __version__, checks
+from .limits import MAX_LOAD, MAX_SEED, MAX_THREADS, TEMPERATURE_RANGE
+
+__all__ = ["build_parser", "intervention_args", "dest", "flag_usage"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage dump
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser(runs: dict) -> argparse.ArgumentParser:
+    """The parser of every command; `runs[name](args) -> exit status` runs command `name` (`cli`)."""
+    parser = _Parser(prog="selfattn", description="Self-attention, exact and explainable.")
+    parser.add_argument("--version", action="version", version=f"selfattn {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for add in (_walkthrough_args, _explain_args, _train_args, _generate_args, _bench_args, _vocab_args, _serve_args):
+        add(commands, runs)
+    return parser
+
+
+def _json_flag(p, what: str) -> None:
+    p.add_argument("--json", action="store_true", help=what)
+
+
+def _walkthrough_args(commands, runs) -> None:
+    p = commands.add_parser("walkthrough", help="the tutorial, executed step by step on 一只/蓝色/怪兽/走进/森林")
+    p.add_argument("--lang", choices=["zh", "en"], default="zh", help="language of the text (default: zh)")
+    p.add_argument(
+        "--d-k",
+        type=_positive_int,
+        default=4,
+        dest="d_k",
+        help="the d_k used to scale the tutorial's score table (default: 4)",
+    )
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the random 10×128 run (default: 0)")
+    _json_flag(p, "print the same content as JSON")
+    p.set_defaults(run=runs["walkthrough"])
+
+
+def _explain_args(commands, runs) -> None:
+    p = commands.add_parser("explain", help="a real model's attention on your sentence: tables, pictures, HTML")
+    p.add_argument("text", nargs="?", default="一只蓝色怪兽走进森林", help="the text (default: 一只蓝色怪兽走进森林)")
+    p.add_argument(
+        "--model",
+        metavar="PATH_OR_ID",
+        help="a selfattn checkpoint, a local transformers folder (Llama, Qwen2/3, Mistral, Gemma2, GPT-2, "
+        "BERT) or a hub id such as Qwen/Qwen2.5-0.5B (default: the bundled model, offline)",
+    )
+    p.add_argument("--layer", type=_non_negative_int, help="layer to show (default: picked by a rule, printed)")
+    p.add_argument("--head", type=_non_negative_int, help="head to show (default: picked by a rule, printed)")
+    p.add_argument("--lang", choices=["zh", "en"], default="zh", help="language of the tables (default: zh)")
+    intervention_args(p)
+    p.add_argument(
+        "--find",
+        nargs=2,
+        metavar=("QUERY", "KEY"),
+        help="head search: rank every head by the weight from token QUERY to token KEY (e.g. --find 走进 怪兽)",
+    )
+    _json_flag(p, "print every captured tensor as JSON instead of tables")
+    p.add_argument("--npz", metavar="FILE", help="also save every captured tensor to FILE (.npz)")
+    p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report to FILE")
+    p.add_argument("--plots", metavar="DIR", help="also save heatmaps (PNG and SVG) into DIR")
+    p.add_argument("--force", action="store_true", help="overwrite files that already exist")
+    p.set_defaults(run=runs["explain"])
+
+
+def intervention_args(p) -> None:
+    """One flag per entry of the interventions' registry (a switch: --no-scaling; with parameters:
+    --temperature T, --block QUERY KEY), then the two that limit them to one layer / head."""
+    from .explain.capture.interventions import REGISTRY  # no torch: the walkthrough starts without it
+
+    for entry in REGISTRY.values():
+        flag = "--" + entry.name.replace("_", "-")
+        if entry.params:
+            p.add_argument(flag, action=_Values, entry=entry, dest=dest(entry.name), help=entry.help["en"])
+        else:
+            p.add_argument(flag, action="store_true", dest=dest(entry.name), help=entry.help["en"])
+    p.add_argument(
+        "--only-layer",
+        type=_non_negative_int,
+        dest="only_layer",
+        metavar="L",
+        help="apply the interventions in layer L only (default: every layer)",
+    )
+    p.add_argument(
+        "--only-head",
+        type=_non_negative_int,
+        dest="only_head",
+        metavar="H",
+        help="apply the interventions to head H only (with --only-layer: that one head)",
+    )
+
+
+def dest(name: str) -> str:
+    return f"intervene_{name}"
+
+
+def flag_usage(entry) -> str:
+    return " ".join(["--" + entry.name.replace("_", "-"), *(p.name.upper() for p in entry.params)])
+
+
+class _Values(argparse.Action):
+    """The values of one intervention with parameters: one argument per parameter, each parsed by its
+    type and range (`_param_type`), stored as {param: value}."""
+
+    def __init__(self, option_strings, dest, entry, **kwargs):
+        self.entry = entry
+        names = tuple(p.name.upper() for p in entry.params)
+        super().__init__(option_strings, dest, nargs=len(names), metavar=names, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        out = {}
+        for param, text in zip(self.entry.params, values, strict=True):
+            try:
+                out[param.name] = _param_type(self.entry, param)(text)
+            except argparse.ArgumentTypeError as e:
+                raise argparse.ArgumentError(self, str(e)) from None
+        setattr(namespace, self.dest, out)
+
+
+def _param_type(entry, param):
+    """The argparse type of one registry parameter: its type, bounds and a message naming them."""
+    if param.type is bool:
+        return _boolean
+    name = entry.name if len(entry.params) == 1 else f"{entry.name} {param.name}"
+    if param.type is int:
+        high = "" if param.max is None else f" and <= {param.max}"
+        return _number(int, low=param.min or 0, high=param.max, what=f"an integer >= {param.min or 0}{high}")
+    low, high = param.min, param.max
+    return _number(float, low=low, high=high, what=f"a {name} in [{low:g}, {high:g}]")
+
+
+def _boolean(text: str) -> bool:
+    words = {"true": True, "on": True, "yes": True, "false": False, "off": False, "no": False}
+    if text.lower() not in words:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return words[text.lower()]
+
+
+def _train_args(commands, runs) -> None:
+    p = commands.add_parser("train", help="train a decoder-only model on the corpus of the tutorial's sentences")
+    p.add_argument(
+        "--preset", choices=["tiny", "default"], default="default", help="model and schedule (default: default)"
+    )
+    p.add_argument("--out", default="out/model", help="checkpoint folder to write (default: out/model)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of corpus, init and batches (default: 0)")
+    p.add_argument(
+        "--epochs", type=_positive_int, help="epochs (of the last stage, for staged presets; default: the preset's)"
+    )
+    p.add_argument("--batch-size", type=_positive_int, dest="batch_size", help="batch size (default: the preset's)")
+    p.add_argument("--lr", type=_lr, help="peak learning rate, below 1 (default: the preset's)")
+    p.add_argument(
+        "--plot", metavar="PNG", help="loss-curve picture (default: OUT/loss_curve.png; kept unless --force)"
+    )
+    p.add_argument("--threads", type=_threads, default=1, help="torch threads (default: 1)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing checkpoint in OUT and the picture")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _json_flag(p, "print the training summary as JSON")
+    p.set_defaults(run=runs["train"])
+
+
+def _generate_args(commands, runs) -> None:
+    p = commands.add_parser("generate", help="continue a text with the default model (or --model PATH)")
+    p.add_argument("text", help="the beginning, e.g. 一只蓝色")
+    p.add_argument("--model", metavar="PATH", help="a checkpoint folder (default: the bundled model)")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=40, dest="max_new_tokens", help="(default: 40)")
+    p.add_argument("--greedy", action="store_true", help="always take the most likely token")
+    p.add_argument(
+        "--temperature",
+        type=_temperature,
+        default=1.0,
+        help="sampling temperature, 0.01 to 100 (default: 1; --greedy for the limit 0)",
+    )
+    p.add_argument("--top-k", type=_positive_int, dest="top_k", help="sample among the k most likely tokens")
+    p.add_argument("--seed", type=_seed, default=0, help="sampling seed (default: 0)")
+    p.add_argument("--no-cache", action="store_true", help="recompute the whole prefix each step (no KV cache)")
+    _json_flag(p, "print the result as JSON")
+    p.set_defaults(run=runs["generate"])
+
+
+def _bench_args(commands, runs) -> None:
+    p = commands.add_parser("bench", help="benchmarks: each backend against PyTorch SDPA and the machine's GEMM peak")
+    p.add_argument(
+        "--case",
+        action="append",
+        metavar="NAME",
+        help="run only this case (repeatable; default: every kernel case; 'hf' (a transformers model) "
+        "and 'ring' (several processes) run only when named; an unknown name lists the cases)",
+    )
+    p.add_argument("--quick", action="store_true", help="small sizes: the whole suite in well under a minute")
+    p.add_argument("--threads", type=_threads, help="torch threads (default: torch's default)")
+    p.add_argument(
+        "--load",
+        type=_load,
+        default=0,
+        metavar="N",
+        help="run N busy processes (one core each) during the run, for reproducible busy-core ratios",
+    )
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="measure nothing: print how each case's request is dispatched (estimates, refusals, choice)",
+    )
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement (one process per row)")
+    _json_flag(p, "print the numbers as JSON")
+    p.set_defaults(run=runs["bench"])
+
+
+def _vocab_args(commands, runs) -> None:
+    p = commands.add_parser("vocab", help="the words a selfattn model knows (others become <unk>)")
+    p.add_argument("--model", metavar="PATH", help="a selfattn checkpoint folder (default: the bundled model)")
+    _json_flag(p, "print the list as JSON")
+    p.set_defaults(run=runs["vocab"])
+
+
+def _serve_args(commands, runs) -> None:
+    p = commands.add_parser("serve", help="the local web app: type a sentence, see and intervene in its attention")
+    p.add_argument("--model", metavar="PATH", help="a checkpoint folder (default: the bundled model)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=_port, default=8000, help="port (default: 8000)")
+    p.set_defaults(run=runs["serve"])
+
+
+def _number(
+    kind: type,
+    *,
+    low: float,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    what: str = "",
+):
+    """An argparse type: `kind` (int or float) within the bounds (closed unless `low_open` / `high_open`).
+
+    The bounds are checked by `checks.integer` / `checks.real`, the library's own rule; a refusal becomes
+    argparse's one line "expected WHAT, got 'TEXT'" (exit 2). A float text that is not a finite number (or
+    not positive, for a positive range) is told so ("expected a finite number > 0"), not given the range.
+    """
+    if kind is int:
+        if low_open or high_open:
+            raise ValueError("an integer range is written closed: use low + 1 or high - 1")
+        check = partial(checks.integer, "value", low=low, high=high)
+        what = what or f"an integer >= {low}"
+        not_number = what
+    else:
+        check = partial(checks.real, "value", low=low, high=high, low_open=low_open, high_open=high_open)
+        positive = low > 0 or (low == 0 and low_open)
+        not_number = "a finite number > 0" if positive else "a finite number"
+        what = what or not_number
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"expected {not_number}, got {text!r}") from None
+        if kind is float and (not math.isfinite(value) or (positive and value <= 0)):
+            raise argparse.ArgumentTypeError(f"expected {not_number}, got {text!r}")
+        try:
+            return check(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+    return parse
+
+
+MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
+
+_positive_int = _number(int, low=1, what="a positive integer")
+_non_negative_int = _number(int, low=0)
+_port = _number(int, low=1, high=65535, what="a port in [1, 65535]")
+_seed = _number(int, low=0, high=MAX_SEED, what=f"an integer in [0, {MAX_SEED}]")
+_threads = _number(int, low=1, high=MAX_THREADS, what=f"an integer in [1, {MAX_THREADS}]")
+_load = _number(int, low=0, high=MAX_LOAD, what=f"an integer in [0, {MAX_LOAD}]")
+_lr = _number(float, low=0, low_open=True, high=1, high_open=True, what="a learning rate in (0, 1)")
+_temperature = _number(
+    float,
+    low=MIN_TEMPERATURE,
+    high=MAX_TEMPERATURE,
+    what=f"a temperature in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}]",
+)

@@ -1,0 +1,1 @@
+"""Capture: the one capture point (`trace`) and the interventions it applies (`interventions`)."""

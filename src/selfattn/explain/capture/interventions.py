@@ -1,0 +1,357 @@
+"""Interventions as data: a registry of changes to the attention computation, each one an entry.
+
+    REGISTRY                      name -> Entry, in the order the entries are applied to a request
+    Intervention(applied, layer=, head=)     values for some entries, limited to one layer and/or head
+    Intervention.of({name: {param: value}, "layer": L, "head": H})   the same, from the JSON shape
+    as_data()                     the registry as JSON: doc["interventions"], what the page builds its controls from
+
+An entry declares its `name`, its `params` (name, type bool/int/float, min, max, default, zh/en label), its
+zh/en `label`, whether the experiment compares it with a pass without it (`needs_baseline`), and
+`apply(request, values) -> Request`: the request as the changed model computes it. The CLI flags of
+`selfattn explain`, the HTTP model of `selfattn serve`, the words of the tables and the page's controls are
+all generated from the registry, so a new intervention is one entry here (and its tests).
+
+The module imports no torch (an entry's `apply` imports what it computes with), so the CLI can build its
+flags from the registry and still start `selfattn walkthrough` without torch.
+
+An `Intervention` changes the computation itself, not only the picture: the capture point
+(`trace.capture`) rewrites each request inside the interceptor, so the next-token prediction changes too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ... import checks
+from ...limits import TEMPERATURE_RANGE
+
+if TYPE_CHECKING:  # the registry is read without torch: `selfattn walkthrough` builds the CLI without it
+    from ...kernels.base import Request
+
+__all__ = ["Param", "Entry", "REGISTRY", "SCOPE", "Intervention", "as_data", "flat_fields"]
+
+TYPES = {bool: "bool", int: "int", float: "float"}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One value an intervention takes. min / max: None = unbounded (for a position: the text's length)."""
+
+    name: str
+    type: type
+    default: bool | int | float
+    label: dict[str, str]
+    min: float | None = None
+    max: float | None = None
+
+    def check(self, what: str, value):
+        """`value` if it is of this type and range, else a TypeError/ValueError naming `what` and the value."""
+        if self.type is bool:
+            return checks.boolean(what, value)
+        if self.type is int:
+            return checks.integer(what, value, low=self.min, high=self.max)
+        return float(checks.real(what, value, low=self.min, high=self.max))
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "type": TYPES[self.type],
+            "min": self.min,
+            "max": self.max,
+            "default": self.default,
+            "label": dict(self.label),
+        }
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One intervention.
+
+    label           {zh, en}: its name in every view
+    help            {zh, en}: one sentence on what it does (the CLI's --help, the page's tooltip)
+    said            {zh, en}: how a view says it is applied, `{param}` placeholders filled by str.format
+    params          what it takes; none: a switch
+    needs_baseline  the experiment compares it with the same text without it (`session.Explainer.explain`)
+    neutral         the values at which it changes nothing (such an entry is dropped): None if there are none
+    flat            its field in the flat record of the first API (doc["intervention"], the HTTP fields
+                    scaling/causal/temperature, `Intervention(scaling=False)`): a switch's field is True when
+                    it is *not* applied (scaling=True: ÷√d_k on); a one-parameter entry's field is the value
+    """
+
+    name: str
+    label: dict[str, str]
+    help: dict[str, str]
+    said: dict[str, str]
+    apply: Callable[[Request, dict], Request]
+    params: tuple[Param, ...] = ()
+    needs_baseline: bool = True
+    neutral: dict | None = None
+    flat: str | None = None
+
+    def check(self, values) -> dict:
+        """{param: value} for this entry: each param checked, a missing one at its default, an unknown one refused."""
+        if values is None:
+            values = {}
+        if not isinstance(values, Mapping):
+            raise TypeError(f"intervention {self.name} takes {{param: value}}, got {type(values).__name__}")
+        known = {p.name for p in self.params}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            takes = ", ".join(sorted(known)) or "no parameter"
+            raise ValueError(f"intervention {self.name} has no parameter {unknown[0]!r} (it takes {takes})")
+        out = {}
+        for p in self.params:
+            what = self.name if len(self.params) == 1 else f"{self.name} {p.name}"
+            out[p.name] = p.check(what, values.get(p.name, p.default))
+        return out
+
+    def words(self, lang: str, values: dict) -> str:
+        """What a view says when this entry is applied with `values` (numbers with :g, as they were typed)."""
+        shown = {k: f"{v:g}" if isinstance(v, float) else v for k, v in values.items()}
+        return self.said[lang].format(**shown)
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "label": dict(self.label),
+            "help": dict(self.help),
+            "said": dict(self.said),
+            "params": [p.as_dict() for p in self.params],
+            "needs_baseline": self.needs_baseline,
+        }
+
+
+# --- the entries ---------------------------------------------------------------------------------------
+
+
+def _no_scaling(r: Request, values: dict) -> Request:
+    """Scores are not divided by √d_k: the scale becomes 1 (a temperature applied after it still divides)."""
+    return dataclasses.replace(r, scale=1.0)
+
+
+def _no_causal(r: Request, values: dict) -> Request:
+    """The causal rule and the sliding window are lifted; a mask (padding) stays."""
+    return dataclasses.replace(r, causal=False, window=None)
+
+
+def _temperature(r: Request, values: dict) -> Request:
+    """softmax(s / T): the scale is divided by T, and so is a softcap (softcap·tanh(s/softcap) / T =
+    (softcap/T)·tanh((s/T)/(softcap/T)))."""
+    t = float(values["t"])
+    return dataclasses.replace(r, scale=r.scale / t, softcap=None if r.softcap is None else r.softcap / t)
+
+
+def _block(r: Request, values: dict) -> Request:
+    """Cut one link: query `query` may no longer look at key `key` (an attention knockout).
+
+    The maths: the mask gains −∞ at (query, key), so that masked score is −∞, its weight
+    exp(−∞ − lse) is 0, and the row's other weights are renormalised: w'_qj = w_qj / (1 − w_q,key) for
+    j ≠ key. Only row `query` of the weights changes in this layer; its output Σ_j w'_qj·v_j no longer
+    holds v_key, and every layer above reads that changed row. A query whose only visible key is cut sees
+    nothing: its output is 0 (the rule of `selfattn.attention`). A link that is hidden already (the
+    causal rule, a window, padding) is refused: cutting it would change nothing.
+    """
+    import torch  # here, not at the top: the registry's declarations are read without torch
+
+    from ...masks import visibility
+
+    i, j = values["query"], values["key"]
+    if i >= r.Lq:
+        raise ValueError(f"block query {i} is not a position of the text (0 … {r.Lq - 1})")
+    if j >= r.Lk:
+        raise ValueError(f"block key {j} is not a position of the text (0 … {r.Lk - 1})")
+    device = r.q.device
+    rule = visibility(r.Lq, r.Lk, causal=r.causal, window=r.window, device=device, rows=torch.tensor([i]))[0, j]
+    if r.mask is None:
+        mask = torch.ones(1, 1, r.Lq, r.Lk, dtype=torch.bool, device=device)
+    else:
+        mask = r.mask.expand(r.mask.shape[0], r.mask.shape[1], r.Lq, r.Lk).clone()
+    allowed = mask[..., i, j] if mask.dtype == torch.bool else mask[..., i, j] > float("-inf")
+    if not bool(rule) or not bool(allowed.any()):
+        raise ValueError(f"query {i} cannot look at key {j} already (causal rule, window or padding): nothing to block")
+    if mask.dtype == torch.bool:
+        mask[..., i, j] = False
+    else:
+        mask[..., i, j] = float("-inf")
+    return dataclasses.replace(r, mask=mask)
+
+
+LOW_T, HIGH_T = TEMPERATURE_RANGE
+
+REGISTRY: dict[str, Entry] = {
+    e.name: e
+    for e in (
+        Entry(
+            name="no_scaling",
+            label={"zh": "关闭 ÷√d_k", "en": "no ÷√d_k"},
+            help={"zh": "干预：分数不除以 √d_k", "en": "intervene: do not divide the scores by √d_k"},
+            said={"zh": "关闭 ÷√d_k", "en": "÷√d_k switched off"},
+            apply=_no_scaling,
+            flat="scaling",
+        ),
+        Entry(
+            name="no_causal",
+            label={"zh": "关闭因果 mask", "en": "no causal mask"},
+            help={"zh": "干预：让解码器看到未来的 token", "en": "intervene: let a decoder look at future tokens"},
+            said={"zh": "关闭因果 mask", "en": "causal mask switched off"},
+            apply=_no_causal,
+            flat="causal",
+        ),
+        Entry(
+            name="temperature",
+            label={"zh": "softmax 温度 T", "en": "softmax temperature T"},
+            help={
+                "zh": f"干预：softmax 温度，{LOW_T:g} 到 {HIGH_T:g}（默认 1）",
+                "en": f"intervene: softmax temperature, {LOW_T:g} to {HIGH_T:g} (default 1)",
+            },
+            said={"zh": "softmax 温度 T = {t}", "en": "softmax temperature T = {t}"},
+            apply=_temperature,
+            params=(Param("t", float, 1.0, {"zh": "T", "en": "T"}, min=LOW_T, max=HIGH_T),),
+            neutral={"t": 1.0},
+            flat="temperature",
+        ),
+        Entry(
+            name="block",
+            label={"zh": "切断一条连接（查询 → 键）", "en": "block one link (query → key)"},
+            help={
+                "zh": "干预：位置 QUERY 的查询不能再看位置 KEY 的键（它的权重变成 0，其余重新归一化）",
+                "en": "intervene: the query at position QUERY may no longer look at the key at position KEY "
+                "(its weight becomes 0, the others are renormalised)",
+            },
+            said={"zh": "切断 {query} → {key}", "en": "link {query} → {key} blocked"},
+            apply=_block,
+            params=(
+                Param("query", int, 0, {"zh": "查询位置", "en": "query position"}, min=0),
+                Param("key", int, 0, {"zh": "键位置", "en": "key position"}, min=0),
+            ),
+        ),
+    )
+}
+"""Every intervention, in the order they are applied (a temperature divides the scale that no_scaling set)."""
+
+SCOPE = {
+    "layer": {"zh": "只在层", "en": "only in layer"},
+    "head": {"zh": "只在 head", "en": "only in head"},
+}
+"""The two options that limit an intervention (Intervention.layer / .head), with their labels."""
+
+
+def as_data() -> list[dict]:
+    """The registry as JSON-ready data, in its order: doc["interventions"] (what the page builds controls from)."""
+    return [e.as_dict() for e in REGISTRY.values()]
+
+
+def flat_fields() -> dict[str, Entry]:
+    """{flat field: entry} for the entries that have one (scaling, causal, temperature)."""
+    return {e.flat: e for e in REGISTRY.values() if e.flat is not None}
+
+
+@dataclass(frozen=True, init=False)
+class Intervention:
+    """Registry values to apply, in every attention layer or in one layer / one head.
+
+        Intervention({"temperature": {"t": 2.0}, "block": {"query": 4, "key": 3}}, layer=1)
+        Intervention(scaling=False, causal=False, temperature=2.0, head=0)   # the flat keywords (`Entry.flat`)
+
+    values  ((name, ((param, value), …)), …) in registry order; an entry at its neutral values is left out
+    layer   None: every attention layer; else only that one (0 = the first call)
+    head    None: every head; else only that query head
+    """
+
+    values: tuple[tuple[str, tuple[tuple[str, object], ...]], ...]
+    layer: int | None
+    head: int | None
+
+    def __init__(self, applied: Mapping | None = None, *, layer: int | None = None, head: int | None = None, **flat):
+        wanted = dict(_from_flat(flat))
+        if applied is not None:
+            if not isinstance(applied, Mapping):
+                raise TypeError(f"interventions must be {{name: {{param: value}}}}, got {type(applied).__name__}")
+            for name, values in applied.items():
+                if name in wanted:
+                    raise ValueError(f"intervention {name} is given twice")
+                wanted[name] = values
+        unknown = sorted(set(wanted) - set(REGISTRY), key=str)
+        if unknown:
+            raise ValueError(f"unknown intervention {unknown[0]!r}; the interventions are {', '.join(REGISTRY)}")
+        out = []
+        for name, entry in REGISTRY.items():
+            if name in wanted:
+                values = entry.check(wanted[name])
+                if values != entry.neutral:
+                    out.append((name, tuple(values.items())))
+        object.__setattr__(self, "values", tuple(out))
+        for name, value in (("layer", layer), ("head", head)):
+            object.__setattr__(self, name, checks.optional_integer(f"intervention {name}", value, low=0))
+
+    @classmethod
+    def of(cls, data: Mapping | None) -> Intervention:
+        """From the JSON shape {name: {param: value}, "layer": L | None, "head": H | None} (`as_applied`)."""
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise TypeError(f"interventions must be a JSON object, got {type(data).__name__}")
+        rest = {k: v for k, v in data.items() if k not in SCOPE}
+        return cls(rest, layer=data.get("layer"), head=data.get("head"))
+
+    @property
+    def applied(self) -> dict[str, dict]:
+        """{name: {param: value}} of the entries applied (empty: no intervention)."""
+        return {name: dict(values) for name, values in self.values}
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+    def needs_baseline(self) -> bool:
+        """Whether an applied entry asks the experiment to compare with the same text without it."""
+        return any(REGISTRY[name].needs_baseline for name, _ in self.values)
+
+    def applies_to(self, layer: int) -> bool:
+        return self.layer is None or self.layer == layer
+
+    def apply(self, r: Request) -> Request:
+        """The request with every applied entry, in registry order."""
+        for name, values in self.values:
+            r = REGISTRY[name].apply(r, dict(values))
+        return r
+
+    def as_applied(self) -> dict:
+        """{name: {param: value}, "layer": L | None, "head": H | None}: doc["experiment"]["applied"] and the
+        HTTP field `interventions` (one shape)."""
+        return self.applied | {"layer": self.layer, "head": self.head}
+
+    def as_dict(self) -> dict:
+        """The flat record: {scaling, causal, temperature} (each entry's `flat` field), the applied entries
+        without one by name ({"block": {"query", "key"}}), and layer / head when the intervention is limited."""
+        applied = self.applied
+        out = {}
+        for field, entry in flat_fields().items():
+            if not entry.params:
+                out[field] = entry.name not in applied
+            else:
+                (param,) = entry.params
+                out[field] = applied.get(entry.name, entry.neutral or {param.name: param.default})[param.name]
+        out |= {name: values for name, values in applied.items() if REGISTRY[name].flat is None}
+        return out | {k: getattr(self, k) for k in SCOPE if getattr(self, k) is not None}
+
+    def words(self, lang: str) -> list[str]:
+        """What a view says for each applied entry (`Entry.said`), in registry order."""
+        return [REGISTRY[name].words(lang, dict(values)) for name, values in self.values]
+
+
+def _from_flat(flat: dict):
+    """(name, values) pairs from the flat keywords (scaling=False → no_scaling, temperature=2 → {"t": 2})."""
+    fields = flat_fields()
+    for field, value in flat.items():
+        entry = fields.get(field)
+        if entry is None:
+            raise TypeError(f"Intervention() got an unexpected keyword {field!r}")
+        if not entry.params:
+            if not checks.boolean(field, value):
+                yield entry.name, {}
+        else:
+            (param,) = entry.params
+            yield entry.name, {param.name: value}

@@ -1,0 +1,77 @@
+"""The files of `selfattn explain` (--npz, --html, --plots) as one set: checked before the work, written whole.
+
+    check(npz=, html=, plots=, force=, selected=)     before the model is loaded: every path known so far
+    files = render(doc, npz=, html=, plots=, lang=)   {Path: bytes}: every file drawn in memory, every path checked
+    write_all(files, force=)                          each to a temporary name, then all renamed (`fileset`)
+
+A refusal (an existing file without --force, the same path given twice, a folder where a file goes) comes
+before anything is written: the picture of the shown head is named after it (head-L1-H2.png), so when the
+head is picked by the rule that name is checked once the model has run, still before the first file is
+written. A failure while writing (a full disk) leaves the files as they were, with no partial set and no
+temporary file (`write_all`).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from ...files import check_writable
+from . import export, plots
+from .fileset import write_all
+
+__all__ = ["check", "render", "write_all", "npz_bytes"]
+
+
+def _planned(npz, html, plots_dir, selected) -> list[tuple[str, Path]]:
+    """(flag, path) of every file the flags will write that can be named now (`selected`: (layer, head) or None)."""
+    out = [(flag, Path(p)) for flag, p in (("--npz", npz), ("--html", html)) if p is not None]
+    if plots_dir is not None:
+        out += [("--plots", Path(plots_dir) / name) for name in plots.file_names(selected)]
+    return out
+
+
+def check(*, npz=None, html=None, plots_dir=None, force: bool = False, selected: tuple[int, int] | None = None) -> None:
+    """Refuse (OSError/ValueError) what the writes would refuse: an existing file without `force`, a folder
+    that does not exist or cannot be written, a --plots path that is a file, one path named twice."""
+    from ...model.checkpoint import check_creatable  # plots are written into a folder made when missing
+
+    if plots_dir is not None and Path(plots_dir).exists() and not Path(plots_dir).is_dir():
+        raise NotADirectoryError(f"--plots {plots_dir} is a file; give a folder")
+    seen: dict[Path, str] = {}
+    for flag, path in _planned(npz, html, plots_dir, selected):
+        where = path.resolve()
+        if where in seen:
+            raise ValueError(f"{flag} {path} is also the file of {seen[where]}: give each output its own path")
+        seen[where] = f"{flag} {path}"
+        if flag == "--plots":
+            check_creatable(path, force=force)
+        else:
+            check_writable(path, force=force)
+
+
+def render(doc: dict, *, npz=None, html=None, plots_dir=None, force: bool = False, lang: str = "zh") -> dict:
+    """{path: bytes} of every file asked for, drawn from `doc`; every path checked again (`check`), the
+    shown head's pictures included, before anything is drawn."""
+    selected = (doc["selected"]["layer"], doc["selected"]["head"])
+    check(npz=npz, html=html, plots_dir=plots_dir, force=force, selected=selected)
+    files: dict[Path, bytes] = {}
+    if npz is not None:
+        files[Path(npz)] = npz_bytes(doc)
+    if html is not None:
+        from ..report import render_html
+
+        files[Path(html)] = render_html(doc).encode("utf-8")
+    if plots_dir is not None:
+        files |= {Path(plots_dir) / name: data for name, data in plots.render(doc, lang=lang).items()}
+    return files
+
+
+def npz_bytes(doc: dict) -> bytes:
+    """Every captured tensor of `doc` (`export.to_arrays`) as the bytes of a compressed .npz: written to the
+    path given as it is (NumPy's savez would add ".npz" to a file name without it)."""
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **export.to_arrays(doc))
+    return buffer.getvalue()

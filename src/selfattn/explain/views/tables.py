@@ -1,0 +1,253 @@
+"""The tutorial's tables for one head of a real model, drawn with rich from the export dict.
+
+Reads only `export.to_dict`'s output, so the terminal shows exactly the numbers of `--json`.
+Layers, heads and positions are numbered from 0, said once at the top, the same in zh and en and in
+the page. Every minus sign is "−" (U+2212), and a number that rounds to zero is printed without a
+sign. Wide matrices are split by columns so every table fits the console (80 columns included).
+Nothing from the model or the text (a folder name, a token) is ever read as rich markup.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ...terminal import printable
+from ...walkthrough import FEATURES as MEANINGS  # the walkthrough's meanings, one per relations.MEANING_ROLES
+from ..capture.interventions import REGISTRY
+from . import texts
+from .heads import percent
+from .relations import MEANING_ROLES, roles
+from .summary import SINK_LIMIT
+
+MAX_TABLE_TOKENS = 24
+"""Longer inputs get the summaries only (tables of hundreds of columns help nobody): use --html."""
+MINUS = "−"
+TOP_DIMENSIONS = 3
+"""A long vector is summarised by its norm and its largest dimensions (the JSON holds all of them)."""
+LABEL_WIDTH = 8
+"""Characters of a row label (a query token) before it is cut."""
+
+
+def number(x, digits: int = 2) -> str:
+    """A number with one minus sign "−", never "−0.00"; ±inf as "±inf"."""
+    if isinstance(x, str):
+        x = float(x)
+    if math.isinf(x):
+        return "−inf" if x < 0 else "inf"
+    text = f"{x:.{digits}f}"
+    if float(text) == 0:
+        return f"{0:.{digits}f}"
+    return text.replace("-", MINUS)
+
+
+def render(doc: dict, console: Console, lang: str = "zh") -> None:
+    def t(key: str, **values) -> str:
+        return texts.text("tables." + key, lang, **values)
+
+    def say(*parts, **kw):
+        return console.print(
+            *(
+                printable(p, keep="\n") if isinstance(p, str) else p  # noqa: E731
+                for p in parts
+            ),
+            markup=False,
+            **kw,
+        )  # never markup, never ESC
+
+    m = doc["model"]
+    say(t("model", **(m | {"kind": t(m["kind"])})))
+    if m.get("architecture"):
+        positions = m["positions_zh" if lang == "zh" else "positions"]  # both written by export.model_info
+        say(t("card", **(m | {"positions": positions})))
+    say(t("numbering"))
+    tokens = doc["tokens"]
+    unknown = doc.get("unknown") or {"count": 0, "positions": [], "message": ""}
+    unknown_at = set(unknown["positions"])
+    marked = [f"{tok}⟨?⟩" if i in unknown_at else tok for i, tok in enumerate(tokens)]
+    say(t("tokens", n=len(tokens)), " / ".join(marked))
+    if unknown["count"]:
+        say(t("unknown", n=len(tokens), count=unknown["count"], hint=unknown["hint"][lang]), style="yellow")
+    _intervention(doc, say, t, lang)
+    sel = doc["selected"]
+    if sel["rule"] == "auto":  # the rule is a paragraph: under the head, not wrapped into its name
+        say(t("selected", layer=sel["layer"], head=sel["head"], reason=t("auto_short")))
+        say("  " + texts.text("pick_rule", lang), style="dim")
+    else:
+        reason = t("chosen") if sel["rule"] is None else t(sel["rule"].replace(" ", "_"))
+        say(t("selected", layer=sel["layer"], head=sel["head"], reason=reason))
+    described = doc.get("descriptions")
+    if described:
+        say(t("does", text=described[sel["layer"]][sel["head"]]["text"][lang]), style="bold")
+    if "text" in doc.get("experiment", {}):  # compared with the text without the intervention
+        say(t("experiment", text=doc["experiment"]["text"][lang]))
+    if doc["prediction"]:
+        say(t("predict"), "  ".join(f"{p['token']} {p['prob']:.1%}" for p in doc["prediction"]))
+    _summary_grid(doc, console, t)
+    if described:
+        say(t("heads"))
+        for l, heads in enumerate(described):
+            for h, d in enumerate(heads):
+                say(t("head_line", layer=l, head=h, text=d["text"][lang]))
+    if doc.get("search"):
+        s = doc["search"]
+        say(t("search", q=tokens[s["query"]], i=s["query"], k=tokens[s["key"]], j=s["key"]))
+        for r in s["heads"]:
+            say(t("search_line", layer=r["layer"], head=r["head"], w=f"{100 * r['weight']:.1f}%"))
+    if doc.get("first_token") and doc["summaries"][sel["layer"]][sel["head"]]["rows"]:
+        ft = doc["first_token"]
+        say(t("bos", token=ft["token"], selected=percent(ft["selected"]), mean=percent(ft["mean"])))
+    layer = doc["layers"][sel["layer"]]
+    head = layer.get("heads", [{}] * (sel["head"] + 1))[sel["head"]]
+    if len(tokens) > MAX_TABLE_TOKENS or "stages" not in head:
+        say(t("too_long", n=len(tokens), limit=MAX_TABLE_TOKENS))
+        return
+    _stages(doc, console, t, lang, layer, head)
+
+
+def _intervention(doc: dict, say, t, lang: str) -> None:
+    """One line naming each applied intervention (the registry's words) and where it acts."""
+    applied = dict(doc.get("experiment", {}).get("applied", {}))  # absent: no intervention
+    layer, head = applied.pop("layer", None), applied.pop("head", None)
+    changes = [REGISTRY[name].words(lang, values) for name, values in applied.items()]
+    if changes and layer is not None:
+        where = t("where", layer=layer) + (t("where_head", head=head) if head is not None else "")
+        changes.append(t("only", where=where))
+    elif changes and head is not None:
+        changes.append(t("only_head", head=head))
+    if changes:
+        say(t("intervention", items="，".join(changes) if lang == "zh" else ", ".join(changes)))
+
+
+def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) -> None:
+    tokens = doc["tokens"]
+    stages = head["stages"]
+    scale = head.get("scale", layer["scale"])
+    visible = head.get("visible", layer["visible"])
+    causal = head.get("causal", layer.get("causal", True))
+    scaled_title = t("scaled" if doc["intervention"]["scaling"] else "scaled_off", scale=number(scale, 4))
+    _matrix(console, t("scores"), t("corner"), tokens, tokens, stages["scores"], number)
+    _matrix(console, scaled_title, t("corner"), tokens, tokens, stages["scaled"], number)
+    _matrix(console, t("mask" if causal else "mask_off"), t("corner"), tokens, tokens, visible, str)
+    _matrix(console, t("masked"), t("corner"), tokens, tokens, stages["masked"], number)
+    weights = stages["weights"]
+    _matrix(
+        console,
+        t("weights"),
+        t("corner"),
+        tokens,
+        tokens,
+        [[100 * w for w in row] for row in weights],
+        lambda x: number(x, 1),
+    )
+    _meanings(console, t, lang, tokens, weights)
+    _vectors(console, t, layer, stages, doc)
+    console.print(t("top"), markup=False)
+    for q, row in zip(tokens, weights, strict=False):
+        best = sorted(range(len(row)), key=lambda j: -row[j])[:3]
+        items = ", ".join(f"{tokens[j]} {percent(row[j])}" for j in best if row[j] > 0)
+        console.print("  " + t("row", q=q, items=items), markup=False)
+
+
+def _meanings(console: Console, t, lang: str, tokens: list[str], weights) -> None:
+    """The walkthrough's one-hot-V table on the real tokens: weights summed per meaning (role)."""
+    r = roles(tokens)
+    columns = list(MEANINGS[lang]) + [t("first"), t("other")]
+    rows = []
+    for row in weights:
+        sums = [0.0] * len(columns)
+        for j, w in enumerate(row):
+            col = MEANING_ROLES.index(r[j]) if r[j] in MEANING_ROLES else len(columns) - (2 if j == 0 else 1)
+            sums[col] += 100 * w
+        rows.append(sums)
+    _matrix(
+        console, t("meaning"), t("corner_meaning"), tokens, columns, rows, lambda x: number(x, 1), cut_columns=False
+    )
+
+
+def _vectors(console: Console, t, layer: dict, stages: dict, doc: dict) -> None:
+    if "weighted" not in stages or "attn_out" not in layer:
+        return
+    console.print(t("vectors", k=TOP_DIMENSIONS), markup=False)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for header in (t("corner").split(" ")[0], t("col_weighted"), t("col_attn"), t("col_output")):
+        table.add_column(Text(header))
+    for i, q in enumerate(doc["tokens"]):
+        table.add_row(
+            Text(_cut(q)), *(Text(_summary(vec[i])) for vec in (stages["weighted"], layer["attn_out"], layer["output"]))
+        )
+    console.print(table)
+
+
+def _summary(values) -> str:
+    norm = math.sqrt(sum(float(v) ** 2 for v in values))
+    top = sorted(range(len(values)), key=lambda d: -abs(float(values[d])))[:TOP_DIMENSIONS]
+    return f"‖{number(norm)}‖ " + " ".join(f"d{d}={number(values[d])}" for d in top)
+
+
+def _cut(label: str) -> str:
+    label = printable(label)
+    return label if len(label) <= LABEL_WIDTH else label[: LABEL_WIDTH - 1] + "…"
+
+
+def _matrix(
+    console: Console,
+    title: str,
+    corner: str,
+    rows: list[str],
+    columns: list[str],
+    values,
+    fmt,
+    cut_columns: bool = True,
+) -> None:
+    """One table, split into as many column blocks as the console width needs (token labels cut to LABEL_WIDTH)."""
+    cells = [[fmt(x) for x in row] for row in values]
+    columns = [_cut(c) for c in columns] if cut_columns else list(columns)
+    label = max([cell_len(_cut(r)) for r in rows] + [cell_len(corner)])
+    widths = [max([cell_len(c)] + [len(row[j]) for row in cells]) for j, c in enumerate(columns)]
+    blocks, start, used = [], 0, label + 3
+    for j, w in enumerate(widths):
+        if j > start and used + w + 3 > console.width:
+            blocks.append((start, j))
+            start, used = j, label + 3
+        used += w + 3
+    blocks.append((start, len(columns)))
+    for a, b in blocks:
+        name = title if len(blocks) == 1 else f"{title} [{a}–{b - 1}]"
+        console.print(name, markup=False)
+        table = Table(show_edge=False, header_style="bold", box=box.SIMPLE_HEAD)
+        for header in [corner, *columns[a:b]]:
+            table.add_column(Text(header), no_wrap=True)
+        for r, row in zip(rows, cells, strict=False):
+            table.add_row(Text(_cut(r)), *(_cell(x) for x in row[a:b]))
+        console.print(table)
+
+
+def _cell(text: str) -> Text:
+    if text == "−inf":
+        return Text(text, style="red")
+    return Text(text, style="dim" if float(text.replace(MINUS, "-")) == 0 else "")
+
+
+def _summary_grid(doc: dict, console: Console, t) -> None:
+    console.print(t("summary"), markup=False)
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    for name in [t("layer"), *(f"H{h}" for h in range(doc["model"]["n_heads"]))]:
+        table.add_column(name, no_wrap=True, justify="right", min_width=4)
+    sel = doc["selected"]
+    for l, heads in enumerate(doc["summaries"]):
+        cells = []
+        for h, s in enumerate(heads):
+            cell = f"{s['entropy']:.1f}" + ("*" if s["first_token"] >= SINK_LIMIT else "")
+            shown = (l, h) == (sel["layer"], sel["head"])
+            cells.append(Text((">" if shown else "") + cell, style="reverse" if shown else ""))
+        table.add_row(str(l), *cells)
+    console.print(table)
+
+
+__all__ = ["render", "number", "MAX_TABLE_TOKENS"]

@@ -1,0 +1,91 @@
+"""The body of POST /api/explain, generated from the interventions' registry.
+
+    {"text": "一只蓝色怪兽走进森林",
+     "interventions": {"temperature": {"t": 2.0}, "block": {"query": 4, "key": 3}, "layer": 1, "head": null},
+     "layer": 1, "head": 2,                    # the head to show (not the intervention's scope)
+     "format": "packed", "layers": [1], "find": [4, 3]}
+
+`interventions` has the shape of doc["experiment"]["applied"] (`Intervention.as_applied`): one optional
+object per registry entry, {param: value} (a switch: {}), each param typed and bounded as its entry declares,
+and `layer` / `head`, the scope. The flat fields of the first API (scaling, causal, temperature, from the
+entries' `flat` names, and only_layer / only_head) are still read, for the page that sends them; a body
+gives one form or the other. Types are strict ("3" is not a layer, 1 is not true) and unknown fields are
+refused, so a typo is a 422 naming it, never silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, create_model
+
+from ..capture.interventions import REGISTRY, Entry, Intervention, Param, flat_fields
+from ..session import MAX_CHARS
+
+__all__ = ["ExplainRequest", "InterventionsBody"]
+
+STRICT = {bool: StrictBool, int: StrictInt, float: StrictFloat}
+FORBID = ConfigDict(extra="forbid")
+
+
+def _field(p: Param):
+    """(type, Field) of one parameter: its strict type, bounds and default."""
+    bounds = {"ge": p.min, "le": p.max} | ({"allow_inf_nan": False} if p.type is float else {})
+    return STRICT[p.type], Field(default=p.default, **{k: v for k, v in bounds.items() if v is not None})
+
+
+def _values_model(entry: Entry) -> type[BaseModel]:
+    return create_model(f"{entry.name}_values", __config__=FORBID, **{p.name: _field(p) for p in entry.params})
+
+
+def _flat_field(entry: Entry):
+    if not entry.params:
+        return StrictBool, True
+    return _field(entry.params[0])
+
+
+InterventionsBody = create_model(
+    "InterventionsBody",
+    __config__=FORBID,
+    layer=(StrictInt | None, Field(default=None, ge=0)),
+    head=(StrictInt | None, Field(default=None, ge=0)),
+    **{name: (_values_model(entry) | None, None) for name, entry in REGISTRY.items()},
+)
+"""{name: {param: value} | null, layer, head}: the interventions to apply (null or absent: not applied)."""
+
+
+class _Body(BaseModel):
+    """The fields that do not come from the registry."""
+
+    model_config = FORBID
+
+    text: StrictStr = Field(max_length=MAX_CHARS)
+    layer: StrictInt | None = Field(default=None, ge=0)
+    head: StrictInt | None = Field(default=None, ge=0)
+    interventions: InterventionsBody | None = None
+    only_layer: StrictInt | None = Field(default=None, ge=0)
+    only_head: StrictInt | None = Field(default=None, ge=0)
+    format: Literal["json", "packed"] = "json"
+    layers: list[StrictInt] | None = Field(default=None, max_length=1024)
+    find: list[StrictStr | StrictInt] | None = Field(default=None, min_length=2, max_length=2)
+
+    def intervention(self) -> Intervention:
+        """The Intervention asked for (ValueError when both forms are given). A scope with nothing to apply
+        changes nothing (the page's "only the head shown" box may be ticked before any change is chosen), but
+        is still checked against the model: a head that does not exist is a 422."""
+        flat = {name: getattr(self, name) for name in flat_fields()}
+        legacy = Intervention(layer=self.only_layer, head=self.only_head, **flat)
+        if self.interventions is None:
+            return legacy
+        if legacy != Intervention():
+            raise ValueError(
+                f"give the interventions as `interventions` or as the fields {', '.join(flat_fields())}, "
+                "only_layer, only_head; not both"
+            )
+        return Intervention.of(self.interventions.model_dump(exclude_none=True))
+
+
+ExplainRequest = create_model(
+    "ExplainRequest", __base__=_Body, **{field: _flat_field(entry) for field, entry in flat_fields().items()}
+)
+"""The body of POST /api/explain (the module doc)."""
