@@ -4,7 +4,7 @@ logits); at every layer it is unembed(final_norm(residual)), recomputed here wit
 import pytest
 import torch
 
-from selfattn.explain import lens
+from selfattn.explain.capture import lens
 from selfattn.model import load_default
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import selfattn.hf
-from selfattn.explain import patching
+from selfattn.explain.capture import patching
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..functional import intercept
-from ..kernels.base import Result
+from ...functional import intercept
+from ...kernels.base import Result
 
 __all__ = ["head_outputs", "run_patched", "ablate", "patch_heads", "patch_residual", "Patching", "blocks_of"]
 
