@@ -115,7 +115,7 @@ def _explain(args) -> int:
     if args.npz:
         _write_npz(doc, args.npz, args.force)
     if args.html:
-        from .explain.report import write_html
+        from .explain.views.report import write_html
 
         write_html(doc, args.html, force=args.force)
     written = []

@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from selfattn.explain import report
+from selfattn.explain.views import report
 from tests.explain.tiny import slash_explainer, tiny_explainer
 
 EVIL = "</script><script>window.__pwned=1</script>"

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from selfattn.explain import report, server
+from selfattn.explain import server
+from selfattn.explain.views import report
 from selfattn.explain.session import MAX_CHARS
 from selfattn.explain.trace import Intervention
 from tests.explain import truth

@@ -44,7 +44,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from .. import checks
-from . import report
+from .views import report
 from .http_guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 from .session import DEFAULT_TEXT, MAX_CHARS, Explainer
 from .trace import TEMPERATURE_RANGE, Intervention

@@ -37,14 +37,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import check_writable, write_atomic
-from .export import restore_inf
-from .heads import PICK_RULE
-from .trace import TEMPERATURE_RANGE
+from ...files import check_writable, write_atomic
+from ..export import restore_inf
+from ..heads import PICK_RULE
+from ..trace import TEMPERATURE_RANGE
 
 __all__ = ["render_html", "render_app", "write_html", "pack", "unpack", "policy", "STATIC_DIR"]
 
-STATIC_DIR = Path(__file__).resolve().parent / "static"
+STATIC_DIR = Path(__file__).resolve().parents[1] / "web" / "static"
 PAGE, SCRIPT, STYLE = "explorer.html", "explorer.js", "explorer.css"
 
 LAYER_ARRAYS = ("x", "attn_out", "output")
