@@ -26,8 +26,8 @@ from playwright.sync_api import Page, sync_playwright
 
 from selfattn.explain import heads as heads_module
 from selfattn.explain import server
-from selfattn.explain.views import report
 from selfattn.explain.trace import Intervention
+from selfattn.explain.views import report
 from tests.explain import truth
 from tests.explain.tiny import LONG_TEXT, MAX_LEN, slash_explainer, tiny_explainer
 from tests.tolerances import TOL

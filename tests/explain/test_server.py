@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from selfattn.explain import server
-from selfattn.explain.views import report
 from selfattn.explain.session import MAX_CHARS
 from selfattn.explain.trace import Intervention
+from selfattn.explain.views import report
 from tests.explain import truth
 from tests.explain.tiny import MAX_LEN, slash_explainer, tiny_explainer
 

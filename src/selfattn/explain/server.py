@@ -44,10 +44,10 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from .. import checks
-from .views import report
 from .http_guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 from .session import DEFAULT_TEXT, MAX_CHARS, Explainer
 from .trace import TEMPERATURE_RANGE, Intervention
+from .views import report
 
 __all__ = ["create_app", "serve", "ExplainRequest", "MAX_BODY_BYTES", "MIN_TEMPERATURE", "MAX_TEMPERATURE"]
 
