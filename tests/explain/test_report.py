@@ -135,7 +135,7 @@ def test_live_page_may_talk_only_to_its_server(doc):
     assert data["mode"] == "live" and data["limits"] == {"max_chars": 4000, "max_tokens": 1024}
     assert data["error"] == "too long" and data["api"] == "/api/explain"
     assert "connect-src 'self'" in report.policy(live=True)
-    assert inline(page, "script") == (report.STATIC_DIR / "explorer.js").read_text(encoding="utf-8")
+    assert inline(page, "script") == report.script()  # the same modules, bundled once
 
 
 def test_write_html_and_pictures_are_atomic(doc, tmp_path, monkeypatch):
