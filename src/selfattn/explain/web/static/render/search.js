@@ -1,5 +1,5 @@
 /* Head search: every head ranked by the weight from one token to another. The report ranks the weights
- * it holds (Python's: float32 for the keys a row stores, else 0.01 %; the pair asked with --find as
+ * it holds (Python's: to 1e-8 for the keys a row stores, else 0.01 %; the pair asked with --find as
  * Python ranked it); the app asks the server (`live.js`: findRemote), which holds every layer. */
 
 import { $, el, fillSelect } from "../dom.js";
