@@ -1,5 +1,7 @@
 /* What the page shows now: one object, created by main.js and passed to whoever reads or changes it.
- * The rules of a change (what a new head or row resets) live here. */
+ * The rules of a change (what a new head or row resets, which key is shown by default) live here. */
+
+import { stageRow, topKey } from "./stages.js";
 
 /** The state of a page built from its data block (`readPageData`). */
 export function createState(data) {
@@ -52,6 +54,11 @@ export function select(state, changes) {
     state.picture = null;
   }
   if ("row" in changes && !("focus" in changes)) state.focus = null;
+}
+
+/** The key whose K and V are shown, when none is picked: the row's largest weight. */
+export function ensureFocus(state) {
+  if (state.focus === null) state.focus = topKey(stageRow(state.doc, state.layer, state.head, state.row));
 }
 
 /** No intervention applied (the scope alone changes nothing). */

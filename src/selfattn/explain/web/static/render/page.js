@@ -1,8 +1,9 @@
 /* The whole page from the state: everything on a new document, the parts that depend on the selection
- * (layer, head, row, stage) on a pick. */
+ * (layer, head, row, stage) on a pick. The shown head's picture is drawn once and kept in the state. */
 
 import { $ } from "../dom.js";
-import { STAGE_NAMES, stageRow, topKey } from "../stages.js";
+import { STAGE_NAMES } from "../stages.js";
+import { ensureFocus } from "../state.js";
 import { renderCompare } from "./compare.js";
 import { renderGrid, renderSelectors } from "./grid.js";
 import { renderHeadText, renderModel, renderRule, renderWords } from "./header.js";
@@ -30,7 +31,7 @@ export function renderSelection(state, t) {
   if (!doc) return;
   const key = `${state.layer}/${state.head}`;
   if (!state.picture || state.picture.key !== key) state.picture = { key, canvas: headPicture(doc, state.layer, state.head) };
-  if (state.focus === null) state.focus = topKey(stageRow(doc, state.layer, state.head, state.row));
+  ensureFocus(state);
   $("layer").value = String(state.layer);
   $("head").value = String(state.head);
   $("query").value = String(state.row);
