@@ -1,18 +1,20 @@
-// ESLint 9 flat config for the one JavaScript file of the package: the explorer page
-// (src/selfattn/explain/static/explorer.js), served by `selfattn serve` and inlined into the HTML report.
-// `make lint` runs it with `npx --yes eslint@9`, so nothing is installed into the repository; for the
-// same reason this file imports no plugin: the rules of eslint's "recommended" set that catch real
-// mistakes are listed here, and the browser globals the page uses are declared by name.
+// ESLint 9 flat config for the JavaScript of the package: the explorer page's ES modules
+// (src/selfattn/explain/web/static/**/*.js), which views/report.py inlines as one script into the HTML
+// report and the app's page (views/bundle.py). `make lint` runs it with `npx --yes eslint@9`, so nothing
+// is installed into the repository; for the same reason this file imports no plugin: the rules of
+// eslint's "recommended" set that catch real mistakes are listed here, and the browser globals the
+// page uses are declared by name.
 export default [
   {
-    files: ["src/selfattn/explain/static/**/*.js"],
+    files: ["src/selfattn/explain/web/static/**/*.js"],
     languageOptions: {
       ecmaVersion: 2022,
-      sourceType: "script",
-      globals: {  // exactly those explorer.js uses
+      sourceType: "module",
+      globals: {  // exactly those the page uses
         window: "readonly", document: "readonly", fetch: "readonly", URL: "readonly", setTimeout: "readonly",
         clearTimeout: "readonly", atob: "readonly", Float32Array: "readonly", Float64Array: "readonly",
-        Uint8Array: "readonly", performance: "readonly",
+        Uint8Array: "readonly", Uint16Array: "readonly", Uint32Array: "readonly", Int32Array: "readonly",
+        performance: "readonly", Blob: "readonly", Response: "readonly", DecompressionStream: "readonly",
       },
     },
     rules: {
@@ -34,6 +36,15 @@ export default [
       "eqeqeq": ["error", "smart"],
       "no-var": "error",
       "prefer-const": "error",
+      "no-restricted-syntax": ["error",  // views/bundle.py inlines only these forms (it refuses the others too)
+        { selector: "ExportNamedDeclaration[declaration=null]", message: "export a declaration (export function/const/class)" },
+        { selector: "ExportDefaultDeclaration", message: "no default export: the bundle keeps named exports only" },
+        { selector: "ExportAllDeclaration", message: "no export *: the bundle keeps named exports only" },
+        { selector: "ExportNamedDeclaration > VariableDeclaration[kind='let']", message: "no export let: it would not be live once bundled" },
+        { selector: "ImportNamespaceSpecifier", message: "no import *: name what you import" },
+        { selector: "ImportDefaultSpecifier", message: "no default import" },
+        { selector: "ImportExpression", message: "no dynamic import()" },
+      ],
     },
   },
 ];

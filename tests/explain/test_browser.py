@@ -12,7 +12,12 @@ These tests never skip: without Chromium they fail, naming the set-up script
 
 from __future__ import annotations
 
+import functools
+import html
+import http.server
 import os
+import re
+import shutil
 import socket
 import threading
 import time
@@ -24,9 +29,9 @@ import pytest
 import uvicorn
 from playwright.sync_api import Page, sync_playwright
 
-from selfattn.explain import report
 from selfattn.explain.capture.interventions import Intervention
 from selfattn.explain.views import heads as heads_module
+from selfattn.explain.views import packing, report
 from selfattn.explain.web import server
 from tests.explain import truth
 from tests.explain.tiny import LONG_TEXT, MAX_LEN, slash_explainer, tiny_explainer
@@ -405,7 +410,7 @@ def test_app_explains_a_typed_sentence_and_its_interventions(watched, explainer,
 
     # switch off ÷√d_k: the weights and the prediction change, and the page says from what
     with page.expect_response(lambda r: r.url.endswith("/api/explain")):
-        page.uncheck("[data-testid=toggle-scaling]")
+        page.check("[data-testid=toggle-no_scaling]")
     wait_ready(page)
     assert (state(page)["layer"], state(page)["head"], state(page)["stage"]) == ("0", "0", "softmax")
     no_scaling = truth.stages(explainer.model, ids, 0, 0, scaling=False)
@@ -414,7 +419,7 @@ def test_app_explains_a_typed_sentence_and_its_interventions(watched, explainer,
     assert_row(page, "baseline", truth.stages(explainer.model, ids, 0, 0)["weights"][last], TOL["page_weight"])
     assert_prediction(page, explainer.explain(text, intervention=Intervention(scaling=False))["prediction"])
     assert_prediction(page, explainer.explain(text)["prediction"], testid="baseline-row")
-    assert "不除以 √d_k" in page.text_content("[data-testid=intervention]")
+    assert "关闭 ÷√d_k" in page.text_content("[data-testid=intervention]")  # the registry's words (said)
 
     # a temperature, and the causal mask off: row 0 now reads the future too
     page.fill("[data-testid=temperature]", "2")
@@ -422,7 +427,7 @@ def test_app_explains_a_typed_sentence_and_its_interventions(watched, explainer,
         page.press("[data-testid=temperature]", "Enter")
     wait_ready(page)
     with page.expect_response(lambda r: r.url.endswith("/api/explain")):
-        page.uncheck("[data-testid=toggle-causal]")
+        page.check("[data-testid=toggle-no_causal]")
     wait_ready(page)
     page.click("[data-testid=token][data-index='0']")
     stage(page, "softmax")
@@ -605,7 +610,7 @@ def test_app_one_head_experiment_and_temperatures(watched, explainer, app_url):
     page.check("[data-testid=toggle-only-head]")
     wait_ready(page)
     with page.expect_response(lambda r: r.url.endswith("/api/explain")):
-        page.uncheck("[data-testid=toggle-causal]")
+        page.check("[data-testid=toggle-no_causal]")
     wait_ready(page)
     iv = Intervention(causal=False, layer=1, head=1)
     doc = explainer.explain(TEXT, layer=1, head=1, intervention=iv)
@@ -654,3 +659,145 @@ def shown_values(page: Page, name: str) -> dict[int, float]:
     )
     assert cells, f"row {name} is not shown"
     return dict(cells)
+
+
+# --- issue 16: the page as modules, inlined; every number Python's -----------------------------
+
+VIOLATIONS = """
+    window.__violations = [];
+    document.addEventListener("securitypolicyviolation", (e) => window.__violations.push(e.violatedDirective));
+"""
+
+
+def test_report_policy_holds_and_refuses_what_it_does_not_know(watched, explainer, tmp_path):
+    """The page's own script and style run under its policy without one violation; a script it does not
+    know by hash, and any request, are refused."""
+    page = watched.page
+    page.add_init_script(VIOLATIONS)
+    url = open_report(watched, explainer.explain(TEXT), tmp_path)
+    assert page.evaluate("window.__violations") == []
+    page.evaluate("""() => { const s = document.createElement("script"); s.textContent = "window.__ran = 1";
+        document.body.append(s); }""")
+    assert page.evaluate("window.__ran") is None
+    assert page.evaluate("""() => fetch("http://127.0.0.1:9/").then(() => "sent", () => "refused")""") == "refused"
+    page.wait_for_function("window.__violations.length >= 2")
+    assert sorted(set(page.evaluate("window.__violations"))) == ["connect-src", "script-src-elem"]
+    assert [u for u in watched.requests if u != url] == []
+    assert [e for e in watched.errors if "Content Security Policy" not in e] == []
+
+
+def test_report_works_inside_a_sandboxed_iframe_srcdoc(watched, explainer):
+    """How a notebook shows it: the whole page in <iframe sandbox="allow-scripts" srcdoc=…>."""
+    page = watched.page
+    doc = explainer.explain(TEXT, layer=0, head=1)
+    framed = html.escape(report.render_html(doc), quote=True)
+    page.set_content(f'<iframe sandbox="allow-scripts" srcdoc="{framed}" width="1300" height="900"></iframe>')
+    frame = page.frames[1]
+    frame.wait_for_selector("#app[data-ready='1']", state="attached", timeout=10_000)
+    frame.click("[data-testid=token][data-index='4']")
+    frame.click("[data-testid=stage-btn-softmax]")
+    _, ids, _ = explainer.tokenize(TEXT)
+    assert_row(frame, "weights", truth.stages(explainer.model, ids, 0, 1)["weights"][4], TOL["page_weight"])
+    assert_row(frame, "scores", truth.stages(explainer.model, ids, 0, 1)["scores"][4], TOL["page_number"])
+    assert [u for u in watched.requests if not u.startswith(("about:", "data:"))] == []
+    assert watched.errors == []
+
+
+def test_report_shows_what_python_computed(watched, explainer, tmp_path, monkeypatch):
+    """The page prints the stages Python ships, whatever they are: change them in Python (here: shifted,
+    and the weights of every row reversed) and the page shows the changed numbers, not ones of its own."""
+    real = packing.head_stages
+
+    def changed(*args, **kwargs):
+        st = real(*args, **kwargs)
+        return st | {
+            "scores": st["scores"] + 100,
+            "scaled": st["scaled"] + 200,
+            "masked": st["masked"] + 300,
+            "weights": st["weights"].flip(-1),
+            "weighted": st["weighted"] + 1,
+        }
+
+    monkeypatch.setattr(packing, "head_stages", changed)
+    page = watched.page
+    url = open_report(watched, explainer.explain(TEXT, layer=1, head=0), tmp_path)
+    _, ids, _ = explainer.tokenize(TEXT)
+    ref = truth.stages(explainer.model, ids, 1, 0)
+    i = 3
+    page.click(f"[data-testid=token][data-index='{i}']")
+    stage(page, "softmax")
+    assert_row(page, "scores", ref["scores"][i] + 100, TOL["page_number"])
+    assert_row(page, "scaled", ref["scaled"][i] + 200, TOL["page_number"])
+    assert_row(page, "masked", ref["masked"][i] + 300, TOL["page_number"])
+    assert_row(page, "weights", ref["weights"][i][::-1], TOL["page_weight"])
+    titles = page.eval_on_selector_all("[data-testid=token]", "ts => ts.map(t => t.title)")
+    np.testing.assert_allclose([value(t) for t in titles], ref["weights"][i][::-1], rtol=0, atol=TOL["page_weight"])
+    stage(page, "weighted")
+    np.testing.assert_allclose(shown_vector(page, "weighted"), ref["weighted"][i] + 1, rtol=0, atol=TOL["page_number"])
+    assert_clean(watched, {url})
+
+
+def test_the_modules_run_as_es_modules_and_show_what_the_bundle_shows(watched, explainer, tmp_path):
+    """The same page with web/static's files loaded natively (<script type="module" src="main.js">, over
+    http) shows the numbers of the bundled report: the bundle is those modules, nothing else."""
+    doc = explainer.explain(TEXT, layer=1, head=1)
+    bundled = report.render_html(doc)
+    native = bundled.replace(f"<script>{report.script()}</script>", '<script type="module" src="main.js"></script>')
+    native = re.sub(r"script-src &#x27;sha256-[^&]+&#x27;", "script-src &#x27;self&#x27;", native)  # the meta's policy
+    assert report.script() not in native and "script-src &#x27;self&#x27;" in native
+    site = tmp_path / "site"
+    shutil.copytree(report.STATIC_DIR, site)
+    (site / "index.html").write_text(native, encoding="utf-8")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    shown = {}
+    try:
+        for name, url in (("bundled", None), ("native", f"http://127.0.0.1:{httpd.server_address[1]}/index.html")):
+            page = watched.page
+            if url is None:
+                open_report(watched, doc, tmp_path)
+            else:
+                page.goto(url)
+                wait_ready(page)
+            page.click("[data-testid=token][data-index='5']")
+            stage(page, "softmax")
+            shown[name] = {row: shown_row(page, row) for row in ("scores", "scaled", "masked", "weights")}
+    finally:
+        httpd.shutdown()
+    assert shown["native"] == shown["bundled"]
+    assert any(u.endswith("/render/heatmap.js") for u in watched.requests)  # the modules really were loaded
+    assert watched.errors == []
+
+
+def test_a_long_row_shows_its_stored_keys_and_says_what_it_does_not_hold(watched, explainer, tmp_path):
+    """1,000 tokens: each row stores its top keys (packing.TOP_KEYS), the first token and itself; a key
+    picked outside them shows its weight (0.01 %) and "…" for its scores, with the reason."""
+    page = watched.page
+    doc = explainer.explain(LONG_TEXT, layer=0, head=1, layers=[0])
+    url = open_report(watched, doc, tmp_path)
+    L = len(doc["tokens"])
+    _, ids, _ = explainer.tokenize(LONG_TEXT)
+    ref = truth.stages(explainer.model, ids, 0, 1)
+    i = L - 2
+    page.click(f"[data-testid=token][data-index='{i}']")
+    stage(page, "softmax")
+    for name in ("scores", "scaled", "masked"):
+        assert_row(page, name, ref[name][i], TOL["page_number"])
+    stored = set(shown_row(page, "scores"))
+    assert {0, i} <= stored and len(stored) == packing.TOP_KEYS + 2
+    focus = int(page.eval_on_selector(".keys th.focus", "th => th.dataset.key"))
+    outside = max(j for j in range(focus) if j not in stored)
+    page.focus("[data-testid=heatmap]")
+    for _ in range(focus - outside):
+        page.keyboard.press("ArrowLeft")
+    assert int(page.eval_on_selector(".keys th.focus", "th => th.dataset.key")) == outside
+    cell = f"[data-testid=row-scores] td[data-key='{outside}']"
+    assert page.text_content(cell) == "…" and page.get_attribute(cell, "title") == doc_texts(page)["not_stored"]["zh"]
+    weight = page.text_content(f"[data-testid=row-weights] td[data-key='{outside}']")
+    assert value(weight) == pytest.approx(ref["weights"][i][outside], abs=TOL["page_weight"])
+    assert_clean(watched, {url})
+
+
+def doc_texts(page: Page) -> dict:
+    return page.evaluate("JSON.parse(document.getElementById('selfattn-data').textContent).texts")

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from selfattn.explain import report
 from selfattn.explain.capture.interventions import Intervention
 from selfattn.explain.session import MAX_CHARS
+from selfattn.explain.views import report
 from selfattn.explain.web import server
 from tests.explain import truth
 from tests.explain.tiny import MAX_LEN, slash_explainer, tiny_explainer

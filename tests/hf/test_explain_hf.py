@@ -2,9 +2,7 @@
 weights are eager's output_attentions, interventions act per head, and threads do not mix."""
 
 import json
-import subprocess
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +12,6 @@ from selfattn import reference
 from selfattn.explain.capture.interventions import Intervention
 from selfattn.explain.session import Explainer, unknown_report
 from selfattn.explain.views import export, tables
-from selfattn.weights import weights_from_lse
 from tests.hf.models import CONFIGS, WINDOW, build, save
 from tests.tolerances import TOL
 
@@ -153,20 +150,3 @@ def test_pickles_hub_ids_and_absurd_configs_are_refused(tmp_path, folders, monke
     (big / "config.json").write_text(json.dumps(config | {"hidden_size": 32768, "num_hidden_layers": 512}))
     with pytest.raises(ValueError, match="parameters .* over the limit"):
         Explainer.load(big)
-
-
-def test_weights_from_lse_in_python_and_in_the_page_agree():
-    """The page's `weightOf` (its one copy of the formula), run by node, against `weights_from_lse`."""
-    js = (Path(__file__).parents[2] / "src/selfattn/explain/static/explorer.js").read_text(encoding="utf-8")
-    start = js.index("  function weightOf(")
-    body = js[start : js.index("\n  }\n", start) + 4]
-    masked = [[0.5, -1.0, float("-inf")], [float("-inf")] * 3, [2.0, 3.0, 1.0]]
-    lse = [0.7, float("-inf"), 3.4]
-    # json.dumps writes -inf as -Infinity: a JavaScript literal
-    script = body + (
-        f"const m = {json.dumps(masked)}; const lse = {json.dumps(lse)};\n"
-        "console.log(JSON.stringify(m.map((row, i) => row.map((x) => weightOf(x, lse[i])))));\n"
-    )
-    out = subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True, timeout=30).stdout
-    expected = weights_from_lse(torch.tensor(masked, dtype=torch.float64), torch.tensor(lse, dtype=torch.float64))
-    np.testing.assert_allclose(np.array(json.loads(out)), expected.numpy(), rtol=TOL["float64_one_op"], atol=0)

@@ -121,6 +121,7 @@ class Entry:
             "said": dict(self.said),
             "params": [p.as_dict() for p in self.params],
             "needs_baseline": self.needs_baseline,
+            "neutral": None if self.neutral is None else dict(self.neutral),
         }
 
 

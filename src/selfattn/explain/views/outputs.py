@@ -59,7 +59,7 @@ def render(doc: dict, *, npz=None, html=None, plots_dir=None, force: bool = Fals
     if npz is not None:
         files[Path(npz)] = npz_bytes(doc)
     if html is not None:
-        from ..report import render_html
+        from .report import render_html
 
         files[Path(html)] = render_html(doc).encode("utf-8")
     if plots_dir is not None:

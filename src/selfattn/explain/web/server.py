@@ -53,9 +53,9 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from ... import checks
 from ...limits import TEMPERATURE_RANGE
-from .. import report
 from ..capture.cache import TraceCache
 from ..session import DEFAULT_TEXT, MAX_CHARS, Explainer
+from ..views import report
 from .body import ExplainRequest
 from .guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 

@@ -1,0 +1,33 @@
+"""The words of the page's ÷√d_k step for an intervention (the controls themselves come from the registry,
+`capture.interventions.as_data()`, which `report.page_data` ships as the page's `interventions`).
+
+    scale_words(doc["intervention"], head_dim) -> {stage, row, how}: {zh, en} each
+"""
+
+from __future__ import annotations
+
+from .texts import LANGS, text
+
+__all__ = ["scale_words"]
+
+
+def _words(key: str, **values) -> dict[str, str]:
+    return {lang: text(key, lang, **values) for lang in LANGS}
+
+
+def scale_words(intervention: dict, head_dim: int) -> dict[str, dict[str, str]]:
+    """The words of the ÷√d_k step for this intervention: the step's and the table row's name, and what
+    the scale is (1/√d_k, 1/(√d_k·T), 1, 1/T)."""
+    scaling = bool(intervention.get("scaling", True))
+    t = float(intervention.get("temperature", 1.0))
+    how = ("scale_on" if scaling else "scale_off") + ("" if t == 1 else "_t")
+    return {
+        "stage": _words("st_scaled" if scaling else "st_scaled_off"),
+        "row": _words("row_scaled" if scaling else "row_scaled_off"),
+        "how": _words(how, d=head_dim, t=_number(t)),
+    }
+
+
+def _number(x: float) -> str:
+    """A number as JavaScript's String(x) writes it (1, 2, 0.37): what the page showed for T."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))

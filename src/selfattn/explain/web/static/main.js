@@ -1,0 +1,200 @@
+/* selfattn explorer: one page for the HTML report (data inline) and the local web app (`selfattn serve`,
+ * data from POST /api/explain). It walks through the tutorial's stages on the real numbers of a model,
+ * every number as Python computed it (views/packing.py), every sentence from the data (views/texts.py).
+ *
+ * The page is ES modules, one job each; report.py inlines them, in dependency order, into the one
+ * self-contained file. This one owns the state, wires the events and starts the page. */
+
+import { $ } from "./dom.js";
+import { readPageData, loadDoc } from "./data.js";
+import { relabel } from "./controls.js";
+import { fetchLayer, findRemote, setupLive } from "./live.js";
+import { createState, isIdentity, select, setDoc } from "./state.js";
+import { STAGES } from "./stages.js";
+import { translator } from "./text.js";
+import { cellAt, savePicture, showTip } from "./render/heatmap.js";
+import { renderAll, renderSelection } from "./render/page.js";
+import { paintTokens } from "./render/tokens.js";
+import { rankHeld, renderSearchResults, searchPair } from "./render/search.js";
+import { renderWords } from "./render/header.js";
+
+function showError(message) {
+  const box = $("error");
+  box.textContent = message || "";
+  box.hidden = !message;
+}
+
+/** The page's controller: the state and what each event does to it. */
+function controller(state) {
+  const t = () => translator(state.texts, state.lang);
+  const redraw = () => {
+    if (state.doc) renderAll(state, t());
+    else renderWords(state, t());
+    relabel($("controls"), state.lang);
+  };
+  const show = (doc, keep) => {
+    const started = performance.now();
+    setDoc(state, doc, keep);
+    redraw();
+    $("app").dataset.renderMs = String(Math.round(performance.now() - started));
+  };
+  const change = (changes) => {
+    select(state, changes);
+    renderSelection(state, t());
+  };
+
+  /** Show head (l, h); in live mode a layer the answer left out is asked for first (once, however
+   * often it is picked meanwhile), and only the latest pick is shown when it arrives. */
+  const pickHead = async (l, h) => {
+    state.want = { layer: l, head: h };
+    if (state.doc.layers[l].omitted) {
+      const doc = state.doc;
+      if (!state.loading[l]) state.loading[l] = fetchLayer(state, l).finally(() => delete state.loading[l]);
+      try {
+        await state.loading[l];
+      } catch (err) {
+        showError(err.message);
+        $("app").dataset.ready = "1";
+        return;
+      }
+      if (state.doc !== doc) return; // a new answer replaced the page meanwhile (and drew itself)
+    }
+    if (state.want && state.want.layer === l && state.want.head === h) change({ layer: l, head: h });
+    else if (!Object.keys(state.loading).length) $("app").dataset.ready = "1";
+  };
+
+  const findHeads = async () => {
+    const { i, j } = searchPair();
+    let ranked = rankHeld(state.doc, i, j);
+    if (!ranked) {
+      $("app").dataset.busy = "1";
+      try {
+        ranked = await findRemote(state, i, j);
+      } catch (err) {
+        showError(err.message);
+        return;
+      } finally {
+        $("app").dataset.busy = "0";
+      }
+    }
+    renderSearchResults(t(), ranked);
+  };
+  return { t, redraw, show, change, pickHead, findHeads };
+}
+
+function bindEvents(state, c) {
+  $("lang").addEventListener("click", () => {
+    state.lang = state.lang === "zh" ? "en" : "zh";
+    c.redraw();
+  });
+  $("layer").addEventListener("change", (e) => c.pickHead(Number(e.target.value), state.head));
+  $("head").addEventListener("change", (e) => c.pickHead((state.want || state).layer, Number(e.target.value)));
+  $("query").addEventListener("change", (e) => c.change({ row: Number(e.target.value) }));
+  $("grid").addEventListener("click", (e) => {
+    const td = e.target.closest("td[data-layer]");
+    if (td) c.pickHead(Number(td.dataset.layer), Number(td.dataset.head));
+  });
+  $("grid").addEventListener("keydown", (e) => {
+    const td = e.target.closest("td[data-layer]");
+    if (td && (e.key === "Enter" || e.key === " ")) {
+      e.preventDefault();
+      c.pickHead(Number(td.dataset.layer), Number(td.dataset.head));
+    }
+  });
+  bindTokens(state, c);
+  bindHeatmap(state, c);
+  $("find").addEventListener("click", () => c.findHeads());
+  $("search-results").addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-layer]");
+    if (b) c.pickHead(Number(b.dataset.layer), Number(b.dataset.head));
+  });
+  $("steps").addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-stage]");
+    if (b) c.change({ stage: Number(b.dataset.stage) });
+  });
+  $("prev").addEventListener("click", () => c.change({ stage: Math.max(0, state.stage - 1) }));
+  $("next").addEventListener("click", () => c.change({ stage: Math.min(STAGES.length - 1, state.stage + 1) }));
+  $("panel").addEventListener("click", (e) => {
+    const cell = e.target.closest("[data-key]");
+    if (cell) c.change({ focus: Number(cell.dataset.key) });
+  });
+}
+
+function bindTokens(state, c) {
+  const hover = (event) => {
+    const span = event.target.closest(".tok");
+    const i = span ? Number(span.dataset.index) : null;
+    if (i === state.hover) return;
+    state.hover = i;
+    paintTokens(state, c.t(), i === null ? state.row : i);
+  };
+  $("tokens").addEventListener("keydown", (e) => {
+    const span = e.target.closest(".tok");
+    if (!span) return;
+    const i = Number(span.dataset.index);
+    const L = state.doc.tokens.length;
+    const next = { ArrowRight: i + 1, ArrowLeft: i - 1, Home: 0, End: L - 1 }[e.key];
+    if (e.key === "Enter" || e.key === " ") {
+      e.preventDefault();
+      c.change({ row: i });
+    } else if (next !== undefined) {
+      e.preventDefault();
+      $("tokens").children[Math.max(0, Math.min(L - 1, next))].focus();
+    }
+  });
+  $("tokens").addEventListener("focusin", hover);
+  $("tokens").addEventListener("mouseover", hover);
+  $("tokens").addEventListener("mouseleave", () => {
+    state.hover = null;
+    paintTokens(state, c.t(), state.row);
+  });
+  $("tokens").addEventListener("click", (e) => {
+    const span = e.target.closest(".tok");
+    if (span) c.change({ row: Number(span.dataset.index) });
+  });
+}
+
+function bindHeatmap(state, c) {
+  const map = $("heatmap");
+  map.addEventListener("mousemove", (e) => showTip(state, c.t(), e));
+  map.addEventListener("mouseleave", () => ($("tip").hidden = true));
+  map.addEventListener("click", (e) => {
+    const cell = cellAt(state, e);
+    if (cell) c.change({ row: cell.i, focus: cell.j });
+  });
+  // Arrow keys move the (query, key) cell; Enter / space show that query's stages.
+  map.addEventListener("keydown", (e) => {
+    const L = state.doc.tokens.length;
+    const j = state.focus === null ? state.row : state.focus;
+    const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+    if (moves[e.key]) {
+      e.preventDefault();
+      const [di, dj] = moves[e.key];
+      c.change({ row: Math.max(0, Math.min(L - 1, state.row + di)), focus: Math.max(0, Math.min(L - 1, j + dj)) });
+      map.focus();
+    } else if (e.key === "Enter" || e.key === " ") {
+      e.preventDefault();
+      $("stepper").scrollIntoView({ block: "start" });
+    }
+  });
+  $("save").addEventListener("click", () => savePicture(state));
+}
+
+async function start() {
+  const data = readPageData();
+  const state = createState(data);
+  const c = controller(state);
+  bindEvents(state, c);
+  if (data.mode === "live") setupLive(state, data, { t: c.t, show: c.show, error: showError });
+  renderWords(state, c.t());
+  relabel($("controls"), state.lang);
+  if (data.doc) c.show(await loadDoc(data.doc), false);
+  else $("app").dataset.ready = "1";
+  if (data.mode === "live" && data.doc && isIdentity(state.doc.experiment.applied)) state.baseline = state.doc;
+  if (data.error) showError(data.error);
+}
+
+start().catch((err) => {
+  showError(err.message);
+  throw err;
+});

@@ -1,0 +1,67 @@
+/* The words of the page, the model card, the intervention badge and the shown head in words. */
+
+import { $ } from "../dom.js";
+import { fill } from "../text.js";
+import { wholePct } from "../format.js";
+
+/** Every element with data-i18n="key" gets texts[key]; the language button and the limits line too. */
+export function renderWords(state, t) {
+  document.documentElement.lang = state.lang === "zh" ? "zh-CN" : "en";
+  for (const e of document.querySelectorAll("[data-i18n]")) e.textContent = t(e.dataset.i18n);
+  $("lang").textContent = t("lang");
+  if (state.limits) $("limits").textContent = t("limits", { chars: state.limits.max_chars, tokens: state.limits.max_tokens });
+}
+
+export function renderModel(state, t) {
+  const doc = state.doc;
+  const m = doc.model;
+  const L = doc.tokens.length;
+  const positions = state.lang === "zh" && m.positions_zh ? m.positions_zh : m.positions;
+  const kind = m.kind === "decoder" || m.kind === "encoder" ? t(m.kind) : m.kind;
+  $("model-info").textContent = t("model", Object.assign({}, m, { kind, n_tokens: L })) +
+    (m.architecture ? t("model_architecture", { architecture: m.architecture, positions }) : "");
+  const unknown = doc.unknown || { count: 0, hint: { en: "", zh: "" } };
+  $("unknown").textContent = unknown.count
+    ? t("unknown", { n: unknown.count, n_tokens: L, hint: unknown.hint[state.lang] }) : "";
+  $("unknown").hidden = !unknown.count;
+  const parts = interventionParts(state, doc.experiment.applied, t);
+  const badge = $("intervention");
+  badge.textContent = parts.length ? t("intervention", { parts: parts.join(t("list_sep")) }) : t("no_intervention");
+  badge.classList.toggle("on", parts.length > 0);
+}
+
+/** One phrase per applied intervention (how the registry says it, `said`, filled with its values, in the
+ * order of the data), then its scope. */
+function interventionParts(state, applied, t) {
+  const parts = state.interventions.filter((iv) => iv.name in applied)
+    .map((iv) => fill(iv.said[state.lang], applied[iv.name]));
+  if (parts.length && applied.layer !== null && applied.layer !== undefined) {
+    const head = applied.head !== null && applied.head !== undefined;
+    parts.push(head ? t("scope_head", { layer: applied.layer, head: applied.head }) : t("scope_layer", { layer: applied.layer }));
+  }
+  return parts;
+}
+
+export function renderRule(state, t) {
+  const rule = state.rule;
+  let text = t("rule_user");
+  if (rule === "auto") text = state.pickRule[state.lang] || "";
+  else if (rule === "within layer") text = t("rule_layer");
+  else if (rule === "within head") text = t("rule_head");
+  $("rule").textContent = text;
+}
+
+/** The shown head in words (Python's heads.describe), the experiment's sentence, the first-token note. */
+export function renderHeadText(state, t) {
+  const doc = state.doc;
+  const d = doc.descriptions ? doc.descriptions[state.layer][state.head] : null;
+  $("head-description").textContent = d ? t("does", { text: d.text[state.lang] }) : "";
+  const e = doc.experiment;
+  const shown = !!e && e.layer === state.layer && e.head === state.head;
+  $("experiment").textContent = shown ? e.text[state.lang] : "";
+  $("experiment").hidden = !shown;
+  const ft = doc.first_token;
+  const s = doc.summaries[state.layer][state.head];
+  $("bos-note").textContent = ft && s.rows
+    ? t("bos", { token: ft.token, mine: wholePct(s.first_token), all: wholePct(ft.mean) }) : "";
+}

@@ -1,0 +1,33 @@
+/* The next-token prediction, and in live mode with an intervention the prediction without it. */
+
+import { $, el } from "../dom.js";
+import { pct } from "../format.js";
+import { comparable } from "../state.js";
+
+export function renderPrediction(state, t) {
+  const box = $("prediction");
+  const doc = state.doc;
+  if (!doc.prediction.length) {
+    box.replaceChildren(el("p", { class: "hint" }, t("no_prediction")));
+    return;
+  }
+  const base = comparable(state);
+  const lists = [predictionList("prediction-row", base ? t("pred_now") : null, doc.prediction)];
+  if (base) lists.push(predictionList("baseline-row", t("pred_base"), base.prediction));
+  box.replaceChildren(el("div", { class: "preds" }));
+  box.firstChild.append(...lists);
+}
+
+function predictionList(testid, title, prediction) {
+  const list = el("div", { class: "pred" });
+  if (title) list.append(el("h3", {}, title));
+  for (const p of prediction) {
+    const r = el("div", { class: "predrow", "data-testid": testid, "data-id": p.id });
+    const bar = el("span", { class: "bar" });
+    bar.style.width = `${(100 * p.prob).toFixed(1)}%`;
+    r.append(el("span", { class: "word" }, p.token), el("span", { class: "prob" }, pct(p.prob)), el("span", { class: "track" }));
+    r.lastChild.append(bar);
+    list.append(r);
+  }
+  return list;
+}

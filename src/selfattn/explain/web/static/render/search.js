@@ -1,0 +1,42 @@
+/* Head search: every head ranked by the weight from one token to another. The report ranks the weights
+ * it holds (Python's: to 1e-8 for the keys a row stores, else 0.01 %; the pair asked with --find as
+ * Python ranked it); the app asks the server (`live.js`: findRemote), which holds every layer. */
+
+import { $, el, fillSelect } from "../dom.js";
+import { exactWeight } from "../data.js";
+import { pct } from "../format.js";
+import { stageRow, topKey } from "../stages.js";
+
+export function renderSearchChoices(state) {
+  const labels = state.doc.tokens.map((tok, i) => `${i} · ${tok}`);
+  fillSelect($("find-query"), labels);
+  fillSelect($("find-key"), labels);
+  $("find-query").value = String(state.row);
+  $("find-key").value = String(topKey(stageRow(state.doc, state.layer, state.head, state.row)));
+  $("search-results").replaceChildren();
+}
+
+/** The chosen (query, key) of the search box. */
+export function searchPair() {
+  return { i: Number($("find-query").value), j: Number($("find-key").value) };
+}
+
+/** [{layer, head, weight}] from the data the page holds, or null when a layer is not loaded (the app). */
+export function rankHeld(doc, i, j) {
+  if (doc.search && doc.search.query === i && doc.search.key === j) return doc.search.heads;
+  if (doc.layers.some((layer) => layer.omitted)) return null;
+  const ranked = [];
+  doc.layers.forEach((layer, l) => layer.heads.forEach((head, h) => {
+    ranked.push({ layer: l, head: h, weight: exactWeight(head, i, j) });
+  }));
+  return ranked.sort((a, b) => b.weight - a.weight || a.layer - b.layer || a.head - b.head);
+}
+
+export function renderSearchResults(t, ranked) {
+  $("search-results").replaceChildren(...ranked.map((r) => {
+    const li = el("li", { "data-testid": "search-row", "data-layer": r.layer, "data-head": r.head, "data-weight": r.weight });
+    li.append(el("button", { type: "button", "data-layer": r.layer, "data-head": r.head },
+      t("search_row", { layer: r.layer, head: r.head, weight: pct(r.weight) })));
+    return li;
+  }));
+}

@@ -1,0 +1,156 @@
+/* The stage stepper: the real numbers of the selected query row, step by step, and the key table. */
+
+import { $, el } from "../dom.js";
+import { exactWeight, row, shownWeight } from "../data.js";
+import { num, pct, rgb, shade } from "../format.js";
+import { comparable } from "../state.js";
+import { KEY_ROWS, STAGE_NAMES, STAGES, keyValue, stageRow } from "../stages.js";
+import { meaningBars, mixBars, qkProducts, vector } from "./vectors.js";
+
+const NOT_STORED = "…"; // a number the page does not hold (a long row stores its top keys)
+
+/** The name of step s (the ÷√d_k step is named by the data: it depends on the intervention). */
+function stageTitle(state, t, s) {
+  const stage = STAGES[s];
+  return stage.text ? t(stage.text) : state.doc.scale_words.stage[state.lang];
+}
+
+export function renderStepper(state, t) {
+  $("steps").replaceChildren(...STAGES.map((stage, s) => {
+    const b = el("button", { type: "button", "data-testid": `stage-btn-${stage.name}`, "data-stage": s }, stageTitle(state, t, s));
+    b.classList.toggle("current", s === state.stage);
+    b.classList.toggle("done", s < state.stage);
+    return b;
+  }));
+  $("prev").disabled = state.stage === 0;
+  $("next").disabled = state.stage === STAGES.length - 1;
+  renderPanel(state, t);
+}
+
+function renderPanel(state, t) {
+  const doc = state.doc;
+  const { layer: l, head: h, row: i } = state;
+  const st = stageRow(doc, l, h, i);
+  const name = STAGE_NAMES[state.stage];
+  const panel = $("panel");
+  const layer = doc.layers[l];
+  const head = layer.heads[h];
+  panel.replaceChildren(el("h3", {}, t("step", { n: state.stage + 1, total: STAGES.length, name: stageTitle(state, t, state.stage) })));
+  panel.append(el("p", { class: "explain", "data-testid": "stage-explain" }, explanation(state, t, name, st)));
+  if (name === "x") panel.append(vector(t, "x", t("vec_x") + `[${i}]`, row(layer.x, i)));
+  if (name === "scores") panel.append(qkProducts(t, row(head.q, i), row(head.k, state.focus), keyValue(st, "scores", state.focus)));
+  if (name === "qkv") {
+    const j = state.focus;
+    panel.append(vector(t, "q", `${t("vec_q")}[${i}]`, row(head.q, i)),
+      vector(t, "k", `${t("vec_k")}[${j}] “${doc.tokens[j]}”`, row(head.k, j)),
+      vector(t, "v", `${t("vec_v")}[${j}] “${doc.tokens[j]}”`, row(head.v, j)));
+  }
+  if (state.stage >= STAGE_NAMES.indexOf("qkv")) panel.append(keyTable(state, t, st));
+  if (name === "softmax" || name === "weighted") {
+    panel.append(el("p", { class: "hint", "data-testid": "weights-sum" }, t("sum", { sum: pct(st.sum) })));
+  }
+  if (name === "weighted") {
+    panel.append(vector(t, "weighted", `${t("vec_weighted")}[${i}]`, st.weighted), mixBars(t, doc, head, i, st.weighted),
+      meaningBars(t, doc, head, i));
+  }
+  if (name === "output") {
+    panel.append(vector(t, "attn_out", `${t("vec_attn_out")}[${i}]`, row(layer.attn_out, i)),
+      vector(t, "output", `${t("vec_output")}[${i}]`, row(layer.output, i)));
+  }
+  for (const j of [i, state.focus]) { // keep the query's own column and the focused key in view
+    const cell = panel.querySelector(`.keys th[data-key="${j}"]`);
+    const wrap = cell ? cell.closest(".scroll") : null;
+    if (wrap && (cell.offsetLeft < wrap.scrollLeft || cell.offsetLeft + cell.offsetWidth > wrap.scrollLeft + wrap.clientWidth)) {
+      wrap.scrollLeft = cell.offsetLeft - wrap.clientWidth / 2;
+    }
+  }
+}
+
+function explanation(state, t, name, st) {
+  const doc = state.doc;
+  const i = state.row;
+  const layer = doc.layers[state.layer];
+  switch (name) {
+    case "x": return t("ex_x", { i, token: doc.tokens[i], d_model: doc.model.d_model });
+    case "qkv": return t("ex_qkv", { head: state.head });
+    case "scores": return t("ex_scores");
+    case "scaled": return t("ex_scaled", { scale: num(layer.scale), how: doc.scale_words.how[state.lang] });
+    case "mask": return layer.causal ? t("ex_mask_on") : t("ex_mask_off");
+    case "softmax": return t("ex_softmax", { lse: num(st.lse) });
+    case "weighted": return t("ex_weighted", { head: state.head });
+    default: return t("ex_output");
+  }
+}
+
+/** The key columns: the keys the row stores (all of a short input; the top ones of a long one) and the focus. */
+function shownKeys(state, st) {
+  const keys = new Set(st.keys);
+  if (state.focus !== null) keys.add(state.focus);
+  return Array.from(keys).sort((a, b) => a - b);
+}
+
+function keyTable(state, t, st) {
+  const doc = state.doc;
+  const L = doc.tokens.length;
+  const keys = shownKeys(state, st);
+  const wrap = el("div", { class: "scroll" });
+  const table = el("table", { class: "keys", "data-testid": "key-table" });
+  const top = el("tr");
+  top.append(el("th", {}, t("key")));
+  for (const j of keys) {
+    const th = el("th", { "data-key": j, class: "keyhead" });
+    th.append(el("span", { class: "idx" }, j), el("span", { class: "word" }, doc.tokens[j]));
+    th.classList.toggle("focus", j === state.focus);
+    top.append(th);
+  }
+  table.append(top);
+  const head = doc.layers[state.layer].heads[state.head];
+  for (const { name, from, text } of KEY_ROWS) {
+    if (state.stage < STAGE_NAMES.indexOf(from)) continue;
+    const label = text ? t(text) : doc.scale_words.row[state.lang];
+    const cells = name === "weights" ? weightCells(head, state.row, keys) : keys.map((j) => {
+      const v = keyValue(st, name, j);
+      return { j, value: v, text: v === undefined ? NOT_STORED : name === "visible" ? String(v) : num(v) };
+    });
+    table.append(keyRow(state, t, name, label, cells));
+  }
+  const base = comparable(state);
+  if (base && !base.layers[state.layer].omitted && state.stage >= STAGE_NAMES.indexOf("softmax")) {
+    const before = base.layers[state.layer].heads[state.head];
+    table.append(keyRow(state, t, "baseline", t("row_baseline"), weightCells(before, state.row, keys)));
+    const delta = keys.map((j) => {
+      const v = exactWeight(head, state.row, j) - exactWeight(before, state.row, j);
+      return { j, value: v, text: pct(v) };
+    });
+    table.append(keyRow(state, t, "delta", t("row_delta"), delta));
+  }
+  wrap.append(table);
+  const box = el("div", {});
+  if (keys.length < L) box.append(el("p", { class: "hint" }, t("shown_keys", { n: keys.length, n_keys: L, top: doc.shown_keys.top })));
+  box.append(wrap);
+  return box;
+}
+
+/** Weights: shown as the page shows every weight (0.01 %), carried in float32 in data-value. */
+function weightCells(head, i, keys) {
+  return keys.map((j) => {
+    const shown = shownWeight(head, i, j);
+    return { j, value: exactWeight(head, i, j), text: pct(shown), shade: shown };
+  });
+}
+
+function keyRow(state, t, name, label, cells) {
+  const tr = el("tr", { "data-testid": `row-${name}` });
+  tr.append(el("th", {}, label));
+  for (const { j, value, text, shade: w } of cells) {
+    const td = el("td", { "data-key": j }, text);
+    if (value !== undefined) td.dataset.value = String(value);
+    else td.title = t("not_stored");
+    if (w !== undefined) td.style.backgroundColor = rgb(shade(w));
+    if (w !== undefined && w > 0.3) td.style.color = "#fff";
+    if (name === "visible" && !value) td.classList.add("hidden");
+    td.classList.toggle("focus", j === state.focus);
+    tr.append(td);
+  }
+  return tr;
+}

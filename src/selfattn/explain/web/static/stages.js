@@ -1,0 +1,69 @@
+/* The tutorial's stages for one query row, read from the data Python computed (views/packing.py):
+ *
+ *     X → Q/K/V → QKᵀ → ÷√d_k → mask → softmax → ·V → output
+ *
+ * Nothing here computes a stage: the scores, scaled and masked scores, weights, Σ w·V and Σ w of the
+ * row are looked up for the keys the row stores. */
+
+import { bit, row, visibleOf } from "./data.js";
+
+/** The steps, in order, and the text naming each (the ÷√d_k step is named by the data: doc.scale_words). */
+export const STAGES = [
+  { name: "x", text: "st_x" },
+  { name: "qkv", text: "st_qkv" },
+  { name: "scores", text: "st_scores" },
+  { name: "scaled", text: null },
+  { name: "mask", text: "st_mask" },
+  { name: "softmax", text: "st_softmax" },
+  { name: "weighted", text: "st_weighted" },
+  { name: "output", text: "st_output" },
+];
+export const STAGE_NAMES = STAGES.map((s) => s.name);
+
+/** Rows of the key table (one number per key j), the step from which each is shown, and its text. */
+export const KEY_ROWS = [
+  { name: "scores", from: "scores", text: "row_scores" },
+  { name: "scaled", from: "scaled", text: null },
+  { name: "visible", from: "mask", text: "row_visible" },
+  { name: "masked", from: "mask", text: "row_masked" },
+  { name: "weights", from: "softmax", text: "row_weights" },
+];
+
+const STAGE_ROWS = { scores: 0, scaled: 1, masked: 2 }; // the planes of a head's `key_stages` (3, L, K)
+
+/** Query row i of head (l, h): its stored keys (ascending) and, per stored key, its stages. */
+export function stageRow(doc, l, h, i) {
+  const layer = doc.layers[l];
+  const head = layer.heads[h];
+  const slots = head.slots[i];
+  const keys = Array.from(slots.keys());
+  const K = head.key_weights.shape[1], L = head.weights.shape[1];
+  const visible = visibleOf(layer, h);
+  const plane = (name) => head.key_stages.data.subarray((STAGE_ROWS[name] * L + i) * K, (STAGE_ROWS[name] * L + i + 1) * K);
+  return {
+    keys,
+    slots,
+    scores: plane("scores"),
+    scaled: plane("scaled"),
+    masked: plane("masked"),
+    weights: row(head.key_weights, i),
+    visible: (j) => bit(visible, i, j),
+    weighted: row(head.weighted, i),
+    sum: head.sums.data[i],
+    lse: head.lse.data[i],
+  };
+}
+
+/** The value of one key-table row for key j, or undefined when the row does not store key j. */
+export function keyValue(st, name, j) {
+  if (name === "visible") return st.visible(j);
+  const slot = st.slots.get(j);
+  return slot === undefined ? undefined : st[name][slot];
+}
+
+/** The stored key with the largest weight (the first of equals). */
+export function topKey(st) {
+  let best = st.keys[0];
+  for (const j of st.keys) if (keyValue(st, "weights", j) > keyValue(st, "weights", best)) best = j;
+  return best;
+}

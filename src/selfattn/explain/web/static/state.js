@@ -1,0 +1,78 @@
+/* What the page shows now: one object, created by main.js and passed to whoever reads or changes it.
+ * The rules of a change (what a new head or row resets, which key is shown by default) live here. */
+
+import { stageRow, topKey } from "./stages.js";
+
+/** The state of a page built from its data block (`readPageData`). */
+export function createState(data) {
+  return {
+    lang: "zh",
+    mode: data.mode,
+    texts: data.texts,
+    interventions: data.interventions || [],
+    pickRule: data.pick_rule || {},
+    limits: data.limits || null,
+    api: data.api || null,
+    doc: null, // the shown export dict, arrays unpacked
+    baseline: null, // live mode: the same text without intervention
+    layer: 0,
+    head: 0,
+    rule: null, // how (layer, head) was chosen: "auto", "within layer", "within head", null / "user" = by you
+    row: 0, // the selected query position i
+    stage: 0, // index into STAGES
+    focus: null, // the key j whose K and V are shown
+    hover: null, // the query position under the mouse (token strip)
+    picture: null, // {key: "layer/head", canvas} the heatmap's L×L picture of the shown head
+    seq: 0, // live mode: number of the latest request
+    want: null, // live mode: the (layer, head) last picked, while its layer is being fetched
+    loading: {}, // live mode: layer → the request fetching its arrays
+  };
+}
+
+/** Show `doc`; keepSelection keeps the layer, head and row when they exist in it. */
+export function setDoc(state, doc, keepSelection) {
+  const L = doc.tokens.length;
+  state.doc = doc;
+  state.picture = null;
+  state.want = null;
+  if (!keepSelection || state.layer >= doc.layers.length || state.head >= doc.model.n_heads) {
+    state.layer = doc.selected.layer;
+    state.head = doc.selected.head;
+    state.rule = doc.selected.rule;
+  }
+  if (!keepSelection || state.row >= L) {
+    state.row = L - 1; // the last token: the one whose next token the model predicts
+    state.focus = null;
+  }
+}
+
+/** Apply a change of layer, head, row, stage or focus: a new head is "yours", a new row forgets the focus. */
+export function select(state, changes) {
+  Object.assign(state, changes);
+  if ("layer" in changes || "head" in changes) {
+    state.rule = "user";
+    state.picture = null;
+  }
+  if ("row" in changes && !("focus" in changes)) state.focus = null;
+}
+
+/** The key whose K and V are shown, when none is picked: the row's largest weight. */
+export function ensureFocus(state) {
+  if (state.focus === null) state.focus = topKey(stageRow(state.doc, state.layer, state.head, state.row));
+}
+
+/** No intervention applied (the scope alone changes nothing). */
+export function isIdentity(applied) {
+  return Object.keys(applied).every((name) => name === "layer" || name === "head");
+}
+
+function sameTokens(a, b) {
+  return !!a && !!b && a.tokens.length === b.tokens.length && a.tokens.every((tok, i) => tok === b.tokens[i]);
+}
+
+/** Live mode with an intervention: the baseline document to compare with, or null. */
+export function comparable(state) {
+  const base = state.baseline;
+  if (!base || base === state.doc || isIdentity(state.doc.experiment.applied) || !sameTokens(base, state.doc)) return null;
+  return base;
+}
