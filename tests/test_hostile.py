@@ -170,10 +170,7 @@ def test_non_tensor_or_wrong_rank_inputs_are_named(value):
 # --- regressions found by scripts/hostile_run.py -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["auto", "naive", "sdpa", "tiled"])
-@pytest.mark.parametrize("how", ["bool mask", "additive mask", "causal Lq < Lk"])
-def test_a_non_finite_key_hidden_by_a_mask_reaches_no_row_that_cannot_see_it(backend, how):
-    """SDPA adds its mask to the scores (NaN + −inf = NaN): one NaN key hidden by a mask made every row NaN."""
+def _nan_key_case(how):
     q, k, v = make_inputs(1, 2, 1, 4, 5, 4, dtype=torch.float32)
     if how == "causal Lq < Lk":
         k[..., 4, :] = math.nan  # seen by the last query row only
@@ -182,23 +179,51 @@ def test_a_non_finite_key_hidden_by_a_mask_reaches_no_row_that_cannot_see_it(bac
         k[..., 2, :] = math.nan  # hidden from every row
         visible = torch.tensor([True, True, False, True, True])
         kw = {"mask": visible if how == "bool mask" else torch.where(visible, 0.0, -math.inf)}
+    return q, k, v, kw
+
+
+@pytest.mark.parametrize("backend", ["auto", "naive", "tiled"])
+@pytest.mark.parametrize("how", ["bool mask", "additive mask", "causal Lq < Lk"])
+def test_a_non_finite_key_hidden_by_a_mask_reaches_no_row_that_cannot_see_it(backend, how):
+    """SDPA adds its mask to the scores (NaN + −inf = NaN): one NaN key hidden by a mask made every row NaN."""
+    q, k, v, kw = _nan_key_case(how)
     out = selfattn.attention(q, k, v, backend=backend, **kw)
     ref_out = reference_of(q, k, v, **kw)[0]
     assert np.array_equal(np.isnan(out.numpy()), np.isnan(ref_out))
     np.testing.assert_allclose(out.numpy(), ref_out, atol=TOL["float32"], rtol=0)
 
 
-def test_sdpa_hands_a_non_finite_masked_key_only_to_a_kernel_within_its_limits(monkeypatch):
-    """With dropout tiled cannot serve it; naive did, past its weight budget: now its budget refuses it by name."""
-    from selfattn.kernels import naive
+@pytest.mark.parametrize("how", ["bool mask", "additive mask", "causal Lq < Lk"])
+def test_sdpa_refuses_a_non_finite_masked_key_and_auto_reroutes_it_visibly(how):
+    """SDPA used to hand such a request to tiled itself, and `explain` still said "sdpa": now SDPA refuses
+    with the reason, and the dispatch rule (the next backend that can serve it) is what explain reports."""
+    from selfattn import kernels
+    from selfattn.request import build_request
+
+    q, k, v, kw = _nan_key_case(how)
+    with pytest.raises(ValueError, match=r"backend 'sdpa' cannot serve this request: k holds NaN or ±inf"):
+        selfattn.attention(q, k, v, backend="sdpa", **kw)
+    e = kernels.explain(build_request(q, k, v, **kw))
+    assert e["choice"] not in (None, "sdpa") and any("NaN" in why for why in e["backends"]["sdpa"]["reasons"])
+    assert kernels.choose(build_request(q, k, v, **kw), "auto").name == e["choice"]
+    k = torch.nan_to_num(k)  # the same request with finite keys: SDPA serves it
+    assert not any("NaN" in why for why in kernels.BACKENDS["sdpa"].not_supported_reasons(build_request(q, k, v, **kw)))
+
+
+def test_auto_gives_a_non_finite_masked_key_only_to_a_kernel_within_its_limits():
+    """With dropout tiled cannot serve it; naive does, within its weight budget; past it, every reason is named."""
+    from selfattn import kernels
 
     q, k, v = make_inputs(1, 2, 1, 4, 5, 4, dtype=torch.float32)
     k[..., 2, :] = math.nan
     mask = torch.tensor([True, True, False, True, True])
-    assert selfattn.attention(q, k, v, mask=mask, dropout_p=0.5, backend="sdpa").shape == q.shape  # naive
-    monkeypatch.setattr(naive, "WEIGHTS_BUDGET_BYTES", 10)
-    with pytest.raises(ValueError, match=r"hold NaN.*tiled: it has no dropout.*naive: it would materialise"):
-        selfattn.attention(q, k, v, mask=mask, dropout_p=0.5, backend="sdpa")
+    assert selfattn.attention(q, k, v, mask=mask, dropout_p=0.5).shape == q.shape  # naive
+    assert kernels.explain(dict(q=q, k=k, v=v, mask=mask, dropout_p=0.5))["choice"] == "naive"
+    with kernels.budget(10):
+        with pytest.raises(
+            ValueError, match=r"sdpa: .*k holds NaN.*tiled: it has no dropout.*naive: it would materialise"
+        ):
+            selfattn.attention(q, k, v, mask=mask, dropout_p=0.5)
 
 
 def test_the_reference_keeps_a_nan_score_nan():

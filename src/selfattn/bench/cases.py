@@ -164,7 +164,7 @@ def select(names=None, quick: bool = False) -> list[Case]:
 def request_of(case: Case, inputs: tuple | None = None):
     """The `selfattn.kernels.Request` that `attention` builds for this case's masking and `inputs`
     (q, k, v; default: `case.inputs()`)."""
-    from ..functional import build_request
+    from ..request import build_request
 
     q, k, v = case.inputs() if inputs is None else inputs
     return build_request(q, k, v, **case.kwargs())

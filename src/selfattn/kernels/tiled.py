@@ -14,7 +14,10 @@ the log-sum-exp lse = m + log₂ l is saved, so that the backward pass can recom
 block of probabilities as p = 2^(s − lse) without a second pass over the keys.
 
 Scores are kept in base 2 (s = q·k · scale · log₂e), as in the Triton tutorial: exp2 is
-cheaper than exp, and the log₂e factor rides on the Q Kᵀ matmul's alpha.
+cheaper than exp, and the log₂e factor rides on the Q Kᵀ matmul's alpha. Each tile's logits are
+the request's score rule (`selfattn.scores.ScoreRule`) with `unit=LOG2_E`; an additive mask whose
+entries times log₂e would overflow (torch.finfo(float32).min, transformers' "hidden") keeps the
+request in natural units instead (`unit=1`, exp), so that such a row stays the uniform row it is.
 
 Which blocks are visited comes from `masks.block_visibility`. With causal = True, Lq = Lk = 8
 and blocks of 2, the query blocks (rows) meet the key blocks (columns) as
@@ -46,15 +49,17 @@ OMP_WAIT_POLICY=PASSIVE in the environment brings it back (see `selfattn.bench`)
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
 from .. import masks
+from ..scores import LOG2_E, ScoreRule
 from ..weights import weights_from_lse
-from .base import Backend, Capabilities, Request, Result, softmax_delta
+from .base import Backend, Capabilities, Cost, Request, Result, Work, softmax_delta
 
-__all__ = ["TiledBackend", "Plan", "BLOCK_SIZES", "BLOCK_Q", "BLOCK_K"]
+__all__ = ["TiledBackend", "Plan", "BLOCK_SIZES", "BLOCK_Q", "BLOCK_K", "TILE_SECONDS"]
 
 BLOCK_SIZES = (16, 32, 64, 128, 256, 512, 1024)
 """Block sizes (query or key positions per block) the tiled kernel supports and is tested with."""
@@ -71,16 +76,26 @@ BLOCK_K = 256
 TILE_BUDGET_BYTES = 8 << 20
 """Most bytes one score tile (heads × rows × keys) may take; more heads are split into chunks."""
 
-LOG2_E = 1.4426950408889634
-"""log₂ e: scores are kept in base 2, so softmax uses exp2 (twice as fast as exp on CPU)."""
+RATE_GFLOPS = 52.0
+"""Full and causal forward, L = 4096, 1024×256 tiles: 604 ms / 340 ms, 1 thread (`kernels.cost`)."""
 
 LN_2 = 0.6931471805599453
 """ln 2: turns a base-2 log-sum-exp back into the natural one that `attention` returns."""
+
+TILE_SECONDS = 60e-6
+"""The kernel's Python and small-op overhead per visited tile (about a dozen ops), measured."""
 
 NEG_INF = float("-inf")
 
 Tile = tuple[int, int, int, int]
 """(q0, q1, k0, k1): queries [q0, q1) × keys [k0, k1)."""
+
+
+def _work(r: Request) -> Work:
+    """The tiles the forward visits at the default block sizes (`Plan.work`): a window of w costs O(N·w),
+    bottom-right causal skips the hidden blocks; partial tiles count whole."""
+    tiles, pairs = Plan.of(r, BLOCK_Q, BLOCK_K).work()
+    return pairs, RATE_GFLOPS, tiles * TILE_SECONDS
 
 
 class TiledBackend(Backend):
@@ -101,6 +116,16 @@ class TiledBackend(Backend):
         },
     )
 
+    cost = Cost(
+        work=_work,
+        read_gbps=15.7,
+        call_seconds=200e-6,
+        backward_factor=3.3,
+        busy_factor=3.0,
+    )
+    """busy_factor 3: it starts and joins the thread pool per tile and waits each time for a preempted
+    thread (1.6× to 13× measured under `selfattn bench --load 1`)."""
+
     def __init__(self, block_q: int = BLOCK_Q, block_k: int = BLOCK_K):
         for label, size in (("block_q", block_q), ("block_k", block_k)):
             if size not in BLOCK_SIZES:
@@ -117,7 +142,7 @@ class TiledBackend(Backend):
             out, lse2 = _TiledAttention.apply(r.q, r.k, r.v, plan)
         else:
             out, lse2 = _forward(r.q, r.k, r.v, plan)
-        return Result(out, None, lse2 * LN_2 if r.return_lse else None)
+        return Result(out, None, (lse2 * LN_2 if plan.base2 else lse2) if r.return_lse else None)
 
 
 @dataclass(frozen=True)
@@ -130,11 +155,8 @@ class Plan:
     Hkv: int
     Lq: int
     Lk: int
-    causal: bool
-    window: int | None
-    scale: float
-    softcap: float | None
-    mask: torch.Tensor | None  # (Bm, Hkv|1, G|1, Lq|1, Lk|1): the user's mask with heads split by group
+    rule: ScoreRule
+    mask: torch.Tensor | None  # (Bm, Hkv|1, G|1, Lq|1, Lk|1): the rule's mask with heads split by group
     block_q: int
     block_k: int
     acc: torch.dtype
@@ -151,15 +173,34 @@ class Plan:
             Hkv=r.Hkv,
             Lq=r.Lq,
             Lk=r.Lk,
-            causal=r.causal,
-            window=r.window,
-            scale=r.scale,
-            softcap=r.softcap,
+            rule=r.rule,
             mask=mask,
             block_q=block_q,
             block_k=block_k,
             acc=r.accumulate_dtype,
         )
+
+    @functools.cached_property
+    def unit(self) -> float:
+        """Logits in base 2 (LOG2_E) where they fit the compute dtype, else natural (1.0): the rule says
+        (`ScoreRule.base2_fits`; looked at by the loops only, never by `work`)."""
+        return LOG2_E if self.rule.base2_fits(self.acc) else 1.0
+
+    @property
+    def causal(self) -> bool:
+        return self.rule.causal
+
+    @property
+    def window(self) -> int | None:
+        return self.rule.window
+
+    @property
+    def scale(self) -> float:
+        return self.rule.scale
+
+    @property
+    def base2(self) -> bool:
+        return self.unit != 1.0
 
     @property
     def G(self) -> int:
@@ -172,13 +213,7 @@ class Plan:
 
     @property
     def limited(self) -> bool:
-        return self.causal or self.window is not None
-
-    @property
-    def q_mult(self) -> float:
-        """What the Q Kᵀ matmul multiplies its result by (its alpha): scale·log₂e, or scale/c
-        under a softcap c (the tile then becomes c·log₂e · tanh(q·k · scale/c))."""
-        return self.scale * LOG2_E if self.softcap is None else self.scale / self.softcap
+        return self.rule.limited
 
     def key_span(self, q0: int, q1: int) -> tuple[int, int, int]:
         """(lo, hi, width): query block [q0, q1) sees keys in [lo, hi) only, visited in key blocks of
@@ -289,29 +324,17 @@ class _Tiles:
             if len(self._hidden) >= self.HIDDEN_CACHE_SIZE:
                 self._hidden.clear()
             plan, device = self._plan, self._flat[0].device
-            self._hidden[key] = ~masks.visibility(
-                plan.Lq,
-                plan.Lk,
-                causal=plan.causal,
-                window=plan.window,
-                rows=torch.arange(q0, q1, device=device),
-                cols=torch.arange(k0, k1, device=device),
-            )
+            rows, cols = torch.arange(q0, q1, device=device), torch.arange(k0, k1, device=device)
+            self._hidden[key] = ~plan.rule.visible(rows, cols, plan.Lq, plan.Lk)
         return self._hidden[key]
 
 
-def _mask_user(s5: torch.Tensor, plan: Plan, chunk, q0: int, q1: int, k0: int, k1: int) -> None:
-    """Apply the user's mask to one tile of base-2 scores s5 (b, h, n, G, bk), in place: −inf where
-    a bool mask hides (NaN-proof), + mask · log₂e where it is additive (its −inf hides, NaN-proof too)."""
+def _mask_tile(plan: Plan, chunk, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
+    """The rule's mask on one tile, laid out like its scores s5 (b, h, n|1, G|1, bk|1): a view."""
     b0, b1, h0, h1 = chunk
     m = plan.mask
     tile = m[_span(m, 0, b0, b1), _span(m, 1, h0, h1), :, _span(m, 3, q0, q1), _span(m, 4, k0, k1)]
-    tile = tile.transpose(2, 3)  # (b, h, n|1, G|1, bk|1)
-    if tile.dtype == torch.bool:
-        s5.masked_fill_(~tile, NEG_INF)
-    else:
-        tile = tile.to(plan.acc)
-        s5.add_(tile * LOG2_E).masked_fill_(tile == NEG_INF, NEG_INF)
+    return tile.transpose(2, 3)
 
 
 def _span(m: torch.Tensor, dim: int, a: int, b: int) -> slice:
@@ -329,25 +352,23 @@ def _scores(
     masked: bool,
     keep_tanh: bool = False,
 ):
-    """One tile of base-2 scores s = q·k · scale · log₂e, softcapped and masked: (heads, n·G, bk),
-    in scratch buffer 0. With keep_tanh (the backward, under a softcap) also tanh(q·k · scale/c),
-    which the softcap's derivative needs; then s is a new tensor and buffer 0 holds the tanh."""
+    """One tile of logits by the request's score rule, in `plan.unit`s (base 2: s = q·k · scale · log₂e),
+    softcapped and masked: (heads, n·G, bk), in scratch buffer 0 (the rule's alpha rides on the matmul).
+    With keep_tanh (the backward, under a softcap) also tanh(q·k · scale/c), which the softcap's
+    derivative needs; then s is a new tensor and buffer 0 holds the tanh."""
     q0, q1, k0, k1 = tile
     b0, b1, h0, h1 = chunk
+    rule = plan.rule
     s = tiles.scratch(0, qt.shape[0], qt.shape[1], k1 - k0)
-    torch.baddbmm(s, qt, kb.transpose(1, 2), beta=0.0, alpha=plan.q_mult, out=s)  # s = alpha · Q Kᵀ
-    capped = None
-    if plan.softcap is not None:
-        if keep_tanh:
-            capped = s.tanh_()
-            s = capped * (plan.softcap * LOG2_E)
-        else:
-            s.tanh_().mul_(plan.softcap * LOG2_E)
+    torch.baddbmm(s, qt, kb.transpose(1, 2), beta=0.0, alpha=rule.alpha(plan.unit), out=s)  # s = alpha · Q Kᵀ
+    if keep_tanh:
+        s, capped = rule.scaled(s, unit=plan.unit, folded=True, keep_tanh=True)
+    else:
+        s, capped = rule.scaled(s, unit=plan.unit, folded=True), None
     s5 = s.view(b1 - b0, h1 - h0, q1 - q0, plan.G, k1 - k0)
-    if plan.mask is not None:
-        _mask_user(s5, plan, chunk, q0, q1, k0, k1)
-    if masked:
-        s5.masked_fill_(tiles.hidden(q0, q1, k0, k1)[:, None], NEG_INF)  # (n, 1, bk): the same for the group
+    mask = None if plan.mask is None else _mask_tile(plan, chunk, q0, q1, k0, k1)
+    hidden = tiles.hidden(q0, q1, k0, k1)[:, None] if masked else None  # (n, 1, bk): the same for the group
+    rule.hide(s5, mask, hidden, unit=plan.unit, inplace=True)
     return s, capped
 
 
@@ -394,20 +415,22 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan):
                     r0, r1, k0, k1 = tile
                     rows = slice((r0 - q0) * G, (r1 - q0) * G)  # the rows that see this key block
                     s, _ = _scores(plan, chunk, tiles, qb[:, rows], k3[heads, k0:k1], tile, masked)
-                    _online_softmax_step(s, v3[heads, k0:k1], m[:, rows], l[:, rows], acc[:, rows])
+                    _online_softmax_step(s, v3[heads, k0:k1], m[:, rows], l[:, rows], acc[:, rows], plan.base2)
             # epilogue: normalise, and save the log-sum-exp for the backward pass
             acc.div_(l.masked_fill(l == 0, 1.0))  # a row that saw nothing: 0
             out4[heads, :, q0:q1].copy_(_unrows(acc, G))
-            lse4[heads, :, q0:q1].copy_(_unrows(m + torch.log2(l), G))  # and lse = −inf
+            lse4[heads, :, q0:q1].copy_(
+                _unrows(m + (torch.log2(l) if plan.base2 else torch.log(l)), G)
+            )  # and lse = −inf
     return out, lse2[..., 0]
 
 
-def _online_softmax_step(s, vb, m, l, acc) -> None:
-    """Fold one tile of base-2 scores s (h, rows, bk) into the running (m, l, acc), in place."""
+def _online_softmax_step(s, vb, m, l, acc, base2: bool = True) -> None:
+    """Fold one tile of logits s (h, rows, bk), base 2 or natural, into the running (m, l, acc), in place."""
     m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
     m_use = m_new.masked_fill(m_new == NEG_INF, 0.0)  # a row that saw only −inf so far: subtract 0, not −inf
-    p = s.sub_(m_use).exp2_()  # (h, rows, bk) in place: no new tile
-    alpha = torch.exp2(m - m_use)  # rescales what was summed under the old max
+    p = s.sub_(m_use).exp2_() if base2 else s.sub_(m_use).exp_()  # (h, rows, bk) in place: no new tile
+    alpha = torch.exp2(m - m_use) if base2 else torch.exp(m - m_use)  # rescales what was summed under the old max
     l.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
     acc.mul_(alpha).baddbmm_(p, vb)
     m.copy_(m_new)
@@ -440,25 +463,26 @@ def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
                     qt, do = _rows(q4, heads, q0, q1), _rows(do4, heads, q0, q1)
                     s, capped = _scores(plan, chunk, tiles, qt, kb, tile, masked, keep_tanh=True)
                     p = weights_from_lse(
-                        s, _rows(lse4, heads, q0, q1)[..., 0], base2=True, inplace=True
+                        s, _rows(lse4, heads, q0, q1)[..., 0], base2=plan.base2, inplace=True
                     )  # the forward's probabilities
                     dv_acc.baddbmm_(p.transpose(1, 2), do)  # dV += pᵀ dO
                     ds = tiles.scratch(1, *p.shape)
                     torch.bmm(do, vb.transpose(1, 2), out=ds)  # dP = dO Vᵀ
                     ds.sub_(_rows(delta4, heads, q0, q1)).mul_(p)  # dS = p ∘ (dP − Δ)
                     if capped is not None:
-                        ds.mul_(capped.square_().neg_().add_(1.0))  # d/dx c·tanh(x/c) = 1 − tanh²
+                        ds.mul_(capped.square_().neg_().add_(1.0))  # d/dx c·tanh(x/c) = 1 − tanh² (chain rule)
                     dk_acc.baddbmm_(ds.transpose(1, 2), qt, alpha=plan.scale)  # dK += scale · dSᵀ Q
                     if G == 1:  # dQ += scale · dS K
                         dq4[heads, 0, q0:q1].baddbmm_(ds, kb, alpha=plan.scale)
                     else:  # (group rows are not adjacent in dQ)
                         dq4[heads, :, q0:q1].add_(_unrows(torch.bmm(ds, kb), G), alpha=plan.scale)
     shape_kv = (plan.B, plan.Hkv, plan.Lk)
-    return dq4.view(q.shape), dk.view(*shape_kv, -1), dv.view(*shape_kv, Dv)
+    return dq4.view(q.shape), dk.view(*shape_kv, k.shape[-1]), dv.view(*shape_kv, Dv)
 
 
 class _TiledAttention(torch.autograd.Function):
-    """out, lse₂ = tiled attention of (q, k, v); the backward recomputes probabilities block by block."""
+    """out, lse₂ = tiled attention of (q, k, v) (lse₂ in `plan.unit`s); the backward recomputes
+    probabilities block by block."""
 
     @staticmethod
     def forward(ctx, q, k, v, plan: Plan):
@@ -474,6 +498,6 @@ class _TiledAttention(torch.autograd.Function):
         q, k, v, out, lse2 = ctx.saved_tensors
         if d_out is None:
             d_out = torch.zeros_like(out)
-        d_lse = None if d_lse2 is None else d_lse2 * LOG2_E  # the caller's lse is lse₂ · ln 2
+        d_lse = None if d_lse2 is None else d_lse2 * ctx.plan.unit  # the caller's lse is lse₂ / unit
         dq, dk, dv = _backward(q, k, v, out, lse2, d_out, d_lse, ctx.plan)
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None
