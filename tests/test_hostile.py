@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import selfattn
 
 from .helpers import make_inputs, reference_of
-from .tolerances import TOL
+from .tolerances import FLOOR, TOL
 
 HOSTILE_NUMBERS = st.one_of(
     st.sampled_from(
@@ -273,3 +273,98 @@ def test_the_overflow_check_costs_no_copy_of_the_output(monkeypatch):
     assert base.all_finite(out) and max(seen) <= base.FINITE_CHECK_CHUNK
     out[2, 5] = math.nan
     assert not base.all_finite(out)
+
+
+# --- regressions found by the attack run of issue 18 ---------------------------------------------------------
+
+
+def _mean_v(v: torch.Tensor, Hq: int) -> torch.Tensor:
+    """mean over keys of V, per query head (B, Hq, Dv): what a uniform row gives."""
+    return v.double().mean(dim=2).repeat_interleave(Hq // v.shape[1], dim=1)
+
+
+@pytest.mark.parametrize("backend", ["auto", "naive", "sdpa", "tiled", "native"])
+def test_a_row_masked_with_the_float32_minimum_is_uniform_not_empty(backend):
+    """transformers' idiom for "hidden" is torch.finfo(float32).min: the row's weights are uniform (mean of V,
+    as naive, SDPA, native and the spec give). tiled multiplied the mask by log₂e in float32, so the row
+    became −inf everywhere and gave 0."""
+    q, k, v = make_inputs(1, 2, 1, 4, 6, 8, dtype=torch.float32)
+    mask = torch.zeros(4, 6)
+    mask[1] = torch.finfo(torch.float32).min
+    mask[3, :2] = torch.finfo(torch.float32).min  # part of a row: those keys weigh nothing
+    out = selfattn.attention(q, k, v, mask=mask, backend=backend)
+    ref = reference_of(q, k, v, mask=mask)[0]
+    np.testing.assert_allclose(out[:, :, 1].double().numpy(), _mean_v(v, 2).numpy(), atol=TOL["float32"], rtol=0)
+    np.testing.assert_allclose(out.numpy(), ref, atol=TOL["float32"], rtol=0)
+
+
+@pytest.mark.parametrize("backend", ["auto", "naive", "tiled", "native"])
+def test_a_huge_finite_additive_entry_is_computed_not_refused_as_overflow(backend):
+    """A finite +3e38 entry: naive computes it (the row looks at that key only); tiled's 3e38 · log₂e was
+    +inf, the row NaN, and the call refused as "overflowed"."""
+    q, k, v = make_inputs(1, 1, 1, 3, 5, 4, dtype=torch.float32)
+    mask = torch.zeros(1, 1, 3, 5)
+    mask[0, 0, 2, 3] = 3e38
+    out = selfattn.attention(q, k, v, mask=mask, backend=backend)
+    np.testing.assert_allclose(out.numpy(), reference_of(q, k, v, mask=mask)[0], atol=TOL["float32"], rtol=0)
+    assert torch.equal(out[0, 0, 2], v[0, 0, 3])
+
+
+@pytest.mark.parametrize("backend", ["auto", "naive", "tiled", "native"])
+def test_a_float64_mask_beyond_float32_stays_finite_for_float32_q(backend):
+    """A float64 mask of −1e300 with float32 q: converted to float32 it was −inf, so a fully masked row gave 0
+    where the float64 spec gives mean(V). Finite entries now saturate at float32's range; −inf stays −inf."""
+    q, k, v = make_inputs(1, 2, 2, 3, 4, 4, dtype=torch.float32)
+    mask = torch.zeros(3, 4, dtype=torch.float64)
+    mask[0] = -1e300
+    mask[2, 1] = -math.inf
+    out = selfattn.attention(q, k, v, mask=mask, backend=backend)
+    ref = reference_of(q, k, v, mask=mask)[0]
+    np.testing.assert_allclose(out[:, :, 0].double().numpy(), _mean_v(v, 2).numpy(), atol=TOL["float32"], rtol=0)
+    np.testing.assert_allclose(out.numpy(), ref, atol=TOL["float32"], rtol=0)
+    if backend == "auto":  # SDPA adds the mask in float32: it refuses, by name
+        with pytest.raises(ValueError, match=r"holds 1e\+300, beyond torch.float32's range"):
+            selfattn.attention(q, k, v, mask=mask, backend="sdpa")
+
+
+def test_sdpa_refuses_a_dense_window_mask_over_the_budget():
+    """window=128 at L=65536: SDPA built a 16 GiB dense mask; naive refused the same clearly. Now SDPA refuses
+    over the budget (selfattn.kernels.budget) and auto takes a kernel that skips hidden blocks."""
+    from selfattn import kernels
+
+    shape = dict(B=1, Hq=1, Lq=65536, Lk=65536, D=8, causal=True, window=128)
+    e = kernels.explain(shape, backend="sdpa")
+    assert e["choice"] is None
+    (why,) = [w for w in e["backends"]["sdpa"]["reasons"] if "dense" in w]
+    assert "65536×65536 mask" in why and "over the budget of 1.00 GiB (selfattn.kernels.budget)" in why
+    assert kernels.explain(shape)["choice"] not in (None, "sdpa")
+    small = dict(shape, Lq=1024, Lk=1024)
+    assert kernels.explain(small, backend="sdpa")["choice"] == "sdpa"
+    with kernels.budget(1 << 20):  # 1 MiB: a 1024×1024 dense mask (5 MiB) no longer fits
+        assert kernels.explain(small, backend="sdpa")["choice"] is None
+
+
+def test_sdpa_names_an_additive_mask_beyond_half_range_instead_of_an_overflow():
+    """float16 q with a finite float32 mask entry of 7e4: SDPA (which adds the mask in q's dtype) said the
+    inputs "overflowed float32". Now it names the mask; auto computes it in float32 like the spec."""
+    q, k, v = make_inputs(1, 1, 1, 3, 4, 8, dtype=torch.float16)
+    mask = torch.zeros(3, 4)
+    mask[1, 2] = 7e4
+    with pytest.raises(ValueError, match=r"additive mask holds 7e\+04, beyond torch.float16's range"):
+        selfattn.attention(q, k, v, mask=mask, backend="sdpa")
+    out = selfattn.attention(q, k, v, mask=mask)
+    np.testing.assert_allclose(
+        out.double().numpy(), reference_of(q, k, v, mask=mask)[0], atol=FLOOR[torch.float16], rtol=0
+    )
+
+
+@pytest.mark.parametrize("backend", ["tiled", "naive", "native"])
+def test_the_backward_with_no_keys_gives_zero_gradients(backend):
+    """Lk = 0: tiled's backward crashed ("cannot reshape tensor of 0 elements")."""
+    q = torch.randn(1, 2, 3, 4, dtype=torch.float64, requires_grad=True)
+    k = torch.zeros(1, 1, 0, 4, dtype=torch.float64, requires_grad=True)
+    v = torch.zeros(1, 1, 0, 5, dtype=torch.float64, requires_grad=True)
+    out = selfattn.attention(q, k, v, backend=backend)
+    assert out.shape == (1, 2, 3, 5) and not out.any()
+    dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
+    assert not dq.any() and dk.shape == k.shape and dv.shape == v.shape

@@ -18,7 +18,7 @@ from __future__ import annotations
 from . import cost
 from .base import AttentionOutput, Backend, Capabilities, Cost, Request, Result, budget, budget_bytes
 from .dispatch import BACKENDS, auto_order, choose, explain, register, render
-from .notices import Notice, notices
+from .notice import Notice, notices
 
 __all__ = [
     "BACKENDS",

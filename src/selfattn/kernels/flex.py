@@ -9,7 +9,7 @@ Compiling costs seconds (about 13 s per signature on a 2-core CPU) and is paid o
 signature — everything torch.compile specialises on: device, dtypes, shapes and strides of q, k, v
 and the mask, the rule's fields, lse and grad — then remembered in a bounded LRU (`WARM_SIGNATURES`
 of them; torch itself keeps at most `torch._dynamo.config.recompile_limit` specialisations of one
-function). Each first compile is announced as a start and a done `selfattn.kernels.notices.Notice`
+function). Each first compile is announced as a start and a done `selfattn.kernels.Notice`
 with its time (`compile_seconds` keeps them). Nothing compiles at import or in
 `not_supported_reasons`; `is_warm(request)` says whether a request's signature is compiled already,
 which is what "auto" asks on a CPU before picking flex: a transposed q is another signature, so auto
@@ -35,7 +35,7 @@ import torch
 from ..scores import additive_in
 from .base import Backend, Capabilities, Cost, Request, Result, Work
 from .cost import visible_pairs
-from .notices import Notice, emit
+from .notice import Notice, emit
 
 __all__ = ["FlexBackend", "is_warm", "compile_seconds", "signature", "mods", "MIN_CPU_LENGTH", "WARM_SIGNATURES"]
 

@@ -40,7 +40,7 @@ from .. import checks
 from ..scores import additive_in
 from .base import Backend, Capabilities, Cost, Request, Result, Work, softmax_delta
 from .cost import visible_pairs
-from .notices import Notice, emit
+from .notice import Notice, emit
 
 __all__ = [
     "NativeBackend",
@@ -138,7 +138,7 @@ def build():
     """Compile the kernel if needed and load it; returns its ops (`torch.ops.selfattn_native`).
 
     The first compile takes tens of seconds and reports itself as a start and a done (or failed)
-    `selfattn.kernels.notices.Notice`.
+    `selfattn.kernels.Notice`.
     Raises RuntimeError with the reason if there is no compiler or the build fails (and remembers
     it: the backend then refuses with that reason instead of retrying)."""
     with _LOCK:
