@@ -88,8 +88,9 @@ def run(
 
 
 def _build_native() -> None:
-    """Compile the native kernel now if it is not built (it says so on stderr, with the time it took):
-    its rows then time the kernel, not the compiler. A failed build leaves the rows refused with why."""
+    """Compile the native kernel now if it is not built (it announces itself through
+    `selfattn.kernels.notices`, with the time it took): its rows then time the kernel, not the compiler.
+    A failed build leaves the rows refused with why."""
     from ..kernels import native
 
     if not native.is_built():
