@@ -119,6 +119,7 @@ def test_notices_go_to_the_subscriber_of_this_context_and_to_the_log(caplog):
     assert heard == [notice] and str(notice) == "selfattn: compiling something: done in 1.5 s (cached)"
     assert [r.getMessage() for r in caplog.records] == [str(notice)] * 2
     assert str(kernels.Notice("native", "building", "start")) == "selfattn: building ..."
+    assert kernels.Notice("native", "building", "failed", 3.04).tail == "failed after 3.0 s"
     with pytest.raises(ValueError, match="stage must be one of"):
         kernels.Notice("flex", "x", "begun")
     with pytest.raises(TypeError, match="notices needs a callable"):

@@ -3,11 +3,14 @@
 The library never writes to the terminal. A backend that makes a caller wait — flex compiling a
 kernel, the native kernel's first build — `emit`s a `Notice` when it starts and when it ends; the
 notice goes to the callback of `notices(...)` in force in this thread or task, and always to the
-"selfattn" logger at INFO level. The CLI subscribes once and turns each notice into its line:
+"selfattn" logger at INFO level. The CLI subscribes once and turns each notice into its line, one line per task:
 
-    with selfattn.kernels.notices(lambda n: print(n, file=sys.stderr)):
-        ...   # "selfattn: compiling FlexAttention for q (1, 8, 512, 64) float32, causal ..."
-              # "selfattn: compiling FlexAttention for ...: done in 12.8 s (cached for this signature)"
+    def show(n):  # "selfattn: compiling FlexAttention for q (1, 8, 512, 64) float32, causal ... done in 12.8 s"
+        print(str(n) + " " if n.stage == "start" else n.tail, end="" if n.stage == "start" else "\n",
+              file=sys.stderr, flush=True)
+
+    with selfattn.kernels.notices(show):
+        ...
 """
 
 from __future__ import annotations
@@ -47,12 +50,19 @@ class Notice:
         if self.stage not in STAGES:
             raise ValueError(f"notice stage must be one of {STAGES}, got {self.stage!r}")
 
+    @property
+    def tail(self) -> str:
+        """How it ended, for the end of the start's line: "done in 12.8 s (cached …)", "failed after 3.0 s"
+        ("" at the start)."""
+        if self.stage == "start":
+            return ""
+        text = f"{'done in' if self.stage == 'done' else 'failed after'} {self.seconds:.1f} s"
+        return f"{text} ({self.note})" if self.note else text
+
     def __str__(self) -> str:
         if self.stage == "start":
             return f"selfattn: {self.what} ..."
-        verb = "done in" if self.stage == "done" else "failed after"
-        text = f"selfattn: {self.what}: {verb} {self.seconds:.1f} s"
-        return f"{text} ({self.note})" if self.note else text
+        return f"selfattn: {self.what}: {self.tail}"
 
 
 _SUBSCRIBER: contextvars.ContextVar[Callable[[Notice], None] | None] = contextvars.ContextVar(
