@@ -368,3 +368,24 @@ def test_the_backward_with_no_keys_gives_zero_gradients(backend):
     assert out.shape == (1, 2, 3, 5) and not out.any()
     dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
     assert not dq.any() and dk.shape == k.shape and dv.shape == v.shape
+
+
+def test_tiled_in_natural_units_has_the_same_gradients_as_naive():
+    """A mask tiled cannot keep in base 2 (the float32 minimum) runs its forward and backward in natural units.
+    (A row whose every logit is near the float32 minimum has an lse equal to its maximum — log 6 is lost
+    beside 3.4e38 — so weights recomputed from that lse, as lse-based backwards do, are not exact for it.)"""
+    from selfattn.request import build_request
+
+    q, k, v = make_inputs(1, 2, 1, 5, 6, 4, dtype=torch.float32)
+    mask = torch.randn(1, 2, 5, 6)
+    mask[0, 0, 4, :3] = torch.finfo(torch.float32).min  # half of the last row, which sees every key
+    mask[0, 1, 2, 3] = -math.inf
+    assert not build_request(q, k, v, mask=mask).rule.base2_fits(torch.float32)
+    grads = {}
+    for backend in ("naive", "tiled"):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        res = selfattn.attention(*leaves, mask=mask, causal=True, softcap=3.0, return_lse=True, backend=backend)
+        (res.output.square().sum() + res.lse.sum()).backward()
+        grads[backend] = [t.grad for t in leaves] + [res.output.detach(), res.lse.detach()]
+    for got, want in zip(grads["tiled"], grads["naive"], strict=True):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), atol=TOL["float32"], rtol=0)
