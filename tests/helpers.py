@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from selfattn import reference
-from selfattn.functional import build_request
+from selfattn.request import build_request
 
 
 def make_inputs(B, Hq, Hkv, Lq, Lk, D, Dv=None, *, dtype=torch.float64, seed=0, magnitude=1.0):

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import selfattn
 from selfattn import kernels
-from selfattn.functional import build_request
+from selfattn.request import build_request
 
 from .helpers import make_inputs, reference_of, skip_if_flex_refuses
 from .matrix import DTYPES, FEATURES, make_mask, matrix_case, over_the_matrix, resolve
@@ -160,14 +160,13 @@ def test_auto_picks_a_backend_that_serves_and_explains_refusals():
         selfattn.attention(q, k, v, softcap=1.0, backend="sdpa")
 
 
-def test_naive_refuses_over_its_memory_budget(monkeypatch):
-    from selfattn.kernels import naive
-
-    monkeypatch.setattr(naive, "WEIGHTS_BUDGET_BYTES", 1000)
+def test_naive_refuses_over_its_memory_budget():
     q, k, v = make_inputs(1, 2, 2, 32, 32, 8, 8, dtype=torch.float32)
-    with pytest.raises(ValueError, match=r"1×2×32×32 weights.*use backend='sdpa' or 'tiled'"):
-        selfattn.attention(q, k, v, backend="naive")
-    assert selfattn.attention(q, k, v).shape == q.shape  # auto still serves it
+    with kernels.budget(1000):
+        with pytest.raises(ValueError, match=r"1×2×32×32 weights.*use backend='sdpa' or 'tiled'"):
+            selfattn.attention(q, k, v, backend="naive")
+        assert selfattn.attention(q, k, v).shape == q.shape  # auto still serves it
+    assert selfattn.attention(q, k, v, backend="naive").shape == q.shape  # the budget ends with its context
 
 
 def _qkv(**over):
@@ -267,9 +266,9 @@ def test_values_that_would_overflow_are_refused(kwargs, match):
 @pytest.mark.parametrize("backend", sorted(kernels.BACKENDS))
 def test_largest_scale_and_softcap_stay_finite(backend):
     q, k, v = make_inputs(1, 2, 2, 9, 9, 4, 4)
-    f = dict(causal=True, scale=selfattn.functional.MAX_SCALE)
+    f = dict(causal=True, scale=selfattn.request.MAX_SCALE)
     if backend != "sdpa":
-        f["softcap"] = selfattn.functional.MAX_SOFTCAP
+        f["softcap"] = selfattn.request.MAX_SOFTCAP
     skip_if_flex_refuses(backend, q, k, v, **f)
     out = selfattn.attention(q, k, v, backend=backend, **f)
     assert_close_to_reference(out, reference_of(q, k, v, **f)[0])

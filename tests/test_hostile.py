@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import selfattn
 
 from .helpers import make_inputs, reference_of
-from .tolerances import TOL
+from .tolerances import FLOOR, TOL
 
 HOSTILE_NUMBERS = st.one_of(
     st.sampled_from(
@@ -170,10 +170,7 @@ def test_non_tensor_or_wrong_rank_inputs_are_named(value):
 # --- regressions found by scripts/hostile_run.py -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["auto", "naive", "sdpa", "tiled"])
-@pytest.mark.parametrize("how", ["bool mask", "additive mask", "causal Lq < Lk"])
-def test_a_non_finite_key_hidden_by_a_mask_reaches_no_row_that_cannot_see_it(backend, how):
-    """SDPA adds its mask to the scores (NaN + −inf = NaN): one NaN key hidden by a mask made every row NaN."""
+def _nan_key_case(how):
     q, k, v = make_inputs(1, 2, 1, 4, 5, 4, dtype=torch.float32)
     if how == "causal Lq < Lk":
         k[..., 4, :] = math.nan  # seen by the last query row only
@@ -182,23 +179,51 @@ def test_a_non_finite_key_hidden_by_a_mask_reaches_no_row_that_cannot_see_it(bac
         k[..., 2, :] = math.nan  # hidden from every row
         visible = torch.tensor([True, True, False, True, True])
         kw = {"mask": visible if how == "bool mask" else torch.where(visible, 0.0, -math.inf)}
+    return q, k, v, kw
+
+
+@pytest.mark.parametrize("backend", ["auto", "naive", "tiled"])
+@pytest.mark.parametrize("how", ["bool mask", "additive mask", "causal Lq < Lk"])
+def test_a_non_finite_key_hidden_by_a_mask_reaches_no_row_that_cannot_see_it(backend, how):
+    """SDPA adds its mask to the scores (NaN + −inf = NaN): one NaN key hidden by a mask made every row NaN."""
+    q, k, v, kw = _nan_key_case(how)
     out = selfattn.attention(q, k, v, backend=backend, **kw)
     ref_out = reference_of(q, k, v, **kw)[0]
     assert np.array_equal(np.isnan(out.numpy()), np.isnan(ref_out))
     np.testing.assert_allclose(out.numpy(), ref_out, atol=TOL["float32"], rtol=0)
 
 
-def test_sdpa_hands_a_non_finite_masked_key_only_to_a_kernel_within_its_limits(monkeypatch):
-    """With dropout tiled cannot serve it; naive did, past its weight budget: now its budget refuses it by name."""
-    from selfattn.kernels import naive
+@pytest.mark.parametrize("how", ["bool mask", "additive mask", "causal Lq < Lk"])
+def test_sdpa_refuses_a_non_finite_masked_key_and_auto_reroutes_it_visibly(how):
+    """SDPA used to hand such a request to tiled itself, and `explain` still said "sdpa": now SDPA refuses
+    with the reason, and the dispatch rule (the next backend that can serve it) is what explain reports."""
+    from selfattn import kernels
+    from selfattn.request import build_request
+
+    q, k, v, kw = _nan_key_case(how)
+    with pytest.raises(ValueError, match=r"backend 'sdpa' cannot serve this request: k holds NaN or ±inf"):
+        selfattn.attention(q, k, v, backend="sdpa", **kw)
+    e = kernels.explain(build_request(q, k, v, **kw))
+    assert e["choice"] not in (None, "sdpa") and any("NaN" in why for why in e["backends"]["sdpa"]["reasons"])
+    assert kernels.choose(build_request(q, k, v, **kw), "auto").name == e["choice"]
+    k = torch.nan_to_num(k)  # the same request with finite keys: SDPA serves it
+    assert not any("NaN" in why for why in kernels.BACKENDS["sdpa"].not_supported_reasons(build_request(q, k, v, **kw)))
+
+
+def test_auto_gives_a_non_finite_masked_key_only_to_a_kernel_within_its_limits():
+    """With dropout tiled cannot serve it; naive does, within its weight budget; past it, every reason is named."""
+    from selfattn import kernels
 
     q, k, v = make_inputs(1, 2, 1, 4, 5, 4, dtype=torch.float32)
     k[..., 2, :] = math.nan
     mask = torch.tensor([True, True, False, True, True])
-    assert selfattn.attention(q, k, v, mask=mask, dropout_p=0.5, backend="sdpa").shape == q.shape  # naive
-    monkeypatch.setattr(naive, "WEIGHTS_BUDGET_BYTES", 10)
-    with pytest.raises(ValueError, match=r"hold NaN.*tiled: it has no dropout.*naive: it would materialise"):
-        selfattn.attention(q, k, v, mask=mask, dropout_p=0.5, backend="sdpa")
+    assert selfattn.attention(q, k, v, mask=mask, dropout_p=0.5).shape == q.shape  # naive
+    assert kernels.explain(dict(q=q, k=k, v=v, mask=mask, dropout_p=0.5))["choice"] == "naive"
+    with kernels.budget(10):
+        with pytest.raises(
+            ValueError, match=r"sdpa: .*k holds NaN.*tiled: it has no dropout.*naive: it would materialise"
+        ):
+            selfattn.attention(q, k, v, mask=mask, dropout_p=0.5)
 
 
 def test_the_reference_keeps_a_nan_score_nan():
@@ -248,3 +273,119 @@ def test_the_overflow_check_costs_no_copy_of_the_output(monkeypatch):
     assert base.all_finite(out) and max(seen) <= base.FINITE_CHECK_CHUNK
     out[2, 5] = math.nan
     assert not base.all_finite(out)
+
+
+# --- regressions found by the attack run of issue 18 ---------------------------------------------------------
+
+
+def _mean_v(v: torch.Tensor, Hq: int) -> torch.Tensor:
+    """mean over keys of V, per query head (B, Hq, Dv): what a uniform row gives."""
+    return v.double().mean(dim=2).repeat_interleave(Hq // v.shape[1], dim=1)
+
+
+@pytest.mark.parametrize("backend", ["auto", "naive", "sdpa", "tiled", "native"])
+def test_a_row_masked_with_the_float32_minimum_is_uniform_not_empty(backend):
+    """transformers' idiom for "hidden" is torch.finfo(float32).min: the row's weights are uniform (mean of V,
+    as naive, SDPA, native and the spec give). tiled multiplied the mask by log₂e in float32, so the row
+    became −inf everywhere and gave 0."""
+    q, k, v = make_inputs(1, 2, 1, 4, 6, 8, dtype=torch.float32)
+    mask = torch.zeros(4, 6)
+    mask[1] = torch.finfo(torch.float32).min
+    mask[3, :2] = torch.finfo(torch.float32).min  # part of a row: those keys weigh nothing
+    out = selfattn.attention(q, k, v, mask=mask, backend=backend)
+    ref = reference_of(q, k, v, mask=mask)[0]
+    np.testing.assert_allclose(out[:, :, 1].double().numpy(), _mean_v(v, 2).numpy(), atol=TOL["float32"], rtol=0)
+    np.testing.assert_allclose(out.numpy(), ref, atol=TOL["float32"], rtol=0)
+
+
+@pytest.mark.parametrize("backend", ["auto", "naive", "tiled", "native"])
+def test_a_huge_finite_additive_entry_is_computed_not_refused_as_overflow(backend):
+    """A finite +3e38 entry: naive computes it (the row looks at that key only); tiled's 3e38 · log₂e was
+    +inf, the row NaN, and the call refused as "overflowed"."""
+    q, k, v = make_inputs(1, 1, 1, 3, 5, 4, dtype=torch.float32)
+    mask = torch.zeros(1, 1, 3, 5)
+    mask[0, 0, 2, 3] = 3e38
+    out = selfattn.attention(q, k, v, mask=mask, backend=backend)
+    np.testing.assert_allclose(out.numpy(), reference_of(q, k, v, mask=mask)[0], atol=TOL["float32"], rtol=0)
+    assert torch.equal(out[0, 0, 2], v[0, 0, 3])
+
+
+@pytest.mark.parametrize("backend", ["auto", "naive", "tiled", "native"])
+def test_a_float64_mask_beyond_float32_stays_finite_for_float32_q(backend):
+    """A float64 mask of −1e300 with float32 q: converted to float32 it was −inf, so a fully masked row gave 0
+    where the float64 spec gives mean(V). Finite entries now saturate at float32's range; −inf stays −inf."""
+    q, k, v = make_inputs(1, 2, 2, 3, 4, 4, dtype=torch.float32)
+    mask = torch.zeros(3, 4, dtype=torch.float64)
+    mask[0] = -1e300
+    mask[2, 1] = -math.inf
+    out = selfattn.attention(q, k, v, mask=mask, backend=backend)
+    ref = reference_of(q, k, v, mask=mask)[0]
+    np.testing.assert_allclose(out[:, :, 0].double().numpy(), _mean_v(v, 2).numpy(), atol=TOL["float32"], rtol=0)
+    np.testing.assert_allclose(out.numpy(), ref, atol=TOL["float32"], rtol=0)
+    if backend == "auto":  # SDPA adds the mask in float32: it refuses, by name
+        with pytest.raises(ValueError, match=r"holds 1e\+300, beyond torch.float32's range"):
+            selfattn.attention(q, k, v, mask=mask, backend="sdpa")
+
+
+def test_sdpa_refuses_a_dense_window_mask_over_the_budget():
+    """window=128 at L=65536: SDPA built a 16 GiB dense mask; naive refused the same clearly. Now SDPA refuses
+    over the budget (selfattn.kernels.budget) and auto takes a kernel that skips hidden blocks."""
+    from selfattn import kernels
+
+    shape = dict(B=1, Hq=1, Lq=65536, Lk=65536, D=8, causal=True, window=128)
+    e = kernels.explain(shape, backend="sdpa")
+    assert e["choice"] is None
+    (why,) = [w for w in e["backends"]["sdpa"]["reasons"] if "dense" in w]
+    assert "65536×65536 mask" in why and "over the budget of 1.00 GiB (selfattn.kernels.budget)" in why
+    assert kernels.explain(shape)["choice"] not in (None, "sdpa")
+    small = dict(shape, Lq=1024, Lk=1024)
+    assert kernels.explain(small, backend="sdpa")["choice"] == "sdpa"
+    with kernels.budget(1 << 20):  # 1 MiB: a 1024×1024 dense mask (5 MiB) no longer fits
+        assert kernels.explain(small, backend="sdpa")["choice"] is None
+
+
+def test_sdpa_names_an_additive_mask_beyond_half_range_instead_of_an_overflow():
+    """float16 q with a finite float32 mask entry of 7e4: SDPA (which adds the mask in q's dtype) said the
+    inputs "overflowed float32". Now it names the mask; auto computes it in float32 like the spec."""
+    q, k, v = make_inputs(1, 1, 1, 3, 4, 8, dtype=torch.float16)
+    mask = torch.zeros(3, 4)
+    mask[1, 2] = 7e4
+    with pytest.raises(ValueError, match=r"additive mask holds 7e\+04, beyond torch.float16's range"):
+        selfattn.attention(q, k, v, mask=mask, backend="sdpa")
+    out = selfattn.attention(q, k, v, mask=mask)
+    np.testing.assert_allclose(
+        out.double().numpy(), reference_of(q, k, v, mask=mask)[0], atol=FLOOR[torch.float16], rtol=0
+    )
+
+
+@pytest.mark.parametrize("backend", ["tiled", "naive", "native"])
+def test_the_backward_with_no_keys_gives_zero_gradients(backend):
+    """Lk = 0: tiled's backward crashed ("cannot reshape tensor of 0 elements")."""
+    q = torch.randn(1, 2, 3, 4, dtype=torch.float64, requires_grad=True)
+    k = torch.zeros(1, 1, 0, 4, dtype=torch.float64, requires_grad=True)
+    v = torch.zeros(1, 1, 0, 5, dtype=torch.float64, requires_grad=True)
+    out = selfattn.attention(q, k, v, backend=backend)
+    assert out.shape == (1, 2, 3, 5) and not out.any()
+    dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
+    assert not dq.any() and dk.shape == k.shape and dv.shape == v.shape
+
+
+def test_tiled_in_natural_units_has_the_same_gradients_as_naive():
+    """A mask tiled cannot keep in base 2 (the float32 minimum) runs its forward and backward in natural units.
+    (A row whose every logit is near the float32 minimum has an lse equal to its maximum — log 6 is lost
+    beside 3.4e38 — so weights recomputed from that lse, as lse-based backwards do, are not exact for it.)"""
+    from selfattn.request import build_request
+
+    q, k, v = make_inputs(1, 2, 1, 5, 6, 4, dtype=torch.float32)
+    mask = torch.randn(1, 2, 5, 6)
+    mask[0, 0, 4, :3] = torch.finfo(torch.float32).min  # half of the last row, which sees every key
+    mask[0, 1, 2, 3] = -math.inf
+    assert not build_request(q, k, v, mask=mask).rule.base2_fits(torch.float32)
+    grads = {}
+    for backend in ("naive", "tiled"):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        res = selfattn.attention(*leaves, mask=mask, causal=True, softcap=3.0, return_lse=True, backend=backend)
+        (res.output.square().sum() + res.lse.sum()).backward()
+        grads[backend] = [t.grad for t in leaves] + [res.output.detach(), res.lse.detach()]
+    for got, want in zip(grads["tiled"], grads["naive"], strict=True):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), atol=TOL["float32"], rtol=0)

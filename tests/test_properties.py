@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import selfattn
 from selfattn import KVCache, MultiHeadSelfAttention, SelfAttention, kernels
-from selfattn.functional import build_request
+from selfattn.request import build_request
 
 from .helpers import make_inputs
 from .tolerances import TOL

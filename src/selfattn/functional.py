@@ -1,27 +1,26 @@
-"""`attention(q, k, v, ...)`: validate → build a `Request` → dispatch to a backend.
+"""`attention(q, k, v, ...)`: validate → build a `Request` → (interceptor) → dispatch to a backend.
 
-The user-facing edge: every argument is checked here, once, and a bad one gets a
-`TypeError`/`ValueError` that names the actual value. Backends trust the `Request`.
+The user-facing edge: every argument is checked once (`selfattn.request.build_request`), and a bad
+one gets a `TypeError`/`ValueError` that names the actual value. Backends trust the `Request`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import math
 from collections.abc import Callable
 
 import torch
 
-from . import checks, kernels
-from .kernels.base import ALL_DTYPES, AttentionOutput, Request, all_finite
+from . import kernels
+from .kernels.base import AttentionOutput, Result, all_finite
 from .kernels.dispatch import check_backend
+from .request import MAX_SCALE, MAX_SOFTCAP, MIN_SOFTCAP, Request, build_request
 
 __all__ = [
     "AttentionOutput",
     "attention",
-    "build_request",
-    "check_mask",
+    "check_overflow",
     "intercept",
     "use_backend",
     "Interceptor",
@@ -35,7 +34,13 @@ Interceptor = Callable[[Request, Callable[[Request], "kernels.Result"]], "kernel
 `intercept(...)`. `compute(request)` runs the dispatch (the named or "auto" backend) on a request;
 an interceptor may record the request and result (the explainer's capture point), change the
 request (an intervention: no ÷√d_k, no causal mask, a temperature), or split it by head and
-compute each part differently. The request and result always have every field asked for."""
+compute each part differently. The request and result always have every field asked for.
+
+While an interceptor runs, `attention` calls made inside it (directly or through a model) bypass it
+and go straight to dispatch: an interceptor that calls `selfattn.attention` itself gets an answer,
+not a RecursionError. (A `with intercept(other):` inside it routes such calls to `other`.) What it
+returns is checked: a `Result` with the output (and the weights / lse asked for) of the request's
+shape, else a TypeError / ValueError that says what came back."""
 
 _INTERCEPTOR: contextvars.ContextVar[Interceptor | None] = contextvars.ContextVar("selfattn_interceptor", default=None)
 _DEFAULT_BACKEND: contextvars.ContextVar[str] = contextvars.ContextVar("selfattn_backend", default="auto")
@@ -64,21 +69,6 @@ def use_backend(name: str):
         yield name
     finally:
         _DEFAULT_BACKEND.reset(token)
-
-
-MAX_SCALE = 1e6
-"""Largest |scale| accepted. Scores of ordinary inputs times a larger scale overflow float32 (the
-accumulation type of half inputs) to inf, and inf − inf in the softmax is NaN; a 1/√D scale, or
-one divided by a temperature down to 1e-4, stays far below."""
-
-MAX_SOFTCAP = 1e6
-"""Largest softcap accepted: c·tanh(s/c) ≈ s long before this, and c·log₂e must stay finite in
-float32 (`kernels.tiled` keeps its scores in base 2)."""
-
-MIN_SOFTCAP = 1e-4
-"""Smallest softcap accepted: c·tanh(s/c) lies in (−c, c), so below this every capped score is 0 to
-within half precision, and scale/c (the tiled kernel's matmul multiplier) must stay finite in float32:
-MAX_SCALE / MIN_SOFTCAP = 1e10 does, 1 / 1e-300 does not."""
 
 
 def attention(
@@ -139,88 +129,45 @@ def attention(
         return kernels.choose(r, backend).forward(r)
 
     interceptor = _INTERCEPTOR.get()
-    result = compute(request) if interceptor is None else interceptor(request, compute)
+    if interceptor is None:
+        result = compute(request)
+    else:
+        token = _INTERCEPTOR.set(None)  # calls made inside the interceptor bypass it
+        try:
+            result = _checked(interceptor(request, compute), request)
+        finally:
+            _INTERCEPTOR.reset(token)
     check_overflow(request, result.output)
     if return_weights or return_lse:
-        return AttentionOutput(result.output, result.weights, result.lse)  # whatever tuple an interceptor made
+        return AttentionOutput(result.output, result.weights, result.lse)
     return result.output
 
 
-def build_request(
-    q,
-    k,
-    v,
-    *,
-    causal=False,
-    mask=None,
-    window=None,
-    scale=None,
-    softcap=None,
-    dropout_p=0.0,
-    return_weights=False,
-    return_lse=False,
-) -> Request:
-    """Check every argument of `attention` and normalise it into a `Request`.
-
-    Normalised: scale resolved (default 1/√D); a window wider than Lk clamped to Lk (the same
-    rule: every key is within reach); the mask viewed as 4-D (leading dims of size 1).
-    """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be 4-D (B, H, L, D), got shape {tuple(t.shape)}")
-        if t.dtype not in ALL_DTYPES:
-            raise TypeError(f"{name} has dtype {t.dtype}; supported: float16, bfloat16, float32, float64")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    (B, Hq, Lq, D), (Bk, Hkv, Lk, Dk), (Bv, Hv, Lv, Dv) = q.shape, k.shape, v.shape
-    if not (B == Bk == Bv):
-        raise ValueError(f"batch sizes differ: q has B={B}, k has B={Bk}, v has B={Bv}")
-    if Dk != D:
-        raise ValueError(f"k has D={Dk} but q has D={D}")
-    if Hv != Hkv:
-        raise ValueError(f"v has {Hv} heads but k has {Hkv}")
-    if Lv != Lk:
-        raise ValueError(f"v has Lk={Lv} positions but k has Lk={Lk}")
-    if Hq == 0 or Hkv == 0:
-        raise ValueError(f"q and k need at least one head each, got Hq={Hq}, Hkv={Hkv}")
-    if Hq % Hkv != 0:
-        raise ValueError(f"q has Hq={Hq} heads, not a multiple of k's Hkv={Hkv}")
-    if D == 0:
-        raise ValueError("head dim D must be >= 1, got 0")
-    if Dv == 0:
-        raise ValueError("value head dim Dv must be >= 1, got 0")
-    causal = checks.boolean("causal", causal)
-    return_weights = checks.boolean("return_weights", return_weights)
-    return_lse = checks.boolean("return_lse", return_lse)
-    window = checks.optional_integer("window", window, low=1)
-    if window is not None:
-        window = min(window, max(Lk, 1))
-    if scale is None:
-        scale = 1.0 / math.sqrt(D)
-    else:
-        scale = checks.real("scale", scale, low=-MAX_SCALE, high=MAX_SCALE)
-    if softcap is not None:
-        softcap = checks.real("softcap", softcap, low=MIN_SOFTCAP, high=MAX_SOFTCAP)
-    dropout_p = checks.real("dropout_p", dropout_p, low=0, high=1, high_open=True)
-    if mask is not None:
-        mask = check_mask(mask, (B, Hq, Lq, Lk), q.device)
-    return Request(
-        q=q,
-        k=k,
-        v=v,
-        causal=causal,
-        mask=mask,
-        window=window,
-        scale=scale,
-        softcap=softcap,
-        dropout_p=dropout_p,
-        return_weights=return_weights,
-        return_lse=return_lse,
-    )
+def _checked(result, r: Request) -> Result:
+    """An interceptor's `result` if it is a `Result` with every field `r` asks for, in `r`'s shapes."""
+    if not isinstance(result, Result):
+        raise TypeError(
+            f"the interceptor returned {type(result).__name__}, not a selfattn.kernels.Result: return "
+            f"compute(request), or Result(output, weights, lse)"
+        )
+    expected = {
+        "output": (r.B, r.Hq, r.Lq, r.Dv),
+        "weights": (r.B, r.Hq, r.Lq, r.Lk) if r.return_weights else None,
+        "lse": (r.B, r.Hq, r.Lq) if r.return_lse else None,
+    }
+    for name, shape in expected.items():
+        value = getattr(result, name)
+        if shape is None:
+            continue
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(
+                f"the interceptor's Result has {name} = {type(value).__name__}, not a tensor of shape {shape}"
+            )
+        if tuple(value.shape) != shape:
+            raise ValueError(
+                f"the interceptor's Result has {name} of shape {tuple(value.shape)}; the request needs {shape}"
+            )
+    return result
 
 
 def check_overflow(r: Request, output: torch.Tensor) -> None:
@@ -240,38 +187,3 @@ def check_overflow(r: Request, output: torch.Tensor) -> None:
         f"{r.scale:g}): the scores or the output are beyond its range; scale the inputs down or "
         f"compute in float64"
     )
-
-
-def check_mask(mask, full_shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """`mask` checked against (B, Hq, Lq, Lk) = full_shape, as a 4-D view (leading dims of size 1).
-
-    bool (True = may look) or additive float; broadcastable to full_shape; on `device`; an
-    additive mask may hold −inf but neither NaN nor +inf.
-    """
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor (bool, or additive float), got {type(mask).__name__}")
-    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
-        raise TypeError(f"mask must be bool (True = may look) or an additive float, got dtype {mask.dtype}")
-    if mask.device != device:
-        raise ValueError(f"mask is on {mask.device} but q is on {device}")
-    if mask.dim() > 4:
-        raise ValueError(
-            f"mask has shape {tuple(mask.shape)}, more than 4 dims: cannot broadcast to (B, Hq, Lq, Lk) = {full_shape}"
-        )
-    try:
-        broadcast = torch.broadcast_shapes(mask.shape, full_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(full_shape):
-        raise ValueError(
-            f"mask has shape {tuple(mask.shape)}, which does not broadcast to (B, Hq, Lq, Lk) = {full_shape}"
-        )
-    if mask.dtype.is_floating_point:
-        if bool(torch.isnan(mask).any()):
-            raise ValueError("additive mask contains NaN; use -inf (or a bool mask) for hidden positions")
-        if bool(torch.isposinf(mask).any()):
-            raise ValueError(
-                "additive mask contains +inf, which would make a softmax row NaN; use finite "
-                "values, and -inf (or a bool mask) for hidden positions"
-            )
-    return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))

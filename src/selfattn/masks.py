@@ -21,7 +21,7 @@ import torch
 
 from . import checks
 
-__all__ = ["visibility", "Block", "block_visibility", "draw_blocks", "padding_mask", "draw"]
+__all__ = ["visibility", "visible_at", "Block", "block_visibility", "draw_blocks", "padding_mask", "draw"]
 
 
 def visibility(
@@ -54,9 +54,15 @@ def visibility(
         return torch.ones(len(rows), len(cols), dtype=torch.bool, device=device)
     p = rows[:, None] + (n_k - n_q)  # (R, 1) query positions, bottom-right aligned
     j = cols[None, :]  # (1, C) key positions
+    return visible_at(p, j, window=window)
+
+
+def visible_at(p: torch.Tensor, j: torch.Tensor, *, window: int | None = None) -> torch.Tensor:
+    """The causal / window rule itself, elementwise: key position j is visible to query position p when
+    j <= p and, with a window w, j > p − w (p, j broadcast; FlexAttention's mask_mod calls it on scalars)."""
     visible = j <= p
     if window is not None:
-        visible &= j > p - window
+        visible = visible & (j > p - window)
     return visible
 
 

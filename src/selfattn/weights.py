@@ -10,10 +10,11 @@ and with it any row of weights is one matrix-vector product away, exactly:
     weights_ij = exp(s_ij − lse_i)
 
 no second pass for the row maximum, no renormalisation, O(len(rows) · Lk) memory.
-`masked_scores` is the one copy of s_ij (the naive backend's scores too), and
-`weights_from_lse` the one copy of that formula (with its rule for a row that sees nothing);
-the tiled backward recomputes its probabilities with it, and anything else that turns a saved lse
-into weights should import it. For inputs far too long for the full matrix:
+`masked_scores` gives s_ij by the request's score rule (`selfattn.scores.ScoreRule`, the naive
+backend's scores too), and `weights_from_lse` is the one copy of that formula (with its rule for a
+row that sees nothing); the tiled backward and the ring's blocks recompute their probabilities
+with it, and anything else that turns a saved lse into weights should import it. For inputs far
+too long for the full matrix:
 
     out = selfattn.attention(q, k, v, causal=True, return_lse=True, backend="tiled")
     w = selfattn.attention_weights(q, k, out.lse, rows=[0, -1], causal=True)   # (B, H, 2, Lk)
@@ -22,14 +23,11 @@ into weights should import it. For inputs far too long for the full matrix:
 from __future__ import annotations
 
 import numbers
-from typing import TYPE_CHECKING
 
 import torch
 
-from . import checks, masks
-
-if TYPE_CHECKING:  # kernels.tiled imports this module
-    from .kernels.base import Request
+from . import checks
+from .request import Request, build_request, check_dense
 
 __all__ = ["attention_weights", "masked_scores", "weights_from_lse"]
 
@@ -58,34 +56,19 @@ def weights_from_lse(
 
 
 def masked_scores(r: Request, rows: torch.Tensor | None = None) -> torch.Tensor:
-    """s_ij of query rows `rows` (all Lq if None), in r.accumulate_dtype: Q Kᵀ × scale, softcapped,
-    then −inf wherever the mask, the causal rule or the window hides the key.
+    """s_ij of query rows `rows` (all Lq if None), in r.accumulate_dtype: Q Kᵀ, then the request's score
+    rule (`r.rule.logits`: × scale, softcapped, the mask added, −inf wherever the mask, the causal rule or
+    the window hides the key).
 
     rows     (R,) int64 query indices in [0, Lq), or None
     returns  (B, Hq, R, Lk)
-
-    An additive mask is added and its −inf entries set to −inf afterwards (a score of +inf plus −inf
-    is NaN, not hidden); −inf rather than a large negative number, so the softmax gives exactly 0."""
+    """
     acc = r.accumulate_dtype
     q = r.q if rows is None else r.q[:, :, rows]
     R = q.shape[2]
     q = q.to(acc).reshape(r.B, r.Hkv, r.G * R, r.D)  # (B, Hkv, G·R, D): a group's queries as rows
-    s = (q @ r.k.to(acc).transpose(-1, -2)).view(r.B, r.Hq, R, r.Lk) * r.scale  # k shared, not copied
-    if r.softcap is not None:
-        s = r.softcap * torch.tanh(s / r.softcap)
-    visible = None
-    if r.causal or r.window is not None:
-        visible = masks.visibility(r.Lq, r.Lk, causal=r.causal, window=r.window, device=s.device, rows=rows)
-    if r.mask is not None:
-        mask = r.mask if rows is None or r.mask.shape[2] == 1 else r.mask[:, :, rows]  # (Bm, Hq|1, R|1, Lk|1)
-        if mask.dtype == torch.bool:
-            visible = mask if visible is None else visible & mask
-        else:
-            additive = mask.to(acc)
-            s = (s + additive).masked_fill(additive == NEG_INF, NEG_INF)
-    if visible is not None:
-        s = s.masked_fill(~visible, NEG_INF)
-    return s
+    raw = (q @ r.k.to(acc).transpose(-1, -2)).view(r.B, r.Hq, R, r.Lk)  # k shared, not copied
+    return r.rule.logits(raw, rows, None, r.Lq, r.Lk)
 
 
 def attention_weights(q, k, lse, rows=None, *, causal=False, mask=None, window=None, scale=None, softcap=None):
@@ -101,8 +84,6 @@ def attention_weights(q, k, lse, rows=None, *, causal=False, mask=None, window=N
     Returns weights (B, Hq, len(rows), Lk): float64 for float64 inputs, else float32. A row that
     may look at nothing is all 0. Equal to `attention(..., return_weights=True).weights[:, :, rows]`.
     """
-    from .functional import build_request  # functional → kernels → tiled imports this module
-
     # v is not needed: k stands in for it, so that every argument is checked by the one validator
     r = build_request(q, k, k, causal=causal, mask=mask, window=window, scale=scale, softcap=softcap)
     _check_lse(lse, (r.B, r.Hq, r.Lq), r.q.device)
@@ -114,6 +95,7 @@ def attention_weights(q, k, lse, rows=None, *, causal=False, mask=None, window=N
 def _check_lse(lse, shape: tuple[int, int, int], device: torch.device) -> None:
     if not isinstance(lse, torch.Tensor):
         raise TypeError(f"lse must be a torch.Tensor (attention(..., return_lse=True).lse), got {type(lse).__name__}")
+    check_dense("lse", lse)
     if not lse.dtype.is_floating_point:
         raise TypeError(f"lse must be a float tensor, got dtype {lse.dtype}")
     if tuple(lse.shape) != shape:

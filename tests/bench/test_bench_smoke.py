@@ -78,11 +78,11 @@ def test_tables_render(quick_result):
         assert word in text
 
 
-def test_refused_backend_gets_a_reason(monkeypatch):
-    from selfattn.kernels import naive
+def test_refused_backend_gets_a_reason():
+    from selfattn import kernels
 
-    monkeypatch.setattr(naive, "WEIGHTS_BUDGET_BYTES", 1000)
-    result = bench.run(cases=["decode"], quick=True, measure_memory=False)
+    with kernels.budget(1000):
+        result = bench.run(cases=["decode"], quick=True, measure_memory=False)
     row = next(r for r in result["cases"][0]["rows"] if r["backend"] == "naive")
     assert row["ms"] is None and "budget" in row["skipped"]
 

@@ -1,5 +1,6 @@
 """backend="auto": the cost model's choices on the cases it was calibrated for, and its pieces."""
 
+import dataclasses
 import json
 
 import pytest
@@ -72,9 +73,10 @@ def test_auto_never_takes_an_unbuilt_native_kernel_and_says_why():
 def test_close_estimates_go_to_the_best_worst_case(monkeypatch):
     """Tiled and SDPA within CLOSE of each other: auto takes the one that holds up on busy cores."""
     r = request(Lq=4096, Lk=4096, causal=True)
-    sdpa = cost.estimate_seconds("sdpa", r)
-    monkeypatch.setitem(cost.WORK, "tiled", lambda req: (1, 1e12, sdpa * 0.95))  # tiled 5 % faster idle
-    assert cost.estimate_seconds("tiled", r) < sdpa
+    sdpa = cost.estimate_seconds(kernels.BACKENDS["sdpa"], r)
+    tiled = kernels.BACKENDS["tiled"]
+    monkeypatch.setattr(tiled, "cost", dataclasses.replace(tiled.cost, work=lambda req: (1, 1e12, sdpa * 0.95)))
+    assert cost.estimate_seconds(tiled, r) < sdpa  # tiled 5 % faster idle
     assert kernels.choose(r, "auto").name == "sdpa"  # but 3× slower busy
     assert "busy cores" in kernels.explain(r)["why"]
 
@@ -92,8 +94,7 @@ def test_off_the_cpu_sdpa_serves_plain_and_causal_and_flex_the_rest():
 
 def test_no_backend_left_explains_every_refusal():
     r = request(Lq=64, Lk=64, return_weights=True, dropout_p=0.1)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kernels.naive, "WEIGHTS_BUDGET_BYTES", 10)
+    with kernels.budget(10):
         with pytest.raises(ValueError, match="no backend can serve.*sdpa: .*tiled: .*naive: "):
             kernels.choose(r, "auto")
         # every reason of every backend, not only the first: tiled lacks weights and dropout
@@ -126,7 +127,7 @@ def test_explain_gives_each_estimate_or_reasons_and_the_choice():
     }
     assert "log-sum-exp" in e["backends"]["sdpa"]["reasons"][0]
     for name in ("tiled", "naive"):
-        assert e["backends"][name]["seconds"] == cost.estimate_seconds(name, r) > 0
+        assert e["backends"][name]["seconds"] == cost.estimate_seconds(kernels.BACKENDS[name], r) > 0
     assert e["request"]["Lq"] == 2048 and e["request"]["return_lse"] is True
     plan = e["plan"]
     assert (plan["block_q"], plan["block_k"], plan["query_blocks"], plan["key_blocks"]) == (1024, 256, 2, 8)
@@ -157,9 +158,9 @@ def test_explain_takes_attention_arguments_or_a_shape():
         kernels.explain(dict(Lq=4, D=4), backend="flash")
 
 
-def test_explain_with_no_backend_left_says_so(monkeypatch):
-    monkeypatch.setattr(kernels.naive, "WEIGHTS_BUDGET_BYTES", 10)
-    e = kernels.explain(dict(Lq=8, D=4, return_weights=True, dropout_p=0.1, softcap=1.0))
+def test_explain_with_no_backend_left_says_so():
+    with kernels.budget(10):
+        e = kernels.explain(dict(Lq=8, D=4, return_weights=True, dropout_p=0.1, softcap=1.0))
     assert e["choice"] is None and "no backend" in e["why"]
     assert len(e["backends"]["tiled"]["reasons"]) == 2 and len(e["backends"]["sdpa"]["reasons"]) == 2
     assert "choice   none" in kernels.render(e)

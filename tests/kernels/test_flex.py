@@ -2,13 +2,17 @@
 named, and nothing compiled before the first call. Every compile costs seconds, so the CPU cases are few
 and each covers several features at once; the GPU cases are marked `gpu` and skip without CUDA."""
 
+import collections
+import math
+
 import pytest
 import torch
 
-from selfattn.functional import build_request
+from selfattn import kernels
 from selfattn.kernels import flex
 from selfattn.kernels.flex import MIN_CPU_LENGTH, FlexBackend
 from selfattn.kernels.naive import NaiveBackend
+from selfattn.request import build_request
 
 from ..helpers import make_inputs, reference_of
 from ..tolerances import TOL, assert_close_to_reference
@@ -70,9 +74,79 @@ def test_cpu_refusals_name_every_reason():
 
 def test_asking_compiles_nothing():
     r = build_request(*make_inputs(1, 1, 1, 256, 256, 8, 8, seed=4, dtype=torch.float32), causal=True, scale=0.123)
-    before = dict(flex._COMPILED)
+    before = dict(flex.compile_seconds)
     FLEX.not_supported_reasons(r)
-    assert not flex.is_warm(r) and flex._COMPILED == before
+    assert not flex.is_warm(r) and flex.compile_seconds == before
+
+
+@pytest.fixture
+def eager_flex(monkeypatch):
+    """flex's bookkeeping with FlexAttention run eagerly in place of its compiled kernel (no 13 s compile):
+    a fresh, empty set of warm signatures, restored afterwards."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    cpu_compiles()
+    monkeypatch.setattr(flex, "_COMPILED", [flex_attention])
+    monkeypatch.setattr(flex, "compile_seconds", collections.OrderedDict())
+    return flex_attention
+
+
+EAGER = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+
+
+@EAGER
+def test_a_transposed_q_is_another_signature_and_auto_does_not_wait_on_it(eager_flex):
+    """Issue 18: the warm check ignored strides, so a transposed q made auto recompile flex for 3.8 s."""
+    q, k, v = make_inputs(1, 2, 2, 128, 128, 16, 16, dtype=torch.float32)
+    r = build_request(q, k, v, causal=True)
+    FLEX.forward(r)
+    assert flex.is_warm(r)
+    qt = q.transpose(2, 3).contiguous().transpose(2, 3)  # the same values, another layout
+    rt = build_request(qt, k, v, causal=True)
+    assert torch.equal(qt, q) and not flex.is_warm(rt)
+    reasons = kernels.explain(rt)["backends"]["flex"]["reasons"]
+    assert any("not compiled for this signature" in why for why in reasons)
+    assert kernels.choose(rt, "auto").name != "flex"
+
+
+@EAGER
+def test_warm_signatures_are_a_bounded_lru_and_each_compile_is_a_notice(eager_flex, monkeypatch):
+    monkeypatch.setattr(flex, "WARM_SIGNATURES", 2)
+    heard = []
+    requests = [build_request(*make_inputs(1, 1, 1, 128, L, 8, 8, dtype=torch.float32)) for L in (128, 129, 130)]
+    with kernels.notices(heard.append):
+        FLEX.forward(requests[0])
+        FLEX.forward(requests[1])
+        FLEX.forward(requests[0])  # used again: now the most recent
+        FLEX.forward(requests[2])  # the third: the least recently used (requests[1]) is forgotten
+    assert [flex.is_warm(r) for r in requests] == [True, False, True] and len(flex.compile_seconds) == 2
+    assert [(n.source, n.stage) for n in heard] == [("flex", "start"), ("flex", "done")] * 3
+    assert str(heard[0]).startswith("selfattn: compiling FlexAttention for q (1, 1, 128, 8) float32")
+    assert str(heard[1]).endswith("s (cached for this signature)") and heard[1].seconds >= 0
+    with kernels.notices(heard.append):
+        FLEX.forward(requests[0])  # warm: nothing to say
+    assert len(heard) == 6
+
+
+def test_mods_are_the_score_rule():
+    """flex's score_mod / mask_mod, evaluated position by position, give the rule's logits."""
+    q, k, v = make_inputs(1, 2, 1, 6, 9, 4, 4, dtype=torch.float64)
+    g = torch.Generator().manual_seed(1)
+    mask = torch.randn(1, 2, 6, 9, generator=g, dtype=torch.float64)
+    mask[0, 1, 2, 3] = -math.inf
+    r = build_request(q, k, v, causal=True, window=4, softcap=2.0, mask=mask)
+    score_mod, mask_mod, _ = flex.mods(r)
+    raw = torch.einsum("bhqd,bkd->bhqk", q, k[:, 0])
+    want = r.rule.logits(raw, None, None, 6, 9)
+    got = torch.full_like(want, -math.inf)
+    for h in range(2):
+        for i in range(6):
+            for j in range(9):
+                index = (torch.tensor(0), torch.tensor(h), torch.tensor(i), torch.tensor(j))
+                if mask_mod(*index):
+                    got[0, h, i, j] = score_mod(raw[0, h, i, j] * r.scale, *index)
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    assert torch.allclose(got, want, atol=1e-12, rtol=0)
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

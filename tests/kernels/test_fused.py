@@ -16,11 +16,11 @@ import pytest
 import torch
 
 import selfattn
-from selfattn.functional import build_request
 from selfattn.kernels.base import Backend
 from selfattn.kernels.naive import NaiveBackend
 from selfattn.kernels.native import NativeBackend
 from selfattn.kernels.tiled import TiledBackend
+from selfattn.request import build_request
 
 from ..helpers import forward_with_lse, make_inputs, reference_of
 from ..matrix import matrix_case, over_the_matrix

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import selfattn
-from selfattn.functional import build_request
 from selfattn.kernels import native
 from selfattn.kernels.native import NativeBackend
+from selfattn.request import build_request
 
 from ..helpers import forward_with_lse, make_inputs, reference_of
 from ..tolerances import assert_close_to_reference
@@ -71,7 +71,7 @@ def test_import_never_compiles(tmp_path):
     code = (
         "import selfattn, selfattn.kernels.native as n; import torch;"
         "assert not n.is_built(); assert n._STATE['ops'] is None;"
-        "q = torch.zeros(1, 1, 4, 8); from selfattn.functional import build_request;"
+        "q = torch.zeros(1, 1, 4, 8); from selfattn.request import build_request;"
         "n.NativeBackend().refuse(build_request(q, q, q));"  # asking costs no compile
         "assert not n.is_built(); print('ok')"
     )

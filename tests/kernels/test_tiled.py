@@ -9,9 +9,9 @@ import torch
 
 import selfattn
 from selfattn import reference
-from selfattn.functional import build_request
 from selfattn.kernels import tiled
 from selfattn.kernels.tiled import BLOCK_SIZES, TiledBackend
+from selfattn.request import build_request
 
 from ..helpers import forward_with_lse, make_inputs, reference_of
 from ..tolerances import TOL, assert_close_to_reference, assert_lse_matches

@@ -10,7 +10,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from .. import kernels
+from ..functional import attention
 from ..kernels.cost import visible_pairs
+from ..request import build_request
 
 __all__ = ["Case", "CASES", "EXTRA_CASES", "SEED", "BACKWARD_FLOPS_FACTOR", "select", "split_names", "request_of"]
 
@@ -164,16 +167,12 @@ def select(names=None, quick: bool = False) -> list[Case]:
 def request_of(case: Case, inputs: tuple | None = None):
     """The `selfattn.kernels.Request` that `attention` builds for this case's masking and `inputs`
     (q, k, v; default: `case.inputs()`)."""
-    from ..functional import build_request
-
     q, k, v = case.inputs() if inputs is None else inputs
     return build_request(q, k, v, **case.kwargs())
 
 
 def resolve(case: Case, backend: str, q, k, v) -> tuple[str | None, str | None]:
     """(the backend that will run — for "auto", the one it picks — or None, and why not if None)."""
-    from .. import kernels
-
     try:
         return kernels.choose(request_of(case, (q, k, v)), backend).name, None
     except ValueError as refusal:
@@ -183,8 +182,6 @@ def resolve(case: Case, backend: str, q, k, v) -> tuple[str | None, str | None]:
 def make_call(case: Case, backend: str, q, k, v):
     """A function that runs the case once with `backend` and returns what it produced
     (the output, and with a backward pass the gradients of q, k, v)."""
-    from ..functional import attention
-
     kwargs = case.kwargs()
     if not case.backward:
 

@@ -6,6 +6,7 @@ explain_case(case) -> str     the case's request as `attention` would build it, 
 
 from __future__ import annotations
 
+from .. import kernels
 from .cases import Case, request_of
 
 __all__ = ["explain_case", "request_of"]
@@ -13,7 +14,5 @@ __all__ = ["explain_case", "request_of"]
 
 def explain_case(case: Case) -> str:
     """Lines of text: the case, then `selfattn.kernels.explain` of its request (the library's one account)."""
-    from .. import kernels
-
     body = kernels.render(kernels.explain(request_of(case)))
     return f"{case.name}: {case.title}\n  shape {case.shape}, {case.dtype}\n{body}"

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import torch
 
 from .. import checks
+from ..kernels import native
 from ..limits import MAX_THREADS
 from . import memory
 from .cases import EXTRA_CASES, Case, make_call, resolve, select, split_names
@@ -88,10 +89,9 @@ def run(
 
 
 def _build_native() -> None:
-    """Compile the native kernel now if it is not built (it says so on stderr, with the time it took):
-    its rows then time the kernel, not the compiler. A failed build leaves the rows refused with why."""
-    from ..kernels import native
-
+    """Compile the native kernel now if it is not built (it announces itself through
+    `selfattn.kernels.notices`, with the time it took): its rows then time the kernel, not the compiler.
+    A failed build leaves the rows refused with why."""
     if not native.is_built():
         try:
             native.build()

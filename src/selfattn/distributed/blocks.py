@@ -7,10 +7,13 @@ anything (`plan.box`), and the exact merge of partial results through their log-
     out  = out_a · e^(lse_a − lse) + out_b · e^(lse_b − lse)
 
 Backward: the FlashAttention-2 formulas from the saved final lse, in PyTorch ops, a strip of query
-rows at a time (at most BACKWARD_TILE_BYTES per score tile), so no kernel's own backward is needed:
+rows at a time (at most BACKWARD_TILE_BYTES per score tile), so no kernel's own backward is needed.
+The logits are the score rule's (`selfattn.scores.ScoreRule`: scale, softcap, the ring's causal /
+window rule in global positions), the probabilities `weights.weights_from_lse`, and the G query heads
+of a group are the rows of one matmul against their shared K/V (no copies):
 
-    s  = scale · q kᵀ   (t = c·tanh(s/c) with softcap c)
-    p  = exp(t − lse)   masked to 0 where hidden
+    t  = logits (s = scale · q kᵀ, c·tanh(s/c) with softcap c, −inf where hidden)
+    p  = exp(t − lse)
     δ  = rowsum(dO ∘ O) − dlse
     dP = dO vᵀ,   dT = p ∘ (dP − δ),   dS = dT ∘ (1 − tanh²(s/c)) with softcap, else dT
     dq += scale · dS k,   dk += scale · dSᵀ q,   dv += pᵀ dO      (summed over the G heads of a group)
@@ -21,9 +24,13 @@ from __future__ import annotations
 import torch
 
 from ..functional import attention
+from ..request import accumulate_dtype
+from ..scores import ScoreRule
+from ..weights import weights_from_lse
 from .plan import Box, Rule
 
 __all__ = ["BACKWARD_TILE_BYTES", "accumulate_dtype", "block_backward", "block_forward", "merge"]
+# accumulate_dtype is `selfattn.request.accumulate_dtype`, named here for ring.py
 
 BACKWARD_TILE_BYTES = 8 << 20
 """Most bytes one score tile (B, Hq, rows, block keys) of the backward may take: the strip's rows are
@@ -33,15 +40,18 @@ MIN_BACKWARD_ROWS = 16
 """Fewest query rows per strip (very long blocks): a strip of fewer rows would be all overhead."""
 
 
-def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Sums run in float32 for half types, else in the input dtype (as in `attention`)."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-def _visible(b: Box, rule: Rule, device) -> torch.Tensor | None:
+def _score_rule(b: Box, rule: Rule, scale: float, softcap) -> ScoreRule:
+    """The score rule of box `b`: scale and softcap, and, unless the box is "full", the ring's causal /
+    window rule — on global positions, so it is used with n_q = n_k (no bottom-right shift)."""
     if b.kind == "full":
-        return None
-    return b.mask(rule, device)
+        return ScoreRule(scale=scale, softcap=softcap)
+    return ScoreRule(scale=scale, softcap=softcap, causal=rule.causal, window=rule.window)
+
+
+def _positions(b: Box, device, r0: int = 0, r1: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Global query positions of rows [r0, r1) of the box, and the box's global key positions."""
+    r1 = b.q1 - b.q0 if r1 is None else r1
+    return torch.arange(b.q0 + r0, b.q0 + r1, device=device), torch.arange(b.k0, b.k1, device=device)
 
 
 def block_forward(q, k, v, b: Box, qoff: int, koff: int, rule: Rule, scale: float, softcap, backend: str):
@@ -57,9 +67,11 @@ def block_forward(q, k, v, b: Box, qoff: int, koff: int, rule: Rule, scale: floa
     if b.kind == "causal":
         res = attention(qs, ks, vs, causal=True, scale=scale, softcap=softcap, return_lse=True, backend=backend)
     else:
-        res = attention(
-            qs, ks, vs, mask=_visible(b, rule, q.device), scale=scale, softcap=softcap, return_lse=True, backend=backend
-        )
+        visible = None
+        if b.kind != "full":
+            rows, cols = _positions(b, q.device)
+            visible = _score_rule(b, rule, scale, softcap).visible(rows, cols, rule.seq_len, rule.seq_len)
+        res = attention(qs, ks, vs, mask=visible, scale=scale, softcap=softcap, return_lse=True, backend=backend)
     return res.output, res.lse
 
 
@@ -78,6 +90,12 @@ def merge(out: torch.Tensor, lse: torch.Tensor, start: int, part_out: torch.Tens
     lse[:, :, start : start + n] = new
 
 
+def _grouped(x: torch.Tensor, Hkv: int) -> torch.Tensor:
+    """(B, Hq, m, E) → (B, Hkv, G·m, E): the G query heads of a kv head as the rows of one matrix."""
+    B, Hq, m, E = x.shape
+    return x.reshape(B, Hkv, (Hq // Hkv) * m, E)
+
+
 def block_backward(
     q, k, v, do, lse, delta, dq, dk, dv, b: Box, qoff: int, koff: int, rule: Rule, scale: float, softcap
 ) -> None:
@@ -86,33 +104,28 @@ def block_backward(
     q (B, Hq, Lr, D), do (B, Hq, Lr, Dv), lse / delta (B, Hq, Lr), dq (B, Hq, Lr, D): this rank's,
     in the accumulation dtype. k (B, Hkv, Lr, D), v (B, Hkv, Lr, Dv), dk, dv: the block's.
     """
-    Hq, Hkv = q.shape[1], k.shape[1]
-    groups = Hq // Hkv
-    ks = k[:, :, b.k0 + koff : b.k1 + koff].repeat_interleave(groups, dim=1)  # (B, Hq, n, D)
-    vs = v[:, :, b.k0 + koff : b.k1 + koff].repeat_interleave(groups, dim=1)  # (B, Hq, n, Dv)
-    visible = _visible(b, rule, q.device)  # (n_q, n_k) or None for a "full" box
-    dks = torch.zeros_like(ks)
-    dvs = torch.zeros_like(vs)
-    per_row = ks.shape[0] * Hq * max(1, ks.shape[2]) * q.element_size()  # bytes of one row of a tile
+    B, Hq, Hkv = q.shape[0], q.shape[1], k.shape[1]
+    G = Hq // Hkv
+    keys = slice(b.k0 + koff, b.k1 + koff)
+    ks, vs = k[:, :, keys], v[:, :, keys]  # (B, Hkv, n, D|Dv): shared by the G heads of a group
+    n = ks.shape[2]
+    score_rule = _score_rule(b, rule, scale, softcap)
+    per_row = B * Hq * max(1, n) * q.element_size()  # bytes of one row of a tile
     strip = max(MIN_BACKWARD_ROWS, BACKWARD_TILE_BYTES // per_row)
     for r0 in range(0, b.q1 - b.q0, strip):
         r1 = min(b.q1 - b.q0, r0 + strip)
+        m = r1 - r0
         rows = slice(b.q0 + qoff + r0, b.q0 + qoff + r1)
-        qs, dos = q[:, :, rows], do[:, :, rows]  # (B, Hq, m, D|Dv)
-        s = torch.matmul(qs, ks.transpose(-1, -2)) * scale  # (B, Hq, m, n)
-        if softcap is not None:
-            t = torch.tanh(s / softcap)
-            s = softcap * t
-        p = torch.exp(s - lse[:, :, rows, None])
-        if visible is not None:
-            p = torch.where(visible[r0:r1], p, torch.zeros((), dtype=p.dtype, device=p.device))
-        dp = torch.matmul(dos, vs.transpose(-1, -2))  # (B, Hq, m, n)
-        ds = p * (dp - delta[:, :, rows, None])
-        if softcap is not None:
-            ds = ds * (1 - t * t)
-        dq[:, :, rows] += torch.matmul(ds, ks) * scale
-        dks += torch.matmul(ds.transpose(-1, -2), qs) * scale
-        dvs += torch.matmul(p.transpose(-1, -2), dos)
-    B, n = ks.shape[0], ks.shape[2]
-    dk[:, :, b.k0 + koff : b.k1 + koff] += dks.view(B, Hkv, groups, n, -1).sum(2)
-    dv[:, :, b.k0 + koff : b.k1 + koff] += dvs.view(B, Hkv, groups, n, -1).sum(2)
+        qs, dos = _grouped(q[:, :, rows], Hkv), _grouped(do[:, :, rows], Hkv)  # (B, Hkv, G·m, D|Dv)
+        raw = torch.matmul(qs, ks.transpose(-1, -2)).view(B, Hkv, G, m, n)
+        positions = _positions(b, q.device, r0, r1) if score_rule.limited else (None, None)
+        t, tanh = score_rule.logits(raw, *positions, rule.seq_len, rule.seq_len, keep_tanh=True)
+        p = weights_from_lse(t, lse[:, :, rows].view(B, Hkv, G, m))  # (B, Hkv, G, m, n)
+        dp = torch.matmul(dos, vs.transpose(-1, -2)).view(B, Hkv, G, m, n)
+        ds = p * (dp - delta[:, :, rows].view(B, Hkv, G, m, 1))
+        if tanh is not None:
+            ds = ds * (1 - tanh * tanh)
+        ds, p = ds.view(B, Hkv, G * m, n), p.view(B, Hkv, G * m, n)
+        dq[:, :, rows] += torch.matmul(ds, ks).view(B, Hq, m, -1) * scale
+        dk[:, :, keys] += torch.matmul(ds.transpose(-1, -2), qs) * scale
+        dv[:, :, keys] += torch.matmul(p.transpose(-1, -2), dos)

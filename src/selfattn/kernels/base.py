@@ -1,18 +1,18 @@
-"""The one contract every attention backend keeps, and what each declares it supports.
+"""The one contract every attention backend keeps, what each declares it supports, and what it costs.
 
-`selfattn.attention` validates its arguments once and hands a backend a `Request`.
-A backend is a `Backend` subclass with
+`selfattn.attention` validates its arguments once (`selfattn.request.build_request`) and hands a
+backend a `Request`. A backend is a `Backend` subclass with
 
     name: str
     capabilities: Capabilities               what it supports, as data (dtypes, devices, weights, lse, …)
+    cost: Cost | None                        how "auto" estimates its time on a CPU (None: auto never takes it)
     not_supported_reasons(request) -> list   every reason it cannot serve the request ([] if it can)
     forward(request) -> Result               output (B, Hq, Lq, Dv), and weights / lse when asked
 
-Backends never validate user input again: everything in a `Request` is already
-checked and normalised (scale resolved, mask a 4-D bool or floating tensor that
-broadcasts to (B, Hq, Lq, Lk)). Adding a backend is one subclass with its capabilities and
-forward, plus an entry in `kernels.dispatch.BACKENDS` (and in `kernels.cost` for "auto" to
-estimate it).
+Backends never validate user input again: everything in a `Request` is already checked and
+normalised (scale resolved, mask a 4-D bool or floating tensor that broadcasts to (B, Hq, Lq, Lk)),
+and `request.rule` (`selfattn.scores.ScoreRule`) turns q·kᵀ into logits. How to add a backend:
+docs/architecture.md.
 
 Names (the glossary): B batch, Hq query heads, Hkv key/value heads, G = Hq / Hkv query heads per
 key/value head, Lq queries, Lk keys, D query/key width, Dv value width.
@@ -20,109 +20,64 @@ key/value head, Lq queries, Lk keys, D query/key width, Dv value width.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import contextvars
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
+
+from .. import checks
+from ..request import ALL_DTYPES, Request
 
 __all__ = [
     "Request",
     "Result",
     "AttentionOutput",
     "Capabilities",
+    "Cost",
+    "Work",
     "Backend",
     "ALL_DTYPES",
+    "DEFAULT_BUDGET_BYTES",
+    "budget",
+    "budget_bytes",
     "over_budget",
+    "size_text",
     "all_finite",
     "FINITE_CHECK_CHUNK",
     "softmax_delta",
 ]
 
-ALL_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
-"""The dtypes `selfattn.attention` accepts."""
+DEFAULT_BUDGET_BYTES = 1 << 30
+"""Most bytes a backend may materialise beyond its O(L) tensors (naive's weight matrix, SDPA's dense
+mask) unless `budget(...)` says otherwise: 1 GiB."""
+
+_BUDGET: contextvars.ContextVar[int] = contextvars.ContextVar("selfattn_budget_bytes", default=DEFAULT_BUDGET_BYTES)
 
 
-@dataclass(frozen=True)
-class Request:
-    """One validated attention call.
+@contextlib.contextmanager
+def budget(nbytes: int):
+    """Inside this context (this thread or task only), a backend that would materialise O(Lq·Lk) memory —
+    naive's weight matrix, SDPA's dense mask for a window or a bottom-right causal rule — refuses a
+    request needing more than `nbytes` of it (and "auto" takes another). Nests; the default is
+    DEFAULT_BUDGET_BYTES.
 
-    q     (B, Hq, Lq, D)
-    k     (B, Hkv, Lk, D)
-    v     (B, Hkv, Lk, Dv)
-    mask  None, or bool (True = may look) / additive float: 4-D, broadcastable to (B, Hq, Lq, Lk)
-          (`functional.build_request`, the only builder, makes it 4-D; backends rely on that)
+        with selfattn.kernels.budget(8 << 30):   # let naive build up to 8 GiB of weights
+            out = selfattn.attention(q, k, v, return_weights=True)
     """
+    nbytes = checks.integer("budget", nbytes, low=0)
+    token = _BUDGET.set(nbytes)
+    try:
+        yield nbytes
+    finally:
+        _BUDGET.reset(token)
 
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    causal: bool
-    mask: torch.Tensor | None
-    window: int | None
-    scale: float
-    softcap: float | None
-    dropout_p: float
-    return_weights: bool
-    return_lse: bool
 
-    @property
-    def B(self) -> int:
-        return self.q.shape[0]
-
-    @property
-    def Hq(self) -> int:
-        return self.q.shape[1]
-
-    @property
-    def Hkv(self) -> int:
-        return self.k.shape[1]
-
-    @property
-    def G(self) -> int:
-        """Query heads per key/value head (1 = MHA, Hq = MQA, else GQA)."""
-        return self.q.shape[1] // self.k.shape[1]
-
-    @property
-    def Lq(self) -> int:
-        return self.q.shape[2]
-
-    @property
-    def Lk(self) -> int:
-        return self.k.shape[2]
-
-    @property
-    def D(self) -> int:
-        return self.q.shape[3]
-
-    @property
-    def Dv(self) -> int:
-        return self.v.shape[3]
-
-    @property
-    def mask_kind(self) -> str | None:
-        """None, "bool" or "additive"."""
-        if self.mask is None:
-            return None
-        return "bool" if self.mask.dtype == torch.bool else "additive"
-
-    @property
-    def accumulate_dtype(self) -> torch.dtype:
-        """Softmax and its sums run in float32 for half types, else in the input dtype."""
-        return torch.float32 if self.q.dtype in (torch.float16, torch.bfloat16) else self.q.dtype
-
-    @property
-    def weights_bytes(self) -> int:
-        """Bytes of the whole (B, Hq, Lq, Lk) weight matrix in the accumulation dtype."""
-        return self.B * self.Hq * self.Lq * self.Lk * self.accumulate_dtype.itemsize
-
-    @property
-    def needs_grad(self) -> bool:
-        return torch.is_grad_enabled() and any(t.requires_grad for t in (self.q, self.k, self.v))
-
-    @property
-    def mask_needs_grad(self) -> bool:
-        return self.mask is not None and self.mask.requires_grad and torch.is_grad_enabled()
+def budget_bytes() -> int:
+    """The materialisation budget in force here (`budget`), in bytes."""
+    return _BUDGET.get()
 
 
 FINITE_CHECK_CHUNK = 1 << 20
@@ -171,19 +126,45 @@ AttentionOutput = Result
 """The public name of `Result` (`selfattn.AttentionOutput`): one class, two names."""
 
 
-def _size(nbytes: float) -> str:
+def size_text(nbytes: float) -> str:
+    """Bytes as a short text: 1.00 GiB, 12.50 MiB, 3 bytes."""
     for unit, step in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if nbytes >= step:
             return f"{nbytes / step:.2f} {unit}"
     return f"{nbytes:.0f} bytes"
 
 
-def over_budget(r: Request, budget: int) -> str:
-    """The sentence refusing `r` because its whole weight matrix would take more than `budget` bytes."""
+def over_budget(r: Request, limit: int) -> str:
+    """The sentence refusing `r` because its whole weight matrix would take more than `limit` bytes."""
     return (
-        f"it would materialise {r.B}×{r.Hq}×{r.Lq}×{r.Lk} weights = {_size(r.weights_bytes)}, "
-        f"over its budget of {_size(budget)} (max_weights_bytes)"
+        f"it would materialise {r.B}×{r.Hq}×{r.Lq}×{r.Lk} weights = {size_text(r.weights_bytes)}, "
+        f"over its budget of {size_text(limit)} (selfattn.kernels.budget)"
     )
+
+
+Work = tuple[float, float, float]
+"""(query-key pairs computed, GFLOP/s at which they are computed, extra seconds): a `Cost.work` answer."""
+
+
+@dataclass(frozen=True)
+class Cost:
+    """How "auto" estimates a backend's seconds on a CPU, as data next to its `Capabilities`; the
+    constants are measured (`selfattn.kernels.cost` gives the formula and how they were measured).
+
+    work                  request → (pairs it computes, GFLOP/s it computes them at, extra seconds)
+    read_gbps             GB/s at which it reads K and V (what bounds one decoding step)
+    call_seconds          fixed cost of one call (checks, small allocations, dispatch)
+    backward_factor       (forward + backward time) / forward time
+    busy_factor           how much slower it gets on cores another busy process shares, relative to SDPA
+    reads_per_query_head  it reads K and V once per query head (SDPA's CPU kernel), not once per kv head
+    """
+
+    work: Callable[[Request], Work]
+    read_gbps: float
+    call_seconds: float
+    backward_factor: float
+    busy_factor: float
+    reads_per_query_head: bool = False
 
 
 @dataclass(frozen=True)
@@ -191,9 +172,10 @@ class Capabilities:
     """What a backend supports, as data (after xFormers' `AttentionOpBase` class attributes).
 
     `notes` maps a feature name ("dtype", "device", "weights", "lse", "softcap", "dropout",
-    "bool_mask", "additive_mask", "mask_grad", "causal", "window", "gqa", "backward",
-    "weights_bytes") to the sentence given when a request needs it and the backend lacks it
-    (say what to use instead), appended to the plain sentence that names what is lacking.
+    "bool_mask", "additive_mask", "mask_grad", "causal", "window", "gqa", "backward", "sinks",
+    "alibi", "segments", "weights_bytes") to the sentence given when a request needs it and the
+    backend lacks it (say what to use instead), appended to the plain sentence that names what is lacking.
+    `materialises_weights`: it builds the whole weight matrix, so `budget` bounds it.
     """
 
     returns_weights: bool
@@ -209,7 +191,10 @@ class Capabilities:
     window: bool = True
     gqa: bool = True
     backward: bool = True
-    max_weights_bytes: int | None = None  # it materialises the weights: at most this many bytes
+    sinks: bool = False  # reserved score features (selfattn.scores.RESERVED): none is implemented yet
+    alibi: bool = False
+    segments: bool = False
+    materialises_weights: bool = False
     notes: Mapping[str, str] = field(default_factory=dict)
 
     def not_supported_reasons(self, r: Request) -> list[str]:
@@ -234,18 +219,22 @@ class Capabilities:
             ("window", r.window is not None, self.window, "it has no sliding window"),
             ("gqa", r.G > 1, self.gqa, f"it has no grouped-query attention (Hq={r.Hq}, Hkv={r.Hkv})"),
             ("backward", r.needs_grad, self.backward, "it has no backward pass"),
+            ("sinks", r.sinks is not None, self.sinks, "it has no attention sinks"),
+            ("alibi", r.alibi is not None, self.alibi, "it has no ALiBi slopes"),
+            ("segments", r.segments is not None, self.segments, "it has no segments (packed sequences)"),
         )
         lacking += [(name, text) for name, needed, supported, text in wanted if needed and not supported]
-        if self.max_weights_bytes is not None and r.weights_bytes > self.max_weights_bytes:
-            lacking.append(("weights_bytes", over_budget(r, self.max_weights_bytes)))
+        if self.materialises_weights and r.weights_bytes > budget_bytes():
+            lacking.append(("weights_bytes", over_budget(r, budget_bytes())))
         return [text if name not in self.notes else f"{text}; {self.notes[name]}" for name, text in lacking]
 
 
 class Backend:
-    """Base of every backend: subclasses set `name` and `capabilities` and write `forward`."""
+    """Base of every backend: subclasses set `name`, `capabilities` and `cost` and write `forward`."""
 
     name: str = ""
     capabilities: Capabilities
+    cost: Cost | None = None
 
     def not_supported_reasons(self, request: Request) -> list[str]:
         """Every reason this backend cannot serve `request` ([] if it can)."""

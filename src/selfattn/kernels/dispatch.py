@@ -5,9 +5,11 @@
     explain(request)           a dict: each backend's estimate or reasons, the choice and why,
                                and the tiled kernel's block plan
     render(explain(request))   that dict as text, the block plan drawn F / P / .
+    register(backend)          one more backend (BACKENDS is the registry, in "auto"'s preference order)
 
-Adding a backend: a `base.Backend` subclass (capabilities + forward), an entry in BACKENDS (and
-AUTO_ORDER if "auto" may pick it), and an entry in `cost` for "auto" to estimate it.
+A reroute is a dispatch rule here, never one backend calling another: SDPA refuses a masked request
+whose keys hold NaN (its mask would spread it), and "auto" takes the next that can serve it, which
+`explain` reports. How to add a backend: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -17,30 +19,55 @@ from collections.abc import Mapping
 import torch
 
 from .. import checks, masks
+from ..request import build_request
 from . import cost
-from .base import Backend, Request
+from .base import Backend, Capabilities, Request
 from .flex import FlexBackend
 from .naive import NaiveBackend
 from .native import NativeBackend
 from .sdpa import SdpaBackend, fused_causal
 from .tiled import Plan, TiledBackend
 
-__all__ = ["BACKENDS", "AUTO_ORDER", "check_backend", "choose", "explain", "render", "MAX_DRAWN_BLOCKS"]
+__all__ = ["BACKENDS", "auto_order", "register", "check_backend", "choose", "explain", "render", "MAX_DRAWN_BLOCKS"]
 
 BACKENDS: dict[str, Backend] = {
-    b.name: b for b in (NaiveBackend(), SdpaBackend(), TiledBackend(), NativeBackend(), FlexBackend())
+    b.name: b for b in (SdpaBackend(), NativeBackend(), TiledBackend(), FlexBackend(), NaiveBackend())
 }
-
-AUTO_ORDER = ("sdpa", "native", "tiled", "flex", "naive")
-"""The backends "auto" chooses from, in order of preference where estimates tie or none applies.
+"""The registry, in "auto"'s order of preference where estimates tie or none applies.
 
 On a CPU, "auto" takes the one with the smallest `cost.estimate_seconds` among those that
 accept the request: SDPA for plain and causal (Lq = Lk) attention, where PyTorch's fused
 kernel is fastest; "tiled" for sliding windows and bottom-right causal with Lq ≠ Lk, where it
 skips the blocks SDPA has to compute through a dense mask, and for what SDPA refuses (lse,
-softcap); "naive" when weights are asked for (nothing else returns them) or the problem is
-tiny. On other devices the CPU-measured rates do not apply and the first accepting backend
-in this order is taken."""
+softcap, NaN keys under a mask); "naive" when weights are asked for (nothing else returns them)
+or the problem is tiny. On other devices the CPU-measured rates do not apply: SDPA for plain and
+square-causal attention, flex for the rest, else the first accepting backend in this order.
+A backend without a `Cost` record is never taken by "auto"."""
+
+NO_COST = "it has no cost record (Backend.cost), so auto cannot weigh it; ask for it by name"
+"""Why "auto" passes over a backend that declares no `base.Cost`."""
+
+
+def auto_order() -> tuple[str, ...]:
+    """The registered backends' names in "auto"'s preference order (the registry's order)."""
+    return tuple(BACKENDS)
+
+
+def register(backend: Backend) -> Backend:
+    """Add `backend` to the registry (last in the preference order): `attention(..., backend=name)` and
+    `explain` know it at once, and "auto" weighs it when it has a `Cost` record. Returns it."""
+    if not isinstance(backend, Backend):
+        raise TypeError(f"register needs a selfattn.kernels.Backend, got {type(backend).__name__}")
+    name = backend.name
+    if not isinstance(name, str) or not name or name == "auto":
+        raise ValueError(f"a backend needs a name other than 'auto', got {name!r}")
+    if name in BACKENDS:
+        raise ValueError(f"a backend called {name!r} is registered already: {BACKENDS[name]!r}")
+    if not isinstance(getattr(backend, "capabilities", None), Capabilities):
+        raise TypeError(f"backend {name!r} declares no Capabilities (its capabilities attribute)")
+    BACKENDS[name] = backend
+    return backend
+
 
 MAX_DRAWN_BLOCKS = 64
 """`explain` draws the tiled block plan only up to this many query or key blocks."""
@@ -58,18 +85,24 @@ def check_backend(backend) -> str:
 def _reasons(request: Request, candidates, *, auto: bool = False) -> dict[str, list[str]]:
     """Each candidate's reasons to refuse; with `auto`, also the reasons "auto" passes it over for."""
     return {
-        name: BACKENDS[name].not_supported_reasons(request) + (BACKENDS[name].auto_reasons(request) if auto else [])
+        name: BACKENDS[name].not_supported_reasons(request) + (_auto_reasons(name, request) if auto else [])
         for name in candidates
     }
 
 
+def _auto_reasons(name: str, request: Request) -> list[str]:
+    backend = BACKENDS[name]
+    return backend.auto_reasons(request) + ([NO_COST] if backend.cost is None else [])
+
+
 def _pick(request: Request, able: list[str]) -> tuple[str, str]:
-    """(choice, why) among the backends `able` to serve the request (in AUTO_ORDER).
+    """(choice, why) among the backends `able` to serve the request (in the registry's order).
 
     On a CPU: the estimates within `cost.CLOSE` of the fastest are close, and among them the one
-    with the best busy-core estimate (× cost.BUSY_FACTOR) wins (the best worst case). On a GPU the
+    with the best busy-core estimate (× Cost.busy_factor) wins (the best worst case). On a GPU the
     CPU rates say nothing: SDPA's fused kernels (flash / cuDNN) for plain and square-causal
     attention, flex for the rest."""
+    order = ", ".join(auto_order())
     if request.q.device.type != "cpu":
         plain = request.mask is None and request.window is None and (not request.causal or fused_causal(request))
         for name in ("sdpa", "flex") if plain else ("flex", "sdpa"):
@@ -81,30 +114,27 @@ def _pick(request: Request, able: list[str]) -> tuple[str, str]:
                         f"flex for windows, masks and softcaps"
                     ),
                 )
-        return able[0], f"on {request.q.device.type}: the first that can serve it in {', '.join(AUTO_ORDER)}"
-    estimates = {name: cost.estimate_seconds(name, request) for name in able}
-    estimated = [name for name in able if estimates[name] is not None]
-    if not estimated:
-        return able[0], f"none can be estimated: the first in the preference order {', '.join(AUTO_ORDER)}"
+        return able[0], f"on {request.q.device.type}: the first that can serve it in {order}"
+    estimates = {name: cost.estimate_seconds(BACKENDS[name], request) for name in able}
     if len(able) == 1:
-        return estimated[0], "the only backend that can serve it"
-    fastest = min(estimates[name] for name in estimated)
-    close = [name for name in estimated if estimates[name] <= fastest * cost.CLOSE]
-    best = min(close, key=lambda name: estimates[name] * cost.BUSY_FACTOR[name])
+        return able[0], "the only backend that can serve it"
+    fastest = min(estimates.values())
+    close = [name for name in able if estimates[name] <= fastest * cost.CLOSE]
+    best = min(close, key=lambda name: estimates[name] * BACKENDS[name].cost.busy_factor)
     if len(close) == 1:
-        return best, f"the smallest estimated time among {', '.join(estimated)} (selfattn.kernels.cost)"
+        return best, f"the smallest estimated time among {', '.join(able)} (selfattn.kernels.cost)"
     return (
         best,
-        f"{', '.join(close)} are within {cost.CLOSE}× of each other: the one fastest on busy cores (cost.BUSY_FACTOR)",
+        f"{', '.join(close)} are within {cost.CLOSE}× of each other: the one fastest on busy cores (Cost.busy_factor)",
     )
 
 
 def choose(request: Request, name: str) -> Backend:
-    """The backend called `name` if it can serve `request`; "auto": the fastest that can (see AUTO_ORDER).
+    """The backend called `name` if it can serve `request`; "auto": the fastest that can (see BACKENDS).
     A refusal is a ValueError naming every reason of every backend considered."""
     if name == "auto":
-        reasons = _reasons(request, AUTO_ORDER, auto=True)
-        able = [candidate for candidate in AUTO_ORDER if not reasons[candidate]]
+        reasons = _reasons(request, auto_order(), auto=True)
+        able = [candidate for candidate in auto_order() if not reasons[candidate]]
         if not able:
             raise ValueError(
                 "no backend can serve this request: "
@@ -130,13 +160,13 @@ def explain(request_or_kwargs: Request | Mapping, backend: str = "auto") -> dict
     """
     request = _as_request(request_or_kwargs)
     check_backend(backend)
-    names = list(AUTO_ORDER) + [name for name in BACKENDS if name not in AUTO_ORDER]
+    names = auto_order()
     reasons = _reasons(request, names, auto=backend == "auto")
-    able = [name for name in AUTO_ORDER if not reasons[name]]
+    able = [name for name in names if not reasons[name]]
     rows = {
         name: {
             "supported": not reasons[name],
-            "seconds": None if reasons[name] else cost.estimate_seconds(name, request),
+            "seconds": None if reasons[name] else cost.estimate_seconds(BACKENDS[name], request),
             "reasons": reasons[name],
         }
         for name in names
@@ -248,8 +278,6 @@ def _as_request(x) -> Request:
         return x
     if not isinstance(x, Mapping):
         raise TypeError(f"explain needs a Request or a mapping of attention arguments, got {type(x).__name__}")
-    from ..functional import build_request  # functional imports this package
-
     kwargs = dict(x)
     if "q" not in kwargs:
         kwargs = _shaped(kwargs)

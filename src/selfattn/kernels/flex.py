@@ -1,15 +1,19 @@
 """Backend "flex": PyTorch's FlexAttention, compiled with torch.compile.
 
-The request becomes a `mask_mod` (bottom-right causal and window rule, a user bool mask) turned
-into a block mask by `create_block_mask`, so hidden blocks are skipped, and a `score_mod`
-(softcap c·tanh(s/c), an additive user mask). GQA runs with `enable_gqa=True` (no copies).
+The request's score rule becomes a `mask_mod` (bottom-right causal and window rule, a user bool
+mask) turned into a block mask by `create_block_mask`, so hidden blocks are skipped, and a
+`score_mod` (softcap c·tanh(s/c), an additive user mask), both derived from the rule's fields in
+one function (`mods`). GQA runs with `enable_gqa=True` (no copies).
 
 Compiling costs seconds (about 13 s per signature on a 2-core CPU) and is paid once per
-signature — device, dtype, shapes, rule, softcap, mask layout, scale — then cached by
-torch.compile; each first compile is reported on stderr in one line with its time, and
-`compile_seconds` keeps them. Nothing compiles at import or in `not_supported_reasons`;
-`is_warm(request)` says whether a request's signature is compiled already, which is what "auto"
-should ask on a CPU before picking flex (a 13 s compile is never the fastest way to one call).
+signature — everything torch.compile specialises on: device, dtypes, shapes and strides of q, k, v
+and the mask, the rule's fields, lse and grad — then remembered in a bounded LRU (`WARM_SIGNATURES`
+of them; torch itself keeps at most `torch._dynamo.config.recompile_limit` specialisations of one
+function). Each first compile is announced as a start and a done `selfattn.kernels.Notice`
+with its time (`compile_seconds` keeps them). Nothing compiles at import or in
+`not_supported_reasons`; `is_warm(request)` says whether a request's signature is compiled already,
+which is what "auto" asks on a CPU before picking flex: a transposed q is another signature, so auto
+never waits on its compile.
 
 On the CPU (torch 2.13) the compiled kernel is forward-only and has no log-sum-exp, so requests
 that need gradients or lse are refused with that reason; so are problems under one block
@@ -19,27 +23,49 @@ windows, softcap, lse and backward.
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import shutil
-import sys
 import threading
 import time
 
 import torch
 
-from .base import Backend, Capabilities, Request, Result
+from ..scores import additive_in
+from .base import Backend, Capabilities, Cost, Request, Result, Work
+from .cost import visible_pairs
+from .notice import Notice, emit
 
-__all__ = ["FlexBackend", "is_warm", "compile_seconds", "signature", "MIN_CPU_LENGTH"]
+__all__ = ["FlexBackend", "is_warm", "compile_seconds", "signature", "mods", "MIN_CPU_LENGTH", "WARM_SIGNATURES"]
 
 MIN_CPU_LENGTH = 128
 """Fewest query and key positions flex accepts on a CPU: one of its blocks (create_block_mask's
 default BLOCK_SIZE). Below it the ~13 s compile per shape never pays for itself."""
 
+WARM_SIGNATURES = 8
+"""Compiled signatures remembered (least recently used forgotten first): torch's own default limit of
+specialisations per function (`torch._dynamo.config.recompile_limit`), so a server that sees one text
+length after another keeps a bounded set, and "auto" takes flex only for one of these."""
+
+RATE_GFLOPS = 60.0
+"""Causal forward, compiled, L = 4096, 1 thread (`kernels.cost`)."""
+
+RATE_WINDOW_GFLOPS = 9.0
+"""Window w = 256, L = 8192, per visible pair (its CPU kernel visits more)."""
+
 _LOCK = threading.Lock()
-_COMPILED: dict[tuple, object] = {}
-compile_seconds: dict[tuple, float] = {}
-"""Seconds each signature's first (compiling) call took, by `signature(request)`."""
+_COMPILED: list = []  # [the compiled flex_attention], made on the first call
+compile_seconds: collections.OrderedDict[tuple, float] = collections.OrderedDict()
+"""Seconds each remembered signature's first (compiling) call took, by `signature(request)`, least recently
+used first; at most WARM_SIGNATURES entries. A signature being compiled is not in it yet."""
+
+_PENDING: set[tuple] = set()
+
+
+def _work(r: Request) -> Work:
+    pairs = visible_pairs(r.Lq, r.Lk, causal=r.causal, window=r.window)
+    return pairs, RATE_WINDOW_GFLOPS if r.window is not None else RATE_GFLOPS, 0.0
 
 
 def _flex_api():
@@ -51,25 +77,26 @@ def _flex_api():
     return (flex_attention, create_block_mask), None
 
 
-def _mask_kind(r: Request):
-    if r.mask is None:
-        return None
-    return ("bool" if r.mask.dtype == torch.bool else "additive", tuple(r.mask.shape), r.mask.dtype)
+def _layout(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), tuple(t.stride()), t.dtype)
 
 
 def signature(r: Request) -> tuple:
-    """What torch.compile specialises on: a new signature means a new compile."""
+    """Everything torch.compile specialises on for this request: a new signature means a new compile."""
+    rule = r.rule
+    mask = None if rule.mask is None else (rule.mask_kind, *_layout(rule.mask))
     return (
-        r.q.device.type,
-        r.q.dtype,
-        tuple(r.q.shape),
-        tuple(r.k.shape),
-        tuple(r.v.shape),
-        r.causal,
-        r.window,
-        r.softcap,
-        r.scale,
-        _mask_kind(r),
+        str(r.q.device),
+        _layout(r.q),
+        _layout(r.k),
+        _layout(r.v),
+        rule.causal,
+        rule.window,
+        rule.softcap,
+        rule.scale,
+        mask,
+        r.return_lse,
+        r.needs_grad,
     )
 
 
@@ -81,7 +108,8 @@ def _has_compiler(path: str) -> bool:
 
 def is_warm(r: Request) -> bool:
     """True when this request's signature is compiled already (a call costs no compile)."""
-    return signature(r) in _COMPILED
+    with _LOCK:
+        return signature(r) in compile_seconds
 
 
 class FlexBackend(Backend):
@@ -100,6 +128,9 @@ class FlexBackend(Backend):
             "mask_grad": "use backend='naive'",
         },
     )
+    cost = Cost(work=_work, read_gbps=14.0, call_seconds=1.06e-3, backward_factor=3.7, busy_factor=1.0)
+    """One parallel region per call (its compiled kernel). No backward on the CPU; off the CPU the model is
+    not used."""
 
     def not_supported_reasons(self, r: Request) -> list[str]:
         """Every reason flex cannot serve `r` (empty: it can). Never compiles."""
@@ -128,34 +159,41 @@ class FlexBackend(Backend):
         return reasons
 
     def auto_reasons(self, r: Request) -> list[str]:
-        """ "auto" never waits on a compile: on the CPU it takes flex only for a signature already compiled."""
+        """ "auto" never waits on a compile: on the CPU it takes flex only for a signature already compiled
+        (shapes, strides, dtypes, rule: `signature`)."""
         if r.q.device.type != "cpu" or is_warm(r):
             return []
-        return ["not compiled for this shape yet, and auto never waits on a compile (~13 s on the CPU)"]
+        return [
+            "not compiled for this signature yet (shapes, strides, dtypes, rule), and auto never waits on a "
+            "compile (~13 s on the CPU)"
+        ]
 
     def forward(self, r: Request) -> Result:
         (flex_attention, create_block_mask), _ = _flex_api()
-        mask_mod = _mask_mod(r)
+        score_mod, mask_mod, (bm, hm) = mods(r)
         block_mask = None
         if mask_mod is not None:
-            bm, hm = _mask_batch_heads(r)
             block_mask = create_block_mask(mask_mod, bm, hm, r.Lq, r.Lk, device=r.q.device)
         key = signature(r)
         with _LOCK:
-            compiled = _COMPILED.get(key)
-            first = compiled is None
+            if not _COMPILED:
+                _COMPILED.append(torch.compile(flex_attention, dynamic=False))
+            compiled = _COMPILED[0]
+            first = key not in compile_seconds and key not in _PENDING
             if first:
-                compiled = _COMPILED[key] = torch.compile(flex_attention, dynamic=False)
-        start = time.perf_counter()
+                _PENDING.add(key)
+            elif key in compile_seconds:
+                compile_seconds.move_to_end(key)
+        what = f"compiling FlexAttention for {_describe(r)}"
         if first:
-            sys.stderr.write(f"selfattn: compiling FlexAttention for {_describe(r)} ... ")
-            sys.stderr.flush()
+            emit(Notice("flex", what, "start"))
+        start = time.perf_counter()
         try:
             out = compiled(
                 r.q,
                 r.k,
                 r.v,
-                score_mod=_score_mod(r),
+                score_mod=score_mod,
                 block_mask=block_mask,
                 scale=r.scale,
                 enable_gqa=r.G > 1,
@@ -163,14 +201,18 @@ class FlexBackend(Backend):
             )
         except Exception:
             if first:
-                sys.stderr.write("failed\n")
                 with _LOCK:
-                    _COMPILED.pop(key, None)
+                    _PENDING.discard(key)
+                emit(Notice("flex", what, "failed", time.perf_counter() - start))
             raise
         if first:
-            compile_seconds[key] = time.perf_counter() - start
-            sys.stderr.write(f"done in {compile_seconds[key]:.1f} s (cached for this signature)\n")
-            sys.stderr.flush()
+            seconds = time.perf_counter() - start
+            with _LOCK:
+                _PENDING.discard(key)
+                compile_seconds[key] = seconds
+                while len(compile_seconds) > WARM_SIGNATURES:
+                    compile_seconds.popitem(last=False)
+            emit(Notice("flex", what, "done", seconds, "cached for this signature"))
         if r.return_lse:
             out, lse = out
             return Result(out, None, lse.to(r.accumulate_dtype))
@@ -181,58 +223,43 @@ def _describe(r: Request) -> str:
     rule = "causal" if r.causal else "full"
     if r.window is not None:
         rule += f", window {r.window}"
-    return f"q {tuple(r.q.shape)} {str(r.q.dtype).replace('torch.', '')}, {rule}"
+    layout = "" if r.q.is_contiguous() else f", strides {tuple(r.q.stride())}"
+    return f"q {tuple(r.q.shape)} {str(r.q.dtype).replace('torch.', '')}{layout}, {rule}"
 
 
-def _mask_batch_heads(r: Request) -> tuple[int | None, int | None]:
-    """create_block_mask's B and H: None where the block mask is the same for every batch/head."""
-    if r.mask is None or r.mask.dtype != torch.bool:
-        return None, None
-    shape = r.mask.shape
-    return (r.B if shape[0] > 1 else None), (r.Hq if shape[1] > 1 else None)
-
-
-def _mask_mod(r: Request):
-    """The causal/window rule (bottom-right) and a user bool mask as one mask_mod, or None."""
-    shift, window, causal = r.Lk - r.Lq, r.window, r.causal
-    user = None
-    if r.mask is not None and r.mask.dtype == torch.bool:
-        user = r.mask.expand(r.mask.shape[0], r.mask.shape[1], r.Lq, r.Lk)
-    if not causal and window is None and user is None:
-        return None
-
-    def mask_mod(b, h, q_idx, kv_idx):
-        p = q_idx + shift
-        visible = kv_idx <= p if (causal or window is not None) else kv_idx >= 0
-        if window is not None:
-            visible = visible & (kv_idx > p - window)
-        if user is not None:
-            bb = b if user.shape[0] > 1 else 0
-            hh = h if user.shape[1] > 1 else 0
-            visible = visible & user[bb, hh, q_idx, kv_idx]
-        return visible
-
-    return mask_mod
-
-
-def _score_mod(r: Request):
-    """softcap c·tanh(s/c) and an additive user mask as one score_mod, or None."""
-    cap = r.softcap
-    add = None
-    if r.mask is not None and r.mask.dtype != torch.bool:
-        add = r.mask.detach().to(r.q.dtype)
+def mods(r: Request):
+    """(score_mod, mask_mod, (B, H) of the block mask) from the request's score rule — the one place its
+    fields become FlexAttention's: mask_mod is the causal/window rule (bottom-right, `rule.visible_at`) and
+    a user bool mask, or None; score_mod the softcap (`rule.cap`) and an additive user mask (`rule.hide`: its
+    −inf hides, NaN-proof), or None; B / H are None where the block mask is the same for every batch item /
+    head. (Flex multiplies by the scale itself, before score_mod.)"""
+    rule = r.rule
+    shift = r.Lk - r.Lq
+    user = add = None
+    if rule.mask_kind == "bool":
+        user = rule.mask.expand(rule.mask.shape[0], rule.mask.shape[1], r.Lq, r.Lk)
+    elif rule.mask_kind == "additive":
+        add = additive_in(rule.mask.detach(), r.q.dtype)
         add = add.expand(add.shape[0], add.shape[1], r.Lq, r.Lk)
-    if cap is None and add is None:
-        return None
+    mask_mod = score_mod = None
 
-    def score_mod(score, b, h, q_idx, kv_idx):
-        if cap is not None:
-            score = cap * torch.tanh(score / cap)
-        if add is not None:
-            bb = b if add.shape[0] > 1 else 0
-            hh = h if add.shape[1] > 1 else 0
-            a = add[bb, hh, q_idx, kv_idx]
-            score = torch.where(a == float("-inf"), a, score + a)  # −inf hides the key, NaN-proof
-        return score
+    if rule.limited or user is not None:
 
-    return score_mod
+        def mask_mod(b, h, q_idx, kv_idx):
+            visible = rule.visible_at(q_idx + shift, kv_idx) if rule.limited else kv_idx >= 0
+            if user is not None:
+                visible = visible & user[b if user.shape[0] > 1 else 0, h if user.shape[1] > 1 else 0, q_idx, kv_idx]
+            return visible
+
+    if rule.softcap is not None or add is not None:
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            score = rule.cap(score)
+            if add is not None:
+                score = rule.hide(score, add[b if add.shape[0] > 1 else 0, h if add.shape[1] > 1 else 0, q_idx, kv_idx])
+            return score
+
+    batch_heads = (None, None)
+    if user is not None:
+        batch_heads = (r.B if user.shape[0] > 1 else None, r.Hq if user.shape[1] > 1 else None)
+    return score_mod, mask_mod, batch_heads

@@ -2,9 +2,10 @@
 
 It follows the tutorial line by line in PyTorch (in float32 for half inputs) and is
 the only backend that returns the attention weights of every query row. Its memory
-grows with B·Hq·Lq·Lk, so it refuses requests whose weights would exceed
-`WEIGHTS_BUDGET_BYTES` and names a backend that can serve them instead. Its scores are
-`selfattn.weights.masked_scores`, the one copy `attention_weights` recomputes rows with.
+grows with B·Hq·Lq·Lk, so it refuses requests whose weights would exceed the budget in force
+(`selfattn.kernels.budget`, 1 GiB by default) and names a backend that can serve them instead.
+Its scores are `selfattn.weights.masked_scores` (the request's `ScoreRule` applied to the whole
+matrix), the ones `attention_weights` recomputes rows with.
 """
 
 from __future__ import annotations
@@ -13,35 +14,37 @@ import torch
 import torch.nn.functional as F
 
 from ..weights import masked_scores
-from .base import Backend, Capabilities, Request, Result, over_budget
+from .base import Backend, Capabilities, Cost, Request, Result, Work
 
-WEIGHTS_BUDGET_BYTES = 1 << 30
-"""Largest weight matrix (B·Hq·Lq·Lk elements × bytes) the naive backend agrees to build: 1 GiB."""
+RATE_GFLOPS = 15.0
+"""Full forward, L = 4096: 2.3 s (three passes over a materialised L×L matrix), 1 thread."""
+
+RATE_MASKED_GFLOPS = 9.5
+"""Causal forward, L = 4096: 3.7 s (the mask is one more pass)."""
 
 
-CAPABILITIES = Capabilities(
-    returns_weights=True,
-    returns_lse=True,
-    softcap=True,
-    dropout=True,
-    notes={
-        "weights_bytes": "use backend='sdpa' or 'tiled', which never build the full matrix "
-        "(the budget is selfattn.kernels.naive.WEIGHTS_BUDGET_BYTES)"
-    },
-)
-"""No max_weights_bytes: the budget is WEIGHTS_BUDGET_BYTES as it is at each request (a setting one may lower)."""
+def _work(r: Request) -> Work:
+    """All Lq·Lk pairs, and the whole weight matrix in memory."""
+    masked = r.causal or r.window is not None or r.mask is not None
+    return r.Lq * r.Lk, RATE_MASKED_GFLOPS if masked else RATE_GFLOPS, 0.0
 
 
 class NaiveBackend(Backend):
     name = "naive"
-    capabilities = CAPABILITIES
-
-    def not_supported_reasons(self, request: Request) -> list[str]:
-        """CAPABILITIES' reasons, and the weight budget as WEIGHTS_BUDGET_BYTES is now."""
-        reasons = self.capabilities.not_supported_reasons(request)
-        if request.weights_bytes > WEIGHTS_BUDGET_BYTES:
-            reasons.append(f"{over_budget(request, WEIGHTS_BUDGET_BYTES)}; {self.capabilities.notes['weights_bytes']}")
-        return reasons
+    capabilities = Capabilities(
+        returns_weights=True,
+        returns_lse=True,
+        softcap=True,
+        dropout=True,
+        materialises_weights=True,
+        notes={
+            "weights_bytes": "use backend='sdpa' or 'tiled', which never build the full matrix "
+            "(or raise the budget: with selfattn.kernels.budget(nbytes))"
+        },
+    )
+    cost = Cost(work=_work, read_gbps=14.9, call_seconds=150e-6, backward_factor=2.4, busy_factor=1.5)
+    """Naive's forward is slow (it masks and normalises the whole matrix), its backward is three matmuls;
+    under load its few big ops lose 1.5× (see `kernels.cost`)."""
 
     def forward(self, r: Request) -> Result:
         acc = r.accumulate_dtype

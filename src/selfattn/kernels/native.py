@@ -11,8 +11,9 @@ The C++ is compiled on first use with `torch.utils.cpp_extension.load` (ninja) a
 the source, the compiler flags and the CPU capability, so a cached build never goes stale and a
 build for another CPU is never loaded. Nothing compiles at import; `backend="auto"` only considers
 "native" once it is built (`is_built()`); `build()` (or `backend="native"`, or `selfattn bench`)
-builds it and says so on stderr in one line. Without a compiler, or when the build fails, the
-backend refuses every request with the reason, and "auto" keeps using "tiled".
+builds it and says so through `selfattn.kernels.notices` (a start and a done notice). Without a
+compiler, or when the build fails, the backend refuses every request with the reason, and "auto"
+keeps using "tiled".
 
 The backward runs over key blocks: each task owns its dK, dV rows, and dQ is summed per worker
 and the worker sums added at the end, so which worker took which task changes dQ's summation
@@ -29,7 +30,6 @@ import functools
 import hashlib
 import os
 import shutil
-import sys
 import threading
 import time
 from pathlib import Path
@@ -37,9 +37,21 @@ from pathlib import Path
 import torch
 
 from .. import checks
-from .base import Backend, Capabilities, Request, Result, softmax_delta
+from ..scores import additive_in
+from .base import Backend, Capabilities, Cost, Request, Result, Work, softmax_delta
+from .cost import visible_pairs
+from .notice import Notice, emit
 
-__all__ = ["NativeBackend", "build", "is_built", "build_dir", "unavailable_reason", "BLOCK_Q", "BLOCK_K"]
+__all__ = [
+    "NativeBackend",
+    "build",
+    "is_built",
+    "build_dir",
+    "unavailable_reason",
+    "tile_arguments",
+    "BLOCK_Q",
+    "BLOCK_K",
+]
 
 SOURCE = Path(__file__).with_name("csrc") / "attention.cpp"
 """The kernel's C++ source."""
@@ -122,10 +134,11 @@ def unavailable_reason() -> str | None:
     return _missing_tools()
 
 
-def build(stream=None):
+def build():
     """Compile the kernel if needed and load it; returns its ops (`torch.ops.selfattn_native`).
 
-    The first compile takes tens of seconds and reports itself on `stream` (stderr) in one line.
+    The first compile takes tens of seconds and reports itself as a start and a done (or failed)
+    `selfattn.kernels.Notice`.
     Raises RuntimeError with the reason if there is no compiler or the build fails (and remembers
     it: the backend then refuses with that reason instead of retrying)."""
     with _LOCK:
@@ -139,7 +152,7 @@ def build(stream=None):
                 missing = _missing_tools()
                 if missing is not None:
                     raise RuntimeError(f"cannot build the native kernel: {missing}; using 'tiled' instead")
-                _compile(path, stream if stream is not None else sys.stderr)
+                _compile(path)
             torch.ops.load_library(str(path))
         except Exception as error:  # noqa: BLE001 - any build failure becomes one stated reason
             message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -151,13 +164,13 @@ def build(stream=None):
         return _STATE["ops"]
 
 
-def _compile(path: Path, stream) -> None:
+def _compile(path: Path) -> None:
     from torch.utils.cpp_extension import load
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    what = f"compiling the native attention kernel (once, about a minute) into {path.parent}"
+    emit(Notice("native", what, "start"))
     start = time.perf_counter()
-    stream.write(f"selfattn: compiling the native attention kernel (once, about a minute) into {path.parent} ... ")
-    stream.flush()
     try:
         load(
             name=path.stem,
@@ -169,11 +182,21 @@ def _compile(path: Path, stream) -> None:
             verbose=False,
         )
     except Exception:
-        stream.write(f"failed after {time.perf_counter() - start:.1f} s\n")
-        stream.flush()
+        emit(Notice("native", what, "failed", time.perf_counter() - start))
         raise
-    stream.write(f"done in {time.perf_counter() - start:.1f} s\n")
-    stream.flush()
+    emit(Notice("native", what, "done", time.perf_counter() - start))
+
+
+RATE_GFLOPS = 90.0
+"""Full and causal forward, L = 4096 (91–96), and windows counted as in `_work`, 1 thread (`kernels.cost`)."""
+
+
+def _work(r: Request) -> Work:
+    """Visible pairs, plus a window's ragged edge: a query block of BLOCK_Q reads about BLOCK_Q + w keys
+    per row (measured at the same rate)."""
+    if r.window is not None:
+        return r.Lq * min(r.Lk, BLOCK_Q + r.window), RATE_GFLOPS, 0.0
+    return visible_pairs(r.Lq, r.Lk, causal=r.causal), RATE_GFLOPS, 0.0
 
 
 class NativeBackend(Backend):
@@ -194,6 +217,8 @@ class NativeBackend(Backend):
             "device": "on a GPU use 'sdpa' or 'flex'",
         },
     )
+    cost = Cost(work=_work, read_gbps=23.5, call_seconds=25e-6, backward_factor=3.9, busy_factor=1.0)
+    """One `at::parallel_for` per pass: under load it loses about the share of the core it gives away."""
 
     def __init__(self, block_q: int = BLOCK_Q, block_k: int = BLOCK_K):
         self.block_q = checks.integer("block_q", block_q, low=1)
@@ -226,13 +251,24 @@ class NativeBackend(Backend):
         ops = build()
         compute = r.accumulate_dtype
         q, k, v = (_prepared(t, compute) for t in (r.q, r.k, r.v))
-        mask = _prepared_mask(r, compute)
-        args = (mask, r.causal, r.window or 0, r.scale, r.softcap or 0.0, self.block_q, self.block_k)
+        args = tile_arguments(r, self.block_q, self.block_k)
         if r.needs_grad:
             out, lse = _NativeAttention.apply(q, k, v, ops, args)
         else:
             out, lse = ops.forward(q, k, v, *args)
         return Result(out.to(r.q.dtype), None, lse if r.return_lse else None)
+
+
+def tile_arguments(r: Request, block_q: int, block_k: int) -> tuple:
+    """The C++ tile's arguments after q, k, v, from the request's score rule — the one place its fields
+    become the kernel's: (mask expanded to (B, Hq, Lq, Lk) — bool, or additive in the compute dtype,
+    saturated — causal, window (0: none), scale, softcap (0: none), block_q, block_k)."""
+    rule = r.rule
+    mask = None
+    if rule.mask is not None:
+        mask = rule.mask if rule.mask_kind == "bool" else additive_in(rule.mask.detach(), r.accumulate_dtype)
+        mask = mask.expand(r.B, r.Hq, r.Lq, r.Lk)
+    return (mask, rule.causal, rule.window or 0, rule.scale, rule.softcap or 0.0, block_q, block_k)
 
 
 def _prepared(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -241,14 +277,6 @@ def _prepared(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if (t.shape[-1] > 1 and t.stride(-1) != 1) or (t.shape[2] > 1 and t.stride(2) < t.shape[3]):
         t = t.contiguous()
     return t
-
-
-def _prepared_mask(r: Request, dtype: torch.dtype) -> torch.Tensor | None:
-    """The user's mask expanded (no copy) to (B, Hq, Lq, Lk): bool, or additive in the compute dtype."""
-    if r.mask is None:
-        return None
-    mask = r.mask if r.mask.dtype == torch.bool else r.mask.detach().to(dtype)
-    return mask.expand(r.B, r.Hq, r.Lq, r.Lk)
 
 
 class _NativeAttention(torch.autograd.Function):

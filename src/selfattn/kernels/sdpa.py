@@ -2,15 +2,20 @@
 
 SDPA aligns `is_causal` top-left, so `is_causal=True` is used only when Lq == Lk (where
 both alignments agree); every other causal or windowed request gets an explicit
-bottom-right visibility mask. PyTorch's fused causal CPU kernel returns NaN for a scale <= 0
-(torch 2.13), so such requests get the explicit mask too (`fused_causal`). SDPA returns
-neither weights nor the log-sum-exp and has no softcap: such requests are refused with the reason.
+bottom-right visibility mask (`dense_mask`), within the memory budget (`selfattn.kernels.budget`):
+a window of 128 over 65536 positions would need a 20 GiB dense mask, and is refused with that
+reason. PyTorch's fused causal CPU kernel returns NaN for a scale <= 0 (torch 2.13), so such
+requests get the explicit mask too (`fused_causal`). SDPA returns neither weights nor the
+log-sum-exp and has no softcap: such requests are refused with the reason.
 
 SDPA adds its mask to the scores, and NaN + (−inf) is NaN: one non-finite key hidden by the mask
-would make every row NaN. A masked request whose keys are not all finite is therefore computed by
-a kernel that fills hidden scores with −inf (`_exact_kernel`: tiled, or naive for dropout or a mask
-that needs a gradient), so that only the rows that see such a key are NaN, as in the reference.
-The check is a sum over k (`all_finite`, no copy of k), made only when a mask is sent.
+would make every row NaN. A masked request whose keys are not all finite is refused with that
+reason, and "auto" gives it to a kernel that fills hidden scores with −inf (tiled, or naive for
+dropout or a mask that needs a gradient), so that only the rows that see such a key are NaN, as in
+the reference — a dispatch rule that `selfattn.kernels.explain` shows. The check is a sum over k
+(`all_finite`, no copy of k), made only when a dense mask is sent. An additive mask is added in q's
+dtype, so one whose finite entries lie beyond that dtype's range (7e4 in a float32 mask for float16
+q) is refused too.
 """
 
 from __future__ import annotations
@@ -18,11 +23,26 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .. import masks
-from .base import Backend, Capabilities, Request, Result, all_finite
+from ..scores import additive_in
+from .base import Backend, Capabilities, Cost, Request, Result, Work, all_finite, budget_bytes, size_text
+from .cost import visible_pairs
 
-EXACT_KERNELS = ("tiled", "naive")
-"""The kernels that hide masked scores with −inf, in order of preference (see `_exact_kernel`)."""
+__all__ = ["SdpaBackend", "fused_causal", "dense_mask", "dense_mask_bytes"]
+
+RATE_GFLOPS = 60.0
+"""Full and square-causal forward, L = 4096: 571 ms / 301 ms, 1 thread (`kernels.cost`)."""
+
+RATE_MASKED_GFLOPS = 52.0
+"""With a dense attn_mask (window w=256, L=4096): 668 ms for all L² pairs."""
+
+
+def _work(r: Request) -> Work:
+    """Causal with Lq = Lk and no mask: the visible half (PyTorch's flash kernel skips blocks);
+    a window, Lq ≠ Lk or a mask: all Lq·Lk pairs, through a dense mask."""
+    if fused_causal(r):
+        return visible_pairs(r.Lq, r.Lk, causal=True), RATE_GFLOPS, 0.0
+    masked = r.causal or r.window is not None or r.mask is not None
+    return r.Lq * r.Lk, RATE_MASKED_GFLOPS if masked else RATE_GFLOPS, 0.0
 
 
 class SdpaBackend(Backend):
@@ -38,17 +58,48 @@ class SdpaBackend(Backend):
             "softcap": "use backend='naive' or 'tiled'",
         },
     )
+    cost = Cost(
+        work=_work, read_gbps=14.0, call_seconds=40e-6, backward_factor=3.7, busy_factor=1.0, reads_per_query_head=True
+    )
+    """One parallel region per call: it loses about the share of the core it gives away (busy_factor 1).
+    Its CPU kernel reads K and V once per query head (a GQA group of G heads reads them G times)."""
+
+    def not_supported_reasons(self, r: Request) -> list[str]:
+        """Capabilities' reasons, and those of its dense mask: over the budget, non-finite keys it would
+        spread, additive entries beyond q's dtype."""
+        reasons = super().not_supported_reasons(r)
+        if fused_causal(r) or (r.mask is None and not _position_mask(r)):
+            return reasons
+        nbytes, limit = dense_mask_bytes(r), budget_bytes()
+        if nbytes > limit:
+            reasons.append(
+                f"its dense {r.Lq}×{r.Lk} mask for this request would take {size_text(nbytes)}, over the budget of "
+                f"{size_text(limit)} (selfattn.kernels.budget); use backend='tiled', 'native' or 'flex', which "
+                f"skip hidden blocks"
+            )
+        if r.k.device.type == "meta":  # a shape without data (explain): nothing more to look at
+            return reasons
+        if r.mask_kind == "additive" and torch.finfo(r.mask.dtype).max > torch.finfo(r.q.dtype).max:
+            extent, top = r.rule.mask_extent, torch.finfo(r.q.dtype).max
+            if extent > top:
+                reasons.append(
+                    f"its additive mask holds {extent:.3g}, beyond {r.q.dtype}'s range (±{top:.3g}), and SDPA adds "
+                    f"the mask in q's dtype; use backend='naive' or 'tiled' (they add it in {r.accumulate_dtype})"
+                )
+        if not all_finite(r.k):
+            reasons.append(
+                "k holds NaN or ±inf and SDPA adds its mask to the scores (NaN + −inf = NaN would reach every "
+                "row); use backend='tiled' or 'naive', which hide masked keys with −inf"
+            )
+        return reasons
 
     def forward(self, r: Request) -> Result:
         is_causal = fused_causal(r)
-        attn_mask = None if is_causal else dense_mask(r)
-        if attn_mask is not None and not all_finite(r.k):
-            return _exact_kernel(r).forward(r)
         out = F.scaled_dot_product_attention(
             r.q,
             r.k,
             r.v,
-            attn_mask=attn_mask,
+            attn_mask=None if is_causal else dense_mask(r),
             dropout_p=r.dropout_p,
             is_causal=is_causal,
             scale=r.scale,
@@ -64,33 +115,39 @@ def fused_causal(r: Request) -> bool:
     return r.causal and r.window is None and r.mask is None and r.Lq == r.Lk and r.scale > 0
 
 
+def _position_mask(r: Request) -> bool:
+    """Whether the causal/window rule needs a drawn (Lq, Lk) mask (one decoding step sees the whole cache)."""
+    return r.window is not None or (r.causal and r.Lq > 1)
+
+
+def dense_mask_bytes(r: Request) -> int:
+    """Bytes `dense_mask` and SDPA's own copy of it take for `r` (0 when no mask is built): the drawn
+    visibility (bool) and the mask SDPA adds (q's dtype), each of the broadcast shape of the user's mask
+    and (Lq, Lk); a user's mask passed as it is costs SDPA's float copy of a bool mask only."""
+    drawn = _position_mask(r)
+    if r.mask is None and not drawn:
+        return 0
+    shape = r.mask.shape if r.mask is not None else (1, 1, 1, 1)
+    numel = 1
+    for size in torch.broadcast_shapes(shape, (1, 1, r.Lq, r.Lk) if drawn else shape):
+        numel *= size
+    item = r.q.element_size()
+    if drawn:
+        return numel * (1 + item)
+    return numel * item if r.mask_kind == "bool" or r.mask.dtype != r.q.dtype else 0
+
+
 def dense_mask(r: Request) -> torch.Tensor | None:
-    """The request's visibility as one SDPA `attn_mask`: bool (True = may look), or additive
-    float in the input dtype when the user's mask is additive. Broadcasts to (B, Hq, Lq, Lk)."""
+    """The request's visibility as one SDPA `attn_mask`: bool (True = may look), or additive float
+    in the input dtype when the user's mask is additive. Broadcasts to (B, Hq, Lq, Lk)."""
     visible = None
-    if r.window is not None or (r.causal and r.Lq > 1):  # one decoding step sees the whole cache: no mask
-        visible = masks.visibility(r.Lq, r.Lk, causal=r.causal, window=r.window, device=r.q.device)
+    if _position_mask(r):
+        visible = r.rule.visible(None, None, r.Lq, r.Lk, device=r.q.device)
     if r.mask is None:
         return visible
     if r.mask.dtype == torch.bool:
         return r.mask if visible is None else visible & r.mask
-    additive = r.mask.to(r.q.dtype)
+    additive = additive_in(r.mask, r.q.dtype)
     if visible is None:
         return additive
     return additive.masked_fill(~visible, float("-inf"))
-
-
-def _exact_kernel(r: Request) -> Backend:
-    """The kernel that serves a masked request with non-finite keys: the first of tiled (O(N) memory)
-    and naive (dropout, a mask gradient; within its weight budget) that can serve it."""
-    from .dispatch import BACKENDS  # dispatch imports this module
-
-    reasons = {name: BACKENDS[name].not_supported_reasons(r) for name in EXACT_KERNELS}
-    for name, why in reasons.items():
-        if not why:
-            return BACKENDS[name]
-    raise ValueError(
-        "backend 'sdpa' cannot serve a masked request whose keys hold NaN or ±inf (its mask would spread "
-        "the NaN to every row), and neither kernel that hides masked keys can serve it: "
-        + "; ".join(f"{name}: {', '.join(why)}" for name, why in reasons.items())
-    )

@@ -14,7 +14,10 @@ the log-sum-exp lse = m + log₂ l is saved, so that the backward pass can recom
 block of probabilities as p = 2^(s − lse) without a second pass over the keys.
 
 Scores are kept in base 2 (s = q·k · scale · log₂e), as in the Triton tutorial: exp2 is
-cheaper than exp, and the log₂e factor rides on the Q Kᵀ matmul's alpha.
+cheaper than exp, and the log₂e factor rides on the Q Kᵀ matmul's alpha. Each tile's logits are
+the request's score rule (`selfattn.scores.ScoreRule`) with `unit=LOG2_E`; an additive mask whose
+entries times log₂e would overflow (torch.finfo(float32).min, transformers' "hidden") keeps the
+request in natural units instead (`unit=1`, exp), so that such a row stays the uniform row it is.
 
 Which blocks are visited comes from `masks.block_visibility`. With causal = True, Lq = Lk = 8
 and blocks of 2, the query blocks (rows) meet the key blocks (columns) as
@@ -46,41 +49,31 @@ OMP_WAIT_POLICY=PASSIVE in the environment brings it back (see `selfattn.bench`)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from .. import masks
 from ..weights import weights_from_lse
-from .base import Backend, Capabilities, Request, Result, softmax_delta
+from .base import Backend, Capabilities, Cost, Request, Result, Work, softmax_delta
+from .tiling import BLOCK_K, BLOCK_Q, BLOCK_SIZES, Plan, Tile
 
-__all__ = ["TiledBackend", "Plan", "BLOCK_SIZES", "BLOCK_Q", "BLOCK_K"]
+__all__ = ["TiledBackend", "Plan", "BLOCK_SIZES", "BLOCK_Q", "BLOCK_K", "TILE_SECONDS"]
 
-BLOCK_SIZES = (16, 32, 64, 128, 256, 512, 1024)
-"""Block sizes (query or key positions per block) the tiled kernel supports and is tested with."""
-
-BLOCK_Q = 1024
-"""Default query positions per block. Tall blocks mean few steps: every step is a handful of
-multi-threaded ops, and each op's start and finish costs (thread wake-ups; a long wait when
-another process holds a core) add up per step. Rows that cannot see a key block are trimmed
-from its tile, so a tall block costs no extra work on the causal diagonal."""
-
-BLOCK_K = 256
-"""Default key/value positions per block: the width of the causal diagonal's masked tiles."""
-
-TILE_BUDGET_BYTES = 8 << 20
-"""Most bytes one score tile (heads × rows × keys) may take; more heads are split into chunks."""
-
-LOG2_E = 1.4426950408889634
-"""log₂ e: scores are kept in base 2, so softmax uses exp2 (twice as fast as exp on CPU)."""
+RATE_GFLOPS = 52.0
+"""Full and causal forward, L = 4096, 1024×256 tiles: 604 ms / 340 ms, 1 thread (`kernels.cost`)."""
 
 LN_2 = 0.6931471805599453
 """ln 2: turns a base-2 log-sum-exp back into the natural one that `attention` returns."""
 
+TILE_SECONDS = 60e-6
+"""The kernel's Python and small-op overhead per visited tile (about a dozen ops), measured."""
+
 NEG_INF = float("-inf")
 
-Tile = tuple[int, int, int, int]
-"""(q0, q1, k0, k1): queries [q0, q1) × keys [k0, k1)."""
+
+def _work(r: Request) -> Work:
+    """The tiles the forward visits at the default block sizes (`Plan.work`): a window of w costs O(N·w),
+    bottom-right causal skips the hidden blocks; partial tiles count whole."""
+    tiles, pairs = Plan.of(r, BLOCK_Q, BLOCK_K).work()
+    return pairs, RATE_GFLOPS, tiles * TILE_SECONDS
 
 
 class TiledBackend(Backend):
@@ -101,6 +94,16 @@ class TiledBackend(Backend):
         },
     )
 
+    cost = Cost(
+        work=_work,
+        read_gbps=15.7,
+        call_seconds=200e-6,
+        backward_factor=3.3,
+        busy_factor=3.0,
+    )
+    """busy_factor 3: it starts and joins the thread pool per tile and waits each time for a preempted
+    thread (1.6× to 13× measured under `selfattn bench --load 1`)."""
+
     def __init__(self, block_q: int = BLOCK_Q, block_k: int = BLOCK_K):
         for label, size in (("block_q", block_q), ("block_k", block_k)):
             if size not in BLOCK_SIZES:
@@ -117,149 +120,7 @@ class TiledBackend(Backend):
             out, lse2 = _TiledAttention.apply(r.q, r.k, r.v, plan)
         else:
             out, lse2 = _forward(r.q, r.k, r.v, plan)
-        return Result(out, None, lse2 * LN_2 if r.return_lse else None)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How one request is tiled: everything the loops need, resolved once, and which blocks
-    they visit (`key_blocks`, `query_blocks`) and how much work that is (`work`)."""
-
-    B: int
-    Hq: int
-    Hkv: int
-    Lq: int
-    Lk: int
-    causal: bool
-    window: int | None
-    scale: float
-    softcap: float | None
-    mask: torch.Tensor | None  # (Bm, Hkv|1, G|1, Lq|1, Lk|1): the user's mask with heads split by group
-    block_q: int
-    block_k: int
-    acc: torch.dtype
-
-    @classmethod
-    def of(cls, r: Request, block_q: int, block_k: int) -> Plan:
-        mask = None
-        if r.mask is not None:
-            m = r.mask  # (Bm, Hq|1, Lq|1, Lk|1)
-            mask = m.unflatten(1, (r.Hkv, r.G)) if m.shape[1] == r.Hq else m.unsqueeze(2)
-        return cls(
-            B=r.B,
-            Hq=r.Hq,
-            Hkv=r.Hkv,
-            Lq=r.Lq,
-            Lk=r.Lk,
-            causal=r.causal,
-            window=r.window,
-            scale=r.scale,
-            softcap=r.softcap,
-            mask=mask,
-            block_q=block_q,
-            block_k=block_k,
-            acc=r.accumulate_dtype,
-        )
-
-    @property
-    def G(self) -> int:
-        return self.Hq // self.Hkv
-
-    @property
-    def shift(self) -> int:
-        """Bottom-right alignment: query i stands at key position i + shift."""
-        return self.Lk - self.Lq
-
-    @property
-    def limited(self) -> bool:
-        return self.causal or self.window is not None
-
-    @property
-    def q_mult(self) -> float:
-        """What the Q Kᵀ matmul multiplies its result by (its alpha): scale·log₂e, or scale/c
-        under a softcap c (the tile then becomes c·log₂e · tanh(q·k · scale/c))."""
-        return self.scale * LOG2_E if self.softcap is None else self.scale / self.softcap
-
-    def key_span(self, q0: int, q1: int) -> tuple[int, int, int]:
-        """(lo, hi, width): query block [q0, q1) sees keys in [lo, hi) only, visited in key blocks of
-        `width`. A query block shorter than block_q (one decoding step, a short last block) takes
-        proportionally wider key blocks, so its tiles keep their size and Python's per-tile overhead
-        does not dominate: one decoding step over 16384 keys is one tile, not 64."""
-        lo, hi = 0, self.Lk
-        if self.limited:
-            hi = min(hi, q1 + self.shift)  # last visible key: q1 − 1 + shift
-        if self.window is not None:
-            lo = max(lo, q0 + self.shift - self.window + 1)  # first visible key of query q0
-        return lo, hi, self.block_k * max(1, self.block_q // (q1 - q0))
-
-    def query_span(self, k0: int, k1: int) -> tuple[int, int]:
-        """[lo, hi): the queries that see any key of [k0, k1)."""
-        lo, hi = 0, self.Lq
-        if self.limited:
-            lo = max(lo, k0 - self.shift)  # first query that sees key k0
-        if self.window is not None:
-            hi = min(hi, k1 - 1 - self.shift + self.window)  # last query that sees key k1 − 1, plus one
-        return lo, max(lo, hi)
-
-    def key_blocks(self, q0: int, q1: int) -> tuple[list[Tile], list[Tile]]:
-        """The tiles query block [q0, q1) visits, one per key block: (full ones, partial ones).
-
-        Each tile keeps only the rows of the query block that see some key of its key block, so
-        a tall query block (block_q of 1024) wastes no work on the rows above the diagonal."""
-        lo, hi, width = self.key_span(q0, q1)
-        tiles = []
-        for k0 in range(lo - lo % width, hi, width):
-            k0, k1 = max(k0, lo), min(k0 + width, hi)  # never a key no row of the block may see
-            r0, r1 = self.query_span(k0, k1)
-            tiles.append((max(q0, r0), min(q1, r1), k0, k1))
-        return self._classify(tiles)
-
-    def query_blocks(self, k0: int, k1: int) -> tuple[list[Tile], list[Tile]]:
-        """The tiles of the query blocks that see any key of [k0, k1): (full ones, partial ones)."""
-        lo, hi = self.query_span(k0, k1)
-        tiles = [
-            (max(q0, lo), min(q0 + self.block_q, hi), k0, k1) for q0 in range(lo - lo % self.block_q, hi, self.block_q)
-        ]
-        return self._classify(tiles)
-
-    def _classify(self, tiles: list[Tile]) -> tuple[list[Tile], list[Tile]]:
-        """Sort tiles (q0, q1, k0, k1) by `masks.block_visibility` into full and partial ones."""
-        full, partial = [], []
-        for tile in tiles:
-            kind = masks.block_visibility(*tile, self.Lq, self.Lk, causal=self.causal, window=self.window)
-            if kind is masks.Block.FULL:
-                full.append(tile)
-            elif kind is masks.Block.PARTIAL:
-                partial.append(tile)
-        return full, partial
-
-    def work(self) -> tuple[int, int]:
-        """(tiles, query-key pairs computed) of the forward pass, counted without classifying
-        tiles (partial ones count whole): what `kernels.cost` charges for."""
-        tiles = pairs = 0
-        for q0 in range(0, self.Lq, self.block_q):
-            q1 = min(q0 + self.block_q, self.Lq)
-            lo, hi, width = self.key_span(q0, q1)
-            for k0 in range(lo - lo % width, hi, width):
-                k0, k1 = max(k0, lo), min(k0 + width, hi)
-                r0, r1 = self.query_span(k0, k1)
-                rows = min(q1, r1) - max(q0, r0)
-                if rows > 0:
-                    tiles += 1
-                    pairs += rows * (k1 - k0)
-        return tiles * len(self.head_chunks()), pairs
-
-    def head_chunks(self) -> list[tuple[int, int, int, int]]:
-        """(b0, b1, h0, h1) chunks of (batch, kv head) whose score tiles fit TILE_BUDGET_BYTES.
-
-        A chunk is either whole batches (all kv heads) or kv heads of one batch, so that it is
-        a contiguous range of the merged B·Hkv dimension and a user mask slices without copies."""
-        per_head = self.G * self.block_q * self.block_k * self.acc.itemsize
-        heads = max(1, TILE_BUDGET_BYTES // per_head)
-        if heads >= self.Hkv:
-            step = heads // self.Hkv
-            return [(b, min(b + step, self.B), 0, self.Hkv) for b in range(0, self.B, step)]
-        return [(b, b + 1, h, min(h + heads, self.Hkv)) for b in range(self.B) for h in range(0, self.Hkv, heads)]
+        return Result(out, None, (lse2 * LN_2 if plan.base2 else lse2) if r.return_lse else None)
 
 
 class _Tiles:
@@ -289,29 +150,17 @@ class _Tiles:
             if len(self._hidden) >= self.HIDDEN_CACHE_SIZE:
                 self._hidden.clear()
             plan, device = self._plan, self._flat[0].device
-            self._hidden[key] = ~masks.visibility(
-                plan.Lq,
-                plan.Lk,
-                causal=plan.causal,
-                window=plan.window,
-                rows=torch.arange(q0, q1, device=device),
-                cols=torch.arange(k0, k1, device=device),
-            )
+            rows, cols = torch.arange(q0, q1, device=device), torch.arange(k0, k1, device=device)
+            self._hidden[key] = ~plan.rule.visible(rows, cols, plan.Lq, plan.Lk)
         return self._hidden[key]
 
 
-def _mask_user(s5: torch.Tensor, plan: Plan, chunk, q0: int, q1: int, k0: int, k1: int) -> None:
-    """Apply the user's mask to one tile of base-2 scores s5 (b, h, n, G, bk), in place: −inf where
-    a bool mask hides (NaN-proof), + mask · log₂e where it is additive (its −inf hides, NaN-proof too)."""
+def _mask_tile(plan: Plan, chunk, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor:
+    """The rule's mask on one tile, laid out like its scores s5 (b, h, n|1, G|1, bk|1): a view."""
     b0, b1, h0, h1 = chunk
     m = plan.mask
     tile = m[_span(m, 0, b0, b1), _span(m, 1, h0, h1), :, _span(m, 3, q0, q1), _span(m, 4, k0, k1)]
-    tile = tile.transpose(2, 3)  # (b, h, n|1, G|1, bk|1)
-    if tile.dtype == torch.bool:
-        s5.masked_fill_(~tile, NEG_INF)
-    else:
-        tile = tile.to(plan.acc)
-        s5.add_(tile * LOG2_E).masked_fill_(tile == NEG_INF, NEG_INF)
+    return tile.transpose(2, 3)
 
 
 def _span(m: torch.Tensor, dim: int, a: int, b: int) -> slice:
@@ -329,25 +178,23 @@ def _scores(
     masked: bool,
     keep_tanh: bool = False,
 ):
-    """One tile of base-2 scores s = q·k · scale · log₂e, softcapped and masked: (heads, n·G, bk),
-    in scratch buffer 0. With keep_tanh (the backward, under a softcap) also tanh(q·k · scale/c),
-    which the softcap's derivative needs; then s is a new tensor and buffer 0 holds the tanh."""
+    """One tile of logits by the request's score rule, in `plan.unit`s (base 2: s = q·k · scale · log₂e),
+    softcapped and masked: (heads, n·G, bk), in scratch buffer 0 (the rule's alpha rides on the matmul).
+    With keep_tanh (the backward, under a softcap) also tanh(q·k · scale/c), which the softcap's
+    derivative needs; then s is a new tensor and buffer 0 holds the tanh."""
     q0, q1, k0, k1 = tile
     b0, b1, h0, h1 = chunk
+    rule = plan.rule
     s = tiles.scratch(0, qt.shape[0], qt.shape[1], k1 - k0)
-    torch.baddbmm(s, qt, kb.transpose(1, 2), beta=0.0, alpha=plan.q_mult, out=s)  # s = alpha · Q Kᵀ
-    capped = None
-    if plan.softcap is not None:
-        if keep_tanh:
-            capped = s.tanh_()
-            s = capped * (plan.softcap * LOG2_E)
-        else:
-            s.tanh_().mul_(plan.softcap * LOG2_E)
+    torch.baddbmm(s, qt, kb.transpose(1, 2), beta=0.0, alpha=rule.alpha(plan.unit), out=s)  # s = alpha · Q Kᵀ
+    if keep_tanh:
+        s, capped = rule.scaled(s, unit=plan.unit, folded=True, keep_tanh=True)
+    else:
+        s, capped = rule.scaled(s, unit=plan.unit, folded=True), None
     s5 = s.view(b1 - b0, h1 - h0, q1 - q0, plan.G, k1 - k0)
-    if plan.mask is not None:
-        _mask_user(s5, plan, chunk, q0, q1, k0, k1)
-    if masked:
-        s5.masked_fill_(tiles.hidden(q0, q1, k0, k1)[:, None], NEG_INF)  # (n, 1, bk): the same for the group
+    mask = None if plan.mask is None else _mask_tile(plan, chunk, q0, q1, k0, k1)
+    hidden = tiles.hidden(q0, q1, k0, k1)[:, None] if masked else None  # (n, 1, bk): the same for the group
+    rule.hide(s5, mask, hidden, unit=plan.unit, inplace=True)
     return s, capped
 
 
@@ -394,20 +241,22 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan):
                     r0, r1, k0, k1 = tile
                     rows = slice((r0 - q0) * G, (r1 - q0) * G)  # the rows that see this key block
                     s, _ = _scores(plan, chunk, tiles, qb[:, rows], k3[heads, k0:k1], tile, masked)
-                    _online_softmax_step(s, v3[heads, k0:k1], m[:, rows], l[:, rows], acc[:, rows])
+                    _online_softmax_step(s, v3[heads, k0:k1], m[:, rows], l[:, rows], acc[:, rows], plan.base2)
             # epilogue: normalise, and save the log-sum-exp for the backward pass
             acc.div_(l.masked_fill(l == 0, 1.0))  # a row that saw nothing: 0
             out4[heads, :, q0:q1].copy_(_unrows(acc, G))
-            lse4[heads, :, q0:q1].copy_(_unrows(m + torch.log2(l), G))  # and lse = −inf
+            lse4[heads, :, q0:q1].copy_(
+                _unrows(m + (torch.log2(l) if plan.base2 else torch.log(l)), G)
+            )  # and lse = −inf
     return out, lse2[..., 0]
 
 
-def _online_softmax_step(s, vb, m, l, acc) -> None:
-    """Fold one tile of base-2 scores s (h, rows, bk) into the running (m, l, acc), in place."""
+def _online_softmax_step(s, vb, m, l, acc, base2: bool = True) -> None:
+    """Fold one tile of logits s (h, rows, bk), base 2 or natural, into the running (m, l, acc), in place."""
     m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
     m_use = m_new.masked_fill(m_new == NEG_INF, 0.0)  # a row that saw only −inf so far: subtract 0, not −inf
-    p = s.sub_(m_use).exp2_()  # (h, rows, bk) in place: no new tile
-    alpha = torch.exp2(m - m_use)  # rescales what was summed under the old max
+    p = s.sub_(m_use).exp2_() if base2 else s.sub_(m_use).exp_()  # (h, rows, bk) in place: no new tile
+    alpha = torch.exp2(m - m_use) if base2 else torch.exp(m - m_use)  # rescales what was summed under the old max
     l.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
     acc.mul_(alpha).baddbmm_(p, vb)
     m.copy_(m_new)
@@ -440,25 +289,26 @@ def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
                     qt, do = _rows(q4, heads, q0, q1), _rows(do4, heads, q0, q1)
                     s, capped = _scores(plan, chunk, tiles, qt, kb, tile, masked, keep_tanh=True)
                     p = weights_from_lse(
-                        s, _rows(lse4, heads, q0, q1)[..., 0], base2=True, inplace=True
+                        s, _rows(lse4, heads, q0, q1)[..., 0], base2=plan.base2, inplace=True
                     )  # the forward's probabilities
                     dv_acc.baddbmm_(p.transpose(1, 2), do)  # dV += pᵀ dO
                     ds = tiles.scratch(1, *p.shape)
                     torch.bmm(do, vb.transpose(1, 2), out=ds)  # dP = dO Vᵀ
                     ds.sub_(_rows(delta4, heads, q0, q1)).mul_(p)  # dS = p ∘ (dP − Δ)
                     if capped is not None:
-                        ds.mul_(capped.square_().neg_().add_(1.0))  # d/dx c·tanh(x/c) = 1 − tanh²
+                        ds.mul_(capped.square_().neg_().add_(1.0))  # d/dx c·tanh(x/c) = 1 − tanh² (chain rule)
                     dk_acc.baddbmm_(ds.transpose(1, 2), qt, alpha=plan.scale)  # dK += scale · dSᵀ Q
                     if G == 1:  # dQ += scale · dS K
                         dq4[heads, 0, q0:q1].baddbmm_(ds, kb, alpha=plan.scale)
                     else:  # (group rows are not adjacent in dQ)
                         dq4[heads, :, q0:q1].add_(_unrows(torch.bmm(ds, kb), G), alpha=plan.scale)
     shape_kv = (plan.B, plan.Hkv, plan.Lk)
-    return dq4.view(q.shape), dk.view(*shape_kv, -1), dv.view(*shape_kv, Dv)
+    return dq4.view(q.shape), dk.view(*shape_kv, k.shape[-1]), dv.view(*shape_kv, Dv)
 
 
 class _TiledAttention(torch.autograd.Function):
-    """out, lse₂ = tiled attention of (q, k, v); the backward recomputes probabilities block by block."""
+    """out, lse₂ = tiled attention of (q, k, v) (lse₂ in `plan.unit`s); the backward recomputes
+    probabilities block by block."""
 
     @staticmethod
     def forward(ctx, q, k, v, plan: Plan):
@@ -474,6 +324,6 @@ class _TiledAttention(torch.autograd.Function):
         q, k, v, out, lse2 = ctx.saved_tensors
         if d_out is None:
             d_out = torch.zeros_like(out)
-        d_lse = None if d_lse2 is None else d_lse2 * LOG2_E  # the caller's lse is lse₂ · ln 2
+        d_lse = None if d_lse2 is None else d_lse2 * ctx.plan.unit  # the caller's lse is lse₂ / unit
         dq, dk, dv = _backward(q, k, v, out, lse2, d_out, d_lse, ctx.plan)
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None

@@ -29,7 +29,7 @@ from ... import checks
 from ...limits import TEMPERATURE_RANGE
 
 if TYPE_CHECKING:  # the registry is read without torch: `selfattn walkthrough` builds the CLI without it
-    from ...kernels.base import Request
+    from ...request import Request
 
 __all__ = ["Param", "Entry", "REGISTRY", "SCOPE", "Intervention", "as_data", "flat_fields"]
 

@@ -35,9 +35,11 @@ import torch
 
 from ... import checks
 from ...functional import intercept
-from ...kernels.base import Request, Result
+from ...kernels.base import Result
 from ...masks import visibility
 from ...modules import MultiHeadSelfAttention, SelfAttention
+from ...request import Request
+from ...scores import ScoreRule
 from ...weights import _row_index, weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
 from .interventions import Intervention
 
@@ -124,7 +126,8 @@ class LayerTrace:
 
 
 def head_stages(q, k, lse, *, scale: float, softcap: float | None, visible, v=None) -> dict[str, torch.Tensor]:
-    """The tutorial's stages of R query rows of one head, in the dtype of q (the one copy of the formula).
+    """The tutorial's stages of R query rows of one head, in the dtype of q, by the score rule
+    (`selfattn.scores.ScoreRule`, the one copy of the formula every backend uses).
 
     q (R, D), k (L, D), lse (R,), visible (R, L) bool (True = may look), v (L, Dv) or None.
     scores (R, L) = Q Kᵀ;  scaled (R, L) = scores · scale (then softcap·tanh(·/softcap) if a softcap
@@ -132,10 +135,9 @@ def head_stages(q, k, lse, *, scale: float, softcap: float | None, visible, v=No
     weights (R, L) = exp(masked − lse);  weighted (R, Dv) = weights · V (only when v is given).
     """
     scores = q @ k.T
-    scaled = scores * scale
-    if softcap is not None:
-        scaled = softcap * torch.tanh(scaled / softcap)
-    masked = scaled.masked_fill(~visible, float("-inf"))
+    rule = ScoreRule(scale=scale, softcap=softcap, mask=visible[None, None])  # visible already holds every rule
+    stages = rule.stages(scores[None, None])
+    scaled, masked = stages["scaled"][0, 0], stages["masked"][0, 0]
     weights = weights_from_lse(masked, lse)
     out = {"scores": scores, "scaled": scaled, "mask": visible, "masked": masked, "weights": weights}
     return out if v is None else out | {"weighted": weights @ v}

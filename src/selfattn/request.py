@@ -1,0 +1,272 @@
+"""One validated attention call: `build_request` checks every argument once and returns a `Request`.
+
+The bottom of the house: `functional.attention`, every backend, `weights.attention_weights`, the
+explainer and the ring build or read a `Request`; this module imports only `checks` and `scores`.
+A bad argument gets a `TypeError`/`ValueError` that names the actual value; backends trust the Request.
+
+Names (the glossary): B batch, Hq query heads, Hkv key/value heads, G = Hq / Hkv query heads per
+key/value head, Lq queries, Lk keys, D query/key width, Dv value width.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import checks
+from .scores import ScoreRule
+
+__all__ = [
+    "ALL_DTYPES",
+    "MAX_SCALE",
+    "MAX_SOFTCAP",
+    "MIN_SOFTCAP",
+    "Request",
+    "accumulate_dtype",
+    "build_request",
+    "check_dense",
+    "check_mask",
+]
+
+ALL_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+"""The dtypes `selfattn.attention` accepts."""
+
+MAX_SCALE = 1e6
+"""Largest |scale| accepted. Scores of ordinary inputs times a larger scale overflow float32 (the
+accumulation type of half inputs) to inf, and inf − inf in the softmax is NaN; a 1/√D scale, or
+one divided by a temperature down to 1e-4, stays far below."""
+
+MAX_SOFTCAP = 1e6
+"""Largest softcap accepted: c·tanh(s/c) ≈ s long before this, and c·log₂e must stay finite in
+float32 (`kernels.tiled` keeps its scores in base 2)."""
+
+MIN_SOFTCAP = 1e-4
+"""Smallest softcap accepted: c·tanh(s/c) lies in (−c, c), so below this every capped score is 0 to
+within half precision, and scale/c (the tiled kernel's matmul multiplier) must stay finite in float32:
+MAX_SCALE / MIN_SOFTCAP = 1e10 does, 1 / 1e-300 does not."""
+
+
+def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Softmax and its sums run in float32 for half types, else in the input dtype."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+@dataclass(frozen=True)
+class Request:
+    """One validated attention call.
+
+    q     (B, Hq, Lq, D)
+    k     (B, Hkv, Lk, D)
+    v     (B, Hkv, Lk, Dv)
+    mask  None, or bool (True = may look) / additive float: 4-D, broadcastable to (B, Hq, Lq, Lk)
+          (`build_request`, the only builder, makes it 4-D; backends rely on that)
+    sinks, alibi, segments   reserved score features (None; see `scores.RESERVED`)
+
+    `rule` is its `scores.ScoreRule` (scale, softcap, mask, causal, window, …): how q·kᵀ becomes a logit.
+    """
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    causal: bool
+    mask: torch.Tensor | None
+    window: int | None
+    scale: float
+    softcap: float | None
+    dropout_p: float
+    return_weights: bool
+    return_lse: bool
+    sinks: torch.Tensor | None = None
+    alibi: torch.Tensor | None = None
+    segments: torch.Tensor | None = None
+
+    @functools.cached_property
+    def rule(self) -> ScoreRule:
+        """The score rule of this request (built once per request)."""
+        return ScoreRule.of(self)
+
+    @property
+    def B(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def Hq(self) -> int:
+        return self.q.shape[1]
+
+    @property
+    def Hkv(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def G(self) -> int:
+        """Query heads per key/value head (1 = MHA, Hq = MQA, else GQA)."""
+        return self.q.shape[1] // self.k.shape[1]
+
+    @property
+    def Lq(self) -> int:
+        return self.q.shape[2]
+
+    @property
+    def Lk(self) -> int:
+        return self.k.shape[2]
+
+    @property
+    def D(self) -> int:
+        return self.q.shape[3]
+
+    @property
+    def Dv(self) -> int:
+        return self.v.shape[3]
+
+    @property
+    def mask_kind(self) -> str | None:
+        """None, "bool" or "additive"."""
+        if self.mask is None:
+            return None
+        return "bool" if self.mask.dtype == torch.bool else "additive"
+
+    @property
+    def accumulate_dtype(self) -> torch.dtype:
+        """Softmax and its sums run in float32 for half types, else in the input dtype."""
+        return accumulate_dtype(self.q.dtype)
+
+    @property
+    def weights_bytes(self) -> int:
+        """Bytes of the whole (B, Hq, Lq, Lk) weight matrix in the accumulation dtype."""
+        return self.B * self.Hq * self.Lq * self.Lk * self.accumulate_dtype.itemsize
+
+    @property
+    def needs_grad(self) -> bool:
+        return torch.is_grad_enabled() and any(t.requires_grad for t in (self.q, self.k, self.v))
+
+    @property
+    def mask_needs_grad(self) -> bool:
+        return self.mask is not None and self.mask.requires_grad and torch.is_grad_enabled()
+
+
+def check_dense(name: str, t) -> torch.Tensor:
+    """`t` if it is an ordinary (dense, strided, not nested) tensor; else a TypeError naming it."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.is_nested:
+        raise TypeError(
+            f"{name} is a nested tensor; attention needs dense (B, H, L, D) tensors (pad it: .to_padded_tensor)"
+        )
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} has layout {t.layout}; attention needs dense strided tensors (call .to_dense())")
+    return t
+
+
+def build_request(
+    q,
+    k,
+    v,
+    *,
+    causal=False,
+    mask=None,
+    window=None,
+    scale=None,
+    softcap=None,
+    dropout_p=0.0,
+    return_weights=False,
+    return_lse=False,
+) -> Request:
+    """Check every argument of `attention` and normalise it into a `Request`.
+
+    Normalised: scale resolved (default 1/√D); a window wider than Lk clamped to Lk (the same
+    rule: every key is within reach); the mask viewed as 4-D (leading dims of size 1).
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_dense(name, t)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D (B, H, L, D), got shape {tuple(t.shape)}")
+        if t.dtype not in ALL_DTYPES:
+            raise TypeError(f"{name} has dtype {t.dtype}; supported: float16, bfloat16, float32, float64")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    (B, Hq, Lq, D), (Bk, Hkv, Lk, Dk), (Bv, Hv, Lv, Dv) = q.shape, k.shape, v.shape
+    if not (B == Bk == Bv):
+        raise ValueError(f"batch sizes differ: q has B={B}, k has B={Bk}, v has B={Bv}")
+    if Dk != D:
+        raise ValueError(f"k has D={Dk} but q has D={D}")
+    if Hv != Hkv:
+        raise ValueError(f"v has {Hv} heads but k has {Hkv}")
+    if Lv != Lk:
+        raise ValueError(f"v has Lk={Lv} positions but k has Lk={Lk}")
+    if Hq == 0 or Hkv == 0:
+        raise ValueError(f"q and k need at least one head each, got Hq={Hq}, Hkv={Hkv}")
+    if Hq % Hkv != 0:
+        raise ValueError(f"q has Hq={Hq} heads, not a multiple of k's Hkv={Hkv}")
+    if D == 0:
+        raise ValueError("head dim D must be >= 1, got 0")
+    if Dv == 0:
+        raise ValueError("value head dim Dv must be >= 1, got 0")
+    causal = checks.boolean("causal", causal)
+    return_weights = checks.boolean("return_weights", return_weights)
+    return_lse = checks.boolean("return_lse", return_lse)
+    window = checks.optional_integer("window", window, low=1)
+    if window is not None:
+        window = min(window, max(Lk, 1))
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    else:
+        scale = checks.real("scale", scale, low=-MAX_SCALE, high=MAX_SCALE)
+    if softcap is not None:
+        softcap = checks.real("softcap", softcap, low=MIN_SOFTCAP, high=MAX_SOFTCAP)
+    dropout_p = checks.real("dropout_p", dropout_p, low=0, high=1, high_open=True)
+    if mask is not None:
+        mask = check_mask(mask, (B, Hq, Lq, Lk), q.device)
+    return Request(
+        q=q,
+        k=k,
+        v=v,
+        causal=causal,
+        mask=mask,
+        window=window,
+        scale=scale,
+        softcap=softcap,
+        dropout_p=dropout_p,
+        return_weights=return_weights,
+        return_lse=return_lse,
+    )
+
+
+def check_mask(mask, full_shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """`mask` checked against (B, Hq, Lq, Lk) = full_shape, as a 4-D view (leading dims of size 1).
+
+    bool (True = may look) or additive float; broadcastable to full_shape; on `device`; an
+    additive mask may hold −inf but neither NaN nor +inf.
+    """
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor (bool, or additive float), got {type(mask).__name__}")
+    check_dense("mask", mask)
+    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
+        raise TypeError(f"mask must be bool (True = may look) or an additive float, got dtype {mask.dtype}")
+    if mask.device != device:
+        raise ValueError(f"mask is on {mask.device} but q is on {device}")
+    if mask.dim() > 4:
+        raise ValueError(
+            f"mask has shape {tuple(mask.shape)}, more than 4 dims: cannot broadcast to (B, Hq, Lq, Lk) = {full_shape}"
+        )
+    try:
+        broadcast = torch.broadcast_shapes(mask.shape, full_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(full_shape):
+        raise ValueError(
+            f"mask has shape {tuple(mask.shape)}, which does not broadcast to (B, Hq, Lq, Lk) = {full_shape}"
+        )
+    if mask.dtype.is_floating_point:
+        if bool(torch.isnan(mask).any()):
+            raise ValueError("additive mask contains NaN; use -inf (or a bool mask) for hidden positions")
+        if bool(torch.isposinf(mask).any()):
+            raise ValueError(
+                "additive mask contains +inf, which would make a softmax row NaN; use finite "
+                "values, and -inf (or a bool mask) for hidden positions"
+            )
+    return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))

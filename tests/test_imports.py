@@ -1,0 +1,132 @@
+"""The package's import graph has no circle: data flows down, nothing below imports what is above it.
+
+Every module of `src/selfattn` is parsed (ast: imports inside functions count too, since a lazy import
+that dodges a circle is still a circle in the design), each import is resolved to the package's module
+it names, and the graph is checked for a cycle — of modules, and of rooms (each subpackage such as
+`selfattn.kernels` one node: the house's floors). A failure prints the cycle, node by node.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import selfattn
+
+ROOT = Path(selfattn.__file__).parent
+PACKAGE = "selfattn"
+
+
+def module_names() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its own name, for its __init__)."""
+    names = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names[".".join([PACKAGE, *parts])] = path
+    return names
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute module a `from ... import` statement reads from."""
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
+    """The package's modules that `module` imports anywhere in its body (functions included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    is_package = path.name == "__init__.py"
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            source = _resolve(module, is_package, node)
+            # `from pkg import name`: the submodule pkg.name when there is one, else pkg itself
+            targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in known else source for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:  # `import a.b.c` of a name inside a module
+                target = target.rpartition(".")[0]
+            if target and target != module and target.split(".")[0] == PACKAGE:
+                found.add(target)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    names = module_names()
+    known = set(names)
+    return {module: imports_of(module, path, known) for module, path in names.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle [a, b, …, a] of `graph`, or None (an iterative depth-first search)."""
+    WHITE, GREY, BLACK = 0, 1, 2
+    colour = dict.fromkeys(graph, WHITE)
+    for start in sorted(graph):
+        if colour[start] != WHITE:
+            continue
+        stack = [(start, iter(sorted(graph[start])))]
+        path = [start]
+        colour[start] = GREY
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                colour[node] = BLACK
+                stack.pop()
+                path.pop()
+            elif colour.get(child, BLACK) == GREY:
+                return path[path.index(child) :] + [child]
+            elif colour.get(child) == WHITE:
+                colour[child] = GREY
+                stack.append((child, iter(sorted(graph[child]))))
+                path.append(child)
+    return None
+
+
+def room(module: str) -> str:
+    """The room of a module: its subpackage (selfattn.kernels.tiled → selfattn.kernels), or itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    rooms: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        rooms.setdefault(room(module), set()).update(room(d) for d in deps if room(d) != room(module))
+    return rooms
+
+
+def test_the_import_graph_has_no_cycle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " → ".join(cycle)
+
+
+def test_the_rooms_import_each_other_without_a_cycle():
+    rooms = room_graph(import_graph())
+    cycle = find_cycle(rooms)
+    assert cycle is None, "import cycle between rooms: " + " → ".join(cycle)
+
+
+def test_the_graph_sees_lazy_imports_and_the_finder_finds_a_cycle():
+    """The checker itself: an import inside a function is an edge, and a planted cycle is found."""
+    graph = import_graph()
+    assert "selfattn.bench.cases" in graph["selfattn.bench.memory"]  # imported inside child_main only
+    assert {"selfattn.checks", "selfattn.scores"} <= graph["selfattn.request"]  # `from . import x`, `from .x import`
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_a_lazy_import_inside_a_function_is_an_edge(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("def f():\n    from .functional import attention\n    import selfattn.masks\n")
+    assert imports_of("selfattn.m", path, {"selfattn.functional", "selfattn.masks", "selfattn.m"}) == {
+        "selfattn.functional",
+        "selfattn.masks",
+    }
