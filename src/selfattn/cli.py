@@ -22,6 +22,7 @@ Paths and texts the user gave are never read as rich markup.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import traceback
 from pathlib import Path
@@ -234,12 +235,34 @@ def build_parser():
     return cli_args.build_parser(runs)
 
 
+class _NoticeLines(logging.Handler):
+    """The library's notices (a compile that makes the user wait: `selfattn.kernels.notice`, logged to the
+    "selfattn" logger) as the CLI's lines on stderr: a start notice opens a line, its end closes it. Read
+    from the logger, so a command that never imports torch (walkthrough) pays nothing for it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        notice = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        stage = getattr(notice, "stage", None)
+        line = str(notice) + " " if stage == "start" else notice.tail + "\n" if stage else record.getMessage() + "\n"
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+
+def _show_notices() -> None:
+    logger = logging.getLogger("selfattn")
+    if not any(isinstance(h, _NoticeLines) for h in logger.handlers):
+        logger.addHandler(_NoticeLines(logging.INFO))
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
+    _show_notices()
     try:
         return args.run(args)
     except BrokenPipeError:  # `selfattn ... | head`: the reader left, nothing to report
