@@ -6,6 +6,7 @@
 (b) the CLI: every subcommand as a subprocess (scripts/hostile/cli_cases.py)
 (c) HTTP: a real `selfattn serve` on 127.0.0.1 only, then peak RSS, answer sizes and latency
     (scripts/hostile/http_cases.py, scripts/hostile/measure.py)
+(d) ring attention in process groups of 2-5 ranks (scripts/hostile/ring_cases.py, issue 18)
 
 Prints one row per surface (inputs tried, accepted and right, clear errors, wrong results, tracebacks)
 and every wrong result or traceback. Every loop is bounded in count and time; the run stops by itself
@@ -25,11 +26,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository: tests.live_server
 
-from hostile import cli_cases, http_cases, library, measure  # noqa: E402
+from hostile import cli_cases, http_cases, library, measure, ring_cases  # noqa: E402
 from hostile.tally import format_table  # noqa: E402
 
 ADDRESS_SPACE_LIMIT = 16 << 30
-SURFACES = ("library", "cli", "http")
+SURFACES = ("library", "cli", "http", "ring")
 
 
 def main(argv=None) -> int:
@@ -59,6 +60,10 @@ def main(argv=None) -> int:
                 if "Traceback" in server.log.read_text(errors="replace"):
                     tallies[-1].record("traceback", "server log", "Traceback in its output (cases and measurements)")
             seconds["http"] = round(time.monotonic() - start)
+        if "ring" in only:
+            start = time.monotonic()
+            tallies.append(ring_cases.run(work / "ring"))
+            seconds["ring"] = round(time.monotonic() - start)
     rows = [t.row() for t in tallies]
     total = {"surface": "total", **{k: sum(r[k] for r in rows) for k in rows[0] if k != "surface"}}
     failures = [n for t in tallies for n in t.notes]
@@ -83,7 +88,7 @@ def main(argv=None) -> int:
             print("measurements:")
             print(json.dumps(measurements, indent=1, ensure_ascii=False))
         print(f"seconds per surface: {seconds}")
-    return 1 if total["wrong results"] or total["tracebacks"] else 0
+    return 1 if any(total[k] for k in ("wrong results", "tracebacks", "hangs", "files lost")) else 0
 
 
 if __name__ == "__main__":

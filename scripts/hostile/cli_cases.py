@@ -10,6 +10,7 @@ control character to the terminal, or runs past its time limit.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -43,13 +44,19 @@ class Case:
     keep: list = field(default_factory=list)  # paths (relative to the work folder) that must not change
     absent: list = field(default_factory=list)  # paths that must not exist afterwards
     check: object = None  # check(stdout, work) -> None or why it is wrong
+    timeout_s: float = 0  # seconds before the run counts as a hang (0: RUN_TIMEOUT_S)
+    preexec: object = None  # run in the child before exec (resource limits, umask)
+    error_says: str = ""  # a refusal must say this (case-insensitive), else its message is unclear
 
 
 def _snapshot(path: Path):
     if not path.exists():
         return None
     if path.is_dir():
-        return sorted((p.relative_to(path).as_posix(), p.stat().st_size) for p in path.rglob("*"))
+        return sorted(
+            (p.relative_to(path).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "")
+            for p in path.rglob("*")
+        )
     return path.read_bytes()
 
 
@@ -338,17 +345,20 @@ def _run_one(case: Case, work: Path) -> tuple[Case, str, str, str]:
     """(case, outcome, label, detail) of one run."""
     before = {p: _snapshot(work / p) for p in case.keep}
     argv = [sys.executable, "-m", "selfattn.cli", *case.argv]
+    timeout_s = case.timeout_s or RUN_TIMEOUT_S
     try:
-        proc = subprocess.run(argv, cwd=work, env=_env(), capture_output=True, timeout=RUN_TIMEOUT_S)
+        proc = subprocess.run(
+            argv, cwd=work, env=_env(), capture_output=True, timeout=timeout_s, preexec_fn=case.preexec
+        )
     except subprocess.TimeoutExpired:
-        return case, "wrong", case.label, f"still running after {RUN_TIMEOUT_S} s"
+        return case, "hang", case.label, f"still running after {timeout_s:g} s (killed)"
     out = proc.stdout.decode("utf-8", "replace")
     err = proc.stderr.decode("utf-8", "replace")
+    changed = [p for p in case.keep if _snapshot(work / p) != before[p]]
+    if changed:  # before the traceback: a crash that destroyed the user's files is counted as the loss
+        return case, "lost", case.label, f"changed {changed} (exit {proc.returncode})"
     if "Traceback" in err:
         return case, "traceback", case.label, err.strip().splitlines()[-1][:200] if err.strip() else ""
-    changed = [p for p in case.keep if _snapshot(work / p) != before[p]]
-    if changed:
-        return case, "wrong", case.label, f"changed {changed} (exit {proc.returncode})"
     present = [p for p in case.absent if (work / p).exists()]
     if present:
         return case, "wrong", case.label, f"left {present} behind (exit {proc.returncode})"
@@ -365,6 +375,8 @@ def _run_one(case: Case, work: Path) -> tuple[Case, str, str, str]:
         return case, "wrong", case.label, f"exit {proc.returncode} without a one-line error: {err[-200:]!r}"
     if case.expect == "ok":
         return case, "wrong", case.label, f"valid run refused: {err.strip()[-200:]}"
+    if case.error_says and case.error_says.lower() not in err.lower():
+        return case, "wrong", case.label, f"refused without saying {case.error_says!r}: {err.strip()[-200:]}"
     return case, "error", case.label, ""
 
 
