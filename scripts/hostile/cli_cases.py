@@ -34,6 +34,14 @@ UNWRITABLE = "/proc/sys"
 """A folder nobody may create files in, even root (this run may be root, for whom chmod does not bind)."""
 ERROR_LINE = re.compile(r"^selfattn(?: [\w-]+)?: error: ", re.MULTILINE)
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+LIMITS_SHIM = (
+    "import json, os, resource, sys; limits = json.loads(sys.argv[1]); "
+    "os.umask(limits['umask']) if 'umask' in limits else None; "
+    "[resource.setrlimit(r, (limits[k], limits[k])) for k, r in (('fsize', resource.RLIMIT_FSIZE), "
+    "('as', resource.RLIMIT_AS)) if k in limits]; os.execv(sys.argv[2], sys.argv[2:])"
+)
+"""Runs the CLI under a umask and resource limits (set in the process, kept across exec): no preexec_fn,
+which is unsafe beside the runner's threads."""
 
 
 @dataclass
@@ -45,8 +53,9 @@ class Case:
     absent: list = field(default_factory=list)  # paths that must not exist afterwards
     check: object = None  # check(stdout, work) -> None or why it is wrong
     timeout_s: float = 0  # seconds before the run counts as a hang (0: RUN_TIMEOUT_S)
-    preexec: object = None  # run in the child before exec (resource limits, umask)
+    limits: dict = field(default_factory=dict)  # {"umask": 0o022, "fsize": bytes, "as": bytes} for the run
     error_says: str = ""  # a refusal must say this (case-insensitive), else its message is unclear
+    logs_before_error: bool = False  # progress lines may precede the one error line (a failure after the work)
 
 
 def _snapshot(path: Path):
@@ -345,11 +354,11 @@ def _run_one(case: Case, work: Path) -> tuple[Case, str, str, str]:
     """(case, outcome, label, detail) of one run."""
     before = {p: _snapshot(work / p) for p in case.keep}
     argv = [sys.executable, "-m", "selfattn.cli", *case.argv]
+    if case.limits:
+        argv = [sys.executable, "-c", LIMITS_SHIM, json.dumps(case.limits), *argv]
     timeout_s = case.timeout_s or RUN_TIMEOUT_S
     try:
-        proc = subprocess.run(
-            argv, cwd=work, env=_env(), capture_output=True, timeout=timeout_s, preexec_fn=case.preexec
-        )
+        proc = subprocess.run(argv, cwd=work, env=_env(), capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return case, "hang", case.label, f"still running after {timeout_s:g} s (killed)"
     out = proc.stdout.decode("utf-8", "replace")
@@ -371,7 +380,10 @@ def _run_one(case: Case, work: Path) -> tuple[Case, str, str, str]:
             return case, "wrong", case.label, "exit 0, should be refused"
         why = case.check(out, work) if case.check else None
         return (case, "wrong", case.label, why) if why else (case, "ok", case.label, "")
-    if not ERROR_LINE.search(err) or len(err.strip().splitlines()) > 2:
+    lines = err.strip().splitlines()
+    if case.logs_before_error:  # a run that fails after its work began: its log lines, then one error line
+        lines = lines[-1:]
+    if not lines or not ERROR_LINE.search(lines[0] if case.logs_before_error else err) or len(lines) > 2:
         return case, "wrong", case.label, f"exit {proc.returncode} without a one-line error: {err[-200:]!r}"
     if case.expect == "ok":
         return case, "wrong", case.label, f"valid run refused: {err.strip()[-200:]}"
