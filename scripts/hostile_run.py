@@ -11,9 +11,10 @@
 (f) the CLI findings of issue 18 and their neighbours (scripts/hostile/cli18.py)
 (g) HTTP: ordinary Unicode and control characters in the text (issue 18; http_cases.unicode_cases)
 
-Prints one row per surface (inputs tried, accepted and right, clear errors, wrong results, tracebacks)
-and every wrong result or traceback. Every loop is bounded in count and time; the run stops by itself
-(about 4-5 minutes on 2 cores) and exits 1 if anything was wrong or crashed. Address space is capped
+Prints one row per surface (inputs tried, accepted and right, clear errors, wrong results, tracebacks,
+hangs, files lost) and every bad outcome. Every loop is bounded in count and time; the run stops by itself
+(on 2 busy cores about 4-5 minutes for library, cli and http; ring ~1.5, library18 ~2, cli18 ~5, http18
+seconds) and exits 1 if anything was wrong, crashed, hung or lost a file. Address space is capped
 at ADDRESS_SPACE_LIMIT so that a defect that allocates without bound fails instead of taking the machine.
 """
 

@@ -36,6 +36,7 @@ ORDINARY_TOO = {"U+200C": "\u200c", "U+202F": "\u202f"}
 CONTROLS = {"BEL": "\x07", "BS": "\x08", "DEL": "\x7f", "C1 NEL": "\x85", "C1 CSI": "\x9b"}
 TOKEN_ESCAPES = ("\x1b]8;;https://evil.example\x07link\x1b]8;;\x07", "\x1b[2J\x1b[H", "\u202e")
 BIDI = "\u202e"
+TEXT_EN = "a blue monster walks into the forest"
 
 
 def _modes(paths: list[str], umask: int):
@@ -157,6 +158,22 @@ def cases() -> list[Case]:
             )
         )
     c += [
+        Case("explain --model transformers folder (control)", ["explain", TEXT_EN, "--model", "hf_ok", "--json"], "ok"),
+        Case(
+            "explain --model transformers folder, a tensor missing",
+            ["explain", TEXT_EN, "--model", "hf_missing", "--json"],
+            "error",
+            logs_before_error=True,
+        ),
+        Case(
+            "explain --model transformers folder, a NaN tensor",
+            ["explain", TEXT_EN, "--model", "hf_nan"],
+            "error",
+            error_says="weight",
+            logs_before_error=True,
+        ),
+    ]
+    c += [
         Case("vocab --model, escapes in tokens", ["vocab", "--model", "esc_ck"], "ok", check=_no_bidi),
         Case("vocab --model --json, escapes in tokens", ["vocab", "--model", "esc_ck", "--json"], "ok", check=_json_ok),
         Case(
@@ -264,6 +281,19 @@ def prepare(work: Path) -> None:
         t if i < 4 or t in keep else t + TOKEN_ESCAPES[i % len(TOKEN_ESCAPES)] for i, t in enumerate(tok["tokens"])
     ]
     (esc / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    import math
+
+    import torch
+    import transformers
+
+    from .library18 import _hf_folder
+
+    transformers.logging.disable_progress_bar()
+
+    attn = lambda t: next(n for n in t if "attn" in n and t[n].dim() == 2)  # noqa: E731
+    _hf_folder(work, "hf_ok", "gpt2", lambda t: None)
+    _hf_folder(work, "hf_missing", "gpt2", lambda t: {n: x for n, x in t.items() if n != attn(t)})
+    _hf_folder(work, "hf_nan", "gpt2", lambda t: {**t, attn(t): torch.full_like(t[attn(t)], math.nan)})
     _huge_llama(
         work,
         "llama_13b",
