@@ -33,7 +33,8 @@ import torch
 import selfattn
 from selfattn.kernels.base import Result
 
-from .library import _check_attention, call, named
+from .judge import named
+from .library import _check_attention, call
 from .library18_child import run_children
 from .tally import Tally
 

@@ -47,7 +47,7 @@ def _digest(folder: Path):
 def _load(tally: Tally, arg: str) -> None:
     from selfattn.model.checkpoint import load_checkpoint
 
-    from .library import named
+    from .judge import named
 
     named(tally, f"load_checkpoint {Path(arg).name}", lambda: load_checkpoint(arg))
 
@@ -58,7 +58,7 @@ def _long_window(tally: Tally, backend: str) -> None:
 
     import selfattn
 
-    from .library import named
+    from .judge import named
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, L_LONG, 8, generator=g) for _ in range(3))

@@ -253,7 +253,8 @@ def ring_attention(
     v  (B, Hkv, Lr, Dv)  this rank's values
     q, k, v may be `Sharded` (from `shard`): layout and seq_len are then taken from them, and
     the output (and lse) come back as `Sharded` too, ready for `unshard`.
-    causal, window, softcap, scale, backend   as in `selfattn.attention` on the whole sequence
+    causal, window, softcap, scale, backend   as in `selfattn.attention` on the whole sequence (a window
+               counts global positions, p − w < j <= p: one wider than a rank's rows reaches further ranks)
     layout     "zigzag" (rank i holds chunks i and 2W−1−i: balanced causal work) or "contiguous"
     seq_len    the true length L <= Lr · W; positions >= L are padding: hidden as keys, and their
                query rows get output 0, lse −inf (None: no padding, L = Lr · W)
