@@ -6,10 +6,15 @@
 (b) the CLI: every subcommand as a subprocess (scripts/hostile/cli_cases.py)
 (c) HTTP: a real `selfattn serve` on 127.0.0.1 only, then peak RSS, answer sizes and latency
     (scripts/hostile/http_cases.py, scripts/hostile/measure.py)
+(d) ring attention in process groups of 2-5 ranks (scripts/hostile/ring_cases.py, issue 18)
+(e) the library findings of issue 18 and their neighbours (scripts/hostile/library18.py, library18_child.py)
+(f) the CLI findings of issue 18 and their neighbours (scripts/hostile/cli18.py)
+(g) HTTP: ordinary Unicode and control characters in the text (issue 18; http_cases.unicode_cases)
 
-Prints one row per surface (inputs tried, accepted and right, clear errors, wrong results, tracebacks)
-and every wrong result or traceback. Every loop is bounded in count and time; the run stops by itself
-(about 4-5 minutes on 2 cores) and exits 1 if anything was wrong or crashed. Address space is capped
+Prints one row per surface (inputs tried, accepted and right, clear errors, wrong results, tracebacks,
+hangs, files lost) and every bad outcome. Every loop is bounded in count and time; the run stops by itself
+(on 2 busy cores about 4-5 minutes for library, cli and http; ring ~1.5, library18 ~2, cli18 ~5, http18
+seconds) and exits 1 if anything was wrong, crashed, hung or lost a file. Address space is capped
 at ADDRESS_SPACE_LIMIT so that a defect that allocates without bound fails instead of taking the machine.
 """
 
@@ -25,11 +30,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository: tests.live_server
 
-from hostile import cli_cases, http_cases, library, measure  # noqa: E402
+from hostile import cli18, cli_cases, http_cases, library, library18, measure, ring_cases  # noqa: E402
 from hostile.tally import format_table  # noqa: E402
 
 ADDRESS_SPACE_LIMIT = 16 << 30
-SURFACES = ("library", "cli", "http")
+SURFACES = ("library", "cli", "http", "ring", "library18", "cli18", "http18")
 
 
 def main(argv=None) -> int:
@@ -59,6 +64,26 @@ def main(argv=None) -> int:
                 if "Traceback" in server.log.read_text(errors="replace"):
                     tallies[-1].record("traceback", "server log", "Traceback in its output (cases and measurements)")
             seconds["http"] = round(time.monotonic() - start)
+        if "ring" in only:
+            start = time.monotonic()
+            tallies.append(ring_cases.run(work / "ring"))
+            seconds["ring"] = round(time.monotonic() - start)
+        if "library18" in only:
+            start = time.monotonic()
+            tallies += library18.run(work / "library18")
+            seconds["library18"] = round(time.monotonic() - start)
+        if "cli18" in only:
+            start = time.monotonic()
+            tallies.append(cli18.run(work / "cli18"))
+            seconds["cli18"] = round(time.monotonic() - start)
+        if "http18" in only:
+            start = time.monotonic()
+            (work / "http18").mkdir()
+            with http_cases.Server(work / "http18") as server:
+                tallies.append(http_cases.unicode_cases(server))
+                if "Traceback" in server.log.read_text(errors="replace"):
+                    tallies[-1].record("traceback", "server log", "Traceback in its output")
+            seconds["http18"] = round(time.monotonic() - start)
     rows = [t.row() for t in tallies]
     total = {"surface": "total", **{k: sum(r[k] for r in rows) for k in rows[0] if k != "surface"}}
     failures = [n for t in tallies for n in t.notes]
@@ -83,7 +108,7 @@ def main(argv=None) -> int:
             print("measurements:")
             print(json.dumps(measurements, indent=1, ensure_ascii=False))
         print(f"seconds per surface: {seconds}")
-    return 1 if total["wrong results"] or total["tracebacks"] else 0
+    return 1 if any(total[k] for k in ("wrong results", "tracebacks", "hangs", "files lost")) else 0
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ class Server:
         self.port = free_port()
         self.log = work / "serve.log"
         self._log_file = self.log.open("wb")
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "selfattn.cli", "serve", "--host", HOST, "--port", str(self.port)],
             env=env,

@@ -10,6 +10,7 @@ control character to the terminal, or runs past its time limit.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -33,6 +34,14 @@ UNWRITABLE = "/proc/sys"
 """A folder nobody may create files in, even root (this run may be root, for whom chmod does not bind)."""
 ERROR_LINE = re.compile(r"^selfattn(?: [\w-]+)?: error: ", re.MULTILINE)
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+LIMITS_SHIM = (
+    "import json, os, resource, sys; limits = json.loads(sys.argv[1]); "
+    "os.umask(limits['umask']) if 'umask' in limits else None; "
+    "[resource.setrlimit(r, (limits[k], limits[k])) for k, r in (('fsize', resource.RLIMIT_FSIZE), "
+    "('as', resource.RLIMIT_AS)) if k in limits]; os.execv(sys.argv[2], sys.argv[2:])"
+)
+"""Runs the CLI under a umask and resource limits (set in the process, kept across exec): no preexec_fn,
+which is unsafe beside the runner's threads."""
 
 
 @dataclass
@@ -43,13 +52,20 @@ class Case:
     keep: list = field(default_factory=list)  # paths (relative to the work folder) that must not change
     absent: list = field(default_factory=list)  # paths that must not exist afterwards
     check: object = None  # check(stdout, work) -> None or why it is wrong
+    timeout_s: float = 0  # seconds before the run counts as a hang (0: RUN_TIMEOUT_S)
+    limits: dict = field(default_factory=dict)  # {"umask": 0o022, "fsize": bytes, "as": bytes} for the run
+    error_says: str = ""  # a refusal must say this (case-insensitive), else its message is unclear
+    logs_before_error: bool = False  # progress lines may precede the one error line (a failure after the work)
 
 
 def _snapshot(path: Path):
     if not path.exists():
         return None
     if path.is_dir():
-        return sorted((p.relative_to(path).as_posix(), p.stat().st_size) for p in path.rglob("*"))
+        return sorted(
+            (p.relative_to(path).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "")
+            for p in path.rglob("*")
+        )
     return path.read_bytes()
 
 
@@ -338,33 +354,41 @@ def _run_one(case: Case, work: Path) -> tuple[Case, str, str, str]:
     """(case, outcome, label, detail) of one run."""
     before = {p: _snapshot(work / p) for p in case.keep}
     argv = [sys.executable, "-m", "selfattn.cli", *case.argv]
+    if case.limits:
+        argv = [sys.executable, "-c", LIMITS_SHIM, json.dumps(case.limits), *argv]
+    timeout_s = case.timeout_s or RUN_TIMEOUT_S
     try:
-        proc = subprocess.run(argv, cwd=work, env=_env(), capture_output=True, timeout=RUN_TIMEOUT_S)
+        proc = subprocess.run(argv, cwd=work, env=_env(), capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return case, "wrong", case.label, f"still running after {RUN_TIMEOUT_S} s"
+        return case, "hang", case.label, f"still running after {timeout_s:g} s (killed)"
     out = proc.stdout.decode("utf-8", "replace")
     err = proc.stderr.decode("utf-8", "replace")
+    changed = [p for p in case.keep if _snapshot(work / p) != before[p]]
+    if changed:  # before the traceback: a crash that destroyed the user's files is counted as the loss
+        return case, "lost", case.label, f"changed {changed} (exit {proc.returncode})"
     if "Traceback" in err:
         return case, "traceback", case.label, err.strip().splitlines()[-1][:200] if err.strip() else ""
-    changed = [p for p in case.keep if _snapshot(work / p) != before[p]]
-    if changed:
-        return case, "wrong", case.label, f"changed {changed} (exit {proc.returncode})"
     present = [p for p in case.absent if (work / p).exists()]
     if present:
         return case, "wrong", case.label, f"left {present} behind (exit {proc.returncode})"
     if "click here" in out + err and "[link=" not in out + err:
         return case, "wrong", case.label, "rich markup from the input was rendered"
-    if CONTROL.search(err) or CONTROL.search(out):
-        return case, "wrong", case.label, "a raw control character from the input reached the terminal"
+    if CONTROL.search(err.replace("\r", "")) or CONTROL.search(out):  # \r on stderr: a progress bar
+        return case, "wrong", case.label, "a raw control character reached the terminal (from the input or a log)"
     if proc.returncode == 0 or (not case.argv and proc.returncode == 2):
         if case.expect == "error":
             return case, "wrong", case.label, "exit 0, should be refused"
         why = case.check(out, work) if case.check else None
         return (case, "wrong", case.label, why) if why else (case, "ok", case.label, "")
-    if not ERROR_LINE.search(err) or len(err.strip().splitlines()) > 2:
+    lines = err.strip().splitlines()
+    if case.logs_before_error:  # a run that fails after its work began: its log lines, then one error line
+        lines = lines[-1:]
+    if not lines or not ERROR_LINE.search(lines[0] if case.logs_before_error else err) or len(lines) > 2:
         return case, "wrong", case.label, f"exit {proc.returncode} without a one-line error: {err[-200:]!r}"
     if case.expect == "ok":
         return case, "wrong", case.label, f"valid run refused: {err.strip()[-200:]}"
+    if case.error_says and case.error_says.lower() not in "\n".join(lines).lower():
+        return case, "wrong", case.label, f"refused without saying {case.error_says!r}: {err.strip()[-200:]}"
     return case, "error", case.label, ""
 
 

@@ -227,3 +227,20 @@ def slowloris(tally: Tally, port: int) -> None:
         tally.record("ok", label)
     else:
         tally.record("wrong", label, f"status {status} after {seconds:.1f} s")
+
+
+def unicode_cases(server: Server) -> Tally:
+    """Issue 18 item 14 over HTTP: ordinary Unicode in the text is text (200 with strict JSON), real control
+    characters are refused (4xx with a detail); the same characters as the CLI's (scripts/hostile/cli18.py)."""
+    from .cli18 import CONTROLS, ORDINARY, ORDINARY_TOO
+
+    tally = Tally("HTTP18 (real selfattn serve)")
+    for name, ch in {**ORDINARY, **ORDINARY_TOO}.items():
+        for text in (f"一只{ch}蓝色怪兽", f"{ch}一只蓝色怪兽{ch}"):
+            body = json.dumps({"text": text, "format": "packed"}).encode()
+            _judge(tally, f"json text with {name} ({text.index(ch)})", "ok", *request(server.port, body))
+    for name, ch in CONTROLS.items():
+        body = json.dumps({"text": f"一只{ch}怪兽"}).encode()
+        _judge(tally, f"json text with {name}", "error", *request(server.port, body))
+    return tally
+

@@ -4,9 +4,12 @@ An input ends in exactly one of:
     ok         accepted, and the answer checked right (equal to the float64 reference, valid JSON, ...)
     error      refused with a clear one-line error (TypeError/ValueError/OSError naming the problem,
                `selfattn CMD: error: ...` with exit 1/2, an HTTP 4xx with a `detail` message)
-    wrong      accepted with a wrong answer (NaN, a number off the reference, a file overwritten without
-               --force, a 200 for what must be refused), or refused although it is valid, or a hang
+    wrong      accepted with a wrong answer (NaN, a number off the reference, a 200 for what must be
+               refused), refused although it is valid, or refused with an unclear or misleading message
     traceback  a crash: any other exception, "Traceback" on stderr, an HTTP 5xx or a dropped connection
+    hang       still running past its time limit (killed), or a process group that never answered
+    lost       a file the user had is gone, changed or no longer loads (overwritten without --force, or
+               an old checkpoint destroyed by a save that failed)
 `outside` counts the errors (already in `error`) raised from code outside selfattn (torch, transformers).
 """
 
@@ -16,7 +19,9 @@ import json
 import traceback
 from dataclasses import dataclass, field
 
-OUTCOMES = ("ok", "error", "wrong", "traceback")
+OUTCOMES = ("ok", "error", "wrong", "traceback", "hang", "lost")
+BAD = ("wrong", "traceback", "hang", "lost")
+"""The outcomes a clean run has none of."""
 MAX_NOTES = 40
 """Most failure notes kept per surface (the counts stay exact)."""
 
@@ -37,7 +42,7 @@ class Tally:
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}")
         self.counts[outcome] += 1
-        if outcome in ("wrong", "traceback") and len(self.notes) < MAX_NOTES:
+        if outcome in BAD and len(self.notes) < MAX_NOTES:
             self.notes.append(f"{outcome}: {label}: {detail}"[:400])
         return outcome
 
@@ -55,6 +60,8 @@ class Tally:
             "clear errors": self.counts["error"],
             "wrong results": self.counts["wrong"],
             "tracebacks": self.counts["traceback"],
+            "hangs": self.counts["hang"],
+            "files lost": self.counts["lost"],
             "errors from outside selfattn": self.outside,
         }
 

@@ -42,8 +42,12 @@ def test_boxes_cover_exactly_the_visible_pairs(causal, window):
     Lr = padded_length(L, world, layout) // world
     plan = RingPlan(world, Lr, layout, Rule(causal, window, L))
     truth = visibility(L, L, causal=causal, window=window)
+    assert torch.equal(_covered(plan, L), truth.long())
+
+
+def _covered(plan: RingPlan, L: int) -> torch.Tensor:
     covered = torch.zeros(L, L, dtype=torch.int64)
-    for dst, src in itertools.product(range(world), repeat=2):
+    for dst, src in itertools.product(range(plan.world), repeat=2):
         for _, _, b in plan.boxes(dst, src):
             if b.kind == "full":
                 m = torch.ones(b.q1 - b.q0, b.k1 - b.k0, dtype=torch.bool)
@@ -52,7 +56,26 @@ def test_boxes_cover_exactly_the_visible_pairs(causal, window):
             else:
                 m = b.mask(plan.rule)
             covered[b.q0 : b.q1, b.k0 : b.k1] += m.long()
-    assert torch.equal(covered, truth.long())
+    return covered
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 5])
+@pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
+def test_boxes_cover_every_window_at_every_length(world, layout):
+    """Lengths 1 … 3·2W and windows 1 … L + 1 (wider than any chunk, the whole sequence and beyond):
+    every visible pair in exactly one box; and each block travels exactly as far as its last user."""
+    for L in range(1, 3 * 2 * world + 1):
+        Lr = padded_length(L, world, layout) // world
+        for causal, window in [(True, None), (False, None)] + [(w % 2 == 0, w) for w in range(1, L + 2)]:
+            plan = RingPlan(world, Lr, layout, Rule(causal, window, L))
+            truth = visibility(L, L, causal=causal, window=window)
+            assert torch.equal(_covered(plan, L), truth.long()), (L, causal, window)
+            padded = torch.zeros(Lr * world, Lr * world, dtype=torch.bool)
+            padded[:L, :L] = truth  # padding positions see nothing and are seen by nobody
+            pos = [positions(r, world, Lr, layout) for r in range(world)]
+            for src in range(world):
+                users = [s for s in range(world) if bool(padded[pos[(src + s) % world]][:, pos[src]].any())]
+                assert plan.hops(src) == max(users, default=0), (L, causal, window, src)
 
 
 def test_blocks_nobody_needs_are_not_sent():
@@ -63,6 +86,9 @@ def test_blocks_nobody_needs_are_not_sent():
     # a window shorter than a chunk: each block goes one hop, to the next rank
     plan = RingPlan(4, 8, "contiguous", Rule(True, 4, 32))
     assert [plan.hops(src) for src in range(4)] == [1, 1, 1, 0]
+    # a window wider than a chunk: blocks travel as far as it reaches (window 6 spans two ranks of 4 rows)
+    plan = RingPlan(4, 4, "contiguous", Rule(True, 6, 16))
+    assert [plan.hops(src) for src in range(4)] == [2, 2, 1, 0]
     # zigzag causal: every rank sees every other rank's early chunk: all blocks go round
     plan = RingPlan(4, 8, "zigzag", Rule(True, None, 32))
     assert [plan.hops(src) for src in range(4)] == [3, 3, 3, 3]

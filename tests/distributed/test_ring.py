@@ -1,7 +1,8 @@
-"""Ring attention in real processes (gloo on 127.0.0.1): equal to one process, in every case.
+"""Ring attention in real processes (gloo on 127.0.0.1): equal to the float64 spec, in every case.
 
-One spawned group per world size runs every case (see workers.py), because starting processes
-is the expensive part on a small machine.
+One spawned group per world size (2 … 5) runs every case (see workers.py and sweep.py: every
+layout, length 1 … 3·2W and window up to the whole sequence, forward and backward), because
+starting processes is the expensive part on a small machine.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ SLACK_S = 5.0
 """Seconds past the timeout a survivor may take to raise (busy cores)."""
 
 
-@pytest.mark.parametrize("world, target", [(2, "group_two"), (4, "group_four")])
+@pytest.mark.parametrize("world, target", [(2, "group_two"), (3, "group_three"), (4, "group_four"), (5, "group_five")])
 def test_ring_equals_single_process(world, target):
     failures = run_group(world, f"tests.distributed.workers:{target}", timeout_s=TIMEOUT_S)
     flat = [f"rank {r}: {f}" for r, fs in enumerate(failures) for f in fs]

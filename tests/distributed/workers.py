@@ -1,8 +1,8 @@
 """What each spawned rank runs (see harness.py). Every function returns a list of failure strings.
 
 Inputs are seeded and identical on every rank; each rank computes the whole single-process
-reference itself (float64 NumPy spec for outputs and lse; the naive backend in float64 with
-autograd for gradients, and in the case's dtype for the error baseline) and compares its rows.
+reference itself (the float64 NumPy spec for outputs and lse, and its gradients from spec_grads.py;
+the naive backend in the case's dtype only for the error baseline) and compares its rows.
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ import torch
 from selfattn import attention
 from selfattn.distributed import RankFailure, count_traffic, padded_length, ring_attention, shard, unshard
 from selfattn.distributed.plan import RingPlan, Rule
-from tests.helpers import make_inputs, reference_of
+from tests.helpers import make_inputs
 from tests.tolerances import max_error, tolerance
+
+from .spec_grads import spec_with_grads
+from .sweep import sweep
 
 
 @dataclass(frozen=True)
@@ -94,8 +97,7 @@ def attention_cases(rank: int, world: int) -> list[str]:
     for i, case in enumerate(CASES):
         label = f"case {i} {case} W={world}"
         q, k, v, do, dl = _inputs(case, seed=100 + i)
-        o64, _, lse64 = reference_of(q, k, v, **_opts(case))
-        _, _, gq64, gk64, gv64 = _naive(q, k, v, do, dl, case, torch.float64)
+        o64, lse64, gq64, gk64, gv64 = (torch.from_numpy(a) for a in spec_with_grads(q, k, v, do, dl, **_opts(case)))
         naive = _naive(q, k, v, do, dl, case, case.dtype)
         sq, sk, sv = (shard(t.to(case.dtype), layout=case.layout) for t in (q, k, v))
         leaves = [t.tensor.requires_grad_() for t in (sq, sk, sv)]
@@ -111,8 +113,8 @@ def attention_cases(rank: int, world: int) -> list[str]:
         full_lse = unshard(res.lse)
         grads = [unshard(t.like(leaf.grad)) for t, leaf in zip((sq, sk, sv), leaves, strict=True)]
         for name, got, want, base in (
-            ("output", full_out, torch.from_numpy(o64), naive[0]),
-            ("lse", full_lse, torch.from_numpy(lse64), naive[1]),
+            ("output", full_out, o64, naive[0]),
+            ("lse", full_lse, lse64, naive[1]),
             ("dq", grads[0], gq64, naive[2]),
             ("dk", grads[1], gk64, naive[3]),
             ("dv", grads[2], gv64, naive[4]),
@@ -250,6 +252,7 @@ def decoder_case(rank: int, world: int) -> list[str]:
 def group_two(rank: int, world: int) -> list[str]:
     return (
         roundtrip_and_mismatch(rank, world)
+        + sweep(rank, world)
         + attention_cases(rank, world)
         + train_step_case(rank, world)
         + decoder_case(rank, world)
@@ -257,8 +260,21 @@ def group_two(rank: int, world: int) -> list[str]:
     )
 
 
+def group_three(rank: int, world: int) -> list[str]:
+    return sweep(rank, world) + attention_cases(rank, world)
+
+
 def group_four(rank: int, world: int) -> list[str]:
-    return roundtrip_and_mismatch(rank, world) + attention_cases(rank, world) + decoder_case(rank, world)
+    return (
+        roundtrip_and_mismatch(rank, world)
+        + sweep(rank, world)
+        + attention_cases(rank, world)
+        + decoder_case(rank, world)
+    )
+
+
+def group_five(rank: int, world: int) -> list[str]:
+    return sweep(rank, world) + attention_cases(rank, world)
 
 
 def fails_mid_call(rank: int, world: int, victim: int, how: str) -> str:

@@ -118,6 +118,7 @@ class _RingFunction(torch.autograd.Function):
         out = torch.zeros(B, Hq, Lr, Dv, dtype=acc, device=q.device)
         lse = torch.full((B, Hq, Lr), float("-inf"), dtype=acc, device=q.device)
         cur = torch.cat([k, v], dim=-1).contiguous()  # (B, Hkv, Lr, D + Dv)
+        block = cur.shape
         sent = 0
         for step in range(W):
             ex = ring.exchange(f"forward step {step}")
@@ -125,7 +126,7 @@ class _RingFunction(torch.autograd.Function):
             if plan.sends_on(rank, step):
                 ex.send(cur, (rank + 1) % W, "sending the K/V block", TAG_KV + KINDS * step)
             if plan.sends_on((rank - 1) % W, step):
-                nxt = torch.empty_like(cur)
+                nxt = torch.empty(block, dtype=k.dtype, device=k.device)  # cur is None when this rank held nothing
                 ex.recv(nxt, (rank - 1) % W, "receiving the K/V block", TAG_KV + KINDS * step)
             ex.post()
             src = plan.holds(rank, step)
@@ -178,7 +179,7 @@ class _RingFunction(torch.autograd.Function):
             if step < W and plan.sends_on(rank, step):
                 ex.send(cur, (rank + 1) % W, "sending the K/V block", TAG_KV + KINDS * step)
             if step < W and plan.sends_on((rank - 1) % W, step):
-                nxt = torch.empty_like(cur)
+                nxt = torch.empty(block, dtype=k.dtype, device=k.device)  # cur is None when this rank held nothing
                 ex.recv(nxt, (rank - 1) % W, "receiving the K/V block", TAG_KV + KINDS * step)
             if held_prev is not None:
                 if plan.sends_on(rank, step - 1):
@@ -252,7 +253,8 @@ def ring_attention(
     v  (B, Hkv, Lr, Dv)  this rank's values
     q, k, v may be `Sharded` (from `shard`): layout and seq_len are then taken from them, and
     the output (and lse) come back as `Sharded` too, ready for `unshard`.
-    causal, window, softcap, scale, backend   as in `selfattn.attention` on the whole sequence
+    causal, window, softcap, scale, backend   as in `selfattn.attention` on the whole sequence (a window
+               counts global positions, p − w < j <= p: one wider than a rank's rows reaches further ranks)
     layout     "zigzag" (rank i holds chunks i and 2W−1−i: balanced causal work) or "contiguous"
     seq_len    the true length L <= Lr · W; positions >= L are padding: hidden as keys, and their
                query rows get output 0, lse −inf (None: no padding, L = Lr · W)
@@ -276,7 +278,9 @@ def ring_attention(
     check_layout(layout)
     checks.boolean("causal", causal)
     checks.boolean("return_lse", return_lse)
-    request = build_request(q, k, v, causal=causal, window=window, scale=scale, softcap=softcap)
+    window = checks.optional_integer("window", window, low=1)
+    # the window is the whole sequence's rule: not clamped to this rank's Lr rows as `build_request` would
+    request = build_request(q, k, v, causal=causal, scale=scale, softcap=softcap)
     world_and_rank(group)  # RuntimeError before `init`
     world, rank, global_ranks = comm.group_ranks(group)
     Lr = q.shape[2]
@@ -287,6 +291,8 @@ def ring_attention(
     if layout == "zigzag" and Lr % 2:
         raise ValueError(f"the zigzag layout needs an even number of local rows (two equal chunks), got Lr={Lr}")
     seq_len = checks.integer("seq_len", Lr * world if seq_len is None else seq_len, low=1, high=Lr * world)
+    if window is not None:
+        window = min(window, seq_len)  # every wider window reaches back to position 0: the same rule
     comm.check_same(
         {
             "B": q.shape[0],
@@ -299,14 +305,14 @@ def ring_attention(
             "seq_len": seq_len,
             "layout": LAYOUTS.index(layout),
             "causal": int(causal),
-            "window": 0 if request.window is None else request.window,
+            "window": 0 if window is None else window,
             "scale_bits": _float_bits(request.scale),
             "softcap_bits": _float_bits(request.softcap),
         },
         group,
         "ring_attention",
     )
-    plan = _plan(world, Lr, layout, Rule(causal, request.window, seq_len))
+    plan = _plan(world, Lr, layout, Rule(causal, window, seq_len))
     ring = _Ring(
         group, plan, rank, global_ranks, request.scale, request.softcap, backend, comm.wait_timeout_s(), _TRAFFIC.get()
     )

@@ -1,0 +1,158 @@
+"""Surface "ring": ring attention in real process groups of 2 … 5 ranks (issue 18, items 1 and 7).
+
+Random calls with sliding windows from one position to past the whole sequence (so a window spans
+0 … W − 1 ranks), lengths from 1 to 3·2W (whole ranks holding nothing but padding), both layouts,
+causal or not, GQA, softcap, float64 and float32, forward and backward; hostile arguments (bad
+windows and lengths, ranks that disagree on the window); a DecoderLM on mostly-padding shards.
+
+Every rank checks its own rows against the float64 spec and its gradients (`selfattn.reference`
+through tests/distributed/spec_grads.py): output, lse, dq, and dk / dv of the K/V rows it owns.
+One spawned group per world size runs all its cases; a case that crashes or hangs a rank breaks the
+group, so the group ends there (every rank stops at its first crash, the others time out with
+RankFailure) and a fresh group starts at the next case. A group that does not answer at all within
+GROUP_WAIT_S counts its current case as a hang.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from .tally import Tally
+
+WORLDS = (2, 3, 4, 5)
+CASES_PER_WORLD = 48
+"""Random attention cases per world size (plus the named ones below)."""
+SEED = 18
+GROUP_TIMEOUT_S = 8.0
+"""The process group's timeout: how long a survivor waits for a rank that crashed before it raises."""
+GROUP_WAIT_S = 420.0
+"""The most one group may take, start-up included, before its unanswered case counts as a hang."""
+MAX_RESTARTS = 6
+"""Fresh groups per world size after broken ones; the cases left after that are counted as hangs."""
+BROKE = "(left the ring) "
+"""Starts the detail of a wrong result after which a rank stops: it raised mid-call, the others may wait."""
+TOL = {"float64": 1e-9, "float32": 2e-4}
+"""Largest |got − spec| per dtype (scaled by the size of the spec's values, at least 1)."""
+
+NAMED = [
+    # issue 18 item 1: windows wider than one rank's chunk (wrong outputs, no error)
+    dict(world=2, layout="contiguous", L=8, causal=True, window=5),
+    dict(world=3, layout="contiguous", L=6, causal=True, window=3),
+    dict(world=3, layout="zigzag", L=12, causal=True, window=5),
+    dict(world=4, layout="zigzag", L=16, causal=True, window=6),
+    # issue 18 item 7: mostly padding, windows on 5 ranks (crashes, then hangs)
+    dict(world=3, layout="zigzag", L=2, causal=False, window=None),
+    dict(world=5, layout="zigzag", L=7, causal=True, window=2),
+    dict(world=5, layout="contiguous", L=7, causal=False, window=2),
+    dict(world=5, layout="zigzag", L=1, causal=False, window=None),
+    dict(world=4, layout="contiguous", L=3, causal=True, window=100),
+]
+BAD_ARGS = [
+    ("window=0", {"window": 0}),
+    ("window=-2", {"window": -2}),
+    ("window=True", {"window": True}),
+    ("window=2.0", {"window": 2.0}),
+    ("window='3'", {"window": "3"}),
+    ("seq_len=0", {"seq_len": 0}),
+    ("seq_len past the rows", {"seq_len": 10**6}),
+    ("seq_len=True", {"seq_len": True}),
+    ("layout='diagonal'", {"layout": "diagonal"}),
+    ("causal='yes'", {"causal": "yes"}),
+]
+
+
+def _draw(rng: random.Random, world: int) -> dict:
+    longest = 3 * 2 * world
+    L = rng.choice([rng.randint(1, world), rng.randint(1, longest), rng.randint(longest // 2, longest)])
+    window = rng.choice([None, 1, 2, rng.randint(1, L + 2), L, L + rng.randint(1, 50), 10**9])
+    G = rng.choice([1, 1, 2])
+    Hkv = rng.choice([1, 2])
+    return dict(
+        world=world,
+        layout=rng.choice(["zigzag", "contiguous"]),
+        L=L,
+        causal=rng.random() < 0.5,
+        window=window,
+        softcap=rng.choice([None, None, None, 2.0]),
+        dtype=rng.choice(["float64", "float64", "float32"]),
+        Hq=Hkv * G,
+        Hkv=Hkv,
+        D=rng.randint(1, 5),
+        Dv=rng.randint(1, 5),
+        B=rng.choice([1, 1, 2]),
+        backend=rng.choice(["auto", "auto", "naive", "tiled"]),
+    )
+
+
+def cases(world: int) -> list[dict]:
+    """The cases of one world size: named regressions, random calls, bad arguments, a model."""
+    rng = random.Random(SEED * 100 + world)
+    out = [dict(c, kind="attention") for c in NAMED if c["world"] == world]
+    out += [dict(_draw(rng, world), kind="attention") for _ in range(CASES_PER_WORLD)]
+    out += [dict(world=world, kind="bad", name=name, args=args) for name, args in BAD_ARGS]
+    out += [dict(world=world, kind="disagree")]
+    out += [dict(world=world, kind="model", L=L) for L in (1, 2, world + 1, 3 * world)]
+    return out
+
+
+def label(case: dict) -> str:
+    kind = case["kind"]
+    if kind == "attention":
+        keys = ("layout", "L", "causal", "window", "softcap", "dtype", "Hq", "Hkv", "D", "Dv", "B", "backend")
+        return f"ring W={case['world']} " + " ".join(f"{k}={case[k]}" for k in keys if k in case)
+    if kind == "bad":
+        return f"ring W={case['world']} bad argument {case['name']}"
+    if kind == "disagree":
+        return f"ring W={case['world']} ranks pass different windows"
+    return f"ring W={case['world']} DecoderLM on a shard of L={case['L']} (mostly padding)"
+
+
+def _merge(per_rank: list[list[tuple[str, str]]]) -> list[tuple[str, str]]:
+    """One (outcome, detail) per case from every rank's: the same outcome on all, or the worst."""
+    n = min(len(r) for r in per_rank)
+    merged = []
+    for i in range(n):
+        outcomes = [r[i] for r in per_rank]
+        kinds = {o for o, _ in outcomes}
+        if len(kinds) == 1:
+            merged.append(outcomes[0])
+            continue
+        for worst in ("traceback", "hang", "wrong"):
+            hit = [(rank, d) for rank, (o, d) in enumerate(outcomes) if o == worst]
+            if hit:
+                merged.append((worst, f"rank {hit[0][0]}: {hit[0][1]}"))
+                break
+        else:
+            merged.append(("wrong", f"ranks disagree: {sorted(kinds)}"))
+    return merged
+
+
+def run(work: Path) -> Tally:
+    from selfattn.distributed.spawn import collect, start
+
+    tally = Tally("ring attention (2-5 processes)")
+    for world in WORLDS:
+        todo = cases(world)
+        first, restarts = 0, 0
+        while first < len(todo):
+            if restarts > MAX_RESTARTS:
+                for case in todo[first:]:
+                    tally.record("hang", label(case), "not run: too many broken groups before it")
+                break
+            procs, results = start(world, f"{__package__}.ring_worker:work", args=(first,), timeout_s=GROUP_TIMEOUT_S)
+            got = collect(procs, results, world, wait_s=GROUP_WAIT_S)
+            per_rank = [got[r][1] if r in got and got[r][0] == "ok" else [] for r in range(world)]
+            errors = {r: got[r][1] for r in got if got[r][0] == "error"}
+            merged = _merge(per_rank) if all(per_rank) else []
+            for offset, (outcome, detail) in enumerate(merged):
+                tally.record(outcome, label(todo[first + offset]), detail)
+            first += len(merged)
+            broke = bool(merged) and (merged[-1][0] == "traceback" or BROKE in merged[-1][1])
+            if first < len(todo) and not broke:
+                why = f"group ended without an answer for it: {errors or 'no answer'}"
+                tally.record("hang", label(todo[first]), str(why)[:300])
+                first += 1
+            if first < len(todo):
+                restarts += 1
+    return tally
