@@ -24,13 +24,11 @@ from __future__ import annotations
 import torch
 
 from ..functional import attention
-from ..request import accumulate_dtype
 from ..scores import ScoreRule
 from ..weights import weights_from_lse
 from .plan import Box, Rule
 
-__all__ = ["BACKWARD_TILE_BYTES", "accumulate_dtype", "block_backward", "block_forward", "merge"]
-# accumulate_dtype is `selfattn.request.accumulate_dtype`, named here for ring.py
+__all__ = ["BACKWARD_TILE_BYTES", "block_backward", "block_forward", "merge"]
 
 BACKWARD_TILE_BYTES = 8 << 20
 """Most bytes one score tile (B, Hq, rows, block keys) of the backward may take: the strip's rows are

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 import torch
 
 from .. import checks
-from ..functional import AttentionOutput, build_request, intercept
+from ..functional import AttentionOutput, intercept
+from ..request import accumulate_dtype, build_request
 from . import comm
-from .blocks import accumulate_dtype, block_backward, block_forward, merge
+from .blocks import block_backward, block_forward, merge
 from .layout import LAYOUTS, Sharded, check_layout, world_and_rank
 from .plan import RingPlan, Rule
 
