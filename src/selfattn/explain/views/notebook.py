@@ -134,7 +134,7 @@ def _check_values(w: np.ndarray) -> np.ndarray:
     bad = ~np.isfinite(w) | (w < -WEIGHT_TOL) | (w > 1 + WEIGHT_TOL)
     if bad.any():
         at = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"attention{list(at)} = {w[at]!r} is not a weight (weights lie in [0, 1])")
+        raise ValueError(f"attention{list(at)} = {float(w[at])!r} is not a weight (weights lie in [0, 1])")
     sums = w.sum(-1)
     off = (np.abs(sums - 1) > ROW_SUM_TOL) & (np.abs(sums) > ROW_SUM_TOL)
     if off.any():
