@@ -141,7 +141,9 @@ class Explanation:
             self.doc["model"]["n_layers"],
             self.doc["model"]["n_heads"],
         ):
-            raise ValueError("the two explanations come from models of different sizes: nothing to compare head by head")
+            raise ValueError(
+                "the two explanations come from models of different sizes: nothing to compare head by head"
+            )
         pair = Explanation.__new__(Explanation)
         pair.__dict__ |= self.__dict__
         pair.other = other
@@ -182,7 +184,8 @@ class Explanation:
         more = "" if self.other is None else f" compared with {self.other.text!r}"
         return (
             f"<Explanation of {self.text!r}{more} on {self.doc['model']['name']}: {len(self.tokens)} tokens, "
-            f"{self.doc['model']['n_layers']} layers × {self.doc['model']['n_heads']} heads, showing layer {l} head {h}>"
+            f"{self.doc['model']['n_layers']} layers × {self.doc['model']['n_heads']} heads, "
+            f"showing layer {l} head {h}>"
         )
 
     def _check(self, layer, head) -> tuple[int, int]:
@@ -222,7 +225,7 @@ class HeadTable:
         body = []
         for tok, row in zip(self.tokens, self.weights.tolist(), strict=True):
             tds = "".join(
-                f'<td style="background: rgba(29, 78, 216, {x ** 0.5:.3f}); color: {"#fff" if x > 0.3 else "#111"}">'
+                f'<td style="background: rgba(29, 78, 216, {x**0.5:.3f}); color: {"#fff" if x > 0.3 else "#111"}">'
                 f"{x:.{self.DIGITS}f}</td>"
                 for x in row
             )
@@ -260,7 +263,9 @@ def _explainer(model, tokenizer) -> Explainer:
     if tokenizer is not None:
         raise ValueError("tokenizer= goes with a loaded model; a path or hub id brings its own tokenizer")
     if model is not None and not isinstance(model, (str, os.PathLike)):
-        raise TypeError(f"model must be None, a path, a hub id or a loaded transformers model, got {type(model).__name__}")
+        raise TypeError(
+            f"model must be None, a path, a hub id or a loaded transformers model, got {type(model).__name__}"
+        )
     return Explainer.load(model)
 
 

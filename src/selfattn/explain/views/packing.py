@@ -44,7 +44,17 @@ from .controls import scale_words
 from .export import restore_inf
 from .head_types import credited, measure
 
-__all__ = ["pack", "pack_weights", "head_type_names", "unpack", "shown_keys", "SHOWN_ALL", "TOP_KEYS", "WEIGHT_DIGITS", "STAGE_DIGITS"]
+__all__ = [
+    "pack",
+    "pack_weights",
+    "head_type_names",
+    "unpack",
+    "shown_keys",
+    "SHOWN_ALL",
+    "TOP_KEYS",
+    "WEIGHT_DIGITS",
+    "STAGE_DIGITS",
+]
 
 SHOWN_ALL = 64
 """Up to this many tokens the stepper's table shows (and the page holds the stages of) every key."""

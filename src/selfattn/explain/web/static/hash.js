@@ -1,7 +1,7 @@
 /* The view state in the URL hash, so that a link reopens the same view: #view=head&layer=1&head=0&query=4.
  * Read: unknown keys and values that are not what they should be are ignored (the caller checks ranges).
  * Written with history.replaceState (no new history entry); where a page may not change its URL (an
- * opaque-origin <iframe srcdoc> may refuse), the page goes on without it and keeps the hash in data-hash. */
+ * opaque-origin srcdoc frame may refuse), the page goes on without it and keeps the hash in data-hash. */
 
 const INTEGER = /^\d{1,6}$/;
 
