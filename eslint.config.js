@@ -15,6 +15,7 @@ export default [
         clearTimeout: "readonly", atob: "readonly", Float32Array: "readonly", Float64Array: "readonly",
         Uint8Array: "readonly", Uint16Array: "readonly", Uint32Array: "readonly", Int32Array: "readonly",
         performance: "readonly", Blob: "readonly", Response: "readonly", DecompressionStream: "readonly",
+        URLSearchParams: "readonly", Option: "readonly",
       },
     },
     rules: {

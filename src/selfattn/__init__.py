@@ -3,6 +3,7 @@
     import selfattn
     out = selfattn.attention(q, k, v, causal=True)          # (B, H, L, D)
     trace = selfattn.reference.self_attention(x, wq, wk, wv) # every step, float64
+    e = selfattn.explain("一只蓝色怪兽走进森林")              # an Explanation: inline in a notebook
 
 Only NumPy is imported eagerly (`selfattn.reference`); the PyTorch parts load on first use,
 so `selfattn walkthrough` starts without torch.
@@ -24,6 +25,10 @@ _LAZY = {
     "SelfAttention": ("selfattn.modules", "SelfAttention"),
     "MultiHeadSelfAttention": ("selfattn.modules", "MultiHeadSelfAttention"),
     "KVCache": ("selfattn.modules", "KVCache"),
+    "explain": ("selfattn.explain", None),  # the package, callable: selfattn.explain(text, model) -> Explanation
+    "Explanation": ("selfattn.explain.api", "Explanation"),
+    "head_view": ("selfattn.explain.views.notebook", "head_view"),
+    "model_view": ("selfattn.explain.views.notebook", "model_view"),
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -32,7 +37,7 @@ __all__ = ["__version__", *_LAZY]
 def __getattr__(name: str):
     if name in _LAZY:
         module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(module), attr)
+        value = importlib.import_module(module) if attr is None else getattr(importlib.import_module(module), attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'selfattn' has no attribute {name!r}")

@@ -17,6 +17,10 @@ what the page shows, at the precision it shows it:
     weighted  (L, Dv)   Σ_j w_j V_j, to 6 decimals
     sums      (L,)      Σ_j w_j per row, to 8 decimals
 
+and per layer `types`: each head's clearest credited type (`head_types.measure` on those float64 weights,
+`credited(...)[0]`, or None), what the model view colours its thumbnails by. `pack_weights` packs an
+attention tensor given directly (the attention page of `views.notebook`) the same way.
+
 q, k, v, lse and the residual vectors travel as before, in float32 when that holds them exactly
 (float64 otherwise), for the vectors and the q[d]·k[d] products the page prints. The export's own
 N×N `stages` are left out (the page's arrays above replace them).
@@ -38,8 +42,19 @@ import torch
 from ..capture.trace import head_stages
 from .controls import scale_words
 from .export import restore_inf
+from .head_types import credited, measure
 
-__all__ = ["pack", "unpack", "shown_keys", "SHOWN_ALL", "TOP_KEYS", "WEIGHT_DIGITS", "STAGE_DIGITS"]
+__all__ = [
+    "pack",
+    "pack_weights",
+    "head_type_names",
+    "unpack",
+    "shown_keys",
+    "SHOWN_ALL",
+    "TOP_KEYS",
+    "WEIGHT_DIGITS",
+    "STAGE_DIGITS",
+]
 
 SHOWN_ALL = 64
 """Up to this many tokens the stepper's table shows (and the page holds the stages of) every key."""
@@ -70,7 +85,8 @@ def pack(doc: dict) -> dict:
     missing = [k for k in REQUIRED if k not in doc]
     if missing:
         raise ValueError(f"doc lacks {missing}: pass the dict of Explainer.explain / export.to_dict")
-    layers = [_pack_layer(layer, l) for l, layer in enumerate(doc["layers"])]
+    ids = [int(i) for i in doc["token_ids"]] if "token_ids" in doc else _ids_of(doc["tokens"])
+    layers = [_pack_layer(layer, l, ids) for l, layer in enumerate(doc["layers"])]
     iv = doc["intervention"]
     return {
         **doc,
@@ -80,7 +96,7 @@ def pack(doc: dict) -> dict:
     }
 
 
-def _pack_layer(layer: dict, l: int) -> dict:
+def _pack_layer(layer: dict, l: int, ids: list[int]) -> dict:
     if layer.get("omitted"):  # asked without this layer's arrays
         return dict(layer)
     out = {k: v for k, v in layer.items() if k not in LAYER_ARRAYS + ("visible", "heads")}
@@ -89,6 +105,7 @@ def _pack_layer(layer: dict, l: int) -> dict:
     visible = _visible(layer["visible"], f"layers[{l}].visible")
     out["visible"] = _bits(visible)
     out["heads"] = []
+    weights = []
     for h, head in enumerate(layer["heads"]):
         where = f"layers[{l}].heads[{h}]"
         packed = {k: v for k, v in head.items() if k not in HEAD_ARRAYS + ("stages", "visible")}
@@ -99,13 +116,33 @@ def _pack_layer(layer: dict, l: int) -> dict:
             packed["visible"] = _bits(own)
         rule = {"scale": head.get("scale", layer["scale"]), "softcap": head.get("softcap", layer.get("softcap"))}
         packed |= {name: _encode_floats(a) for name, a in arrays.items()}
-        packed |= _page_arrays(arrays, own, rule)
+        shown, weights_h = _page_arrays(arrays, own, rule)
+        packed |= shown
+        weights.append(weights_h)
         out["heads"].append(packed)
+    out["types"] = head_type_names(torch.stack(weights).numpy(), ids, causal=bool(layer.get("causal", False)))
     return out
 
 
-def _page_arrays(arrays: dict[str, np.ndarray], visible: np.ndarray, rule: dict) -> dict:
-    """What the page shows of one head: its stages (`trace.head_stages`, float64), at the shown precision."""
+def head_type_names(weights: np.ndarray, ids: list[int], *, causal: bool) -> list[str | None]:
+    """(H, L, L) weights of one layer → each head's clearest credited type (`head_types`), or None."""
+    return [(credited(types) or [None])[0] for types in measure(weights, ids, causal=causal)]
+
+
+def _ids_of(tokens: list[str]) -> list[int]:
+    """Token strings as ids (equal strings, equal ids): what head types compare when no ids are given."""
+    first: dict[str, int] = {}
+    return [first.setdefault(tok, len(first)) for tok in tokens]
+
+
+def pack_weights(weights: np.ndarray) -> dict:
+    """Weights (any shape, values in [0, 1]) packed as the page reads them: at 0.01 % (`WEIGHT_DIGITS`)."""
+    return _fixed(np.asarray(weights, dtype=np.float64), WEIGHT_DIGITS, "u16")
+
+
+def _page_arrays(arrays: dict[str, np.ndarray], visible: np.ndarray, rule: dict) -> tuple[dict, torch.Tensor]:
+    """What the page shows of one head: its stages (`trace.head_stages`, float64), at the shown precision;
+    and its float64 weights (L, L)."""
     q, k, v, lse = (torch.from_numpy(arrays[name]) for name in HEAD_ARRAYS)
     st = head_stages(q, k, lse, visible=torch.from_numpy(visible), v=v, **rule)
     weights = st["weights"]  # (L, L)
@@ -115,7 +152,7 @@ def _page_arrays(arrays: dict[str, np.ndarray], visible: np.ndarray, rule: dict)
     key_dtype = "u16" if weights.shape[1] < 2**16 - 1 else "u32"
     sentinel = np.iinfo(DTYPES[key_dtype]).max
     keys_np = np.where(keys.numpy() >= weights.shape[1], sentinel, keys.numpy())
-    return {
+    shown = {
         "weights": _fixed(weights.numpy(), WEIGHT_DIGITS, "u16"),
         "keys": _encode(keys_np, key_dtype),
         "key_stages": _fixed(stages.numpy(), STAGE_DIGITS, "i32"),
@@ -123,6 +160,7 @@ def _page_arrays(arrays: dict[str, np.ndarray], visible: np.ndarray, rule: dict)
         "weighted": _fixed(st["weighted"].numpy(), WEIGHTED_DIGITS, "i32"),
         "sums": _fixed(weights.sum(-1).numpy(), EXACT_DIGITS, "u32"),
     }
+    return shown, weights
 
 
 def shown_keys(weights: torch.Tensor) -> torch.Tensor:

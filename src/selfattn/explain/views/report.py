@@ -1,7 +1,9 @@
 """One HTML file that explains a real model's attention: `selfattn explain --html report.html`.
 
     html = render_html(doc)              # doc: the export dict of `Explainer.explain` / `export.to_dict`
+    html = render_html(doc, compare=doc2, start={"view": "compare"})   # two texts side by side
     write_html(doc, "report.html")       # refuses to overwrite an existing file unless force=True
+    html = render_attention(weights, tokens, view="head")   # attention given directly (views.notebook)
 
 The page is self-contained: its CSS (`web/static/explorer.css`), its JavaScript — ES modules under
 `web/static/`, one job each, inlined in dependency order as one script (`bundle.bundle`: why a bundle
@@ -13,7 +15,15 @@ nothing anywhere. The local web app (`web/server.py`) serves the same page in "l
 The page's data block:
 
     {"mode": "report" | "live", "doc": pack(doc) | None, "texts": {key: {zh, en}}, "interventions": [...],
-     "pick_rule": {zh, en}, and in live mode "limits" {max_chars, max_tokens}, "api", "error"}
+     "pick_rule": {zh, en}, "compare": pack(doc2) (the compare view's second text) | absent,
+     "start": {"view", "layer", "head", "query"} (what opens first; the URL hash wins) | absent,
+     and in live mode "limits" {max_chars, max_tokens}, "api", "error"}
+
+The attention page (`render_attention`, entry `attention.js`, template `attention.html`) shows only the
+head view and the model view of weights given directly (no Q/K/V, so no stages):
+
+    {"mode": "attention", "tokens": [...], "weights": pack_weights((layers, heads, L, L)),
+     "types": [[type | None per head] per layer], "start": {...}, "texts": {...}}
 
 `pack` (views/packing.py) gives every number the page shows, computed by Python at the precision it
 is shown; `texts` holds the sentences the page's modules and template name (views/texts.py), so the
@@ -35,17 +45,35 @@ import os
 import re
 from pathlib import Path
 
+from ... import checks
 from ...files import check_writable, write_atomic
 from ..capture import interventions
 from .bundle import bundle
 from .heads import PICK_RULE
-from .packing import pack, unpack
+from .packing import head_type_names, pack, pack_weights, unpack
 from .texts import TEXTS, text
+from .view_texts import VIEW_TEXTS
 
-__all__ = ["render_html", "render_app", "write_html", "pack", "unpack", "policy", "page_texts", "script", "STATIC_DIR"]
+__all__ = [
+    "render_html",
+    "render_app",
+    "render_attention",
+    "write_html",
+    "pack",
+    "unpack",
+    "policy",
+    "page_texts",
+    "script",
+    "STATIC_DIR",
+    "VIEWS",
+]
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "web" / "static"
 PAGE, ENTRY, STYLE = "explorer.html", "main.js", "explorer.css"
+ATTENTION_PAGE, ATTENTION_ENTRY = "attention.html", "attention.js"
+VIEWS = ("explore", "head", "model", "compare")
+"""The page's views (`start["view"]`, the URL hash's `view=`); the attention page has "head" and "model"."""
+ALL_TEXTS = TEXTS | VIEW_TEXTS
 TITLE_CHARS = 40
 
 _SLOT = re.compile(r"\{\{(TITLE|CSP|STYLE|SCRIPT|DATA|NOSCRIPT)\}\}")
@@ -55,9 +83,61 @@ _TEXT_KEY = re.compile(r"""["'](\w+)["']""")
 # --- the page ------------------------------------------------------------------------------
 
 
-def render_html(doc: dict) -> str:
-    """The self-contained report for one export dict (no network request, ever)."""
-    return _page({"mode": "report", "doc": pack(doc)}, live=False)
+def render_html(doc: dict, *, compare: dict | None = None, start: dict | None = None) -> str:
+    """The self-contained report for one export dict (no network request, ever).
+
+    compare  a second export dict (another text, same model): the compare view shows both on one head
+    start    {"view", "layer", "head", "query"} (any of them): what the page opens on (see `check_start`)"""
+    data = {"mode": "report", "doc": pack(doc)}
+    if compare is not None:
+        data["compare"] = pack(compare)
+    if start is not None:
+        data["start"] = check_start(start, VIEWS if compare is not None else VIEWS[:3])
+    return _page(data, live=False)
+
+
+def render_attention(weights, tokens: list[str], *, start: dict | None = None, causal: bool | None = None) -> str:
+    """The attention page: head view and model view of weights given directly.
+
+    weights  (layers, heads, L, L) NumPy float64 in [0, 1], checked by the caller (`views.notebook`)
+    tokens   L strings
+    causal   whether the head types are measured as a decoder's (None: when no weight is above the diagonal)
+    """
+    import numpy as np
+
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 4 or w.shape[2:] != (len(tokens), len(tokens)):
+        raise ValueError(f"weights must be (layers, heads, L, L) with L = {len(tokens)} tokens, got {w.shape}")
+    if causal is None:
+        causal = not np.triu(w, k=1).any()
+    ids = [list(tokens).index(tok) for tok in tokens]
+    data = {
+        "mode": "attention",
+        "tokens": [str(tok) for tok in tokens],
+        "weights": pack_weights(w),
+        "types": [head_type_names(layer, ids, causal=causal) for layer in w],
+        "start": check_start(start or {"view": "head"}, ("head", "model")),
+    }
+    return _page(data, live=False, page=ATTENTION_PAGE, entry=ATTENTION_ENTRY)
+
+
+def check_start(start: dict, views) -> dict:
+    """{"view", "layer", "head", "query"}: view one of `views`, the others integers ≥ 0 (the page checks
+    them against the data's sizes, as it checks the URL hash); anything else is a ValueError naming it."""
+    if not isinstance(start, dict):
+        raise TypeError(f"start must be a dict, got {type(start).__name__}")
+    out = {}
+    for key, value in start.items():
+        if key == "view":
+            if value not in views:
+                raise ValueError(f"view must be one of {', '.join(views)}, got {value!r}")
+            out[key] = value
+        elif key in ("layer", "head", "query"):
+            if value is not None:
+                out[key] = checks.integer(key, value, low=0)
+        else:
+            raise ValueError(f"unknown start key {key!r}: use view, layer, head, query")
+    return out
 
 
 def render_app(
@@ -83,33 +163,36 @@ def render_app(
     return _page(data, live=True)
 
 
-def write_html(doc: dict, path: str | os.PathLike, *, force: bool = False) -> Path:
-    """Write `render_html(doc)` to path (UTF-8) atomically: a temporary file in the same folder, then a
-    rename, so a failure leaves no half-written page. An existing file is kept unless force=True."""
+def write_html(
+    doc: dict, path: str | os.PathLike, *, force: bool = False, compare: dict | None = None, start: dict | None = None
+) -> Path:
+    """Write `render_html(doc, compare=, start=)` to path (UTF-8) atomically: a temporary file in the same
+    folder, then a rename, so a failure leaves no half-written page. An existing file is kept unless force=True."""
     check_writable(path, force=force)  # refused before the page is rendered
-    return write_atomic(path, render_html(doc), force=force)
+    return write_atomic(path, render_html(doc, compare=compare, start=start), force=force)
 
 
 @functools.cache
-def policy(*, live: bool) -> str:
+def policy(*, live: bool, entry: str = ENTRY) -> str:
     """The page's Content-Security-Policy: only its own inline script and style (by hash) run;
     the report may connect nowhere, the live page only to the server that sent it. Computed once
-    per mode (the files ship with the package: `_static`)."""
-    return _policy(script(), _static(STYLE), "'self'" if live else "'none'")
+    per mode and entry (the files ship with the package: `_static`)."""
+    return _policy(script(entry), _static(STYLE), "'self'" if live else "'none'")
 
 
 @functools.cache
-def script() -> str:
-    """The page's modules as the one inline script (`bundle.bundle` from web/static/main.js)."""
-    return bundle(STATIC_DIR, ENTRY)
+def script(entry: str = ENTRY) -> str:
+    """The page's modules as the one inline script (`bundle.bundle` from web/static/main.js, or the
+    attention page's attention.js)."""
+    return bundle(STATIC_DIR, entry)
 
 
 @functools.cache
-def page_texts() -> dict[str, dict[str, str]]:
-    """The texts the page names: every TEXTS key written as a string in its modules or as a
-    data-i18n attribute of its template (the JS passes keys only as string literals)."""
-    named = set(_TEXT_KEY.findall(script())) | set(re.findall(r'data-i18n="(\w+)"', _static(PAGE)))
-    return {key: TEXTS[key] for key in sorted(named & TEXTS.keys())}
+def page_texts(entry: str = ENTRY, page: str = PAGE) -> dict[str, dict[str, str]]:
+    """The texts the page names: every TEXTS (or VIEW_TEXTS) key written as a string in its modules or
+    as a data-i18n attribute of its template (the JS passes keys only as string literals)."""
+    named = set(_TEXT_KEY.findall(script(entry))) | set(re.findall(r'data-i18n="(\w+)"', _static(page)))
+    return {key: ALL_TEXTS[key] for key in sorted(named & ALL_TEXTS.keys())}
 
 
 def _policy(script: str, style: str, connect: str) -> str:
@@ -120,19 +203,19 @@ def _policy(script: str, style: str, connect: str) -> str:
     )
 
 
-def _page(data: dict, *, live: bool) -> str:
-    template, style = _static(PAGE), _static(STYLE)
+def _page(data: dict, *, live: bool, page: str = PAGE, entry: str = ENTRY) -> str:
+    template, style = _static(page), _static(STYLE)
     doc = data.get("doc") or {}
-    data = data | {"texts": page_texts(), "interventions": interventions.as_data(), "pick_rule": PICK_RULE}
-    title = text("page_title", "zh")
+    data = data | {"texts": page_texts(entry, page), "interventions": interventions.as_data(), "pick_rule": PICK_RULE}
+    title = text("page_title", "zh") if page == PAGE else VIEW_TEXTS["aw_title"]["zh"]
     if doc:
         shown = str(doc.get("text", ""))
         title = f"{shown[:TITLE_CHARS]}{'…' if len(shown) > TITLE_CHARS else ''} · {title}"
     slots = {
         "TITLE": html.escape(title),
-        "CSP": html.escape(policy(live=live)),
+        "CSP": html.escape(policy(live=live, entry=entry)),
         "STYLE": style,
-        "SCRIPT": script(),
+        "SCRIPT": script(entry),
         "DATA": _json_for_script(data),
         "NOSCRIPT": html.escape(" / ".join(text("noscript", lang) for lang in ("zh", "en"))),
     }

@@ -9,7 +9,9 @@ import { $ } from "./dom.js";
 import { readPageData, loadDoc } from "./data.js";
 import { relabel } from "./controls.js";
 import { fetchLayer, findRemote, setupLive } from "./live.js";
-import { createState, isIdentity, select, setDoc } from "./state.js";
+import { applyWanted, createState, isIdentity, select, setDoc } from "./state.js";
+import { readHash } from "./hash.js";
+import { VIEWS, viewsOf } from "./render/views.js";
 import { STAGES } from "./stages.js";
 import { translator } from "./text.js";
 import { cellAt, savePicture, showTip } from "./render/heatmap.js";
@@ -32,9 +34,10 @@ function controller(state) {
     else renderWords(state, t());
     relabel($("controls"), state.lang);
   };
-  const show = (doc, keep) => {
+  const show = (doc, keep, wanted = []) => {
     const started = performance.now();
     setDoc(state, doc, keep);
+    for (const want of wanted) applyWanted(state, want, viewsOf(state));
     redraw();
     $("app").dataset.renderMs = String(Math.round(performance.now() - started));
   };
@@ -80,6 +83,33 @@ function controller(state) {
     renderSearchResults(t(), ranked);
   };
   return { t, redraw, show, change, pickHead, findHeads };
+}
+
+/** The nav of views, the head view's toggles, the model view's thumbnails, and the URL hash. */
+function bindViews(state, c) {
+  $("views").addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-view]");
+    if (b && state.doc) c.change({ view: b.dataset.view });
+  });
+  $("hv-body").addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-head]");
+    if (!b) return;
+    const h = Number(b.dataset.head);
+    if (state.hvHeads.has(h)) state.hvHeads.delete(h);
+    else state.hvHeads.add(h);
+    c.change({});
+  });
+  $("mv-body").addEventListener("click", (e) => {
+    const b = e.target.closest("button.mv-thumb");
+    if (!b) return;
+    state.view = "explore";
+    c.pickHead(Number(b.dataset.layer), Number(b.dataset.head));
+  });
+  window.addEventListener("hashchange", () => {
+    if (!state.doc) return;
+    applyWanted(state, readHash(window.location.hash, VIEWS), viewsOf(state));
+    c.change({});
+  });
 }
 
 function bindEvents(state, c) {
@@ -185,10 +215,12 @@ async function start() {
   const state = createState(data);
   const c = controller(state);
   bindEvents(state, c);
+  bindViews(state, c);
+  if (data.compare) state.other = await loadDoc(data.compare);
   if (data.mode === "live") setupLive(state, data, { t: c.t, show: c.show, error: showError });
   renderWords(state, c.t());
   relabel($("controls"), state.lang);
-  if (data.doc) c.show(await loadDoc(data.doc), false);
+  if (data.doc) c.show(await loadDoc(data.doc), false, [data.start || {}, readHash(window.location.hash, VIEWS)]);
   else $("app").dataset.ready = "1";
   if (data.mode === "live" && data.doc && isIdentity(state.doc.experiment.applied)) state.baseline = state.doc;
   if (data.error) showError(data.error);

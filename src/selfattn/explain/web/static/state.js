@@ -26,7 +26,23 @@ export function createState(data) {
     seq: 0, // live mode: number of the latest request
     want: null, // live mode: the (layer, head) last picked, while its layer is being fetched
     loading: {}, // live mode: layer → the request fetching its arrays
+    view: "explore", // the open view: explore, head, model, compare (render/views.js)
+    other: null, // the compare view's second document, arrays unpacked
+    hvHeads: new Set(), // the heads the head view draws
+    source: null, // {doc, src}: the head and model views' reader of state.doc (sources.js)
   };
+}
+
+/** Open what `want` names ({view, layer, head, query}: the data's start, then the URL hash), where it
+ * exists in the document; anything out of range is left as it was. */
+export function applyWanted(state, want, views) {
+  const doc = state.doc;
+  if (want.view !== undefined && views.includes(want.view)) state.view = want.view;
+  const layer = want.layer !== undefined && want.layer < doc.layers.length && !doc.layers[want.layer].omitted
+    ? want.layer : state.layer;
+  const head = want.head !== undefined && want.head < doc.model.n_heads ? want.head : state.head;
+  if (layer !== state.layer || head !== state.head) select(state, { layer, head });
+  if (want.query !== undefined && want.query < doc.tokens.length) select(state, { row: want.query });
 }
 
 /** Show `doc`; keepSelection keeps the layer, head and row when they exist in it. */
@@ -35,6 +51,7 @@ export function setDoc(state, doc, keepSelection) {
   state.doc = doc;
   state.picture = null;
   state.want = null;
+  state.hvHeads = new Set(doc.model.n_heads ? Array.from({ length: doc.model.n_heads }, (_, h) => h) : []);
   if (!keepSelection || state.layer >= doc.layers.length || state.head >= doc.model.n_heads) {
     state.layer = doc.selected.layer;
     state.head = doc.selected.head;

@@ -2,6 +2,7 @@
  * (layer, head, row, stage) on a pick. The shown head's picture is drawn once and kept in the state. */
 
 import { $ } from "../dom.js";
+import { writeHash } from "../hash.js";
 import { STAGE_NAMES } from "../stages.js";
 import { ensureFocus } from "../state.js";
 import { renderCompare } from "./compare.js";
@@ -12,6 +13,7 @@ import { renderPrediction } from "./prediction.js";
 import { renderSearchChoices } from "./search.js";
 import { renderStepper } from "./stepper.js";
 import { paintTokens, renderTokens } from "./tokens.js";
+import { renderViews } from "./views.js";
 
 export function renderAll(state, t) {
   $("app").dataset.ready = "0";
@@ -42,8 +44,11 @@ export function renderSelection(state, t) {
   drawHeatmap(state, t);
   renderCompare(state);
   renderStepper(state, t);
+  renderViews(state, t);
   Object.assign($("app").dataset, {
     layer: state.layer, head: state.head, row: state.row, stage: STAGE_NAMES[state.stage], lang: state.lang,
+    view: state.view,
   });
+  writeHash({ view: state.view, layer: state.layer, head: state.head, query: state.row }, $("app"));
   $("app").dataset.ready = "1";
 }

@@ -1,0 +1,312 @@
+"""The Python API of the explainer: `selfattn.explain(text, model=None, **options) -> Explanation`.
+
+    e = selfattn.explain("一只蓝色怪兽走进森林")            # the bundled default model (offline)
+    e                                                      # in a notebook: the whole page, inline
+    e.heads()[:3]; e.table(1, 0); e.weights(1, 0)          # every head's summary; one head's weights
+    e.find("森林", "走进")                                  # every head ranked by that (query, key) weight
+    e.intervene(no_causal={})                              # the same text, the model changed: a new Explanation
+    e.compare("一只红色怪兽走进森林")                        # two texts side by side (the compare view)
+    e.show("head", layer=1); e.save_html("page.html"); e.to_json()
+
+`model`: None (the bundled default), a folder, a hub id, a GGUF file (whatever `Explainer.load` reads), or a
+transformers model already loaded with its tokenizer: `model=(hf_model, tokenizer)` or `model=hf_model,
+tokenizer=tok`. A loaded model is switched to the "selfattn" attention implementation (`selfattn.hf`) and
+left so: that implementation computes what eager/SDPA attention computes (tests/hf check it), every later
+`intervene` / `compare` needs it, and switching it back and forth would change a live module under the
+caller's feet. `model.set_attn_implementation("sdpa")` switches it back.
+
+Every number comes from one trace per (text, intervention) (`capture.cache.TraceCache`, shared by an
+Explanation and those made from it), through `Explainer.explain`: the views show the numbers of the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from .capture.cache import TraceCache
+from .capture.interventions import REGISTRY, SCOPE, Intervention
+from .session import BYTE_PIECE, DEFAULT_TEXT, Explainer, _unknown_string
+from .sources import DECODER_TYPES, POSITIONS, TRANSFORMERS_TYPES
+from .views import heads as heads_view
+from .views import report
+from .views.notebook import Inline
+from .views.packing import head_type_names
+
+__all__ = ["explain", "Explanation", "HeadTable", "CACHE_BYTES"]
+
+CACHE_BYTES = 256 << 20
+"""Traces kept per family of Explanations (one `explain` call and those made from it)."""
+
+
+def explain(text: str = DEFAULT_TEXT, model=None, *, tokenizer=None, layer=None, head=None, **interventions):
+    """Explain `text` on `model`: an `Explanation` (shown inline in a notebook).
+
+    layer, head      the head shown first (default: picked by `views.heads.pick`)
+    interventions    registry entries by name, e.g. no_causal={}, temperature={"t": 2.0}, block={"query": 4,
+                     "key": 3}; `scope={"layer": L, "head": H}` limits them to one layer / head"""
+    explainer = _explainer(model, tokenizer)
+    return Explanation(explainer, text, _intervention(interventions), layer=layer, head=head, cache=None)
+
+
+class Explanation:
+    """One text explained on one model (and, after `compare`, a second text beside it).
+
+    doc    the export dict (`views.export.to_dict`, the JSON of `selfattn explain --json`)
+    trace  the `ModelTrace` it was made from (Q, K, V, lse of every head)
+    other  the Explanation compared with, or None"""
+
+    def __init__(self, explainer: Explainer, text: str, intervention: Intervention, *, layer, head, cache):
+        self.explainer = explainer
+        self.intervention = intervention
+        self._cache = TraceCache(max_bytes=CACHE_BYTES) if cache is None else cache
+        self.doc = explainer.explain(text, layer=layer, head=head, intervention=intervention, cache=self._cache)
+        self.text = text
+        self.other: Explanation | None = None
+
+    @property
+    def trace(self):
+        return self.explainer.trace(self.text, self.intervention, cache=self._cache)
+
+    @property
+    def tokens(self) -> list[str]:
+        return list(self.doc["tokens"])
+
+    @property
+    def shown(self) -> tuple[int, int]:
+        """(layer, head) shown first."""
+        return self.doc["selected"]["layer"], self.doc["selected"]["head"]
+
+    # --- numbers ---------------------------------------------------------------------------
+
+    def weights(self, layer: int, head: int) -> torch.Tensor:
+        """(L, L) float64: the attention weights of one head, rows = queries (from the trace's Q, K, lse)."""
+        layer, head = self._check(layer, head)
+        return self.trace.layers[layer].stages(head, weighted=False)["weights"]
+
+    def table(self, layer: int | None = None, head: int | None = None) -> HeadTable:
+        """One head's weights with its tokens as a table (default: the head shown first)."""
+        layer, head = self._check(*(self.shown if layer is None and head is None else (layer, head)))
+        return HeadTable(self.tokens, self.weights(layer, head), layer, head)
+
+    def heads(self) -> list[dict]:
+        """Every head: {layer, head, entropy, max_weight, first_token, description {zh, en}, type (a head type
+        of `views.head_types` or None)}, layer by layer."""
+        trace, ids = self.trace, self.doc["token_ids"]
+        types = [
+            head_type_names(
+                torch.stack([layer.stages(h, weighted=False)["weights"] for h in range(layer.n_heads)]).numpy(),
+                ids,
+                causal=layer.causal,
+            )
+            for layer in trace.layers
+        ]
+        out = []
+        for l, row in enumerate(self.doc["summaries"]):
+            for h, s in enumerate(row):
+                d = self.doc["descriptions"][l][h]
+                item = {"layer": l, "head": h} | {k: s[k] for k in ("entropy", "max_weight", "first_token") if k in s}
+                out.append(item | {"description": d.get("text") if d else None, "type": types[l][h]})
+        return out
+
+    def find(self, query, key) -> list[dict]:
+        """Every head ranked by the weight of (query, key): token strings or positions (`views.heads.search`)."""
+        return heads_view.search(self.trace, query, key)["heads"]
+
+    # --- experiments ------------------------------------------------------------------------
+
+    def intervene(self, *, layer=None, head=None, scope: Mapping | None = None, **values) -> Explanation:
+        """The same text with the model changed by registry entries: e.g. `intervene(no_causal={})`,
+        `intervene(temperature={"t": 2.0}, scope={"layer": 0})`, `intervene(block={"query": 4, "key": 3})`.
+        layer, head: the head shown (default: this one's). With an entry that needs a baseline, the new
+        doc's "experiment" compares it with this text unchanged."""
+        iv = _intervention(values | ({"scope": scope} if scope is not None else {}))
+        shown = self.shown if layer is None and head is None else (layer, head)
+        return Explanation(self.explainer, self.text, iv, layer=shown[0], head=shown[1], cache=self._cache)
+
+    def compare(self, other) -> Explanation:
+        """This text and `other` (a text, explained on the same model with the same interventions, or an
+        Explanation) side by side: a copy of this Explanation whose page opens on the compare view."""
+        if isinstance(other, str):
+            other = Explanation(
+                self.explainer, other, self.intervention, layer=self.shown[0], head=self.shown[1], cache=self._cache
+            )
+        if not isinstance(other, Explanation):
+            raise TypeError(f"other must be a text or an Explanation, got {type(other).__name__}")
+        if (other.doc["model"]["n_layers"], other.doc["model"]["n_heads"]) != (
+            self.doc["model"]["n_layers"],
+            self.doc["model"]["n_heads"],
+        ):
+            raise ValueError(
+                "the two explanations come from models of different sizes: nothing to compare head by head"
+            )
+        pair = Explanation.__new__(Explanation)
+        pair.__dict__ |= self.__dict__
+        pair.other = other
+        return pair
+
+    # --- the page ---------------------------------------------------------------------------
+
+    def html(self, view: str | None = None, *, layer=None, head=None, query=None) -> str:
+        """The self-contained page (as `selfattn explain --html` writes it), opening on `view` ("explore",
+        "head", "model", "compare"), head (layer, head) and query row `query` (the URL hash still wins)."""
+        start = {k: v for k, v in (("view", view), ("layer", layer), ("head", head), ("query", query)) if v is not None}
+        if self.other is not None and "view" not in start:
+            start["view"] = "compare"
+        if layer is not None or head is not None:
+            self._check(layer if layer is not None else self.shown[0], head if head is not None else self.shown[1])
+        compare = None if self.other is None else self.other.doc
+        return report.render_html(self.doc, compare=compare, start=start or None)
+
+    def show(self, view: str | None = None, *, layer=None, head=None, query=None) -> Inline:
+        """The page opening on one view, to display inline: `e.show("head", layer=1)`, `e.show("model")`."""
+        return Inline(self.html(view, layer=layer, head=head, query=query))
+
+    def _repr_html_(self) -> str:
+        return self.show()._repr_html_()
+
+    def save_html(self, path: str | os.PathLike, *, force: bool = False) -> Path:
+        """Write the page to `path` atomically (temporary file, then rename); an existing file is kept
+        unless force=True."""
+        return Inline(self.html()).save_html(path, force=force)
+
+    def to_json(self) -> str:
+        """The export dict as JSON (±inf as "inf"/"-inf"); after `compare`, the second text's under "compare"."""
+        doc = self.doc if self.other is None else self.doc | {"compare": self.other.doc}
+        return json.dumps(doc, ensure_ascii=False, allow_nan=False)
+
+    def __repr__(self) -> str:
+        l, h = self.shown
+        more = "" if self.other is None else f" compared with {self.other.text!r}"
+        return (
+            f"<Explanation of {self.text!r}{more} on {self.doc['model']['name']}: {len(self.tokens)} tokens, "
+            f"{self.doc['model']['n_layers']} layers × {self.doc['model']['n_heads']} heads, "
+            f"showing layer {l} head {h}>"
+        )
+
+    def _check(self, layer, head) -> tuple[int, int]:
+        self.explainer.select(self.trace, self.doc["summaries"], self.doc["descriptions"], layer, head)
+        return int(layer), int(head)
+
+
+class HeadTable:
+    """One head's weights with its tokens: a table in a notebook (`_repr_html_`) and as text (`str`).
+
+    weights  (L, L) float64 tensor, rows = queries; tokens  L strings"""
+
+    DIGITS = 4
+
+    def __init__(self, tokens: list[str], weights: torch.Tensor, layer: int, head: int):
+        self.tokens, self.weights, self.layer, self.head = tokens, weights, layer, head
+
+    def rows(self) -> list[dict]:
+        """[{query, token, weights: {key token position: weight}}] for every query row."""
+        w = self.weights.tolist()
+        return [{"query": i, "token": tok, "weights": dict(enumerate(w[i]))} for i, tok in enumerate(self.tokens)]
+
+    def __str__(self) -> str:
+        width = max(len(t) for t in self.tokens) + 2
+        head = " " * width + "".join(f"{t[:8]:>10}" for t in self.tokens)
+        lines = [f"layer {self.layer} · head {self.head}", head]
+        for tok, row in zip(self.tokens, self.weights.tolist(), strict=True):
+            lines.append(f"{tok:<{width}}" + "".join(f"{x:>10.{self.DIGITS}f}" for x in row))
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        import html
+
+        cells = "".join(f"<th>{html.escape(t)}</th>" for t in self.tokens)
+        body = []
+        for tok, row in zip(self.tokens, self.weights.tolist(), strict=True):
+            tds = "".join(
+                f'<td style="background: rgba(29, 78, 216, {x**0.5:.3f}); color: {"#fff" if x > 0.3 else "#111"}">'
+                f"{x:.{self.DIGITS}f}</td>"
+                for x in row
+            )
+            body.append(f"<tr><th>{html.escape(tok)}</th>{tds}</tr>")
+        caption = f"<caption>layer {self.layer} · head {self.head} (rows = queries, columns = keys)</caption>"
+        return f'<table class="selfattn-table">{caption}<tr><th></th>{cells}</tr>{"".join(body)}</table>'
+
+
+def _intervention(values: Mapping) -> Intervention:
+    values = dict(values)
+    scope = values.pop("scope", None) or {}
+    if not isinstance(scope, Mapping) or set(scope) - set(SCOPE):
+        raise ValueError(f"scope must be {{'layer': L, 'head': H}}, got {scope!r}")
+    unknown = sorted(set(values) - set(REGISTRY))
+    if unknown:
+        raise TypeError(
+            f"unknown option {unknown[0]!r}: the options are tokenizer, layer, head, scope and the interventions "
+            f"{', '.join(REGISTRY)}"
+        )
+    return Intervention(values, layer=scope.get("layer"), head=scope.get("head"))
+
+
+def _explainer(model, tokenizer) -> Explainer:
+    """An Explainer for what `explain` was given (see the module doc)."""
+    if isinstance(model, Explainer):
+        return model
+    if isinstance(model, tuple):
+        if len(model) != 2 or tokenizer is not None:
+            raise ValueError("model=(hf_model, tokenizer) takes exactly two items, and no tokenizer= beside it")
+        model, tokenizer = model
+    if isinstance(model, torch.nn.Module):
+        if tokenizer is None:
+            raise ValueError("a loaded model needs its tokenizer: model=(hf_model, tokenizer) or tokenizer=tok")
+        return from_loaded(model, tokenizer)
+    if tokenizer is not None:
+        raise ValueError("tokenizer= goes with a loaded model; a path or hub id brings its own tokenizer")
+    if model is not None and not isinstance(model, (str, os.PathLike)):
+        raise TypeError(
+            f"model must be None, a path, a hub id or a loaded transformers model, got {type(model).__name__}"
+        )
+    return Explainer.load(model)
+
+
+def from_loaded(model: torch.nn.Module, tokenizer) -> Explainer:
+    """An Explainer over a transformers model and tokenizer already in memory (switched to "selfattn")."""
+    from .. import hf
+
+    config = getattr(model, "config", None)
+    kind = getattr(config, "model_type", None)
+    if kind not in TRANSFORMERS_TYPES:
+        raise ValueError(
+            f"{type(model).__name__} (model_type {kind!r}) is not one the explainer reads; it reads "
+            f"{', '.join(TRANSFORMERS_TYPES)}"
+        )
+    if not callable(tokenizer) or not hasattr(tokenizer, "decode"):
+        raise TypeError(f"tokenizer must be a transformers tokenizer, got {type(tokenizer).__name__}")
+    hf.register()
+    model.set_attn_implementation(hf.NAME)
+    model.eval()
+    decoder = kind in DECODER_TYPES
+    unk = tokenizer.unk_token_id
+
+    def tokenize(text: str):
+        ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+        extra = {"use_cache": False} if decoder else {"attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+        return [tokenizer.decode([i]) for i in ids], torch.tensor(ids), extra
+
+    def is_unknown(token: str, i: int) -> bool:
+        piece = tokenizer.convert_ids_to_tokens(i)
+        return i == unk or (isinstance(piece, str) and bool(BYTE_PIECE.match(piece))) or _unknown_string(token)
+
+    arch = (getattr(config, "architectures", None) or [type(model).__name__])[0]
+    max_len = int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 0)
+    return Explainer(
+        model=model,
+        name=getattr(config, "_name_or_path", None) or type(model).__name__,
+        tokenize=tokenize,
+        decode=lambda i: tokenizer.decode([i]),
+        max_len=max_len,
+        architecture=f"{arch} (transformers, attention by selfattn)",
+        positions=POSITIONS[kind],
+        is_unknown=is_unknown,
+        unknown_hint={"en": "the tokenizer has no piece for these characters", "zh": "分词器没有这些字符的片段"},
+    )

@@ -1,0 +1,84 @@
+/* The model view (bertviz's): every layer × head as a small heatmap of its weights (the heatmap's colours),
+ * its border coloured by its type where the data has one; click a thumbnail to open that head. */
+
+import { el } from "../dom.js";
+import { HIDDEN_RGB, shade } from "../format.js";
+
+export const THUMB_PX = 72; // the side of a thumbnail, in CSS pixels
+export const THUMB_MAX = 128; // beyond this many tokens a thumbnail pixel is the largest weight of a block
+export const TYPE_COLOURS = { previous: "#2563eb", next: "#0891b2", self: "#7c3aed", first: "#6b7280",
+  duplicate: "#db2777", induction: "#dc2626", local: "#16a34a", broad: "#d97706" };
+const TYPE_TEXT = { previous: "type_previous", next: "type_next", self: "type_self", first: "type_first",
+  duplicate: "type_duplicate", induction: "type_induction", local: "type_local", broad: "type_broad" };
+
+/** An n×n canvas of head (l, h): pixel (a, b) = shade of the largest weight of its block (block 1: the weight). */
+export function thumbnail(src, l, h) {
+  const L = src.tokens.length;
+  const block = Math.ceil(L / THUMB_MAX);
+  const n = Math.ceil(L / block);
+  const canvas = document.createElement("canvas");
+  canvas.width = canvas.height = n;
+  const ctx = canvas.getContext("2d");
+  const img = ctx.createImageData(n, n);
+  for (let a = 0; a < n; a++) {
+    for (let b = 0; b < n; b++) {
+      let top = -1;
+      for (let i = a * block; i < Math.min(L, (a + 1) * block); i++) {
+        for (let j = b * block; j < Math.min(L, (b + 1) * block); j++) {
+          if (src.visible(l, h, i, j)) top = Math.max(top, src.weight(l, h, i, j));
+        }
+      }
+      const c = top < 0 ? HIDDEN_RGB : shade(top);
+      img.data.set([c[0], c[1], c[2], 255], 4 * (a * n + b));
+    }
+  }
+  ctx.putImageData(img, 0, 0);
+  return { canvas, block };
+}
+
+/** Draw the grid into `root`; current = {layer, head} outlined. A thumbnail is a button.mv-thumb with
+ * data-layer / data-head (the page listens on root). */
+export function renderModelView(root, src, current, t) {
+  const L = src.tokens.length;
+  const table = el("table", { class: "mv-grid", "data-testid": "mv-grid" });
+  const top = el("tr");
+  top.append(el("th"));
+  for (let h = 0; h < src.nHeads; h++) top.append(el("th", {}, t("head_n", { head: h })));
+  table.append(top);
+  let block = 1;
+  for (let l = 0; l < src.nLayers; l++) {
+    const tr = el("tr");
+    tr.append(el("th", {}, t("layer_n", { layer: l })));
+    for (let h = 0; h < src.nHeads; h++) {
+      const td = el("td", { "data-layer": l, "data-head": h });
+      if (!src.held(l)) {
+        td.append(el("span", { class: "hint" }, t("mv_omitted")));
+        tr.append(td);
+        continue;
+      }
+      const type = src.type(l, h);
+      const thumb = thumbnail(src, l, h);
+      block = thumb.block;
+      const button = el("button", { type: "button", class: "mv-thumb", "data-testid": "mv-thumb", "data-layer": l,
+        "data-head": h, "data-type": type || "", title: `${t("mv_cell", { layer: l, head: h })} · ${type ? t(TYPE_TEXT[type]) : t("mv_untyped")}` });
+      thumb.canvas.style.width = thumb.canvas.style.height = `${THUMB_PX}px`;
+      thumb.canvas.dataset.testid = "mv-canvas";
+      button.style.borderColor = type ? TYPE_COLOURS[type] : "transparent";
+      if (current && current.layer === l && current.head === h) button.classList.add("current");
+      button.append(thumb.canvas);
+      td.append(button, el("span", { class: "mv-type" }, type ? t(TYPE_TEXT[type]) : ""));
+      tr.append(td);
+    }
+    table.append(tr);
+  }
+  const parts = [table];
+  if (block > 1) parts.unshift(el("p", { class: "hint", "data-testid": "mv-pooled" }, t("mv_pooled", { n: L, block })));
+  const legend = el("p", { class: "mv-legend hint" });
+  for (const [type, colour] of Object.entries(TYPE_COLOURS)) {
+    const s = el("span", { class: "mv-key" }, t(TYPE_TEXT[type]));
+    s.style.borderColor = colour;
+    legend.append(s);
+  }
+  parts.push(legend);
+  root.replaceChildren(...parts);
+}

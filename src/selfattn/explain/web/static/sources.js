@@ -1,0 +1,35 @@
+/* Where the head view and the model view read weights from, one shape for both pages:
+ *
+ *   {tokens, nLayers, nHeads, held(l), weight(l, h, i, j), visible(l, h, i, j), type(l, h)}
+ *
+ * `docSource`: an export dict of the explorer (weights at 0.01 %, as Python packed them; a layer left out
+ * is not held). `arraySource`: the attention page's (layers, heads, L, L) weights given directly. */
+
+import { bit, shownWeight, visibleOf } from "./data.js";
+
+export function docSource(doc) {
+  return {
+    tokens: doc.tokens,
+    nLayers: doc.layers.length,
+    nHeads: doc.model.n_heads,
+    held: (l) => !doc.layers[l].omitted,
+    weight: (l, h, i, j) => shownWeight(doc.layers[l].heads[h], i, j),
+    visible: (l, h, i, j) => bit(visibleOf(doc.layers[l], h), i, j) === 1,
+    type: (l, h) => (doc.layers[l].types ? doc.layers[l].types[h] : null),
+  };
+}
+
+/** weights: an unpacked (layers, heads, L, L) u16 array with its unit; types: [[type | null]]. */
+export function arraySource(tokens, weights, types) {
+  const [nLayers, nHeads, L] = weights.shape;
+  const at = (l, h, i, j) => ((l * nHeads + h) * L + i) * L + j;
+  return {
+    tokens,
+    nLayers,
+    nHeads,
+    held: () => true,
+    weight: (l, h, i, j) => weights.data[at(l, h, i, j)] / weights.unit,
+    visible: () => true,
+    type: (l, h) => (types ? types[l][h] : null),
+  };
+}
