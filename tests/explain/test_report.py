@@ -236,7 +236,7 @@ def test_every_packed_dtype_round_trips():
 
 def test_page_data_carries_texts_controls_and_the_applied_interventions(doc):
     data = embedded(report.render_html(doc))
-    assert data["texts"] == report.page_texts() and set(data["texts"]) <= set(report.ALL_TEXTS)
+    assert data["texts"] == report.page_texts() and set(data["texts"]) <= set(report.TEXTS)
     assert [iv["name"] for iv in data["interventions"]] == list(REGISTRY)  # the registry, as data
     for iv in data["interventions"]:  # contract 3
         assert {"name", "label", "params", "needs_baseline", "neutral"} <= set(iv) and set(iv["label"]) == {"zh", "en"}

@@ -52,7 +52,6 @@ from .bundle import bundle
 from .heads import PICK_RULE
 from .packing import head_type_names, pack, pack_weights, unpack
 from .texts import TEXTS, text
-from .view_texts import VIEW_TEXTS
 
 __all__ = [
     "render_html",
@@ -73,7 +72,6 @@ PAGE, ENTRY, STYLE = "explorer.html", "main.js", "explorer.css"
 ATTENTION_PAGE, ATTENTION_ENTRY = "attention.html", "attention.js"
 VIEWS = ("explore", "head", "model", "compare")
 """The page's views (`start["view"]`, the URL hash's `view=`); the attention page has "head" and "model"."""
-ALL_TEXTS = TEXTS | VIEW_TEXTS
 TITLE_CHARS = 40
 
 _SLOT = re.compile(r"\{\{(TITLE|CSP|STYLE|SCRIPT|DATA|NOSCRIPT)\}\}")
@@ -189,10 +187,10 @@ def script(entry: str = ENTRY) -> str:
 
 @functools.cache
 def page_texts(entry: str = ENTRY, page: str = PAGE) -> dict[str, dict[str, str]]:
-    """The texts the page names: every TEXTS (or VIEW_TEXTS) key written as a string in its modules or
+    """The texts the page names: every TEXTS key written as a string in its modules or
     as a data-i18n attribute of its template (the JS passes keys only as string literals)."""
     named = set(_TEXT_KEY.findall(script(entry))) | set(re.findall(r'data-i18n="(\w+)"', _static(page)))
-    return {key: ALL_TEXTS[key] for key in sorted(named & ALL_TEXTS.keys())}
+    return {key: TEXTS[key] for key in sorted(named & TEXTS.keys())}
 
 
 def _policy(script: str, style: str, connect: str) -> str:
@@ -207,7 +205,7 @@ def _page(data: dict, *, live: bool, page: str = PAGE, entry: str = ENTRY) -> st
     template, style = _static(page), _static(STYLE)
     doc = data.get("doc") or {}
     data = data | {"texts": page_texts(entry, page), "interventions": interventions.as_data(), "pick_rule": PICK_RULE}
-    title = text("page_title", "zh") if page == PAGE else VIEW_TEXTS["aw_title"]["zh"]
+    title = text("page_title", "zh") if page == PAGE else TEXTS["aw_title"]["zh"]
     if doc:
         shown = str(doc.get("text", ""))
         title = f"{shown[:TITLE_CHARS]}{'…' if len(shown) > TITLE_CHARS else ''} · {title}"
