@@ -70,7 +70,7 @@ def _intervention(args):
     """The Intervention the flags ask for (one flag per registry entry, then --only-layer / --only-head)."""
     from .explain.capture.interventions import REGISTRY, Intervention
 
-    given = {name: getattr(args, cli_args.dest(name)) for name in REGISTRY}
+    given = {name: getattr(args, cli_args.dest(name)) for name, entry in REGISTRY.items() if entry.cli}
     applied = {name: ({} if value is True else value) for name, value in given.items() if value not in (None, False)}
     scoped = [
         flag
@@ -78,7 +78,7 @@ def _intervention(args):
         if value is not None
     ]
     if scoped and not applied:
-        flags = ", ".join(cli_args.flag_usage(entry) for entry in REGISTRY.values())
+        flags = ", ".join(cli_args.flag_usage(entry) for entry in REGISTRY.values() if entry.cli)
         raise _UsageError(f"{' and '.join(scoped)} limit an intervention to one layer / head; give one too ({flags})")
     return Intervention(applied, layer=args.only_layer, head=args.only_head)
 

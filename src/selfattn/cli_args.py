@@ -87,6 +87,8 @@ def intervention_args(p) -> None:
     from .explain.capture.interventions import REGISTRY  # no torch: the walkthrough starts without it
 
     for entry in REGISTRY.values():
+        if not entry.cli:  # the CLI has a flag of its own for it (--ablate L.H,…: `_experiment_args`)
+            continue
         flag = "--" + entry.name.replace("_", "-")
         if entry.params:
             p.add_argument(flag, action=_Values, entry=entry, dest=dest(entry.name), help=entry.help["en"])
