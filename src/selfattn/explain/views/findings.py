@@ -33,6 +33,8 @@ TOP_NAMED = 3
 """Heads a patching sentence names at most."""
 NAMED_MIN = 0.1
 """Least share of the logit difference a head recovers to be named."""
+SMALL_GAP = 0.5
+"""A clean − corrupted logit difference below this (in logits) makes every share unsteady: the sentence says so."""
 NAMED_PER_TYPE = 5
 """Heads of one type a taxonomy line names at most (the clearest)."""
 
@@ -171,6 +173,10 @@ def patching_words(p: dict) -> dict[str, str]:
         ]
     zh[0] += f"（干净文本上这个差是 {ld[0]}，被改动的文本上 {ld[1]}）"
     en[0] += f" (the difference is {ld[0]} on the clean text, {ld[1]} on the corrupted one)"
+    gap = abs(p["clean_ld"] - p["corrupted_ld"])
+    if gap < SMALL_GAP:
+        zh.append(f"两者只差 {number(gap)}，这些比例很不稳定")
+        en.append(f"they differ by only {number(gap)}, so these shares are unsteady")
     kept, moved = _handover(p)
     tokens = p["clean"]["tokens"]
     if kept is not None and moved is not None:

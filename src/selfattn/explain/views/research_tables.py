@@ -25,7 +25,7 @@ __all__ = ["taxonomy", "experiments", "grid"]
 
 WORDS = {
     "taxonomy": {
-        "zh": "{model}：每个 head 最明确的类型和比例（% ；探针 = {n} 个随机 token 重复两遍{text}）",
+        "zh": "{model}：每个 head 最明确的类型和比例（%；探针 = {n} 个随机 token 重复两遍{text}）",
         "en": "{model}: each head's clearest type and share (%; probe = {n} random tokens repeated twice{text})",
     },
     "with_text": {"zh": "，再加上这句话", "en": ", and the text"},
@@ -72,8 +72,8 @@ def grid(
         for header in [corner, *columns[a:b]]:
             table.add_column(Text(header), no_wrap=True, justify="right")
         for r, (row_label, row) in enumerate(zip(rows, cells, strict=True)):
-            style = (lambda j: styles[r][j]) if styles else (lambda j: "")
-            table.add_row(Text(row_label), *(Text(printable(row[j]), style=style(j)) for j in range(a, b)))
+            looks = styles[r] if styles else [""] * len(row)
+            table.add_row(Text(row_label), *(Text(printable(row[j]), style=looks[j]) for j in range(a, b)))
         console.print(table)
 
 
@@ -84,6 +84,9 @@ def _cell(c: dict, lang: str) -> str:
     share = f"{e['score']:.2f}" if e["type"] == "broad" else percent(e["score"]).rstrip("%")
     return f"{TYPE_SHORT[e['type']][lang]} {share}"
 
+
+LENS_SHOWN = 3
+"""Tokens per layer the terminal's lens table shows (--json has every one computed)."""
 
 STYLES = {"induction": "bold magenta", "previous": "bold cyan", "duplicate": "bold yellow", "relation": "bold green"}
 """The types a reader looks for first, highlighted in the taxonomy table."""
@@ -147,14 +150,14 @@ def _cut(token: str, width: int = 6) -> str:
 def _lens(lens: dict, console: Console, lang: str) -> None:
     _say(console, WORDS["lens"][lang] + lens["text"][lang], style="bold")
     _say(console, WORDS["lens_table"][lang].format(p=lens["position"], tok=f"“{lens['token']}”"))
-    k = len(lens["layers"][0]["top"])
+    k = min(LENS_SHOWN, len(lens["layers"][0]["top"]))
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
     table.add_column(Text(WORDS["layer"][lang]), justify="right", no_wrap=True)
     table.add_column(Text(WORDS["top"][lang].format(k=k)))
     table.add_column(Text(WORDS["entropy"][lang]), justify="right", no_wrap=True)
     final = lens["layers"][-1]["top"][0]["id"]
     for row in lens["layers"]:
-        items = "  ".join(f"“{printable(e['token'])}” {100 * e['prob']:.1f}%" for e in row["top"])
+        items = "  ".join(f"“{printable(e['token'])}” {100 * e['prob']:.1f}%" for e in row["top"][:k])
         style = "bold" if row["top"][0]["id"] == final and row["layer"] >= lens["settled"] else ""
         table.add_row(Text(str(row["layer"])), Text(items, style=style), Text(number(row["entropy_bits"])))
     console.print(table)

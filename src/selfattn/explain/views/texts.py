@@ -42,6 +42,8 @@ TEXTS: dict[str, dict[str, str]] = {
     },
     "tables.does": {"zh": "这个 head 在做什么：{text}", "en": "What this head does: {text}"},
     "tables.chosen": {"zh": "由你指定", "en": "chosen by you"},
+    "tables.intervened": {"zh": "干预作用的 head", "en": "the head the intervention changes"},
+    "tables.ablated": {"zh": "被消融的第一个 head", "en": "the first head ablated"},
     "tables.within_layer": {"zh": "在这一层里自动选择", "en": "picked within this layer"},
     "tables.auto_short": {"zh": "自动选择", "en": "picked automatically"},
     "tables.within_head": {"zh": "为这个 head 自动选择层", "en": "layer picked for this head"},
