@@ -54,18 +54,22 @@ def _say(console: Console, *parts: str, **kw) -> None:
     console.print(*(printable(p, keep="\n") for p in parts), markup=False, **kw)
 
 
+COLUMN_GAP = 2
+"""Cells a column adds besides its text: its right padding and the separator."""
+
+
 def grid(
     console: Console, corner: str, rows: list[str], columns: list[str], cells: list[list[str]], styles=None
 ) -> None:
     """One table of short cells, split into blocks of columns that fit the console's width."""
     label = max([cell_len(r) for r in rows] + [cell_len(corner)])
     widths = [max([cell_len(c)] + [cell_len(row[j]) for row in cells]) for j, c in enumerate(columns)]
-    blocks, start, used = [], 0, label + 1
+    blocks, start, used = [], 0, label + COLUMN_GAP
     for j, w in enumerate(widths):
-        if j > start and used + w + 1 > console.width:
+        if j > start and used + w + COLUMN_GAP > console.width:
             blocks.append((start, j))
-            start, used = j, label + 1
-        used += w + 1
+            start, used = j, label + COLUMN_GAP
+        used += w + COLUMN_GAP
     blocks.append((start, len(columns)))
     for a, b in blocks:
         table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
