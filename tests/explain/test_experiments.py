@@ -380,3 +380,23 @@ def test_a_limited_intervention_shows_the_head_it_changed(cli, capsys):
     assert main(["explain", TEXT, "--temperature", "3", "--only-head", "7"]) == 0
     out = capsys.readouterr().out
     assert "只在 head 7" in out and "（干预作用的 head）" not in out  # a head limit alone: the layer is picked
+
+
+def test_the_server_takes_the_ablate_entry_from_the_registry(ex):
+    """POST /api/explain accepts {"interventions": {"ablate": {"mean": true}, "layer": L, "head": H}} (its body
+    is generated from the registry) and answers what the library answers."""
+    from fastapi.testclient import TestClient
+
+    from selfattn.explain.web import server
+
+    client = TestClient(server.create_app(ex))
+    body = {"text": TEXT, "interventions": {"ablate": {"mean": True}, "layer": 1, "head": 5}, "layer": 1, "head": 5}
+    r = client.post("/api/explain", json=body)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    iv = Intervention({"ablate": {"mean": True}}, layer=1, head=5)
+    want = json.loads(json.dumps(ex.explain(TEXT, layer=1, head=5, intervention=iv), ensure_ascii=False))
+    assert got["prediction"] == want["prediction"] and got["experiment"] == want["experiment"]
+    assert got["experiment"]["applied"] == {"ablate": {"mean": True}, "layer": 1, "head": 5}
+    bad = client.post("/api/explain", json={"text": TEXT, "interventions": {"ablate": {"mean": 1}}})
+    assert bad.status_code == 422 and "interventions.ablate.mean" in bad.json()["detail"]
