@@ -105,7 +105,9 @@ def _draw(p: dict, lang: str):
     title = WORDS["title"][lang].format(
         model=p.get("model", ""), t=t, f=f, c=number(p["clean_ld"]), x=number(p["corrupted_ld"])
     )
-    names = ", ".join(f"{name(x['layer'], x['head'])} {100 * x['recovered']:.0f}%" for x in p["top_heads"])
+    names = ("、" if lang == "zh" else ", ").join(
+        f"{name(x['layer'], x['head'])} {100 * x['recovered']:.0f}%" for x in p["top_heads"]
+    )
     fig.suptitle(title + ("\n" + WORDS["top"][lang].format(names=names) if names else ""), fontsize=10)
     fig.subplots_adjust(left=0.06, right=0.94, bottom=0.14, top=0.88)
     return fig
