@@ -51,6 +51,12 @@ def test_a_refusal_is_one_line_and_a_bug_is_a_traceback(monkeypatch, capsys):
         (["bench", "--load", "-1"], "argument --load: expected an integer in [0, 256], got '-1'"),
         (["train", "--lr", "1"], "argument --lr: expected a learning rate in (0, 1), got '1'"),
         (["walkthrough", "--seed", str(2**64)], "argument --seed: expected an integer in [0, 9223372036854775807]"),
+        (["heads", "--probe-length", "1"], "argument --probe-length: expected an integer in [2, 512], got '1'"),
+        (
+            ["explain", "--ablate", "1.2,x"],
+            "argument --ablate: a head is LAYER.HEAD, counted from 0 (e.g. 3.1), got 'x'",
+        ),
+        (["explain", "--ablate-mode", "half"], "argument --ablate-mode: invalid choice: 'half'"),
     ],
 )
 def test_bad_numbers_are_one_line_exit_2(args, message, capsys):

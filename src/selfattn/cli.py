@@ -71,7 +71,7 @@ def _intervention(args):
     """The Intervention the flags ask for (one flag per registry entry, then --only-layer / --only-head)."""
     from .explain.capture.interventions import REGISTRY, Intervention
 
-    given = {name: getattr(args, cli_args.dest(name)) for name in REGISTRY}
+    given = {name: getattr(args, cli_args.dest(name)) for name, entry in REGISTRY.items() if entry.cli}
     applied = {name: ({} if value is True else value) for name, value in given.items() if value not in (None, False)}
     scoped = [
         flag
@@ -79,31 +79,99 @@ def _intervention(args):
         if value is not None
     ]
     if scoped and not applied:
-        flags = ", ".join(cli_args.flag_usage(entry) for entry in REGISTRY.values())
+        flags = ", ".join(cli_args.flag_usage(entry) for entry in REGISTRY.values() if entry.cli)
         raise _UsageError(f"{' and '.join(scoped)} limit an intervention to one layer / head; give one too ({flags})")
     return Intervention(applied, layer=args.only_layer, head=args.only_head)
 
 
+def _check_needs(args) -> None:
+    """A flag that needs another one (--ablate-mode needs --ablate, …: `cli_args.NEEDS`) is refused before any work."""
+    for name, (flag, needed) in cli_args.NEEDS.items():
+        if getattr(args, name, None) is not None and not getattr(args, needed.lstrip("-").replace("-", "_")):
+            raise _UsageError(f"{flag} goes with {needed}; give {needed} too")
+
+
+def _experiment_files(args) -> list[Path]:
+    """The pictures the experiments add to --plots (the patching heatmap), checked with the others."""
+    from .explain.views import patching_plot
+
+    if args.plots is None or args.patch is None:
+        return []
+    return [Path(args.plots) / name for name in patching_plot.FILES]
+
+
 def _explain(args) -> int:
-    from .explain.session import Explainer
-    from .explain.views import outputs
+    from .explain.views import experiment, outputs
 
     intervention = _intervention(args)
+    _check_needs(args)
     paths = {"npz": args.npz, "html": args.html, "plots_dir": args.plots}
-    chosen = (args.layer, args.head) if args.layer is not None and args.head is not None else None
+    layer, head = experiment.shown_head(intervention, args.layer, args.head)
+    reason = "intervened" if (layer, head) != (args.layer, args.head) else None
+    if layer is None and head is None and args.ablate:  # show the first head ablated
+        (layer, head), reason = args.ablate[0], "ablated"
+    chosen = (layer, head) if layer is not None and head is not None else None
     outputs.check(**paths, force=args.force, selected=chosen)  # before the model is loaded: nothing for nothing
+    _check_pictures(_experiment_files(args), args.force)
+    from .explain.session import Explainer
+
     explainer = Explainer.load(args.model)
-    doc = explainer.explain(args.text, layer=args.layer, head=args.head, intervention=intervention, find=args.find)
-    written = outputs.write_all(outputs.render(doc, **paths, force=args.force, lang=args.lang), force=args.force)
+    doc = explainer.explain(args.text, layer=layer, head=head, intervention=intervention, find=args.find)
+    if reason is not None and doc["selected"]["rule"] is None:  # shown because the flags changed it
+        doc["selected"]["rule"] = reason
+    doc |= _experiments(explainer, args, intervention)
+    files = outputs.render(doc, **paths, force=args.force, lang=args.lang)
+    if "patching" in doc and args.plots is not None:
+        from .explain.views import patching_plot
+
+        pictures = patching_plot.render(doc["patching"], lang=args.lang)
+        files |= {path: pictures[path.name] for path in _experiment_files(args)}
+    written = outputs.write_all(files, force=args.force)
     if args.json:
         _print_json(doc)
         return 0
-    from .explain.views import tables
+    from .explain.views import research_tables, tables
 
     console = _console()
     tables.render(doc, console, lang=args.lang)
+    research_tables.experiments(doc, console, lang=args.lang)
     for path in written:
         console.print(f"→ {printable(path)}", markup=False)
+    return 0
+
+
+def _check_pictures(paths: list[Path], force: bool) -> None:
+    from .model.checkpoint import check_creatable
+
+    for path in paths:
+        check_creatable(path, force=force)
+
+
+def _experiments(explainer, args, intervention) -> dict:
+    """doc["ablation"], doc["patching"], doc["lens"]: the experiments the flags ask for."""
+    from .explain import experiments
+
+    out = {}
+    if args.ablate:
+        out["ablation"] = experiments.ablation(explainer, args.text, args.ablate, args.ablate_mode or "zero")
+    if args.patch is not None:
+        out["patching"] = experiments.patching(explainer, args.text, args.patch, target=args.target, foil=args.foil)
+    if args.logit_lens:
+        out["lens"] = experiments.logit_lens(explainer, args.text, position=args.position, intervention=intervention)
+    return out
+
+
+def _heads(args) -> int:
+    from .explain import experiments
+    from .explain.session import Explainer
+
+    t = experiments.taxonomy(Explainer.load(args.model), args.text, length=args.probe_length, seed=args.seed)
+    if args.json:
+        _print_json(t)
+    else:
+        from .explain.views import research_tables
+
+        research_tables.taxonomy(t, _console(), lang=args.lang)
     return 0
 
 
@@ -226,6 +294,7 @@ def build_parser():
     runs = {
         "walkthrough": _walkthrough,
         "explain": _explain,
+        "heads": _heads,
         "train": _train,
         "generate": _generate,
         "bench": _bench,

@@ -30,7 +30,16 @@ def build_parser(runs: dict) -> argparse.ArgumentParser:
     parser = _Parser(prog="selfattn", description="Self-attention, exact and explainable.")
     parser.add_argument("--version", action="version", version=f"selfattn {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for add in (_walkthrough_args, _explain_args, _train_args, _generate_args, _bench_args, _vocab_args, _serve_args):
+    for add in (
+        _walkthrough_args,
+        _explain_args,
+        _heads_args,
+        _train_args,
+        _generate_args,
+        _bench_args,
+        _vocab_args,
+        _serve_args,
+    ):
         add(commands, runs)
     return parser
 
@@ -73,6 +82,7 @@ def _explain_args(commands, runs) -> None:
         metavar=("QUERY", "KEY"),
         help="head search: rank every head by the weight from token QUERY to token KEY (e.g. --find 走进 怪兽)",
     )
+    experiment_args(p)
     _json_flag(p, "print every captured tensor as JSON instead of tables")
     p.add_argument("--npz", metavar="FILE", help="also save every captured tensor to FILE (.npz)")
     p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report to FILE")
@@ -87,6 +97,8 @@ def intervention_args(p) -> None:
     from .explain.capture.interventions import REGISTRY  # no torch: the walkthrough starts without it
 
     for entry in REGISTRY.values():
+        if not entry.cli:  # the CLI has a flag of its own for it (--ablate L.H,…: `_experiment_args`)
+            continue
         flag = "--" + entry.name.replace("_", "-")
         if entry.params:
             p.add_argument(flag, action=_Values, entry=entry, dest=dest(entry.name), help=entry.help["en"])
@@ -106,6 +118,83 @@ def intervention_args(p) -> None:
         metavar="H",
         help="apply the interventions to head H only (with --only-layer: that one head)",
     )
+
+
+NEEDS = {
+    "ablate_mode": ("--ablate-mode", "--ablate"),
+    "target": ("--target", "--patch"),
+    "foil": ("--foil", "--patch"),
+    "position": ("--position", "--logit-lens"),
+}
+"""dest: (flag, the flag it needs): a flag given without the one it needs is refused (`cli._check_needs`)."""
+
+
+def experiment_args(p) -> None:
+    """The experiments of `selfattn explain` (`selfattn.explain.experiments`): ablation, patching, the lens."""
+    p.add_argument(
+        "--ablate",
+        type=_heads_list,
+        metavar="L.H[,L.H…]",
+        help="ablate these heads (layer.head, from 0; e.g. 3.1,5.2): their output set to zero (or --ablate-mode "
+        "mean), and the change in the next-token prediction and the loss said in a sentence",
+    )
+    p.add_argument(
+        "--ablate-mode",
+        choices=["zero", "mean"],
+        dest="ablate_mode",
+        help="with --ablate: replace the output by zero (default) or by its mean over the text",
+    )
+    p.add_argument(
+        "--patch",
+        metavar="CORRUPTED_TEXT",
+        help="activation patching: each head's output (and each layer's residual per position) taken from the "
+        "text into CORRUPTED_TEXT (the same token length); the share of the logit difference each recovers",
+    )
+    p.add_argument(
+        "--target", metavar="TOKEN", help="with --patch: the target token (default: the text's top prediction)"
+    )
+    p.add_argument(
+        "--foil", metavar="TOKEN", help="with --patch: the foil token (default: CORRUPTED_TEXT's top prediction)"
+    )
+    p.add_argument(
+        "--logit-lens",
+        action="store_true",
+        dest="logit_lens",
+        help="the top next tokens after every layer at one position (the last, or --position P), as a table",
+    )
+    p.add_argument(
+        "--position", type=_non_negative_int, metavar="P", help="with --logit-lens: the position (default: the last)"
+    )
+
+
+def _heads_list(text: str) -> list[tuple[int, int]]:
+    from .explain.experiments import parse_heads  # no torch at import: experiments imports it, so only here
+
+    try:
+        return parse_heads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _heads_args(commands, runs) -> None:
+    p = commands.add_parser("heads", help="every head's type (previous-token, induction, sink, …) with its score")
+    p.add_argument("text", nargs="?", help="also measure the heads on this text (its tutorial links included)")
+    p.add_argument(
+        "--model",
+        metavar="PATH_OR_ID",
+        help="a selfattn checkpoint, a transformers folder or a hub id, as for explain (default: the bundled model)",
+    )
+    p.add_argument("--lang", choices=["zh", "en"], default="zh", help="language of the table (default: zh)")
+    p.add_argument(
+        "--probe-length",
+        type=_probe_length,
+        default=30,
+        dest="probe_length",
+        help="random tokens in each copy of the induction probe (default: 30)",
+    )
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the probe's tokens (default: 0)")
+    _json_flag(p, "print the taxonomy as JSON")
+    p.set_defaults(run=runs["heads"])
 
 
 def dest(name: str) -> str:
@@ -281,8 +370,11 @@ def _number(
 
 
 MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
+MAX_PROBE = 512
+"""Longest induction probe `selfattn heads` accepts (each copy; the model's context shortens it further)."""
 
 _positive_int = _number(int, low=1, what="a positive integer")
+_probe_length = _number(int, low=2, high=MAX_PROBE, what=f"an integer in [2, {MAX_PROBE}]")
 _non_negative_int = _number(int, low=0)
 _port = _number(int, low=1, high=65535, what="a port in [1, 65535]")
 _seed = _number(int, low=0, high=MAX_SEED, what=f"an integer in [0, {MAX_SEED}]")

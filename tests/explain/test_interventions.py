@@ -29,7 +29,7 @@ WEIGHT_ATOL = 1e-5
 def test_the_registry_is_data_the_export_carries(tiny):
     doc = tiny.explain(TEXT)
     assert doc["interventions"] == json.loads(json.dumps(as_data(), ensure_ascii=False))  # JSON as it is
-    assert [e["name"] for e in doc["interventions"]] == ["no_scaling", "no_causal", "temperature", "block"]
+    assert [e["name"] for e in doc["interventions"]] == ["no_scaling", "no_causal", "temperature", "block", "ablate"]
     for e in doc["interventions"]:
         assert set(e["label"]) == {"zh", "en"} and e["label"]["zh"] != e["label"]["en"]
         assert e["needs_baseline"] is True

@@ -46,6 +46,8 @@ class Param:
     label: dict[str, str]
     min: float | None = None
     max: float | None = None
+    shown: dict[str, tuple[str, str]] | None = None
+    """A bool's words in a view's sentence, {lang: (when False, when True)} (`Entry.words`); None: the value."""
 
     def check(self, what: str, value):
         """`value` if it is of this type and range, else a TypeError/ValueError naming `what` and the value."""
@@ -76,6 +78,9 @@ class Entry:
     params          what it takes; none: a switch
     needs_baseline  the experiment compares it with the same text without it (`session.Explainer.explain`)
     neutral         the values at which it changes nothing (such an entry is dropped): None if there are none
+    scoped          `apply(request, values, head)`: it also reads the head the intervention is limited to (None:
+                    every head), for an entry that changes a head's values rather than its scores
+    cli             its flag is generated for `selfattn explain` (False: the CLI has a flag of its own for it)
     flat            its field in the flat record of the first API (doc["intervention"], the HTTP fields
                     scaling/causal/temperature, `Intervention(scaling=False)`): a switch's field is True when
                     it is *not* applied (scaling=True: ÷√d_k on); a one-parameter entry's field is the value
@@ -85,11 +90,13 @@ class Entry:
     label: dict[str, str]
     help: dict[str, str]
     said: dict[str, str]
-    apply: Callable[[Request, dict], Request]
+    apply: Callable[..., Request]
     params: tuple[Param, ...] = ()
     needs_baseline: bool = True
     neutral: dict | None = None
     flat: str | None = None
+    scoped: bool = False
+    cli: bool = True
 
     def check(self, values) -> dict:
         """{param: value} for this entry: each param checked, a missing one at its default, an unknown one refused."""
@@ -110,7 +117,10 @@ class Entry:
 
     def words(self, lang: str, values: dict) -> str:
         """What a view says when this entry is applied with `values` (numbers with :g, as they were typed)."""
-        shown = {k: f"{v:g}" if isinstance(v, float) else v for k, v in values.items()}
+        words = {p.name: p.shown[lang] for p in self.params if p.shown is not None}
+        shown = {
+            k: words[k][bool(v)] if k in words else f"{v:g}" if isinstance(v, float) else v for k, v in values.items()
+        }
         return self.said[lang].format(**shown)
 
     def as_dict(self) -> dict:
@@ -180,6 +190,41 @@ def _block(r: Request, values: dict) -> Request:
     return dataclasses.replace(r, mask=mask)
 
 
+def _ablate(r: Request, values: dict, head: int | None) -> Request:
+    """Head ablation as a change of the values: a head's output Σ_j w_ij·v_j becomes 0 when every v_j is 0
+    (zero ablation), and becomes m = its mean output over the text's positions when every v_j is m (mean
+    ablation: Σ_j w_ij·m = m, the weights of a row summing to 1). So the weights stay as they were — an
+    ablated head still looks where it looked — and only what it passes on changes, exactly as replacing
+    its output would (`patching.ablate`, which replaces the output itself and is tested against hooks on
+    the model's output projection).
+
+    head  the query head to ablate (the capture computes a limited head apart, from this request): its
+          key/value head's values are replaced. None: every head of the layer (grouped-query keys and
+          values are first repeated per query head, so each head gets its own mean).
+    The mean of a limited head is over this text as the model computes it here: with the interventions
+    before it in the registry, and with the ablations of lower layers when every layer is ablated.
+    """
+    import torch
+
+    from ...weights import masked_scores
+
+    mean = values["mean"]
+    if not mean:
+        v = torch.zeros_like(r.v) if head is None else r.v.clone()
+        if head is not None:
+            v[:, head // r.G] = 0
+        return dataclasses.replace(r, v=v)
+    w = torch.softmax(masked_scores(r), dim=-1).nan_to_num(0.0)  # (B, Hq, Lq, Lk); a row that sees nothing: 0
+    out = w @ r.v.to(w.dtype).repeat_interleave(r.G, dim=1)  # (B, Hq, Lq, Dv)
+    m = out.mean(dim=2, keepdim=True).to(r.v.dtype)  # (B, Hq, 1, Dv) each head's mean output
+    if head is not None:
+        v = r.v.clone()
+        v[:, head // r.G] = m[:, head]
+        return dataclasses.replace(r, v=v)
+    k = r.k.repeat_interleave(r.G, dim=1)  # (B, Hq, Lk, D): the same keys, one copy per query head
+    return dataclasses.replace(r, k=k, v=m.expand(r.B, r.Hq, r.Lk, r.Dv).contiguous())
+
+
 LOW_T, HIGH_T = TEMPERATURE_RANGE
 
 REGISTRY: dict[str, Entry] = {
@@ -228,6 +273,28 @@ REGISTRY: dict[str, Entry] = {
                 Param("query", int, 0, {"zh": "查询位置", "en": "query position"}, min=0),
                 Param("key", int, 0, {"zh": "键位置", "en": "key position"}, min=0),
             ),
+        ),
+        Entry(
+            name="ablate",
+            label={"zh": "消融 head（输出换成 0 或平均值）", "en": "ablate heads (output set to zero or its mean)"},
+            help={
+                "zh": "干预：被限定的 head（或层、或全部）的输出换成 0，或换成它在这句话上的平均输出；权重不变",
+                "en": "intervene: the output of the head it is limited to (or the layer's, or every head's) is "
+                "replaced by zero, or by its mean output over the text; its weights stay as they were",
+            },
+            said={"zh": "消融（输出换成{mean}）", "en": "ablated (output set to {mean})"},
+            apply=_ablate,
+            params=(
+                Param(
+                    "mean",
+                    bool,
+                    False,
+                    {"zh": "换成平均输出（否则 0）", "en": "mean output (else zero)"},
+                    shown={"zh": ("0", "平均值"), "en": ("zero", "its mean")},
+                ),
+            ),
+            scoped=True,
+            cli=False,
         ),
     )
 }
@@ -316,7 +383,8 @@ class Intervention:
     def apply(self, r: Request) -> Request:
         """The request with every applied entry, in registry order."""
         for name, values in self.values:
-            r = REGISTRY[name].apply(r, dict(values))
+            entry = REGISTRY[name]
+            r = entry.apply(r, dict(values), self.head) if entry.scoped else entry.apply(r, dict(values))
         return r
 
     def as_applied(self) -> dict:

@@ -37,7 +37,7 @@ from ... import __version__, checks
 from ...files import json_float
 from ..capture import interventions
 from ..capture.trace import LayerTrace, ModelTrace, head_stages
-from . import texts
+from . import taxonomy, texts
 
 STAGES_MAX_LEN = 64
 """Up to this many tokens the export holds every head's N×N stages; beyond, Q/K/V/lse (the stages
@@ -106,6 +106,7 @@ def to_dict(
         "interventions": interventions.as_data(),
         "experiment": {"applied": trace.intervention.as_applied()},
         "texts": texts.for_page(),
+        "head_types": taxonomy.legend(),
         "selected": selected,
         "summaries": summaries,
         "prediction": prediction,

@@ -15,9 +15,13 @@ over the same visible keys would put there (|targets| / |visible|, averaged over
 | induction | j + 1 for each earlier occurrence j of token i (the token that followed it) | i with such a j + 1 < i |
 | local | i − LOCAL_SPAN … i + LOCAL_SPAN (visible ones) | i with more visible keys than the span |
 
-A type is **credited** when its score is at least CREDIT_MIN and at least CHANCE_FACTOR × its chance,
-over at least MIN_ROWS rows (TransformerLens's detectors report the score alone; the chance level is
-what keeps a nearly uniform head from being credited with anything). A head none of whose types is
+A type is **credited** when its score is clearly above chance (`above_chance`): at least CREDIT_MIN, and
+at least CHANCE_FACTOR × its chance — or, where uniform attention already gives the targets a third or
+more, missing at most 1/CHANCE_FACTOR of what uniform attention misses (1 − score ≤ (1 − chance) /
+CHANCE_FACTOR: with two of four keys as targets, chance 50 %, a score of 75 %) — over at least MIN_ROWS
+rows (TransformerLens's detectors report the score alone; the chance level is what keeps a nearly uniform
+head from being credited with anything). The second arm matters only for chance > 1/3, where "twice the
+chance" would ask for more than the whole row. A head none of whose types is
 credited and whose rows are close to uniform (mean normalised entropy ≥ BROAD_MIN) is **broad**.
 Induction is measured best on a repeated random-token sequence (`induction_probe`), where the only
 way to attend to "the token after the earlier occurrence" is to have learnt to.
@@ -39,6 +43,7 @@ __all__ = [
     "targets",
     "measure",
     "credited",
+    "above_chance",
     "induction_probe",
 ]
 
@@ -55,12 +60,30 @@ LOCAL_SPAN = 2
 """Keys within this distance of the query (either side) count as local."""
 
 
-def targets(ids: Sequence[int], *, causal: bool) -> dict[str, np.ndarray]:
+def above_chance(score: float | None, chance: float | None) -> bool:
+    """Whether a measured share `score` is clearly above the `chance` share uniform attention gives the
+    same keys (the module's rule: CREDIT_MIN, then CHANCE_FACTOR × chance or the misses' arm)."""
+    if score is None or chance is None or score < CREDIT_MIN:
+        return False
+    return score >= CHANCE_FACTOR * chance or 1.0 - score <= (1.0 - chance) / CHANCE_FACTOR
+
+
+def _visible(L: int, causal: bool, visible) -> np.ndarray:
+    if visible is not None:
+        vis = np.asarray(visible.detach().cpu() if hasattr(visible, "detach") else visible, dtype=bool)
+        if vis.shape != (L, L):
+            raise ValueError(f"visible must be (L, L) with L = {L} token ids, got shape {vis.shape}")
+        return vis
+    return np.tril(np.ones((L, L), dtype=bool)) if causal else np.ones((L, L), dtype=bool)
+
+
+def targets(ids: Sequence[int], *, causal: bool, visible=None) -> dict[str, np.ndarray]:
     """Each type's target keys as a bool (L, L) matrix (row i = query i), within the visible keys and
-    only on the rows where the type is measured (see the module's table)."""
+    only on the rows where the type is measured (see the module's table). `visible` (L, L) bool, True =
+    may look: the layer's own visibility (a window, padding); default the causal rule or every key."""
     ids = np.asarray(ids)
     L = len(ids)
-    vis = np.tril(np.ones((L, L), dtype=bool)) if causal else np.ones((L, L), dtype=bool)
+    vis = _visible(L, causal, visible)
     n_vis = vis.sum(1)
     i = np.arange(L)[:, None]
     j = np.arange(L)[None, :]
@@ -81,12 +104,13 @@ def targets(ids: Sequence[int], *, causal: bool) -> dict[str, np.ndarray]:
     }
 
 
-def measure(weights, ids: Sequence[int], *, causal: bool) -> list[dict[str, dict]]:
+def measure(weights, ids: Sequence[int], *, causal: bool, visible=None) -> list[dict[str, dict]]:
     """Every type's score and chance for each head of a layer.
 
     weights  (H, L, L) or (L, L), NumPy or torch: row i = query i's weights over keys 0…L−1
     ids      (L,) the token ids (duplicate and induction compare them)
     causal   query i sees keys 0…i (a decoder); else every key (an encoder)
+    visible  (L, L) bool, True = may look, instead of `causal`'s rule (a sliding window, padding)
     Returns one dict per head: {type: {"score", "chance", "rows", "credited"}} plus "broad" (score =
     mean normalised entropy, chance 1 = uniform); a type measured on no row has score and chance None.
     """
@@ -96,14 +120,14 @@ def measure(weights, ids: Sequence[int], *, causal: bool) -> list[dict[str, dict
         w = w[None]
     if w.ndim != 3 or w.shape[1:] != (L, L):
         raise ValueError(f"weights must be (H, L, L) with L = {L} token ids, got shape {w.shape}")
-    masks = targets(ids, causal=causal)
-    vis = np.tril(np.ones((L, L), dtype=bool)) if causal else np.ones((L, L), dtype=bool)
+    masks = targets(ids, causal=causal, visible=visible)
+    vis = _visible(L, causal, visible)
     n_vis = vis.sum(1)
     heads: list[dict[str, dict]] = [{} for _ in range(w.shape[0])]
     for t, m in masks.items():
         measured = m.any(1)  # (L,)
         rows = int(measured.sum())
-        chance = float((m.sum(1) / n_vis)[measured].mean()) if rows else None
+        chance = float((m.sum(1) / np.maximum(n_vis, 1))[measured].mean()) if rows else None
         scores = (w * m).sum(-1)[:, measured].mean(-1) if rows else [None] * len(heads)  # (H,)
         for h, score in enumerate(scores):
             score = None if score is None else float(score)
@@ -111,9 +135,7 @@ def measure(weights, ids: Sequence[int], *, causal: bool) -> list[dict[str, dict
                 "score": score,
                 "chance": chance,
                 "rows": rows,
-                "credited": bool(rows >= MIN_ROWS and score >= CREDIT_MIN and score >= CHANCE_FACTOR * chance)
-                if rows
-                else False,
+                "credited": bool(rows >= MIN_ROWS and above_chance(score, chance)),
             }
     ok = n_vis >= 2
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -1,35 +1,37 @@
 """Heads that teach: what each head does, in one line of words, and the head to show first.
 
-    describe(trace, table)        -> [layer][head] {kind, text {zh, en}, …}: each head's behaviour, measured
-    pick(trace, table)            -> (layer, head): the head that best shows one of the tutorial's links
+    describe(trace, table)        -> [layer][head] {kind, text {zh, en}, types, scores, …}: each head, measured
+    measures(trace)               -> [layer][head] `head_types.measure` of each head on this text
+    pick(table, descriptions)     -> (layer, head): the head to show first (PICK_RULE)
     search(trace, query, key)     -> {query, key, heads [{layer, head, weight}]}: heads ranked by one weight
     first_token_note(trace, table)-> {token, selected?, mean}: how much weight parks on the first token
 
-A head's behaviour, in this order of precedence:
-
-    relation  its largest mean weight over one of the text's links (`relations.links`) is at least
-              RELATION_SHOWN: "the verb looks back at the noun that moves: 走进→怪兽 86%"
-    first     mean weight on the first token >= summary.SINK_LIMIT (attention parked there)
-    self      mean weight on the token itself >= SELF_LIMIT
-    previous  mean weight on the token before >= PREVIOUS_LIMIT
-    spread    none of these: the mean entropy says how spread out it is
+A head's words (`head_words.sentence`): a first-token sink says so first; then a tutorial link of the
+text, only when its share is clearly above what uniform attention over the visible keys gives the same
+keys (`head_types.above_chance`); then its clearest head type on this text; every share is given with
+that chance level ("走进→怪兽 86%，均匀注意力 20%").
 
 Every number is a weight of `LayerTrace.stages` (float64, exact) or of the per-head summaries.
 """
 
 from __future__ import annotations
 
-from ..capture.trace import ModelTrace
-from .relations import RELATIONS, WORDS, links
+import numpy as np
+
+from ..capture.trace import LayerTrace, ModelTrace
+from . import head_types
+from .head_words import percent, sentence
+from .relations import RELATIONS, links
 from .summary import SINK_LIMIT
 from .texts import TEXTS
 
 __all__ = [
-    "RELATION_SHOWN",
     "SELF_LIMIT",
-    "PREVIOUS_LIMIT",
     "PICK_RULE",
+    "TEACHING_TYPES",
+    "MEASURE_BLOCK",
     "describe",
+    "measures",
     "pick",
     "search",
     "first_token_note",
@@ -37,24 +39,22 @@ __all__ = [
     "percent",
 ]
 
-RELATION_SHOWN = 0.3
-"""A head is described by a link when its mean weight over that link's keys reaches this."""
 SELF_LIMIT = 0.5
 """A head whose mean weight on the token itself reaches this "mostly looks at itself": not picked."""
-PREVIOUS_LIMIT = 0.5
+TEACHING_TYPES = ("induction", "previous", "next", "duplicate", "local")
+"""Head types that show attention at work, picked (in PICK_RULE's second step) before sinks, self and broad heads."""
+MEASURE_BLOCK = 1 << 24
+"""Weights measured at once (heads × L × L float64 elements, 128 MiB), so a long text never holds a layer's all."""
 
 PICK_RULE = TEXTS["pick_rule"]
 """How the shown head is picked, {zh, en} (`pick`): the text table's entry."""
 
 
-def percent(x: float) -> str:
-    """A weight as a whole percentage, never "-0%"."""
-    return f"{abs(round(100 * x)):.0f}%"
-
-
 def relation_weights(trace: ModelTrace) -> list[list[dict[str, dict]]]:
-    """[layer][head] {relation: {weight, n, query, key, pair_weight}}: mean over the relation's links of the
-    weight the query gives its keys together, and the single (query, key) with the largest weight."""
+    """[layer][head] {relation: {weight, chance, n, keys, query, key, pair_weight, pair_chance}}: the mean over
+    the relation's links of the weight the query gives its keys together (`weight`) and what uniform attention
+    over the keys the query may see gives them (`chance`: |keys| / |visible|); the single (query, key) with
+    the largest weight, its weight and chance (1 / |visible|), and the keys of its link."""
     found = links(trace.tokens)
     rows = sorted({link.query for link in found})
     at = {r: i for i, r in enumerate(rows)}  # query position -> its row in the weights
@@ -66,94 +66,68 @@ def relation_weights(trace: ModelTrace) -> list[list[dict[str, dict]]]:
             per_head: dict[str, dict] = {}
             if rows:
                 w = layer.stages(h, rows, weighted=False)["weights"]  # (R, L)
+                seen = layer.head_rule(h)[2].sum(-1)  # (L,) keys each query may see
                 for name, mine in by_relation.items():
-                    if not mine:
-                        continue
-                    total = [float(w[at[link.query], list(link.keys)].sum()) for link in mine]
-                    pairs = [(float(w[at[link.query], k]), link.query, k) for link in mine for k in link.keys]
-                    best = max(pairs)
-                    per_head[name] = {
-                        "weight": sum(total) / len(total),
-                        "n": len(mine),
-                        "query": best[1],
-                        "key": best[2],
-                        "pair_weight": best[0],
-                    }
+                    if mine:
+                        per_head[name] = _relation(w, at, seen, mine)
             per_layer.append(per_head)
         out.append(per_layer)
     return out
 
 
-def describe(trace: ModelTrace, table: list[list[dict]]) -> list[list[dict]]:
-    """One description per head: {kind, text {zh, en}} and the numbers it names (see the module doc)."""
-    rel = relation_weights(trace)
-    tokens = trace.tokens
-    out = []
-    for l, heads in enumerate(table):
-        row = []
-        for h, s in enumerate(heads):
-            row.append(_describe_one(tokens, s, rel[l][h]))
-        out.append(row)
-    return out
-
-
-def _describe_one(tokens: list[str], s: dict, rel: dict[str, dict]) -> dict:
-    best = max(rel.items(), key=lambda kv: kv[1]["weight"], default=None)
-    if best is not None and best[1]["weight"] >= RELATION_SHOWN:
-        name, r = best
-        pair = f"{tokens[r['query']]}→{tokens[r['key']]} {percent(r['pair_weight'])}"
-        mean = percent(r["weight"])
-        extra = {"zh": "", "en": ""}
-        if r["n"] > 1:
-            extra = {"zh": f"（{r['n']} 处平均 {mean}）", "en": f" (mean over {r['n']} links: {mean})"}
-        return {
-            "kind": "relation",
-            "relation": name,
-            "query": r["query"],
-            "key": r["key"],
-            "weight": r["pair_weight"],
-            "mean": r["weight"],
-            "text": {
-                "zh": f"{WORDS[name]['zh']}：{pair}{extra['zh']}",
-                "en": f"{WORDS[name]['en']}: {pair}{extra['en']}",
-            },
-        }
-    first = tokens[0] if tokens else ""
-    if s["rows"] and s["first_token"] >= SINK_LIMIT:
-        p = percent(s["first_token"])
-        return {
-            "kind": "first",
-            "weight": s["first_token"],
-            "text": {
-                "zh": f"把注意力停在第一个 token {first} 上：平均 {p}",
-                "en": f"parks its attention on the first token {first}: {p} on average",
-            },
-        }
-    if s["rows"] and s.get("self", 0.0) >= SELF_LIMIT:
-        p = percent(s["self"])
-        return {
-            "kind": "self",
-            "weight": s["self"],
-            "text": {"zh": f"主要看自己：平均 {p}", "en": f"mostly looks at itself: {p} on average"},
-        }
-    if s["rows"] and s["previous"] >= PREVIOUS_LIMIT:
-        p = percent(s["previous"])
-        return {
-            "kind": "previous",
-            "weight": s["previous"],
-            "text": {"zh": f"看前一个 token：平均 {p}", "en": f"looks at the token just before: {p} on average"},
-        }
-    bits = f"{s['entropy']:.2f}"
+def _relation(w, at: dict, seen, mine) -> dict:
+    total = [float(w[at[link.query], list(link.keys)].sum()) for link in mine]
+    chance = [len(link.keys) / max(int(seen[link.query]), 1) for link in mine]
+    pairs = [(float(w[at[link.query], k]), link.query, k, link.keys) for link in mine for k in link.keys]
+    best = max(pairs, key=lambda p: p[:3])
     return {
-        "kind": "spread",
-        "weight": s["max_weight"],
-        "text": {"zh": f"注意力较分散：平均熵 {bits} bit", "en": f"spread out: mean entropy {bits} bits"},
+        "weight": sum(total) / len(total),
+        "chance": sum(chance) / len(chance),
+        "n": len(mine),
+        "keys": list(best[3]),
+        "query": best[1],
+        "key": best[2],
+        "pair_weight": best[0],
+        "pair_chance": 1 / max(int(seen[best[1]]), 1),
     }
 
 
+def measures(trace: ModelTrace) -> list[list[dict[str, dict]]]:
+    """[layer][head] `head_types.measure` of each head's weights on this text, against the head's own
+    visibility (a head an intervention changed apart is measured with its own)."""
+    ids = trace.token_ids.tolist()
+    return [_layer_measures(layer, ids) for layer in trace.layers]
+
+
+def _layer_measures(layer: LayerTrace, ids: list[int]) -> list[dict]:
+    L, H = layer.length, layer.n_heads
+    out: list[dict | None] = [None] * H
+    plain = [h for h in range(H) if h not in layer.changed]
+    step = max(1, MEASURE_BLOCK // max(L * L, 1))
+    groups = [(plain[i : i + step], layer.visible) for i in range(0, len(plain), step)]
+    groups += [([h], layer.head_rule(h)[2]) for h in layer.changed]
+    for heads, visible in groups:
+        w = np.stack([layer.stages(h, weighted=False)["weights"].numpy() for h in heads])  # (h, L, L)
+        for h, m in zip(heads, head_types.measure(w, ids, causal=layer.causal, visible=visible), strict=True):
+            out[h] = m
+    return out
+
+
+def describe(trace: ModelTrace, table: list[list[dict]]) -> list[list[dict]]:
+    """One description per head (`head_words.sentence`): {kind, text {zh, en}, weight, chance, types,
+    scores, …}; `table` is `summary.summaries(trace)`."""
+    rel = relation_weights(trace)
+    types = measures(trace)
+    return [
+        [sentence(trace.tokens, s, rel[l][h], types[l][h]) for h, s in enumerate(heads)]
+        for l, heads in enumerate(table)
+    ]
+
+
 def pick(table: list[list[dict]], descriptions: list[list[dict]]) -> tuple[int, int]:
-    """(layer, head) by PICK_RULE. Falls back to every head when all are parked on the first token or
-    on themselves."""
+    """(layer, head) by PICK_RULE, among the heads not parked on the first token nor on themselves
+    (every head when all are): (1) a credited tutorial link, the largest mean weight on it; (2) a credited
+    TEACHING_TYPES type, the largest share; (3) the lowest mean entropy. Ties: lower entropy, layer, head."""
     allowed = [
         (l, h)
         for l, heads in enumerate(table)
@@ -162,15 +136,19 @@ def pick(table: list[list[dict]], descriptions: list[list[dict]]) -> tuple[int, 
     ]
     if not allowed:
         allowed = [(l, h) for l, heads in enumerate(table) for h in range(len(heads))]
-    teaching = [
-        (descriptions[l][h]["mean"], -table[l][h]["entropy"], -l, -h)
-        for l, h in allowed
-        if descriptions[l][h]["kind"] == "relation"
-    ]
-    if teaching:
-        _, _, l, h = max(teaching)
-        return -l, -h
-    _, l, h = min((table[l][h]["entropy"], l, h) for l, h in allowed)
+
+    def key(l, h, share):
+        return (-share, table[l][h]["entropy"], l, h)
+
+    linked = [key(l, h, descriptions[l][h]["mean"]) for l, h in allowed if descriptions[l][h].get("link_credited")]
+    typed = []
+    for l, h in allowed:
+        d = descriptions[l][h]
+        shares = [d["scores"][t]["score"] for t in d.get("types", []) if t in TEACHING_TYPES]
+        if shares:
+            typed.append(key(l, h, max(shares)))
+    plain = [key(l, h, 0.0) for l, h in allowed]
+    _, _, l, h = min(linked or typed or plain)
     return l, h
 
 

@@ -21,6 +21,7 @@ from ...terminal import printable
 from ...walkthrough import FEATURES as MEANINGS  # the walkthrough's meanings, one per relations.MEANING_ROLES
 from ..capture.interventions import REGISTRY
 from . import texts
+from .experiment import scaled_label
 from .heads import percent
 from .relations import MEANING_ROLES, roles
 from .summary import SINK_LIMIT
@@ -130,7 +131,7 @@ def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) 
     scale = head.get("scale", layer["scale"])
     visible = head.get("visible", layer["visible"])
     causal = head.get("causal", layer.get("causal", True))
-    scaled_title = t("scaled" if doc["intervention"]["scaling"] else "scaled_off", scale=number(scale, 4))
+    scaled_title = scaled_label(doc, lang, number(scale, 4))
     _matrix(console, t("scores"), t("corner"), tokens, tokens, stages["scores"], number)
     _matrix(console, scaled_title, t("corner"), tokens, tokens, stages["scaled"], number)
     _matrix(console, t("mask" if causal else "mask_off"), t("corner"), tokens, tokens, visible, str)

@@ -42,6 +42,8 @@ TEXTS: dict[str, dict[str, str]] = {
     },
     "tables.does": {"zh": "这个 head 在做什么：{text}", "en": "What this head does: {text}"},
     "tables.chosen": {"zh": "由你指定", "en": "chosen by you"},
+    "tables.intervened": {"zh": "干预作用的 head", "en": "the head the intervention changes"},
+    "tables.ablated": {"zh": "被消融的第一个 head", "en": "the first head ablated"},
     "tables.within_layer": {"zh": "在这一层里自动选择", "en": "picked within this layer"},
     "tables.auto_short": {"zh": "自动选择", "en": "picked automatically"},
     "tables.within_head": {"zh": "为这个 head 自动选择层", "en": "layer picked for this head"},
@@ -56,6 +58,11 @@ TEXTS: dict[str, dict[str, str]] = {
     "tables.scores": {"zh": "① 分数 QKᵀ", "en": "(1) scores QKᵀ"},
     "tables.scaled": {"zh": "② ÷√d_k（乘以 {scale}）", "en": "(2) ÷√d_k (times {scale})"},
     "tables.scaled_off": {"zh": "② 不除以 √d_k（乘以 {scale}）", "en": "(2) no ÷√d_k (times {scale})"},
+    "tables.scaled_t": {"zh": "② ÷√d_k ÷T（T = {t}，乘以 {scale}）", "en": "(2) ÷√d_k ÷T (T = {t}, times {scale})"},
+    "tables.scaled_off_t": {
+        "zh": "② 不除以 √d_k，÷T（T = {t}，乘以 {scale}）",
+        "en": "(2) no ÷√d_k, ÷T (T = {t}, times {scale})",
+    },
     "tables.mask": {"zh": "③ 可见性（1 = 可以看，0 = 不能看）", "en": "(3) visibility (1 = may look, 0 = may not)"},
     "tables.mask_off": {
         "zh": "③ 可见性（因果 mask 已关闭：1 = 可以看）",
@@ -131,13 +138,15 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "RoPE: Q/K shown after rotation (after QK-norm)",
     },
     "pick_rule": {
-        "zh": "自动选择：在这句话的教程链接（名词→量词/颜色、动词→名词、地点→动词/名词、第二句→第一句）上平均权重最大"
-        "的 head；排除平均 ≥50% 停在第一个 token 上或 ≥50% 看自己的 head。句子里没有这些链接时，选注意力最集中（"
-        "平均熵最低）的 head",
-        "en": "picked automatically: the head with the largest mean weight on one of the tutorial's links in this "
-        "text (noun → measure word/colour, verb → noun, place → verb/noun, clause 2 → clause 1), leaving out "
-        "heads with >= 50% on the first token or >= 50% on the token itself; a text without such links gets the "
-        "most concentrated head (lowest mean entropy)",
+        "zh": "自动选择：排除平均 ≥50% 停在第一个 token 上或 ≥50% 看自己的 head；先选在这句话的某个教程链接"
+        "（名词→量词/颜色、动词→名词、地点→动词/名词、第二句→第一句）上明显高于均匀注意力、且平均权重最大的 "
+        "head；没有的话，选类型明确（归纳、前一个、后一个、重复、局部 token）且比例最大的 head；"
+        "再没有，选注意力最集中（平均熵最低）的 head",
+        "en": "picked automatically: leaving out heads with >= 50% on the first token or >= 50% on the token itself, "
+        "the head with the largest mean weight on one of the tutorial's links in this text (noun → measure "
+        "word/colour, verb → noun, place → verb/noun, clause 2 → clause 1) that is clearly above uniform "
+        "attention; else the head of a clear type (induction, previous, next, duplicate, local token) with the "
+        "largest share; else the most concentrated head (lowest mean entropy)",
     },
     # page
     "page_title": {"zh": "Self-Attention 是什么", "en": "What is Self-Attention"},

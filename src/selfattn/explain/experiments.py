@@ -1,0 +1,320 @@
+"""The experiments interpretability research runs, on any model an `Explainer` holds, each as data and words.
+
+    taxonomy(explainer, text=None)                        every head's types with scores (text + induction probe)
+    ablation(explainer, text, heads, mode="zero")         the change in the next-token distribution and the loss
+    patching(explainer, clean, corrupted, target=, foil=) the share of the logit difference each head recovers
+    logit_lens(explainer, text, position=None)            the top next tokens after every layer at one position
+
+Each returns a JSON-ready dict with a "text" {zh, en}: what it found, in a sentence (`views.findings`). The
+computations are the capture room's (`capture.patching`, `capture.lens`, `capture.trace`) and the head
+types' (`views.head_types`, `views.heads`); this module turns texts into ids the way the explainer does,
+and ids back into readable tokens. Layers and heads are counted from 0, as everywhere.
+
+A token the tokenizer adds by itself (a <bos>, BERT's [CLS] … [SEP]) is found once per explainer by
+tokenizing the empty text (`frame`): the probe is framed by them, and a --target token is read without them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from . import session as _session
+from .capture import lens as _lens
+from .capture import patching as _patching
+from .capture.interventions import Intervention
+from .capture.trace import capture
+from .views import findings, head_types, heads, summary
+from .views import taxonomy as _taxonomy
+
+__all__ = [
+    "PROBE_LENGTH",
+    "PROBE_TRIES",
+    "frame",
+    "token_id",
+    "probe_ids",
+    "taxonomy",
+    "ablation",
+    "patching",
+    "logit_lens",
+    "parse_heads",
+]
+
+PROBE_LENGTH = 30
+"""Random tokens in each copy of the induction probe (fewer when the model reads fewer or knows fewer)."""
+PROBE_TRIES = 50
+"""Candidate ids drawn per probe token before giving up (an id is kept only if it is an ordinary token)."""
+TOP_K = 5
+
+
+def _ids(explainer, text: str) -> tuple[list[str], torch.Tensor, dict]:
+    tokens, ids, extra = explainer.tokenize(_session.check_text(text))
+    if len(ids) > explainer.max_len:
+        raise ValueError(f"the text has {len(ids)} tokens; {explainer.name} reads at most {explainer.max_len}")
+    return tokens, torch.as_tensor(ids), extra
+
+
+def frame(explainer) -> tuple[list[int], list[int]]:
+    """(prefix, suffix): the ids the tokenizer puts around every text by itself, from the empty text and one
+    ordinary text (the prefix is what both start with)."""
+    empty = [int(i) for i in explainer.tokenize("")[1]]
+    some = [int(i) for i in explainer.tokenize("a")[1]]
+    k = 0
+    while k < len(empty) and k < len(some) and empty[k] == some[k]:
+        k += 1
+    return empty[:k], empty[k:]
+
+
+def _own(explainer, text: str) -> list[int]:
+    """The ids of `text` without the ones the tokenizer adds (`frame`)."""
+    prefix, suffix = frame(explainer)
+    ids = [int(i) for i in explainer.tokenize(text)[1]]
+    if ids[: len(prefix)] == prefix:
+        ids = ids[len(prefix) :]
+    if suffix and ids[-len(suffix) :] == suffix:
+        ids = ids[: -len(suffix)]
+    return ids
+
+
+def token_id(explainer, token) -> int:
+    """The id of one token, given as its text (" Mary", with its leading space) or as an id."""
+    if isinstance(token, bool) or not isinstance(token, (str, int)):
+        raise TypeError(f"a token must be its text or its id, got {type(token).__name__}")
+    if isinstance(token, int):
+        n = _vocab_size(explainer.model)
+        if not 0 <= token < n:
+            raise ValueError(f"token id {token} is not in the vocabulary (0 … {n - 1})")
+        return token
+    ids = _own(explainer, token)
+    if len(ids) != 1:
+        pieces = " / ".join(repr(explainer.decode(i)) for i in ids) or "nothing"
+        raise ValueError(f"{token!r} is {len(ids)} tokens ({pieces}), not one: give a single token")
+    return ids[0]
+
+
+def _vocab_size(model) -> int:
+    get = getattr(model, "get_input_embeddings", None)
+    emb = get() if callable(get) else getattr(model, "tok_emb", None)
+    if not isinstance(emb, torch.nn.Embedding):
+        raise ValueError(f"{type(model).__name__} has no token embedding to draw probe tokens from")
+    return emb.num_embeddings
+
+
+def _ordinary(explainer, i: int) -> str | None:
+    """The text of id `i` if it is an ordinary token: not unknown, not a bracketed special (<bos>, [CLS],
+    <|im_start|>), and tokenized back into itself alone. None otherwise."""
+    word = explainer.decode(i)
+    bare = word.strip()
+    if not bare or (bare[0], bare[-1]) in (("<", ">"), ("[", "]")) or not word.isprintable():
+        return None
+    if explainer.is_unknown is not None and explainer.is_unknown(word, i):
+        return None
+    return word if _own(explainer, word) == [i] else None
+
+
+def probe_ids(explainer, length: int = PROBE_LENGTH, *, seed: int = 0) -> list[int]:
+    """The induction probe (`head_types.induction_probe`): the tokenizer's own frame around r + r, r =
+    `length` distinct ordinary tokens (`_ordinary`) drawn with `seed`; shortened to what the model reads."""
+    prefix, suffix = frame(explainer)
+    room = (explainer.max_len - len(prefix) - len(suffix)) // 2
+    n = _vocab_size(explainer.model)
+    length = min(length, room, n)
+    if length < 2:
+        raise ValueError(f"{explainer.name} reads too few tokens for an induction probe ({explainer.max_len})")
+    rng = np.random.default_rng(seed)
+    chosen: dict[int, str] = {}
+    for _ in range(PROBE_TRIES * length):
+        if len(chosen) == length:
+            break
+        i = int(rng.integers(n))
+        word = None if i in chosen else _ordinary(explainer, i)
+        if word is not None and word not in chosen.values():
+            chosen[i] = word
+    if len(chosen) < 2:
+        raise ValueError(f"found no ordinary tokens in {explainer.name}'s vocabulary for an induction probe")
+    ordinary = list(chosen)
+    ids = head_types.induction_probe(ordinary, len(ordinary), seed=seed, prefix=prefix)
+    return [*ids, *suffix]
+
+
+def _extra_for(explainer, n: int) -> dict:
+    """The model keywords the explainer's tokenize gives, sized for `n` ids (an encoder's attention mask)."""
+    extra = dict(explainer.tokenize("a")[2])
+    if "attention_mask" in extra:
+        extra["attention_mask"] = torch.ones(1, n, dtype=torch.long)
+    return extra
+
+
+def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, seed: int = 0) -> dict:
+    """Every head's types with their scores: measured on the induction probe (random tokens repeated: the
+    content-free behaviour, and the only fair test of induction) and, when `text` is given, on the text
+    (its tutorial links included); merged by `taxonomy.merge`. The dict: model, probe {ids, tokens, length,
+    seed}, text, rule, types, heads [layer][head] {type, types [{type, score, chance, on}], probe, text}."""
+    ids = probe_ids(explainer, length, seed=seed)
+    tokens = [explainer.decode(i) for i in ids]
+    trace = capture(explainer.model, torch.tensor(ids), tokens, **_extra_for(explainer, len(ids)))
+    on_probe = heads.measures(trace)
+    described = None
+    if text is not None:
+        shown = explainer.trace(text)
+        described = heads.describe(shown, summary.summaries(shown))
+    out = _taxonomy.merge(on_probe, described)
+    added = sum(len(part) for part in frame(explainer))
+    out |= {
+        "model": explainer.name,
+        "probe": {"ids": ids, "tokens": tokens, "length": (len(ids) - added) // 2, "seed": seed},
+        "text": text,
+    }
+    out["findings"] = findings.taxonomy_words(out)
+    return out
+
+
+def parse_heads(spec: str) -> list[tuple[int, int]]:
+    """ "3.1,5.2" → [(3, 1), (5, 2)] (layer.head, counted from 0); a ValueError naming a bad item."""
+    if not isinstance(spec, str):
+        raise TypeError(f"heads must be a string such as '3.1,5.2', got {type(spec).__name__}")
+    out = []
+    for item in spec.split(","):
+        parts = item.strip().split(".")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"a head is LAYER.HEAD, counted from 0 (e.g. 3.1), got {item.strip()!r}")
+        pair = (int(parts[0]), int(parts[1]))
+        if pair in out:
+            raise ValueError(f"head {item.strip()} is given twice")
+        out.append(pair)
+    return out
+
+
+def _check_heads(explainer, trace_heads: list[tuple[int, int]], n_layers: int, n_heads: int) -> None:
+    if not trace_heads:
+        raise ValueError("give at least one head to ablate (LAYER.HEAD)")
+    for l, h in trace_heads:
+        if not 0 <= l < n_layers:
+            raise ValueError(f"layer must be in [0, {n_layers - 1}], got {l} (head {l}.{h})")
+        if not 0 <= h < n_heads:
+            raise ValueError(f"head must be in [0, {n_heads - 1}], got {h} (head {l}.{h})")
+
+
+def _top(explainer, logits: torch.Tensor, k: int = TOP_K) -> list[dict]:
+    probs = logits.double().softmax(-1)
+    top = probs.topk(min(k, probs.numel()))
+    return [
+        {"token": explainer.decode(int(i)), "id": int(i), "prob": float(p)}
+        for p, i in zip(top.values, top.indices, strict=True)
+    ]
+
+
+def _shape(explainer) -> tuple[int, int]:
+    trace = explainer.trace("a")
+    if trace.logits is None:
+        raise ValueError(f"{explainer.name} is an encoder: this experiment compares next-token predictions")
+    return trace.n_layers, trace.n_heads
+
+
+def ablation(explainer, text: str, ablate, mode: str = "zero") -> dict:
+    """Heads ablated (`patching.ablate`: their output set to zero, or to its mean over this text in the model
+    as it is): the next-token prediction after the text and the mean next-token loss, before and after.
+
+    ablate  [(layer, head), …] or "L.H,L.H"
+    Returns {heads, mode, before {top, loss}, after {top, loss}, kl_bits, target {token, id, before, after}, text}."""
+    pairs = parse_heads(ablate) if isinstance(ablate, str) else [tuple(p) for p in ablate]
+    n_layers, n_heads = _shape(explainer)
+    _check_heads(explainer, pairs, n_layers, n_heads)
+    tokens, ids, _ = _ids(explainer, text)
+    got = _patching.ablate(explainer.model, ids[None], pairs, mode)
+    before, after = got["before"]["logits"], got["after"]["logits"]
+    top = int(before.argmax())
+    out = {
+        "prompt": text,
+        "heads": [list(p) for p in pairs],
+        "mode": mode,
+        "before": {"top": _top(explainer, before), "loss": got["before"]["loss"]},
+        "after": {"top": _top(explainer, after), "loss": got["after"]["loss"]},
+        "kl_bits": got["kl_bits"],
+        "target": {
+            "token": explainer.decode(top),
+            "id": top,
+            "before": float(before.double().softmax(-1)[top]),
+            "after": float(after.double().softmax(-1)[top]),
+        },
+    }
+    out["text"] = findings.ablation_words(out)
+    return out
+
+
+def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None) -> dict:
+    """Activation patching clean → corrupted (`patching.patch_heads`, `patching.patch_residual`): the share of
+    the logit difference target − foil at the last position that each head's output, and each layer's
+    residual at each position, recovers when taken from the clean run into the corrupted one.
+
+    target, foil  tokens (text such as " Mary", or ids); default the clean and the corrupted top predictions
+    Returns {clean {text, tokens, top}, corrupted {…}, target, foil, clean_ld, corrupted_ld, heads [layer][head],
+    residual [layer][position], differ [positions], top_heads [{layer, head, recovered}], text}."""
+    _shape(explainer)
+    c_tokens, c_ids, _ = _ids(explainer, clean)
+    x_tokens, x_ids, _ = _ids(explainer, corrupted)
+    if len(c_ids) != len(x_ids):
+        raise ValueError(
+            f"patching needs a clean and a corrupted text of the same token length: the clean text has "
+            f"{len(c_ids)} tokens ({' / '.join(c_tokens)}), the corrupted text {len(x_ids)} ({' / '.join(x_tokens)})"
+        )
+    c_logits, _ = _patching.head_outputs(explainer.model, c_ids[None])
+    x_logits, _ = _patching.head_outputs(explainer.model, x_ids[None])
+    t = int(c_logits[0, -1].argmax()) if target is None else token_id(explainer, target)
+    f = int(x_logits[0, -1].argmax()) if foil is None else token_id(explainer, foil)
+    if t == f:
+        raise ValueError(
+            f"the target and the foil are the same token {explainer.decode(t)!r}"
+            + (
+                " (both texts predict it first): name them, e.g. --target ' Mary' --foil ' John'"
+                if target is None
+                else ""
+            )
+        )
+    by_head = _patching.patch_heads(explainer.model, c_ids[None], x_ids[None], t, f)
+    by_layer = _patching.patch_residual(explainer.model, c_ids[None], x_ids[None], t, f)
+    out = {
+        "model": explainer.name,
+        "clean": {"text": clean, "tokens": c_tokens, "top": _top(explainer, c_logits[0, -1])},
+        "corrupted": {"text": corrupted, "tokens": x_tokens, "top": _top(explainer, x_logits[0, -1])},
+        "target": {"token": explainer.decode(t), "id": t},
+        "foil": {"token": explainer.decode(f), "id": f},
+        "clean_ld": by_head.clean_ld,
+        "corrupted_ld": by_head.corrupted_ld,
+        "heads": by_head.recovered.tolist(),
+        "residual": by_layer.recovered.tolist(),
+        "differ": [p for p in range(len(c_ids)) if int(c_ids[p]) != int(x_ids[p])],
+    }
+    out["top_heads"] = findings.top_heads(out["heads"])
+    out["text"] = findings.patching_words(out)
+    return out
+
+
+def logit_lens(
+    explainer, text: str, *, position: int | None = None, top_k: int = TOP_K, intervention: Intervention | None = None
+) -> dict:
+    """The logit lens (`lens.logit_lens`) at one position (default the last): the residual stream after every
+    layer (`LayerTrace.output`, the block's output) read out by the model's final norm and unembedding.
+    Returns {position, token, layers [{layer, top [{token, id, prob}], entropy_bits}], settled, text}."""
+    trace = explainer.trace(text, intervention)
+    L = len(trace.tokens)
+    p = L - 1 if position is None else position
+    if isinstance(p, bool) or not isinstance(p, int):
+        raise TypeError(f"position must be an int, got {type(p).__name__}")
+    if not 0 <= p < L:
+        raise ValueError(f"position must be in [0, {L - 1}] (the text's tokens), got {p}")
+    residuals = torch.stack([layer.output[p] for layer in trace.layers])  # (n_layers, d_model)
+    rows = _lens.logit_lens(explainer.model, residuals, top_k=top_k)
+    layers = [
+        {
+            "layer": l,
+            "top": [
+                {"token": explainer.decode(i), "id": i, "prob": q} for i, q in zip(r["ids"], r["probs"], strict=True)
+            ],
+            "entropy_bits": r["entropy_bits"],
+        }
+        for l, r in enumerate(rows)
+    ]
+    out = {"position": p, "token": trace.tokens[p], "layers": layers, "settled": findings.settled(layers)}
+    out["text"] = findings.lens_words(out)
+    return out
