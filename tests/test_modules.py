@@ -248,3 +248,10 @@ def test_a_module_too_big_for_memory_is_refused_before_any_weight(build, match):
     """issue 11's hostile run: these raised torch's "can't allocate memory" (or an overflow) from deep inside."""
     with pytest.raises(ValueError, match=match):
         build()
+
+
+@pytest.mark.parametrize("make", [lambda x: x.to_sparse(), lambda x: torch.nested.nested_tensor([x, x])])
+def test_a_sparse_or_nested_input_is_named(make):
+    mha = MultiHeadSelfAttention(8, 2)
+    with pytest.raises(TypeError, match=r"x (has layout|is a nested tensor)"):
+        mha(make(torch.randn(3, 8)))

@@ -19,6 +19,7 @@ from torch import nn
 from . import checks
 from .functional import attention
 from .limits import MAX_PARAMETERS
+from .request import check_dense
 
 __all__ = ["SelfAttention", "MultiHeadSelfAttention", "KVCache", "SequenceParallel"]
 
@@ -39,8 +40,7 @@ class SequenceParallel(Protocol):
 
 def _as_batch(x, d_model: int, weight: torch.Tensor, name: str = "x") -> tuple[torch.Tensor, bool]:
     """(L, D) or (B, L, D) -> (B, L, D), and whether a batch dim was added."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    check_dense(name, x)  # a sparse or nested x is named here, not by a reshape deep inside
     if x.dim() not in (2, 3):
         raise ValueError(f"{name} must be (L, d_model) or (B, L, d_model), got shape {tuple(x.shape)}")
     if x.shape[-1] != d_model:

@@ -67,6 +67,7 @@ def test_the_picked_heads_picture_is_refused_before_anything_is_written(tmp_path
         (["--npz", "X", "--html", "X"], "--html X is also the file of --npz X"),
         (["--html", "pics/grid.png", "--plots", "pics"], "--plots pics/grid.png is also the file of --html"),
         (["--npz", "pics/head-L0-H1.png", "--plots", "pics", "--layer", "0", "--head", "1"], "is also the file of"),
+        (["--npz", "X", "--plots", "X"], "--npz X is the folder of --plots X/"),  # a file where a folder goes
     ],
 )
 def test_one_path_given_twice_is_refused_up_front(tmp_path, capsys, no_model, monkeypatch, paths, message):

@@ -66,3 +66,9 @@ def test_broken_files_and_vocabularies_are_named(tmp_path):
 def test_cache_dir_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache_dir() == tmp_path / "selfattn" and cache_dir().is_dir()
+
+
+@pytest.mark.parametrize("words", [[1, None], ["a", 3], [[]], [""]])
+def test_user_words_must_be_strings_named_by_position(words):
+    with pytest.raises(TypeError, match=r"user_words\[\d\] must be a non-empty str"):
+        WordTokenizer(["<pad>", "<unk>", "<bos>", "<eos>", "a"], words)

@@ -83,6 +83,10 @@ class WordTokenizer:
             if t in index:
                 raise ValueError(f"token {t!r} appears twice in the vocabulary (ids {index[t]} and {i})")
             index[t] = i
+        user_words = list(user_words)
+        for i, w in enumerate(user_words):
+            if not isinstance(w, str) or not w:
+                raise TypeError(f"user_words[{i}] must be a non-empty str, got {w!r}")
         self.tokens: list[str] = tokens
         self.user_words: tuple[str, ...] = tuple(sorted(set(user_words)))
         self._index = index

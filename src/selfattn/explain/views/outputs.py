@@ -39,10 +39,14 @@ def check(*, npz=None, html=None, plots_dir=None, force: bool = False, selected:
     if plots_dir is not None and Path(plots_dir).exists() and not Path(plots_dir).is_dir():
         raise NotADirectoryError(f"--plots {plots_dir} is a file; give a folder")
     seen: dict[Path, str] = {}
-    for flag, path in _planned(npz, html, plots_dir, selected):
+    planned = _planned(npz, html, plots_dir, selected)
+    folders = {parent: f"{flag} {path}" for flag, path in planned for parent in path.resolve().parents}
+    for flag, path in planned:
         where = path.resolve()
         if where in seen:
             raise ValueError(f"{flag} {path} is also the file of {seen[where]}: give each output its own path")
+        if where in folders:  # --npz X --plots X: a file where another output needs a folder
+            raise ValueError(f"{flag} {path} is the folder of {folders[where]}: give each output its own path")
         seen[where] = f"{flag} {path}"
         if flag == "--plots":
             check_creatable(path, force=force)
