@@ -34,7 +34,7 @@ import torch
 
 from ..scores import additive_in
 from .base import Backend, Capabilities, Cost, Request, Result, Work
-from .cost import visible_pairs
+from .cost import request_pairs
 from .notice import Notice, emit
 
 __all__ = ["FlexBackend", "is_warm", "compile_seconds", "signature", "mods", "MIN_CPU_LENGTH", "WARM_SIGNATURES"]
@@ -64,7 +64,7 @@ _PENDING: set[tuple] = set()
 
 
 def _work(r: Request) -> Work:
-    pairs = visible_pairs(r.Lq, r.Lk, causal=r.causal, window=r.window)
+    pairs = request_pairs(r) // r.B
     return pairs, RATE_WINDOW_GFLOPS if r.window is not None else RATE_GFLOPS, 0.0
 
 
