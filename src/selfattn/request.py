@@ -262,7 +262,8 @@ def check_window(window, Lq: int, Lk: int):
         if len(window) != 2:
             raise ValueError(f"window as a pair must be (left, right), got {tuple(window)!r}")
         left, right = (
-            checks.optional_integer(f"window {side}", x, low=0) for side, x in zip(("left", "right"), window)
+            checks.optional_integer(f"window {side}", x, low=0)
+            for side, x in zip(("left", "right"), window, strict=True)
         )
         reach = Lq + Lk
         left = None if left is None else min(left, reach)
