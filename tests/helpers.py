@@ -29,10 +29,22 @@ def _numpy(t):
     return None if t is None else t.detach().double().numpy() if t.dtype != torch.bool else t.numpy()
 
 
-def reference_of(q, k, v, *, causal=False, mask=None, window=None, scale=None, softcap=None):
+def reference_of(
+    q, k, v, *, causal=False, mask=None, window=None, scale=None, softcap=None, sinks=None, alibi=None, segments=None
+):
     """(output, weights, lse) of the float64 spec for these tensors and `attention` arguments."""
     return reference.attention(
-        _numpy(q), _numpy(k), _numpy(v), causal=causal, mask=_numpy(mask), window=window, scale=scale, softcap=softcap
+        _numpy(q),
+        _numpy(k),
+        _numpy(v),
+        causal=causal,
+        mask=_numpy(mask),
+        window=window,
+        scale=scale,
+        softcap=softcap,
+        sinks=_numpy(sinks),
+        alibi=_numpy(alibi),
+        segments=None if segments is None else segments.numpy(),
     )
 
 

@@ -84,6 +84,9 @@ def attention(
     dropout_p=0.0,
     return_weights=False,
     return_lse=False,
+    sinks=None,
+    alibi=None,
+    segments=None,
     backend="auto",
 ):
     """softmax(Q Kᵀ / √d_k, masked) · V — the tutorial's formula, batched and multi-head.
@@ -97,11 +100,17 @@ def attention(
                    1 1 1 1 0
                    1 1 1 1 1
     mask       bool (True = may look) or additive float, broadcastable to (B, Hq, Lq, Lk)
-    window     w >= 1: key j is visible to query position p only if p - w < j <= p
+    window     w >= 1: key j is visible to query position p only if p - w < j <= p; or (left, right)
+               (FlashAttention's window_size, None: unbounded): p - left <= j <= p + right, causal or not
     scale      multiplies Q Kᵀ; default 1/√D
     softcap    c in [MIN_SOFTCAP, MAX_SOFTCAP]: a scaled score s becomes c·tanh(s/c) before masking
     dropout_p  dropout on the weights, in [0, 1) (pass 0 in evaluation)
     return_weights, return_lse   return AttentionOutput(output, weights, lse) (= kernels.Result)
+    sinks      (Hq,) sink logits joining each row's softmax denominator (gpt-oss): w_ij = exp(s_ij) /
+               (Σ_j exp(s_ij) + exp(sink_h)); the lse includes the sink; differentiable
+    alibi      (Hq,) ALiBi slopes: s_ij −= slope_h · |p − j| (constants)
+    segments   (B, L) integer ids of packed sequences (Lq = Lk = L): key j is visible to query i only with
+               the same id, together with causal / window / mask
     backend    "auto" (fastest that can serve the request), or one of "naive", "sdpa", …
 
     A query row that may look at nothing gets output 0, weights 0, lse −inf: never NaN. Finite inputs
@@ -123,6 +132,9 @@ def attention(
         dropout_p=dropout_p,
         return_weights=return_weights,
         return_lse=return_lse,
+        sinks=sinks,
+        alibi=alibi,
+        segments=segments,
     )
 
     def compute(r: Request) -> kernels.Result:

@@ -16,15 +16,19 @@ What transformers passes, and where it goes:
                     bool (B, 1, Lq, Lk), True = may look (the "selfattn" mask interface is SDPA's)
                     float, additive (0 / large negative): passed as an additive mask
     scaling, dropout, softcap, sliding_window  -> scale, dropout_p, softcap, window
+    s_aux (gpt-oss's attention sinks, (Hq,))   -> sinks
+    position_ids that restart (a packed batch) -> segments (one id per packed sequence)
     output_attentions=True                    -> the weights are returned as transformers expects
 
 A bool mask that is exactly the causal (and sliding-window) pattern is turned back into
 `causal=True, window=w` with no mask, so the fast causal paths run and an intervention can switch
-the causal rule off; a mask that also hides padding keeps its padding part. KV-cache decoding
+the causal rule off; a bidirectional layer's sliding window (ModernBERT: |i − j| <= w, passed as
+sliding_window = w + 1) becomes the two-sided window (w, w); a packed batch's block-diagonal mask
+becomes segments. A mask that also hides padding keeps its padding part. KV-cache decoding
 (Lq < Lk) needs no special case: selfattn's causal rule is bottom-right aligned.
 
-Anything else that changes the computation (attention sinks `s_aux`, a `head_mask`, a
-`position_bias`, packed-sequence lengths, ...) is refused with a ValueError naming it.
+Anything else that changes the computation (a `head_mask`, a `position_bias`, ...) is refused with a
+ValueError naming it.
 """
 
 from __future__ import annotations
@@ -42,9 +46,8 @@ __all__ = ["NAME", "register", "attention_forward", "split_mask"]
 NAME = "selfattn"
 """The `attn_implementation` name this module registers."""
 
-HANDLED = ("dropout", "scaling", "softcap", "sliding_window", "is_causal", "output_attentions")
+HANDLED = ("dropout", "scaling", "softcap", "sliding_window", "is_causal", "output_attentions", "s_aux", "position_ids")
 IGNORED = (
-    "position_ids",
     "cache_position",
     "use_cache",
     "output_hidden_states",
@@ -56,6 +59,8 @@ IGNORED = (
     "encoder_attention_mask",
     "position_embeddings",
     "token_type_ids",
+    "deterministic",
+    "output_router_logits",
 )
 """Keyword arguments transformers passes that do not change what attention computes here: positions
 are already inside the rotated Q/K, and the cache already inside K/V."""
@@ -104,7 +109,14 @@ def attention_forward(
         if not causal:
             window = None  # a bidirectional layer without a mask sees everything
     else:
+        if not causal and window is not None:
+            window = (window - 1, window - 1)  # bidirectional: flash's inclusive sliding_window, both sides
         causal, window, mask = split_mask(attention_mask, Lq, Lk, causal=causal, window=window)
+    segments = None
+    if mask is not None:  # transformers draws a packed batch's mask only without a cache: the mask decides
+        segments = packed_segments(kwargs.get("position_ids"), Lq, Lk, query.shape[0])
+        if segments is not None:
+            mask, segments = _segments_of_mask(mask, segments, causal, window)
     want = bool(kwargs.get("output_attentions", False)) or _recording_attentions()
     out = attention(
         query,
@@ -117,27 +129,62 @@ def attention_forward(
         softcap=kwargs.get("softcap"),
         dropout_p=float(dropout or 0.0),
         return_weights=want,
+        sinks=kwargs.get("s_aux"),
+        segments=segments,
     )
     output, weights = (out.output, out.weights.to(query.dtype)) if want else (out, None)
     return output.transpose(1, 2).contiguous(), weights
 
 
-def split_mask(mask: torch.Tensor, n_q: int, n_k: int, *, causal: bool, window: int | None):
+def split_mask(mask: torch.Tensor, n_q: int, n_k: int, *, causal: bool, window):
     """(causal, window, mask) for `selfattn.attention` from the mask transformers built.
 
     mask  bool (B, 1|H, Lq, Lk) True = may look, or additive float
-    A bool mask equal to the causal/window rule everywhere becomes (True, window, None); one that
+    A bool mask equal to the causal/window rule everywhere becomes (causal, window, None); one that
     only adds hidden keys to the rule keeps the rule as rule and itself as mask (same result); any
-    other mask is taken as it is, with no rule (causal False, window None).
+    other mask is taken as it is, with no rule (causal False, window None). A bidirectional layer
+    (causal False) keeps a rule only for its two-sided window.
     """
-    if mask.dtype != torch.bool or not causal:
+    if mask.dtype != torch.bool or not (causal or isinstance(window, tuple)):
         return False, None, mask
-    rule = visibility(n_q, n_k, causal=True, window=window, device=mask.device)  # (Lq, Lk)
+    rule = visibility(n_q, n_k, causal=causal, window=window, device=mask.device)  # (Lq, Lk)
     if bool((mask == rule).all()):
-        return True, window, None
+        return causal, window, None
     if not bool((mask & ~rule).any()):
-        return True, window, mask
+        return causal, window, mask
     return False, None, mask
+
+
+def packed_segments(position_ids, n_q: int, n_k: int, batch: int) -> torch.Tensor | None:
+    """(B, L) segment ids of a packed batch — a new id wherever the positions do not go up by one, as
+    transformers' `find_packed_sequence_indices` — or None when no row restarts (or Lq ≠ Lk: decoding)."""
+    if not isinstance(position_ids, torch.Tensor) or position_ids.dim() != 2 or n_q != n_k:
+        return None
+    if position_ids.shape[1] != n_q:
+        return None
+    ids = position_ids.expand(batch, -1) if position_ids.shape[0] == 1 else position_ids
+    step = ids[:, 1:] - ids[:, :-1]
+    if bool((step == 1).all()):
+        return None
+    starts = torch.cat([torch.zeros_like(ids[:, :1]), (step != 1).long()], dim=1)
+    return starts.cumsum(dim=1)
+
+
+def _segments_of_mask(mask: torch.Tensor, segments: torch.Tensor, causal: bool, window):
+    """(mask, segments): the packed batch's block-diagonal part of a bool `mask` taken over by segments —
+    the mask dropped where it is exactly rule ∧ same segment, kept (with segments) where it only hides more;
+    anything else leaves the mask as it is and no segments."""
+    if mask.dtype != torch.bool:
+        return mask, None
+    n = segments.shape[1]
+    rule = visibility(n, n, causal=causal, window=window, device=mask.device)
+    same = segments[:, None, :, None] == segments[:, None, None, :]  # (B, 1, L, L)
+    visible = same & rule
+    if bool((mask == visible).all()):
+        return None, segments
+    if not bool((mask & ~visible).any()):
+        return mask, segments
+    return mask, None
 
 
 @functools.cache

@@ -10,7 +10,8 @@ decoding step (Lq = 1) with a cache of Lk keys sees the whole past:
     1 1 1 0                                                0 1 1 0
     1 1 1 1                                                0 0 1 1
 
-`window=w` keeps the last w positions, the query's own included: p - w < j <= p.
+`window=w` keeps the last w positions, the query's own included: p - w < j <= p; `window=(left, right)`
+keeps p - left <= j <= p + right (FlashAttention's `window_size`; w is (w - 1, 0)).
 """
 
 from __future__ import annotations
@@ -21,7 +22,21 @@ import torch
 
 from . import checks
 
-__all__ = ["visibility", "visible_at", "Block", "block_visibility", "draw_blocks", "padding_mask", "draw"]
+__all__ = ["bounds", "visibility", "visible_at", "Block", "block_visibility", "draw_blocks", "padding_mask", "draw"]
+
+
+def bounds(causal: bool = False, window=None) -> tuple[int | None, int | None] | None:
+    """The causal / window rule as (left, right): key j is visible to query position p when
+    p − left <= j <= p + right (None: no bound on that side); None when nothing is hidden by position.
+
+    window w (an int) is (w − 1, 0); window (left, right) is FlashAttention's `window_size`; causal
+    makes right at most 0. The one place the three arguments become one pair of bounds."""
+    if window is None:
+        return (None, 0) if causal else None
+    left, right = (window - 1, 0) if isinstance(window, int) else window
+    if causal:
+        right = 0 if right is None else min(right, 0)
+    return left, right
 
 
 def visibility(
@@ -29,7 +44,7 @@ def visibility(
     n_k: int,
     *,
     causal: bool = False,
-    window: int | None = None,
+    window=None,
     device: torch.device | str | None = None,
     rows: torch.Tensor | None = None,
     cols: torch.Tensor | None = None,
@@ -40,9 +55,9 @@ def visibility(
     n_q, n_k  Lq and Lk of the whole request (they fix the bottom-right alignment)
     rows      (R,) query indices in [0, n_q); default all Lq of them
     cols      (C,) key indices in [0, n_k); default all Lk of them
+    window    w (the last w positions: p − w < j <= p) or (left, right): p − left <= j <= p + right
 
-    Query i stands at position p = i + n_k − n_q; key j is visible when j <= p (causal or
-    windowed) and j > p − window (windowed).
+    Query i stands at position p = i + n_k − n_q (`bounds` gives the rule as a pair).
     """
     if rows is not None:
         device = rows.device
@@ -50,19 +65,22 @@ def visibility(
         device = cols.device
     rows = torch.arange(n_q, device=device) if rows is None else rows
     cols = torch.arange(n_k, device=device) if cols is None else cols
-    if not causal and window is None:
+    rule = bounds(causal, window)
+    if rule is None:
         return torch.ones(len(rows), len(cols), dtype=torch.bool, device=device)
     p = rows[:, None] + (n_k - n_q)  # (R, 1) query positions, bottom-right aligned
     j = cols[None, :]  # (1, C) key positions
-    return visible_at(p, j, window=window)
+    return visible_at(p, j, rule)
 
 
-def visible_at(p: torch.Tensor, j: torch.Tensor, *, window: int | None = None) -> torch.Tensor:
+def visible_at(p: torch.Tensor, j: torch.Tensor, rule: tuple[int | None, int | None] | None) -> torch.Tensor:
     """The causal / window rule itself, elementwise: key position j is visible to query position p when
-    j <= p and, with a window w, j > p − w (p, j broadcast; FlexAttention's mask_mod calls it on scalars)."""
-    visible = j <= p
-    if window is not None:
-        visible = visible & (j > p - window)
+    p − left <= j <= p + right, rule = (left, right) from `bounds` (p, j broadcast; FlexAttention's
+    mask_mod calls it on scalars)."""
+    left, right = (None, None) if rule is None else rule
+    visible = j >= 0 if right is None else j <= p + right
+    if left is not None:
+        visible = visible & (j >= p - left)
     return visible
 
 
@@ -75,25 +93,27 @@ class Block(enum.Enum):
 
 
 def block_visibility(
-    q0: int, q1: int, k0: int, k1: int, n_q: int, n_k: int, *, causal: bool = False, window: int | None = None
+    q0: int, q1: int, k0: int, k1: int, n_q: int, n_k: int, *, causal: bool = False, window=None
 ) -> Block:
     """Classify the tile of queries [q0, q1) × keys [k0, k1) without building it.
 
-    Query i sees key j iff lo(i) <= j <= hi(i) with hi(i) = i + n_k - n_q (when causal or
-    windowed) and lo(i) = hi(i) - window + 1 (when windowed). Both bounds grow with i, so
+    Query i sees key j iff lo(i) <= j <= hi(i) with hi(i) = p + right and lo(i) = p − left
+    (p = i + n_k − n_q; (left, right) = `bounds(causal, window)`). Both bounds grow with i, so
     the first and last query rows of the tile bound the whole tile.
     """
     if q1 <= q0 or k1 <= k0:
         return Block.HIDDEN
-    if not causal and window is None:
+    rule = bounds(causal, window)
+    if rule is None:
         return Block.FULL
+    left, right = rule
     shift = n_k - n_q
-    hi_first, hi_last = q0 + shift, q1 - 1 + shift
-    lo_first = hi_first - window + 1 if window is not None else None
-    lo_last = hi_last - window + 1 if window is not None else None
-    if k0 > hi_last or (lo_first is not None and k1 - 1 < lo_first):
+    p_first, p_last = q0 + shift, q1 - 1 + shift
+    if right is not None and k0 > p_last + right:
         return Block.HIDDEN
-    if k1 - 1 <= hi_first and (lo_last is None or k0 >= lo_last):
+    if left is not None and k1 - 1 < p_first - left:
+        return Block.HIDDEN
+    if (right is None or k1 - 1 <= p_first + right) and (left is None or k0 >= p_last - left):
         return Block.FULL
     return Block.PARTIAL
 
@@ -102,9 +122,7 @@ BLOCK_CHARS = {Block.FULL: "F", Block.PARTIAL: "P", Block.HIDDEN: "."}
 """How `draw_blocks` draws a tile (as FlexAttention's `BlockMask.to_string` draws its blocks)."""
 
 
-def draw_blocks(
-    n_q: int, n_k: int, block_q: int, block_k: int, *, causal: bool = False, window: int | None = None
-) -> str:
+def draw_blocks(n_q: int, n_k: int, block_q: int, block_k: int, *, causal: bool = False, window=None) -> str:
     """The block plan of a tiled kernel: one row per query block, one character per key block,
     F (full: no mask needed), P (partial: a diagonal or window edge crosses it: masked),
     . (hidden: never computed). causal, Lq = Lk = 8, blocks of 2:

@@ -218,24 +218,36 @@ def self_attention(x, w_q, w_k, w_v, *, causal: bool = True, mask=None) -> Trace
     )
 
 
-def visibility(n_q: int, n_k: int, *, causal: bool = False, window: int | None = None) -> np.ndarray:
+def visibility(n_q: int, n_k: int, *, causal: bool = False, window=None) -> np.ndarray:
     """The visibility rule of `selfattn.attention`, bool (n_q, n_k), True = may look.
 
     Query i stands at position p = i + n_k - n_q (bottom-right alignment).
     causal:   key j visible only if j <= p.
     window w: key j visible only if p - w < j <= p (the last w positions, itself included).
+    window (left, right): key j visible only if p - left <= j <= p + right (None: that side unbounded),
+              causal or not (FlashAttention's window_size).
     """
-    window = checks.optional_integer("window", window, low=1)
     visible = np.ones((n_q, n_k), dtype=bool)
-    if causal or window is not None:
+    if causal:
         visible &= causal_mask(n_q, n_k)
-    if window is not None:
-        p = np.arange(n_q)[:, None] + (n_k - n_q)
-        visible &= np.arange(n_k)[None, :] > p - window
-    return visible
+    if window is None:
+        return visible
+    p = np.arange(n_q)[:, None] + (n_k - n_q)
+    j = np.arange(n_k)[None, :]
+    if isinstance(window, (tuple, list)):
+        left, right = (checks.optional_integer("window side", x, low=0) for x in window)
+        if left is not None:
+            visible &= j >= p - left
+        if right is not None:
+            visible &= j <= p + right
+        return visible
+    window = checks.integer("window", window, low=1)
+    return visible & (j <= p) & (j > p - window)
 
 
-def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, softcap=None):
+def attention(
+    q, k, v, *, causal=False, mask=None, window=None, scale=None, softcap=None, sinks=None, alibi=None, segments=None
+):
     """The float64 spec of `selfattn.attention` (no dropout), batched and multi-head.
 
     q     (B, Hq, Lq, D)
@@ -244,20 +256,31 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
     mask  bool (True = may look) or additive float, broadcastable to (B, Hq, Lq, Lk); an additive
           −inf hides the key exactly as a bool False does (whatever its score, NaN included)
     scale default 1/√D; softcap c turns a scaled score s into c·tanh(s/c) before masking
+    alibi     (Hq,) slopes: s_ij −= slope_h · |p − j| after the softcap
+    segments  (B, L) ids, Lq = Lk: query i sees key j only if segments[b, i] == segments[b, j]
+    sinks     (Hq,) logits that join every row's denominator: w_ij = exp(s_ij) / (Σ_j exp(s_ij) + exp(sink_h))
 
-    Returns (output (B, Hq, Lq, Dv), weights (B, Hq, Lq, Lk), lse (B, Hq, Lq)).
-    A query row that may look at nothing gets output 0, weights 0 and lse −inf.
+    Returns (output (B, Hq, Lq, Dv), weights (B, Hq, Lq, Lk), lse (B, Hq, Lq)); with sinks the weights of a
+    row sum to less than 1 and lse = log(Σ_j exp(s_ij) + exp(sink_h)).
+    A query row that may look at nothing gets output 0, weights 0 and lse −inf (log exp(sink) with a sink).
     """
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
     groups = q.shape[1] // k.shape[1]
     k = np.repeat(k, groups, axis=1)
     v = np.repeat(v, groups, axis=1)
+    n_q, n_k = q.shape[2], k.shape[2]
     multiplier = 1.0 / np.sqrt(q.shape[-1]) if scale is None else checks.real("scale", scale)
     s = np.einsum("bhid,bhjd->bhij", q, k) * multiplier
     if softcap is not None:
         softcap = checks.real("softcap", softcap, low=0.0, low_open=True)
         s = softcap * np.tanh(s / softcap)
-    visible = np.broadcast_to(visibility(q.shape[2], k.shape[2], causal=causal, window=window), s.shape)
+    if alibi is not None:
+        distance = np.abs(np.arange(n_q)[:, None] + (n_k - n_q) - np.arange(n_k)[None, :])
+        s = s - np.asarray(alibi, dtype=np.float64)[:, None, None] * distance
+    visible = np.broadcast_to(visibility(n_q, n_k, causal=causal, window=window), s.shape)
+    if segments is not None:
+        ids = np.asarray(segments)
+        visible = visible & (ids[:, None, :, None] == ids[:, None, None, :])
     if mask is not None:
         mask = np.asarray(mask)
         if mask.dtype == np.bool_:
@@ -267,12 +290,17 @@ def attention(q, k, v, *, causal=False, mask=None, window=None, scale=None, soft
             visible = visible & (mask != -np.inf)  # −inf hides the key, as a bool False does
             s = s + mask
     s = np.where(visible, s, -np.inf)
+    if sinks is not None:  # the sink as one more key whose value is 0
+        sink = np.broadcast_to(np.asarray(sinks, dtype=np.float64)[None, :, None, None], s.shape[:3] + (1,))
+        s = np.concatenate([s, sink], axis=-1)
+        v = np.concatenate([v, np.zeros(v.shape[:2] + (1,) + v.shape[3:])], axis=2)
     weights = softmax(s, axis=-1)
     peak = np.max(s, axis=-1, keepdims=True, initial=-np.inf)
     finite_peak = np.where(np.isfinite(peak), peak, 0.0)
     with np.errstate(divide="ignore"):
         lse = (np.log(np.sum(np.exp(s - finite_peak), axis=-1, keepdims=True)) + finite_peak)[..., 0]
-    return np.einsum("bhij,bhjd->bhid", weights, v), weights, lse
+    output = np.einsum("bhij,bhjd->bhid", weights, v)
+    return output, weights[..., :n_k], lse
 
 
 def _matrix(name: str, a) -> np.ndarray:

@@ -29,6 +29,9 @@ __all__ = [
     "build_request",
     "check_dense",
     "check_mask",
+    "check_per_head",
+    "check_segments",
+    "check_window",
 ]
 
 ALL_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
@@ -63,7 +66,10 @@ class Request:
     v     (B, Hkv, Lk, Dv)
     mask  None, or bool (True = may look) / additive float: 4-D, broadcastable to (B, Hq, Lq, Lk)
           (`build_request`, the only builder, makes it 4-D; backends rely on that)
-    sinks, alibi, segments   reserved score features (None; see `scores.RESERVED`)
+    window    None, w (the last w positions), or (left, right) with None or ints >= 0 (two-sided)
+    sinks     None, or (Hq,) floating logits that join each row's softmax denominator (gpt-oss)
+    alibi     None, or (Hq,) floating slopes: score += −slope_h · |p − j| (constants, never differentiated)
+    segments  None, or (B, L) integer ids (Lq = Lk = L): key j visible to query i only with the same id
 
     `rule` is its `scores.ScoreRule` (scale, softcap, mask, causal, window, …): how q·kᵀ becomes a logit.
     """
@@ -73,7 +79,7 @@ class Request:
     v: torch.Tensor
     causal: bool
     mask: torch.Tensor | None
-    window: int | None
+    window: int | tuple[int | None, int | None] | None
     scale: float
     softcap: float | None
     dropout_p: float
@@ -173,11 +179,15 @@ def build_request(
     dropout_p=0.0,
     return_weights=False,
     return_lse=False,
+    sinks=None,
+    alibi=None,
+    segments=None,
 ) -> Request:
     """Check every argument of `attention` and normalise it into a `Request`.
 
     Normalised: scale resolved (default 1/√D); a window wider than Lk clamped to Lk (the same
-    rule: every key is within reach); the mask viewed as 4-D (leading dims of size 1).
+    rule: every key is within reach), a two-sided window (left, 0) written as the int left + 1 and
+    (None, None) as None; the mask viewed as 4-D (leading dims of size 1).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_dense(name, t)
@@ -209,9 +219,7 @@ def build_request(
     causal = checks.boolean("causal", causal)
     return_weights = checks.boolean("return_weights", return_weights)
     return_lse = checks.boolean("return_lse", return_lse)
-    window = checks.optional_integer("window", window, low=1)
-    if window is not None:
-        window = min(window, max(Lk, 1))
+    window = check_window(window, Lq, Lk)
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     else:
@@ -221,6 +229,12 @@ def build_request(
     dropout_p = checks.real("dropout_p", dropout_p, low=0, high=1, high_open=True)
     if mask is not None:
         mask = check_mask(mask, (B, Hq, Lq, Lk), q.device)
+    sinks = None if sinks is None else check_per_head("sinks", sinks, Hq, q.device)
+    if alibi is not None:
+        alibi = check_per_head("alibi", alibi, Hq, q.device)
+        if alibi.requires_grad and torch.is_grad_enabled():
+            raise ValueError("alibi slopes are constants and are not differentiated: pass alibi.detach()")
+    segments = None if segments is None else check_segments(segments, B, Lq, Lk, q.device)
     return Request(
         q=q,
         k=k,
@@ -233,7 +247,61 @@ def build_request(
         dropout_p=dropout_p,
         return_weights=return_weights,
         return_lse=return_lse,
+        sinks=sinks,
+        alibi=alibi,
+        segments=segments,
     )
+
+
+def check_window(window, Lq: int, Lk: int):
+    """None, an int w >= 1 (clamped to Lk), or (left, right) with each None or an int >= 0 (clamped to
+    Lq + Lk: every key within reach); (left, 0) becomes the int left + 1, (None, None) None."""
+    if window is None:
+        return None
+    if isinstance(window, (tuple, list)):
+        if len(window) != 2:
+            raise ValueError(f"window as a pair must be (left, right), got {tuple(window)!r}")
+        left, right = (
+            checks.optional_integer(f"window {side}", x, low=0)
+            for side, x in zip(("left", "right"), window, strict=True)
+        )
+        reach = Lq + Lk
+        left = None if left is None else min(left, reach)
+        right = None if right is None else min(right, reach)
+        if left is None and right is None:
+            return None
+        if right == 0 and left is not None:
+            return min(left + 1, max(Lk, 1))
+        return (left, right)
+    return min(checks.integer("window", window, low=1), max(Lk, 1))
+
+
+def check_per_head(name: str, t, Hq: int, device: torch.device) -> torch.Tensor:
+    """`t` checked as a (Hq,) floating tensor of finite values on `device` (sinks, ALiBi slopes)."""
+    check_dense(name, t)
+    if not t.dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating tensor of shape (Hq,) = ({Hq},), got dtype {t.dtype}")
+    if tuple(t.shape) != (Hq,):
+        raise ValueError(f"{name} must have shape (Hq,) = ({Hq},), got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but q is on {device}")
+    if not bool(torch.isfinite(t.detach()).all()):
+        raise ValueError(f"{name} must be finite, got {t.detach().tolist()}")
+    return t
+
+
+def check_segments(t, B: int, Lq: int, Lk: int, device: torch.device) -> torch.Tensor:
+    """`t` checked as (B, L) integer segment ids for Lq = Lk = L, on `device` (packed sequences)."""
+    check_dense("segments", t)
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise TypeError(f"segments must be an integer tensor of shape (B, L), got dtype {t.dtype}")
+    if Lq != Lk:
+        raise ValueError(f"segments need Lq = Lk (one packed sequence), got Lq={Lq}, Lk={Lk}")
+    if tuple(t.shape) != (B, Lq):
+        raise ValueError(f"segments must have shape (B, L) = ({B}, {Lq}), got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"segments is on {t.device} but q is on {device}")
+    return t.to(torch.int64)
 
 
 def check_mask(mask, full_shape: tuple[int, ...], device: torch.device) -> torch.Tensor:

@@ -7,8 +7,13 @@ applies, to one tile of raw scores (raw = q·kᵀ of query rows × key cols, in 
 
     s = raw · scale                         the tutorial's ÷√d_k (or any scale)
     s = c · tanh(s / c)                     with a softcap c
+    s = s − slope_h · |p − j|               ALiBi slopes (p = i + Lk − Lq, bottom-right)
     s = s + mask                            an additive mask (its −inf hides, even where s is NaN or +inf)
-    s = −inf where hidden                   a bool mask, the causal rule, the window (`masks.visibility`)
+    s = −inf where hidden                   a bool mask, the causal rule, the window (`masks.visibility`),
+                                            another segment (packed sequences: segments[b, i] ≠ segments[b, j])
+
+and a sink logit per head joins each row's softmax denominator (gpt-oss): w_ij = exp(s_ij) / (Σ_j exp(s_ij)
++ exp(sink_h)), the row's lse includes it (`join_sinks`, `sink_grad`).
 
 −inf rather than a large negative number, so the softmax gives exactly 0 and a NaN in a key that a
 row may not see never reaches that row. Every Python path that scores — the naive backend and
@@ -18,9 +23,8 @@ mask_mod and the C++ tile's arguments are derived from its fields in one functio
 (`kernels.flex.mods`, `kernels.native.tile_arguments`). `selfattn.reference` stays the independent
 NumPy spec, on purpose.
 
-A new score feature is one field here (sinks, ALiBi slopes and segments are reserved: None until
-they are implemented), one `Capabilities` flag (a backend without it refuses the request by name),
-one C++ branch, and their tests.
+A score feature is one field here (sinks, ALiBi slopes, segments, the window's two sides), one
+`Capabilities` flag (a backend without it refuses the request by name), one C++ branch, and their tests.
 """
 
 from __future__ import annotations
@@ -32,15 +36,24 @@ import torch
 
 from . import masks
 
-__all__ = ["ScoreRule", "LOG2_E", "RESERVED", "additive_in", "finite_extent", "EXTENT_CHUNK"]
+__all__ = [
+    "ScoreRule",
+    "LOG2_E",
+    "FEATURES",
+    "additive_in",
+    "finite_extent",
+    "EXTENT_CHUNK",
+    "join_sinks",
+    "sink_grad",
+]
 
 LOG2_E = 1.4426950408889634
 """log₂ e: a logit in base 2 is the natural one times this (`unit=LOG2_E`: softmax by exp2)."""
 
 NEG_INF = float("-inf")
 
-RESERVED = ("sinks", "alibi", "segments")
-"""Score features with a field but no implementation yet: every backend refuses a request that sets one."""
+FEATURES = ("sinks", "alibi", "segments")
+"""The per-head / per-position score features (tensors); a backend without the Capabilities flag refuses them."""
 
 EXTENT_CHUNK = 1 << 20
 """Entries of a mask `finite_extent` looks at per step when the mask holds −inf (a few MiB of scratch)."""
@@ -90,15 +103,17 @@ class ScoreRule:
     softcap  c: a scaled score s becomes c·tanh(s/c); None: no cap
     mask     None, or bool (True = may look) / additive float, 4-D (Bm, Hq|1, Lq|1, Lk|1)
     causal   query i (at position p = i + Lk − Lq, bottom-right) sees keys j <= p
-    window   w: keys p − w < j <= p only
-    sinks, alibi, segments   reserved (None): refused by every backend until implemented
+    window   w: keys p − w < j <= p only; (left, right): p − left <= j <= p + right (None: unbounded side)
+    sinks    (Hq,) sink logits joining each row's denominator (not part of `logits`: `join_sinks`)
+    alibi    (Hq,) slopes: score −= slope_h · |p − j|, after the softcap
+    segments (B, L) integer ids: key j hidden from query i unless segments[b, i] == segments[b, j]
     """
 
     scale: float
     softcap: float | None = None
     mask: torch.Tensor | None = None
     causal: bool = False
-    window: int | None = None
+    window: int | tuple[int | None, int | None] | None = None
     sinks: torch.Tensor | None = None
     alibi: torch.Tensor | None = None
     segments: torch.Tensor | None = None
@@ -112,10 +127,16 @@ class ScoreRule:
         """The rule of a `selfattn.request.Request` (the same as `request.rule`)."""
         return cls(**{f.name: getattr(request, f.name) for f in fields(cls)})
 
+    @functools.cached_property
+    def bounds(self) -> tuple[int | None, int | None] | None:
+        """(left, right): key j visible to query position p when p − left <= j <= p + right (None: that side
+        unbounded), the causal rule and the window together (`masks.bounds`); None when positions hide nothing."""
+        return masks.bounds(self.causal, self.window)
+
     @property
     def limited(self) -> bool:
         """Whether positions alone hide keys (causal or windowed)."""
-        return self.causal or self.window is not None
+        return self.bounds is not None
 
     @property
     def mask_kind(self) -> str | None:
@@ -123,10 +144,6 @@ class ScoreRule:
         if self.mask is None:
             return None
         return "bool" if self.mask.dtype == torch.bool else "additive"
-
-    def reserved(self) -> list[str]:
-        """The reserved features this rule sets (each one a refusal until implemented)."""
-        return [name for name in RESERVED if getattr(self, name) is not None]
 
     @functools.cached_property
     def mask_extent(self) -> float:
@@ -176,7 +193,7 @@ class ScoreRule:
     def visible_at(self, p: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
         """Elementwise, for query positions p and key positions j (broadcasting; p = i + Lk − Lq): whether
         the causal / window rule lets p see j (`masks.visible_at`). Only for a `limited` rule."""
-        return masks.visible_at(p, j, window=self.window)
+        return masks.visible_at(p, j, self.bounds)
 
     def visible(
         self,
@@ -190,6 +207,41 @@ class ScoreRule:
         """bool (R, C), True = may look by position: the causal / window rule (`masks.visibility`) for query
         indices `rows` and key indices `cols` of a request with n_q queries and n_k keys (None: all)."""
         return masks.visibility(n_q, n_k, causal=self.causal, window=self.window, device=device, rows=rows, cols=cols)
+
+    def alibi_bias(self, rows, cols, n_q: int, n_k: int, *, dtype, device, unit: float = 1.0) -> torch.Tensor:
+        """−slope_h · |p − j| · unit for query indices `rows` × key indices `cols` (None: all): (Hq, R, C) in
+        `dtype`, p = i + n_k − n_q. Only for a rule with `alibi`."""
+        rows = torch.arange(n_q, device=device) if rows is None else rows
+        cols = torch.arange(n_k, device=device) if cols is None else cols
+        distance = (rows[:, None] + (n_k - n_q) - cols[None, :]).abs().to(dtype)  # (R, C)
+        return (self.alibi.detach().to(dtype) * -unit)[:, None, None] * distance
+
+    def segment_hidden(self, rows=None, cols=None) -> torch.Tensor:
+        """True where query i and key j lie in different segments: (B, 1, R, C). Only with `segments`."""
+        seg = self.segments
+        a = seg if rows is None else seg[:, rows]
+        b = seg if cols is None else seg[:, cols]
+        return a[:, None, :, None] != b[:, None, None, :]
+
+    @functools.cached_property
+    def segment_spans(self) -> tuple[torch.Tensor, bool]:
+        """((2, B, L) int64: for each position the first key of its segment and one past its last, whether every
+        segment is one contiguous run — then the span alone is the segment rule). Only with `segments`."""
+        seg = self.segments
+        B, L = seg.shape
+        span = torch.empty(2, B, L, dtype=torch.int64, device=seg.device)
+        contiguous = True
+        positions = torch.arange(L, device=seg.device)
+        for b in range(B):
+            ids, inverse = torch.unique(seg[b], return_inverse=True)
+            first = torch.full((len(ids),), L, dtype=torch.int64, device=seg.device)
+            last = torch.full((len(ids),), -1, dtype=torch.int64, device=seg.device)
+            first.scatter_reduce_(0, inverse, positions, "amin")
+            last.scatter_reduce_(0, inverse, positions, "amax")
+            span[0, b], span[1, b] = first[inverse], last[inverse] + 1
+            runs = 1 + int((seg[b, 1:] != seg[b, :-1]).sum()) if L else 0
+            contiguous = contiguous and runs == len(ids)
+        return span, contiguous
 
     def hide(
         self,
@@ -231,14 +283,17 @@ class ScoreRule:
         raw   (..., Hq|1, R, C) q·kᵀ of query indices `rows` (R,) × key indices `cols` (C,) (None: all)
         n_q, n_k   Lq and Lk of the whole request (they fix the bottom-right alignment); default R and C
         """
-        reserved = self.reserved()
-        if reserved:
-            raise ValueError(f"the score rule does not apply {', '.join(reserved)} yet")
         n_q = raw.shape[-2] if n_q is None else n_q
         n_k = raw.shape[-1] if n_k is None else n_k
         scaled, tanh = self.scaled(raw, unit=unit, folded=folded, keep_tanh=True)
         hidden = ~self.visible(rows, cols, n_q, n_k, device=raw.device) if self.limited else None
-        masked = self.hide(scaled, self.mask_tile(rows, cols), hidden, unit=unit)
+        if self.segments is not None:  # (B, 1, R, C): raw's leading dim is the batch
+            apart = self.segment_hidden(rows, cols)
+            hidden = apart if hidden is None else apart | hidden
+        biased = scaled
+        if self.alibi is not None:
+            biased = scaled + self.alibi_bias(rows, cols, n_q, n_k, dtype=scaled.dtype, device=raw.device, unit=unit)
+        masked = self.hide(biased, self.mask_tile(rows, cols), hidden, unit=unit)
         out = {"scaled": scaled, "masked": masked}
         return out | {"tanh": tanh} if keep_tanh else out
 
@@ -255,7 +310,25 @@ class ScoreRule:
             "scale": float(self.scale),
             "softcap": None if self.softcap is None else float(self.softcap),
             "causal": bool(self.causal),
-            "window": None if self.window is None else int(self.window),
+            "window": self.window if not isinstance(self.window, tuple) else list(self.window),
             "mask": mask,
-            **{name: None if getattr(self, name) is None else list(getattr(self, name).shape) for name in RESERVED},
+            "sinks": None if self.sinks is None else [float(x) for x in self.sinks.detach().double().tolist()],
+            "alibi": None if self.alibi is None else [float(x) for x in self.alibi.detach().double().tolist()],
+            "segments": None if self.segments is None else list(self.segments.shape),
         }
+
+
+def join_sinks(sinks: torch.Tensor, lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lse with the sink, the factor exp(lse − lse') that scales a sink-free row's weights and output):
+    lse' = log(exp(lse) + exp(sink_h)). sinks (Hq,), lse (B, Hq, Lq) natural units; differentiable."""
+    sink = sinks.to(lse.dtype)[:, None].expand_as(lse)
+    joined = torch.logaddexp(lse, sink)
+    return joined, torch.exp(lse - joined)
+
+
+def sink_grad(sinks: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """∂loss/∂sink_h = −Σ_{b,i} w_sink · Δ_bhi, with w_sink = exp(sink_h − lse_bhi) (lse includes the sink) and
+    Δ = rowsum(dO ∘ O) − dlse (`kernels.base.softmax_delta`): the sink is a key whose value is 0.
+    sinks (Hq,), lse and delta (B, Hq, Lq) natural units; returns (Hq,) in sinks' dtype."""
+    w_sink = torch.exp(sinks.detach().to(lse.dtype)[:, None] - lse)  # (B, Hq, Lq)
+    return -(w_sink * delta.to(lse.dtype)).sum(dim=(0, 2)).to(sinks.dtype)

@@ -12,7 +12,7 @@ import torch
 
 from .. import kernels
 from ..functional import attention
-from ..kernels.cost import visible_pairs
+from ..kernels.cost import request_pairs
 from ..request import build_request
 
 __all__ = ["Case", "CASES", "EXTRA_CASES", "SEED", "BACKWARD_FLOPS_FACTOR", "select", "split_names", "request_of"]
@@ -37,7 +37,8 @@ class Case:
     len_k: int
     head_dim: int
     causal: bool = True
-    window: int | None = None
+    window: int | tuple[int | None, int | None] | None = None
+    features: tuple[str, ...] = ()  # score features with drawn values: "sinks", "alibi", "packed" (FEATURE_VALUES)
     backward: bool = False
     backends: tuple[str, ...] = ("sdpa", "native", "flex", "tiled", "auto", "naive")
     dtype: torch.dtype = torch.float32
@@ -53,12 +54,18 @@ class Case:
             text += f", Lk={self.len_k}"
         if self.window is not None:
             text += f", w={self.window}"
+        if "packed" in self.features:
+            text += f", {PACKED_SEGMENTS} segments"
+        text += "".join(f", {name}" for name in self.features if name != "packed")
         return text
 
     @property
     def flops(self) -> float:
         """Useful flops: 4·D per visible (query, key) pair per head (Q Kᵀ and P V), ×3.5 with the backward."""
-        pairs = visible_pairs(self.len_q, self.len_k, causal=self.causal, window=self.window)
+        one = torch.zeros(())
+        q = one.expand(self.batch, self.q_heads, self.len_q, self.head_dim)
+        k = one.expand(self.batch, self.kv_heads, self.len_k, self.head_dim)
+        pairs = request_pairs(build_request(q, k, k, **self.kwargs())) / self.batch
         forward = 4.0 * self.batch * self.q_heads * pairs * self.head_dim
         return forward * (1 + BACKWARD_FLOPS_FACTOR) if self.backward else forward
 
@@ -74,8 +81,20 @@ class Case:
         return tuple(torch.randn(s, generator=g, dtype=self.dtype).requires_grad_(grad) for s in shapes)
 
     def kwargs(self) -> dict:
-        """The masking arguments of `selfattn.attention` for this case."""
-        return {"causal": self.causal, "window": self.window}
+        """The masking arguments of `selfattn.attention` for this case (score features drawn from SEED)."""
+        out = {"causal": self.causal, "window": self.window}
+        g = torch.Generator().manual_seed(SEED + 2)
+        if "sinks" in self.features:
+            out["sinks"] = torch.randn(self.q_heads, generator=g).to(self.dtype)
+        if "alibi" in self.features:  # ALiBi's geometric slopes, 2^(−8h/H)
+            out["alibi"] = torch.tensor([2.0 ** (-8.0 * (h + 1) / self.q_heads) for h in range(self.q_heads)])
+        if "packed" in self.features:  # PACKED_SEGMENTS documents of equal length, one row
+            out["segments"] = (torch.arange(self.len_q) * PACKED_SEGMENTS // self.len_q)[None].expand(self.batch, -1)
+        return out
+
+
+PACKED_SEGMENTS = 8
+"""Documents packed into one row in the "packed" cases."""
 
 
 def _cases() -> tuple[tuple[Case, Case], ...]:
@@ -131,7 +150,35 @@ def _cases() -> tuple[tuple[Case, Case], ...]:
             dict(len_q=1024, len_k=1024, rounds=None),
         ),
     )
-    return tuple((full, replace(full, **quick)) for full, quick in pairs)
+    features = dict(len_q=4096, len_k=4096, backends=("native", "tiled"), **base)
+    pairs += (
+        (
+            Case(
+                "packed",
+                "packed sequences, causal: native's segments vs Flex's document block mask vs SDPA's dense mask",
+                len_q=8 * 1024,
+                len_k=8 * 1024,
+                features=("packed",),
+                backends=("native", "flex", "sdpa", "auto"),
+                **base,
+            ),
+            dict(len_q=1024, len_k=1024),
+        ),
+        (Case("sinks", "attention sinks, causal (against causal_forward)", features=("sinks",), **features), {}),
+        (Case("alibi", "ALiBi slopes, causal (against causal_forward)", features=("alibi",), **features), {}),
+        (
+            Case(
+                "two_sided",
+                "two-sided window (1024, 1024), not causal: the visible pairs of causal (against causal_forward)",
+                causal=False,
+                window=(1024, 1024),
+                **features,
+            ),
+            {},
+        ),
+    )
+    quick_features = dict(len_q=256, len_k=256)
+    return tuple((full, replace(full, **(quick or quick_features))) for full, quick in pairs)
 
 
 CASES: dict[str, tuple[Case, Case]] = {full.name: (full, quick) for full, quick in _cases()}

@@ -191,7 +191,7 @@ class Capabilities:
     window: bool = True
     gqa: bool = True
     backward: bool = True
-    sinks: bool = False  # reserved score features (selfattn.scores.RESERVED): none is implemented yet
+    sinks: bool = False  # the tensor score features (selfattn.scores.FEATURES)
     alibi: bool = False
     segments: bool = False
     materialises_weights: bool = False

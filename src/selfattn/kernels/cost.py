@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from .base import Backend, Request
 
-__all__ = ["CLOSE", "visible_pairs", "estimate_seconds"]
+__all__ = ["CLOSE", "visible_pairs", "request_pairs", "estimate_seconds"]
 
 CLOSE = 1.25
 """Estimates within this factor of the fastest count as close: among them "auto" takes the one whose
@@ -61,6 +61,25 @@ def visible_pairs(n_q: int, n_k: int, *, causal: bool = False, window: int | Non
         return n * (n + 1) // 2 if n <= w else w * (w + 1) // 2 + (n - w) * w
 
     return below(n_k) - below(n_k - n_q)  # positions n_k − n_q … n_k − 1
+
+
+def request_pairs(r: Request) -> int:
+    """The (query, key) pairs `r`'s position rules let through: `visible_pairs` in O(1) for causal and a window
+    of w; for a two-sided window or segments, counted per query row in O(B·Lq) (segments: a query row sees at
+    most its segment's span)."""
+    if r.segments is None and not isinstance(r.window, tuple):
+        return visible_pairs(r.Lq, r.Lk, causal=r.causal, window=r.window)
+    import torch
+
+    p = torch.arange(r.Lq) + (r.Lk - r.Lq)
+    left, right = r.rule.bounds or (None, None)
+    lo = torch.zeros_like(p) if left is None else (p - left).clamp(min=0)
+    hi = torch.full_like(p, r.Lk) if right is None else (p + right + 1).clamp(min=0, max=r.Lk)
+    if r.segments is None:
+        return int((hi - lo).clamp(min=0).sum()) * r.B
+    span, _ = r.rule.segment_spans
+    span = span.cpu()
+    return int((torch.minimum(hi, span[1]) - torch.maximum(lo, span[0])).clamp(min=0).sum())
 
 
 def estimate_seconds(backend: Backend, r: Request) -> float | None:

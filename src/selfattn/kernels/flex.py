@@ -34,7 +34,7 @@ import torch
 
 from ..scores import additive_in
 from .base import Backend, Capabilities, Cost, Request, Result, Work
-from .cost import visible_pairs
+from .cost import request_pairs
 from .notice import Notice, emit
 
 __all__ = ["FlexBackend", "is_warm", "compile_seconds", "signature", "mods", "MIN_CPU_LENGTH", "WARM_SIGNATURES"]
@@ -64,7 +64,7 @@ _PENDING: set[tuple] = set()
 
 
 def _work(r: Request) -> Work:
-    pairs = visible_pairs(r.Lq, r.Lk, causal=r.causal, window=r.window)
+    pairs = request_pairs(r) // r.B
     return pairs, RATE_WINDOW_GFLOPS if r.window is not None else RATE_GFLOPS, 0.0
 
 
@@ -95,6 +95,8 @@ def signature(r: Request) -> tuple:
         rule.softcap,
         rule.scale,
         mask,
+        rule.alibi is not None,
+        None if rule.segments is None else tuple(rule.segments.shape),
         r.return_lse,
         r.needs_grad,
     )
@@ -122,7 +124,10 @@ class FlexBackend(Backend):
         softcap=True,
         dropout=False,
         mask_grad=False,
+        alibi=True,
+        segments=True,
         notes={
+            "sinks": "FlexAttention's softmax has no sink term; use backend='native', 'tiled' or 'naive'",
             "weights": "use backend='naive'",
             "dropout": "use backend='sdpa' or 'naive', or dropout_p=0",
             "mask_grad": "use backend='naive'",
@@ -242,19 +247,25 @@ def mods(r: Request):
         add = additive_in(rule.mask.detach(), r.q.dtype)
         add = add.expand(add.shape[0], add.shape[1], r.Lq, r.Lk)
     mask_mod = score_mod = None
+    seg = rule.segments
+    slopes = None if rule.alibi is None else rule.alibi.detach().to(r.q.dtype)
 
-    if rule.limited or user is not None:
+    if rule.limited or user is not None or seg is not None:
 
         def mask_mod(b, h, q_idx, kv_idx):
             visible = rule.visible_at(q_idx + shift, kv_idx) if rule.limited else kv_idx >= 0
             if user is not None:
                 visible = visible & user[b if user.shape[0] > 1 else 0, h if user.shape[1] > 1 else 0, q_idx, kv_idx]
+            if seg is not None:  # a document mask: the block mask skips the blocks of other segments
+                visible = visible & (seg[b, q_idx] == seg[b, kv_idx])
             return visible
 
-    if rule.softcap is not None or add is not None:
+    if rule.softcap is not None or add is not None or slopes is not None:
 
         def score_mod(score, b, h, q_idx, kv_idx):
             score = rule.cap(score)
+            if slopes is not None:
+                score = score - slopes[h] * (q_idx + shift - kv_idx).abs()
             if add is not None:
                 score = rule.hide(score, add[b if add.shape[0] > 1 else 0, h if add.shape[1] > 1 else 0, q_idx, kv_idx])
             return score
@@ -262,4 +273,6 @@ def mods(r: Request):
     batch_heads = (None, None)
     if user is not None:
         batch_heads = (r.B if user.shape[0] > 1 else None, r.Hq if user.shape[1] > 1 else None)
+    if seg is not None:
+        batch_heads = (r.B, batch_heads[1])
     return score_mod, mask_mod, batch_heads

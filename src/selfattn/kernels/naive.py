@@ -36,6 +36,9 @@ class NaiveBackend(Backend):
         returns_lse=True,
         softcap=True,
         dropout=True,
+        sinks=True,
+        alibi=True,
+        segments=True,
         materialises_weights=True,
         notes={
             "weights_bytes": "use backend='sdpa' or 'tiled', which never build the full matrix "
@@ -51,13 +54,18 @@ class NaiveBackend(Backend):
         B, Hq, Lq, Lk, G = r.B, r.Hq, r.Lq, r.Lk, r.G
         v = r.v.to(acc)  # (B, Hkv, Lk, Dv)
         s = masked_scores(r)  # (B, Hq, Lq, Lk)  Q Kᵀ / √d_k, softcapped, −inf where hidden
-        if Lk == 0:  # no keys: every row sees nothing
+        if r.sinks is not None:  # the sink: one more logit per row, whose value is 0 (a column dropped below)
+            sink = r.sinks.to(acc)[None, :, None, None].expand(B, Hq, Lq, 1)
+            s = torch.cat([s, sink], dim=-1)
+        if s.shape[-1] == 0:  # no keys: every row sees nothing
             peak = s.new_full((B, Hq, Lq, 1), float("-inf"))
         else:
             peak = s.amax(dim=-1, keepdim=True).detach()  # (B, Hq, Lq, 1)
         peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
         e = torch.exp(s - peak)
         total = e.sum(dim=-1, keepdim=True)
+        if r.sinks is not None:
+            e = e[..., :Lk]
         alive = total > 0  # False: the row may look at nothing
         weights = e / torch.where(alive, total, torch.ones_like(total))
         if r.dropout_p > 0:

@@ -37,9 +37,9 @@ from pathlib import Path
 import torch
 
 from .. import checks
-from ..scores import additive_in
+from ..scores import additive_in, sink_grad
 from .base import Backend, Capabilities, Cost, Request, Result, Work, softmax_delta
-from .cost import visible_pairs
+from .cost import request_pairs, visible_pairs
 from .notice import Notice, emit
 
 __all__ = [
@@ -194,8 +194,10 @@ RATE_GFLOPS = 90.0
 def _work(r: Request) -> Work:
     """Visible pairs, plus a window's ragged edge: a query block of BLOCK_Q reads about BLOCK_Q + w keys
     per row (measured at the same rate)."""
-    if r.window is not None:
+    if isinstance(r.window, int):
         return r.Lq * min(r.Lk, BLOCK_Q + r.window), RATE_GFLOPS, 0.0
+    if r.window is not None or r.segments is not None:  # pairs per row, and a block's ragged edge
+        return request_pairs(r) / r.B + r.Lq * BLOCK_Q, RATE_GFLOPS, 0.0
     return visible_pairs(r.Lq, r.Lk, causal=r.causal), RATE_GFLOPS, 0.0
 
 
@@ -210,6 +212,9 @@ class NativeBackend(Backend):
         dropout=False,
         devices=frozenset({"cpu"}),
         mask_grad=False,
+        sinks=True,
+        alibi=True,
+        segments=True,
         notes={
             "weights": "use backend='naive', or selfattn.attention_weights(q, k, lse, rows=...) for chosen rows",
             "dropout": "use backend='sdpa' or 'naive', or dropout_p=0",
@@ -252,8 +257,10 @@ class NativeBackend(Backend):
         compute = r.accumulate_dtype
         q, k, v = (_prepared(t, compute) for t in (r.q, r.k, r.v))
         args = tile_arguments(r, self.block_q, self.block_k)
-        if r.needs_grad:
-            out, lse = _NativeAttention.apply(q, k, v, ops, args)
+        sinks_grad = r.sinks is not None and r.sinks.requires_grad and torch.is_grad_enabled()
+        if r.needs_grad or sinks_grad:
+            sinks = r.sinks if r.sinks is not None else q.new_zeros(0)
+            out, lse = _NativeAttention.apply(q, k, v, sinks, ops, args)
         else:
             out, lse = ops.forward(q, k, v, *args)
         return Result(out.to(r.q.dtype), None, lse if r.return_lse else None)
@@ -262,13 +269,21 @@ class NativeBackend(Backend):
 def tile_arguments(r: Request, block_q: int, block_k: int) -> tuple:
     """The C++ tile's arguments after q, k, v, from the request's score rule — the one place its fields
     become the kernel's: (mask expanded to (B, Hq, Lq, Lk) — bool, or additive in the compute dtype,
-    saturated — causal, window (0: none), scale, softcap (0: none), block_q, block_k)."""
-    rule = r.rule
+    saturated — left, right (the rule's `bounds`, −1: unbounded), scale, softcap (0: none), sinks and alibi
+    ((Hq,) in the compute dtype, or None), the segments' spans (2, B, L) and, only where a segment is not
+    one contiguous run, their ids (B, L), block_q, block_k)."""
+    rule, acc = r.rule, r.accumulate_dtype
     mask = None
     if rule.mask is not None:
-        mask = rule.mask if rule.mask_kind == "bool" else additive_in(rule.mask.detach(), r.accumulate_dtype)
+        mask = rule.mask if rule.mask_kind == "bool" else additive_in(rule.mask.detach(), acc)
         mask = mask.expand(r.B, r.Hq, r.Lq, r.Lk)
-    return (mask, rule.causal, rule.window or 0, rule.scale, rule.softcap or 0.0, block_q, block_k)
+    left, right = (-1 if side is None else side for side in (rule.bounds or (None, None)))
+    sinks, alibi = (None if t is None else t.detach().to(acc).contiguous() for t in (rule.sinks, rule.alibi))
+    span = ids = None
+    if rule.segments is not None:
+        span, contiguous = rule.segment_spans
+        ids = None if contiguous else rule.segments.contiguous()
+    return (mask, left, right, rule.scale, rule.softcap or 0.0, sinks, alibi, span, ids, block_q, block_k)
 
 
 def _prepared(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -283,9 +298,9 @@ class _NativeAttention(torch.autograd.Function):
     """out, lse = native attention of (q, k, v); the backward recomputes P from lse, tile by tile."""
 
     @staticmethod
-    def forward(ctx, q, k, v, ops, args):
+    def forward(ctx, q, k, v, sinks, ops, args):
         out, lse = ops.forward(q, k, v, *args)
-        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.save_for_backward(q, k, v, sinks, out, lse)
         ctx.ops, ctx.args = ops, args
         ctx.set_materialize_grads(False)
         return out, lse
@@ -293,10 +308,11 @@ class _NativeAttention(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out, d_lse):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, sinks, out, lse = ctx.saved_tensors
         if d_out is None:
             d_out = torch.zeros_like(out)
         d_out = _prepared(d_out, out.dtype)
         delta = softmax_delta(d_out, out, d_lse, out.dtype)  # (B, Hq, Lq)
         dq, dk, dv = ctx.ops.backward(d_out, q, k, v, lse.contiguous(), delta.contiguous(), *ctx.args)
-        return dq, dk, dv, None, None
+        d_sinks = sink_grad(sinks, lse, delta) if sinks.numel() and ctx.needs_input_grad[3] else None
+        return dq, dk, dv, d_sinks, None, None

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import torch
 
+from ..scores import sink_grad
 from ..weights import weights_from_lse
 from .base import Backend, Capabilities, Cost, Request, Result, Work, softmax_delta
 from .tiling import BLOCK_K, BLOCK_Q, BLOCK_SIZES, Plan, Tile
@@ -86,6 +87,9 @@ class TiledBackend(Backend):
         softcap=True,
         dropout=False,
         mask_grad=False,
+        sinks=True,
+        alibi=True,
+        segments=True,
         notes={
             "weights": "the tiled kernel never builds the weight matrix: use backend='naive', or "
             "selfattn.attention_weights(q, k, lse, rows=...) for chosen rows",
@@ -116,8 +120,10 @@ class TiledBackend(Backend):
 
     def forward(self, r: Request) -> Result:
         plan = Plan.of(r, self.block_q, self.block_k)
-        if r.needs_grad:
-            out, lse2 = _TiledAttention.apply(r.q, r.k, r.v, plan)
+        sinks_grad = r.sinks is not None and r.sinks.requires_grad and torch.is_grad_enabled()
+        if r.needs_grad or sinks_grad:
+            sinks = r.sinks if r.sinks is not None else r.q.new_zeros(0)
+            out, lse2 = _TiledAttention.apply(r.q, r.k, r.v, sinks, plan)
         else:
             out, lse2 = _forward(r.q, r.k, r.v, plan)
         return Result(out, None, (lse2 * LN_2 if plan.base2 else lse2) if r.return_lse else None)
@@ -192,8 +198,16 @@ def _scores(
     else:
         s, capped = rule.scaled(s, unit=plan.unit, folded=True), None
     s5 = s.view(b1 - b0, h1 - h0, q1 - q0, plan.G, k1 - k0)
+    if rule.alibi is not None:  # (Hq, n, bk) → (h, n, G, bk): the chunk's kv heads, each group's slopes
+        rows, cols = torch.arange(q0, q1, device=s.device), torch.arange(k0, k1, device=s.device)
+        bias = rule.alibi_bias(rows, cols, plan.Lq, plan.Lk, dtype=s.dtype, device=s.device, unit=plan.unit)
+        s5.add_(bias.view(plan.Hkv, plan.G, q1 - q0, k1 - k0)[h0:h1].transpose(1, 2))
     mask = None if plan.mask is None else _mask_tile(plan, chunk, q0, q1, k0, k1)
     hidden = tiles.hidden(q0, q1, k0, k1)[:, None] if masked else None  # (n, 1, bk): the same for the group
+    if rule.segments is not None:  # (b, 1, n, 1, bk): other segments, per batch (tiles are not skipped for them)
+        rows, cols = torch.arange(q0, q1, device=s.device), torch.arange(k0, k1, device=s.device)
+        apart = rule.segment_hidden(rows, cols)[b0:b1, :, :, None]
+        hidden = apart if hidden is None else apart | hidden
     rule.hide(s5, mask, hidden, unit=plan.unit, inplace=True)
     return s, capped
 
@@ -242,6 +256,8 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan):
                     rows = slice((r0 - q0) * G, (r1 - q0) * G)  # the rows that see this key block
                     s, _ = _scores(plan, chunk, tiles, qb[:, rows], k3[heads, k0:k1], tile, masked)
                     _online_softmax_step(s, v3[heads, k0:k1], m[:, rows], l[:, rows], acc[:, rows], plan.base2)
+            if plan.rule.sinks is not None:
+                _join_sink(plan, heads, q1 - q0, m, l, acc)
             # epilogue: normalise, and save the log-sum-exp for the backward pass
             acc.div_(l.masked_fill(l == 0, 1.0))  # a row that saw nothing: 0
             out4[heads, :, q0:q1].copy_(_unrows(acc, G))
@@ -249,6 +265,20 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan):
                 _unrows(m + (torch.log2(l) if plan.base2 else torch.log(l)), G)
             )  # and lse = −inf
     return out, lse2[..., 0]
+
+
+def _join_sink(plan: Plan, heads: slice, n: int, m, l, acc) -> None:
+    """The sink logit of each row's head joins (m, l, acc) as one more key whose value is 0, in place:
+    m' = max(m, sink), l' = l · 2^(m − m') + 2^(sink − m') (base 2 or natural, as the plan's logits)."""
+    kv = torch.arange(heads.start, heads.stop, device=m.device) % plan.Hkv  # (h,) kv head of each chunk row
+    sink = plan.rule.sinks.detach().to(m.dtype).view(plan.Hkv, plan.G)[kv] * plan.unit  # (h, G)
+    sink = sink[:, None, :].expand(-1, n, -1).reshape(m.shape)  # (h, n·G, 1) query-major, as the rows
+    m_new = torch.where(torch.isnan(m), m, torch.maximum(m, sink))
+    power = torch.exp2 if plan.base2 else torch.exp
+    alpha = torch.where(l > 0, power(m - m_new), torch.zeros_like(m))
+    l.mul_(alpha).add_(power(sink - m_new))
+    acc.mul_(alpha)
+    m.copy_(m_new)
 
 
 def _online_softmax_step(s, vb, m, l, acc, base2: bool = True) -> None:
@@ -311,9 +341,9 @@ class _TiledAttention(torch.autograd.Function):
     probabilities block by block."""
 
     @staticmethod
-    def forward(ctx, q, k, v, plan: Plan):
+    def forward(ctx, q, k, v, sinks, plan: Plan):
         out, lse2 = _forward(q, k, v, plan)
-        ctx.save_for_backward(q, k, v, out, lse2)
+        ctx.save_for_backward(q, k, v, sinks, out, lse2)
         ctx.plan = plan
         ctx.set_materialize_grads(False)
         return out, lse2
@@ -321,9 +351,14 @@ class _TiledAttention(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out, d_lse2):
-        q, k, v, out, lse2 = ctx.saved_tensors
+        q, k, v, sinks, out, lse2 = ctx.saved_tensors
         if d_out is None:
             d_out = torch.zeros_like(out)
-        d_lse = None if d_lse2 is None else d_lse2 * ctx.plan.unit  # the caller's lse is lse₂ / unit
-        dq, dk, dv = _backward(q, k, v, out, lse2, d_out, d_lse, ctx.plan)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None
+        plan = ctx.plan
+        d_lse = None if d_lse2 is None else d_lse2 * plan.unit  # the caller's lse is lse₂ / unit
+        dq, dk, dv = _backward(q, k, v, out, lse2, d_out, d_lse, plan)
+        d_sinks = None
+        if sinks.numel() and ctx.needs_input_grad[3]:
+            lse = lse2 / plan.unit  # natural units
+            d_sinks = sink_grad(sinks, lse, softmax_delta(d_out, out, d_lse, plan.acc))
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), d_sinks, None

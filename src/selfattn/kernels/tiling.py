@@ -85,8 +85,13 @@ class Plan:
         return self.rule.causal
 
     @property
-    def window(self) -> int | None:
+    def window(self):
         return self.rule.window
+
+    @property
+    def bounds(self) -> tuple[int | None, int | None]:
+        """(left, right) of the causal/window rule (`ScoreRule.bounds`), None for an unbounded side."""
+        return self.rule.bounds or (None, None)
 
     @property
     def scale(self) -> float:
@@ -115,19 +120,21 @@ class Plan:
         proportionally wider key blocks, so its tiles keep their size and Python's per-tile overhead
         does not dominate: one decoding step over 16384 keys is one tile, not 64."""
         lo, hi = 0, self.Lk
-        if self.limited:
-            hi = min(hi, q1 + self.shift)  # last visible key: q1 − 1 + shift
-        if self.window is not None:
-            lo = max(lo, q0 + self.shift - self.window + 1)  # first visible key of query q0
+        left, right = self.bounds
+        if right is not None:
+            hi = max(0, min(hi, q1 + self.shift + right))  # last visible key: q1 − 1 + shift + right
+        if left is not None:
+            lo = max(lo, q0 + self.shift - left)  # first visible key of query q0
         return lo, hi, self.block_k * max(1, self.block_q // (q1 - q0))
 
     def query_span(self, k0: int, k1: int) -> tuple[int, int]:
         """[lo, hi): the queries that see any key of [k0, k1)."""
         lo, hi = 0, self.Lq
-        if self.limited:
-            lo = max(lo, k0 - self.shift)  # first query that sees key k0
-        if self.window is not None:
-            hi = min(hi, k1 - 1 - self.shift + self.window)  # last query that sees key k1 − 1, plus one
+        left, right = self.bounds
+        if right is not None:
+            lo = max(lo, k0 - self.shift - right)  # first query that sees key k0
+        if left is not None:
+            hi = min(hi, k1 - self.shift + left)  # last query that sees key k1 − 1, plus one
         return lo, max(lo, hi)
 
     def key_blocks(self, q0: int, q1: int) -> tuple[list[Tile], list[Tile]]:

@@ -5,7 +5,8 @@
 // everything is single-threaded: S = Q Kᵀ and acc += P V are BLAS GEMMs on cache-sized tiles
 // (sgemm_/dgemm_ of the BLAS PyTorch links, as PyTorch's own CPU flash kernel does), and the
 // online softmax (m, l, acc) runs row by row with a vectorisable exp. Blocks the causal/window
-// rule hides are never read; inside a visited block each row only touches its visible columns.
+// rule or the segments (packed sequences) hide are never read; inside a visited block each row only
+// touches its visible columns. ALiBi is one more term per visible score, a sink one more term per row.
 //
 // Backward: tasks are (batch, kv head, key block): dK and dV of the block are owned by the task;
 // dQ is accumulated per worker (worker 0 writes into dq, the others into private buffers summed
@@ -138,24 +139,49 @@ struct Problem {
   int64_t B, Hq, Hkv, G, Lq, Lk, D, Dv;
   const T *q, *k, *v;
   int64_t qsb, qsh, qsl, ksb, ksh, ksl, vsb, vsh, vsl;
-  bool causal;
-  int64_t window;   // 0: none
+  int64_t left, right;   // key j visible to query position p when p − left <= j <= p + right; −1: unbounded
   T scale, softcap; // softcap 0: none
   const T* add_mask = nullptr;
   const bool* bool_mask = nullptr;
   int64_t msb = 0, msh = 0, msq = 0, msk = 0;
+  const T* sinks = nullptr;     // (Hq,) sink logits joining each row's denominator
+  const T* alibi = nullptr;     // (Hq,) slopes: s −= slope · |p − j|
+  const int64_t* seg_lo = nullptr;   // (B, L): first key of query i's segment (Lq = Lk)
+  const int64_t* seg_hi = nullptr;   // (B, L): one past its last key
+  const int64_t* seg_ids = nullptr;  // (B, L) ids, only when a segment is not one contiguous run
   int64_t block_q, block_k;
 
-  bool limited() const { return causal || window > 0; }
+  bool limited() const { return left >= 0 || right >= 0; }
   int64_t shift() const { return Lk - Lq; }
-  // keys [lo, hi) that query i may see, from the causal/window rule alone
-  int64_t key_lo(int64_t i) const { return window > 0 ? std::max<int64_t>(0, i + shift() - window + 1) : 0; }
-  int64_t key_hi(int64_t i) const { return limited() ? std::min<int64_t>(Lk, std::max<int64_t>(0, i + shift() + 1)) : Lk; }
-  // queries [lo, hi) that see any key of [k0, k1)
-  int64_t query_lo(int64_t k0) const { return limited() ? std::max<int64_t>(0, k0 - shift()) : 0; }
-  int64_t query_hi(int64_t k1) const {
-    return window > 0 ? std::min<int64_t>(Lq, std::max<int64_t>(0, k1 - 1 - shift() + window)) : Lq;
+  // keys [lo, hi) that query i of batch b may see, from the causal/window rule and its segment's span
+  int64_t key_lo(int64_t b, int64_t i) const {
+    int64_t lo = left >= 0 ? std::max<int64_t>(0, i + shift() - left) : 0;
+    return seg_lo ? std::max(lo, seg_lo[b * Lq + i]) : lo;
   }
+  int64_t key_hi(int64_t b, int64_t i) const {
+    int64_t hi = right >= 0 ? std::min<int64_t>(Lk, std::max<int64_t>(0, i + shift() + right + 1)) : Lk;
+    return seg_hi ? std::min(hi, seg_hi[b * Lq + i]) : hi;
+  }
+  // queries [lo, hi) that see any key of [k0, k1) (segments are symmetric: Lq = Lk, the same spans)
+  int64_t query_lo(int64_t b, int64_t k0, int64_t k1) const {
+    int64_t lo = right >= 0 ? std::max<int64_t>(0, k0 - right - shift()) : 0;
+    if (seg_lo) {
+      int64_t s = Lq;
+      for (int64_t j = k0; j < k1; ++j) s = std::min(s, seg_lo[b * Lq + j]);
+      lo = std::max(lo, s);
+    }
+    return lo;
+  }
+  int64_t query_hi(int64_t b, int64_t k0, int64_t k1) const {
+    int64_t hi = left >= 0 ? std::min<int64_t>(Lq, std::max<int64_t>(0, k1 - 1 - shift() + left + 1)) : Lq;
+    if (seg_hi) {
+      int64_t s = 0;
+      for (int64_t j = k0; j < k1; ++j) s = std::max(s, seg_hi[b * Lq + j]);
+      hi = std::min(hi, s);
+    }
+    return hi;
+  }
+  bool spans() const { return limited() || seg_lo; }
   T gemm_alpha() const { return softcap > 0 ? scale / softcap : scale; }
   const T* qrow(int64_t b, int64_t h, int64_t i) const { return q + b * qsb + h * qsh + i * qsl; }
   const T* krow(int64_t b, int64_t h, int64_t j) const { return k + b * ksb + h * ksh + j * ksl; }
@@ -172,7 +198,7 @@ void scores(const Problem<T>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, i
   span.resize(r1 - r0);
   for (int64_t i = r0; i < r1; ++i) {
     T* s = S + (i - r0) * n;
-    const int64_t a = std::max(k0, P.key_lo(i)), e = std::min(k1, P.key_hi(i));
+    const int64_t a = std::max(k0, P.key_lo(b, i)), e = std::min(k1, P.key_hi(b, i));
     span[i - r0] = {a - k0, std::max(a, e) - k0};
     if (P.softcap > 0) {
       for (int64_t j = a; j < e; ++j) {
@@ -180,6 +206,16 @@ void scores(const Problem<T>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, i
         if (tanh_out) tanh_out[(i - r0) * n + j - k0] = t;
         s[j - k0] = P.softcap * t;
       }
+    }
+    if (P.alibi) {   // after the softcap: its derivative is 1, the tanh above stays the softcap's
+      const T slope = P.alibi[h];
+      const int64_t p = i + P.shift();
+      for (int64_t j = a; j < e; ++j) s[j - k0] -= slope * static_cast<T>(p > j ? p - j : j - p);
+    }
+    if (P.seg_ids) {   // a segment in several runs: its span holds other segments' keys too
+      const int64_t* ids = P.seg_ids + b * P.Lq;
+      for (int64_t j = a; j < e; ++j)
+        if (ids[j] != ids[i]) s[j - k0] = T(NEG_INF);
     }
     if (P.add_mask) {
       const T* m = P.add_mask + b * P.msb + h * P.msh + i * P.msq;
@@ -233,15 +269,18 @@ void forward_impl(const Problem<T>& P, T* out, T* lse) {
       std::fill(o, o + nq * P.Dv, T(0));
     }
     int64_t lo = 0, hi = P.Lk;   // keys any row of the block sees
-    if (P.limited()) {
-      lo = P.key_lo(q0);
-      hi = P.key_hi(q1 - 1);
+    if (P.spans()) {
+      lo = P.Lk, hi = 0;
+      for (int64_t i = q0; i < q1; ++i) {
+        const int64_t a = P.key_lo(b, i), e = P.key_hi(b, i);
+        if (a < e) lo = std::min(lo, a), hi = std::max(hi, e);
+      }
     }
     // a short query block (one decoding step) takes proportionally wider key blocks: same tile size, fewer GEMMs
     const int64_t width = P.block_k * std::max<int64_t>(1, P.block_q / nq);
     for (int64_t k0 = lo; k0 < hi; k0 += width) {
       const int64_t k1 = std::min(hi, k0 + width), n = k1 - k0;
-      const int64_t r0 = std::max(q0, P.query_lo(k0)), r1 = std::min(q1, P.query_hi(k1));
+      const int64_t r0 = std::max(q0, P.query_lo(b, k0, k1)), r1 = std::min(q1, P.query_hi(b, k0, k1));
       if (r1 <= r0) continue;
       for (int64_t g = 0; g < P.G; ++g) {
         const int64_t h = hk * P.G + g;
@@ -274,17 +313,26 @@ void forward_impl(const Problem<T>& P, T* out, T* lse) {
                 o + r0 * P.Dv, P.Dv);
       }
     }
-    // epilogue: out = acc / l (0 for a row that saw nothing), lse = m + log l (−inf there)
+    // epilogue: out = acc / l (0 for a row that saw nothing), lse = m + log l (−inf there); a sink joins
+    // l as one more logit whose value is 0: l += exp(sink − m) under the row's maximum max(m, sink)
     for (int64_t g = 0; g < P.G; ++g) {
       const int64_t h = hk * P.G + g;
       for (int64_t i = q0; i < q1; ++i) {
-        const T li = l[g * P.block_q + i - q0];
+        T li = l[g * P.block_q + i - q0];
+        T mi = m[g * P.block_q + i - q0];
         T* oi = out + ((b * P.Hq + h) * P.Lq + i) * P.Dv;
         T* lsei = lse + (b * P.Hq + h) * P.Lq + i;
+        if (P.sinks && mi == mi) {
+          const T sink = P.sinks[h], m_new = std::max(mi, sink);
+          const T alpha = li > 0 ? std::exp(mi - m_new) : T(0);
+          for (int64_t d = 0; d < P.Dv; ++d) oi[d] *= alpha;
+          li = li * alpha + std::exp(sink - m_new);
+          mi = m_new;
+        }
         if (li > 0 || li != li) {   // a NaN row stays NaN (as in every backend), not "saw nothing"
           const T inv = T(1) / li;
           for (int64_t d = 0; d < P.Dv; ++d) oi[d] *= inv;
-          *lsei = m[g * P.block_q + i - q0] + std::log(li);
+          *lsei = mi + std::log(li);
         } else {
           std::fill(oi, oi + P.Dv, T(0));
           *lsei = T(NEG_INF);
@@ -314,7 +362,7 @@ void backward_impl(const Problem<T>& P, const T* dout, int64_t dsb, int64_t dsh,
     const int64_t k0 = kb * bk, k1 = std::min(P.Lk, k0 + bk), n = k1 - k0;
     T* dkb = dk + ((b * P.Hkv + hk) * P.Lk + k0) * P.D;
     T* dvb = dv + ((b * P.Hkv + hk) * P.Lk + k0) * P.Dv;
-    const int64_t lo = P.query_lo(k0), hi = P.query_hi(k1);
+    const int64_t lo = P.query_lo(b, k0, k1), hi = P.query_hi(b, k0, k1);
     for (int64_t q0 = lo; q0 < hi; q0 += bq) {
       const int64_t q1 = std::min(hi, q0 + bq), nq = q1 - q0;
       for (int64_t g = 0; g < P.G; ++g) {
@@ -358,8 +406,10 @@ int64_t row_stride(const at::Tensor& t) { return t.size(2) <= 1 ? std::max<int64
 
 template <typename T>
 Problem<T> make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                        const std::optional<at::Tensor>& mask, bool causal, int64_t window, double scale,
-                        double softcap, int64_t block_q, int64_t block_k) {
+                        const std::optional<at::Tensor>& mask, int64_t left, int64_t right, double scale,
+                        double softcap, const std::optional<at::Tensor>& sinks, const std::optional<at::Tensor>& alibi,
+                        const std::optional<at::Tensor>& seg_span, const std::optional<at::Tensor>& seg_ids,
+                        int64_t block_q, int64_t block_k) {
   Problem<T> P;
   P.B = q.size(0); P.Hq = q.size(1); P.Lq = q.size(2); P.D = q.size(3);
   P.Hkv = k.size(1); P.Lk = k.size(2); P.Dv = v.size(3); P.G = P.Hq / P.Hkv;
@@ -367,7 +417,7 @@ Problem<T> make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tens
   P.qsb = q.stride(0); P.qsh = q.stride(1); P.qsl = row_stride(q);
   P.ksb = k.stride(0); P.ksh = k.stride(1); P.ksl = row_stride(k);
   P.vsb = v.stride(0); P.vsh = v.stride(1); P.vsl = row_stride(v);
-  P.causal = causal; P.window = window; P.scale = static_cast<T>(scale); P.softcap = static_cast<T>(softcap);
+  P.left = left; P.right = right; P.scale = static_cast<T>(scale); P.softcap = static_cast<T>(softcap);
   P.block_q = block_q; P.block_k = block_k;
   if (mask.has_value()) {
     const at::Tensor& m = *mask;
@@ -376,6 +426,27 @@ Problem<T> make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tens
     if (m.scalar_type() == at::kBool) P.bool_mask = m.data_ptr<bool>();
     else P.add_mask = m.data_ptr<T>();
     P.msb = m.stride(0); P.msh = m.stride(1); P.msq = m.stride(2); P.msk = m.stride(3);
+  }
+  if (sinks.has_value()) {
+    TORCH_CHECK(sinks->is_contiguous() && sinks->numel() == P.Hq && sinks->scalar_type() == q.scalar_type(),
+                "sinks must be a contiguous (Hq,) tensor of q's dtype");
+    P.sinks = sinks->data_ptr<T>();
+  }
+  if (alibi.has_value()) {
+    TORCH_CHECK(alibi->is_contiguous() && alibi->numel() == P.Hq && alibi->scalar_type() == q.scalar_type(),
+                "alibi must be a contiguous (Hq,) tensor of q's dtype");
+    P.alibi = alibi->data_ptr<T>();
+  }
+  if (seg_span.has_value()) {
+    TORCH_CHECK(P.Lq == P.Lk && seg_span->is_contiguous() && seg_span->scalar_type() == at::kLong &&
+                    seg_span->numel() == 2 * P.B * P.Lq, "segments: a contiguous int64 (2, B, L) span, Lq = Lk");
+    P.seg_lo = seg_span->data_ptr<int64_t>();
+    P.seg_hi = P.seg_lo + P.B * P.Lq;
+  }
+  if (seg_ids.has_value()) {
+    TORCH_CHECK(seg_span.has_value() && seg_ids->is_contiguous() && seg_ids->scalar_type() == at::kLong &&
+                    seg_ids->numel() == P.B * P.Lq, "segments: contiguous int64 (B, L) ids with their span");
+    P.seg_ids = seg_ids->data_ptr<int64_t>();
   }
   return P;
 }
@@ -392,14 +463,19 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                     const std::optional<at::Tensor>& mask, bool causal,
-                                                     int64_t window, double scale, double softcap, int64_t block_q,
+                                                     const std::optional<at::Tensor>& mask, int64_t left,
+                                                     int64_t right, double scale, double softcap,
+                                                     const std::optional<at::Tensor>& sinks,
+                                                     const std::optional<at::Tensor>& alibi,
+                                                     const std::optional<at::Tensor>& seg_span,
+                                                     const std::optional<at::Tensor>& seg_ids, int64_t block_q,
                                                      int64_t block_k) {
   check_inputs(q, k, v, block_q, block_k);
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
   at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "selfattn_native_forward", [&] {
-    auto P = make_problem<scalar_t>(q, k, v, mask, causal, window, scale, softcap, block_q, block_k);
+    auto P = make_problem<scalar_t>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids,
+                                    block_q, block_k);
     forward_impl<scalar_t>(P, out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>());
   });
   return {out, lse};
@@ -407,8 +483,10 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const 
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lse,
-    const at::Tensor& delta, const std::optional<at::Tensor>& mask, bool causal, int64_t window, double scale,
-    double softcap, int64_t block_q, int64_t block_k) {
+    const at::Tensor& delta, const std::optional<at::Tensor>& mask, int64_t left, int64_t right, double scale,
+    double softcap, const std::optional<at::Tensor>& sinks, const std::optional<at::Tensor>& alibi,
+    const std::optional<at::Tensor>& seg_span, const std::optional<at::Tensor>& seg_ids, int64_t block_q,
+    int64_t block_k) {
   check_inputs(q, k, v, block_q, block_k);
   TORCH_CHECK(dout.size(3) <= 1 || dout.stride(3) == 1, "native attention: dout's last dim must have stride 1");
   TORCH_CHECK(lse.is_contiguous() && delta.is_contiguous(), "native attention: lse and delta must be contiguous");
@@ -420,7 +498,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
   const int64_t n_tasks = q.size(0) * k.size(1) * ((k.size(2) + block_k - 1) / block_k);
   for (int64_t w = 1; w < std::min(workers, n_tasks); ++w) dq_extra[w] = at::zeros(q.sizes(), q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "selfattn_native_backward", [&] {
-    auto P = make_problem<scalar_t>(q, k, v, mask, causal, window, scale, softcap, block_q, block_k);
+    auto P = make_problem<scalar_t>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids,
+                                    block_q, block_k);
     backward_impl<scalar_t>(P, dout.data_ptr<scalar_t>(), dout.stride(0), dout.stride(1), row_stride(dout),
                             lse.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
                             dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), dq_extra);
@@ -433,10 +512,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
 }  // namespace
 
 TORCH_LIBRARY(selfattn_native, m) {
-  m.def("forward(Tensor q, Tensor k, Tensor v, Tensor? mask, bool causal, int window, float scale, float softcap, "
-        "int block_q, int block_k) -> (Tensor, Tensor)",
+  m.def("forward(Tensor q, Tensor k, Tensor v, Tensor? mask, int left, int right, float scale, float softcap, "
+        "Tensor? sinks, Tensor? alibi, Tensor? seg_span, Tensor? seg_ids, int block_q, int block_k) -> (Tensor, Tensor)",
         &attention_forward);
-  m.def("backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor lse, Tensor delta, Tensor? mask, bool causal, "
-        "int window, float scale, float softcap, int block_q, int block_k) -> (Tensor, Tensor, Tensor)",
+  m.def("backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor lse, Tensor delta, Tensor? mask, int left, "
+        "int right, float scale, float softcap, Tensor? sinks, Tensor? alibi, Tensor? seg_span, Tensor? seg_ids, "
+        "int block_q, int block_k) -> (Tensor, Tensor, Tensor)",
         &attention_backward);
 }
