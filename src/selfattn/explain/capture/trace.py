@@ -145,10 +145,11 @@ def head_stages(q, k, lse, *, scale: float, softcap: float | None, visible, v=No
 class ModelTrace:
     """A whole model on one input.
 
-    tokens     the token strings, in order
+    tokens     the token strings, in order (as a person reads them: `explain.pieces` labels)
     token_ids  (L,)
     layers     one LayerTrace per attention call, bottom to top
     logits     (L, vocab) for a decoder, None for an encoder
+    pieces     the tokens grouped into characters and words (`explain.pieces.Pieces`), when known
     """
 
     tokens: list[str]
@@ -156,6 +157,12 @@ class ModelTrace:
     layers: list[LayerTrace]
     intervention: Intervention
     logits: torch.Tensor | None
+    pieces: object | None = None
+
+    @property
+    def kind(self) -> str:
+        """ "decoder" (some attention call was causal: a next-token prediction exists) or "encoder"."""
+        return "encoder" if self.logits is None else "decoder"
 
     @property
     def n_layers(self) -> int:

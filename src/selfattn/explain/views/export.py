@@ -30,6 +30,8 @@ stays standard.
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 import torch
 
@@ -37,6 +39,7 @@ from ... import __version__, checks
 from ...files import json_float
 from ..capture import interventions
 from ..capture.trace import LayerTrace, ModelTrace, head_stages
+from ..pieces import AGGREGATION_RULE, aggregate, names, shown_piece
 from . import texts
 
 STAGES_MAX_LEN = 64
@@ -48,30 +51,65 @@ TOP_PREDICTIONS = 5
 
 def model_info(name: str, trace: ModelTrace, *, architecture: str, positions: str) -> dict:
     """The model card every view shows: name, decoder/encoder, architecture, positional scheme (`positions`:
-    its key in `texts.TEXTS`, written out in English and in Chinese), sizes."""
+    its key in `texts.TEXTS`, written out in English and in Chinese), sizes, and for grouped-query attention
+    which key/value head each query head reads (`kv_of_head`, and `texts` "gqa" in words)."""
     first = trace.layers[0]
+    n_heads, n_kv = first.n_heads, int(first.k.shape[0])
     return {
         "name": name,
-        "kind": "decoder" if trace.logits is not None else "encoder",
+        "kind": trace.kind,
         "architecture": architecture,
         "positions": texts.text(positions, "en"),
         "positions_zh": texts.text(positions, "zh"),
+        "positions_key": positions,
         "n_layers": trace.n_layers,
-        "n_heads": first.n_heads,
-        "n_kv_heads": int(first.k.shape[0]),
+        "n_heads": n_heads,
+        "n_kv_heads": n_kv,
+        "kv_of_head": [first.kv_head(h) for h in range(n_heads)],
         "head_dim": int(first.q.shape[-1]),
         "d_model": int(first.x.shape[-1]),
+        "dtype": str(first.q.dtype).removeprefix("torch."),
     }
 
 
-def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS) -> list[dict]:
-    """The k most likely next tokens after the whole text; `decode(id) -> str`."""
+def gqa_words(model: dict, lang: str) -> str:
+    """Which key/value head each query head reads, in words ("" without grouped-query attention)."""
+    H, Hkv = model["n_heads"], model["n_kv_heads"]
+    if Hkv == H:
+        return ""
+    G = H // Hkv
+    groups = "; ".join(
+        texts.text("gqa.group", lang, first=g * G, last=(g + 1) * G - 1, kv=g) if G > 1 else f"{g}→{g}"
+        for g in range(Hkv)
+    )
+    return texts.text("gqa.mqa" if Hkv == 1 else "gqa.heads", lang, n=H, kv=Hkv, g=G, groups=groups)
+
+
+def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS, *, shown=None) -> list[dict]:
+    """The k most likely next tokens after the whole text: {token (decode(id): the text it adds), shown (as a
+    person reads it: `shown(id)`, default `pieces.shown_piece` of the text), id, prob}."""
     if trace.logits is None:
         return []
     probs = torch.softmax(trace.logits[-1].double(), dim=-1)
     top = torch.topk(probs, min(k, probs.numel()))
-    pairs = zip(top.values, top.indices, strict=True)
-    return [{"token": decode(int(i)), "id": int(i), "prob": float(p)} for p, i in pairs]
+    out = []
+    for p, i in zip(top.values, top.indices, strict=True):
+        token = decode(int(i))
+        out.append(
+            {
+                "token": token,
+                "shown": shown_piece(token) if shown is None else shown(int(i)),
+                "id": int(i),
+                "prob": float(p),
+            }
+        )
+    return out
+
+
+def starts_with_special(trace: ModelTrace) -> bool:
+    """Whether the first token is a special token (<bos>, [CLS]): the only case the first-token note is made for."""
+    pieces = trace.pieces
+    return bool(trace.tokens) and pieces is not None and bool(pieces.special[0])
 
 
 def to_dict(
@@ -84,26 +122,31 @@ def to_dict(
     prediction: list,
     unknown: dict,
     stages: bool | None = None,
-    layers=None,
+    layers="auto",
+    thumbnails=None,
 ) -> dict:
     """Everything captured, as JSON-ready lists. `unknown`: {count, positions, message} of the tokens
     the tokenizer could not represent (never left out, so no view can hide them). `layers`: the layer
-    indices whose arrays are written (default all); the others keep their scalars only."""
+    indices whose arrays are written; None: all; "selected": the shown one; "auto": all unless that is
+    over MAX_EXPORT_NUMBERS numbers, then the shown one (doc["omitted"] says so, with the size). The
+    others keep their scalars only. `thumbnails`: `summary.scan`'s, for doc["display"]."""
     with_stages = trace.layers[0].length <= STAGES_MAX_LEN if stages is None else stages
-    wanted = check_layers(layers, trace.n_layers)
+    wanted, omitted = _wanted_layers(trace, layers, selected["layer"], with_stages)
     out_layers = [
         _layer_dict(layer, with_stages) if index in wanted else _rule(layer) | {"omitted": True}
         for index, layer in enumerate(trace.layers)
     ]
-    return {
+    pieces = trace.pieces
+    doc = {
         "selfattn_version": __version__,
         "model": model,
         "text": text,
         "tokens": list(trace.tokens),
+        "token_names": names(trace.tokens),
         "token_ids": trace.token_ids.tolist(),
         "unknown": unknown,
         "intervention": trace.intervention.as_dict(),
-        "interventions": interventions.as_data(),
+        "interventions": _interventions(trace.kind),
         "experiment": {"applied": trace.intervention.as_applied()},
         "texts": texts.for_page(),
         "selected": selected,
@@ -111,6 +154,124 @@ def to_dict(
         "prediction": prediction,
         "layers": out_layers,
     }
+    if pieces is not None:
+        doc["pieces"] = pieces.as_dict()
+        doc["levels"] = levels(trace, selected["layer"], selected["head"])
+    if thumbnails is not None:
+        doc["display"] = display(trace, selected["layer"], selected["head"], thumbnails)
+    if omitted is not None:
+        doc["omitted"] = omitted
+    return doc
+
+
+def _interventions(kind: str) -> list[dict]:
+    """The registry as data; for an encoder, the entry it refuses (no_causal) carries why (`unavailable`)."""
+    entries = interventions.as_data()
+    if kind == "encoder":
+        for entry in entries:
+            if entry["name"] == "no_causal":
+                entry["unavailable"] = {lang: texts.text("encoder.no_causal", lang) for lang in texts.LANGS}
+    return entries
+
+
+MAX_EXPORT_NUMBERS = 4_000_000
+"""Most numbers the layers' arrays may hold when `layers="auto"` (about 85 MB of JSON): beyond, the dict
+holds the shown layer's arrays only and says so in doc["omitted"] (ask for others with `layers=[…]`, per layer)."""
+
+
+def layer_numbers(layer: LayerTrace, with_stages: bool) -> int:
+    """How many numbers one layer's arrays hold in the dict (`_layer_dict`)."""
+    L, H = layer.length, layer.n_heads
+    width = layer.x.shape[-1] + layer.attn_out.shape[-1] + layer.output.shape[-1]
+    per_head = L * (layer.q.shape[-1] + layer.k.shape[-1] + layer.v.shape[-1] + 1) + (5 * L * L if with_stages else 0)
+    return L * width + H * per_head + L * L
+
+
+def _wanted_layers(trace: ModelTrace, layers, shown: int, with_stages: bool) -> tuple[set[int], dict | None]:
+    """(indices of the layers whose arrays are written, doc["omitted"] or None) for `layers` (see `to_dict`)."""
+    if isinstance(layers, str) and layers == "selected":
+        return {shown}, None
+    if not (isinstance(layers, str) and layers == "auto"):
+        return check_layers(layers, trace.n_layers), None
+    total = sum(layer_numbers(layer, with_stages) for layer in trace.layers)
+    if total <= MAX_EXPORT_NUMBERS:
+        return set(range(trace.n_layers)), None
+    one = layer_numbers(trace.layers[shown], with_stages)
+    values = {
+        "total": f"{total:,}",
+        "mb": f"{total * JSON_NUMBER_BYTES / 1e6:,.0f}",
+        "limit": f"{MAX_EXPORT_NUMBERS:,}",
+        "layer": shown,
+        "one_mb": f"{one * JSON_NUMBER_BYTES / 1e6:,.0f}",
+    }
+    said = {lang: texts.text("export.omitted", lang, **values) for lang in texts.LANGS}
+    return {shown}, {
+        "layers": [i for i in range(trace.n_layers) if i != shown],
+        "numbers": total,
+        "limit": MAX_EXPORT_NUMBERS,
+        "message": said["en"],
+        "text": said,
+    }
+
+
+JSON_NUMBER_BYTES = 21
+"""What one float64 costs in JSON, about (sign, 17 digits, point, exponent, comma)."""
+LEVEL_MAX_GROUPS = 256
+"""Up to this many groups a level's weights for the shown head are in the dict (beyond: its groups only)."""
+
+
+def levels(trace: ModelTrace, layer: int, head: int) -> dict:
+    """The shown head at the character and word levels: {level: {names, pieces [[members]], weights
+    [G][G] | None, same}} — weights = `pieces.aggregate` of the piece weights (mean over the query group's
+    pieces of the sum over the key group's pieces), float64 from `LayerTrace.stages`; `same`: the level's
+    groups are the pieces themselves."""
+    p = trace.pieces
+    w = None
+    out = {"rule": AGGREGATION_RULE}
+    for level in ("characters", "words"):
+        groups = p.group_of(level)
+        entry = {
+            "names": p.names(level),
+            "pieces": [list(g.members) for g in groups],
+            "same": len(groups) == len(p),
+            "weights": None,
+        }
+        if len(groups) <= LEVEL_MAX_GROUPS:
+            w = trace.layers[layer].stages(head, weighted=False)["weights"] if w is None else w
+            entry["weights"] = aggregate(w, groups).tolist()
+        out[level] = entry
+    return out
+
+
+def display(trace: ModelTrace, layer: int, head: int, thumbnails) -> dict:
+    """What the page's overview and the shown head's matrix draw, at the precision they draw it, packed as
+    `report.pack` packs arrays ({b64, shape, dtype}, little-endian):
+
+        thumbnails [layer][head]  f16 (T, T): `summary.scan`'s cells (the exact weights when L <= T)
+        weights                   u16 (L, L) of the shown head: round(weight × 65535) (±7.6e-6)"""
+    w = trace.layers[layer].stages(head, weighted=False)["weights"].numpy()
+    scaled = np.rint(np.clip(w, 0.0, 1.0) * WEIGHT_SCALE).astype("<u2")
+    return {
+        "thumbnail_size": int(thumbnails[0][0].shape[-1]) if thumbnails and thumbnails[0] else 0,
+        "thumbnails": [[_packed(t.numpy().astype("<f2"), "f16") for t in row] for row in thumbnails],
+        "selected": {"layer": layer, "head": head, "scale": WEIGHT_SCALE, "weights": _packed(scaled, "u16")},
+    }
+
+
+WEIGHT_SCALE = 65535
+"""The shown head's weights travel as uint16: weight × WEIGHT_SCALE, rounded."""
+
+
+def _packed(a: np.ndarray, dtype: str) -> dict:
+    return {"b64": base64.b64encode(a.tobytes()).decode("ascii"), "shape": list(a.shape), "dtype": dtype}
+
+
+def unpack_display(packed: dict) -> np.ndarray:
+    """One array of doc["display"] back as float64 (a u16 weight matrix divided by WEIGHT_SCALE)."""
+    raw = base64.b64decode(packed["b64"])
+    a = np.frombuffer(raw, dtype={"f16": "<f2", "u16": "<u2"}[packed["dtype"]]).astype(np.float64)
+    a = a.reshape(packed["shape"])
+    return a / WEIGHT_SCALE if packed["dtype"] == "u16" else a
 
 
 def _rule(layer: LayerTrace) -> dict:
