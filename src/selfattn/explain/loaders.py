@@ -2,7 +2,7 @@
 
     parts = load(source, config)              the keyword arguments of `session.Explainer`
     parts = wrap(model, tokenizer, name=…)    the same for a model loaded by the caller
-    confirm(model, tokenize, name)            the dry run: every attention layer calls selfattn
+    confirm(model, segment, name)            the dry run: every attention layer calls selfattn
 
 Which class builds the model is read from the config (`sources.architecture`: AutoModelForCausalLM for a
 decoder with a language-model head, AutoModel for an encoder), never from a list of model types. Whether
@@ -55,8 +55,13 @@ def load(source: sources.Source, config: dict) -> dict:
     except (OSError, ValueError, TypeError) as e:
         raise ValueError(f"{source.folder}: no usable tokenizer files ({str(e)[:300]})") from None
     auto = transformers.AutoModelForCausalLM if kind == "decoder" else transformers.AutoModel
+    # the config already read (and bounded): a GGUF file's metadata is not parsed once more for it
+    known = transformers.AutoConfig.for_model(
+        config["model_type"], **{k: v for k, v in config.items() if k != "model_type"}
+    )
     model, info = auto.from_pretrained(
         str(source.folder),
+        config=known,
         attn_implementation=hf.NAME,
         local_files_only=True,
         dtype=torch.float32,
@@ -103,7 +108,7 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
     special = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
     unk = getattr(tokenizer, "unk_token_id", None)
 
-    def tokenize(text: str):
+    def segment(text: str):
         if getattr(tokenizer, "is_fast", False):
             p = P.from_tokenizer(tokenizer, text)
         else:  # no offsets: the pieces' spans are found by reading their decoded strings in the text
@@ -119,14 +124,15 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
     def shown(i: int) -> str:
         return P.shown_piece(decode(i), tokenizer.convert_ids_to_tokens(i))
 
-    confirm(model, tokenize, name)
+    confirm(model, segment, name)
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     max_len = int(text.get("max_position_embeddings") or text.get("n_positions") or 0) or DEFAULT_CONTEXT
     arch = (config.get("architectures") or [type(model).__name__])[0]
     return {
         "model": model,
         "name": name,
-        "tokenize": tokenize,
+        "tokenize": lambda text: segment(text)[:3],
+        "segment": segment,
         "decode": decode,
         "shown": shown,
         "max_len": max_len,
@@ -139,7 +145,7 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
     }
 
 
-def confirm(model: torch.nn.Module, tokenize, name: str) -> None:
+def confirm(model: torch.nn.Module, segment, name: str) -> None:
     """The dry run: `model` on DRY_RUN_TEXT inside `selfattn.intercept`, counting the attention calls.
     Refused (ValueError, naming the model type and why) unless every layer of the config called
     `selfattn.attention`, and a model whose attention is causal has a language-model head."""
@@ -147,7 +153,7 @@ def confirm(model: torch.nn.Module, tokenize, name: str) -> None:
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     layers = getattr(text, "num_hidden_layers", None)
     who = f"{name}: model_type {getattr(config, 'model_type', '?')!r} ({type(model).__name__}) is not supported"
-    tokens, ids, extra, _ = tokenize(DRY_RUN_TEXT)
+    tokens, ids, extra, _ = segment(DRY_RUN_TEXT)
     calls: list[bool] = []
 
     def count(request, compute):

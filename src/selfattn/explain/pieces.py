@@ -8,8 +8,9 @@ likewise. None of those pieces is "unknown": together they spell the text exactl
 The rule used here needs nothing but each piece's character span in the text (a fast tokenizer's
 `offset_mapping`, or the spans of our own word tokenizer):
 
-- **piece**: one token as the model sees it, shown as the characters its span covers; a piece that
-  covers part of a character shares that character with its neighbours and is marked `(k/n)`;
+- **piece**: one token as the model sees it, shown as the characters its span covers (without the spaces
+  around them; a piece of spaces only as "␣"); a piece that covers part of a character shares that
+  character with its neighbours and is marked `(k/n)`;
 - **character group**: the smallest runs of consecutive pieces whose spans overlap one another; a
   group spells whole characters (`森` over three pieces is one group);
 - **word group**: character groups joined wherever a word of the text (jieba's cut, which keeps
@@ -242,10 +243,22 @@ def _labels(text, raw, spans, special, unknown, characters: list[Group]) -> list
             elif unknown[i]:
                 labels[i] = f"<unk>:{text[spans[i][0] : spans[i][1]]}"
             elif n > 1 and _shares_character(spans, g.members):
-                labels[i] = f"{g.text}({k}/{n})"
+                labels[i] = f"{_visible(g.text)}({k}/{n})"
             else:
-                labels[i] = text[spans[i][0] : spans[i][1]]
+                labels[i] = _visible(text[spans[i][0] : spans[i][1]])
     return labels
+
+
+SPACE_MARK = "␣"
+
+
+def _visible(text: str) -> str:
+    """A label as it reads among others: without the spaces around it (a byte-level piece " Mary" is "Mary");
+    a piece of spaces only as "␣" per space (and newlines, tabs as their escapes: `terminal.printable`)."""
+    inner = text.strip()
+    if inner:
+        return inner
+    return "".join(SPACE_MARK if ch == " " else ch for ch in text)
 
 
 def _shares_character(spans, members: tuple[int, ...]) -> bool:

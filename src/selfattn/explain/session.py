@@ -51,8 +51,9 @@ class Explainer:
     """model: a DecoderLM / encoder built from selfattn modules, or a transformers model whose
     attention implementation is "selfattn".
 
-    tokenize(text) -> (token strings, ids (L,), extra model kwargs) or the same and its `pieces.Pieces`
-                      (without them the pieces are found by reading the token strings in the text)
+    tokenize(text) -> (token strings, ids (L,), extra model kwargs)
+    segment(text)  -> the same and the text's `pieces.Pieces` (None: the pieces are found by reading the
+                      token strings in the text, `pieces.from_strings`)
     decode(id) -> str; shown(id) -> the same as a person reads it (None: `pieces.shown_piece` of decode)
     kind          "decoder" | "encoder" (None: read from each trace: a causal call makes a decoder)
     tokenizer_kind, positions   keys of `views.texts` (how the text is cut; the positional scheme)
@@ -60,7 +61,7 @@ class Explainer:
 
     model: torch.nn.Module
     name: str
-    tokenize: Callable[[str], tuple]
+    tokenize: Callable[[str], tuple[list[str], torch.Tensor, dict]]
     decode: Callable[[int], str]
     max_len: int
     architecture: str = OURS[0]
@@ -70,6 +71,7 @@ class Explainer:
     tokenizer_kind: str = "tokenizer.word"
     shown: Callable[[int], str] | None = None
     loaded: dict = field(default_factory=dict)
+    segment: Callable[[str], tuple[list[str], torch.Tensor, dict, P.Pieces]] | None = None
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Explainer:
@@ -100,7 +102,7 @@ class Explainer:
 
         special = frozenset(range(len(SPECIAL_TOKENS)))
 
-        def tokenize(text: str):
+        def segment(text: str):
             ids = tokenizer.encode(text, bos=True)
             p = P.from_strings(
                 text, [tokenizer.tokens[i] for i in ids], ids, special_ids=special, unk_id=tokenizer.unk_id
@@ -118,7 +120,8 @@ class Explainer:
         return cls(
             model=model.eval(),
             name=name,
-            tokenize=tokenize,
+            tokenize=lambda text: segment(text)[:3],
+            segment=segment,
             decode=lambda i: tokenizer.tokens[i],
             max_len=model.max_len,
             unknown_hint=hint,
@@ -134,10 +137,9 @@ class Explainer:
 
     def pieces_of(self, text: str) -> tuple[list[str], torch.Tensor, dict, P.Pieces]:
         """(token labels, ids (L,), extra model kwargs, pieces) of `text` as this explainer cuts it."""
-        out = self.tokenize(text)
-        if len(out) == 4:
-            return out
-        tokens, ids, extra = out
+        if self.segment is not None:
+            return self.segment(text)
+        tokens, ids, extra = self.tokenize(text)
         p = P.from_strings(text, list(tokens), [int(i) for i in ids])
         return list(p.labels), ids, extra, p
 
@@ -272,7 +274,7 @@ def find_positions(trace: ModelTrace, find) -> tuple:
             word = value.strip()
             if word.isdigit() and word not in trace.tokens:
                 value = int(word)
-            elif word in names:
+            elif word in names and word not in trace.tokens:  # "金鱼@5": the 金鱼 at position 5
                 value = names.index(word)
             elif "@" in word and word.rsplit("@", 1)[1].isdigit():
                 raise ValueError(f"{value!r} names no token: the tokens are {' / '.join(names)}")

@@ -78,7 +78,7 @@ def gqa_words(model: dict, lang: str) -> str:
     if Hkv == H:
         return ""
     G = H // Hkv
-    groups = "; ".join(
+    groups = ("；" if lang == "zh" else "; ").join(
         texts.text("gqa.group", lang, first=g * G, last=(g + 1) * G - 1, kv=g) if G > 1 else f"{g}→{g}"
         for g in range(Hkv)
     )
