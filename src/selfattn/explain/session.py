@@ -189,7 +189,7 @@ class Explainer:
         find     (query, key): each a token string, a position (an int, or digits), or a name as the views
                  show a repeated token ("金鱼@5"): every head ranked by that weight (`heads.search`)
         layers   the layers whose arrays the dict carries: "auto" (default: all, unless that is more than
-                 `export.MAX_EXPORT_NUMBERS` numbers: then the shown one, and doc["omitted"] says why), None
+                 `export.MAX_EXPORT_BYTES` of JSON: then the shown one, and doc["omitted"] says why), None
                  (all), "selected" (the shown one) or a list of indices (`export.to_dict`)
         compare  with an intervention that `needs_baseline`, also trace the text without it and compare the two
                  on the shown head (doc["experiment"] gains `experiment.compare`'s numbers); False skips it

@@ -58,31 +58,34 @@ class Digest:
 
 
 def digest(
-    weights_of: Callable[[torch.Tensor], torch.Tensor],
+    weights_of: Callable[[int, int], torch.Tensor],
     visible: torch.Tensor,
     length: int,
     n_heads: int,
     thumb: int = THUMBNAIL,
 ) -> Digest:
-    """The Digest of one call. weights_of(rows (R,)) -> (H, R, L) weights of those query rows (any float
-    dtype); visible (H or 1, L, L) bool, True = may look (the rule each head was computed with)."""
+    """The Digest of one call. weights_of(start, stop) -> (H, stop − start, L) weights of those query rows
+    (any float dtype; a view is best); visible (H or 1, L, L) bool, True = may look (the rule each head was
+    computed with). Per element: one entropy term, one max, and the cells summed by a matmul with the
+    (L, T) 0/1 matrix of the cells."""
     L, H = length, n_heads
     device = visible.device
     T = min(L, thumb)
     bins = torch.arange(L, device=device) * T // L  # (L,) cell of each position
-    edges = torch.searchsorted(bins, torch.arange(T + 1, device=device))  # (T+1,) first position of each cell
+    pool = torch.nn.functional.one_hot(bins, T).float()  # (L, T)
     sums = torch.zeros(len(STATISTICS), H, dtype=torch.float64, device=device)
     counted = torch.zeros(H, dtype=torch.float64, device=device)
     pooled = torch.zeros(H, T, T, dtype=torch.float32, device=device)
     for start in range(0, L, ROW_BLOCK):
-        rows = torch.arange(start, min(start + ROW_BLOCK, L), device=device)
-        w = weights_of(rows).float()  # (H, R, L)
-        keep = (visible[:, rows].sum(-1) >= 2).expand(H, len(rows)).double()  # (H, R)
-        at = torch.arange(len(rows), device=device)
+        stop = min(start + ROW_BLOCK, L)
+        rows = torch.arange(start, stop, device=device)
+        w = weights_of(start, stop).float()  # (H, R, L)
+        keep = (visible[:, start:stop].sum(-1) >= 2).expand(H, stop - start).double()  # (H, R)
+        at = torch.arange(stop - start, device=device)
         per_row = torch.stack(
             [
-                -torch.special.xlogy(w, w).sum(-1) / math.log(2),
-                w.max(-1).values,
+                torch.special.entr(w).sum(-1) / math.log(2),  # −Σ w ln w, in bits
+                w.amax(-1),
                 w[..., 0],
                 w[:, at, (rows - 1).clamp_min(0)],
                 w[:, at, rows],
@@ -90,10 +93,8 @@ def digest(
         )  # (5, H, R)
         sums += (per_row.double() * keep).sum(-1)
         counted += keep.sum(-1)
-        ahead = torch.nn.functional.pad(w.cumsum(-1), (1, 0))  # (H, R, L+1): sums of the keys before each
-        cells = ahead[..., edges[1:]] - ahead[..., edges[:-1]]  # (H, R, T): each cell's keys, summed
-        pooled.index_add_(1, bins[rows], cells)
-    size = (edges[1:] - edges[:-1]).float()  # (T,) positions per cell
+        pooled.index_add_(1, bins[start:stop], w @ pool)  # (H, R, T) each cell's keys summed, into its row cell
+    size = pool.sum(0)  # (T,) positions per cell
     means = torch.where(counted > 0, sums / counted.clamp_min(1), torch.zeros_like(sums))
     thumbnails = (pooled / (size[:, None] * size[None, :])).clamp(0.0, 1.0).half()
     return Digest(means=means, rows=counted.long(), thumbnails=thumbnails)

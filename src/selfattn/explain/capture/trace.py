@@ -383,7 +383,7 @@ def _digest_of(result: Result, kept: Request, head_change) -> Digest:
         visible = visible.expand(kept.Hq, -1, -1).clone()
         visible[head] = _visible(changed, head)
     weights = result.weights[0]  # (H, L, L)
-    return digest(lambda rows: weights[:, rows], visible, kept.Lq, kept.Hq)
+    return digest(lambda start, stop: weights[:, start:stop], visible, kept.Lq, kept.Hq)
 
 
 def _visible(r: Request, head: int = 0) -> torch.Tensor:

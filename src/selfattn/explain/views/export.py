@@ -128,7 +128,7 @@ def to_dict(
     """Everything captured, as JSON-ready lists. `unknown`: {count, positions, message} of the tokens
     the tokenizer could not represent (never left out, so no view can hide them). `layers`: the layer
     indices whose arrays are written; None: all; "selected": the shown one; "auto": all unless that is
-    over MAX_EXPORT_NUMBERS numbers, then the shown one (doc["omitted"] says so, with the size). The
+    over MAX_EXPORT_BYTES of JSON, then the shown one (doc["omitted"] says so, with the size). The
     others keep their scalars only. `thumbnails`: `summary.scan`'s, for doc["display"]."""
     with_stages = trace.layers[0].length <= STAGES_MAX_LEN if stages is None else stages
     wanted, omitted = _wanted_layers(trace, layers, selected["layer"], with_stages)
@@ -174,17 +174,19 @@ def _interventions(kind: str) -> list[dict]:
     return entries
 
 
-MAX_EXPORT_NUMBERS = 4_000_000
-"""Most numbers the layers' arrays may hold when `layers="auto"` (about 85 MB of JSON): beyond, the dict
-holds the shown layer's arrays only and says so in doc["omitted"] (ask for others with `layers=[…]`, per layer)."""
+MAX_EXPORT_BYTES = 32 << 20
+"""Most bytes of JSON the layers' arrays may take when `layers="auto"`: beyond, the dict holds the shown
+layer's arrays only and says so in doc["omitted"] (ask for the others with `layers=[…]`, one at a time)."""
+JSON_NUMBER_BYTES = 21
+"""What one float costs in JSON, about (sign, 17 digits, point, exponent, comma); a 0/1 of `visible`: 2."""
 
 
-def layer_numbers(layer: LayerTrace, with_stages: bool) -> int:
-    """How many numbers one layer's arrays hold in the dict (`_layer_dict`)."""
+def layer_json_bytes(layer: LayerTrace, with_stages: bool) -> int:
+    """About how many bytes of JSON one layer's arrays take in the dict (`_layer_dict`)."""
     L, H = layer.length, layer.n_heads
     width = layer.x.shape[-1] + layer.attn_out.shape[-1] + layer.output.shape[-1]
     per_head = L * (layer.q.shape[-1] + layer.k.shape[-1] + layer.v.shape[-1] + 1) + (5 * L * L if with_stages else 0)
-    return L * width + H * per_head + L * L
+    return (L * width + H * per_head) * JSON_NUMBER_BYTES + 2 * L * L * (1 + len(layer.changed))
 
 
 def _wanted_layers(trace: ModelTrace, layers, shown: int, with_stages: bool) -> tuple[set[int], dict | None]:
@@ -193,29 +195,25 @@ def _wanted_layers(trace: ModelTrace, layers, shown: int, with_stages: bool) -> 
         return {shown}, None
     if not (isinstance(layers, str) and layers == "auto"):
         return check_layers(layers, trace.n_layers), None
-    total = sum(layer_numbers(layer, with_stages) for layer in trace.layers)
-    if total <= MAX_EXPORT_NUMBERS:
+    total = sum(layer_json_bytes(layer, with_stages) for layer in trace.layers)
+    if total <= MAX_EXPORT_BYTES:
         return set(range(trace.n_layers)), None
-    one = layer_numbers(trace.layers[shown], with_stages)
     values = {
-        "total": f"{total:,}",
-        "mb": f"{total * JSON_NUMBER_BYTES / 1e6:,.0f}",
-        "limit": f"{MAX_EXPORT_NUMBERS:,}",
+        "mb": f"{total / 1e6:,.0f}",
+        "limit": f"{MAX_EXPORT_BYTES / 1e6:,.0f}",
         "layer": shown,
-        "one_mb": f"{one * JSON_NUMBER_BYTES / 1e6:,.0f}",
+        "one_mb": f"{layer_json_bytes(trace.layers[shown], with_stages) / 1e6:,.0f}",
     }
     said = {lang: texts.text("export.omitted", lang, **values) for lang in texts.LANGS}
     return {shown}, {
         "layers": [i for i in range(trace.n_layers) if i != shown],
-        "numbers": total,
-        "limit": MAX_EXPORT_NUMBERS,
+        "bytes": total,
+        "limit": MAX_EXPORT_BYTES,
         "message": said["en"],
         "text": said,
     }
 
 
-JSON_NUMBER_BYTES = 21
-"""What one float64 costs in JSON, about (sign, 17 digits, point, exponent, comma)."""
 LEVEL_MAX_GROUPS = 256
 """Up to this many groups a level's weights for the shown head are in the dict (beyond: its groups only)."""
 

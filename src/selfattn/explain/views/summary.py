@@ -36,7 +36,8 @@ def layer_digest(layer: LayerTrace) -> Digest:
         return layer.digest
     visible = torch.stack([layer.head_rule(h)[2] for h in range(layer.n_heads)])  # (H, L, L)
 
-    def weights_of(rows):
+    def weights_of(start: int, stop: int):
+        rows = slice(start, stop)
         return torch.stack(
             [layer.stages(h, rows, dtype=torch.float32, weighted=False)["weights"] for h in range(layer.n_heads)]
         )

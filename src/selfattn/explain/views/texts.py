@@ -202,10 +202,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "Encoder: every token sees every token (no causal mask), and there is no next-token prediction.",
     },
     "export.omitted": {
-        "zh": "所有层的数组共有 {total} 个数（JSON 约 {mb} MB），超过 {limit} 个：这里只写出层 {layer} 的数组（约 "
-        "{one_mb} MB）；其他层请一层一层地要（layers=[…]，或在网页里点那一层）",
-        "en": "every layer's arrays hold {total} numbers (about {mb} MB of JSON), over the limit of {limit}: only "
-        "layer {layer}'s arrays are written (about {one_mb} MB); ask for other layers one at a time (layers=[…], "
+        "zh": "所有层的数组约有 {mb} MB（JSON），超过 {limit} MB 的上限：这里只写出层 {layer} 的数组"
+        "（约 {one_mb} MB）；其他层请一层一层地要（layers=[…]，或在网页里点那一层）",
+        "en": "every layer's arrays would take about {mb} MB of JSON, over the limit of {limit} MB: only layer "
+        "{layer}'s arrays are written (about {one_mb} MB); ask for the other layers one at a time (layers=[…], "
         "or pick the layer in the app)",
     },
     "tables.tokenizer": {"zh": "分词：{how}", "en": "Tokenizer: {how}"},
