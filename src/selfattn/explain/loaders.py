@@ -59,16 +59,23 @@ def load(source: sources.Source, config: dict) -> dict:
     known = transformers.AutoConfig.for_model(
         config["model_type"], **{k: v for k, v in config.items() if k != "model_type"}
     )
-    model, info = auto.from_pretrained(
-        str(source.folder),
-        config=known,
-        attn_implementation=hf.NAME,
-        local_files_only=True,
-        dtype=torch.float32,
-        output_loading_info=True,
-        ignore_mismatched_sizes=True,  # a wrong shape is reported in `info`, and refused by name below
-        **(gguf or {"use_safetensors": True}),
-    )
+    try:
+        model, info = auto.from_pretrained(
+            str(source.folder),
+            config=known,
+            attn_implementation=hf.NAME,
+            local_files_only=True,
+            dtype=torch.float32,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # a wrong shape is reported in `info`, and refused by name below
+            **(gguf or {"use_safetensors": True}),
+        )
+    except KeyError as e:  # a model that picks its attention class from its own table (GPT-Neo) has no "selfattn"
+        raise ValueError(
+            f"{source.name}: model_type {config['model_type']!r} is not supported: its attention bypasses "
+            f"transformers' attention interface (it cannot be built with attn_implementation='selfattn': "
+            f"KeyError {e})"
+        ) from None
     sources.check_loaded(source.folder / (source.gguf or ""), model, info)
     how = {
         "format": "gguf" if source.gguf else "safetensors",

@@ -317,7 +317,7 @@ def _summary_grid(doc: dict, console: Console, t) -> None:
     ]
     label = max(cell_len(t("layer")), len(str(len(cells) - 1)))
     width = max([4] + [len(f"H{n_heads - 1}")] + [len(c) for row in cells for c in row])
-    per_block = max(1, (console.width - label - 1) // (width + 1))
+    per_block = max(1, (console.width - label - 2) // (width + 2))  # each column: its cells, a space, a rule
     for a in range(0, n_heads, per_block):
         b = min(n_heads, a + per_block)
         if n_heads > per_block:
