@@ -5,18 +5,34 @@ numbers from here, so they cannot disagree.
 
 Layout of the dict (L tokens, H heads, D head dim):
 
-    selfattn_version, model {name, kind, architecture, positions, n_layers, n_heads, n_kv_heads, head_dim, d_model},
-    text, tokens [L], token_ids [L], unknown {count, positions [..], message},
+    selfattn_version, model {name, kind "decoder"|"encoder", architecture, positions, positions_zh, positions_key,
+           n_layers, n_heads, n_kv_heads, kv_of_head [H] (the key/value head each query head reads), head_dim,
+           d_model, dtype, tokenizer (a `texts` key: how the text is cut), loaded {format, file, class, why}},
+    text, tokens [L] (each piece as a person reads it: `pieces` labels, 森(1/3), <unk>:☃),
+    token_names [L] (the same with "@position" on a repeated one: 金鱼@5; what every view shows),
+    token_ids [L], unknown {count, positions [..], message} (true <unk> pieces only, never byte pieces),
+    pieces {pieces [{id, raw, label, span, special, unknown}], names, characters / words [{text, name, start,
+            end, pieces}], rule {zh, en}} (`pieces.Pieces.as_dict`: every level),
+    levels {rule, characters / words {names, pieces [[i]], same, weights [G][G] | None}} (the shown head per
+            character and per word: `pieces.aggregate`, mean over the query group's pieces of the sum over the
+            key group's pieces; weights None beyond LEVEL_MAX_GROUPS groups),
+    display {thumbnail_size, thumbnails [layer][head] {b64, shape, dtype "f16"}, selected {layer, head, scale,
+             weights {b64, shape [L, L], dtype "u16"}}} (what the page draws, at the precision it draws it),
+    omitted? {layers, bytes, limit, message, text {zh, en}} (layers="auto" over MAX_EXPORT_BYTES),
+    lang? ("zh" | "en": the language the views of this dict speak, when given),
     intervention {scaling, causal, temperature, block?, layer?, head?} (the flat record: `Intervention.as_dict`),
     interventions [{name, label {zh, en}, help, said, params [{name, type, min, max, default, label}],
-                    needs_baseline}] (the registry as data: the page builds its controls from it),
+                    needs_baseline, unavailable? {zh, en}}] (the registry as data: the page builds its controls
+                    from it; an encoder's no_causal says why it does not apply),
     experiment {applied {name: {param: value}, layer, head}, and with a baseline compared (`experiment`):
                 layer, head, scope, same_x, entropy, future, future_row, top, text {zh, en}},
     texts {key: {zh, en}} (the sentences the page shows: `texts.for_page`),
     selected {layer, head, rule}, summaries [layer][head] {entropy, max_weight, first_token, previous, self, rows},
-    descriptions [layer][head] {kind, text {zh, en}, …} (`heads.describe`), first_token {token, selected, mean},
+    descriptions [layer][head] {kind, text {zh, en}, …} (`heads.describe`), first_token? {token, selected, mean}
+    (only when the first token is a special token: <bos>, [CLS]),
     search? {query, key, heads [{layer, head, weight}]} (asked with find),
-    prediction [{token, id, prob}] (decoders: the next token after the text; [] for encoders),
+    prediction [{token, shown, id, prob}] (decoders: the next token after the text, `shown` as a person reads
+               it: "␣Mary", a partial character as its bytes "⟨E6 A3⟩"; [] for encoders),
     layers [ {scale, causal, softcap, window, visible [L][L] 0/1, x [L][d_model], attn_out [L][d_model],
               output [L][d_model],
               heads [ {kv_head, q [L][D], k [L][D], v [L][D], lse [L],

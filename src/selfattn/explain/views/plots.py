@@ -191,7 +191,7 @@ def _heatmap(doc: dict, layer: int, head: int, lang: str):
     drawn = np.ma.masked_where(~visible, w)
     cmap = matplotlib_cmap()
     im = ax.imshow(drawn, cmap=cmap, norm=_norm(), interpolation="nearest")
-    ticks = [tok if "@" in tok else f"{start + i} {tok}" for i, tok in enumerate(shown)]
+    ticks = [_glyphs(tok) if "@" in tok else f"{start + i} {_glyphs(tok)}" for i, tok in enumerate(shown)]
     ax.set_xticks(range(n), ticks, rotation=90 if n > 8 else 0, fontsize=8 if n > 24 else 10)
     ax.set_yticks(range(n), ticks, fontsize=8 if n > 24 else 10)
     if n <= 12:
@@ -237,53 +237,109 @@ def grid(doc: dict, path, *, force: bool = False, lang: str = "zh") -> Path:
 
 
 def _grid(doc: dict, lang: str):
-    """The layer × head grid (see the module doc: from the thumbnails, at most MAX_PIXELS a side)."""
-    t = partial(_say, lang)
+    """The layer × head grid (see the module doc: from the thumbnails, at most MAX_PIXELS a side): one small
+    heatmap per head with its title when the cells are large enough (TITLED_CELL_INCHES), else one mosaic
+    image of every head's thumbnail, rows named by layer and columns by head."""
     m = doc["model"]
     n_l, n_h = m["n_layers"], m["n_heads"]
-    names = list(doc.get("token_names") or doc["tokens"])
-    from_thumbs = "display" in doc
-    start = 0 if from_thumbs else max(0, len(names) - ZOOM)
-    shown_tokens = names[start:]
-    labelled = len(shown_tokens) <= GRID_LABELS
     room = MAX_PIXELS / DPI - 1.2  # inches for the cells, after the title and the labels
     cell = min(GRID_CELL_INCHES, room / n_h, room / n_l)
-    titled = cell >= TITLED_CELL_INCHES
-    title_inches = 0.6
-    fig = _figure(figsize=(cell * n_h + (0.8 if labelled else 0.5), cell * n_l + title_inches + 0.3))
+    start = 0 if "display" in doc else max(0, len(doc["tokens"]) - ZOOM)
+    t = partial(_say, lang)
+    title = t("grid", name=m["name"]) + (t("zoom", n=len(doc["tokens"]) - start) if start else "")
+    if cell >= TITLED_CELL_INCHES:
+        fig = _grid_cells(doc, t, cell, start)
+    else:
+        fig = _grid_mosaic(doc, cell)
+    height = fig.get_figheight()
+    fig.suptitle(title, y=1 - 0.15 / height)
+    fig.tight_layout(rect=(0, 0, 1, 1 - TITLE_INCHES / height), pad=0.3, h_pad=0.2, w_pad=0.2)
+    return fig
+
+
+TITLE_INCHES = 0.6
+"""Room kept above the grid for its title, so the title never covers the first row."""
+
+
+def _grid_cells(doc: dict, t, cell: float, start: int):
+    """One axes per head, titled with its layer, head, entropy and first-token share; token labels up to
+    GRID_LABELS tokens."""
+    m = doc["model"]
+    n_l, n_h = m["n_layers"], m["n_heads"]
+    shown_tokens = list(doc.get("token_names") or doc["tokens"])[start:]
+    labelled = len(shown_tokens) <= GRID_LABELS
+    fig = _figure(figsize=(cell * n_h + (0.8 if labelled else 0.5), cell * n_l + TITLE_INCHES + 0.3))
     axes = fig.subplots(n_l, n_h, squeeze=False)
     sel = doc["selected"]
-    cmap = matplotlib_cmap()
     for l in range(n_l):
         for h in range(n_h):
             ax = axes[l][h]
             image = _grid_image(doc, l, h, start)
-            ax.imshow(image, cmap=cmap, norm=_norm(), interpolation="nearest")
+            ax.imshow(image, cmap=matplotlib_cmap(), norm=_norm(), interpolation="nearest")
             shown = (l, h) == (sel["layer"], sel["head"])
             s = doc["summaries"][l][h]
-            if titled:
-                ax.set_title(
-                    t("cell", layer=l, head=h, entropy=f"{s['entropy']:.2f}", first=f"{s['first_token']:.0%}")
-                    + (t("shown") if shown else ""),
-                    fontsize=7,
-                    color=SHOWN_COLOUR if shown else "black",
-                )
-            elif l == 0:
-                ax.set_title(f"H{h}", fontsize=7)
+            ax.set_title(
+                t("cell", layer=l, head=h, entropy=f"{s['entropy']:.2f}", first=f"{s['first_token']:.0%}")
+                + (t("shown") if shown else ""),
+                fontsize=7,
+                color=SHOWN_COLOUR if shown else "black",
+            )
             ticks = range(image.shape[0])
-            tick_labels = labelled and image.shape[0] == len(shown_tokens)
-            ax.set_xticks(ticks, shown_tokens if tick_labels and l == n_l - 1 else [], rotation=90, fontsize=6)
-            ax.set_yticks(ticks, shown_tokens if tick_labels and h == 0 else [], fontsize=6)
-            if h == 0 and not titled:
-                ax.set_ylabel(f"L{l}", fontsize=7, rotation=0, ha="right", va="center")
+            tick_labels = [_glyphs(x) for x in shown_tokens] if labelled and image.shape[0] == len(shown_tokens) else []
+            ax.set_xticks(ticks, tick_labels if l == n_l - 1 else [], rotation=90, fontsize=6)
+            ax.set_yticks(ticks, tick_labels if h == 0 else [], fontsize=6)
             if shown:
                 for spine in ax.spines.values():
                     spine.set_edgecolor(SHOWN_COLOUR)
                     spine.set_linewidth(3)
-    height = fig.get_figheight()
-    fig.suptitle(t("grid", name=m["name"]) + (t("zoom", n=len(shown_tokens)) if start else ""), y=1 - 0.15 / height)
-    fig.tight_layout(rect=(0, 0, 1, 1 - title_inches / height), pad=0.3, h_pad=0.2, w_pad=0.2)
     return fig
+
+
+GAP = 0.08
+"""The white gap between two heads of the mosaic, as a share of one head's side."""
+
+
+def _grid_mosaic(doc: dict, cell: float):
+    """Every head's thumbnail in one RGBA image (hidden cells grey, white gaps between heads): one axes and
+    one image, so 24 × 14 heads draw in about a second; the shown head framed in red."""
+    from matplotlib.patches import Rectangle
+
+    m = doc["model"]
+    n_l, n_h = m["n_layers"], m["n_heads"]
+    images = [[_grid_image(doc, l, h, 0) for h in range(n_h)] for l in range(n_l)]
+    T = images[0][0].shape[0]
+    gap = max(1, round(GAP * T))
+    step = T + gap
+    rgba = np.ones((n_l * step - gap, n_h * step - gap, 4))  # white
+    cmap, norm = matplotlib_cmap(), _norm()
+    for l, row in enumerate(images):
+        for h, image in enumerate(row):
+            rgba[l * step : l * step + T, h * step : h * step + T] = cmap(norm(image))
+    fig = _figure(figsize=(cell * n_h + 0.6, cell * n_l + TITLE_INCHES + 0.3))
+    ax = fig.add_subplot()
+    ax.imshow(rgba, interpolation="nearest")
+    ax.set_xticks([h * step + T / 2 for h in range(n_h)], [f"H{h}" for h in range(n_h)], fontsize=7)
+    ax.set_yticks([l * step + T / 2 for l in range(n_l)], [f"L{l}" for l in range(n_l)], fontsize=7)
+    ax.tick_params(length=0, labeltop=True, labelbottom=False)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    sel = doc["selected"]
+    ax.add_patch(
+        Rectangle(
+            (sel["head"] * step - 0.5 - gap / 2, sel["layer"] * step - 0.5 - gap / 2),
+            T + gap,
+            T + gap,
+            fill=False,
+            edgecolor=SHOWN_COLOUR,
+            linewidth=2,
+        )
+    )
+    return fig
+
+
+def _glyphs(label: str) -> str:
+    """A token label with the marks no CJK font draws replaced: "␣" (a space piece) as "_"."""
+    return label.replace("␣", "_")
 
 
 def _grid_image(doc: dict, layer: int, head: int, start: int):
