@@ -90,7 +90,7 @@ def locate(source: str | os.PathLike) -> Source:
         return Source(path.parent, path.name, gguf=path.name)
     if is_hub_id(text):
         return Source(_snapshot(text), text)
-    raise FileNotFoundError(f"model folder not found: {path} (nor a .gguf file, nor a hub id like owner/name)")
+    raise FileNotFoundError(f"model folder not found: {path}")  # the path last, as the user typed it
 
 
 def resolve(source: str | os.PathLike) -> Path:
