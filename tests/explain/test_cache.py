@@ -22,6 +22,8 @@ def test_trace_bytes_counts_every_tensor(trace):
         t.numel() * t.element_size()
         for t in (layer.x, layer.q, layer.k, layer.v, layer.visible, layer.lse, layer.attn_out, layer.output)
     )
+    d = layer.digest  # the summaries and thumbnails read at the capture point
+    per_layer += sum(t.numel() * t.element_size() for t in (d.means, d.rows, d.thumbnails))
     logits = trace.logits.numel() * trace.logits.element_size()
     ids = trace.token_ids.numel() * trace.token_ids.element_size()
     assert trace_bytes(trace) == per_layer * trace.n_layers + logits + ids  # both layers have the same shapes

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from selfattn import reference
+from selfattn.explain import pieces as P
 from selfattn.explain.capture.interventions import Intervention
 from selfattn.explain.session import Explainer, unknown_report
 from selfattn.explain.views import export, tables
@@ -117,14 +118,18 @@ def test_two_threads_with_different_texts_and_interventions(explainers):
 def test_unknown_tokens_are_counted_and_marked(explainers):
     ex = explainers["llama"]
     doc = ex.explain("a purple monster")  # "purple" is not in the word-level vocabulary
-    assert doc["unknown"]["count"] == 1 and doc["tokens"][doc["unknown"]["positions"][0]] == "[UNK]"
+    at = doc["unknown"]["positions"]
+    assert doc["unknown"]["count"] == 1 and doc["pieces"]["pieces"][at[0]]["raw"] == "[UNK]"
+    assert doc["tokens"][at[0]] == "<unk>:purple"  # a true <unk> shows the text it replaced
     from rich.console import Console
 
     console = Console(record=True, width=200)
     tables.render(doc, console, lang="en")
     out = console.export_text()
-    assert "1 of 4 tokens are unknown" in out and "[UNK]⟨?⟩" in out
-    assert unknown_report(["<bos>", "<0xE4>", "x"], [0, 1, 2])["positions"] == [1]
+    assert "1 of 4 tokens are unknown" in out and "<unk>:purple⟨?⟩" in out
+    # byte pieces are never unknown: three byte-fallback pieces spelling 蓝 (the unknown id is 0)
+    blue = P.build("蓝", [1, 5, 6, 7], ["<s>", "<0xE8>", "<0x93>", "<0x9D>"], [None, (0, 1), (0, 1), (0, 1)], unk_id=0)
+    assert unknown_report(blue)["positions"] == [] and blue.labels[1:] == ("蓝(1/3)", "蓝(2/3)", "蓝(3/3)")
 
 
 def test_pickles_hub_ids_and_absurd_configs_are_refused(tmp_path, folders, monkeypatch):

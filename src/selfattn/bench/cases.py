@@ -189,6 +189,8 @@ EXTRA_CASES = {
     "hf": "a tiny Llama's forward pass, attn_implementation selfattn vs sdpa vs eager (selfattn.bench.hf_case)",
     "ring": "ring attention over 1, 2 and 4 local processes, bytes per rank, memory, scaling to 64 ranks "
     "(selfattn.bench.ring_case)",
+    "explain": "selfattn explain vs transformers eager with output_attentions, 512 tokens on the Qwen2.5-0.5B "
+    "configuration: time and peak memory (selfattn.bench.explain_case)",
 }
 """Cases that measure a whole model or several processes rather than one attention call; run only when named."""
 

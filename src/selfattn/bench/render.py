@@ -136,3 +136,7 @@ def render(result: dict, console: Console | None = None) -> None:
         render_hf(extra["hf"], console)
     if "ring" in extra:
         render_ring(extra["ring"], console)
+    if "explain" in extra:
+        from .explain_case import render_explain
+
+        render_explain(extra["explain"], console)

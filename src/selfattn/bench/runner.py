@@ -107,6 +107,10 @@ def _run_extra(name: str, quick: bool, progress) -> dict:
         from .hf_case import run_hf_case
 
         return run_hf_case(512 if quick else 2048, quick=quick)
+    if name == "explain":
+        from .explain_case import run_explain_case
+
+        return run_explain_case(quick=quick)
     from .ring_case import ring_case
 
     return ring_case(quick=quick)

@@ -30,8 +30,7 @@ import torch
 
 from .capture.cache import TraceCache
 from .capture.interventions import REGISTRY, SCOPE, Intervention
-from .session import BYTE_PIECE, DEFAULT_TEXT, Explainer, _unknown_string
-from .sources import DECODER_TYPES, POSITIONS, TRANSFORMERS_TYPES
+from .session import DEFAULT_TEXT, Explainer
 from .views import heads as heads_view
 from .views import report
 from .views.notebook import Inline
@@ -270,43 +269,15 @@ def _explainer(model, tokenizer) -> Explainer:
 
 
 def from_loaded(model: torch.nn.Module, tokenizer) -> Explainer:
-    """An Explainer over a transformers model and tokenizer already in memory (switched to "selfattn")."""
+    """An Explainer over a transformers model and tokenizer already in memory: switched to the "selfattn"
+    attention and wrapped like a loaded folder (`Explainer.from_transformers`: the same dry run, so a model
+    whose attention bypasses the interface is refused by name)."""
     from .. import hf
 
-    config = getattr(model, "config", None)
-    kind = getattr(config, "model_type", None)
-    if kind not in TRANSFORMERS_TYPES:
-        raise ValueError(
-            f"{type(model).__name__} (model_type {kind!r}) is not one the explainer reads; it reads "
-            f"{', '.join(TRANSFORMERS_TYPES)}"
-        )
     if not callable(tokenizer) or not hasattr(tokenizer, "decode"):
         raise TypeError(f"tokenizer must be a transformers tokenizer, got {type(tokenizer).__name__}")
+    if not callable(getattr(model, "set_attn_implementation", None)):
+        raise TypeError(f"model must be a transformers model, got {type(model).__name__}")
     hf.register()
     model.set_attn_implementation(hf.NAME)
-    model.eval()
-    decoder = kind in DECODER_TYPES
-    unk = tokenizer.unk_token_id
-
-    def tokenize(text: str):
-        ids = tokenizer(text, add_special_tokens=True)["input_ids"]
-        extra = {"use_cache": False} if decoder else {"attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
-        return [tokenizer.decode([i]) for i in ids], torch.tensor(ids), extra
-
-    def is_unknown(token: str, i: int) -> bool:
-        piece = tokenizer.convert_ids_to_tokens(i)
-        return i == unk or (isinstance(piece, str) and bool(BYTE_PIECE.match(piece))) or _unknown_string(token)
-
-    arch = (getattr(config, "architectures", None) or [type(model).__name__])[0]
-    max_len = int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 0)
-    return Explainer(
-        model=model,
-        name=getattr(config, "_name_or_path", None) or type(model).__name__,
-        tokenize=tokenize,
-        decode=lambda i: tokenizer.decode([i]),
-        max_len=max_len,
-        architecture=f"{arch} (transformers, attention by selfattn)",
-        positions=POSITIONS[kind],
-        is_unknown=is_unknown,
-        unknown_hint={"en": "the tokenizer has no piece for these characters", "zh": "分词器没有这些字符的片段"},
-    )
+    return Explainer.from_transformers(model.eval(), tokenizer)

@@ -8,8 +8,9 @@ likewise. None of those pieces is "unknown": together they spell the text exactl
 The rule used here needs nothing but each piece's character span in the text (a fast tokenizer's
 `offset_mapping`, or the spans of our own word tokenizer):
 
-- **piece**: one token as the model sees it, shown as the characters its span covers; a piece that
-  covers part of a character shares that character with its neighbours and is marked `(k/n)`;
+- **piece**: one token as the model sees it, shown as the characters its span covers (without the spaces
+  around them; a piece of spaces only as "␣"); a piece that covers part of a character shares that
+  character with its neighbours and is marked `(k/n)`;
 - **character group**: the smallest runs of consecutive pieces whose spans overlap one another; a
   group spells whole characters (`森` over three pieces is one group);
 - **word group**: character groups joined wherever a word of the text (jieba's cut, which keeps
@@ -29,7 +30,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Group", "Pieces", "build", "from_tokenizer", "aggregate", "AGGREGATION_RULE"]
+__all__ = [
+    "Group",
+    "Pieces",
+    "build",
+    "from_tokenizer",
+    "from_strings",
+    "aggregate",
+    "names",
+    "shown_piece",
+    "tokenizer_kind",
+    "AGGREGATION_RULE",
+    "UNKNOWN_STRINGS",
+]
+
+UNKNOWN_STRINGS = ("<unk>", "[UNK]", "<|unk|>")
+"""How an unknown token is written by the tokenizers `from_strings` meets without knowing their unknown id."""
 
 AGGREGATION_RULE = {
     "en": "a group's weight = the mean over its query pieces of the sum over the key group's pieces",
@@ -92,11 +108,21 @@ class Pieces:
             return tuple(Group(self.labels[i], *self.spans[i], members=(i,)) for i in range(len(self.ids)))
         raise ValueError(f"level must be 'pieces', 'characters' or 'words', got {level!r}")
 
-    def as_dict(self) -> dict:
-        """JSON-ready: every level, so a view can switch between them."""
+    def names(self, level: str = "pieces") -> list[str]:
+        """The groups of `level` as a person tells them apart: their text, with "@position" (the position of
+        their first piece) wherever the same text occurs twice or more ("金鱼@5"): `names`."""
+        groups = self.group_of(level)
+        return names([g.text for g in groups], [g.members[0] for g in groups])
 
-        def groups(gs):
-            return [{"text": g.text, "start": g.start, "end": g.end, "pieces": list(g.members)} for g in gs]
+    def as_dict(self) -> dict:
+        """JSON-ready: every level, so a view can switch between them (each group with its `name`)."""
+
+        def groups(level):
+            gs = self.group_of(level)
+            return [
+                {"text": g.text, "name": n, "start": g.start, "end": g.end, "pieces": list(g.members)}
+                for g, n in zip(gs, self.names(level), strict=True)
+            ]
 
         return {
             "pieces": [
@@ -112,8 +138,9 @@ class Pieces:
                     self.ids, self.raw, self.labels, self.spans, self.special, self.unknown, strict=True
                 )
             ],
-            "characters": groups(self.characters),
-            "words": groups(self.words),
+            "names": self.names(),
+            "characters": groups("characters"),
+            "words": groups("words"),
             "rule": AGGREGATION_RULE,
         }
 
@@ -216,10 +243,22 @@ def _labels(text, raw, spans, special, unknown, characters: list[Group]) -> list
             elif unknown[i]:
                 labels[i] = f"<unk>:{text[spans[i][0] : spans[i][1]]}"
             elif n > 1 and _shares_character(spans, g.members):
-                labels[i] = f"{g.text}({k}/{n})"
+                labels[i] = f"{_visible(g.text)}({k}/{n})"
             else:
-                labels[i] = text[spans[i][0] : spans[i][1]]
+                labels[i] = _visible(text[spans[i][0] : spans[i][1]])
     return labels
+
+
+SPACE_MARK = "␣"
+
+
+def _visible(text: str) -> str:
+    """A label as it reads among others: without the spaces around it (a byte-level piece " Mary" is "Mary");
+    a piece of spaces only as "␣" per space (and newlines, tabs as their escapes: `terminal.printable`)."""
+    inner = text.strip()
+    if inner:
+        return inner
+    return "".join(SPACE_MARK if ch == " " else ch for ch in text)
 
 
 def _shares_character(spans, members: tuple[int, ...]) -> bool:
@@ -253,6 +292,107 @@ def from_tokenizer(tokenizer, text: str, *, add_special_tokens: bool = True) -> 
         [tuple(o) for o in enc["offset_mapping"]],
         unk_id=getattr(tokenizer, "unk_token_id", None),
         special_ids=special_ids,
+    )
+
+
+def from_strings(
+    text: str,
+    tokens: Sequence[str],
+    ids: Sequence[int],
+    *,
+    special_ids: frozenset[int] | set[int] = frozenset(),
+    unk_id: int | None = None,
+) -> Pieces:
+    """Pieces of a tokenizer that gives token strings but no offsets (our word tokenizer: jieba words, their
+    characters, `<unk>`): each token's span is found by reading the text from left to right.
+
+    A token that occurs at the reading point or after it takes that span; the unknown token (`unk_id`, or
+    without one a token spelled as in UNKNOWN_STRINGS) takes the next character it replaced; a special id,
+    or a token not in the text (`<bos>`), is a special token."""
+    if len(tokens) != len(ids):
+        raise ValueError(f"{len(tokens)} token strings for {len(ids)} ids")
+    if unk_id is None:
+        unk_id = next((int(i) for t, i in zip(tokens, ids, strict=True) if t in UNKNOWN_STRINGS), None)
+    cursor = 0
+    spans: list[tuple[int, int] | None] = []
+    for token, tid in zip(tokens, ids, strict=True):
+        span = None
+        if unk_id is not None and tid == unk_id:
+            while cursor < len(text) and text[cursor].isspace():
+                cursor += 1
+            span = (cursor, cursor + 1) if cursor < len(text) else None
+        elif tid not in special_ids and token:
+            at = text.find(token, cursor)
+            span = None if at < 0 else (at, at + len(token))
+        if span is not None:
+            cursor = span[1]
+        spans.append(span)
+    return build(text, ids, list(tokens), spans, unk_id=unk_id, special_ids=frozenset(special_ids))
+
+
+def names(texts: Sequence[str], positions: Sequence[int] | None = None) -> list[str]:
+    """Each text, with "@position" added wherever the same text occurs more than once, so that every view
+    tells repeated tokens apart: ["在", "金鱼", "金鱼"] -> ["在", "金鱼@1", "金鱼@2"]. `positions`: the
+    position to name per text (default its index; a group's is its first piece)."""
+    positions = list(range(len(texts))) if positions is None else list(positions)
+    seen: dict[str, int] = {}
+    for t in texts:
+        seen[t] = seen.get(t, 0) + 1
+    return [f"{t}@{p}" if seen[t] > 1 else t for t, p in zip(texts, positions, strict=True)]
+
+
+def _byte_table() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: the printable character standing for each of the 256 bytes."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {chr(b): b for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            table[chr(256 + extra)] = b
+            extra += 1
+    return table
+
+
+BYTE_TABLE = _byte_table()
+
+
+def piece_bytes(raw: str) -> bytes | None:
+    """The bytes a piece stands for: a byte-fallback piece `<0xE6>`, or a byte-level piece (`æĿ`); None for
+    a piece of neither kind."""
+    if len(raw) == 6 and raw.startswith("<0x") and raw.endswith(">"):
+        try:
+            return bytes([int(raw[3:5], 16)])
+        except ValueError:
+            return None
+    if raw and all(ch in BYTE_TABLE for ch in raw):
+        return bytes(BYTE_TABLE[ch] for ch in raw)
+    return None
+
+
+def shown_piece(text: str, raw: str | None = None) -> str:
+    """One piece (a predicted token) as a person reads it: leading spaces as "␣" (" Mary" -> "␣Mary"), and a
+    piece that holds only part of a character (its decoded text has U+FFFD) as its bytes, "⟨E6 A3⟩"."""
+    if "\ufffd" in text and raw is not None and "\ufffd" not in raw:
+        data = piece_bytes(raw)
+        if data is not None:
+            return "⟨" + " ".join(f"{b:02X}" for b in data) + "⟩"
+    lead = len(text) - len(text.lstrip(" "))
+    return "␣" * lead + text[lead:]
+
+
+def tokenizer_kind(tokenizer) -> str:
+    """What kind of tokenizer a transformers fast tokenizer is, as a key of `views.texts` ("tokenizer.…"):
+    byte_bpe (GPT-2, Llama 3, Qwen, SmolLM2), byte_fallback (SentencePiece BPE: Llama 2, Mistral),
+    wordpiece (BERT), unigram (T5, ALBERT), bpe, wordlevel; read from its backend's model and pre-tokenizer."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    model = getattr(backend, "model", None)
+    name = type(model).__name__
+    if name == "BPE":
+        if "ByteLevel" in repr(backend.pre_tokenizer) or "ByteLevel" in repr(backend.decoder):
+            return "tokenizer.byte_bpe"
+        return "tokenizer.byte_fallback" if getattr(model, "byte_fallback", False) else "tokenizer.bpe"
+    return {"WordPiece": "tokenizer.wordpiece", "Unigram": "tokenizer.unigram", "WordLevel": "tokenizer.wordlevel"}.get(
+        name, "tokenizer.other"
     )
 
 

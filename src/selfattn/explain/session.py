@@ -3,17 +3,21 @@
     ex = Explainer.load()                       # the bundled default model (never touches the network)
     ex = Explainer.load("runs/my-model")        # a checkpoint written by `selfattn train`
     ex = Explainer.load("path/to/qwen")         # a transformers folder (config.json + safetensors + tokenizer)
+    ex = Explainer.load("SmolLM2.Q4_1.gguf")    # a GGUF file (or a folder holding one), tokenizer included
     ex = Explainer.load("Qwen/Qwen2.5-0.5B")    # a hub id: downloaded once, or from the local cache offline
+    ex = Explainer.from_transformers(model, tokenizer)   # a model loaded with attn_implementation="selfattn"
     doc = ex.explain("一只蓝色怪兽走进森林")        # the export dict of `selfattn.explain.export`
 
-The CLI, the HTML report and the web app all go through `explain`, so they show one set of numbers.
-Thread-safe: interventions travel in a context (`selfattn.intercept`), never as attributes set on
-the model, so one Explainer may serve several requests at once.
+Any model transformers runs through its attention interface is explained, decoder or encoder
+(`loaders`: the class read from the config, a dry run that every layer calls selfattn). Tokens are
+shown as a person reads them (`pieces`): byte pieces as the characters they spell, a repeated token
+with its position. The CLI, the HTML report and the web app all go through `explain`, so they show one
+set of numbers. Thread-safe: interventions travel in a context (`selfattn.intercept`), never as
+attributes set on the model, so one Explainer may serve several requests at once.
 """
 
 from __future__ import annotations
 
-import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +26,7 @@ from pathlib import Path
 import torch
 
 from .. import checks
+from . import pieces as P
 from . import sources
 from .capture.cache import TraceCache
 from .capture.interventions import Intervention
@@ -35,20 +40,24 @@ MAX_CHARS = 4000
 """Longest text accepted (characters), whatever the model's context."""
 SUGGESTED_MODEL = "Qwen/Qwen2.5-0.5B"
 """A real model to suggest for free text (Chinese and English)."""
-UNKNOWN_STRINGS = ("<unk>", "[UNK]", "<|unk|>", "\ufffd")
-BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
-"""A byte-fallback piece (SentencePiece/Llama): the tokenizer did not know the character."""
 OURS = ("selfattn DecoderLM", "positions.learned")
 """Our models' architecture, and their positional scheme as its key in `views.texts`."""
+NO_CAUSAL = "no_causal"
+"""The intervention an encoder refuses: it has no causal mask to switch off."""
 
 
 @dataclass
 class Explainer:
     """model: a DecoderLM / encoder built from selfattn modules, or a transformers model whose
     attention implementation is "selfattn".
-    tokenize(text) -> (token strings, ids (L,), extra model kwargs); decode(id) -> str.
-    is_unknown(token string, id) -> bool marks what the tokenizer could not represent;
-    unknown_hint says what the model knows and what to use for free text."""
+
+    tokenize(text) -> (token strings, ids (L,), extra model kwargs)
+    segment(text)  -> the same and the text's `pieces.Pieces` (None: the pieces are found by reading the
+                      token strings in the text, `pieces.from_strings`)
+    decode(id) -> str; shown(id) -> the same as a person reads it (None: `pieces.shown_piece` of decode)
+    kind          "decoder" | "encoder" (None: read from each trace: a causal call makes a decoder)
+    tokenizer_kind, positions   keys of `views.texts` (how the text is cut; the positional scheme)
+    unknown_hint  what the model knows and what to use for free text; loaded: how it was built"""
 
     model: torch.nn.Module
     name: str
@@ -57,31 +66,48 @@ class Explainer:
     max_len: int
     architecture: str = OURS[0]
     positions: str = OURS[1]
-    is_unknown: Callable[[str, int], bool] | None = None
     unknown_hint: dict[str, str] = field(default_factory=lambda: {"en": "", "zh": ""})
+    kind: str | None = None
+    tokenizer_kind: str = "tokenizer.word"
+    shown: Callable[[int], str] | None = None
+    loaded: dict = field(default_factory=dict)
+    segment: Callable[[str], tuple[list[str], torch.Tensor, dict, P.Pieces]] | None = None
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Explainer:
         """The default model (path None), a checkpoint folder written by `selfattn train`, a transformers
-        folder of one of `sources.TRANSFORMERS_TYPES`, or a hub id (see `sources.resolve`)."""
+        folder, a GGUF file or a folder holding one, or a hub id (see `sources.locate`)."""
         from ..model import checkpoint
 
         if path is None:
             model, tokenizer = checkpoint.load_default()[:2]
             return cls._from_checkpoint(model, tokenizer, name="selfattn default model", bundled=True)
-        folder = sources.resolve(path)
-        kind, config = sources.folder_kind(folder)
+        source = sources.locate(path)
+        kind, config = sources.folder_kind(source)
         if kind == "selfattn":
-            return cls._from_checkpoint(*checkpoint.load_checkpoint(folder)[:2], name=folder.name)
-        return cls._from_transformers(
-            folder, kind, config, name=str(path) if sources.is_hub_id(str(path)) else folder.name
-        )
+            return cls._from_checkpoint(*checkpoint.load_checkpoint(source.folder)[:2], name=source.name)
+        return cls._from_transformers(source, config)
+
+    @classmethod
+    def from_transformers(cls, model: torch.nn.Module, tokenizer, *, name: str | None = None) -> Explainer:
+        """An Explainer of a transformers model already loaded with attn_implementation="selfattn" and its
+        tokenizer (`loaders.wrap`: the same dry run as a folder)."""
+        from . import loaders
+
+        return cls(**loaders.wrap(model, tokenizer, name=name))
 
     @classmethod
     def _from_checkpoint(cls, model, tokenizer, *, name: str, bundled: bool = False) -> Explainer:
-        def tokenize(text: str):
+        from ..model.tokenizer import SPECIAL_TOKENS
+
+        special = frozenset(range(len(SPECIAL_TOKENS)))
+
+        def segment(text: str):
             ids = tokenizer.encode(text, bos=True)
-            return [tokenizer.tokens[i] for i in ids], torch.tensor(ids), {}
+            p = P.from_strings(
+                text, [tokenizer.tokens[i] for i in ids], ids, special_ids=special, unk_id=tokenizer.unk_id
+            )
+            return list(p.labels), torch.tensor(ids), {}, p
 
         who = {"en": name if bundled else "this checkpoint", "zh": name if bundled else "这个模型"}
         words = len(tokenizer.tokens)
@@ -94,75 +120,53 @@ class Explainer:
         return cls(
             model=model.eval(),
             name=name,
-            tokenize=tokenize,
+            tokenize=lambda text: segment(text)[:3],
+            segment=segment,
             decode=lambda i: tokenizer.tokens[i],
             max_len=model.max_len,
-            is_unknown=lambda tok, i: i == tokenizer.unk_id,
             unknown_hint=hint,
+            kind="decoder",
+            loaded={"format": "selfattn checkpoint", "file": None, "class": type(model).__name__, "why": "ours"},
         )
 
     @classmethod
-    def _from_transformers(cls, folder: Path, kind: str, config: dict, *, name: str) -> Explainer:
-        import transformers
+    def _from_transformers(cls, source: sources.Source, config: dict) -> Explainer:
+        from . import loaders
 
-        from .. import hf
+        return cls(**loaders.load(source, config))
 
-        hf.register()
-        try:
-            tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{folder}: no usable tokenizer files ({e})") from None
-        auto = transformers.AutoModelForCausalLM if kind in sources.DECODER_TYPES else transformers.AutoModel
-        model, info = auto.from_pretrained(
-            str(folder),
-            attn_implementation=hf.NAME,
-            local_files_only=True,
-            use_safetensors=True,
-            dtype=torch.float32,
-            output_loading_info=True,
-            ignore_mismatched_sizes=True,  # a wrong shape is reported in `info`, and refused by name below
-        )
-        sources.check_loaded(folder, model, info)
-        model = model.eval()
-        decoder = kind in sources.DECODER_TYPES
-        unk = tokenizer.unk_token_id
+    def pieces_of(self, text: str) -> tuple[list[str], torch.Tensor, dict, P.Pieces]:
+        """(token labels, ids (L,), extra model kwargs, pieces) of `text` as this explainer cuts it."""
+        if self.segment is not None:
+            return self.segment(text)
+        tokens, ids, extra = self.tokenize(text)
+        p = P.from_strings(text, list(tokens), [int(i) for i in ids])
+        return list(p.labels), ids, extra, p
 
-        def tokenize(text: str):
-            ids = tokenizer(text, add_special_tokens=True)["input_ids"]
-            tokens = [tokenizer.decode([i]) for i in ids]
-            extra = {"use_cache": False} if decoder else {"attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
-            return tokens, torch.tensor(ids), extra
-
-        def is_unknown(token: str, i: int) -> bool:
-            piece = tokenizer.convert_ids_to_tokens(i)
-            return i == unk or (isinstance(piece, str) and bool(BYTE_PIECE.match(piece))) or _unknown_string(token)
-
-        max_len = int(config.get("max_position_embeddings") or config.get("n_positions") or 0)
-        arch = (config.get("architectures") or [type(model).__name__])[0]
-        return cls(
-            model=model,
-            name=name,
-            tokenize=tokenize,
-            decode=lambda i: tokenizer.decode([i]),
-            max_len=max_len,
-            architecture=f"{arch} (transformers, attention by selfattn)",
-            positions=sources.POSITIONS[kind],
-            is_unknown=is_unknown,
-            unknown_hint={"en": "the tokenizer has no piece for these characters", "zh": "分词器没有这些字符的片段"},
-        )
+    def check_intervention(self, intervention: Intervention, kind: str | None) -> None:
+        """Refuse what cannot apply to this model: switching the causal mask off of an encoder."""
+        if (kind or self.kind) == "encoder" and NO_CAUSAL in intervention.applied:
+            raise ValueError(
+                f"{self.name} is an encoder: every token already sees every other (no causal mask), so "
+                f"there is no causal mask to switch off ({NO_CAUSAL})"
+            )
 
     def trace(self, text: str, intervention: Intervention | None = None, *, cache: TraceCache | None = None):
-        """The ModelTrace of `text` with `intervention` (default none): one forward pass, or none when `cache`
-        (the server's `TraceCache`) holds it already."""
+        """The ModelTrace of `text` with `intervention` (default none), its `pieces` attached: one forward
+        pass, or none when `cache` (the server's `TraceCache`) holds it already."""
         intervention = Intervention() if intervention is None else intervention
         if not isinstance(intervention, Intervention):
             raise TypeError(f"intervention must be an Intervention, got {type(intervention).__name__}")
+        self.check_intervention(intervention, None)
 
         def run() -> ModelTrace:
-            tokens, ids, kwargs = self.tokenize(check_text(text))
+            tokens, ids, kwargs, pieces = self.pieces_of(check_text(text))
             if len(ids) > self.max_len:
                 raise ValueError(f"the text has {len(ids)} tokens; {self.name} reads at most {self.max_len}")
-            return capture(self.model, ids, tokens, intervention, **kwargs)
+            trace = capture(self.model, ids, tokens, intervention, **kwargs)
+            self.check_intervention(intervention, trace.kind)  # a model built here without a kind: read now
+            trace.pieces = pieces
+            return trace
 
         return run() if cache is None else cache.get((check_text(text), intervention), run)
 
@@ -175,36 +179,36 @@ class Explainer:
         intervention: Intervention | None = None,
         stages: bool | None = None,
         find=None,
-        layers=None,
+        layers="auto",
         compare: bool = True,
         cache: TraceCache | None = None,
+        lang: str | None = None,
     ) -> dict:
         """The whole export dict for `text`; the shown head is (layer, head), or picked by `heads.pick`.
 
-        find     (query, key) token strings or positions: every head ranked by that weight (`heads.search`)
-        layers   the layers whose arrays the dict carries (default all; "selected": the shown one; `export.to_dict`)
+        find     (query, key): each a token string, a position (an int, or digits), or a name as the views
+                 show a repeated token ("金鱼@5"): every head ranked by that weight (`heads.search`)
+        layers   the layers whose arrays the dict carries: "auto" (default: all, unless that is more than
+                 `export.MAX_EXPORT_BYTES` of JSON: then the shown one, and doc["omitted"] says why), None
+                 (all), "selected" (the shown one) or a list of indices (`export.to_dict`)
         compare  with an intervention that `needs_baseline`, also trace the text without it and compare the two
                  on the shown head (doc["experiment"] gains `experiment.compare`'s numbers); False skips it
         cache    a `TraceCache` (the server's): traces it holds are read back instead of computed, so the
-                 baseline of an experiment costs no pass when the text was shown before"""
+                 baseline of an experiment costs no pass when the text was shown before
+        lang     "zh" | "en": the language the views of this dict speak (doc["lang"]; None leaves it out)"""
         intervention = Intervention() if intervention is None else intervention
         trace = self.trace(text, intervention, cache=cache)
-        table = summary.summaries(trace)
+        table, thumbs = summary.scan(trace)
         described = heads.describe(trace, table)
         selected = self.select(trace, table, described, layer, head)
         card = export.model_info(self.name, trace, architecture=self.architecture, positions=self.positions)
-        prediction = export.predictions(trace, self.decode)
-        extra = {
-            "descriptions": described,
-            "roles": relations.roles(trace.tokens),
-            "first_token": heads.first_token_note(trace, table, (selected["layer"], selected["head"])),
-        }
+        card |= {"tokenizer": self.tokenizer_kind, "loaded": dict(self.loaded)}
+        prediction = export.predictions(trace, self.decode, shown=self.shown)
+        extra = {"descriptions": described, "roles": relations.roles(trace.tokens)}
+        if export.starts_with_special(trace):  # the note on the first token: only when it is a special token
+            extra["first_token"] = heads.first_token_note(trace, table, (selected["layer"], selected["head"]))
         if find is not None:
-            if not isinstance(find, (tuple, list)) or len(find) != 2:
-                raise ValueError(f"find must be (query, key), got {find!r}")
-            extra["search"] = heads.search(trace, *find)
-        if isinstance(layers, str) and layers == "selected":
-            layers = [selected["layer"]]
+            extra["search"] = heads.search(trace, *find_positions(trace, find))
         doc = export.to_dict(
             trace,
             model=card,
@@ -214,8 +218,11 @@ class Explainer:
             prediction=prediction,
             stages=stages,
             layers=layers,
-            unknown=unknown_report(trace.tokens, trace.token_ids.tolist(), self.is_unknown, self.unknown_hint),
+            unknown=unknown_report(trace.pieces, self.unknown_hint),
+            thumbnails=thumbs,
         )
+        if lang is not None:
+            doc["lang"] = _lang(lang)
         if checks.boolean("compare", compare) and intervention.needs_baseline():
             base = self.trace(text, cache=cache)
             doc["experiment"] |= experiment.compare(
@@ -240,22 +247,45 @@ class Explainer:
         return {"layer": picked_layer, "head": picked_head, "rule": "auto"}
 
 
-def unknown_report(tokens: list[str], ids: list[int], is_unknown=None, hint: dict[str, str] | None = None) -> dict:
-    """{count, positions, message, hint}: the tokens the tokenizer could not represent (<unk>, byte pieces).
-    `message` is the English sentence (for JSON readers); each view says the count in its own language
-    and adds `hint[lang]`: what the model knows and what to use instead."""
+def unknown_report(pieces: P.Pieces, hint: dict[str, str] | None = None) -> dict:
+    """{count, positions, message, hint}: the pieces that are the tokenizer's unknown token (a true `<unk>`;
+    byte pieces never are: together they spell the text). `message` is the English sentence (for JSON
+    readers); each view says the count in its own language and adds `hint[lang]`: what the model knows
+    and what to use instead."""
     hint = hint or {"en": "", "zh": ""}
-    test = is_unknown or (lambda tok, i: _unknown_string(tok))
-    positions = [p for p, (tok, i) in enumerate(zip(tokens, ids, strict=False)) if test(tok, int(i))]
+    positions = [i for i, unknown in enumerate(pieces.unknown) if unknown]
     message = ""
     if positions:
-        message = f"{len(positions)} of {len(tokens)} tokens are unknown to the tokenizer"
+        message = f"{len(positions)} of {len(pieces)} tokens are unknown to the tokenizer"
         message += f": {hint['en']}" if hint["en"] else ""
     return {"count": len(positions), "positions": positions, "message": message, "hint": hint}
 
 
-def _unknown_string(token: str) -> bool:
-    return token in UNKNOWN_STRINGS or bool(BYTE_PIECE.match(token))
+def find_positions(trace: ModelTrace, find) -> tuple:
+    """(query, key) of a head search with every position written as a position: an int stays; a string of
+    digits is a position; a name as the views show a repeated token ("金鱼@5") is its position, checked to
+    name that token; any other string is a token for `heads.search` to look up."""
+    if not isinstance(find, (tuple, list)) or len(find) != 2:
+        raise ValueError(f"find must be (query, key), got {find!r}")
+    names = P.names(trace.tokens)
+    out = []
+    for value in find:
+        if isinstance(value, str):
+            word = value.strip()
+            if word.isdigit() and word not in trace.tokens:
+                value = int(word)
+            elif word in names and word not in trace.tokens:  # "金鱼@5": the 金鱼 at position 5
+                value = names.index(word)
+            elif "@" in word and word.rsplit("@", 1)[1].isdigit():
+                raise ValueError(f"{value!r} names no token: the tokens are {' / '.join(names)}")
+        out.append(value)
+    return tuple(out)
+
+
+def _lang(lang) -> str:
+    if lang not in ("zh", "en"):
+        raise ValueError(f"lang must be 'zh' or 'en', got {lang!r}")
+    return lang
 
 
 def vocabulary(path: str | Path | None = None) -> list[str]:

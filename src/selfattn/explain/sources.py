@@ -1,14 +1,20 @@
-"""Where an explainer's model comes from: a folder, or a hub id resolved to a folder.
+"""Where an explainer's model comes from, and what transformers should build from it.
 
-    resolve("runs/my-model")        -> Path   a local folder, as it is
-    resolve("Qwen/Qwen2.5-0.5B")    -> Path   the hub snapshot: downloaded (safetensors, JSON and
-                                              tokenizer files only, with a progress bar) or, offline,
-                                              taken from the local Hugging Face cache
-    folder_kind(path)               -> "selfattn" | one of TRANSFORMERS_TYPES
+    locate("runs/my-model")         -> Source  a local folder, as it is
+    locate("SmolLM2.Q4_1.gguf")     -> Source  a GGUF file (or a folder holding exactly one, and no config.json)
+    locate("Qwen/Qwen2.5-0.5B")     -> Source  the hub snapshot: downloaded (safetensors, JSON and tokenizer
+                                               files only, with a progress bar) or, offline, the local cache
+    folder_kind(source)             -> ("selfattn" | the transformers model_type, the config as a dict)
+    architecture(config)            -> ("decoder" | "encoder", why): which Auto class builds it
+    position_scheme(config, model)  -> a key of `views.texts` ("positions.rope", …), read from the config
     check_config(config, source)    refuses sizes that could not be built in memory, naming the field
     check_loaded(folder, model, info) refuses a model whose weights did not all load (missing, wrong
                                       shape, NaN/inf): it would be explained as a random model
 
+No list of model types: any model transformers builds is tried, and the explainer's dry run
+(`session.Explainer`) refuses one whose attention does not go through transformers' attention interface.
+Pickle weights are never loaded. A config — a folder's config.json, or a GGUF file's metadata, read
+before any tensor — is bounded (`selfattn.limits`) before the model is built.
 The default model (no `--model`) never comes here, so it never touches the network.
 """
 
@@ -16,38 +22,26 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import checks
-from ..files import read_json
+from ..files import open_regular, read_json
 from ..limits import TRANSFORMERS_LIMITS, check_parameters
 
 __all__ = [
-    "TRANSFORMERS_TYPES",
-    "DECODER_TYPES",
     "LIMITS",
-    "POSITIONS",
+    "Source",
+    "locate",
     "resolve",
     "folder_kind",
+    "architecture",
+    "position_scheme",
     "check_config",
     "check_loaded",
     "is_hub_id",
+    "GGUF_SUFFIX",
 ]
-
-DECODER_TYPES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gpt2")
-TRANSFORMERS_TYPES = DECODER_TYPES + ("bert",)
-"""transformers `model_type`s the explainer loads (each tested with a tiny random model)."""
-
-POSITIONS = {
-    "llama": "positions.rope",
-    "qwen2": "positions.rope",
-    "qwen3": "positions.rope_qk_norm",
-    "mistral": "positions.rope",
-    "gemma2": "positions.rope",
-    "gpt2": "positions.learned",
-    "bert": "positions.learned",
-}
-"""Each model type's positional scheme, as its key in the text table (`views.texts`: zh and en)."""
 
 LIMITS = TRANSFORMERS_LIMITS
 """Largest value accepted per config field: `selfattn.limits.TRANSFORMERS_LIMITS`, the one table of sizes
@@ -56,8 +50,21 @@ LIMITS = TRANSFORMERS_LIMITS
 WEIGHT_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]
 """The files a hub download fetches: configs, weights (safetensors only), tokenizer files."""
 
+GGUF_SUFFIX = ".gguf"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+DECODER_HEADS = ("ForCausalLM", "LMHeadModel")
+"""An architecture whose class name ends so is a decoder with a language-model head."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A model on disk: `folder`, and `gguf`, the name of the GGUF file in it to read (None: config.json and
+    safetensors); `name` is what the views call it."""
+
+    folder: Path
+    name: str
+    gguf: str | None = None
 
 
 def is_hub_id(text: str) -> bool:
@@ -65,17 +72,30 @@ def is_hub_id(text: str) -> bool:
     return bool(_HUB_ID.match(text)) and not Path(text).exists()
 
 
-def resolve(source: str | os.PathLike) -> Path:
-    """A local folder for `source` (a folder path, or a hub id)."""
+def locate(source: str | os.PathLike) -> Source:
+    """Where `source` (a folder, a .gguf file, or a hub id) is on disk."""
     text = os.fspath(source)
     if not isinstance(text, str) or not text:
-        raise ValueError(f"model must be a folder or a hub id like 'Qwen/Qwen2.5-0.5B', got {source!r}")
-    folder = Path(text)
-    if folder.is_dir():
-        return folder
+        raise ValueError(f"model must be a folder, a .gguf file or a hub id like 'Qwen/Qwen2.5-0.5B', got {source!r}")
+    path = Path(text)
+    if path.is_dir():
+        ggufs = sorted(p.name for p in path.iterdir() if p.suffix.lower() == GGUF_SUFFIX)
+        if (path / "config.json").is_file() or not ggufs:
+            return Source(path, path.name)
+        if len(ggufs) > 1:
+            raise ValueError(f"{path} holds {len(ggufs)} GGUF files ({', '.join(ggufs)}): give the one to read")
+        return Source(path, ggufs[0], gguf=ggufs[0])
+    if path.suffix.lower() == GGUF_SUFFIX and path.exists():
+        open_regular(path, what="GGUF file").close()  # a FIFO or a device is named, never waited on
+        return Source(path.parent, path.name, gguf=path.name)
     if is_hub_id(text):
-        return _snapshot(text)
-    raise FileNotFoundError(f"model folder not found: {folder}")
+        return Source(_snapshot(text), text)
+    raise FileNotFoundError(f"model folder not found: {path}")  # the path last, as the user typed it
+
+
+def resolve(source: str | os.PathLike) -> Path:
+    """The local folder of `source` (`locate`)."""
+    return locate(source).folder
 
 
 def _snapshot(repo_id: str) -> Path:
@@ -100,11 +120,16 @@ def _snapshot(repo_id: str) -> Path:
     return Path(path)
 
 
-def folder_kind(folder: Path) -> tuple[str, dict]:
-    """("selfattn" or a transformers model_type, the parsed config.json) of a model folder."""
+def folder_kind(source: Source | Path) -> tuple[str, dict]:
+    """("selfattn" or the transformers model_type, the config as a dict) of a model, its sizes checked."""
+    source = source if isinstance(source, Source) else Source(Path(source), Path(source).name)
+    if source.gguf is not None:
+        data = gguf_config(source.folder / source.gguf)
+        return str(data.get("model_type")), data
+    folder = source.folder
     config_path = folder / "config.json"
     if not config_path.is_file():
-        raise FileNotFoundError(f"{folder} has no config.json: not a model folder")
+        raise FileNotFoundError(f"{folder} has no config.json (nor a .gguf file): not a model folder")
     try:
         data = read_json(config_path, what="model config")
     except ValueError as e:
@@ -114,14 +139,46 @@ def folder_kind(folder: Path) -> tuple[str, dict]:
     if data.get("format") == FORMAT:
         return "selfattn", data
     kind = data.get("model_type")
-    if kind not in TRANSFORMERS_TYPES:
-        raise ValueError(
-            f"{folder}: model_type {kind!r} is not supported; selfattn reads its own checkpoints "
-            f"and transformers folders of {', '.join(TRANSFORMERS_TYPES)}"
-        )
-    check_weights(folder)
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"{config_path} names no model_type: neither a selfattn checkpoint nor a transformers model")
     check_config(data, config_path)
-    return kind, data
+    full = _with_defaults(kind, data, config_path)
+    architecture(full)  # an encoder–decoder is refused before its weights are looked at
+    check_weights(folder)
+    return kind, full
+
+
+def _with_defaults(kind: str, data: dict, where: Path) -> dict:
+    """The config as transformers reads it (its class's defaults filled in: the layer count the dry run
+    checks, is_encoder_decoder …); a model_type transformers does not know is refused by name."""
+    try:
+        import transformers
+    except ImportError:
+        raise ValueError(f"{where} is a transformers model; reading it needs the `transformers` package") from None
+    try:
+        config = transformers.AutoConfig.for_model(kind, **{k: v for k, v in data.items() if k != "model_type"})
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{where}: model_type {kind!r} is not supported: transformers cannot read it ({e})") from None
+    return config.to_dict()
+
+
+def gguf_config(path: Path) -> dict:
+    """The transformers config of a GGUF file, read from its metadata only (transformers' GGUF reader, no
+    tensor is read or dequantized), its sizes checked (`check_config`)."""
+    open_regular(path, what="GGUF file").close()
+    try:
+        import transformers
+    except ImportError:
+        raise ValueError(f"{path} is a GGUF file; reading it needs the `transformers` and `gguf` packages") from None
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+    except ImportError as e:
+        raise ValueError(f"{path}: reading GGUF files needs the `gguf` package ({e})") from None
+    except (ValueError, KeyError, OSError, IndexError) as e:
+        raise ValueError(f"{path} could not be read as a GGUF model: {str(e)[:300]}") from None
+    data = config.to_dict()
+    check_config(data, path)
+    return data
 
 
 def check_weights(folder: Path) -> None:
@@ -148,15 +205,90 @@ def check_config(config: dict, source: Path) -> None:
             raise ValueError(str(e)) from None
         if value > limit:
             raise ValueError(f"{source}: {name}={value:,} is over the limit of {limit:,}")
-    layers = config.get("num_hidden_layers") or config.get("n_layer") or 0
-    width = config.get("hidden_size") or config.get("n_embd") or 0
-    ff = config.get("intermediate_size") or config.get("n_inner") or 4 * width
+    layers = config.get("num_hidden_layers") or config.get("n_layer") or config.get("n_layers") or 0
+    width = config.get("hidden_size") or config.get("n_embd") or config.get("dim") or 0
+    ff = config.get("intermediate_size") or config.get("n_inner") or config.get("hidden_dim") or 4 * width
     vocab = config.get("vocab_size") or 0
     estimate = layers * (4 * width * width + 3 * width * ff) + 2 * vocab * width
     check_parameters(estimate, str(source), "num_hidden_layers × hidden_size × …")
     text = config.get("text_config")
     if isinstance(text, dict):
         check_config(text, source)
+
+
+def architecture(config: dict) -> tuple[str, str]:
+    """("decoder", why) when transformers should build the model with AutoModelForCausalLM, ("encoder", why)
+    for AutoModel. Read from the config, in this order:
+
+    1. `architectures` (the class the weights were saved from): a name ending in ForCausalLM / LMHeadModel
+       is a decoder with its language-model head; any other (BertForMaskedLM, BertModel) an encoder;
+    2. without it (a GGUF file, a hand-written config): `is_decoder`, then whether transformers has a
+       causal-LM class for the model_type and no masked-LM class (BERT-like types have both: encoders).
+    An encoder–decoder (T5, BART) is refused: the explainer reads one stack of self-attention."""
+    kind = config.get("model_type")
+    if config.get("is_encoder_decoder"):
+        raise ValueError(
+            f"model_type {kind!r} is not supported: it is an encoder–decoder model, and the explainer reads "
+            "decoders and encoders (one stack of self-attention)"
+        )
+    names = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+    if names:
+        head = next((a for a in names if a.endswith(DECODER_HEADS)), None)
+        if head is not None:
+            return "decoder", f"its config names the architecture {head} (a language-model head)"
+        return "encoder", f"its config names the architecture {names[0]} (no causal language-model head)"
+    if config.get("is_decoder"):
+        return "decoder", "its config says is_decoder"
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    if kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and kind not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return "decoder", f"transformers builds {kind!r} as a causal language model"
+    return "encoder", f"transformers has no causal-only language model for {kind!r}"
+
+
+ROPE_FIELDS = ("rope", "rotary")
+"""A config field whose name holds one of these (rope_theta, rope_parameters, rotary_dim, partial_rotary_factor,
+global_rope_theta …) means rotary positions."""
+QK_NORM_MODULES = ("q_norm", "q_layernorm", "query_layernorm")
+
+
+def position_scheme(config: dict, model=None) -> str:
+    """The positional scheme of a transformers model, as its key in `views.texts` ("positions.…"), read
+    from its config (and, for learned positions, from the embedding modules the model holds):
+
+        position_embedding_type "alibi" or an `alibi` field      positions.alibi
+        a rope / rotary field (or position_embedding_type rotary) positions.rope (positions.rope_qk_norm when
+                                                                  the model normalises Q and K first)
+        position_embedding_type relative_key(_query)              positions.relative
+        sinusoidal_pos_embds                                      positions.sinusoidal
+        an nn.Embedding for positions (wpe, position_embeddings)  positions.learned
+        none of these                                             positions.unknown"""
+    kind = str(config.get("position_embedding_type") or "").lower()
+    if kind == "alibi" or config.get("alibi") or config.get("use_alibi"):
+        return "positions.alibi"
+    rope = kind in ("rotary", "rope") or any(
+        any(word in name for word in ROPE_FIELDS) and value not in (None, False, 0) for name, value in config.items()
+    )
+    if rope:
+        qk_norm = config.get("use_qk_norm") or config.get("qk_layernorm")
+        if model is not None and not qk_norm:
+            qk_norm = any(name.rsplit(".", 1)[-1] in QK_NORM_MODULES for name, _ in model.named_modules())
+        return "positions.rope_qk_norm" if qk_norm else "positions.rope"
+    if kind.startswith("relative"):
+        return "positions.relative"
+    if config.get("sinusoidal_pos_embds"):
+        return "positions.sinusoidal"
+    if model is not None:
+        import torch
+
+        for name, module in model.named_modules():
+            leaf = name.rsplit(".", 1)[-1]
+            if isinstance(module, torch.nn.Embedding) and ("pos" in leaf or leaf == "wpe"):
+                return "positions.learned"
+    return "positions.unknown"
 
 
 UNUSED_PREFIXES = ("pooler.",)

@@ -35,7 +35,8 @@ def trace_bytes(trace: ModelTrace) -> int:
     for layer in trace.layers:
         tensors += [layer.x, layer.q, layer.k, layer.v, layer.visible, layer.lse, layer.attn_out, layer.output]
         tensors += [c.visible for c in layer.changed.values()]
-    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+    digests = sum(layer.digest.nbytes for layer in trace.layers if layer.digest is not None)
+    return digests + sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
 class _Slot:

@@ -41,6 +41,7 @@ from ...modules import MultiHeadSelfAttention, SelfAttention
 from ...request import Request
 from ...scores import ScoreRule
 from ...weights import _row_index, weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
+from .digest import DIGEST_WEIGHTS_BYTES, Digest, digest
 from .interventions import Intervention
 
 __all__ = ["LayerTrace", "ModelTrace", "HeadChange", "capture", "head_stages"]
@@ -72,6 +73,8 @@ class LayerTrace:
     softcap  float | None   scaled scores s become softcap·tanh(s / softcap) before masking
     window   int | None     the sliding window, if any
     changed  {head: HeadChange}  heads an intervention computed differently from the layer
+    digest   the per-head summaries and thumbnails read from the call's own weights (`capture.digest`),
+             or None when they were too large to ask for (`summary.scan` then recomputes them)
     """
 
     x: torch.Tensor
@@ -87,6 +90,7 @@ class LayerTrace:
     softcap: float | None = None
     window: int | None = None
     changed: dict[int, HeadChange] = field(default_factory=dict)
+    digest: Digest | None = None
 
     @property
     def n_heads(self) -> int:
@@ -147,10 +151,11 @@ def head_stages(q, k, lse, *, scale: float, softcap: float | None, visible, v=No
 class ModelTrace:
     """A whole model on one input.
 
-    tokens     the token strings, in order
+    tokens     the token strings, in order (as a person reads them: `explain.pieces` labels)
     token_ids  (L,)
     layers     one LayerTrace per attention call, bottom to top
     logits     (L, vocab) for a decoder, None for an encoder
+    pieces     the tokens grouped into characters and words (`explain.pieces.Pieces`), when known
     """
 
     tokens: list[str]
@@ -158,6 +163,12 @@ class ModelTrace:
     layers: list[LayerTrace]
     intervention: Intervention
     logits: torch.Tensor | None
+    pieces: object | None = None
+
+    @property
+    def kind(self) -> str:
+        """ "decoder" (some attention call was causal: a next-token prediction exists) or "encoder"."""
+        return "encoder" if self.logits is None else "decoder"
 
     @property
     def n_layers(self) -> int:
@@ -252,7 +263,13 @@ class _Recorder:
 
     def intercept(self, request: Request, compute) -> Result:
         layer = len(self.calls)
-        base = dataclasses.replace(request, mask=_bool_mask(request.mask, request.q.dtype), return_lse=True)
+        square = request.Lq == request.Lk
+        base = dataclasses.replace(
+            request,
+            mask=_bool_mask(request.mask, request.q.dtype),
+            return_lse=True,
+            return_weights=request.return_weights or (square and request.weights_bytes <= DIGEST_WEIGHTS_BYTES),
+        )
         iv = self.intervention
         applies = bool(iv) and iv.applies_to(layer)  # a scope with nothing to apply changes nothing
         changed = iv.apply(base) if applies else base
@@ -268,16 +285,18 @@ class _Recorder:
             {
                 "request": kept,
                 "head_change": head_change,
-                "result": result,
+                "result": result._replace(weights=None),  # the weights are read now, never kept
+                "digest": _digest_of(result, kept, head_change) if base.return_weights else None,
                 "x": x,
                 "caller": caller,
                 "holder": holder,
                 "causal_before": request.causal,
             }
         )
-        if not request.return_lse:
-            result = result._replace(lse=None)
-        return result
+        return result._replace(
+            lse=result.lse if request.return_lse else None,
+            weights=result.weights if request.return_weights else None,
+        )
 
 
 def _compute_one_head_apart(base: Request, changed: Request, head: int, compute) -> Result:
@@ -358,6 +377,17 @@ def _bool_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | 
     return ~hidden
 
 
+def _digest_of(result: Result, kept: Request, head_change) -> Digest:
+    """The Digest of batch item 0 from the weights the call returned, each head with the rule it was computed by."""
+    visible = _visible(kept)[None]  # (1, L, L)
+    if head_change is not None:
+        head, changed = head_change
+        visible = visible.expand(kept.Hq, -1, -1).clone()
+        visible[head] = _visible(changed, head)
+    weights = result.weights[0]  # (H, L, L)
+    return digest(lambda start, stop: weights[:, start:stop], visible, kept.Lq, kept.Hq)
+
+
 def _visible(r: Request, head: int = 0) -> torch.Tensor:
     """(Lq, Lk) bool of batch item 0, query head `head`: rule and mask together."""
     visible = visibility(r.Lq, r.Lk, causal=r.causal, window=r.window, device=r.q.device)
@@ -393,6 +423,7 @@ def _layer(call: dict) -> LayerTrace:
         softcap=r.softcap,
         window=r.window,
         changed=changed,
+        digest=call["digest"],
     )
 
 

@@ -5,18 +5,34 @@ numbers from here, so they cannot disagree.
 
 Layout of the dict (L tokens, H heads, D head dim):
 
-    selfattn_version, model {name, kind, architecture, positions, n_layers, n_heads, n_kv_heads, head_dim, d_model},
-    text, tokens [L], token_ids [L], unknown {count, positions [..], message},
+    selfattn_version, model {name, kind "decoder"|"encoder", architecture, positions, positions_zh, positions_key,
+           n_layers, n_heads, n_kv_heads, kv_of_head [H] (the key/value head each query head reads), head_dim,
+           d_model, dtype, tokenizer (a `texts` key: how the text is cut), loaded {format, file, class, why}},
+    text, tokens [L] (each piece as a person reads it: `pieces` labels, 森(1/3), <unk>:☃),
+    token_names [L] (the same with "@position" on a repeated one: 金鱼@5; what every view shows),
+    token_ids [L], unknown {count, positions [..], message} (true <unk> pieces only, never byte pieces),
+    pieces {pieces [{id, raw, label, span, special, unknown}], names, characters / words [{text, name, start,
+            end, pieces}], rule {zh, en}} (`pieces.Pieces.as_dict`: every level),
+    levels {rule, characters / words {names, pieces [[i]], same, weights [G][G] | None}} (the shown head per
+            character and per word: `pieces.aggregate`, mean over the query group's pieces of the sum over the
+            key group's pieces; weights None beyond LEVEL_MAX_GROUPS groups),
+    display {thumbnail_size, thumbnails [layer][head] {b64, shape, dtype "f16"}, selected {layer, head, scale,
+             weights {b64, shape [L, L], dtype "u16"}}} (what the page draws, at the precision it draws it),
+    omitted? {layers, bytes, limit, message, text {zh, en}} (layers="auto" over MAX_EXPORT_BYTES),
+    lang? ("zh" | "en": the language the views of this dict speak, when given),
     intervention {scaling, causal, temperature, block?, layer?, head?} (the flat record: `Intervention.as_dict`),
     interventions [{name, label {zh, en}, help, said, params [{name, type, min, max, default, label}],
-                    needs_baseline}] (the registry as data: the page builds its controls from it),
+                    needs_baseline, unavailable? {zh, en}}] (the registry as data: the page builds its controls
+                    from it; an encoder's no_causal says why it does not apply),
     experiment {applied {name: {param: value}, layer, head}, and with a baseline compared (`experiment`):
                 layer, head, scope, same_x, entropy, future, future_row, top, text {zh, en}},
     texts {key: {zh, en}} (the sentences the page shows: `texts.for_page`),
     selected {layer, head, rule}, summaries [layer][head] {entropy, max_weight, first_token, previous, self, rows},
-    descriptions [layer][head] {kind, text {zh, en}, …} (`heads.describe`), first_token {token, selected, mean},
+    descriptions [layer][head] {kind, text {zh, en}, …} (`heads.describe`), first_token? {token, selected, mean}
+    (only when the first token is a special token: <bos>, [CLS]),
     search? {query, key, heads [{layer, head, weight}]} (asked with find),
-    prediction [{token, id, prob}] (decoders: the next token after the text; [] for encoders),
+    prediction [{token, shown, id, prob}] (decoders: the next token after the text, `shown` as a person reads
+               it: "␣Mary", a partial character as its bytes "⟨E6 A3⟩"; [] for encoders),
     layers [ {scale, causal, softcap, window, visible [L][L] 0/1, x [L][d_model], attn_out [L][d_model],
               output [L][d_model],
               heads [ {kv_head, q [L][D], k [L][D], v [L][D], lse [L],
@@ -30,6 +46,8 @@ stays standard.
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 import torch
 
@@ -37,6 +55,7 @@ from ... import __version__, checks
 from ...files import json_float
 from ..capture import interventions
 from ..capture.trace import LayerTrace, ModelTrace, head_stages
+from ..pieces import AGGREGATION_RULE, aggregate, names, shown_piece
 from . import taxonomy, texts
 
 STAGES_MAX_LEN = 64
@@ -48,30 +67,65 @@ TOP_PREDICTIONS = 5
 
 def model_info(name: str, trace: ModelTrace, *, architecture: str, positions: str) -> dict:
     """The model card every view shows: name, decoder/encoder, architecture, positional scheme (`positions`:
-    its key in `texts.TEXTS`, written out in English and in Chinese), sizes."""
+    its key in `texts.TEXTS`, written out in English and in Chinese), sizes, and for grouped-query attention
+    which key/value head each query head reads (`kv_of_head`, and `texts` "gqa" in words)."""
     first = trace.layers[0]
+    n_heads, n_kv = first.n_heads, int(first.k.shape[0])
     return {
         "name": name,
-        "kind": "decoder" if trace.logits is not None else "encoder",
+        "kind": trace.kind,
         "architecture": architecture,
         "positions": texts.text(positions, "en"),
         "positions_zh": texts.text(positions, "zh"),
+        "positions_key": positions,
         "n_layers": trace.n_layers,
-        "n_heads": first.n_heads,
-        "n_kv_heads": int(first.k.shape[0]),
+        "n_heads": n_heads,
+        "n_kv_heads": n_kv,
+        "kv_of_head": [first.kv_head(h) for h in range(n_heads)],
         "head_dim": int(first.q.shape[-1]),
         "d_model": int(first.x.shape[-1]),
+        "dtype": str(first.q.dtype).removeprefix("torch."),
     }
 
 
-def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS) -> list[dict]:
-    """The k most likely next tokens after the whole text; `decode(id) -> str`."""
+def gqa_words(model: dict, lang: str) -> str:
+    """Which key/value head each query head reads, in words ("" without grouped-query attention)."""
+    H, Hkv = model["n_heads"], model["n_kv_heads"]
+    if Hkv == H:
+        return ""
+    G = H // Hkv
+    groups = ("；" if lang == "zh" else "; ").join(
+        texts.text("gqa.group", lang, first=g * G, last=(g + 1) * G - 1, kv=g) if G > 1 else f"{g}→{g}"
+        for g in range(Hkv)
+    )
+    return texts.text("gqa.mqa" if Hkv == 1 else "gqa.heads", lang, n=H, kv=Hkv, g=G, groups=groups)
+
+
+def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS, *, shown=None) -> list[dict]:
+    """The k most likely next tokens after the whole text: {token (decode(id): the text it adds), shown (as a
+    person reads it: `shown(id)`, default `pieces.shown_piece` of the text), id, prob}."""
     if trace.logits is None:
         return []
     probs = torch.softmax(trace.logits[-1].double(), dim=-1)
     top = torch.topk(probs, min(k, probs.numel()))
-    pairs = zip(top.values, top.indices, strict=True)
-    return [{"token": decode(int(i)), "id": int(i), "prob": float(p)} for p, i in pairs]
+    out = []
+    for p, i in zip(top.values, top.indices, strict=True):
+        token = decode(int(i))
+        out.append(
+            {
+                "token": token,
+                "shown": shown_piece(token) if shown is None else shown(int(i)),
+                "id": int(i),
+                "prob": float(p),
+            }
+        )
+    return out
+
+
+def starts_with_special(trace: ModelTrace) -> bool:
+    """Whether the first token is a special token (<bos>, [CLS]): the only case the first-token note is made for."""
+    pieces = trace.pieces
+    return bool(trace.tokens) and pieces is not None and bool(pieces.special[0])
 
 
 def to_dict(
@@ -84,26 +138,31 @@ def to_dict(
     prediction: list,
     unknown: dict,
     stages: bool | None = None,
-    layers=None,
+    layers="auto",
+    thumbnails=None,
 ) -> dict:
     """Everything captured, as JSON-ready lists. `unknown`: {count, positions, message} of the tokens
     the tokenizer could not represent (never left out, so no view can hide them). `layers`: the layer
-    indices whose arrays are written (default all); the others keep their scalars only."""
+    indices whose arrays are written; None: all; "selected": the shown one; "auto": all unless that is
+    over MAX_EXPORT_BYTES of JSON, then the shown one (doc["omitted"] says so, with the size). The
+    others keep their scalars only. `thumbnails`: `summary.scan`'s, for doc["display"]."""
     with_stages = trace.layers[0].length <= STAGES_MAX_LEN if stages is None else stages
-    wanted = check_layers(layers, trace.n_layers)
+    wanted, omitted = _wanted_layers(trace, layers, selected["layer"], with_stages)
     out_layers = [
         _layer_dict(layer, with_stages) if index in wanted else _rule(layer) | {"omitted": True}
         for index, layer in enumerate(trace.layers)
     ]
-    return {
+    pieces = trace.pieces
+    doc = {
         "selfattn_version": __version__,
         "model": model,
         "text": text,
         "tokens": list(trace.tokens),
+        "token_names": names(trace.tokens),
         "token_ids": trace.token_ids.tolist(),
         "unknown": unknown,
         "intervention": trace.intervention.as_dict(),
-        "interventions": interventions.as_data(),
+        "interventions": _interventions(trace.kind),
         "experiment": {"applied": trace.intervention.as_applied()},
         "texts": texts.for_page(),
         "head_types": taxonomy.legend(),
@@ -112,6 +171,122 @@ def to_dict(
         "prediction": prediction,
         "layers": out_layers,
     }
+    if pieces is not None:
+        doc["pieces"] = pieces.as_dict()
+        doc["levels"] = levels(trace, selected["layer"], selected["head"])
+    if thumbnails is not None:
+        doc["display"] = display(trace, selected["layer"], selected["head"], thumbnails)
+    if omitted is not None:
+        doc["omitted"] = omitted
+    return doc
+
+
+def _interventions(kind: str) -> list[dict]:
+    """The registry as data; for an encoder, the entry it refuses (no_causal) carries why (`unavailable`)."""
+    entries = interventions.as_data()
+    if kind == "encoder":
+        for entry in entries:
+            if entry["name"] == "no_causal":
+                entry["unavailable"] = {lang: texts.text("encoder.no_causal", lang) for lang in texts.LANGS}
+    return entries
+
+
+MAX_EXPORT_BYTES = 32 << 20
+"""Most bytes of JSON the layers' arrays may take when `layers="auto"`: beyond, the dict holds the shown
+layer's arrays only and says so in doc["omitted"] (ask for the others with `layers=[…]`, one at a time)."""
+JSON_NUMBER_BYTES = 21
+"""What one float costs in JSON, about (sign, 17 digits, point, exponent, comma); a 0/1 of `visible`: 2."""
+
+
+def layer_json_bytes(layer: LayerTrace, with_stages: bool) -> int:
+    """About how many bytes of JSON one layer's arrays take in the dict (`_layer_dict`)."""
+    L, H = layer.length, layer.n_heads
+    width = layer.x.shape[-1] + layer.attn_out.shape[-1] + layer.output.shape[-1]
+    per_head = L * (layer.q.shape[-1] + layer.k.shape[-1] + layer.v.shape[-1] + 1) + (5 * L * L if with_stages else 0)
+    return (L * width + H * per_head) * JSON_NUMBER_BYTES + 2 * L * L * (1 + len(layer.changed))
+
+
+def _wanted_layers(trace: ModelTrace, layers, shown: int, with_stages: bool) -> tuple[set[int], dict | None]:
+    """(indices of the layers whose arrays are written, doc["omitted"] or None) for `layers` (see `to_dict`)."""
+    if isinstance(layers, str) and layers == "selected":
+        return {shown}, None
+    if not (isinstance(layers, str) and layers == "auto"):
+        return check_layers(layers, trace.n_layers), None
+    total = sum(layer_json_bytes(layer, with_stages) for layer in trace.layers)
+    if total <= MAX_EXPORT_BYTES:
+        return set(range(trace.n_layers)), None
+    values = {
+        "mb": f"{total / 1e6:,.0f}",
+        "limit": f"{MAX_EXPORT_BYTES / 1e6:,.0f}",
+        "layer": shown,
+        "one_mb": f"{layer_json_bytes(trace.layers[shown], with_stages) / 1e6:,.0f}",
+    }
+    said = {lang: texts.text("export.omitted", lang, **values) for lang in texts.LANGS}
+    return {shown}, {
+        "layers": [i for i in range(trace.n_layers) if i != shown],
+        "bytes": total,
+        "limit": MAX_EXPORT_BYTES,
+        "message": said["en"],
+        "text": said,
+    }
+
+
+LEVEL_MAX_GROUPS = 256
+"""Up to this many groups a level's weights for the shown head are in the dict (beyond: its groups only)."""
+
+
+def levels(trace: ModelTrace, layer: int, head: int) -> dict:
+    """The shown head at the character and word levels: {level: {names, pieces [[members]], weights
+    [G][G] | None, same}} — weights = `pieces.aggregate` of the piece weights (mean over the query group's
+    pieces of the sum over the key group's pieces), float64 from `LayerTrace.stages`; `same`: the level's
+    groups are the pieces themselves."""
+    p = trace.pieces
+    w = None
+    out = {"rule": AGGREGATION_RULE}
+    for level in ("characters", "words"):
+        groups = p.group_of(level)
+        entry = {
+            "names": p.names(level),
+            "pieces": [list(g.members) for g in groups],
+            "same": len(groups) == len(p),
+            "weights": None,
+        }
+        if len(groups) <= LEVEL_MAX_GROUPS:
+            w = trace.layers[layer].stages(head, weighted=False)["weights"] if w is None else w
+            entry["weights"] = aggregate(w, groups).tolist()
+        out[level] = entry
+    return out
+
+
+def display(trace: ModelTrace, layer: int, head: int, thumbnails) -> dict:
+    """What the page's overview and the shown head's matrix draw, at the precision they draw it, packed as
+    `report.pack` packs arrays ({b64, shape, dtype}, little-endian):
+
+        thumbnails [layer][head]  f16 (T, T): `summary.scan`'s cells (the exact weights when L <= T)
+        weights                   u16 (L, L) of the shown head: round(weight × 65535) (±7.6e-6)"""
+    w = trace.layers[layer].stages(head, weighted=False)["weights"].numpy()
+    scaled = np.rint(np.clip(w, 0.0, 1.0) * WEIGHT_SCALE).astype("<u2")
+    return {
+        "thumbnail_size": int(thumbnails[0][0].shape[-1]) if thumbnails and thumbnails[0] else 0,
+        "thumbnails": [[_packed(t.numpy().astype("<f2"), "f16") for t in row] for row in thumbnails],
+        "selected": {"layer": layer, "head": head, "scale": WEIGHT_SCALE, "weights": _packed(scaled, "u16")},
+    }
+
+
+WEIGHT_SCALE = 65535
+"""The shown head's weights travel as uint16: weight × WEIGHT_SCALE, rounded."""
+
+
+def _packed(a: np.ndarray, dtype: str) -> dict:
+    return {"b64": base64.b64encode(a.tobytes()).decode("ascii"), "shape": list(a.shape), "dtype": dtype}
+
+
+def unpack_display(packed: dict) -> np.ndarray:
+    """One array of doc["display"] back as float64 (a u16 weight matrix divided by WEIGHT_SCALE)."""
+    raw = base64.b64decode(packed["b64"])
+    a = np.frombuffer(raw, dtype={"f16": "<f2", "u16": "<u2"}[packed["dtype"]]).astype(np.float64)
+    a = a.reshape(packed["shape"])
+    return a / WEIGHT_SCALE if packed["dtype"] == "u16" else a
 
 
 def _rule(layer: LayerTrace) -> dict:

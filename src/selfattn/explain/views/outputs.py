@@ -65,7 +65,7 @@ def render(doc: dict, *, npz=None, html=None, plots_dir=None, force: bool = Fals
     if html is not None:
         from .report import render_html
 
-        files[Path(html)] = render_html(doc).encode("utf-8")
+        files[Path(html)] = render_html(doc | {"lang": lang}).encode("utf-8")  # the page speaks --lang
     if plots_dir is not None:
         files |= {Path(plots_dir) / name: data for name, data in plots.render(doc, lang=lang).items()}
     return files

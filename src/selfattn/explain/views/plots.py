@@ -1,10 +1,17 @@
 """Pictures of attention: one head's heatmap, and the layer × head grid. PNG or SVG (by suffix).
 
-Chinese tick labels need a CJK font; matplotlib is pointed at "WenQuanYi Micro Hei" (Debian's
-fonts-wqy-microhei), inside `matplotlib.rc_context` for one picture: each picture is an explicit
-Figure on an Agg canvas, so neither the global backend nor the global rcParams are touched. Without
-such a font, labels with CJK characters would render as boxes, so `save` refuses with an error
-that says what to install.
+Chinese tick labels need a CJK font; matplotlib is pointed at the first installed one of CJK_FONTS (the
+common CJK fonts of Linux, macOS and Windows: Noto Sans CJK, WenQuanYi, PingFang, Hiragino Sans GB, Heiti,
+Microsoft YaHei, SimHei …), inside `matplotlib.rc_context` for one picture: each picture is an explicit
+Figure on an Agg canvas, so neither the global backend nor the global rcParams are touched. Without such
+a font, labels with CJK characters would render as boxes, so `save` refuses with an error that names the
+fonts it looked for and says what to install.
+
+Sized for a screen: no picture is wider or taller than MAX_PIXELS. The grid draws each head from the
+export's thumbnails (doc["display"], `summary.scan`: the weights pooled into at most 64 × 64 cells), so
+24 layers × 14 heads of a 512-token input are drawn in seconds; with small cells the heads are named by
+their row (layer) and column (head) instead of a title per cell, and the picture's title sits above the
+first row, never over it.
 """
 
 from __future__ import annotations
@@ -15,33 +22,77 @@ from pathlib import Path
 import numpy as np
 
 from ...files import check_writable, write_atomic
+from ...masks import visibility
 from . import texts
-from .export import head_weights
+from .export import head_weights, unpack_display
 from .fileset import write_all
 
-CJK_FONTS = ("WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "Noto Sans CJK JP")
-FONT_FILES = ("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc", "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc")
+CJK_FONTS = (
+    "Noto Sans CJK SC",
+    "Noto Sans CJK JP",
+    "Noto Sans SC",
+    "Source Han Sans SC",
+    "WenQuanYi Micro Hei",
+    "WenQuanYi Zen Hei",
+    "PingFang SC",
+    "Hiragino Sans GB",
+    "Heiti SC",
+    "STHeiti",
+    "Microsoft YaHei",
+    "SimHei",
+    "SimSun",
+    "Droid Sans Fallback",
+    "Arial Unicode MS",
+)
+"""CJK font families, in order of preference: Linux (Noto, WenQuanYi, Droid), macOS (PingFang, Hiragino,
+Heiti), Windows (Microsoft YaHei, SimHei, SimSun)."""
+FONT_FILES = (
+    "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
+    "/usr/share/fonts/noto-cjk/NotoSansCJK-Regular.ttc",
+    "/usr/share/fonts/google-noto-cjk/NotoSansCJK-Regular.ttc",
+    "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc",
+    "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc",
+    "/usr/share/fonts/truetype/droid/DroidSansFallbackFull.ttf",
+    "/System/Library/Fonts/PingFang.ttc",
+    "/System/Library/Fonts/Hiragino Sans GB.ttc",
+    "/System/Library/Fonts/STHeiti Light.ttc",
+    "/Library/Fonts/Arial Unicode.ttf",
+    "C:/Windows/Fonts/msyh.ttc",
+    "C:/Windows/Fonts/simhei.ttf",
+    "C:/Windows/Fonts/simsun.ttc",
+)
+"""Where those fonts are installed by default: added to matplotlib's list when its font cache is older."""
 FORMATS = (".png", ".svg")
 GRID_CELL_INCHES = 2.2
 MAX_HEATMAP_INCHES = 12.0
 DPI = 150
+MAX_PIXELS = 2000
+"""No picture is wider or taller than this (at DPI)."""
+TITLED_CELL_INCHES = 1.2
+"""Grid cells at least this large carry their own title (layer, head, entropy); smaller ones are named by
+their row and column."""
 
 
 def fonts(needs_cjk: bool) -> list[str]:
     """The sans-serif font list for the pictures: the installed CJK fonts first, then DejaVu Sans.
-    Refuses (ValueError) when CJK labels must be drawn and no CJK font is installed."""
+    Refuses (ValueError) when CJK labels must be drawn and no CJK font is installed, naming those looked for."""
     from matplotlib import font_manager
 
+    known = {e.fname for e in font_manager.fontManager.ttflist}
     for f in FONT_FILES:  # a stale font cache may not know a font installed after it was built
-        if Path(f).is_file() and f not in {e.fname for e in font_manager.fontManager.ttflist}:
-            font_manager.fontManager.addfont(f)
+        if f not in known and Path(f).is_file():
+            try:
+                font_manager.fontManager.addfont(f)
+            except (OSError, RuntimeError, ValueError):  # a collection matplotlib cannot read: skip it
+                continue
     installed = {e.name for e in font_manager.fontManager.ttflist}
     cjk = [f for f in CJK_FONTS if f in installed]
     if needs_cjk and not cjk:
         raise ValueError(
             "no CJK font found for the Chinese labels (looked for "
             + ", ".join(CJK_FONTS)
-            + "); install one, e.g. `apt-get install fonts-wqy-microhei`"
+            + "); install one, e.g. `apt-get install fonts-noto-cjk` or `fonts-wqy-microhei` on Linux "
+            "(macOS and Windows ship PingFang / Microsoft YaHei)"
         )
     return cjk + ["DejaVu Sans"]
 
@@ -126,7 +177,7 @@ def _draw_bytes(build, doc: dict, lang: str, names: list[str]) -> list[bytes]:
 
 def _heatmap(doc: dict, layer: int, head: int, lang: str):
     t = partial(_say, lang)
-    tokens = doc["tokens"]
+    tokens = list(doc.get("token_names") or doc["tokens"])
     w = head_weights(doc, layer, head)
     lay = doc["layers"][layer]
     visible = np.array(lay["heads"][head].get("visible", lay["visible"]), dtype=bool)
@@ -140,7 +191,7 @@ def _heatmap(doc: dict, layer: int, head: int, lang: str):
     drawn = np.ma.masked_where(~visible, w)
     cmap = matplotlib_cmap()
     im = ax.imshow(drawn, cmap=cmap, norm=_norm(), interpolation="nearest")
-    ticks = [f"{start + i} {tok}" for i, tok in enumerate(shown)]
+    ticks = [_glyphs(tok) if "@" in tok else f"{start + i} {_glyphs(tok)}" for i, tok in enumerate(shown)]
     ax.set_xticks(range(n), ticks, rotation=90 if n > 8 else 0, fontsize=8 if n > 24 else 10)
     ax.set_yticks(range(n), ticks, fontsize=8 if n > 24 else 10)
     if n <= 12:
@@ -186,42 +237,129 @@ def grid(doc: dict, path, *, force: bool = False, lang: str = "zh") -> Path:
 
 
 def _grid(doc: dict, lang: str):
-    t = partial(_say, lang)
+    """The layer × head grid (see the module doc: from the thumbnails, at most MAX_PIXELS a side): one small
+    heatmap per head with its title when the cells are large enough (TITLED_CELL_INCHES), else one mosaic
+    image of every head's thumbnail, rows named by layer and columns by head."""
     m = doc["model"]
     n_l, n_h = m["n_layers"], m["n_heads"]
-    tokens = doc["tokens"]
-    start = max(0, len(tokens) - ZOOM)
-    shown_tokens = tokens[start:]
+    room = MAX_PIXELS / DPI - 1.2  # inches for the cells, after the title and the labels
+    cell = min(GRID_CELL_INCHES, room / n_h, room / n_l)
+    start = 0 if "display" in doc else max(0, len(doc["tokens"]) - ZOOM)
+    t = partial(_say, lang)
+    title = t("grid", name=m["name"]) + (t("zoom", n=len(doc["tokens"]) - start) if start else "")
+    if cell >= TITLED_CELL_INCHES:
+        fig = _grid_cells(doc, t, cell, start)
+    else:
+        fig = _grid_mosaic(doc, cell)
+    height = fig.get_figheight()
+    fig.suptitle(title, y=1 - 0.15 / height)
+    fig.tight_layout(rect=(0, 0, 1, 1 - TITLE_INCHES / height), pad=0.3, h_pad=0.2, w_pad=0.2)
+    return fig
+
+
+TITLE_INCHES = 0.6
+"""Room kept above the grid for its title, so the title never covers the first row."""
+
+
+def _grid_cells(doc: dict, t, cell: float, start: int):
+    """One axes per head, titled with its layer, head, entropy and first-token share; token labels up to
+    GRID_LABELS tokens."""
+    m = doc["model"]
+    n_l, n_h = m["n_layers"], m["n_heads"]
+    shown_tokens = list(doc.get("token_names") or doc["tokens"])[start:]
     labelled = len(shown_tokens) <= GRID_LABELS
-    fig = _figure(figsize=(GRID_CELL_INCHES * n_h + (0.8 if labelled else 0), GRID_CELL_INCHES * n_l + 0.6))
+    fig = _figure(figsize=(cell * n_h + (0.8 if labelled else 0.5), cell * n_l + TITLE_INCHES + 0.3))
     axes = fig.subplots(n_l, n_h, squeeze=False)
     sel = doc["selected"]
-    cmap = matplotlib_cmap()
     for l in range(n_l):
         for h in range(n_h):
             ax = axes[l][h]
-            lay = doc["layers"][l]
-            visible = np.array(lay["heads"][h].get("visible", lay["visible"]), dtype=bool)[start:, start:]
-            w = head_weights(doc, l, h)[start:, start:]
-            ax.imshow(np.ma.masked_where(~visible, w), cmap=cmap, norm=_norm(), interpolation="nearest")
-            s = doc["summaries"][l][h]
+            image = _grid_image(doc, l, h, start)
+            ax.imshow(image, cmap=matplotlib_cmap(), norm=_norm(), interpolation="nearest")
             shown = (l, h) == (sel["layer"], sel["head"])
+            s = doc["summaries"][l][h]
             ax.set_title(
                 t("cell", layer=l, head=h, entropy=f"{s['entropy']:.2f}", first=f"{s['first_token']:.0%}")
                 + (t("shown") if shown else ""),
                 fontsize=7,
                 color=SHOWN_COLOUR if shown else "black",
             )
-            ticks = range(len(shown_tokens))
-            ax.set_xticks(ticks, shown_tokens if labelled and l == n_l - 1 else [], rotation=90, fontsize=6)
-            ax.set_yticks(ticks, shown_tokens if labelled and h == 0 else [], fontsize=6)
+            ticks = range(image.shape[0])
+            tick_labels = [_glyphs(x) for x in shown_tokens] if labelled and image.shape[0] == len(shown_tokens) else []
+            ax.set_xticks(ticks, tick_labels if l == n_l - 1 else [], rotation=90, fontsize=6)
+            ax.set_yticks(ticks, tick_labels if h == 0 else [], fontsize=6)
             if shown:
                 for spine in ax.spines.values():
                     spine.set_edgecolor(SHOWN_COLOUR)
                     spine.set_linewidth(3)
-    fig.suptitle(t("grid", name=m["name"]) + (t("zoom", n=len(shown_tokens)) if start else ""))
-    fig.tight_layout()
     return fig
+
+
+GAP = 0.08
+"""The white gap between two heads of the mosaic, as a share of one head's side."""
+
+
+def _grid_mosaic(doc: dict, cell: float):
+    """Every head's thumbnail in one RGBA image (hidden cells grey, white gaps between heads): one axes and
+    one image, so 24 × 14 heads draw in about a second; the shown head framed in red."""
+    from matplotlib.patches import Rectangle
+
+    m = doc["model"]
+    n_l, n_h = m["n_layers"], m["n_heads"]
+    images = [[_grid_image(doc, l, h, 0) for h in range(n_h)] for l in range(n_l)]
+    T = images[0][0].shape[0]
+    gap = max(1, round(GAP * T))
+    step = T + gap
+    rgba = np.ones((n_l * step - gap, n_h * step - gap, 4))  # white
+    cmap, norm = matplotlib_cmap(), _norm()
+    for l, row in enumerate(images):
+        for h, image in enumerate(row):
+            rgba[l * step : l * step + T, h * step : h * step + T] = cmap(norm(image))
+    fig = _figure(figsize=(cell * n_h + 0.6, cell * n_l + TITLE_INCHES + 0.3))
+    ax = fig.add_subplot()
+    ax.imshow(rgba, interpolation="nearest")
+    ax.set_xticks([h * step + T / 2 for h in range(n_h)], [f"H{h}" for h in range(n_h)], fontsize=7)
+    ax.set_yticks([l * step + T / 2 for l in range(n_l)], [f"L{l}" for l in range(n_l)], fontsize=7)
+    ax.tick_params(length=0, labeltop=True, labelbottom=False)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    sel = doc["selected"]
+    ax.add_patch(
+        Rectangle(
+            (sel["head"] * step - 0.5 - gap / 2, sel["layer"] * step - 0.5 - gap / 2),
+            T + gap,
+            T + gap,
+            fill=False,
+            edgecolor=SHOWN_COLOUR,
+            linewidth=2,
+        )
+    )
+    return fig
+
+
+def _glyphs(label: str) -> str:
+    """A token label with the marks no CJK font draws replaced: "␣" (a space piece) as "_"."""
+    return label.replace("␣", "_")
+
+
+def _grid_image(doc: dict, layer: int, head: int, start: int):
+    """One grid cell's picture: the head's thumbnail (doc["display"]) with the cells no query may see masked
+    (the layer's rule), or without thumbnails its weights from Q, K and the lse (zoomed from `start`)."""
+    lay = doc["layers"][layer]
+    if "display" not in doc:
+        visible = np.array(lay["heads"][head].get("visible", lay["visible"]), dtype=bool)[start:, start:]
+        return np.ma.masked_where(~visible, head_weights(doc, layer, head)[start:, start:])
+    thumb = unpack_display(doc["display"]["thumbnails"][layer][head])
+    L, T = len(doc["tokens"]), thumb.shape[0]
+    if "visible" in lay:
+        heads = lay.get("heads") or []
+        visible = np.array(heads[head].get("visible", lay["visible"]) if heads else lay["visible"], dtype=bool)
+    else:  # an omitted layer keeps its rule: the visibility follows from it
+        visible = visibility(L, L, causal=bool(lay["causal"]), window=lay.get("window"), device="cpu").numpy()
+    bins = np.arange(L) * T // L
+    seen = np.zeros((T, T), dtype=bool)
+    np.logical_or.at(seen, (bins[:, None], bins[None, :]), visible)
+    return np.ma.masked_where(~seen, thumb)
 
 
 def file_names(selected: tuple[int, int] | None, formats=FORMATS) -> list[str]:

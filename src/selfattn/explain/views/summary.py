@@ -9,51 +9,57 @@ token has no choice to make):
     previous      mean weight on the token just before the query (j = i − 1)
     self          mean weight on the query's own token (j = i)
 
-Rows are processed in blocks, so summaries of a 1,000-token input never hold more than
-`ROW_BLOCK` × L weights at once.
+They are read, with each head's thumbnail (its weights pooled into at most THUMBNAIL × THUMBNAIL cells,
+float16: what the grid shows), from the attention call's own weights at the capture point
+(`capture.digest`): the weights are computed once, in the forward pass, as transformers' eager attention
+computes them, and are not kept. A call too large to ask for its weights is digested from weights
+recomputed from Q, K and the lse, `ROW_BLOCK` rows at a time.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from ..capture.digest import THUMBNAIL, Digest, digest
 from ..capture.trace import LayerTrace, ModelTrace
 
-ROW_BLOCK = 256
+__all__ = ["head_summary", "summaries", "scan", "layer_digest", "SINK_LIMIT", "THUMBNAIL"]
+
 SINK_LIMIT = 0.5
 """A head whose mean attention to the first token reaches this is not picked (`heads.pick`)."""
 
 
-def head_summary(layer: LayerTrace, head: int) -> dict:
-    """The five numbers above for one head, in float32 (summaries, not the exact stages).
+def layer_digest(layer: LayerTrace) -> Digest:
+    """The layer's Digest: the one read at the capture point from the call's own weights, or (a call too
+    large to ask for them) the same numbers from weights recomputed from Q, K and the lse, in float32."""
+    if layer.digest is not None:
+        return layer.digest
+    visible = torch.stack([layer.head_rule(h)[2] for h in range(layer.n_heads)])  # (H, L, L)
 
-    Entropy comes from the saved log-sum-exp: with w = exp(s − lse), −Σ w ln w = lse − Σ w s,
-    so no logarithm of the L×L weights is taken.
-    """
-    L = layer.length
-    visible_all = layer.head_rule(head)[2]  # (L, L)
-    total = {"entropy": 0.0, "max_weight": 0.0, "first_token": 0.0, "previous": 0.0, "self": 0.0}
-    counted = 0
-    for start in range(0, L, ROW_BLOCK):
-        rows = torch.arange(start, min(start + ROW_BLOCK, L))
-        keep = visible_all[rows].sum(-1) >= 2  # (R,) rows with a choice to make
-        if not bool(keep.any()):
-            continue
-        rows = rows[keep]
-        st = layer.stages(head, rows, dtype=torch.float32, weighted=False)
-        s, visible, w, lse = st["scaled"], st["mask"], st["weights"], layer.lse[head, rows].float()  # (R, L) ×3, (R,)
-        nats = lse - torch.where(visible, w * s, torch.zeros_like(s)).sum(-1)
-        total["entropy"] += float(nats.sum()) / math.log(2)
-        total["max_weight"] += float(w.max(-1).values.sum())
-        total["first_token"] += float(w[:, 0].sum())
-        total["previous"] += float(w.gather(1, (rows - 1).clamp_min(0)[:, None]).sum())
-        total["self"] += float(w.gather(1, rows[:, None]).sum())
-        counted += len(rows)
-    return {name: value / counted if counted else 0.0 for name, value in total.items()} | {"rows": counted}
+    def weights_of(start: int, stop: int):
+        rows = slice(start, stop)
+        return torch.stack(
+            [layer.stages(h, rows, dtype=torch.float32, weighted=False)["weights"] for h in range(layer.n_heads)]
+        )
+
+    return digest(weights_of, visible, layer.length, layer.n_heads)
+
+
+def head_summary(layer: LayerTrace, head: int) -> dict:
+    """The five numbers above for one head (its layer's Digest), and how many rows they are the mean of."""
+    return layer_digest(layer).summary(head)
 
 
 def summaries(trace: ModelTrace) -> list[list[dict]]:
     """head_summary for every layer × head."""
-    return [[head_summary(layer, h) for h in range(layer.n_heads)] for layer in trace.layers]
+    return scan(trace)[0]
+
+
+def scan(trace: ModelTrace) -> tuple[list[list[dict]], list[list[torch.Tensor]]]:
+    """(summaries [layer][head], thumbnails [layer][head] (T, T) float16) of every head (`layer_digest`)."""
+    table, thumbs = [], []
+    for layer in trace.layers:
+        d = layer_digest(layer)
+        table.append([d.summary(h) for h in range(layer.n_heads)])
+        thumbs.append(list(d.thumbnails))
+    return table, thumbs

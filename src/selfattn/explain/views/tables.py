@@ -22,6 +22,7 @@ from ...walkthrough import FEATURES as MEANINGS  # the walkthrough's meanings, o
 from ..capture.interventions import REGISTRY
 from . import texts
 from .experiment import scaled_label
+from .export import gqa_words
 from .heads import percent
 from .relations import MEANING_ROLES, roles
 from .summary import SINK_LIMIT
@@ -66,14 +67,18 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
     if m.get("architecture"):
         positions = m["positions_zh" if lang == "zh" else "positions"]  # both written by export.model_info
         say(t("card", **(m | {"positions": positions})))
+    _model_words(doc, say, t, lang)
     say(t("numbering"))
-    tokens = doc["tokens"]
+    tokens = names_of(doc)
     unknown = doc.get("unknown") or {"count": 0, "positions": [], "message": ""}
     unknown_at = set(unknown["positions"])
     marked = [f"{tok}⟨?⟩" if i in unknown_at else tok for i, tok in enumerate(tokens)]
     say(t("tokens", n=len(tokens)), " / ".join(marked))
     if unknown["count"]:
         say(t("unknown", n=len(tokens), count=unknown["count"], hint=unknown["hint"][lang]), style="yellow")
+    _token_notes(doc, say, t)
+    if doc.get("omitted"):
+        say(doc["omitted"]["text"][lang], style="dim")
     _intervention(doc, say, t, lang)
     sel = doc["selected"]
     if sel["rule"] == "auto":  # the rule is a paragraph: under the head, not wrapped into its name
@@ -87,8 +92,10 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
         say(t("does", text=described[sel["layer"]][sel["head"]]["text"][lang]), style="bold")
     if "text" in doc.get("experiment", {}):  # compared with the text without the intervention
         say(t("experiment", text=doc["experiment"]["text"][lang]))
+    if kv_words(doc, sel["head"], lang):
+        say("  " + kv_words(doc, sel["head"], lang), style="dim")
     if doc["prediction"]:
-        say(t("predict"), "  ".join(f"{p['token']} {p['prob']:.1%}" for p in doc["prediction"]))
+        say(t("predict"), "  ".join(f"{p.get('shown', p['token'])} {p['prob']:.1%}" for p in doc["prediction"]))
     _summary_grid(doc, console, t)
     if described:
         say(t("heads"))
@@ -97,6 +104,7 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
                 say(t("head_line", layer=l, head=h, text=d["text"][lang]))
     if doc.get("search"):
         s = doc["search"]
+        tokens = names_of(doc)
         say(t("search", q=tokens[s["query"]], i=s["query"], k=tokens[s["key"]], j=s["key"]))
         for r in s["heads"]:
             say(t("search_line", layer=r["layer"], head=r["head"], w=f"{100 * r['weight']:.1f}%"))
@@ -107,8 +115,46 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
     head = layer.get("heads", [{}] * (sel["head"] + 1))[sel["head"]]
     if len(tokens) > MAX_TABLE_TOKENS or "stages" not in head:
         say(t("too_long", n=len(tokens), limit=MAX_TABLE_TOKENS))
+        _levels(doc, console, t, lang)
         return
     _stages(doc, console, t, lang, layer, head)
+
+
+def names_of(doc: dict) -> list[str]:
+    """The tokens as every view shows them: a repeated one with its position ("金鱼@5"; `pieces.names`)."""
+    return list(doc.get("token_names") or doc["tokens"])
+
+
+def kv_words(doc: dict, head: int, lang: str) -> str:
+    """Which key/value head query head `head` reads, in words ("" without grouped-query attention)."""
+    m = doc["model"]
+    if m.get("n_kv_heads", m["n_heads"]) == m["n_heads"] or "kv_of_head" not in m:
+        return ""
+    return texts.text("gqa.reads", lang, kv=m["kv_of_head"][head], g=m["n_heads"] // m["n_kv_heads"])
+
+
+def _model_words(doc: dict, say, t, lang: str) -> None:
+    """What kind of model and tokenizer this is, in words: the encoder note, GQA, the tokenizer's kind."""
+    m = doc["model"]
+    if m["kind"] == "encoder":
+        say(texts.text("encoder.note", lang))
+    gqa = gqa_words(m, lang) if "kv_of_head" in m else ""
+    if gqa:
+        say(gqa)
+    if m.get("tokenizer"):
+        say(t("tokenizer", how=texts.text(m["tokenizer"], lang)))
+
+
+def _token_notes(doc: dict, say, t) -> None:
+    """How to read the token line: a repeated token's position, and the character / word levels."""
+    names, tokens = names_of(doc), doc["tokens"]
+    repeated = next((i for i, n in enumerate(names) if n != tokens[i]), None)
+    if repeated is not None:
+        say(t("repeated", example=names[repeated], token=tokens[repeated], at=repeated), style="dim")
+    levels = doc.get("levels")
+    if levels and not levels["characters"]["same"]:
+        n_chars, n_words = len(levels["characters"]["names"]), len(levels["words"]["names"])
+        say(t("levels", n=len(tokens), chars=n_chars, words=n_words), style="dim")
 
 
 def _intervention(doc: dict, say, t, lang: str) -> None:
@@ -126,7 +172,7 @@ def _intervention(doc: dict, say, t, lang: str) -> None:
 
 
 def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) -> None:
-    tokens = doc["tokens"]
+    tokens = names_of(doc)
     stages = head["stages"]
     scale = head.get("scale", layer["scale"])
     visible = head.get("visible", layer["visible"])
@@ -146,7 +192,8 @@ def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) 
         [[100 * w for w in row] for row in weights],
         lambda x: number(x, 1),
     )
-    _meanings(console, t, lang, tokens, weights)
+    _levels(doc, console, t, lang)
+    _meanings(console, t, lang, doc["tokens"], weights, tokens)
     _vectors(console, t, layer, stages, doc)
     console.print(t("top"), markup=False)
     for q, row in zip(tokens, weights, strict=False):
@@ -155,7 +202,27 @@ def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) 
         console.print("  " + t("row", q=q, items=items), markup=False)
 
 
-def _meanings(console: Console, t, lang: str, tokens: list[str], weights) -> None:
+def _levels(doc: dict, console: Console, t, lang: str) -> None:
+    """The shown head's weights per character and per word (`export.levels`), where a level groups pieces
+    and has few enough groups to print."""
+    levels = doc.get("levels")
+    if not levels:
+        return
+    previous = None
+    for level in ("characters", "words"):
+        entry = levels[level]
+        if entry["same"] or entry["weights"] is None or len(entry["names"]) > MAX_TABLE_TOKENS:
+            continue
+        if previous is not None and entry["pieces"] == previous:
+            continue  # the words are the characters: one table says it
+        previous = entry["pieces"]
+        title = t("level_weights", level=t("level_" + level), rule=levels["rule"][lang])
+        labels = entry["names"]
+        rows = [[100 * w for w in row] for row in entry["weights"]]
+        _matrix(console, title, t("corner"), labels, labels, rows, lambda x: number(x, 1))
+
+
+def _meanings(console: Console, t, lang: str, tokens: list[str], weights, labels: list[str]) -> None:
     """The walkthrough's one-hot-V table on the real tokens: weights summed per meaning (role)."""
     r = roles(tokens)
     columns = list(MEANINGS[lang]) + [t("first"), t("other")]
@@ -167,7 +234,7 @@ def _meanings(console: Console, t, lang: str, tokens: list[str], weights) -> Non
             sums[col] += 100 * w
         rows.append(sums)
     _matrix(
-        console, t("meaning"), t("corner_meaning"), tokens, columns, rows, lambda x: number(x, 1), cut_columns=False
+        console, t("meaning"), t("corner_meaning"), labels, columns, rows, lambda x: number(x, 1), cut_columns=False
     )
 
 
@@ -178,7 +245,7 @@ def _vectors(console: Console, t, layer: dict, stages: dict, doc: dict) -> None:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for header in (t("corner").split(" ")[0], t("col_weighted"), t("col_attn"), t("col_output")):
         table.add_column(Text(header))
-    for i, q in enumerate(doc["tokens"]):
+    for i, q in enumerate(names_of(doc)):
         table.add_row(
             Text(_cut(q)), *(Text(_summary(vec[i])) for vec in (stages["weighted"], layer["attn_out"], layer["output"]))
         )
@@ -236,19 +303,33 @@ def _cell(text: str) -> Text:
 
 
 def _summary_grid(doc: dict, console: Console, t) -> None:
+    """The entropy of every layer × head, split into blocks of heads so every head fits the console width."""
     console.print(t("summary"), markup=False)
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
-    for name in [t("layer"), *(f"H{h}" for h in range(doc["model"]["n_heads"]))]:
-        table.add_column(name, no_wrap=True, justify="right", min_width=4)
+    n_heads = doc["model"]["n_heads"]
     sel = doc["selected"]
-    for l, heads in enumerate(doc["summaries"]):
-        cells = []
-        for h, s in enumerate(heads):
-            cell = f"{s['entropy']:.1f}" + ("*" if s["first_token"] >= SINK_LIMIT else "")
-            shown = (l, h) == (sel["layer"], sel["head"])
-            cells.append(Text((">" if shown else "") + cell, style="reverse" if shown else ""))
-        table.add_row(str(l), *cells)
-    console.print(table)
+    cells = [
+        [
+            (">" if (l, h) == (sel["layer"], sel["head"]) else "")
+            + f"{s['entropy']:.1f}"
+            + ("*" if s["first_token"] >= SINK_LIMIT else "")
+            for h, s in enumerate(heads)
+        ]
+        for l, heads in enumerate(doc["summaries"])
+    ]
+    label = max(cell_len(t("layer")), len(str(len(cells) - 1)))
+    width = max([4] + [len(f"H{n_heads - 1}")] + [len(c) for row in cells for c in row])
+    per_block = max(1, (console.width - label - 2) // (width + 2))  # each column: its cells, a space, a rule
+    for a in range(0, n_heads, per_block):
+        b = min(n_heads, a + per_block)
+        if n_heads > per_block:
+            console.print(f"[H{a}–H{b - 1}]", markup=False, style="dim")
+        table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+        for name in [t("layer"), *(f"H{h}" for h in range(a, b))]:
+            table.add_column(name, no_wrap=True, justify="right", min_width=4)
+        for l, row in enumerate(cells):
+            shown = [Text(c, style="reverse" if c.startswith(">") else "") for c in row[a:b]]
+            table.add_row(str(l), *shown)
+        console.print(table)
 
 
 __all__ = ["render", "number", "MAX_TABLE_TOKENS"]

@@ -463,6 +463,103 @@ TEXTS: dict[str, dict[str, str]] = {
         "zh": "{layers} 层 × {heads} 个 head，{n} 个 token（直接给出的权重）",
         "en": "{layers} layers × {heads} heads, {n} tokens (weights given directly)",
     },
+    # real: readable tokens, the model's own words (encoder/decoder, GQA, positions, tokenizer), sizes, errors
+    "positions.alibi": {
+        "zh": "ALiBi：没有位置向量，按距离给分数加线性偏置",
+        "en": "ALiBi: no position vectors; a linear bias by distance is added to the scores",
+    },
+    "positions.relative": {
+        "zh": "相对位置：分数里加一项相对位置的分数",
+        "en": "relative positions: a relative-position term is added to the scores",
+    },
+    "positions.sinusoidal": {"zh": "固定的正弦位置向量，加在 X 上", "en": "fixed sinusoidal positions, added to X"},
+    "positions.unknown": {"zh": "配置里没有写明位置编码", "en": "the config states no positional scheme"},
+    "tokenizer.word": {
+        "zh": "jieba 分词，再查词表（不认识的字记为 <unk>）",
+        "en": "jieba words looked up in the vocabulary (an unknown character becomes <unk>)",
+    },
+    "tokenizer.byte_bpe": {
+        "zh": "字节级 BPE：每个片段是几个 UTF-8 字节，一个汉字（3 个字节）常分在 2–3 个片段里，标为 字(k/n)",
+        "en": "byte-level BPE: each piece is a run of UTF-8 bytes; a Chinese character (3 bytes) is often spread "
+        "over 2–3 pieces, marked 字(k/n)",
+    },
+    "tokenizer.byte_fallback": {
+        "zh": "SentencePiece BPE（字节回退）：词表里没有的字符拆成 <0xNN> 字节片段，标为 字(k/n)",
+        "en": "SentencePiece BPE with byte fallback: a character missing from the vocabulary becomes <0xNN> byte "
+        "pieces, marked 字(k/n)",
+    },
+    "tokenizer.wordpiece": {
+        "zh": "WordPiece：一个词可拆成几个片段，接在后面的片段在词表里写作 ##…（这里显示它的文字），"
+        "按词的视图把它们合成一个词",
+        "en": "WordPiece: a word may be cut into pieces; a piece that continues a word is written ##… in the "
+        "vocabulary (shown here as its text), and the word view joins them",
+    },
+    "tokenizer.unigram": {
+        "zh": "Unigram（SentencePiece）：切成词表里最可能的片段",
+        "en": "Unigram (SentencePiece): the most likely pieces of its vocabulary",
+    },
+    "tokenizer.bpe": {"zh": "BPE：按合并规则切成片段", "en": "BPE: pieces by its merge rules"},
+    "tokenizer.wordlevel": {
+        "zh": "整词词表：不认识的词记为 [UNK]",
+        "en": "word-level vocabulary: an unknown word becomes [UNK]",
+    },
+    "tokenizer.other": {"zh": "分词器", "en": "tokenizer"},
+    "gqa.heads": {
+        "zh": "分组查询注意力（GQA）：{n} 个查询 head 共用 {kv} 个键/值 head，每 {g} 个一组：{groups}",
+        "en": "grouped-query attention (GQA): {n} query heads share {kv} key/value heads, {g} per group: {groups}",
+    },
+    "gqa.mqa": {
+        "zh": "多查询注意力（MQA）：{n} 个查询 head 共用 1 个键/值 head",
+        "en": "multi-query attention (MQA): all {n} query heads share one key/value head",
+    },
+    "gqa.group": {"zh": "head {first}–{last} 读 KV {kv}", "en": "heads {first}–{last} read KV {kv}"},
+    "gqa.reads": {
+        "zh": "这个 head 读键/值 head {kv}（和 {g} 个查询 head 共用）",
+        "en": "this head reads key/value head {kv} (shared by {g} query heads)",
+    },
+    "encoder.no_causal": {
+        "zh": "编码器没有因果 mask：每个 token 本来就看得到所有 token，没有可以关掉的因果规则",
+        "en": "an encoder has no causal mask: every token already sees every token, so there is none to switch off",
+    },
+    "encoder.note": {
+        "zh": "编码器：每个 token 看所有 token（没有因果 mask），也不预测下一个 token。",
+        "en": "Encoder: every token sees every token (no causal mask), and there is no next-token prediction.",
+    },
+    "export.omitted": {
+        "zh": "所有层的数组约有 {mb} MB（JSON），超过 {limit} MB 的上限：这里只写出层 {layer} 的数组"
+        "（约 {one_mb} MB）；其他层请一层一层地要（layers=[…]，或在网页里点那一层）",
+        "en": "every layer's arrays would take about {mb} MB of JSON, over the limit of {limit} MB: only layer "
+        "{layer}'s arrays are written (about {one_mb} MB); ask for the other layers one at a time (layers=[…], "
+        "or pick the layer in the app)",
+    },
+    "tables.tokenizer": {"zh": "分词：{how}", "en": "Tokenizer: {how}"},
+    "tables.loaded": {"zh": "读取：{how}", "en": "Loaded: {how}"},
+    "tables.repeated": {
+        "zh": "重复出现的 token 带上位置：{example} 是位置 {at} 的“{token}”。",
+        "en": 'A repeated token carries its position: {example} is the "{token}" at position {at}.',
+    },
+    "tables.levels": {
+        "zh": "{n} 个片段合成 {chars} 个字、{words} 个词；按字、按词合并的权重见 ⑤′。",
+        "en": "The {n} pieces spell {chars} characters and {words} words; the weights per character and per "
+        "word are in (5′).",
+    },
+    "tables.level_weights": {
+        "zh": "⑤′ 按{level}合并的 softmax 权重（%）：{rule}",
+        "en": "(5′) softmax weights per {level} (%): {rule}",
+    },
+    "tables.level_characters": {"zh": "字", "en": "character"},
+    "tables.level_words": {"zh": "词", "en": "word"},
+    "server.busy": {
+        "zh": "服务器正在处理别的长文本，请稍后再试",
+        "en": "the server is busy with other long texts; try again in a moment",
+    },
+    "server.too_large": {
+        "zh": '回答大约有 {mb} MiB，超过 {limit} MiB 的上限：请少要几层（layers: [..]）或用 format "packed"',
+        "en": "the answer would be about {mb} MiB, over the {limit} MiB limit: ask for fewer layers (layers: [..]) "
+        'or format "packed"',
+    },
+    "server.invalid": {"zh": "请求无效：{reason}", "en": "{reason}"},
+    "server.refused": {"zh": "无法解释这段文字：{reason}", "en": "{reason}"},
 }
 
 VIEW_ONLY = ("tables.", "plots.")

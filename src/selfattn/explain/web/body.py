@@ -3,14 +3,16 @@
     {"text": "一只蓝色怪兽走进森林",
      "interventions": {"temperature": {"t": 2.0}, "block": {"query": 4, "key": 3}, "layer": 1, "head": null},
      "layer": 1, "head": 2,                    # the head to show (not the intervention's scope)
-     "format": "packed", "layers": [1], "find": [4, 3]}
+     "format": "packed", "layers": [1], "find": [4, 3], "lang": "zh"}
 
 `interventions` has the shape of doc["experiment"]["applied"] (`Intervention.as_applied`): one optional
 object per registry entry, {param: value} (a switch: {}), each param typed and bounded as its entry declares,
 and `layer` / `head`, the scope. The flat fields of the first API (scaling, causal, temperature, from the
 entries' `flat` names, and only_layer / only_head) are still read, for the page that sends them; a body
 gives one form or the other. Types are strict ("3" is not a layer, 1 is not true) and unknown fields are
-refused, so a typo is a 422 naming it, never silently ignored.
+refused, so a typo is a 422 naming it, never silently ignored. `lang` ("zh" | "en", default "en") is the
+language of the answer: doc["lang"], and the `detail` of a refusal (every refusal also carries `messages`
+{zh, en}).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ class _Body(BaseModel):
     format: Literal["json", "packed"] = "json"
     layers: list[StrictInt] | None = Field(default=None, max_length=1024)
     find: list[StrictStr | StrictInt] | None = Field(default=None, min_length=2, max_length=2)
+    lang: Literal["zh", "en"] | None = None
 
     def intervention(self) -> Intervention:
         """The Intervention asked for (ValueError when both forms are given). A scope with nothing to apply

@@ -25,7 +25,8 @@ runs it and its baseline, once each, even when the page asks for both at the sam
 A response estimated over MAX_RESPONSE_BYTES is refused with a 422 that says how to ask for less.
 GET / goes through the same lanes and the same limit, and carries the shown layer's arrays only.
 
-Every refusal is a 4xx with a one-line message in `detail`, never a 500: a malformed or
+Every refusal is a 4xx with a one-line message in `detail`, never a 500, in the language the request
+asked for (`lang`, default English; `messages` holds it in zh and en: `views.texts` "server.…"): a malformed or
 oversized body, a wrong type, an empty text, a text over `session.MAX_CHARS` characters or
 over the model's context in tokens, a control character, an intervention's value outside its range
 (a temperature outside [MIN_TEMPERATURE, MAX_TEMPERATURE]), a layer or head that does not exist.
@@ -55,7 +56,7 @@ from ... import checks
 from ...limits import TEMPERATURE_RANGE
 from ..capture.cache import TraceCache
 from ..session import DEFAULT_TEXT, MAX_CHARS, Explainer
-from ..views import report
+from ..views import report, texts
 from .body import ExplainRequest
 from .guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 
@@ -85,7 +86,7 @@ KEEP_ALIVE_SECONDS = 5
 TRACE_CACHE_BYTES = 128 << 20
 """Most bytes of traces the app keeps for reuse (`TraceCache`): a few dozen short texts of a small model."""
 TRACE_CACHE_ENTRIES = 16
-BUSY = "the server is busy with other long texts; try again in a moment"
+BUSY = texts.text("server.busy", "en")
 
 
 class Busy(Exception):
@@ -105,15 +106,16 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
-        return _error(422, _validation_message(exc))
+        return _error(422, "server.invalid", _lang_of(exc.body), reason=_validation_message(exc))
 
     @app.get("/", response_class=HTMLResponse)
-    def page(text: str | None = None):
+    def page(text: str | None = None, lang: str | None = None):
         status = 200
+        lang = lang if lang in texts.LANGS else None
         try:
-            doc, error = work.in_lane(DEFAULT_TEXT if text is None else text, lambda: work.first_doc(text))
-        except Busy as exc:
-            doc, error, status = None, str(exc), 503
+            doc, error = work.in_lane(DEFAULT_TEXT if text is None else text, lambda: work.first_doc(text, lang))
+        except Busy:
+            doc, error, status = None, texts.text("server.busy", lang or "zh"), 503
         html = report.render_app(doc, max_chars=MAX_CHARS, max_tokens=explainer.max_len, error=error)
         return HTMLResponse(html, status_code=status, headers=_page_headers())
 
@@ -121,8 +123,8 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
     def api_explain(body: ExplainRequest):
         try:
             return work.in_lane(body.text, lambda: work.answer(body))
-        except Busy as exc:
-            return _error(503, str(exc))
+        except Busy:
+            return _error(503, "server.busy", body.lang)
 
     return app
 
@@ -152,27 +154,23 @@ class _Work:
                 release_memory()
 
     def explained(self, text: str, fmt: str, **kwargs) -> dict:
-        """explain(text, **kwargs), refused (ValueError) when its answer in `fmt` would exceed MAX_RESPONSE_BYTES."""
+        """explain(text, **kwargs), refused (`TooLarge`) when its answer in `fmt` would exceed MAX_RESPONSE_BYTES."""
         doc = self.explain(text, **kwargs)
         size = response_bytes(doc, fmt)
         if size > MAX_RESPONSE_BYTES:
-            raise ValueError(
-                f"the answer would be about {size / 2**20:.1f} MiB, over the "
-                f"{MAX_RESPONSE_BYTES >> 20} MiB limit: ask for fewer layers (layers: [..]) "
-                'or format "packed"'
-            )
+            raise TooLarge(mb=f"{size / 2**20:.1f}", limit=MAX_RESPONSE_BYTES >> 20)
         return doc
 
-    def first_doc(self, text: str | None) -> tuple[dict | None, str | None]:
+    def first_doc(self, text: str | None, lang: str | None = None) -> tuple[dict | None, str | None]:
         """The page's first text explained as the packed API answers it (the shown layer's arrays only:
         the page asks for the others when picked), or (if refused) the default text and why the first
-        was refused."""
+        was refused, in `lang` (default zh: the page's own default)."""
         error = None
         for candidate in ([text] if text is not None else []) + [DEFAULT_TEXT]:
             try:
-                return self.explained(candidate, "packed", stages=False, layers="selected"), error
+                return self.explained(candidate, "packed", stages=False, layers="selected", lang=lang), error
             except (ValueError, TypeError) as exc:
-                error = error or str(exc)
+                error = error or _said(exc, lang or "zh")
         return None, error
 
     def answer(self, body: ExplainRequest):
@@ -187,12 +185,30 @@ class _Work:
                 find=body.find,
                 layers=body.layers if body.layers is not None or body.format == "json" else "selected",
                 compare=body.layers is None,  # a request naming layers fetches arrays; the page has its baseline
+                lang=body.lang,
             )
+        except TooLarge as exc:
+            return _error(422, "server.too_large", body.lang, **exc.values)
         except ValueError as exc:
-            return _error(422, str(exc))
+            return _error(422, "server.refused", body.lang, reason=str(exc))
         except TypeError as exc:
-            return _error(400, str(exc))
+            return _error(400, "server.refused", body.lang, reason=str(exc))
         return JSONResponse(report.pack(doc) if body.format == "packed" else doc)
+
+
+class TooLarge(ValueError):
+    """An answer over MAX_RESPONSE_BYTES; `values` fill the text "server.too_large"."""
+
+    def __init__(self, **values):
+        self.values = values
+        super().__init__(texts.text("server.too_large", "en", **values))
+
+
+def _said(exc: Exception, lang: str) -> str:
+    """A refusal in `lang`: the server's own sentence, or the library's reason inside "server.refused"."""
+    if isinstance(exc, TooLarge):
+        return texts.text("server.too_large", lang, **exc.values)
+    return texts.text("server.refused", lang, reason=str(exc))
 
 
 def serve(explainer: Explainer, host: str = "127.0.0.1", port: int = 8000) -> None:
@@ -268,8 +284,16 @@ def response_bytes(doc: dict, fmt: str) -> int:
     return (numbers * 4 + visible // 8) * 4 // 3
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"detail": message}, status_code=status)
+def _error(status: int, key: str, lang: str | None, **values) -> JSONResponse:
+    """A refusal: {"detail": the sentence `key` of `views.texts` in `lang` (default English), "messages": {zh, en}}."""
+    messages = {code: texts.text(key, code, **values) for code in texts.LANGS}
+    return JSONResponse({"detail": messages[lang or "en"], "messages": messages}, status_code=status)
+
+
+def _lang_of(body) -> str | None:
+    """The `lang` a body that failed validation asked for, if it named a known one."""
+    lang = body.get("lang") if isinstance(body, dict) else None
+    return lang if lang in texts.LANGS else None
 
 
 def _validation_message(exc: RequestValidationError) -> str:

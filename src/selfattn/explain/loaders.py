@@ -1,0 +1,185 @@
+"""An explainer's parts from transformers: a folder, a GGUF file, or a model already loaded.
+
+    parts = load(source, config)              the keyword arguments of `session.Explainer`
+    parts = wrap(model, tokenizer, name=…)    the same for a model loaded by the caller
+    confirm(model, segment, name)            the dry run: every attention layer calls selfattn
+
+Which class builds the model is read from the config (`sources.architecture`: AutoModelForCausalLM for a
+decoder with a language-model head, AutoModel for an encoder), never from a list of model types. Whether
+the explainer can read it is decided by trying: the dry run runs the model once on a short text inside
+`selfattn.intercept` and counts the `selfattn.attention` calls; a model whose layers do not all call it
+(its attention bypasses transformers' attention interface: GPT-Neo, DeBERTa, BLOOM …) or whose attention
+passes something selfattn cannot honour is refused, naming why.
+
+A GGUF file is read by transformers' GGUF reader (the `gguf` package): its metadata first (the config,
+bounded before any tensor, `sources.gguf_config`), then its tensors, dequantized to float32 with
+transformers' progress bar ("Converting and de-quantizing GGUF tensors…"); its tokenizer comes from the
+same file.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..functional import intercept
+from . import pieces as P
+from . import sources
+
+__all__ = ["load", "wrap", "confirm", "DRY_RUN_TEXT"]
+
+DRY_RUN_TEXT = "When Mary and John went to the store"
+"""The text of the dry run: a few tokens in every vocabulary (byte pieces at worst)."""
+DEFAULT_CONTEXT = 4096
+"""Context assumed for a config that states none (a few encoders): the text limit still applies."""
+UNKNOWN_HINT = {
+    "en": "the tokenizer's vocabulary has no piece for these characters; each <unk> shows the text it replaced",
+    "zh": "分词器的词表里没有这些字符；每个 <unk> 后面写着它代替的文字",
+}
+
+
+def load(source: sources.Source, config: dict) -> dict:
+    """The Explainer fields of a transformers folder or GGUF file whose config (`sources.folder_kind`) was
+    checked: the tokenizer, the model built by the class the config names, loaded in float32 with the
+    "selfattn" attention implementation, its weights checked, and the dry run passed."""
+    try:
+        import transformers
+    except ImportError:
+        raise ValueError(f"{source.folder} is a transformers model; explaining it needs `transformers`") from None
+    from .. import hf
+
+    hf.register()
+    kind, why = sources.architecture(config)
+    gguf = {"gguf_file": source.gguf} if source.gguf else {}
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(source.folder), local_files_only=True, **gguf)
+    except (OSError, ValueError, TypeError) as e:
+        raise ValueError(f"{source.folder}: no usable tokenizer files ({str(e)[:300]})") from None
+    auto = transformers.AutoModelForCausalLM if kind == "decoder" else transformers.AutoModel
+    # the config already read (and bounded): a GGUF file's metadata is not parsed once more for it
+    known = transformers.AutoConfig.for_model(
+        config["model_type"], **{k: v for k, v in config.items() if k != "model_type"}
+    )
+    try:
+        model, info = auto.from_pretrained(
+            str(source.folder),
+            config=known,
+            attn_implementation=hf.NAME,
+            local_files_only=True,
+            dtype=torch.float32,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # a wrong shape is reported in `info`, and refused by name below
+            **(gguf or {"use_safetensors": True}),
+        )
+    except KeyError as e:  # a model that picks its attention class from its own table (GPT-Neo) has no "selfattn"
+        raise ValueError(
+            f"{source.name}: model_type {config['model_type']!r} is not supported: its attention bypasses "
+            f"transformers' attention interface (it cannot be built with attn_implementation='selfattn': "
+            f"KeyError {e})"
+        ) from None
+    sources.check_loaded(source.folder / (source.gguf or ""), model, info)
+    how = {
+        "format": "gguf" if source.gguf else "safetensors",
+        "file": source.gguf,
+        "class": f"{auto.__name__} → {type(model).__name__}",
+        "why": why,
+    }
+    return _parts(model.eval(), tokenizer, name=source.name, config=config, kind=kind, how=how)
+
+
+def wrap(model: torch.nn.Module, tokenizer, *, name: str | None = None) -> dict:
+    """The Explainer fields of a transformers model the caller loaded with attn_implementation="selfattn"
+    (after `selfattn.hf.register()`), and its fast tokenizer; the dry run is run the same way."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "to_dict"):
+        raise TypeError(f"model must be a transformers PreTrainedModel, got {type(model).__name__}")
+    if getattr(config, "_attn_implementation", None) != "selfattn":
+        raise ValueError(
+            f"{type(model).__name__} runs attn_implementation={config._attn_implementation!r}; load it with "
+            "attn_implementation='selfattn' (after selfattn.hf.register()) so the explainer sees its attention"
+        )
+    head = any(type(model).__name__.endswith(h) for h in sources.DECODER_HEADS)
+    how = {"format": "in memory", "file": None, "class": type(model).__name__, "why": "given by the caller"}
+    return _parts(
+        model.eval(),
+        tokenizer,
+        name=name or type(model).__name__,
+        config=config.to_dict(),
+        kind="decoder" if head else "encoder",
+        how=how,
+    )
+
+
+def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -> dict:
+    """What an Explainer holds for a transformers model and its tokenizer (the dry run passed)."""
+    decoder = kind == "decoder"
+    special = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
+    unk = getattr(tokenizer, "unk_token_id", None)
+
+    def segment(text: str):
+        if getattr(tokenizer, "is_fast", False):
+            p = P.from_tokenizer(tokenizer, text)
+        else:  # no offsets: the pieces' spans are found by reading their decoded strings in the text
+            ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+            p = P.from_strings(text, [tokenizer.decode([i]) for i in ids], ids, special_ids=special, unk_id=unk)
+        L = len(p.ids)
+        extra = {"use_cache": False} if decoder else {"attention_mask": torch.ones(1, L, dtype=torch.long)}
+        return list(p.labels), torch.tensor(p.ids), extra, p
+
+    def decode(i: int) -> str:
+        return tokenizer.decode([i])
+
+    def shown(i: int) -> str:
+        return P.shown_piece(decode(i), tokenizer.convert_ids_to_tokens(i))
+
+    confirm(model, segment, name)
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    max_len = int(text.get("max_position_embeddings") or text.get("n_positions") or 0) or DEFAULT_CONTEXT
+    arch = (config.get("architectures") or [type(model).__name__])[0]
+    return {
+        "model": model,
+        "name": name,
+        "tokenize": lambda text: segment(text)[:3],
+        "segment": segment,
+        "decode": decode,
+        "shown": shown,
+        "max_len": max_len,
+        "architecture": f"{arch} (transformers, attention by selfattn)",
+        "positions": sources.position_scheme(text, model),
+        "kind": kind,
+        "tokenizer_kind": P.tokenizer_kind(tokenizer),
+        "unknown_hint": UNKNOWN_HINT,
+        "loaded": how,
+    }
+
+
+def confirm(model: torch.nn.Module, segment, name: str) -> None:
+    """The dry run: `model` on DRY_RUN_TEXT inside `selfattn.intercept`, counting the attention calls.
+    Refused (ValueError, naming the model type and why) unless every layer of the config called
+    `selfattn.attention`, and a model whose attention is causal has a language-model head."""
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layers = getattr(text, "num_hidden_layers", None)
+    who = f"{name}: model_type {getattr(config, 'model_type', '?')!r} ({type(model).__name__}) is not supported"
+    tokens, ids, extra, _ = segment(DRY_RUN_TEXT)
+    calls: list[bool] = []
+
+    def count(request, compute):
+        calls.append(bool(request.causal))
+        return compute(request)
+
+    try:
+        with torch.no_grad(), intercept(count):
+            out = model(ids[None], **extra)
+    except ValueError as e:  # selfattn.hf refuses what it cannot honour (attention sinks, a position bias, …)
+        raise ValueError(f"{who}: {e}") from None
+    if not calls or (isinstance(layers, int) and len(calls) != layers):
+        seen = f"{len(calls)} of its {layers} layers" if isinstance(layers, int) else f"{len(calls)} layers"
+        raise ValueError(
+            f"{who}: its attention bypasses transformers' attention interface (a dry run saw {seen} call "
+            "selfattn.attention), so the explainer cannot see it"
+        )
+    if any(calls) and not isinstance(getattr(out, "logits", None), torch.Tensor):
+        raise ValueError(
+            f"{who}: its attention is causal but it has no language-model head (no logits to predict from); "
+            "give the folder of its …ForCausalLM"
+        )
