@@ -329,6 +329,7 @@ def join_sinks(sinks: torch.Tensor, lse: torch.Tensor) -> tuple[torch.Tensor, to
 def sink_grad(sinks: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
     """∂loss/∂sink_h = −Σ_{b,i} w_sink · Δ_bhi, with w_sink = exp(sink_h − lse_bhi) (lse includes the sink) and
     Δ = rowsum(dO ∘ O) − dlse (`kernels.base.softmax_delta`): the sink is a key whose value is 0.
-    sinks (Hq,), lse and delta (B, Hq, Lq) natural units; returns (Hq,) in sinks' dtype."""
-    w_sink = torch.exp(sinks.detach().to(lse.dtype)[:, None] - lse)  # (B, Hq, Lq)
+    sinks (Hq,), lse and delta (B, Hq, Lq) natural units; returns (Hq,) in sinks' dtype; differentiable (sinks
+    not detached), so a second derivative through it is right where the rest of the graph has one."""
+    w_sink = torch.exp(sinks.to(lse.dtype)[:, None] - lse)  # (B, Hq, Lq)
     return -(w_sink * delta.to(lse.dtype)).sum(dim=(0, 2)).to(sinks.dtype)
