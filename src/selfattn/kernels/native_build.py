@@ -69,6 +69,7 @@ def _library_path_for(xdg_cache_home: str | None, home: str) -> Path:
     return build_dir() / name / f"{name}.so"
 
 
+@torch.compiler.assume_constant_result  # read once when compiled, as a constant of the graph
 def is_built() -> bool:
     """True when the kernel is loaded or its compiled library is in the cache: using it costs no compile."""
     return _STATE["ops"] is not None or _library_path().is_file()
@@ -88,6 +89,7 @@ def _missing_tools() -> str | None:
     return None
 
 
+@torch.compiler.assume_constant_result
 def unavailable_reason() -> str | None:
     """Why the kernel cannot be used here (no compiler, a failed build), or None. Never compiles."""
     if _STATE["error"] is not None:

@@ -96,7 +96,7 @@ def native_backward(
 
 @native_backward.register_fake
 def _backward_fake(dout, q, k, v, lse, delta, *args):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous, as the kernel's
 
 
 def unit_stride(t: Tensor) -> Tensor:
