@@ -16,6 +16,7 @@ from . import kernels
 from .kernels.base import AttentionOutput, Result, all_finite
 from .kernels.dispatch import check_backend
 from .request import MAX_SCALE, MAX_SOFTCAP, MIN_SOFTCAP, Request, build_request
+from .scores import values_readable
 
 __all__ = [
     "AttentionOutput",
@@ -116,10 +117,17 @@ def attention(
     A query row that may look at nothing gets output 0, weights 0, lse −inf: never NaN. Finite inputs
     whose scores overflow the compute dtype get a ValueError (on the CPU: `check_overflow`).
     Returns output (B, Hq, Lq, Dv), or an `AttentionOutput` when a return_* flag is set.
+
+    Under `torch.compile` (and `torch.export`) the call traces into one graph; what reads tensor values at
+    run time is left out of it, so a compiled call does not check: overflow (`check_overflow`), that sinks
+    and alibi are finite, that an additive mask holds no NaN or +inf, nor consult an interceptor
+    (`intercept` sees eager calls only); `use_backend` and "auto"'s choice are fixed when it compiles.
+    Under `torch.func.vmap` the same value checks are skipped for the vmapped tensors (`values_readable`).
     """
     check_backend(backend)
+    compiling = torch.compiler.is_compiling()
     if backend == "auto":
-        backend = _DEFAULT_BACKEND.get()
+        backend = _default_backend()
     request = build_request(
         q,
         k,
@@ -140,7 +148,7 @@ def attention(
     def compute(r: Request) -> kernels.Result:
         return kernels.choose(r, backend).forward(r)
 
-    interceptor = _INTERCEPTOR.get()
+    interceptor = None if compiling else _INTERCEPTOR.get()
     if interceptor is None:
         result = compute(request)
     else:
@@ -149,10 +157,17 @@ def attention(
             result = _checked(interceptor(request, compute), request)
         finally:
             _INTERCEPTOR.reset(token)
-    check_overflow(request, result.output)
+    if values_readable(result.output, request.q, request.k, request.v):
+        check_overflow(request, result.output)
     if return_weights or return_lse:
         return AttentionOutput(result.output, result.weights, result.lse)
     return result.output
+
+
+@torch.compiler.assume_constant_result
+def _default_backend() -> str:
+    """The backend "auto" stands for in this context (`use_backend`); read once when compiled, fixed in the graph."""
+    return _DEFAULT_BACKEND.get()
 
 
 def _checked(result, r: Request) -> Result:

@@ -10,14 +10,13 @@ key/value head, Lq queries, Lk keys, D query/key width, Dv value width.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 import torch
 
 from . import checks
-from .scores import ScoreRule
+from .scores import ScoreRule, once, values_readable
 
 __all__ = [
     "ALL_DTYPES",
@@ -89,7 +88,7 @@ class Request:
     alibi: torch.Tensor | None = None
     segments: torch.Tensor | None = None
 
-    @functools.cached_property
+    @once
     def rule(self) -> ScoreRule:
         """The score rule of this request (built once per request)."""
         return ScoreRule.of(self)
@@ -285,7 +284,7 @@ def check_per_head(name: str, t, Hq: int, device: torch.device) -> torch.Tensor:
         raise ValueError(f"{name} must have shape (Hq,) = ({Hq},), got {tuple(t.shape)}")
     if t.device != device:
         raise ValueError(f"{name} is on {t.device} but q is on {device}")
-    if not bool(torch.isfinite(t.detach()).all()):
+    if values_readable(t) and not bool(torch.isfinite(t.detach()).all()):
         raise ValueError(f"{name} must be finite, got {t.detach().tolist()}")
     return t
 
@@ -329,7 +328,7 @@ def check_mask(mask, full_shape: tuple[int, ...], device: torch.device) -> torch
         raise ValueError(
             f"mask has shape {tuple(mask.shape)}, which does not broadcast to (B, Hq, Lq, Lk) = {full_shape}"
         )
-    if mask.dtype.is_floating_point:
+    if mask.dtype.is_floating_point and values_readable(mask):  # not read when compiled or vmapped
         if bool(torch.isnan(mask).any()):
             raise ValueError("additive mask contains NaN; use -inf (or a bool mask) for hidden positions")
         if bool(torch.isposinf(mask).any()):

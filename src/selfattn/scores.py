@@ -29,7 +29,6 @@ A score feature is one field here (sinks, ALiBi slopes, segments, the window's t
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, fields
 
 import torch
@@ -45,7 +44,40 @@ __all__ = [
     "EXTENT_CHUNK",
     "join_sinks",
     "sink_grad",
+    "once",
+    "values_readable",
 ]
+
+
+def values_readable(*tensors: torch.Tensor | None) -> bool:
+    """Whether a check may read these tensors' values (a Python bool of a tensor): not while `torch.compile`
+    or `torch.export` traces (it would break the graph), nor for a `torch.func` (vmap, grad) wrapped tensor
+    (vmap refuses data-dependent control flow). Checks skipped then say so in their callers' docstrings."""
+    if torch.compiler.is_compiling():
+        return False
+    return not any(t is not None and torch._C._functorch.is_functorch_wrapped_tensor(t) for t in tensors)
+
+
+class once:  # noqa: N801 - used as a decorator, like functools.cached_property
+    """`functools.cached_property` without its lock (Python 3.11 takes an RLock, which `torch.compile` cannot
+    trace): computed on first access and kept in the instance's __dict__; while compiling, computed each time
+    (the graph holds the result)."""
+
+    def __init__(self, fn):
+        self.fn, self.name, self.__doc__ = fn, fn.__name__, fn.__doc__
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        if torch.compiler.is_compiling():
+            return self.fn(obj)
+        value = self.fn(obj)
+        obj.__dict__[self.name] = value
+        return value
+
 
 LOG2_E = 1.4426950408889634
 """log₂ e: a logit in base 2 is the natural one times this (`unit=LOG2_E`: softmax by exp2)."""
@@ -69,7 +101,7 @@ def additive_in(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if torch.finfo(mask.dtype).max > torch.finfo(dtype).max:
         info = torch.finfo(dtype)
         over = torch.isinf(out) & torch.isfinite(mask)
-        if bool(over.any()):
+        if not values_readable(over) or bool(over.any()):
             out = torch.where(over, torch.where(mask > 0, info.max, info.min).to(dtype), out)
     return out
 
@@ -125,9 +157,9 @@ class ScoreRule:
     @classmethod
     def of(cls, request) -> ScoreRule:
         """The rule of a `selfattn.request.Request` (the same as `request.rule`)."""
-        return cls(**{f.name: getattr(request, f.name) for f in fields(cls)})
+        return cls(**{name: getattr(request, name) for name in _FIELDS})
 
-    @functools.cached_property
+    @once
     def bounds(self) -> tuple[int | None, int | None] | None:
         """(left, right): key j visible to query position p when p − left <= j <= p + right (None: that side
         unbounded), the causal rule and the window together (`masks.bounds`); None when positions hide nothing."""
@@ -145,7 +177,7 @@ class ScoreRule:
             return None
         return "bool" if self.mask.dtype == torch.bool else "additive"
 
-    @functools.cached_property
+    @once
     def mask_extent(self) -> float:
         """The largest |x| over an additive mask's finite entries (0.0 for none or a bool mask)."""
         return finite_extent(self.mask) if self.mask_kind == "additive" else 0.0
@@ -223,25 +255,31 @@ class ScoreRule:
         b = seg if cols is None else seg[:, cols]
         return a[:, None, :, None] != b[:, None, None, :]
 
-    @functools.cached_property
+    @once
     def segment_spans(self) -> tuple[torch.Tensor, bool]:
         """((2, B, L) int64: for each position the first key of its segment and one past its last, whether every
-        segment is one contiguous run — then the span alone is the segment rule). Only with `segments`."""
+        segment is one contiguous run — then the span alone is the segment rule). Only with `segments`.
+
+        By a stable sort of each row's ids (no data-dependent shapes, so `torch.compile` traces it): a group
+        of equal ids keeps its positions in order, so its first and last sorted entries are the span. While
+        compiling or under vmap, `contiguous` is False (`values_readable`): the kernel then also reads the ids."""
         seg = self.segments
         B, L = seg.shape
-        span = torch.empty(2, B, L, dtype=torch.int64, device=seg.device)
-        contiguous = True
-        positions = torch.arange(L, device=seg.device)
-        for b in range(B):
-            ids, inverse = torch.unique(seg[b], return_inverse=True)
-            first = torch.full((len(ids),), L, dtype=torch.int64, device=seg.device)
-            last = torch.full((len(ids),), -1, dtype=torch.int64, device=seg.device)
-            first.scatter_reduce_(0, inverse, positions, "amin")
-            last.scatter_reduce_(0, inverse, positions, "amax")
-            span[0, b], span[1, b] = first[inverse], last[inverse] + 1
-            runs = 1 + int((seg[b, 1:] != seg[b, :-1]).sum()) if L else 0
-            contiguous = contiguous and runs == len(ids)
-        return span, contiguous
+        if L == 0:
+            return torch.empty(2, B, 0, dtype=torch.int64, device=seg.device), True
+        ids, pos = torch.sort(seg, dim=1, stable=True)
+        index = torch.arange(L, device=seg.device).expand(B, L)
+        edge = torch.ones(B, 1, dtype=torch.bool, device=seg.device)
+        starts = torch.cat([edge, ids[:, 1:] != ids[:, :-1]], dim=1)  # a new id begins here (sorted order)
+        ends = torch.cat([starts[:, 1:], edge], dim=1)  # the last of its id
+        start = torch.where(starts, index, 0).cummax(dim=1).values
+        end = torch.where(ends, index, L - 1).flip(1).cummin(dim=1).values.flip(1)
+        first, last = (torch.zeros_like(pos).scatter(1, pos, pos.gather(1, at)) for at in (start, end))
+        span = torch.stack([first, last + 1])  # out of place: vmap and compile trace it
+        if not values_readable(seg):
+            return span, False
+        runs = 1 + (seg[:, 1:] != seg[:, :-1]).sum(dim=1)
+        return span, bool((runs == starts.sum(dim=1)).all())
 
     def hide(
         self,
@@ -318,6 +356,10 @@ class ScoreRule:
         }
 
 
+_FIELDS = tuple(f.name for f in fields(ScoreRule))
+"""The rule's field names, read once (`torch.compile` cannot trace `dataclasses.fields`)."""
+
+
 def join_sinks(sinks: torch.Tensor, lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(lse with the sink, the factor exp(lse − lse') that scales a sink-free row's weights and output):
     lse' = log(exp(lse) + exp(sink_h)). sinks (Hq,), lse (B, Hq, Lq) natural units; differentiable."""
@@ -329,6 +371,7 @@ def join_sinks(sinks: torch.Tensor, lse: torch.Tensor) -> tuple[torch.Tensor, to
 def sink_grad(sinks: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
     """∂loss/∂sink_h = −Σ_{b,i} w_sink · Δ_bhi, with w_sink = exp(sink_h − lse_bhi) (lse includes the sink) and
     Δ = rowsum(dO ∘ O) − dlse (`kernels.base.softmax_delta`): the sink is a key whose value is 0.
-    sinks (Hq,), lse and delta (B, Hq, Lq) natural units; returns (Hq,) in sinks' dtype."""
-    w_sink = torch.exp(sinks.detach().to(lse.dtype)[:, None] - lse)  # (B, Hq, Lq)
+    sinks (Hq,), lse and delta (B, Hq, Lq) natural units; returns (Hq,) in sinks' dtype; differentiable (sinks
+    not detached), so a second derivative through it is right where the rest of the graph has one."""
+    w_sink = torch.exp(sinks.to(lse.dtype)[:, None] - lse)  # (B, Hq, Lq)
     return -(w_sink * delta.to(lse.dtype)).sum(dim=(0, 2)).to(sinks.dtype)

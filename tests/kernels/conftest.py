@@ -2,13 +2,13 @@
 
 import pytest
 
-from selfattn.kernels import native
+from selfattn.kernels import native, native_build
 
 
 @pytest.fixture(scope="session")
 def native_built():
     """Build the native kernel once per session (it is cached on disk); skip only if there is no compiler."""
-    missing = native._missing_tools()
+    missing = native_build._missing_tools()
     if missing is not None and not native.is_built():
         pytest.skip(f"the native kernel cannot be built here: {missing}")
     return native.build()

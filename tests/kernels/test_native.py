@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import selfattn
-from selfattn.kernels import native
+from selfattn.kernels import native, native_build
 from selfattn.kernels.native import NativeBackend
 from selfattn.request import build_request
 
@@ -57,8 +57,8 @@ def test_refusals_say_why(monkeypatch):
 
 def test_a_failed_build_is_one_stated_reason(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing built there
-    monkeypatch.setattr(native, "_STATE", {"ops": None, "error": None})
-    monkeypatch.setattr(native, "_missing_tools", lambda: "no C++ compiler ('c++' is not on PATH)")
+    monkeypatch.setattr(native_build, "_STATE", {"ops": None, "error": None})
+    monkeypatch.setattr(native_build, "_missing_tools", lambda: "no C++ compiler ('c++' is not on PATH)")
     assert not native.is_built()
     q, k, v = make_inputs(1, 1, 1, 4, 4, 8, 8)
     assert "no C++ compiler" in NativeBackend().refuse(build_request(q, k, v))
@@ -70,7 +70,7 @@ def test_a_failed_build_is_one_stated_reason(monkeypatch, tmp_path):
 def test_import_never_compiles(tmp_path):
     code = (
         "import selfattn, selfattn.kernels.native as n; import torch;"
-        "assert not n.is_built(); assert n._STATE['ops'] is None;"
+        "assert not n.is_built(); assert selfattn.kernels.native_build._STATE['ops'] is None;"
         "q = torch.zeros(1, 1, 4, 8); from selfattn.request import build_request;"
         "n.NativeBackend().refuse(build_request(q, q, q));"  # asking costs no compile
         "assert not n.is_built(); print('ok')"
@@ -85,7 +85,7 @@ def test_import_never_compiles(tmp_path):
 def test_build_is_cached_and_says_where(built):
     assert native.is_built() and native.unavailable_reason() is None
     assert native.build() is built  # loaded once per process
-    path = native._library_path()
+    path = native_build._library_path()
     assert path.is_file() and native.build_dir() in path.parents
     assert torch.__version__.replace("+", "_") in str(path)
 

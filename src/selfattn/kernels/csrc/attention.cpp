@@ -10,7 +10,9 @@
 //
 // Backward: tasks are (batch, kv head, key block): dK and dV of the block are owned by the task;
 // dQ is accumulated per worker (worker 0 writes into dq, the others into private buffers summed
-// at the end), so there are no races and no atomics. P is recomputed from the saved lse.
+// at the end, in worker order), so there are no races and no atomics. Under
+// torch.use_deterministic_algorithms(True) the tasks are dealt to the workers in a fixed order, so dQ is
+// bit for bit the same on every run with the same thread count. P is recomputed from the saved lse.
 //
 // Scheduling: one at::parallel_for over the workers; each worker takes tasks from a shared atomic
 // counter (most expensive first), so a worker whose core is busy with another process simply
@@ -232,9 +234,10 @@ void scores(const Problem<T>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, i
 }
 
 // Runs task(worker, t) for t in [0, n_tasks) on at most at::get_num_threads() workers, each taking
-// the next task from a shared counter.
+// the next task from a shared counter; `fixed`: worker w takes tasks w, w + workers, … in order instead,
+// so what each worker sums, and in which order, does not depend on timing (deterministic mode).
 template <typename F>
-void run_tasks(int64_t n_tasks, const F& task) {
+void run_tasks(int64_t n_tasks, const F& task, bool fixed = false) {
   if (n_tasks <= 0) return;
   const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n_tasks));
   std::atomic<int64_t> next{0};
@@ -242,7 +245,11 @@ void run_tasks(int64_t n_tasks, const F& task) {
     const int one = 1;
     const int mkl_before = mkl_set_num_threads_local_ ? mkl_set_num_threads_local_(&one) : 0;
     for (int64_t w = w0; w < w1; ++w) {
-      for (int64_t t = next.fetch_add(1); t < n_tasks; t = next.fetch_add(1)) task(w, t);
+      if (fixed) {
+        for (int64_t t = w; t < n_tasks; t += workers) task(w, t);
+      } else {
+        for (int64_t t = next.fetch_add(1); t < n_tasks; t = next.fetch_add(1)) task(w, t);
+      }
     }
     if (mkl_set_num_threads_local_) mkl_set_num_threads_local_(&mkl_before);
   });
@@ -399,7 +406,7 @@ void backward_impl(const Problem<T>& P, const T* dout, int64_t dsb, int64_t dsh,
         gemm<T>(false, false, nq, P.D, n, P.scale, dP, n, P.krow(b, hk, k0), P.ksl, T(1), dqb, P.D);  // dQ += s dS K
       }
     }
-  });
+  }, at::globalContext().deterministicAlgorithms());
 }
 
 int64_t row_stride(const at::Tensor& t) { return t.size(2) <= 1 ? std::max<int64_t>(t.size(3), 1) : t.stride(2); }

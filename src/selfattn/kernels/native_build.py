@@ -1,0 +1,152 @@
+"""Building and loading the native kernel (csrc/attention.cpp): compiled on first use, cached, never at import.
+
+The C++ is compiled with `torch.utils.cpp_extension.load` (ninja) and cached under
+`$XDG_CACHE_HOME/selfattn/torch_extensions/<torch version>/`; the library's name carries a hash of
+the source, the compiler flags and the CPU capability, so a cached build never goes stale and a
+build for another CPU is never loaded. `build()` compiles if needed, loads the library (its ops are
+`torch.ops.selfattn_native`) and says so through `selfattn.kernels.notices`; without a compiler, or
+when the build fails, it raises once with the reason and remembers it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from .notice import Notice, emit
+
+__all__ = ["SOURCE", "build", "build_dir", "is_built", "unavailable_reason"]
+
+SOURCE = Path(__file__).with_name("csrc") / "attention.cpp"
+"""The kernel's C++ source."""
+
+BASE_FLAGS = ("-O3", "-std=c++17", "-fno-math-errno", "-fopenmp")
+"""-fopenmp: at::parallel_for is a header template over `#pragma omp parallel`; without it, it runs serially."""
+
+LINK_FLAGS = ("-fopenmp",)
+ARCH_FLAGS = {"AVX512": ("-mavx2", "-mfma", "-mavx512f"), "AVX2": ("-mavx2", "-mfma")}
+"""Vector flags by PyTorch's detected CPU capability: what this CPU runs, part of the cache key."""
+
+_LOCK = threading.Lock()
+_STATE: dict[str, object] = {"ops": None, "error": None}
+
+
+@functools.lru_cache(maxsize=1)
+def _flags() -> tuple[str, ...]:
+    return BASE_FLAGS + ARCH_FLAGS.get(torch.backends.cpu.get_cpu_capability(), ())
+
+
+@functools.lru_cache(maxsize=1)
+def _name() -> str:
+    """The library's name: changes with the source, the flags, the CPU capability and torch."""
+    key = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), " ".join(_flags() + LINK_FLAGS).encode(), torch.__version__.encode()):
+        key.update(part)
+    return f"selfattn_native_{key.hexdigest()[:12]}"
+
+
+def build_dir() -> Path:
+    """Where the compiled library is cached: $XDG_CACHE_HOME (or ~/.cache)/selfattn/torch_extensions/<torch>."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "selfattn" / "torch_extensions" / torch.__version__.replace("+", "_")
+
+
+def _library_path() -> Path:
+    return _library_path_for(os.environ.get("XDG_CACHE_HOME"), os.path.expanduser("~"))
+
+
+@functools.lru_cache(maxsize=8)
+def _library_path_for(xdg_cache_home: str | None, home: str) -> Path:
+    """The library's path for these environment values, built once: "auto" asks on every call."""
+    name = _name()
+    return build_dir() / name / f"{name}.so"
+
+
+@torch.compiler.assume_constant_result  # read once when compiled, as a constant of the graph
+def is_built() -> bool:
+    """True when the kernel is loaded or its compiled library is in the cache: using it costs no compile."""
+    return _STATE["ops"] is not None or _library_path().is_file()
+
+
+@functools.lru_cache(maxsize=1)
+def _missing_tools() -> str | None:
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        return f"no C++ compiler ({compiler!r} is not on PATH)"
+    try:
+        from torch.utils.cpp_extension import is_ninja_available
+    except ImportError:  # pragma: no cover - torch without cpp_extension
+        return "torch.utils.cpp_extension is not available"
+    if not is_ninja_available():
+        return "ninja is not available (pip install ninja)"
+    return None
+
+
+@torch.compiler.assume_constant_result
+def unavailable_reason() -> str | None:
+    """Why the kernel cannot be used here (no compiler, a failed build), or None. Never compiles."""
+    if _STATE["error"] is not None:
+        return str(_STATE["error"])
+    if _STATE["ops"] is not None or _library_path().is_file():
+        return None
+    return _missing_tools()
+
+
+def build():
+    """Compile the kernel if needed and load it; returns its ops (`torch.ops.selfattn_native`).
+
+    The first compile takes tens of seconds and reports itself as a start and a done (or failed)
+    `selfattn.kernels.Notice`.
+    Raises RuntimeError with the reason if there is no compiler or the build fails (and remembers
+    it: the backend then refuses with that reason instead of retrying)."""
+    with _LOCK:
+        if _STATE["ops"] is not None:
+            return _STATE["ops"]
+        if _STATE["error"] is not None:
+            raise RuntimeError(str(_STATE["error"]))
+        path = _library_path()
+        try:
+            if not path.is_file():
+                missing = _missing_tools()
+                if missing is not None:
+                    raise RuntimeError(f"cannot build the native kernel: {missing}; using 'tiled' instead")
+                _compile(path)
+            torch.ops.load_library(str(path))
+        except Exception as error:  # noqa: BLE001 - any build failure becomes one stated reason
+            message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            if not message.startswith("cannot build"):
+                message = f"the native kernel failed to build or load ({message}); using 'tiled' instead"
+            _STATE["error"] = message
+            raise RuntimeError(message) from error
+        _STATE["ops"] = torch.ops.selfattn_native
+        return _STATE["ops"]
+
+
+def _compile(path: Path) -> None:
+    from torch.utils.cpp_extension import load
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    what = f"compiling the native attention kernel (once, about a minute) into {path.parent}"
+    emit(Notice("native", what, "start"))
+    start = time.perf_counter()
+    try:
+        load(
+            name=path.stem,
+            sources=[str(SOURCE)],
+            extra_cflags=list(_flags()),
+            extra_ldflags=list(LINK_FLAGS),
+            build_directory=str(path.parent),
+            is_python_module=False,
+            verbose=False,
+        )
+    except Exception:
+        emit(Notice("native", what, "failed", time.perf_counter() - start))
+        raise
+    emit(Notice("native", what, "done", time.perf_counter() - start))
