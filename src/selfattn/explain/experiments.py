@@ -107,7 +107,7 @@ def _ordinary(explainer, i: int) -> str | None:
     bare = word.strip()
     if not bare or (bare[0], bare[-1]) in (("<", ">"), ("[", "]")) or not word.isprintable():
         return None
-    if explainer.is_unknown is not None and explainer.is_unknown(word, i):
+    if explainer.segment is not None and any(explainer.segment(word)[3].unknown):  # a true <unk>
         return None
     return word if _own(explainer, word) == [i] else None
 
