@@ -4,6 +4,8 @@ is explained (transformers only warns and fills the gaps at random: the explanat
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -63,6 +65,20 @@ def test_broken_weights_are_refused_by_name(llama, tmp_path, capsys, change, mes
     assert main(["explain", "a blue monster", "--model", str(folder)]) == 1
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and "internal error" not in err
+
+
+def test_a_missing_tensor_is_said_in_our_one_line_not_transformers_report(llama, tmp_path):
+    """In a real process (transformers' logger writes to the stderr it found at import): no coloured load
+    report with terminal escapes before the refusal."""
+    folder = _variant(llama, tmp_path, lambda w: w.pop(Q))
+    proc = subprocess.run(
+        [sys.executable, "-m", "selfattn.cli", "explain", "a blue monster", "--model", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1 and "selfattn explain: error:" in proc.stderr
+    assert "\x1b[" not in proc.stderr and "LOAD REPORT" not in proc.stderr, proc.stderr
 
 
 def test_the_whole_folder_still_loads(llama):

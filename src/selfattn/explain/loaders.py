@@ -59,7 +59,9 @@ def load(source: sources.Source, config: dict) -> dict:
     known = transformers.AutoConfig.for_model(
         config["model_type"], **{k: v for k, v in config.items() if k != "model_type"}
     )
-    try:
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # its load report (with terminal colours) would precede ours,
+    try:  # which names what is missing or misshapen (`sources.check_loaded`) and refuses the folder
         model, info = auto.from_pretrained(
             str(source.folder),
             config=known,
@@ -76,6 +78,8 @@ def load(source: sources.Source, config: dict) -> dict:
             f"transformers' attention interface (it cannot be built with attn_implementation='selfattn': "
             f"KeyError {e})"
         ) from None
+    finally:
+        transformers.logging.set_verbosity(verbosity)
     sources.check_loaded(source.folder / (source.gguf or ""), model, info)
     how = {
         "format": "gguf" if source.gguf else "safetensors",
