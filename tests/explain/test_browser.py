@@ -802,3 +802,12 @@ def test_a_long_row_shows_its_stored_keys_and_says_what_it_does_not_hold(watched
 
 def doc_texts(page: Page) -> dict:
     return page.evaluate("JSON.parse(document.getElementById('selfattn-data').textContent).texts")
+
+
+def test_report_opens_in_the_language_it_was_written_in(watched, explainer, tmp_path):
+    """`selfattn explain --lang en --html`: the export says its language, and the page opens in it."""
+    page = watched.page
+    doc = explainer.explain(TEXT) | {"lang": "en"}
+    url = open_report(watched, doc, tmp_path)
+    assert page.text_content("h1").startswith("What is Self-Attention") and state(page)["lang"] == "en"
+    assert_clean(watched, {url})

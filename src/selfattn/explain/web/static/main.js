@@ -213,6 +213,8 @@ function bindHeatmap(state, c) {
 async function start() {
   const data = readPageData();
   const state = createState(data);
+  const lang = (data.doc && data.doc.lang) || data.lang; // `selfattn explain --lang en --html`, GET /?lang=en
+  if (lang === "zh" || lang === "en") state.lang = lang;
   const c = controller(state);
   bindEvents(state, c);
   bindViews(state, c);
