@@ -811,3 +811,13 @@ def test_report_opens_in_the_language_it_was_written_in(watched, explainer, tmp_
     url = open_report(watched, doc, tmp_path)
     assert page.text_content("h1").startswith("What is Self-Attention") and state(page)["lang"] == "en"
     assert_clean(watched, {url})
+
+
+def test_a_repeated_token_carries_its_position_on_the_page(watched, tmp_path):
+    page = watched.page
+    doc = slash_explainer().explain(" / ".join(["一只", "森林", "一只", "森林"]))
+    assert any("@" in name for name in doc["token_names"])  # Python's views name repeats by position
+    url = open_report(watched, doc, tmp_path)
+    shown = page.eval_on_selector_all("[data-testid=token]", "ts => ts.map(t => t.textContent)")
+    assert shown == doc["token_names"] and len(set(shown)) == len(shown)
+    assert_clean(watched, {url})

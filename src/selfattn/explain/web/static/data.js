@@ -62,7 +62,9 @@ async function unpackFields(obj, names) {
 /** A packed export dict with its arrays unpacked (a layer left out keeps only its scalars). */
 export async function loadDoc(packed) {
   const layers = await Promise.all(packed.layers.map(loadLayer));
-  return Object.assign({}, packed, { layers });
+  // the tokens as every view shows them: a repeated token carries its position ("the@8"), as in Python's views
+  const tokens = Array.isArray(packed.token_names) ? packed.token_names : packed.tokens;
+  return Object.assign({}, packed, { layers, tokens });
 }
 
 export async function loadLayer(layer) {
