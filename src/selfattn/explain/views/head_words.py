@@ -22,37 +22,17 @@ from __future__ import annotations
 from .head_types import above_chance, credited
 from .relations import WORDS
 from .summary import SINK_LIMIT
+from .texts import TEXTS
 
 __all__ = ["percent", "TYPE_WORDS", "TYPE_SHORT", "sentence", "link_credited"]
 
-TYPE_WORDS = {
-    "previous": {"zh": "看前一个 token", "en": "looks at the token just before"},
-    "next": {"zh": "看后一个 token", "en": "looks at the token just after"},
-    "self": {"zh": "主要看自己", "en": "mostly looks at itself"},
-    "first": {"zh": "偏向第一个 token {first}", "en": "leans on the first token {first}"},
-    "duplicate": {"zh": "看前面出现过的同一个 token", "en": "looks at earlier copies of the same token"},
-    "induction": {
-        "zh": "归纳头：看同一个 token 上次出现时后面的那个 token",
-        "en": "induction: looks at the token that followed the same token's earlier occurrence",
-    },
-    "local": {"zh": "看附近 ±2 个 token", "en": "looks within ±2 tokens"},
-}
+TYPE_WORDS = {key.removeprefix("heads.type."): words for key, words in TEXTS.items() if key.startswith("heads.type.")}
 """What each head type (`head_types.TYPES`) does, said before its share."""
 
-TYPE_SHORT = {
-    "previous": {"zh": "前一", "en": "prev"},
-    "next": {"zh": "后一", "en": "next"},
-    "self": {"zh": "自己", "en": "self"},
-    "first": {"zh": "首", "en": "sink"},
-    "duplicate": {"zh": "重复", "en": "dup"},
-    "induction": {"zh": "归纳", "en": "ind"},
-    "local": {"zh": "局部", "en": "local"},
-    "broad": {"zh": "均匀", "en": "broad"},
-    "relation": {"zh": "链接", "en": "link"},
-}
+TYPE_SHORT = {key.removeprefix("heads.short."): words for key, words in TEXTS.items() if key.startswith("heads.short.")}
 """A type in a table cell (`selfattn heads`)."""
 
-UNIFORM = {"zh": "均匀注意力 {c}", "en": "uniform attention {c}"}
+UNIFORM = TEXTS["heads.uniform"]
 
 
 def percent(x: float) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 from .findings import name, quote
 from .plots import rc
 from .tables import number
+from .texts import TEXTS
 
 __all__ = ["FILES", "render", "WORDS"]
 
@@ -25,19 +26,7 @@ DPI = 150
 FRAME = "#111827"
 CHANGED = "#dc2626"
 """The tick labels of the positions where the corrupted text differs."""
-WORDS = {
-    "title": {
-        "zh": "{model} · 激活修补：恢复的 logit 差 {t} − {f}（干净 {c}，被改动 {x}）",
-        "en": "{model} · activation patching: logit difference {t} − {f} recovered (clean {c}, corrupted {x})",
-    },
-    "heads": {"zh": "每个 head 的输出", "en": "each head's output"},
-    "residual": {"zh": "每层每个位置的残差流", "en": "each layer's residual stream, per position"},
-    "head": {"zh": "head", "en": "head"},
-    "layer": {"zh": "层", "en": "layer"},
-    "position": {"zh": "位置（干净文本的 token）", "en": "position (the clean text's tokens)"},
-    "share": {"zh": "恢复的比例", "en": "share recovered"},
-    "top": {"zh": "框出：{names}", "en": "framed: {names}"},
-}
+WORDS = {key.removeprefix("patching."): words for key, words in TEXTS.items() if key.startswith("patching.")}
 
 
 def _has_cjk(labels) -> bool:

@@ -20,34 +20,11 @@ from rich.text import Text
 from ...terminal import printable
 from .head_words import TYPE_SHORT, percent
 from .tables import number
+from .texts import TEXTS
 
 __all__ = ["taxonomy", "experiments", "grid"]
 
-WORDS = {
-    "taxonomy": {
-        "zh": "{model}：每个 head 最明确的类型和比例（%；探针 = {n} 个随机 token 重复两遍{text}）",
-        "en": "{model}: each head's clearest type and share (%; probe = {n} random tokens repeated twice{text})",
-    },
-    "with_text": {"zh": "，再加上这句话", "en": ", and the text"},
-    "layer": {"zh": "层", "en": "layer"},
-    "ablation": {"zh": "消融：", "en": "Ablation: "},
-    "patching": {"zh": "激活修补（activation patching）：", "en": "Activation patching: "},
-    "heads": {
-        "zh": "每个 head 恢复的 logit 差（%）：",
-        "en": "Share of the logit difference each head recovers (%):",
-    },
-    "residual": {
-        "zh": "每层每个位置的残差流恢复的 logit 差（%）：",
-        "en": "Share recovered by each layer's residual stream at each position (%):",
-    },
-    "lens": {"zh": "逻辑透镜（logit lens）：", "en": "Logit lens: "},
-    "lens_table": {
-        "zh": "每层之后读出的下一个 token（位置 {p}，{tok}）：",
-        "en": "The next token read out after each layer (position {p}, {tok}):",
-    },
-    "top": {"zh": "前 {k} 名", "en": "top {k}"},
-    "entropy": {"zh": "熵（bit）", "en": "entropy (bits)"},
-}
+WORDS = {key.removeprefix("research."): words for key, words in TEXTS.items() if key.startswith("research.")}
 
 
 def _say(console: Console, *parts: str, **kw) -> None:

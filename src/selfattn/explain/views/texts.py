@@ -560,9 +560,64 @@ TEXTS: dict[str, dict[str, str]] = {
     },
     "server.invalid": {"zh": "请求无效：{reason}", "en": "{reason}"},
     "server.refused": {"zh": "无法解释这段文字：{reason}", "en": "{reason}"},
+    # heads: head types, the patching picture, the research tables (views/head_words, patching_plot, research_tables)
+    "heads.type.previous": {"zh": "看前一个 token", "en": "looks at the token just before"},
+    "heads.type.next": {"zh": "看后一个 token", "en": "looks at the token just after"},
+    "heads.type.self": {"zh": "主要看自己", "en": "mostly looks at itself"},
+    "heads.type.first": {"zh": "偏向第一个 token {first}", "en": "leans on the first token {first}"},
+    "heads.type.duplicate": {"zh": "看前面出现过的同一个 token", "en": "looks at earlier copies of the same token"},
+    "heads.type.induction": {
+        "zh": "归纳头：看同一个 token 上次出现时后面的那个 token",
+        "en": "induction: looks at the token that followed the same token's earlier occurrence",
+    },
+    "heads.type.local": {"zh": "看附近 ±2 个 token", "en": "looks within ±2 tokens"},
+    "heads.short.previous": {"zh": "前一", "en": "prev"},
+    "heads.short.next": {"zh": "后一", "en": "next"},
+    "heads.short.self": {"zh": "自己", "en": "self"},
+    "heads.short.first": {"zh": "首", "en": "sink"},
+    "heads.short.duplicate": {"zh": "重复", "en": "dup"},
+    "heads.short.induction": {"zh": "归纳", "en": "ind"},
+    "heads.short.local": {"zh": "局部", "en": "local"},
+    "heads.short.broad": {"zh": "均匀", "en": "broad"},
+    "heads.short.relation": {"zh": "链接", "en": "link"},
+    "heads.uniform": {"zh": "均匀注意力 {c}", "en": "uniform attention {c}"},
+    "patching.title": {
+        "zh": "{model} · 激活修补：恢复的 logit 差 {t} − {f}（干净 {c}，被改动 {x}）",
+        "en": "{model} · activation patching: logit difference {t} − {f} recovered (clean {c}, corrupted {x})",
+    },
+    "patching.heads": {"zh": "每个 head 的输出", "en": "each head's output"},
+    "patching.residual": {"zh": "每层每个位置的残差流", "en": "each layer's residual stream, per position"},
+    "patching.head": {"zh": "head", "en": "head"},
+    "patching.layer": {"zh": "层", "en": "layer"},
+    "patching.position": {"zh": "位置（干净文本的 token）", "en": "position (the clean text's tokens)"},
+    "patching.share": {"zh": "恢复的比例", "en": "share recovered"},
+    "patching.top": {"zh": "框出：{names}", "en": "framed: {names}"},
+    "research.taxonomy": {
+        "zh": "{model}：每个 head 最明确的类型和比例（%；探针 = {n} 个随机 token 重复两遍{text}）",
+        "en": "{model}: each head's clearest type and share (%; probe = {n} random tokens repeated twice{text})",
+    },
+    "research.with_text": {"zh": "，再加上这句话", "en": ", and the text"},
+    "research.layer": {"zh": "层", "en": "layer"},
+    "research.ablation": {"zh": "消融：", "en": "Ablation: "},
+    "research.patching": {"zh": "激活修补（activation patching）：", "en": "Activation patching: "},
+    "research.heads": {
+        "zh": "每个 head 恢复的 logit 差（%）：",
+        "en": "Share of the logit difference each head recovers (%):",
+    },
+    "research.residual": {
+        "zh": "每层每个位置的残差流恢复的 logit 差（%）：",
+        "en": "Share recovered by each layer's residual stream at each position (%):",
+    },
+    "research.lens": {"zh": "逻辑透镜（logit lens）：", "en": "Logit lens: "},
+    "research.lens_table": {
+        "zh": "每层之后读出的下一个 token（位置 {p}，{tok}）：",
+        "en": "The next token read out after each layer (position {p}, {tok}):",
+    },
+    "research.top": {"zh": "前 {k} 名", "en": "top {k}"},
+    "research.entropy": {"zh": "熵（bit）", "en": "entropy (bits)"},
 }
 
-VIEW_ONLY = ("tables.", "plots.")
+VIEW_ONLY = ("tables.", "plots.", "patching.", "research.")
 """Key prefixes of the views in Python only (the terminal, the pictures): not sent to the page."""
 
 
