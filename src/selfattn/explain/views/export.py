@@ -26,7 +26,6 @@ Layout of the dict (L tokens, H heads, D head dim):
                     from it; an encoder's no_causal says why it does not apply),
     experiment {applied {name: {param: value}, layer, head}, and with a baseline compared (`experiment`):
                 layer, head, scope, same_x, entropy, future, future_row, top, text {zh, en}},
-    texts {key: {zh, en}} (the sentences the page shows: `texts.for_page`),
     selected {layer, head, rule}, summaries [layer][head] {entropy, max_weight, first_token, previous, self, rows},
     descriptions [layer][head] {kind, text {zh, en}, …} (`heads.describe`), first_token? {token, selected, mean}
     (only when the first token is a special token: <bos>, [CLS]),
@@ -164,7 +163,6 @@ def to_dict(
         "intervention": trace.intervention.as_dict(),
         "interventions": _interventions(trace.kind),
         "experiment": {"applied": trace.intervention.as_applied()},
-        "texts": texts.for_page(),
         "head_types": taxonomy.legend(),
         "selected": selected,
         "summaries": summaries,

@@ -4,7 +4,7 @@
     text("tables.selected", "en", layer=1, head=2, reason="chosen by you")
 
 `{name}` placeholders are filled by `str.format` here and by one small `fill()` in the page's JS; the
-export dict carries the keys the page needs under doc["texts"] (`for_page`), so the JS holds no copy of a
+page's data carries the keys its modules name (`report.page_texts`), so the JS holds no copy of a
 sentence. Keys are grouped by the view that says them: "tables." (the terminal), "plots." (the pictures),
 "positions." (a model's positional scheme, in every view), "pick_rule" (how the shown head is picked).
 The interventions' own words live with them, in the registry (`capture.interventions`: label, help, said).
@@ -12,7 +12,7 @@ The interventions' own words live with them, in the registry (`capture.intervent
 
 from __future__ import annotations
 
-__all__ = ["TEXTS", "LANGS", "text", "for_page"]
+__all__ = ["TEXTS", "LANGS", "text"]
 
 LANGS = ("zh", "en")
 
@@ -617,9 +617,6 @@ TEXTS: dict[str, dict[str, str]] = {
     "research.entropy": {"zh": "熵（bit）", "en": "entropy (bits)"},
 }
 
-VIEW_ONLY = ("tables.", "plots.", "patching.", "research.")
-"""Key prefixes of the views in Python only (the terminal, the pictures): not sent to the page."""
-
 
 def text(key: str, lang: str, **values) -> str:
     """TEXTS[key][lang] with its `{name}` placeholders filled from `values`.
@@ -630,8 +627,3 @@ def text(key: str, lang: str, **values) -> str:
     if key not in TEXTS:
         raise KeyError(f"no text {key!r} in selfattn.explain.views.texts.TEXTS")
     return TEXTS[key][lang].format(**values)
-
-
-def for_page() -> dict[str, dict[str, str]]:
-    """The texts the page shows: doc["texts"] (every key but the Python-only views')."""
-    return {k: dict(v) for k, v in TEXTS.items() if not k.startswith(VIEW_ONLY)}

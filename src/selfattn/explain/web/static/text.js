@@ -1,4 +1,4 @@
-/* The page's words: every sentence comes from the data (`doc.texts`, the table of
+/* The page's words: every sentence comes from the page data (`texts`: report.page_texts, from the table of
  * selfattn.explain.views.texts); this module only fills their `{name}` placeholders. */
 
 /** `template` with each `{name}` replaced by String(values[name]): the one rule of views/texts.py. */
