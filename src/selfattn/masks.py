@@ -148,6 +148,27 @@ def draw_blocks(n_q: int, n_k: int, block_q: int, block_k: int, *, causal: bool 
     return "\n".join(lines)
 
 
+def draw_row_intervals(lo: torch.Tensor, hi: torch.Tensor, n_k: int, block_q: int, block_k: int) -> str:
+    """The block plan when each query row i sees exactly the keys [lo[i], hi[i]) (a causal / window rule
+    intersected with a contiguous segment's span): F where every row of the block sees every key of it,
+    . where no row sees any, P otherwise. lo, hi: (Lq,) integer tensors."""
+    checks.integer("block_q", block_q, low=1)
+    checks.integer("block_k", block_k, low=1)
+    edges = torch.arange(0, n_k, block_k)
+    k0, k1 = edges, (edges + block_k).clamp(max=n_k)
+    lines = []
+    for q0 in range(0, lo.numel(), block_q):
+        a, b = lo[q0 : q0 + block_q, None], hi[q0 : q0 + block_q, None]  # (R, 1)
+        seen = (torch.minimum(b, k1) - torch.maximum(a, k0)).clamp(min=0).sum(0)  # (key blocks,) pairs
+        whole = a.shape[0] * (k1 - k0)
+        kinds = [
+            Block.HIDDEN if n == 0 else Block.FULL if n == w else Block.PARTIAL
+            for n, w in zip(seen, whole, strict=True)
+        ]
+        lines.append(" ".join(BLOCK_CHARS[kind] for kind in kinds))
+    return "\n".join(lines)
+
+
 def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Key-padding visibility from a (B, Lk) 1/0 (or bool) mask: bool (B, 1, 1, Lk).
 

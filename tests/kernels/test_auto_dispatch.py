@@ -3,11 +3,13 @@
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 import torch
 
 from selfattn import kernels, masks, reference
 from selfattn.kernels import cost
+from selfattn.request import build_request
 
 from ..helpers import shaped_request as request
 
@@ -225,3 +227,38 @@ def test_a_new_backend_is_one_class_and_a_registry_entry(monkeypatch):
     assert e["choice"] == "echo" and e["backends"]["echo"]["seconds"] is None  # no cost entry: no estimate
     with pytest.raises(ValueError, match="backend 'echo' cannot serve this request: it has no softcap"):
         selfattn.attention(q, q, q, softcap=1.0, backend="echo")
+
+
+@pytest.mark.parametrize(
+    "segments, causal, window",
+    [
+        ([0] * 70 + [1] * 90 + [2] * 40, True, None),  # contiguous packing, causal
+        ([0] * 50 + [1] * 100 + [2] * 50, False, (30, 20)),  # two-sided window inside segments
+        ([0] * 20 + [1] * 20 + [0] * 20 + [2] * 30 + [1] * 10, False, None),  # ids that come back
+    ],
+)
+def test_the_block_plan_draws_what_segments_hide(segments, causal, window):
+    """Each drawn block against the dense visibility of batch item 0 (NumPy reference rule × same id), built
+    here: '.' where nothing is visible, 'F' only where everything is and the segments are contiguous (ids that
+    come back leave each segment's span holding others' keys: computed and masked, drawn P)."""
+    from selfattn.kernels import dispatch
+    from selfattn.kernels.tiled import TiledBackend
+
+    seg = torch.tensor([segments, segments[::-1]])
+    L, bq, bk = seg.shape[1], 32, 16
+    r = build_request(**dispatch._shaped(dict(B=2, Hq=1, Lq=L, D=4, causal=causal, window=window, segments=seg)))
+    drawing = dispatch._plan(r, TiledBackend(block_q=bq, block_k=bk))["drawing"]
+    ids = np.array(segments)
+    dense = reference.visibility(L, L, causal=causal, window=window) & (ids[:, None] == ids[None, :])
+    contiguous = len(set(segments)) == 1 + sum(a != b for a, b in zip(segments[:-1], segments[1:], strict=True))
+    rows = [row.split(" ") for row in drawing.splitlines()]
+    assert len(rows) == -(-L // bq) and all(len(row) == -(-L // bk) for row in rows)
+    for i, row in enumerate(rows):
+        for j, char in enumerate(row):
+            block = dense[i * bq : (i + 1) * bq, j * bk : (j + 1) * bk]
+            if contiguous:
+                assert char == ("." if not block.any() else "F" if block.all() else "P"), (i, j)
+            else:  # spans hold other segments' keys: what the span covers is computed, masked by id
+                assert char != "F" and (char == ".") <= (not block.any()) and block.any() <= (char == "P"), (i, j)
+    text = kernels.render(kernels.explain(dict(B=2, Hq=1, Lq=L, D=4, causal=causal, window=window, segments=seg)))
+    assert "segments=3+3 per batch item" in text and "native skips the hidden blocks" in text

@@ -198,6 +198,9 @@ def render(explanation: Mapping) -> str:
     ]
     if r["mask"] is not None:
         options.append(f"mask={r['mask']['kind']} {tuple(r['mask']['shape'])}")
+    options += [f"{key}={tuple(r[key])}" for key in ("sinks", "alibi") if r.get(key) is not None]
+    if r.get("segments") is not None:
+        options.append("segments=" + "+".join(map(str, r["segments"])) + " per batch item")
     options += [key for key in ("return_weights", "return_lse", "requires_grad") if r[key]]
     lines = [f"request  {shape}  {r['dtype']} on {r['device']}", f"         {', '.join(options)}", ""]
     width = max(len(name) for name in explanation["backends"])
@@ -215,7 +218,12 @@ def render(explanation: Mapping) -> str:
             f"tiled block plan: {plan['query_blocks']} × {plan['key_blocks']} blocks of "
             f"{plan['block_q']} × {plan['block_k']} (query × key); {plan['tiles']} tiles visited, "
             f"{plan['pairs']} pairs",
-            "  F full, P partial (masked), . hidden (skipped)",
+            "  F full, P partial (masked), . hidden (skipped)"
+            + (
+                "; segments drawn for batch item 0: native skips the hidden blocks, tiled masks them"
+                if r.get("segments") is not None
+                else ""
+            ),
         ]
         lines += (
             ["  " + line for line in plan["drawing"].splitlines()]
@@ -234,7 +242,10 @@ def _plan(r: Request, tiled: TiledBackend) -> dict:
     tiles, pairs = Plan.of(r, tiled.block_q, tiled.block_k).work()
     drawing = None
     if max(n_q, n_k) <= MAX_DRAWN_BLOCKS:
-        drawing = masks.draw_blocks(r.Lq, r.Lk, tiled.block_q, tiled.block_k, causal=r.causal, window=r.window)
+        if r.segments is None:
+            drawing = masks.draw_blocks(r.Lq, r.Lk, tiled.block_q, tiled.block_k, causal=r.causal, window=r.window)
+        else:
+            drawing = _segments_drawing(r, tiled.block_q, tiled.block_k)
     return {
         "block_q": tiled.block_q,
         "block_k": tiled.block_k,
@@ -244,6 +255,22 @@ def _plan(r: Request, tiled: TiledBackend) -> dict:
         "pairs": pairs,
         "drawing": drawing,
     }
+
+
+def _segments_drawing(r: Request, block_q: int, block_k: int) -> str:
+    """The blocks of batch item 0 the rule leaves visible when segments join the causal / window rule: each
+    row sees the keys of its segment's span within its position bounds. Where a segment is not one
+    contiguous run the span holds other segments' keys too, so no block is drawn full (F becomes P)."""
+    span, contiguous = r.rule.segment_spans
+    p = torch.arange(r.Lq) + (r.Lk - r.Lq)
+    left, right = r.rule.bounds or (None, None)
+    lo, hi = span[0, 0].cpu(), span[1, 0].cpu()
+    if left is not None:
+        lo = torch.maximum(lo, p - left)
+    if right is not None:
+        hi = torch.minimum(hi, p + right + 1)
+    drawing = masks.draw_row_intervals(lo, hi, r.Lk, block_q, block_k)
+    return drawing if contiguous else drawing.replace("F", "P")
 
 
 def _describe(r: Request) -> dict:
@@ -264,10 +291,18 @@ def _describe(r: Request) -> dict:
         "softcap": r.softcap,
         "dropout_p": r.dropout_p,
         "mask": mask,
+        "sinks": None if r.sinks is None else list(r.sinks.shape),
+        "alibi": None if r.alibi is None else list(r.alibi.shape),
+        "segments": None if r.segments is None else _segment_counts(r.segments),
         "return_weights": r.return_weights,
         "return_lse": r.return_lse,
         "requires_grad": r.needs_grad,
     }
+
+
+def _segment_counts(segments: torch.Tensor) -> list[int]:
+    """How many segments each batch item packs (distinct ids per row)."""
+    return [int(row.unique().numel()) for row in segments.cpu()]
 
 
 SHAPE_KEYS = ("B", "Hq", "Hkv", "Lq", "Lk", "D", "Dv")
