@@ -22,7 +22,7 @@ from __future__ import annotations
 from .head_types import above_chance, credited
 from .relations import WORDS
 from .summary import SINK_LIMIT
-from .texts import TEXTS
+from .texts import TEXTS, text
 
 __all__ = ["percent", "TYPE_WORDS", "TYPE_SHORT", "sentence", "link_credited"]
 
@@ -43,13 +43,11 @@ def percent(x: float) -> str:
 def _share(lang: str, p: float, c: float, *, average: bool = False) -> str:
     """ "86%，均匀注意力 20%" / "86%, uniform attention 20%" (average: "平均 61%…" / "61% on average, …")."""
     uniform = UNIFORM[lang].format(c=percent(c))
-    if lang == "zh":
-        return f"{'平均 ' if average else ''}{percent(p)}，{uniform}"
-    return f"{percent(p)}{' on average' if average else ''}, {uniform}"
+    return text("heads.words.share_mean" if average else "heads.words.share", lang, p=percent(p), uniform=uniform)
 
 
 def _colon(lang: str) -> str:
-    return "：" if lang == "zh" else ": "
+    return text("heads.words.colon", lang)
 
 
 def link_credited(r: dict) -> bool:
@@ -62,34 +60,24 @@ def _link(tokens: list[str], name: str, r: dict, lang: str) -> str:
     """ "动词回看做动作的名词：走进→怪兽 86%，均匀注意力 20%" (+ the keys together, or the mean over links)."""
     pair = f"{tokens[r['query']]}→{tokens[r['key']]} {_share(lang, r['pair_weight'], r['pair_chance'])}"
     extra = ""
+    share = _share(lang, r["weight"], r["chance"])
     if r["n"] > 1:
-        extra = {
-            "zh": f"（{r['n']} 处平均 {_share('zh', r['weight'], r['chance'])}）",
-            "en": f" (mean over {r['n']} links: {_share('en', r['weight'], r['chance'])})",
-        }[lang]
+        extra = text("heads.words.links_mean", lang, n=r["n"], share=share)
     elif len(r["keys"]) > 1:
-        keys = "+".join(tokens[k] for k in r["keys"])
-        extra = {
-            "zh": f"（{keys} 合计 {_share('zh', r['weight'], r['chance'])}）",
-            "en": f" ({keys} together {_share('en', r['weight'], r['chance'])})",
-        }[lang]
+        extra = text("heads.words.keys_together", lang, keys="+".join(tokens[k] for k in r["keys"]), share=share)
     return f"{WORDS[name][lang]}{_colon(lang)}{pair}{extra}"
 
 
 def _link_short(tokens: list[str], r: dict, lang: str) -> str:
     """ "森林→走进+怪兽 43%，均匀注意力 33%": the link with all its keys, the share it is credited on."""
     keys = "+".join(tokens[k] for k in r["keys"])
-    many = {"zh": f"（{r['n']} 处平均）", "en": f" (mean over {r['n']} links)"}[lang] if r["n"] > 1 else ""
+    many = text("heads.words.links_many", lang, n=r["n"]) if r["n"] > 1 else ""
     return f"{tokens[r['query']]}→{keys}{many} {_share(lang, r['weight'], r['chance'])}"
 
 
 def _type(t: str, m: dict, first: str, lang: str) -> str:
     if t == "broad":
-        e = f"{m['score']:.2f}"
-        return {
-            "zh": f"注意力接近均匀：平均归一化熵 {e}（1 = 均匀）",
-            "en": f"close to uniform: mean normalised entropy {e} (1 = uniform)",
-        }[lang]
+        return text("heads.words.broad", lang, e=f"{m['score']:.2f}")
     return TYPE_WORDS[t][lang].format(first=first) + _colon(lang) + _share(lang, m["score"], m["chance"], average=True)
 
 
@@ -108,9 +96,9 @@ def sentence(tokens: list[str], s: dict, links: dict[str, dict], types: dict[str
     if sink:
         c = types["first"]["chance"] if types.get("first", {}).get("chance") is not None else 0.0
         out |= {"kind": "first", "weight": s["first_token"], "chance": c}
-        words = {"zh": f"把注意力停在第一个 token {first} 上", "en": f"parks its attention on the first token {first}"}
         for lang in parts:
-            parts[lang].append(words[lang] + _colon(lang) + _share(lang, s["first_token"], c, average=True))
+            words = text("heads.words.first", lang, first=first)
+            parts[lang].append(words + _colon(lang) + _share(lang, s["first_token"], c, average=True))
     if link is not None:
         name, r = link
         if not sink:
@@ -125,22 +113,18 @@ def sentence(tokens: list[str], s: dict, links: dict[str, dict], types: dict[str
             out |= {"kind": t, "weight": types[t]["score"], "chance": types[t]["chance"]}
         if len(parts["zh"]) < 2:
             for lang in parts:
-                lead = {"zh": "整体上，", "en": "overall, "}[lang] if parts[lang] else ""
+                lead = text("heads.words.overall", lang) if parts[lang] else ""
                 parts[lang].append(lead + _type(t, types[t], first, lang))
     if "kind" not in out:
         out |= {"kind": "spread", "weight": s["max_weight"], "chance": None}
-        bits = f"{s['entropy']:.2f}"
-        parts["zh"].append(f"注意力较分散：平均熵 {bits} bit，没有明显高于均匀注意力的模式")
-        parts["en"].append(f"spread out: mean entropy {bits} bits, no pattern clearly above uniform attention")
+        for lang in parts:
+            parts[lang].append(text("heads.words.spread", lang, bits=f"{s['entropy']:.2f}"))
     if link is None and best is not None and out["kind"] in ("spread", "broad"):
         name, r = best
         out |= _link_fields(name, r, False)
-        for lang, words in (
-            ("zh", "最强的教程链接 {}：不算明显高于均匀"),
-            ("en", "its strongest tutorial link {}: not clearly above"),
-        ):
-            parts[lang].append(words.format(_link_short(tokens, r, lang)))
-    out["text"] = {"zh": "；".join(parts["zh"]), "en": "; ".join(parts["en"])}
+        for lang in parts:
+            parts[lang].append(text("heads.words.strongest", lang, link=_link_short(tokens, r, lang)))
+    out["text"] = {lang: text("heads.words.join", lang).join(parts[lang]) for lang in parts}
     return out
 
 

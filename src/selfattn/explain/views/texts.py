@@ -615,6 +615,31 @@ TEXTS: dict[str, dict[str, str]] = {
     },
     "research.top": {"zh": "前 {k} 名", "en": "top {k}"},
     "research.entropy": {"zh": "熵（bit）", "en": "entropy (bits)"},
+    # a head's words (views.head_words): the shares, the links, the types, the fallbacks
+    "heads.words.share": {"zh": "{p}，{uniform}", "en": "{p}, {uniform}"},
+    "heads.words.share_mean": {"zh": "平均 {p}，{uniform}", "en": "{p} on average, {uniform}"},
+    "heads.words.colon": {"zh": "：", "en": ": "},
+    "heads.words.links_mean": {"zh": "（{n} 处平均 {share}）", "en": " (mean over {n} links: {share})"},
+    "heads.words.keys_together": {"zh": "（{keys} 合计 {share}）", "en": " ({keys} together {share})"},
+    "heads.words.links_many": {"zh": "（{n} 处平均）", "en": " (mean over {n} links)"},
+    "heads.words.broad": {
+        "zh": "注意力接近均匀：平均归一化熵 {e}（1 = 均匀）",
+        "en": "close to uniform: mean normalised entropy {e} (1 = uniform)",
+    },
+    "heads.words.first": {
+        "zh": "把注意力停在第一个 token {first} 上",
+        "en": "parks its attention on the first token {first}",
+    },
+    "heads.words.overall": {"zh": "整体上，", "en": "overall, "},
+    "heads.words.spread": {
+        "zh": "注意力较分散：平均熵 {bits} bit，没有明显高于均匀注意力的模式",
+        "en": "spread out: mean entropy {bits} bits, no pattern clearly above uniform attention",
+    },
+    "heads.words.strongest": {
+        "zh": "最强的教程链接 {link}：不算明显高于均匀",
+        "en": "its strongest tutorial link {link}: not clearly above",
+    },
+    "heads.words.join": {"zh": "；", "en": "; "},
 }
 
 
