@@ -220,3 +220,20 @@ def test_serve_on_an_address_that_does_not_resolve_is_one_line(capsys):
     """uvicorn logged "ERROR: [Errno -2] Name or service not known" and exited 3."""
     assert main(["serve", "--host", "256.0.0.1", "--port", "8765"]) == 1
     assert one_line(capsys.readouterr().err).startswith("selfattn serve: error: cannot listen on 256.0.0.1:8765: ")
+
+
+def test_json_escapes_characters_that_reorder_or_hide_text(capsys):
+    """A zero-width mark in the user's text (a bidi override is refused at the edge, but a model's vocabulary may
+    hold one) reaches --json as an escape, never raw; the parsed JSON holds the same characters, CJK readable."""
+    import json
+
+    from selfattn import cli
+
+    text = "一只蓝色\u200b怪兽"
+    assert main(["explain", text, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "\u200b" not in out and "\\u200b" in out and "怪兽" in out
+    assert json.loads(out)["text"] == text
+    cli._print_json({"token": "a\u202eb\u0085c"})
+    out = capsys.readouterr().out
+    assert out == '{"token": "a\\u202eb\\u0085c"}\n' and json.loads(out) == {"token": "a\u202eb\u0085c"}
