@@ -238,8 +238,11 @@ def test_context_parallel_arguments_are_named(kwargs, err, match):
 @pytest.mark.parametrize(
     "build, match",
     [
-        (lambda: SelfAttention(1 << 20), r"SelfAttention\(d_model=1048576, d_k=1048576\) would have [\d,]+ parameters"),
-        (lambda: SelfAttention(10**30), "over the limit of 2,000,000,000"),
+        (
+            lambda: SelfAttention(1 << 20),
+            r"SelfAttention\(d_model=1048576, d_k=1048576\) describes about [\d,]+ parameters",
+        ),
+        (lambda: SelfAttention(10**30), "over the limit of 100,000,000,000"),
         (lambda: MultiHeadSelfAttention(10**6, 1), r"MultiHeadSelfAttention\(d_model=1000000, n_heads=1"),
         (lambda: MultiHeadSelfAttention(8, 2, head_dim=1 << 30), "head_dim=1073741824"),
     ],

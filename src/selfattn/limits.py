@@ -38,11 +38,11 @@ MAX_THREADS = 1024
 """Most torch threads a run may ask for: more than any machine this runs on has cores (torch accepts
 100,000 and then crashes the process at exit)."""
 
-MAX_PARAMETERS = 2_000_000_000
-"""Largest module or model (parameters, estimated from its sizes before any tensor is allocated): 8 GB of
-float32, which must fit in memory with room for activations. Wider asks get a ValueError naming the sizes,
-not torch's "can't allocate memory" from deep inside. A machine with less memory lowers the budget
-further (`parameter_budget`)."""
+MAX_PARAMETERS = 100_000_000_000
+"""Largest module or model (parameters, estimated from its sizes before any tensor is allocated) on any
+machine: 400 GB of float32. Below it, what decides is the memory available (`parameter_budget`): a 7B model
+loads on a machine with 64 GB free, not on a laptop with 8. Wider asks get a ValueError naming the sizes,
+not torch's "can't allocate memory" from deep inside."""
 
 BYTES_PER_PARAMETER = 4
 """A parameter's bytes as the models are built and loaded here: float32 (the explainer loads transformers

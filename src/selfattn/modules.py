@@ -18,7 +18,7 @@ from torch import nn
 
 from . import checks
 from .functional import attention
-from .limits import MAX_PARAMETERS
+from .limits import check_parameters
 from .request import check_dense
 
 __all__ = ["SelfAttention", "MultiHeadSelfAttention", "KVCache", "SequenceParallel"]
@@ -132,12 +132,9 @@ class KVCache:
 
 
 def _check_size(module: str, parameters: int, sizes: str) -> None:
-    """Refuse, before any weight is allocated, a module of more than MAX_PARAMETERS parameters."""
-    if parameters > MAX_PARAMETERS:
-        raise ValueError(
-            f"{module}({sizes}) would have {parameters:,} parameters, over the limit of "
-            f"{MAX_PARAMETERS:,} (selfattn.limits.MAX_PARAMETERS)"
-        )
+    """Refuse, before any weight is allocated, a module over the one parameter budget (`limits.check_parameters`:
+    MAX_PARAMETERS and the memory available)."""
+    check_parameters(parameters, f"{module}({sizes})")
 
 
 def _check_cache(cache) -> KVCache:

@@ -251,7 +251,7 @@ def test_a_hostile_config_is_refused_before_any_tensor(tmp_path, field, value, m
 def test_a_config_too_big_in_total_names_the_limit():
     from selfattn.model.decoder import DecoderConfig
 
-    with pytest.raises(ValueError, match="over the limit of 2,000,000,000"):
+    with pytest.raises(ValueError, match="over the limit of 100,000,000,000"):
         DecoderConfig(vocab_size=100, d_model=30000, n_layers=500, n_heads=10)
 
 
