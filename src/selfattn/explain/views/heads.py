@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..capture.trace import LayerTrace, ModelTrace
+from ..pieces import names
 from . import head_types
 from .head_words import percent, sentence
 from .relations import RELATIONS, links
@@ -115,13 +116,11 @@ def _layer_measures(layer: LayerTrace, ids: list[int]) -> list[dict]:
 
 def describe(trace: ModelTrace, table: list[list[dict]]) -> list[list[dict]]:
     """One description per head (`head_words.sentence`): {kind, text {zh, en}, weight, chance, types,
-    scores, …}; `table` is `summary.summaries(trace)`."""
+    scores, …}; `table` is `summary.summaries(trace)`. Tokens are named as in every view (`pieces.names`)."""
     rel = relation_weights(trace)
     types = measures(trace)
-    return [
-        [sentence(trace.tokens, s, rel[l][h], types[l][h]) for h, s in enumerate(heads)]
-        for l, heads in enumerate(table)
-    ]
+    shown = names(trace.tokens)  # 金鱼@5 where a token repeats, as every view writes it
+    return [[sentence(shown, s, rel[l][h], types[l][h]) for h, s in enumerate(heads)] for l, heads in enumerate(table)]
 
 
 def pick(table: list[list[dict]], descriptions: list[list[dict]]) -> tuple[int, int]:
