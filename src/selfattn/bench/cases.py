@@ -177,6 +177,36 @@ def _cases() -> tuple[tuple[Case, Case], ...]:
             {},
         ),
     )
+    dtypes = dict(backends=("sdpa", "native", "tiled", "auto"), **base)
+    pairs += (
+        (
+            Case(
+                "causal_bf16",
+                "causal forward in bfloat16 (the dtype CPU inference runs in; % peak of the bf16 GEMM)",
+                len_q=4096,
+                len_k=4096,
+                dtype=torch.bfloat16,
+                **dtypes,
+            ),
+            dict(len_q=256, len_k=256),
+        ),
+        (
+            Case("causal_fp64", "causal forward in float64", len_q=2048, len_k=2048, dtype=torch.float64, **dtypes),
+            dict(len_q=256, len_k=256),
+        ),
+        (
+            Case(
+                "forward_backward_bf16",
+                "causal forward + backward in bfloat16",
+                len_q=2048,
+                len_k=2048,
+                backward=True,
+                dtype=torch.bfloat16,
+                **dtypes,
+            ),
+            dict(len_q=128, len_k=128),
+        ),
+    )
     quick_features = dict(len_q=256, len_k=256)
     return tuple((full, replace(full, **(quick or quick_features))) for full, quick in pairs)
 

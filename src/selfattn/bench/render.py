@@ -23,6 +23,9 @@ def render_header(result: dict, console: Console) -> None:
         sep="",
     )
     console.print(f"GEMM peak: {machine['gemm_peak_gflops']:.1f} GFLOP/s ({machine['gemm']})")
+    others = {k: v for k, v in machine.get("gemm_peaks_by_dtype", {}).items() if k != "fp32"}
+    if others:
+        console.print("GEMM peaks of the other dtypes: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in others.items()))
     for key, text in result["method"].items():
         console.print(f"[dim]{key}: {text}[/dim]")
     for text in result.get("warnings", []):
@@ -30,10 +33,11 @@ def render_header(result: dict, console: Console) -> None:
 
 
 def render_case(case: dict, console: Console) -> None:
+    dtype = case.get("size", {}).get("dtype", "float32")
     table = Table(
         title=f"{case['name']}: {case['title']}",
         title_justify="left",
-        caption="% peak: of the fp32 GEMM peak · × SDPA: time over SDPA's · +MiB: peak extra memory",
+        caption=f"% peak: of the {dtype} GEMM peak · × SDPA: time over SDPA's · +MiB: peak extra memory",
         caption_justify="left",
     )
     for column, justify in (

@@ -6,7 +6,7 @@ peak memory at L = 32768) and every backend it lists (naive, sdpa, native, flex,
     ms        best wall-clock time of one call (after a warm-up), on the current torch threads;
               the backends of a case take turns, so a busy moment of the machine hits all alike
     GFLOP/s   useful flops (4·D per visible query-key pair, ×3.5 with the backward) per second
-    % peak    that rate against an fp32 matmul timed in the same run on the same threads
+    % peak    that rate against a matmul in the case's dtype timed in the same run on the same threads
     × SDPA    this row's time over PyTorch SDPA's in the same case (below 1: faster than SDPA)
     +MiB      peak memory above inputs and outputs during one call, in a fresh process
               (see `selfattn.bench.memory`)
@@ -125,19 +125,23 @@ def _run(
 ) -> dict:
     min_seconds = QUICK_MIN_SECONDS if quick else MIN_SECONDS
     gemm_size = QUICK_GEMM_SIZE if quick else GEMM_SIZE
-    peaks = [gemm_peak(gemm_size, min_seconds)]
+    dtypes = list(dict.fromkeys([torch.float32, *(case.dtype for case in chosen)]))
+    before = {dtype: gemm_peak(gemm_size, min_seconds, dtype) for dtype in dtypes}
     entries = []
     for case in chosen:
         if progress is not None:
             progress(case.name, case.shape)
         entries.append(_run_case(case, quick, threads, min_seconds, measure_memory))
-    peaks.append(gemm_peak(gemm_size, min_seconds))  # before and after: a busy moment must not lower the peak
+    after = {dtype: gemm_peak(gemm_size, min_seconds, dtype) for dtype in dtypes}  # a busy moment must not lower it
     load_after = _load_average()
-    peak = max(peaks, key=lambda p: p["gflops"])
-    for entry in entries:
+    best = {dtype: max(before[dtype], after[dtype], key=lambda p: p["gflops"]) for dtype in dtypes}
+    peaks = [before[torch.float32], after[torch.float32]]
+    peak = best[torch.float32]
+    for case, entry in zip(chosen, entries, strict=True):
+        entry["gemm_peak_gflops"] = best[case.dtype]["gflops"]
         for row in entry["rows"]:
             if row["gflops"] is not None:
-                row["peak_percent"] = 100.0 * row["gflops"] / peak["gflops"]
+                row["peak_percent"] = 100.0 * row["gflops"] / best[case.dtype]["gflops"]
     result = {
         "quick": quick,
         "machine": {
@@ -151,6 +155,7 @@ def _run(
             "load_after": load_after,
             "busy_processes": busy,
             "gemm_peaks_gflops": [p["gflops"] for p in peaks],
+            "gemm_peaks_by_dtype": {p["dtype"]: p["gflops"] for p in best.values()},
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         },
         "warnings": _warnings(load, load_after, [p["gflops"] for p in peaks], threads, busy),
