@@ -157,6 +157,8 @@ class Cost:
     backward_factor       (forward + backward time) / forward time
     busy_factor           how much slower it gets on cores another busy process shares, relative to SDPA
     reads_per_query_head  it reads K and V once per query head (SDPA's CPU kernel), not once per kv head
+    dtype_speed           its compute rate in a dtype over its float32 rate (1.0 where a dtype is not listed):
+                          float64 runs at about half; bfloat16 faster where the kernel uses a bf16 GEMM
     """
 
     work: Callable[[Request], Work]
@@ -165,6 +167,7 @@ class Cost:
     backward_factor: float
     busy_factor: float
     reads_per_query_head: bool = False
+    dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

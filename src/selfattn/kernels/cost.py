@@ -3,7 +3,8 @@
 For a request that several backends can serve, "auto" estimates each one's seconds as
 
     seconds ≈ cost.call_seconds + extra                      (tiled: TILE_SECONDS per visited tile)
-              + max(pairs · flops per pair / rate,           compute: (pairs, rate, extra) = cost.work(r)
+              + max(pairs · flops per pair / rate,           compute: (pairs, rate, extra) = cost.work(r),
+                                                             rate × cost.dtype_speed[dtype] outside float32
                     bytes of K and V / cost.read_gbps)       memory: one decoding step is bound by it
     (all but the call cost × cost.backward_factor when the request needs gradients)
 
@@ -92,6 +93,7 @@ def estimate_seconds(backend: Backend, r: Request) -> float | None:
     flops_per_pair = 2.0 * r.B * r.Hq * (r.D + r.Dv)
     readers = r.Hq if cost.reads_per_query_head else r.Hkv
     kv_bytes = r.B * readers * r.Lk * (r.D + r.Dv) * r.k.element_size()
+    rate *= cost.dtype_speed.get(r.q.dtype, 1.0)
     work = extra + max(pairs * flops_per_pair / (rate * 1e9), kv_bytes / (cost.read_gbps * 1e9))
     if r.needs_grad:
         work *= cost.backward_factor
