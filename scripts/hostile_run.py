@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository: tests.live_server
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: tests.live_server
 
 from hostile import cli18, cli_cases, http_cases, library, library18, measure, ring_cases  # noqa: E402
 from hostile.tally import format_table  # noqa: E402

@@ -80,7 +80,9 @@ def cases():
         def go():
             out = run()
             torch.autograd.grad(out.sum(), (gq, gk, gv))
+
         return go
+
     gr = build_request(gq, gk, gv, causal=True)
     out["causal fwd+bwd L=2048"] = {
         "sdpa": fwd_bwd(lambda: F.scaled_dot_product_attention(gq, gk, gv, is_causal=True)),
@@ -113,17 +115,17 @@ def peak_memory_child(L: int) -> None:
     The peak (VmHWM) is reset first by writing 5 to /proc/self/clear_refs (Linux)."""
     q, k, v = qkv(L, L)
     r = build_request(q, k, v, causal=True)
-    NativeBackend().forward(build_request(*qkv(256, 256), causal=True))   # load the library, start the threads
+    NativeBackend().forward(build_request(*qkv(256, 256), causal=True))  # load the library, start the threads
     res, grown = peak_extra_bytes(lambda: NativeBackend().forward(r))
-    kept = res.output.numel() * 4 + H * L * 4                      # the output, and the lse the kernel makes
-    print(json.dumps({"L": L, "extra_MiB": round((grown - kept) / 2**20, 1),
-                      "returned_MiB": round(kept / 2**20, 1)}))
+    kept = res.output.numel() * 4 + H * L * 4  # the output, and the lse the kernel makes
+    print(json.dumps({"L": L, "extra_MiB": round((grown - kept) / 2**20, 1), "returned_MiB": round(kept / 2**20, 1)}))
 
 
 def peak_memory(L: int) -> dict:
     env = dict(os.environ)
-    done = subprocess.run([sys.executable, __file__, "--memory-child", str(L)], capture_output=True, text=True,
-                          env=env, timeout=600)
+    done = subprocess.run(
+        [sys.executable, __file__, "--memory-child", str(L)], capture_output=True, text=True, env=env, timeout=600
+    )
     if done.returncode != 0:
         return {"L": L, "error": done.stderr.strip().splitlines()[-1:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -155,8 +157,10 @@ def main(argv=None) -> int:
             p.wait(timeout=10)
     memory = peak_memory(32768)
     print(f"threads={args.threads} busy processes={args.load} rounds={args.rounds} torch {torch.__version__}")
-    print(f"load average before {before['load'][0]:.2f}, after {after['load'][0]:.2f}; 1-thread GEMM "
-          f"{before['gemm_gflops_1thread']:.0f} → {after['gemm_gflops_1thread']:.0f} GFLOP/s")
+    print(
+        f"load average before {before['load'][0]:.2f}, after {after['load'][0]:.2f}; 1-thread GEMM "
+        f"{before['gemm_gflops_1thread']:.0f} → {after['gemm_gflops_1thread']:.0f} GFLOP/s"
+    )
     for name, best in table.items():
         base_name = next(iter(best))
         cells = "  ".join(f"{c} {t * 1e3:8.2f} ms ({t / best[base_name]:.2f}×)" for c, t in best.items())
@@ -165,8 +169,18 @@ def main(argv=None) -> int:
     print(f"flex compile seconds: {[round(s, 1) for s in flex.compile_seconds.values()]}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "load": args.load, "before": before, "after": after,
-                       "seconds": table, "memory": memory}, f, indent=1)
+            json.dump(
+                {
+                    "threads": args.threads,
+                    "load": args.load,
+                    "before": before,
+                    "after": after,
+                    "seconds": table,
+                    "memory": memory,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

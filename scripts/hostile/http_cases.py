@@ -243,4 +243,3 @@ def unicode_cases(server: Server) -> Tally:
         body = json.dumps({"text": f"一只{ch}怪兽"}).encode()
         _judge(tally, f"json text with {name}", "error", *request(server.port, body))
     return tally
-

@@ -88,7 +88,8 @@ def format_table(rows: list[dict]) -> str:
     widths = [max(len(k), *(len(str(r[k])) for r in rows)) for k in keys]
 
     def line(values) -> str:
-        return "  ".join(str(v).rjust(w) if i else str(v).ljust(w)
-                         for i, (v, w) in enumerate(zip(values, widths, strict=False)))
+        return "  ".join(
+            str(v).rjust(w) if i else str(v).ljust(w) for i, (v, w) in enumerate(zip(values, widths, strict=False))
+        )
 
     return "\n".join([line(keys), line("-" * w for w in widths), *(line(r[k] for k in keys) for r in rows)])
