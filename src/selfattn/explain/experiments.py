@@ -290,7 +290,7 @@ def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None) -
     target, foil  tokens (text such as " Mary", or ids); default the clean and the corrupted top predictions
     Returns {clean {text, tokens, top}, corrupted {…}, target, foil, clean_ld, corrupted_ld, heads [layer][head],
     residual [layer][position], differ [positions], top_heads [{layer, head, recovered}], display {limit,
-    label_min} (the colour scale and labels of the picture and the page: `patching_plot.display`), text}.
+    label_min, light_from} (the colour scale and labels of the picture and the page: `patching_plot.display`), text}.
     Each text is at most MAX_PATCH_TOKENS tokens (the work grows as layers × L²)."""
     from .views import patching_plot
 

@@ -1,8 +1,8 @@
 """The picture of an activation-patching run: layers × heads, and layers × positions of the residual stream.
 
     render(p, lang=) -> {"patching.png": bytes, "patching.svg": bytes}   p = `experiments.patching`'s dict
-    display(p) -> {limit, label_min}: the colour scale (±limit) and the least |share| labelled, which the
-                  page's heatmaps use too (p["display"])
+    display(p) -> {limit, label_min, light_from}: the colour scale (±limit), the least |share| labelled and
+                  where labels turn white, which the page's heatmaps use too (p["display"])
 
 Each cell is the share of the logit difference (target − foil) recovered when that head's output (left) or
 that layer's residual at that position (right) is taken from the clean run into the corrupted one: blue
@@ -21,7 +21,7 @@ from .plots import rc
 from .tables import number
 from .texts import TEXTS
 
-__all__ = ["FILES", "render", "display", "WORDS", "LABEL_MIN", "LEAST_LIMIT"]
+__all__ = ["FILES", "render", "display", "WORDS", "LABEL_MIN", "LEAST_LIMIT", "LIGHT_FROM"]
 
 FILES = ("patching.png", "patching.svg")
 DPI = 150
@@ -32,6 +32,8 @@ LABEL_MIN = 0.05
 """Cells whose |share| is at least this carry their percentage as a label."""
 LEAST_LIMIT = 0.2
 """The colour scale reaches at least ±20 %, so that shares near 0 stay pale."""
+LIGHT_FROM = 0.6
+"""A label is white on cells darker than this share of the scale."""
 WORDS = {key.removeprefix("patching."): words for key, words in TEXTS.items() if key.startswith("patching.")}
 
 
@@ -49,11 +51,12 @@ def _figure(**kwargs):
 
 
 def display(p: dict) -> dict:
-    """{limit, label_min}: one colour scale for both panels, ±limit = the largest |share| (at least
-    LEAST_LIMIT); cells labelled from LABEL_MIN."""
+    """{limit, label_min, light_from}: one colour scale for both panels, ±limit = the largest |share| (at least
+    LEAST_LIMIT); cells labelled from LABEL_MIN, in white from LIGHT_FROM × limit."""
     heads = np.abs(np.array(p["heads"], dtype=float))
     residual = np.abs(np.array(p["residual"], dtype=float))
-    return {"limit": max(LEAST_LIMIT, float(heads.max()), float(residual.max())), "label_min": LABEL_MIN}
+    limit = max(LEAST_LIMIT, float(heads.max()), float(residual.max()))
+    return {"limit": limit, "label_min": LABEL_MIN, "light_from": LIGHT_FROM}
 
 
 def _panel(ax, values: np.ndarray, vmax: float, annotate: bool):
@@ -68,7 +71,7 @@ def _panel(ax, values: np.ndarray, vmax: float, annotate: bool):
                     ha="center",
                     va="center",
                     fontsize=6,
-                    color="white" if abs(v) > 0.6 * vmax else "black",
+                    color="white" if abs(v) > LIGHT_FROM * vmax else "black",
                 )
     return im
 

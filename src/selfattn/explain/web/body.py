@@ -29,7 +29,18 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    Tag,
+    create_model,
+)
 
 from ...limits import MAX_ABLATED_HEADS, MAX_TOKEN_CHARS
 from ..capture.interventions import REGISTRY, Entry, Intervention, Param, flat_fields
@@ -68,8 +79,13 @@ InterventionsBody = create_model(
 
 
 Index = Annotated[StrictInt, Field(ge=0)]
-Token = Annotated[StrictStr, Field(min_length=1, max_length=MAX_TOKEN_CHARS)] | Index
-"""A token named by its text (" Mary", with its spaces) or by its id."""
+Token = Annotated[
+    Annotated[Annotated[StrictStr, Field(min_length=1, max_length=MAX_TOKEN_CHARS)], Tag("text")]
+    | Annotated[Index, Tag("id")],
+    Discriminator(lambda v: "id" if isinstance(v, int) else "text"),
+]
+"""A token named by its text (" Mary", with its spaces) or by its id; a refusal names which it was read as
+("patch.target.text: String should have at most 256 characters")."""
 
 
 class PatchBody(BaseModel):
@@ -88,6 +104,13 @@ class LensBody(BaseModel):
     model_config = FORBID
 
     position: Index | None = None
+
+
+Lens = Annotated[
+    Annotated[StrictBool, Tag("switch")] | Annotated[LensBody, Tag("at")],
+    Discriminator(lambda v: "at" if isinstance(v, (dict, LensBody)) else "switch"),
+]
+"""true (the last position), false (no lens), or {"position": P}."""
 
 
 class Needs(ValueError):
@@ -116,7 +139,7 @@ class _Body(BaseModel):
     ablate: list[tuple[Index, Index]] | None = Field(default=None, min_length=1, max_length=MAX_ABLATED_HEADS)
     ablate_mode: Literal["zero", "mean"] | None = None
     patch: PatchBody | None = None
-    lens: StrictBool | LensBody | None = None
+    lens: Lens | None = None
 
     def experiments(self) -> dict[str, dict]:
         """{name: keywords of `experiments.run`} for each experiment asked for, under the export's key

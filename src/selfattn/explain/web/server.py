@@ -117,6 +117,7 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
     app = FastAPI(title="selfattn explorer", docs_url=None, redoc_url=None, openapi_url=None)
     work = _Work(explainer)
     app.state.traces = work.traces
+    app.state.results = work.results
     app.add_middleware(HttpGuard, max_body=MAX_BODY_BYTES, hosts=hosts)
 
     @app.exception_handler(RequestValidationError)
