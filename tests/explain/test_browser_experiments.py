@@ -155,6 +155,7 @@ def test_app_runs_the_experiments_asked_in_its_controls(watched, explainer, app_
     assert page.text_content("[data-testid=lens-text]") == lens["text"]["zh"]
     assert_experiments(page, doc | {"ablation": mean, "lens": lens}, "zh")
     shot(page, "app-experiments-zh.png", "[data-testid=experiments]")
+    shot(page, "app-controls-zh.png", "[data-testid=live]")
     origin = app_url.rstrip("/")
     assert_clean(watched, {app_url, f"{origin}/api/explain"})
 

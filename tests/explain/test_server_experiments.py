@@ -116,7 +116,7 @@ BAD = [
     ({"ablate": []}, 422, "ablate: List should have at least 1 item"),
     ({"ablate": [[0, 0]] * (MAX_ABLATED_HEADS + 1)}, 422, f"ablate: List should have at most {MAX_ABLATED_HEADS}"),
     ({"ablate": [[0, 0]], "ablate_mode": "max"}, 422, "ablate_mode: Input should be 'zero' or 'mean'"),
-    ({"ablate_mode": "mean"}, 422, "ablate_mode goes with ablate; give ablate too"),
+    ({"ablate_mode": "mean"}, 422, "ablate_mode goes with ablate: give both"),
     ({"patch": CORRUPTED}, 422, "patch: Input should be a valid dictionary"),
     ({"patch": {}}, 422, "patch.corrupted: Field required"),
     ({"patch": {"corrupted": 5}}, 422, "patch.corrupted: Input should be a valid string"),
@@ -188,3 +188,20 @@ def test_patching_is_bounded_in_tokens_before_any_pass(client, monkeypatch):
     monkeypatch.setattr(experiments._patching, "patch_heads", lambda *a, **k: calls.append(1) or real(*a, **k))
     r = post(client, patch={"corrupted": CORRUPTED, "target": "森林", "foil": "大海"})
     assert r.status_code == 422 and "at most 3 tokens" in r.json()["detail"] and calls == []
+
+
+def test_a_shown_token_writes_out_what_cannot_be_seen(explainer):
+    assert experiments._readable("\xa0a\n\tb c\u200b") == "⟨U+00A0⟩a↵⇥b c⟨U+200B⟩"
+    doc = post(TestClient(server.create_app(explainer)), lens=True).json()
+    assert all(p["shown"] == experiments._readable(p["shown"]) for row in doc["lens"]["layers"] for p in row["top"])
+
+
+def test_the_python_api_runs_the_same_experiments(explainer):
+    e = selfattn.explain(TEXT, model=explainer).run(ablate="1.0,0.1", patch=CORRUPTED, lens=2)
+    want = experiments.run(
+        explainer, TEXT, ablate=[(1, 0), (0, 1)], patch={"corrupted": CORRUPTED}, lens={"position": 2}
+    )
+    assert {k: e.doc[k] for k in want} == want
+    assert 'id="selfattn-data"' in e.html() and json.loads(e.to_json())["lens"] == plain(want["lens"])
+    with pytest.raises(ValueError, match="target and foil go with patch"):
+        selfattn.explain(TEXT, model=explainer).run(target="森林")

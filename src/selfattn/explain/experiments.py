@@ -223,11 +223,30 @@ def _check_heads(explainer, trace_heads: list[tuple[int, int]], n_layers: int, n
             raise ValueError(f"head must be in [0, {n_heads - 1}], got {h} (head {l}.{h})")
 
 
+INVISIBLE = {"\n": "↵", "\t": "⇥"}
+"""How a newline and a tab read in a shown token; any other invisible character reads as ⟨U+XXXX⟩."""
+
+
+def _readable(shown: str) -> str:
+    """`shown` with every character a person cannot see written out: a no-break space (U+00A0, a top
+    prediction of SmolLM2's first layers) would be a blank cell."""
+    out = []
+    for ch in shown:
+        if ch in INVISIBLE:
+            out.append(INVISIBLE[ch])
+        elif ch != " " and (ch.isspace() or not ch.isprintable()):
+            out.append(f"⟨U+{ord(ch):04X}⟩")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def _token(explainer, i: int) -> dict:
-    """{token, shown, id}: one token, `shown` as a person reads it (as `export.predictions`: "␣Mary")."""
+    """{token, shown, id}: one token, `shown` as a person reads it (as `export.predictions`: "␣Mary"; and
+    an invisible character written out: `_readable`)."""
     token = explainer.decode(i)
     shown = _pieces.shown_piece(token) if explainer.shown is None else explainer.shown(i)
-    return {"token": token, "shown": shown, "id": i}
+    return {"token": token, "shown": _readable(shown), "id": i}
 
 
 def _entry(explainer, i: int, prob: float) -> dict:
@@ -241,9 +260,11 @@ def _top(explainer, logits: torch.Tensor, k: int = TOP_K) -> list[dict]:
     return [_entry(explainer, int(i), float(p)) for p, i in zip(top.values, top.indices, strict=True)]
 
 
-def _names(explainer, text: str) -> list[str]:
-    """The tokens of `text` as every view names them (`export` token_names: "金鱼@5")."""
-    return _pieces.names(explainer.pieces_of(text)[0])
+def _read(explainer, text: str) -> dict:
+    """{labels, names}: the tokens of `text` as a person reads them (`pieces` labels) and as every view names
+    them (`export` token_names: "金鱼@5", the position added to a repeated one)."""
+    labels = list(explainer.pieces_of(text)[0])
+    return {"labels": labels, "names": _pieces.names(labels)}
 
 
 def _shape(explainer) -> tuple[int, int]:
@@ -260,8 +281,6 @@ def ablation(explainer, text: str, ablate, mode: str = "zero") -> dict:
     ablate  [(layer, head), …] or "L.H,L.H"
     Returns {heads, mode, before {top, loss}, after {top, loss}, kl_bits, target {token, id, before, after}, text}."""
     pairs = _pairs(ablate)
-    if mode not in _patching.ABLATIONS:
-        raise ValueError(f"ablate_mode must be one of {', '.join(_patching.ABLATIONS)}, got {mode!r}")
     n_layers, n_heads = _shape(explainer)
     _check_heads(explainer, pairs, n_layers, n_heads)
     tokens, ids, _ = _ids(explainer, text)
@@ -288,9 +307,10 @@ def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None) -
     residual at each position, recovers when taken from the clean run into the corrupted one.
 
     target, foil  tokens (text such as " Mary", or ids); default the clean and the corrupted top predictions
-    Returns {clean {text, tokens, top}, corrupted {…}, target, foil, clean_ld, corrupted_ld, heads [layer][head],
-    residual [layer][position], differ [positions], top_heads [{layer, head, recovered}], display {limit,
-    label_min, light_from} (the colour scale and labels of the picture and the page: `patching_plot.display`), text}.
+    Returns {clean {text, tokens, labels, names, top}, corrupted {…}, target, foil, clean_ld, corrupted_ld,
+    heads [layer][head], residual [layer][position], differ [positions], top_heads [{layer, head, recovered}],
+    display {limit, label_min, light_from} (the colour scale and labels of the picture and the page:
+    `patching_plot.display`), text}.
     Each text is at most MAX_PATCH_TOKENS tokens (the work grows as layers × L²)."""
     from .views import patching_plot
 
@@ -327,13 +347,13 @@ def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None) -
         "clean": {
             "text": clean,
             "tokens": c_tokens,
-            "names": _names(explainer, clean),
+            **_read(explainer, clean),
             "top": _top(explainer, c_logits[0, -1]),
         },
         "corrupted": {
             "text": corrupted,
             "tokens": x_tokens,
-            "names": _names(explainer, corrupted),
+            **_read(explainer, corrupted),
             "top": _top(explainer, x_logits[0, -1]),
         },
         "target": _token(explainer, t),

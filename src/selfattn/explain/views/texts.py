@@ -617,7 +617,7 @@ TEXTS: dict[str, dict[str, str]] = {
     "research.entropy": {"zh": "熵（bit）", "en": "entropy (bits)"},
     # page19: the page and the app show the experiments (web/static/render/experiments.js, web/body.py)
     "server.experiment": {"zh": "无法做这个实验：{reason}", "en": "{reason}"},
-    "server.needs": {"zh": "{field} 需要和 {needed} 一起给", "en": "{field} goes with {needed}; give {needed} too"},
+    "server.needs": {"zh": "{field} 需要和 {needed} 一起给", "en": "{field} goes with {needed}: give both"},
     "rule_intervened": {
         "zh": "干预只作用于这个 head，所以显示它",
         "en": "the intervention is limited to this head, so this head is shown",

@@ -118,7 +118,7 @@ class Needs(ValueError):
 
     def __init__(self, field: str, needed: str):
         self.values = {"field": field, "needed": needed}
-        super().__init__(f"{field} goes with {needed}; give {needed} too")
+        super().__init__(f"{field} goes with {needed}: give both")
 
 
 class _Body(BaseModel):

@@ -68,12 +68,13 @@ function renderPatching(box, p, lang, t) {
     });
     heads.append(tr);
   });
-  const names = p.clean.names || p.clean.tokens;
+  const names = p.clean.names || p.clean.tokens; // "John@9": what the cells' titles call a position
+  const labels = p.clean.labels || p.clean.tokens; // "John": the header, beside the position
   const changed = new Set(p.differ);
   const residual = el("table", { class: "pmap residual", "data-testid": "patch-residual" });
   const cols = el("tr");
   cols.append(el("th"), ...names.map((name, q) => {
-    const th = el("th", { class: "pos", "data-position": q }, `${q} ${name}`);
+    const th = el("th", { class: "pos", "data-position": q, title: name }, `${q} ${labels[q]}`);
     if (changed.has(q)) th.classList.add("changed");
     return th;
   }));
