@@ -335,7 +335,7 @@ def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None) -
         raise ValueError(
             f"the target and the foil are the same token {explainer.decode(t)!r}"
             + (
-                " (both texts predict it first): name them, e.g. --target ' Mary' --foil ' John'"
+                " (both texts predict it first): name the target and the foil (--target, --foil), e.g. ' Mary', ' John'"
                 if target is None
                 else ""
             )
