@@ -89,7 +89,8 @@ function renderPatching(box, p, lang, t) {
   const scale = el("div", { class: "legend pscale", "data-testid": "patch-scale" });
   const bar = el("span", { class: "legend-bar" });
   bar.style.background = `linear-gradient(to right, ${rgb(AGAINST_RGB)}, ${rgb(LOW_RGB)}, ${rgb(HIGH_RGB)})`;
-  scale.append(el("span", {}, pct(-d.limit)), bar, el("span", {}, pct(d.limit)));
+  scale.append(el("span"), bar, el("span"),
+    el("span", { class: "legend-mid" }, t("exp_scale", { low: pct(-d.limit), high: pct(d.limit) })));
   const quote = (x) => `“${shown(x)}”`;
   box.replaceChildren(
     el("h3", {}, t("exp_patching")),
