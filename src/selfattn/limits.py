@@ -20,6 +20,9 @@ __all__ = [
     "MAX_PARAMETERS",
     "MAX_LOAD",
     "TEMPERATURE_RANGE",
+    "MAX_ABLATED_HEADS",
+    "MAX_PATCH_TOKENS",
+    "MAX_TOKEN_CHARS",
     "SIZES",
     "CONFIG_LIMITS",
     "TRANSFORMERS_LIMITS",
@@ -51,6 +54,18 @@ models in float32 too)."""
 MEMORY_SHARE = 0.5
 """The weights may take at most this share of the memory available when the model is built: the rest is
 for the activations of a forward pass (the explainer keeps every layer's Q, K, V and weights)."""
+
+MAX_ABLATED_HEADS = 1024
+"""Most heads one ablation names (each once): a list longer than this is refused before it is read further,
+whatever the model (a model has at most SIZES["layers"] × SIZES["heads"] heads, far more than anyone ablates)."""
+
+MAX_PATCH_TOKENS = 128
+"""Longest text (in tokens) activation patching takes: it runs 2 × layers batched passes, one of up to L
+prompts of L tokens per layer (each position's residual patched apart), so its work and memory grow as
+layers × L²; at 128 tokens a 30-layer model runs ~4,000 prompts of 128 tokens."""
+
+MAX_TOKEN_CHARS = 256
+"""Longest text of one token named by its text (a patching target or foil): longer ones are never one token."""
 
 SIZES = {
     "layers": 512,

@@ -6,6 +6,7 @@
     e.find("森林", "走进")                                  # every head ranked by that (query, key) weight
     e.intervene(no_causal={})                              # the same text, the model changed: a new Explanation
     e.compare("一只红色怪兽走进森林")                        # two texts side by side (the compare view)
+    e.run(ablate=[(1, 0)], patch="一只红色怪兽走进森林", lens=True)  # the experiments, drawn on the page too
     e.show("head", layer=1); e.save_html("page.html"); e.to_json()
 
 `model`: None (the bundled default), a folder, a hub id, a GGUF file (whatever `Explainer.load` reads), or a
@@ -126,6 +127,27 @@ class Explanation:
         iv = _intervention(values | ({"scope": scope} if scope is not None else {}))
         shown = self.shown if layer is None and head is None else (layer, head)
         return Explanation(self.explainer, self.text, iv, layer=shown[0], head=shown[1], cache=self._cache)
+
+    def run(self, *, ablate=None, ablate_mode: str = "zero", patch=None, target=None, foil=None, lens=None):
+        """A copy of this Explanation whose doc carries the experiments asked (`experiments.run`: the numbers
+        of `selfattn explain --ablate / --patch / --logit-lens` and of the app), shown on its page.
+
+        ablate  heads [(layer, head), …] or "L.H,L.H";  patch  the corrupted text (target, foil: its tokens)
+        lens    True (the last position) or a position"""
+        from . import experiments
+
+        asked = {"ablate": ablate, "ablate_mode": ablate_mode}
+        if patch is not None:
+            asked["patch"] = {"corrupted": patch, "target": target, "foil": foil}
+        elif target is not None or foil is not None:
+            raise ValueError("target and foil go with patch: give the corrupted text too")
+        if lens is not None and lens is not False:
+            asked["lens"] = {"position": None if lens is True else lens}
+        found = experiments.run(self.explainer, self.text, intervention=self.intervention, cache=self._cache, **asked)
+        out = Explanation.__new__(Explanation)
+        out.__dict__ |= self.__dict__
+        out.doc = self.doc | found
+        return out
 
     def compare(self, other) -> Explanation:
         """This text and `other` (a text, explained on the same model with the same interventions, or an

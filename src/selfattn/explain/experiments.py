@@ -4,11 +4,15 @@
     ablation(explainer, text, heads, mode="zero")         the change in the next-token distribution and the loss
     patching(explainer, clean, corrupted, target=, foil=) the share of the logit difference each head recovers
     logit_lens(explainer, text, position=None)            the top next tokens after every layer at one position
+    run(explainer, text, ablate=, patch=, lens=)          the ones asked for, as doc["ablation"|"patching"|"lens"]
 
 Each returns a JSON-ready dict with a "text" {zh, en}: what it found, in a sentence (`views.findings`). The
 computations are the capture room's (`capture.patching`, `capture.lens`, `capture.trace`) and the head
 types' (`views.head_types`, `views.heads`); this module turns texts into ids the way the explainer does,
 and ids back into readable tokens. Layers and heads are counted from 0, as everywhere.
+
+Every token is shown as a person reads it, as in the export: a predicted token has `shown` beside its
+`token` ("␣Mary"), the tokens of a text have `names` ("金鱼@5") beside `tokens`.
 
 A token the tokenizer adds by itself (a <bos>, BERT's [CLS] … [SEP]) is found once per explainer by
 tokenizing the empty text (`frame`): the probe is framed by them, and a --target token is read without them.
@@ -19,6 +23,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .. import checks
+from ..limits import MAX_ABLATED_HEADS, MAX_PATCH_TOKENS
+from . import pieces as _pieces
 from . import session as _session
 from .capture import lens as _lens
 from .capture import patching as _patching
@@ -38,6 +45,7 @@ __all__ = [
     "patching",
     "logit_lens",
     "parse_heads",
+    "run",
 ]
 
 PROBE_LENGTH = 30
@@ -185,6 +193,26 @@ def parse_heads(spec: str) -> list[tuple[int, int]]:
     return out
 
 
+def _pairs(ablate) -> list[tuple[int, int]]:
+    """The heads of an ablation: "L.H,L.H" (`parse_heads`) or [(layer, head), …] of ints, each once, at most
+    MAX_ABLATED_HEADS (the list's length is checked before its items are read)."""
+    if isinstance(ablate, str):
+        return parse_heads(ablate)
+    if not isinstance(ablate, (list, tuple)):
+        raise TypeError(f"ablate must be 'L.H,L.H' or a list of [layer, head], got {type(ablate).__name__}")
+    if len(ablate) > MAX_ABLATED_HEADS:
+        raise ValueError(f"ablate names {len(ablate)} heads; at most {MAX_ABLATED_HEADS} at once")
+    out: list[tuple[int, int]] = []
+    for k, pair in enumerate(ablate):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise TypeError(f"ablate[{k}] must be [layer, head], got {pair!r:.80}")
+        item = (checks.integer(f"ablate[{k}] layer", pair[0]), checks.integer(f"ablate[{k}] head", pair[1]))
+        if item in out:
+            raise ValueError(f"head {item[0]}.{item[1]} is given twice")
+        out.append(item)
+    return out
+
+
 def _check_heads(explainer, trace_heads: list[tuple[int, int]], n_layers: int, n_heads: int) -> None:
     if not trace_heads:
         raise ValueError("give at least one head to ablate (LAYER.HEAD)")
@@ -195,13 +223,48 @@ def _check_heads(explainer, trace_heads: list[tuple[int, int]], n_layers: int, n
             raise ValueError(f"head must be in [0, {n_heads - 1}], got {h} (head {l}.{h})")
 
 
+INVISIBLE = {"\n": "↵", "\t": "⇥"}
+"""How a newline and a tab read in a shown token; any other invisible character reads as ⟨U+XXXX⟩."""
+
+
+def _readable(shown: str) -> str:
+    """`shown` with every character a person cannot see written out: a no-break space (U+00A0, a top
+    prediction of SmolLM2's first layers) would be a blank cell."""
+    out = []
+    for ch in shown:
+        if ch in INVISIBLE:
+            out.append(INVISIBLE[ch])
+        elif ch != " " and (ch.isspace() or not ch.isprintable()):
+            out.append(f"⟨U+{ord(ch):04X}⟩")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _token(explainer, i: int) -> dict:
+    """{token, shown, id}: one token, `shown` as a person reads it (as `export.predictions`: "␣Mary"; and
+    an invisible character written out: `_readable`)."""
+    token = explainer.decode(i)
+    shown = _pieces.shown_piece(token) if explainer.shown is None else explainer.shown(i)
+    return {"token": token, "shown": _readable(shown), "id": i}
+
+
+def _entry(explainer, i: int, prob: float) -> dict:
+    """{token, shown, id, prob}: one predicted token."""
+    return _token(explainer, i) | {"prob": prob}
+
+
 def _top(explainer, logits: torch.Tensor, k: int = TOP_K) -> list[dict]:
     probs = logits.double().softmax(-1)
     top = probs.topk(min(k, probs.numel()))
-    return [
-        {"token": explainer.decode(int(i)), "id": int(i), "prob": float(p)}
-        for p, i in zip(top.values, top.indices, strict=True)
-    ]
+    return [_entry(explainer, int(i), float(p)) for p, i in zip(top.values, top.indices, strict=True)]
+
+
+def _read(explainer, text: str) -> dict:
+    """{labels, names}: the tokens of `text` as a person reads them (`pieces` labels) and as every view names
+    them (`export` token_names: "金鱼@5", the position added to a repeated one)."""
+    labels = list(explainer.pieces_of(text)[0])
+    return {"labels": labels, "names": _pieces.names(labels)}
 
 
 def _shape(explainer) -> tuple[int, int]:
@@ -217,7 +280,7 @@ def ablation(explainer, text: str, ablate, mode: str = "zero") -> dict:
 
     ablate  [(layer, head), …] or "L.H,L.H"
     Returns {heads, mode, before {top, loss}, after {top, loss}, kl_bits, target {token, id, before, after}, text}."""
-    pairs = parse_heads(ablate) if isinstance(ablate, str) else [tuple(p) for p in ablate]
+    pairs = _pairs(ablate)
     n_layers, n_heads = _shape(explainer)
     _check_heads(explainer, pairs, n_layers, n_heads)
     tokens, ids, _ = _ids(explainer, text)
@@ -231,12 +294,8 @@ def ablation(explainer, text: str, ablate, mode: str = "zero") -> dict:
         "before": {"top": _top(explainer, before), "loss": got["before"]["loss"]},
         "after": {"top": _top(explainer, after), "loss": got["after"]["loss"]},
         "kl_bits": got["kl_bits"],
-        "target": {
-            "token": explainer.decode(top),
-            "id": top,
-            "before": float(before.double().softmax(-1)[top]),
-            "after": float(after.double().softmax(-1)[top]),
-        },
+        "target": _token(explainer, top)
+        | {"before": float(before.double().softmax(-1)[top]), "after": float(after.double().softmax(-1)[top])},
     }
     out["text"] = findings.ablation_words(out)
     return out
@@ -248,11 +307,21 @@ def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None) -
     residual at each position, recovers when taken from the clean run into the corrupted one.
 
     target, foil  tokens (text such as " Mary", or ids); default the clean and the corrupted top predictions
-    Returns {clean {text, tokens, top}, corrupted {…}, target, foil, clean_ld, corrupted_ld, heads [layer][head],
-    residual [layer][position], differ [positions], top_heads [{layer, head, recovered}], text}."""
+    Returns {clean {text, tokens, labels, names, top}, corrupted {…}, target, foil, clean_ld, corrupted_ld,
+    heads [layer][head], residual [layer][position], differ [positions], top_heads [{layer, head, recovered}],
+    display {limit, label_min, light_from} (the colour scale and labels of the picture and the page:
+    `patching_plot.display`), text}.
+    Each text is at most MAX_PATCH_TOKENS tokens (the work grows as layers × L²)."""
+    from .views import patching_plot
+
     _shape(explainer)
     c_tokens, c_ids, _ = _ids(explainer, clean)
     x_tokens, x_ids, _ = _ids(explainer, corrupted)
+    if len(c_ids) > MAX_PATCH_TOKENS:
+        raise ValueError(
+            f"patching takes texts of at most {MAX_PATCH_TOKENS} tokens (it runs layers × L prompts), "
+            f"the clean text has {len(c_ids)}"
+        )
     if len(c_ids) != len(x_ids):
         raise ValueError(
             f"patching needs a clean and a corrupted text of the same token length: the clean text has "
@@ -266,7 +335,7 @@ def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None) -
         raise ValueError(
             f"the target and the foil are the same token {explainer.decode(t)!r}"
             + (
-                " (both texts predict it first): name them, e.g. --target ' Mary' --foil ' John'"
+                " (both texts predict it first): name the target and the foil (--target, --foil), e.g. ' Mary', ' John'"
                 if target is None
                 else ""
             )
@@ -275,10 +344,20 @@ def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None) -
     by_layer = _patching.patch_residual(explainer.model, c_ids[None], x_ids[None], t, f)
     out = {
         "model": explainer.name,
-        "clean": {"text": clean, "tokens": c_tokens, "top": _top(explainer, c_logits[0, -1])},
-        "corrupted": {"text": corrupted, "tokens": x_tokens, "top": _top(explainer, x_logits[0, -1])},
-        "target": {"token": explainer.decode(t), "id": t},
-        "foil": {"token": explainer.decode(f), "id": f},
+        "clean": {
+            "text": clean,
+            "tokens": c_tokens,
+            **_read(explainer, clean),
+            "top": _top(explainer, c_logits[0, -1]),
+        },
+        "corrupted": {
+            "text": corrupted,
+            "tokens": x_tokens,
+            **_read(explainer, corrupted),
+            "top": _top(explainer, x_logits[0, -1]),
+        },
+        "target": _token(explainer, t),
+        "foil": _token(explainer, f),
         "clean_ld": by_head.clean_ld,
         "corrupted_ld": by_head.corrupted_ld,
         "heads": by_head.recovered.tolist(),
@@ -286,17 +365,25 @@ def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None) -
         "differ": [p for p in range(len(c_ids)) if int(c_ids[p]) != int(x_ids[p])],
     }
     out["top_heads"] = findings.top_heads(out["heads"])
+    out["display"] = patching_plot.display(out)
     out["text"] = findings.patching_words(out)
     return out
 
 
 def logit_lens(
-    explainer, text: str, *, position: int | None = None, top_k: int = TOP_K, intervention: Intervention | None = None
+    explainer,
+    text: str,
+    *,
+    position: int | None = None,
+    top_k: int = TOP_K,
+    intervention: Intervention | None = None,
+    cache=None,
 ) -> dict:
     """The logit lens (`lens.logit_lens`) at one position (default the last): the residual stream after every
     layer (`LayerTrace.output`, the block's output) read out by the model's final norm and unembedding.
-    Returns {position, token, layers [{layer, top [{token, id, prob}], entropy_bits}], settled, text}."""
-    trace = explainer.trace(text, intervention)
+    cache: a `TraceCache` holding the text's trace (the server's), read instead of a new pass.
+    Returns {position, token, name, layers [{layer, top [{token, shown, id, prob}], entropy_bits}], settled, text}."""
+    trace = explainer.trace(text, intervention, cache=cache)
     L = len(trace.tokens)
     p = L - 1 if position is None else position
     if isinstance(p, bool) or not isinstance(p, int):
@@ -308,13 +395,41 @@ def logit_lens(
     layers = [
         {
             "layer": l,
-            "top": [
-                {"token": explainer.decode(i), "id": i, "prob": q} for i, q in zip(r["ids"], r["probs"], strict=True)
-            ],
+            "top": [_entry(explainer, i, q) for i, q in zip(r["ids"], r["probs"], strict=True)],
             "entropy_bits": r["entropy_bits"],
         }
         for l, r in enumerate(rows)
     ]
-    out = {"position": p, "token": trace.tokens[p], "layers": layers, "settled": findings.settled(layers)}
+    name = _pieces.names(list(trace.tokens))[p]
+    out = {"position": p, "token": trace.tokens[p], "name": name, "layers": layers, "settled": findings.settled(layers)}
     out["text"] = findings.lens_words(out)
+    return out
+
+
+def run(
+    explainer,
+    text: str,
+    *,
+    ablate=None,
+    ablate_mode: str = "zero",
+    patch: dict | None = None,
+    lens: dict | None = None,
+    intervention: Intervention | None = None,
+    cache=None,
+) -> dict:
+    """{"ablation", "patching", "lens"}: the experiments asked for on `text`, the keys the export dict carries
+    them under (what `selfattn explain --ablate/--patch/--logit-lens` and the app's fields ask for).
+
+    ablate  heads (`ablation`) or None; patch {corrupted, target?, foil?} or None; lens {position?} or None.
+    The lens reads the text with `intervention` (from `cache` when it holds the trace); ablation and patching
+    compare the model as it is."""
+    out = {}
+    if ablate is not None:
+        out["ablation"] = ablation(explainer, text, ablate, ablate_mode)
+    if patch is not None:
+        out["patching"] = patching(
+            explainer, text, patch["corrupted"], target=patch.get("target"), foil=patch.get("foil")
+        )
+    if lens is not None:
+        out["lens"] = logit_lens(explainer, text, position=lens.get("position"), intervention=intervention, cache=cache)
     return out

@@ -184,7 +184,9 @@ class Explainer:
         cache: TraceCache | None = None,
         lang: str | None = None,
     ) -> dict:
-        """The whole export dict for `text`; the shown head is (layer, head), or picked by `heads.pick`.
+        """The whole export dict for `text`; the shown head is (layer, head); when neither is given, the head an
+        intervention is limited to (`experiment.shown_head`; selected.rule "intervened", or "ablated" for the
+        ablate entry); else picked by `heads.pick`.
 
         find     (query, key): each a token string, a position (an int, or digits), or a name as the views
                  show a repeated token ("金鱼@5"): every head ranked by that weight (`heads.search`)
@@ -200,7 +202,10 @@ class Explainer:
         trace = self.trace(text, intervention, cache=cache)
         table, thumbs = summary.scan(trace)
         described = heads.describe(trace, table)
-        selected = self.select(trace, table, described, layer, head)
+        changed = experiment.shown_head(intervention, layer, head)  # a limited intervention shows its head
+        selected = self.select(trace, table, described, *changed)
+        if changed != (layer, head) and selected["rule"] is None:  # shown because the intervention changed it
+            selected["rule"] = "ablated" if "ablate" in intervention.applied else "intervened"
         card = export.model_info(self.name, trace, architecture=self.architecture, positions=self.positions)
         card |= {"tokenizer": self.tokenizer_kind, "loaded": dict(self.loaded)}
         prediction = export.predictions(trace, self.decode, shown=self.shown)

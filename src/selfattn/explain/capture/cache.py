@@ -49,13 +49,16 @@ class _Slot:
 class TraceCache:
     """Traces by key (the server's: (text, Intervention)), least recently used evicted first."""
 
-    def __init__(self, *, max_bytes: int, max_entries: int = 16):
+    def __init__(self, *, max_bytes: int, max_entries: int = 16, size: Callable[[object], int] = trace_bytes):
+        """size(value) -> bytes: what one kept value costs (default `trace_bytes`; the server also keeps the
+        results of its experiments, small dicts, in one of these with a size of their own)."""
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
             raise ValueError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
         if not isinstance(max_entries, int) or isinstance(max_entries, bool) or max_entries < 1:
             raise ValueError(f"max_entries must be an int >= 1, got {max_entries!r}")
         self.max_bytes = max_bytes
         self.max_entries = max_entries
+        self.size = size
         self.computed = 0
         """How many traces were computed (forward passes run) through this cache."""
         self._slots: OrderedDict[Hashable, _Slot] = OrderedDict()
@@ -86,7 +89,7 @@ class TraceCache:
                 self._slots.pop(key, None)
             slot.done.set()
             raise
-        slot.trace, slot.bytes = trace, trace_bytes(trace)
+        slot.trace, slot.bytes = trace, self.size(trace)
         with self._lock:
             self.computed += 1
             if slot.bytes > self.max_bytes:

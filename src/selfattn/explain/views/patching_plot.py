@@ -1,6 +1,8 @@
 """The picture of an activation-patching run: layers × heads, and layers × positions of the residual stream.
 
     render(p, lang=) -> {"patching.png": bytes, "patching.svg": bytes}   p = `experiments.patching`'s dict
+    display(p) -> {limit, label_min, light_from}: the colour scale (±limit), the least |share| labelled and
+                  where labels turn white, which the page's heatmaps use too (p["display"])
 
 Each cell is the share of the logit difference (target − foil) recovered when that head's output (left) or
 that layer's residual at that position (right) is taken from the clean run into the corrupted one: blue
@@ -19,13 +21,19 @@ from .plots import rc
 from .tables import number
 from .texts import TEXTS
 
-__all__ = ["FILES", "render", "WORDS"]
+__all__ = ["FILES", "render", "display", "WORDS", "LABEL_MIN", "LEAST_LIMIT", "LIGHT_FROM"]
 
 FILES = ("patching.png", "patching.svg")
 DPI = 150
 FRAME = "#111827"
 CHANGED = "#dc2626"
 """The tick labels of the positions where the corrupted text differs."""
+LABEL_MIN = 0.05
+"""Cells whose |share| is at least this carry their percentage as a label."""
+LEAST_LIMIT = 0.2
+"""The colour scale reaches at least ±20 %, so that shares near 0 stay pale."""
+LIGHT_FROM = 0.6
+"""A label is white on cells darker than this share of the scale."""
 WORDS = {key.removeprefix("patching."): words for key, words in TEXTS.items() if key.startswith("patching.")}
 
 
@@ -42,11 +50,20 @@ def _figure(**kwargs):
     return fig
 
 
+def display(p: dict) -> dict:
+    """{limit, label_min, light_from}: one colour scale for both panels, ±limit = the largest |share| (at least
+    LEAST_LIMIT); cells labelled from LABEL_MIN, in white from LIGHT_FROM × limit."""
+    heads = np.abs(np.array(p["heads"], dtype=float))
+    residual = np.abs(np.array(p["residual"], dtype=float))
+    limit = max(LEAST_LIMIT, float(heads.max()), float(residual.max()))
+    return {"limit": limit, "label_min": LABEL_MIN, "light_from": LIGHT_FROM}
+
+
 def _panel(ax, values: np.ndarray, vmax: float, annotate: bool):
     im = ax.imshow(values, cmap="RdBu", vmin=-vmax, vmax=vmax, aspect="auto", interpolation="nearest")
     if annotate:
         for (i, j), v in np.ndenumerate(values):
-            if abs(v) >= 0.05:
+            if abs(v) >= LABEL_MIN:
                 ax.text(
                     j,
                     i,
@@ -54,7 +71,7 @@ def _panel(ax, values: np.ndarray, vmax: float, annotate: bool):
                     ha="center",
                     va="center",
                     fontsize=6,
-                    color="white" if abs(v) > 0.6 * vmax else "black",
+                    color="white" if abs(v) > LIGHT_FROM * vmax else "black",
                 )
     return im
 
@@ -67,7 +84,7 @@ def _draw(p: dict, lang: str):
     residual = np.array(p["residual"], dtype=float)  # (n_layers, L)
     n_layers, n_heads = heads.shape
     L = residual.shape[1]
-    vmax = max(0.2, float(np.abs(heads).max()), float(np.abs(residual).max()))
+    vmax = display(p)["limit"]
     height = max(4.0, 0.28 * n_layers + 1.8)
     fig = _figure(figsize=(0.42 * n_heads + 0.42 * L + 3.2, height))
     grid = fig.add_gridspec(1, 3, width_ratios=[n_heads, L, 0.6], wspace=0.25)

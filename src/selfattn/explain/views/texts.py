@@ -640,6 +640,74 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "its strongest tutorial link {link}: not clearly above",
     },
     "heads.words.join": {"zh": "；", "en": "; "},
+    # page19: the page and the app show the experiments (web/static/render/experiments.js, web/body.py)
+    "server.experiment": {"zh": "无法做这个实验：{reason}", "en": "{reason}"},
+    "server.needs": {"zh": "{field} 需要和 {needed} 一起给", "en": "{field} goes with {needed}: give both"},
+    "rule_intervened": {
+        "zh": "干预只作用于这个 head，所以显示它",
+        "en": "the intervention is limited to this head, so this head is shown",
+    },
+    "rule_ablated": {"zh": "显示被消融的第一个 head", "en": "the first head ablated is shown"},
+    "exp_legend": {"zh": "实验", "en": "experiments"},
+    "exp_hint": {
+        "zh": "和“解释”一起运行；层和 head 从 0 数起",
+        "en": "run with Explain; layers and heads are counted from 0",
+    },
+    "exp_ablate": {"zh": "消融的 head（层.head，如 1.0,0.1）", "en": "heads to ablate (layer.head, e.g. 1.0,0.1)"},
+    "exp_ablate_mean": {"zh": "换成平均输出（否则 0）", "en": "mean output (else zero)"},
+    "exp_patch": {
+        "zh": "激活修补：被改动的文本（token 数与原文相同）",
+        "en": "activation patching: the corrupted text (as many tokens as the text)",
+    },
+    "exp_target": {"zh": "目标 token（空 = 原文的第一名）", "en": "target token (empty: the text's top prediction)"},
+    "exp_foil": {"zh": "对照 token（空 = 改动文本的第一名）", "en": "foil token (empty: the corrupted text's top)"},
+    "exp_lens": {"zh": "逻辑透镜", "en": "logit lens"},
+    "exp_position": {"zh": "位置（空 = 最后一个）", "en": "position (empty: the last)"},
+    "exp_bad_heads": {
+        "zh": "消融的 head 写成 层.head，用逗号分隔（如 1.0,0.1）；“{item}”不是",
+        "en": "write the heads to ablate as layer.head, separated by commas (e.g. 1.0,0.1); {item} is not",
+    },
+    "exp_bad_position": {
+        "zh": "逻辑透镜的位置要是 0 或更大的整数，而不是“{value}”",
+        "en": "the logit lens position must be a whole number from 0, not {value}",
+    },
+    "exp_title": {"zh": "实验", "en": "Experiments"},
+    "exp_ablation": {"zh": "消融", "en": "Ablation"},
+    "exp_before": {"zh": "消融前", "en": "before"},
+    "exp_after": {"zh": "消融后", "en": "after"},
+    "exp_patching": {"zh": "激活修补", "en": "Activation patching"},
+    "exp_patch_texts": {
+        "zh": "干净文本：{clean} · 被改动的文本：{corrupted} · logit 差 {target} − {foil}",
+        "en": "clean text: {clean} · corrupted text: {corrupted} · logit difference {target} − {foil}",
+    },
+    "exp_patch_hint": {
+        "zh": "每格 = 把干净文本的这一部分换进被改动的文本后，恢复的 logit 差的比例：蓝色恢复，红色反对；"
+        "框出的是句子里点名的 head",
+        "en": "each cell: the share of the logit difference recovered when that part of the clean run is patched into "
+        "the corrupted one: blue recovers, red works against; the heads the sentence names are framed",
+    },
+    "exp_heads_map": {"zh": "每个 head 的输出（层 × head）", "en": "each head's output (layers × heads)"},
+    "exp_residual_map": {
+        "zh": "每层每个位置的残差流（层 × 位置；红色的位置被改动了）",
+        "en": "each layer's residual stream (layers × positions; the changed positions in red)",
+    },
+    "exp_head_cell": {
+        "zh": "层 {layer} · head {head}：恢复 {share}",
+        "en": "layer {layer} · head {head}: {share} recovered",
+    },
+    "exp_residual_cell": {
+        "zh": "层 {layer} · 位置 {position}（{token}）：恢复 {share}",
+        "en": "layer {layer} · position {position} ({token}): {share} recovered",
+    },
+    "exp_scale": {"zh": "反对 {low} … 0 … 恢复 {high}", "en": "against {low} … 0 … recovers {high}"},
+    "exp_lens_title": {
+        "zh": "逻辑透镜：位置 {position}（{token}）之后每层读出的下一个 token",
+        "en": "Logit lens: the next token read out after each layer at position {position} ({token})",
+    },
+    "exp_layer": {"zh": "层", "en": "layer"},
+    "exp_top": {"zh": "第 {k} 名", "en": "top {k}"},
+    "exp_entropy": {"zh": "熵（bit）", "en": "entropy (bits)"},
+    "exp_settled": {"zh": "← 从这一层起第一名不再变", "en": "← the top token settles here"},
 }
 
 

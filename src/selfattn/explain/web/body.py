@@ -5,6 +5,16 @@
      "layer": 1, "head": 2,                    # the head to show (not the intervention's scope)
      "format": "packed", "layers": [1], "find": [4, 3], "lang": "zh"}
 
+The experiments (`explain.experiments`, the answer gains the export's doc["ablation"|"patching"|"lens"]):
+
+     "ablate": [[1, 0], [0, 1]], "ablate_mode": "zero" | "mean",   # heads ablated (layer, head), each once
+     "patch": {"corrupted": "一只红色怪兽走进森林", "target": " Mary" | 12 | null, "foil": … | null},
+     "lens": {"position": 3 | null} | true                          # the logit lens at one position (last)
+
+bounded before any work: at most MAX_ABLATED_HEADS heads, a corrupted text of at most MAX_CHARS characters
+(and, in `experiments.patching`, MAX_PATCH_TOKENS tokens), a target or foil of at most MAX_TOKEN_CHARS
+characters; ablate_mode without ablate is refused (`Needs`), as the CLI refuses --ablate-mode alone.
+
 `interventions` has the shape of doc["experiment"]["applied"] (`Intervention.as_applied`): one optional
 object per registry entry, {param: value} (a switch: {}), each param typed and bounded as its entry declares,
 and `layer` / `head`, the scope. The flat fields of the first API (scaling, causal, temperature, from the
@@ -17,14 +27,26 @@ language of the answer: doc["lang"], and the `detail` of a refusal (every refusa
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    Tag,
+    create_model,
+)
 
+from ...limits import MAX_ABLATED_HEADS, MAX_TOKEN_CHARS
 from ..capture.interventions import REGISTRY, Entry, Intervention, Param, flat_fields
 from ..session import MAX_CHARS
 
-__all__ = ["ExplainRequest", "InterventionsBody"]
+__all__ = ["ExplainRequest", "InterventionsBody", "PatchBody", "LensBody", "Needs"]
 
 STRICT = {bool: StrictBool, int: StrictInt, float: StrictFloat}
 FORBID = ConfigDict(extra="forbid")
@@ -56,6 +78,49 @@ InterventionsBody = create_model(
 """{name: {param: value} | null, layer, head}: the interventions to apply (null or absent: not applied)."""
 
 
+Index = Annotated[StrictInt, Field(ge=0)]
+Token = Annotated[
+    Annotated[Annotated[StrictStr, Field(min_length=1, max_length=MAX_TOKEN_CHARS)], Tag("text")]
+    | Annotated[Index, Tag("id")],
+    Discriminator(lambda v: "id" if isinstance(v, int) else "text"),
+]
+"""A token named by its text (" Mary", with its spaces) or by its id; a refusal names which it was read as
+("patch.target.text: String should have at most 256 characters")."""
+
+
+class PatchBody(BaseModel):
+    """Activation patching: the request's text is the clean prompt."""
+
+    model_config = FORBID
+
+    corrupted: StrictStr = Field(max_length=MAX_CHARS)
+    target: Token | None = None
+    foil: Token | None = None
+
+
+class LensBody(BaseModel):
+    """The logit lens at `position` (None: the last token)."""
+
+    model_config = FORBID
+
+    position: Index | None = None
+
+
+Lens = Annotated[
+    Annotated[StrictBool, Tag("switch")] | Annotated[LensBody, Tag("at")],
+    Discriminator(lambda v: "at" if isinstance(v, (dict, LensBody)) else "switch"),
+]
+"""true (the last position), false (no lens), or {"position": P}."""
+
+
+class Needs(ValueError):
+    """A field given without the one it goes with (answered 422, "server.needs" filled with `values`)."""
+
+    def __init__(self, field: str, needed: str):
+        self.values = {"field": field, "needed": needed}
+        super().__init__(f"{field} goes with {needed}: give both")
+
+
 class _Body(BaseModel):
     """The fields that do not come from the registry."""
 
@@ -71,6 +136,24 @@ class _Body(BaseModel):
     layers: list[StrictInt] | None = Field(default=None, max_length=1024)
     find: list[StrictStr | StrictInt] | None = Field(default=None, min_length=2, max_length=2)
     lang: Literal["zh", "en"] | None = None
+    ablate: list[tuple[Index, Index]] | None = Field(default=None, min_length=1, max_length=MAX_ABLATED_HEADS)
+    ablate_mode: Literal["zero", "mean"] | None = None
+    patch: PatchBody | None = None
+    lens: Lens | None = None
+
+    def experiments(self) -> dict[str, dict]:
+        """{name: keywords of `experiments.run`} for each experiment asked for, under the export's key
+        ("ablation", "patching", "lens"); `Needs` for ablate_mode without ablate."""
+        if self.ablate_mode is not None and self.ablate is None:
+            raise Needs("ablate_mode", "ablate")
+        out = {}
+        if self.ablate is not None:
+            out["ablation"] = {"ablate": [list(p) for p in self.ablate], "ablate_mode": self.ablate_mode or "zero"}
+        if self.patch is not None:
+            out["patching"] = {"patch": self.patch.model_dump()}
+        if self.lens is not None and self.lens is not False:
+            out["lens"] = {"lens": {"position": None if self.lens is True else self.lens.position}}
+        return out
 
     def intervention(self) -> Intervention:
         """The Intervention asked for (ValueError when both forms are given). A scope with nothing to apply

@@ -3,9 +3,18 @@
     GET  /               the explorer page in live mode (the same page and JS as the HTML report);
                          `?text=…` opens it on that text
     POST /api/explain    {text, layer?, head?, interventions?: {name: {param: value}, layer?, head?}, format?,
-                          layers?, find?}  (`body.ExplainRequest`, generated from the interventions' registry)
+                          layers?, find?, ablate?, ablate_mode?, patch?, lens?}  (`body.ExplainRequest`, generated
+                          from the interventions' registry)
                          -> the export dict (interventions.layer / .head limit the interventions to one layer /
-                            head; the top-level layer / head name the head to show)
+                            head; the top-level layer / head name the head to show; without them the head an
+                            intervention is limited to is shown, or the first head ablated: selected.rule says so)
+
+The experiments (`ablate`, `patch`, `lens`: `experiments.run`, the one path of `selfattn explain --ablate /
+--patch / --logit-lens`) add doc["ablation"], doc["patching"], doc["lens"], exactly the export's dicts. Their
+results are kept (`ExperimentCache`: by experiment, text and arguments, and for the lens the intervention),
+so asking again — the page re-asks on every change of an intervention — costs nothing; the lens reads the
+text's trace from the trace cache. A request with `patch` runs in the heavy lane, whatever its length (2 ×
+layers batched passes).
 
 `format` is "json" (default: the dict of `Explainer.explain`, exactly what `selfattn explain --json`
 prints) or "packed" (its float arrays as float32/float64 base64, what the page reads: `report.pack`).
@@ -44,6 +53,7 @@ kept traces: at most TRACE_CACHE_BYTES.
 from __future__ import annotations
 
 import ctypes
+import json
 import socket
 import threading
 from functools import partial
@@ -54,10 +64,12 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from ... import checks
 from ...limits import TEMPERATURE_RANGE
+from .. import experiments
 from ..capture.cache import TraceCache
+from ..capture.interventions import Intervention
 from ..session import DEFAULT_TEXT, MAX_CHARS, Explainer
 from ..views import report, texts
-from .body import ExplainRequest
+from .body import ExplainRequest, Needs
 from .guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 
 __all__ = ["create_app", "serve", "ExplainRequest", "MAX_BODY_BYTES", "MIN_TEMPERATURE", "MAX_TEMPERATURE"]
@@ -86,6 +98,9 @@ KEEP_ALIVE_SECONDS = 5
 TRACE_CACHE_BYTES = 128 << 20
 """Most bytes of traces the app keeps for reuse (`TraceCache`): a few dozen short texts of a small model."""
 TRACE_CACHE_ENTRIES = 16
+RESULT_CACHE_BYTES = 16 << 20
+"""Most bytes (as JSON) of experiment results kept: a patching run of 30 layers × 128 positions is ~100 KB."""
+RESULT_CACHE_ENTRIES = 64
 BUSY = texts.text("server.busy", "en")
 
 
@@ -102,6 +117,7 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
     app = FastAPI(title="selfattn explorer", docs_url=None, redoc_url=None, openapi_url=None)
     work = _Work(explainer)
     app.state.traces = work.traces
+    app.state.results = work.results
     app.add_middleware(HttpGuard, max_body=MAX_BODY_BYTES, hosts=hosts)
 
     @app.exception_handler(RequestValidationError)
@@ -122,7 +138,7 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
     @app.post("/api/explain")
     def api_explain(body: ExplainRequest):
         try:
-            return work.in_lane(body.text, lambda: work.answer(body))
+            return work.in_lane(body.text, lambda: work.answer(body), heavy=body.patch is not None)
         except Busy:
             return _error(503, "server.busy", body.lang)
 
@@ -134,16 +150,18 @@ class _Work:
 
     def __init__(self, explainer: Explainer):
         self.traces = TraceCache(max_bytes=TRACE_CACHE_BYTES, max_entries=TRACE_CACHE_ENTRIES)
+        self.results = TraceCache(max_bytes=RESULT_CACHE_BYTES, max_entries=RESULT_CACHE_ENTRIES, size=_json_bytes)
+        self.explainer = explainer
         self.explain = partial(explainer.explain, cache=self.traces)
         self.lanes = {
             "light": threading.BoundedSemaphore(LIGHT_SLOTS),
             "heavy": threading.BoundedSemaphore(HEAVY_SLOTS),
         }
 
-    def in_lane(self, text: str, work):
-        """work() in the lane of `text`: light up to LIGHT_CHARS characters, else heavy; `Busy` when no
-        slot frees within QUEUE_SECONDS. The page and the API both go through here."""
-        lane = "light" if len(text) <= LIGHT_CHARS else "heavy"
+    def in_lane(self, text: str, work, *, heavy: bool = False):
+        """work() in the lane of `text`: light up to LIGHT_CHARS characters (unless `heavy`), else heavy; `Busy`
+        when no slot frees within QUEUE_SECONDS. The page and the API both go through here."""
+        lane = "light" if len(text) <= LIGHT_CHARS and not heavy else "heavy"
         if not self.lanes[lane].acquire(timeout=QUEUE_SECONDS):
             raise Busy(BUSY)
         try:
@@ -175,18 +193,35 @@ class _Work:
 
     def answer(self, body: ExplainRequest):
         try:
+            asked = body.experiments()
+            intervention = body.intervention()
+            first = {k: v for k, v in asked.items() if k == "ablation"}  # cheap, and it checks the heads to show
+            found = self.experiments(body.text, first, intervention)
+            layer, head, reason = body.layer, body.head, None
+            limited = intervention.layer is not None or intervention.head is not None  # shows its own head
+            if layer is None and head is None and "ablation" in found and not limited:
+                (layer, head), reason = found["ablation"]["heads"][0], "ablated"  # as `selfattn explain --ablate`
             doc = self.explained(
                 body.text,
                 body.format,
-                layer=body.layer,
-                head=body.head,
-                intervention=body.intervention(),
+                layer=layer,
+                head=head,
+                intervention=intervention,
                 stages=False if body.format == "packed" else None,
                 find=body.find,
                 layers=body.layers if body.layers is not None or body.format == "json" else "selected",
                 compare=body.layers is None,  # a request naming layers fetches arrays; the page has its baseline
                 lang=body.lang,
             )
+            if reason is not None and doc["selected"]["rule"] is None:
+                doc["selected"]["rule"] = reason
+            doc |= found | self.experiments(
+                body.text, {k: v for k, v in asked.items() if k != "ablation"}, intervention
+            )
+        except Needs as exc:
+            return _error(422, "server.needs", body.lang, **exc.values)
+        except Refused as exc:
+            return _error(exc.status, "server.experiment", body.lang, reason=str(exc))
         except TooLarge as exc:
             return _error(422, "server.too_large", body.lang, **exc.values)
         except ValueError as exc:
@@ -194,6 +229,32 @@ class _Work:
         except TypeError as exc:
             return _error(400, "server.refused", body.lang, reason=str(exc))
         return JSONResponse(report.pack(doc) if body.format == "packed" else doc)
+
+    def experiments(self, text: str, asked: dict[str, dict], intervention: Intervention) -> dict:
+        """{name: result} of `experiments.run` for each experiment asked ({name: its keywords}), each read from
+        the kept results when the same one was asked before (the lens: with the same intervention)."""
+        out = {}
+        for name, kwargs in asked.items():
+            extra = {"intervention": intervention, "cache": self.traces} if name == "lens" else {}
+            key = (name, text, json.dumps(kwargs, sort_keys=True), extra.get("intervention"))
+            out[name] = self.results.get(key, partial(self._run, text, name, kwargs | extra))
+        return out
+
+    def _run(self, text: str, name: str, kwargs: dict) -> dict:
+        try:
+            return experiments.run(self.explainer, text, **kwargs)[name]
+        except ValueError as exc:
+            raise Refused(str(exc), 422) from exc
+        except TypeError as exc:
+            raise Refused(str(exc), 400) from exc
+
+
+class Refused(Exception):
+    """An experiment refused its arguments (answered `status`, "server.experiment")."""
+
+    def __init__(self, reason: str, status: int):
+        self.status = status
+        super().__init__(reason)
 
 
 class TooLarge(ValueError):
@@ -282,6 +343,11 @@ def response_bytes(doc: dict, fmt: str) -> int:
     if fmt == "json":
         return numbers * JSON_NUMBER_BYTES + 2 * visible
     return (numbers * 4 + visible // 8) * 4 // 3
+
+
+def _json_bytes(result: dict) -> int:
+    """What one kept experiment result costs: its JSON's length."""
+    return len(json.dumps(result, ensure_ascii=False))
 
 
 def _error(status: int, key: str, lang: str | None, **values) -> JSONResponse:

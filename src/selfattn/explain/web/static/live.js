@@ -5,6 +5,7 @@ import { $ } from "./dom.js";
 import { loadDoc, loadLayer } from "./data.js";
 import { buildControls, readControls } from "./controls.js";
 import { comparable, isIdentity } from "./state.js";
+import { bindExperimentFields, experimentFields } from "./experimentfields.js";
 
 const DELAY_MS = 250; // a slider waits this long before asking the server
 
@@ -51,6 +52,7 @@ export function setupLive(state, data, hooks) {
     else request(state, hooks);
   });
   $("only-head").addEventListener("change", () => request(state, hooks));
+  bindExperimentFields(() => request(state, hooks));
 }
 
 /** What the controls ask for, with the scope: only the shown head when that box is ticked. */
@@ -69,9 +71,17 @@ export async function request(state, hooks) {
     hooks.error(t("error_range", { name: bad.label[state.lang], min: bad.min, max: bad.max }));
     return;
   }
-  const keep = !!state.doc && state.doc.text === text;
+  const wanted = experimentFields();
+  if (wanted.bad) {
+    hooks.error(t(wanted.bad.key, wanted.bad.values));
+    return;
+  }
+  // a new set of ablated heads opens the first of them (the server picks it: selected.rule "ablated")
+  const ablated = state.doc && state.doc.ablation ? JSON.stringify(state.doc.ablation.heads) : null;
+  const newAblation = !!wanted.fields.ablate && JSON.stringify(wanted.fields.ablate) !== ablated;
+  const keep = !!state.doc && state.doc.text === text && !newAblation;
   const shown = keep ? { layer: state.layer, head: state.head } : {};
-  const body = Object.assign({ text, format: "packed" }, interventionFields(applied), shown);
+  const body = Object.assign({ text, format: "packed" }, interventionFields(applied), wanted.fields, shown);
   const identity = isIdentity(applied);
   const needBaseline = !identity && needsBaseline(state, applied) && !(state.baseline && state.baseline.text === text &&
     !state.baseline.layers[keep ? state.layer : 0].omitted);

@@ -48,6 +48,8 @@ export function renderRule(state, t) {
   if (rule === "auto") text = state.pickRule[state.lang] || "";
   else if (rule === "within layer") text = t("rule_layer");
   else if (rule === "within head") text = t("rule_head");
+  else if (rule === "intervened") text = t("rule_intervened");
+  else if (rule === "ablated") text = t("rule_ablated");
   $("rule").textContent = text;
 }
 

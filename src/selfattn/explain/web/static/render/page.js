@@ -6,6 +6,7 @@ import { writeHash } from "../hash.js";
 import { STAGE_NAMES } from "../stages.js";
 import { ensureFocus } from "../state.js";
 import { renderCompare } from "./compare.js";
+import { renderExperiments } from "./experiments.js";
 import { renderGrid, renderSelectors } from "./grid.js";
 import { renderHeadText, renderModel, renderRule, renderWords } from "./header.js";
 import { drawHeatmap, headPicture, renderLegend } from "./heatmap.js";
@@ -23,6 +24,7 @@ export function renderAll(state, t) {
   renderTokens(state, t);
   renderSelectors(state);
   renderPrediction(state, t);
+  renderExperiments(state, t);
   renderSelection(state, t);
   renderSearchChoices(state);
 }

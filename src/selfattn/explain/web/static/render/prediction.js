@@ -18,14 +18,15 @@ export function renderPrediction(state, t) {
   box.firstChild.append(...lists);
 }
 
-function predictionList(testid, title, prediction) {
+/** A list of next tokens with their probabilities as bars; `word(p)` is the token as written (default p.token). */
+export function predictionList(testid, title, prediction, word = (p) => p.token) {
   const list = el("div", { class: "pred" });
   if (title) list.append(el("h3", {}, title));
   for (const p of prediction) {
     const r = el("div", { class: "predrow", "data-testid": testid, "data-id": p.id });
     const bar = el("span", { class: "bar" });
     bar.style.width = `${(100 * p.prob).toFixed(1)}%`;
-    r.append(el("span", { class: "word" }, p.token), el("span", { class: "prob" }, pct(p.prob)), el("span", { class: "track" }));
+    r.append(el("span", { class: "word" }, word(p)), el("span", { class: "prob" }, pct(p.prob)), el("span", { class: "track" }));
     r.lastChild.append(bar);
     list.append(r);
   }
