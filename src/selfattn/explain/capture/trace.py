@@ -40,10 +40,10 @@ from ...kernels.base import Result
 from ...masks import visibility
 from ...modules import MultiHeadSelfAttention, SelfAttention
 from ...request import Request
-from ...scores import ScoreRule
-from ...weights import _row_index, weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
+from ...weights import _row_index
 from .digest import DIGEST_WEIGHTS_BYTES, Digest, digest
 from .interventions import Intervention
+from .stages import head_stages
 
 __all__ = ["LayerTrace", "ModelTrace", "HeadChange", "capture", "head_stages"]
 
@@ -142,33 +142,6 @@ class LayerTrace:
             rows=index,
             **self.head_extras(head),
         )
-
-
-def head_stages(
-    q, k, lse, *, scale: float, softcap: float | None, visible, v=None, rows=None, slope=None, sink=None
-) -> dict[str, torch.Tensor]:
-    """The tutorial's stages of R query rows of one head, in the dtype of q, by the score rule
-    (`selfattn.scores.ScoreRule`, the one copy of the formula every backend uses).
-
-    q (R, D), k (L, D), lse (R,) (with the sink, as the kernel returned it), visible (R, L) bool (True = may
-    look: causal rule, window, padding, segments), v (L, Dv) or None; rows (R,) the query positions of q's
-    rows (default 0 … R − 1; ALiBi's |i − j| needs them); slope the head's ALiBi slope, sink its sink logit.
-    scores (R, L) = Q Kᵀ;  scaled (R, L) = scores · scale (then softcap·tanh(·/softcap) if a softcap
-    is set);  mask (R, L) = visible;  masked (R, L) = scaled − slope·|i − j|, −inf where hidden;
-    weights (R, L) = exp(masked − lse);  weighted (R, Dv) = weights · V (only when v is given);
-    sink (R,) = exp(sink − lse), the sink's share (only with a sink): weights.sum(−1) + sink = 1.
-    """
-    scores = q @ k.T
-    L = k.shape[0]
-    alibi = None if slope is None else torch.tensor([slope], dtype=q.dtype, device=q.device)
-    rule = ScoreRule(scale=scale, softcap=softcap, alibi=alibi)
-    stages = rule.stages(scores[None, None], rows, None, L, L)
-    masked = rule.hide(stages["masked"], visible[None, None])[0, 0]  # visible holds every position rule
-    weights = weights_from_lse(masked, lse)
-    out = {"scores": scores, "scaled": stages["scaled"][0, 0], "mask": visible, "masked": masked, "weights": weights}
-    if sink is not None:
-        out["sink"] = weights_from_lse(torch.full_like(lse, sink)[:, None], lse)[:, 0]
-    return out if v is None else out | {"weighted": weights @ v}
 
 
 @dataclass

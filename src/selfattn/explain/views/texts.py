@@ -633,6 +633,13 @@ TEXTS: dict[str, dict[str, str]] = {
         "zh": "汇点拿走 {sink}（sink 分数 {logit} 只进分母）",
         "en": "the sink takes {sink} (its logit {logit} only joins the denominator)",
     },
+    "ex_softmax_sink": {
+        "zh": "weights = exp(masked − lse)：分母 lse = log(Σ exp(masked) + exp(sink)) = {lse} 里还有这个 head 的"
+        " sink 分数 {sink}，所以一行的权重加起来是 1 − 汇点那一格，不到 100%；−inf 的位置权重正好是 0。",
+        "en": "weights = exp(masked − lse): the denominator lse = log(Σ exp(masked) + exp(sink)) = {lse} also holds "
+        "this head's sink logit {sink}, so a row's weights add up to 1 − its sink cell, less than 100%; −inf "
+        "positions get exactly 0.",
+    },
     "sink_label": {
         "zh": "汇点列：查询 {i} 交给注意力汇点 {weight}",
         "en": "sink column: query {i} gives the sink {weight}",

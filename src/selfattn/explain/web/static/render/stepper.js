@@ -84,7 +84,8 @@ function explanation(state, t, name, st) {
     case "scores": return t("ex_scores");
     case "scaled": return t("ex_scaled", { scale: num(layer.scale), how: doc.scale_words.how[state.lang] });
     case "mask": return layer.causal ? t("ex_mask_on") : t("ex_mask_off");
-    case "softmax": return t("ex_softmax", { lse: num(st.lse) });
+    case "softmax": return layer.sinks ? t("ex_softmax_sink", { lse: num(st.lse), sink: num(layer.sinks[state.head]) })
+      : t("ex_softmax", { lse: num(st.lse) });
     case "weighted": return t("ex_weighted", { head: state.head });
     default: return t("ex_output");
   }
