@@ -1,12 +1,16 @@
-"""Surface "ring": ring attention in real process groups of 2 … 5 ranks (issue 18, items 1 and 7).
+"""Surface "ring": ring attention in real process groups of 2 … 5 ranks (issue 18, items 1 and 7; issue 20).
 
 Random calls with sliding windows from one position to past the whole sequence (so a window spans
-0 … W − 1 ranks), lengths from 1 to 3·2W (whole ranks holding nothing but padding), both layouts,
-causal or not, GQA, softcap, float64 and float32, forward and backward; hostile arguments (bad
-windows and lengths, ranks that disagree on the window); a DecoderLM on mostly-padding shards.
+0 … W − 1 ranks) and two-sided windows (left, right) (either side unbounded, up to past the sequence),
+lengths from 1 to 3·2W (whole ranks holding nothing but padding), both layouts, causal or not, GQA,
+softcap, sinks, ALiBi slopes, float64 and float32, forward and backward; hostile arguments (bad windows,
+window pairs with negatives, bad sinks / slopes: shapes, dtypes, NaN, inf, slopes that need a gradient,
+segments; lengths; ranks that disagree on the window, the sinks or the slopes); a DecoderLM on
+mostly-padding shards.
 
 Every rank checks its own rows against the float64 spec and its gradients (`selfattn.reference`
-through tests/distributed/spec_grads.py): output, lse, dq, and dk / dv of the K/V rows it owns.
+through tests/distributed/spec_grads.py): output, lse, dq, and dk / dv of the K/V rows it owns, and the
+sinks' gradient (the all_reduce of every rank's share).
 One spawned group per world size runs all its cases; a case that crashes or hangs a rank breaks the
 group, so the group ends there (every rank stops at its first crash, the others time out with
 RankFailure) and a fresh group starts at the next case. A group that does not answer at all within
@@ -47,7 +51,13 @@ NAMED = [
     dict(world=5, layout="contiguous", L=7, causal=False, window=2),
     dict(world=5, layout="zigzag", L=1, causal=False, window=None),
     dict(world=4, layout="contiguous", L=3, causal=True, window=100),
+    # issue 20: two-sided windows make blocks after a rank's rows visible; sinks once per row; ALiBi globally
+    dict(world=2, layout="contiguous", L=8, causal=False, window=(1, 4), sinks=True),
+    dict(world=3, layout="zigzag", L=12, causal=False, window=(None, 2), alibi=True),
+    dict(world=4, layout="zigzag", L=5, causal=False, window=(0, 0), sinks=True, alibi=True),
 ]
+TENSOR = "tensor"
+"""Marks an argument the worker builds: (TENSOR, values, dtype name[, requires_grad])."""
 BAD_ARGS = [
     ("window=0", {"window": 0}),
     ("window=-2", {"window": -2}),
@@ -59,13 +69,33 @@ BAD_ARGS = [
     ("seq_len=True", {"seq_len": True}),
     ("layout='diagonal'", {"layout": "diagonal"}),
     ("causal='yes'", {"causal": "yes"}),
+    ("window=(2, -1)", {"window": (2, -1)}),
+    ("window=(-3, 0)", {"window": (-3, 0)}),
+    ("window=(1, 2, 3)", {"window": (1, 2, 3)}),
+    ("window=(1.5, 2)", {"window": (1.5, 2)}),
+    ("window=('a', None)", {"window": ("a", None)}),
+    ("window=(True, 1)", {"window": (True, 1)}),
+    ("sinks of shape (3,)", {"sinks": (TENSOR, [0.0, 1.0, 2.0], "float64")}),
+    ("sinks of shape (2, 1)", {"sinks": (TENSOR, [[0.0], [1.0]], "float64")}),
+    ("sinks of dtype int64", {"sinks": (TENSOR, [0, 1], "int64")}),
+    ("sinks with NaN", {"sinks": (TENSOR, [0.0, float("nan")], "float64")}),
+    ("sinks with inf", {"sinks": (TENSOR, [float("inf"), 0.0], "float64")}),
+    ("sinks as a list", {"sinks": [0.0, 1.0]}),
+    ("alibi of shape (1,)", {"alibi": (TENSOR, [0.5], "float64")}),
+    ("alibi of dtype bool", {"alibi": (TENSOR, [True, False], "bool")}),
+    ("alibi with -inf", {"alibi": (TENSOR, [0.5, float("-inf")], "float64")}),
+    ("alibi that needs a gradient", {"alibi": (TENSOR, [0.5, 0.25], "float64", True)}),
+    ("segments", {"segments": (TENSOR, [[0, 0]], "int64")}),
 ]
 
 
 def _draw(rng: random.Random, world: int) -> dict:
     longest = 3 * 2 * world
     L = rng.choice([rng.randint(1, world), rng.randint(1, longest), rng.randint(longest // 2, longest)])
-    window = rng.choice([None, 1, 2, rng.randint(1, L + 2), L, L + rng.randint(1, 50), 10**9])
+    window = rng.choice([None, 1, 2, rng.randint(1, L + 2), L, L + rng.randint(1, 50), 10**9, "pair", "pair"])
+    if window == "pair":
+        sides = [None, 0, 1, rng.randint(0, L + 2), L + rng.randint(1, 50)]
+        window = (rng.choice(sides), rng.choice(sides))
     G = rng.choice([1, 1, 2])
     Hkv = rng.choice([1, 2])
     return dict(
@@ -82,6 +112,8 @@ def _draw(rng: random.Random, world: int) -> dict:
         Dv=rng.randint(1, 5),
         B=rng.choice([1, 1, 2]),
         backend=rng.choice(["auto", "auto", "naive", "tiled"]),
+        sinks=rng.random() < 0.4,
+        alibi=rng.random() < 0.4,
     )
 
 
@@ -91,7 +123,7 @@ def cases(world: int) -> list[dict]:
     out = [dict(c, kind="attention") for c in NAMED if c["world"] == world]
     out += [dict(_draw(rng, world), kind="attention") for _ in range(CASES_PER_WORLD)]
     out += [dict(world=world, kind="bad", name=name, args=args) for name, args in BAD_ARGS]
-    out += [dict(world=world, kind="disagree")]
+    out += [dict(world=world, kind="disagree", on=on) for on in ("window", "sinks", "alibi")]
     out += [dict(world=world, kind="model", L=L) for L in (1, 2, world + 1, 3 * world)]
     return out
 
@@ -99,12 +131,13 @@ def cases(world: int) -> list[dict]:
 def label(case: dict) -> str:
     kind = case["kind"]
     if kind == "attention":
-        keys = ("layout", "L", "causal", "window", "softcap", "dtype", "Hq", "Hkv", "D", "Dv", "B", "backend")
+        keys = ("layout", "L", "causal", "window", "softcap", "sinks", "alibi", "dtype", "Hq", "Hkv", "D", "Dv", "B")
+        keys += ("backend",)
         return f"ring W={case['world']} " + " ".join(f"{k}={case[k]}" for k in keys if k in case)
     if kind == "bad":
         return f"ring W={case['world']} bad argument {case['name']}"
     if kind == "disagree":
-        return f"ring W={case['world']} ranks pass different windows"
+        return f"ring W={case['world']} ranks pass different {case['on']}"
     return f"ring W={case['world']} DecoderLM on a shard of L={case['L']} (mostly padding)"
 
 

@@ -13,7 +13,7 @@ from selfattn.distributed import RankFailure, padded_length, ring_attention, sha
 from tests.distributed.spec_grads import spec_with_grads
 from tests.helpers import make_inputs
 
-from .ring_cases import BROKE, TOL, cases
+from .ring_cases import BROKE, TENSOR, TOL, cases
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -33,18 +33,28 @@ def _attention(rank: int, world: int, c: dict, seed: int) -> tuple[str, str]:
     g = torch.Generator().manual_seed(seed + 1)
     do = torch.randn(B, Hq, L, Dv, generator=g, dtype=torch.float64)
     dl = torch.randn(B, Hq, L, generator=g, dtype=torch.float64)
-    spec_window = None if c["window"] is None else min(c["window"], L)
-    want = spec_with_grads(q, k, v, do, dl, causal=c["causal"], window=spec_window, softcap=c.get("softcap"))
+    sinks = torch.randn(Hq, generator=g, dtype=torch.float64) * 2 if c.get("sinks") else None
+    alibi = torch.rand(Hq, generator=g, dtype=torch.float64) if c.get("alibi") else None
+    spec_window = min(c["window"], L) if isinstance(c["window"], int) else c["window"]
+    want = spec_with_grads(
+        q, k, v, do, dl, causal=c["causal"], window=spec_window, softcap=c.get("softcap"), sinks=sinks, alibi=alibi
+    )
+    want_dsinks = want[5] if sinks is not None else None
     Lp = padded_length(L, world, layout)
-    want = [_padded(a, Lp, f) for a, f in zip(want, (0.0, -np.inf, 0.0, 0.0, 0.0), strict=True)]
+    want = [_padded(a, Lp, f) for a, f in zip(want[:5], (0.0, -np.inf, 0.0, 0.0, 0.0), strict=True)]
     sq, sk, sv = (shard(t.to(dtype), layout=layout) for t in (q, k, v))
     leaves = [t.tensor.requires_grad_() for t in (sq, sk, sv)]
+    s = None if sinks is None else sinks.to(dtype).requires_grad_()
     try:
-        res = ring_attention(sq, sk, sv, return_lse=True, backend=c.get("backend", "auto"), **opts)
+        res = ring_attention(
+            sq, sk, sv, return_lse=True, backend=c.get("backend", "auto"), sinks=s, alibi=alibi, **opts
+        )
         lse = res.lse.tensor
         sdo = shard(do.to(dtype), layout=layout).tensor
         sdl = shard(dl.to(lse.dtype), layout=layout).tensor
         ((res.output.tensor * sdo).sum() + (torch.where(torch.isfinite(lse), lse, 0) * sdl).sum()).backward()
+        if s is not None:
+            torch.distributed.all_reduce(s.grad)
     except ValueError as e:  # a clear refusal of a valid call: wrong, and this rank may have left the ring
         return "wrong", f"{BROKE}valid call refused: {e}"[:300]
     except Exception as e:  # noqa: BLE001 - counted (a TypeError from inside is a crash too)
@@ -59,6 +69,8 @@ def _attention(rank: int, world: int, c: dict, seed: int) -> tuple[str, str]:
         ("lse", got_lse[finite], want[1][:, :, rows][finite]),
         *((n, t.grad, w[:, :, rows]) for n, t, w in zip(("dq", "dk", "dv"), leaves, want[2:], strict=True)),
     ]
+    if s is not None:
+        pairs.append(("dsinks", s.grad, want_dsinks))
     for name, got, ref in pairs:
         got = got.detach().double().numpy() if isinstance(got, torch.Tensor) else got
         if not np.isfinite(got).all():
@@ -68,6 +80,25 @@ def _attention(rank: int, world: int, c: dict, seed: int) -> tuple[str, str]:
         if not err <= tol:
             return "wrong", f"{name} off the float64 spec by {err:.3g} (tolerance {tol:.3g})"
     return "ok", ""
+
+
+def _built(args: dict) -> dict:
+    """The call's arguments with each (TENSOR, values, dtype[, requires_grad]) made a tensor."""
+    out = {}
+    for name, value in args.items():
+        if isinstance(value, tuple) and value and value[0] == TENSOR:
+            t = torch.tensor(value[1], dtype=getattr(torch, value[2]))
+            out[name] = t.requires_grad_() if len(value) > 3 and value[3] else t
+        else:
+            out[name] = value
+    return out
+
+
+def _disagree(rank: int, on: str) -> dict:
+    """Arguments that differ between ranks, each valid on its own."""
+    if on == "window":
+        return {"window": 2 + rank}
+    return {on: torch.tensor([0.5, 0.1 * (rank + 1)], dtype=torch.float64)}
 
 
 def _refused(fn) -> tuple[str, str]:
@@ -110,11 +141,11 @@ def work(rank: int, world: int, first: int) -> list[tuple[str, str]]:
             if kind == "attention":
                 result = _attention(rank, world, c, seed=1000 + i)
             elif kind == "bad":
-                args = {"causal": True, **c["args"]}
+                args = {"causal": True, **_built(c["args"])}
                 result = _refused(lambda args=args: ring_attention(x[:, :, :2], x[:, :, :2], x[:, :, :2], **args))
             elif kind == "disagree":
-                w = 2 + rank
-                result = _refused(lambda w=w: ring_attention(x[:, :, :2], x[:, :, :2], x[:, :, :2], window=w))
+                args = _disagree(rank, c["on"])
+                result = _refused(lambda args=args: ring_attention(x[:, :, :2], x[:, :, :2], x[:, :, :2], **args))
             else:
                 result = _model(world, c["L"])
         except RankFailure as e:

@@ -7,6 +7,10 @@ P alone (t = the logits after scale and softcap, r = scale · q kᵀ before the 
     dT = P ∘ (dO Vᵀ − rowsum(dO ∘ O) + dlse)
     dR = dT ∘ (1 − tanh²(r / c))       with softcap c, else dT
     dQ = scale · dR K,   dK = scale · dRᵀ Q      (dK summed over the G heads)
+    dsink_h = −Σ_{b,i} exp(sink_h − lse) · (rowsum(dO ∘ O) − dlse)     (the sink: a key whose value is 0)
+
+ALiBi slopes are constants (they only change P); with sinks, lse includes the sink and P's rows sum to
+less than 1, and the formulas above hold as written.
 
 Hidden keys have P = 0, so they get no gradient; a row that sees nothing (lse −inf) passes none.
 No selfattn kernel is involved: the ring's gradients are checked against these, and these are
@@ -22,14 +26,21 @@ from selfattn import reference
 __all__ = ["spec_with_grads"]
 
 
-def spec_with_grads(q, k, v, do, dlse=None, *, causal=False, window=None, scale=None, softcap=None):
-    """(output, lse, dq, dk, dv) of the float64 spec, as NumPy arrays.
+def spec_with_grads(
+    q, k, v, do, dlse=None, *, causal=False, window=None, scale=None, softcap=None, sinks=None, alibi=None
+):
+    """(output, lse, dq, dk, dv) of the float64 spec, as NumPy arrays, and dsinks (Hq,) after them when
+    sinks are given.
 
-    q (B, Hq, L, D), k (B, Hkv, L, D), v (B, Hkv, L, Dv), do (B, Hq, L, Dv), dlse (B, Hq, L) or None:
-    float64 arrays (or tensors: anything `np.asarray` takes).
+    q (B, Hq, L, D), k (B, Hkv, L, D), v (B, Hkv, L, Dv), do (B, Hq, L, Dv), dlse (B, Hq, L) or None,
+    sinks / alibi (Hq,) or None: float64 arrays (or tensors: anything `np.asarray` takes).
     """
     q, k, v, do = (np.asarray(a, dtype=np.float64) for a in (q, k, v, do))
-    out, p, lse = reference.attention(q, k, v, causal=causal, window=window, scale=scale, softcap=softcap)
+    sinks = None if sinks is None else np.asarray(sinks, dtype=np.float64)
+    alibi = None if alibi is None else np.asarray(alibi, dtype=np.float64)
+    out, p, lse = reference.attention(
+        q, k, v, causal=causal, window=window, scale=scale, softcap=softcap, sinks=sinks, alibi=alibi
+    )
     groups = q.shape[1] // k.shape[1]
     kr, vr = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)  # (B, Hq, L, D|Dv)
     multiplier = 1.0 / np.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -47,4 +58,9 @@ def spec_with_grads(q, k, v, do, dlse=None, *, causal=False, window=None, scale=
     B, Hkv = k.shape[0], k.shape[1]
     dk = dk_rep.reshape(B, Hkv, groups, *dk_rep.shape[2:]).sum(axis=2)
     dv = dv_rep.reshape(B, Hkv, groups, *dv_rep.shape[2:]).sum(axis=2)
-    return out, lse, dq, dk, dv
+    if sinks is None:
+        return out, lse, dq, dk, dv
+    with np.errstate(over="ignore"):  # a row that sees nothing has lse −inf and no row term
+        w_sink = np.where(np.isfinite(lse), np.exp(sinks[None, :, None] - lse), 0.0)
+    dsinks = -np.sum(w_sink * row[..., 0], axis=(0, 2))
+    return out, lse, dq, dk, dv, dsinks

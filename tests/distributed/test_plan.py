@@ -9,7 +9,7 @@ import torch
 
 from selfattn.bench.ring_case import formula_bytes, simulate
 from selfattn.distributed.layout import padded_length, positions, segments
-from selfattn.distributed.plan import RingPlan, Rule, box
+from selfattn.distributed.plan import Box, RingPlan, Rule, box
 from selfattn.masks import visibility
 
 
@@ -35,7 +35,10 @@ def test_padded_length(L, world, layout, want):
     assert padded_length(L, world, layout) == want
 
 
-@pytest.mark.parametrize("causal, window", [(True, None), (False, None), (True, 3), (False, 5), (True, 1)])
+@pytest.mark.parametrize(
+    "causal, window",
+    [(True, None), (False, None), (True, 3), (False, 5), (True, 1), (False, (2, 3)), (False, (0, 4)), (True, (6, 2))],
+)
 def test_boxes_cover_exactly_the_visible_pairs(causal, window):
     """Every visible (query, key) pair lies in exactly one box, with the box's mask; nothing hidden leaks in."""
     L, world, layout = 21, 3, "zigzag"
@@ -62,11 +65,15 @@ def _covered(plan: RingPlan, L: int) -> torch.Tensor:
 @pytest.mark.parametrize("world", [2, 3, 4, 5])
 @pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
 def test_boxes_cover_every_window_at_every_length(world, layout):
-    """Lengths 1 … 3·2W and windows 1 … L + 1 (wider than any chunk, the whole sequence and beyond):
-    every visible pair in exactly one box; and each block travels exactly as far as its last user."""
+    """Lengths 1 … 3·2W and windows 1 … L + 1 (wider than any chunk, the whole sequence and beyond), and
+    two-sided windows (left, right) — each side 0 … L + 1 or unbounded, so blocks after a rank's rows are
+    needed too: every visible pair in exactly one box; and each block travels exactly as far as its last user."""
     for L in range(1, 3 * 2 * world + 1):
         Lr = padded_length(L, world, layout) // world
-        for causal, window in [(True, None), (False, None)] + [(w % 2 == 0, w) for w in range(1, L + 2)]:
+        sides = sorted({0, 1, 2, L // 2, L, L + 1}) + [None]
+        pairs = [(False, (a, b)) for a in sides for b in sides if (a, b) != (None, None) and b != 0]
+        pairs += [(True, (a, b)) for a, b in ((0, 3), (None, 5), (2, 1))]  # causal caps right at 0
+        for causal, window in [(True, None), (False, None)] + [(w % 2 == 0, w) for w in range(1, L + 2)] + pairs:
             plan = RingPlan(world, Lr, layout, Rule(causal, window, L))
             truth = visibility(L, L, causal=causal, window=window)
             assert torch.equal(_covered(plan, L), truth.long()), (L, causal, window)
@@ -89,6 +96,10 @@ def test_blocks_nobody_needs_are_not_sent():
     # a window wider than a chunk: blocks travel as far as it reaches (window 6 spans two ranks of 4 rows)
     plan = RingPlan(4, 4, "contiguous", Rule(True, 6, 16))
     assert [plan.hops(src) for src in range(4)] == [2, 2, 1, 0]
+    # a two-sided window (2, 3) on contiguous ranks of 4 rows: each rank needs its neighbours on both sides,
+    # so a block goes one hop forward and W − 1 hops round to reach the rank before it (the ring turns one way)
+    plan = RingPlan(4, 4, "contiguous", Rule(False, (2, 3), 16))
+    assert [plan.hops(src) for src in range(4)] == [1, 3, 3, 3]
     # zigzag causal: every rank sees every other rank's early chunk: all blocks go round
     plan = RingPlan(4, 8, "zigzag", Rule(True, None, 32))
     assert [plan.hops(src) for src in range(4)] == [3, 3, 3, 3]
@@ -100,6 +111,10 @@ def test_box_kinds():
     assert box((4, 8), (0, 4), rule).kind == "full"
     assert box((0, 4), (4, 8), rule) is None
     assert box((4, 8), (0, 4), Rule(True, 3, 100)).kind == "mask"
+    assert box((0, 4), (4, 8), Rule(False, (None, 2), 100)) == Box(2, 4, 4, 6, "mask")  # keys after the query
+    assert box((0, 4), (4, 8), Rule(False, (0, 8), 100)).kind == "full"
+    assert box((0, 4), (8, 12), Rule(False, (0, 4), 100)) is None
+    assert box((0, 4), (0, 4), Rule(False, (1, 1), 100)).kind == "mask"
     assert box((96, 104), (96, 104), rule) == box((96, 100), (96, 100), rule)  # padding trimmed
 
 

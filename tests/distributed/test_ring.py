@@ -31,6 +31,14 @@ def test_ring_equals_single_process(world, target):
     assert not flat, "\n".join(flat)
 
 
+@pytest.mark.parametrize("world, first, count", [(2, 0, 8), (3, 2, 4)])
+def test_ring_score_features_equal_the_spec(world, first, count):
+    """Sinks, ALiBi and two-sided windows, forward and backward, every dtype (features.py)."""
+    failures = run_group(world, "tests.distributed.features:group", timeout_s=TIMEOUT_S, args=(first, count))
+    flat = [f"rank {r}: {f}" for r, fs in enumerate(failures) for f in fs]
+    assert not flat, "\n".join(flat)
+
+
 @pytest.mark.parametrize("world, how, timeout_s", [(3, "die", TIMEOUT_S), (2, "hang", HANG_TIMEOUT_S)])
 def test_failed_rank_ends_the_others_with_a_named_error(world, how, timeout_s):
     victim = 1

@@ -2,14 +2,16 @@
 
 Every rank holds one or two runs of consecutive positions (`layout.segments`). For a query run
 [a0, a1) and a key run [b0, b1), the rule (causal, window, true length L) leaves a box of
-queries × keys that see something; everything outside the box is hidden and never computed:
+queries × keys that see something; everything outside the box is hidden and never computed.
+The rule is the pair (left, right) of `masks.bounds` (window w = (w − 1, 0); causal caps right at
+0; a two-sided window (left, right) makes keys after the query visible too):
 
     keys valid      pk < L,   queries valid   pq < L
-    causal/window   pk <= pq             →  keys up to min(b1, a1) − 1, queries from b0
-    window w        pk >  pq − w         →  keys from q_first − w + 1, queries below k_last + w
+    right bound     pk <= pq + right     →  keys below a1 + right, queries from b0 − right
+    left bound      pk >= pq − left      →  keys from a0 − left,   queries below b1 + left
 
-The box is "full" (no mask), "causal" (a run against itself: `attention(causal=True)` with
-Lq = Lk) or "mask" (a window edge crosses it: a bool mask built from positions).
+The box is "full" (no mask), "causal" (a run against itself under the plain causal rule:
+`attention(causal=True)` with Lq = Lk) or "mask" (an edge crosses it: a mask built from positions).
 
 A K/V block starts at its owner and moves one rank along the ring per step. It is sent onward
 only while a later rank on its way still sees some of it (`hops`): with a window or a
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import masks
 from . import layout as layout_mod
 
 __all__ = ["Box", "RingPlan", "Rule", "box"]
@@ -30,16 +33,18 @@ __all__ = ["Box", "RingPlan", "Rule", "box"]
 
 @dataclass(frozen=True)
 class Rule:
-    """Who may look at whom: causal, window (None or w >= 1) and the true length L."""
+    """Who may look at whom: causal, window (None, w >= 1, or (left, right) as `request.check_window` leaves
+    it) and the true length L, all in global positions."""
 
     causal: bool
-    window: int | None
+    window: int | tuple[int | None, int | None] | None
     seq_len: int
 
-    @property
-    def ordered(self) -> bool:
-        """Keys after the query are hidden (causal, or any window: p − w < j <= p)."""
-        return self.causal or self.window is not None
+    @functools.cached_property
+    def bounds(self) -> tuple[int | None, int | None] | None:
+        """(left, right): key j visible to query position p when p − left <= j <= p + right (None: that side
+        unbounded); None when positions hide nothing (`masks.bounds`)."""
+        return masks.bounds(self.causal, self.window)
 
 
 @dataclass(frozen=True)
@@ -56,10 +61,7 @@ class Box:
         """Bool (q1 − q0, k1 − k0), True = may look (only needed for kind "mask")."""
         pq = torch.arange(self.q0, self.q1, device=device)[:, None]
         pk = torch.arange(self.k0, self.k1, device=device)[None, :]
-        visible = pk <= pq
-        if rule.window is not None:
-            visible &= pk > pq - rule.window
-        return visible
+        return masks.visible_at(pq, pk, rule.bounds)
 
 
 def box(qrun: tuple[int, int], krun: tuple[int, int], rule: Rule) -> Box | None:
@@ -68,20 +70,20 @@ def box(qrun: tuple[int, int], krun: tuple[int, int], rule: Rule) -> Box | None:
     b0, b1 = krun[0], min(krun[1], rule.seq_len)
     if a1 <= a0 or b1 <= b0:
         return None
-    if not rule.ordered:
+    if rule.bounds is None:
         return Box(a0, a1, b0, b1, "full")
-    b1 = min(b1, a1)
-    a0 = max(a0, b0)
-    if rule.window is not None:
-        b0 = max(b0, a0 - rule.window + 1)
-        a1 = min(a1, b1 - 1 + rule.window)
+    left, right = rule.bounds  # both >= 0 (check_window), so one trimming pass of each side is final
+    if right is not None:
+        b1, a0 = min(b1, a1 + right), max(a0, b0 - right)
+    if left is not None:
+        b0, a1 = max(b0, a0 - left), min(a1, b1 + left)
     if a1 <= a0 or b1 <= b0:
         return None
-    upper_free = b1 - 1 <= a0
-    lower_free = rule.window is None or b0 > a1 - 1 - rule.window
+    upper_free = right is None or b1 - 1 <= a0 + right  # the last key is visible to the first query
+    lower_free = left is None or b0 >= a1 - 1 - left  # the first key is visible to the last query
     if upper_free and lower_free:
         return Box(a0, a1, b0, b1, "full")
-    if rule.window is None and (a0, a1) == (b0, b1):
+    if rule.bounds == (None, 0) and (a0, a1) == (b0, b1):
         return Box(a0, a1, b0, b1, "causal")
     return Box(a0, a1, b0, b1, "mask")
 

@@ -29,10 +29,11 @@ import torch
 
 from .. import checks
 from ..functional import AttentionOutput, intercept
-from ..request import accumulate_dtype, build_request
+from ..request import accumulate_dtype, build_request, check_window
+from ..scores import join_sinks, sink_grad
 from . import comm
 from .blocks import block_backward, block_forward, merge
-from .layout import LAYOUTS, Sharded, check_layout, world_and_rank
+from .layout import LAYOUTS, Sharded, check_layout, positions, world_and_rank
 from .plan import RingPlan, Rule
 
 __all__ = ["Traffic", "count_traffic", "ring_attention"]
@@ -89,6 +90,8 @@ class _Ring:
     globals: list
     scale: float
     softcap: float | None
+    alibi: torch.Tensor | None
+    real: torch.Tensor
     backend: str
     timeout_s: float
     traffic: Traffic | None
@@ -96,6 +99,11 @@ class _Ring:
     @property
     def world(self) -> int:
         return self.plan.world
+
+    @property
+    def score_args(self) -> tuple:
+        """(rule, scale, softcap, alibi): how each block scores, as `blocks` takes them."""
+        return self.plan.rule, self.scale, self.softcap, self.alibi
 
     def exchange(self, label: str) -> comm.Exchange:
         return comm.Exchange(self.group, self.timeout_s, self.rank, self.globals, label)
@@ -109,9 +117,17 @@ def _float_bits(x: float | None) -> int:
     return -1 if x is None else struct.unpack("<q", struct.pack("<d", float(x)))[0]
 
 
+def _join_sinks(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor, real: torch.Tensor):
+    """The merged (out, lse) of this rank's rows with each head's sink in the denominator, once
+    (`scores.join_sinks`); padding rows (`real` False) keep output 0 and lse −inf."""
+    joined, factor = join_sinks(sinks, lse)
+    joined = torch.where(real, joined, lse)
+    return out * torch.where(real, factor, torch.zeros_like(factor))[..., None], joined
+
+
 class _RingFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, ring: _Ring):
+    def forward(ctx, q, k, v, sinks, ring: _Ring):
         plan, rank, W = ring.plan, ring.rank, ring.world
         acc = accumulate_dtype(q.dtype)
         B, Hq, Lr, Dv = q.shape[0], q.shape[1], q.shape[2], v.shape[3]
@@ -135,16 +151,7 @@ class _RingFunction(torch.autograd.Function):
                 with intercept(_direct):  # the blocks are not the user's attention calls: no interceptor sees them
                     for qoff, koff, b in plan.boxes(rank, src):
                         part_out, part_lse = block_forward(
-                            q,
-                            cur[..., :D],
-                            cur[..., D:],
-                            b,
-                            qoff,
-                            koff,
-                            plan.rule,
-                            ring.scale,
-                            ring.softcap,
-                            ring.backend,
+                            q, cur[..., :D], cur[..., D:], b, qoff, koff, *ring.score_args, ring.backend
                         )
                         merge(out, lse, b.q0 + qoff, part_out, part_lse)
             ex.wait()
@@ -152,14 +159,16 @@ class _RingFunction(torch.autograd.Function):
             cur = nxt
         if ring.traffic is not None:
             ring.traffic.forward += sent
+        if sinks is not None:
+            out, lse = _join_sinks(out, lse, sinks.detach(), ring.real)
         out = out.to(q.dtype)
-        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.save_for_backward(q, k, v, out, lse, sinks)
         ctx.ring = ring
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, sinks = ctx.saved_tensors
         ring: _Ring = ctx.ring
         plan, rank, W = ring.plan, ring.rank, ring.world
         acc = accumulate_dtype(q.dtype)
@@ -203,21 +212,7 @@ class _RingFunction(torch.autograd.Function):
                 ka, va = cur[..., :D].to(acc), cur[..., D:].to(acc)
                 for qoff, koff, b in plan.boxes(rank, src):
                     block_backward(
-                        qa,
-                        ka,
-                        va,
-                        do,
-                        lse,
-                        delta,
-                        dq,
-                        part[..., :D],
-                        part[..., D:],
-                        b,
-                        qoff,
-                        koff,
-                        plan.rule,
-                        ring.scale,
-                        ring.softcap,
+                        qa, ka, va, do, lse, delta, dq, part[..., :D], part[..., D:], b, qoff, koff, *ring.score_args
                     )
             ex.wait()
             sent += ex.bytes_sent
@@ -229,7 +224,10 @@ class _RingFunction(torch.autograd.Function):
         if ring.traffic is not None:
             ring.traffic.backward += sent
         dk, dv = mine[..., :D].to(k.dtype), mine[..., D:].to(v.dtype)
-        return dq.to(q.dtype), dk, dv, None
+        dsinks = None
+        if sinks is not None and ctx.needs_input_grad[3]:  # this rank's rows' share (summed over ranks: the whole)
+            dsinks = sink_grad(sinks, lse[:, :, ring.real], delta[:, :, ring.real])
+        return dq.to(q.dtype), dk, dv, dsinks, None
 
 
 def ring_attention(
@@ -242,6 +240,9 @@ def ring_attention(
     window=None,
     softcap=None,
     scale=None,
+    sinks=None,
+    alibi=None,
+    segments=None,
     layout="zigzag",
     seq_len=None,
     return_lse=False,
@@ -254,17 +255,31 @@ def ring_attention(
     v  (B, Hkv, Lr, Dv)  this rank's values
     q, k, v may be `Sharded` (from `shard`): layout and seq_len are then taken from them, and
     the output (and lse) come back as `Sharded` too, ready for `unshard`.
-    causal, window, softcap, scale, backend   as in `selfattn.attention` on the whole sequence (a window
-               counts global positions, p − w < j <= p: one wider than a rank's rows reaches further ranks)
+    causal, window, softcap, scale, backend   as in `selfattn.attention` on the whole sequence. A window
+               counts global positions: w (p − w < j <= p) or (left, right) (p − left <= j <= p + right,
+               FlashAttention's convention; with causal=False keys after the query are visible too); one
+               wider than a rank's rows reaches further ranks
+    sinks      (Hq,) sink logits (gpt-oss), the same on every rank: each row's softmax denominator gains
+               exp(sink_h), once (joined to the merged lse, which includes it). Differentiable: sinks.grad
+               on a rank is its rows' share; their sum over the ranks (an all_reduce, as for any replicated
+               parameter) is the whole sequence's gradient
+    alibi      (Hq,) ALiBi slopes, the same on every rank: score −= slope_h · |p − j| with p, j global
+               positions (constants, not differentiated)
+    segments   refused (ValueError): packed sequences are not split across a ring
     layout     "zigzag" (rank i holds chunks i and 2W−1−i: balanced causal work) or "contiguous"
     seq_len    the true length L <= Lr · W; positions >= L are padding: hidden as keys, and their
                query rows get output 0, lse −inf (None: no padding, L = Lr · W)
     return_lse return AttentionOutput(output, None, lse (B, Hq, Lr))
 
     Returns output (B, Hq, Lr, Dv) equal to rows of `attention(full q, full k, full v, ...)`.
-    Raises ValueError when ranks disagree on shapes, dtypes or options, and `RankFailure` naming
-    the rank that did not answer within the group's timeout (set by `init`).
+    Raises ValueError when ranks disagree on shapes, dtypes or options (sinks and slopes included), and
+    `RankFailure` naming the rank that did not answer within the group's timeout (set by `init`).
     """
+    if segments is not None:
+        raise ValueError(
+            "ring_attention does not take segments= (packed sequences are not split across ranks): "
+            "run each packed batch with selfattn.attention, or pass one sequence per call"
+        )
     sharded = None
     if any(isinstance(t, Sharded) for t in (q, k, v)):
         if not all(isinstance(t, Sharded) for t in (q, k, v)):
@@ -279,9 +294,10 @@ def ring_attention(
     check_layout(layout)
     checks.boolean("causal", causal)
     checks.boolean("return_lse", return_lse)
-    window = checks.optional_integer("window", window, low=1)
-    # the window is the whole sequence's rule: not clamped to this rank's Lr rows as `build_request` would
-    request = build_request(q, k, v, causal=causal, scale=scale, softcap=softcap)
+    # the window is the whole sequence's rule: checked here against L, not clamped to this rank's Lr rows
+    # as `build_request` would
+    check_window(window, 1, 1)
+    request = build_request(q, k, v, causal=causal, scale=scale, softcap=softcap, sinks=sinks, alibi=alibi)
     world_and_rank(group)  # RuntimeError before `init`
     world, rank, global_ranks = comm.group_ranks(group)
     Lr = q.shape[2]
@@ -292,8 +308,7 @@ def ring_attention(
     if layout == "zigzag" and Lr % 2:
         raise ValueError(f"the zigzag layout needs an even number of local rows (two equal chunks), got Lr={Lr}")
     seq_len = checks.integer("seq_len", Lr * world if seq_len is None else seq_len, low=1, high=Lr * world)
-    if window is not None:
-        window = min(window, seq_len)  # every wider window reaches back to position 0: the same rule
+    window = check_window(window, seq_len, seq_len)  # every wider window reaches the ends: the same rule
     comm.check_same(
         {
             "B": q.shape[0],
@@ -306,18 +321,51 @@ def ring_attention(
             "seq_len": seq_len,
             "layout": LAYOUTS.index(layout),
             "causal": int(causal),
-            "window": 0 if window is None else window,
+            **_window_meta(window),
             "scale_bits": _float_bits(request.scale),
             "softcap_bits": _float_bits(request.softcap),
+            **_per_head_meta("sinks", request.sinks),
+            **_per_head_meta("alibi", request.alibi),
         },
         group,
         "ring_attention",
     )
     plan = _plan(world, Lr, layout, Rule(causal, window, seq_len))
+    real = positions(rank, world, Lr, layout, device=q.device) < seq_len
     ring = _Ring(
-        group, plan, rank, global_ranks, request.scale, request.softcap, backend, comm.wait_timeout_s(), _TRAFFIC.get()
+        group,
+        plan,
+        rank,
+        global_ranks,
+        request.scale,
+        request.softcap,
+        None if request.alibi is None else request.alibi.detach(),
+        real,
+        backend,
+        comm.wait_timeout_s(),
+        _TRAFFIC.get(),
     )
-    out, lse = _RingFunction.apply(q, k, v, ring)
+    out, lse = _RingFunction.apply(q, k, v, request.sinks, ring)
     if sharded is not None:
         out, lse = sharded.like(out), sharded.like(lse)
     return AttentionOutput(out, None, lse) if return_lse else out
+
+
+def _window_meta(window) -> dict[str, int]:
+    """The normalised window as small ints for `comm.check_same`: its kind (0 none, 1 w, 2 a pair) and sides
+    (−1 for an unbounded side)."""
+    if window is None:
+        return {"window_kind": 0, "window_left": -1, "window_right": -1}
+    if isinstance(window, int):
+        return {"window_kind": 1, "window_left": window, "window_right": 0}
+    left, right = window
+    sides = (-1 if side is None else side for side in (left, right))
+    return dict(zip(("window_kind", "window_left", "window_right"), (2, *sides), strict=True))
+
+
+def _per_head_meta(name: str, t: torch.Tensor | None) -> dict[str, int]:
+    """Whether `t` (sinks, ALiBi slopes) is given and the bits of each of its values (float64), for
+    `comm.check_same`: every rank must score with the same per-head numbers."""
+    if t is None:
+        return {name: 0}
+    return {name: 1} | {f"{name}[{h}]": _float_bits(x) for h, x in enumerate(t.detach().double().cpu().tolist())}

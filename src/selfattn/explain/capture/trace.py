@@ -6,7 +6,8 @@ The one capture point is the `selfattn.attention` call: inside `selfattn.interce
 call — from our own `MultiHeadSelfAttention`, or from a transformers model whose attention
 implementation is "selfattn" (`selfattn.hf`) — hands its validated request to the recorder:
 Q, K (after RoPE, where the model rotates them), V, the scale, the visibility (causal rule,
-sliding window, padding), the softcap, and the result's log-sum-exp and output. The N×N stages
+sliding window, padding, packed segments), the softcap, ALiBi slopes, attention sinks, and the result's
+log-sum-exp (which includes the sink) and output. The N×N stages
 (scores, scaled, masked, weights) are *not* stored: `LayerTrace.stages(head, rows)` recomputes
 them for the rows asked for, exactly, from Q, K and the lse — so a 1,000-token input costs
 O(L·D) memory per head, not O(L²).
@@ -39,10 +40,10 @@ from ...kernels.base import Result
 from ...masks import visibility
 from ...modules import MultiHeadSelfAttention, SelfAttention
 from ...request import Request
-from ...scores import ScoreRule
-from ...weights import _row_index, weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
+from ...weights import _row_index
 from .digest import DIGEST_WEIGHTS_BYTES, Digest, digest
 from .interventions import Intervention
+from .stages import head_stages
 
 __all__ = ["LayerTrace", "ModelTrace", "HeadChange", "capture", "head_stages"]
 
@@ -71,7 +72,9 @@ class LayerTrace:
     attn_out (L, d_model)   the calling module's output (heads merged, output projection)
     output   (L, d_model)   the output of the module holding it (a block)
     softcap  float | None   scaled scores s become softcap·tanh(s / softcap) before masking
-    window   int | None     the sliding window, if any
+    window   int | (left, right) | None   the sliding window, if any
+    sinks    (H,) | None    the layer's sink logits (gpt-oss): each row's weights sum to 1 − exp(sink_h − lse)
+    alibi    (H,) | None    ALiBi slopes: score −= slope_h · |i − j| (visible already holds segments)
     changed  {head: HeadChange}  heads an intervention computed differently from the layer
     digest   the per-head summaries and thumbnails read from the call's own weights (`capture.digest`),
              or None when they were too large to ask for (`summary.scan` then recomputes them)
@@ -88,9 +91,11 @@ class LayerTrace:
     attn_out: torch.Tensor
     output: torch.Tensor
     softcap: float | None = None
-    window: int | None = None
+    window: int | tuple[int | None, int | None] | None = None
     changed: dict[int, HeadChange] = field(default_factory=dict)
     digest: Digest | None = None
+    sinks: torch.Tensor | None = None
+    alibi: torch.Tensor | None = None
 
     @property
     def n_heads(self) -> int:
@@ -108,8 +113,16 @@ class LayerTrace:
         c = self.changed.get(head)
         return (self.scale, self.softcap, self.visible) if c is None else (c.scale, c.softcap, c.visible)
 
+    def head_extras(self, head: int) -> dict:
+        """{"slope", "sink"} of head `head` for `head_stages` (None where the layer has no ALiBi / sinks)."""
+        return {
+            "slope": None if self.alibi is None else float(self.alibi[head]),
+            "sink": None if self.sinks is None else float(self.sinks[head]),
+        }
+
     def stages(self, head: int, rows=None, *, dtype: torch.dtype = torch.float64, weighted: bool = True) -> dict:
-        """The tutorial's stages for query `rows` (default all) of one head, in `dtype` (`head_stages`).
+        """The tutorial's stages for query `rows` (default all) of one head, in `dtype` (`head_stages`);
+        with sinks also "sink" (R,): the weight each row gives the sink.
 
         rows      None, an int, a sequence of ints, a slice or a 1-D integer tensor (`selfattn.weights`' rule)
         weighted  False: leave out "weighted" (weights · V), for callers that need the weights only
@@ -126,25 +139,9 @@ class LayerTrace:
             softcap=softcap,
             visible=visible[index],
             v=self.v[kv].to(dtype) if weighted else None,
+            rows=index,
+            **self.head_extras(head),
         )
-
-
-def head_stages(q, k, lse, *, scale: float, softcap: float | None, visible, v=None) -> dict[str, torch.Tensor]:
-    """The tutorial's stages of R query rows of one head, in the dtype of q, by the score rule
-    (`selfattn.scores.ScoreRule`, the one copy of the formula every backend uses).
-
-    q (R, D), k (L, D), lse (R,), visible (R, L) bool (True = may look), v (L, Dv) or None.
-    scores (R, L) = Q Kᵀ;  scaled (R, L) = scores · scale (then softcap·tanh(·/softcap) if a softcap
-    is set);  mask (R, L) = visible;  masked (R, L), −inf where hidden;
-    weights (R, L) = exp(masked − lse);  weighted (R, Dv) = weights · V (only when v is given).
-    """
-    scores = q @ k.T
-    rule = ScoreRule(scale=scale, softcap=softcap, mask=visible[None, None])  # visible already holds every rule
-    stages = rule.stages(scores[None, None])
-    scaled, masked = stages["scaled"][0, 0], stages["masked"][0, 0]
-    weights = weights_from_lse(masked, lse)
-    out = {"scores": scores, "scaled": scaled, "mask": visible, "masked": masked, "weights": weights}
-    return out if v is None else out | {"weighted": weights @ v}
 
 
 @dataclass
@@ -391,6 +388,8 @@ def _digest_of(result: Result, kept: Request, head_change) -> Digest:
 def _visible(r: Request, head: int = 0) -> torch.Tensor:
     """(Lq, Lk) bool of batch item 0, query head `head`: rule and mask together."""
     visible = visibility(r.Lq, r.Lk, causal=r.causal, window=r.window, device=r.q.device)
+    if r.segments is not None:
+        visible = visible & ~r.rule.segment_hidden()[0, 0]
     if r.mask is not None:
         full = r.mask.expand(r.B, r.Hq, r.Lq, r.Lk)
         visible = visible & full[0, head if r.mask.dim() == 4 and r.mask.shape[1] > 1 else 0]
@@ -424,6 +423,8 @@ def _layer(call: dict) -> LayerTrace:
         window=r.window,
         changed=changed,
         digest=call["digest"],
+        sinks=None if r.sinks is None else r.sinks.detach()[: r.Hq].clone(),
+        alibi=None if r.alibi is None else r.alibi.detach().clone(),
     )
 
 

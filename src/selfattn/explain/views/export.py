@@ -32,12 +32,16 @@ Layout of the dict (L tokens, H heads, D head dim):
     search? {query, key, heads [{layer, head, weight}]} (asked with find),
     prediction [{token, shown, id, prob}] (decoders: the next token after the text, `shown` as a person reads
                it: "␣Mary", a partial character as its bytes "⟨E6 A3⟩"; [] for encoders),
-    layers [ {scale, causal, softcap, window, visible [L][L] 0/1, x [L][d_model], attn_out [L][d_model],
-              output [L][d_model],
-              heads [ {kv_head, q [L][D], k [L][D], v [L][D], lse [L],
+    layers [ {scale, causal, softcap, window, sinks? [H], alibi? [H], visible [L][L] 0/1, x [L][d_model],
+              attn_out [L][d_model], output [L][d_model],
+              heads [ {kv_head, q [L][D], k [L][D], v [L][D], lse [L], sink? [L],
                        scale?, softcap?, causal?, visible? — only for a head an intervention changed apart,
                        stages {scores, scaled, masked, weights, weighted} — only when L <= STAGES_MAX_LEN} ] } ]
-    A layer left out by `layers=` keeps only {scale, causal, softcap, window, omitted: true}.
+    A layer left out by `layers=` keeps only {scale, causal, softcap, window, sinks?, alibi?, omitted: true}.
+    sinks (a layer with attention sinks, gpt-oss): each head's sink logit; its rows' weights then sum to
+    1 − sink, and a head's `sink` [L] is that remainder per query row, exp(sink_h − lse) (`trace.head_stages`:
+    the share of the row's attention that goes to no token). alibi: each head's ALiBi slope (the stages'
+    masked scores hold −slope·|i − j|). Both keys are absent for a layer without them.
 
 Infinite values are written as the strings "-inf"/"inf" (`selfattn.files.json_float`), so the JSON
 stays standard.
@@ -288,7 +292,13 @@ def unpack_display(packed: dict) -> np.ndarray:
 
 
 def _rule(layer: LayerTrace) -> dict:
-    return {"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": layer.window}
+    window = list(layer.window) if isinstance(layer.window, tuple) else layer.window
+    out = {"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": window}
+    for name in ("sinks", "alibi"):  # only where the layer has them: other models' dicts stay as they were
+        values = getattr(layer, name)
+        if values is not None:
+            out[name] = [float(x) for x in values.double().tolist()]
+    return out
 
 
 def _layer_dict(layer: LayerTrace, with_stages: bool) -> dict:
@@ -311,6 +321,8 @@ def _layer_dict(layer: LayerTrace, with_stages: bool) -> dict:
                 "causal": change.causal,
                 "visible": change.visible.int().tolist(),
             }
+        if layer.sinks is not None:
+            head["sink"] = _list(layer.stages(h, weighted=False)["sink"])
         if with_stages:
             st = layer.stages(h)
             head["stages"] = {name: _list(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")}
@@ -354,9 +366,13 @@ def to_arrays(doc: dict) -> dict[str, np.ndarray]:
         out[f"layer{l}/scale"] = np.array(layer["scale"])
         if layer.get("softcap") is not None:
             out[f"layer{l}/softcap"] = np.array(layer["softcap"])
+        for name in ("sinks", "alibi"):
+            if layer.get(name) is not None:
+                out[f"layer{l}/{name}"] = np.array(layer[name], dtype=np.float64)
         for h, head in enumerate(layer["heads"]):
-            for name in ("q", "k", "v", "lse"):
-                out[f"layer{l}/head{h}/{name}"] = _array(head[name])
+            for name in ("q", "k", "v", "lse", "sink"):
+                if name in head:
+                    out[f"layer{l}/head{h}/{name}"] = _array(head[name])
             if "visible" in head:  # changed apart from its layer by an intervention
                 out[f"layer{l}/head{h}/visible"] = np.array(head["visible"], dtype=bool)
                 out[f"layer{l}/head{h}/scale"] = np.array(head["scale"])
@@ -372,8 +388,19 @@ def head_weights(doc: dict, layer: int, head: int) -> np.ndarray:
     h = lay["heads"][head]
     q, k, lse = (torch.from_numpy(_array(h[name])) for name in ("q", "k", "lse"))
     visible = torch.tensor(h.get("visible", lay["visible"]), dtype=torch.bool)
-    rule = {"scale": h.get("scale", lay["scale"]), "softcap": h.get("softcap", lay.get("softcap"))}
-    return head_stages(q, k, lse, visible=visible, **rule)["weights"].numpy()
+    return head_stages(q, k, lse, visible=visible, **head_rule(lay, head))["weights"].numpy()
+
+
+def head_rule(lay: dict, head: int) -> dict:
+    """The keyword arguments of `trace.head_stages` for one head of an exported layer: scale and softcap (the
+    head's own when an intervention changed it apart), its ALiBi slope and its sink logit (None without)."""
+    h = lay["heads"][head]
+    return {
+        "scale": h.get("scale", lay["scale"]),
+        "softcap": h.get("softcap", lay.get("softcap")),
+        "slope": lay["alibi"][head] if lay.get("alibi") is not None else None,
+        "sink": lay["sinks"][head] if lay.get("sinks") is not None else None,
+    }
 
 
 def _list(t: torch.Tensor):

@@ -16,6 +16,8 @@ what the page shows, at the precision it shows it:
     key_weights (L, K)  their weights to 8 decimals (what ·V, the meaning bars and the differences multiply)
     weighted  (L, Dv)   Σ_j w_j V_j, to 6 decimals
     sums      (L,)      Σ_j w_j per row, to 8 decimals
+    sink      (L,)      only for a layer with attention sinks: each row's weight on the sink,
+                        exp(sink_h − lse) = 1 − sums, to 8 decimals (the page draws it as its own column)
 
 and per layer `types`: each head's clearest credited type (`head_types.measure` on those float64 weights,
 `credited(...)[0]`, or None), what the model view colours its thumbnails by. `pack_weights` packs an
@@ -41,7 +43,7 @@ import torch
 
 from ..capture.trace import head_stages
 from .controls import scale_words
-from .export import restore_inf
+from .export import head_rule, restore_inf
 from .head_types import credited, measure
 
 __all__ = [
@@ -108,13 +110,13 @@ def _pack_layer(layer: dict, l: int, ids: list[int]) -> dict:
     weights = []
     for h, head in enumerate(layer["heads"]):
         where = f"layers[{l}].heads[{h}]"
-        packed = {k: v for k, v in head.items() if k not in HEAD_ARRAYS + ("stages", "visible")}
+        packed = {k: v for k, v in head.items() if k not in HEAD_ARRAYS + ("stages", "visible", "sink")}
         arrays = {name: _floats(head[name], f"{where}.{name}") for name in HEAD_ARRAYS}
         own = visible
         if "visible" in head:  # a head an intervention changed apart from its layer
             own = _visible(head["visible"], f"{where}.visible")
             packed["visible"] = _bits(own)
-        rule = {"scale": head.get("scale", layer["scale"]), "softcap": head.get("softcap", layer.get("softcap"))}
+        rule = head_rule(layer, h)
         packed |= {name: _encode_floats(a) for name, a in arrays.items()}
         shown, weights_h = _page_arrays(arrays, own, rule)
         packed |= shown
@@ -144,7 +146,7 @@ def _page_arrays(arrays: dict[str, np.ndarray], visible: np.ndarray, rule: dict)
     """What the page shows of one head: its stages (`trace.head_stages`, float64), at the shown precision;
     and its float64 weights (L, L)."""
     q, k, v, lse = (torch.from_numpy(arrays[name]) for name in HEAD_ARRAYS)
-    st = head_stages(q, k, lse, visible=torch.from_numpy(visible), v=v, **rule)
+    st = head_stages(q, k, lse, visible=torch.from_numpy(visible), v=v, **rule)  # rows 0 … L − 1
     weights = st["weights"]  # (L, L)
     keys = shown_keys(weights)  # (L, K)
     index = keys.clamp(max=weights.shape[1] - 1)
@@ -160,6 +162,8 @@ def _page_arrays(arrays: dict[str, np.ndarray], visible: np.ndarray, rule: dict)
         "weighted": _fixed(st["weighted"].numpy(), WEIGHTED_DIGITS, "i32"),
         "sums": _fixed(weights.sum(-1).numpy(), EXACT_DIGITS, "u32"),
     }
+    if "sink" in st:
+        shown["sink"] = _fixed(st["sink"].numpy(), EXACT_DIGITS, "u32")
     return shown, weights
 
 

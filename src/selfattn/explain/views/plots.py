@@ -24,7 +24,7 @@ import numpy as np
 from ...files import check_writable, write_atomic
 from ...masks import visibility
 from . import texts
-from .export import head_weights, unpack_display
+from .export import head_weights, restore_inf, unpack_display
 from .fileset import write_all
 
 CJK_FONTS = (
@@ -211,9 +211,35 @@ def _heatmap(doc: dict, layer: int, head: int, lang: str):
     ax.set_ylabel(t("query"))
     title = t("title", name=doc["model"]["name"], layer=layer, head=head)
     ax.set_title(title + (t("zoom", n=n) if start else ""))
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label=t("weight"))
+    sink = lay["heads"][head].get("sink")
+    if sink is None:
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label=t("weight"))
+    else:
+        _sink_column(fig, ax, im, np.array(restore_inf(sink), dtype=np.float64)[start:], t)
     fig.tight_layout()
     return fig
+
+
+def _sink_column(fig, ax, im, sink: np.ndarray, t) -> None:
+    """The sink's share of each shown row (export's `sink`: 1 − the row's weights), as one column set apart
+    right of the heatmap, on the same scale, labelled; then the colour bar."""
+    from mpl_toolkits.axes_grid1 import make_axes_locatable
+
+    n = len(sink)
+    divider = make_axes_locatable(ax)
+    sax = divider.append_axes("right", size=f"{100 / n:.2f}%", pad=SINK_GAP_INCHES, sharey=ax)
+    sax.imshow(sink[:, None], cmap=matplotlib_cmap(), norm=_norm(), interpolation="nearest", aspect="auto")
+    sax.set_xticks([0], [t("sink_col")], fontsize=10)
+    sax.tick_params(axis="y", left=False, labelleft=False)
+    if n <= 12:
+        for i, x in enumerate(sink):
+            sax.text(0, i, f"{x:.0%}", ha="center", va="center", fontsize=8, color="white" if x > 0.5 else "black")
+    cax = divider.append_axes("right", size="4%", pad=SINK_GAP_INCHES)
+    fig.colorbar(im, cax=cax, label=t("weight"))
+
+
+SINK_GAP_INCHES = 0.3
+"""Space between the heatmap and its sink column (and between that and the colour bar)."""
 
 
 def _norm():

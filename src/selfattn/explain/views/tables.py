@@ -183,15 +183,13 @@ def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) 
     _matrix(console, t("mask" if causal else "mask_off"), t("corner"), tokens, tokens, visible, str)
     _matrix(console, t("masked"), t("corner"), tokens, tokens, stages["masked"], number)
     weights = stages["weights"]
-    _matrix(
-        console,
-        t("weights"),
-        t("corner"),
-        tokens,
-        tokens,
-        [[100 * w for w in row] for row in weights],
-        lambda x: number(x, 1),
-    )
+    sink = head.get("sink")  # a layer with attention sinks: each row's remainder, its own last column
+    columns = tokens + ([f"⟨{t('sink_col')}⟩"] if sink is not None else [])
+    extra = [[100 * float(x)] for x in sink] if sink is not None else [[] for _ in weights]
+    rows = [[100 * w for w in row] + more for row, more in zip(weights, extra, strict=True)]
+    _matrix(console, t("weights"), t("corner"), tokens, columns, rows, lambda x: number(x, 1))
+    if sink is not None:
+        console.print(t("sink_note"), markup=False, style="dim")
     _levels(doc, console, t, lang)
     _meanings(console, t, lang, doc["tokens"], weights, tokens)
     _vectors(console, t, layer, stages, doc)

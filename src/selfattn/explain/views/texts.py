@@ -708,6 +708,35 @@ TEXTS: dict[str, dict[str, str]] = {
     "exp_top": {"zh": "第 {k} 名", "en": "top {k}"},
     "exp_entropy": {"zh": "熵（bit）", "en": "entropy (bits)"},
     "exp_settled": {"zh": "← 从这一层起第一名不再变", "en": "← the top token settles here"},
+    # ring20 (issue 20): a layer's attention sink as its own column (tables, plots, the page)
+    "tables.sink_col": {"zh": "汇点", "en": "sink"},
+    "tables.sink_note": {
+        "zh": "汇点：这一行交给这个 head 的注意力汇点（sink，不是任何 token）的份额 = 1 − 这一行的权重之和；"
+        "这一层每个 head 带一个 sink 分数，它只进 softmax 的分母",
+        "en": "sink: the share of the row that goes to this head's attention sink (no token) = 1 − the sum of the "
+        "row's weights; each head of this layer has a sink logit, which only joins the softmax's denominator",
+    },
+    "plots.sink_col": {"zh": "汇点", "en": "sink"},
+    "sink_col": {"zh": "汇点", "en": "sink"},
+    "sink_tip": {
+        "zh": "查询 {i} “{query}” → 汇点（不是任何 token）：{value}",
+        "en": "query {i} “{query}” → the sink (no token): {value}",
+    },
+    "sink_sum": {
+        "zh": "汇点拿走 {sink}（sink 分数 {logit} 只进分母）",
+        "en": "the sink takes {sink} (its logit {logit} only joins the denominator)",
+    },
+    "ex_softmax_sink": {
+        "zh": "weights = exp(masked − lse)：分母 lse = log(Σ exp(masked) + exp(sink)) = {lse} 里还有这个 head 的"
+        " sink 分数 {sink}，所以一行的权重加起来是 1 − 汇点那一格，不到 100%；−inf 的位置权重正好是 0。",
+        "en": "weights = exp(masked − lse): the denominator lse = log(Σ exp(masked) + exp(sink)) = {lse} also holds "
+        "this head's sink logit {sink}, so a row's weights add up to 1 − its sink cell, less than 100%; −inf "
+        "positions get exactly 0.",
+    },
+    "sink_label": {
+        "zh": "汇点列：查询 {i} 交给注意力汇点 {weight}",
+        "en": "sink column: query {i} gives the sink {weight}",
+    },
 }
 
 

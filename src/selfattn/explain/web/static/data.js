@@ -51,7 +51,7 @@ export async function unpack(p) {
 }
 
 const LAYER_ARRAYS = ["x", "attn_out", "output", "visible"];
-const HEAD_ARRAYS = ["q", "k", "v", "lse", "weights", "keys", "key_stages", "key_weights", "weighted", "sums"];
+const HEAD_ARRAYS = ["q", "k", "v", "lse", "weights", "keys", "key_stages", "key_weights", "weighted", "sums", "sink"];
 
 async function unpackFields(obj, names) {
   const out = Object.assign({}, obj);

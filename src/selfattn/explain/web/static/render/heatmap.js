@@ -1,5 +1,7 @@
 /* The heatmap: the shown head's L×L weights (0.01 %, as Python stored them) drawn once into an
- * ImageData, then scaled onto the canvas; hover for a cell's weight, click or arrows to pick. */
+ * ImageData, then scaled onto the canvas; hover for a cell's weight, click or arrows to pick.
+ * A layer with attention sinks gets one more column, set apart right of the matrix and labelled:
+ * each row's share of the sink (`sink`, shipped by Python: 1 − the row's weights), on the same scale. */
 
 import { $, el } from "../dom.js";
 import { bit, shownWeight, visibleOf } from "../data.js";
@@ -10,6 +12,8 @@ const HEATMAP_PX = 520; // side of the drawn L×L picture, in CSS pixels (at mos
 const MIN_HEATMAP_PX = 240; // … and at least
 const LABELLED_CELL_PX = 36; // side of one cell of a short (labelled) input
 const HEATMAP_PAD_PX = 24; // room right of and below the picture for the last tick label
+const SINK_GAP_PX = 14; // the blank between the matrix and the sink column
+const MIN_SINK_PX = 14; // the sink column is at least this wide (a long input's cells are thinner)
 const FONT = '"WenQuanYi Micro Hei", "Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", ' +
   '"Microsoft YaHei", sans-serif';
 
@@ -48,26 +52,39 @@ export function renderLegend(t) {
   $("legend-note").textContent = t("legend");
 }
 
-function geometry(L) {
+/** Row i's share of the sink, as Python shipped it (a head without sinks: undefined). */
+export function sinkShare(head, i) {
+  return head.sink === undefined ? undefined : head.sink.data[i];
+}
+
+function geometry(L, sink = false) {
   const labelled = L <= LABELLED_HEATMAP;
   const margin = labelled ? 96 : 36;
   const size = labelled ? Math.min(HEATMAP_PX, Math.max(MIN_HEATMAP_PX, L * LABELLED_CELL_PX)) : HEATMAP_PX;
-  return { L, margin, size, cell: size / L };
+  const cell = size / L;
+  const sinkWidth = sink ? Math.max(cell, MIN_SINK_PX) : 0;
+  return { L, margin, size, cell, sinkLeft: margin + size + SINK_GAP_PX, sinkWidth };
+}
+
+function shownGeometry(state) {
+  return geometry(state.doc.tokens.length, sinkShare(state.doc.layers[state.layer].heads[state.head], 0) !== undefined);
 }
 
 export function drawHeatmap(state, t) {
   const doc = state.doc;
   const canvas = $("heatmap");
-  const { L, margin, size, cell } = geometry(doc.tokens.length);
-  const css = margin + size + HEATMAP_PAD_PX;
+  const { L, margin, size, cell, sinkLeft, sinkWidth } = shownGeometry(state);
+  const height = margin + size + HEATMAP_PAD_PX;
+  const width = height + (sinkWidth ? SINK_GAP_PX + sinkWidth : 0);
   const dpr = window.devicePixelRatio || 1;
-  canvas.width = Math.round(css * dpr);
-  canvas.height = Math.round(css * dpr);
-  canvas.style.width = canvas.style.height = `${css}px`;
+  canvas.width = Math.round(width * dpr);
+  canvas.height = Math.round(height * dpr);
+  canvas.style.width = `${width}px`;
+  canvas.style.height = `${height}px`;
   const ctx = canvas.getContext("2d");
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
   ctx.fillStyle = "#fff";
-  ctx.fillRect(0, 0, css, css);
+  ctx.fillRect(0, 0, width, height);
   ctx.imageSmoothingEnabled = L > size; // shrink a long input smoothly, enlarge a short one crisply
   ctx.drawImage(state.picture.canvas, margin, margin, size, size);
   ctx.fillStyle = "#333";
@@ -79,9 +96,12 @@ export function drawHeatmap(state, t) {
   } else {
     drawTicks(ctx, margin, cell, L);
   }
+  const head = doc.layers[state.layer].heads[state.head];
+  if (sinkWidth) drawSink(ctx, t, head, { L, margin, cell, sinkLeft, sinkWidth, labelled: L <= LABELLED_HEATMAP });
   ctx.strokeStyle = "#f97316"; // the selected query row
   ctx.lineWidth = 2;
   ctx.strokeRect(margin - 1, margin + state.row * cell - 1, size + 2, Math.max(cell, 1) + 2);
+  if (sinkWidth) ctx.strokeRect(sinkLeft - 1, margin + state.row * cell - 1, sinkWidth + 2, Math.max(cell, 1) + 2);
   if (state.focus !== null) { // the key whose K and V are shown
     ctx.strokeStyle = "#111827";
     ctx.strokeRect(margin + state.focus * cell, margin + state.row * cell, Math.max(cell, 2), Math.max(cell, 2));
@@ -90,6 +110,24 @@ export function drawHeatmap(state, t) {
   const w = shownWeight(doc.layers[state.layer].heads[state.head], state.row, j);
   canvas.setAttribute("aria-label", t("map_label",
     { i: state.row, query: doc.tokens[state.row], j, key: doc.tokens[j], weight: pct(w) }));
+}
+
+/** The sink column: one cell per query row in the weights' colours, framed, its name above it. */
+function drawSink(ctx, t, head, g) {
+  for (let i = 0; i < g.L; i++) {
+    ctx.fillStyle = rgb(shade(sinkShare(head, i)));
+    ctx.fillRect(g.sinkLeft, g.margin + i * g.cell, g.sinkWidth, Math.max(g.cell, 1));
+  }
+  ctx.strokeStyle = "#6b7280";
+  ctx.lineWidth = 1;
+  ctx.strokeRect(g.sinkLeft - 0.5, g.margin - 0.5, g.sinkWidth + 1, g.L * g.cell + 1);
+  ctx.fillStyle = "#333";
+  ctx.save();
+  ctx.translate(g.sinkLeft + g.sinkWidth / 2, g.margin - 6);
+  if (g.labelled) ctx.rotate(-Math.PI / 3);
+  ctx.textAlign = g.labelled ? "left" : "center";
+  ctx.fillText(t("sink_col"), 0, 0, g.margin);
+  ctx.restore();
 }
 
 /** A hatch over every hidden cell (mask 0) of a short input: not a colour that could be read as a weight. */
@@ -139,7 +177,7 @@ function clip(tok) {
 
 /** The (query, key) cell under a mouse event, or null. */
 export function cellAt(state, event) {
-  const { L, margin, size } = geometry(state.doc.tokens.length);
+  const { L, margin, size } = shownGeometry(state);
   const rect = $("heatmap").getBoundingClientRect();
   const x = event.clientX - rect.left - margin;
   const y = event.clientY - rect.top - margin;
@@ -147,14 +185,32 @@ export function cellAt(state, event) {
   return { i: Math.floor((y / size) * L), j: Math.floor((x / size) * L), x: x + margin, y: y + margin };
 }
 
+/** The query row of the sink column under a mouse event, or null. */
+function sinkAt(state, event) {
+  const { L, margin, size, sinkLeft, sinkWidth } = shownGeometry(state);
+  const rect = $("heatmap").getBoundingClientRect();
+  const x = event.clientX - rect.left, y = event.clientY - rect.top - margin;
+  if (!sinkWidth || x < sinkLeft || x >= sinkLeft + sinkWidth || y < 0 || y >= size) return null;
+  return { i: Math.floor((y / size) * L), x, y: y + margin };
+}
+
 export function showTip(state, t, event) {
   const tip = $("tip");
-  const c = cellAt(state, event);
+  const doc = state.doc;
+  const s = sinkAt(state, event);
+  const c = s ? null : cellAt(state, event);
+  if (s) {
+    const value = pct(sinkShare(doc.layers[state.layer].heads[state.head], s.i));
+    tip.textContent = t("sink_tip", { i: s.i, query: doc.tokens[s.i], value });
+    tip.style.left = `${s.x + 14}px`;
+    tip.style.top = `${s.y + 14}px`;
+    tip.hidden = false;
+    return;
+  }
   if (!c) {
     tip.hidden = true;
     return;
   }
-  const doc = state.doc;
   const layer = doc.layers[state.layer];
   const visible = bit(visibleOf(layer, state.head), c.i, c.j);
   const value = visible ? pct(shownWeight(layer.heads[state.head], c.i, c.j)) : t("tip_hidden");

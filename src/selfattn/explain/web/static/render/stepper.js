@@ -1,7 +1,10 @@
-/* The stage stepper: the real numbers of the selected query row, step by step, and the key table. */
+/* The stage stepper: the real numbers of the selected query row, step by step, and the key table.
+ * A layer with attention sinks adds the sink as a last column of the key table, set apart: its logit in
+ * the masked row and the row's share of it in the weights row, both as Python shipped them. */
 
 import { $, el } from "../dom.js";
 import { exactWeight, row, shownWeight } from "../data.js";
+import { sinkShare } from "./heatmap.js";
 import { num, pct, rgb, shade } from "../format.js";
 import { comparable } from "../state.js";
 import { KEY_ROWS, STAGE_NAMES, STAGES, keyValue, stageRow } from "../stages.js";
@@ -48,6 +51,11 @@ function renderPanel(state, t) {
   if (state.stage >= STAGE_NAMES.indexOf("qkv")) panel.append(keyTable(state, t, st));
   if (name === "softmax" || name === "weighted") {
     panel.append(el("p", { class: "hint", "data-testid": "weights-sum" }, t("sum", { sum: pct(st.sum) })));
+    const sink = sinkShare(head, i);
+    if (sink !== undefined) {
+      const words = t("sink_sum", { sink: pct(sink), logit: num(layer.sinks[h]) });
+      panel.append(el("p", { class: "hint", "data-testid": "sink-sum", "data-value": String(sink) }, words));
+    }
   }
   if (name === "weighted") {
     panel.append(vector(t, "weighted", `${t("vec_weighted")}[${i}]`, st.weighted), mixBars(t, doc, head, i, st.weighted),
@@ -76,7 +84,8 @@ function explanation(state, t, name, st) {
     case "scores": return t("ex_scores");
     case "scaled": return t("ex_scaled", { scale: num(layer.scale), how: doc.scale_words.how[state.lang] });
     case "mask": return layer.causal ? t("ex_mask_on") : t("ex_mask_off");
-    case "softmax": return t("ex_softmax", { lse: num(st.lse) });
+    case "softmax": return layer.sinks ? t("ex_softmax_sink", { lse: num(st.lse), sink: num(layer.sinks[state.head]) })
+      : t("ex_softmax", { lse: num(st.lse) });
     case "weighted": return t("ex_weighted", { head: state.head });
     default: return t("ex_output");
   }
@@ -103,8 +112,10 @@ function keyTable(state, t, st) {
     th.classList.toggle("focus", j === state.focus);
     top.append(th);
   }
-  table.append(top);
   const head = doc.layers[state.layer].heads[state.head];
+  const withSink = sinkShare(head, state.row) !== undefined;
+  if (withSink) top.append(setApart(el("th", { "data-testid": "sink-head", class: "keyhead" }, t("sink_col"))));
+  table.append(top);
   for (const { name, from, text } of KEY_ROWS) {
     if (state.stage < STAGE_NAMES.indexOf(from)) continue;
     const label = text ? t(text) : doc.scale_words.row[state.lang];
@@ -112,7 +123,9 @@ function keyTable(state, t, st) {
       const v = keyValue(st, name, j);
       return { j, value: v, text: v === undefined ? NOT_STORED : name === "visible" ? String(v) : num(v) };
     });
-    table.append(keyRow(state, t, name, label, cells));
+    const tr = keyRow(state, t, name, label, cells);
+    if (withSink) tr.append(sinkCell(state, name));
+    table.append(tr);
   }
   const base = comparable(state);
   if (base && !base.layers[state.layer].omitted && state.stage >= STAGE_NAMES.indexOf("softmax")) {
@@ -129,6 +142,29 @@ function keyTable(state, t, st) {
   if (keys.length < L) box.append(el("p", { class: "hint" }, t("shown_keys", { n: keys.length, n_keys: L, top: doc.shown_keys.top })));
   box.append(wrap);
   return box;
+}
+
+/** The sink's cell of a key-table row: its logit in the masked row, the row's share in the weights row, else
+ * empty (the sink is no token: it has no q·k score and no visibility of its own). */
+function sinkCell(state, name) {
+  const layer = state.doc.layers[state.layer];
+  const td = setApart(el("td", { "data-testid": `sink-${name}` }, ""));
+  if (name === "masked") {
+    td.textContent = num(layer.sinks[state.head]);
+    td.dataset.value = String(layer.sinks[state.head]);
+  } else if (name === "weights") {
+    const w = sinkShare(layer.heads[state.head], state.row);
+    td.textContent = pct(w);
+    td.dataset.value = String(w);
+    td.style.backgroundColor = rgb(shade(w));
+    if (w > 0.3) td.style.color = "#fff";
+  }
+  return td;
+}
+
+function setApart(cell) {
+  cell.style.borderLeft = "3px double #9ca3af";
+  return cell;
 }
 
 /** Weights: shown as the page shows every weight (0.01 %), carried in float32 in data-value. */

@@ -1,0 +1,43 @@
+"""`head_stages`: the tutorial's stages of some query rows of one head, recomputed from its Q, K and lse.
+
+The explainer keeps no N×N matrix (`trace`): every view that shows scores, masked scores or weights asks
+this function for the rows it shows, and it applies the one score rule (`selfattn.scores.ScoreRule`)
+with everything the attention call had — scale, softcap, ALiBi slope, visibility (causal rule, window,
+padding, segments) — and the call's own lse, which includes the head's sink when the layer has sinks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...scores import ScoreRule
+from ...weights import weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
+
+__all__ = ["head_stages"]
+
+
+def head_stages(
+    q, k, lse, *, scale: float, softcap: float | None, visible, v=None, rows=None, slope=None, sink=None
+) -> dict[str, torch.Tensor]:
+    """The tutorial's stages of R query rows of one head, in the dtype of q, by the score rule
+    (`selfattn.scores.ScoreRule`, the one copy of the formula every backend uses).
+
+    q (R, D), k (L, D), lse (R,) (with the sink, as the kernel returned it), visible (R, L) bool (True = may
+    look: causal rule, window, padding, segments), v (L, Dv) or None; rows (R,) the query positions of q's
+    rows (default 0 … R − 1; ALiBi's |i − j| needs them); slope the head's ALiBi slope, sink its sink logit.
+    scores (R, L) = Q Kᵀ;  scaled (R, L) = scores · scale (then softcap·tanh(·/softcap) if a softcap
+    is set);  mask (R, L) = visible;  masked (R, L) = scaled − slope·|i − j|, −inf where hidden;
+    weights (R, L) = exp(masked − lse);  weighted (R, Dv) = weights · V (only when v is given);
+    sink (R,) = exp(sink − lse), the sink's share (only with a sink): weights.sum(−1) + sink = 1.
+    """
+    scores = q @ k.T
+    L = k.shape[0]
+    alibi = None if slope is None else torch.tensor([slope], dtype=q.dtype, device=q.device)
+    rule = ScoreRule(scale=scale, softcap=softcap, alibi=alibi)
+    stages = rule.stages(scores[None, None], rows, None, L, L)
+    masked = rule.hide(stages["masked"], visible[None, None])[0, 0]  # visible holds every position rule
+    weights = weights_from_lse(masked, lse)
+    out = {"scores": scores, "scaled": stages["scaled"][0, 0], "mask": visible, "masked": masked, "weights": weights}
+    if sink is not None:
+        out["sink"] = weights_from_lse(torch.full_like(lse, sink)[:, None], lse)[:, 0]
+    return out if v is None else out | {"weighted": weights @ v}
