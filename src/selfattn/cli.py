@@ -156,17 +156,19 @@ def _check_pictures(paths: list[Path], force: bool) -> None:
 
 
 def _experiments(explainer, args, intervention) -> dict:
-    """doc["ablation"], doc["patching"], doc["lens"]: the experiments the flags ask for."""
+    """doc["ablation"], doc["patching"], doc["lens"]: the experiments the flags ask for (`experiments.run`, the
+    app's code path)."""
     from .explain import experiments
 
-    out = {}
-    if args.ablate:
-        out["ablation"] = experiments.ablation(explainer, args.text, args.ablate, args.ablate_mode or "zero")
-    if args.patch is not None:
-        out["patching"] = experiments.patching(explainer, args.text, args.patch, target=args.target, foil=args.foil)
-    if args.logit_lens:
-        out["lens"] = experiments.logit_lens(explainer, args.text, position=args.position, intervention=intervention)
-    return out
+    return experiments.run(
+        explainer,
+        args.text,
+        ablate=args.ablate or None,
+        ablate_mode=args.ablate_mode or "zero",
+        patch=None if args.patch is None else {"corrupted": args.patch, "target": args.target, "foil": args.foil},
+        lens={"position": args.position} if args.logit_lens else None,
+        intervention=intervention,
+    )
 
 
 def _heads(args) -> int:

@@ -152,7 +152,7 @@ def test_mary_and_john_patching_names_the_heads_plain_hooks_confirm(models):
         share = (float(out[0, -1, t] - out[0, -1, f]) - ld_corr) / (ld_clean - ld_corr)
         assert share >= 0.2 and x["recovered"] == pytest.approx(share, abs=1e-3)
         assert f"L{l}H{h} {round(100 * share)}%" in p["text"]["zh"] and f"L{l}H{h}" in p["text"]["en"]
-    assert "“ Mary” − “ John”" in p["text"]["zh"] and "logit difference" in p["text"]["en"]
+    assert "“␣Mary” − “␣John”" in p["text"]["zh"] and "logit difference" in p["text"]["en"]
 
 
 def test_the_lens_ends_at_the_prediction_and_ablation_lowers_it(models):
@@ -163,7 +163,7 @@ def test_the_lens_ends_at_the_prediction_and_ablation_lowers_it(models):
     lens = X.logit_lens(ex, CLEAN)
     assert lens["layers"][-1]["top"][0]["id"] == int(logits.argmax())
     assert lens["layers"][-1]["top"][0]["prob"] == pytest.approx(float(logits.double().softmax(-1).max()), abs=1e-4)
-    assert "“ Mary”" in lens["text"]["zh"] and "predicts “ Mary”" in lens["text"]["en"]
+    assert "“␣Mary”" in lens["text"]["zh"] and "predicts “␣Mary”" in lens["text"]["en"]
     a = X.ablation(ex, CLEAN, "23.3,29.1,20.0")
     assert a["target"]["token"] == " Mary" and a["target"]["after"] < a["target"]["before"]
     assert a["text"]["zh"].startswith("消融 L23H3、L29H1、L20H0（输出换成0）")

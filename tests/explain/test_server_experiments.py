@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 import selfattn
 from selfattn.explain import experiments
 from selfattn.explain.capture.interventions import Intervention
+from selfattn.explain.pieces import shown_piece
 from selfattn.explain.session import MAX_CHARS
 from selfattn.explain.web import server
 from selfattn.limits import MAX_ABLATED_HEADS, MAX_TOKEN_CHARS
@@ -191,9 +192,10 @@ def test_patching_is_bounded_in_tokens_before_any_pass(client, monkeypatch):
 
 
 def test_a_shown_token_writes_out_what_cannot_be_seen(explainer):
-    assert experiments._readable("\xa0a\n\tb c\u200b") == "⟨U+00A0⟩a↵⇥b c⟨U+200B⟩"
+    assert shown_piece("\xa0a\n\tb c\u200b") == "⟨U+00A0⟩a↵⇥b c⟨U+200B⟩" and shown_piece("  x") == "␣␣x"
     doc = post(TestClient(server.create_app(explainer)), lens=True).json()
-    assert all(p["shown"] == experiments._readable(p["shown"]) for row in doc["lens"]["layers"] for p in row["top"])
+    shown = [p["shown"] for row in doc["lens"]["layers"] for p in row["top"]]
+    assert shown and not any((c.isspace() and c != " ") or not c.isprintable() for s in shown for c in s), shown
 
 
 def test_the_python_api_runs_the_same_experiments(explainer):

@@ -223,30 +223,12 @@ def _check_heads(explainer, trace_heads: list[tuple[int, int]], n_layers: int, n
             raise ValueError(f"head must be in [0, {n_heads - 1}], got {h} (head {l}.{h})")
 
 
-INVISIBLE = {"\n": "↵", "\t": "⇥"}
-"""How a newline and a tab read in a shown token; any other invisible character reads as ⟨U+XXXX⟩."""
-
-
-def _readable(shown: str) -> str:
-    """`shown` with every character a person cannot see written out: a no-break space (U+00A0, a top
-    prediction of SmolLM2's first layers) would be a blank cell."""
-    out = []
-    for ch in shown:
-        if ch in INVISIBLE:
-            out.append(INVISIBLE[ch])
-        elif ch != " " and (ch.isspace() or not ch.isprintable()):
-            out.append(f"⟨U+{ord(ch):04X}⟩")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
 def _token(explainer, i: int) -> dict:
-    """{token, shown, id}: one token, `shown` as a person reads it (as `export.predictions`: "␣Mary"; and
-    an invisible character written out: `_readable`)."""
+    """{token, shown, id}: one token, `shown` as a person reads it (`pieces.shown_piece`, as `export.predictions`:
+    "␣Mary", an invisible character written out)."""
     token = explainer.decode(i)
     shown = _pieces.shown_piece(token) if explainer.shown is None else explainer.shown(i)
-    return {"token": token, "shown": _readable(shown), "id": i}
+    return {"token": token, "shown": shown, "id": i}
 
 
 def _entry(explainer, i: int, prob: float) -> dict:

@@ -369,15 +369,25 @@ def piece_bytes(raw: str) -> bytes | None:
     return None
 
 
+INVISIBLE = {"\n": "↵", "\t": "⇥"}
+"""How a newline and a tab read in a shown token; any other invisible character reads as ⟨U+XXXX⟩."""
+
+
 def shown_piece(text: str, raw: str | None = None) -> str:
-    """One piece (a predicted token) as a person reads it: leading spaces as "␣" (" Mary" -> "␣Mary"), and a
-    piece that holds only part of a character (its decoded text has U+FFFD) as its bytes, "⟨E6 A3⟩"."""
+    """One piece (a predicted token) as a person reads it: leading spaces as "␣" (" Mary" -> "␣Mary"), a
+    piece that holds only part of a character (its decoded text has U+FFFD) as its bytes, "⟨E6 A3⟩", and
+    every character a person cannot see written out (a no-break space, a top prediction of SmolLM2's first
+    layers, as ⟨U+00A0⟩, a newline as ↵): a blank cell says nothing."""
     if "\ufffd" in text and raw is not None and "\ufffd" not in raw:
         data = piece_bytes(raw)
         if data is not None:
             return "⟨" + " ".join(f"{b:02X}" for b in data) + "⟩"
     lead = len(text) - len(text.lstrip(" "))
-    return "␣" * lead + text[lead:]
+    rest = (
+        INVISIBLE.get(ch, ch if ch == " " or (ch.isprintable() and not ch.isspace()) else f"⟨U+{ord(ch):04X}⟩")
+        for ch in text[lead:]
+    )
+    return "␣" * lead + "".join(rest)
 
 
 def tokenizer_kind(tokenizer) -> str:

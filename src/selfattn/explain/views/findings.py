@@ -110,15 +110,15 @@ def ablation_words(a: dict) -> dict[str, str]:
     mode = {"zero": ("0", "zero"), "mean": ("平均输出", "its mean output")}[a["mode"]]
     zh = [
         f"消融 {_join('zh', heads)}（输出换成{mode[0]}）："
-        f"下一个 token {quote(t['token'])} {_prob(t['before'])} → {_prob(t['after'])}"
+        f"下一个 token {quote(t['shown'])} {_prob(t['before'])} → {_prob(t['after'])}"
     ]
     en = [
-        f"ablating {_join('en', heads)} (output set to {mode[1]}): the next token {quote(t['token'])} "
+        f"ablating {_join('en', heads)} (output set to {mode[1]}): the next token {quote(t['shown'])} "
         f"{_prob(t['before'])} → {_prob(t['after'])}"
     ]
     if top1["id"] != t["id"]:
-        zh.append(f"第一名变成 {quote(top1['token'])} {_prob(top1['prob'])}")
-        en.append(f"the top prediction becomes {quote(top1['token'])} {_prob(top1['prob'])}")
+        zh.append(f"第一名变成 {quote(top1['shown'])} {_prob(top1['prob'])}")
+        en.append(f"the top prediction becomes {quote(top1['shown'])} {_prob(top1['prob'])}")
     kl = f"{a['kl_bits']:.3f}"
     zh.append(f"下一个 token 的分布变化 KL = {kl} bit")
     en.append(f"the next-token distribution moves by KL = {kl} bits")
@@ -148,7 +148,7 @@ def _handover(p: dict) -> tuple[int | None, int | None]:
 
 
 def patching_words(p: dict) -> dict[str, str]:
-    t, f = quote(p["target"]["token"]), quote(p["foil"]["token"])
+    t, f = quote(p["target"]["shown"]), quote(p["foil"]["shown"])
     ld = number(p["clean_ld"]), number(p["corrupted_ld"])
     tops = p["top_heads"]
     if tops:
@@ -206,11 +206,11 @@ def lens_words(lens: dict) -> dict[str, str]:
     at, p, tok = lens["settled"], lens["position"], quote(lens["token"])
     n = len(lens["layers"]) - 1
     zh = [
-        f"在位置 {p}（{tok}）逐层读出下一个 token：最后一层（层 {n}）预测 {quote(last['token'])} {_prob(last['prob'])}"
+        f"在位置 {p}（{tok}）逐层读出下一个 token：最后一层（层 {n}）预测 {quote(last['shown'])} {_prob(last['prob'])}"
     ]
     en = [
         f"the next token read out after every layer at position {p} ({tok}): the last layer (layer {n}) predicts "
-        f"{quote(last['token'])} {_prob(last['prob'])}"
+        f"{quote(last['shown'])} {_prob(last['prob'])}"
     ]
     if at < n:
         zh.append(f"从层 {at} 起第一名一直是它")
@@ -218,6 +218,6 @@ def lens_words(lens: dict) -> dict[str, str]:
     else:
         zh.append("之前的层都没有把它排第一")
         en.append("no earlier layer ranks it first")
-    zh.append(f"层 0 读出的第一名是 {quote(first['token'])} {_prob(first['prob'])}")
-    en.append(f"layer 0 reads {quote(first['token'])} {_prob(first['prob'])} first")
+    zh.append(f"层 0 读出的第一名是 {quote(first['shown'])} {_prob(first['prob'])}")
+    en.append(f"layer 0 reads {quote(first['shown'])} {_prob(first['prob'])} first")
     return {"zh": "；".join(zh) + "。", "en": "; ".join(en) + "."}
