@@ -56,6 +56,11 @@ void dgemm_(const char*, const char*, const int*, const int*, const int*, const 
 // MKL's per-thread thread count (Fortran interface: by pointer): 1 inside a worker, or MKL starts its
 // own threads in every worker (torch.set_num_threads sets MKL's count too) and the cores are oversubscribed.
 int mkl_set_num_threads_local_(const int*) __attribute__((weak));
+#if defined(__AVX2__) && defined(__FMA__)
+// SLEEF's four-lane double exp (1 ulp, exp(-inf) = 0, NaN stays NaN), which libtorch_cpu carries for its own
+// vectorised exp. Weak: if absent, std::exp.
+__m256d Sleef_expd4_u10avx2(__m256d) __attribute__((weak));
+#endif
 // MKL's half GEMMs (CBLAS, row major here): half operands, float32 accumulation and result.
 void cblas_gemm_bf16bf16f32(int layout, int transa, int transb, int m, int n, int k, float alpha, const uint16_t* a,
                             int lda, const uint16_t* b, int ldb, float beta, float* c, int ldc) __attribute__((weak));
@@ -132,7 +137,7 @@ const In* as_operand(const T* x, In* buf, int64_t n) {
 // x[i] = exp(x[i] - sub) for i in [0, n), exp(-inf) = 0; returns their sum. Float: a range reduction
 // and a degree-7 polynomial (relative error ~1e-7), eight lanes at a time with AVX2 (the scalar loop
 // does the tail and the CPUs without AVX2; GCC does not vectorise it: the NaN test keeps it scalar);
-// double: std::exp.
+// double: SLEEF's AVX2 exp (as PyTorch's SDPA uses), else std::exp.
 constexpr float EXP_LOG2E = 1.4426950408889634f, EXP_LN2 = 0.6931471805599453f;
 constexpr float EXP_C2 = EXP_LN2 * EXP_LN2 / 2, EXP_C3 = EXP_C2 * EXP_LN2 / 3, EXP_C4 = EXP_C3 * EXP_LN2 / 4,
                 EXP_C5 = EXP_C4 * EXP_LN2 / 5, EXP_C6 = EXP_C5 * EXP_LN2 / 6, EXP_C7 = EXP_C6 * EXP_LN2 / 7;
@@ -200,8 +205,23 @@ inline float exp_sub(float* x, int64_t n, float sub) {
 }
 
 inline double exp_sub(double* x, int64_t n, double sub) {
+  int64_t i = 0;
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - sub));
+#if defined(__AVX2__) && defined(__FMA__)
+  if (Sleef_expd4_u10avx2) {
+    const __m256d vsub = _mm256_set1_pd(sub);
+    __m256d acc = _mm256_setzero_pd();
+    for (; i + 4 <= n; i += 4) {
+      const __m256d p = Sleef_expd4_u10avx2(_mm256_sub_pd(_mm256_loadu_pd(x + i), vsub));
+      _mm256_storeu_pd(x + i, p);
+      acc = _mm256_add_pd(acc, p);
+    }
+    alignas(32) double lanes[4];
+    _mm256_store_pd(lanes, acc);
+    for (double lane : lanes) sum += lane;
+  }
+#endif
+  for (; i < n; ++i) sum += (x[i] = std::exp(x[i] - sub));
   return sum;
 }
 
