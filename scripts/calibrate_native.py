@@ -1,11 +1,11 @@
 """Cost-model constants for "native" and "flex" (B=1, H=8, D=64, fp32), as `kernels.cost` defines them:
 
-    RATE_GFLOPS   2·(D + Dv) flops per *visible* (query, key) pair and head, per second, by regime
-    READ_GBPS     bytes of K and V read per second by one decoding step (Lq=1, Lk=16384)
-    CALL_SECONDS  one call at L=16 (flex: L=128, its smallest on a CPU)
-    BACKWARD_FACTOR  (forward + backward) / forward, causal L=2048 (native only: flex has no CPU backward)
+RATE_GFLOPS   2·(D + Dv) flops per *visible* (query, key) pair and head, per second, by regime
+READ_GBPS     bytes of K and V read per second by one decoding step (Lq=1, Lk=16384)
+CALL_SECONDS  one call at L=16 (flex: L=128, its smallest on a CPU)
+BACKWARD_FACTOR  (forward + backward) / forward, causal L=2048 (native only: flex has no CPU backward)
 
-    PYTHONPATH=src python scripts/calibrate_native.py [--threads 1] [--load 0] [--rounds 5]
+PYTHONPATH=src python scripts/calibrate_native.py [--threads 1] [--load 0] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from selfattn.kernels.flex import FlexBackend
 from selfattn.kernels.native import NativeBackend
 
 sys.path.insert(0, os.path.dirname(__file__))
-from measure_native import BUSY, H, D, gemm_gflops, qkv  # noqa: E402
+from measure_native import BUSY, D, H, gemm_gflops, qkv  # noqa: E402
 
 
 def best(fn, rounds):
@@ -49,13 +49,16 @@ def main(argv=None) -> int:
         time.sleep(1.0 if busy else 0.0)
         gemm = gemm_gflops()
         flops = 2 * H * (D + D)
-        for regime, L, kw in (("full", 4096, {}), ("causal", 4096, dict(causal=True)),
-                              ("window", 8192, dict(causal=True, window=256))):
+        for regime, L, kw in (
+            ("full", 4096, {}),
+            ("causal", 4096, dict(causal=True)),
+            ("window", 8192, dict(causal=True, window=256)),
+        ):
             r = build_request(*qkv(L, L), **kw)
             pairs = cost.visible_pairs(L, L, causal=kw.get("causal", False), window=kw.get("window"))
-            out[f"native {regime}"] = pairs * flops / best(lambda: nb.forward(r), args.rounds) / 1e9
+            out[f"native {regime}"] = pairs * flops / best(lambda r=r: nb.forward(r), args.rounds) / 1e9
             if regime != "full":
-                out[f"flex {regime}"] = pairs * flops / best(lambda: fx.forward(r), args.rounds) / 1e9
+                out[f"flex {regime}"] = pairs * flops / best(lambda r=r: fx.forward(r), args.rounds) / 1e9
         r = build_request(*qkv(1, 16384), causal=True)
         kv_bytes = H * 16384 * 2 * D * 4
         out["native read GB/s"] = kv_bytes / best(lambda: nb.forward(r), args.rounds * 4) / 1e9

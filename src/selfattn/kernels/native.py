@@ -35,9 +35,9 @@ from __future__ import annotations
 import torch
 
 from .. import checks
+from ..request import accumulate_dtype
 from ..scores import additive_in
 from .base import Backend, Capabilities, Cost, Request, Result, Work
-from ..request import accumulate_dtype
 from .cost import request_pairs, visible_pairs
 from .native_build import build, build_dir, is_built, unavailable_reason
 from .native_op import native_forward, unit_stride

@@ -13,8 +13,8 @@ one graph, `torch.export` records the operator, and `torch.library.opcheck` pass
 
 q, k, v in float32/float64, or bfloat16/float16 for the half-GEMM path (`native.gemm_path`), with unit
 stride along D; out has q's dtype, lse the compute dtype (float32 for half inputs), and so do the mask,
-sinks and alibi; the arguments after v are `native.tile_arguments`. Gradients flow to q, k, v and sinks (a sink's gradient is plain
-PyTorch here, `scores.sink_grad`); mask, alibi and segments are constants.
+sinks and alibi; the arguments after v are `native.tile_arguments`. Gradients flow to q, k, v and sinks
+(a sink's gradient is plain PyTorch here, `scores.sink_grad`); mask, alibi and segments are constants.
 
 Refused, each in one sentence: double backward (a gradient of the gradient: the kernel's backward has
 no derivative of its own); vmap over the segments. vmap over anything else runs the kernel once per
