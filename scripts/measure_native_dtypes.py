@@ -6,7 +6,8 @@ Cases (B=1, H=8, D=64, causal): forward L=4096 in bfloat16 (native on the path t
 with the half GEMM forced) and float32, forward L=2048 in float64, forward+backward L=2048 in float32
 and float64. Contenders of a case are interleaved round by round (one warm-up call each) and the best
 round is kept; the GEMM peaks (2048² torch.matmul in each dtype, before and after: the better is the peak)
-and the load average are printed with them. `--load N` runs N busy processes during the run. Not a test: it prints numbers.
+and the load average are printed with them. `--load N` runs N busy processes during the run.
+Not a test: it prints numbers.
 """
 
 from __future__ import annotations
