@@ -4,7 +4,8 @@
 // head (GQA without copying K/V: one K/V block is read once for the whole group). Inside a task
 // everything is single-threaded: S = Q Kᵀ and acc += P V are BLAS GEMMs on cache-sized tiles
 // (sgemm_/dgemm_ of the BLAS PyTorch links, as PyTorch's own CPU flash kernel does), and the
-// online softmax (m, l, acc) runs row by row with a vectorisable exp. Blocks the causal/window
+// online softmax (m, l, acc) runs row by row with an exp in AVX2 lanes (float: our own polynomial;
+// double: SLEEF's, from libtorch_cpu, as SDPA uses; scalar without AVX2). Blocks the causal/window
 // rule or the segments (packed sequences) hide are never read; inside a visited block each row only
 // touches its visible columns. ALiBi is one more term per visible score, a sink one more term per row.
 //
