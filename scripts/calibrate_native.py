@@ -25,7 +25,7 @@ from selfattn.kernels.flex import FlexBackend
 from selfattn.kernels.native import NativeBackend
 
 sys.path.insert(0, os.path.dirname(__file__))
-from measure_native import BUSY, H, D, gemm_gflops, qkv  # noqa: E402
+from measure_native import BUSY, D, H, gemm_gflops, qkv  # noqa: E402
 
 
 def best(fn, rounds):
@@ -56,9 +56,9 @@ def main(argv=None) -> int:
         ):
             r = build_request(*qkv(L, L), **kw)
             pairs = cost.visible_pairs(L, L, causal=kw.get("causal", False), window=kw.get("window"))
-            out[f"native {regime}"] = pairs * flops / best(lambda: nb.forward(r), args.rounds) / 1e9
+            out[f"native {regime}"] = pairs * flops / best(lambda r=r: nb.forward(r), args.rounds) / 1e9
             if regime != "full":
-                out[f"flex {regime}"] = pairs * flops / best(lambda: fx.forward(r), args.rounds) / 1e9
+                out[f"flex {regime}"] = pairs * flops / best(lambda r=r: fx.forward(r), args.rounds) / 1e9
         r = build_request(*qkv(1, 16384), causal=True)
         kv_bytes = H * 16384 * 2 * D * 4
         out["native read GB/s"] = kv_bytes / best(lambda: nb.forward(r), args.rounds * 4) / 1e9

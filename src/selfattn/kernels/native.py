@@ -21,8 +21,13 @@ bit for bit. Under `torch.use_deterministic_algorithms(True)` the tasks are deal
 fixed order instead (no load balancing on busy cores), and dQ is bit for bit the same on every run
 with the same thread count. The forward is bit-for-bit the same whatever the thread count.
 
-Inputs in float16/bfloat16 are converted to float32 once (O(N) memory), computed in float32 and
-the output converted back; float32/float64 run in their own precision.
+float32/float64 run in their own precision. Half inputs take one of two paths (`gemm_path(dtype)` says
+which): where the CPU has a bfloat16 (float16) GEMM with float32 accumulation — AVX512-BF16 or AMX-BF16
+(AMX-FP16), run through MKL's gemm_bf16bf16f32 (gemm_f16f16f32) — q, k, v stay in their dtype, scores,
+softmax and sums are float32 and P (dS in the backward) is rounded to the input dtype for its GEMM, as
+FlashAttention does; elsewhere they are converted to float32 once (O(N) memory), computed in float32 and
+the output converted back. `NativeBackend(half_gemm=True/False)` forces one path (tests run both on any
+CPU: MKL's half GEMM also runs without the instructions, widening to float32 inside, at the float32 rate).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import torch
 
 from .. import checks
+from ..request import accumulate_dtype
 from ..scores import additive_in
 from .base import Backend, Capabilities, Cost, Request, Result, Work
 from .cost import request_pairs, visible_pairs
@@ -38,6 +44,8 @@ from .native_op import native_forward, unit_stride
 
 __all__ = [
     "NativeBackend",
+    "gemm_path",
+    "has_half_gemm",
     "build",
     "is_built",
     "build_dir",
@@ -57,6 +65,62 @@ BLOCK_K = 512
 
 RATE_GFLOPS = 90.0
 """Full and causal forward, L = 4096 (91–96), and windows counted as in `_work`, 1 thread (`kernels.cost`)."""
+
+
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _cpu_has(feature: str) -> bool:
+    """One of torch.cpu's instruction-set probes (private: False where this torch lacks it)."""
+    probe = getattr(torch.cpu, f"_is_{feature}_supported", None)
+    return bool(probe()) if probe is not None else False
+
+
+def _half_gemm_isa(dtype: torch.dtype) -> str | None:
+    """The instructions that run a `dtype` GEMM with float32 accumulation on this CPU, or None."""
+    if not torch.backends.mkl.is_available():  # the GEMMs are MKL's
+        return None
+    if dtype == torch.bfloat16:
+        return "AMX-BF16" if _cpu_has("amx_tile") else ("AVX512-BF16" if _cpu_has("avx512_bf16") else None)
+    return "AMX-FP16" if dtype == torch.float16 and _cpu_has("amx_fp16") else None
+
+
+def _checked_dtype(dtype) -> torch.dtype:
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__} {dtype!r}")
+    if dtype not in HALF_DTYPES + (torch.float32, torch.float64):
+        raise ValueError(f"the native kernel runs float32, float64, bfloat16 and float16, not {dtype}")
+    return dtype
+
+
+def has_half_gemm(dtype: torch.dtype) -> bool:
+    """True when this CPU runs a `dtype` (bfloat16/float16) GEMM with float32 accumulation in hardware,
+    so "native" keeps half inputs in their dtype (False for float32/float64: they need none)."""
+    return _half_gemm_isa(_checked_dtype(dtype)) is not None
+
+
+def gemm_path(dtype: torch.dtype, half_gemm: bool | None = None) -> str:
+    """Which GEMMs the native kernel runs for inputs of `dtype` on this CPU, in words (for `bench --explain`).
+    `half_gemm` as NativeBackend's (None: chosen by the CPU). Never compiles.
+
+        float32   "float32 GEMM (BLAS sgemm)"            float64  "float64 GEMM (BLAS dgemm)"
+        bfloat16  "bfloat16 GEMM, float32 accumulation (MKL gemm_bf16bf16f32, AVX512-BF16)" (or AMX-BF16), or
+                  "converted to float32 (this CPU has no bfloat16 GEMM: no AVX512-BF16 or AMX-BF16)"
+        float16   "float16 GEMM, float32 accumulation (MKL gemm_f16f16f32, AMX-FP16)", or
+                  "converted to float32 (this CPU has no float16 GEMM: no AMX-FP16)"
+    A forced half path on a CPU without the instructions says "(..., forced: widened to float32 inside MKL)";
+    a forced fallback "converted to float32 (forced)"."""
+    dtype = _checked_dtype(dtype)
+    if dtype in (torch.float32, torch.float64):
+        return "float32 GEMM (BLAS sgemm)" if dtype == torch.float32 else "float64 GEMM (BLAS dgemm)"
+    isa = _half_gemm_isa(dtype)
+    half, mkl = ("bfloat16", "gemm_bf16bf16f32") if dtype == torch.bfloat16 else ("float16", "gemm_f16f16f32")
+    if half_gemm is False:
+        return "converted to float32 (forced)"
+    if half_gemm is None and isa is None:
+        lacks = "AVX512-BF16 or AMX-BF16" if dtype == torch.bfloat16 else "AMX-FP16"
+        return f"converted to float32 (this CPU has no {half} GEMM: no {lacks})"
+    return f"{half} GEMM, float32 accumulation (MKL {mkl}, {isa or 'forced: widened to float32 inside MKL'})"
 
 
 def _work(r: Request) -> Work:
@@ -93,12 +157,28 @@ class NativeBackend(Backend):
     cost = Cost(work=_work, read_gbps=23.5, call_seconds=25e-6, backward_factor=3.9, busy_factor=1.0)
     """One `at::parallel_for` per pass: under load it loses about the share of the core it gives away."""
 
-    def __init__(self, block_q: int = BLOCK_Q, block_k: int = BLOCK_K):
+    def __init__(self, block_q: int = BLOCK_Q, block_k: int = BLOCK_K, half_gemm: bool | None = None):
+        """half_gemm: None (default) keeps bfloat16/float16 inputs in their dtype where the CPU has that
+        GEMM (`has_half_gemm`) and converts them to float32 elsewhere; True / False force one path."""
         self.block_q = checks.integer("block_q", block_q, low=1)
         self.block_k = checks.integer("block_k", block_k, low=1)
+        if half_gemm is not None and not isinstance(half_gemm, bool):
+            raise TypeError(f"half_gemm must be None, True or False, got {type(half_gemm).__name__} {half_gemm!r}")
+        self.half_gemm = half_gemm
 
     def __repr__(self) -> str:
-        return f"NativeBackend(block_q={self.block_q}, block_k={self.block_k})"
+        forced = "" if self.half_gemm is None else f", half_gemm={self.half_gemm}"
+        return f"NativeBackend(block_q={self.block_q}, block_k={self.block_k}{forced})"
+
+    def gemm_path(self, dtype: torch.dtype) -> str:
+        """`gemm_path(dtype)` for this backend's `half_gemm` setting."""
+        return gemm_path(dtype, self.half_gemm)
+
+    def _operand_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        """The dtype q, k, v reach the kernel in: half inputs stay half on the half-GEMM path."""
+        if dtype in HALF_DTYPES and (self.half_gemm if self.half_gemm is not None else has_half_gemm(dtype)):
+            return dtype
+        return accumulate_dtype(dtype)
 
     def not_supported_reasons(self, request: Request) -> list[str]:
         """Every reason this backend cannot serve `request` (empty: it can). Never compiles."""
@@ -121,8 +201,8 @@ class NativeBackend(Backend):
         ]
 
     def forward(self, r: Request) -> Result:
-        compute = r.accumulate_dtype
-        q, k, v = (_prepared(t, compute) for t in (r.q, r.k, r.v))
+        compute, operand = r.accumulate_dtype, self._operand_dtype(r.q.dtype)
+        q, k, v = (_prepared(t, operand) for t in (r.q, r.k, r.v))
         mask, left, right, scale, softcap, sinks, *rest = tile_arguments(r, self.block_q, self.block_k)
         if r.sinks is not None and r.sinks.requires_grad and torch.is_grad_enabled():
             sinks = r.sinks.to(compute).contiguous()  # differentiable: the operator's autograd gives its gradient

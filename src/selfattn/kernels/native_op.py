@@ -11,9 +11,10 @@ one graph, `torch.export` records the operator, and `torch.library.opcheck` pass
                    block_q, block_k) -> (out (B, Hq, Lq, Dv), lse (B, Hq, Lq))
     native_backward(dout, q, k, v, lse, delta, <the same arguments after v>) -> (dq, dk, dv)
 
-q, k, v in float32/float64 with unit stride along D (the backend converts half inputs); the arguments
-after v are `native.tile_arguments`. Gradients flow to q, k, v and sinks (a sink's gradient is plain
-PyTorch here, `scores.sink_grad`); mask, alibi and segments are constants.
+q, k, v in float32/float64, or bfloat16/float16 for the half-GEMM path (`native.gemm_path`), with unit
+stride along D; out has q's dtype, lse the compute dtype (float32 for half inputs), and so do the mask,
+sinks and alibi; the arguments after v are `native.tile_arguments`. Gradients flow to q, k, v and sinks
+(a sink's gradient is plain PyTorch here, `scores.sink_grad`); mask, alibi and segments are constants.
 
 Refused, each in one sentence: double backward (a gradient of the gradient: the kernel's backward has
 no derivative of its own); vmap over the segments. vmap over anything else runs the kernel once per
@@ -25,6 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..request import accumulate_dtype
 from ..scores import sink_grad
 from .base import softmax_delta
 from .native_build import build
@@ -65,7 +67,7 @@ def native_forward(
 @native_forward.register_fake
 def _forward_fake(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q, block_k):
     B, Hq, Lq, _ = q.shape
-    return q.new_empty((B, Hq, Lq, v.shape[3])), q.new_empty((B, Hq, Lq))
+    return q.new_empty((B, Hq, Lq, v.shape[3])), q.new_empty((B, Hq, Lq), dtype=accumulate_dtype(q.dtype))
 
 
 @torch.library.custom_op("selfattn::native_backward", mutates_args=(), device_types="cpu")
@@ -116,7 +118,7 @@ def _backward(ctx, d_out, d_lse):
     q, k, v, mask, sinks, alibi, seg_span, seg_ids, out, lse = ctx.saved_tensors
     left, right, scale, softcap, block_q, block_k = ctx.constants
     d_out = unit_stride(torch.zeros_like(out) if d_out is None else d_out.to(out.dtype))
-    delta = softmax_delta(d_out, out, d_lse, out.dtype).contiguous()
+    delta = softmax_delta(d_out, out, d_lse, lse.dtype).contiguous()
     args = (mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q, block_k)
     dq, dk, dv = native_backward(d_out, q, k, v, lse.contiguous(), delta, *args)
     d_sinks = sink_grad(sinks, lse, delta) if sinks is not None and ctx.needs_input_grad[8] else None

@@ -4,7 +4,8 @@
 // head (GQA without copying K/V: one K/V block is read once for the whole group). Inside a task
 // everything is single-threaded: S = Q Kᵀ and acc += P V are BLAS GEMMs on cache-sized tiles
 // (sgemm_/dgemm_ of the BLAS PyTorch links, as PyTorch's own CPU flash kernel does), and the
-// online softmax (m, l, acc) runs row by row with a vectorisable exp. Blocks the causal/window
+// online softmax (m, l, acc) runs row by row with an exp in AVX2 lanes (float: our own polynomial;
+// double: SLEEF's, from libtorch_cpu, as SDPA uses; scalar without AVX2). Blocks the causal/window
 // rule or the segments (packed sequences) hide are never read; inside a visited block each row only
 // touches its visible columns. ALiBi is one more term per visible score, a sink one more term per row.
 //
@@ -18,12 +19,25 @@
 // counter (most expensive first), so a worker whose core is busy with another process simply
 // takes fewer tasks instead of making the whole call wait for its static share.
 //
+// Half inputs (bfloat16, float16): q, k, v, dout stay in their dtype and every GEMM is MKL's
+// gemm_bf16bf16f32 / gemm_f16f16f32 (half operands, float32 accumulation: AVX512-BF16 or AMX where the CPU
+// has them); scores, the online softmax, lse, dq/dk/dv sums are float32, and P (forward) and dS (backward)
+// are rounded to the input dtype for their GEMM, as FlashAttention does. Which dtype arrives here is
+// the Python side's choice (native.py: where the CPU has no half GEMM it converts to float32 instead).
+//
 // Layouts: q (B, Hq, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv) with unit stride on the last
-// dim; mask (B, Hq, Lq, Lk) through strides (0 where it broadcasts), bool or additive in T.
+// dim; mask (B, Hq, Lq, Lk) through strides (0 where it broadcasts), bool or additive in the compute dtype T.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -31,6 +45,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 extern "C" {
@@ -42,22 +57,32 @@ void dgemm_(const char*, const char*, const int*, const int*, const int*, const 
 // MKL's per-thread thread count (Fortran interface: by pointer): 1 inside a worker, or MKL starts its
 // own threads in every worker (torch.set_num_threads sets MKL's count too) and the cores are oversubscribed.
 int mkl_set_num_threads_local_(const int*) __attribute__((weak));
+#if defined(__AVX2__) && defined(__FMA__)
+// SLEEF's four-lane double exp (1 ulp, exp(-inf) = 0, NaN stays NaN), which libtorch_cpu carries for its own
+// vectorised exp. Weak: if absent, std::exp.
+__m256d Sleef_expd4_u10avx2(__m256d) __attribute__((weak));
+#endif
+// MKL's half GEMMs (CBLAS, row major here): half operands, float32 accumulation and result.
+void cblas_gemm_bf16bf16f32(int layout, int transa, int transb, int m, int n, int k, float alpha, const uint16_t* a,
+                            int lda, const uint16_t* b, int ldb, float beta, float* c, int ldc) __attribute__((weak));
+void cblas_gemm_f16f16f32(int layout, int transa, int transb, int m, int n, int k, float alpha, const uint16_t* a,
+                          int lda, const uint16_t* b, int ldb, float beta, float* c, int ldc) __attribute__((weak));
 }
 
 namespace {
 
 constexpr double NEG_INF = -std::numeric_limits<double>::infinity();
 
-// Row-major C (M×N) = alpha · op(A) (M×K) · op(B) (K×N) + beta · C.
-template <typename T>
-void loop_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+// Row-major C (M×N) = alpha · op(A) (M×K) · op(B) (K×N) + beta · C, operands In, sums in T.
+template <typename T, typename In>
+void loop_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const In* A, int64_t lda, const In* B,
                int64_t ldb, T beta, T* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       T sum = 0;
       for (int64_t k = 0; k < K; ++k) {
-        T a = ta ? A[k * lda + i] : A[i * lda + k];
-        T b = tb ? B[j * ldb + k] : B[k * ldb + j];
+        T a = static_cast<T>(ta ? A[k * lda + i] : A[i * lda + k]);
+        T b = static_cast<T>(tb ? B[j * ldb + k] : B[k * ldb + j]);
         sum += a * b;
       }
       C[i * ldc + j] = alpha * sum + (beta == T(0) ? T(0) : beta * C[i * ldc + j]);
@@ -65,8 +90,8 @@ void loop_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   }
 }
 
-template <typename T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+template <typename T, typename In>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const In* A, int64_t lda, const In* B,
           int64_t ldb, T beta, T* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
@@ -74,6 +99,18 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == T(0) ? T(0) : beta * C[i * ldc + j];
     return;
   }
+  if constexpr (!std::is_same_v<T, In>) {   // half operands, float32 C: MKL's CBLAS half GEMM, row major
+    static_assert(std::is_same_v<T, float>, "half GEMMs accumulate in float32");
+    const auto gemm_half = std::is_same_v<In, at::BFloat16> ? cblas_gemm_bf16bf16f32 : cblas_gemm_f16f16f32;
+    if (gemm_half) {
+      constexpr int ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112;
+      return gemm_half(ROW_MAJOR, ta ? TRANS : NO_TRANS, tb ? TRANS : NO_TRANS, static_cast<int>(M),
+                       static_cast<int>(N), static_cast<int>(K), alpha, reinterpret_cast<const uint16_t*>(A),
+                       static_cast<int>(lda), reinterpret_cast<const uint16_t*>(B), static_cast<int>(ldb), beta, C,
+                       static_cast<int>(ldc));
+    }
+    return loop_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  } else {
   // column-major BLAS computes Cᵀ = op(B)ᵀ op(A)ᵀ
   const char opa = tb ? 'T' : 'N', opb = ta ? 'T' : 'N';
   const int m = static_cast<int>(N), n = static_cast<int>(M), k = static_cast<int>(K);
@@ -84,29 +121,43 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A
     if (dgemm_) return dgemm_(&opa, &opb, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc);
   }
   loop_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
+// x (n values of T) as the GEMM operand type In: x itself when they are the same, else rounded into buf
+template <typename In, typename T>
+const In* as_operand(const T* x, In* buf, int64_t n) {
+  if constexpr (std::is_same_v<T, In>) {
+    return x;
+  } else {
+    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<In>(x[i]);
+    return buf;
+  }
 }
 
 // x[i] = exp(x[i] - sub) for i in [0, n), exp(-inf) = 0; returns their sum. Float: a range reduction
-// and a degree-7 polynomial the compiler vectorises (relative error ~1e-7); double: std::exp.
-inline float exp_sub(float* x, int64_t n, float sub) {
-  constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
-  constexpr float C2 = LN2 * LN2 / 2, C3 = C2 * LN2 / 3, C4 = C3 * LN2 / 4, C5 = C4 * LN2 / 5,
-                  C6 = C5 * LN2 / 6, C7 = C6 * LN2 / 7;
-  constexpr float MAGIC = 12582912.0f;   // 1.5 · 2^23: adding it rounds to an integer
-  constexpr float FLOOR = -125.0f;       // below 2^-125 the result is taken as 0
+// and a degree-7 polynomial (relative error ~1e-7), eight lanes at a time with AVX2 (the scalar loop
+// does the tail and the CPUs without AVX2; GCC does not vectorise it: the NaN test keeps it scalar);
+// double: SLEEF's AVX2 exp (as PyTorch's SDPA uses), else std::exp.
+constexpr float EXP_LOG2E = 1.4426950408889634f, EXP_LN2 = 0.6931471805599453f;
+constexpr float EXP_C2 = EXP_LN2 * EXP_LN2 / 2, EXP_C3 = EXP_C2 * EXP_LN2 / 3, EXP_C4 = EXP_C3 * EXP_LN2 / 4,
+                EXP_C5 = EXP_C4 * EXP_LN2 / 5, EXP_C6 = EXP_C5 * EXP_LN2 / 6, EXP_C7 = EXP_C6 * EXP_LN2 / 7;
+constexpr float EXP_MAGIC = 12582912.0f;   // 1.5 · 2^23: adding it rounds to an integer
+constexpr float EXP_FLOOR = -125.0f;       // below 2^-125 the result is taken as 0
+
+inline float exp_sub_scalar(float* x, int64_t n, float sub) {
   float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) {
-    float y = (x[i] - sub) * LOG2E;
+    float y = (x[i] - sub) * EXP_LOG2E;
     const bool nan = y != y;            // a NaN score stays NaN (as in every backend): never weight 0
-    const bool zero = y < FLOOR;        // also -inf
-    y = (zero || nan) ? FLOOR : y;
-    const float r = y + MAGIC;
+    const bool zero = y < EXP_FLOOR;    // also -inf
+    y = (zero || nan) ? EXP_FLOOR : y;
+    const float r = y + EXP_MAGIC;
     int32_t ni;
     std::memcpy(&ni, &r, 4);
     ni -= 0x4B400000;
-    const float f = y - (r - MAGIC);    // [-0.5, 0.5]
-    float p = 1.0f + f * (LN2 + f * (C2 + f * (C3 + f * (C4 + f * (C5 + f * (C6 + f * C7))))));
+    const float f = y - (r - EXP_MAGIC);    // [-0.5, 0.5]
+    float p = 1.0f + f * (EXP_LN2 + f * (EXP_C2 + f * (EXP_C3 + f * (EXP_C4 + f * (EXP_C5 + f * (EXP_C6 + f * EXP_C7))))));
     int32_t bits;
     std::memcpy(&bits, &p, 4);
     bits += ni * (1 << 23);
@@ -117,9 +168,61 @@ inline float exp_sub(float* x, int64_t n, float sub) {
   return sum;
 }
 
+inline float exp_sub(float* x, int64_t n, float sub) {
+  int64_t i = 0;
+  float sum = 0.0f;
+#if defined(__AVX2__) && defined(__FMA__)
+  const __m256 vsub = _mm256_set1_ps(sub), log2e = _mm256_set1_ps(EXP_LOG2E), floor = _mm256_set1_ps(EXP_FLOOR);
+  const __m256 magic = _mm256_set1_ps(EXP_MAGIC), one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+  const __m256i bias = _mm256_set1_epi32(0x4B400000);
+  __m256 acc = zero;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), vsub);
+    const __m256 y = _mm256_mul_ps(d, log2e);
+    const __m256 nan = _mm256_cmp_ps(y, y, _CMP_UNORD_Q);
+    const __m256 tiny = _mm256_cmp_ps(y, floor, _CMP_LT_OQ);   // also -inf
+    const __m256 yc = _mm256_max_ps(y, floor);                 // a NaN lane becomes the floor (second operand)
+    const __m256 r = _mm256_add_ps(yc, magic);
+    const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(r), bias);
+    const __m256 f = _mm256_sub_ps(yc, _mm256_sub_ps(r, magic));
+    __m256 p = _mm256_fmadd_ps(f, _mm256_set1_ps(EXP_C7), _mm256_set1_ps(EXP_C6));
+    p = _mm256_fmadd_ps(f, p, _mm256_set1_ps(EXP_C5));
+    p = _mm256_fmadd_ps(f, p, _mm256_set1_ps(EXP_C4));
+    p = _mm256_fmadd_ps(f, p, _mm256_set1_ps(EXP_C3));
+    p = _mm256_fmadd_ps(f, p, _mm256_set1_ps(EXP_C2));
+    p = _mm256_fmadd_ps(f, p, _mm256_set1_ps(EXP_LN2));
+    p = _mm256_fmadd_ps(f, p, one);
+    p = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(ni, 23)));
+    p = _mm256_blendv_ps(p, zero, tiny);
+    p = _mm256_blendv_ps(p, d, nan);
+    _mm256_storeu_ps(x + i, p);
+    acc = _mm256_add_ps(acc, p);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  for (float lane : lanes) sum += lane;
+#endif
+  return sum + exp_sub_scalar(x + i, n - i, sub);
+}
+
 inline double exp_sub(double* x, int64_t n, double sub) {
+  int64_t i = 0;
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - sub));
+#if defined(__AVX2__) && defined(__FMA__)
+  if (Sleef_expd4_u10avx2) {
+    const __m256d vsub = _mm256_set1_pd(sub);
+    __m256d acc = _mm256_setzero_pd();
+    for (; i + 4 <= n; i += 4) {
+      const __m256d p = Sleef_expd4_u10avx2(_mm256_sub_pd(_mm256_loadu_pd(x + i), vsub));
+      _mm256_storeu_pd(x + i, p);
+      acc = _mm256_add_pd(acc, p);
+    }
+    alignas(32) double lanes[4];
+    _mm256_store_pd(lanes, acc);
+    for (double lane : lanes) sum += lane;
+  }
+#endif
+  for (; i < n; ++i) sum += (x[i] = std::exp(x[i] - sub));
   return sum;
 }
 
@@ -135,11 +238,12 @@ inline T row_max(const T* x, int64_t n) {   // NaN if any score is NaN: such a r
   return nan ? std::numeric_limits<T>::quiet_NaN() : mx;
 }
 
-// Everything one call needs, resolved once.
-template <typename T>
+// Everything one call needs, resolved once. T: the compute dtype (scores, softmax, sums); In: q, k, v's
+// (T itself, or a half type whose GEMMs accumulate in T = float).
+template <typename T, typename In = T>
 struct Problem {
   int64_t B, Hq, Hkv, G, Lq, Lk, D, Dv;
-  const T *q, *k, *v;
+  const In *q, *k, *v;
   int64_t qsb, qsh, qsl, ksb, ksh, ksl, vsb, vsh, vsl;
   int64_t left, right;   // key j visible to query position p when p − left <= j <= p + right; −1: unbounded
   T scale, softcap; // softcap 0: none
@@ -185,18 +289,19 @@ struct Problem {
   }
   bool spans() const { return limited() || seg_lo; }
   T gemm_alpha() const { return softcap > 0 ? scale / softcap : scale; }
-  const T* qrow(int64_t b, int64_t h, int64_t i) const { return q + b * qsb + h * qsh + i * qsl; }
-  const T* krow(int64_t b, int64_t h, int64_t j) const { return k + b * ksb + h * ksh + j * ksl; }
-  const T* vrow(int64_t b, int64_t h, int64_t j) const { return v + b * vsb + h * vsh + j * vsl; }
+  const In* qrow(int64_t b, int64_t h, int64_t i) const { return q + b * qsb + h * qsh + i * qsl; }
+  const In* krow(int64_t b, int64_t h, int64_t j) const { return k + b * ksb + h * ksh + j * ksl; }
+  const In* vrow(int64_t b, int64_t h, int64_t j) const { return v + b * vsb + h * vsh + j * vsl; }
 };
 
 // One tile of scores S (rows [r0, r1) of queries × keys [k0, k1)) for head h, softcapped and masked:
 // columns a row may not see are left as they are, and [a, b) per row is returned in `span`.
-template <typename T>
-void scores(const Problem<T>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t k0, int64_t k1, T* S,
+template <typename T, typename In>
+void scores(const Problem<T, In>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t k0, int64_t k1, T* S,
             T* tanh_out, std::vector<std::pair<int64_t, int64_t>>& span) {
   const int64_t n = k1 - k0, hk = h / P.G;
-  gemm<T>(false, true, r1 - r0, n, P.D, P.gemm_alpha(), P.qrow(b, h, r0), P.qsl, P.krow(b, hk, k0), P.ksl, T(0), S, n);
+  gemm<T, In>(false, true, r1 - r0, n, P.D, P.gemm_alpha(), P.qrow(b, h, r0), P.qsl, P.krow(b, hk, k0), P.ksl, T(0), S,
+              n);
   span.resize(r1 - r0);
   for (int64_t i = r0; i < r1; ++i) {
     T* s = S + (i - r0) * n;
@@ -255,11 +360,14 @@ void run_tasks(int64_t n_tasks, const F& task, bool fixed = false) {
   });
 }
 
-template <typename T>
-void forward_impl(const Problem<T>& P, T* out, T* lse) {
+// Forward: out (In) and lse (T). Each task keeps its rows' running (m, l) and output sums (acc, T) in its
+// worker's buffers and writes out once, in the epilogue.
+template <typename T, typename In>
+void forward_impl(const Problem<T, In>& P, In* out, T* lse) {
   const int64_t n_qb = (P.Lq + P.block_q - 1) / P.block_q, BH = P.B * P.Hkv;
   const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
   std::vector<std::vector<T>> tiles(workers), states(workers);
+  std::vector<std::vector<In>> rounded(workers);
   std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(workers);
   run_tasks(BH * n_qb, [&](int64_t w, int64_t t) {
     const int64_t qb = n_qb - 1 - t / BH, bh = t % BH, b = bh / P.Hkv, hk = bh % P.Hkv;  // last (costliest) first
@@ -267,14 +375,13 @@ void forward_impl(const Problem<T>& P, T* out, T* lse) {
     std::vector<T>& S = tiles[w];
     std::vector<T>& st = states[w];
     S.resize(P.block_q * P.block_k);
-    st.resize(2 * P.G * P.block_q);
-    T *m = st.data(), *l = st.data() + P.G * P.block_q;
-    std::fill(m, m + P.G * P.block_q, T(NEG_INF));
-    std::fill(l, l + P.G * P.block_q, T(0));
-    for (int64_t g = 0; g < P.G; ++g) {
-      T* o = out + ((b * P.Hq + hk * P.G + g) * P.Lq + q0) * P.Dv;
-      std::fill(o, o + nq * P.Dv, T(0));
-    }
+    if (!std::is_same_v<T, In>) rounded[w].resize(P.block_q * P.block_k);
+    const int64_t rows = P.G * P.block_q;
+    st.resize(rows * (2 + P.Dv));
+    T *m = st.data(), *l = m + rows, *acc = l + rows;   // acc: (G, block_q, Dv)
+    std::fill(m, m + rows, T(NEG_INF));
+    std::fill(l, l + rows, T(0));
+    std::fill(acc, acc + rows * P.Dv, T(0));
     int64_t lo = 0, hi = P.Lk;   // keys any row of the block sees
     if (P.spans()) {
       lo = P.Lk, hi = 0;
@@ -292,7 +399,7 @@ void forward_impl(const Problem<T>& P, T* out, T* lse) {
       for (int64_t g = 0; g < P.G; ++g) {
         const int64_t h = hk * P.G + g;
         scores(P, b, h, r0, r1, k0, k1, S.data(), static_cast<T*>(nullptr), spans[w]);
-        T* o = out + ((b * P.Hq + h) * P.Lq) * P.Dv;
+        T* o = acc + g * P.block_q * P.Dv;   // row i at (i − q0) · Dv
         for (int64_t i = r0; i < r1; ++i) {
           T* s = S.data() + (i - r0) * n;
           const auto [a, e] = spans[w][i - r0];
@@ -309,15 +416,16 @@ void forward_impl(const Problem<T>& P, T* out, T* lse) {
           const T sum = exp_sub(s + a, e - a, m_new);
           if (mi != m_new) {
             const T alpha = mi == T(NEG_INF) ? T(0) : std::exp(mi - m_new);
-            T* oi = o + i * P.Dv;
+            T* oi = o + (i - q0) * P.Dv;
             for (int64_t d = 0; d < P.Dv; ++d) oi[d] *= alpha;
             li *= alpha;
           }
           li += sum;
           mi = m_new;
         }
-        gemm<T>(false, false, r1 - r0, P.Dv, n, T(1), S.data(), n, P.vrow(b, hk, k0), P.vsl, T(1),
-                o + r0 * P.Dv, P.Dv);
+        const In* p = as_operand<In>(S.data(), rounded[w].data(), (r1 - r0) * n);   // P in the GEMM's dtype
+        gemm<T, In>(false, false, r1 - r0, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1),
+                    o + (r0 - q0) * P.Dv, P.Dv);
       }
     }
     // epilogue: out = acc / l (0 for a row that saw nothing), lse = m + log l (−inf there); a sink joins
@@ -327,21 +435,22 @@ void forward_impl(const Problem<T>& P, T* out, T* lse) {
       for (int64_t i = q0; i < q1; ++i) {
         T li = l[g * P.block_q + i - q0];
         T mi = m[g * P.block_q + i - q0];
-        T* oi = out + ((b * P.Hq + h) * P.Lq + i) * P.Dv;
+        const T* ai = acc + (g * P.block_q + i - q0) * P.Dv;
+        In* oi = out + ((b * P.Hq + h) * P.Lq + i) * P.Dv;
         T* lsei = lse + (b * P.Hq + h) * P.Lq + i;
+        T alpha = T(1);
         if (P.sinks && mi == mi) {
           const T sink = P.sinks[h], m_new = std::max(mi, sink);
-          const T alpha = li > 0 ? std::exp(mi - m_new) : T(0);
-          for (int64_t d = 0; d < P.Dv; ++d) oi[d] *= alpha;
+          alpha = li > 0 ? std::exp(mi - m_new) : T(0);
           li = li * alpha + std::exp(sink - m_new);
           mi = m_new;
         }
         if (li > 0 || li != li) {   // a NaN row stays NaN (as in every backend), not "saw nothing"
-          const T inv = T(1) / li;
-          for (int64_t d = 0; d < P.Dv; ++d) oi[d] *= inv;
+          const T inv = alpha / li;
+          for (int64_t d = 0; d < P.Dv; ++d) oi[d] = static_cast<In>(ai[d] * inv);
           *lsei = mi + std::log(li);
         } else {
-          std::fill(oi, oi + P.Dv, T(0));
+          std::fill(oi, oi + P.Dv, In(0));
           *lsei = T(NEG_INF);
         }
       }
@@ -349,12 +458,14 @@ void forward_impl(const Problem<T>& P, T* out, T* lse) {
   });
 }
 
-template <typename T>
-void backward_impl(const Problem<T>& P, const T* dout, int64_t dsb, int64_t dsh, int64_t dsl, const T* lse,
+// Backward: dout (In), lse and delta (T); dq, dk, dv are T (the caller converts them to In).
+template <typename T, typename In>
+void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t dsh, int64_t dsl, const T* lse,
                    const T* delta, T* dq, T* dk, T* dv, std::vector<at::Tensor>& dq_extra) {
   const int64_t n_kb = (P.Lk + P.block_k - 1) / P.block_k, BH = P.B * P.Hkv;
   const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
   std::vector<std::vector<T>> bufs(workers);
+  std::vector<std::vector<In>> rounded(workers);
   std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(workers);
   std::vector<T*> dq_of(workers, nullptr);
   dq_of[0] = dq;
@@ -365,6 +476,7 @@ void backward_impl(const Problem<T>& P, const T* dout, int64_t dsb, int64_t dsh,
     T* dqw = dq_of[w];
     std::vector<T>& buf = bufs[w];
     buf.resize(3 * bq * bk);
+    if (!std::is_same_v<T, In>) rounded[w].resize(bq * bk);
     T *S = buf.data(), *dP = S + bq * bk, *Th = dP + bq * bk;
     const int64_t k0 = kb * bk, k1 = std::min(P.Lk, k0 + bk), n = k1 - k0;
     T* dkb = dk + ((b * P.Hkv + hk) * P.Lk + k0) * P.D;
@@ -384,26 +496,28 @@ void backward_impl(const Problem<T>& P, const T* dout, int64_t dsb, int64_t dsh,
           if (lrow[i] == T(NEG_INF)) std::fill(s + a, s + e, T(0));
           else exp_sub(s + a, e - a, lrow[i]);
         }
-        const T* dor = dout + b * dsb + h * dsh + q0 * dsl;
-        gemm<T>(true, false, n, P.Dv, nq, T(1), S, n, dor, dsl, T(1), dvb, P.Dv);        // dV += Pᵀ dO
-        gemm<T>(false, true, nq, n, P.Dv, T(1), dor, dsl, P.vrow(b, hk, k0), P.vsl, T(0), dP, n);  // dP = dO Vᵀ
+        const In* dor = dout + b * dsb + h * dsh + q0 * dsl;
+        const In* p = as_operand<In>(S, rounded[w].data(), nq * n);
+        gemm<T, In>(true, false, n, P.Dv, nq, T(1), p, n, dor, dsl, T(1), dvb, P.Dv);        // dV += Pᵀ dO
+        gemm<T, In>(false, true, nq, n, P.Dv, T(1), dor, dsl, P.vrow(b, hk, k0), P.vsl, T(0), dP, n);  // dP = dO Vᵀ
         const T* drow = delta + (b * P.Hq + h) * P.Lq;
         for (int64_t i = q0; i < q1; ++i) {   // dS = P ∘ (dP − Δ) (∘ (1 − tanh²) under a softcap)
           T* ds = dP + (i - q0) * n;
-          const T* p = S + (i - q0) * n;
+          const T* pi = S + (i - q0) * n;
           const T di = drow[i];
           const auto [a, e] = spans[w][i - q0];
           std::fill(ds, ds + a, T(0));
           std::fill(ds + e, ds + n, T(0));
-          for (int64_t j = a; j < e; ++j) ds[j] = p[j] * (ds[j] - di);
+          for (int64_t j = a; j < e; ++j) ds[j] = pi[j] * (ds[j] - di);
           if (P.softcap > 0) {
             const T* th = Th + (i - q0) * n;
             for (int64_t j = a; j < e; ++j) ds[j] *= T(1) - th[j] * th[j];
           }
         }
-        gemm<T>(true, false, n, P.D, nq, P.scale, dP, n, P.qrow(b, h, q0), P.qsl, T(1), dkb, P.D);  // dK += s dSᵀ Q
+        const In* dsr = as_operand<In>(dP, rounded[w].data(), nq * n);   // dS in the GEMM's dtype (P is spent)
+        gemm<T, In>(true, false, n, P.D, nq, P.scale, dsr, n, P.qrow(b, h, q0), P.qsl, T(1), dkb, P.D);  // dK += s dSᵀ Q
         T* dqb = dqw + ((b * P.Hq + h) * P.Lq + q0) * P.D;
-        gemm<T>(false, false, nq, P.D, n, P.scale, dP, n, P.krow(b, hk, k0), P.ksl, T(1), dqb, P.D);  // dQ += s dS K
+        gemm<T, In>(false, false, nq, P.D, n, P.scale, dsr, n, P.krow(b, hk, k0), P.ksl, T(1), dqb, P.D);  // dQ += s dS K
       }
     }
   }, at::globalContext().deterministicAlgorithms());
@@ -411,16 +525,16 @@ void backward_impl(const Problem<T>& P, const T* dout, int64_t dsb, int64_t dsh,
 
 int64_t row_stride(const at::Tensor& t) { return t.size(2) <= 1 ? std::max<int64_t>(t.size(3), 1) : t.stride(2); }
 
-template <typename T>
-Problem<T> make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+template <typename T, typename In>
+Problem<T, In> make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                         const std::optional<at::Tensor>& mask, int64_t left, int64_t right, double scale,
                         double softcap, const std::optional<at::Tensor>& sinks, const std::optional<at::Tensor>& alibi,
                         const std::optional<at::Tensor>& seg_span, const std::optional<at::Tensor>& seg_ids,
                         int64_t block_q, int64_t block_k) {
-  Problem<T> P;
+  Problem<T, In> P;
   P.B = q.size(0); P.Hq = q.size(1); P.Lq = q.size(2); P.D = q.size(3);
   P.Hkv = k.size(1); P.Lk = k.size(2); P.Dv = v.size(3); P.G = P.Hq / P.Hkv;
-  P.q = q.data_ptr<T>(); P.k = k.data_ptr<T>(); P.v = v.data_ptr<T>();
+  P.q = q.data_ptr<In>(); P.k = k.data_ptr<In>(); P.v = v.data_ptr<In>();
   P.qsb = q.stride(0); P.qsh = q.stride(1); P.qsl = row_stride(q);
   P.ksb = k.stride(0); P.ksh = k.stride(1); P.ksl = row_stride(k);
   P.vsb = v.stride(0); P.vsh = v.stride(1); P.vsl = row_stride(v);
@@ -430,18 +544,22 @@ Problem<T> make_problem(const at::Tensor& q, const at::Tensor& k, const at::Tens
     const at::Tensor& m = *mask;
     TORCH_CHECK(m.dim() == 4 && m.size(0) == P.B && m.size(1) == P.Hq && m.size(2) == P.Lq && m.size(3) == P.Lk,
                 "mask must be expanded to (B, Hq, Lq, Lk)");
+    TORCH_CHECK(m.scalar_type() == at::kBool || m.scalar_type() == c10::CppTypeToScalarType<T>::value,
+                "an additive mask must be in the compute dtype (float32 for half inputs)");
     if (m.scalar_type() == at::kBool) P.bool_mask = m.data_ptr<bool>();
     else P.add_mask = m.data_ptr<T>();
     P.msb = m.stride(0); P.msh = m.stride(1); P.msq = m.stride(2); P.msk = m.stride(3);
   }
   if (sinks.has_value()) {
-    TORCH_CHECK(sinks->is_contiguous() && sinks->numel() == P.Hq && sinks->scalar_type() == q.scalar_type(),
-                "sinks must be a contiguous (Hq,) tensor of q's dtype");
+    TORCH_CHECK(sinks->is_contiguous() && sinks->numel() == P.Hq &&
+                    sinks->scalar_type() == c10::CppTypeToScalarType<T>::value,
+                "sinks must be a contiguous (Hq,) tensor of the compute dtype (float32 for half inputs)");
     P.sinks = sinks->data_ptr<T>();
   }
   if (alibi.has_value()) {
-    TORCH_CHECK(alibi->is_contiguous() && alibi->numel() == P.Hq && alibi->scalar_type() == q.scalar_type(),
-                "alibi must be a contiguous (Hq,) tensor of q's dtype");
+    TORCH_CHECK(alibi->is_contiguous() && alibi->numel() == P.Hq &&
+                    alibi->scalar_type() == c10::CppTypeToScalarType<T>::value,
+                "alibi must be a contiguous (Hq,) tensor of the compute dtype (float32 for half inputs)");
     P.alibi = alibi->data_ptr<T>();
   }
   if (seg_span.has_value()) {
@@ -464,10 +582,26 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     TORCH_CHECK(t->scalar_type() == q.scalar_type(), "native attention: q, k, v must share a dtype");
     TORCH_CHECK(t->size(3) <= 1 || t->stride(3) == 1, "native attention: the last dim must have stride 1");
   }
-  TORCH_CHECK(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble, "native attention: float32/64 only");
+  const at::ScalarType st = q.scalar_type();
+  TORCH_CHECK(st == at::kFloat || st == at::kDouble || st == at::kBFloat16 || st == at::kHalf,
+              "native attention: float32, float64, bfloat16 or float16 only");
   TORCH_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "native attention: Hq % Hkv != 0");
   TORCH_CHECK(block_q > 0 && block_k > 0, "native attention: block sizes must be positive");
 }
+
+// f(T{}, In{}) for q's dtype: (float, float), (double, double), (float, BFloat16), (float, Half).
+template <typename F>
+void dispatch(at::ScalarType st, const F& f) {
+  switch (st) {
+    case at::kFloat: return f(float{}, float{});
+    case at::kDouble: return f(double{}, double{});
+    case at::kBFloat16: return f(float{}, at::BFloat16{});
+    case at::kHalf: return f(float{}, at::Half{});
+    default: TORCH_CHECK(false, "native attention: unsupported dtype ", st);
+  }
+}
+
+at::ScalarType compute_dtype(at::ScalarType st) { return st == at::kDouble ? at::kDouble : at::kFloat; }
 
 std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                      const std::optional<at::Tensor>& mask, int64_t left,
@@ -479,11 +613,13 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const 
                                                      int64_t block_k) {
   check_inputs(q, k, v, block_q, block_k);
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
-  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
-  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "selfattn_native_forward", [&] {
-    auto P = make_problem<scalar_t>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids,
-                                    block_q, block_k);
-    forward_impl<scalar_t>(P, out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>());
+  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(compute_dtype(q.scalar_type())));
+  dispatch(q.scalar_type(), [&](auto t, auto in) {
+    using T = decltype(t);
+    using In = decltype(in);
+    auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q,
+                                 block_k);
+    forward_impl<T, In>(P, out.data_ptr<In>(), lse.data_ptr<T>());
   });
   return {out, lse};
 }
@@ -497,23 +633,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
   check_inputs(q, k, v, block_q, block_k);
   TORCH_CHECK(dout.size(3) <= 1 || dout.stride(3) == 1, "native attention: dout's last dim must have stride 1");
   TORCH_CHECK(lse.is_contiguous() && delta.is_contiguous(), "native attention: lse and delta must be contiguous");
-  at::Tensor dq = at::zeros(q.sizes(), q.options());
-  at::Tensor dk = at::zeros(k.sizes(), k.options());
-  at::Tensor dv = at::zeros(v.sizes(), v.options());
+  TORCH_CHECK(dout.scalar_type() == q.scalar_type(), "native attention: dout must have q's dtype");
+  const at::TensorOptions acc = q.options().dtype(compute_dtype(q.scalar_type()));
+  TORCH_CHECK(lse.scalar_type() == acc.dtype() && delta.scalar_type() == acc.dtype(),
+              "native attention: lse and delta must be in the compute dtype (float32 for half inputs)");
+  at::Tensor dq = at::zeros(q.sizes(), acc);
+  at::Tensor dk = at::zeros(k.sizes(), acc);
+  at::Tensor dv = at::zeros(v.sizes(), acc);
   const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
   std::vector<at::Tensor> dq_extra(workers);
   const int64_t n_tasks = q.size(0) * k.size(1) * ((k.size(2) + block_k - 1) / block_k);
-  for (int64_t w = 1; w < std::min(workers, n_tasks); ++w) dq_extra[w] = at::zeros(q.sizes(), q.options());
-  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "selfattn_native_backward", [&] {
-    auto P = make_problem<scalar_t>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids,
-                                    block_q, block_k);
-    backward_impl<scalar_t>(P, dout.data_ptr<scalar_t>(), dout.stride(0), dout.stride(1), row_stride(dout),
-                            lse.data_ptr<scalar_t>(), delta.data_ptr<scalar_t>(), dq.data_ptr<scalar_t>(),
-                            dk.data_ptr<scalar_t>(), dv.data_ptr<scalar_t>(), dq_extra);
+  for (int64_t w = 1; w < std::min(workers, n_tasks); ++w) dq_extra[w] = at::zeros(q.sizes(), acc);
+  dispatch(q.scalar_type(), [&](auto t, auto in) {
+    using T = decltype(t);
+    using In = decltype(in);
+    auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q,
+                                 block_k);
+    backward_impl<T, In>(P, dout.data_ptr<In>(), dout.stride(0), dout.stride(1), row_stride(dout), lse.data_ptr<T>(),
+                         delta.data_ptr<T>(), dq.data_ptr<T>(), dk.data_ptr<T>(), dv.data_ptr<T>(), dq_extra);
   });
   for (const at::Tensor& extra : dq_extra)
     if (extra.defined()) dq.add_(extra);
-  return {dq, dk, dv};
+  const at::ScalarType st = q.scalar_type();
+  return {dq.to(st), dk.to(st), dv.to(st)};
 }
 
 }  // namespace
