@@ -126,6 +126,7 @@ def test_explain_gives_each_estimate_or_reasons_and_the_choice():
         "supported": False,
         "seconds": None,
         "reasons": kernels.BACKENDS["sdpa"].not_supported_reasons(r),
+        "path": None,
     }
     assert "log-sum-exp" in e["backends"]["sdpa"]["reasons"][0]
     for name in ("tiled", "naive"):
@@ -262,3 +263,16 @@ def test_the_block_plan_draws_what_segments_hide(segments, causal, window):
                 assert char != "F" and (char == ".") <= (not block.any()) and block.any() <= (char == "P"), (i, j)
     text = kernels.render(kernels.explain(dict(B=2, Hq=1, Lq=L, D=4, causal=causal, window=window, segments=seg)))
     assert "segments=3+3 per batch item" in text and "native skips the hidden blocks" in text
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_explain_names_the_gemms_native_runs(dtype, native_marked_built):
+    """bench --explain says which path native takes on this CPU: its half GEMM only where the CPU has one."""
+    from selfattn.kernels import native
+
+    e = kernels.explain(dict(B=1, Hq=2, Lq=64, D=16, causal=True, dtype=dtype))
+    path = e["backends"]["native"]["path"]
+    assert path == native.gemm_path(dtype) and e["backends"]["native"]["supported"] and path in kernels.render(e)
+    if dtype == torch.bfloat16:
+        assert path.startswith("bfloat16 GEMM") == native.has_half_gemm(dtype)
+    assert e["backends"]["sdpa"]["path"] is None and json.loads(json.dumps(e)) == e

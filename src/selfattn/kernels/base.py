@@ -256,5 +256,10 @@ class Backend:
     def forward(self, request: Request) -> Result:
         raise NotImplementedError(f"backend {self.name!r} has no forward")
 
+    def compute_path(self, request: Request) -> str | None:
+        """In words, how it computes `request` where that depends on the hardware (which GEMMs run in which
+        dtype), for `kernels.explain`; None where there is nothing to say. Never compiles."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

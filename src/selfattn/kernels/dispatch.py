@@ -168,6 +168,7 @@ def explain(request_or_kwargs: Request | Mapping, backend: str = "auto") -> dict
             "supported": not reasons[name],
             "seconds": None if reasons[name] else cost.estimate_seconds(BACKENDS[name], request),
             "reasons": reasons[name],
+            "path": BACKENDS[name].compute_path(request),
         }
         for name in names
     }
@@ -207,7 +208,8 @@ def render(explanation: Mapping) -> str:
     for name, row in explanation["backends"].items():
         if row["supported"]:
             seconds = "no estimate" if row["seconds"] is None else f"estimate {_seconds(row['seconds'])}"
-            lines.append(f"{name:<{width}}  can serve it, {seconds}")
+            path = f"; {row['path']}" if row.get("path") else ""
+            lines.append(f"{name:<{width}}  can serve it, {seconds}{path}")
         else:
             lines.append(f"{name:<{width}}  cannot: " + ("\n" + " " * (width + 10)).join(row["reasons"]))
     lines += ["", f"choice   {explanation['choice'] or 'none'}: {explanation['why']}"]

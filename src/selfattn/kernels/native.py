@@ -174,6 +174,10 @@ class NativeBackend(Backend):
         """`gemm_path(dtype)` for this backend's `half_gemm` setting."""
         return gemm_path(dtype, self.half_gemm)
 
+    def compute_path(self, request: Request) -> str:
+        """`gemm_path` of the request's dtype: what `selfattn bench --explain` says native runs."""
+        return self.gemm_path(request.q.dtype)
+
     def _operand_dtype(self, dtype: torch.dtype) -> torch.dtype:
         """The dtype q, k, v reach the kernel in: half inputs stay half on the half-GEMM path."""
         if dtype in HALF_DTYPES and (self.half_gemm if self.half_gemm is not None else has_half_gemm(dtype)):
