@@ -20,7 +20,7 @@ from selfattn.bench.timing import best_seconds_interleaved
 from selfattn.kernels import cost, dispatch
 from selfattn.request import build_request
 
-BACKENDS = ("sdpa", "native", "tiled")
+BACKENDS = ("sdpa", "native", "tiled", "naive")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 

@@ -48,9 +48,9 @@ def reference_of(
     )
 
 
-def shaped_request(B=1, Hq=8, Hkv=8, Lq=1024, Lk=1024, D=64, device="cpu", grad=False, **kwargs):
+def shaped_request(B=1, Hq=8, Hkv=8, Lq=1024, Lk=1024, D=64, device="cpu", grad=False, dtype=torch.float32, **kwargs):
     """A request of that shape whose tensors take no memory (one element, expanded)."""
-    one = torch.zeros((), device=device, requires_grad=grad)
+    one = torch.zeros((), device=device, dtype=dtype, requires_grad=grad)
     q, k, v = one.expand(B, Hq, Lq, D), one.expand(B, Hkv, Lk, D), one.expand(B, Hkv, Lk, D)
     return build_request(q, k, v, **kwargs)
 

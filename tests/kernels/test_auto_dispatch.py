@@ -43,6 +43,11 @@ def native_marked_built(monkeypatch):
         (dict(Lq=8, Lk=8, causal=True, softcap=30.0), "naive"),  # tiny: naive's one pass is cheaper
         (dict(Lq=64, Lk=64, return_weights=True), "naive"),  # nothing else returns weights
         (dict(Lq=4096, Lk=4096, causal=True, window=256, grad=True), "tiled"),
+        # scripts/calibrate_dtypes.py, idle: SDPA's bf16 backward runs at 0.18× its fp32 rate (838 ms against
+        # tiled's 206 ms at L=2048); its bf16 forward and fp64 keep their place
+        (dict(Lq=2048, Lk=2048, causal=True, grad=True, dtype=torch.bfloat16), "tiled"),
+        (dict(Lq=2048, Lk=2048, causal=True, dtype=torch.bfloat16), "sdpa"),
+        (dict(Lq=2048, Lk=2048, causal=True, dtype=torch.float64), "sdpa"),
     ],
 )
 def test_auto_chooses_by_estimated_speed(kwargs, want):
@@ -58,6 +63,8 @@ def test_auto_chooses_by_estimated_speed(kwargs, want):
         (dict(Lq=1, Lk=4096, causal=True), "native"),  # one decoding step, no dense mask
         (dict(Lq=2048, Lk=2048, causal=True, return_lse=True), "native"),
         (dict(Lq=64, Lk=64, return_weights=True), "naive"),  # still the only one with weights
+        (dict(Lq=2048, Lk=2048, causal=True, dtype=torch.float64), "native"),  # measured 0.90× SDPA
+        (dict(Lq=2048, Lk=2048, causal=True, grad=True, dtype=torch.bfloat16), "native"),  # 0.18× SDPA's time
     ],
 )
 def test_auto_takes_native_once_it_is_built(native_marked_built, kwargs, want):

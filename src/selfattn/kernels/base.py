@@ -157,8 +157,9 @@ class Cost:
     backward_factor       (forward + backward time) / forward time
     busy_factor           how much slower it gets on cores another busy process shares, relative to SDPA
     reads_per_query_head  it reads K and V once per query head (SDPA's CPU kernel), not once per kv head
-    dtype_speed           its compute rate in a dtype over its float32 rate (1.0 where a dtype is not listed):
-                          float64 runs at about half; bfloat16 faster where the kernel uses a bf16 GEMM
+    dtype_speed           its forward's compute rate in a dtype over its float32 rate (1.0 where a dtype is not
+                          listed): float64 runs at about a third; bfloat16 about as fast where it is converted
+    backward_dtype_speed  the same for forward + backward (SDPA's bfloat16 backward runs at a fifth of its fp32)
     """
 
     work: Callable[[Request], Work]
@@ -168,6 +169,7 @@ class Cost:
     busy_factor: float
     reads_per_query_head: bool = False
     dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
+    backward_dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

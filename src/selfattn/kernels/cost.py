@@ -5,6 +5,7 @@ For a request that several backends can serve, "auto" estimates each one's secon
     seconds ≈ cost.call_seconds + extra                      (tiled: TILE_SECONDS per visited tile)
               + max(pairs · flops per pair / rate,           compute: (pairs, rate, extra) = cost.work(r),
                                                              rate × cost.dtype_speed[dtype] outside float32
+                                                             (backward_dtype_speed with gradients)
                     bytes of K and V / cost.read_gbps)       memory: one decoding step is bound by it
     (all but the call cost × cost.backward_factor when the request needs gradients)
 
@@ -21,6 +22,11 @@ So SDPA wins plain and square-causal attention (its fused kernel has no Python p
 "tiled" wins sliding windows, chunked prefill (causal, Lq < Lk), causal plus a padding mask,
 and whatever SDPA refuses (lse, softcap) once past a few dozen positions; naive wins tiny
 problems SDPA refuses, and is the only one that returns weights.
+
+The dtype ratios (`Cost.dtype_speed`, `backward_dtype_speed`) come from `scripts/calibrate_dtypes.py`: causal
+L=2048 (naive L=1024), B=1, H=8, D=64, 2 threads, every backend in fp32, bf16 and fp64 side by side on idle
+cores of this AVX2-only EPYC (no bf16 GEMM: every kernel converts bf16 to fp32 but SDPA's backward, which
+runs at 0.18× its fp32 rate). With them "auto" took the fastest backend in all six (dtype × pass) cases.
 
 The constants come from a calibration grid (causal / full / window / prefill / decoding / GQA
 / masks / softcap / forward+backward; B=1, H=8, D=64, fp32; torch 2.13 on a 2-core AMD EPYC
@@ -93,7 +99,7 @@ def estimate_seconds(backend: Backend, r: Request) -> float | None:
     flops_per_pair = 2.0 * r.B * r.Hq * (r.D + r.Dv)
     readers = r.Hq if cost.reads_per_query_head else r.Hkv
     kv_bytes = r.B * readers * r.Lk * (r.D + r.Dv) * r.k.element_size()
-    rate *= cost.dtype_speed.get(r.q.dtype, 1.0)
+    rate *= (cost.backward_dtype_speed if r.needs_grad else cost.dtype_speed).get(r.q.dtype, 1.0)
     work = extra + max(pairs * flops_per_pair / (rate * 1e9), kv_bytes / (cost.read_gbps * 1e9))
     if r.needs_grad:
         work *= cost.backward_factor

@@ -45,7 +45,15 @@ class NaiveBackend(Backend):
             "(or raise the budget: with selfattn.kernels.budget(nbytes))"
         },
     )
-    cost = Cost(work=_work, read_gbps=14.9, call_seconds=150e-6, backward_factor=2.4, busy_factor=1.5)
+    cost = Cost(
+        work=_work,
+        read_gbps=14.9,
+        call_seconds=150e-6,
+        backward_factor=2.4,
+        busy_factor=1.5,
+        dtype_speed={torch.float64: 0.52},
+        backward_dtype_speed={torch.float64: 0.45},
+    )
     """Naive's forward is slow (it masks and normalises the whole matrix), its backward is three matmuls;
     under load its few big ops lose 1.5× (see `kernels.cost`)."""
 

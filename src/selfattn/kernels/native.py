@@ -154,7 +154,15 @@ class NativeBackend(Backend):
             "device": "on a GPU use 'sdpa' or 'flex'",
         },
     )
-    cost = Cost(work=_work, read_gbps=23.5, call_seconds=25e-6, backward_factor=3.9, busy_factor=1.0)
+    cost = Cost(
+        work=_work,
+        read_gbps=23.5,
+        call_seconds=25e-6,
+        backward_factor=3.9,
+        busy_factor=1.0,
+        dtype_speed={torch.bfloat16: 0.95, torch.float64: 0.35},
+        backward_dtype_speed={torch.bfloat16: 0.98, torch.float64: 0.33},
+    )
     """One `at::parallel_for` per pass: under load it loses about the share of the core it gives away."""
 
     def __init__(self, block_q: int = BLOCK_Q, block_k: int = BLOCK_K, half_gemm: bool | None = None):

@@ -63,7 +63,14 @@ class SdpaBackend(Backend):
         },
     )
     cost = Cost(
-        work=_work, read_gbps=14.0, call_seconds=40e-6, backward_factor=3.7, busy_factor=1.0, reads_per_query_head=True
+        work=_work,
+        read_gbps=14.0,
+        call_seconds=40e-6,
+        backward_factor=3.7,
+        busy_factor=1.0,
+        reads_per_query_head=True,
+        dtype_speed={torch.bfloat16: 0.97, torch.float64: 0.34},
+        backward_dtype_speed={torch.bfloat16: 0.18, torch.float64: 0.31},
     )
     """One parallel region per call: it loses about the share of the core it gives away (busy_factor 1).
     Its CPU kernel reads K and V once per query head (a GQA group of G heads reads them G times)."""

@@ -104,6 +104,8 @@ class TiledBackend(Backend):
         call_seconds=200e-6,
         backward_factor=3.3,
         busy_factor=3.0,
+        dtype_speed={torch.bfloat16: 0.90, torch.float64: 0.32},
+        backward_dtype_speed={torch.bfloat16: 0.96, torch.float64: 0.39},
     )
     """busy_factor 3: it starts and joins the thread pool per tile and waits each time for a preempted
     thread (1.6× to 13× measured under `selfattn bench --load 1`)."""
