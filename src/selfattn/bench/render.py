@@ -23,9 +23,8 @@ def render_header(result: dict, console: Console) -> None:
         sep="",
     )
     console.print(f"GEMM peak: {machine['gemm_peak_gflops']:.1f} GFLOP/s ({machine['gemm']})")
-    others = {k: v for k, v in machine.get("gemm_peaks_by_dtype", {}).items() if k != "fp32"}
-    if others:
-        console.print("GEMM peaks of the other dtypes: " + ", ".join(f"{k} {v:.1f} GFLOP/s" for k, v in others.items()))
+    for what in machine.get("gemm_other_dtypes", []):
+        console.print(Text(f"GEMM peak of another dtype: {what}"))
     for key, text in result["method"].items():
         console.print(f"[dim]{key}: {text}[/dim]")
     for text in result.get("warnings", []):

@@ -46,6 +46,9 @@ BUSY_LOAD_BEFORE = 2.0
 PEAK_SPREAD = 1.25
 """The GEMM peak is timed before and after the cases; one this much below the other marks a busy machine."""
 
+PROBE_SIZE, SLOW_GFLOPS = 256, 10.0
+"""A half-precision GEMM is first timed at PROBE_SIZE²; below SLOW_GFLOPS it is not timed at full size."""
+
 
 def run(
     cases=None,
@@ -120,21 +123,37 @@ def _load_average() -> float | None:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
+def _peak(n: int, min_seconds: float, dtype: torch.dtype) -> dict:
+    """`gemm_peak` in `dtype`; a half dtype first at PROBE_SIZE, and at n only where that ran at a useful rate
+    (a torch without bf16 GEMM instructions multiplies 2048² bf16 matrices in about a minute)."""
+    if dtype.itemsize >= 4:
+        return gemm_peak(n, min_seconds, dtype)
+    probe = gemm_peak(PROBE_SIZE, min_seconds / 10, dtype)
+    return probe if probe["gflops"] < SLOW_GFLOPS else gemm_peak(n, min_seconds, dtype)
+
+
 def _run(
     chosen: list[Case], quick: bool, threads: int, measure_memory: bool, busy: int, load: float | None, progress
 ) -> dict:
     min_seconds = QUICK_MIN_SECONDS if quick else MIN_SECONDS
     gemm_size = QUICK_GEMM_SIZE if quick else GEMM_SIZE
     dtypes = list(dict.fromkeys([torch.float32, *(case.dtype for case in chosen)]))
-    before = {dtype: gemm_peak(gemm_size, min_seconds, dtype) for dtype in dtypes}
+    before = {dtype: _peak(gemm_size, min_seconds, dtype) for dtype in dtypes}
     entries = []
     for case in chosen:
         if progress is not None:
             progress(case.name, case.shape)
         entries.append(_run_case(case, quick, threads, min_seconds, measure_memory))
-    after = {dtype: gemm_peak(gemm_size, min_seconds, dtype) for dtype in dtypes}  # a busy moment must not lower it
+    after = {dtype: _peak(gemm_size, min_seconds, dtype) for dtype in dtypes}  # a busy moment must not lower it
     load_after = _load_average()
     best = {dtype: max(before[dtype], after[dtype], key=lambda p: p["gflops"]) for dtype in dtypes}
+    for dtype in dtypes:  # a half GEMM slower than fp32 (no bf16 instructions): the yardstick is converting to fp32
+        if dtype.itemsize < 4 and best[dtype]["gflops"] < best[torch.float32]["gflops"]:
+            slow = best[dtype]
+            best[dtype] = best[torch.float32] | {
+                "dtype": slow["dtype"],
+                "what": f"{slow['what']} ran at {slow['gflops']:.1f} GFLOP/s, slower than fp32: the fp32 peak stands",
+            }
     peaks = [before[torch.float32], after[torch.float32]]
     peak = best[torch.float32]
     for case, entry in zip(chosen, entries, strict=True):
@@ -156,6 +175,9 @@ def _run(
             "busy_processes": busy,
             "gemm_peaks_gflops": [p["gflops"] for p in peaks],
             "gemm_peaks_by_dtype": {p["dtype"]: p["gflops"] for p in best.values()},
+            "gemm_other_dtypes": [
+                f"{p['dtype']} {p['gflops']:.1f} GFLOP/s ({p['what']})" for d, p in best.items() if d != torch.float32
+            ],
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         },
         "warnings": _warnings(load, load_after, [p["gflops"] for p in peaks], threads, busy),
