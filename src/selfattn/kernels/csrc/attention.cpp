@@ -314,10 +314,17 @@ void scores(const Problem<T, In>& P, int64_t b, int64_t h, int64_t r0, int64_t r
         s[j - k0] = P.softcap * t;
       }
     }
-    if (P.alibi) {   // after the softcap: its derivative is 1, the tanh above stays the softcap's
+    if (P.alibi && e > a) {   // after the softcap: its derivative is 1, the tanh above stays the softcap's
+      // −slope·|p − j| in two branch-free runs (keys up to p, keys after it) whose int32 counters vectorise;
+      // d0 ± t is the exact integer distance below 2^24 (SIZES bounds lengths far below that)
       const T slope = P.alibi[h];
-      const int64_t p = i + P.shift();
-      for (int64_t j = a; j < e; ++j) s[j - k0] -= slope * static_cast<T>(p > j ? p - j : j - p);
+      const int64_t p = i + P.shift(), mid = std::min(e, std::max(a, p + 1));
+      T* before = s + (a - k0);
+      const T d_before = static_cast<T>(p - a);
+      for (int t = 0, m = static_cast<int>(mid - a); t < m; ++t) before[t] -= slope * (d_before - static_cast<T>(t));
+      T* after = s + (mid - k0);
+      const T d_after = static_cast<T>(mid - p);
+      for (int t = 0, m = static_cast<int>(e - mid); t < m; ++t) after[t] -= slope * (d_after + static_cast<T>(t));
     }
     if (P.seg_ids) {   // a segment in several runs: its span holds other segments' keys too
       const int64_t* ids = P.seg_ids + b * P.Lq;
