@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from tests.hf.models import VOCAB, tokenizer
+from tests.hf.models import gpt_oss_config, tokenizer
 
 QK_GAIN = 6.0
 SINK_STD = 2.0
@@ -21,19 +21,7 @@ TEXT = "a blue monster walks into the forest"
 
 
 def build(seed: int = 0) -> torch.nn.Module:
-    config = transformers.GptOssConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        sliding_window=4,
-        max_position_embeddings=128,
-    )
+    config = gpt_oss_config()
     torch.manual_seed(seed)
     model = transformers.GptOssForCausalLM(config).eval()
     with torch.no_grad():

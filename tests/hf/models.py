@@ -45,6 +45,24 @@ QK_GAIN = 4.0
 """Query/key weights are multiplied by this, so attention is peaked and heads differ visibly."""
 
 
+def gpt_oss_config():
+    """A tiny gpt-oss (attention sinks: `s_aux`): 2 layers (sliding window 4, then full), 4 query heads on 2
+    key/value heads, head_dim 8, 4 experts."""
+    return transformers.GptOssConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=4,
+        max_position_embeddings=128,
+    )
+
+
 def build(kind: str, attn: str = "eager", seed: int = 0) -> torch.nn.Module:
     """A tiny random model of `kind` with attention implementation `attn`, in eval mode."""
     torch.manual_seed(seed)

@@ -10,7 +10,7 @@ import transformers
 
 import selfattn
 import selfattn.hf
-from tests.hf.models import VOCAB, build
+from tests.hf.models import VOCAB, build, gpt_oss_config
 from tests.tolerances import TOL, max_error
 
 selfattn.hf.register()
@@ -28,19 +28,7 @@ def _tiny(config, cls, attn):
 
 
 def _gpt_oss(attn):
-    config = transformers.GptOssConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        sliding_window=4,
-        max_position_embeddings=128,
-    )
+    config = gpt_oss_config()
     return _tiny(config, transformers.GptOssForCausalLM, attn)
 
 
