@@ -114,19 +114,18 @@ def _explain(args) -> int:
     intervention = _intervention(args)
     _check_needs(args)
     paths = {"npz": args.npz, "html": args.html, "plots_dir": args.plots}
-    layer, head = experiment.shown_head(intervention, args.layer, args.head)
-    reason = "intervened" if (layer, head) != (args.layer, args.head) else None
-    if layer is None and head is None and args.ablate:  # show the first head ablated
-        (layer, head), reason = args.ablate[0], "ablated"
-    chosen = (layer, head) if layer is not None and head is not None else None
+    ablated = experiment.first_ablated(intervention, args.layer, args.head, args.ablate)
+    layer, head = ablated or (args.layer, args.head)  # a limited intervention's head: Explainer.explain shows it
+    shown = experiment.shown_head(intervention, layer, head)
+    chosen = shown if None not in shown else None
     outputs.check(**paths, force=args.force, selected=chosen)  # before the model is loaded: nothing for nothing
     _check_pictures(_experiment_files(args), args.force)
     from .explain.session import Explainer
 
     explainer = Explainer.load(args.model)
     doc = explainer.explain(args.text, layer=layer, head=head, intervention=intervention, find=args.find)
-    if reason is not None and doc["selected"]["rule"] is None:  # shown because the flags changed it
-        doc["selected"]["rule"] = reason
+    if ablated is not None and doc["selected"]["rule"] is None:  # shown because it is ablated
+        doc["selected"]["rule"] = "ablated"
     doc |= _experiments(explainer, args, intervention)
     files = outputs.render(doc, **paths, force=args.force, lang=args.lang)
     if "patching" in doc and args.plots is not None:

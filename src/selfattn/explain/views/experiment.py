@@ -55,6 +55,14 @@ def shown_head(intervention: Intervention, layer: int | None, head: int | None) 
     return layer, head
 
 
+def first_ablated(intervention: Intervention, layer: int | None, head: int | None, ablate) -> tuple[int, int] | None:
+    """The head an ablation opens on (`selfattn explain --ablate`, the app's "ablate"): the first one named,
+    when no head is asked and no intervention is limited to one (that one is shown instead); else None."""
+    if ablate and shown_head(intervention, layer, head) == (None, None):
+        return tuple(ablate[0])
+    return None
+
+
 def scaled_label(doc: dict, lang: str, scale: str) -> str:
     """Stage ②'s label for the shown head: ÷√d_k (or not, under no_scaling) and ÷T when a temperature is
     applied to it (the interventions limited to another layer or head do not change it); `scale` is the

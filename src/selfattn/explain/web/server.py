@@ -68,7 +68,7 @@ from .. import experiments
 from ..capture.cache import TraceCache
 from ..capture.interventions import Intervention
 from ..session import DEFAULT_TEXT, MAX_CHARS, Explainer
-from ..views import report, texts
+from ..views import experiment, report, texts
 from .body import ExplainRequest, Needs
 from .guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 
@@ -197,10 +197,9 @@ class _Work:
             intervention = body.intervention()
             first = {k: v for k, v in asked.items() if k == "ablation"}  # cheap, and it checks the heads to show
             found = self.experiments(body.text, first, intervention)
-            layer, head, reason = body.layer, body.head, None
-            limited = intervention.layer is not None or intervention.head is not None  # shows its own head
-            if layer is None and head is None and "ablation" in found and not limited:
-                (layer, head), reason = found["ablation"]["heads"][0], "ablated"  # as `selfattn explain --ablate`
+            heads = found.get("ablation", {}).get("heads")
+            ablated = experiment.first_ablated(intervention, body.layer, body.head, heads)  # as `--ablate`
+            layer, head = ablated or (body.layer, body.head)
             doc = self.explained(
                 body.text,
                 body.format,
@@ -213,8 +212,8 @@ class _Work:
                 compare=body.layers is None,  # a request naming layers fetches arrays; the page has its baseline
                 lang=body.lang,
             )
-            if reason is not None and doc["selected"]["rule"] is None:
-                doc["selected"]["rule"] = reason
+            if ablated is not None and doc["selected"]["rule"] is None:
+                doc["selected"]["rule"] = "ablated"
             doc |= found | self.experiments(
                 body.text, {k: v for k, v in asked.items() if k != "ablation"}, intervention
             )
