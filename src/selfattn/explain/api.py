@@ -22,6 +22,7 @@ Explanation and those made from it), through `Explainer.explain`: the views show
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Mapping
@@ -144,8 +145,7 @@ class Explanation:
         if lens is not None and lens is not False:
             asked["lens"] = {"position": None if lens is True else lens}
         found = experiments.run(self.explainer, self.text, intervention=self.intervention, cache=self._cache, **asked)
-        out = Explanation.__new__(Explanation)
-        out.__dict__ |= self.__dict__
+        out = copy.copy(self)  # the same explainer, text and trace cache
         out.doc = self.doc | found
         return out
 
@@ -165,8 +165,7 @@ class Explanation:
             raise ValueError(
                 "the two explanations come from models of different sizes: nothing to compare head by head"
             )
-        pair = Explanation.__new__(Explanation)
-        pair.__dict__ |= self.__dict__
+        pair = copy.copy(self)
         pair.other = other
         return pair
 

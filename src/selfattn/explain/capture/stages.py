@@ -13,7 +13,7 @@ import torch
 from ...scores import ScoreRule
 from ...weights import weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
 
-__all__ = ["head_stages"]
+__all__ = ["head_stages", "sink_share"]
 
 
 def head_stages(
@@ -39,5 +39,11 @@ def head_stages(
     weights = weights_from_lse(masked, lse)
     out = {"scores": scores, "scaled": stages["scaled"][0, 0], "mask": visible, "masked": masked, "weights": weights}
     if sink is not None:
-        out["sink"] = weights_from_lse(torch.full_like(lse, sink)[:, None], lse)[:, 0]
+        out["sink"] = sink_share(sink, lse)
     return out if v is None else out | {"weighted": weights @ v}
+
+
+def sink_share(sink: float, lse: torch.Tensor) -> torch.Tensor:
+    """(R,) each row's weight on the sink, exp(sink − lse) (the one formula, `weights_from_lse`): O(R), no
+    scores needed — the lse the kernel returned already holds the sink."""
+    return weights_from_lse(torch.full_like(lse, sink)[:, None], lse)[:, 0]

@@ -43,7 +43,7 @@ from ...request import Request
 from ...weights import _row_index
 from .digest import DIGEST_WEIGHTS_BYTES, Digest, digest
 from .interventions import Intervention
-from .stages import head_stages
+from .stages import head_stages, sink_share
 
 __all__ = ["LayerTrace", "ModelTrace", "HeadChange", "capture", "head_stages"]
 
@@ -119,6 +119,12 @@ class LayerTrace:
             "slope": None if self.alibi is None else float(self.alibi[head]),
             "sink": None if self.sinks is None else float(self.sinks[head]),
         }
+
+    def sink(self, head: int, dtype: torch.dtype = torch.float64) -> torch.Tensor | None:
+        """(L,) the weight each query row of head `head` gives its sink (`stages.sink_share`), None without sinks."""
+        if self.sinks is None:
+            return None
+        return sink_share(float(self.sinks[head]), self.lse[head].to(dtype))
 
     def stages(self, head: int, rows=None, *, dtype: torch.dtype = torch.float64, weighted: bool = True) -> dict:
         """The tutorial's stages for query `rows` (default all) of one head, in `dtype` (`head_stages`);

@@ -322,7 +322,7 @@ def _layer_dict(layer: LayerTrace, with_stages: bool) -> dict:
                 "visible": change.visible.int().tolist(),
             }
         if layer.sinks is not None:
-            head["sink"] = _list(layer.stages(h, weighted=False)["sink"])
+            head["sink"] = _list(layer.sink(h))
         if with_stages:
             st = layer.stages(h)
             head["stages"] = {name: _list(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")}
