@@ -237,3 +237,16 @@ def test_json_escapes_characters_that_reorder_or_hide_text(capsys):
     cli._print_json({"token": "a\u202eb\u0085c"})
     out = capsys.readouterr().out
     assert out == '{"token": "a\\u202eb\\u0085c"}\n' and json.loads(out) == {"token": "a\u202eb\u0085c"}
+
+
+def test_printable_json_keeps_line_breaks_and_escapes_beyond_the_bmp():
+    """The indent's line breaks stay; a tag character (U+E0001, invisible) becomes a surrogate pair of escapes,
+    which any JSON reader turns back into the same character."""
+    import json
+
+    from selfattn.terminal import printable_json
+
+    doc = {"a": "x\U000e0001y\u00a0森", "b": [1]}
+    out = printable_json(json.dumps(doc, ensure_ascii=False, indent=2))
+    assert out.count("\n") == 5 and "\\udb40\\udc01" in out and "\\u00a0" in out and "森" in out
+    assert json.loads(out) == doc

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 import traceback
 from pathlib import Path
 
 from . import cli_args
-from .terminal import printable
+from .terminal import printable, printable_json
 
 REPORT = (
     "this is a bug in selfattn, not a problem with your input; please report it with the command and "
@@ -37,16 +36,10 @@ REPORT = (
 )
 
 
-_INVISIBLE = re.compile("[\u0080-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
-"""Characters a terminal would act on or hide (C1 controls, bidi overrides and isolates, zero-width marks):
-escaped in printed JSON, where they can stand only inside strings, so `\\uXXXX` means the same text."""
-
-
 def _print_json(doc, indent: int | None = None) -> None:
     """`doc` as standard JSON on stdout: readable CJK, NaN or infinity refused (ValueError), never printed bare,
     and characters that reorder or hide text (a U+202E in a token) written as escapes, not raw."""
-    out = json.dumps(doc, ensure_ascii=False, indent=indent, allow_nan=False)
-    print(_INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", out))
+    print(printable_json(json.dumps(doc, ensure_ascii=False, indent=indent, allow_nan=False)))
 
 
 def _console():

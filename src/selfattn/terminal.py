@@ -10,7 +10,7 @@ shown as their Python escapes; newlines and tabs are kept only where `keep` says
 
 from __future__ import annotations
 
-__all__ = ["printable"]
+__all__ = ["printable", "printable_json"]
 
 
 def printable(text: str, keep: str = "") -> str:
@@ -22,3 +22,18 @@ def printable(text: str, keep: str = "") -> str:
         ch if ch.isprintable() or ch in keep else ch.encode("unicode_escape", "backslashreplace").decode()
         for ch in text
     )
+
+
+def printable_json(text: str) -> str:
+    """JSON text (`json.dumps(..., ensure_ascii=False)`: CJK stays readable) with every non-printable character
+    but its line breaks — a bidi override, a C1 control, a zero-width mark — written as a JSON \\uXXXX escape
+    (a surrogate pair beyond the BMP). Such a character can stand only inside a string, so the JSON means the
+    same text; a terminal no longer reorders or hides what follows."""
+    if text.isprintable():
+        return text
+
+    def escape(ch: str) -> str:
+        units = ch.encode("utf-16-be")
+        return "".join(f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}" for i in range(0, len(units), 2))
+
+    return "".join(ch if ch.isprintable() or ch == "\n" else escape(ch) for ch in text)

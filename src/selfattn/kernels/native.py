@@ -32,6 +32,8 @@ CPU: MKL's half GEMM also runs without the instructions, widening to float32 ins
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .. import checks
@@ -76,8 +78,10 @@ def _cpu_has(feature: str) -> bool:
     return bool(probe()) if probe is not None else False
 
 
+@functools.cache
 def _half_gemm_isa(dtype: torch.dtype) -> str | None:
-    """The instructions that run a `dtype` GEMM with float32 accumulation on this CPU, or None."""
+    """The instructions that run a `dtype` GEMM with float32 accumulation on this CPU, or None (probed once:
+    every half-precision call asks)."""
     if not torch.backends.mkl.is_available():  # the GEMMs are MKL's
         return None
     if dtype == torch.bfloat16:
