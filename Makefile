@@ -11,7 +11,7 @@ TORCH  := torch==2.13.0
 # ESLint comes from the npm registry through npx (Node.js from the system), pinned to a major version;
 # its configuration is eslint.config.js.
 ESLINT := npx --yes eslint@9
-JS     := src/selfattn/explain/web/static
+JS     := src/selfattn/explainer/web/static
 
 .PHONY: demo test lint setup setup-test clean
 

@@ -1,12 +1,12 @@
 // ESLint 9 flat config for the JavaScript of the package: the explorer page's ES modules
-// (src/selfattn/explain/web/static/**/*.js), which views/report.py inlines as one script into the HTML
+// (src/selfattn/explainer/web/static/**/*.js), which views/report.py inlines as one script into the HTML
 // report and the app's page (views/bundle.py). `make lint` runs it with `npx --yes eslint@9`, so nothing
 // is installed into the repository; for the same reason this file imports no plugin: the rules of
 // eslint's "recommended" set that catch real mistakes are listed here, and the browser globals the
 // page uses are declared by name.
 export default [
   {
-    files: ["src/selfattn/explain/web/static/**/*.js"],
+    files: ["src/selfattn/explainer/web/static/**/*.js"],
     languageOptions: {
       ecmaVersion: 2022,
       sourceType: "module",

@@ -132,7 +132,7 @@ def test_train_checks_every_output_before_training(tmp_path, capsys, no_training
 
 
 def test_explain_checks_every_output_before_loading(tmp_path, capsys, monkeypatch):
-    from selfattn.explain.session import Explainer
+    from selfattn.explainer.session import Explainer
 
     def loaded(*_):
         raise AssertionError("the model was loaded before the outputs were checked")
@@ -156,7 +156,7 @@ def test_explain_checks_every_output_before_loading(tmp_path, capsys, monkeypatc
 
 
 def test_explain_plots_may_name_a_folder_to_create(tmp_path, capsys, monkeypatch):
-    from selfattn.explain.session import Explainer
+    from selfattn.explainer.session import Explainer
 
     def loaded(*_):
         raise ValueError("model loading reached")
@@ -172,10 +172,10 @@ def test_explain_plots_may_name_a_folder_to_create(tmp_path, capsys, monkeypatch
 def test_npz_is_written_to_the_name_given(tmp_path, capsys, monkeypatch):
     import numpy as np
 
-    from selfattn.explain.views import outputs
+    from selfattn.explainer.views import outputs
 
     doc = {"name": "x"}
-    monkeypatch.setattr("selfattn.explain.views.export.to_arrays", lambda d: {"a": np.arange(3)})
+    monkeypatch.setattr("selfattn.explainer.views.export.to_arrays", lambda d: {"a": np.arange(3)})
     files = {tmp_path / "trace": outputs.npz_bytes(doc)}
     outputs.write_all(files, force=False)
     assert (tmp_path / "trace").is_file() and not (tmp_path / "trace.npz").exists()

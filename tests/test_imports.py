@@ -37,12 +37,19 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
 def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
     """The package's modules that `module` imports anywhere in its body (functions included)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     is_package = path.name == "__init__.py"
     found = set()
+    type_only = {id(n) for block in ast.walk(tree) if _is_type_checking(block) for n in ast.walk(block)}
     for node in ast.walk(tree):
+        if id(node) in type_only:  # `if TYPE_CHECKING:` never runs: names for a type checker, not an import
+            continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -130,3 +137,9 @@ def test_a_lazy_import_inside_a_function_is_an_edge(tmp_path):
         "selfattn.functional",
         "selfattn.masks",
     }
+
+
+def test_the_public_names_are_the_lazy_ones():
+    """`selfattn.__all__` (written out for type checkers) names exactly what `__getattr__` loads."""
+    assert set(selfattn.__all__) == {"__version__", *selfattn._LAZY}
+    assert callable(selfattn.explain) and selfattn.explain.__module__ == "selfattn.explainer.api"

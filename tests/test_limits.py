@@ -19,7 +19,7 @@ GIB = 1 << 30
 
 
 def test_one_table_of_sizes_under_both_families_of_field_names():
-    from selfattn.explain import sources
+    from selfattn.explainer import sources
     from selfattn.model import decoder, encoder
 
     assert sources.LIMITS is limits.TRANSFORMERS_LIMITS
@@ -117,7 +117,7 @@ def _llama_folder(tmp_path: Path) -> tuple[Path, int]:
 
 
 def test_a_transformers_config_over_the_budget_is_refused_before_the_model_is_built(tmp_path, monkeypatch):
-    from selfattn.explain.session import Explainer
+    from selfattn.explainer.session import Explainer
 
     folder, estimate = _llama_folder(tmp_path)
     assert 3.3e9 < estimate < 3.5e9

@@ -426,7 +426,7 @@ def _safetensors_header(path: Path, header: dict, data: bytes = b"") -> None:
 
 def model_folder_cases(tally: Tally, work: Path) -> None:
     """Hostile checkpoint and transformers folders, each loaded by `load_checkpoint` and `Explainer.load`."""
-    from selfattn.explain.session import Explainer
+    from selfattn.explainer.session import Explainer
     from selfattn.model.checkpoint import DEFAULT_DIR, load_checkpoint
 
     base_config = json.loads((DEFAULT_DIR / "config.json").read_text())

@@ -220,7 +220,7 @@ def transformers_cases(tally: Tally, work: Path) -> None:
     (it only warns) or whose weights cannot give a finite explanation."""
     import transformers
 
-    from selfattn.explain.session import Explainer
+    from selfattn.explainer.session import Explainer
 
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()

@@ -12,6 +12,14 @@ so `selfattn walkthrough` starts without torch.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the names below load on first use (`__getattr__`); a type checker sees them here
+    from .explainer.api import Explanation, explain
+    from .explainer.views.notebook import head_view, model_view
+    from .functional import AttentionOutput, attention, intercept, use_backend
+    from .modules import KVCache, MultiHeadSelfAttention, SelfAttention
+    from .weights import attention_weights, weights_from_lse
 
 __version__ = "0.1.0"
 
@@ -25,19 +33,34 @@ _LAZY = {
     "SelfAttention": ("selfattn.modules", "SelfAttention"),
     "MultiHeadSelfAttention": ("selfattn.modules", "MultiHeadSelfAttention"),
     "KVCache": ("selfattn.modules", "KVCache"),
-    "explain": ("selfattn.explain", None),  # the package, callable: selfattn.explain(text, model) -> Explanation
-    "Explanation": ("selfattn.explain.api", "Explanation"),
-    "head_view": ("selfattn.explain.views.notebook", "head_view"),
-    "model_view": ("selfattn.explain.views.notebook", "model_view"),
+    "explain": ("selfattn.explainer.api", "explain"),  # a plain function: selfattn.explain(text, model) -> Explanation
+    "Explanation": ("selfattn.explainer.api", "Explanation"),
+    "head_view": ("selfattn.explainer.views.notebook", "head_view"),
+    "model_view": ("selfattn.explainer.views.notebook", "model_view"),
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = [
+    "__version__",
+    "attention",
+    "AttentionOutput",
+    "intercept",
+    "use_backend",
+    "attention_weights",
+    "weights_from_lse",
+    "SelfAttention",
+    "MultiHeadSelfAttention",
+    "KVCache",
+    "explain",
+    "Explanation",
+    "head_view",
+    "model_view",
+]
 
 
 def __getattr__(name: str):
     if name in _LAZY:
         module, attr = _LAZY[name]
-        value = importlib.import_module(module) if attr is None else getattr(importlib.import_module(module), attr)
+        value = getattr(importlib.import_module(module), attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'selfattn' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """The `selfattn` command: parse arguments, call the library, print. Nothing else lives here.
 
 Every command that prints numbers has a `--json` twin. All printing is here or in the render
-modules only this file calls (`selfattn.render.*`, `selfattn.bench.render`, `selfattn.explain.views.tables`);
+modules only this file calls (`selfattn.render.*`, `selfattn.bench.render`, `selfattn.explainer.views.tables`);
 the library returns data.
 
 Errors, one format for every command:
@@ -70,7 +70,7 @@ class _UsageError(Exception):
 
 def _intervention(args):
     """The Intervention the flags ask for (one flag per registry entry, then --only-layer / --only-head)."""
-    from .explain.capture.interventions import REGISTRY, Intervention
+    from .explainer.capture.interventions import REGISTRY, Intervention
 
     given = {name: getattr(args, cli_args.dest(name)) for name, entry in REGISTRY.items() if entry.cli}
     applied = {name: ({} if value is True else value) for name, value in given.items() if value not in (None, False)}
@@ -94,7 +94,7 @@ def _check_needs(args) -> None:
 
 def _experiment_files(args) -> list[Path]:
     """The pictures the experiments add to --plots (the patching heatmap), checked with the others."""
-    from .explain.views import patching_plot
+    from .explainer.views import patching_plot
 
     if args.plots is None or args.patch is None:
         return []
@@ -102,7 +102,7 @@ def _experiment_files(args) -> list[Path]:
 
 
 def _explain(args) -> int:
-    from .explain.views import experiment, outputs
+    from .explainer.views import experiment, outputs
 
     intervention = _intervention(args)
     _check_needs(args)
@@ -113,7 +113,7 @@ def _explain(args) -> int:
     chosen = shown if None not in shown else None
     outputs.check(**paths, force=args.force, selected=chosen)  # before the model is loaded: nothing for nothing
     _check_pictures(_experiment_files(args), args.force)
-    from .explain.session import Explainer
+    from .explainer.session import Explainer
 
     explainer = Explainer.load(args.model)
     doc = explainer.explain(args.text, layer=layer, head=head, intervention=intervention, find=args.find)
@@ -122,7 +122,7 @@ def _explain(args) -> int:
     doc |= _experiments(explainer, args, intervention)
     files = outputs.render(doc, **paths, force=args.force, lang=args.lang)
     if "patching" in doc and args.plots is not None:
-        from .explain.views import patching_plot
+        from .explainer.views import patching_plot
 
         pictures = patching_plot.render(doc["patching"], lang=args.lang)
         files |= {path: pictures[path.name] for path in _experiment_files(args)}
@@ -130,7 +130,7 @@ def _explain(args) -> int:
     if args.json:
         _print_json(doc)
         return 0
-    from .explain.views import research_tables, tables
+    from .explainer.views import research_tables, tables
 
     console = _console()
     tables.render(doc, console, lang=args.lang)
@@ -150,7 +150,7 @@ def _check_pictures(paths: list[Path], force: bool) -> None:
 def _experiments(explainer, args, intervention) -> dict:
     """doc["ablation"], doc["patching"], doc["lens"]: the experiments the flags ask for (`experiments.run`, the
     app's code path)."""
-    from .explain import experiments
+    from .explainer import experiments
 
     return experiments.run(
         explainer,
@@ -164,14 +164,14 @@ def _experiments(explainer, args, intervention) -> dict:
 
 
 def _heads(args) -> int:
-    from .explain import experiments
-    from .explain.session import Explainer
+    from .explainer import experiments
+    from .explainer.session import Explainer
 
     t = experiments.taxonomy(Explainer.load(args.model), args.text, length=args.probe_length, seed=args.seed)
     if args.json:
         _print_json(t)
     else:
-        from .explain.views import research_tables
+        from .explainer.views import research_tables
 
         research_tables.taxonomy(t, _console(), lang=args.lang)
     return 0
@@ -214,7 +214,7 @@ def _train(args) -> int:
 
 
 def _generate(args) -> int:
-    from .explain.session import check_text  # generate refuses the texts explain refuses
+    from .explainer.session import check_text  # generate refuses the texts explain refuses
     from .model.checkpoint import load_checkpoint, load_default
     from .model.generate import generate_text
     from .render.generate import format_generation
@@ -272,7 +272,7 @@ def _bench(args) -> int:
 
 
 def _vocab(args) -> int:
-    from .explain.session import vocabulary
+    from .explainer.session import vocabulary
     from .render.vocab import format_vocabulary
 
     words = vocabulary(args.model)
@@ -284,8 +284,8 @@ def _vocab(args) -> int:
 
 
 def _serve(args) -> int:
-    from .explain.session import Explainer
-    from .explain.web.server import serve
+    from .explainer.session import Explainer
+    from .explainer.web.server import serve
 
     serve(Explainer.load(args.model), host=args.host, port=args.port)
     return 0

@@ -3,7 +3,7 @@
     build_parser(runs) -> argparse parser; `runs` maps a command name to the function that runs it (`cli`)
 
 The flags of the interventions (`selfattn explain --no-scaling --temperature T --block QUERY KEY ...`) are
-generated from the interventions' registry (`selfattn.explain.capture.interventions`): one flag per entry,
+generated from the interventions' registry (`selfattn.explainer.capture.interventions`): one flag per entry,
 one argument per parameter, each parsed with the entry's type and range. The CLI checks the type and range
 of every argument itself (`_number`), so the library only ever sees values of the right type.
 """
@@ -94,7 +94,7 @@ def _explain_args(commands, runs) -> None:
 def intervention_args(p) -> None:
     """One flag per entry of the interventions' registry (a switch: --no-scaling; with parameters:
     --temperature T, --block QUERY KEY), then the two that limit them to one layer / head."""
-    from .explain.capture.interventions import REGISTRY  # no torch: the walkthrough starts without it
+    from .explainer.capture.interventions import REGISTRY  # no torch: the walkthrough starts without it
 
     for entry in REGISTRY.values():
         if not entry.cli:  # the CLI has a flag of its own for it (--ablate L.H,…: `_experiment_args`)
@@ -130,7 +130,7 @@ NEEDS = {
 
 
 def experiment_args(p) -> None:
-    """The experiments of `selfattn explain` (`selfattn.explain.experiments`): ablation, patching, the lens."""
+    """The experiments of `selfattn explain` (`selfattn.explainer.experiments`): ablation, patching, the lens."""
     p.add_argument(
         "--ablate",
         type=_heads_list,
@@ -168,7 +168,7 @@ def experiment_args(p) -> None:
 
 
 def _heads_list(text: str) -> list[tuple[int, int]]:
-    from .explain.experiments import parse_heads  # no torch at import: experiments imports it, so only here
+    from .explainer.experiments import parse_heads  # no torch at import: experiments imports it, so only here
 
     try:
         return parse_heads(text)

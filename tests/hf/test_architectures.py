@@ -16,9 +16,9 @@ import torch
 import transformers
 
 from selfattn.cli import main
-from selfattn.explain.capture.interventions import Intervention
-from selfattn.explain.session import Explainer
-from selfattn.explain.views import export
+from selfattn.explainer.capture.interventions import Intervention
+from selfattn.explainer.session import Explainer
+from selfattn.explainer.views import export
 from tests.hf.models import QK_GAIN, VOCAB, tokenizer
 from tests.tolerances import TOL
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from selfattn import reference
-from selfattn.explain import pieces as P
-from selfattn.explain.capture.interventions import Intervention
-from selfattn.explain.session import Explainer, unknown_report
-from selfattn.explain.views import export, tables
+from selfattn.explainer import pieces as P
+from selfattn.explainer.capture.interventions import Intervention
+from selfattn.explainer.session import Explainer, unknown_report
+from selfattn.explainer.views import export, tables
 from tests.hf.models import CONFIGS, WINDOW, build, save
 from tests.tolerances import TOL
 

@@ -188,8 +188,8 @@ def child_main() -> None:
     else:
         from rich.console import Console
 
-        from ..explain.session import Explainer
-        from ..explain.views import tables
+        from ..explainer.session import Explainer
+        from ..explainer.views import tables
 
         ex = Explainer.from_transformers(model, tok, name="Qwen2.5-0.5B configuration")
 

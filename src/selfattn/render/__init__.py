@@ -7,5 +7,5 @@
 
 The library returns data (dicts, dataclasses); the CLI chooses between these views and `--json`.
 Text that comes from a file or a model (tokens, paths) goes through `selfattn.terminal.printable`.
-`selfattn.bench.render` and `selfattn.explain.tables` are the same kind of module for their commands.
+`selfattn.bench.render` and `selfattn.explainer.tables` are the same kind of module for their commands.
 """

@@ -1,0 +1,336 @@
+"""An `Explainer`: a model, its tokenizer and its name, ready to explain a text.
+
+    ex = Explainer.load()                       # the bundled default model (never touches the network)
+    ex = Explainer.load("runs/my-model")        # a checkpoint written by `selfattn train`
+    ex = Explainer.load("path/to/qwen")         # a transformers folder (config.json + safetensors + tokenizer)
+    ex = Explainer.load("SmolLM2.Q4_1.gguf")    # a GGUF file (or a folder holding one), tokenizer included
+    ex = Explainer.load("Qwen/Qwen2.5-0.5B")    # a hub id: downloaded once, or from the local cache offline
+    ex = Explainer.from_transformers(model, tokenizer)   # a model loaded with attn_implementation="selfattn"
+    doc = ex.explain("一只蓝色怪兽走进森林")        # the export dict of `selfattn.explainer.export`
+
+Any model transformers runs through its attention interface is explained, decoder or encoder
+(`loaders`: the class read from the config, a dry run that every layer calls selfattn). Tokens are
+shown as a person reads them (`pieces`): byte pieces as the characters they spell, a repeated token
+with its position. The CLI, the HTML report and the web app all go through `explain`, so they show one
+set of numbers. Thread-safe: interventions travel in a context (`selfattn.intercept`), never as
+attributes set on the model, so one Explainer may serve several requests at once.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .. import checks
+from . import pieces as P
+from . import sources
+from .capture.cache import TraceCache
+from .capture.interventions import Intervention
+from .capture.trace import ModelTrace, capture
+from .views import experiment, export, heads, relations, summary
+
+__all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report"]
+
+DEFAULT_TEXT = "一只蓝色怪兽走进森林"
+MAX_CHARS = 4000
+"""Longest text accepted (characters), whatever the model's context."""
+SUGGESTED_MODEL = "Qwen/Qwen2.5-0.5B"
+"""A real model to suggest for free text (Chinese and English)."""
+OURS = ("selfattn DecoderLM", "positions.learned")
+"""Our models' architecture, and their positional scheme as its key in `views.texts`."""
+NO_CAUSAL = "no_causal"
+"""The intervention an encoder refuses: it has no causal mask to switch off."""
+
+
+@dataclass
+class Explainer:
+    """model: a DecoderLM / encoder built from selfattn modules, or a transformers model whose
+    attention implementation is "selfattn".
+
+    tokenize(text) -> (token strings, ids (L,), extra model kwargs)
+    segment(text)  -> the same and the text's `pieces.Pieces` (None: the pieces are found by reading the
+                      token strings in the text, `pieces.from_strings`)
+    decode(id) -> str; shown(id) -> the same as a person reads it (None: `pieces.shown_piece` of decode)
+    kind          "decoder" | "encoder" (None: read from each trace: a causal call makes a decoder)
+    tokenizer_kind, positions   keys of `views.texts` (how the text is cut; the positional scheme)
+    unknown_hint  what the model knows and what to use for free text; loaded: how it was built"""
+
+    model: torch.nn.Module
+    name: str
+    tokenize: Callable[[str], tuple[list[str], torch.Tensor, dict]]
+    decode: Callable[[int], str]
+    max_len: int
+    architecture: str = OURS[0]
+    positions: str = OURS[1]
+    unknown_hint: dict[str, str] = field(default_factory=lambda: {"en": "", "zh": ""})
+    kind: str | None = None
+    tokenizer_kind: str = "tokenizer.word"
+    shown: Callable[[int], str] | None = None
+    loaded: dict = field(default_factory=dict)
+    segment: Callable[[str], tuple[list[str], torch.Tensor, dict, P.Pieces]] | None = None
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> Explainer:
+        """The default model (path None), a checkpoint folder written by `selfattn train`, a transformers
+        folder, a GGUF file or a folder holding one, or a hub id (see `sources.locate`)."""
+        from ..model import checkpoint
+
+        if path is None:
+            model, tokenizer = checkpoint.load_default()[:2]
+            return cls._from_checkpoint(model, tokenizer, name="selfattn default model", bundled=True)
+        source = sources.locate(path)
+        kind, config = sources.folder_kind(source)
+        if kind == "selfattn":
+            return cls._from_checkpoint(*checkpoint.load_checkpoint(source.folder)[:2], name=source.name)
+        return cls._from_transformers(source, config)
+
+    @classmethod
+    def from_transformers(cls, model: torch.nn.Module, tokenizer, *, name: str | None = None) -> Explainer:
+        """An Explainer of a transformers model already loaded with attn_implementation="selfattn" and its
+        tokenizer (`loaders.wrap`: the same dry run as a folder)."""
+        from . import loaders
+
+        return cls(**loaders.wrap(model, tokenizer, name=name))
+
+    @classmethod
+    def _from_checkpoint(cls, model, tokenizer, *, name: str, bundled: bool = False) -> Explainer:
+        from ..model.tokenizer import SPECIAL_TOKENS
+
+        special = frozenset(range(len(SPECIAL_TOKENS)))
+
+        def segment(text: str):
+            ids = tokenizer.encode(text, bos=True)
+            p = P.from_strings(
+                text, [tokenizer.tokens[i] for i in ids], ids, special_ids=special, unk_id=tokenizer.unk_id
+            )
+            return list(p.labels), torch.tensor(ids), {}, p
+
+        who = {"en": name if bundled else "this checkpoint", "zh": name if bundled else "这个模型"}
+        words = len(tokenizer.tokens)
+        hint = {
+            "en": f"{who['en']} knows only the {words} tokens of its corpus (list them: selfattn vocab); for free "
+            f"text use a real model, e.g. --model {SUGGESTED_MODEL}",
+            "zh": f"{who['zh']} 只认识语料里的 {words} 个 token（用 selfattn vocab 列出）；任意文本请用真实模型，"
+            f"例如 --model {SUGGESTED_MODEL}",
+        }
+        return cls(
+            model=model.eval(),
+            name=name,
+            tokenize=lambda text: segment(text)[:3],
+            segment=segment,
+            decode=lambda i: tokenizer.tokens[i],
+            max_len=model.max_len,
+            unknown_hint=hint,
+            kind="decoder",
+            loaded={"format": "selfattn checkpoint", "file": None, "class": type(model).__name__, "why": "ours"},
+        )
+
+    @classmethod
+    def _from_transformers(cls, source: sources.Source, config: dict) -> Explainer:
+        from . import loaders
+
+        return cls(**loaders.load(source, config))
+
+    def pieces_of(self, text: str) -> tuple[list[str], torch.Tensor, dict, P.Pieces]:
+        """(token labels, ids (L,), extra model kwargs, pieces) of `text` as this explainer cuts it."""
+        if self.segment is not None:
+            return self.segment(text)
+        tokens, ids, extra = self.tokenize(text)
+        p = P.from_strings(text, list(tokens), [int(i) for i in ids])
+        return list(p.labels), ids, extra, p
+
+    def check_intervention(self, intervention: Intervention, kind: str | None) -> None:
+        """Refuse what cannot apply to this model: switching the causal mask off of an encoder."""
+        if (kind or self.kind) == "encoder" and NO_CAUSAL in intervention.applied:
+            raise ValueError(
+                f"{self.name} is an encoder: every token already sees every other (no causal mask), so "
+                f"there is no causal mask to switch off ({NO_CAUSAL})"
+            )
+
+    def trace(self, text: str, intervention: Intervention | None = None, *, cache: TraceCache | None = None):
+        """The ModelTrace of `text` with `intervention` (default none), its `pieces` attached: one forward
+        pass, or none when `cache` (the server's `TraceCache`) holds it already."""
+        intervention = Intervention() if intervention is None else intervention
+        if not isinstance(intervention, Intervention):
+            raise TypeError(f"intervention must be an Intervention, got {type(intervention).__name__}")
+        self.check_intervention(intervention, None)
+
+        def run() -> ModelTrace:
+            tokens, ids, kwargs, pieces = self.pieces_of(check_text(text))
+            if len(ids) > self.max_len:
+                raise ValueError(f"the text has {len(ids)} tokens; {self.name} reads at most {self.max_len}")
+            trace = capture(self.model, ids, tokens, intervention, **kwargs)
+            self.check_intervention(intervention, trace.kind)  # a model built here without a kind: read now
+            trace.pieces = pieces
+            return trace
+
+        return run() if cache is None else cache.get((check_text(text), intervention), run)
+
+    def explain(
+        self,
+        text: str = DEFAULT_TEXT,
+        *,
+        layer: int | None = None,
+        head: int | None = None,
+        intervention: Intervention | None = None,
+        stages: bool | None = None,
+        find=None,
+        layers="auto",
+        compare: bool = True,
+        cache: TraceCache | None = None,
+        lang: str | None = None,
+    ) -> dict:
+        """The whole export dict for `text`; the shown head is (layer, head); when neither is given, the head an
+        intervention is limited to (`experiment.shown_head`; selected.rule "intervened", or "ablated" for the
+        ablate entry); else picked by `heads.pick`.
+
+        find     (query, key): each a token string, a position (an int, or digits), or a name as the views
+                 show a repeated token ("金鱼@5"): every head ranked by that weight (`heads.search`)
+        layers   the layers whose arrays the dict carries: "auto" (default: all, unless that is more than
+                 `export.MAX_EXPORT_BYTES` of JSON: then the shown one, and doc["omitted"] says why), None
+                 (all), "selected" (the shown one) or a list of indices (`export.to_dict`)
+        compare  with an intervention that `needs_baseline`, also trace the text without it and compare the two
+                 on the shown head (doc["experiment"] gains `experiment.compare`'s numbers); False skips it
+        cache    a `TraceCache` (the server's): traces it holds are read back instead of computed, so the
+                 baseline of an experiment costs no pass when the text was shown before
+        lang     "zh" | "en": the language the views of this dict speak (doc["lang"]; None leaves it out)"""
+        intervention = Intervention() if intervention is None else intervention
+        trace = self.trace(text, intervention, cache=cache)
+        table, thumbs = summary.scan(trace)
+        described = heads.describe(trace, table)
+        changed = experiment.shown_head(intervention, layer, head)  # a limited intervention shows its head
+        selected = self.select(trace, table, described, *changed)
+        if changed != (layer, head) and selected["rule"] is None:  # shown because the intervention changed it
+            selected["rule"] = "ablated" if "ablate" in intervention.applied else "intervened"
+        card = export.model_info(self.name, trace, architecture=self.architecture, positions=self.positions)
+        card |= {"tokenizer": self.tokenizer_kind, "loaded": dict(self.loaded)}
+        prediction = export.predictions(trace, self.decode, shown=self.shown)
+        extra = {"descriptions": described, "roles": relations.roles(trace.tokens)}
+        if export.starts_with_special(trace):  # the note on the first token: only when it is a special token
+            extra["first_token"] = heads.first_token_note(trace, table, (selected["layer"], selected["head"]))
+        if find is not None:
+            extra["search"] = heads.search(trace, *find_positions(trace, find))
+        doc = export.to_dict(
+            trace,
+            model=card,
+            text=text,
+            selected=selected,
+            summaries=table,
+            prediction=prediction,
+            stages=stages,
+            layers=layers,
+            unknown=unknown_report(trace.pieces, self.unknown_hint),
+            thumbnails=thumbs,
+        )
+        if lang is not None:
+            doc["lang"] = _lang(lang)
+        if checks.boolean("compare", compare) and intervention.needs_baseline():
+            base = self.trace(text, cache=cache)
+            doc["experiment"] |= experiment.compare(
+                base, trace, selected["layer"], selected["head"], export.predictions(base, self.decode), prediction
+            )
+        return doc | extra
+
+    @staticmethod
+    def select(trace: ModelTrace, table, described, layer, head) -> dict:
+        for name, value, n in (("layer", layer, trace.n_layers), ("head", head, trace.n_heads)):
+            if value is not None and not 0 <= checks.integer(name, value) < n:
+                raise ValueError(f"{name} must be in [0, {n - 1}], got {value!r}")
+        if layer is not None and head is not None:
+            return {"layer": layer, "head": head, "rule": None}
+        if layer is not None:  # best head of that layer
+            best = heads.pick([table[layer]], [described[layer]])
+            return {"layer": layer, "head": best[1], "rule": "within layer"}
+        if head is not None:
+            best_layer = heads.pick([[row[head]] for row in table], [[row[head]] for row in described])[0]
+            return {"layer": best_layer, "head": head, "rule": "within head"}
+        picked_layer, picked_head = heads.pick(table, described)
+        return {"layer": picked_layer, "head": picked_head, "rule": "auto"}
+
+
+def unknown_report(pieces: P.Pieces, hint: dict[str, str] | None = None) -> dict:
+    """{count, positions, message, hint}: the pieces that are the tokenizer's unknown token (a true `<unk>`;
+    byte pieces never are: together they spell the text). `message` is the English sentence (for JSON
+    readers); each view says the count in its own language and adds `hint[lang]`: what the model knows
+    and what to use instead."""
+    hint = hint or {"en": "", "zh": ""}
+    positions = [i for i, unknown in enumerate(pieces.unknown) if unknown]
+    message = ""
+    if positions:
+        message = f"{len(positions)} of {len(pieces)} tokens are unknown to the tokenizer"
+        message += f": {hint['en']}" if hint["en"] else ""
+    return {"count": len(positions), "positions": positions, "message": message, "hint": hint}
+
+
+def find_positions(trace: ModelTrace, find) -> tuple:
+    """(query, key) of a head search with every position written as a position: an int stays; a string of
+    digits is a position; a name as the views show a repeated token ("金鱼@5") is its position, checked to
+    name that token; any other string is a token for `heads.search` to look up."""
+    if not isinstance(find, (tuple, list)) or len(find) != 2:
+        raise ValueError(f"find must be (query, key), got {find!r}")
+    names = P.names(trace.tokens)
+    out = []
+    for value in find:
+        if isinstance(value, str):
+            word = value.strip()
+            if word.isdigit() and word not in trace.tokens:
+                value = int(word)
+            elif word in names and word not in trace.tokens:  # "金鱼@5": the 金鱼 at position 5
+                value = names.index(word)
+            elif "@" in word and word.rsplit("@", 1)[1].isdigit():
+                raise ValueError(f"{value!r} names no token: the tokens are {' / '.join(names)}")
+        out.append(value)
+    return tuple(out)
+
+
+def _lang(lang) -> str:
+    if lang not in ("zh", "en"):
+        raise ValueError(f"lang must be 'zh' or 'en', got {lang!r}")
+    return lang
+
+
+def vocabulary(path: str | Path | None = None) -> list[str]:
+    """The tokens a selfattn model knows, in id order: the bundled default model's corpus vocabulary
+    (path None) or a checkpoint folder's. (CLI: `selfattn vocab [--model PATH]`.)"""
+    from ..model import checkpoint
+
+    tokenizer = checkpoint.load_default()[1] if path is None else checkpoint.load_checkpoint(path)[1]
+    return list(tokenizer.tokens)
+
+
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""Embeddings, overrides and isolates (LRE RLE PDF LRO RLO, LRI RLI FSI PDI): they reorder how the tokens
+around them are displayed (a table or the page could show "abc" for "cba"), so a text holding one is
+refused. The marks LRM/RLM (U+200E/U+200F) only hint a direction and are accepted."""
+
+
+def check_text(text) -> str:
+    """`text` if the explainer (and `generate`) accepts it: a non-empty str of at most MAX_CHARS characters
+    with no control character; else a TypeError/ValueError saying why.
+
+    Refused, by `unicodedata.category`: controls (Cc: C0 and C1, DEL) except tab and newline, lone
+    surrogates (Cs: not text at all) and the bidi controls of BIDI_CONTROLS. Everything else is ordinary
+    text, whatever `str.isprintable` says: spaces such as U+3000 (ideographic) and U+00A0 (no-break),
+    and the format characters U+200D (the emoji joiner), U+FEFF and U+00AD (soft hyphen)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if not text.strip():
+        raise ValueError("text is empty: give a sentence such as 一只蓝色怪兽走进森林")
+    if len(text) > MAX_CHARS:
+        raise ValueError(f"text has {len(text)} characters; the limit is {MAX_CHARS}")
+    for at, ch in enumerate(text):
+        kind = unicodedata.category(ch)
+        if kind == "Cc" and ch not in "\n\t":
+            raise ValueError(f"text contains a control character {ch!r} at position {at}")
+        if kind == "Cs":
+            raise ValueError(f"text contains a control character {ch!r} at position {at} (a lone surrogate: not UTF-8)")
+        if ch in BIDI_CONTROLS:
+            raise ValueError(
+                f"text contains the bidirectional control U+{ord(ch):04X} at position {at}: it would reorder "
+                "how the tokens are displayed"
+            )
+    return text

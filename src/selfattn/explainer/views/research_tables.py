@@ -1,0 +1,144 @@
+"""The experiments in the terminal: the heads taxonomy, ablation, patching and the logit lens, drawn with rich.
+
+    taxonomy(t, console, lang)        `selfattn heads`: layers × heads, each cell its clearest type and share
+    experiments(doc, console, lang)   `selfattn explain --ablate/--patch/--logit-lens`: doc["ablation"],
+                                      doc["patching"], doc["lens"] (the dicts of `selfattn.explainer.experiments`)
+
+Reads only those dicts, so the terminal shows the numbers of --json. Wide tables are split into blocks of
+columns that fit the console (80 columns included): every head and every position is shown. Nothing from
+the model or the text is read as rich markup; a token is printed through `terminal.printable`.
+"""
+
+from __future__ import annotations
+
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ...terminal import printable
+from .head_words import TYPE_SHORT, percent
+from .tables import number
+from .texts import TEXTS
+
+__all__ = ["taxonomy", "experiments", "grid"]
+
+WORDS = {key.removeprefix("research."): words for key, words in TEXTS.items() if key.startswith("research.")}
+
+
+def _say(console: Console, *parts: str, **kw) -> None:
+    console.print(*(printable(p, keep="\n") for p in parts), markup=False, **kw)
+
+
+COLUMN_GAP = 2
+"""Cells a column adds besides its text: its right padding and the separator."""
+
+
+def grid(
+    console: Console, corner: str, rows: list[str], columns: list[str], cells: list[list[str]], styles=None
+) -> None:
+    """One table of short cells, split into blocks of columns that fit the console's width."""
+    label = max([cell_len(r) for r in rows] + [cell_len(corner)])
+    widths = [max([cell_len(c)] + [cell_len(row[j]) for row in cells]) for j, c in enumerate(columns)]
+    blocks, start, used = [], 0, label + COLUMN_GAP
+    for j, w in enumerate(widths):
+        if j > start and used + w + COLUMN_GAP > console.width:
+            blocks.append((start, j))
+            start, used = j, label + COLUMN_GAP
+        used += w + COLUMN_GAP
+    blocks.append((start, len(columns)))
+    for a, b in blocks:
+        table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+        for header in [corner, *columns[a:b]]:
+            table.add_column(Text(header), no_wrap=True, justify="right")
+        for r, (row_label, row) in enumerate(zip(rows, cells, strict=True)):
+            looks = styles[r] if styles else [""] * len(row)
+            table.add_row(Text(row_label), *(Text(printable(row[j]), style=looks[j]) for j in range(a, b)))
+        console.print(table)
+
+
+def _cell(c: dict, lang: str) -> str:
+    if not c["types"]:
+        return "·"
+    e = c["types"][0]
+    share = f"{e['score']:.2f}" if e["type"] == "broad" else percent(e["score"]).rstrip("%")
+    return f"{TYPE_SHORT[e['type']][lang]} {share}"
+
+
+LENS_SHOWN = 3
+"""Tokens per layer the terminal's lens table shows (--json has every one computed)."""
+
+STYLES = {"induction": "bold magenta", "previous": "bold cyan", "duplicate": "bold yellow", "relation": "bold green"}
+"""The types a reader looks for first, highlighted in the taxonomy table."""
+
+
+def taxonomy(t: dict, console: Console, lang: str = "zh") -> None:
+    """The taxonomy (`experiments.taxonomy`): the table, one line per type naming its clearest heads, the rule."""
+    w = WORDS
+    text = w["with_text"][lang] if t.get("text") else ""
+    _say(console, w["taxonomy"][lang].format(model=t["model"], n=t["probe"]["length"], text=text))
+    heads = t["heads"]
+    rows = [str(l) for l in range(len(heads))]
+    columns = [f"H{h}" for h in range(len(heads[0]))] if heads else []
+    cells = [[_cell(c, lang) for c in row] for row in heads]
+    styles = [
+        [STYLES.get(c["type"], "dim" if c["type"] in ("first", "broad", None) else "") for c in row] for row in heads
+    ]
+    grid(console, w["layer"][lang], rows, columns, cells, styles)
+    for line in t["findings"][lang]:
+        _say(console, line)
+    _say(console, t["rule"][lang], style="dim")
+
+
+def experiments(doc: dict, console: Console, lang: str = "zh") -> None:
+    """Whatever of doc["ablation"], doc["patching"], doc["lens"] the command asked for."""
+    if "ablation" in doc:
+        _say(console, WORDS["ablation"][lang] + doc["ablation"]["text"][lang], style="bold")
+    if "patching" in doc:
+        _patching(doc["patching"], console, lang)
+    if "lens" in doc:
+        _lens(doc["lens"], console, lang)
+
+
+def _patching(p: dict, console: Console, lang: str) -> None:
+    _say(console, WORDS["patching"][lang] + p["text"][lang], style="bold")
+    top = {(x["layer"], x["head"]) for x in p["top_heads"]}
+    _say(console, WORDS["heads"][lang])
+    heads = p["heads"]
+    cells = [[number(100 * r, 0) for r in row] for row in heads]
+    styles = [["reverse" if (l, h) in top else "" for h in range(len(row))] for l, row in enumerate(heads)]
+    grid(
+        console,
+        WORDS["layer"][lang],
+        [str(l) for l in range(len(heads))],
+        [f"H{h}" for h in range(len(heads[0]))],
+        cells,
+        styles,
+    )
+    _say(console, WORDS["residual"][lang])
+    tokens = p["clean"]["tokens"]
+    columns = [f"{i} {_cut(tok)}" for i, tok in enumerate(tokens)]
+    cells = [[number(100 * r, 0) for r in row] for row in p["residual"]]
+    grid(console, WORDS["layer"][lang], [str(l) for l in range(len(cells))], columns, cells)
+
+
+def _cut(token: str, width: int = 6) -> str:
+    token = printable(token).strip() or "␣"
+    return token if len(token) <= width else token[: width - 1] + "…"
+
+
+def _lens(lens: dict, console: Console, lang: str) -> None:
+    _say(console, WORDS["lens"][lang] + lens["text"][lang], style="bold")
+    _say(console, WORDS["lens_table"][lang].format(p=lens["position"], tok=f"“{lens['token']}”"))
+    k = min(LENS_SHOWN, len(lens["layers"][0]["top"]))
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+    table.add_column(Text(WORDS["layer"][lang]), justify="right", no_wrap=True)
+    table.add_column(Text(WORDS["top"][lang].format(k=k)))
+    table.add_column(Text(WORDS["entropy"][lang]), justify="right", no_wrap=True)
+    final = lens["layers"][-1]["top"][0]["id"]
+    for row in lens["layers"]:
+        items = "  ".join(f"“{printable(e['token'])}” {100 * e['prob']:.1f}%" for e in row["top"][:k])
+        style = "bold" if row["top"][0]["id"] == final and row["layer"] >= lens["settled"] else ""
+        table.add_row(Text(str(row["layer"])), Text(items, style=style), Text(number(row["entropy_bits"])))
+    console.print(table)

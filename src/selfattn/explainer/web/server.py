@@ -1,0 +1,380 @@
+"""The local web explorer: `selfattn serve` (FastAPI + uvicorn, 127.0.0.1 by default).
+
+    GET  /               the explorer page in live mode (the same page and JS as the HTML report);
+                         `?text=…` opens it on that text
+    POST /api/explain    {text, layer?, head?, interventions?: {name: {param: value}, layer?, head?}, format?,
+                          layers?, find?, ablate?, ablate_mode?, patch?, lens?}  (`body.ExplainRequest`, generated
+                          from the interventions' registry)
+                         -> the export dict (interventions.layer / .head limit the interventions to one layer /
+                            head; the top-level layer / head name the head to show; without them the head an
+                            intervention is limited to is shown, or the first head ablated: selected.rule says so)
+
+The experiments (`ablate`, `patch`, `lens`: `experiments.run`, the one path of `selfattn explain --ablate /
+--patch / --logit-lens`) add doc["ablation"], doc["patching"], doc["lens"], exactly the export's dicts. Their
+results are kept (`ExperimentCache`: by experiment, text and arguments, and for the lens the intervention),
+so asking again — the page re-asks on every change of an intervention — costs nothing; the lens reads the
+text's trace from the trace cache. A request with `patch` runs in the heavy lane, whatever its length (2 ×
+layers batched passes).
+
+`format` is "json" (default: the dict of `Explainer.explain`, exactly what `selfattn explain --json`
+prints) or "packed" (its float arrays as float32/float64 base64, what the page reads: `report.pack`).
+
+Responses are sized by what the view needs: `layers` names the layers whose arrays are sent (the
+others keep their scalars; summaries, descriptions and predictions always cover every layer). Its
+default is every layer for "json" and only the shown layer for "packed" (the page asks for another
+layer when you pick it). A request that names `layers` gets no `experiment` (no second run without
+the intervention): the page asks for its baseline itself. `find: [query, key]` adds the head search
+(`heads.search`, the one copy: with `layers: []` the answer is the ranking and the scalars only).
+
+One forward pass per change: the app keeps the traces it computed by (text, intervention) in a bounded
+`TraceCache` (TRACE_CACHE_BYTES), so the experiment's baseline, the page's own request for it, another
+layer's arrays and a head search on a text already shown are read back, not recomputed. A change of
+intervention on a shown text runs the changed pass only; the first view of a text with an intervention
+runs it and its baseline, once each, even when the page asks for both at the same time.
+A response estimated over MAX_RESPONSE_BYTES is refused with a 422 that says how to ask for less.
+GET / goes through the same lanes and the same limit, and carries the shown layer's arrays only.
+
+Every refusal is a 4xx with a one-line message in `detail`, never a 500, in the language the request
+asked for (`lang`, default English; `messages` holds it in zh and en: `views.texts` "server.…"): a malformed or
+oversized body, a wrong type, an empty text, a text over `session.MAX_CHARS` characters or
+over the model's context in tokens, a control character, an intervention's value outside its range
+(a temperature outside [MIN_TEMPERATURE, MAX_TEMPERATURE]), a layer or head that does not exist.
+
+Interventions travel in a context of the request's own thread (`selfattn.intercept`), so requests
+are answered concurrently, with no global lock. What they hold is bounded by lanes: a text of up to
+LIGHT_CHARS characters is explained in the light lane (LIGHT_SLOTS at once), a longer one in the heavy
+lane (HEAVY_SLOTS at once), so short requests never queue behind long ones and the memory of the
+explanations being computed is at most HEAVY_SLOTS long ones plus LIGHT_SLOTS short ones, whatever
+the number of clients. After a long one the freed heap is given back to the system (`release_memory`).
+Answers not yet read by their clients are held too: at most MAX_CONNECTIONS × MAX_RESPONSE_BYTES, and the
+kept traces: at most TRACE_CACHE_BYTES.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import socket
+import threading
+from functools import partial
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from ... import checks
+from ...limits import TEMPERATURE_RANGE
+from .. import experiments
+from ..capture.cache import TraceCache
+from ..capture.interventions import Intervention
+from ..session import DEFAULT_TEXT, MAX_CHARS, Explainer
+from ..views import experiment, report, texts
+from .body import ExplainRequest, Needs
+from .guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
+
+__all__ = ["create_app", "serve", "ExplainRequest", "MAX_BODY_BYTES", "MIN_TEMPERATURE", "MAX_TEMPERATURE"]
+
+MAX_RESPONSE_BYTES = 16 << 20
+"""Largest response sent (estimated before it is encoded): 16 MiB."""
+JSON_NUMBER_BYTES = 21
+"""What one float64 costs in the "json" format, about (sign, 17 digits, point, exponent, comma)."""
+MAX_BODY_BYTES = 64 * 1024
+"""Largest request body accepted: MAX_CHARS characters, JSON-escaped, fit with room to spare."""
+MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+MAX_CONNECTIONS = 64
+"""Connections served at once; past it uvicorn answers 503 at once instead of holding more responses."""
+LIGHT_CHARS = 256
+"""Texts up to this many characters are explained in the light lane."""
+LIGHT_SLOTS = 4
+HEAVY_SLOTS = 2
+"""Explanations computed at once per lane: a 1,015-token explanation of the default model holds ~50 MB."""
+QUEUE_SECONDS = 120
+"""A request that waited this long for a slot is answered 503."""
+LISTEN_BACKLOG = 2048
+"""Pending connections the kernel queues (uvicorn's own default)."""
+KEEP_ALIVE_SECONDS = 5
+"""An idle keep-alive connection is closed after this long."""
+TRACE_CACHE_BYTES = 128 << 20
+"""Most bytes of traces the app keeps for reuse (`TraceCache`): a few dozen short texts of a small model."""
+TRACE_CACHE_ENTRIES = 16
+RESULT_CACHE_BYTES = 16 << 20
+"""Most bytes (as JSON) of experiment results kept: a patching run of 30 layers × 128 positions is ~100 KB."""
+RESULT_CACHE_ENTRIES = 64
+BUSY = texts.text("server.busy", "en")
+
+
+class Busy(Exception):
+    """No slot of the request's lane freed within QUEUE_SECONDS (answered 503)."""
+
+
+def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> FastAPI:
+    """The web app for one explainer (a model and its tokenizer), behind an `HttpGuard`: bodies over
+    MAX_BODY_BYTES (streamed or not), oversized headers and, when `hosts` is given, a Host header that
+    does not name this server are refused before any endpoint runs (`serve` passes the bound address)."""
+    if not isinstance(explainer, Explainer):
+        raise TypeError(f"explainer must be a selfattn.explainer.session.Explainer, got {type(explainer).__name__}")
+    app = FastAPI(title="selfattn explorer", docs_url=None, redoc_url=None, openapi_url=None)
+    work = _Work(explainer)
+    app.state.traces = work.traces
+    app.state.results = work.results
+    app.add_middleware(HttpGuard, max_body=MAX_BODY_BYTES, hosts=hosts)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError):
+        return _error(422, "server.invalid", _lang_of(exc.body), reason=_validation_message(exc))
+
+    @app.get("/", response_class=HTMLResponse)
+    def page(text: str | None = None, lang: str | None = None):
+        status = 200
+        lang = lang if lang in texts.LANGS else None
+        try:
+            doc, error = work.in_lane(DEFAULT_TEXT if text is None else text, lambda: work.first_doc(text, lang))
+        except Busy:
+            doc, error, status = None, texts.text("server.busy", lang or "zh"), 503
+        html = report.render_app(doc, max_chars=MAX_CHARS, max_tokens=explainer.max_len, error=error)
+        return HTMLResponse(html, status_code=status, headers=_page_headers())
+
+    @app.post("/api/explain")
+    def api_explain(body: ExplainRequest):
+        try:
+            return work.in_lane(body.text, lambda: work.answer(body), heavy=body.patch is not None)
+        except Busy:
+            return _error(503, "server.busy", body.lang)
+
+    return app
+
+
+class _Work:
+    """What the endpoints do for one explainer: the lanes, the kept traces, the size of an answer."""
+
+    def __init__(self, explainer: Explainer):
+        self.traces = TraceCache(max_bytes=TRACE_CACHE_BYTES, max_entries=TRACE_CACHE_ENTRIES)
+        self.results = TraceCache(max_bytes=RESULT_CACHE_BYTES, max_entries=RESULT_CACHE_ENTRIES, size=_json_bytes)
+        self.explainer = explainer
+        self.explain = partial(explainer.explain, cache=self.traces)
+        self.lanes = {
+            "light": threading.BoundedSemaphore(LIGHT_SLOTS),
+            "heavy": threading.BoundedSemaphore(HEAVY_SLOTS),
+        }
+
+    def in_lane(self, text: str, work, *, heavy: bool = False):
+        """work() in the lane of `text`: light up to LIGHT_CHARS characters (unless `heavy`), else heavy; `Busy`
+        when no slot frees within QUEUE_SECONDS. The page and the API both go through here."""
+        lane = "light" if len(text) <= LIGHT_CHARS and not heavy else "heavy"
+        if not self.lanes[lane].acquire(timeout=QUEUE_SECONDS):
+            raise Busy(BUSY)
+        try:
+            return work()
+        finally:
+            self.lanes[lane].release()
+            if lane == "heavy":
+                release_memory()
+
+    def explained(self, text: str, fmt: str, **kwargs) -> dict:
+        """explain(text, **kwargs), refused (`TooLarge`) when its answer in `fmt` would exceed MAX_RESPONSE_BYTES."""
+        doc = self.explain(text, **kwargs)
+        size = response_bytes(doc, fmt)
+        if size > MAX_RESPONSE_BYTES:
+            raise TooLarge(mb=f"{size / 2**20:.1f}", limit=MAX_RESPONSE_BYTES >> 20)
+        return doc
+
+    def first_doc(self, text: str | None, lang: str | None = None) -> tuple[dict | None, str | None]:
+        """The page's first text explained as the packed API answers it (the shown layer's arrays only:
+        the page asks for the others when picked), or (if refused) the default text and why the first
+        was refused, in `lang` (default zh: the page's own default)."""
+        error = None
+        for candidate in ([text] if text is not None else []) + [DEFAULT_TEXT]:
+            try:
+                return self.explained(candidate, "packed", stages=False, layers="selected", lang=lang), error
+            except (ValueError, TypeError) as exc:
+                error = error or _said(exc, lang or "zh")
+        return None, error
+
+    def answer(self, body: ExplainRequest):
+        try:
+            asked = body.experiments()
+            intervention = body.intervention()
+            first = {k: v for k, v in asked.items() if k == "ablation"}  # cheap, and it checks the heads to show
+            found = self.experiments(body.text, first, intervention)
+            heads = found.get("ablation", {}).get("heads")
+            ablated = experiment.first_ablated(intervention, body.layer, body.head, heads)  # as `--ablate`
+            layer, head = ablated or (body.layer, body.head)
+            doc = self.explained(
+                body.text,
+                body.format,
+                layer=layer,
+                head=head,
+                intervention=intervention,
+                stages=False if body.format == "packed" else None,
+                find=body.find,
+                layers=body.layers if body.layers is not None or body.format == "json" else "selected",
+                compare=body.layers is None,  # a request naming layers fetches arrays; the page has its baseline
+                lang=body.lang,
+            )
+            if ablated is not None and doc["selected"]["rule"] is None:
+                doc["selected"]["rule"] = "ablated"
+            doc |= found | self.experiments(
+                body.text, {k: v for k, v in asked.items() if k != "ablation"}, intervention
+            )
+        except Needs as exc:
+            return _error(422, "server.needs", body.lang, **exc.values)
+        except Refused as exc:
+            return _error(exc.status, "server.experiment", body.lang, reason=str(exc))
+        except TooLarge as exc:
+            return _error(422, "server.too_large", body.lang, **exc.values)
+        except ValueError as exc:
+            return _error(422, "server.refused", body.lang, reason=str(exc))
+        except TypeError as exc:
+            return _error(400, "server.refused", body.lang, reason=str(exc))
+        return JSONResponse(report.pack(doc) if body.format == "packed" else doc)
+
+    def experiments(self, text: str, asked: dict[str, dict], intervention: Intervention) -> dict:
+        """{name: result} of `experiments.run` for each experiment asked ({name: its keywords}), each read from
+        the kept results when the same one was asked before (the lens: with the same intervention)."""
+        out = {}
+        for name, kwargs in asked.items():
+            extra = {"intervention": intervention, "cache": self.traces} if name == "lens" else {}
+            key = (name, text, json.dumps(kwargs, sort_keys=True), extra.get("intervention"))
+            out[name] = self.results.get(key, partial(self._run, text, name, kwargs | extra))
+        return out
+
+    def _run(self, text: str, name: str, kwargs: dict) -> dict:
+        try:
+            return experiments.run(self.explainer, text, **kwargs)[name]
+        except ValueError as exc:
+            raise Refused(str(exc), 422) from exc
+        except TypeError as exc:
+            raise Refused(str(exc), 400) from exc
+
+
+class Refused(Exception):
+    """An experiment refused its arguments (answered `status`, "server.experiment")."""
+
+    def __init__(self, reason: str, status: int):
+        self.status = status
+        super().__init__(reason)
+
+
+class TooLarge(ValueError):
+    """An answer over MAX_RESPONSE_BYTES; `values` fill the text "server.too_large"."""
+
+    def __init__(self, **values):
+        self.values = values
+        super().__init__(texts.text("server.too_large", "en", **values))
+
+
+def _said(exc: Exception, lang: str) -> str:
+    """A refusal in `lang`: the server's own sentence, or the library's reason inside "server.refused"."""
+    if isinstance(exc, TooLarge):
+        return texts.text("server.too_large", lang, **exc.values)
+    return texts.text("server.refused", lang, reason=str(exc))
+
+
+def serve(explainer: Explainer, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Run the app with uvicorn until interrupted. Binds the loopback address unless told otherwise."""
+    import uvicorn
+
+    port = checks.integer("port", port, low=1, high=65535)  # the Host check needs the real port
+    sock = listen(host, port)
+    if host not in LOOPBACK:
+        print(f"selfattn serve: listening on {host}, reachable from other machines")
+    print(f"selfattn serve: open http://{'[::1]' if host == '::1' else host}:{port}/ (Ctrl+C stops)")
+    app = create_app(explainer, hosts=allowed_hosts(host, port) if host in LOOPBACK else None)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        http="h11",
+        limit_concurrency=MAX_CONNECTIONS,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+    )
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port and listening, or an OSError that names the address (a host that does
+    not resolve, a port in use), raised before anything is printed rather than logged by uvicorn."""
+    if not isinstance(host, str) or not host:
+        raise ValueError(f"host must be an address such as 127.0.0.1, got {host!r}")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as e:
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def release_memory() -> None:
+    """Give the heap pages freed by a long explanation back to the system (glibc's malloc_trim): glibc
+    keeps them in its per-thread arenas otherwise, and the server's RSS stays at its peak. No-op
+    where there is no glibc."""
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+try:
+    _LIBC = ctypes.CDLL(None)
+except OSError:  # no C library to open (not a Unix)
+    _LIBC = None
+
+
+def response_bytes(doc: dict, fmt: str) -> int:
+    """About how many bytes `doc` takes as a response in format `fmt` ("json" or "packed": float32 base64)."""
+    L = len(doc["tokens"])
+    m = doc["model"]
+    numbers = visible = 0
+    for layer in doc["layers"]:
+        if layer.get("omitted"):
+            continue
+        numbers += 3 * L * m["d_model"] + m["n_heads"] * L * (3 * m["head_dim"] + 1)
+        numbers += sum(len(h.get("stages", {})) * L * L for h in layer["heads"])
+        visible += L * L * (1 + sum("visible" in h for h in layer["heads"]))
+    if fmt == "json":
+        return numbers * JSON_NUMBER_BYTES + 2 * visible
+    return (numbers * 4 + visible // 8) * 4 // 3
+
+
+def _json_bytes(result: dict) -> int:
+    """What one kept experiment result costs: its JSON's length."""
+    return len(json.dumps(result, ensure_ascii=False))
+
+
+def _error(status: int, key: str, lang: str | None, **values) -> JSONResponse:
+    """A refusal: {"detail": the sentence `key` of `views.texts` in `lang` (default English), "messages": {zh, en}}."""
+    messages = {code: texts.text(key, code, **values) for code in texts.LANGS}
+    return JSONResponse({"detail": messages[lang or "en"], "messages": messages}, status_code=status)
+
+
+def _lang_of(body) -> str | None:
+    """The `lang` a body that failed validation asked for, if it named a known one."""
+    lang = body.get("lang") if isinstance(body, dict) else None
+    return lang if lang in texts.LANGS else None
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    """One line naming each refused field, for example "temperature: Input should be less than or equal to 100"."""
+    parts = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        field = ".".join(loc) or "body"
+        parts.append(f"{field}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def _page_headers() -> dict[str, str]:
+    """The page's CSP (also in its <meta>), and no sniffing, framing or referrer."""
+    return {
+        "Content-Security-Policy": report.policy(live=True) + "; frame-ancestors 'none'",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+    }

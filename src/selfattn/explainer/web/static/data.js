@@ -1,0 +1,120 @@
+/* The data: the page's JSON block, and packed arrays (selfattn.explainer.views.packing) → typed arrays.
+ *
+ * A packed array is {dtype, shape, b64, digits?}: little-endian bytes in byte planes, zlib-compressed,
+ * base64. The page reads what Python computed and never recomputes a stage: the weights of every
+ * cell at 0.01 % (`weights`), and for each query row the stored keys with their scores, scaled and
+ * masked scores (`key_stages`), weights to 1e-8 (`key_weights`), Σ w·V (`weighted`) and Σ w (`sums`). */
+
+const TYPED = { f32: Float32Array, f64: Float64Array, u16: Uint16Array, u32: Uint32Array, i32: Int32Array };
+const I32_NEG_INF = -(2 ** 31), I32_POS_INF = 2 ** 31 - 1;
+
+/** The JSON block the server or report.py put into the page. */
+export function readPageData() {
+  return JSON.parse(document.getElementById("selfattn-data").textContent);
+}
+
+function bytesOf(b64) {
+  const bin = atob(b64);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+/** zlib (RFC 1950) bytes → bytes, by the browser's own DecompressionStream (no network, no library). */
+async function inflate(bytes) {
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}
+
+/** One packed array: {shape, bits} for "bits"; {shape, data} otherwise, with `data` a Float64Array
+ * when the integers stand for decimals (except "u16" weights: {data: Uint16Array, unit: 10^digits}). */
+export async function unpack(p) {
+  const bytes = await inflate(bytesOf(p.b64));
+  if (p.dtype === "bits") return { shape: p.shape, bits: bytes };
+  const Typed = TYPED[p.dtype];
+  const size = Typed.BYTES_PER_ELEMENT, n = bytes.length / size;
+  const joined = new Uint8Array(bytes.length);
+  for (let b = 0; b < size; b++) {
+    for (let e = 0, at = b * n; e < n; e++) joined[e * size + b] = bytes[at + e];
+  }
+  const data = new Typed(joined.buffer);
+  if (p.digits === undefined) return { shape: p.shape, data };
+  const unit = 10 ** p.digits;
+  if (p.dtype === "u16") return { shape: p.shape, data, unit };
+  const out = new Float64Array(n);
+  const infinities = p.dtype === "i32";
+  for (let e = 0; e < n; e++) {
+    const v = data[e];
+    out[e] = infinities && v === I32_NEG_INF ? -Infinity : infinities && v === I32_POS_INF ? Infinity : v / unit;
+  }
+  return { shape: p.shape, data: out };
+}
+
+const LAYER_ARRAYS = ["x", "attn_out", "output", "visible"];
+const HEAD_ARRAYS = ["q", "k", "v", "lse", "weights", "keys", "key_stages", "key_weights", "weighted", "sums", "sink"];
+
+async function unpackFields(obj, names) {
+  const out = Object.assign({}, obj);
+  await Promise.all(names.filter((name) => obj[name]).map(async (name) => { out[name] = await unpack(obj[name]); }));
+  return out;
+}
+
+/** A packed export dict with its arrays unpacked (a layer left out keeps only its scalars). */
+export async function loadDoc(packed) {
+  const layers = await Promise.all(packed.layers.map(loadLayer));
+  // the tokens as every view shows them: a repeated token carries its position ("the@8"), as in Python's views
+  const tokens = Array.isArray(packed.token_names) ? packed.token_names : packed.tokens;
+  return Object.assign({}, packed, { layers, tokens });
+}
+
+export async function loadLayer(layer) {
+  if (layer.omitted) return layer;
+  const out = await unpackFields(layer, LAYER_ARRAYS);
+  out.heads = await Promise.all(layer.heads.map(async (head) => {
+    const h = await unpackFields(head, HEAD_ARRAYS);
+    h.visible = head.visible ? await unpack(head.visible) : undefined; // only a head an intervention changed apart
+    h.slots = slotsOf(h.keys, h.weights.shape[1]);
+    return h;
+  }));
+  return out;
+}
+
+/** Per query row, a Map key → its column in `key_stages` / `key_weights` (unused slots left out). */
+function slotsOf(keys, L) {
+  const K = keys.shape[1];
+  return Array.from({ length: keys.shape[0] }, (_, i) => {
+    const m = new Map();
+    for (let c = 0; c < K; c++) if (keys.data[i * K + c] < L) m.set(keys.data[i * K + c], c);
+    return m;
+  });
+}
+
+/** Row i of a matrix (a view, no copy). */
+export function row(m, i) {
+  const n = m.shape[m.shape.length - 1];
+  return m.data.subarray(i * n, (i + 1) * n);
+}
+
+/** visible[i][j] of a bit-packed L×L matrix: 1 = may look. */
+export function bit(m, i, j) {
+  const idx = i * m.shape[1] + j;
+  return (m.bits[idx >> 3] >> (7 - (idx & 7))) & 1;
+}
+
+/** The visibility head h of a layer was computed with: its own when an intervention changed it apart. */
+export function visibleOf(layer, h) {
+  const head = layer.heads[h];
+  return head.visible !== undefined ? head.visible : layer.visible;
+}
+
+/** The weight of (i, j) as the page shows it (0.01 %). */
+export function shownWeight(head, i, j) {
+  const w = head.weights;
+  return w.data[i * w.shape[1] + j] / w.unit;
+}
+
+/** The weight of (i, j) for arithmetic: to 1e-8 where the row stores key j, else as shown (0.01 %). */
+export function exactWeight(head, i, j) {
+  const slot = head.slots[i].get(j);
+  return slot === undefined ? shownWeight(head, i, j) : head.key_weights.data[i * head.key_weights.shape[1] + slot];
+}

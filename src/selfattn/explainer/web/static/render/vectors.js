@@ -1,0 +1,137 @@
+/* Vectors and their parts: a vector's length and largest dimensions, q·k as D products, ·V as stacked
+ * bars, and the walkthrough's "meaning" bar. Every number is the data's; a product shown (q[d]·k[d],
+ * w_j·V_j[d]) is the one the panel explains. */
+
+import { el } from "../dom.js";
+import { exactWeight, row, shownWeight } from "../data.js";
+import { num, pct, wholePct } from "../format.js";
+
+const VECTOR_TOP = 4; // a long vector is summarised by its norm and this many largest dimensions
+const LEGEND_KEYS = 24; // keys named under the ·V bars
+const PALETTE = ["#1d4ed8", "#f97316", "#059669", "#a21caf", "#dc2626", "#0891b2", "#ca8a04", "#4b5563"];
+const MEANINGS = [ // the roles of selfattn.explainer.relations, then the first token, then the rest
+  { role: "qm", text: "meaning_qm", colour: "#1d4ed8" },
+  { role: "colour", text: "meaning_colour", colour: "#f97316" },
+  { role: "noun", text: "meaning_noun", colour: "#059669" },
+  { role: "verb", text: "meaning_verb", colour: "#a21caf" },
+  { role: "place", text: "meaning_place", colour: "#dc2626" },
+  { role: null, text: "meaning_first", colour: "#9ca3af" },
+  { role: null, text: "meaning_other", colour: "#d1d5db" },
+];
+
+/** A labelled vector: its length and largest dimensions, every number one click away (each carries
+ * its dimension in data-dim). */
+export function vector(t, name, label, values) {
+  const box = el("div", { class: "vec", "data-testid": `vec-${name}` });
+  box.append(el("div", { class: "label" }, `${label} (${values.length})`));
+  const order = Array.from(values.keys()).sort((a, b) => Math.abs(values[b]) - Math.abs(values[a]));
+  const top = order.slice(0, VECTOR_TOP).map((d) => `d${d} = ${num(values[d])}`).join(" · ");
+  box.append(el("div", { class: "summary", "data-testid": `vec-${name}-summary` },
+    t("norm", { norm: num(Math.hypot(...values)), top })));
+  const details = el("details", {});
+  details.append(el("summary", {}, t("all_numbers")));
+  const nums = el("div", { class: "nums" });
+  values.forEach((v, d) => nums.append(el("span", { "data-dim": d }, num(v))));
+  details.append(nums);
+  box.append(details);
+  return box;
+}
+
+/** q·k as D products q[d]·k[d] (one cell each, data-value exact), their sum, and the score of the data. */
+export function qkProducts(t, q, k, score) {
+  const box = el("div", { class: "qk", "data-testid": "qk-products" });
+  box.append(el("div", { class: "label" }, t("qk", { n: q.length })));
+  const table = el("table", { class: "keys" });
+  const head = el("tr"), prod = el("tr");
+  head.append(el("th", {}, "d"));
+  prod.append(el("th", {}, "q·k"));
+  let sum = 0;
+  for (let d = 0; d < q.length; d++) {
+    const p = q[d] * k[d];
+    sum += p;
+    head.append(el("th", {}, d));
+    const td = el("td", { "data-dim": d, "data-value": p }, num(p, 2));
+    td.style.backgroundColor = p >= 0 ? `rgba(29, 78, 216, ${Math.min(0.5, Math.abs(p) / 4)})`
+      : `rgba(220, 38, 38, ${Math.min(0.5, Math.abs(p) / 4)})`;
+    prod.append(td);
+  }
+  head.append(el("th", {}, t("qk_sum")));
+  const shown = score === undefined ? "…" : num(score);
+  prod.append(el("td", { "data-testid": "qk-sum", "data-value": sum }, `${num(sum)} = ${shown}`));
+  table.append(head, prod);
+  const wrap = el("div", { class: "scroll" });
+  wrap.append(table);
+  box.append(wrap);
+  return box;
+}
+
+/** ·V as stacked bars: for each dimension d, one segment w_j·V_j[d] per key j (positive to the right
+ * of the axis, negative to the left) beside the data's Σ_j w_j·V_j[d]. */
+export function mixBars(t, doc, head, i, weighted) {
+  const box = el("div", { class: "mix", "data-testid": "mix-bars" });
+  box.append(el("div", { class: "label" }, t("mix")));
+  const L = doc.tokens.length, dv = weighted.length;
+  const w = Array.from({ length: L }, (_, j) => exactWeight(head, i, j));
+  const keys = Array.from(w.keys()).filter((j) => w[j] > 0);
+  const part = (j, d) => w[j] * row(head.v, j)[d];
+  let scale = 1e-9;
+  for (let d = 0; d < dv; d++) {
+    let pos = 0, neg = 0;
+    for (const j of keys) {
+      const c = part(j, d);
+      if (c > 0) pos += c; else neg -= c;
+    }
+    scale = Math.max(scale, pos, neg);
+  }
+  for (let d = 0; d < dv; d++) {
+    const bar = el("div", { class: "mixrow", "data-testid": "mix-row", "data-dim": d, "data-value": weighted[d] });
+    bar.append(el("span", { class: "dim" }, `d${d}`));
+    const track = el("span", { class: "track" });
+    let left = 50, right = 50;
+    for (const j of keys) {
+      const c = part(j, d);
+      const width = (50 * Math.abs(c)) / scale;
+      const seg = el("span", { class: "seg", "data-key": j, "data-value": c, title: `${doc.tokens[j]}: ${num(c)}` });
+      seg.style.width = `${width}%`;
+      seg.style.left = `${c >= 0 ? right : left - width}%`;
+      seg.style.backgroundColor = PALETTE[j % PALETTE.length];
+      if (c >= 0) right += width; else left -= width;
+      track.append(seg);
+    }
+    bar.append(track, el("span", { class: "val" }, num(weighted[d])));
+    box.append(bar);
+  }
+  const legend = el("div", { class: "mixlegend" });
+  for (const j of keys.slice(0, LEGEND_KEYS)) {
+    const item = el("span", {}, `${doc.tokens[j]} ${pct(shownWeight(head, i, j))}`);
+    item.style.borderLeft = `10px solid ${PALETTE[j % PALETTE.length]}`;
+    legend.append(item);
+  }
+  box.append(legend);
+  if (L > keys.length) box.dataset.hiddenKeys = String(L - keys.length);
+  return box;
+}
+
+/** The walkthrough's one-hot-V "meaning" table on these tokens: the row's weights summed per meaning
+ * (the roles of selfattn.explainer.relations, doc.roles), as one stacked bar. */
+export function meaningBars(t, doc, head, i) {
+  const roles = doc.roles || [];
+  const sums = MEANINGS.map(() => 0);
+  const first = MEANINGS.length - 2, other = MEANINGS.length - 1;
+  for (let j = 0; j < doc.tokens.length; j++) {
+    const k = MEANINGS.findIndex((m) => m.role !== null && m.role === roles[j]);
+    sums[k >= 0 ? k : j === 0 ? first : other] += exactWeight(head, i, j);
+  }
+  const box = el("div", { class: "meaning", "data-testid": "meaning" });
+  box.append(el("div", { class: "label" }, t("meaning")));
+  const bar = el("div", { class: "stack" });
+  MEANINGS.forEach((m, k) => {
+    if (sums[k] <= 0) return;
+    const seg = el("span", { "data-testid": "meaning-seg", "data-value": sums[k] }, `${t(m.text)} ${wholePct(sums[k])}`);
+    seg.style.width = `${100 * sums[k]}%`;
+    seg.style.backgroundColor = m.colour;
+    bar.append(seg);
+  });
+  box.append(bar);
+  return box;
+}

