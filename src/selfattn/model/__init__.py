@@ -25,6 +25,10 @@ Importing this package imports neither torch nor jieba; `load_default` does, whe
 
 from __future__ import annotations
 
+from ..extras import require
+
+require("explain", "selfattn.model (the bundled model, training)")  # not in a core install: one line naming the extra
+
 __all__ = ["load_default", "load_checkpoint"]
 
 
