@@ -12,8 +12,6 @@ checked before any tensor is allocated.
 
 from __future__ import annotations
 
-import os
-
 __all__ = [
     "MAX_SEED",
     "MAX_THREADS",
@@ -109,7 +107,6 @@ TRANSFORMERS_LIMITS = {
 }
 """SIZES under the field names of a transformers config.json (llama/qwen/mistral/gemma names, GPT-2's names)."""
 
-_MEMINFO = "/proc/meminfo"
 _CGROUP_FILES = (
     ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2
     ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),  # cgroup v1
@@ -128,22 +125,14 @@ def _read_int(path: str) -> int | None:
 def available_memory() -> int | None:
     """Bytes of memory a new allocation can take now, or None where the system does not say.
 
-    Linux: MemAvailable of /proc/meminfo, lowered to what the process's memory cgroup (a container's
-    limit) still allows; elsewhere the free physical pages (os.sysconf), where it has them."""
-    found = None
+    psutil's available memory (Linux: MemAvailable), lowered to what the process's memory cgroup (a
+    container's limit) still allows."""
     try:
-        with open(_MEMINFO, encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    found = int(line.split()[1]) * 1024  # "MemAvailable:  24079132 kB"
-                    break
-    except (OSError, ValueError, IndexError):
-        found = None
-    if found is None:
-        try:
-            found = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (AttributeError, OSError, ValueError):
-            return None
+        import psutil
+
+        found = int(psutil.virtual_memory().available)
+    except (ImportError, OSError, RuntimeError, AttributeError):
+        return None
     for limit_file, usage_file in _CGROUP_FILES:
         limit, usage = _read_int(limit_file), _read_int(usage_file)
         if limit is not None and usage is not None:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from .notice import Notice, emit
+from ..dirs import cache_dir
+from .notice import Notice, emit, warn_unheard
 
 __all__ = ["SOURCE", "build", "build_dir", "is_built", "unavailable_reason"]
 
@@ -33,6 +34,9 @@ BASE_FLAGS = ("-O3", "-std=c++17", "-fno-math-errno", "-fopenmp")
 LINK_FLAGS = ("-fopenmp",)
 ARCH_FLAGS = {"AVX512": ("-mavx2", "-mfma", "-mavx512f"), "AVX2": ("-mavx2", "-mfma")}
 """Vector flags by PyTorch's detected CPU capability: what this CPU runs, part of the cache key."""
+
+BUILD_AHEAD = "10 to 60 s, once per machine; `python -m selfattn.kernels build` does it ahead"
+"""What the first build's warning adds: how long, and how to build ahead."""
 
 _LOCK = threading.Lock()
 _STATE: dict[str, object] = {"ops": None, "error": None}
@@ -53,9 +57,8 @@ def _name() -> str:
 
 
 def build_dir() -> Path:
-    """Where the compiled library is cached: $XDG_CACHE_HOME (or ~/.cache)/selfattn/torch_extensions/<torch>."""
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(root) / "selfattn" / "torch_extensions" / torch.__version__.replace("+", "_")
+    """Where the compiled library is cached: `selfattn.dirs.cache_dir()`/torch_extensions/<torch>."""
+    return cache_dir() / "torch_extensions" / torch.__version__.replace("+", "_")
 
 
 def _library_path() -> Path:
@@ -134,6 +137,7 @@ def _compile(path: Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     what = f"compiling the native attention kernel (once, about a minute) into {path.parent}"
+    warn_unheard(Notice("native", what, "start"), BUILD_AHEAD, stacklevel=4)
     emit(Notice("native", what, "start"))
     start = time.perf_counter()
     try:

@@ -10,9 +10,8 @@
 - `save(path)` writes one JSON file holding the vocabulary *and* the user words, so a
   loaded tokenizer cuts text exactly as the one that was saved.
 
-jieba keeps a cache of its dictionary in `$XDG_CACHE_HOME/selfattn` (default
-`~/.cache/selfattn`); each tokenizer uses its own `jieba.Tokenizer` instance, never the
-global one.
+jieba keeps a cache of its dictionary in `selfattn.dirs.cache_dir()` (on Linux `$XDG_CACHE_HOME/selfattn`,
+default `~/.cache/selfattn`); each tokenizer uses its own `jieba.Tokenizer` instance, never the global one.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..dirs import cache_dir as selfattn_cache_dir
 from ..files import read_json, write_atomic
 
 __all__ = ["WordTokenizer", "SPECIAL_TOKENS", "USER_WORD_FREQ", "FORMAT", "cache_dir"]
@@ -40,9 +40,8 @@ VERSION = 1
 
 
 def cache_dir() -> Path:
-    """Where jieba's dictionary cache lives: $XDG_CACHE_HOME/selfattn or ~/.cache/selfattn."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = Path(base) / "selfattn"
+    """Where jieba's dictionary cache lives: `selfattn.dirs.cache_dir()` (created), or a temporary folder."""
+    path = selfattn_cache_dir()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError:
