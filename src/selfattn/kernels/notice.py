@@ -11,6 +11,9 @@ notice goes to the callback of `notices(...)` in force in this thread or task, a
 
     with selfattn.kernels.notices(show):
         ...
+
+A wait nobody hears (no callback, no handler of the "selfattn" logger: a plain Python user) is said once
+per process as a `SlowStartWarning` (`warn_unheard`), with the expected time and how to do it ahead.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Notice", "notices", "emit", "LOGGER"]
+__all__ = ["Notice", "notices", "emit", "warn_unheard", "SlowStartWarning", "LOGGER"]
 
 LOGGER = logging.getLogger("selfattn")
 """Where every notice is logged (INFO), subscribed or not."""
@@ -88,3 +93,32 @@ def emit(notice: Notice) -> None:
     callback = _SUBSCRIBER.get()
     if callback is not None:
         callback(notice)
+
+
+class SlowStartWarning(UserWarning):
+    """A first use is making the caller wait (a compile of tens of seconds), said once per process."""
+
+
+_WARNED: set[str] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def _heard() -> bool:
+    """True when a callback of `notices(...)` or a handler of the "selfattn" logger hears notices here."""
+    if _SUBSCRIBER.get() is not None:
+        return True
+    return LOGGER.isEnabledFor(logging.INFO) and any(h.level <= logging.INFO for h in LOGGER.handlers)
+
+
+def warn_unheard(notice: Notice, advice: str, *, stacklevel: int = 3) -> bool:
+    """Warn once per `notice.source` in this process, when nobody hears notices, that `notice` makes the
+    caller wait: "selfattn: compiling ... (about 25 s; `python -m selfattn.kernels build` does it ahead)".
+    Returns True if it warned."""
+    if _heard():
+        return False
+    with _WARNED_LOCK:
+        if notice.source in _WARNED:
+            return False
+        _WARNED.add(notice.source)
+    warnings.warn(f"{notice} ({advice})", SlowStartWarning, stacklevel=stacklevel)
+    return True

@@ -1,0 +1,87 @@
+"""No silent wait: the native kernel's first build warns a Python user once (with its expected time and
+how to build ahead), says nothing more to a caller who hears notices, and `python -m selfattn.kernels
+build` does it ahead."""
+
+import logging
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from selfattn.kernels import native_build, notice
+from selfattn.kernels.notice import Notice, SlowStartWarning, notices, warn_unheard
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """No warning given yet in this process, no handler on the "selfattn" logger."""
+    monkeypatch.setattr(notice, "_WARNED", set())
+    logger = logging.getLogger("selfattn")
+    monkeypatch.setattr(logger, "handlers", [])
+
+
+def _compile_without_compiling(monkeypatch, tmp_path):
+    """native_build._compile with torch's extension build replaced by a no-op: its notices and warning only."""
+    import torch.utils.cpp_extension
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", lambda **kwargs: None)
+    native_build._compile(tmp_path / "lib" / "x.so")
+
+
+def test_the_first_build_warns_once_with_its_time_and_the_command(fresh, monkeypatch, tmp_path):
+    with pytest.warns(SlowStartWarning) as caught:
+        _compile_without_compiling(monkeypatch, tmp_path)
+    (message,) = [str(w.message) for w in caught]
+    assert "compiling the native attention kernel" in message and "10 to 60 s" in message
+    assert "python -m selfattn.kernels build" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _compile_without_compiling(monkeypatch, tmp_path)  # once per process
+
+
+def test_no_warning_for_a_caller_who_hears_notices(fresh, monkeypatch, tmp_path):
+    heard = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with notices(heard.append):
+            _compile_without_compiling(monkeypatch, tmp_path)
+    assert [n.stage for n in heard] == ["start", "done"]
+    logger = logging.getLogger("selfattn")
+    monkeypatch.setattr(logger, "handlers", [logging.NullHandler(logging.INFO)])  # the CLI's way of hearing
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not warn_unheard(Notice("native", "x", "start"), "advice")
+
+
+def test_the_warning_is_per_source(fresh):
+    with pytest.warns(SlowStartWarning, match=r"selfattn: compiling flex \.\.\. \(about 10 s\)"):
+        assert warn_unheard(Notice("flex", "compiling flex", "start"), "about 10 s")
+    with pytest.warns(SlowStartWarning):
+        assert warn_unheard(Notice("native", "compiling native", "start"), "about 20 s")
+    assert not warn_unheard(Notice("flex", "compiling flex", "start"), "about 10 s")
+
+
+def _module(*args, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "selfattn.kernels", *args], capture_output=True, text=True, timeout=600, env=env
+    )
+
+
+def test_build_ahead_and_status(native_built):
+    done = _module("build")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("native kernel: already built (cache: ") and "SlowStartWarning" not in done.stderr
+    done = _module("status")
+    assert done.returncode == 0 and done.stdout.startswith("native kernel: built (cache: ")
+
+
+def test_status_of_an_empty_cache_never_compiles(tmp_path):
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    done = _module("status", env=env)
+    assert done.stdout.startswith(f"native kernel: not built (cache: {tmp_path / 'selfattn'}")
+    assert not any(tmp_path.rglob("*.so"))
+    done = _module("rebuild", env=env)
+    assert done.returncode == 2 and "invalid choice: 'rebuild'" in done.stderr
