@@ -4,6 +4,10 @@
     head_view(out.attentions, tokens)      # transformers' output_attentions: a tuple of (B, H, L, L)
     model_view(weights, tokens)            # or one (layers, heads, L, L) / (heads, L, L) / (L, L) tensor
 
+head_view and model_view take bertviz's arguments in bertviz's order (sentence_b_start, prettify_tokens,
+layer, heads, encoder_attention, include_layers, include_heads, html_action): code written for bertviz runs
+unchanged where the meaning is the same, and a ValueError names what the page cannot show.
+
 Why an iframe with `srcdoc`: JupyterLab, Notebook 7, VS Code and Colab all show a `text/html` output, but
 they differ in whether its scripts run and what they may load (bertviz's views load require.js from a CDN:
 blank offline, "require is not defined" in JupyterLab). A sandboxed iframe whose document is the whole
@@ -22,7 +26,16 @@ import numpy as np
 from ...files import check_writable, write_atomic
 from . import report
 
-__all__ = ["Inline", "frame", "head_view", "model_view", "attention_array", "FRAME_HEIGHT", "ROW_SUM_TOL"]
+__all__ = [
+    "Inline",
+    "frame",
+    "head_view",
+    "model_view",
+    "attention_array",
+    "FRAME_HEIGHT",
+    "ROW_SUM_TOL",
+    "HTML_ACTIONS",
+]
 
 FRAME_HEIGHT = 900
 """Height of the inline frame, in CSS pixels (the page scrolls inside it)."""
@@ -60,25 +73,192 @@ class Inline:
         check_writable(path, force=force)
         return write_atomic(path, self.html, force=force)
 
+    @property
+    def data(self) -> str:
+        """The whole page, as bertviz's HTML object holds it (`head_view(..., html_action="return").data`)."""
+        return self.html
+
     def __repr__(self) -> str:
         return f"<selfattn page, {len(self.html)} characters: display it in a notebook or save_html(path)>"
 
 
-def head_view(attention, tokens, *, layer: int | None = None, head: int | None = None) -> Inline:
+HTML_ACTIONS = ("view", "return")
+"""bertviz's html_action values: both give the `Inline` page (a notebook shows it as a cell's last value;
+"return" users read its whole document from `.data`, as from bertviz's HTML object)."""
+
+
+def head_view(
+    attention=None,
+    tokens=None,
+    sentence_b_start: int | None = None,
+    prettify_tokens: bool = True,
+    layer: int | None = None,
+    heads: list[int] | None = None,
+    encoder_attention=None,
+    decoder_attention=None,
+    cross_attention=None,
+    encoder_tokens=None,
+    decoder_tokens=None,
+    include_layers: list[int] | None = None,
+    html_action: str = "view",
+    *,
+    head: int | None = None,
+) -> Inline:
     """bertviz's head view of attention weights given directly: lines from each token to the tokens it
     attends, all heads of one layer in colours, heads toggled (see `attention_array` for `attention`).
 
-    layer, head  what opens first (default: the last layer, every head; a head: only that one highlighted)"""
-    weights, tokens = attention_array(attention, tokens)
+    The arguments and their order are bertviz's `head_view`:
+    sentence_b_start  where sentence B of an encoder pair starts (checked; the page shows all the pairs'
+                      attention, bertviz's default "All" filter)
+    prettify_tokens   drop BPE marks as bertviz does ("Ġ" and "▁" become a space, "</w>" goes)
+    layer, heads      what opens first (default: the last layer, every head); `heads=[h]` (or `head=h`)
+                      highlights one head: the page highlights one head or all
+    encoder_attention, encoder_tokens  an encoder's self-attention, as `attention`, `tokens`
+    decoder_attention, cross_attention  encoder–decoder models: not drawn here (a ValueError says so)
+    include_layers    the layers to draw: every layer, or the first n (range(n)), whose numbers the page keeps
+    html_action       "view" or "return" (`HTML_ACTIONS`)"""
+    weights, tokens = _bertviz_input(
+        attention,
+        tokens,
+        sentence_b_start,
+        prettify_tokens,
+        encoder_attention,
+        decoder_attention,
+        cross_attention,
+        encoder_tokens,
+        decoder_tokens,
+        html_action,
+    )
+    weights = weights[: _prefix("include_layers", include_layers, weights.shape[0])]
+    head = _one_head(heads, head, weights.shape[1])
     start = {"view": "head", "layer": weights.shape[0] - 1 if layer is None else layer, "head": head}
     _check_start(start, weights.shape)
     return Inline(report.render_attention(weights, tokens, start=start))
 
 
-def model_view(attention, tokens) -> Inline:
-    """bertviz's model view: every layer × head as a small heatmap, click one to open its head view."""
-    weights, tokens = attention_array(attention, tokens)
+def model_view(
+    attention=None,
+    tokens=None,
+    sentence_b_start: int | None = None,
+    prettify_tokens: bool = True,
+    display_mode: str = "dark",
+    encoder_attention=None,
+    decoder_attention=None,
+    cross_attention=None,
+    encoder_tokens=None,
+    decoder_tokens=None,
+    include_layers: list[int] | None = None,
+    include_heads: list[int] | None = None,
+    html_action: str = "view",
+) -> Inline:
+    """bertviz's model view: every layer × head as a small heatmap, click one to open its head view.
+
+    The arguments and their order are bertviz's `model_view` (see `head_view`); include_heads, like
+    include_layers, is every head or the first n. display_mode ("dark" or "light") is checked: the page
+    follows the notebook's own colour scheme."""
+    if display_mode not in ("dark", "light"):
+        raise ValueError(f"display_mode must be 'dark' or 'light', got {display_mode!r}")
+    weights, tokens = _bertviz_input(
+        attention,
+        tokens,
+        sentence_b_start,
+        prettify_tokens,
+        encoder_attention,
+        decoder_attention,
+        cross_attention,
+        encoder_tokens,
+        decoder_tokens,
+        html_action,
+    )
+    weights = weights[: _prefix("include_layers", include_layers, weights.shape[0])]
+    weights = weights[:, : _prefix("include_heads", include_heads, weights.shape[1])]
     return Inline(report.render_attention(weights, tokens, start={"view": "model"}))
+
+
+def _bertviz_input(
+    attention,
+    tokens,
+    sentence_b_start,
+    prettify,
+    encoder_attention,
+    decoder_attention,
+    cross_attention,
+    encoder_tokens,
+    decoder_tokens,
+    html_action,
+) -> tuple[np.ndarray, list[str]]:
+    """(weights, tokens) from bertviz's arguments, each checked."""
+    if html_action not in HTML_ACTIONS:
+        raise ValueError(f"html_action must be 'view' or 'return', got {html_action!r}")
+    if decoder_attention is not None or cross_attention is not None or decoder_tokens is not None:
+        raise ValueError(
+            "decoder_attention, cross_attention and decoder_tokens are bertviz's encoder–decoder views, which "
+            "selfattn does not draw: pass a decoder's or an encoder's self-attention as attention (or "
+            "encoder_attention)"
+        )
+    if encoder_attention is not None or encoder_tokens is not None:
+        if attention is not None or tokens is not None:
+            raise ValueError("pass attention and tokens, or encoder_attention and encoder_tokens, not both")
+        attention, tokens = encoder_attention, encoder_tokens
+    if attention is None or tokens is None:
+        if attention is None and tokens is not None:
+            raise ValueError(_NO_WEIGHTS.format(what="attention is None"))
+        raise ValueError("head_view and model_view need attention and tokens")
+    weights, tokens = attention_array(attention, tokens)
+    if sentence_b_start is not None:
+        if isinstance(sentence_b_start, bool) or not isinstance(sentence_b_start, int):
+            raise TypeError(f"sentence_b_start must be an int, got {type(sentence_b_start).__name__}")
+        if not 0 < sentence_b_start < len(tokens):
+            raise ValueError(
+                f"sentence_b_start must be in [1, {len(tokens) - 1}] for {len(tokens)} tokens, got {sentence_b_start}"
+            )
+    if not isinstance(prettify, bool):
+        raise TypeError(f"prettify_tokens must be True or False, got {prettify!r}")
+    if prettify:
+        tokens = [t.replace("Ġ", " ").replace("▁", " ").replace("</w>", "") for t in tokens]
+    return weights, tokens
+
+
+def _prefix(name: str, chosen, n: int) -> int:
+    """How many of the n layers (heads) `chosen` keeps: None or every one, or the first k (range(k))."""
+    if chosen is None:
+        return n
+    if isinstance(chosen, (str, bytes)) or not hasattr(chosen, "__iter__"):
+        raise TypeError(f"{name} must be a list of indices, got {type(chosen).__name__}")
+    chosen = list(chosen)
+    if not chosen or not all(isinstance(i, int) and not isinstance(i, bool) for i in chosen):
+        raise ValueError(f"{name} must be a non-empty list of indices, got {chosen!r}")
+    if chosen == list(range(len(chosen))) and len(chosen) <= n:
+        return len(chosen)
+    if sorted(chosen) == list(range(n)):
+        return n
+    raise ValueError(
+        f"{name}={chosen!r}: the page numbers what it draws from 0, so it draws every one of the {n} or the first "
+        f"k (list(range(k))), under their own numbers; open another with layer= (head_view) or click it"
+    )
+
+
+def _one_head(heads, head: int | None, n: int) -> int | None:
+    """The one head to highlight from bertviz's `heads` list or selfattn's `head` (None: every head)."""
+    if heads is None:
+        return head
+    if head is not None:
+        raise ValueError("pass heads=[h] (bertviz) or head=h (selfattn), not both")
+    if isinstance(heads, (str, bytes)) or not hasattr(heads, "__iter__"):
+        raise TypeError(f"heads must be a list of head indices, got {type(heads).__name__}")
+    heads = list(heads)
+    if sorted(heads) == list(range(n)):
+        return None
+    if len(heads) == 1:
+        return heads[0]
+    raise ValueError(f"heads={heads!r}: the page highlights one head or all {n}; pass heads=[h] or heads=None")
+
+
+_NO_WEIGHTS = (
+    "{what}: the model returned no attention weights. transformers' default attention (SDPA) computes none, even "
+    'with output_attentions=True: load the model with attn_implementation="eager" (or "selfattn", after '
+    "selfattn.hf.register()) and run it with output_attentions=True"
+)
 
 
 def attention_array(attention, tokens) -> tuple[np.ndarray, list[str]]:
@@ -91,7 +271,9 @@ def attention_array(attention, tokens) -> tuple[np.ndarray, list[str]]:
     attention weights, and a ValueError names the first that is not."""
     if isinstance(attention, (tuple, list)):
         if not attention:
-            raise ValueError("attention is an empty tuple: run the model with output_attentions=True")
+            raise ValueError(_NO_WEIGHTS.format(what="attention is an empty tuple"))
+        if any(a is None for a in attention):
+            raise ValueError(_NO_WEIGHTS.format(what="attention holds None"))
         layers = [_array(a, f"attention[{l}]") for l, a in enumerate(attention)]
         for l, a in enumerate(layers):
             if a.ndim != 4:
@@ -102,6 +284,8 @@ def attention_array(attention, tokens) -> tuple[np.ndarray, list[str]]:
                 raise ValueError(f"attention[{l}] has shape {a.shape} but attention[0] has {layers[0].shape}")
         weights = np.concatenate(layers, axis=0)  # (layers, H, L, L)
     else:
+        if attention is None:
+            raise ValueError(_NO_WEIGHTS.format(what="attention is None"))
         weights = _array(attention, "attention")
         if weights.ndim == 2:
             weights = weights[None, None]
