@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the names below load on first use (`__getattr__`); a type checker sees them here
     from .explainer.api import Explanation, explain
+    from .explainer.detect import detect_head
     from .explainer.views.notebook import head_view, model_view
     from .functional import AttentionOutput, attention, intercept, use_backend
     from .modules import KVCache, MultiHeadSelfAttention, SelfAttention
@@ -37,6 +38,7 @@ _LAZY = {
     "Explanation": ("selfattn.explainer.api", "Explanation"),
     "head_view": ("selfattn.explainer.views.notebook", "head_view"),
     "model_view": ("selfattn.explainer.views.notebook", "model_view"),
+    "detect_head": ("selfattn.explainer.detect", "detect_head"),  # TransformerLens' head detector
 }
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "Explanation",
     "head_view",
     "model_view",
+    "detect_head",
 ]
 
 
