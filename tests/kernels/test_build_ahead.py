@@ -50,10 +50,14 @@ def test_no_warning_for_a_caller_who_hears_notices(fresh, monkeypatch, tmp_path)
     assert [n.stage for n in heard] == ["start", "done"]
     logger = logging.getLogger("selfattn")
     monkeypatch.setattr(logger, "handlers", [logging.NullHandler(logging.INFO)])  # the CLI's way of hearing
-    monkeypatch.setattr(logger, "level", logging.INFO)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert not warn_unheard(Notice("native", "x", "start"), "advice")
+    level = logger.level
+    logger.setLevel(logging.INFO)  # setLevel, not the attribute: the logger caches isEnabledFor
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not warn_unheard(Notice("native", "x", "start"), "advice")
+    finally:
+        logger.setLevel(level)
 
 
 def test_the_warning_is_per_source(fresh):
