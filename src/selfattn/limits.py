@@ -166,7 +166,7 @@ def check_parameters(estimate: int, what: str, how: str = "", *, available: int 
     weights = f"{_gib(estimate * BYTES_PER_PARAMETER)} as float32"
     memory = "" if available is None else f"; this machine has {_gib(available)} of memory available"
     about = f"{what} describes about {estimate:,} parameters" + (f" ({how})" if how else "")
-    if estimate > MAX_PARAMETERS:
+    if estimate > MAX_PARAMETERS or available is None:  # without a memory figure the budget is MAX_PARAMETERS
         raise ValueError(
             f"{about}, {weights}: over the limit of {MAX_PARAMETERS:,} (selfattn.limits.MAX_PARAMETERS){memory}"
         )

@@ -77,7 +77,7 @@ class WordTokenizer:
         for t in tokens:
             if not isinstance(t, str) or not t:
                 raise TypeError(f"every token must be a non-empty str, got {t!r}")
-        index = {}
+        index: dict[str, int] = {}
         for i, t in enumerate(tokens):
             if t in index:
                 raise ValueError(f"token {t!r} appears twice in the vocabulary (ids {index[t]} and {i})")
@@ -99,7 +99,7 @@ class WordTokenizer:
         sentences   iterable of word lists, e.g. corpus `Sentence.words`
         user_words  extra words for jieba's dictionary (default: the words seen)
         """
-        words = set()
+        words: set[str] = set()
         for s in sentences:
             words.update(s)
         words.discard("")
