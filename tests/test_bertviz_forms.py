@@ -64,6 +64,9 @@ def test_the_readme_head_view_forms(attention):
     assert _page(selfattn.head_view(attention, TOKENS, None, True, 1, [2])) == _page(
         selfattn.head_view(attention, PRETTY, layer=1, head=2)
     )
+    assert _page(selfattn.head_view(attention, TOKENS, layer=2, heads=[3, 1])) == _page(  # the README's form
+        selfattn.head_view(attention, TOKENS, layer=2, heads=[1, 3])
+    )  # what the page draws of those heads: tests/explainer/test_notebook.py, in Chromium
     returned = selfattn.head_view(attention, TOKENS, html_action="return")
     assert returned.data == plain and returned.data.startswith("<!DOCTYPE html>")
 
@@ -86,7 +89,7 @@ def test_the_readme_model_view_forms(attention):
     [
         (lambda a: selfattn.head_view(a, TOKENS, include_layers=[1, 2]), r"include_layers=\[1, 2\].*list\(range"),
         (lambda a: selfattn.model_view(a, TOKENS, include_heads=[3]), r"include_heads=\[3\]"),
-        (lambda a: selfattn.head_view(a, TOKENS, heads=[0, 2]), r"heads=\[0, 2\]: the page highlights one head"),
+        (lambda a: selfattn.head_view(a, TOKENS, heads=[0, 4]), r"heads must hold head indices in \[0, 3\]"),
         (lambda a: selfattn.head_view(a, TOKENS, heads=[1], head=1), "not both"),
         (lambda a: selfattn.head_view(a, TOKENS, html_action="show"), "html_action must be 'view' or 'return'"),
         (lambda a: selfattn.model_view(a, TOKENS, display_mode="blue"), "display_mode must be"),

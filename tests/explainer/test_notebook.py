@@ -283,6 +283,28 @@ def test_head_view_takes_the_attentions_of_a_transformers_model(watched):
     assert_offline(watched)
 
 
+def test_bertviz_heads_draw_those_heads_and_lang_picks_the_page_language(watched):
+    """bertviz's README form head_view(attention, tokens, layer=…, heads=[…]): those heads' lines, no other;
+    English tokens open the page in English, Chinese ones in Chinese, lang= says which."""
+    torch.manual_seed(0)
+    w = torch.softmax(torch.randn(2, 4, 5, 5) * 3, -1).double()  # (layers, heads, L, L)
+    tokens = ["the", "cat", "sat", "on", "it"]
+    frame = framed(watched, selfattn.head_view(w, tokens, layer=1, heads=[1, 3])._repr_html_())
+    assert_head_view(frame, {h: w[1, h].numpy() for h in (1, 3)})
+    pressed = frame.eval_on_selector_all("[data-testid=hv-toggle]", "bs => bs.map(b => b.getAttribute('aria-pressed'))")
+    assert pressed == ["false", "true", "false", "true"]
+    assert frame.eval_on_selector("#app", "a => a.dataset.lang") == "en"
+    frame = framed(watched, selfattn.head_view(w, ["一只", "蓝色", "怪兽", "走进", "森林"])._repr_html_())
+    assert frame.eval_on_selector("#app", "a => a.dataset.lang") == "zh"
+    frame = framed(watched, selfattn.model_view(w, tokens, lang="zh")._repr_html_())
+    assert frame.eval_on_selector("#app", "a => a.dataset.lang") == "zh"
+    with pytest.raises(ValueError, match="lang must be 'zh' or 'en', got 'fr'"):
+        selfattn.head_view(w, tokens, lang="fr")
+    with pytest.raises(ValueError, match=r"heads must hold head indices in \[0, 3\], got \[1, 4\]"):
+        selfattn.head_view(w, tokens, heads=[1, 4])
+    assert_offline(watched)
+
+
 # --- the example notebook, in a real kernel ----------------------------------------------------
 
 

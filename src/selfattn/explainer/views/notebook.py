@@ -103,6 +103,7 @@ def head_view(
     html_action: str = "view",
     *,
     head: int | None = None,
+    lang: str | None = None,
 ) -> Inline:
     """bertviz's head view of attention weights given directly: lines from each token to the tokens it
     attends, all heads of one layer in colours, heads toggled (see `attention_array` for `attention`).
@@ -111,12 +112,14 @@ def head_view(
     sentence_b_start  where sentence B of an encoder pair starts (checked; the page shows all the pairs'
                       attention, bertviz's default "All" filter)
     prettify_tokens   drop BPE marks as bertviz does ("Ġ" and "▁" become a space, "</w>" goes)
-    layer, heads      what opens first (default: the last layer, every head); `heads=[h]` (or `head=h`)
-                      highlights one head: the page highlights one head or all
+    layer, heads      what opens first (default: the last layer, every head); `heads=[3, 5]` draws those
+                      heads, `heads=[h]` (or `head=h`) that one alone, highlighted
     encoder_attention, encoder_tokens  an encoder's self-attention, as `attention`, `tokens`
     decoder_attention, cross_attention  encoder–decoder models: not drawn here (a ValueError says so)
     include_layers    the layers to draw: every layer, or the first n (range(n)), whose numbers the page keeps
-    html_action       "view" or "return" (`HTML_ACTIONS`)"""
+    html_action       "view" or "return" (`HTML_ACTIONS`)
+    lang              the page's language first, "zh" or "en" (default: Chinese when a token holds a
+                      Chinese character, else English); a button on the page switches it"""
     weights, tokens = _bertviz_input(
         attention,
         tokens,
@@ -130,10 +133,10 @@ def head_view(
         html_action,
     )
     weights = weights[: _prefix("include_layers", include_layers, weights.shape[0])]
-    head = _one_head(heads, head, weights.shape[1])
-    start = {"view": "head", "layer": weights.shape[0] - 1 if layer is None else layer, "head": head}
+    start = {"view": "head", "layer": weights.shape[0] - 1 if layer is None else layer}
+    start |= _heads(heads, head, weights.shape[1])
     _check_start(start, weights.shape)
-    return Inline(report.render_attention(weights, tokens, start=start))
+    return Inline(report.render_attention(weights, tokens, start=start, lang=_lang(lang, tokens)))
 
 
 def model_view(
@@ -150,12 +153,14 @@ def model_view(
     include_layers: list[int] | None = None,
     include_heads: list[int] | None = None,
     html_action: str = "view",
+    *,
+    lang: str | None = None,
 ) -> Inline:
     """bertviz's model view: every layer × head as a small heatmap, click one to open its head view.
 
     The arguments and their order are bertviz's `model_view` (see `head_view`); include_heads, like
     include_layers, is every head or the first n. display_mode ("dark" or "light") is checked: the page
-    follows the notebook's own colour scheme."""
+    follows the notebook's own colour scheme. lang as in `head_view`."""
     if display_mode not in ("dark", "light"):
         raise ValueError(f"display_mode must be 'dark' or 'light', got {display_mode!r}")
     weights, tokens = _bertviz_input(
@@ -172,7 +177,7 @@ def model_view(
     )
     weights = weights[: _prefix("include_layers", include_layers, weights.shape[0])]
     weights = weights[:, : _prefix("include_heads", include_heads, weights.shape[1])]
-    return Inline(report.render_attention(weights, tokens, start={"view": "model"}))
+    return Inline(report.render_attention(weights, tokens, start={"view": "model"}, lang=_lang(lang, tokens)))
 
 
 def _bertviz_input(
@@ -238,20 +243,33 @@ def _prefix(name: str, chosen, n: int) -> int:
     )
 
 
-def _one_head(heads, head: int | None, n: int) -> int | None:
-    """The one head to highlight from bertviz's `heads` list or selfattn's `head` (None: every head)."""
+def _heads(heads, head: int | None, n: int) -> dict:
+    """What the head view draws first, from bertviz's `heads` list or selfattn's `head`: {"head": h} (that
+    one alone, highlighted), {"heads": [...]} (those), or {} (every head)."""
     if heads is None:
-        return head
+        return {} if head is None else {"head": head}
     if head is not None:
         raise ValueError("pass heads=[h] (bertviz) or head=h (selfattn), not both")
     if isinstance(heads, (str, bytes)) or not hasattr(heads, "__iter__"):
         raise TypeError(f"heads must be a list of head indices, got {type(heads).__name__}")
     heads = list(heads)
-    if sorted(heads) == list(range(n)):
-        return None
-    if len(heads) == 1:
-        return heads[0]
-    raise ValueError(f"heads={heads!r}: the page highlights one head or all {n}; pass heads=[h] or heads=None")
+    for h in heads:
+        if isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < n:
+            raise ValueError(f"heads must hold head indices in [0, {n - 1}], got {heads!r}")
+    if not heads or sorted(set(heads)) == list(range(n)):
+        return {}
+    return {"head": heads[0]} if len(heads) == 1 else {"heads": sorted(set(heads))}
+
+
+def _lang(lang: str | None, tokens: list[str]) -> str:
+    """The page's first language: `lang`, or Chinese when a token holds a CJK character, else English."""
+    if lang is None:
+        return (
+            "zh" if any("\u4e00" <= ch <= "\u9fff" or "\u3400" <= ch <= "\u4dbf" for t in tokens for ch in t) else "en"
+        )
+    if lang not in ("zh", "en"):
+        raise ValueError(f"lang must be 'zh' or 'en', got {lang!r}")
+    return lang
 
 
 _NO_WEIGHTS = (

@@ -94,15 +94,21 @@ def render_html(doc: dict, *, compare: dict | None = None, start: dict | None = 
     return _page(data, live=False)
 
 
-def render_attention(weights, tokens: list[str], *, start: dict | None = None, causal: bool | None = None) -> str:
+def render_attention(
+    weights, tokens: list[str], *, start: dict | None = None, causal: bool | None = None, lang: str = "zh"
+) -> str:
     """The attention page: head view and model view of weights given directly.
 
     weights  (layers, heads, L, L) NumPy float64 in [0, 1], checked by the caller (`views.notebook`)
     tokens   L strings
+    start    as `check_start`, and "heads": the heads the head view draws first (a list)
     causal   whether the head types are measured as a decoder's (None: when no weight is above the diagonal)
+    lang     the page's language first, "zh" or "en" (a button switches it)
     """
     import numpy as np
 
+    if lang not in ("zh", "en"):
+        raise ValueError(f"lang must be 'zh' or 'en', got {lang!r}")
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim != 4 or w.shape[2:] != (len(tokens), len(tokens)):
         raise ValueError(f"weights must be (layers, heads, L, L) with L = {len(tokens)} tokens, got {w.shape}")
@@ -114,9 +120,19 @@ def render_attention(weights, tokens: list[str], *, start: dict | None = None, c
         "tokens": [str(tok) for tok in tokens],
         "weights": pack_weights(w),
         "types": [head_type_names(layer, ids, causal=causal) for layer in w],
-        "start": check_start(start or {"view": "head"}, ("head", "model")),
+        "start": _attention_start(start or {"view": "head"}),
+        "lang": lang,
     }
     return _page(data, live=False, page=ATTENTION_PAGE, entry=ATTENTION_ENTRY)
+
+
+def _attention_start(start: dict) -> dict:
+    """`check_start` for the attention page, which also takes "heads" (the heads drawn first)."""
+    rest = {k: v for k, v in start.items() if k != "heads"} if isinstance(start, dict) else start
+    out = check_start(rest, ("head", "model"))
+    if isinstance(start, dict) and start.get("heads") is not None:
+        out["heads"] = [checks.integer(f"heads[{i}]", h, low=0) for i, h in enumerate(start["heads"])]
+    return out
 
 
 def check_start(start: dict, views) -> dict:

@@ -48,6 +48,10 @@ function apply(state, want) {
     state.head = want.head;
     state.heads = new Set([want.head]);
   }
+  if (Array.isArray(want.heads)) {
+    const drawn = want.heads.filter((h) => Number.isInteger(h) && h < state.src.nHeads);
+    if (drawn.length) state.heads = new Set(drawn);
+  }
 }
 
 function bind(state) {
@@ -81,7 +85,7 @@ async function start() {
   const data = readPageData();
   const weights = await unpack(data.weights);
   const src = arraySource(data.tokens, weights, data.types);
-  const state = { lang: "zh", texts: data.texts, src, view: "head", layer: src.nLayers - 1, head: null,
+  const state = { lang: data.lang === "en" ? "en" : "zh", texts: data.texts, src, view: "head", layer: src.nLayers - 1, head: null,
     heads: new Set(Array.from({ length: src.nHeads }, (_, h) => h)) };
   apply(state, data.start || {});
   apply(state, readHash(window.location.hash, VIEWS));
