@@ -35,7 +35,7 @@ LINK_FLAGS = ("-fopenmp",)
 ARCH_FLAGS = {"AVX512": ("-mavx2", "-mfma", "-mavx512f"), "AVX2": ("-mavx2", "-mfma")}
 """Vector flags by PyTorch's detected CPU capability: what this CPU runs, part of the cache key."""
 
-BUILD_AHEAD = "10 to 60 s, once per machine; `python -m selfattn.kernels build` does it ahead"
+BUILD_AHEAD = "10 to 60 s on idle cores, once per machine; `python -m selfattn.kernels build` does it ahead"
 """What the first build's warning adds: how long, and how to build ahead."""
 
 _LOCK = threading.Lock()
