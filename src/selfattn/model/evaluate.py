@@ -94,9 +94,10 @@ def measure_agreement(model: DecoderLM, tokenizer, sentences: Sequence[Sentence]
             ]
         )  # (N * 6,)
     chosen = scores.view(len(sentences), len(MEASURES)).argmax(-1).tolist()
-    hits, per = [], Counter()
+    hits: list[bool] = []
+    per: Counter[str] = Counter()
     totals = Counter(s.creature.measure for s in sentences)
-    errors = []
+    errors: list[dict[str, str]] = []
     for s, c in zip(sentences, chosen, strict=True):
         ok = MEASURES[c] == s.creature.measure
         hits.append(ok)
@@ -155,7 +156,9 @@ def sample_grammaticality(
     checks.integer("n", n, low=1)
     start = torch.full((n, 1), tokenizer.bos_id, dtype=torch.long)
     out = generate(model, start, min(max_new_tokens, model.max_len), eos_id=tokenizer.eos_id, seed=seed)
-    ok, examples, errors = 0, [], []
+    ok = 0
+    examples: list[str] = []
+    errors: list[dict] = []
     for row in out[:, 1:].tolist():
         ids = row[: row.index(tokenizer.eos_id)] if tokenizer.eos_id in row else row
         words = [tokenizer.tokens[i] for i in ids]
