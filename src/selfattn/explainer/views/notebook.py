@@ -159,8 +159,8 @@ def model_view(
     """bertviz's model view: every layer × head as a small heatmap, click one to open its head view.
 
     The arguments and their order are bertviz's `model_view` (see `head_view`); include_heads, like
-    include_layers, is every head or the first n. display_mode ("dark" or "light") is checked: the page
-    follows the notebook's own colour scheme. lang as in `head_view`."""
+    include_layers, is every head or the first n. display_mode ("dark" or "light") is checked, not applied:
+    the page has one colour scheme. lang as in `head_view`."""
     if display_mode not in ("dark", "light"):
         raise ValueError(f"display_mode must be 'dark' or 'light', got {display_mode!r}")
     weights, tokens = _bertviz_input(
