@@ -367,101 +367,189 @@ void run_tasks(int64_t n_tasks, const F& task, bool fixed = false) {
   });
 }
 
-// Forward: out (In) and lse (T). Each task keeps its rows' running (m, l) and output sums (acc, T) in its
-// worker's buffers and writes out once, in the epilogue.
+// One worker's forward scratch: the score tile, P rounded to the GEMM's dtype, each row's visible span.
+template <typename T, typename In>
+struct ForwardScratch {
+  std::vector<T> tile;
+  std::vector<In> rounded;
+  std::vector<std::pair<int64_t, int64_t>> spans;
+};
+
+// Running state of `rows` query rows for the G heads of a kv head: m (G·rows), l (G·rows), acc (G·rows·Dv).
+template <typename T>
+struct RowState {
+  T *m, *l, *acc;
+  int64_t rows;
+  void reset(int64_t G, int64_t Dv) {
+    std::fill(m, m + G * rows, T(NEG_INF));
+    std::fill(l, l + G * rows, T(0));
+    std::fill(acc, acc + G * rows * Dv, T(0));
+  }
+};
+
+// The keys [lo, hi) any query row of [q0, q1) sees (lo >= hi: none).
+template <typename T, typename In>
+std::pair<int64_t, int64_t> block_keys(const Problem<T, In>& P, int64_t b, int64_t q0, int64_t q1) {
+  if (!P.spans()) return {0, P.Lk};
+  int64_t lo = P.Lk, hi = 0;
+  for (int64_t i = q0; i < q1; ++i) {
+    const int64_t a = P.key_lo(b, i), e = P.key_hi(b, i);
+    if (a < e) lo = std::min(lo, a), hi = std::max(hi, e);
+  }
+  return {lo, hi};
+}
+
+// The online softmax of query rows [q0, q1) of kv head hk's G heads over keys [lo, hi), in tiles of `width`
+// keys: st's (m, l, acc) (row i at i − q0) updated in place.
+template <typename T, typename In>
+void softmax_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, int64_t q1, int64_t lo, int64_t hi,
+                  int64_t width, RowState<T>& st, ForwardScratch<T, In>& ws) {
+  const int64_t tile = (q1 - q0) * std::min(width, std::max<int64_t>(hi - lo, 0));
+  if (static_cast<int64_t>(ws.tile.size()) < tile) ws.tile.resize(tile);
+  if (!std::is_same_v<T, In> && static_cast<int64_t>(ws.rounded.size()) < tile) ws.rounded.resize(tile);
+  T* S = ws.tile.data();
+  for (int64_t k0 = lo; k0 < hi; k0 += width) {
+    const int64_t k1 = std::min(hi, k0 + width), n = k1 - k0;
+    const int64_t r0 = std::max(q0, P.query_lo(b, k0, k1)), r1 = std::min(q1, P.query_hi(b, k0, k1));
+    if (r1 <= r0) continue;
+    for (int64_t g = 0; g < P.G; ++g) {
+      const int64_t h = hk * P.G + g;
+      scores(P, b, h, r0, r1, k0, k1, S, static_cast<T*>(nullptr), ws.spans);
+      T* o = st.acc + g * st.rows * P.Dv;   // row i at (i − q0) · Dv
+      for (int64_t i = r0; i < r1; ++i) {
+        T* s = S + (i - r0) * n;
+        const auto [a, e] = ws.spans[i - r0];
+        const T mx = row_max(s + a, e - a);
+        T& mi = st.m[g * st.rows + i - q0];
+        T& li = st.l[g * st.rows + i - q0];
+        const T m_new = mx != mx ? mx : std::max(mi, mx);   // a NaN score makes the row NaN, never 0
+        std::fill(s, s + a, T(0));
+        std::fill(s + e, s + n, T(0));
+        if (m_new == T(NEG_INF)) {   // nothing visible so far: p = 0
+          std::fill(s + a, s + e, T(0));
+          continue;
+        }
+        const T sum = exp_sub(s + a, e - a, m_new);
+        if (mi != m_new) {
+          const T alpha = mi == T(NEG_INF) ? T(0) : std::exp(mi - m_new);
+          T* oi = o + (i - q0) * P.Dv;
+          for (int64_t d = 0; d < P.Dv; ++d) oi[d] *= alpha;
+          li *= alpha;
+        }
+        li += sum;
+        mi = m_new;
+      }
+      const In* p = as_operand<In>(S, ws.rounded.data(), (r1 - r0) * n);   // P in the GEMM's dtype
+      gemm<T, In>(false, false, r1 - r0, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), o + (r0 - q0) * P.Dv,
+                  P.Dv);
+    }
+  }
+}
+
+// Epilogue of rows [q0, q1): out = acc / l (0 for a row that saw nothing), lse = m + log l (−inf there); a sink
+// joins l as one more logit whose value is 0: l += exp(sink − m) under the row's maximum max(m, sink).
+template <typename T, typename In>
+void finish_rows(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, int64_t q1, const RowState<T>& st,
+                 In* out, T* lse) {
+  for (int64_t g = 0; g < P.G; ++g) {
+    const int64_t h = hk * P.G + g;
+    for (int64_t i = q0; i < q1; ++i) {
+      T li = st.l[g * st.rows + i - q0];
+      T mi = st.m[g * st.rows + i - q0];
+      const T* ai = st.acc + (g * st.rows + i - q0) * P.Dv;
+      In* oi = out + ((b * P.Hq + h) * P.Lq + i) * P.Dv;
+      T* lsei = lse + (b * P.Hq + h) * P.Lq + i;
+      T alpha = T(1);
+      if (P.sinks && mi == mi) {
+        const T sink = P.sinks[h], m_new = std::max(mi, sink);
+        alpha = li > 0 ? std::exp(mi - m_new) : T(0);
+        li = li * alpha + std::exp(sink - m_new);
+        mi = m_new;
+      }
+      if (li > 0 || li != li) {   // a NaN row stays NaN (as in every backend), not "saw nothing"
+        const T inv = alpha / li;
+        for (int64_t d = 0; d < P.Dv; ++d) oi[d] = static_cast<In>(ai[d] * inv);
+        *lsei = mi + std::log(li);
+      } else {
+        std::fill(oi, oi + P.Dv, In(0));
+        *lsei = T(NEG_INF);
+      }
+    }
+  }
+}
+
+// Folds `part` into `into` (the same rows): both scaled to their common maximum, as two key tiles of one pass
+// would be. A part row that saw nothing (m = −inf) adds nothing; a NaN in either makes the row NaN.
+template <typename T>
+void merge_rows(RowState<T>& into, const RowState<T>& part, int64_t G, int64_t Dv) {
+  for (int64_t r = 0; r < G * into.rows; ++r) {
+    const T mp = part.m[r], mi = into.m[r];
+    if (mp == T(NEG_INF)) continue;
+    const T m_new = (mp != mp || mi != mi) ? std::numeric_limits<T>::quiet_NaN() : std::max(mi, mp);
+    const T a = mi == T(NEG_INF) ? T(0) : std::exp(mi - m_new), c = std::exp(mp - m_new);
+    T* oi = into.acc + r * Dv;
+    const T* op = part.acc + r * Dv;
+    for (int64_t d = 0; d < Dv; ++d) oi[d] = oi[d] * a + op[d] * c;
+    into.l[r] = into.l[r] * a + part.l[r] * c;
+    into.m[r] = m_new;
+  }
+}
+
+// Split-K (flash-decoding): a query of at most SPLIT_ROWS rows in one block, over many keys. The tasks are
+// (batch, kv head, key chunk of `width`): each runs the online softmax over its chunk into its own (m, l, acc),
+// and a second pass merges a head's chunks in key order (so the result does not depend on the thread count)
+// and writes out and lse. Without it such a query has only B·Hkv tasks, fewer than the workers under GQA.
+constexpr int64_t SPLIT_ROWS = 8;   // native.py's SPLIT_ROWS
+
+template <typename T, typename In>
+void forward_split(const Problem<T, In>& P, int64_t width, In* out, T* lse) {
+  const int64_t BH = P.B * P.Hkv, n_chunks = (P.Lk + width - 1) / width, rows = P.Lq;
+  const int64_t size = P.G * rows * (2 + P.Dv);
+  std::vector<T> parts(BH * n_chunks * size);   // (bh, chunk): m, l, acc
+  auto state = [&](int64_t bh, int64_t c) {
+    T* m = parts.data() + (bh * n_chunks + c) * size;
+    return RowState<T>{m, m + P.G * rows, m + 2 * P.G * rows, rows};
+  };
+  const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
+  std::vector<ForwardScratch<T, In>> scratch(workers);
+  run_tasks(BH * n_chunks, [&](int64_t w, int64_t t) {
+    const int64_t bh = t / n_chunks, c = t % n_chunks, b = bh / P.Hkv, hk = bh % P.Hkv;
+    RowState<T> st = state(bh, c);
+    st.reset(P.G, P.Dv);
+    const auto [lo, hi] = block_keys(P, b, 0, P.Lq);
+    const int64_t k0 = std::max(lo, c * width), k1 = std::min(hi, (c + 1) * width);
+    if (k0 < k1) softmax_pass(P, b, hk, int64_t(0), P.Lq, k0, k1, width, st, scratch[w]);
+  });
+  run_tasks(BH, [&](int64_t, int64_t bh) {
+    RowState<T> first = state(bh, 0);
+    for (int64_t c = 1; c < n_chunks; ++c) merge_rows(first, state(bh, c), P.G, P.Dv);
+    finish_rows(P, bh / P.Hkv, bh % P.Hkv, int64_t(0), P.Lq, first, out, lse);
+  });
+}
+
+// Forward: out (In) and lse (T). Tasks are (batch, kv head, query block), each keeping its rows' running (m, l)
+// and output sums (acc, T) in its worker's buffers and writing out once, in the epilogue; a short query over
+// more than block_k keys is split along the keys instead (forward_split).
 template <typename T, typename In>
 void forward_impl(const Problem<T, In>& P, In* out, T* lse) {
+  if (P.Lq <= std::min(P.block_q, SPLIT_ROWS) && P.Lk > P.block_k) return forward_split(P, P.block_k, out, lse);
   const int64_t n_qb = (P.Lq + P.block_q - 1) / P.block_q, BH = P.B * P.Hkv;
   const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
-  std::vector<std::vector<T>> tiles(workers), states(workers);
-  std::vector<std::vector<In>> rounded(workers);
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(workers);
+  std::vector<ForwardScratch<T, In>> scratch(workers);
+  std::vector<std::vector<T>> states(workers);
   run_tasks(BH * n_qb, [&](int64_t w, int64_t t) {
     const int64_t qb = n_qb - 1 - t / BH, bh = t % BH, b = bh / P.Hkv, hk = bh % P.Hkv;  // last (costliest) first
     const int64_t q0 = qb * P.block_q, q1 = std::min(P.Lq, q0 + P.block_q), nq = q1 - q0;
-    std::vector<T>& S = tiles[w];
-    std::vector<T>& st = states[w];
-    S.resize(P.block_q * P.block_k);
-    if (!std::is_same_v<T, In>) rounded[w].resize(P.block_q * P.block_k);
-    const int64_t rows = P.G * P.block_q;
-    st.resize(rows * (2 + P.Dv));
-    T *m = st.data(), *l = m + rows, *acc = l + rows;   // acc: (G, block_q, Dv)
-    std::fill(m, m + rows, T(NEG_INF));
-    std::fill(l, l + rows, T(0));
-    std::fill(acc, acc + rows * P.Dv, T(0));
-    int64_t lo = 0, hi = P.Lk;   // keys any row of the block sees
-    if (P.spans()) {
-      lo = P.Lk, hi = 0;
-      for (int64_t i = q0; i < q1; ++i) {
-        const int64_t a = P.key_lo(b, i), e = P.key_hi(b, i);
-        if (a < e) lo = std::min(lo, a), hi = std::max(hi, e);
-      }
-    }
+    std::vector<T>& buf = states[w];
+    buf.resize(P.G * P.block_q * (2 + P.Dv));
+    T* m = buf.data();
+    RowState<T> st{m, m + P.G * P.block_q, m + 2 * P.G * P.block_q, P.block_q};
+    st.reset(P.G, P.Dv);
+    const auto [lo, hi] = block_keys(P, b, q0, q1);
     // a short query block (one decoding step) takes proportionally wider key blocks: same tile size, fewer GEMMs
     const int64_t width = P.block_k * std::max<int64_t>(1, P.block_q / nq);
-    for (int64_t k0 = lo; k0 < hi; k0 += width) {
-      const int64_t k1 = std::min(hi, k0 + width), n = k1 - k0;
-      const int64_t r0 = std::max(q0, P.query_lo(b, k0, k1)), r1 = std::min(q1, P.query_hi(b, k0, k1));
-      if (r1 <= r0) continue;
-      for (int64_t g = 0; g < P.G; ++g) {
-        const int64_t h = hk * P.G + g;
-        scores(P, b, h, r0, r1, k0, k1, S.data(), static_cast<T*>(nullptr), spans[w]);
-        T* o = acc + g * P.block_q * P.Dv;   // row i at (i − q0) · Dv
-        for (int64_t i = r0; i < r1; ++i) {
-          T* s = S.data() + (i - r0) * n;
-          const auto [a, e] = spans[w][i - r0];
-          const T mx = row_max(s + a, e - a);
-          T& mi = m[g * P.block_q + i - q0];
-          T& li = l[g * P.block_q + i - q0];
-          const T m_new = mx != mx ? mx : std::max(mi, mx);   // a NaN score makes the row NaN, never 0
-          std::fill(s, s + a, T(0));
-          std::fill(s + e, s + n, T(0));
-          if (m_new == T(NEG_INF)) {   // nothing visible so far: p = 0
-            std::fill(s + a, s + e, T(0));
-            continue;
-          }
-          const T sum = exp_sub(s + a, e - a, m_new);
-          if (mi != m_new) {
-            const T alpha = mi == T(NEG_INF) ? T(0) : std::exp(mi - m_new);
-            T* oi = o + (i - q0) * P.Dv;
-            for (int64_t d = 0; d < P.Dv; ++d) oi[d] *= alpha;
-            li *= alpha;
-          }
-          li += sum;
-          mi = m_new;
-        }
-        const In* p = as_operand<In>(S.data(), rounded[w].data(), (r1 - r0) * n);   // P in the GEMM's dtype
-        gemm<T, In>(false, false, r1 - r0, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1),
-                    o + (r0 - q0) * P.Dv, P.Dv);
-      }
-    }
-    // epilogue: out = acc / l (0 for a row that saw nothing), lse = m + log l (−inf there); a sink joins
-    // l as one more logit whose value is 0: l += exp(sink − m) under the row's maximum max(m, sink)
-    for (int64_t g = 0; g < P.G; ++g) {
-      const int64_t h = hk * P.G + g;
-      for (int64_t i = q0; i < q1; ++i) {
-        T li = l[g * P.block_q + i - q0];
-        T mi = m[g * P.block_q + i - q0];
-        const T* ai = acc + (g * P.block_q + i - q0) * P.Dv;
-        In* oi = out + ((b * P.Hq + h) * P.Lq + i) * P.Dv;
-        T* lsei = lse + (b * P.Hq + h) * P.Lq + i;
-        T alpha = T(1);
-        if (P.sinks && mi == mi) {
-          const T sink = P.sinks[h], m_new = std::max(mi, sink);
-          alpha = li > 0 ? std::exp(mi - m_new) : T(0);
-          li = li * alpha + std::exp(sink - m_new);
-          mi = m_new;
-        }
-        if (li > 0 || li != li) {   // a NaN row stays NaN (as in every backend), not "saw nothing"
-          const T inv = alpha / li;
-          for (int64_t d = 0; d < P.Dv; ++d) oi[d] = static_cast<In>(ai[d] * inv);
-          *lsei = mi + std::log(li);
-        } else {
-          std::fill(oi, oi + P.Dv, In(0));
-          *lsei = T(NEG_INF);
-        }
-      }
-    }
+    softmax_pass(P, b, hk, q0, q1, lo, hi, width, st, scratch[w]);
+    finish_rows(P, b, hk, q0, q1, st, out, lse);
   });
 }
 
