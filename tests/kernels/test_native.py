@@ -131,3 +131,20 @@ def test_a_window_gets_a_lower_query_block():
         assert_close_to_reference(
             forward_with_lse(NativeBackend(), q, k, v, **kwargs).output, reference_of(q, k, v, **kwargs)[0]
         )
+
+
+AVX2_OR_SCALAR = (
+    "AVX2 (8 float32 lanes)" if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else "scalar code (no AVX2)"
+)
+
+
+def test_the_softmax_runs_avx512_only_where_the_cpu_has_it(built):
+    """The rule that picks the softmax's instructions, given faked CPU features, and its choice on this CPU
+    (on an AVX2-only CPU the AVX512 variant is compiled but never run: its speed and results are unmeasured here)."""
+    assert built.softmax_path_for(False, False) == AVX2_OR_SCALAR
+    assert built.softmax_path_for(False, True) == AVX2_OR_SCALAR  # AVX512-BF16's conversions need AVX512F
+    assert built.softmax_path_for(True, False) == "AVX512 (16 float32 lanes)"
+    assert built.softmax_path_for(True, True) == "AVX512 (16 float32 lanes), P rounded to bfloat16 with AVX512-BF16"
+    here = built.softmax_path_for(torch.cpu._is_avx512_supported(), torch.cpu._is_avx512_bf16_supported())
+    assert built.softmax_path() == here == native.softmax_lanes()
+    assert here in native.instruction_set()

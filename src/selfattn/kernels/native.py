@@ -124,7 +124,8 @@ def instruction_set() -> str:
     half-precision GEMM instructions (for `selfattn bench`'s header)."""
     halves = [name for name, feature in HALF_ISA if _cpu_has(feature)]
     has = ", ".join(halves) if halves else "no AVX512-BF16, no AMX"
-    return f"{torch.backends.cpu.get_cpu_capability()} (torch's CPU capability); {has}"
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f"{capability} (torch's CPU capability); {has}; native softmax in {softmax_lanes()}"
 
 
 HALF_ISA = (("AVX512-BF16", "avx512_bf16"), ("AMX-BF16", "amx_tile"), ("AMX-FP16", "amx_fp16"))
@@ -132,11 +133,12 @@ HALF_ISA = (("AVX512-BF16", "avx512_bf16"), ("AMX-BF16", "amx_tile"), ("AMX-FP16
 
 
 def softmax_lanes() -> str:
-    """The vector instructions the kernel's exp and online softmax run in on this CPU, in words (the kernel is
-    compiled for torch's detected capability, `native_build`)."""
-    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
-        return "AVX2 (8 float32 lanes)"
-    return "scalar code (no AVX2)"
+    """The instructions the kernel's exp and online softmax (and the rounding of P to bfloat16) run in on this
+    CPU, in words, as the kernel chose them on cpuid when it loaded: AVX512 (16 lanes) where the CPU has AVX512F,
+    AVX2 (8 lanes) elsewhere. Never compiles: before the kernel is built it says so."""
+    if not is_built():
+        return "instructions chosen on this CPU's cpuid when the kernel loads (not built yet)"
+    return build().softmax_path()
 
 
 def has_half_gemm(dtype: torch.dtype) -> bool:

@@ -4,8 +4,11 @@
 // head (GQA without copying K/V: one K/V block is read once for the whole group). Inside a task
 // everything is single-threaded: S = Q Kᵀ and acc += P V are BLAS GEMMs on cache-sized tiles
 // (sgemm_/dgemm_ of the BLAS PyTorch links, as PyTorch's own CPU flash kernel does), and the
-// online softmax (m, l, acc) runs row by row with an exp in AVX2 lanes (float: our own polynomial;
-// double: SLEEF's, from libtorch_cpu, as SDPA uses; scalar without AVX2). Blocks the causal/window
+// online softmax (m, l, acc) runs row by row with an exp in vector lanes (float: our own polynomial, in 16
+// AVX512 lanes where cpuid says the CPU has AVX512F — a function-level target, chosen at run time, so a build
+// for AVX2 never executes it elsewhere — else 8 AVX2 lanes; double: SLEEF's, from libtorch_cpu, as SDPA uses;
+// scalar without AVX2). A query of at most SPLIT_ROWS rows over more than block_k keys runs split-K
+// (flash-decoding): one task per key chunk, the chunks' (m, l, acc) merged by their lse. Blocks the causal/window
 // rule or the segments (packed sequences) hide are never read; inside a visited block each row only
 // touches its visible columns. ALiBi is one more term per visible score, a sink one more term per row.
 //
@@ -22,7 +25,8 @@
 // Half inputs (bfloat16, float16): q, k, v, dout stay in their dtype and every GEMM is MKL's
 // gemm_bf16bf16f32 / gemm_f16f16f32 (half operands, float32 accumulation: AVX512-BF16 or AMX where the CPU
 // has them); scores, the online softmax, lse, dq/dk/dv sums are float32, and P (forward) and dS (backward)
-// are rounded to the input dtype for their GEMM, as FlashAttention does. Which dtype arrives here is
+// are rounded to the input dtype for their GEMM (once per tile; with AVX512-BF16's conversion where cpuid has it),
+// as FlashAttention does. Which dtype arrives here is
 // the Python side's choice (native.py: where the CPU has no half GEMM it converts to float32 instead).
 //
 // Layouts: q (B, Hq, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv) with unit stride on the last
@@ -45,6 +49,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -124,17 +129,6 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const In* 
   }
 }
 
-// x (n values of T) as the GEMM operand type In: x itself when they are the same, else rounded into buf
-template <typename In, typename T>
-const In* as_operand(const T* x, In* buf, int64_t n) {
-  if constexpr (std::is_same_v<T, In>) {
-    return x;
-  } else {
-    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<In>(x[i]);
-    return buf;
-  }
-}
-
 // x[i] = exp(x[i] - sub) for i in [0, n), exp(-inf) = 0; returns their sum. Float: a range reduction
 // and a degree-7 polynomial (relative error ~1e-7), eight lanes at a time with AVX2 (the scalar loop
 // does the tail and the CPUs without AVX2; GCC does not vectorise it: the NaN test keeps it scalar);
@@ -168,7 +162,7 @@ inline float exp_sub_scalar(float* x, int64_t n, float sub) {
   return sum;
 }
 
-inline float exp_sub(float* x, int64_t n, float sub) {
+inline float exp_sub_avx2(float* x, int64_t n, float sub) {
   int64_t i = 0;
   float sum = 0.0f;
 #if defined(__AVX2__) && defined(__FMA__)
@@ -203,6 +197,116 @@ inline float exp_sub(float* x, int64_t n, float sub) {
   for (float lane : lanes) sum += lane;
 #endif
   return sum + exp_sub_scalar(x + i, n - i, sub);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SELFATTN_HAS_AVX512_VARIANT 1
+// The same exp in 16 AVX512 lanes, compiled for that target whatever the build's flags (function-level target):
+// it runs only where the CPU has AVX512F (`softmax_isa`, chosen on cpuid at run time), never elsewhere.
+__attribute__((target("avx512f"))) float exp_sub_avx512(float* x, int64_t n, float sub) {
+  const __m512 vsub = _mm512_set1_ps(sub), log2e = _mm512_set1_ps(EXP_LOG2E), floor = _mm512_set1_ps(EXP_FLOOR);
+  const __m512 magic = _mm512_set1_ps(EXP_MAGIC), one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+  const __m512i bias = _mm512_set1_epi32(0x4B400000);
+  __m512 acc = zero;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), vsub);
+    const __m512 y = _mm512_mul_ps(d, log2e);
+    const __mmask16 nan = _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q);
+    const __mmask16 tiny = _mm512_cmp_ps_mask(y, floor, _CMP_LT_OQ);   // also -inf
+    const __m512 yc = _mm512_max_ps(y, floor);                         // a NaN lane becomes the floor
+    const __m512 r = _mm512_add_ps(yc, magic);
+    const __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(r), bias);
+    const __m512 f = _mm512_sub_ps(yc, _mm512_sub_ps(r, magic));
+    __m512 p = _mm512_fmadd_ps(f, _mm512_set1_ps(EXP_C7), _mm512_set1_ps(EXP_C6));
+    p = _mm512_fmadd_ps(f, p, _mm512_set1_ps(EXP_C5));
+    p = _mm512_fmadd_ps(f, p, _mm512_set1_ps(EXP_C4));
+    p = _mm512_fmadd_ps(f, p, _mm512_set1_ps(EXP_C3));
+    p = _mm512_fmadd_ps(f, p, _mm512_set1_ps(EXP_C2));
+    p = _mm512_fmadd_ps(f, p, _mm512_set1_ps(EXP_LN2));
+    p = _mm512_fmadd_ps(f, p, one);
+    p = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), _mm512_slli_epi32(ni, 23)));
+    p = _mm512_mask_mov_ps(p, tiny, zero);
+    p = _mm512_mask_mov_ps(p, nan, d);
+    _mm512_storeu_ps(x + i, p);
+    acc = _mm512_add_ps(acc, p);
+  }
+  return _mm512_reduce_add_ps(acc) + exp_sub_scalar(x + i, n - i, sub);
+}
+
+// P (float32) rounded to bfloat16 two vectors at a time with AVX512-BF16 (round to nearest even, as
+// c10::BFloat16), run only where the CPU has it; the tail as c10 does it.
+__attribute__((target("avx512f,avx512bf16"))) void round_bf16_avx512(const float* x, at::BFloat16* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512bh two = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(reinterpret_cast<void*>(out + i), (__m512i)two);
+  }
+  for (; i < n; ++i) out[i] = static_cast<at::BFloat16>(x[i]);
+}
+#endif
+
+// Which instructions the float softmax and P's rounding run in, for a CPU with these features: the one rule,
+// which `softmax_isa()` applies to this CPU's cpuid (and the tests to faked features).
+struct SoftmaxIsa {
+  bool avx512;       // exp in 16 AVX512 lanes
+  bool avx512_bf16;  // P rounded to bfloat16 with AVX512-BF16
+};
+
+SoftmaxIsa softmax_isa_for(bool avx512f, bool avx512bf16) {
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+  return {avx512f, avx512f && avx512bf16};
+#else
+  (void)avx512f, (void)avx512bf16;
+  return {false, false};
+#endif
+}
+
+const SoftmaxIsa& softmax_isa() {   // this CPU's, asked once
+  static const SoftmaxIsa isa = [] {
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+    __builtin_cpu_init();
+    return softmax_isa_for(__builtin_cpu_supports("avx512f"), __builtin_cpu_supports("avx512bf16"));
+#else
+    return softmax_isa_for(false, false);
+#endif
+  }();
+  return isa;
+}
+
+std::string describe(const SoftmaxIsa& isa) {
+#if defined(__AVX2__) && defined(__FMA__)
+  std::string text = isa.avx512 ? "AVX512 (16 float32 lanes)" : "AVX2 (8 float32 lanes)";
+#else
+  std::string text = isa.avx512 ? "AVX512 (16 float32 lanes)" : "scalar code (no AVX2)";
+#endif
+  return isa.avx512_bf16 ? text + ", P rounded to bfloat16 with AVX512-BF16" : text;
+}
+
+inline float exp_sub(float* x, int64_t n, float sub) {
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+  if (softmax_isa().avx512) return exp_sub_avx512(x, n, sub);
+#endif
+  return exp_sub_avx2(x, n, sub);
+}
+
+// x (n values of T) as the GEMM operand type In: x itself when they are the same, else rounded into buf
+template <typename In, typename T>
+const In* as_operand(const T* x, In* buf, int64_t n) {
+  if constexpr (std::is_same_v<T, In>) {
+    return x;
+  } else {
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<In, at::BFloat16>) {
+      if (softmax_isa().avx512_bf16) {
+        round_bf16_avx512(x, buf, n);
+        return buf;
+      }
+    }
+#endif
+    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<In>(x[i]);
+    return buf;
+  }
 }
 
 inline double exp_sub(double* x, int64_t n, double sub) {
@@ -755,7 +859,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
 
 }  // namespace
 
+// The softmax's instructions in words: on this CPU, and (for the tests of the rule) on one with the given features.
+std::string softmax_path() { return describe(softmax_isa()); }
+std::string softmax_path_for(bool avx512f, bool avx512bf16) { return describe(softmax_isa_for(avx512f, avx512bf16)); }
+
 TORCH_LIBRARY(selfattn_native, m) {
+  m.def("softmax_path() -> str", &softmax_path);
+  m.def("softmax_path_for(bool avx512f, bool avx512bf16) -> str", &softmax_path_for);
   m.def("forward(Tensor q, Tensor k, Tensor v, Tensor? mask, int left, int right, float scale, float softcap, "
         "Tensor? sinks, Tensor? alibi, Tensor? seg_span, Tensor? seg_ids, int block_q, int block_k) -> (Tensor, Tensor)",
         &attention_forward);
