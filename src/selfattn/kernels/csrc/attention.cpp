@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -601,8 +602,9 @@ void merge_rows(RowState<T>& into, const RowState<T>& part, int64_t G, int64_t D
 
 // Split-K (flash-decoding): a query of at most SPLIT_ROWS rows in one block, over many keys. The tasks are
 // (batch, kv head, key chunk of `width`): each runs the online softmax over its chunk into its own (m, l, acc),
-// and a second pass merges a head's chunks in key order (so the result does not depend on the thread count)
-// and writes out and lse. Without it such a query has only B·Hkv tasks, fewer than the workers under GQA.
+// and the worker finishing a head's last chunk merges them in key order (so the result does not depend on the
+// thread count) and writes out and lse. Without it such a query has only B·Hkv tasks, fewer than the workers
+// under GQA.
 constexpr int64_t SPLIT_ROWS = 8;   // native.py's SPLIT_ROWS
 
 template <typename T, typename In>
@@ -616,6 +618,10 @@ void forward_split(const Problem<T, In>& P, int64_t width, In* out, T* lse) {
   };
   const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
   std::vector<ForwardScratch<T, In>> scratch(workers);
+  // chunks done per (batch, kv head): the worker that finishes a head's last chunk merges them (one parallel
+  // region, not two: on busy cores every join can wait a whole time slice for a preempted worker)
+  std::unique_ptr<std::atomic<int64_t>[]> done(new std::atomic<int64_t>[BH]);
+  for (int64_t bh = 0; bh < BH; ++bh) done[bh].store(0, std::memory_order_relaxed);
   run_tasks(BH * n_chunks, [&](int64_t w, int64_t t) {
     const int64_t bh = t / n_chunks, c = t % n_chunks, b = bh / P.Hkv, hk = bh % P.Hkv;
     RowState<T> st = state(bh, c);
@@ -623,11 +629,10 @@ void forward_split(const Problem<T, In>& P, int64_t width, In* out, T* lse) {
     const auto [lo, hi] = block_keys(P, b, 0, P.Lq);
     const int64_t k0 = std::max(lo, c * width), k1 = std::min(hi, (c + 1) * width);
     if (k0 < k1) softmax_pass(P, b, hk, int64_t(0), P.Lq, k0, k1, width, st, scratch[w]);
-  });
-  run_tasks(BH, [&](int64_t, int64_t bh) {
+    if (done[bh].fetch_add(1, std::memory_order_acq_rel) + 1 < n_chunks) return;   // others' chunks are visible now
     RowState<T> first = state(bh, 0);
-    for (int64_t c = 1; c < n_chunks; ++c) merge_rows(first, state(bh, c), P.G, P.Dv);
-    finish_rows(P, bh / P.Hkv, bh % P.Hkv, int64_t(0), P.Lq, first, out, lse);
+    for (int64_t part = 1; part < n_chunks; ++part) merge_rows(first, state(bh, part), P.G, P.Dv);  // in key order
+    finish_rows(P, b, hk, int64_t(0), P.Lq, first, out, lse);
   });
 }
 
