@@ -107,3 +107,44 @@ def test_scale_zero_goes_elsewhere_so_a_nan_key_still_shows():
     out = selfattn.attention(q, k, v, scale=0.0)
     ref = reference_of(q, k, v, scale=0.0)[0]
     assert np.array_equal(np.isnan(out.numpy()), np.isnan(ref)) and np.isnan(ref).all()
+
+
+def test_a_window_gets_a_lower_query_block():
+    """A block of b rows reads b + span − 1 keys per row: under a window the block is span / 4 rows high
+    (at least 32, at most block_q); a window unbounded on one side, or none, keeps block_q."""
+    one = torch.zeros(())
+    qkv = (one.expand(1, 8, 4096, 64),) * 3
+    for kwargs, want in (
+        (dict(causal=True, window=256), 64),
+        (dict(window=(128, 127)), 64),
+        (dict(causal=True, window=16), native.MIN_WINDOW_BLOCK_Q),
+        (dict(causal=True, window=1024), native.BLOCK_Q),
+        (dict(causal=True), native.BLOCK_Q),
+        (dict(window=(None, 8)), native.BLOCK_Q),
+        (dict(), native.BLOCK_Q),
+    ):
+        r = build_request(*qkv, **kwargs)
+        assert NativeBackend().blocks(r) == (want, native.BLOCK_K), kwargs
+        assert NativeBackend(block_q=16).blocks(r)[0] == 16  # an explicit lower block stays
+    q, k, v = make_inputs(1, 4, 2, 700, 700, 16, 16)
+    for kwargs in (dict(causal=True, window=256), dict(window=(100, 37))):  # 64- and 32-row blocks, ragged
+        assert_close_to_reference(
+            forward_with_lse(NativeBackend(), q, k, v, **kwargs).output, reference_of(q, k, v, **kwargs)[0]
+        )
+
+
+AVX2_OR_SCALAR = (
+    "AVX2 (8 float32 lanes)" if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else "scalar code (no AVX2)"
+)
+
+
+def test_the_softmax_runs_avx512_only_where_the_cpu_has_it(built):
+    """The rule that picks the softmax's instructions, given faked CPU features, and its choice on this CPU
+    (on an AVX2-only CPU the AVX512 variant is compiled but never run: its speed and results are unmeasured here)."""
+    assert built.softmax_path_for(False, False) == AVX2_OR_SCALAR
+    assert built.softmax_path_for(False, True) == AVX2_OR_SCALAR  # AVX512-BF16's conversions need AVX512F
+    assert built.softmax_path_for(True, False) == "AVX512 (16 float32 lanes)"
+    assert built.softmax_path_for(True, True) == "AVX512 (16 float32 lanes), P rounded to bfloat16 with AVX512-BF16"
+    here = built.softmax_path_for(torch.cpu._is_avx512_supported(), torch.cpu._is_avx512_bf16_supported())
+    assert built.softmax_path() == here == native.softmax_lanes()
+    assert here in native.instruction_set()

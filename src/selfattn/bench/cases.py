@@ -139,6 +139,16 @@ def _cases() -> tuple[tuple[Case, Case], ...]:
         ),
         (
             Case(
+                "decode_gqa",
+                "one decoding step, 8 query heads sharing one key/value head (native splits the keys: split-K)",
+                len_q=1,
+                len_k=16384,
+                **{**base, "kv_heads": 1},
+            ),
+            dict(len_k=4096),
+        ),
+        (
+            Case(
                 "memory",
                 "causal forward at L = 32768: peak extra memory (naive would need 32 GiB of weights)",
                 len_q=32768,

@@ -22,6 +22,8 @@ def render_header(result: dict, console: Console) -> None:
         Text(machine["cpu"]),
         sep="",
     )
+    if "instruction_set" in machine:
+        console.print(Text(f"instruction set: {machine['instruction_set']}"))
     console.print(f"GEMM peak: {machine['gemm_peak_gflops']:.1f} GFLOP/s ({machine['gemm']})")
     for what in machine.get("gemm_other_dtypes", []):
         console.print(Text(f"GEMM peak of another dtype: {what}"))

@@ -165,6 +165,7 @@ def _run(
         "quick": quick,
         "machine": {
             "cpu": _cpu_name(),
+            "instruction_set": native.instruction_set(),
             "cpus": os.cpu_count(),
             "threads": threads,
             "torch": torch.__version__,

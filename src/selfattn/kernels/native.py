@@ -47,6 +47,8 @@ from .native_op import native_forward, unit_stride
 __all__ = [
     "NativeBackend",
     "gemm_path",
+    "softmax_lanes",
+    "instruction_set",
     "has_half_gemm",
     "build",
     "is_built",
@@ -55,6 +57,8 @@ __all__ = [
     "tile_arguments",
     "BLOCK_Q",
     "BLOCK_K",
+    "SPLIT_ROWS",
+    "SPLIT_KEYS",
 ]
 
 BLOCK_Q = 128
@@ -64,6 +68,24 @@ thread at L = 2048 causal, 64-256 × 512-1024 tiles ran within 3% of each other,
 
 BLOCK_K = 512
 """Key positions per tile (forward) and per backward task."""
+
+WINDOW_BLOCK_FRACTION = 4
+"""Under a window that spans `span` keys a query block is span / WINDOW_BLOCK_FRACTION rows high (at most
+block_q, at least MIN_WINDOW_BLOCK_Q): a block of b rows reads b + span − 1 keys per row, so BLOCK_Q = 128 rows
+over a 256 window computed 1.5× the visible scores and 64 rows 1.25×. Measured side by side at L = 8192, 1 thread
+(a busy machine, best of 11): 64 rows took 0.88× the time of 128 rows for window 256 and two-sided (128, 128), 48
+and 32 rows 0.83–0.93×; windows of 1024 keys are faster at 128 rows (so those keep it)."""
+
+MIN_WINDOW_BLOCK_Q = 32
+"""The lowest query block a window gets: below it the GEMMs are too thin to run at their rate."""
+
+SPLIT_ROWS = 8
+"""A query of at most this many rows (and at most block_q) over more than `split_keys` keys runs split-K
+(flash-decoding): the keys are cut into chunks of `split_keys`, one task each, merged by their lse. The kernel's
+SPLIT_ROWS (csrc/attention.cpp): it splits when Lq <= min(block_q, SPLIT_ROWS) and Lk > the block_k it gets."""
+
+SPLIT_KEYS = 2048
+"""Keys per split-K chunk (`split_keys`' default)."""
 
 RATE_GFLOPS = 90.0
 """Full and causal forward, L = 4096 (91–96), and windows counted as in `_work`, 1 thread (`kernels.cost`)."""
@@ -97,6 +119,28 @@ def _checked_dtype(dtype) -> torch.dtype:
     return dtype
 
 
+def instruction_set() -> str:
+    """This CPU's vector instructions as the kernels see them, in words: torch's detected capability and the
+    half-precision GEMM instructions (for `selfattn bench`'s header)."""
+    halves = [name for name, feature in HALF_ISA if _cpu_has(feature)]
+    has = ", ".join(halves) if halves else "no AVX512-BF16, no AMX"
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f"{capability} (torch's CPU capability); {has}; native softmax in {softmax_lanes()}"
+
+
+HALF_ISA = (("AVX512-BF16", "avx512_bf16"), ("AMX-BF16", "amx_tile"), ("AMX-FP16", "amx_fp16"))
+"""(name, torch.cpu probe) of the instructions that run half-precision GEMMs with float32 accumulation."""
+
+
+def softmax_lanes() -> str:
+    """The instructions the kernel's exp and online softmax (and the rounding of P to bfloat16) run in on this
+    CPU, in words, as the kernel chose them on cpuid when it loaded: AVX512 (16 lanes) where the CPU has AVX512F,
+    AVX2 (8 lanes) elsewhere. Never compiles: before the kernel is built it says so."""
+    if not is_built():
+        return "instructions chosen on this CPU's cpuid when the kernel loads (not built yet)"
+    return build().softmax_path()
+
+
 def has_half_gemm(dtype: torch.dtype) -> bool:
     """True when this CPU runs a `dtype` (bfloat16/float16) GEMM with float32 accumulation in hardware,
     so "native" keeps half inputs in their dtype (False for float32/float64: they need none)."""
@@ -127,13 +171,23 @@ def gemm_path(dtype: torch.dtype, half_gemm: bool | None = None) -> str:
     return f"{half} GEMM, float32 accumulation (MKL {mkl}, {isa or 'forced: widened to float32 inside MKL'})"
 
 
+def query_block(r: Request, block_q: int) -> int:
+    """The query-block height the kernel gets for `r`: block_q, or less under a window bounded on both sides
+    (WINDOW_BLOCK_FRACTION)."""
+    bounds = r.rule.bounds
+    if bounds is None or None in bounds:
+        return block_q
+    span = bounds[0] + bounds[1] + 1
+    return min(block_q, max(MIN_WINDOW_BLOCK_Q, span // WINDOW_BLOCK_FRACTION // 16 * 16))
+
+
 def _work(r: Request) -> Work:
-    """Visible pairs, plus a window's ragged edge: a query block of BLOCK_Q reads about BLOCK_Q + w keys
+    """Visible pairs, plus a window's ragged edge: a query block of b rows (`query_block`) reads about b + w keys
     per row (measured at the same rate)."""
     if isinstance(r.window, int):
-        return r.Lq * min(r.Lk, BLOCK_Q + r.window), RATE_GFLOPS, 0.0
+        return r.Lq * min(r.Lk, query_block(r, BLOCK_Q) + r.window), RATE_GFLOPS, 0.0
     if r.window is not None or r.segments is not None:  # pairs per row, and a block's ragged edge
-        return request_pairs(r) / r.B + r.Lq * BLOCK_Q, RATE_GFLOPS, 0.0
+        return request_pairs(r) / r.B + r.Lq * query_block(r, BLOCK_Q), RATE_GFLOPS, 0.0
     return visible_pairs(r.Lq, r.Lk, causal=r.causal), RATE_GFLOPS, 0.0
 
 
@@ -169,26 +223,53 @@ class NativeBackend(Backend):
     )
     """One `at::parallel_for` per pass: under load it loses about the share of the core it gives away."""
 
-    def __init__(self, block_q: int = BLOCK_Q, block_k: int = BLOCK_K, half_gemm: bool | None = None):
+    def __init__(
+        self,
+        block_q: int = BLOCK_Q,
+        block_k: int = BLOCK_K,
+        half_gemm: bool | None = None,
+        split_keys: int | None = SPLIT_KEYS,
+    ):
         """half_gemm: None (default) keeps bfloat16/float16 inputs in their dtype where the CPU has that
-        GEMM (`has_half_gemm`) and converts them to float32 elsewhere; True / False force one path."""
+        GEMM (`has_half_gemm`) and converts them to float32 elsewhere; True / False force one path.
+        split_keys: keys per split-K chunk for a query of at most SPLIT_ROWS rows (None: never split, one
+        task per kv head)."""
         self.block_q = checks.integer("block_q", block_q, low=1)
         self.block_k = checks.integer("block_k", block_k, low=1)
         if half_gemm is not None and not isinstance(half_gemm, bool):
             raise TypeError(f"half_gemm must be None, True or False, got {type(half_gemm).__name__} {half_gemm!r}")
         self.half_gemm = half_gemm
+        self.split_keys = None if split_keys is None else checks.integer("split_keys", split_keys, low=1)
 
     def __repr__(self) -> str:
         forced = "" if self.half_gemm is None else f", half_gemm={self.half_gemm}"
-        return f"NativeBackend(block_q={self.block_q}, block_k={self.block_k}{forced})"
+        split = "" if self.split_keys == SPLIT_KEYS else f", split_keys={self.split_keys}"
+        return f"NativeBackend(block_q={self.block_q}, block_k={self.block_k}{forced}{split})"
+
+    def splits(self, r: Request) -> bool:
+        """True when the kernel runs `r` split-K (flash-decoding): a short query over many keys."""
+        return self.split_keys is not None and r.Lq <= min(self.block_q, SPLIT_ROWS) and r.Lk > self.split_keys
+
+    def blocks(self, r: Request) -> tuple[int, int]:
+        """(block_q, block_k) the kernel gets for `r`: block_q lowered under a window (`query_block`); block_k
+        the split-K chunk where the query is short (the kernel splits when Lk exceeds it), or as wide as the keys
+        where splitting is off."""
+        if r.Lq > min(self.block_q, SPLIT_ROWS):
+            return query_block(r, self.block_q), self.block_k
+        return self.block_q, self.split_keys if self.splits(r) else max(self.block_k, r.Lk)
 
     def gemm_path(self, dtype: torch.dtype) -> str:
         """`gemm_path(dtype)` for this backend's `half_gemm` setting."""
         return gemm_path(dtype, self.half_gemm)
 
     def compute_path(self, request: Request) -> str:
-        """`gemm_path` of the request's dtype: what `selfattn bench --explain` says native runs."""
-        return self.gemm_path(request.q.dtype)
+        """What native runs for `request`, in words (`kernels.explain`, `selfattn bench --explain`): the GEMMs
+        (`gemm_path`), the softmax's vector instructions (`softmax_lanes`), and split-K where it splits."""
+        path = f"{self.gemm_path(request.q.dtype)}; softmax in {softmax_lanes()}"
+        if self.splits(request):
+            chunks = -(-request.Lk // self.split_keys)
+            path += f"; split-K: {chunks} chunks of {self.split_keys} keys per kv head, merged by lse"
+        return path
 
     def _operand_dtype(self, dtype: torch.dtype) -> torch.dtype:
         """The dtype q, k, v reach the kernel in: half inputs stay half on the half-GEMM path."""
@@ -219,7 +300,7 @@ class NativeBackend(Backend):
     def forward(self, r: Request) -> Result:
         compute, operand = r.accumulate_dtype, self._operand_dtype(r.q.dtype)
         q, k, v = (_prepared(t, operand) for t in (r.q, r.k, r.v))
-        mask, left, right, scale, softcap, sinks, *rest = tile_arguments(r, self.block_q, self.block_k)
+        mask, left, right, scale, softcap, sinks, *rest = tile_arguments(r, *self.blocks(r))
         if r.sinks is not None and r.sinks.requires_grad and torch.is_grad_enabled():
             sinks = r.sinks.to(compute).contiguous()  # differentiable: the operator's autograd gives its gradient
         out, lse = native_forward(q, k, v, mask, left, right, scale, softcap, sinks, *rest)

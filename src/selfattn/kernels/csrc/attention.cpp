@@ -4,8 +4,11 @@
 // head (GQA without copying K/V: one K/V block is read once for the whole group). Inside a task
 // everything is single-threaded: S = Q Kᵀ and acc += P V are BLAS GEMMs on cache-sized tiles
 // (sgemm_/dgemm_ of the BLAS PyTorch links, as PyTorch's own CPU flash kernel does), and the
-// online softmax (m, l, acc) runs row by row with an exp in AVX2 lanes (float: our own polynomial;
-// double: SLEEF's, from libtorch_cpu, as SDPA uses; scalar without AVX2). Blocks the causal/window
+// online softmax (m, l, acc) runs row by row with an exp in vector lanes (float: our own polynomial, in 16
+// AVX512 lanes where cpuid says the CPU has AVX512F — a function-level target, chosen at run time, so a build
+// for AVX2 never executes it elsewhere — else 8 AVX2 lanes; double: SLEEF's, from libtorch_cpu, as SDPA uses;
+// scalar without AVX2). A query of at most SPLIT_ROWS rows over more than block_k keys runs split-K
+// (flash-decoding): one task per key chunk, the chunks' (m, l, acc) merged by their lse. Blocks the causal/window
 // rule or the segments (packed sequences) hide are never read; inside a visited block each row only
 // touches its visible columns. ALiBi is one more term per visible score, a sink one more term per row.
 //
@@ -22,7 +25,8 @@
 // Half inputs (bfloat16, float16): q, k, v, dout stay in their dtype and every GEMM is MKL's
 // gemm_bf16bf16f32 / gemm_f16f16f32 (half operands, float32 accumulation: AVX512-BF16 or AMX where the CPU
 // has them); scores, the online softmax, lse, dq/dk/dv sums are float32, and P (forward) and dS (backward)
-// are rounded to the input dtype for their GEMM, as FlashAttention does. Which dtype arrives here is
+// are rounded to the input dtype for their GEMM (once per tile; with AVX512-BF16's conversion where cpuid has it),
+// as FlashAttention does. Which dtype arrives here is
 // the Python side's choice (native.py: where the CPU has no half GEMM it converts to float32 instead).
 //
 // Layouts: q (B, Hq, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv) with unit stride on the last
@@ -45,6 +49,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -124,17 +130,6 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const In* 
   }
 }
 
-// x (n values of T) as the GEMM operand type In: x itself when they are the same, else rounded into buf
-template <typename In, typename T>
-const In* as_operand(const T* x, In* buf, int64_t n) {
-  if constexpr (std::is_same_v<T, In>) {
-    return x;
-  } else {
-    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<In>(x[i]);
-    return buf;
-  }
-}
-
 // x[i] = exp(x[i] - sub) for i in [0, n), exp(-inf) = 0; returns their sum. Float: a range reduction
 // and a degree-7 polynomial (relative error ~1e-7), eight lanes at a time with AVX2 (the scalar loop
 // does the tail and the CPUs without AVX2; GCC does not vectorise it: the NaN test keeps it scalar);
@@ -168,7 +163,7 @@ inline float exp_sub_scalar(float* x, int64_t n, float sub) {
   return sum;
 }
 
-inline float exp_sub(float* x, int64_t n, float sub) {
+inline float exp_sub_avx2(float* x, int64_t n, float sub) {
   int64_t i = 0;
   float sum = 0.0f;
 #if defined(__AVX2__) && defined(__FMA__)
@@ -203,6 +198,116 @@ inline float exp_sub(float* x, int64_t n, float sub) {
   for (float lane : lanes) sum += lane;
 #endif
   return sum + exp_sub_scalar(x + i, n - i, sub);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SELFATTN_HAS_AVX512_VARIANT 1
+// The same exp in 16 AVX512 lanes, compiled for that target whatever the build's flags (function-level target):
+// it runs only where the CPU has AVX512F (`softmax_isa`, chosen on cpuid at run time), never elsewhere.
+__attribute__((target("avx512f"))) float exp_sub_avx512(float* x, int64_t n, float sub) {
+  const __m512 vsub = _mm512_set1_ps(sub), log2e = _mm512_set1_ps(EXP_LOG2E), floor = _mm512_set1_ps(EXP_FLOOR);
+  const __m512 magic = _mm512_set1_ps(EXP_MAGIC), one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+  const __m512i bias = _mm512_set1_epi32(0x4B400000);
+  __m512 acc = zero;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), vsub);
+    const __m512 y = _mm512_mul_ps(d, log2e);
+    const __mmask16 nan = _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q);
+    const __mmask16 tiny = _mm512_cmp_ps_mask(y, floor, _CMP_LT_OQ);   // also -inf
+    const __m512 yc = _mm512_max_ps(y, floor);                         // a NaN lane becomes the floor
+    const __m512 r = _mm512_add_ps(yc, magic);
+    const __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(r), bias);
+    const __m512 f = _mm512_sub_ps(yc, _mm512_sub_ps(r, magic));
+    __m512 p = _mm512_fmadd_ps(f, _mm512_set1_ps(EXP_C7), _mm512_set1_ps(EXP_C6));
+    p = _mm512_fmadd_ps(f, p, _mm512_set1_ps(EXP_C5));
+    p = _mm512_fmadd_ps(f, p, _mm512_set1_ps(EXP_C4));
+    p = _mm512_fmadd_ps(f, p, _mm512_set1_ps(EXP_C3));
+    p = _mm512_fmadd_ps(f, p, _mm512_set1_ps(EXP_C2));
+    p = _mm512_fmadd_ps(f, p, _mm512_set1_ps(EXP_LN2));
+    p = _mm512_fmadd_ps(f, p, one);
+    p = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), _mm512_slli_epi32(ni, 23)));
+    p = _mm512_mask_mov_ps(p, tiny, zero);
+    p = _mm512_mask_mov_ps(p, nan, d);
+    _mm512_storeu_ps(x + i, p);
+    acc = _mm512_add_ps(acc, p);
+  }
+  return _mm512_reduce_add_ps(acc) + exp_sub_scalar(x + i, n - i, sub);
+}
+
+// P (float32) rounded to bfloat16 two vectors at a time with AVX512-BF16 (round to nearest even, as
+// c10::BFloat16), run only where the CPU has it; the tail as c10 does it.
+__attribute__((target("avx512f,avx512bf16"))) void round_bf16_avx512(const float* x, at::BFloat16* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512bh two = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(reinterpret_cast<void*>(out + i), (__m512i)two);
+  }
+  for (; i < n; ++i) out[i] = static_cast<at::BFloat16>(x[i]);
+}
+#endif
+
+// Which instructions the float softmax and P's rounding run in, for a CPU with these features: the one rule,
+// which `softmax_isa()` applies to this CPU's cpuid (and the tests to faked features).
+struct SoftmaxIsa {
+  bool avx512;       // exp in 16 AVX512 lanes
+  bool avx512_bf16;  // P rounded to bfloat16 with AVX512-BF16
+};
+
+SoftmaxIsa softmax_isa_for(bool avx512f, bool avx512bf16) {
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+  return {avx512f, avx512f && avx512bf16};
+#else
+  (void)avx512f, (void)avx512bf16;
+  return {false, false};
+#endif
+}
+
+const SoftmaxIsa& softmax_isa() {   // this CPU's, asked once
+  static const SoftmaxIsa isa = [] {
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+    __builtin_cpu_init();
+    return softmax_isa_for(__builtin_cpu_supports("avx512f"), __builtin_cpu_supports("avx512bf16"));
+#else
+    return softmax_isa_for(false, false);
+#endif
+  }();
+  return isa;
+}
+
+std::string describe(const SoftmaxIsa& isa) {
+#if defined(__AVX2__) && defined(__FMA__)
+  std::string text = isa.avx512 ? "AVX512 (16 float32 lanes)" : "AVX2 (8 float32 lanes)";
+#else
+  std::string text = isa.avx512 ? "AVX512 (16 float32 lanes)" : "scalar code (no AVX2)";
+#endif
+  return isa.avx512_bf16 ? text + ", P rounded to bfloat16 with AVX512-BF16" : text;
+}
+
+inline float exp_sub(float* x, int64_t n, float sub) {
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+  if (softmax_isa().avx512) return exp_sub_avx512(x, n, sub);
+#endif
+  return exp_sub_avx2(x, n, sub);
+}
+
+// x (n values of T) as the GEMM operand type In: x itself when they are the same, else rounded into buf
+template <typename In, typename T>
+const In* as_operand(const T* x, In* buf, int64_t n) {
+  if constexpr (std::is_same_v<T, In>) {
+    return x;
+  } else {
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<In, at::BFloat16>) {
+      if (softmax_isa().avx512_bf16) {
+        round_bf16_avx512(x, buf, n);
+        return buf;
+      }
+    }
+#endif
+    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<In>(x[i]);
+    return buf;
+  }
 }
 
 inline double exp_sub(double* x, int64_t n, double sub) {
@@ -367,101 +472,193 @@ void run_tasks(int64_t n_tasks, const F& task, bool fixed = false) {
   });
 }
 
-// Forward: out (In) and lse (T). Each task keeps its rows' running (m, l) and output sums (acc, T) in its
-// worker's buffers and writes out once, in the epilogue.
+// One worker's forward scratch: the score tile, P rounded to the GEMM's dtype, each row's visible span.
+template <typename T, typename In>
+struct ForwardScratch {
+  std::vector<T> tile;
+  std::vector<In> rounded;
+  std::vector<std::pair<int64_t, int64_t>> spans;
+};
+
+// Running state of `rows` query rows for the G heads of a kv head: m (G·rows), l (G·rows), acc (G·rows·Dv).
+template <typename T>
+struct RowState {
+  T *m, *l, *acc;
+  int64_t rows;
+  void reset(int64_t G, int64_t Dv) {
+    std::fill(m, m + G * rows, T(NEG_INF));
+    std::fill(l, l + G * rows, T(0));
+    std::fill(acc, acc + G * rows * Dv, T(0));
+  }
+};
+
+// The keys [lo, hi) any query row of [q0, q1) sees (lo >= hi: none).
+template <typename T, typename In>
+std::pair<int64_t, int64_t> block_keys(const Problem<T, In>& P, int64_t b, int64_t q0, int64_t q1) {
+  if (!P.spans()) return {0, P.Lk};
+  int64_t lo = P.Lk, hi = 0;
+  for (int64_t i = q0; i < q1; ++i) {
+    const int64_t a = P.key_lo(b, i), e = P.key_hi(b, i);
+    if (a < e) lo = std::min(lo, a), hi = std::max(hi, e);
+  }
+  return {lo, hi};
+}
+
+// The online softmax of query rows [q0, q1) of kv head hk's G heads over keys [lo, hi), in tiles of `width`
+// keys: st's (m, l, acc) (row i at i − q0) updated in place.
+template <typename T, typename In>
+void softmax_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, int64_t q1, int64_t lo, int64_t hi,
+                  int64_t width, RowState<T>& st, ForwardScratch<T, In>& ws) {
+  const int64_t tile = (q1 - q0) * std::min(width, std::max<int64_t>(hi - lo, 0));
+  if (static_cast<int64_t>(ws.tile.size()) < tile) ws.tile.resize(tile);
+  if (!std::is_same_v<T, In> && static_cast<int64_t>(ws.rounded.size()) < tile) ws.rounded.resize(tile);
+  T* S = ws.tile.data();
+  for (int64_t k0 = lo; k0 < hi; k0 += width) {
+    const int64_t k1 = std::min(hi, k0 + width), n = k1 - k0;
+    const int64_t r0 = std::max(q0, P.query_lo(b, k0, k1)), r1 = std::min(q1, P.query_hi(b, k0, k1));
+    if (r1 <= r0) continue;
+    for (int64_t g = 0; g < P.G; ++g) {
+      const int64_t h = hk * P.G + g;
+      scores(P, b, h, r0, r1, k0, k1, S, static_cast<T*>(nullptr), ws.spans);
+      T* o = st.acc + g * st.rows * P.Dv;   // row i at (i − q0) · Dv
+      for (int64_t i = r0; i < r1; ++i) {
+        T* s = S + (i - r0) * n;
+        const auto [a, e] = ws.spans[i - r0];
+        const T mx = row_max(s + a, e - a);
+        T& mi = st.m[g * st.rows + i - q0];
+        T& li = st.l[g * st.rows + i - q0];
+        const T m_new = mx != mx ? mx : std::max(mi, mx);   // a NaN score makes the row NaN, never 0
+        std::fill(s, s + a, T(0));
+        std::fill(s + e, s + n, T(0));
+        if (m_new == T(NEG_INF)) {   // nothing visible so far: p = 0
+          std::fill(s + a, s + e, T(0));
+          continue;
+        }
+        const T sum = exp_sub(s + a, e - a, m_new);
+        if (mi != m_new) {
+          const T alpha = mi == T(NEG_INF) ? T(0) : std::exp(mi - m_new);
+          T* oi = o + (i - q0) * P.Dv;
+          for (int64_t d = 0; d < P.Dv; ++d) oi[d] *= alpha;
+          li *= alpha;
+        }
+        li += sum;
+        mi = m_new;
+      }
+      const In* p = as_operand<In>(S, ws.rounded.data(), (r1 - r0) * n);   // P in the GEMM's dtype
+      gemm<T, In>(false, false, r1 - r0, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), o + (r0 - q0) * P.Dv,
+                  P.Dv);
+    }
+  }
+}
+
+// Epilogue of rows [q0, q1): out = acc / l (0 for a row that saw nothing), lse = m + log l (−inf there); a sink
+// joins l as one more logit whose value is 0: l += exp(sink − m) under the row's maximum max(m, sink).
+template <typename T, typename In>
+void finish_rows(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, int64_t q1, const RowState<T>& st,
+                 In* out, T* lse) {
+  for (int64_t g = 0; g < P.G; ++g) {
+    const int64_t h = hk * P.G + g;
+    for (int64_t i = q0; i < q1; ++i) {
+      T li = st.l[g * st.rows + i - q0];
+      T mi = st.m[g * st.rows + i - q0];
+      const T* ai = st.acc + (g * st.rows + i - q0) * P.Dv;
+      In* oi = out + ((b * P.Hq + h) * P.Lq + i) * P.Dv;
+      T* lsei = lse + (b * P.Hq + h) * P.Lq + i;
+      T alpha = T(1);
+      if (P.sinks && mi == mi) {
+        const T sink = P.sinks[h], m_new = std::max(mi, sink);
+        alpha = li > 0 ? std::exp(mi - m_new) : T(0);
+        li = li * alpha + std::exp(sink - m_new);
+        mi = m_new;
+      }
+      if (li > 0 || li != li) {   // a NaN row stays NaN (as in every backend), not "saw nothing"
+        const T inv = alpha / li;
+        for (int64_t d = 0; d < P.Dv; ++d) oi[d] = static_cast<In>(ai[d] * inv);
+        *lsei = mi + std::log(li);
+      } else {
+        std::fill(oi, oi + P.Dv, In(0));
+        *lsei = T(NEG_INF);
+      }
+    }
+  }
+}
+
+// Folds `part` into `into` (the same rows): both scaled to their common maximum, as two key tiles of one pass
+// would be. A part row that saw nothing (m = −inf) adds nothing; a NaN in either makes the row NaN.
+template <typename T>
+void merge_rows(RowState<T>& into, const RowState<T>& part, int64_t G, int64_t Dv) {
+  for (int64_t r = 0; r < G * into.rows; ++r) {
+    const T mp = part.m[r], mi = into.m[r];
+    if (mp == T(NEG_INF)) continue;
+    const T m_new = (mp != mp || mi != mi) ? std::numeric_limits<T>::quiet_NaN() : std::max(mi, mp);
+    const T a = mi == T(NEG_INF) ? T(0) : std::exp(mi - m_new), c = std::exp(mp - m_new);
+    T* oi = into.acc + r * Dv;
+    const T* op = part.acc + r * Dv;
+    for (int64_t d = 0; d < Dv; ++d) oi[d] = oi[d] * a + op[d] * c;
+    into.l[r] = into.l[r] * a + part.l[r] * c;
+    into.m[r] = m_new;
+  }
+}
+
+// Split-K (flash-decoding): a query of at most SPLIT_ROWS rows in one block, over many keys. The tasks are
+// (batch, kv head, key chunk of `width`): each runs the online softmax over its chunk into its own (m, l, acc),
+// and the worker finishing a head's last chunk merges them in key order (so the result does not depend on the
+// thread count) and writes out and lse. Without it such a query has only B·Hkv tasks, fewer than the workers
+// under GQA.
+constexpr int64_t SPLIT_ROWS = 8;   // native.py's SPLIT_ROWS
+
+template <typename T, typename In>
+void forward_split(const Problem<T, In>& P, int64_t width, In* out, T* lse) {
+  const int64_t BH = P.B * P.Hkv, n_chunks = (P.Lk + width - 1) / width, rows = P.Lq;
+  const int64_t size = P.G * rows * (2 + P.Dv);
+  std::vector<T> parts(BH * n_chunks * size);   // (bh, chunk): m, l, acc
+  auto state = [&](int64_t bh, int64_t c) {
+    T* m = parts.data() + (bh * n_chunks + c) * size;
+    return RowState<T>{m, m + P.G * rows, m + 2 * P.G * rows, rows};
+  };
+  const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
+  std::vector<ForwardScratch<T, In>> scratch(workers);
+  // chunks done per (batch, kv head): the worker that finishes a head's last chunk merges them (one parallel
+  // region, not two: on busy cores every join can wait a whole time slice for a preempted worker)
+  std::unique_ptr<std::atomic<int64_t>[]> done(new std::atomic<int64_t>[BH]);
+  for (int64_t bh = 0; bh < BH; ++bh) done[bh].store(0, std::memory_order_relaxed);
+  run_tasks(BH * n_chunks, [&](int64_t w, int64_t t) {
+    const int64_t bh = t / n_chunks, c = t % n_chunks, b = bh / P.Hkv, hk = bh % P.Hkv;
+    RowState<T> st = state(bh, c);
+    st.reset(P.G, P.Dv);
+    const auto [lo, hi] = block_keys(P, b, 0, P.Lq);
+    const int64_t k0 = std::max(lo, c * width), k1 = std::min(hi, (c + 1) * width);
+    if (k0 < k1) softmax_pass(P, b, hk, int64_t(0), P.Lq, k0, k1, width, st, scratch[w]);
+    if (done[bh].fetch_add(1, std::memory_order_acq_rel) + 1 < n_chunks) return;   // others' chunks are visible now
+    RowState<T> first = state(bh, 0);
+    for (int64_t part = 1; part < n_chunks; ++part) merge_rows(first, state(bh, part), P.G, P.Dv);  // in key order
+    finish_rows(P, b, hk, int64_t(0), P.Lq, first, out, lse);
+  });
+}
+
+// Forward: out (In) and lse (T). Tasks are (batch, kv head, query block), each keeping its rows' running (m, l)
+// and output sums (acc, T) in its worker's buffers and writing out once, in the epilogue; a short query over
+// more than block_k keys is split along the keys instead (forward_split).
 template <typename T, typename In>
 void forward_impl(const Problem<T, In>& P, In* out, T* lse) {
+  if (P.Lq <= std::min(P.block_q, SPLIT_ROWS) && P.Lk > P.block_k) return forward_split(P, P.block_k, out, lse);
   const int64_t n_qb = (P.Lq + P.block_q - 1) / P.block_q, BH = P.B * P.Hkv;
   const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
-  std::vector<std::vector<T>> tiles(workers), states(workers);
-  std::vector<std::vector<In>> rounded(workers);
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(workers);
+  std::vector<ForwardScratch<T, In>> scratch(workers);
+  std::vector<std::vector<T>> states(workers);
   run_tasks(BH * n_qb, [&](int64_t w, int64_t t) {
     const int64_t qb = n_qb - 1 - t / BH, bh = t % BH, b = bh / P.Hkv, hk = bh % P.Hkv;  // last (costliest) first
     const int64_t q0 = qb * P.block_q, q1 = std::min(P.Lq, q0 + P.block_q), nq = q1 - q0;
-    std::vector<T>& S = tiles[w];
-    std::vector<T>& st = states[w];
-    S.resize(P.block_q * P.block_k);
-    if (!std::is_same_v<T, In>) rounded[w].resize(P.block_q * P.block_k);
-    const int64_t rows = P.G * P.block_q;
-    st.resize(rows * (2 + P.Dv));
-    T *m = st.data(), *l = m + rows, *acc = l + rows;   // acc: (G, block_q, Dv)
-    std::fill(m, m + rows, T(NEG_INF));
-    std::fill(l, l + rows, T(0));
-    std::fill(acc, acc + rows * P.Dv, T(0));
-    int64_t lo = 0, hi = P.Lk;   // keys any row of the block sees
-    if (P.spans()) {
-      lo = P.Lk, hi = 0;
-      for (int64_t i = q0; i < q1; ++i) {
-        const int64_t a = P.key_lo(b, i), e = P.key_hi(b, i);
-        if (a < e) lo = std::min(lo, a), hi = std::max(hi, e);
-      }
-    }
+    std::vector<T>& buf = states[w];
+    buf.resize(P.G * P.block_q * (2 + P.Dv));
+    T* m = buf.data();
+    RowState<T> st{m, m + P.G * P.block_q, m + 2 * P.G * P.block_q, P.block_q};
+    st.reset(P.G, P.Dv);
+    const auto [lo, hi] = block_keys(P, b, q0, q1);
     // a short query block (one decoding step) takes proportionally wider key blocks: same tile size, fewer GEMMs
     const int64_t width = P.block_k * std::max<int64_t>(1, P.block_q / nq);
-    for (int64_t k0 = lo; k0 < hi; k0 += width) {
-      const int64_t k1 = std::min(hi, k0 + width), n = k1 - k0;
-      const int64_t r0 = std::max(q0, P.query_lo(b, k0, k1)), r1 = std::min(q1, P.query_hi(b, k0, k1));
-      if (r1 <= r0) continue;
-      for (int64_t g = 0; g < P.G; ++g) {
-        const int64_t h = hk * P.G + g;
-        scores(P, b, h, r0, r1, k0, k1, S.data(), static_cast<T*>(nullptr), spans[w]);
-        T* o = acc + g * P.block_q * P.Dv;   // row i at (i − q0) · Dv
-        for (int64_t i = r0; i < r1; ++i) {
-          T* s = S.data() + (i - r0) * n;
-          const auto [a, e] = spans[w][i - r0];
-          const T mx = row_max(s + a, e - a);
-          T& mi = m[g * P.block_q + i - q0];
-          T& li = l[g * P.block_q + i - q0];
-          const T m_new = mx != mx ? mx : std::max(mi, mx);   // a NaN score makes the row NaN, never 0
-          std::fill(s, s + a, T(0));
-          std::fill(s + e, s + n, T(0));
-          if (m_new == T(NEG_INF)) {   // nothing visible so far: p = 0
-            std::fill(s + a, s + e, T(0));
-            continue;
-          }
-          const T sum = exp_sub(s + a, e - a, m_new);
-          if (mi != m_new) {
-            const T alpha = mi == T(NEG_INF) ? T(0) : std::exp(mi - m_new);
-            T* oi = o + (i - q0) * P.Dv;
-            for (int64_t d = 0; d < P.Dv; ++d) oi[d] *= alpha;
-            li *= alpha;
-          }
-          li += sum;
-          mi = m_new;
-        }
-        const In* p = as_operand<In>(S.data(), rounded[w].data(), (r1 - r0) * n);   // P in the GEMM's dtype
-        gemm<T, In>(false, false, r1 - r0, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1),
-                    o + (r0 - q0) * P.Dv, P.Dv);
-      }
-    }
-    // epilogue: out = acc / l (0 for a row that saw nothing), lse = m + log l (−inf there); a sink joins
-    // l as one more logit whose value is 0: l += exp(sink − m) under the row's maximum max(m, sink)
-    for (int64_t g = 0; g < P.G; ++g) {
-      const int64_t h = hk * P.G + g;
-      for (int64_t i = q0; i < q1; ++i) {
-        T li = l[g * P.block_q + i - q0];
-        T mi = m[g * P.block_q + i - q0];
-        const T* ai = acc + (g * P.block_q + i - q0) * P.Dv;
-        In* oi = out + ((b * P.Hq + h) * P.Lq + i) * P.Dv;
-        T* lsei = lse + (b * P.Hq + h) * P.Lq + i;
-        T alpha = T(1);
-        if (P.sinks && mi == mi) {
-          const T sink = P.sinks[h], m_new = std::max(mi, sink);
-          alpha = li > 0 ? std::exp(mi - m_new) : T(0);
-          li = li * alpha + std::exp(sink - m_new);
-          mi = m_new;
-        }
-        if (li > 0 || li != li) {   // a NaN row stays NaN (as in every backend), not "saw nothing"
-          const T inv = alpha / li;
-          for (int64_t d = 0; d < P.Dv; ++d) oi[d] = static_cast<In>(ai[d] * inv);
-          *lsei = mi + std::log(li);
-        } else {
-          std::fill(oi, oi + P.Dv, In(0));
-          *lsei = T(NEG_INF);
-        }
-      }
-    }
+    softmax_pass(P, b, hk, q0, q1, lo, hi, width, st, scratch[w]);
+    finish_rows(P, b, hk, q0, q1, st, out, lse);
   });
 }
 
@@ -667,7 +864,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
 
 }  // namespace
 
+// The softmax's instructions in words: on this CPU, and (for the tests of the rule) on one with the given features.
+std::string softmax_path() { return describe(softmax_isa()); }
+std::string softmax_path_for(bool avx512f, bool avx512bf16) { return describe(softmax_isa_for(avx512f, avx512bf16)); }
+
 TORCH_LIBRARY(selfattn_native, m) {
+  m.def("softmax_path() -> str", &softmax_path);
+  m.def("softmax_path_for(bool avx512f, bool avx512bf16) -> str", &softmax_path_for);
   m.def("forward(Tensor q, Tensor k, Tensor v, Tensor? mask, int left, int right, float scale, float softcap, "
         "Tensor? sinks, Tensor? alibi, Tensor? seg_span, Tensor? seg_ids, int block_q, int block_k) -> (Tensor, Tensor)",
         &attention_forward);
