@@ -102,7 +102,8 @@ def _experiment_files(args) -> list[Path]:
 
 
 def _explain(args) -> int:
-    from .explainer.views import experiment, outputs
+    from .explainer.analysis import experiment
+    from .explainer.views import outputs
 
     intervention = _intervention(args)
     _check_needs(args)

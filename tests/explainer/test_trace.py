@@ -6,9 +6,10 @@ import torch
 
 import selfattn
 from selfattn import reference
+from selfattn.explainer.analysis import summary
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.capture.trace import capture
-from selfattn.explainer.views import export, summary
+from selfattn.explainer.views import export
 from selfattn.explainer.views import heads as heads_module
 from tests.tolerances import TOL
 

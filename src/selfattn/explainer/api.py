@@ -96,7 +96,7 @@ class Explanation:
 
     def heads(self) -> list[dict]:
         """Every head: {layer, head, entropy, max_weight, first_token, description {zh, en}, type (a head type
-        of `views.head_types` or None)}, layer by layer."""
+        of `analysis.head_types` or None)}, layer by layer."""
         trace, ids = self.trace, self.doc["token_ids"]
         types = [
             head_type_names(

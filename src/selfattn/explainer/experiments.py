@@ -8,7 +8,7 @@
 
 Each returns a JSON-ready dict with a "text" {zh, en}: what it found, in a sentence (`views.findings`). The
 computations are the capture room's (`capture.patching`, `capture.lens`, `capture.trace`) and the head
-types' (`views.head_types`, `views.heads`); this module turns texts into ids the way the explainer does,
+types' (`analysis.head_types`, `views.heads`); this module turns texts into ids the way the explainer does,
 and ids back into readable tokens. Layers and heads are counted from 0, as everywhere.
 
 Every token is shown as a person reads it, as in the export: a predicted token has `shown` beside its
@@ -27,12 +27,13 @@ from .. import checks
 from ..limits import MAX_ABLATED_HEADS, MAX_PATCH_TOKENS
 from . import pieces as _pieces
 from . import session as _session
+from .analysis import head_types, summary
+from .analysis import taxonomy as _taxonomy
 from .capture import lens as _lens
 from .capture import patching as _patching
 from .capture.interventions import Intervention
 from .capture.trace import capture
-from .views import findings, head_types, heads, summary
-from .views import taxonomy as _taxonomy
+from .views import findings, heads
 
 __all__ = [
     "PROBE_LENGTH",

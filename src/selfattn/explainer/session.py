@@ -28,10 +28,11 @@ import torch
 from .. import checks
 from . import pieces as P
 from . import sources
+from .analysis import experiment, relations, summary
 from .capture.cache import TraceCache
 from .capture.interventions import Intervention
 from .capture.trace import ModelTrace, capture
-from .views import experiment, export, heads, relations, summary
+from .views import export, heads
 
 __all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report"]
 

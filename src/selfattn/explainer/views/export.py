@@ -56,10 +56,11 @@ import torch
 
 from ... import __version__, checks
 from ...files import json_float
+from ..analysis import taxonomy
 from ..capture import interventions
 from ..capture.trace import LayerTrace, ModelTrace, head_stages
 from ..pieces import AGGREGATION_RULE, aggregate, names, shown_piece
-from . import taxonomy, texts
+from . import texts
 
 STAGES_MAX_LEN = 64
 """Up to this many tokens the export holds every head's N×N stages; beyond, Q/K/V/lse (the stages

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis import head_types
+from ..analysis.relations import RELATIONS, links
+from ..analysis.summary import SINK_LIMIT
 from ..capture.trace import LayerTrace, ModelTrace
 from ..pieces import names
-from . import head_types
 from .head_words import percent, sentence
-from .relations import RELATIONS, links
-from .summary import SINK_LIMIT
 from .texts import TEXTS
 
 __all__ = [

@@ -65,10 +65,11 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from ... import checks
 from ...limits import TEMPERATURE_RANGE
 from .. import experiments
+from ..analysis import experiment
 from ..capture.cache import TraceCache
 from ..capture.interventions import Intervention
 from ..session import DEFAULT_TEXT, MAX_CHARS, Explainer
-from ..views import experiment, report, texts
+from ..views import report, texts
 from .body import ExplainRequest, Needs
 from .guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 

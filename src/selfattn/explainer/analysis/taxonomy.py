@@ -12,8 +12,8 @@ The head's `type` is its clearest (largest share ÷ chance); None when nothing i
 
 from __future__ import annotations
 
+from ..views.head_words import TYPE_SHORT, TYPE_WORDS
 from . import head_types
-from .head_words import TYPE_SHORT, TYPE_WORDS
 
 __all__ = ["TYPE_ORDER", "merge", "legend", "RULE"]
 

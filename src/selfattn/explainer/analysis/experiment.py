@@ -26,9 +26,9 @@ import torch
 
 from ..capture.interventions import Intervention
 from ..capture.trace import ModelTrace
-from .heads import percent
+from ..views.heads import percent
+from ..views.texts import text
 from .summary import head_summary
-from .texts import text
 
 __all__ = ["compare", "shown_head", "scaled_label", "loss", "kl_bits"]
 
