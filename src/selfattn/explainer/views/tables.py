@@ -19,11 +19,11 @@ from rich.text import Text
 
 from ...terminal import printable
 from ...walkthrough import FEATURES as MEANINGS  # the walkthrough's meanings, one per relations.MEANING_ROLES
-from ..analysis.experiment import scaled_label
 from ..analysis.relations import MEANING_ROLES, roles
 from ..analysis.summary import SINK_LIMIT
 from ..capture.interventions import REGISTRY
 from . import texts
+from .experiment_words import scaled_label
 from .export import gqa_words
 from .heads import percent
 
