@@ -51,7 +51,7 @@ def explain(text: str = DEFAULT_TEXT, model=None, *, tokenizer=None, layer=None,
     """Explain `text` on `model`: an `Explanation` (shown inline in a notebook).
 
     layer, head      the head shown first (default: `run`'s rule: the head an intervention is limited to, else
-                     picked by `views.heads.pick`)
+                     picked by `analysis.heads.pick`)
     find             (query, key): doc["search"] ranks every head by that weight (as `selfattn explain --find`)
     interventions    registry entries by name, e.g. no_causal={}, temperature={"t": 2.0}, block={"query": 4,
                      "key": 3}; `scope={"layer": L, "head": H}` limits them to one layer / head"""
@@ -124,7 +124,7 @@ class Explanation:
         return out
 
     def find(self, query, key) -> list[dict]:
-        """Every head ranked by the weight of (query, key): token strings or positions (`views.heads.search`)."""
+        """Every head ranked by the weight of (query, key): token strings or positions (`analysis.heads.search`)."""
         return heads_numbers.search(self.trace, query, key)["heads"]
 
     # --- experiments ------------------------------------------------------------------------

@@ -8,7 +8,7 @@
 
 Each returns a JSON-ready dict with a "text" {zh, en}: what it found, in a sentence (`views.findings`). The
 computations are the capture room's (`capture.patching`, `capture.lens`, `capture.trace`) and the head
-types' (`analysis.head_types`, `views.heads`); this module turns texts into ids the way the explainer does,
+types' (`analysis.head_types`, `analysis.heads`); this module turns texts into ids the way the explainer does,
 and ids back into readable tokens. Layers and heads are counted from 0, as everywhere.
 
 Every token is shown as a person reads it, as in the export: a predicted token has `shown` beside its
