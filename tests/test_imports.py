@@ -143,3 +143,34 @@ def test_the_public_names_are_the_lazy_ones():
     """`selfattn.__all__` (written out for type checkers) names exactly what `__getattr__` loads."""
     assert set(selfattn.__all__) == {"__version__", *selfattn._LAZY}
     assert callable(selfattn.explain) and selfattn.explain.__module__ == "selfattn.explainer.api"
+
+
+LOWER = ("selfattn.explainer.capture", "selfattn.explainer.analysis")
+"""The explainer's rooms that views and the app read from: running the model, and the numbers' meaning."""
+UPPER = ("selfattn.explainer.views", "selfattn.explainer.web")
+"""The rooms that format and serve: they import the lower ones, never the reverse."""
+
+
+def _inside(module: str, rooms: tuple[str, ...]) -> bool:
+    return any(module == r or module.startswith(r + ".") for r in rooms)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, what it imports) for every import of a LOWER module from an UPPER room."""
+    return sorted((m, d) for m, deps in graph.items() if _inside(m, LOWER) for d in deps if _inside(d, UPPER))
+
+
+def test_analysis_and_capture_never_import_views_or_web():
+    bad = upward_imports(import_graph())
+    assert not bad, "imports upward: " + "; ".join(f"{m} imports {d}" for m, d in bad)
+
+
+def test_the_upward_check_finds_a_planted_import(tmp_path):
+    """The checker itself: a lazy `from ..views import texts` in an analysis module is found."""
+    names = set(module_names())
+    planted = "selfattn.explainer.analysis.planted"
+    path = tmp_path / "planted.py"
+    path.write_text("def words():\n    from ..views import texts\n    from ..capture import trace\n")
+    graph = import_graph() | {planted: imports_of(planted, path, names | {planted})}
+    assert upward_imports(graph) == [(planted, "selfattn.explainer.views.texts")]
+    assert upward_imports({"selfattn.explainer.views.tables": {"selfattn.explainer.analysis.summary"}}) == []

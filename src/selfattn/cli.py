@@ -102,24 +102,19 @@ def _experiment_files(args) -> list[Path]:
 
 
 def _explain(args) -> int:
-    from .explainer.views import experiment, outputs
+    from .explainer.analysis import experiment
+    from .explainer.views import outputs
 
-    intervention = _intervention(args)
-    _check_needs(args)
+    request = _request(args)
     paths = {"npz": args.npz, "html": args.html, "plots_dir": args.plots}
-    ablated = experiment.first_ablated(intervention, args.layer, args.head, args.ablate)
-    layer, head = ablated or (args.layer, args.head)  # a limited intervention's head: Explainer.explain shows it
-    shown = experiment.shown_head(intervention, layer, head)
+    shown = experiment.opened(request.intervention, request.layer, request.head, request.ablate)[:2]
     chosen = shown if None not in shown else None
     outputs.check(**paths, force=args.force, selected=chosen)  # before the model is loaded: nothing for nothing
     _check_pictures(_experiment_files(args), args.force)
+    from .explainer import run
     from .explainer.session import Explainer
 
-    explainer = Explainer.load(args.model)
-    doc = explainer.explain(args.text, layer=layer, head=head, intervention=intervention, find=args.find)
-    if ablated is not None and doc["selected"]["rule"] is None:  # shown because it is ablated
-        doc["selected"]["rule"] = "ablated"
-    doc |= _experiments(explainer, args, intervention)
+    doc = run.run(Explainer.load(args.model), request)
     files = outputs.render(doc, **paths, force=args.force, lang=args.lang)
     if "patching" in doc and args.plots is not None:
         from .explainer.views import patching_plot
@@ -147,19 +142,23 @@ def _check_pictures(paths: list[Path], force: bool) -> None:
         check_creatable(path, force=force)
 
 
-def _experiments(explainer, args, intervention) -> dict:
-    """doc["ablation"], doc["patching"], doc["lens"]: the experiments the flags ask for (`experiments.run`, the
-    app's code path)."""
-    from .explainer import experiments
+def _request(args):
+    """The `run.Request` the flags ask for: the text, the head, the interventions, --find and the experiments
+    (--ablate, --patch, --logit-lens), as the app and the Python API build theirs."""
+    from .explainer.run import Lens, Patch, Request
 
-    return experiments.run(
-        explainer,
+    intervention = _intervention(args)
+    _check_needs(args)
+    return Request(
         args.text,
-        ablate=args.ablate or None,
-        ablate_mode=args.ablate_mode or "zero",
-        patch=None if args.patch is None else {"corrupted": args.patch, "target": args.target, "foil": args.foil},
-        lens={"position": args.position} if args.logit_lens else None,
+        layer=args.layer,
+        head=args.head,
         intervention=intervention,
+        find=args.find,
+        ablate=args.ablate or None,
+        ablate_mode=args.ablate_mode,
+        patch=None if args.patch is None else Patch(args.patch, target=args.target, foil=args.foil),
+        lens=Lens(args.position) if args.logit_lens else None,
     )
 
 

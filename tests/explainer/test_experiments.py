@@ -16,9 +16,10 @@ from rich.cells import cell_len
 import selfattn.hf
 from selfattn.cli import main
 from selfattn.explainer import experiments as X
+from selfattn.explainer.analysis import head_types
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import findings, head_types
+from selfattn.explainer.views import findings
 
 VOCAB = 97
 N_LAYERS, N_HEADS, N_KV = 3, 12, 4  # 12 query heads over 4 key/value heads: grouped-query attention

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from selfattn.cli import main
+from selfattn.explainer.analysis import head_types, heads, relations
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import head_types, heads, relations
 from selfattn.model import checkpoint
 from tests.explainer import truth
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from selfattn.explainer.views import head_types as T
+from selfattn.explainer.analysis import head_types as T
 
 
 def _loop_reference(w: np.ndarray, ids: list[int], causal: bool) -> dict[str, tuple[float, float, int]]:

@@ -4,9 +4,10 @@ view on the default model verified against the probe, the head search, the contr
 import numpy as np
 import pytest
 
+from selfattn.explainer.analysis import relations
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import export, heads, relations
+from selfattn.explainer.views import export, heads
 from selfattn.model import checkpoint
 from selfattn.model.corpus import CREATURES, Sentence
 from selfattn.model.probe import attention_probe

@@ -19,6 +19,7 @@ import torch
 
 import selfattn
 from selfattn.explainer.views import notebook
+from selfattn.explainer.views.packing import head_type_names
 from tests.explainer import truth
 from tests.explainer.test_browser import CHROMIUM_ARGS, SCREENSHOTS, Watched, browser  # noqa: F401 (fixture)
 from tests.explainer.tiny import LONG_TEXT, tiny_explainer
@@ -210,7 +211,16 @@ def test_model_view_thumbnails_are_the_weights_and_open_a_head(watched, e):
     for (l, h), px in pixels.items():
         np.testing.assert_allclose(px, expected_colours(e.weights(l, h).numpy(), causal), atol=1, err_msg=f"{l}/{h}")
     types = frame.eval_on_selector_all("[data-testid=mv-thumb]", "bs => bs.map(b => b.dataset.type)")
-    assert types == [t or "" for t in (h["type"] for h in e.heads())]
+    page_types = [  # the page's own rule (`packing.head_type_names`); e.heads() now says `selfattn heads`' types
+        t
+        for layer in e.trace.layers
+        for t in head_type_names(
+            np.stack([layer.stages(h, weighted=False)["weights"].numpy() for h in range(layer.n_heads)]),
+            e.doc["token_ids"],
+            causal=layer.causal,
+        )
+    ]
+    assert types == [t or "" for t in page_types]
     watched.page.screenshot(path=str(SCREENSHOTS / "selfattn-model-view.png"))
     frame.click("[data-testid=mv-thumb][data-layer='0'][data-head='1']")
     st = frame.eval_on_selector("#app", "a => ({...a.dataset})")

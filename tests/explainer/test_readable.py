@@ -13,7 +13,8 @@ from rich.console import Console
 
 from selfattn.cli import main
 from selfattn.explainer import pieces as P
-from selfattn.explainer.views import export, plots, summary, tables
+from selfattn.explainer.analysis import summary
+from selfattn.explainer.views import export, plots, tables
 from selfattn.explainer.web import server
 from tests.explainer.tiny import tiny_explainer
 from tests.tolerances import TOL

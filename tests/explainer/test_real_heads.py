@@ -20,8 +20,9 @@ from rich.cells import cell_len
 
 from selfattn.cli import main
 from selfattn.explainer import experiments as X
+from selfattn.explainer.analysis import head_types
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import findings, head_types
+from selfattn.explainer.views import findings
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CLEAN = "When Mary and John went to the store, John gave a drink to"

@@ -6,10 +6,11 @@ import torch
 
 import selfattn
 from selfattn import reference
+from selfattn.explainer.analysis import heads as heads_module
+from selfattn.explainer.analysis import summary
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.capture.trace import capture
-from selfattn.explainer.views import export, summary
-from selfattn.explainer.views import heads as heads_module
+from selfattn.explainer.views import export
 from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"

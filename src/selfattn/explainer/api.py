@@ -16,13 +16,15 @@ left so: that implementation computes what eager/SDPA attention computes (tests/
 `intervene` / `compare` needs it, and switching it back and forth would change a live module under the
 caller's feet. `model.set_attn_implementation("sdpa")` switches it back.
 
-Every number comes from one trace per (text, intervention) (`capture.cache.TraceCache`, shared by an
-Explanation and those made from it), through `Explainer.explain`: the views show the numbers of the CLI.
+Every Explanation answers one `run.Request` through `run.run`, the path of `selfattn explain` and of the app:
+the same request gives the same export dict. Every number comes from one trace per (text, intervention)
+(`capture.cache.TraceCache`, shared by an Explanation and those made from it).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -30,13 +32,14 @@ from pathlib import Path
 
 import torch
 
+from . import experiments, run
+from .analysis import heads as heads_numbers
 from .capture.cache import TraceCache
 from .capture.interventions import REGISTRY, SCOPE, Intervention
+from .run import Lens, Patch, Request
 from .session import DEFAULT_TEXT, Explainer
-from .views import heads as heads_view
 from .views import report
 from .views.notebook import Inline
-from .views.packing import head_type_names
 
 __all__ = ["explain", "Explanation", "HeadTable", "CACHE_BYTES"]
 
@@ -44,30 +47,41 @@ CACHE_BYTES = 256 << 20
 """Traces kept per family of Explanations (one `explain` call and those made from it)."""
 
 
-def explain(text: str = DEFAULT_TEXT, model=None, *, tokenizer=None, layer=None, head=None, **interventions):
+def explain(text: str = DEFAULT_TEXT, model=None, *, tokenizer=None, layer=None, head=None, find=None, **interventions):
     """Explain `text` on `model`: an `Explanation` (shown inline in a notebook).
 
-    layer, head      the head shown first (default: picked by `views.heads.pick`)
+    layer, head      the head shown first (default: `run`'s rule: the head an intervention is limited to, else
+                     picked by `analysis.heads.pick`)
+    find             (query, key): doc["search"] ranks every head by that weight (as `selfattn explain --find`)
     interventions    registry entries by name, e.g. no_causal={}, temperature={"t": 2.0}, block={"query": 4,
                      "key": 3}; `scope={"layer": L, "head": H}` limits them to one layer / head"""
     explainer = _explainer(model, tokenizer)
-    return Explanation(explainer, text, _intervention(interventions), layer=layer, head=head, cache=None)
+    request = Request(text, layer=layer, head=head, intervention=_intervention(interventions), find=find)
+    return Explanation(explainer, request, cache=None)
 
 
 class Explanation:
     """One text explained on one model (and, after `compare`, a second text beside it).
 
-    doc    the export dict (`views.export.to_dict`, the JSON of `selfattn explain --json`)
-    trace  the `ModelTrace` it was made from (Q, K, V, lse of every head)
-    other  the Explanation compared with, or None"""
+    request  the `run.Request` it answers (text, head, interventions, experiments)
+    doc      the export dict `run.run` made of it (the JSON of `selfattn explain --json` for the same request)
+    trace    the `ModelTrace` it was made from (Q, K, V, lse of every head)
+    other    the Explanation compared with, or None"""
 
-    def __init__(self, explainer: Explainer, text: str, intervention: Intervention, *, layer, head, cache):
+    def __init__(self, explainer: Explainer, request: Request, *, cache):
         self.explainer = explainer
-        self.intervention = intervention
+        self.request = request
         self._cache = TraceCache(max_bytes=CACHE_BYTES) if cache is None else cache
-        self.doc = explainer.explain(text, layer=layer, head=head, intervention=intervention, cache=self._cache)
-        self.text = text
+        self.doc = run.run(explainer, request, cache=self._cache)
         self.other: Explanation | None = None
+
+    @property
+    def text(self) -> str:
+        return self.request.text
+
+    @property
+    def intervention(self) -> Intervention:
+        return self.request.intervention
 
     @property
     def trace(self):
@@ -95,28 +109,23 @@ class Explanation:
         return HeadTable(self.tokens, self.weights(layer, head), layer, head)
 
     def heads(self) -> list[dict]:
-        """Every head: {layer, head, entropy, max_weight, first_token, description {zh, en}, type (a head type
-        of `views.head_types` or None)}, layer by layer."""
-        trace, ids = self.trace, self.doc["token_ids"]
-        types = [
-            head_type_names(
-                torch.stack([layer.stages(h, weighted=False)["weights"] for h in range(layer.n_heads)]).numpy(),
-                ids,
-                causal=layer.causal,
-            )
-            for layer in trace.layers
-        ]
+        """Every head: {layer, head, entropy, max_weight, first_token, description {zh, en}, type, types}, layer
+        by layer. entropy … description are this text's (with its interventions); type (a head type of
+        `analysis.head_types` or None) and types (each type's score and chance) are what `selfattn heads` says
+        (`experiments.taxonomy`: the induction probe and this text, the model as it is)."""
+        typed = experiments.taxonomy(self.explainer, self.text)["heads"]
         out = []
         for l, row in enumerate(self.doc["summaries"]):
             for h, s in enumerate(row):
                 d = self.doc["descriptions"][l][h]
                 item = {"layer": l, "head": h} | {k: s[k] for k in ("entropy", "max_weight", "first_token") if k in s}
-                out.append(item | {"description": d.get("text") if d else None, "type": types[l][h]})
+                item |= {"description": d.get("text") if d else None}
+                out.append(item | {"type": typed[l][h]["type"], "types": typed[l][h]["types"]})
         return out
 
     def find(self, query, key) -> list[dict]:
-        """Every head ranked by the weight of (query, key): token strings or positions (`views.heads.search`)."""
-        return heads_view.search(self.trace, query, key)["heads"]
+        """Every head ranked by the weight of (query, key): token strings or positions (`analysis.heads.search`)."""
+        return heads_numbers.search(self.trace, query, key)["heads"]
 
     # --- experiments ------------------------------------------------------------------------
 
@@ -127,35 +136,37 @@ class Explanation:
         doc's "experiment" compares it with this text unchanged."""
         iv = _intervention(values | ({"scope": scope} if scope is not None else {}))
         shown = self.shown if layer is None and head is None else (layer, head)
-        return Explanation(self.explainer, self.text, iv, layer=shown[0], head=shown[1], cache=self._cache)
+        request = Request(self.text, layer=shown[0], head=shown[1], intervention=iv)
+        return Explanation(self.explainer, request, cache=self._cache)
 
-    def run(self, *, ablate=None, ablate_mode: str = "zero", patch=None, target=None, foil=None, lens=None):
-        """A copy of this Explanation whose doc carries the experiments asked (`experiments.run`: the numbers
-        of `selfattn explain --ablate / --patch / --logit-lens` and of the app), shown on its page.
+    def run(self, *, ablate=None, ablate_mode: str | None = None, patch=None, target=None, foil=None, lens=None):
+        """A copy of this Explanation that also runs the experiments asked: its doc is `run.run`'s for this
+        request with them (the dict `selfattn explain --ablate / --patch / --logit-lens` and the app give),
+        shown on its page; with no head asked, it opens on the first head ablated, as the CLI does.
 
-        ablate  heads [(layer, head), …] or "L.H,L.H";  patch  the corrupted text (target, foil: its tokens)
-        lens    True (the last position) or a position"""
-        from . import experiments
-
-        asked = {"ablate": ablate, "ablate_mode": ablate_mode}
-        if patch is not None:
-            asked["patch"] = {"corrupted": patch, "target": target, "foil": foil}
-        elif target is not None or foil is not None:
+        ablate  heads [(layer, head), …] or "L.H,L.H"; ablate_mode "zero" (default) | "mean"
+        patch   the corrupted text (target, foil: its tokens);  lens  True (the last position) or a position"""
+        if patch is None and (target is not None or foil is not None):
             raise ValueError("target and foil go with patch: give the corrupted text too")
-        if lens is not None and lens is not False:
-            asked["lens"] = {"position": None if lens is True else lens}
-        found = experiments.run(self.explainer, self.text, intervention=self.intervention, cache=self._cache, **asked)
-        out = copy.copy(self)  # the same explainer, text and trace cache
-        out.doc = self.doc | found
+        if lens is not None and not isinstance(lens, (bool, int)):
+            raise TypeError(f"lens must be True, False or a position, got {type(lens).__name__}")
+        request = dataclasses.replace(
+            self.request,
+            ablate=ablate,
+            ablate_mode=ablate_mode,
+            patch=None if patch is None else Patch(patch, target=target, foil=foil),
+            lens=None if lens is None or lens is False else Lens(None if lens is True else lens),
+        )
+        out = copy.copy(self)  # the same explainer and trace cache
+        out.request, out.doc = request, run.run(self.explainer, request, cache=self._cache)
         return out
 
     def compare(self, other) -> Explanation:
         """This text and `other` (a text, explained on the same model with the same interventions, or an
         Explanation) side by side: a copy of this Explanation whose page opens on the compare view."""
         if isinstance(other, str):
-            other = Explanation(
-                self.explainer, other, self.intervention, layer=self.shown[0], head=self.shown[1], cache=self._cache
-            )
+            request = Request(other, layer=self.shown[0], head=self.shown[1], intervention=self.intervention)
+            other = Explanation(self.explainer, request, cache=self._cache)
         if not isinstance(other, Explanation):
             raise TypeError(f"other must be a text or an Explanation, got {type(other).__name__}")
         if (other.doc["model"]["n_layers"], other.doc["model"]["n_heads"]) != (

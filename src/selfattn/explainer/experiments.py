@@ -8,7 +8,7 @@
 
 Each returns a JSON-ready dict with a "text" {zh, en}: what it found, in a sentence (`views.findings`). The
 computations are the capture room's (`capture.patching`, `capture.lens`, `capture.trace`) and the head
-types' (`views.head_types`, `views.heads`); this module turns texts into ids the way the explainer does,
+types' (`analysis.head_types`, `analysis.heads`); this module turns texts into ids the way the explainer does,
 and ids back into readable tokens. Layers and heads are counted from 0, as everywhere.
 
 Every token is shown as a person reads it, as in the export: a predicted token has `shown` beside its
@@ -27,12 +27,14 @@ from .. import checks
 from ..limits import MAX_ABLATED_HEADS, MAX_PATCH_TOKENS
 from . import pieces as _pieces
 from . import session as _session
+from .analysis import head_types, heads, summary
+from .analysis import taxonomy as _taxonomy
 from .capture import lens as _lens
 from .capture import patching as _patching
 from .capture.interventions import Intervention
 from .capture.trace import capture
-from .views import findings, head_types, heads, summary
-from .views import taxonomy as _taxonomy
+from .views import findings
+from .views.heads import describe
 
 __all__ = [
     "PROBE_LENGTH",
@@ -45,6 +47,7 @@ __all__ = [
     "patching",
     "logit_lens",
     "parse_heads",
+    "pairs",
     "run",
 ]
 
@@ -165,7 +168,7 @@ def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, 
     described = None
     if text is not None:
         shown = explainer.trace(text)
-        described = heads.describe(shown, summary.summaries(shown))
+        described = describe(shown, summary.summaries(shown))
     out = _taxonomy.merge(on_probe, described)
     added = sum(len(part) for part in frame(explainer))
     out |= {
@@ -193,7 +196,7 @@ def parse_heads(spec: str) -> list[tuple[int, int]]:
     return out
 
 
-def _pairs(ablate) -> list[tuple[int, int]]:
+def pairs(ablate) -> list[tuple[int, int]]:
     """The heads of an ablation: "L.H,L.H" (`parse_heads`) or [(layer, head), …] of ints, each once, at most
     MAX_ABLATED_HEADS (the list's length is checked before its items are read)."""
     if isinstance(ablate, str):
@@ -262,16 +265,16 @@ def ablation(explainer, text: str, ablate, mode: str = "zero") -> dict:
 
     ablate  [(layer, head), …] or "L.H,L.H"
     Returns {heads, mode, before {top, loss}, after {top, loss}, kl_bits, target {token, id, before, after}, text}."""
-    pairs = _pairs(ablate)
+    heads = pairs(ablate)
     n_layers, n_heads = _shape(explainer)
-    _check_heads(explainer, pairs, n_layers, n_heads)
+    _check_heads(explainer, heads, n_layers, n_heads)
     tokens, ids, _ = _ids(explainer, text)
-    got = _patching.ablate(explainer.model, ids[None], pairs, mode)
+    got = _patching.ablate(explainer.model, ids[None], heads, mode)
     before, after = got["before"]["logits"], got["after"]["logits"]
     top = int(before.argmax())
     out = {
         "prompt": text,
-        "heads": [list(p) for p in pairs],
+        "heads": [list(p) for p in heads],
         "mode": mode,
         "before": {"top": _top(explainer, before), "loss": got["before"]["loss"]},
         "after": {"top": _top(explainer, after), "loss": got["after"]["loss"]},

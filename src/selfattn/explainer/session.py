@@ -28,10 +28,12 @@ import torch
 from .. import checks
 from . import pieces as P
 from . import sources
+from .analysis import experiment, heads, relations, summary
 from .capture.cache import TraceCache
 from .capture.interventions import Intervention
 from .capture.trace import ModelTrace, capture
-from .views import experiment, export, heads, relations, summary
+from .views import experiment_words, export
+from .views.heads import describe
 
 __all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report"]
 
@@ -179,17 +181,20 @@ class Explainer:
         intervention: Intervention | None = None,
         stages: bool | None = None,
         find=None,
+        ablate=None,
         layers="auto",
         compare: bool = True,
         cache: TraceCache | None = None,
         lang: str | None = None,
     ) -> dict:
         """The whole export dict for `text`; the shown head is (layer, head); when neither is given, the head an
-        intervention is limited to (`experiment.shown_head`; selected.rule "intervened", or "ablated" for the
-        ablate entry); else picked by `heads.pick`.
+        intervention is limited to (selected.rule "intervened", or "ablated" for the ablate entry), else the
+        first head of `ablate` ("ablated"), else picked by `heads.pick` (`experiment.opened`).
 
         find     (query, key): each a token string, a position (an int, or digits), or a name as the views
                  show a repeated token ("金鱼@5"): every head ranked by that weight (`heads.search`)
+        ablate   the heads [(layer, head), …] of an ablation experiment (`run.Request.ablate`): only which
+                 head is shown first; the experiment itself is `experiments.ablation`
         layers   the layers whose arrays the dict carries: "auto" (default: all, unless that is more than
                  `export.MAX_EXPORT_BYTES` of JSON: then the shown one, and doc["omitted"] says why), None
                  (all), "selected" (the shown one) or a list of indices (`export.to_dict`)
@@ -201,11 +206,11 @@ class Explainer:
         intervention = Intervention() if intervention is None else intervention
         trace = self.trace(text, intervention, cache=cache)
         table, thumbs = summary.scan(trace)
-        described = heads.describe(trace, table)
-        changed = experiment.shown_head(intervention, layer, head)  # a limited intervention shows its head
-        selected = self.select(trace, table, described, *changed)
-        if changed != (layer, head) and selected["rule"] is None:  # shown because the intervention changed it
-            selected["rule"] = "ablated" if "ablate" in intervention.applied else "intervened"
+        described = describe(trace, table)
+        *shown, why = experiment.opened(intervention, layer, head, ablate)
+        selected = self.select(trace, table, described, *shown)
+        if why is not None and selected["rule"] is None:  # shown because it was changed or ablated
+            selected["rule"] = why
         card = export.model_info(self.name, trace, architecture=self.architecture, positions=self.positions)
         card |= {"tokenizer": self.tokenizer_kind, "loaded": dict(self.loaded)}
         prediction = export.predictions(trace, self.decode, shown=self.shown)
@@ -230,9 +235,10 @@ class Explainer:
             doc["lang"] = _lang(lang)
         if checks.boolean("compare", compare) and intervention.needs_baseline():
             base = self.trace(text, cache=cache)
-            doc["experiment"] |= experiment.compare(
+            compared = experiment.compare(
                 base, trace, selected["layer"], selected["head"], export.predictions(base, self.decode), prediction
             )
+            doc["experiment"] |= compared | {"text": experiment_words.sentences(compared, trace.tokens)}
         return doc | extra
 
     @staticmethod

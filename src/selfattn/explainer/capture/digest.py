@@ -5,7 +5,7 @@
 
 Transformers' eager attention with `output_attentions` keeps every layer's L×L weights. The explainer keeps
 none: at the capture point it asks the attention call for its weights (when they fit DIGEST_WEIGHTS_BYTES),
-reads what the views show from them — the summaries of `views.summary` and a thumbnail per head — and lets
+reads what the views show from them — the summaries of `analysis.summary` and a thumbnail per head — and lets
 them go; the exact stages of any row are recomputed later from Q, K and the lse (`LayerTrace.stages`).
 A call too large for that is digested the same way from recomputed weights (`summary.scan`).
 
@@ -48,7 +48,7 @@ class Digest:
     thumbnails: torch.Tensor
 
     def summary(self, head: int) -> dict:
-        """The numbers of `views.summary.head_summary` for one head."""
+        """The numbers of `analysis.summary.head_summary` for one head."""
         out = {name: float(self.means[k, head]) for k, name in enumerate(STATISTICS)}
         return out | {"rows": int(self.rows[head])}
 

@@ -15,7 +15,8 @@ O(L·D) memory per head, not O(L²).
 Around the call, the residual stream is read from whichever modules are running: the module
 that made the call (its input is X, what W_Q multiplies; its output the attention output after
 W_O) and the module holding it (a block: its output). These are found from the stack of running
-modules, so no module class is special.
+modules, so no module class is special: forward hooks on every submodule keep it, installed for one
+capture and removed when it ends (raised or not), so the model is left with the hooks it was given.
 
 An `Intervention` (`interventions`: a registry of entries, each `apply(request, values) -> Request`)
 changes the computation itself, not only the picture: the recorder rewrites the request inside the
@@ -26,11 +27,11 @@ model can be explained from several threads at once (each thread has its own int
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
-import threading
-import weakref
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -209,11 +210,10 @@ def capture(
             f"{type(model).__name__} has no MultiHeadSelfAttention layer to explain (nor a "
             f"transformers attention set to 'selfattn': selfattn.hf.register())"
         )
-    _install_stack_hooks(model)
     recorder = _Recorder(intervention)
     token = _ACTIVE.set(recorder)
     try:
-        with torch.no_grad(), intercept(recorder.intercept):
+        with _stack_hooks(model, recorder), torch.no_grad(), intercept(recorder.intercept):
             out = model(ids, **model_kwargs)
     finally:
         _ACTIVE.reset(token)
@@ -238,8 +238,6 @@ def capture(
 # --- the recorder: an interceptor, and hooks that keep the stack of running modules ------------
 
 _ACTIVE: contextvars.ContextVar[_Recorder | None] = contextvars.ContextVar("selfattn_explain_recorder", default=None)
-_HOOKED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
-_HOOK_LOCK = threading.Lock()
 
 
 class _Recorder:
@@ -327,27 +325,29 @@ def _compute_one_head_apart(base: Request, changed: Request, head: int, compute)
     return Result(output, weights, lse)
 
 
-def _install_stack_hooks(model: torch.nn.Module) -> None:
-    """Once per model: hooks on every submodule that, only inside a capture (the context variable),
-    push and pop the running modules. Outside a capture they return at once."""
-    with _HOOK_LOCK:
-        if model in _HOOKED:
-            return
+@contextlib.contextmanager
+def _stack_hooks(model: torch.nn.Module, recorder: _Recorder):
+    """For one capture: hooks on every submodule that push and pop the running modules into `recorder`, removed
+    when the capture ends (raised or not), so the model is left as it was given. A forward of the same model
+    in another thread or capture calls these hooks too; they record only where `recorder` is the active one."""
+    handles = []
+    try:
         for module in model.modules():
-            module.register_forward_pre_hook(_on_enter, with_kwargs=True)
-            module.register_forward_hook(_on_leave)
-        _HOOKED.add(model)
+            handles.append(module.register_forward_pre_hook(partial(_on_enter, recorder), with_kwargs=True))
+            handles.append(module.register_forward_hook(partial(_on_leave, recorder)))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
-def _on_enter(module, args, kwargs):
-    recorder = _ACTIVE.get()
-    if recorder is not None:
+def _on_enter(recorder: _Recorder, module, args, kwargs):
+    if _ACTIVE.get() is recorder:
         recorder.enter(module, args, kwargs)
 
 
-def _on_leave(module, args, output):
-    recorder = _ACTIVE.get()
-    if recorder is not None:
+def _on_leave(recorder: _Recorder, module, args, output):
+    if _ACTIVE.get() is recorder:
         recorder.leave(module, output)
 
 

@@ -1,1 +1,1 @@
-"""Views of one export dict: the dict itself (`export`), tables, plots, head descriptions, summaries, the experiment."""
+"""Views of one export dict, formatting only: the dict itself (`export`), tables, plots, head words, the page."""

@@ -59,7 +59,8 @@ from ...files import json_float
 from ..capture import interventions
 from ..capture.trace import LayerTrace, ModelTrace, head_stages
 from ..pieces import AGGREGATION_RULE, aggregate, names, shown_piece
-from . import taxonomy, texts
+from . import texts
+from .type_legend import legend
 
 STAGES_MAX_LEN = 64
 """Up to this many tokens the export holds every head's N×N stages; beyond, Q/K/V/lse (the stages
@@ -167,7 +168,7 @@ def to_dict(
         "intervention": trace.intervention.as_dict(),
         "interventions": _interventions(trace.kind),
         "experiment": {"applied": trace.intervention.as_applied()},
-        "head_types": taxonomy.legend(),
+        "head_types": legend(),
         "selected": selected,
         "summaries": summaries,
         "prediction": prediction,

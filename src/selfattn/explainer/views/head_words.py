@@ -19,9 +19,9 @@ keys the query may see (the head's own visibility: causal rule, window, an inter
 
 from __future__ import annotations
 
-from .head_types import above_chance, credited
-from .relations import WORDS
-from .summary import SINK_LIMIT
+from ..analysis.head_types import above_chance, credited
+from ..analysis.relations import WORDS
+from ..analysis.summary import SINK_LIMIT
 from .texts import TEXTS, text
 
 __all__ = ["percent", "TYPE_WORDS", "TYPE_SHORT", "sentence", "link_credited"]

@@ -1,117 +1,24 @@
-"""Heads that teach: what each head does, in one line of words, and the head to show first.
-
-    describe(trace, table)        -> [layer][head] {kind, text {zh, en}, types, scores, …}: each head, measured
-    measures(trace)               -> [layer][head] `head_types.measure` of each head on this text
-    pick(table, descriptions)     -> (layer, head): the head to show first (PICK_RULE)
-    search(trace, query, key)     -> {query, key, heads [{layer, head, weight}]}: heads ranked by one weight
-    first_token_note(trace, table)-> {token, selected?, mean}: how much weight parks on the first token
+"""Heads that teach, in words: what each head does, in one line (`describe`), and how the head shown first is
+picked (PICK_RULE; the numbers are `analysis.heads`).
 
 A head's words (`head_words.sentence`): a first-token sink says so first; then a tutorial link of the
 text, only when its share is clearly above what uniform attention over the visible keys gives the same
 keys (`head_types.above_chance`); then its clearest head type on this text; every share is given with
 that chance level ("走进→怪兽 86%，均匀注意力 20%").
-
-Every number is a weight of `LayerTrace.stages` (float64, exact) or of the per-head summaries.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from ..capture.trace import LayerTrace, ModelTrace
+from ..analysis.heads import measures, relation_weights
+from ..capture.trace import ModelTrace
 from ..pieces import names
-from . import head_types
 from .head_words import percent, sentence
-from .relations import RELATIONS, links
-from .summary import SINK_LIMIT
 from .texts import TEXTS
 
-__all__ = [
-    "SELF_LIMIT",
-    "PICK_RULE",
-    "TEACHING_TYPES",
-    "MEASURE_BLOCK",
-    "describe",
-    "measures",
-    "pick",
-    "search",
-    "first_token_note",
-    "relation_weights",
-    "percent",
-]
-
-SELF_LIMIT = 0.5
-"""A head whose mean weight on the token itself reaches this "mostly looks at itself": not picked."""
-TEACHING_TYPES = ("induction", "previous", "next", "duplicate", "local")
-"""Head types that show attention at work, picked (in PICK_RULE's second step) before sinks, self and broad heads."""
-MEASURE_BLOCK = 1 << 24
-"""Weights measured at once (heads × L × L float64 elements, 128 MiB), so a long text never holds a layer's all."""
+__all__ = ["PICK_RULE", "describe", "percent"]
 
 PICK_RULE = TEXTS["pick_rule"]
-"""How the shown head is picked, {zh, en} (`pick`): the text table's entry."""
-
-
-def relation_weights(trace: ModelTrace) -> list[list[dict[str, dict]]]:
-    """[layer][head] {relation: {weight, chance, n, keys, query, key, pair_weight, pair_chance}}: the mean over
-    the relation's links of the weight the query gives its keys together (`weight`) and what uniform attention
-    over the keys the query may see gives them (`chance`: |keys| / |visible|); the single (query, key) with
-    the largest weight, its weight and chance (1 / |visible|), and the keys of its link."""
-    found = links(trace.tokens)
-    rows = sorted({link.query for link in found})
-    at = {r: i for i, r in enumerate(rows)}  # query position -> its row in the weights
-    by_relation = {name: [link for link in found if link.relation == name] for name in RELATIONS}
-    out = []
-    for layer in trace.layers:
-        per_layer = []
-        for h in range(layer.n_heads):
-            per_head: dict[str, dict] = {}
-            if rows:
-                w = layer.stages(h, rows, weighted=False)["weights"]  # (R, L)
-                seen = layer.head_rule(h)[2].sum(-1)  # (L,) keys each query may see
-                for name, mine in by_relation.items():
-                    if mine:
-                        per_head[name] = _relation(w, at, seen, mine)
-            per_layer.append(per_head)
-        out.append(per_layer)
-    return out
-
-
-def _relation(w, at: dict, seen, mine) -> dict:
-    total = [float(w[at[link.query], list(link.keys)].sum()) for link in mine]
-    chance = [len(link.keys) / max(int(seen[link.query]), 1) for link in mine]
-    pairs = [(float(w[at[link.query], k]), link.query, k, link.keys) for link in mine for k in link.keys]
-    best = max(pairs, key=lambda p: p[:3])
-    return {
-        "weight": sum(total) / len(total),
-        "chance": sum(chance) / len(chance),
-        "n": len(mine),
-        "keys": list(best[3]),
-        "query": best[1],
-        "key": best[2],
-        "pair_weight": best[0],
-        "pair_chance": 1 / max(int(seen[best[1]]), 1),
-    }
-
-
-def measures(trace: ModelTrace) -> list[list[dict[str, dict]]]:
-    """[layer][head] `head_types.measure` of each head's weights on this text, against the head's own
-    visibility (a head an intervention changed apart is measured with its own)."""
-    ids = trace.token_ids.tolist()
-    return [_layer_measures(layer, ids) for layer in trace.layers]
-
-
-def _layer_measures(layer: LayerTrace, ids: list[int]) -> list[dict]:
-    L, H = layer.length, layer.n_heads
-    out: list[dict | None] = [None] * H
-    plain = [h for h in range(H) if h not in layer.changed]
-    step = max(1, MEASURE_BLOCK // max(L * L, 1))
-    groups = [(plain[i : i + step], layer.visible) for i in range(0, len(plain), step)]
-    groups += [([h], layer.head_rule(h)[2]) for h in layer.changed]
-    for heads, visible in groups:
-        w = np.stack([layer.stages(h, weighted=False)["weights"].numpy() for h in heads])  # (h, L, L)
-        for h, m in zip(heads, head_types.measure(w, ids, causal=layer.causal, visible=visible), strict=True):
-            out[h] = m
-    return out
+"""How the shown head is picked, {zh, en} (`analysis.heads.pick`): the text table's entry."""
 
 
 def describe(trace: ModelTrace, table: list[list[dict]]) -> list[list[dict]]:
@@ -121,78 +28,3 @@ def describe(trace: ModelTrace, table: list[list[dict]]) -> list[list[dict]]:
     types = measures(trace)
     shown = names(trace.tokens)  # 金鱼@5 where a token repeats, as every view writes it
     return [[sentence(shown, s, rel[l][h], types[l][h]) for h, s in enumerate(heads)] for l, heads in enumerate(table)]
-
-
-def pick(table: list[list[dict]], descriptions: list[list[dict]]) -> tuple[int, int]:
-    """(layer, head) by PICK_RULE, among the heads not parked on the first token nor on themselves
-    (every head when all are): (1) a credited tutorial link, the largest mean weight on it; (2) a credited
-    TEACHING_TYPES type, the largest share; (3) the lowest mean entropy. Ties: lower entropy, layer, head."""
-    allowed = [
-        (l, h)
-        for l, heads in enumerate(table)
-        for h, s in enumerate(heads)
-        if s["rows"] and s["first_token"] < SINK_LIMIT and s.get("self", 0.0) < SELF_LIMIT
-    ]
-    if not allowed:
-        allowed = [(l, h) for l, heads in enumerate(table) for h in range(len(heads))]
-
-    def key(l, h, share):
-        return (-share, table[l][h]["entropy"], l, h)
-
-    linked = [key(l, h, descriptions[l][h]["mean"]) for l, h in allowed if descriptions[l][h].get("link_credited")]
-    typed = []
-    for l, h in allowed:
-        d = descriptions[l][h]
-        shares = [d["scores"][t]["score"] for t in d.get("types", []) if t in TEACHING_TYPES]
-        if shares:
-            typed.append(key(l, h, max(shares)))
-    plain = [key(l, h, 0.0) for l, h in allowed]
-    _, _, l, h = min(linked or typed or plain)
-    return l, h
-
-
-def search(trace: ModelTrace, query, key) -> dict:
-    """Every head ranked by the weight from `query` to `key` (token strings or positions).
-
-    A string names the first token equal to it (surrounding spaces ignored) for the query, and for
-    the key the nearest such token the query may look at. Returns {query, key, heads [{layer, head,
-    weight}]}, the largest weight first (ties: lower layer, then lower head)."""
-    tokens = [t.strip() for t in trace.tokens]
-    i = _position(tokens, query, "query", range(len(tokens)))
-    visible = trace.layers[0].visible[i]
-    j = _position(tokens, key, "key", [k for k in range(len(tokens) - 1, -1, -1) if bool(visible[k])])
-    ranked = []
-    for l, layer in enumerate(trace.layers):
-        for h in range(layer.n_heads):
-            weight = float(layer.stages(h, [i], weighted=False)["weights"][0, j])
-            ranked.append({"layer": l, "head": h, "weight": weight})
-    ranked.sort(key=lambda r: (-r["weight"], r["layer"], r["head"]))
-    return {"query": i, "key": j, "heads": ranked}
-
-
-def _position(tokens: list[str], value, what: str, order) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{what} must be a token string or a position, got {value!r}")
-    if isinstance(value, int):
-        if value not in set(order):
-            raise ValueError(f"{what} position {value} is not one the query may look at (0 … {len(tokens) - 1})")
-        return value
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a token string or a position, got {type(value).__name__}")
-    word = value.strip()
-    for k in order:
-        if tokens[k] == word:
-            return k
-    where = "among the tokens" if what == "query" else "among the tokens the query may look at"
-    raise ValueError(f"{what} {value!r} is not {where}: {' / '.join(tokens)}")
-
-
-def first_token_note(trace: ModelTrace, table: list[list[dict]], selected: tuple[int, int]) -> dict:
-    """{token, selected, mean}: the mean weight the selected head and all heads put on the first token."""
-    shares = [s["first_token"] for heads in table for s in heads if s["rows"]]
-    l, h = selected
-    return {
-        "token": trace.tokens[0],
-        "selected": table[l][h]["first_token"],
-        "mean": sum(shares) / len(shares) if shares else 0.0,
-    }

@@ -41,10 +41,10 @@ import zlib
 import numpy as np
 import torch
 
+from ..analysis.head_types import credited, measure
 from ..capture.trace import head_stages
 from .controls import scale_words
 from .export import head_rule, restore_inf
-from .head_types import credited, measure
 
 __all__ = [
     "pack",

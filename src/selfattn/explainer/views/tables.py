@@ -19,13 +19,13 @@ from rich.text import Text
 
 from ...terminal import printable
 from ...walkthrough import FEATURES as MEANINGS  # the walkthrough's meanings, one per relations.MEANING_ROLES
+from ..analysis.relations import MEANING_ROLES, roles
+from ..analysis.summary import SINK_LIMIT
 from ..capture.interventions import REGISTRY
 from . import texts
-from .experiment import scaled_label
+from .experiment_words import scaled_label
 from .export import gqa_words
 from .heads import percent
-from .relations import MEANING_ROLES, roles
-from .summary import SINK_LIMIT
 
 MAX_TABLE_TOKENS = 24
 """Longer inputs get the summaries only (tables of hundreds of columns help nobody): use --html."""

@@ -5,7 +5,8 @@
      "layer": 1, "head": 2,                    # the head to show (not the intervention's scope)
      "format": "packed", "layers": [1], "find": [4, 3], "lang": "zh"}
 
-The experiments (`explain.experiments`, the answer gains the export's doc["ablation"|"patching"|"lens"]):
+The experiments (`experiments`, the answer gains the export's doc["ablation"|"patching"|"lens"]); the body is
+read as one `run.Request` (`ExplainRequest.request`), the request `selfattn explain` and the Python API build:
 
      "ablate": [[1, 0], [0, 1]], "ablate_mode": "zero" | "mean",   # heads ablated (layer, head), each once
      "patch": {"corrupted": "一只红色怪兽走进森林", "target": " Mary" | 12 | null, "foil": … | null},
@@ -43,6 +44,7 @@ from pydantic import (
 )
 
 from ...limits import MAX_ABLATED_HEADS, MAX_TOKEN_CHARS
+from .. import run
 from ..capture.interventions import REGISTRY, Entry, Intervention, Param, flat_fields
 from ..session import MAX_CHARS
 
@@ -141,19 +143,28 @@ class _Body(BaseModel):
     patch: PatchBody | None = None
     lens: Lens | None = None
 
-    def experiments(self) -> dict[str, dict]:
-        """{name: keywords of `experiments.run`} for each experiment asked for, under the export's key
-        ("ablation", "patching", "lens"); `Needs` for ablate_mode without ablate."""
+    def request(self) -> run.Request:
+        """The `run.Request` this body asks for (what `selfattn explain` and the Python API build too); `Needs`
+        for ablate_mode without ablate, as the CLI refuses --ablate-mode alone."""
         if self.ablate_mode is not None and self.ablate is None:
             raise Needs("ablate_mode", "ablate")
-        out = {}
-        if self.ablate is not None:
-            out["ablation"] = {"ablate": [list(p) for p in self.ablate], "ablate_mode": self.ablate_mode or "zero"}
-        if self.patch is not None:
-            out["patching"] = {"patch": self.patch.model_dump()}
-        if self.lens is not None and self.lens is not False:
-            out["lens"] = {"lens": {"position": None if self.lens is True else self.lens.position}}
-        return out
+        patch = None if self.patch is None else run.Patch(**self.patch.model_dump())
+        lens = (
+            None
+            if self.lens is None or self.lens is False
+            else run.Lens(None if self.lens is True else self.lens.position)
+        )
+        return run.Request(
+            self.text,
+            layer=self.layer,
+            head=self.head,
+            intervention=self.intervention(),
+            find=None if self.find is None else tuple(self.find),
+            ablate=None if self.ablate is None else tuple(tuple(p) for p in self.ablate),
+            ablate_mode=self.ablate_mode,
+            patch=patch,
+            lens=lens,
+        )
 
     def intervention(self) -> Intervention:
         """The Intervention asked for (ValueError when both forms are given). A scope with nothing to apply

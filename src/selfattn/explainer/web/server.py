@@ -9,9 +9,10 @@
                             head; the top-level layer / head name the head to show; without them the head an
                             intervention is limited to is shown, or the first head ablated: selected.rule says so)
 
-The experiments (`ablate`, `patch`, `lens`: `experiments.run`, the one path of `selfattn explain --ablate /
---patch / --logit-lens`) add doc["ablation"], doc["patching"], doc["lens"], exactly the export's dicts. Their
-results are kept (`ExperimentCache`: by experiment, text and arguments, and for the lens the intervention),
+The body is a `run.Request` (`body.ExplainRequest.request`), answered by `run.run`, the one path of `selfattn
+explain` and of the Python API, so the same request gives the same dict from all three. The experiments
+(`ablate`, `patch`, `lens`) add doc["ablation"], doc["patching"], doc["lens"], exactly the export's dicts. Their
+results are kept (`run.run`'s results: by experiment, text and arguments, and for the lens the intervention),
 so asking again — the page re-asks on every change of an intervention — costs nothing; the lens reads the
 text's trace from the trace cache. A request with `patch` runs in the heavy lane, whatever its length (2 ×
 layers batched passes).
@@ -56,7 +57,6 @@ import ctypes
 import json
 import socket
 import threading
-from functools import partial
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -64,11 +64,10 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from ... import checks
 from ...limits import TEMPERATURE_RANGE
-from .. import experiments
+from .. import run
 from ..capture.cache import TraceCache
-from ..capture.interventions import Intervention
 from ..session import DEFAULT_TEXT, MAX_CHARS, Explainer
-from ..views import experiment, report, texts
+from ..views import report, texts
 from .body import ExplainRequest, Needs
 from .guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 
@@ -152,7 +151,6 @@ class _Work:
         self.traces = TraceCache(max_bytes=TRACE_CACHE_BYTES, max_entries=TRACE_CACHE_ENTRIES)
         self.results = TraceCache(max_bytes=RESULT_CACHE_BYTES, max_entries=RESULT_CACHE_ENTRIES, size=_json_bytes)
         self.explainer = explainer
-        self.explain = partial(explainer.explain, cache=self.traces)
         self.lanes = {
             "light": threading.BoundedSemaphore(LIGHT_SLOTS),
             "heavy": threading.BoundedSemaphore(HEAVY_SLOTS),
@@ -171,9 +169,10 @@ class _Work:
             if lane == "heavy":
                 release_memory()
 
-    def explained(self, text: str, fmt: str, **kwargs) -> dict:
-        """explain(text, **kwargs), refused (`TooLarge`) when its answer in `fmt` would exceed MAX_RESPONSE_BYTES."""
-        doc = self.explain(text, **kwargs)
+    def explained(self, request: run.Request, fmt: str, **kwargs) -> dict:
+        """`run.run(request, **kwargs)` with the kept traces and results, refused (`TooLarge`) when its answer in
+        `fmt` would exceed MAX_RESPONSE_BYTES."""
+        doc = run.run(self.explainer, request, cache=self.traces, results=self.results, **kwargs)
         size = response_bytes(doc, fmt)
         if size > MAX_RESPONSE_BYTES:
             raise TooLarge(mb=f"{size / 2**20:.1f}", limit=MAX_RESPONSE_BYTES >> 20)
@@ -186,41 +185,29 @@ class _Work:
         error = None
         for candidate in ([text] if text is not None else []) + [DEFAULT_TEXT]:
             try:
-                return self.explained(candidate, "packed", stages=False, layers="selected", lang=lang), error
+                return self.explained(
+                    run.Request(candidate), "packed", stages=False, layers="selected", lang=lang
+                ), error
             except (ValueError, TypeError) as exc:
                 error = error or _said(exc, lang or "zh")
         return None, error
 
     def answer(self, body: ExplainRequest):
         try:
-            asked = body.experiments()
-            intervention = body.intervention()
-            first = {k: v for k, v in asked.items() if k == "ablation"}  # cheap, and it checks the heads to show
-            found = self.experiments(body.text, first, intervention)
-            heads = found.get("ablation", {}).get("heads")
-            ablated = experiment.first_ablated(intervention, body.layer, body.head, heads)  # as `--ablate`
-            layer, head = ablated or (body.layer, body.head)
             doc = self.explained(
-                body.text,
+                body.request(),
                 body.format,
-                layer=layer,
-                head=head,
-                intervention=intervention,
                 stages=False if body.format == "packed" else None,
-                find=body.find,
                 layers=body.layers if body.layers is not None or body.format == "json" else "selected",
                 compare=body.layers is None,  # a request naming layers fetches arrays; the page has its baseline
                 lang=body.lang,
             )
-            if ablated is not None and doc["selected"]["rule"] is None:
-                doc["selected"]["rule"] = "ablated"
-            doc |= found | self.experiments(
-                body.text, {k: v for k, v in asked.items() if k != "ablation"}, intervention
-            )
         except Needs as exc:
             return _error(422, "server.needs", body.lang, **exc.values)
-        except Refused as exc:
-            return _error(exc.status, "server.experiment", body.lang, reason=str(exc))
+        except run.ExperimentValueError as exc:
+            return _error(422, "server.experiment", body.lang, reason=str(exc))
+        except run.ExperimentTypeError as exc:
+            return _error(400, "server.experiment", body.lang, reason=str(exc))
         except TooLarge as exc:
             return _error(422, "server.too_large", body.lang, **exc.values)
         except ValueError as exc:
@@ -228,32 +215,6 @@ class _Work:
         except TypeError as exc:
             return _error(400, "server.refused", body.lang, reason=str(exc))
         return JSONResponse(report.pack(doc) if body.format == "packed" else doc)
-
-    def experiments(self, text: str, asked: dict[str, dict], intervention: Intervention) -> dict:
-        """{name: result} of `experiments.run` for each experiment asked ({name: its keywords}), each read from
-        the kept results when the same one was asked before (the lens: with the same intervention)."""
-        out = {}
-        for name, kwargs in asked.items():
-            extra = {"intervention": intervention, "cache": self.traces} if name == "lens" else {}
-            key = (name, text, json.dumps(kwargs, sort_keys=True), extra.get("intervention"))
-            out[name] = self.results.get(key, partial(self._run, text, name, kwargs | extra))
-        return out
-
-    def _run(self, text: str, name: str, kwargs: dict) -> dict:
-        try:
-            return experiments.run(self.explainer, text, **kwargs)[name]
-        except ValueError as exc:
-            raise Refused(str(exc), 422) from exc
-        except TypeError as exc:
-            raise Refused(str(exc), 400) from exc
-
-
-class Refused(Exception):
-    """An experiment refused its arguments (answered `status`, "server.experiment")."""
-
-    def __init__(self, reason: str, status: int):
-        self.status = status
-        super().__init__(reason)
 
 
 class TooLarge(ValueError):

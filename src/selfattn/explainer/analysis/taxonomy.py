@@ -1,7 +1,7 @@
-"""A whole model's head types, merged from the induction probe and a text, and the legend the views colour by.
+"""A whole model's head types, merged from the induction probe and a text (the legend the views colour by is
+`views.type_legend`).
 
     merge(on_probe, described) -> {rule, types, heads [layer][head] {layer, head, type, types, probe, text}}
-    legend()                   -> doc["head_types"]: the type names, their words (zh/en) and the credit rule
 
 The merge rule: a head has a type when that type is credited (`head_types.above_chance`) on the induction
 probe (random tokens repeated: what the head does whatever the content) or on the text (`heads.describe`'s
@@ -13,9 +13,8 @@ The head's `type` is its clearest (largest share ÷ chance); None when nothing i
 from __future__ import annotations
 
 from . import head_types
-from .head_words import TYPE_SHORT, TYPE_WORDS
 
-__all__ = ["TYPE_ORDER", "merge", "legend", "RULE"]
+__all__ = ["TYPE_ORDER", "merge", "RULE"]
 
 TYPE_ORDER = (*head_types.TYPES, "relation", "broad")
 """Every type a head can have, in the order the views list them."""
@@ -76,26 +75,3 @@ def merge(on_probe: list[list[dict]], described: list[list[dict]] | None = None)
             )
         out.append(row)
     return {"rule": RULE, "types": list(TYPE_ORDER), "heads": out}
-
-
-def legend() -> dict:
-    """doc["head_types"]: {types, short {type: {zh, en}}, words {type: {zh, en}}, rule {zh, en}, numbers}: what the
-    page colours the heads grid by (each head's `descriptions[l][h].kind` and `.types`)."""
-    words = {t: {lang: w.format(first="").strip() for lang, w in ws.items()} for t, ws in TYPE_WORDS.items()} | {
-        "relation": {"zh": "教程链接", "en": "a tutorial link"},
-        "broad": {"zh": "接近均匀", "en": "close to uniform"},
-        "spread": {"zh": "没有明确类型", "en": "no clear type"},
-    }
-    return {
-        "types": list(TYPE_ORDER),
-        "short": {t: dict(s) for t, s in TYPE_SHORT.items()},
-        "words": words,
-        "rule": dict(RULE),
-        "numbers": {
-            "credit_min": head_types.CREDIT_MIN,
-            "chance_factor": head_types.CHANCE_FACTOR,
-            "min_rows": head_types.MIN_ROWS,
-            "broad_min": head_types.BROAD_MIN,
-            "local_span": head_types.LOCAL_SPAN,
-        },
-    }
