@@ -29,7 +29,6 @@ from .texts import TEXTS
 __all__ = [
     "SELF_LIMIT",
     "PICK_RULE",
-    "TEACHING_TYPES",
     "MEASURE_BLOCK",
     "describe",
     "measures",
@@ -42,8 +41,6 @@ __all__ = [
 
 SELF_LIMIT = 0.5
 """A head whose mean weight on the token itself reaches this "mostly looks at itself": not picked."""
-TEACHING_TYPES = ("induction", "previous", "next", "duplicate", "local")
-"""Head types that show attention at work, picked (in PICK_RULE's second step) before sinks, self and broad heads."""
 MEASURE_BLOCK = 1 << 24
 """Weights measured at once (heads × L × L float64 elements, 128 MiB), so a long text never holds a layer's all."""
 
@@ -126,7 +123,8 @@ def describe(trace: ModelTrace, table: list[list[dict]]) -> list[list[dict]]:
 def pick(table: list[list[dict]], descriptions: list[list[dict]]) -> tuple[int, int]:
     """(layer, head) by PICK_RULE, among the heads not parked on the first token nor on themselves
     (every head when all are): (1) a credited tutorial link, the largest mean weight on it; (2) a credited
-    TEACHING_TYPES type, the largest share; (3) the lowest mean entropy. Ties: lower entropy, layer, head."""
+    teaching type (`head_types.teaching`), the largest share; (3) the lowest mean entropy. Ties: lower entropy,
+    layer, head."""
     allowed = [
         (l, h)
         for l, heads in enumerate(table)
@@ -140,10 +138,10 @@ def pick(table: list[list[dict]], descriptions: list[list[dict]]) -> tuple[int, 
         return (-share, table[l][h]["entropy"], l, h)
 
     linked = [key(l, h, descriptions[l][h]["mean"]) for l, h in allowed if descriptions[l][h].get("link_credited")]
-    typed = []
+    typed, teaching = [], head_types.teaching()
     for l, h in allowed:
         d = descriptions[l][h]
-        shares = [d["scores"][t]["score"] for t in d.get("types", []) if t in TEACHING_TYPES]
+        shares = [d["scores"][t]["score"] for t in d.get("types", []) if t in teaching]
         if shares:
             typed.append(key(l, h, max(shares)))
     plain = [key(l, h, 0.0) for l, h in allowed]

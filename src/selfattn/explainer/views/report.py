@@ -23,7 +23,7 @@ The attention page (`render_attention`, entry `attention.js`, template `attentio
 head view and the model view of weights given directly (no Q/K/V, so no stages):
 
     {"mode": "attention", "tokens": [...], "weights": pack_weights((layers, heads, L, L)),
-     "types": [[type | None per head] per layer], "start": {...}, "texts": {...}}
+     "types": [[type | None per head] per layer], "head_types": taxonomy.legend(), "start": {...}, "texts": {...}}
 
 `pack` (views/packing.py) gives every number the page shows, computed by Python at the precision it
 is shown; `texts` holds the sentences the page's modules and template name (views/texts.py), so the
@@ -48,6 +48,7 @@ from pathlib import Path
 from ... import checks
 from ...files import check_writable, write_atomic
 from ..capture import interventions
+from . import taxonomy
 from .bundle import bundle
 from .heads import PICK_RULE
 from .packing import head_type_names, pack, pack_weights, unpack
@@ -114,6 +115,7 @@ def render_attention(weights, tokens: list[str], *, start: dict | None = None, c
         "tokens": [str(tok) for tok in tokens],
         "weights": pack_weights(w),
         "types": [head_type_names(layer, ids, causal=causal) for layer in w],
+        "head_types": taxonomy.legend(),
         "start": check_start(start or {"view": "head"}, ("head", "model")),
     }
     return _page(data, live=False, page=ATTENTION_PAGE, entry=ATTENTION_ENTRY)

@@ -13,12 +13,9 @@ The head's `type` is its clearest (largest share ÷ chance); None when nothing i
 from __future__ import annotations
 
 from . import head_types
-from .head_words import TYPE_SHORT, TYPE_WORDS
+from .texts import TEXTS
 
-__all__ = ["TYPE_ORDER", "merge", "legend", "RULE"]
-
-TYPE_ORDER = (*head_types.TYPES, "relation", "broad")
-"""Every type a head can have, in the order the views list them."""
+__all__ = ["merge", "legend", "RULE"]
 
 RULE = {
     "zh": f"一个类型算数的条件：比例至少 {head_types.CREDIT_MIN:.0%}，"
@@ -75,21 +72,21 @@ def merge(on_probe: list[list[dict]], described: list[list[dict]] | None = None)
                 }
             )
         out.append(row)
-    return {"rule": RULE, "types": list(TYPE_ORDER), "heads": out}
+    return {"rule": RULE, "types": list(head_types.names()), "heads": out}
 
 
 def legend() -> dict:
-    """doc["head_types"]: {types, short {type: {zh, en}}, words {type: {zh, en}}, rule {zh, en}, numbers}: what the
-    page colours the heads grid by (each head's `descriptions[l][h].kind` and `.types`)."""
-    words = {t: {lang: w.format(first="").strip() for lang, w in ws.items()} for t, ws in TYPE_WORDS.items()} | {
-        "relation": {"zh": "教程链接", "en": "a tutorial link"},
-        "broad": {"zh": "接近均匀", "en": "close to uniform"},
-        "spread": {"zh": "没有明确类型", "en": "no clear type"},
-    }
+    """doc["head_types"]: {types, short, labels, words {type: {zh, en}}, colours {type: CSS}, rule {zh, en},
+    numbers}, generated from the registry (`head_types.REGISTRY`): what the page's model view colours the
+    heads by and names in its legend (`layers[l].types`), and each head's `descriptions[l][h].kind` names."""
+    entries = head_types.REGISTRY.values()
     return {
-        "types": list(TYPE_ORDER),
-        "short": {t: dict(s) for t, s in TYPE_SHORT.items()},
-        "words": words,
+        "types": [t.name for t in entries],
+        "short": {t.name: dict(t.words["short"]) for t in entries},
+        "labels": {t.name: dict(t.words["label"]) for t in entries},
+        "words": {t.name: {k: w.format(first="").strip() for k, w in t.words["does"].items()} for t in entries}
+        | {"spread": dict(TEXTS["heads.legend.spread"])},
+        "colours": {t.name: t.colour for t in entries if t.colour is not None},
         "rule": dict(RULE),
         "numbers": {
             "credit_min": head_types.CREDIT_MIN,

@@ -80,7 +80,7 @@ function bind(state) {
 async function start() {
   const data = readPageData();
   const weights = await unpack(data.weights);
-  const src = arraySource(data.tokens, weights, data.types);
+  const src = arraySource(data.tokens, weights, data.types, data.head_types);
   const state = { lang: "zh", texts: data.texts, src, view: "head", layer: src.nLayers - 1, head: null,
     heads: new Set(Array.from({ length: src.nHeads }, (_, h) => h)) };
   apply(state, data.start || {});
