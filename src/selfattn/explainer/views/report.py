@@ -15,7 +15,8 @@ nothing anywhere. The local web app (`web/server.py`) serves the same page in "l
 The page's data block:
 
     {"mode": "report" | "live", "doc": pack(doc) | None, "texts": {key: {zh, en}}, "interventions": [...],
-     "pick_rule": {zh, en}, "compare": pack(doc2) (the compare view's second text) | absent,
+     "pick_rule": {zh, en}, "views": [the page's `registry` entries: its tabs and panes],
+     "compare": pack(doc2) (the compare view's second text) | absent,
      "start": {"view", "layer", "head", "query"} (what opens first; the URL hash wins) | absent,
      and in live mode "limits" {max_chars, max_tokens}, "api", "error"}
 
@@ -48,7 +49,7 @@ from pathlib import Path
 from ... import checks
 from ...files import check_writable, write_atomic
 from ..capture import interventions
-from . import taxonomy
+from . import registry, taxonomy
 from .bundle import bundle
 from .heads import PICK_RULE
 from .packing import head_type_names, pack, pack_weights, unpack
@@ -65,14 +66,11 @@ __all__ = [
     "page_texts",
     "script",
     "STATIC_DIR",
-    "VIEWS",
 ]
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "web" / "static"
 PAGE, ENTRY, STYLE = "explorer.html", "main.js", "explorer.css"
 ATTENTION_PAGE, ATTENTION_ENTRY = "attention.html", "attention.js"
-VIEWS = ("explore", "head", "model", "compare")
-"""The page's views (`start["view"]`, the URL hash's `view=`); the attention page has "head" and "model"."""
 TITLE_CHARS = 40
 
 _SLOT = re.compile(r"\{\{(TITLE|CSP|STYLE|SCRIPT|DATA|NOSCRIPT)\}\}")
@@ -91,7 +89,7 @@ def render_html(doc: dict, *, compare: dict | None = None, start: dict | None = 
     if compare is not None:
         data["compare"] = pack(compare)
     if start is not None:
-        data["start"] = check_start(start, VIEWS if compare is not None else VIEWS[:3])
+        data["start"] = check_start(start, registry.names("explorer", other=compare is not None))
     return _page(data, live=False)
 
 
@@ -116,7 +114,7 @@ def render_attention(weights, tokens: list[str], *, start: dict | None = None, c
         "weights": pack_weights(w),
         "types": [head_type_names(layer, ids, causal=causal) for layer in w],
         "head_types": taxonomy.legend(),
-        "start": check_start(start or {"view": "head"}, ("head", "model")),
+        "start": check_start(start or {"view": "head"}, registry.names("attention")),
     }
     return _page(data, live=False, page=ATTENTION_PAGE, entry=ATTENTION_ENTRY)
 
@@ -206,7 +204,12 @@ def _policy(script: str, style: str, connect: str) -> str:
 def _page(data: dict, *, live: bool, page: str = PAGE, entry: str = ENTRY) -> str:
     template, style = _static(page), _static(STYLE)
     doc = data.get("doc") or {}
-    data = data | {"texts": page_texts(entry, page), "interventions": interventions.as_data(), "pick_rule": PICK_RULE}
+    data = data | {
+        "texts": page_texts(entry, page),
+        "interventions": interventions.as_data(),
+        "pick_rule": PICK_RULE,
+        "views": registry.as_data("explorer" if page == PAGE else "attention"),
+    }
     title = text("page_title", "zh") if page == PAGE else TEXTS["aw_title"]["zh"]
     if doc:
         shown = str(doc.get("text", ""))
