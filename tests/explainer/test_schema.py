@@ -11,7 +11,7 @@ import pytest
 
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import packing, report, schema
+from selfattn.explainer.views import packing, report, schema, schema_check
 from tests.explainer import sink_model
 from tests.hf import models
 
@@ -49,8 +49,8 @@ KINDS = ("default", "tiny", "minilm", "llama", "gemma2", "gpt2", "bert", "sink")
 
 def _valid(doc: dict, what: str) -> None:
     assert doc["schema"] == schema.SCHEMA_VERSION
-    assert schema.validate(doc) == [], what
-    assert schema.validate(packing.pack(doc), schema.PageDoc) == [], f"{what}, packed"
+    assert schema_check.validate(doc) == [], what
+    assert schema_check.validate(packing.pack(doc), schema.PageDoc) == [], f"{what}, packed"
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -102,18 +102,18 @@ def test_the_validator_names_what_is_wrong(tiny):
     bad["layers"][0]["heads"][1]["q"][2][0] = None
     bad["selected"]["colour"] = "red"
     del bad["tokens"]
-    problems = schema.validate(bad)
+    problems = schema_check.validate(bad)
     assert "doc.model.n_heads: expected int, got str '4'" in problems
     assert any(p.startswith("doc.layers[0].heads[1].q[2][0]: expected") for p in problems)
     assert any(p.startswith("doc.selected: unknown key 'colour'") for p in problems)
     assert "doc: lacks 'tokens' (Doc)" in problems
     assert len(problems) == 4
     with pytest.raises(ValueError, match="does not follow its schema"):
-        schema.check(bad)
+        schema_check.check(bad)
     bad = copy.deepcopy(doc)
     bad["model"]["kind"] = "both"
     bad["summaries"][0][0]["rows"] = True  # a bool is not a count
-    assert len(schema.validate(bad)) == 2
+    assert len(schema_check.validate(bad)) == 2
 
 
 # --- the page's JS reads fields the schema names ------------------------------------------------------
@@ -206,7 +206,7 @@ def _schema_tree(schema_type) -> dict:
     """The schema's paths as a tree of segments; an OPAQUE (packed) array's node is marked "…" (its fields are
     the page's decoder's: data, shape, unit)."""
     tree: dict = {}
-    for path, opaque in schema.paths(schema_type).items():
+    for path, opaque in schema_check.paths(schema_type).items():
         node = tree
         for seg in _schema_segments(path):
             node = node.setdefault(seg, {})
