@@ -7,7 +7,9 @@
 page's data carries the keys its modules name (`report.page_texts`), so the JS holds no copy of a
 sentence. Keys are grouped by the view that says them: "tables." (the terminal), "plots." (the pictures),
 "positions." (a model's positional scheme, in every view), "pick_rule" (how the shown head is picked).
-The interventions' own words live with them, in the registry (`capture.interventions`: label, help, said).
+The interventions' own words live with them, in the registry (`capture.interventions`: label, help, said), and
+so do the head types' (`head_types.REGISTRY`: short, label, does, heads); the views' registry
+(`views.registry`) takes its built-in views' words from here.
 """
 
 from __future__ import annotations
