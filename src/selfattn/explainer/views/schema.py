@@ -31,8 +31,9 @@ class Words(TypedDict):
     en: str
 
 
-Loaded = TypedDict("Loaded", {"format": str, "file": str | None, "class": str, "why": str})
-"""How the model was built (`Explainer.loaded`); "class" is a keyword, hence the call form."""
+Loaded = TypedDict("Loaded", {"format": str, "file": str | None, "class": str, "why": str}, total=False)
+"""How the model was built (`Explainer.loaded`: {} for an Explainer made directly); "class" is a keyword, hence
+the call form."""
 
 
 class Model(TypedDict):
