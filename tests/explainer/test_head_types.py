@@ -11,7 +11,7 @@ def _loop_reference(w: np.ndarray, ids: list[int], causal: bool) -> dict[str, tu
     """The module's table, row by row in plain Python: (score, chance, rows) per type."""
     L = len(ids)
     out = {}
-    for t in T.TYPES:
+    for t in T.measured():
         score = chance = 0.0
         rows = 0
         for i in range(L):
@@ -55,7 +55,7 @@ def test_scores_and_chance_equal_the_loop_reference(causal):
     got = T.measure(torch.from_numpy(w), ids, causal=causal)
     for h in range(3):
         want = _loop_reference(w[h], ids, causal)
-        for t in T.TYPES:
+        for t in T.measured():
             s, c, n = want[t]
             assert got[h][t]["rows"] == n, t
             if n:
@@ -78,7 +78,7 @@ def test_a_previous_token_head_is_credited_and_uniform_attention_is_not():
     heads = T.measure(np.stack([prev, uniform]), ids, causal=True)
     assert heads[0]["previous"]["score"] == 1.0 and T.credited(heads[0])[0] == "previous"
     # uniform attention's score IS its chance level on every type: nothing credited, the head is broad
-    for t in T.TYPES:
+    for t in T.measured():
         m = heads[1][t]
         if m["rows"]:
             assert m["score"] == pytest.approx(m["chance"], abs=1e-12)

@@ -22,7 +22,6 @@ from selfattn.cli import main
 from selfattn.explainer import experiments as X
 from selfattn.explainer.analysis import head_types
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import findings
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CLEAN = "When Mary and John went to the store, John gave a drink to"
@@ -103,7 +102,9 @@ def test_the_taxonomy_names_induction_and_previous_token_heads(models, taxonomy)
         found.sort(reverse=True)
         strong = [x for x in found if x[0] >= 0.4]
         assert len(strong) >= 3, (kind, found)  # several heads of each type, as the field finds in real LMs
-        lines = [line for line in t["findings"]["en"] if line.startswith(findings.TYPE_NAMES[kind]["en"])]
+        lines = [
+            line for line in t["findings"]["en"] if line.startswith(head_types.REGISTRY[kind].words["heads"]["en"])
+        ]
         assert f"L{found[0][1]}H{found[0][2]} {round(100 * found[0][0])}%" in lines[0]  # the clearest named first
     assert any(line.startswith("归纳头：") for line in t["findings"]["zh"])
 

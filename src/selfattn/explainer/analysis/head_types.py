@@ -1,5 +1,9 @@
 """Head types measured the way interpretability research measures them, each against chance.
 
+The types are a registry (`REGISTRY`, one `HeadType` entry each: name, targets, words, colour, style): the
+terminal's tables, the sentences, the export's legend and the page's model view are generated from it, so a
+new type is one `register(HeadType(...))`.
+
 For one head's weights W (L × L, rows = queries, every row sums to 1 over the keys it may see) and the
 text's token ids, each type has a **score** — the mean, over the rows where the type can be measured,
 of the weight the row puts on the type's target keys — and a **chance** level: what uniform attention
@@ -29,12 +33,20 @@ way to attend to "the token after the earlier occurrence" is to have learnt to.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 __all__ = [
-    "TYPES",
+    "HeadType",
+    "Keys",
+    "REGISTRY",
+    "register",
+    "unregister",
+    "names",
+    "measured",
+    "teaching",
     "CREDIT_MIN",
     "CHANCE_FACTOR",
     "MIN_ROWS",
@@ -47,7 +59,6 @@ __all__ = [
     "induction_probe",
 ]
 
-TYPES = ("previous", "next", "self", "first", "duplicate", "induction", "local")
 CREDIT_MIN = 0.3
 """Least score (mean weight on the targets) a type is credited with."""
 CHANCE_FACTOR = 2.0
@@ -58,6 +69,232 @@ BROAD_MIN = 0.85
 """Mean normalised entropy (1 = uniform over the visible keys) from which an uncredited head is broad."""
 LOCAL_SPAN = 2
 """Keys within this distance of the query (either side) count as local."""
+
+
+@dataclass(frozen=True)
+class Keys:
+    """What every type's targets are cut from, for L tokens (each (L, L) bool or int, row i = query i).
+
+    ids      (L,) the token ids
+    i, j     the query's and the key's position (broadcast as (L, 1) and (1, L))
+    visible  the keys query i may see
+    rows     the visible keys of rows with at least two of them (a row with one key measures nothing)
+    earlier  keys j < i holding query i's token, within `rows`"""
+
+    ids: np.ndarray
+    i: np.ndarray
+    j: np.ndarray
+    visible: np.ndarray
+    rows: np.ndarray
+    earlier: np.ndarray
+
+
+WORD_KINDS = ("short", "label", "does", "heads")
+"""The words each type has, each {zh, en}: short (a cell of `selfattn heads`), label (the page's model view
+and its legend), does (a head's sentence, before its share; "{first}" is the first token), heads (a taxonomy
+line naming the type's heads)."""
+
+
+@dataclass(frozen=True)
+class HeadType:
+    """One head type: everything any view says or draws of it comes from here.
+
+    name      its key in the export, the tables and the page
+    targets   Keys -> (L, L) bool: the keys whose weight is its score, only on the rows where it is measured
+              (see the module's table); None for a type found another way (relation: a tutorial link on the
+              text, `head_words.link_credited`; broad: the entropy, in `measure`)
+    words     {kind: {zh, en}} for each of WORD_KINDS
+    colour    its border in the page's model view and its key in the legend (CSS), None: not drawn there
+    style     its look in the terminal's taxonomy table (rich style), "" for none
+    teaching  whether it shows attention at work, so that `heads.pick` opens such a head first"""
+
+    name: str
+    targets: Callable[[Keys], np.ndarray] | None
+    words: dict[str, dict[str, str]]
+    colour: str | None = None
+    style: str = ""
+    teaching: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"a head type's name must be an identifier, got {self.name!r}")
+        for kind in WORD_KINDS:
+            said = self.words.get(kind) if isinstance(self.words, dict) else None
+            if not isinstance(said, dict) or not all(isinstance(said.get(lang), str) for lang in ("zh", "en")):
+                raise ValueError(f"head type {self.name!r} needs words[{kind!r}] = {{zh, en}}, got {said!r}")
+
+
+def _local(k: Keys) -> np.ndarray:
+    local = (abs(k.i - k.j) <= LOCAL_SPAN) & k.rows
+    return local & (local.sum(1) < k.visible.sum(1))[:, None]  # a row that sees only its neighbourhood: nothing
+
+
+def _induction(k: Keys) -> np.ndarray:
+    after = np.zeros_like(k.earlier)
+    after[:, 1:] = k.earlier[:, :-1]  # key j + 1 for each earlier occurrence j
+    return after & (k.j < k.i) & k.rows
+
+
+def _words(short, label, does, heads) -> dict[str, dict[str, str]]:
+    """(zh, en) pairs as {kind: {zh, en}}."""
+    return {
+        kind: dict(zip(("zh", "en"), pair, strict=True))
+        for kind, pair in zip(WORD_KINDS, (short, label, does, heads), strict=True)
+    }
+
+
+REGISTRY: dict[str, HeadType] = {}
+"""Every head type, in the order the views list them (`register` adds one)."""
+
+
+def register(entry: HeadType) -> HeadType:
+    """Add a head type: from here on it is measured, credited, named in the tables and sentences and drawn in
+    the page's model view. Its name must be new."""
+    if not isinstance(entry, HeadType):
+        raise TypeError(f"register takes a HeadType, got {type(entry).__name__}")
+    if entry.name in REGISTRY:
+        raise ValueError(f"head type {entry.name!r} is already registered")
+    REGISTRY[entry.name] = entry
+    return entry
+
+
+def unregister(name: str) -> None:
+    """Remove a head type `register` added."""
+    if name not in REGISTRY:
+        raise ValueError(f"no head type {name!r}: the registered ones are {', '.join(REGISTRY)}")
+    del REGISTRY[name]
+
+
+def names() -> tuple[str, ...]:
+    """Every type's name, in the registry's order."""
+    return tuple(REGISTRY)
+
+
+def measured() -> tuple[str, ...]:
+    """The types measured by their targets (all but relation and broad)."""
+    return tuple(t.name for t in REGISTRY.values() if t.targets is not None)
+
+
+def teaching() -> tuple[str, ...]:
+    """The types that show attention at work (`HeadType.teaching`)."""
+    return tuple(t.name for t in REGISTRY.values() if t.teaching)
+
+
+for _entry in (
+    HeadType(
+        "previous",
+        lambda k: (k.j == k.i - 1) & k.rows,
+        _words(
+            ("前一", "prev"),
+            ("前一个 token", "previous token"),
+            ("看前一个 token", "looks at the token just before"),
+            ("前一个 token 的 head", "previous-token heads"),
+        ),
+        colour="#2563eb",
+        style="bold cyan",
+        teaching=True,
+    ),
+    HeadType(
+        "next",
+        lambda k: (k.j == k.i + 1) & k.rows,
+        _words(
+            ("后一", "next"),
+            ("后一个 token", "next token"),
+            ("看后一个 token", "looks at the token just after"),
+            ("后一个 token 的 head", "next-token heads"),
+        ),
+        colour="#0891b2",
+        teaching=True,
+    ),
+    HeadType(
+        "self",
+        lambda k: (k.j == k.i) & k.rows,
+        _words(
+            ("自己", "self"),
+            ("自己", "itself"),
+            ("主要看自己", "mostly looks at itself"),
+            ("看自己的 head", "self heads"),
+        ),
+        colour="#7c3aed",
+    ),
+    HeadType(
+        "first",
+        lambda k: (k.j == 0) & (k.i >= 1) & k.rows,
+        _words(
+            ("首", "sink"),
+            ("第一个 token", "first token"),
+            ("偏向第一个 token {first}", "leans on the first token {first}"),
+            ("停在第一个 token 上的 head", "first-token (sink) heads"),
+        ),
+        colour="#6b7280",
+        style="dim",
+    ),
+    HeadType(
+        "duplicate",
+        lambda k: k.earlier,
+        _words(
+            ("重复", "dup"),
+            ("重复的 token", "duplicate token"),
+            ("看前面出现过的同一个 token", "looks at earlier copies of the same token"),
+            ("重复 token 的 head", "duplicate-token heads"),
+        ),
+        colour="#db2777",
+        style="bold yellow",
+        teaching=True,
+    ),
+    HeadType(
+        "induction",
+        _induction,
+        _words(
+            ("归纳", "ind"),
+            ("归纳（induction）", "induction"),
+            (
+                "归纳头：看同一个 token 上次出现时后面的那个 token",
+                "induction: looks at the token that followed the same token's earlier occurrence",
+            ),
+            ("归纳头", "induction heads"),
+        ),
+        colour="#dc2626",
+        style="bold magenta",
+        teaching=True,
+    ),
+    HeadType(
+        "local",
+        _local,
+        _words(
+            ("局部", "local"),
+            ("附近", "local"),
+            (f"看附近 ±{LOCAL_SPAN} 个 token", f"looks within ±{LOCAL_SPAN} tokens"),
+            ("局部的 head", "local heads"),
+        ),
+        colour="#16a34a",
+        teaching=True,
+    ),
+    HeadType(
+        "relation",
+        None,
+        _words(
+            ("链接", "link"),
+            ("教程链接", "tutorial link"),
+            ("教程链接", "a tutorial link"),
+            ("教程链接的 head", "tutorial-link heads"),
+        ),
+        style="bold green",
+    ),
+    HeadType(
+        "broad",
+        None,
+        _words(
+            ("均匀", "broad"),
+            ("很分散", "broad"),
+            ("接近均匀", "close to uniform"),
+            ("接近均匀的 head", "broad heads"),
+        ),
+        colour="#d97706",
+        style="dim",
+    ),
+):
+    register(_entry)
 
 
 def above_chance(score: float | None, chance: float | None) -> bool:
@@ -84,24 +321,11 @@ def targets(ids: Sequence[int], *, causal: bool, visible=None) -> dict[str, np.n
     ids = np.asarray(ids)
     L = len(ids)
     vis = _visible(L, causal, visible)
-    n_vis = vis.sum(1)
     i = np.arange(L)[:, None]
     j = np.arange(L)[None, :]
-    rows = (n_vis >= 2)[:, None] & vis
-    earlier = (ids[:, None] == ids[None, :]) & (j < i) & rows
-    after = np.zeros_like(earlier)
-    after[:, 1:] = earlier[:, :-1]  # key j + 1 for each earlier occurrence j
-    local = (abs(i - j) <= LOCAL_SPAN) & rows
-    local &= (local.sum(1) < n_vis)[:, None]  # a row that sees only its neighbourhood measures nothing
-    return {
-        "previous": (j == i - 1) & rows,
-        "next": (j == i + 1) & rows,
-        "self": (j == i) & rows,
-        "first": (j == 0) & (i >= 1) & rows,
-        "duplicate": earlier,
-        "induction": after & (j < i) & rows,
-        "local": local,
-    }
+    rows = (vis.sum(1) >= 2)[:, None] & vis
+    keys = Keys(ids, i, j, vis, rows, (ids[:, None] == ids[None, :]) & (j < i) & rows)
+    return {t.name: t.targets(keys) for t in REGISTRY.values() if t.targets is not None}
 
 
 def measure(weights, ids: Sequence[int], *, causal: bool, visible=None) -> list[dict[str, dict]]:
@@ -147,7 +371,7 @@ def measure(weights, ids: Sequence[int], *, causal: bool, visible=None) -> list[
             "score": e,
             "chance": 1.0,
             "rows": int(ok.sum()),
-            "credited": bool(e is not None and e >= BROAD_MIN and not any(heads[h][t]["credited"] for t in TYPES)),
+            "credited": bool(e is not None and e >= BROAD_MIN and not any(heads[h][t]["credited"] for t in masks)),
         }
     return heads
 

@@ -21,7 +21,6 @@ from .summary import SINK_LIMIT
 
 __all__ = [
     "SELF_LIMIT",
-    "TEACHING_TYPES",
     "MEASURE_BLOCK",
     "measures",
     "pick",
@@ -32,9 +31,6 @@ __all__ = [
 
 SELF_LIMIT = 0.5
 """A head whose mean weight on the token itself reaches this "mostly looks at itself": not picked."""
-TEACHING_TYPES = ("induction", "previous", "next", "duplicate", "local")
-"""Head types that show attention at work, picked (in the pick rule's second step) before sinks, self and broad
-heads."""
 MEASURE_BLOCK = 1 << 24
 """Weights measured at once (heads × L × L float64 elements, 128 MiB), so a long text never holds a layer's all."""
 
@@ -105,7 +101,8 @@ def _layer_measures(layer: LayerTrace, ids: list[int]) -> list[dict]:
 def pick(table: list[list[dict]], descriptions: list[list[dict]]) -> tuple[int, int]:
     """(layer, head) by the pick rule (`views.heads.PICK_RULE`), among the heads not parked on the first token nor
     on themselves (every head when all are): (1) a credited tutorial link, the largest mean weight on it; (2) a credited
-    TEACHING_TYPES type, the largest share; (3) the lowest mean entropy. Ties: lower entropy, layer, head."""
+    teaching type (`head_types.teaching`), the largest share; (3) the lowest mean entropy. Ties: lower entropy,
+    layer, head."""
     allowed = [
         (l, h)
         for l, heads in enumerate(table)
@@ -119,10 +116,10 @@ def pick(table: list[list[dict]], descriptions: list[list[dict]]) -> tuple[int, 
         return (-share, table[l][h]["entropy"], l, h)
 
     linked = [key(l, h, descriptions[l][h]["mean"]) for l, h in allowed if descriptions[l][h].get("link_credited")]
-    typed = []
+    typed, teaching = [], head_types.teaching()
     for l, h in allowed:
         d = descriptions[l][h]
-        shares = [d["scores"][t]["score"] for t in d.get("types", []) if t in TEACHING_TYPES]
+        shares = [d["scores"][t]["score"] for t in d.get("types", []) if t in teaching]
         if shares:
             typed.append(key(l, h, max(shares)))
     plain = [key(l, h, 0.0) for l, h in allowed]

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 from . import head_types
 
-__all__ = ["TYPE_ORDER", "merge", "RULE"]
-
-TYPE_ORDER = (*head_types.TYPES, "relation", "broad")
-"""Every type a head can have, in the order the views list them."""
+__all__ = ["merge", "RULE"]
 
 RULE = {
     "zh": f"一个类型算数的条件：比例至少 {head_types.CREDIT_MIN:.0%}，"
@@ -74,4 +71,4 @@ def merge(on_probe: list[list[dict]], described: list[list[dict]] | None = None)
                 }
             )
         out.append(row)
-    return {"rule": RULE, "types": list(TYPE_ORDER), "heads": out}
+    return {"rule": RULE, "types": list(head_types.names()), "heads": out}

@@ -3,11 +3,13 @@
 The terminal tables, the JSON export, the HTML report and the web app all read the
 numbers from here, so they cannot disagree.
 
-Layout of the dict (L tokens, H heads, D head dim):
+Layout of the dict (L tokens, H heads, D head dim), typed once in `views.schema` (`schema.Doc`, whose
+version every dict carries as doc["schema"]; `schema.validate` checks a dict against it):
 
-    selfattn_version, model {name, kind "decoder"|"encoder", architecture, positions, positions_zh, positions_key,
-           n_layers, n_heads, n_kv_heads, kv_of_head [H] (the key/value head each query head reads), head_dim,
-           d_model, dtype, tokenizer (a `texts` key: how the text is cut), loaded {format, file, class, why}},
+    schema, selfattn_version,
+    model {name, kind "decoder"|"encoder", architecture, positions, positions_zh, positions_key, n_layers,
+           n_heads, n_kv_heads, kv_of_head [H] (the key/value head each query head reads), head_dim, d_model,
+           dtype, tokenizer (a `texts` key: how the text is cut), loaded {format, file, class, why}},
     text, tokens [L] (each piece as a person reads it: `pieces` labels, 森(1/3), <unk>:☃),
     token_names [L] (the same with "@position" on a repeated one: 金鱼@5; what every view shows),
     token_ids [L], unknown {count, positions [..], message} (true <unk> pieces only, never byte pieces),
@@ -60,6 +62,7 @@ from ..capture import interventions
 from ..capture.trace import LayerTrace, ModelTrace, head_stages
 from ..pieces import AGGREGATION_RULE, aggregate, names, shown_piece
 from . import texts
+from .schema import SCHEMA_VERSION
 from .type_legend import legend
 
 STAGES_MAX_LEN = 64
@@ -158,6 +161,7 @@ def to_dict(
     ]
     pieces = trace.pieces
     doc = {
+        "schema": SCHEMA_VERSION,
         "selfattn_version": __version__,
         "model": model,
         "text": text,

@@ -12,8 +12,10 @@ Heads are written L{layer}H{head}, counted from 0. A token is quoted “ Mary”
 
 from __future__ import annotations
 
-from .head_words import TYPE_SHORT, percent
+from .head_types import REGISTRY
+from .head_words import percent, type_words
 from .tables import number
+from .texts import LANGS, text
 
 __all__ = [
     "TOP_NAMED",
@@ -38,20 +40,6 @@ SMALL_GAP = 0.5
 NAMED_PER_TYPE = 5
 """Heads of one type a taxonomy line names at most (the clearest)."""
 
-TYPE_NAMES = {
-    "induction": {"zh": "归纳头", "en": "induction heads"},
-    "previous": {"zh": "前一个 token 的 head", "en": "previous-token heads"},
-    "duplicate": {"zh": "重复 token 的 head", "en": "duplicate-token heads"},
-    "next": {"zh": "后一个 token 的 head", "en": "next-token heads"},
-    "relation": {"zh": "教程链接的 head", "en": "tutorial-link heads"},
-    "local": {"zh": "局部的 head", "en": "local heads"},
-    "self": {"zh": "看自己的 head", "en": "self heads"},
-    "first": {"zh": "停在第一个 token 上的 head", "en": "first-token (sink) heads"},
-    "broad": {"zh": "接近均匀的 head", "en": "broad heads"},
-}
-"""Each type's heads, named in a taxonomy line, in the order the lines come."""
-ON = {"probe": {"zh": "探针", "en": "probe"}, "text": {"zh": "这句话", "en": "text"}}
-
 
 def name(layer: int, head: int) -> str:
     return f"L{layer}H{head}"
@@ -62,41 +50,45 @@ def quote(token: str) -> str:
 
 
 def _join(lang: str, items: list[str]) -> str:
-    return "、".join(items) if lang == "zh" else ", ".join(items)
+    return text("findings.list", lang).join(items)
+
+
+def _sentence(lang: str, parts: list[str]) -> str:
+    """Parts joined as one sentence: "a；b。" / "a; b."."""
+    return text("findings.join", lang).join(parts) + text("findings.end", lang)
 
 
 def taxonomy_words(t: dict) -> dict[str, list[str]]:
-    """One line per type that some head has as its clearest, its clearest heads named with share and chance."""
+    """One line per type that some head has as its clearest (in the registry's order, `head_types.REGISTRY`),
+    its clearest heads named with share and chance."""
     cells = [c for row in t["heads"] for c in row]
-    out: dict[str, list[str]] = {"zh": [], "en": []}
-    counts = {k: sum(c["type"] == k for c in cells) for k in TYPE_NAMES}
+    out: dict[str, list[str]] = {lang: [] for lang in LANGS}
+    counts = {k: sum(c["type"] == k for c in cells) for k in REGISTRY}
     untyped = sum(c["type"] is None for c in cells)
     for lang in out:
-        parts = [f"{TYPE_SHORT[k][lang]} {n}" for k, n in counts.items() if n]
-        parts.append(("没有明确类型 " if lang == "zh" else "no clear type ") + str(untyped))
-        head = f"{len(cells)} 个 head：" if lang == "zh" else f"{len(cells)} heads: "
-        out[lang].append(head + _join(lang, parts))
-    for k, words in TYPE_NAMES.items():
+        parts = [f"{type_words(k, 'short', lang)} {n}" for k, n in counts.items() if n]
+        parts.append(text("findings.untyped", lang, n=untyped))
+        out[lang].append(text("findings.count", lang, n=len(cells), parts=_join(lang, parts)))
+    for k in REGISTRY:
         mine = [(c, next(e for e in c["types"] if e["type"] == k)) for c in cells if c["type"] == k]
         if not mine:
             continue
         mine.sort(key=lambda ce: (-ce[1]["score"], ce[0]["layer"], ce[0]["head"]))
+        more = len(mine) - NAMED_PER_TYPE
         for lang in out:
             named = [f"{name(c['layer'], c['head'])} {_score(lang, e)}" for c, e in mine[:NAMED_PER_TYPE]]
-            more = len(mine) - NAMED_PER_TYPE
-            tail = "" if more <= 0 else (f" 等 {len(mine)} 个" if lang == "zh" else f" and {more} more")
-            out[lang].append(f"{words[lang]}{'：' if lang == 'zh' else ': '}{_join(lang, named)}{tail}")
+            tail = "" if more <= 0 else text("findings.more", lang, n=len(mine) if lang == "zh" else more)
+            heads = type_words(k, "heads", lang)
+            out[lang].append(text("findings.line", lang, heads=heads, named=_join(lang, named), more=tail))
     return out
 
 
 def _score(lang: str, e: dict) -> str:
     """ "82%（均匀 3%，探针）" / "82% (uniform 3%, probe)"; a broad head's normalised entropy "0.95"."""
-    on = ON[e["on"]][lang]
+    on = text(f"findings.on_{e['on']}", lang)
     if e["type"] == "broad":
-        return f"{e['score']:.2f}" + (f"（{on}）" if lang == "zh" else f" ({on})")
-    if lang == "zh":
-        return f"{percent(e['score'])}（均匀 {percent(e['chance'])}，{on}）"
-    return f"{percent(e['score'])} (uniform {percent(e['chance'])}, {on})"
+        return text("findings.entropy", lang, e=f"{e['score']:.2f}", on=on)
+    return text("findings.score", lang, p=percent(e["score"]), c=percent(e["chance"]), on=on)
 
 
 def _prob(p: float) -> str:
@@ -104,29 +96,24 @@ def _prob(p: float) -> str:
 
 
 def ablation_words(a: dict) -> dict[str, str]:
-    heads = [name(l, h) for l, h in a["heads"]]
     t = a["target"]
     top1 = a["after"]["top"][0]
-    mode = {"zero": ("0", "zero"), "mean": ("平均输出", "its mean output")}[a["mode"]]
-    zh = [
-        f"消融 {_join('zh', heads)}（输出换成{mode[0]}）："
-        f"下一个 token {quote(t['shown'])} {_prob(t['before'])} → {_prob(t['after'])}"
-    ]
-    en = [
-        f"ablating {_join('en', heads)} (output set to {mode[1]}): the next token {quote(t['shown'])} "
-        f"{_prob(t['before'])} → {_prob(t['after'])}"
-    ]
-    if top1["id"] != t["id"]:
-        zh.append(f"第一名变成 {quote(top1['shown'])} {_prob(top1['prob'])}")
-        en.append(f"the top prediction becomes {quote(top1['shown'])} {_prob(top1['prob'])}")
-    kl = f"{a['kl_bits']:.3f}"
-    zh.append(f"下一个 token 的分布变化 KL = {kl} bit")
-    en.append(f"the next-token distribution moves by KL = {kl} bits")
-    if a["before"]["loss"] is not None:
-        l0, l1 = f"{a['before']['loss']:.3f}", f"{a['after']['loss']:.3f}"
-        zh.append(f"整句的平均交叉熵 {l0} → {l1} nat")
-        en.append(f"the text's mean next-token loss {l0} → {l1} nats")
-    return {"zh": "；".join(zh) + "。", "en": "; ".join(en) + "."}
+    out = {}
+    for lang in LANGS:
+        heads = _join(lang, [name(l, h) for l, h in a["heads"]])
+        mode = text(f"findings.mode_{a['mode']}", lang)
+        before, after = _prob(t["before"]), _prob(t["after"])
+        parts = [
+            text("findings.ablated", lang, heads=heads, mode=mode, token=quote(t["shown"]), before=before, after=after)
+        ]
+        if top1["id"] != t["id"]:
+            parts.append(text("findings.new_top", lang, token=quote(top1["shown"]), p=_prob(top1["prob"])))
+        parts.append(text("findings.kl", lang, kl=f"{a['kl_bits']:.3f}"))
+        if a["before"]["loss"] is not None:
+            loss = {"before": f"{a['before']['loss']:.3f}", "after": f"{a['after']['loss']:.3f}"}
+            parts.append(text("findings.loss", lang, **loss))
+        out[lang] = _sentence(lang, parts)
+    return out
 
 
 def top_heads(recovered: list[list[float]]) -> list[dict]:
@@ -149,47 +136,28 @@ def _handover(p: dict) -> tuple[int | None, int | None]:
 
 def patching_words(p: dict) -> dict[str, str]:
     t, f = quote(p["target"]["shown"]), quote(p["foil"]["shown"])
-    ld = number(p["clean_ld"]), number(p["corrupted_ld"])
+    clean, corrupted = number(p["clean_ld"]), number(p["corrupted_ld"])
     tops = p["top_heads"]
-    if tops:
-        named = {
-            lang: _join(lang, [f"{name(x['layer'], x['head'])} {percent(x['recovered'])}" for x in tops])
-            for lang in ("zh", "en")
-        }
-        zh = [f"把干净文本里每个 head 的输出换进被改动的文本：恢复 logit 差（{t} − {f}）最多的是 {named['zh']}"]
-        en = [
-            f"each head's output patched from the clean text into the corrupted one: the heads that recover the most "
-            f"of the logit difference ({t} − {f}) are {named['en']}"
-        ]
-    else:
-        best = max(((r, l, h) for l, row in enumerate(p["heads"]) for h, r in enumerate(row)), default=(0.0, 0, 0))
-        zh = [
-            f"没有哪个 head 单独恢复 logit 差（{t} − {f}）的 {percent(NAMED_MIN)} 以上；最多的是 "
-            f"{name(best[1], best[2])} {percent(best[0])}"
-        ]
-        en = [
-            f"no head alone recovers {percent(NAMED_MIN)} of the logit difference ({t} − {f}); the most is "
-            f"{name(best[1], best[2])} {percent(best[0])}"
-        ]
-    zh[0] += f"（干净文本上这个差是 {ld[0]}，被改动的文本上 {ld[1]}）"
-    en[0] += f" (the difference is {ld[0]} on the clean text, {ld[1]} on the corrupted one)"
+    best = max(((r, l, h) for l, row in enumerate(p["heads"]) for h, r in enumerate(row)), default=(0.0, 0, 0))
     gap = abs(p["clean_ld"] - p["corrupted_ld"])
-    if gap < SMALL_GAP:
-        zh.append(f"两者只差 {number(gap)}，这些比例很不稳定")
-        en.append(f"they differ by only {number(gap)}, so these shares are unsteady")
     kept, moved = _handover(p)
     tokens = p["clean"]["tokens"]
-    if kept is not None and moved is not None:
-        q = max(p["differ"], key=lambda x: p["residual"][kept][x])
-        zh.append(
-            f"残差流：到层 {kept} 为止，换进被改动的位置 {q}（{quote(tokens[q])}）恢复最多；"
-            f"从层 {moved} 起，换进最后一个位置恢复最多"
-        )
-        en.append(
-            f"the residual stream: up to layer {kept}, patching the changed position {q} ({quote(tokens[q])}) "
-            f"recovers the most; from layer {moved} on, patching the last position does"
-        )
-    return {"zh": "；".join(zh) + "。", "en": "; ".join(en) + "."}
+    out = {}
+    for lang in LANGS:
+        if tops:
+            named = _join(lang, [f"{name(x['layer'], x['head'])} {percent(x['recovered'])}" for x in tops])
+            first = text("findings.patched", lang, t=t, f=f, named=named)
+        else:
+            most = f"{name(best[1], best[2])} {percent(best[0])}"
+            first = text("findings.none_recovers", lang, t=t, f=f, least=percent(NAMED_MIN), best=most)
+        parts = [first + text("findings.differences", lang, clean=clean, corrupted=corrupted)]
+        if gap < SMALL_GAP:
+            parts.append(text("findings.unsteady", lang, gap=number(gap)))
+        if kept is not None and moved is not None:
+            q = max(p["differ"], key=lambda x: p["residual"][kept][x])
+            parts.append(text("findings.handover", lang, kept=kept, q=q, token=quote(tokens[q]), moved=moved))
+        out[lang] = _sentence(lang, parts)
+    return out
 
 
 def settled(layers: list[dict]) -> int:
@@ -205,19 +173,10 @@ def lens_words(lens: dict) -> dict[str, str]:
     first, last = lens["layers"][0]["top"][0], lens["layers"][-1]["top"][0]
     at, p, tok = lens["settled"], lens["position"], quote(lens["token"])
     n = len(lens["layers"]) - 1
-    zh = [
-        f"在位置 {p}（{tok}）逐层读出下一个 token：最后一层（层 {n}）预测 {quote(last['shown'])} {_prob(last['prob'])}"
-    ]
-    en = [
-        f"the next token read out after every layer at position {p} ({tok}): the last layer (layer {n}) predicts "
-        f"{quote(last['shown'])} {_prob(last['prob'])}"
-    ]
-    if at < n:
-        zh.append(f"从层 {at} 起第一名一直是它")
-        en.append(f"it leads from layer {at} on")
-    else:
-        zh.append("之前的层都没有把它排第一")
-        en.append("no earlier layer ranks it first")
-    zh.append(f"层 0 读出的第一名是 {quote(first['shown'])} {_prob(first['prob'])}")
-    en.append(f"layer 0 reads {quote(first['shown'])} {_prob(first['prob'])} first")
-    return {"zh": "；".join(zh) + "。", "en": "; ".join(en) + "."}
+    out = {}
+    for lang in LANGS:
+        parts = [text("findings.lens", lang, p=p, tok=tok, n=n, token=quote(last["shown"]), prob=_prob(last["prob"]))]
+        parts.append(text("findings.leads", lang, at=at) if at < n else text("findings.never_first", lang))
+        parts.append(text("findings.layer0", lang, token=quote(first["shown"]), prob=_prob(first["prob"])))
+        out[lang] = _sentence(lang, parts)
+    return out

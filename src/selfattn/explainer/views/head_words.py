@@ -19,18 +19,18 @@ keys the query may see (the head's own visibility: causal rule, window, an inter
 
 from __future__ import annotations
 
-from ..analysis.head_types import above_chance, credited
+from ..analysis.head_types import REGISTRY, above_chance, credited
 from ..analysis.relations import WORDS
 from ..analysis.summary import SINK_LIMIT
 from .texts import TEXTS, text
 
-__all__ = ["percent", "TYPE_WORDS", "TYPE_SHORT", "sentence", "link_credited"]
+__all__ = ["percent", "type_words", "sentence", "link_credited"]
 
-TYPE_WORDS = {key.removeprefix("heads.type."): words for key, words in TEXTS.items() if key.startswith("heads.type.")}
-"""What each head type (`head_types.TYPES`) does, said before its share."""
 
-TYPE_SHORT = {key.removeprefix("heads.short."): words for key, words in TEXTS.items() if key.startswith("heads.short.")}
-"""A type in a table cell (`selfattn heads`)."""
+def type_words(t: str, kind: str, lang: str) -> str:
+    """One of a head type's words (`head_types.WORD_KINDS`: short, label, does, heads) from its registry entry."""
+    return REGISTRY[t].words[kind][lang]
+
 
 UNIFORM = TEXTS["heads.uniform"]
 
@@ -78,7 +78,11 @@ def _link_short(tokens: list[str], r: dict, lang: str) -> str:
 def _type(t: str, m: dict, first: str, lang: str) -> str:
     if t == "broad":
         return text("heads.words.broad", lang, e=f"{m['score']:.2f}")
-    return TYPE_WORDS[t][lang].format(first=first) + _colon(lang) + _share(lang, m["score"], m["chance"], average=True)
+    return (
+        type_words(t, "does", lang).format(first=first)
+        + _colon(lang)
+        + _share(lang, m["score"], m["chance"], average=True)
+    )
 
 
 def sentence(tokens: list[str], s: dict, links: dict[str, dict], types: dict[str, dict]) -> dict:

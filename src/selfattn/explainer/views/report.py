@@ -15,7 +15,8 @@ nothing anywhere. The local web app (`web/server.py`) serves the same page in "l
 The page's data block:
 
     {"mode": "report" | "live", "doc": pack(doc) | None, "texts": {key: {zh, en}}, "interventions": [...],
-     "pick_rule": {zh, en}, "compare": pack(doc2) (the compare view's second text) | absent,
+     "pick_rule": {zh, en}, "views": [the page's `registry` entries: its tabs and panes],
+     "compare": pack(doc2) (the compare view's second text) | absent,
      "start": {"view", "layer", "head", "query"} (what opens first; the URL hash wins) | absent,
      and in live mode "limits" {max_chars, max_tokens}, "api", "error"}
 
@@ -23,7 +24,7 @@ The attention page (`render_attention`, entry `attention.js`, template `attentio
 head view and the model view of weights given directly (no Q/K/V, so no stages):
 
     {"mode": "attention", "tokens": [...], "weights": pack_weights((layers, heads, L, L)),
-     "types": [[type | None per head] per layer], "start": {...}, "texts": {...}}
+     "types": [[type | None per head] per layer], "head_types": legend(), "start": {...}, "texts": {...}}
 
 `pack` (views/packing.py) gives every number the page shows, computed by Python at the precision it
 is shown; `texts` holds the sentences the page's modules and template name (views/texts.py), so the
@@ -48,10 +49,12 @@ from pathlib import Path
 from ... import checks
 from ...files import check_writable, write_atomic
 from ..capture import interventions
+from . import registry
 from .bundle import bundle
 from .heads import PICK_RULE
 from .packing import head_type_names, pack, pack_weights, unpack
 from .texts import TEXTS, text
+from .type_legend import legend
 
 __all__ = [
     "render_html",
@@ -64,14 +67,11 @@ __all__ = [
     "page_texts",
     "script",
     "STATIC_DIR",
-    "VIEWS",
 ]
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "web" / "static"
 PAGE, ENTRY, STYLE = "explorer.html", "main.js", "explorer.css"
 ATTENTION_PAGE, ATTENTION_ENTRY = "attention.html", "attention.js"
-VIEWS = ("explore", "head", "model", "compare")
-"""The page's views (`start["view"]`, the URL hash's `view=`); the attention page has "head" and "model"."""
 TITLE_CHARS = 40
 
 _SLOT = re.compile(r"\{\{(TITLE|CSP|STYLE|SCRIPT|DATA|NOSCRIPT)\}\}")
@@ -90,7 +90,7 @@ def render_html(doc: dict, *, compare: dict | None = None, start: dict | None = 
     if compare is not None:
         data["compare"] = pack(compare)
     if start is not None:
-        data["start"] = check_start(start, VIEWS if compare is not None else VIEWS[:3])
+        data["start"] = check_start(start, registry.names("explorer", other=compare is not None))
     return _page(data, live=False)
 
 
@@ -120,6 +120,7 @@ def render_attention(
         "tokens": [str(tok) for tok in tokens],
         "weights": pack_weights(w),
         "types": [head_type_names(layer, ids, causal=causal) for layer in w],
+        "head_types": legend(),
         "start": _attention_start(start or {"view": "head"}),
         "lang": lang,
     }
@@ -129,7 +130,7 @@ def render_attention(
 def _attention_start(start: dict) -> dict:
     """`check_start` for the attention page, which also takes "heads" (the heads drawn first)."""
     rest = {k: v for k, v in start.items() if k != "heads"} if isinstance(start, dict) else start
-    out = check_start(rest, ("head", "model"))
+    out = check_start(rest, registry.names("attention"))
     if isinstance(start, dict) and start.get("heads") is not None:
         out["heads"] = [checks.integer(f"heads[{i}]", h, low=0) for i, h in enumerate(start["heads"])]
     return out
@@ -220,7 +221,12 @@ def _policy(script: str, style: str, connect: str) -> str:
 def _page(data: dict, *, live: bool, page: str = PAGE, entry: str = ENTRY) -> str:
     template, style = _static(page), _static(STYLE)
     doc = data.get("doc") or {}
-    data = data | {"texts": page_texts(entry, page), "interventions": interventions.as_data(), "pick_rule": PICK_RULE}
+    data = data | {
+        "texts": page_texts(entry, page),
+        "interventions": interventions.as_data(),
+        "pick_rule": PICK_RULE,
+        "views": registry.as_data("explorer" if page == PAGE else "attention"),
+    }
     title = text("page_title", "zh") if page == PAGE else TEXTS["aw_title"]["zh"]
     if doc:
         shown = str(doc.get("text", ""))

@@ -18,7 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ...terminal import printable
-from .head_words import TYPE_SHORT, percent
+from .head_types import REGISTRY
+from .head_words import percent, type_words
 from .tables import number
 from .texts import TEXTS
 
@@ -63,14 +64,14 @@ def _cell(c: dict, lang: str) -> str:
         return "·"
     e = c["types"][0]
     share = f"{e['score']:.2f}" if e["type"] == "broad" else percent(e["score"]).rstrip("%")
-    return f"{TYPE_SHORT[e['type']][lang]} {share}"
+    return f"{type_words(e['type'], 'short', lang)} {share}"
 
 
 LENS_SHOWN = 3
 """Tokens per layer the terminal's lens table shows (--json has every one computed)."""
 
-STYLES = {"induction": "bold magenta", "previous": "bold cyan", "duplicate": "bold yellow", "relation": "bold green"}
-"""The types a reader looks for first, highlighted in the taxonomy table."""
+UNTYPED_STYLE = "dim"
+"""A head with no clear type, in the taxonomy table (a type's own look is its registry entry's `style`)."""
 
 
 def taxonomy(t: dict, console: Console, lang: str = "zh") -> None:
@@ -82,9 +83,7 @@ def taxonomy(t: dict, console: Console, lang: str = "zh") -> None:
     rows = [str(l) for l in range(len(heads))]
     columns = [f"H{h}" for h in range(len(heads[0]))] if heads else []
     cells = [[_cell(c, lang) for c in row] for row in heads]
-    styles = [
-        [STYLES.get(c["type"], "dim" if c["type"] in ("first", "broad", None) else "") for c in row] for row in heads
-    ]
+    styles = [[REGISTRY[c["type"]].style if c["type"] else UNTYPED_STYLE for c in row] for row in heads]
     grid(console, w["layer"][lang], rows, columns, cells, styles)
     for line in t["findings"][lang]:
         _say(console, line)

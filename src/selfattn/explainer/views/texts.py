@@ -7,7 +7,9 @@
 page's data carries the keys its modules name (`report.page_texts`), so the JS holds no copy of a
 sentence. Keys are grouped by the view that says them: "tables." (the terminal), "plots." (the pictures),
 "positions." (a model's positional scheme, in every view), "pick_rule" (how the shown head is picked).
-The interventions' own words live with them, in the registry (`capture.interventions`: label, help, said).
+The interventions' own words live with them, in the registry (`capture.interventions`: label, help, said), and
+so do the head types' (`head_types.REGISTRY`: short, label, does, heads); the views' registry
+(`views.registry`) takes its built-in views' words from here.
 """
 
 from __future__ import annotations
@@ -432,14 +434,6 @@ TEXTS: dict[str, dict[str, str]] = {
     "mv_omitted": {"zh": "（未包含这一层的数据）", "en": "(this layer's arrays are not held)"},
     "mv_cell": {"zh": "层 {layer} · head {head}", "en": "layer {layer} · head {head}"},
     "mv_untyped": {"zh": "无明显类型", "en": "no clear type"},
-    "type_previous": {"zh": "前一个 token", "en": "previous token"},
-    "type_next": {"zh": "后一个 token", "en": "next token"},
-    "type_self": {"zh": "自己", "en": "itself"},
-    "type_first": {"zh": "第一个 token", "en": "first token"},
-    "type_duplicate": {"zh": "重复的 token", "en": "duplicate token"},
-    "type_induction": {"zh": "归纳（induction）", "en": "induction"},
-    "type_local": {"zh": "附近", "en": "local"},
-    "type_broad": {"zh": "很分散", "en": "broad"},
     "cmp_title": {"zh": "对比两句：层 {layer} · head {head}", "en": "Compare two texts: layer {layer} · head {head}"},
     "cmp_hint": {
         "zh": "同一个 head 在两句话上的权重并排；长度相同时第三张图是差（红 = 第二句更大，蓝 = 更小）。",
@@ -560,26 +554,9 @@ TEXTS: dict[str, dict[str, str]] = {
     },
     "server.invalid": {"zh": "请求无效：{reason}", "en": "{reason}"},
     "server.refused": {"zh": "无法解释这段文字：{reason}", "en": "{reason}"},
-    # heads: head types, the patching picture, the research tables (views/head_words, patching_plot, research_tables)
-    "heads.type.previous": {"zh": "看前一个 token", "en": "looks at the token just before"},
-    "heads.type.next": {"zh": "看后一个 token", "en": "looks at the token just after"},
-    "heads.type.self": {"zh": "主要看自己", "en": "mostly looks at itself"},
-    "heads.type.first": {"zh": "偏向第一个 token {first}", "en": "leans on the first token {first}"},
-    "heads.type.duplicate": {"zh": "看前面出现过的同一个 token", "en": "looks at earlier copies of the same token"},
-    "heads.type.induction": {
-        "zh": "归纳头：看同一个 token 上次出现时后面的那个 token",
-        "en": "induction: looks at the token that followed the same token's earlier occurrence",
-    },
-    "heads.type.local": {"zh": "看附近 ±2 个 token", "en": "looks within ±2 tokens"},
-    "heads.short.previous": {"zh": "前一", "en": "prev"},
-    "heads.short.next": {"zh": "后一", "en": "next"},
-    "heads.short.self": {"zh": "自己", "en": "self"},
-    "heads.short.first": {"zh": "首", "en": "sink"},
-    "heads.short.duplicate": {"zh": "重复", "en": "dup"},
-    "heads.short.induction": {"zh": "归纳", "en": "ind"},
-    "heads.short.local": {"zh": "局部", "en": "local"},
-    "heads.short.broad": {"zh": "均匀", "en": "broad"},
-    "heads.short.relation": {"zh": "链接", "en": "link"},
+    # heads: the patching picture, the research tables (views/patching_plot, research_tables); a head type's own
+    # words live with it, in the registry (views/head_types.REGISTRY)
+    "heads.legend.spread": {"zh": "没有明确类型", "en": "no clear type"},
     "heads.uniform": {"zh": "均匀注意力 {c}", "en": "uniform attention {c}"},
     "patching.title": {
         "zh": "{model} · 激活修补：恢复的 logit 差 {t} − {f}（干净 {c}，被改动 {x}）",
@@ -615,6 +592,64 @@ TEXTS: dict[str, dict[str, str]] = {
     },
     "research.top": {"zh": "前 {k} 名", "en": "top {k}"},
     "research.entropy": {"zh": "熵（bit）", "en": "entropy (bits)"},
+    # findings (views/findings.py): what an experiment found, in a sentence
+    "findings.count": {"zh": "{n} 个 head：{parts}", "en": "{n} heads: {parts}"},
+    "findings.untyped": {"zh": "没有明确类型 {n}", "en": "no clear type {n}"},
+    "findings.line": {"zh": "{heads}：{named}{more}", "en": "{heads}: {named}{more}"},
+    "findings.more": {"zh": " 等 {n} 个", "en": " and {n} more"},  # zh: how many in all; en: how many more
+    "findings.on_probe": {"zh": "探针", "en": "probe"},
+    "findings.on_text": {"zh": "这句话", "en": "text"},
+    "findings.entropy": {"zh": "{e}（{on}）", "en": "{e} ({on})"},
+    "findings.score": {"zh": "{p}（均匀 {c}，{on}）", "en": "{p} (uniform {c}, {on})"},
+    "findings.list": {"zh": "、", "en": ", "},
+    "findings.join": {"zh": "；", "en": "; "},
+    "findings.end": {"zh": "。", "en": "."},
+    "findings.mode_zero": {"zh": "0", "en": "zero"},
+    "findings.mode_mean": {"zh": "平均输出", "en": "its mean output"},
+    "findings.ablated": {
+        "zh": "消融 {heads}（输出换成{mode}）：下一个 token {token} {before} → {after}",
+        "en": "ablating {heads} (output set to {mode}): the next token {token} {before} → {after}",
+    },
+    "findings.new_top": {"zh": "第一名变成 {token} {p}", "en": "the top prediction becomes {token} {p}"},
+    "findings.kl": {
+        "zh": "下一个 token 的分布变化 KL = {kl} bit",
+        "en": "the next-token distribution moves by KL = {kl} bits",
+    },
+    "findings.loss": {
+        "zh": "整句的平均交叉熵 {before} → {after} nat",
+        "en": "the text's mean next-token loss {before} → {after} nats",
+    },
+    "findings.patched": {
+        "zh": "把干净文本里每个 head 的输出换进被改动的文本：恢复 logit 差（{t} − {f}）最多的是 {named}",
+        "en": "each head's output patched from the clean text into the corrupted one: the heads that recover the most "
+        "of the logit difference ({t} − {f}) are {named}",
+    },
+    "findings.none_recovers": {
+        "zh": "没有哪个 head 单独恢复 logit 差（{t} − {f}）的 {least} 以上；最多的是 {best}",
+        "en": "no head alone recovers {least} of the logit difference ({t} − {f}); the most is {best}",
+    },
+    "findings.differences": {
+        "zh": "（干净文本上这个差是 {clean}，被改动的文本上 {corrupted}）",
+        "en": " (the difference is {clean} on the clean text, {corrupted} on the corrupted one)",
+    },
+    "findings.unsteady": {
+        "zh": "两者只差 {gap}，这些比例很不稳定",
+        "en": "they differ by only {gap}, so these shares are unsteady",
+    },
+    "findings.handover": {
+        "zh": "残差流：到层 {kept} 为止，换进被改动的位置 {q}（{token}）恢复最多；"
+        "从层 {moved} 起，换进最后一个位置恢复最多",
+        "en": "the residual stream: up to layer {kept}, patching the changed position {q} ({token}) recovers the most; "
+        "from layer {moved} on, patching the last position does",
+    },
+    "findings.lens": {
+        "zh": "在位置 {p}（{tok}）逐层读出下一个 token：最后一层（层 {n}）预测 {token} {prob}",
+        "en": "the next token read out after every layer at position {p} ({tok}): the last layer (layer {n}) predicts "
+        "{token} {prob}",
+    },
+    "findings.leads": {"zh": "从层 {at} 起第一名一直是它", "en": "it leads from layer {at} on"},
+    "findings.never_first": {"zh": "之前的层都没有把它排第一", "en": "no earlier layer ranks it first"},
+    "findings.layer0": {"zh": "层 0 读出的第一名是 {token} {prob}", "en": "layer 0 reads {token} {prob} first"},
     # a head's words (views.head_words): the shares, the links, the types, the fallbacks
     "heads.words.share": {"zh": "{p}，{uniform}", "en": "{p}, {uniform}"},
     "heads.words.share_mean": {"zh": "平均 {p}，{uniform}", "en": "{p} on average, {uniform}"},

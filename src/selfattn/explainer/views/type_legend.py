@@ -1,27 +1,27 @@
-"""The head types' legend the views colour by: doc["head_types"] (`legend`), from `analysis.taxonomy`'s types
-and rule and the types' words (`head_words`)."""
+"""The head types' legend the views colour by: doc["head_types"] (`legend`), generated from the registry
+(`analysis.head_types.REGISTRY`) and `analysis.taxonomy`'s rule."""
 
 from __future__ import annotations
 
 from ..analysis import head_types
-from ..analysis.taxonomy import RULE, TYPE_ORDER
-from .head_words import TYPE_SHORT, TYPE_WORDS
+from ..analysis.taxonomy import RULE
+from .texts import TEXTS
 
 __all__ = ["legend"]
 
 
 def legend() -> dict:
-    """doc["head_types"]: {types, short {type: {zh, en}}, words {type: {zh, en}}, rule {zh, en}, numbers}: what the
-    page colours the heads grid by (each head's `descriptions[l][h].kind` and `.types`)."""
-    words = {t: {lang: w.format(first="").strip() for lang, w in ws.items()} for t, ws in TYPE_WORDS.items()} | {
-        "relation": {"zh": "教程链接", "en": "a tutorial link"},
-        "broad": {"zh": "接近均匀", "en": "close to uniform"},
-        "spread": {"zh": "没有明确类型", "en": "no clear type"},
-    }
+    """doc["head_types"]: {types, short, labels, words {type: {zh, en}}, colours {type: CSS}, rule {zh, en},
+    numbers}, generated from the registry (`head_types.REGISTRY`): what the page's model view colours the
+    heads by and names in its legend (`layers[l].types`), and each head's `descriptions[l][h].kind` names."""
+    entries = head_types.REGISTRY.values()
     return {
-        "types": list(TYPE_ORDER),
-        "short": {t: dict(s) for t, s in TYPE_SHORT.items()},
-        "words": words,
+        "types": [t.name for t in entries],
+        "short": {t.name: dict(t.words["short"]) for t in entries},
+        "labels": {t.name: dict(t.words["label"]) for t in entries},
+        "words": {t.name: {k: w.format(first="").strip() for k, w in t.words["does"].items()} for t in entries}
+        | {"spread": dict(TEXTS["heads.legend.spread"])},
+        "colours": {t.name: t.colour for t in entries if t.colour is not None},
         "rule": dict(RULE),
         "numbers": {
             "credit_min": head_types.CREDIT_MIN,

@@ -8,10 +8,18 @@ import { readPageData, unpack } from "./data.js";
 import { readHash, writeHash } from "./hash.js";
 import { translator } from "./text.js";
 import { arraySource } from "./sources.js";
+import { buildViews, showViews, viewNames } from "./viewpanes.js";
 import { renderHeadView } from "./render/headview.js";
 import { renderModelView } from "./render/modelview.js";
 
-const VIEWS = ["head", "model"];
+/** render name → draw(body, title, state, t): what this page can draw (no Q/K/V, so no stepper, one text). */
+const RENDERERS = {
+  head: (body, title, state, t) => {
+    title.textContent = t("hv_title", { layer: state.layer });
+    renderHeadView(body, state.src, { layer: state.layer, heads: state.heads, current: state.head }, t);
+  },
+  model: (body, title, state, t) => renderModelView(body, state.src, { layer: state.layer, head: state.head }, t),
+};
 
 function render(state) {
   const t = translator(state.texts, state.lang);
@@ -20,20 +28,13 @@ function render(state) {
   for (const e of document.querySelectorAll("[data-i18n]")) e.textContent = t(e.dataset.i18n);
   $("lang").textContent = t("lang");
   $("source").textContent = t("aw_source", { layers: src.nLayers, heads: src.nHeads, n: src.tokens.length });
-  for (const b of $("views").querySelectorAll("button[data-view]")) b.classList.toggle("on", b.dataset.view === state.view);
-  $("view-head").hidden = state.view !== "head";
-  $("view-model").hidden = state.view !== "model";
+  const view = showViews(state.views, state.view, state.names, state.lang);
   const layerSelect = $("layer");
   if (layerSelect.options.length !== src.nLayers) {
     layerSelect.replaceChildren(...Array.from({ length: src.nLayers }, (_, l) => new Option(String(l), String(l))));
   }
   layerSelect.value = String(state.layer);
-  if (state.view === "head") {
-    $("hv-title").textContent = t("hv_title", { layer: state.layer });
-    renderHeadView($("hv-body"), src, { layer: state.layer, heads: state.heads, current: state.head }, t);
-  } else {
-    renderModelView($("mv-body"), src, { layer: state.layer, head: state.head }, t);
-  }
+  RENDERERS[view.render]($(`${view.name}-body`), $(`${view.name}-title`), state, t);
   Object.assign($("app").dataset, { view: state.view, layer: state.layer, head: state.head === null ? "" : state.head,
     lang: state.lang });
   writeHash({ view: state.view, layer: state.layer, head: state.head === null ? 0 : state.head, query: 0 }, $("app"));
@@ -42,7 +43,7 @@ function render(state) {
 
 /** Open what `want` names, where it exists: a head opens its layer with only that head drawn. */
 function apply(state, want) {
-  if (want.view !== undefined && VIEWS.includes(want.view)) state.view = want.view;
+  if (want.view !== undefined && state.names.includes(want.view)) state.view = want.view;
   if (want.layer !== undefined && want.layer < state.src.nLayers) state.layer = want.layer;
   if (want.head !== undefined && want.head !== null && want.head < state.src.nHeads) {
     state.head = want.head;
@@ -64,31 +65,32 @@ function bind(state) {
     if (b) { state.view = b.dataset.view; render(state); }
   });
   $("layer").addEventListener("change", (e) => { state.layer = Number(e.target.value); render(state); });
-  $("hv-body").addEventListener("click", (e) => {
-    const b = e.target.closest("button[data-head]");
+  $("view-panes").addEventListener("click", (e) => {
+    const pane = e.target.closest("section[data-render]");
+    const b = pane && e.target.closest(pane.dataset.render === "head" ? "button[data-head]" : "button.mv-thumb");
     if (!b) return;
-    const h = Number(b.dataset.head);
-    if (state.heads.has(h)) state.heads.delete(h);
-    else state.heads.add(h);
+    if (pane.dataset.render === "head") {
+      const h = Number(b.dataset.head);
+      if (state.heads.has(h)) state.heads.delete(h);
+      else state.heads.add(h);
+    } else {
+      apply(state, { view: "head", layer: Number(b.dataset.layer), head: Number(b.dataset.head) });
+    }
     render(state);
   });
-  $("mv-body").addEventListener("click", (e) => {
-    const b = e.target.closest("button.mv-thumb");
-    if (!b) return;
-    apply(state, { view: "head", layer: Number(b.dataset.layer), head: Number(b.dataset.head) });
-    render(state);
-  });
-  window.addEventListener("hashchange", () => { apply(state, readHash(window.location.hash, VIEWS)); render(state); });
+  window.addEventListener("hashchange", () => { apply(state, readHash(window.location.hash, state.names)); render(state); });
 }
 
 async function start() {
   const data = readPageData();
   const weights = await unpack(data.weights);
-  const src = arraySource(data.tokens, weights, data.types);
-  const state = { lang: data.lang === "en" ? "en" : "zh", texts: data.texts, src, view: "head", layer: src.nLayers - 1, head: null,
-    heads: new Set(Array.from({ length: src.nHeads }, (_, h) => h)) };
+  const src = arraySource(data.tokens, weights, data.types, data.head_types);
+  const names = viewNames(data.views, false);
+  const state = { lang: data.lang === "en" ? "en" : "zh", texts: data.texts, src, views: data.views, names,
+    view: names[0], layer: src.nLayers - 1, head: null, heads: new Set(Array.from({ length: src.nHeads }, (_, h) => h)) };
+  buildViews(data.views);
   apply(state, data.start || {});
-  apply(state, readHash(window.location.hash, VIEWS));
+  apply(state, readHash(window.location.hash, names));
   bind(state);
   render(state);
 }

@@ -11,7 +11,8 @@ import { relabel } from "./controls.js";
 import { fetchLayer, findRemote, setupLive } from "./live.js";
 import { applyWanted, createState, isIdentity, select, setDoc } from "./state.js";
 import { readHash } from "./hash.js";
-import { VIEWS, viewsOf } from "./render/views.js";
+import { viewsOf } from "./render/views.js";
+import { buildViews } from "./viewpanes.js";
 import { STAGES } from "./stages.js";
 import { translator } from "./text.js";
 import { cellAt, savePicture, showTip } from "./render/heatmap.js";
@@ -91,23 +92,24 @@ function bindViews(state, c) {
     const b = e.target.closest("button[data-view]");
     if (b && state.doc) c.change({ view: b.dataset.view });
   });
-  $("hv-body").addEventListener("click", (e) => {
-    const b = e.target.closest("button[data-head]");
-    if (!b) return;
-    const h = Number(b.dataset.head);
-    if (state.hvHeads.has(h)) state.hvHeads.delete(h);
-    else state.hvHeads.add(h);
-    c.change({});
-  });
-  $("mv-body").addEventListener("click", (e) => {
-    const b = e.target.closest("button.mv-thumb");
-    if (!b) return;
-    state.view = "explore";
-    c.pickHead(Number(b.dataset.layer), Number(b.dataset.head));
+  // a pane's clicks, by what draws it: the head view's toggles, the model view's thumbnails
+  $("view-panes").addEventListener("click", (e) => {
+    const render = (e.target.closest("section[data-render]") || { dataset: {} }).dataset.render;
+    const b = e.target.closest(render === "head" ? "button[data-head]" : "button.mv-thumb");
+    if (!b || (render !== "head" && render !== "model")) return;
+    if (render === "head") {
+      const h = Number(b.dataset.head);
+      if (state.hvHeads.has(h)) state.hvHeads.delete(h);
+      else state.hvHeads.add(h);
+      c.change({});
+    } else {
+      state.view = state.views[0].name;
+      c.pickHead(Number(b.dataset.layer), Number(b.dataset.head));
+    }
   });
   window.addEventListener("hashchange", () => {
     if (!state.doc) return;
-    applyWanted(state, readHash(window.location.hash, VIEWS), viewsOf(state));
+    applyWanted(state, readHash(window.location.hash, viewsOf(state)), viewsOf(state));
     c.change({});
   });
 }
@@ -216,13 +218,14 @@ async function start() {
   const lang = (data.doc && data.doc.lang) || data.lang; // `selfattn explain --lang en --html`, GET /?lang=en
   if (lang === "zh" || lang === "en") state.lang = lang;
   const c = controller(state);
+  buildViews(state.views);
   bindEvents(state, c);
   bindViews(state, c);
   if (data.compare) state.other = await loadDoc(data.compare);
   if (data.mode === "live") setupLive(state, data, { t: c.t, show: c.show, error: showError });
   renderWords(state, c.t());
   relabel($("controls"), state.lang);
-  if (data.doc) c.show(await loadDoc(data.doc), false, [data.start || {}, readHash(window.location.hash, VIEWS)]);
+  if (data.doc) c.show(await loadDoc(data.doc), false, [data.start || {}, readHash(window.location.hash, viewsOf(state))]);
   else $("app").dataset.ready = "1";
   if (data.mode === "live" && data.doc && isIdentity(state.doc.experiment.applied)) state.baseline = state.doc;
   if (data.error) showError(data.error);

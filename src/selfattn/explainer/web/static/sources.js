@@ -1,6 +1,8 @@
 /* Where the head view and the model view read weights from, one shape for both pages:
  *
- *   {tokens, nLayers, nHeads, held(l), weight(l, h, i, j), visible(l, h, i, j), type(l, h)}
+ *   {tokens, nLayers, nHeads, held(l), weight(l, h, i, j), visible(l, h, i, j), type(l, h), legend}
+ *
+ * `legend`: the head types' names and colours (doc.head_types: views/taxonomy.legend).
  *
  * `docSource`: an export dict of the explorer (weights at 0.01 %, as Python packed them; a layer left out
  * is not held). `arraySource`: the attention page's (layers, heads, L, L) weights given directly. */
@@ -16,11 +18,13 @@ export function docSource(doc) {
     weight: (l, h, i, j) => shownWeight(doc.layers[l].heads[h], i, j),
     visible: (l, h, i, j) => bit(visibleOf(doc.layers[l], h), i, j) === 1,
     type: (l, h) => (doc.layers[l].types ? doc.layers[l].types[h] : null),
+    legend: doc.head_types,
   };
 }
 
-/** weights: an unpacked (layers, heads, L, L) u16 array with its unit; types: [[type | null]]. */
-export function arraySource(tokens, weights, types) {
+/** weights: an unpacked (layers, heads, L, L) u16 array with its unit; types: [[type | null]]; legend: as
+ * doc.head_types. */
+export function arraySource(tokens, weights, types, legend) {
   const [nLayers, nHeads, L] = weights.shape;
   const at = (l, h, i, j) => ((l * nHeads + h) * L + i) * L + j;
   return {
@@ -31,5 +35,6 @@ export function arraySource(tokens, weights, types) {
     weight: (l, h, i, j) => weights.data[at(l, h, i, j)] / weights.unit,
     visible: () => true,
     type: (l, h) => (types ? types[l][h] : null),
+    legend,
   };
 }

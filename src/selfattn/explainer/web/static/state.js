@@ -26,7 +26,8 @@ export function createState(data) {
     seq: 0, // live mode: number of the latest request
     want: null, // live mode: the (layer, head) last picked, while its layer is being fetched
     loading: {}, // live mode: layer → the request fetching its arrays
-    view: "explore", // the open view: explore, head, model, compare (render/views.js)
+    views: data.views, // the page's views, in the order of its tabs (viewpanes.js: Python's views/registry.py)
+    view: data.views[0].name, // the open view's name: explore, head, model, compare, … (render/views.js)
     other: null, // the compare view's second document, arrays unpacked
     hvHeads: new Set(), // the heads the head view draws
     source: null, // {doc, src}: the head and model views' reader of state.doc (sources.js)

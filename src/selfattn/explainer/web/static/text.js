@@ -9,11 +9,14 @@ export function fill(template, values = {}) {
   });
 }
 
-/** t(key, values) for one language: texts[key][lang], filled. */
+/** t(key, values) for one language: texts[key][lang], filled; t.lang is that language (for words the data
+ * carries as {zh, en} beside the texts: the head types' legend, the views' labels). */
 export function translator(texts, lang) {
-  return (key, values) => {
+  const t = (key, values) => {
     const entry = texts[key];
     if (!entry) throw new Error(`texts: ${key}`);
     return fill(entry[lang], values);
   };
+  t.lang = lang;
+  return t;
 }

@@ -1,15 +1,18 @@
 /* The model view (bertviz's): every layer × head as a small heatmap of its weights (the heatmap's colours),
- * its border coloured by its type where the data has one; click a thumbnail to open that head. */
+ * its border coloured by its type where the data has one; click a thumbnail to open that head. The types'
+ * colours and names are the data's legend (`src.legend`: doc.head_types, from Python's registry of head
+ * types, views/head_types.py), so the page holds no list of types. */
 
 import { el } from "../dom.js";
 import { HIDDEN_RGB, shade } from "../format.js";
 
 export const THUMB_PX = 72; // the side of a thumbnail, in CSS pixels
 export const THUMB_MAX = 128; // beyond this many tokens a thumbnail pixel is the largest weight of a block
-export const TYPE_COLOURS = { previous: "#2563eb", next: "#0891b2", self: "#7c3aed", first: "#6b7280",
-  duplicate: "#db2777", induction: "#dc2626", local: "#16a34a", broad: "#d97706" };
-const TYPE_TEXT = { previous: "type_previous", next: "type_next", self: "type_self", first: "type_first",
-  duplicate: "type_duplicate", induction: "type_induction", local: "type_local", broad: "type_broad" };
+
+/** A type's name in the page's language (the legend's label), "" for none. */
+function typeLabel(legend, type, lang) {
+  return type ? legend.labels[type][lang] : "";
+}
 
 /** An n×n canvas of head (l, h): pixel (a, b) = shade of the largest weight of its block (block 1: the weight). */
 export function thumbnail(src, l, h) {
@@ -40,6 +43,7 @@ export function thumbnail(src, l, h) {
  * data-layer / data-head (the page listens on root). */
 export function renderModelView(root, src, current, t) {
   const L = src.tokens.length;
+  const legend = src.legend;
   const table = el("table", { class: "mv-grid", "data-testid": "mv-grid" });
   const top = el("tr");
   top.append(el("th"));
@@ -60,25 +64,27 @@ export function renderModelView(root, src, current, t) {
       const thumb = thumbnail(src, l, h);
       block = thumb.block;
       const button = el("button", { type: "button", class: "mv-thumb", "data-testid": "mv-thumb", "data-layer": l,
-        "data-head": h, "data-type": type || "", title: `${t("mv_cell", { layer: l, head: h })} · ${type ? t(TYPE_TEXT[type]) : t("mv_untyped")}` });
+        "data-head": h, "data-type": type || "", title: `${t("mv_cell", { layer: l, head: h })} · ${type ? typeLabel(legend, type, t.lang) : t("mv_untyped")}` });
       thumb.canvas.style.width = thumb.canvas.style.height = `${THUMB_PX}px`;
       thumb.canvas.dataset.testid = "mv-canvas";
-      button.style.borderColor = type ? TYPE_COLOURS[type] : "transparent";
+      button.style.borderColor = (type && legend.colours[type]) || "transparent";
       if (current && current.layer === l && current.head === h) button.classList.add("current");
       button.append(thumb.canvas);
-      td.append(button, el("span", { class: "mv-type" }, type ? t(TYPE_TEXT[type]) : ""));
+      td.append(button, el("span", { class: "mv-type" }, typeLabel(legend, type, t.lang)));
       tr.append(td);
     }
     table.append(tr);
   }
   const parts = [table];
   if (block > 1) parts.unshift(el("p", { class: "hint", "data-testid": "mv-pooled" }, t("mv_pooled", { n: L, block })));
-  const legend = el("p", { class: "mv-legend hint" });
-  for (const [type, colour] of Object.entries(TYPE_COLOURS)) {
-    const s = el("span", { class: "mv-key" }, t(TYPE_TEXT[type]));
+  const key = el("p", { class: "mv-legend hint", "data-testid": "mv-legend" });
+  for (const type of legend.types) {
+    const colour = legend.colours[type];
+    if (!colour) continue; // a type the model view does not measure (a tutorial link)
+    const s = el("span", { class: "mv-key", "data-type": type }, typeLabel(legend, type, t.lang));
     s.style.borderColor = colour;
-    legend.append(s);
+    key.append(s);
   }
-  parts.push(legend);
+  parts.push(key);
   root.replaceChildren(...parts);
 }

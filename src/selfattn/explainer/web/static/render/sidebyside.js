@@ -1,7 +1,7 @@
 /* The compare view: one head (the shown layer and head) on two texts side by side, the selected query's
  * row of weights in each, and their difference when the texts have the same number of tokens. */
 
-import { $, el } from "../dom.js";
+import { el } from "../dom.js";
 import { shownWeight, visibleOf } from "../data.js";
 import { diverging, pct } from "../format.js";
 import { headPicture, picture } from "./heatmap.js";
@@ -56,12 +56,12 @@ function rowTable(t, docs, l, h, i) {
   return table;
 }
 
-/** Draw into #view-compare: state.doc (first text) and state.other (second) on (state.layer, state.head). */
-export function renderSideBySide(state, t) {
-  const root = $("compare-body");
+/** Draw into `root` (its heading: `title`) state.doc (first text) and state.other (second) on (state.layer,
+ * state.head). */
+export function renderSideBySide(root, title, state, t) {
   const a = state.doc, b = state.other;
   const { layer: l, head: h, row: i } = state;
-  $("compare-title").textContent = t("cmp_title", { layer: l, head: h });
+  title.textContent = t("cmp_title", { layer: l, head: h });
   if (a.layers[l].omitted || b.layers[l].omitted) {
     root.replaceChildren(el("p", { class: "hint" }, t("mv_omitted")));
     return;

@@ -1,37 +1,33 @@
-/* The page's views: "explore" (the heatmap, the head grid and the stepper), "head" (the head view),
- * "model" (the model view) and "compare" (two texts, when the data has a second). The nav shows which is
- * open; only the open one is drawn. The URL hash follows the view state (hash.js). */
+/* The explorer's views, as its data lists them (viewpanes.js, from Python's registry views/registry.py):
+ * each is drawn by one of RENDERERS — "explore" (the heatmap, the head grid and the stepper), "head" (the
+ * head view), "model" (the model view), "compare" (two texts, offered when the data has a second). Only the
+ * open one is drawn. The URL hash follows the view state (hash.js). */
 
 import { $ } from "../dom.js";
 import { docSource } from "../sources.js";
+import { showViews, viewNames } from "../viewpanes.js";
 import { renderHeadView } from "./headview.js";
 import { renderModelView } from "./modelview.js";
 import { renderSideBySide } from "./sidebyside.js";
 
-export const VIEWS = ["explore", "head", "model", "compare"];
+/** render name → draw(body, title, state, src, t); "explore" is the page's own cards (render/page.js). */
+export const RENDERERS = {
+  explore: () => {},
+  head: (body, title, state, src, t) => {
+    title.textContent = t("hv_title", { layer: state.layer });
+    if (src.held(state.layer)) renderHeadView(body, src, { layer: state.layer, heads: state.hvHeads, current: state.head }, t);
+  },
+  model: (body, title, state, src, t) => renderModelView(body, src, { layer: state.layer, head: state.head }, t),
+  compare: (body, title, state, src, t) => renderSideBySide(body, title, state, t),
+};
 
-/** The views this page can open: "compare" only with a second text. */
+/** The names of the views this page can open: those that need a second text only with one. */
 export function viewsOf(state) {
-  return state.other ? VIEWS : VIEWS.slice(0, 3);
+  return viewNames(state.views, Boolean(state.other));
 }
 
 export function renderViews(state, t) {
-  for (const b of $("views").querySelectorAll("button[data-view]")) {
-    b.hidden = !viewsOf(state).includes(b.dataset.view);
-    b.classList.toggle("on", b.dataset.view === state.view);
-    b.setAttribute("aria-pressed", String(b.dataset.view === state.view));
-  }
-  for (const e of document.querySelectorAll(".v-explore")) e.hidden = state.view !== "explore";
-  for (const name of VIEWS.slice(1)) $(`view-${name}`).hidden = state.view !== name;
+  const view = showViews(state.views, state.view, viewsOf(state), t.lang);
   if (!state.source || state.source.doc !== state.doc) state.source = { doc: state.doc, src: docSource(state.doc) };
-  const src = state.source.src;
-  if (state.view === "head") {
-    $("hv-title").textContent = t("hv_title", { layer: state.layer });
-    if (!src.held(state.layer)) return;
-    renderHeadView($("hv-body"), src, { layer: state.layer, heads: state.hvHeads, current: state.head }, t);
-  } else if (state.view === "model") {
-    renderModelView($("mv-body"), src, { layer: state.layer, head: state.head }, t);
-  } else if (state.view === "compare") {
-    renderSideBySide(state, t);
-  }
+  if (view) RENDERERS[view.render]($(`${view.name}-body`), $(`${view.name}-title`), state, state.source.src, t);
 }

@@ -1,0 +1,509 @@
+"""The export dict's schema, written once: `Doc` and the TypedDicts it nests (`PageDoc`: as the page holds it).
+
+    doc["schema"] == SCHEMA_VERSION      every export says which schema it follows (`export.to_dict`)
+    schema_check.validate(doc)           [] or the problems: "doc.layers[0].heads[1].q: expected list, got str"
+
+What `export.to_dict` builds and `Explainer.explain` / `experiments.run` add (descriptions, roles, search,
+ablation, patching, lens, …). A key marked NotRequired is present only in some docs (see each type); a key
+not in the schema is a problem, so a new field is written here first. The page reads fields this schema
+names (tests/explainer/test_schema.py checks the JS against `schema_check.paths()`).
+
+Numbers: `Num` is a float or an int; arrays that may hold ±inf (`Arr`) hold the strings "inf" / "-inf"
+there (`selfattn.files.json_float`). Maps keyed by a name (a head type, an intervention) are `dict[str, …]`.
+"""
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+__all__ = ["SCHEMA_VERSION", "Doc", "PageDoc", "EXTRA", "OPAQUE"]
+
+SCHEMA_VERSION = 1
+"""Raised when a key is renamed, removed or changes its type (a new optional key leaves it)."""
+
+Num = float | int
+Inf = Literal["inf", "-inf"]
+Arr = float | int | Inf
+Vector = list[Arr]
+Matrix = list[list[Arr]]
+
+
+class Words(TypedDict):
+    zh: str
+    en: str
+
+
+Loaded = TypedDict("Loaded", {"format": str, "file": str | None, "class": str, "why": str}, total=False)
+"""How the model was built (`Explainer.loaded`: {} for an Explainer made directly); "class" is a keyword, hence
+the call form."""
+
+
+class Model(TypedDict):
+    """The model card (`export.model_info`, with the explainer's tokenizer and how it was loaded)."""
+
+    name: str
+    kind: Literal["decoder", "encoder"]
+    architecture: str
+    positions: str
+    positions_zh: str
+    positions_key: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    kv_of_head: list[int]
+    head_dim: int
+    d_model: int
+    dtype: str
+    tokenizer: NotRequired[str]
+    loaded: NotRequired[Loaded]
+
+
+class Unknown(TypedDict):
+    count: int
+    positions: list[int]
+    message: str
+    hint: NotRequired[Words]
+
+
+class Piece(TypedDict):
+    id: int
+    raw: str
+    label: str
+    span: list[int]
+    special: bool
+    unknown: bool
+
+
+class Group(TypedDict):
+    text: str
+    name: str
+    start: int
+    end: int
+    pieces: list[int]
+
+
+class Pieces(TypedDict):
+    pieces: list[Piece]
+    names: list[str]
+    characters: list[Group]
+    words: list[Group]
+    rule: Words
+
+
+class Level(TypedDict):
+    names: list[str]
+    pieces: list[list[int]]
+    same: bool
+    weights: list[list[Num]] | None
+
+
+class Levels(TypedDict):
+    rule: Words
+    characters: Level
+    words: Level
+
+
+class Packed(TypedDict):
+    b64: str
+    shape: list[int]
+    dtype: Literal["f16", "u16"]
+
+
+class DisplaySelected(TypedDict):
+    layer: int
+    head: int
+    scale: int
+    weights: Packed
+
+
+class Display(TypedDict):
+    thumbnail_size: int
+    thumbnails: list[list[Packed]]
+    selected: DisplaySelected
+
+
+class Omitted(TypedDict):
+    layers: list[int]
+    bytes: int
+    limit: int
+    message: str
+    text: Words
+
+
+class InterventionRecord(TypedDict):
+    """`Intervention.as_dict`: the flat record of what changed; an applied entry without a flat field is
+    there under its name with its values ({"block": {"query", "key"}}: EXTRA)."""
+
+    scaling: bool
+    causal: bool
+    temperature: Num
+    layer: NotRequired[int]
+    head: NotRequired[int]
+
+
+EXTRA = "__extra_items__"
+"""A TypedDict with this attribute takes keys it does not name, each value of that type (PEP 728's idea)."""
+setattr(InterventionRecord, EXTRA, dict[str, Any])
+
+
+class Param(TypedDict):
+    name: str
+    type: Literal["bool", "int", "float"]
+    min: Num | None
+    max: Num | None
+    default: Any
+    label: Words
+
+
+class InterventionEntry(TypedDict):
+    """One entry of the interventions registry as data (`interventions.as_data`)."""
+
+    name: str
+    label: Words
+    help: Words
+    said: Words
+    params: list[Param]
+    needs_baseline: bool
+    neutral: NotRequired[dict[str, Any] | None]
+    unavailable: NotRequired[Words]
+
+
+class Top(TypedDict):
+    token: str
+    shown: str
+    id: int
+    prob: Num
+
+
+class FutureRow(TypedDict):
+    query: int
+    weight: Num
+    keys: list[int]
+
+
+class Experiment(TypedDict):
+    """What the interventions applied, and with a baseline how the shown head changed (`experiment.compare`)."""
+
+    applied: dict[str, Any]
+    layer: NotRequired[int]
+    head: NotRequired[int]
+    scope: NotRequired[str]
+    same_x: NotRequired[bool]
+    entropy: NotRequired[list[Num]]
+    future: NotRequired[list[Num]]
+    future_row: NotRequired[FutureRow | None]
+    top: NotRequired[list[Top | None]]  # [before, after]; None for an encoder (no next token)
+    loss: NotRequired[list[Num | None]]
+    kl_bits: NotRequired[Num | None]
+    ablated: NotRequired[bool]
+    text: NotRequired[Words]
+
+
+class LegendNumbers(TypedDict):
+    credit_min: Num
+    chance_factor: Num
+    min_rows: int
+    broad_min: Num
+    local_span: int
+
+
+class Legend(TypedDict):
+    """doc["head_types"] (`taxonomy.legend`, from the registry `head_types.REGISTRY`)."""
+
+    types: list[str]
+    short: dict[str, Words]
+    labels: dict[str, Words]
+    words: dict[str, Words]
+    colours: dict[str, str]
+    rule: Words
+    numbers: LegendNumbers
+
+
+class Selected(TypedDict):
+    layer: int
+    head: int
+    rule: str | None
+
+
+class Summary(TypedDict):
+    entropy: Num
+    max_weight: Num
+    first_token: Num
+    previous: Num
+    self: Num
+    rows: int
+
+
+class Measured(TypedDict):
+    score: Num | None
+    chance: Num | None
+    rows: int
+    credited: bool
+
+
+class Description(TypedDict):
+    """One head in words (`head_words.sentence`)."""
+
+    kind: str
+    text: Words
+    weight: Num
+    chance: Num | None
+    types: list[str]
+    scores: dict[str, Measured]
+    relation: NotRequired[str]
+    query: NotRequired[int]
+    key: NotRequired[int]
+    pair_weight: NotRequired[Num]
+    pair_chance: NotRequired[Num]
+    mean: NotRequired[Num]
+    mean_chance: NotRequired[Num]
+    link_credited: NotRequired[bool]
+
+
+class FirstToken(TypedDict):
+    token: str
+    selected: Num
+    mean: Num
+
+
+class Found(TypedDict):
+    layer: int
+    head: int
+    weight: Num
+
+
+class Search(TypedDict):
+    query: int
+    key: int
+    heads: list[Found]
+
+
+class Stages(TypedDict):
+    scores: Matrix
+    scaled: Matrix
+    masked: Matrix
+    weights: Matrix
+    weighted: Matrix
+
+
+class Head(TypedDict):
+    """One head's arrays; scale … visible only for a head an intervention changed apart from its layer."""
+
+    kv_head: int
+    q: Matrix
+    k: Matrix
+    v: Matrix
+    lse: Vector
+    sink: NotRequired[Vector]
+    scale: NotRequired[Num]
+    softcap: NotRequired[Num | None]
+    causal: NotRequired[bool]
+    visible: NotRequired[list[list[int]]]
+    stages: NotRequired[Stages]
+
+
+class Layer(TypedDict):
+    """One layer: its rule always; its arrays unless left out (then `omitted: true`)."""
+
+    scale: Num
+    causal: bool
+    softcap: Num | None
+    window: int | list[int] | None
+    sinks: NotRequired[list[Num]]
+    alibi: NotRequired[list[Num]]
+    omitted: NotRequired[bool]
+    visible: NotRequired[list[list[int]]]
+    x: NotRequired[Matrix]
+    attn_out: NotRequired[Matrix]
+    output: NotRequired[Matrix]
+    heads: NotRequired[list[Head]]
+
+
+class Outcome(TypedDict):
+    top: list[Top]
+    loss: Num | None
+
+
+class AblationTarget(TypedDict):
+    token: str
+    shown: str
+    id: int
+    before: Num
+    after: Num
+
+
+class Ablation(TypedDict):
+    """`experiments.ablation`: the prediction before and after some heads' outputs are replaced."""
+
+    prompt: str
+    heads: list[list[int]]
+    mode: Literal["zero", "mean"]
+    before: Outcome
+    after: Outcome
+    kl_bits: Num
+    target: AblationTarget
+    text: Words
+
+
+class PatchText(TypedDict):
+    text: str
+    tokens: list[str]
+    labels: list[str]
+    names: list[str]
+    top: list[Top]
+
+
+class Token(TypedDict):
+    token: str
+    shown: str
+    id: int
+
+
+class Recovered(TypedDict):
+    layer: int
+    head: int
+    recovered: Num
+
+
+class PatchDisplay(TypedDict):
+    limit: Num
+    label_min: Num
+    light_from: Num
+
+
+class Patching(TypedDict):
+    """`experiments.patching`: the share of the logit difference each head and residual position recovers."""
+
+    model: str
+    clean: PatchText
+    corrupted: PatchText
+    target: Token
+    foil: Token
+    clean_ld: Num
+    corrupted_ld: Num
+    heads: list[list[Num]]
+    residual: list[list[Num]]
+    differ: list[int]
+    top_heads: list[Recovered]
+    display: PatchDisplay
+    text: Words
+
+
+class LensLayer(TypedDict):
+    layer: int
+    top: list[Top]
+    entropy_bits: Num
+
+
+class Lens(TypedDict):
+    """`experiments.lens`: the next token read out after every layer at one position."""
+
+    position: int
+    token: str
+    name: str
+    layers: list[LensLayer]
+    settled: int
+    text: Words
+
+
+class Doc(TypedDict):
+    """The export dict (`export.to_dict`, completed by `Explainer.explain` and `experiments.run`)."""
+
+    schema: int
+    selfattn_version: str
+    model: Model
+    text: str
+    tokens: list[str]
+    token_names: list[str]
+    token_ids: list[int]
+    unknown: Unknown
+    intervention: InterventionRecord
+    interventions: list[InterventionEntry]
+    experiment: Experiment
+    head_types: Legend
+    selected: Selected
+    summaries: list[list[Summary]]
+    prediction: list[Top]
+    layers: list[Layer]
+    pieces: NotRequired[Pieces]
+    levels: NotRequired[Levels]
+    display: NotRequired[Display]
+    omitted: NotRequired[Omitted]
+    lang: NotRequired[Literal["zh", "en"]]
+    descriptions: NotRequired[list[list[Description]]]
+    roles: NotRequired[list[str | None]]
+    first_token: NotRequired[FirstToken]
+    search: NotRequired[Search]
+    ablation: NotRequired[Ablation]
+    patching: NotRequired[Patching]
+    lens: NotRequired[Lens]
+
+
+# --- the doc as the page reads it: `packing.pack(doc)` ---------------------------------------------------
+
+
+class PageArray(TypedDict):
+    """One array packed for the page (`packing._encode`): byte planes, zlib, base64; digits: fixed point."""
+
+    dtype: Literal["f32", "f64", "u16", "u32", "i32", "bits"]
+    shape: list[int]
+    b64: str
+    digits: NotRequired[int]
+
+
+class PageHead(TypedDict):
+    """A head as the page holds it: Q/K/V/lse packed, and what the page shows computed by Python."""
+
+    kv_head: int
+    q: PageArray
+    k: PageArray
+    v: PageArray
+    lse: PageArray
+    weights: PageArray
+    keys: PageArray
+    key_stages: PageArray
+    key_weights: PageArray
+    weighted: PageArray
+    sums: PageArray
+    sink: NotRequired[PageArray]
+    scale: NotRequired[Num]
+    softcap: NotRequired[Num | None]
+    causal: NotRequired[bool]
+    visible: NotRequired[PageArray]
+
+
+class PageLayer(TypedDict):
+    scale: Num
+    causal: bool
+    softcap: Num | None
+    window: int | list[int] | None
+    sinks: NotRequired[list[Num]]
+    alibi: NotRequired[list[Num]]
+    omitted: NotRequired[bool]
+    visible: NotRequired[PageArray]
+    x: NotRequired[PageArray]
+    attn_out: NotRequired[PageArray]
+    output: NotRequired[PageArray]
+    heads: NotRequired[list[PageHead]]
+    types: NotRequired[list[str | None]]
+
+
+class ScaleWords(TypedDict):
+    stage: Words
+    row: Words
+    how: Words
+
+
+class ShownKeys(TypedDict):
+    all_up_to: int
+    top: int
+
+
+class PageDoc(Doc):
+    """`packing.pack(doc)`: the doc with its layers packed (PageLayer) and the page's words and limits."""
+
+    layers: list[PageLayer]  # type: ignore[misc]  # the packed layers replace the export's
+    scale_words: ScaleWords
+    shown_keys: ShownKeys
+
+
+OPAQUE = (PageArray, Packed)
+"""Types the page reads through its own decoder (data.js): their fields are the decoder's, not the doc's."""
