@@ -14,7 +14,7 @@ The call and its scores are TransformerLens' (`transformer_lens.head_detector.de
                        "abs": 1 − round(L · mean |weights − pattern|, 3)
     several prompts    the mean of their scores (each prompt scored with its own pattern and length)
 
-A head name's pattern is the target keys of `views.head_types` (previous, duplicate, induction), the one
+A head name's pattern is the target keys of `analysis.head_types` (previous, duplicate, induction), the one
 definition of those types in selfattn: TransformerLens' own patterns but for an induction target on the
 query itself (a token repeated twice in a row), which head_types does not count. The weights are those of
 the explainer's trace (`selfattn.explain`), so the scores are of the numbers every view shows.
@@ -27,12 +27,12 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from .views import head_types
+from .analysis import head_types
 
 __all__ = ["detect_head", "HEAD_NAMES", "ERROR_MEASURES"]
 
 HEAD_NAMES = {"previous_token_head": "previous", "duplicate_token_head": "duplicate", "induction_head": "induction"}
-"""TransformerLens' head names → the head types of `views.head_types` whose targets are their patterns."""
+"""TransformerLens' head names → the head types of `analysis.head_types` whose targets are their patterns."""
 
 ERROR_MEASURES = ("mul", "abs")
 

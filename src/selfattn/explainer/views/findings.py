@@ -12,7 +12,7 @@ Heads are written L{layer}H{head}, counted from 0. A token is quoted “ Mary”
 
 from __future__ import annotations
 
-from .head_types import REGISTRY
+from ..analysis.head_types import REGISTRY
 from .head_words import percent, type_words
 from .tables import number
 from .texts import LANGS, text

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ...terminal import printable
-from .head_types import REGISTRY
+from ..analysis.head_types import REGISTRY
 from .head_words import percent, type_words
 from .tables import number
 from .texts import TEXTS
