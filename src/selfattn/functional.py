@@ -16,7 +16,7 @@ from . import kernels
 from .kernels.base import AttentionOutput, Result, all_finite
 from .kernels.dispatch import check_backend
 from .request import MAX_SCALE, MAX_SOFTCAP, MIN_SOFTCAP, Request, build_request
-from .scores import values_readable
+from .scores import constant_when_compiled, values_readable
 
 __all__ = [
     "AttentionOutput",
@@ -164,7 +164,7 @@ def attention(
     return result.output
 
 
-@torch.compiler.assume_constant_result
+@constant_when_compiled
 def _default_backend() -> str:
     """The backend "auto" stands for in this context (`use_backend`); read once when compiled, fixed in the graph."""
     return _DEFAULT_BACKEND.get()

@@ -45,6 +45,7 @@ __all__ = [
     "join_sinks",
     "sink_grad",
     "once",
+    "constant_when_compiled",
     "values_readable",
 ]
 
@@ -77,6 +78,14 @@ class once:  # noqa: N801 - used as a decorator, like functools.cached_property
         value = self.fn(obj)
         obj.__dict__[self.name] = value
         return value
+
+
+def constant_when_compiled(fn):
+    """`fn` marked as `torch.compiler.assume_constant_result` marks it (called once when compiled, its result a
+    constant of the graph), without importing torch._dynamo: that import pulls in the compiler stack (Inductor,
+    sympy, ~1 s) on a plain call. `tests/kernels/test_imports.py` checks the mark is still torch's."""
+    fn._dynamo_marked_constant = True
+    return fn
 
 
 LOG2_E = 1.4426950408889634
