@@ -1,6 +1,6 @@
 """The one table of tolerances, and the rule every fast path is judged by.
 
-Style rule (DESIGN.md, 2): a fast path's error against the float64 reference may be at most
+Style rule (DESIGN.md, Style 2): a fast path's error against the float64 reference may be at most
 about twice the error of the naive path in the same dtype. The per-dtype floor covers the
 cases where the naive path happens to be (nearly) exact and the fast path rounds differently.
 Every other absolute tolerance a test uses is a named entry of TOL.

@@ -37,11 +37,13 @@ BACKENDS: dict[str, Backend] = {
 
 On a CPU, "auto" takes the one with the smallest `cost.estimate_seconds` among those that
 accept the request: SDPA for plain and causal (Lq = Lk) attention, where PyTorch's fused
-kernel is fastest; "tiled" for sliding windows and bottom-right causal with Lq ≠ Lk, where it
-skips the blocks SDPA has to compute through a dense mask, and for what SDPA refuses (lse,
-softcap, NaN keys under a mask); "naive" when weights are asked for (nothing else returns them)
-or the problem is tiny. On other devices the CPU-measured rates do not apply: SDPA for plain and
-square-causal attention, flex for the rest, else the first accepting backend in this order.
+kernel is fastest; "native" (the compiled C++ kernel, once built: auto never waits on its
+compile) and "tiled" for sliding windows and bottom-right causal with Lq ≠ Lk, where they skip
+the blocks SDPA has to compute through a dense mask, and for what SDPA refuses (lse, softcap,
+sinks, ALiBi, segments, NaN keys under a mask), native where its estimate is the smaller; "naive"
+when weights are asked for (nothing else returns them) or the problem is tiny. On other devices the
+CPU-measured rates do not apply: SDPA for plain and square-causal attention, flex for the rest, else
+the first accepting backend in this order.
 A backend without a `Cost` record is never taken by "auto"."""
 
 NO_COST = "it has no cost record (Backend.cost), so auto cannot weigh it; ask for it by name"
