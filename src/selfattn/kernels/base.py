@@ -30,6 +30,7 @@ import torch
 
 from .. import checks
 from ..request import ALL_DTYPES, Request
+from ..scores import constant_when_compiled
 
 __all__ = [
     "Request",
@@ -48,6 +49,7 @@ __all__ = [
     "all_finite",
     "FINITE_CHECK_CHUNK",
     "softmax_delta",
+    "looped_vmap",
 ]
 
 DEFAULT_BUDGET_BYTES = 1 << 30
@@ -75,8 +77,9 @@ def budget(nbytes: int):
         _BUDGET.reset(token)
 
 
+@constant_when_compiled
 def budget_bytes() -> int:
-    """The materialisation budget in force here (`budget`), in bytes."""
+    """The materialisation budget in force here (`budget`), in bytes; read once when compiled, fixed in the graph."""
     return _BUDGET.get()
 
 
@@ -94,6 +97,17 @@ def all_finite(t: torch.Tensor) -> bool:
     return all(
         bool(torch.isfinite(flat[i : i + FINITE_CHECK_CHUNK]).all()) for i in range(0, flat.numel(), FINITE_CHECK_CHUNK)
     )
+
+
+def looped_vmap(apply, info, in_dims, args) -> tuple[tuple, tuple]:
+    """A vmap rule for a kernel with no batch of batches: `apply` once per vmapped entry of `args` (in_dims
+    as torch.func gives them), the results stacked along dim 0."""
+    moved = [a if d is None else a.movedim(d, 0) for a, d in zip(args, in_dims, strict=True)]
+    results = [
+        apply(*(a if d is None else a[i] for a, d in zip(moved, in_dims, strict=True))) for i in range(info.batch_size)
+    ]
+    stacked = tuple(torch.stack(parts) for parts in zip(*results, strict=True))
+    return stacked, (0,) * len(stacked)
 
 
 def softmax_delta(

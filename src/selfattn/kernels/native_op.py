@@ -28,14 +28,22 @@ from torch import Tensor
 
 from ..request import accumulate_dtype
 from ..scores import sink_grad
-from .base import softmax_delta
+from .base import looped_vmap, softmax_delta
 from .native_build import build
 
-__all__ = ["native_forward", "native_backward", "unit_stride", "DOUBLE_BACKWARD", "TILE_ARGUMENTS"]
+__all__ = [
+    "native_attention",
+    "native_forward",
+    "native_backward",
+    "unit_stride",
+    "DOUBLE_BACKWARD",
+    "TILE_ARGUMENTS",
+    "NativeAttention",
+]
 
 DOUBLE_BACKWARD = (
     "double backward through the native attention kernel is not supported (its backward has no derivative); "
-    "use backend='naive' or 'tiled' for a gradient of a gradient"
+    "use backend='naive' for a gradient of a gradient"
 )
 """The refusal of a second derivative (RuntimeError)."""
 
@@ -119,7 +127,7 @@ def _backward(ctx, d_out, d_lse):
     q, k, v, *args = (c if t is None else t for t, c in zip(saved, ctx.constants, strict=True))
     d_out = unit_stride(torch.zeros_like(out) if d_out is None else d_out.to(out.dtype))
     delta = softmax_delta(d_out, out, d_lse, lse.dtype).contiguous()
-    dq, dk, dv = native_backward(d_out, q, k, v, lse.contiguous(), delta, *args)
+    dq, dk, dv = _NativeBackward.apply(d_out, q, k, v, lse.contiguous(), delta, *args)
     sinks = args[_SINKS_AT - 3]
     d_sinks = sink_grad(sinks, lse, delta) if sinks is not None and ctx.needs_input_grad[_SINKS_AT] else None
     grads = [None] * (3 + len(TILE_ARGUMENTS))
@@ -128,6 +136,48 @@ def _backward(ctx, d_out, d_lse):
 
 
 torch.library.register_autograd("selfattn::native_forward", _backward, setup_context=_setup_context)
+
+
+class _NativeBackward(torch.autograd.Function):
+    """`native_backward` as a Function (setup_context, vmap through the operator's rule) whose own derivative
+    raises DOUBLE_BACKWARD: what a create_graph=True backward records, under torch.func transforms too."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(*inputs):
+        return native_backward(*inputs)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(DOUBLE_BACKWARD)
+
+
+class NativeAttention(torch.autograd.Function):
+    """`native_forward` with the same autograd formula, as an autograd.Function with setup_context, so that
+    torch.func.grad and vmap(grad) work over it (the operator's own autograd is not a functorch transform's);
+    vmap goes through the operators' rules (generate_vmap_rule). torch.compile and torch.export trace it."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(*inputs):
+        return native_forward(*inputs)
+
+    setup_context = staticmethod(_setup_context)
+    backward = staticmethod(_backward)
+
+
+def native_attention(q: Tensor, k: Tensor, v: Tensor, *tile_arguments) -> tuple[Tensor, Tensor]:
+    """(out, lse) of `native_forward`, differentiable under torch.func transforms too (`NativeAttention`);
+    while compiling the operator itself (with its registered autograd: the graph records one operator)."""
+    if torch.compiler.is_compiling():
+        return native_forward(q, k, v, *tile_arguments)
+    return NativeAttention.apply(q, k, v, *tile_arguments)
 
 
 def _refuse_double_backward(ctx, *grads):
@@ -147,12 +197,7 @@ def _looped(op, segments_at: tuple[int, ...]):
     def rule(info, in_dims, *args):
         if any(in_dims[i] is not None for i in segments_at):
             raise RuntimeError("vmap over the segments of native attention is not supported; vmap q, k, v instead")
-        moved = [a if d is None else a.movedim(d, 0) for a, d in zip(args, in_dims, strict=True)]
-        results = [
-            op(*(a if d is None else a[i] for a, d in zip(moved, in_dims, strict=True))) for i in range(info.batch_size)
-        ]
-        stacked = tuple(torch.stack(parts) for parts in zip(*results, strict=True))
-        return stacked, (0,) * len(stacked)
+        return looped_vmap(op, info, in_dims, args)
 
     return rule
 
