@@ -133,10 +133,8 @@ class Request:
 
     @property
     def mask_kind(self) -> str | None:
-        """None, "bool" or "additive"."""
-        if self.mask is None:
-            return None
-        return "bool" if self.mask.dtype == torch.bool else "additive"
+        """None, "bool" or "additive" (`ScoreRule.mask_kind`, the one place it is decided)."""
+        return self.rule.mask_kind
 
     @property
     def accumulate_dtype(self) -> torch.dtype:

@@ -93,8 +93,9 @@ LOG2_E = 1.4426950408889634
 
 NEG_INF = float("-inf")
 
-FEATURES = ("sinks", "alibi", "segments")
-"""The per-head / per-position score features (tensors); a backend without the Capabilities flag refuses them."""
+FEATURES = {"sinks": "attention sinks", "alibi": "ALiBi slopes", "segments": "segments (packed sequences)"}
+"""The per-head / per-position score features (tensors, fields of the rule and the request) and what a backend
+lacks without them: one without the Capabilities flag of that name refuses them ("it has no <words>")."""
 
 EXTENT_CHUNK = 1 << 20
 """Entries of a mask `finite_extent` looks at per step when the mask holds −inf (a few MiB of scratch)."""

@@ -30,7 +30,7 @@ import torch
 
 from .. import checks
 from ..request import ALL_DTYPES, Request
-from ..scores import constant_when_compiled
+from ..scores import FEATURES, constant_when_compiled
 
 __all__ = [
     "Request",
@@ -238,9 +238,9 @@ class Capabilities:
             ("window", r.window is not None, self.window, "it has no sliding window"),
             ("gqa", r.G > 1, self.gqa, f"it has no grouped-query attention (Hq={r.Hq}, Hkv={r.Hkv})"),
             ("backward", r.needs_grad, self.backward, "it has no backward pass"),
-            ("sinks", r.sinks is not None, self.sinks, "it has no attention sinks"),
-            ("alibi", r.alibi is not None, self.alibi, "it has no ALiBi slopes"),
-            ("segments", r.segments is not None, self.segments, "it has no segments (packed sequences)"),
+        ) + tuple(
+            (name, getattr(r, name) is not None, getattr(self, name), f"it has no {words}")
+            for name, words in FEATURES.items()
         )
         lacking += [(name, text) for name, needed, supported, text in wanted if needed and not supported]
         if self.materialises_weights and r.weights_bytes > budget_bytes():
