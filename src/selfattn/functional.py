@@ -130,8 +130,12 @@ def attention(
     Under `torch.compile` (and `torch.export`) the call traces into one graph; what reads tensor values at
     run time is left out of it, so a compiled call does not check: overflow (`check_overflow`), that sinks
     and alibi are finite, that an additive mask holds no NaN or +inf, nor consult an interceptor
-    (`intercept` sees eager calls only); `use_backend` and "auto"'s choice are fixed when it compiles.
-    Under `torch.func.vmap` the same value checks are skipped for the vmapped tensors (`values_readable`).
+    (`intercept` sees eager calls only); `use_backend`, `kernels.budget` and "auto"'s choice are fixed when it
+    compiles, and "auto" never takes flex inside a compiled graph. Under `torch.func.vmap` the same value checks
+    are skipped for the vmapped tensors (`values_readable`). `torch.func.grad` and `vmap(grad)` work over every
+    backend with a backward; a second derivative (create_graph=True, then a gradient of the gradient) works
+    with backend="naive" and is refused by name by "tiled", "native" (so "auto" when it takes one) and "sdpa"
+    (PyTorch's own message). `tests/kernels/test_transforms.py` holds the whole matrix.
     """
     if foreign:
         raise foreign_keyword(next(iter(foreign)))
