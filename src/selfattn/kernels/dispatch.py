@@ -20,6 +20,7 @@ import torch
 
 from .. import checks, masks
 from ..request import build_request
+from ..scores import FEATURES
 from . import cost
 from .base import Backend, Capabilities, Request
 from .flex import FlexBackend
@@ -201,7 +202,7 @@ def render(explanation: Mapping) -> str:
     ]
     if r["mask"] is not None:
         options.append(f"mask={r['mask']['kind']} {tuple(r['mask']['shape'])}")
-    options += [f"{key}={tuple(r[key])}" for key in ("sinks", "alibi") if r.get(key) is not None]
+    options += [f"{key}={tuple(r[key])}" for key in FEATURES if key != "segments" and r.get(key) is not None]
     if r.get("segments") is not None:
         options.append("segments=" + "+".join(map(str, r["segments"])) + " per batch item")
     options += [key for key in ("return_weights", "return_lse", "requires_grad") if r[key]]
@@ -295,13 +296,18 @@ def _describe(r: Request) -> dict:
         "softcap": r.softcap,
         "dropout_p": r.dropout_p,
         "mask": mask,
-        "sinks": None if r.sinks is None else list(r.sinks.shape),
-        "alibi": None if r.alibi is None else list(r.alibi.shape),
-        "segments": None if r.segments is None else _segment_counts(r.segments),
+        **{name: _feature(name, getattr(r, name)) for name in FEATURES},
         "return_weights": r.return_weights,
         "return_lse": r.return_lse,
         "requires_grad": r.needs_grad,
     }
+
+
+def _feature(name: str, t: torch.Tensor | None):
+    """A score feature as `explain` shows it: None, its shape (per-head tensors), or the segments' sizes."""
+    if t is None:
+        return None
+    return _segment_counts(t) if name == "segments" else list(t.shape)
 
 
 def _segment_counts(segments: torch.Tensor) -> list[int]:
