@@ -208,7 +208,7 @@ def _qkv(**over):
         ({}, dict(scale=float("nan")), ValueError, "scale must be finite, got nan"),
         ({}, dict(scale=float("inf")), ValueError, "scale must be finite, got inf"),
         ({}, dict(scale="big"), TypeError, "scale must be a real number, got str 'big'"),
-        ({}, dict(softcap=-1.0), ValueError, "softcap must be >= 0.0001, got -1"),
+        ({}, dict(softcap=-1.0), ValueError, r"softcap must be >= 0.0001 \(or 0: no cap\), got -1"),
         ({}, dict(causal="yes"), TypeError, "causal must be a bool, got str 'yes'"),
         ({}, dict(backend="flash"), ValueError, "unknown backend 'flash'"),
         ({}, dict(backend=3), TypeError, "backend must be a str, got int 3"),

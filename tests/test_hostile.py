@@ -247,7 +247,7 @@ def test_finite_inputs_whose_scores_overflow_are_refused_not_nan(backend, dtype)
 
 
 @pytest.mark.parametrize("backend", ["auto", "naive", "tiled"])
-@pytest.mark.parametrize("softcap", [1e-300, 5e-5, 0.0, -1.0])
+@pytest.mark.parametrize("softcap", [1e-300, 5e-5, -1.0])
 def test_a_softcap_below_the_minimum_is_named(backend, softcap):
     """softcap=1e-300: tiled's multiplier scale/c overflowed float32 ("value cannot be converted") from deep inside."""
     q, k, v = make_inputs(1, 1, 1, 3, 3, 4, dtype=torch.float32)

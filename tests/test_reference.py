@@ -107,8 +107,8 @@ def test_scale_scores_and_the_checked_arguments():
         R.scale_scores([[1.0]], 0)
     with pytest.raises(TypeError, match="scale must be a real number, got str"):
         R.attention(q, q, q, scale="big")
-    with pytest.raises(ValueError, match="softcap must be > 0"):
-        R.attention(q, q, q, softcap=0.0)
+    with pytest.raises(ValueError, match="softcap must be >= 0"):
+        R.attention(q, q, q, softcap=-1.0)
     with pytest.raises(ValueError, match="window must be >= 1, got 0"):
         R.visibility(2, 2, window=0)
     with pytest.raises(TypeError, match="causal must be a bool"):

@@ -199,7 +199,7 @@ def test_window_pairs_normalise_and_keep_the_old_meaning():
     "kwargs, err, match",
     [
         (dict(window=(1, 2, 3)), ValueError, r"window as a pair must be \(left, right\)"),
-        (dict(window=(-1, 2)), ValueError, "window left must be >= 0, got -1"),
+        (dict(window=(-2, 2)), ValueError, r"window left must be >= 0, or -1 or None \(unbounded\), got -2"),
         (dict(window=(1, 2.5)), TypeError, "window right must be an int"),
         (dict(sinks=torch.zeros(3)), ValueError, r"sinks must have shape \(Hq,\) = \(2,\), got \(3,\)"),
         (dict(sinks=torch.zeros(2, dtype=torch.int64)), TypeError, "sinks must be a floating tensor"),

@@ -1,6 +1,6 @@
 """The one table of tolerances, and the rule every fast path is judged by.
 
-Style rule (DESIGN.md, 2): a fast path's error against the float64 reference may be at most
+Style rule (DESIGN.md, Style 2): a fast path's error against the float64 reference may be at most
 about twice the error of the naive path in the same dtype. The per-dtype floor covers the
 cases where the naive path happens to be (nearly) exact and the fast path rounds differently.
 Every other absolute tolerance a test uses is a named entry of TOL.
@@ -26,6 +26,7 @@ TOL = {
     "float64": 1e-12,  # two float64 computations of the same numbers (another order of sums)
     "float32": 1e-5,  # the same in float32, or float32 accumulation of half inputs
     "float64_grad": 1e-10,  # float64 gradients of two backends (longer chains of rounding)
+    "float64_central_difference": 1e-6,  # a float64 derivative against a central difference (step 1e-5: h² error)
     "float64_lse": 1e-13,  # a NumPy float64 log-sum-exp turned back into weights
     "float64_few_ops": 1e-14,  # float64 results a few operations apart (one row; a row sum)
     "float64_one_op": 1e-15,  # float64 results one rounding apart (tiny inputs, NumPy)

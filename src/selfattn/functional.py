@@ -16,10 +16,11 @@ from . import kernels
 from .kernels.base import AttentionOutput, Result, all_finite
 from .kernels.dispatch import check_backend
 from .request import MAX_SCALE, MAX_SOFTCAP, MIN_SOFTCAP, Request, build_request
-from .scores import values_readable
+from .scores import constant_when_compiled, values_readable
 
 __all__ = [
     "AttentionOutput",
+    "FOREIGN_KEYWORDS",
     "attention",
     "check_overflow",
     "intercept",
@@ -89,6 +90,7 @@ def attention(
     alibi=None,
     segments=None,
     backend="auto",
+    **foreign,
 ):
     """softmax(Q Kᵀ / √d_k, masked) · V — the tutorial's formula, batched and multi-head.
 
@@ -102,17 +104,24 @@ def attention(
                    1 1 1 1 1
     mask       bool (True = may look) or additive float, broadcastable to (B, Hq, Lq, Lk)
     window     w >= 1: key j is visible to query position p only if p - w < j <= p; or (left, right)
-               (FlashAttention's window_size, None: unbounded): p - left <= j <= p + right, causal or not
+               (FlashAttention's window_size, None or -1: unbounded): p - left <= j <= p + right, causal or not
     scale      multiplies Q Kᵀ; default 1/√D
-    softcap    c in [MIN_SOFTCAP, MAX_SOFTCAP]: a scaled score s becomes c·tanh(s/c) before masking
+    softcap    c in [MIN_SOFTCAP, MAX_SOFTCAP]: a scaled score s becomes c·tanh(s/c) before masking (0: none)
     dropout_p  dropout on the weights, in [0, 1) (pass 0 in evaluation)
     return_weights, return_lse   return AttentionOutput(output, weights, lse) (= kernels.Result)
     sinks      (Hq,) sink logits joining each row's softmax denominator (gpt-oss): w_ij = exp(s_ij) /
                (Σ_j exp(s_ij) + exp(sink_h)); the lse includes the sink; differentiable
-    alibi      (Hq,) ALiBi slopes: s_ij −= slope_h · |p − j| (constants)
+    alibi      (Hq,) or (B, Hq) ALiBi slopes: s_ij −= slope_h · |p − j| (constants)
     segments   (B, L) integer ids of packed sequences (Lq = Lk = L): key j is visible to query i only with
                the same id, together with causal / window / mask
     backend    "auto" (fastest that can serve the request), or one of "naive", "sdpa", …
+
+    FlashAttention's and SDPA's conventions: the layout is (B, H, L, D), as SDPA's (flash_attn_func takes
+    (B, L, H, D): pass q.transpose(1, 2) and transpose the output back); window=(-1, -1) (−1: that side
+    unbounded) and softcap=0.0 (no cap) mean what they mean there; alibi takes flash's alibi_slopes, (Hq,) or
+    (B, Hq) (the latter becomes an additive mask of (B, Hq, Lq, Lk)). Each argument has one name: SDPA's and
+    FlashAttention's names (attn_mask, is_causal, enable_gqa, softmax_scale, window_size, alibi_slopes) get a
+    TypeError naming the selfattn one (`FOREIGN_KEYWORDS`).
 
     A query row that may look at nothing gets output 0, weights 0, lse −inf: never NaN. Finite inputs
     whose scores overflow the compute dtype get a ValueError (on the CPU: `check_overflow`).
@@ -121,9 +130,15 @@ def attention(
     Under `torch.compile` (and `torch.export`) the call traces into one graph; what reads tensor values at
     run time is left out of it, so a compiled call does not check: overflow (`check_overflow`), that sinks
     and alibi are finite, that an additive mask holds no NaN or +inf, nor consult an interceptor
-    (`intercept` sees eager calls only); `use_backend` and "auto"'s choice are fixed when it compiles.
-    Under `torch.func.vmap` the same value checks are skipped for the vmapped tensors (`values_readable`).
+    (`intercept` sees eager calls only); `use_backend`, `kernels.budget` and "auto"'s choice are fixed when it
+    compiles, and "auto" never takes flex inside a compiled graph. Under `torch.func.vmap` the same value checks
+    are skipped for the vmapped tensors (`values_readable`). `torch.func.grad` and `vmap(grad)` work over every
+    backend with a backward; a second derivative (create_graph=True, then a gradient of the gradient) works
+    with backend="naive" and is refused by name by "tiled", "native" (so "auto" when it takes one) and "sdpa"
+    (PyTorch's own message). `tests/kernels/test_transforms.py` holds the whole matrix.
     """
+    if foreign:
+        raise foreign_keyword(next(iter(foreign)))
     check_backend(backend)
     compiling = torch.compiler.is_compiling()
     if backend == "auto":
@@ -164,7 +179,31 @@ def attention(
     return result.output
 
 
-@torch.compiler.assume_constant_result
+FOREIGN_KEYWORDS = {
+    "attn_mask": ("SDPA", "mask=", "the same meaning: bool True = may look, or an additive float"),
+    "is_causal": (
+        "SDPA",
+        "causal=True",
+        "aligned bottom-right: query i sees keys j <= i + Lk − Lq; SDPA's is_causal is top-left when Lq ≠ Lk",
+    ),
+    "enable_gqa": ("SDPA", "nothing", "k and v with Hkv heads, Hq % Hkv == 0, are grouped-query attention"),
+    "softmax_scale": ("FlashAttention", "scale=", "multiplies q·kᵀ, default 1/√D"),
+    "window_size": ("FlashAttention", "window=(left, right)", "-1 = that side unbounded, as in FlashAttention"),
+    "alibi_slopes": ("FlashAttention", "alibi=", "slopes of shape (Hq,) or (B, Hq)"),
+}
+"""Other libraries' names for `attention`'s arguments: (whose, what to write here, a note) — each answered."""
+
+
+def foreign_keyword(name: str) -> TypeError:
+    """The TypeError for a keyword `attention` does not take: the selfattn name to use where it is another
+    library's, else Python's own message."""
+    if name not in FOREIGN_KEYWORDS:
+        return TypeError(f"attention() got an unexpected keyword argument {name!r}")
+    whose, ours, note = FOREIGN_KEYWORDS[name]
+    return TypeError(f"attention() has no {name}= ({whose}'s name): write {ours} ({note})")
+
+
+@constant_when_compiled
 def _default_backend() -> str:
     """The backend "auto" stands for in this context (`use_backend`); read once when compiled, fixed in the graph."""
     return _DEFAULT_BACKEND.get()

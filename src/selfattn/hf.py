@@ -27,8 +27,9 @@ sliding_window = w + 1) becomes the two-sided window (w, w); a packed batch's bl
 becomes segments. A mask that also hides padding keeps its padding part. KV-cache decoding
 (Lq < Lk) needs no special case: selfattn's causal rule is bottom-right aligned.
 
-Anything else that changes the computation (a `head_mask`, a `position_bias`, ...) is refused with a
-ValueError naming it.
+A `position_bias` (T5-style, additive, broadcastable to (B, Hq, Lq, Lk)) is folded into the additive mask:
+added to it, or −inf where a bool mask hides. Anything else that changes the computation (a `head_mask`, ...)
+is refused with a ValueError naming it.
 """
 
 from __future__ import annotations
@@ -41,12 +42,22 @@ import torch
 from .functional import attention
 from .masks import visibility
 
-__all__ = ["NAME", "register", "attention_forward", "split_mask"]
+__all__ = ["NAME", "register", "attention_forward", "split_mask", "with_bias"]
 
 NAME = "selfattn"
 """The `attn_implementation` name this module registers."""
 
-HANDLED = ("dropout", "scaling", "softcap", "sliding_window", "is_causal", "output_attentions", "s_aux", "position_ids")
+HANDLED = (
+    "dropout",
+    "scaling",
+    "softcap",
+    "sliding_window",
+    "is_causal",
+    "output_attentions",
+    "s_aux",
+    "position_ids",
+    "position_bias",
+)
 IGNORED = (
     "cache_position",
     "use_cache",
@@ -117,6 +128,9 @@ def attention_forward(
         segments = packed_segments(kwargs.get("position_ids"), Lq, Lk, query.shape[0])
         if segments is not None:
             mask, segments = _segments_of_mask(mask, segments, causal, window)
+    bias = kwargs.get("position_bias")
+    if bias is not None:
+        mask = with_bias(mask, bias)
     want = bool(kwargs.get("output_attentions", False)) or _recording_attentions()
     out = attention(
         query,
@@ -153,6 +167,19 @@ def split_mask(mask: torch.Tensor, n_q: int, n_k: int, *, causal: bool, window):
     if not bool((mask & ~rule).any()):
         return causal, window, mask
     return False, None, mask
+
+
+def with_bias(mask: torch.Tensor | None, bias) -> torch.Tensor:
+    """An additive `bias` (transformers' position_bias) joined with `mask`: added to an additive mask, −inf
+    where a bool mask hides, the bias alone without a mask."""
+    if not isinstance(bias, torch.Tensor) or not bias.dtype.is_floating_point:
+        got = f"dtype {bias.dtype}" if isinstance(bias, torch.Tensor) else type(bias).__name__
+        raise TypeError(f"position_bias must be a floating tensor (additive), got {got}")
+    if mask is None:
+        return bias
+    if mask.dtype == torch.bool:
+        return torch.where(mask, bias, torch.tensor(float("-inf"), dtype=bias.dtype, device=bias.device))
+    return mask + bias
 
 
 def packed_segments(position_ids, n_q: int, n_k: int, batch: int) -> torch.Tensor | None:

@@ -22,6 +22,7 @@ an implementation that shares no code with them.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -224,7 +225,7 @@ def visibility(n_q: int, n_k: int, *, causal: bool = False, window=None) -> np.n
     Query i stands at position p = i + n_k - n_q (bottom-right alignment).
     causal:   key j visible only if j <= p.
     window w: key j visible only if p - w < j <= p (the last w positions, itself included).
-    window (left, right): key j visible only if p - left <= j <= p + right (None: that side unbounded),
+    window (left, right): key j visible only if p - left <= j <= p + right (None or −1: that side unbounded),
               causal or not (FlashAttention's window_size).
     """
     visible = np.ones((n_q, n_k), dtype=bool)
@@ -235,7 +236,7 @@ def visibility(n_q: int, n_k: int, *, causal: bool = False, window=None) -> np.n
     p = np.arange(n_q)[:, None] + (n_k - n_q)
     j = np.arange(n_k)[None, :]
     if isinstance(window, (tuple, list)):
-        left, right = (checks.optional_integer("window side", x, low=0) for x in window)
+        left, right = (None if _unbounded(x) else checks.optional_integer("window side", x, low=0) for x in window)
         if left is not None:
             visible &= j >= p - left
         if right is not None:
@@ -255,7 +256,7 @@ def attention(
     v     (B, Hkv, Lk, Dv)
     mask  bool (True = may look) or additive float, broadcastable to (B, Hq, Lq, Lk); an additive
           −inf hides the key exactly as a bool False does (whatever its score, NaN included)
-    scale default 1/√D; softcap c turns a scaled score s into c·tanh(s/c) before masking
+    scale default 1/√D; softcap c turns a scaled score s into c·tanh(s/c) before masking (0: no cap)
     alibi     (Hq,) slopes: s_ij −= slope_h · |p − j| after the softcap
     segments  (B, L) ids, Lq = Lk: query i sees key j only if segments[b, i] == segments[b, j]
     sinks     (Hq,) logits that join every row's denominator: w_ij = exp(s_ij) / (Σ_j exp(s_ij) + exp(sink_h))
@@ -271,8 +272,8 @@ def attention(
     n_q, n_k = q.shape[2], k.shape[2]
     multiplier = 1.0 / np.sqrt(q.shape[-1]) if scale is None else checks.real("scale", scale)
     s = np.einsum("bhid,bhjd->bhij", q, k) * multiplier
-    if softcap is not None:
-        softcap = checks.real("softcap", softcap, low=0.0, low_open=True)
+    if softcap is not None and checks.real("softcap", softcap, low=0.0) > 0:  # 0: no cap, as FlashAttention's
+        softcap = float(softcap)
         s = softcap * np.tanh(s / softcap)
     if alibi is not None:
         distance = np.abs(np.arange(n_q)[:, None] + (n_k - n_q) - np.arange(n_k)[None, :])
@@ -301,6 +302,11 @@ def attention(
         lse = (np.log(np.sum(np.exp(s - finite_peak), axis=-1, keepdims=True)) + finite_peak)[..., 0]
     output = np.einsum("bhij,bhjd->bhid", weights, v)
     return output, weights[..., :n_k], lse
+
+
+def _unbounded(x) -> bool:
+    """−1 as a window side: unbounded (FlashAttention's window_size=(-1, -1))."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool) and x == -1
 
 
 def _matrix(name: str, a) -> np.ndarray:

@@ -11,6 +11,7 @@ key/value head, Lq queries, Lk keys, D query/key width, Dv value width.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -25,11 +26,14 @@ __all__ = [
     "MIN_SOFTCAP",
     "Request",
     "accumulate_dtype",
+    "alibi_mask",
     "build_request",
     "check_dense",
     "check_mask",
     "check_per_head",
     "check_segments",
+    "check_slopes",
+    "check_softcap",
     "check_window",
 ]
 
@@ -67,7 +71,8 @@ class Request:
           (`build_request`, the only builder, makes it 4-D; backends rely on that)
     window    None, w (the last w positions), or (left, right) with None or ints >= 0 (two-sided)
     sinks     None, or (Hq,) floating logits that join each row's softmax denominator (gpt-oss)
-    alibi     None, or (Hq,) floating slopes: score += −slope_h · |p − j| (constants, never differentiated)
+    alibi     None, or (Hq,) floating slopes: score += −slope_h · |p − j| (constants, never differentiated);
+              (B, Hq) slopes are in the mask (`alibi_mask`)
     segments  None, or (B, L) integer ids (Lq = Lk = L): key j visible to query i only with the same id
 
     `rule` is its `scores.ScoreRule` (scale, softcap, mask, causal, window, …): how q·kᵀ becomes a logit.
@@ -128,10 +133,8 @@ class Request:
 
     @property
     def mask_kind(self) -> str | None:
-        """None, "bool" or "additive"."""
-        if self.mask is None:
-            return None
-        return "bool" if self.mask.dtype == torch.bool else "additive"
+        """None, "bool" or "additive" (`ScoreRule.mask_kind`, the one place it is decided)."""
+        return self.rule.mask_kind
 
     @property
     def accumulate_dtype(self) -> torch.dtype:
@@ -223,16 +226,15 @@ def build_request(
         scale = 1.0 / math.sqrt(D)
     else:
         scale = checks.real("scale", scale, low=-MAX_SCALE, high=MAX_SCALE)
-    if softcap is not None:
-        softcap = checks.real("softcap", softcap, low=MIN_SOFTCAP, high=MAX_SOFTCAP)
+    softcap = check_softcap(softcap)
     dropout_p = checks.real("dropout_p", dropout_p, low=0, high=1, high_open=True)
     if mask is not None:
         mask = check_mask(mask, (B, Hq, Lq, Lk), q.device)
     sinks = None if sinks is None else check_per_head("sinks", sinks, Hq, q.device)
     if alibi is not None:
-        alibi = check_per_head("alibi", alibi, Hq, q.device)
-        if alibi.requires_grad and torch.is_grad_enabled():
-            raise ValueError("alibi slopes are constants and are not differentiated: pass alibi.detach()")
+        alibi = check_slopes(alibi, B, Hq, q.device)
+        if alibi.dim() == 2:  # (B, Hq): per-batch slopes, exactly an additive mask
+            mask, alibi = alibi_mask(alibi, mask, Lq, Lk, accumulate_dtype(q.dtype)), None
     segments = None if segments is None else check_segments(segments, B, Lq, Lk, q.device)
     return Request(
         q=q,
@@ -252,18 +254,37 @@ def build_request(
     )
 
 
+def check_softcap(softcap) -> float | None:
+    """None or 0 (FlashAttention's "off"): no cap; else a real in [MIN_SOFTCAP, MAX_SOFTCAP]."""
+    if softcap is None:
+        return None
+    softcap = checks.real("softcap", softcap, high=MAX_SOFTCAP)
+    if softcap == 0:
+        return None
+    if softcap < MIN_SOFTCAP:
+        raise ValueError(f"softcap must be >= {MIN_SOFTCAP:g} (or 0: no cap), got {softcap:g}")
+    return softcap
+
+
+def _window_side(side: str, x) -> int | None:
+    """One side of a two-sided window: None or −1 (FlashAttention's "unbounded") → None, else an int >= 0."""
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool) and x == -1:
+        return None
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool) and x < -1:
+        raise ValueError(f"window {side} must be >= 0, or -1 or None (unbounded), got {x}")
+    return checks.optional_integer(f"window {side}", x, low=0)
+
+
 def check_window(window, Lq: int, Lk: int):
-    """None, an int w >= 1 (clamped to Lk), or (left, right) with each None or an int >= 0 (clamped to
-    Lq + Lk: every key within reach); (left, 0) becomes the int left + 1, (None, None) None."""
+    """None, an int w >= 1 (clamped to Lk), or (left, right) with each None / −1 (unbounded, FlashAttention's
+    window_size) or an int >= 0 (clamped to Lq + Lk: every key within reach); (left, 0) becomes the int
+    left + 1, (None, None) None."""
     if window is None:
         return None
     if isinstance(window, (tuple, list)):
         if len(window) != 2:
             raise ValueError(f"window as a pair must be (left, right), got {tuple(window)!r}")
-        left, right = (
-            checks.optional_integer(f"window {side}", x, low=0)
-            for side, x in zip(("left", "right"), window, strict=True)
-        )
+        left, right = (_window_side(side, x) for side, x in zip(("left", "right"), window, strict=True))
         reach = Lq + Lk
         left = None if left is None else min(left, reach)
         right = None if right is None else min(right, reach)
@@ -287,6 +308,37 @@ def check_per_head(name: str, t, Hq: int, device: torch.device) -> torch.Tensor:
     if values_readable(t) and not bool(torch.isfinite(t.detach()).all()):
         raise ValueError(f"{name} must be finite, got {t.detach().tolist()}")
     return t
+
+
+def check_slopes(t, B: int, Hq: int, device: torch.device) -> torch.Tensor:
+    """ALiBi slopes checked as (Hq,) or (B, Hq) (FlashAttention's alibi_slopes) finite constants; (1, Hq) is
+    viewed as (Hq,)."""
+    check_dense("alibi", t)
+    if t.dim() == 2 and tuple(t.shape) in ((1, Hq), (B, Hq)):
+        if t.shape[0] == 1:
+            t = t[0]
+    elif tuple(t.shape) != (Hq,):
+        raise ValueError(f"alibi must have shape (Hq,) = ({Hq},) or (B, Hq) = ({B}, {Hq}), got {tuple(t.shape)}")
+    check_per_head("alibi", t.reshape(-1), t.numel(), device)  # dtype, device, finite
+    if t.requires_grad and torch.is_grad_enabled():
+        raise ValueError("alibi slopes are constants and are not differentiated: pass alibi.detach()")
+    return t
+
+
+def alibi_mask(slopes: torch.Tensor, mask: torch.Tensor | None, Lq: int, Lk: int, dtype: torch.dtype):
+    """Per-batch ALiBi slopes (B, Hq) as the additive mask they are: −slope_bh · |p − j| (B, Hq, Lq, Lk), p = i +
+    Lk − Lq, joined with a checked 4-D `mask` (a bool one hides with −inf, an additive one adds). Exact: ALiBi
+    and an additive mask are both added after the softcap. Costs a (B, Hq, Lq, Lk) tensor; (Hq,) slopes do not."""
+    if mask is not None and mask.dtype.is_floating_point:
+        dtype = torch.promote_types(dtype, mask.dtype)
+    p = torch.arange(Lq, device=slopes.device) + (Lk - Lq)
+    distance = (p[:, None] - torch.arange(Lk, device=slopes.device)[None, :]).abs().to(dtype)  # (Lq, Lk)
+    bias = -slopes.detach().to(dtype)[:, :, None, None] * distance
+    if mask is None:
+        return bias
+    if mask.dtype == torch.bool:
+        return bias.masked_fill(~mask, float("-inf"))
+    return mask.to(dtype) + bias
 
 
 def check_segments(t, B: int, Lq: int, Lk: int, device: torch.device) -> torch.Tensor:

@@ -45,6 +45,7 @@ __all__ = [
     "join_sinks",
     "sink_grad",
     "once",
+    "constant_when_compiled",
     "values_readable",
 ]
 
@@ -79,13 +80,22 @@ class once:  # noqa: N801 - used as a decorator, like functools.cached_property
         return value
 
 
+def constant_when_compiled(fn):
+    """`fn` marked as `torch.compiler.assume_constant_result` marks it (called once when compiled, its result a
+    constant of the graph), without importing torch._dynamo: that import pulls in the compiler stack (Inductor,
+    sympy, ~1 s) on a plain call. `tests/kernels/test_imports.py` checks the mark is still torch's."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
 LOG2_E = 1.4426950408889634
 """log₂ e: a logit in base 2 is the natural one times this (`unit=LOG2_E`: softmax by exp2)."""
 
 NEG_INF = float("-inf")
 
-FEATURES = ("sinks", "alibi", "segments")
-"""The per-head / per-position score features (tensors); a backend without the Capabilities flag refuses them."""
+FEATURES = {"sinks": "attention sinks", "alibi": "ALiBi slopes", "segments": "segments (packed sequences)"}
+"""The per-head / per-position score features (tensors, fields of the rule and the request) and what a backend
+lacks without them: one without the Capabilities flag of that name refuses them ("it has no <words>")."""
 
 EXTENT_CHUNK = 1 << 20
 """Entries of a mask `finite_extent` looks at per step when the mask holds −inf (a few MiB of scratch)."""

@@ -29,7 +29,7 @@ import torch
 from . import checks
 from .request import Request, build_request, check_dense
 
-__all__ = ["attention_weights", "masked_scores", "weights_from_lse"]
+__all__ = ["attention_weights", "masked_scores", "row_index", "weights_from_lse"]
 
 NEG_INF = float("-inf")
 
@@ -87,7 +87,7 @@ def attention_weights(q, k, lse, rows=None, *, causal=False, mask=None, window=N
     # v is not needed: k stands in for it, so that every argument is checked by the one validator
     r = build_request(q, k, k, causal=causal, mask=mask, window=window, scale=scale, softcap=softcap)
     _check_lse(lse, (r.B, r.Hq, r.Lq), r.q.device)
-    index = _row_index(rows, r.Lq, r.q.device)
+    index = row_index(rows, r.Lq, r.q.device)
     s = masked_scores(r, index)  # (B, Hq, R, Lk)
     return weights_from_lse(s, lse[:, :, index].to(r.accumulate_dtype))
 
@@ -109,7 +109,7 @@ def _check_lse(lse, shape: tuple[int, int, int], device: torch.device) -> None:
         )
 
 
-def _row_index(rows, n: int, device: torch.device) -> torch.Tensor:
+def row_index(rows, n: int, device: torch.device) -> torch.Tensor:
     """rows (None / int / sequence / slice / 1-D tensor) → int64 index tensor (R,) into [0, n)."""
     if rows is None:
         return torch.arange(n, device=device)

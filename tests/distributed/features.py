@@ -121,7 +121,8 @@ def _refusals(rank: int) -> list[str]:
         ("segments", dict(segments=torch.zeros(1, 8, dtype=torch.int64)), "segments"),
         ("sinks that differ across ranks", dict(sinks=torch.tensor([0.5, float(rank)])), "sinks[1]"),
         ("slopes that differ across ranks", dict(alibi=torch.tensor([0.5, 0.25 * (rank + 1)])), "alibi[1]"),
-        ("a window side < 0", dict(window=(2, -1)), "window right"),
+        ("a window side < 0", dict(window=(2, -2)), "window right"),  # (-1: unbounded, as flash)
+        ("per-batch slopes", dict(alibi=torch.full((2, 2), 0.5, dtype=torch.float64)), "slopes of shape (Hq,)"),
     )
     for what, kwargs, named in checks:
         try:

@@ -81,8 +81,6 @@ def test_semantics_it_cannot_honour_are_refused():
     attn = model.model.layers[0].self_attn
     q = torch.randn(1, 4, 3, 8)
     k = v = torch.randn(1, 2, 3, 8)
-    with pytest.raises(ValueError, match="cannot honour 'position_bias'"):
-        selfattn.hf.attention_forward(attn, q, k, v, None, position_bias=torch.zeros(4))
     with pytest.raises(ValueError, match="cannot honour 'head_mask'"):
         selfattn.hf.attention_forward(attn, q, k, v, None, head_mask=torch.ones(4))
     out, weights = selfattn.hf.attention_forward(attn, q, k, v, None, position_ids=torch.arange(3), s_aux=None)

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+import selfattn
 from selfattn import kernels
 from selfattn.kernels import flex
 from selfattn.kernels.flex import MIN_CPU_LENGTH, FlexBackend
@@ -70,6 +71,22 @@ def test_cpu_refusals_name_every_reason():
         assert part in text
     r = build_request(*make_inputs(1, 1, 1, 4, 4, 8, 8, dtype=torch.float32), dropout_p=0.1)
     assert FLEX.refuse(r).startswith("it has no dropout")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, dict(causal=True), dict(alibi=torch.full((2,), 0.25, dtype=torch.float64)), dict(segments="segments")],
+)
+def test_float64_on_the_cpu_is_refused_by_name(kwargs):
+    """Issue 28: float64 reached an Inductor LoweringException after a compile attempt; now the call refuses
+    it by name (the same sentence for every rule), before compiling anything."""
+    q, k, v = make_inputs(1, 2, 2, 128, 128, 8, 8, dtype=torch.float64)
+    if kwargs.get("segments") == "segments":
+        kwargs = dict(segments=torch.arange(128).div(50, rounding_mode="floor")[None])
+    before = dict(flex.compile_seconds)
+    with pytest.raises(ValueError, match="backend 'flex' cannot serve this request: .*does not lower float64"):
+        selfattn.attention(q, k, v, backend="flex", **kwargs)
+    assert flex.compile_seconds == before
 
 
 def test_asking_compiles_nothing():

@@ -297,6 +297,11 @@ def ring_attention(
     # the window is the whole sequence's rule: checked here against L, not clamped to this rank's Lr rows
     # as `build_request` would
     check_window(window, 1, 1)
+    if isinstance(alibi, torch.Tensor) and alibi.dim() == 2 and alibi.shape[0] > 1:  # attention folds them into a mask
+        raise ValueError(
+            f"ring_attention takes ALiBi slopes of shape (Hq,) (one per head, for every batch item), got "
+            f"{tuple(alibi.shape)}"
+        )
     request = build_request(q, k, v, causal=causal, scale=scale, softcap=softcap, sinks=sinks, alibi=alibi)
     world_and_rank(group)  # RuntimeError before `init`
     world, rank, global_ranks = comm.group_ranks(group)

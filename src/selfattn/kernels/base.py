@@ -30,6 +30,7 @@ import torch
 
 from .. import checks
 from ..request import ALL_DTYPES, Request
+from ..scores import FEATURES, constant_when_compiled
 
 __all__ = [
     "Request",
@@ -48,6 +49,7 @@ __all__ = [
     "all_finite",
     "FINITE_CHECK_CHUNK",
     "softmax_delta",
+    "looped_vmap",
 ]
 
 DEFAULT_BUDGET_BYTES = 1 << 30
@@ -75,8 +77,9 @@ def budget(nbytes: int):
         _BUDGET.reset(token)
 
 
+@constant_when_compiled
 def budget_bytes() -> int:
-    """The materialisation budget in force here (`budget`), in bytes."""
+    """The materialisation budget in force here (`budget`), in bytes; read once when compiled, fixed in the graph."""
     return _BUDGET.get()
 
 
@@ -94,6 +97,17 @@ def all_finite(t: torch.Tensor) -> bool:
     return all(
         bool(torch.isfinite(flat[i : i + FINITE_CHECK_CHUNK]).all()) for i in range(0, flat.numel(), FINITE_CHECK_CHUNK)
     )
+
+
+def looped_vmap(apply, info, in_dims, args) -> tuple[tuple, tuple]:
+    """A vmap rule for a kernel with no batch of batches: `apply` once per vmapped entry of `args` (in_dims
+    as torch.func gives them), the results stacked along dim 0."""
+    moved = [a if d is None else a.movedim(d, 0) for a, d in zip(args, in_dims, strict=True)]
+    results = [
+        apply(*(a if d is None else a[i] for a, d in zip(moved, in_dims, strict=True))) for i in range(info.batch_size)
+    ]
+    stacked = tuple(torch.stack(parts) for parts in zip(*results, strict=True))
+    return stacked, (0,) * len(stacked)
 
 
 def softmax_delta(
@@ -224,9 +238,9 @@ class Capabilities:
             ("window", r.window is not None, self.window, "it has no sliding window"),
             ("gqa", r.G > 1, self.gqa, f"it has no grouped-query attention (Hq={r.Hq}, Hkv={r.Hkv})"),
             ("backward", r.needs_grad, self.backward, "it has no backward pass"),
-            ("sinks", r.sinks is not None, self.sinks, "it has no attention sinks"),
-            ("alibi", r.alibi is not None, self.alibi, "it has no ALiBi slopes"),
-            ("segments", r.segments is not None, self.segments, "it has no segments (packed sequences)"),
+        ) + tuple(
+            (name, getattr(r, name) is not None, getattr(self, name), f"it has no {words}")
+            for name, words in FEATURES.items()
         )
         lacking += [(name, text) for name, needed, supported, text in wanted if needed and not supported]
         if self.materialises_weights and r.weights_bytes > budget_bytes():

@@ -78,8 +78,15 @@ def request_pairs(r: Request) -> int:
         return visible_pairs(r.Lq, r.Lk, causal=r.causal, window=r.window)
     import torch
 
-    p = torch.arange(r.Lq) + (r.Lk - r.Lq)
+    from ..scores import values_readable
+
     left, right = r.rule.bounds or (None, None)
+    if not values_readable(r.q, r.segments):  # traced (compile, export): in Python, segments not read (more pairs)
+        lo_of = (lambda p: 0) if left is None else (lambda p: max(p - left, 0))
+        hi_of = (lambda p: r.Lk) if right is None else (lambda p: min(max(p + right + 1, 0), r.Lk))
+        shift = r.Lk - r.Lq
+        return r.B * sum(max(hi_of(i + shift) - lo_of(i + shift), 0) for i in range(r.Lq))
+    p = torch.arange(r.Lq) + (r.Lk - r.Lq)
     lo = torch.zeros_like(p) if left is None else (p - left).clamp(min=0)
     hi = torch.full_like(p, r.Lk) if right is None else (p + right + 1).clamp(min=0, max=r.Lk)
     if r.segments is None:

@@ -20,6 +20,7 @@ import torch
 
 from .. import checks, masks
 from ..request import build_request
+from ..scores import FEATURES
 from . import cost
 from .base import Backend, Capabilities, Request
 from .flex import FlexBackend
@@ -37,11 +38,13 @@ BACKENDS: dict[str, Backend] = {
 
 On a CPU, "auto" takes the one with the smallest `cost.estimate_seconds` among those that
 accept the request: SDPA for plain and causal (Lq = Lk) attention, where PyTorch's fused
-kernel is fastest; "tiled" for sliding windows and bottom-right causal with Lq ≠ Lk, where it
-skips the blocks SDPA has to compute through a dense mask, and for what SDPA refuses (lse,
-softcap, NaN keys under a mask); "naive" when weights are asked for (nothing else returns them)
-or the problem is tiny. On other devices the CPU-measured rates do not apply: SDPA for plain and
-square-causal attention, flex for the rest, else the first accepting backend in this order.
+kernel is fastest; "native" (the compiled C++ kernel, once built: auto never waits on its
+compile) and "tiled" for sliding windows and bottom-right causal with Lq ≠ Lk, where they skip
+the blocks SDPA has to compute through a dense mask, and for what SDPA refuses (lse, softcap,
+sinks, ALiBi, segments, NaN keys under a mask), native where its estimate is the smaller; "naive"
+when weights are asked for (nothing else returns them) or the problem is tiny. On other devices the
+CPU-measured rates do not apply: SDPA for plain and square-causal attention, flex for the rest, else
+the first accepting backend in this order.
 A backend without a `Cost` record is never taken by "auto"."""
 
 NO_COST = "it has no cost record (Backend.cost), so auto cannot weigh it; ask for it by name"
@@ -199,7 +202,7 @@ def render(explanation: Mapping) -> str:
     ]
     if r["mask"] is not None:
         options.append(f"mask={r['mask']['kind']} {tuple(r['mask']['shape'])}")
-    options += [f"{key}={tuple(r[key])}" for key in ("sinks", "alibi") if r.get(key) is not None]
+    options += [f"{key}={tuple(r[key])}" for key in FEATURES if key != "segments" and r.get(key) is not None]
     if r.get("segments") is not None:
         options.append("segments=" + "+".join(map(str, r["segments"])) + " per batch item")
     options += [key for key in ("return_weights", "return_lse", "requires_grad") if r[key]]
@@ -293,13 +296,18 @@ def _describe(r: Request) -> dict:
         "softcap": r.softcap,
         "dropout_p": r.dropout_p,
         "mask": mask,
-        "sinks": None if r.sinks is None else list(r.sinks.shape),
-        "alibi": None if r.alibi is None else list(r.alibi.shape),
-        "segments": None if r.segments is None else _segment_counts(r.segments),
+        **{name: _feature(name, getattr(r, name)) for name in FEATURES},
         "return_weights": r.return_weights,
         "return_lse": r.return_lse,
         "requires_grad": r.needs_grad,
     }
+
+
+def _feature(name: str, t: torch.Tensor | None):
+    """A score feature as `explain` shows it: None, its shape (per-head tensors), or the segments' sizes."""
+    if t is None:
+        return None
+    return _segment_counts(t) if name == "segments" else list(t.shape)
 
 
 def _segment_counts(segments: torch.Tensor) -> list[int]:

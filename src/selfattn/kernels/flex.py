@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from ..scores import additive_in
+from ..scores import additive_in, constant_when_compiled
 from .base import Backend, Capabilities, Cost, Request, Result, Work
 from .cost import request_pairs
 from .notice import Notice, emit
@@ -108,6 +108,12 @@ def _has_compiler(path: str) -> bool:
     return shutil.which("c++", path=path) is not None or shutil.which("g++", path=path) is not None
 
 
+@constant_when_compiled
+def _compiler_on_path() -> bool:
+    """`_has_compiler` for this PATH; read once when compiled (a file lookup cannot be traced)."""
+    return _has_compiler(os.environ.get("PATH", ""))
+
+
 def is_warm(r: Request) -> bool:
     """True when this request's signature is compiled already (a call costs no compile)."""
     with _LOCK:
@@ -144,6 +150,11 @@ class FlexBackend(Backend):
             return [missing]
         reasons = super().not_supported_reasons(r)
         if r.q.device.type == "cpu":
+            if r.q.dtype == torch.float64:
+                reasons.append(
+                    f"FlexAttention's compiled CPU kernel does not lower float64 (torch {torch.__version__}: "
+                    f"an Inductor LoweringException); use backend='native', 'tiled' or 'naive'"
+                )
             if r.return_lse:
                 reasons.append(
                     f"FlexAttention's compiled CPU kernel does not return the log-sum-exp (torch "
@@ -159,13 +170,15 @@ class FlexBackend(Backend):
                     f"on the CPU flex needs Lq and Lk >= {MIN_CPU_LENGTH} (one block), got Lq={r.Lq}, "
                     f"Lk={r.Lk}: its compile (~13 s per shape) never pays off below that"
                 )
-            if not _has_compiler(os.environ.get("PATH", "")):
+            if not _compiler_on_path():
                 reasons.append("torch.compile needs a C++ compiler on the CPU and none is on PATH")
         return reasons
 
     def auto_reasons(self, r: Request) -> list[str]:
         """ "auto" never waits on a compile: on the CPU it takes flex only for a signature already compiled
         (shapes, strides, dtypes, rule: `signature`)."""
+        if torch.compiler.is_compiling():  # its compile cache is not traceable (a lock); nor is a compile in one
+            return ["auto does not take flex inside a graph being compiled; ask for backend='flex' by name"]
         if r.q.device.type != "cpu" or is_warm(r):
             return []
         return [

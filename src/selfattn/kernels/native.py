@@ -42,7 +42,7 @@ from ..scores import additive_in
 from .base import Backend, Capabilities, Cost, Request, Result, Work
 from .cost import request_pairs, visible_pairs
 from .native_build import build, build_dir, is_built, unavailable_reason
-from .native_op import native_forward, unit_stride
+from .native_op import native_attention, unit_stride
 
 __all__ = [
     "NativeBackend",
@@ -303,7 +303,7 @@ class NativeBackend(Backend):
         mask, left, right, scale, softcap, sinks, *rest = tile_arguments(r, *self.blocks(r))
         if r.sinks is not None and r.sinks.requires_grad and torch.is_grad_enabled():
             sinks = r.sinks.to(compute).contiguous()  # differentiable: the operator's autograd gives its gradient
-        out, lse = native_forward(q, k, v, mask, left, right, scale, softcap, sinks, *rest)
+        out, lse = native_attention(q, k, v, mask, left, right, scale, softcap, sinks, *rest)
         return Result(out.to(r.q.dtype), None, lse if r.return_lse else None)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from ..dirs import cache_dir
+from ..scores import constant_when_compiled
 from .notice import Notice, emit, warn_unheard
 
 __all__ = ["SOURCE", "build", "build_dir", "is_built", "unavailable_reason"]
@@ -72,7 +73,7 @@ def _library_path_for(xdg_cache_home: str | None, home: str) -> Path:
     return build_dir() / name / f"{name}.so"
 
 
-@torch.compiler.assume_constant_result  # read once when compiled, as a constant of the graph
+@constant_when_compiled  # read once when compiled, as a constant of the graph
 def is_built() -> bool:
     """True when the kernel is loaded or its compiled library is in the cache: using it costs no compile."""
     return _STATE["ops"] is not None or _library_path().is_file()
@@ -92,7 +93,7 @@ def _missing_tools() -> str | None:
     return None
 
 
-@torch.compiler.assume_constant_result
+@constant_when_compiled
 def unavailable_reason() -> str | None:
     """Why the kernel cannot be used here (no compiler, a failed build), or None. Never compiles."""
     if _STATE["error"] is not None:

@@ -1,6 +1,6 @@
 """The native kernel as PyTorch operators: `torch.ops.selfattn.native_forward` and `native_backward`.
 
-Registered with `torch.library.custom_op` at import (nothing compiles then: the C++ is built on the
+Registered with `torch.library.define` at import (nothing compiles then: the C++ is built on the
 first real call, `native_build.build`), each with a fake implementation (shapes and dtypes only, so
 `torch.compile`, `torch.export` and FakeTensor tracing see through it without running it), the
 forward with its autograd formula (`native_backward`) and both with a vmap rule. So
@@ -28,77 +28,85 @@ from torch import Tensor
 
 from ..request import accumulate_dtype
 from ..scores import sink_grad
-from .base import softmax_delta
+from .base import looped_vmap, softmax_delta
 from .native_build import build
 
-__all__ = ["native_forward", "native_backward", "unit_stride", "DOUBLE_BACKWARD"]
+__all__ = [
+    "native_attention",
+    "native_forward",
+    "native_backward",
+    "unit_stride",
+    "DOUBLE_BACKWARD",
+    "TILE_ARGUMENTS",
+    "NativeAttention",
+]
 
 DOUBLE_BACKWARD = (
     "double backward through the native attention kernel is not supported (its backward has no derivative); "
-    "use backend='naive' or 'tiled' for a gradient of a gradient"
+    "use backend='naive' for a gradient of a gradient"
 )
 """The refusal of a second derivative (RuntimeError)."""
 
 
-@torch.library.custom_op("selfattn::native_forward", mutates_args=(), device_types="cpu")
-def native_forward(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None,
-    left: int,
-    right: int,
-    scale: float,
-    softcap: float,
-    sinks: Tensor | None,
-    alibi: Tensor | None,
-    seg_span: Tensor | None,
-    seg_ids: Tensor | None,
-    block_q: int,
-    block_k: int,
-) -> tuple[Tensor, Tensor]:
+TILE_ARGUMENTS = (
+    ("mask", "Tensor?"),
+    ("left", "int"),
+    ("right", "int"),
+    ("scale", "float"),
+    ("softcap", "float"),
+    ("sinks", "Tensor?"),
+    ("alibi", "Tensor?"),
+    ("seg_span", "Tensor?"),
+    ("seg_ids", "Tensor?"),
+    ("block_q", "int"),
+    ("block_k", "int"),
+)
+"""The C++ tile's arguments after q, k, v (`native.tile_arguments` builds them), with their schema types: the
+one list both operators' schemas are written from."""
+
+_TILE = ", ".join(f"{kind} {name}" for name, kind in TILE_ARGUMENTS)
+_SINKS_AT = 3 + [name for name, _ in TILE_ARGUMENTS].index("sinks")
+_SEGMENTS_AT = tuple(3 + i for i, (name, _) in enumerate(TILE_ARGUMENTS) if name.startswith("seg_"))
+
+# torch.library.define + impl rather than custom_op: custom_op wraps the kernel in torch._disable_dynamo, whose
+# first call imports torch._dynamo (the compiler stack, ~1 s), and a plain eager call must not pay for it.
+torch.library.define("selfattn::native_forward", f"(Tensor q, Tensor k, Tensor v, {_TILE}) -> (Tensor, Tensor)")
+torch.library.define(
+    "selfattn::native_backward",
+    f"(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor lse, Tensor delta, {_TILE}) -> (Tensor, Tensor, Tensor)",
+)
+
+
+@torch.library.impl("selfattn::native_forward", "cpu")
+def _forward_cpu(q: Tensor, k: Tensor, v: Tensor, *args) -> tuple[Tensor, Tensor]:
     """(out, lse) of the native kernel; compiles it on the first call."""
-    out, lse = build().forward(
-        q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q, block_k
-    )
+    out, lse = build().forward(q, k, v, *args)
     return out, lse
 
 
-@native_forward.register_fake
-def _forward_fake(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q, block_k):
-    B, Hq, Lq, _ = q.shape
-    return q.new_empty((B, Hq, Lq, v.shape[3])), q.new_empty((B, Hq, Lq), dtype=accumulate_dtype(q.dtype))
-
-
-@torch.library.custom_op("selfattn::native_backward", mutates_args=(), device_types="cpu")
-def native_backward(
-    dout: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    lse: Tensor,
-    delta: Tensor,
-    mask: Tensor | None,
-    left: int,
-    right: int,
-    scale: float,
-    softcap: float,
-    sinks: Tensor | None,
-    alibi: Tensor | None,
-    seg_span: Tensor | None,
-    seg_ids: Tensor | None,
-    block_q: int,
-    block_k: int,
-) -> tuple[Tensor, Tensor, Tensor]:
+@torch.library.impl("selfattn::native_backward", "cpu")
+def _backward_cpu(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, lse: Tensor, delta: Tensor, *args):
     """(dq, dk, dv) of the native kernel, P recomputed from lse; delta = rowsum(dO ∘ O) − dlse."""
-    args = (mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q, block_k)
     dq, dk, dv = build().backward(dout, q, k, v, lse, delta, *args)
     return dq, dk, dv
 
 
-@native_backward.register_fake
+@torch.library.register_fake("selfattn::native_forward")
+def _forward_fake(q, k, v, *args):
+    B, Hq, Lq, _ = q.shape
+    return q.new_empty((B, Hq, Lq, v.shape[3])), q.new_empty((B, Hq, Lq), dtype=accumulate_dtype(q.dtype))
+
+
+@torch.library.register_fake("selfattn::native_backward")
 def _backward_fake(dout, q, k, v, lse, delta, *args):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous, as the kernel's
+
+
+native_forward = torch.ops.selfattn.native_forward.default
+"""native_forward(q, k, v, *TILE_ARGUMENTS) -> (out (B, Hq, Lq, Dv), lse (B, Hq, Lq))."""
+
+native_backward = torch.ops.selfattn.native_backward.default
+"""native_backward(dout, q, k, v, lse, delta, *TILE_ARGUMENTS) -> (dq, dk, dv)."""
 
 
 def unit_stride(t: Tensor) -> Tensor:
@@ -109,30 +117,76 @@ def unit_stride(t: Tensor) -> Tensor:
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q, block_k = inputs
-    ctx.save_for_backward(q, k, v, mask, sinks, alibi, seg_span, seg_ids, *output)
-    ctx.constants = (left, right, scale, softcap, block_q, block_k)
+    tensors = [t if isinstance(t, Tensor) or t is None else None for t in inputs]
+    ctx.save_for_backward(*tensors, *output)
+    ctx.constants = [None if isinstance(t, Tensor) or t is None else t for t in inputs]
 
 
 def _backward(ctx, d_out, d_lse):
-    q, k, v, mask, sinks, alibi, seg_span, seg_ids, out, lse = ctx.saved_tensors
-    left, right, scale, softcap, block_q, block_k = ctx.constants
+    *saved, out, lse = ctx.saved_tensors
+    q, k, v, *args = (c if t is None else t for t, c in zip(saved, ctx.constants, strict=True))
     d_out = unit_stride(torch.zeros_like(out) if d_out is None else d_out.to(out.dtype))
     delta = softmax_delta(d_out, out, d_lse, lse.dtype).contiguous()
-    args = (mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q, block_k)
-    dq, dk, dv = native_backward(d_out, q, k, v, lse.contiguous(), delta, *args)
-    d_sinks = sink_grad(sinks, lse, delta) if sinks is not None and ctx.needs_input_grad[8] else None
-    return (dq, dk, dv) + (None,) * 5 + (d_sinks,) + (None,) * 5
+    dq, dk, dv = _NativeBackward.apply(d_out, q, k, v, lse.contiguous(), delta, *args)
+    sinks = args[_SINKS_AT - 3]
+    d_sinks = sink_grad(sinks, lse, delta) if sinks is not None and ctx.needs_input_grad[_SINKS_AT] else None
+    grads = [None] * (3 + len(TILE_ARGUMENTS))
+    grads[:3], grads[_SINKS_AT] = (dq, dk, dv), d_sinks
+    return tuple(grads)
 
 
-native_forward.register_autograd(_backward, setup_context=_setup_context)
+torch.library.register_autograd("selfattn::native_forward", _backward, setup_context=_setup_context)
+
+
+class _NativeBackward(torch.autograd.Function):
+    """`native_backward` as a Function (setup_context, vmap through the operator's rule) whose own derivative
+    raises DOUBLE_BACKWARD: what a create_graph=True backward records, under torch.func transforms too."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(*inputs):
+        return native_backward(*inputs)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(DOUBLE_BACKWARD)
+
+
+class NativeAttention(torch.autograd.Function):
+    """`native_forward` with the same autograd formula, as an autograd.Function with setup_context, so that
+    torch.func.grad and vmap(grad) work over it (the operator's own autograd is not a functorch transform's);
+    vmap goes through the operators' rules (generate_vmap_rule). torch.compile and torch.export trace it."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(*inputs):
+        return native_forward(*inputs)
+
+    setup_context = staticmethod(_setup_context)
+    backward = staticmethod(_backward)
+
+
+def native_attention(q: Tensor, k: Tensor, v: Tensor, *tile_arguments) -> tuple[Tensor, Tensor]:
+    """(out, lse) of `native_forward`, differentiable under torch.func transforms too (`NativeAttention`);
+    while compiling the operator itself (with its registered autograd: the graph records one operator)."""
+    if torch.compiler.is_compiling():
+        return native_forward(q, k, v, *tile_arguments)
+    return NativeAttention.apply(q, k, v, *tile_arguments)
 
 
 def _refuse_double_backward(ctx, *grads):
     raise RuntimeError(DOUBLE_BACKWARD)
 
 
-native_backward.register_autograd(_refuse_double_backward, setup_context=lambda ctx, inputs, output: None)
+torch.library.register_autograd(
+    "selfattn::native_backward", _refuse_double_backward, setup_context=lambda ctx, inputs, output: None
+)
 
 
 def _looped(op, segments_at: tuple[int, ...]):
@@ -143,15 +197,10 @@ def _looped(op, segments_at: tuple[int, ...]):
     def rule(info, in_dims, *args):
         if any(in_dims[i] is not None for i in segments_at):
             raise RuntimeError("vmap over the segments of native attention is not supported; vmap q, k, v instead")
-        moved = [a if d is None else a.movedim(d, 0) for a, d in zip(args, in_dims, strict=True)]
-        results = [
-            op(*(a if d is None else a[i] for a, d in zip(moved, in_dims, strict=True))) for i in range(info.batch_size)
-        ]
-        stacked = tuple(torch.stack(parts) for parts in zip(*results, strict=True))
-        return stacked, (0,) * len(stacked)
+        return looped_vmap(op, info, in_dims, args)
 
     return rule
 
 
-native_forward.register_vmap(_looped(native_forward, (10, 11)))
-native_backward.register_vmap(_looped(native_backward, (13, 14)))
+torch.library.register_vmap("selfattn::native_forward", _looped(native_forward, _SEGMENTS_AT))
+torch.library.register_vmap("selfattn::native_backward", _looped(native_backward, tuple(i + 3 for i in _SEGMENTS_AT)))

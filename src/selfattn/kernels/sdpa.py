@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..scores import additive_in
+from ..scores import additive_in, values_readable
 from .base import Backend, Capabilities, Cost, Request, Result, Work, all_finite, budget_bytes, size_text
 from .cost import visible_pairs
 
@@ -89,6 +89,8 @@ class SdpaBackend(Backend):
                 f"skip hidden blocks"
             )
         if r.k.device.type == "meta":  # a shape without data (explain): nothing more to look at
+            return reasons
+        if not values_readable(r.k, r.mask):  # compiling, exporting or under torch.func: values not looked at
             return reasons
         if r.mask_kind == "additive" and torch.finfo(r.mask.dtype).max > torch.finfo(r.q.dtype).max:
             extent, top = r.rule.mask_extent, torch.finfo(r.q.dtype).max

@@ -51,9 +51,9 @@ from __future__ import annotations
 
 import torch
 
-from ..scores import sink_grad
+from ..scores import sink_grad, values_readable
 from ..weights import weights_from_lse
-from .base import Backend, Capabilities, Cost, Request, Result, Work, softmax_delta
+from .base import Backend, Capabilities, Cost, Request, Result, Work, looped_vmap, softmax_delta
 from .tiling import BLOCK_K, BLOCK_Q, BLOCK_SIZES, Plan, Tile
 
 __all__ = ["TiledBackend", "Plan", "BLOCK_SIZES", "BLOCK_Q", "BLOCK_K", "TILE_SECONDS"]
@@ -123,7 +123,7 @@ class TiledBackend(Backend):
     def forward(self, r: Request) -> Result:
         plan = Plan.of(r, self.block_q, self.block_k)
         sinks_grad = r.sinks is not None and r.sinks.requires_grad and torch.is_grad_enabled()
-        if r.needs_grad or sinks_grad:
+        if r.needs_grad or sinks_grad or not values_readable(r.q, r.k, r.v, r.sinks):  # vmap: the Function's rule
             sinks = r.sinks if r.sinks is not None else r.q.new_zeros(0)
             out, lse2 = _TiledAttention.apply(r.q, r.k, r.v, sinks, plan)
         else:
@@ -338,29 +338,64 @@ def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
     return dq4.view(q.shape), dk.view(*shape_kv, k.shape[-1]), dv.view(*shape_kv, Dv)
 
 
+DOUBLE_BACKWARD = (
+    "double backward through the tiled attention kernel is not supported (its backward has no derivative); "
+    "use backend='naive' for a gradient of a gradient"
+)
+"""The refusal of a second derivative (RuntimeError), raised by the first backward asked with create_graph=True."""
+
+
+class _TiledBackward(torch.autograd.Function):
+    """(dq, dk, dv) of the tiled kernel: a Function of its own so that vmap has a rule for it and a second
+    derivative (create_graph=True, then a gradient of the gradient) raises DOUBLE_BACKWARD by name."""
+
+    @staticmethod
+    def forward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
+        return _backward(q, k, v, out, lse2, d_out, d_lse, plan)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(DOUBLE_BACKWARD)
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return looped_vmap(_TiledBackward.apply, info, in_dims, args)
+
+
 class _TiledAttention(torch.autograd.Function):
     """out, lse₂ = tiled attention of (q, k, v) (lse₂ in `plan.unit`s); the backward recomputes
-    probabilities block by block."""
+    probabilities block by block. torch.func.grad and vmap work over it (setup_context, vmap rules: one
+    call per vmapped entry); a second derivative is refused by name (`_TiledBackward`)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, sinks, plan: Plan):
-        out, lse2 = _forward(q, k, v, plan)
-        ctx.save_for_backward(q, k, v, sinks, out, lse2)
+    def forward(q, k, v, sinks, plan: Plan):
+        return _forward(q, k, v, plan)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        q, k, v, sinks, plan = inputs
+        ctx.save_for_backward(q, k, v, sinks, *output)
         ctx.plan = plan
         ctx.set_materialize_grads(False)
-        return out, lse2
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, d_out, d_lse2):
         q, k, v, sinks, out, lse2 = ctx.saved_tensors
         if d_out is None:
             d_out = torch.zeros_like(out)
         plan = ctx.plan
         d_lse = None if d_lse2 is None else d_lse2 * plan.unit  # the caller's lse is lse₂ / unit
-        dq, dk, dv = _backward(q, k, v, out, lse2, d_out, d_lse, plan)
+        dq, dk, dv = _TiledBackward.apply(q, k, v, out, lse2, d_out, d_lse, plan)
         d_sinks = None
         if sinks.numel() and ctx.needs_input_grad[3]:
             lse = lse2 / plan.unit  # natural units
             d_sinks = sink_grad(sinks, lse, softmax_delta(d_out, out, d_lse, plan.acc))
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), d_sinks, None
+
+    @staticmethod
+    def vmap(info, in_dims, q, k, v, sinks, plan):
+        return looped_vmap(_TiledAttention.apply, info, in_dims, (q, k, v, sinks, plan))

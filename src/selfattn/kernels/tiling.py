@@ -9,13 +9,12 @@ how heads are chunked so a score tile stays within TILE_BUDGET_BYTES.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 
 from .. import masks
-from ..scores import LOG2_E, ScoreRule
+from ..scores import LOG2_E, ScoreRule, once
 from .base import Request
 
 __all__ = ["Plan", "Tile", "BLOCK_SIZES", "BLOCK_Q", "BLOCK_K", "TILE_BUDGET_BYTES"]
@@ -74,7 +73,7 @@ class Plan:
             acc=r.accumulate_dtype,
         )
 
-    @functools.cached_property
+    @once  # not functools.cached_property: its RLock breaks torch.compile's graph
     def unit(self) -> float:
         """Logits in base 2 (LOG2_E) where they fit the compute dtype, else natural (1.0): the rule says
         (`ScoreRule.base2_fits`; looked at by the loops only, never by `work`)."""

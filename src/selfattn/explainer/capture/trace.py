@@ -41,7 +41,7 @@ from ...kernels.base import Result
 from ...masks import visibility
 from ...modules import MultiHeadSelfAttention, SelfAttention
 from ...request import Request
-from ...weights import _row_index
+from ...weights import row_index
 from .digest import DIGEST_WEIGHTS_BYTES, Digest, digest
 from .interventions import Intervention
 from .stages import head_stages, sink_share
@@ -135,7 +135,7 @@ class LayerTrace:
         weighted  False: leave out "weighted" (weights · V), for callers that need the weights only
         """
         head = checks.integer("head", head, low=0, high=self.n_heads - 1)
-        index = _row_index(rows, self.length, self.q.device)  # (R,)
+        index = row_index(rows, self.length, self.q.device)  # (R,)
         scale, softcap, visible = self.head_rule(head)
         kv = self.kv_head(head)
         return head_stages(
