@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -153,6 +153,21 @@ class Request:
     @property
     def mask_needs_grad(self) -> bool:
         return self.mask is not None and self.mask.requires_grad and torch.is_grad_enabled()
+
+    def one_head(self, head: int) -> Request:
+        """This request for query head `head` alone (Hq = Hkv = 1): its q, the k/v of its group, and every
+        per-head field (a mask with a head axis, each (Hq,) tensor such as sinks or slopes) cut to that head."""
+        if not 0 <= head < self.Hq:
+            raise ValueError(f"head must be in [0, {self.Hq - 1}], got {head}")
+        kv = head // self.G
+        cut = {"q": self.q[:, head : head + 1], "k": self.k[:, kv : kv + 1], "v": self.v[:, kv : kv + 1]}
+        if self.mask is not None and self.mask.shape[1] > 1:
+            cut["mask"] = self.mask[:, head : head + 1]
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name not in cut and isinstance(value, torch.Tensor) and value.dim() == 1 and value.numel() == self.Hq:
+                cut[f.name] = value[head : head + 1]
+        return replace(self, **cut)
 
 
 def check_dense(name: str, t) -> torch.Tensor:

@@ -74,8 +74,6 @@ def test_every_model_kind_exports_what_the_schema_says(kind, folders, tiny):
         Intervention({"ablate": {"mean": True}}, layer=1, head=0),
         Intervention({"temperature": {"t": 0.5}}),
     ):
-        if kind == "sink" and iv.head is not None:
-            continue  # a head apart on a model with sinks fails before any export: see the xfail below
         _valid(ex.explain(text, intervention=iv), f"{kind}, {iv.applied}")
     if kind_of == "decoder":
         _valid(ex.explain(text, intervention=Intervention({"no_causal": {}})), f"{kind}, no_causal")
@@ -87,12 +85,6 @@ def test_every_model_kind_exports_what_the_schema_says(kind, folders, tiny):
         assert {"ablation", "patching", "lens"} <= found.keys()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="capture/trace.py _compute_one_head_apart slices q/k/v "
-    "to the one head but not the request's per-head sinks: naive.py cannot expand (4,) sinks onto one head",
-)
 def test_a_head_apart_on_a_model_with_sinks(folders, tiny):
     ex = _explainer("sink", folders, tiny)
     _valid(ex.explain(EN, intervention=Intervention({"temperature": {"t": 2.0}}, layer=0, head=1)), "sink, head 1")

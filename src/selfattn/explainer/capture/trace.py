@@ -303,19 +303,7 @@ class _Recorder:
 def _compute_one_head_apart(base: Request, changed: Request, head: int, compute) -> Result:
     """All heads by `base`, then head `head` again by `changed`, spliced in."""
     full = compute(base)
-    kv = head // base.G
-    mask = changed.mask
-    if mask is not None and mask.dim() == 4 and mask.shape[1] > 1:
-        mask = mask[:, head : head + 1]
-    part = compute(
-        dataclasses.replace(
-            changed,
-            q=changed.q[:, head : head + 1],
-            k=changed.k[:, kv : kv + 1],
-            v=changed.v[:, kv : kv + 1],
-            mask=mask,
-        )
-    )
+    part = compute(changed.one_head(head))
     output, lse = full.output.clone(), full.lse.clone()
     output[:, head : head + 1], lse[:, head : head + 1] = part.output, part.lse
     weights = None
