@@ -21,7 +21,9 @@ Layers are counted in the order of their attention calls, from 0, as everywhere 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -199,29 +201,49 @@ def patch_residual(model, clean: torch.Tensor, corrupted: torch.Tensor, target: 
     blocks = blocks_of(model, len(outs))
     L = clean.shape[1]
     stored: list[torch.Tensor] = []
-    hooks = [b.register_forward_hook(lambda m, a, o: stored.append(_first(o).detach().clone())) for b in blocks]
-    try:
-        with torch.no_grad():
-            model(clean)
-    finally:
-        for h in hooks:
-            h.remove()
+    with _on_blocks(blocks, lambda l, o: stored.append(_first(o).detach().clone())), torch.no_grad():
+        model(clean)
     rows = []
     positions = torch.arange(L)
-    for l, block in enumerate(blocks):
+    for layer in range(len(blocks)):
 
-        def replace(m, a, o, l=l):
+        def replace(l, o, layer=layer):
+            if l != layer:
+                return None
             hidden = _first(o).clone()
             hidden[positions, positions] = stored[l][0].to(hidden.dtype)  # row p takes position p
             return (hidden, *o[1:]) if isinstance(o, tuple) else hidden
 
-        hook = block.register_forward_hook(replace)
-        try:
-            with torch.no_grad():
-                rows.append(_ld(_logits(model(corrupted.expand(L, -1))), target, foil))
-        finally:
-            hook.remove()
+        with _on_blocks(blocks, replace), torch.no_grad():
+            rows.append(_ld(_logits(model(corrupted.expand(L, -1))), target, foil))
     return Patching(clean_ld, corrupted_ld, _share(torch.stack(rows), clean_ld, corrupted_ld))
+
+
+_OWNER: contextvars.ContextVar[object | None] = contextvars.ContextVar("selfattn_block_hooks", default=None)
+"""Whose block hooks run in this context (thread or task): the token of the innermost `_on_blocks`."""
+
+
+@contextlib.contextmanager
+def _on_blocks(blocks: torch.nn.ModuleList, on_output: Callable):
+    """`on_output(layer, output)` on each block's output (its return, when not None, replaces the output), for
+    this call only: the hooks are installed here and removed on exit, and they act only in the context that
+    installed them, so a request served beside this one on the same model (another thread) runs untouched."""
+    token = object()
+
+    def hook(layer: int):
+        def run(module, args, output):
+            return on_output(layer, output) if _OWNER.get() is token else None
+
+        return run
+
+    handles = [block.register_forward_hook(hook(l)) for l, block in enumerate(blocks)]
+    owner = _OWNER.set(token)
+    try:
+        yield
+    finally:
+        _OWNER.reset(owner)
+        for h in handles:
+            h.remove()
 
 
 def _first(o):
