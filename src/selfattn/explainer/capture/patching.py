@@ -31,7 +31,16 @@ import torch
 from ...functional import intercept
 from ...kernels.base import Result
 
-__all__ = ["head_outputs", "run_patched", "ablate", "patch_heads", "patch_residual", "Patching", "blocks_of"]
+__all__ = [
+    "head_outputs",
+    "run_patched",
+    "ablation_value",
+    "ablate",
+    "patch_heads",
+    "patch_residual",
+    "Patching",
+    "blocks_of",
+]
 
 ABLATIONS = ("zero", "mean")
 
@@ -83,13 +92,23 @@ def run_patched(
     return logits
 
 
+def ablation_value(out: torch.Tensor, mode: str) -> torch.Tensor:
+    """What every position of an ablated head's output (…, L, Dv) becomes, (…, 1, Dv): zero, or ("mean") the
+    head's mean output over the L positions. The one rule of both ablations: `ablate` here, which replaces the
+    output, and the "ablate" intervention (`interventions._ablate`), which makes every value this."""
+    if mode not in ABLATIONS:
+        raise ValueError(f"ablation mode must be one of {', '.join(ABLATIONS)}, got {mode!r}")
+    if mode == "zero":
+        return torch.zeros_like(out[..., :1, :])
+    return out.mean(dim=-2, keepdim=True)
+
+
 def ablate(model: torch.nn.Module, ids: torch.Tensor, heads: Iterable[tuple[int, int]], mode: str = "zero") -> dict:
     """The next-token distribution and loss with `heads` ablated, against the model as it is.
 
     Returns {"before", "after"}: each {"logits" (V,) at the last position, "loss" (mean next-token
     cross-entropy over the text, nats)}, and "kl_bits": KL(before ‖ after) of the last position."""
-    if mode not in ABLATIONS:
-        raise ValueError(f"ablation mode must be one of {', '.join(ABLATIONS)}, got {mode!r}")
+    ablation_value(torch.zeros(1, 1), mode)  # the mode refused before the model runs
     heads = list(heads)
     logits, outs = head_outputs(model, ids)
     patches = {}
@@ -97,7 +116,7 @@ def ablate(model: torch.nn.Module, ids: torch.Tensor, heads: Iterable[tuple[int,
         if not 0 <= l < len(outs):
             raise ValueError(f"layer must be in [0, {len(outs) - 1}], got {l}")
         o = outs[l][:, h]
-        patches[(l, h)] = torch.zeros_like(o) if mode == "zero" else o.mean(dim=1, keepdim=True).expand_as(o)
+        patches[(l, h)] = ablation_value(o, mode).expand_as(o)
     after = run_patched(model, ids, patches)
     p, q = logits[0, -1].double().log_softmax(-1), after[0, -1].double().log_softmax(-1)
     kl = float((p.exp() * (p - q)).sum() / torch.log(torch.tensor(2.0, dtype=torch.float64)))
