@@ -17,6 +17,10 @@ replaced on the way out, without touching a module:
   layer's residual stream at each position (the layer's output replaced from the clean run).
 
 Layers are counted in the order of their attention calls, from 0, as everywhere in selfattn.
+Everything a call records or replaces is its own: head outputs travel through `selfattn.intercept` (a
+context variable), and the residual's block hooks (`_on_blocks`) are installed for one call, act only in
+the context that installed them and are removed on exit, so requests served at once on one model (the
+server's threads) give the numbers they give alone.
 """
 
 from __future__ import annotations
