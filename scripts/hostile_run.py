@@ -10,6 +10,8 @@
 (e) the library findings of issue 18 and their neighbours (scripts/hostile/library18.py, library18_child.py)
 (f) the CLI findings of issue 18 and their neighbours (scripts/hostile/cli18.py)
 (g) HTTP: ordinary Unicode and control characters in the text (issue 18; http_cases.unicode_cases)
+(h) GGUF files, transformers folders and the experiments over the CLI (issue 28; scripts/hostile/issue28.py)
+(i) HTTP: patch and explain requests sent together equal the same sent alone, byte for byte (issue 28)
 
 Prints one row per surface (inputs tried, accepted and right, clear errors, wrong results, tracebacks,
 hangs, files lost) and every bad outcome. Every loop is bounded in count and time; the run stops by itself
@@ -30,11 +32,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: tests.live_server
 
-from hostile import cli18, cli_cases, http_cases, library, library18, measure, ring_cases  # noqa: E402
+from hostile import cli18, cli_cases, http_cases, issue28, library, library18, measure, ring_cases  # noqa: E402
 from hostile.tally import format_table  # noqa: E402
 
 ADDRESS_SPACE_LIMIT = 16 << 30
-SURFACES = ("library", "cli", "http", "ring", "library18", "cli18", "http18")
+SURFACES = ("library", "cli", "http", "ring", "library18", "cli18", "http18", "files28", "http28")
 
 
 def main(argv=None) -> int:
@@ -84,6 +86,14 @@ def main(argv=None) -> int:
                 if "Traceback" in server.log.read_text(errors="replace"):
                     tallies[-1].record("traceback", "server log", "Traceback in its output")
             seconds["http18"] = round(time.monotonic() - start)
+        if "files28" in only:
+            start = time.monotonic()
+            tallies.append(issue28.run(work / "files28"))
+            seconds["files28"] = round(time.monotonic() - start)
+        if "http28" in only:
+            start = time.monotonic()
+            tallies.append(issue28.run_http(work / "http28"))
+            seconds["http28"] = round(time.monotonic() - start)
     rows = [t.row() for t in tallies]
     total = {"surface": "total", **{k: sum(r[k] for r in rows) for k in rows[0] if k != "surface"}}
     failures = [n for t in tallies for n in t.notes]

@@ -27,18 +27,19 @@ def free_port() -> int:
 class Server:
     """`selfattn serve` on a free loopback port, its output kept in a file; stopped on exit."""
 
-    def __init__(self, work: Path):
+    def __init__(self, work: Path, args: tuple[str, ...] = (), start_timeout: float = START_TIMEOUT_S):
+        """args: further `selfattn serve` arguments (("--model", PATH)); start_timeout: seconds to the first page."""
         self.port = free_port()
         self.log = work / "serve.log"
         self._log_file = self.log.open("wb")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "selfattn.cli", "serve", "--host", HOST, "--port", str(self.port)],
+            [sys.executable, "-m", "selfattn.cli", "serve", "--host", HOST, "--port", str(self.port), *args],
             env=env,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"selfattn serve exited: {self.log.read_text(errors='replace')[-500:]}")

@@ -140,10 +140,10 @@ class Explainer:
     def pieces_of(self, text: str) -> tuple[list[str], torch.Tensor, dict, P.Pieces]:
         """(token labels, ids (L,), extra model kwargs, pieces) of `text` as this explainer cuts it."""
         if self.segment is not None:
-            return self.segment(text)
+            return check_tokens(text, self.segment(text), self.name)
         tokens, ids, extra = self.tokenize(text)
         p = P.from_strings(text, list(tokens), [int(i) for i in ids])
-        return list(p.labels), ids, extra, p
+        return check_tokens(text, (list(p.labels), ids, extra, p), self.name)
 
     def check_intervention(self, intervention: Intervention, kind: str | None) -> None:
         """Refuse what cannot apply to this model: switching the causal mask off of an encoder."""
@@ -340,3 +340,11 @@ def check_text(text) -> str:
                 "how the tokens are displayed"
             )
     return text
+
+
+def check_tokens(text: str, cut: tuple, name: str) -> tuple:
+    """`cut` (labels, ids, …) of `text` unless the tokenizer turned it into no token at all (a normalizer that
+    removes every character): then a ValueError naming the text, before the model is run on nothing."""
+    if len(cut[1]) == 0:
+        raise ValueError(f"{name}'s tokenizer turns the text {text[:80]!r} into no tokens at all: nothing to explain")
+    return cut

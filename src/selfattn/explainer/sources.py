@@ -7,7 +7,9 @@
     folder_kind(source)             -> ("selfattn" | the transformers model_type, the config as a dict)
     architecture(config)            -> ("decoder" | "encoder", why): which Auto class builds it
     position_scheme(config, model)  -> a key of `views.texts` ("positions.rope", …), read from the config
-    check_config(config, source)    refuses sizes that could not be built in memory, naming the field
+    check_config(config, source)    refuses sizes that could not be built in memory, and numbers no model
+                                    is built with (NaN, a norm's epsilon or a rotary base at or below 0),
+                                    naming the field
     check_loaded(folder, model, info) refuses a model whose weights did not all load (missing, wrong
                                       shape, NaN/inf): it would be explained as a random model
 
@@ -20,8 +22,10 @@ The default model (no `--model`) never comes here, so it never touches the netwo
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +59,11 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 DECODER_HEADS = ("ForCausalLM", "LMHeadModel")
 """An architecture whose class name ends so is a decoder with a language-model head."""
+POSITIVE_FIELDS = ("_eps", "epsilon", "rope_theta")
+"""A config number whose name ends so (rms_norm_eps, layer_norm_epsilon, rope_theta …) must be above 0: a norm
+divides by the root of its epsilon, and the rotary frequencies are powers of the base."""
+GGUF_READ_ERRORS = (ValueError, KeyError, OSError, IndexError, struct.error, EOFError, OverflowError)
+"""What transformers' GGUF reader raises on a file cut short or whose metadata lies about its sizes."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +168,24 @@ def _with_defaults(kind: str, data: dict, where: Path) -> dict:
         config = transformers.AutoConfig.for_model(kind, **{k: v for k, v in data.items() if k != "model_type"})
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{where}: model_type {kind!r} is not supported: transformers cannot read it ({e})") from None
+    except _invalid_config() as e:
+        raise ValueError(f"{where}: {_validation_reason(e)}") from None
     return config.to_dict()
+
+
+def _invalid_config() -> type[Exception]:
+    """The error of a config class's own validators (huggingface_hub's strict dataclasses): a hidden size that is
+    not a multiple of the head count, …"""
+    from huggingface_hub.errors import StrictDataclassError
+
+    return StrictDataclassError
+
+
+def _validation_reason(e: Exception) -> str:
+    """A validator's own sentence ("The hidden size (33) is not a multiple of the number of attention heads (4).")
+    without the wrapper's line about which validator said it."""
+    cause = e.__cause__ if e.__cause__ is not None else e
+    return " ".join(str(cause).split())[:300]
 
 
 def gguf_config(path: Path) -> dict:
@@ -174,8 +200,12 @@ def gguf_config(path: Path) -> dict:
         config = transformers.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
     except ImportError as e:
         raise ValueError(f"{path}: reading GGUF files needs the `gguf` package ({e})") from None
-    except (ValueError, KeyError, OSError, IndexError) as e:
-        raise ValueError(f"{path} could not be read as a GGUF model: {str(e)[:300]}") from None
+    except GGUF_READ_ERRORS as e:
+        reason = "the file ends inside its metadata, or the metadata claims more than the file holds"
+        said = reason if isinstance(e, struct.error) else str(e)[:300]
+        raise ValueError(f"{path} could not be read as a GGUF model: {said}") from None
+    except _invalid_config() as e:
+        raise ValueError(f"{path}: {_validation_reason(e)}") from None
     data = config.to_dict()
     check_config(data, path)
     return data
@@ -193,8 +223,9 @@ def check_weights(folder: Path) -> None:
 def check_config(config: dict, source: Path) -> None:
     """Refuse a config whose sizes could not be built: each field against LIMITS, and the estimated
     parameter count against the one budget (`limits.check_parameters`: MAX_PARAMETERS, and what the
-    machine's available memory holds), before anything is allocated. Configs nest a text config in
-    some models: checked too."""
+    machine's available memory holds), before anything is allocated; and every number (`check_numbers`).
+    Configs nest a text config in some models: checked too."""
+    check_numbers(config, source)
     for name, limit in LIMITS.items():
         value = config.get(name)
         if value is None:
@@ -214,6 +245,25 @@ def check_config(config: dict, source: Path) -> None:
     text = config.get("text_config")
     if isinstance(text, dict):
         check_config(text, source)
+
+
+def check_numbers(config: dict, source: Path, within: str = "") -> None:
+    """Refuse a number no model is built with, naming the field and its value: NaN or infinite anywhere in the
+    config (nested dicts and lists too), and a field of POSITIVE_FIELDS at or below 0."""
+    items = config.items() if isinstance(config, dict) else enumerate(config)
+    for name, value in items:
+        field = f"{within}.{name}" if within else str(name)
+        if isinstance(value, (dict, list)):
+            check_numbers(value, source, field)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{source}: {field}={value} in the config is not a finite number")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and _positive(str(name)):
+            if value <= 0:
+                raise ValueError(f"{source}: {field}={value} in the config must be above 0")
+
+
+def _positive(name: str) -> bool:
+    return name == "eps" or name.endswith(POSITIVE_FIELDS)
 
 
 def architecture(config: dict) -> tuple[str, str]:
@@ -321,6 +371,29 @@ def check_loaded(folder: Path, model, info: dict) -> None:
     bad = [name for name, p in model.named_parameters() if p.is_floating_point() and not bool(p.isfinite().all())]
     if bad:
         raise ValueError(f"{folder}: the weights hold NaN or infinite values in {len(bad)} tensor(s) ({_names(bad)})")
+    if folder.is_dir():
+        check_dtypes(folder, model)
+
+
+def check_dtypes(folder: Path, model) -> None:
+    """Refuse a safetensors tensor stored as integers (or bools) for a floating-point parameter of the model:
+    transformers converts it without a word, and the model would be explained with integer weights. Read from
+    the files' headers; an integer buffer (BERT's position_ids) is no parameter and passes."""
+    from safetensors import safe_open
+
+    floats = [name for name, p in model.named_parameters() if p.is_floating_point()]
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():
+                dtype = f.get_slice(name).get_dtype()
+                if dtype.startswith(("F", "BF")):
+                    continue
+                param = next((p for p in floats if p == name or p.endswith("." + name) or name.endswith("." + p)), None)
+                if param is not None:
+                    raise ValueError(
+                        f"{path}: tensor {name} is stored as {dtype}, but the model's parameter {param} is floating "
+                        f"point: integer weights cannot be its values (save the weights as floats)"
+                    )
 
 
 def _names(names: list[str]) -> str:

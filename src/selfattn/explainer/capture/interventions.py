@@ -207,6 +207,7 @@ def _ablate(r: Request, values: dict, head: int | None) -> Request:
     import torch
 
     from ...weights import masked_scores
+    from .patching import ablation_value
 
     mean = values["mean"]
     if not mean:
@@ -216,7 +217,7 @@ def _ablate(r: Request, values: dict, head: int | None) -> Request:
         return dataclasses.replace(r, v=v)
     w = torch.softmax(masked_scores(r), dim=-1).nan_to_num(0.0)  # (B, Hq, Lq, Lk); a row that sees nothing: 0
     out = w @ r.v.to(w.dtype).repeat_interleave(r.G, dim=1)  # (B, Hq, Lq, Dv)
-    m = out.mean(dim=2, keepdim=True).to(r.v.dtype)  # (B, Hq, 1, Dv) each head's mean output
+    m = ablation_value(out, "mean").to(r.v.dtype)  # (B, Hq, 1, Dv) each head's mean output
     if head is not None:
         v = r.v.clone()
         v[:, head // r.G] = m[:, head]

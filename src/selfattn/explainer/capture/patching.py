@@ -17,11 +17,17 @@ replaced on the way out, without touching a module:
   layer's residual stream at each position (the layer's output replaced from the clean run).
 
 Layers are counted in the order of their attention calls, from 0, as everywhere in selfattn.
+Everything a call records or replaces is its own: head outputs travel through `selfattn.intercept` (a
+context variable), and the residual's block hooks (`_on_blocks`) are installed for one call, act only in
+the context that installed them and are removed on exit, so requests served at once on one model (the
+server's threads) give the numbers they give alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +35,16 @@ import torch
 from ...functional import intercept
 from ...kernels.base import Result
 
-__all__ = ["head_outputs", "run_patched", "ablate", "patch_heads", "patch_residual", "Patching", "blocks_of"]
+__all__ = [
+    "head_outputs",
+    "run_patched",
+    "ablation_value",
+    "ablate",
+    "patch_heads",
+    "patch_residual",
+    "Patching",
+    "blocks_of",
+]
 
 ABLATIONS = ("zero", "mean")
 
@@ -81,13 +96,23 @@ def run_patched(
     return logits
 
 
+def ablation_value(out: torch.Tensor, mode: str) -> torch.Tensor:
+    """What every position of an ablated head's output (…, L, Dv) becomes, (…, 1, Dv): zero, or ("mean") the
+    head's mean output over the L positions. The one rule of both ablations: `ablate` here, which replaces the
+    output, and the "ablate" intervention (`interventions._ablate`), which makes every value this."""
+    if mode not in ABLATIONS:
+        raise ValueError(f"ablation mode must be one of {', '.join(ABLATIONS)}, got {mode!r}")
+    if mode == "zero":
+        return torch.zeros_like(out[..., :1, :])
+    return out.mean(dim=-2, keepdim=True)
+
+
 def ablate(model: torch.nn.Module, ids: torch.Tensor, heads: Iterable[tuple[int, int]], mode: str = "zero") -> dict:
     """The next-token distribution and loss with `heads` ablated, against the model as it is.
 
     Returns {"before", "after"}: each {"logits" (V,) at the last position, "loss" (mean next-token
     cross-entropy over the text, nats)}, and "kl_bits": KL(before ‖ after) of the last position."""
-    if mode not in ABLATIONS:
-        raise ValueError(f"ablation mode must be one of {', '.join(ABLATIONS)}, got {mode!r}")
+    ablation_value(torch.zeros(1, 1), mode)  # the mode refused before the model runs
     heads = list(heads)
     logits, outs = head_outputs(model, ids)
     patches = {}
@@ -95,7 +120,7 @@ def ablate(model: torch.nn.Module, ids: torch.Tensor, heads: Iterable[tuple[int,
         if not 0 <= l < len(outs):
             raise ValueError(f"layer must be in [0, {len(outs) - 1}], got {l}")
         o = outs[l][:, h]
-        patches[(l, h)] = torch.zeros_like(o) if mode == "zero" else o.mean(dim=1, keepdim=True).expand_as(o)
+        patches[(l, h)] = ablation_value(o, mode).expand_as(o)
     after = run_patched(model, ids, patches)
     p, q = logits[0, -1].double().log_softmax(-1), after[0, -1].double().log_softmax(-1)
     kl = float((p.exp() * (p - q)).sum() / torch.log(torch.tensor(2.0, dtype=torch.float64)))
@@ -199,29 +224,49 @@ def patch_residual(model, clean: torch.Tensor, corrupted: torch.Tensor, target: 
     blocks = blocks_of(model, len(outs))
     L = clean.shape[1]
     stored: list[torch.Tensor] = []
-    hooks = [b.register_forward_hook(lambda m, a, o: stored.append(_first(o).detach().clone())) for b in blocks]
-    try:
-        with torch.no_grad():
-            model(clean)
-    finally:
-        for h in hooks:
-            h.remove()
+    with _on_blocks(blocks, lambda l, o: stored.append(_first(o).detach().clone())), torch.no_grad():
+        model(clean)
     rows = []
     positions = torch.arange(L)
-    for l, block in enumerate(blocks):
+    for layer in range(len(blocks)):
 
-        def replace(m, a, o, l=l):
+        def replace(l, o, layer=layer):
+            if l != layer:
+                return None
             hidden = _first(o).clone()
             hidden[positions, positions] = stored[l][0].to(hidden.dtype)  # row p takes position p
             return (hidden, *o[1:]) if isinstance(o, tuple) else hidden
 
-        hook = block.register_forward_hook(replace)
-        try:
-            with torch.no_grad():
-                rows.append(_ld(_logits(model(corrupted.expand(L, -1))), target, foil))
-        finally:
-            hook.remove()
+        with _on_blocks(blocks, replace), torch.no_grad():
+            rows.append(_ld(_logits(model(corrupted.expand(L, -1))), target, foil))
     return Patching(clean_ld, corrupted_ld, _share(torch.stack(rows), clean_ld, corrupted_ld))
+
+
+_OWNER: contextvars.ContextVar[object | None] = contextvars.ContextVar("selfattn_block_hooks", default=None)
+"""Whose block hooks run in this context (thread or task): the token of the innermost `_on_blocks`."""
+
+
+@contextlib.contextmanager
+def _on_blocks(blocks: torch.nn.ModuleList, on_output: Callable):
+    """`on_output(layer, output)` on each block's output (its return, when not None, replaces the output), for
+    this call only: the hooks are installed here and removed on exit, and they act only in the context that
+    installed them, so a request served beside this one on the same model (another thread) runs untouched."""
+    token = object()
+
+    def hook(layer: int):
+        def run(module, args, output):
+            return on_output(layer, output) if _OWNER.get() is token else None
+
+        return run
+
+    handles = [block.register_forward_hook(hook(l)) for l, block in enumerate(blocks)]
+    owner = _OWNER.set(token)
+    try:
+        yield
+    finally:
+        _OWNER.reset(owner)
+        for h in handles:
+            h.remove()
 
 
 def _first(o):

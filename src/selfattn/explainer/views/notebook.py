@@ -70,7 +70,7 @@ class Inline:
 
     def save_html(self, path: str | os.PathLike, *, force: bool = False) -> Path:
         """Write the page to `path` atomically; an existing file is kept unless force=True."""
-        check_writable(path, force=force)
+        check_writable(path, force=force, flag="force=True")
         return write_atomic(path, self.html, force=force)
 
     @property
