@@ -1,0 +1,106 @@
+"""Is a head's share on some keys more than chance? A test a researcher can cite, written once.
+
+    against_chance(weights, targets, visible) -> Evidence(rows, score, chance, z, p, measurable)
+
+The question: a head puts, on average over the rows where a pattern can be measured, a share `score` of
+its weight on the pattern's target keys (the previous token, the noun of the verb …). Would a head that
+ignores *which* keys are targets do as well? The null hypothesis: in each row the same number of target
+keys is drawn at random among the row's visible keys (a permutation of the targets), the row's weights
+unchanged. Under it the row's share S_r is the sum of k_r of its m_r visible weights drawn without
+replacement, with
+
+    E[S_r]   = k_r / m_r                                   (the chance share: uniform attention's)
+    Var[S_r] = k_r (m_r − k_r) / (m_r − 1) · σ_r²           σ_r² = (1/m_r) Σ_j (w_rj − 1/m_r)²
+
+(the sampling-without-replacement variance), and the mean over R independent rows has mean
+`chance` = (1/R) Σ k_r/m_r and variance (1/R²) Σ Var[S_r]. The one-sided p-value is that of the
+normal approximation, P(Z ≥ z), z = (score − chance) / sd; `tests/explainer/test_chance.py` checks it
+against a Monte Carlo permutation of the targets. A row whose targets are all or none of its visible keys
+carries no information and is not counted; rows of uniform weights count (their share is the chance share,
+with no variance), and a head whose every row is uniform has p = 1.
+
+A pattern is **measurable** only on at least MIN_ROWS such rows: below that a view says "not measurable on
+this text", never a type. It is **credited** when measurable, p < ALPHA and the score is at least
+CREDIT_MIN (a share a reader would call a habit, not a tilt).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = ["MIN_ROWS", "ALPHA", "CREDIT_MIN", "Evidence", "against_chance", "NULL"]
+
+MIN_ROWS = 8
+"""Fewest informative rows a pattern is measured on before anything is said of it."""
+ALPHA = 0.01
+"""The one-sided significance level a credited pattern clears."""
+CREDIT_MIN = 0.3
+"""Least mean share on the targets a credited pattern has."""
+NULL = {
+    "en": "the same number of target keys drawn at random among each row's visible keys (normal approximation)",
+    "zh": "每一行在可见的键中随机抽取同样数量的目标（正态近似）",
+}
+"""The null hypothesis, in words, for the views and --json."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A pattern on one head: `rows` informative rows, mean share `score` on the targets, `chance` the
+    share expected under the null, z and the one-sided p-value; `measurable` (rows ≥ MIN_ROWS) and
+    `credited` (measurable, p < ALPHA, score ≥ CREDIT_MIN)."""
+
+    rows: int
+    score: float | None
+    chance: float | None
+    z: float | None
+    p: float | None
+    measurable: bool
+    credited: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def against_chance(weights, targets, visible, *, min_rows: int = MIN_ROWS) -> Evidence:
+    """The evidence that a head's weights favour `targets`.
+
+    weights  (R, L) float: each row's attention weights (rows sum to 1 over the visible keys)
+    targets  (R, L) bool: the pattern's target keys in each row (only visible ones count)
+    visible  (R, L) bool: the keys each row may see
+    Rows with no target, or every visible key a target, or fewer than two visible keys, are left out."""
+    w = np.asarray(weights, dtype=np.float64)
+    t = np.asarray(targets, dtype=bool)
+    v = np.asarray(visible, dtype=bool)
+    if w.ndim != 2 or t.shape != w.shape or v.shape != w.shape:
+        raise ValueError(
+            f"weights, targets and visible must be (R, L) of one shape, got {w.shape}, {t.shape}, {v.shape}"
+        )
+    if not np.isfinite(w).all():
+        raise ValueError("weights must be finite")
+    t = t & v
+    k = t.sum(1)
+    m = v.sum(1)
+    wv = np.where(v, w, 0.0)
+    mean = wv.sum(1) / np.maximum(m, 1)
+    sigma2 = np.where(v, (wv - mean[:, None]) ** 2, 0.0).sum(1) / np.maximum(m, 1)
+    keep = (k > 0) & (k < m) & (m >= 2)
+    rows = int(keep.sum())
+    if rows == 0:
+        return Evidence(0, None, None, None, None, False, False)
+    share = (wv * t).sum(1)[keep]
+    # each row's weights are renormalised over its visible keys: the null's share is of the same total
+    total = wv.sum(1)[keep]
+    kk, mm = k[keep], m[keep]
+    expected = total * kk / mm
+    var = kk * (mm - kk) / (mm - 1) * sigma2[keep]
+    score = float(share.mean())
+    chance = float(expected.mean())
+    sd = math.sqrt(float(var.sum())) / rows
+    z = (score - chance) / sd if sd > 0 else 0.0
+    p = 0.5 * math.erfc(z / math.sqrt(2.0)) if sd > 0 else 1.0
+    measurable = rows >= min_rows
+    credited = measurable and p < ALPHA and score >= CREDIT_MIN
+    return Evidence(rows, score, chance, float(z), float(p), measurable, credited)

@@ -1,0 +1,146 @@
+"""Grammar roles of a text's words, from jieba's part-of-speech tagger: the tutorial's roles in any Chinese sentence.
+
+    word_roles(text, user_words=())  -> [Word(start, end, text, tag, role)]: every word of the text, tagged
+    piece_roles(spans, words)        -> [role | None] per piece: the role of the word its character span lies in
+    has_roles(words)                 -> whether the tagger found any role (False for a text without Chinese)
+
+The roles are the walkthrough's meanings (数量 · 颜色 · 角色 · 动作 · 地点), read from jieba's tags
+(`jieba.posseg`, offline, the ICTCLAS tag set) and from the word's place in its clause:
+
+| role   | the word                                                          | jieba tags                  |
+|--------|-------------------------------------------------------------------|-----------------------------|
+| qm     | a numeral with its measure word (一只, 两条, 三个)                  | m, mq, q                    |
+| colour | a colour (…色, or one colour character) or an adjective          | a, ad, an, ag; n ending 色  |
+| noun   | a noun before the clause's first verb: the one that acts           | n, nr, nz, ng, nrt, r(他/它)  |
+| verb   | a verb                                                            | v, vd, vi, vq, vg           |
+| place  | a noun after a verb or 在/到/从 in its clause, or before 里/上 | s, ns, nt; n after v, p; n before f |
+
+A clause ends at a punctuation mark (。，！？；、 and their ASCII forms). The tagger is a statistical
+tagger: where it is wrong (jieba tags 大 in 蓝色的大怪兽 a noun), the role is wrong in the same way, and the
+views show each word's tag so a reader can see why. Words the table does not name (的, 了, 慢慢地) have no
+role. A text with no Chinese gets no roles at all (`has_roles`), and the views say so instead of guessing.
+
+Roles live on words; a tokenizer's pieces (a byte-level BPE's 怪(1/3) 怪(2/3) …, SentencePiece's 怪 / 兽,
+WordPiece, our jieba vocabulary) take the role of the word their span lies in (`piece_roles`), so a
+relation is found whatever the tokenizer cuts.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["ROLES", "Word", "word_roles", "piece_roles", "has_roles", "CLAUSE_ENDS"]
+
+ROLES = ("qm", "colour", "noun", "verb", "place")
+"""Every role a word can have, in the walkthrough's order of meanings."""
+
+CLAUSE_ENDS = frozenset("。，！？；、,.!?;")
+"""Punctuation that ends a clause: a noun after it acts again before its own verb."""
+
+_QM_TAGS = frozenset({"m", "mq", "q"})
+_ADJECTIVE_TAGS = frozenset({"a", "ad", "an", "ag"})
+_NOUN_TAGS = frozenset({"n", "nr", "nz", "ng", "nrt", "nrfg", "vn"})
+_PLACE_TAGS = frozenset({"s", "ns", "nt"})
+_VERB_TAGS = frozenset({"v", "vd", "vi", "vq", "vg"})
+_PLACE_PREPOSITIONS = frozenset({"在", "到", "从", "向", "往", "进"})
+_PRONOUNS = frozenset({"他", "她", "它", "他们", "她们", "它们"})
+_COLOUR_CHARS = frozenset("红橙黄绿青蓝紫黑白灰棕粉金银")
+_CHINESE = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+
+@dataclass(frozen=True)
+class Word:
+    """One word of the text: its character span [start, end), its text, jieba's tag and its role (or None)."""
+
+    start: int
+    end: int
+    text: str
+    tag: str
+    role: str | None
+
+
+@functools.lru_cache(maxsize=8)
+def _tagger(user_words: tuple[str, ...]):
+    """A private jieba part-of-speech tagger that knows `user_words`, its dictionary cache in ours."""
+    import jieba
+    import jieba.posseg
+
+    from ...model.tokenizer import USER_WORD_FREQ, cache_dir
+
+    jieba.setLogLevel(logging.WARNING)
+    tk = jieba.Tokenizer()
+    tk.tmp_dir = str(cache_dir())
+    for w in user_words:
+        tk.add_word(w, freq=USER_WORD_FREQ)
+    return jieba.posseg.POSTokenizer(tk)
+
+
+def _is_colour(word: str, tag: str) -> bool:
+    return tag in _ADJECTIVE_TAGS or (len(word) >= 2 and word.endswith("色")) or word in _COLOUR_CHARS
+
+
+def word_roles(text: str, user_words: Sequence[str] = ()) -> list[Word]:
+    """Every word of `text` with jieba's part-of-speech tag and its role (the module's table).
+
+    user_words  words the tagger must keep whole (a model's own vocabulary: our corpus's 一只, 蓝色 …)"""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    for i, w in enumerate(user_words):
+        if not isinstance(w, str) or not w:
+            raise TypeError(f"user_words[{i}] must be a non-empty str, got {w!r}")
+    if not _CHINESE.search(text):
+        return []  # the tagger reads Chinese: no guess for other text
+    words: list[Word] = []
+    cursor = 0
+    seen_verb = after_preposition = False
+    for pair in _tagger(tuple(sorted(set(user_words)))).cut(text, HMM=True):
+        word, tag = pair.word, pair.flag
+        start = text.find(word, cursor)
+        if start < 0 or not word.strip():
+            cursor += len(word) if start < 0 else 0
+            continue
+        end = start + len(word)
+        cursor = end
+        if word in CLAUSE_ENDS:
+            seen_verb = False
+            words.append(Word(start, end, word, tag, None))
+            continue
+        role: str | None = None
+        if tag in _QM_TAGS:
+            role = "qm"
+        elif _is_colour(word, tag):
+            role = "colour"
+        elif tag in _VERB_TAGS:
+            role = "verb"
+            seen_verb = True
+        elif tag in _PLACE_TAGS or ((seen_verb or after_preposition) and tag in _NOUN_TAGS):
+            role = "place"
+        elif tag in _NOUN_TAGS or word in _PRONOUNS:
+            role = "noun"
+        elif tag == "f" and words and words[-1].role == "noun":  # 森林 in 森林里: a place
+            words[-1] = Word(words[-1].start, words[-1].end, words[-1].text, words[-1].tag, "place")
+        after_preposition = tag == "p" and word in _PLACE_PREPOSITIONS
+        words.append(Word(start, end, word, tag, role))
+    return words
+
+
+def has_roles(words: Sequence[Word]) -> bool:
+    """Whether any word of the text has a role (False for a text the tagger cannot read)."""
+    return any(w.role is not None for w in words)
+
+
+def piece_roles(spans: Sequence[tuple[int, int]], words: Sequence[Word]) -> list[str | None]:
+    """The role of each piece: that of the word its character span starts in (None for a special token,
+    span (−1, −1) or empty, and for a piece in a word without a role)."""
+    out: list[str | None] = []
+    for start, end in spans:
+        if start < 0 or end <= start:
+            out.append(None)
+            continue
+        word = next((w for w in words if w.start <= start < w.end), None)
+        out.append(word.role if word is not None else None)
+    return out

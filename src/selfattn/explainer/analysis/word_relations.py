@@ -1,0 +1,123 @@
+"""The tutorial's relations on the words of any Chinese sentence, on any tokenizer's pieces, and their controls.
+
+    word_links(words)            -> [WordLink(relation, query, keys)]: word indices (`roles.word_roles`)
+    piece_links(words, spans)    -> [Link(relation, query, keys)]: the same on pieces (query: the last piece of
+                                    the query word, which has read all of it; keys: every piece of the key words)
+    control(words)               -> Control(text, words, moved): the sentence with a modifier inserted before
+                                    each query word whose key is the word just before it
+
+Why controls: in 一只蓝色怪兽走进森林 every link the tutorial draws (蓝色←怪兽, 怪兽←走进, 走进←森林) is also
+"the previous word", so a head that only ever looks one word back would seem to know grammar. The control
+sentence keeps the words and their relations but puts a word between each adjacent pair (蓝色的怪兽,
+怪兽慢慢地走进, 走进了森林): a previous-word head now looks at the modifier, a relation head still at the
+key. A relation is credited to a head only where it holds on the control too (`heads` says which).
+
+The relations (`relations.RELATIONS`' claims): noun → its measure word and colour, verb → the noun that
+acts, place → the verb and the noun; each key is the nearest earlier word of that role in the same clause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .relations import RELATIONS, Link
+from .roles import CLAUSE_ENDS, Word, word_roles
+
+__all__ = ["WordLink", "Control", "word_links", "piece_links", "control", "FILLERS"]
+
+FILLERS = {"noun": "的", "verb": "慢慢地", "place": "了"}
+"""The word inserted before a query word of each role whose key is adjacent: it changes no relation
+(的 joins a modifier to its noun, 慢慢地 is an adverb of the verb, 了 marks the verb done)."""
+
+
+@dataclass(frozen=True)
+class WordLink:
+    """query word index → the key word indices it should look at, by `relation` (a key of RELATIONS)."""
+
+    relation: str
+    query: int
+    keys: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Control:
+    """The control sentence: its text, its words (tagged again), and the query words given a modifier
+    (their indices in the original sentence's words)."""
+
+    text: str
+    words: list[Word]
+    moved: tuple[int, ...]
+
+
+def _clause_relations():
+    return [(name, rel) for name, rel in RELATIONS.items() if name != "clause2>clause1"]
+
+
+def word_links(words: Sequence[Word]) -> list[WordLink]:
+    """For each word of a relation's query role, the nearest earlier word of each target role within its
+    clause (a clause ends at `roles.CLAUSE_ENDS`; a measure word starts a new noun phrase)."""
+    out: list[WordLink] = []
+    start = 0
+    for i, w in enumerate(words):
+        if w.text in CLAUSE_ENDS:
+            start = i + 1
+            continue
+        if w.role is None:
+            continue
+        for name, rel in _clause_relations():
+            if rel["query"] != w.role:
+                continue
+            keys = []
+            for target in rel["targets"]:
+                k = next((j for j in range(i - 1, start - 1, -1) if words[j].role == target), None)
+                if k is not None:
+                    keys.append(k)
+            if keys:
+                out.append(WordLink(name, i, tuple(sorted(keys))))
+    return out
+
+
+def _pieces_of(words: Sequence[Word], spans: Sequence[tuple[int, int]]) -> list[list[int]]:
+    """The pieces whose span starts inside each word (special tokens belong to none)."""
+    out: list[list[int]] = [[] for _ in words]
+    for p, (start, end) in enumerate(spans):
+        if start < 0 or end <= start:
+            continue
+        for i, w in enumerate(words):
+            if w.start <= start < w.end:
+                out[i].append(p)
+                break
+    return out
+
+
+def piece_links(words: Sequence[Word], spans: Sequence[tuple[int, int]]) -> list[Link]:
+    """`word_links` on a tokenizer's pieces: the query is the last piece of the query word, the keys every
+    piece of the key words (a link whose words have no piece is left out)."""
+    pieces = _pieces_of(words, spans)
+    out: list[Link] = []
+    for link in word_links(words):
+        if not pieces[link.query]:
+            continue
+        keys = tuple(p for k in link.keys for p in pieces[k])
+        if keys:
+            out.append(Link(link.relation, pieces[link.query][-1], keys))
+    return out
+
+
+def control(words: Sequence[Word], text: str, user_words: Sequence[str] = ()) -> Control | None:
+    """The control sentence of `text` (its `words`): a filler (FILLERS) inserted before each query word
+    whose key is the word just before it. None when no link is adjacent (the text is its own control)."""
+    moved = sorted({link.query for link in word_links(words) if link.query - 1 in link.keys})
+    if not moved:
+        return None
+    parts: list[str] = []
+    cursor = 0
+    for i in moved:
+        w = words[i]
+        filler = FILLERS[w.role] if w.role in FILLERS else ""
+        parts += [text[cursor : w.start], filler]
+        cursor = w.start
+    parts.append(text[cursor:])
+    new_text = "".join(parts)
+    return Control(new_text, word_roles(new_text, user_words), tuple(moved))

@@ -1,0 +1,87 @@
+"""The test against chance (`analysis.chance`) against an independent Monte Carlo permutation of the targets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from selfattn.explainer.analysis.chance import MIN_ROWS, against_chance
+
+
+def _causal_weights(rng, L, sharp=3.0):
+    logits = rng.normal(size=(L, L)) * sharp
+    vis = np.tril(np.ones((L, L), dtype=bool))
+    logits[~vis] = -np.inf
+    w = np.exp(logits - logits.max(1, keepdims=True))
+    return w / w.sum(1, keepdims=True), vis
+
+
+def _monte_carlo(w, t, v, n=20000, seed=1):
+    """The permutation null drawn for real: each row's targets moved to as many random visible keys."""
+    rng = np.random.default_rng(seed)
+    t = t & v
+    k = t.sum(1)
+    m = v.sum(1)
+    keep = (k > 0) & (k < m) & (m >= 2)
+    observed = (w * t).sum(1)[keep].mean()
+    draws = np.empty(n)
+    rows = np.flatnonzero(keep)
+    for d in range(n):
+        total = 0.0
+        for r in rows:
+            keys = np.flatnonzero(v[r])
+            total += w[r, rng.choice(keys, size=k[r], replace=False)].sum()
+        draws[d] = total / len(rows)
+    return observed, draws
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_p_value_matches_a_real_permutation_of_the_targets(seed):
+    rng = np.random.default_rng(seed)
+    L = 14
+    w, vis = _causal_weights(rng, L)
+    prev = np.zeros((L, L), dtype=bool)
+    prev[np.arange(1, L), np.arange(L - 1)] = True
+    # lean the head towards the previous token a little: p somewhere in the middle of (0, 1)
+    w = np.where(prev, w + 0.15, w) * vis
+    w /= w.sum(1, keepdims=True)
+    ev = against_chance(w, prev, vis)
+    observed, draws = _monte_carlo(w, prev, vis, n=4000, seed=seed)
+    assert ev.score == pytest.approx(observed)
+    assert ev.chance == pytest.approx(draws.mean(), abs=3 * draws.std() / np.sqrt(len(draws)) + 1e-3)
+    analytic_sd = (ev.score - ev.chance) / ev.z
+    assert analytic_sd == pytest.approx(draws.std(), rel=0.05)  # the without-replacement variance
+    mc_p = (1 + (draws >= observed).sum()) / (len(draws) + 1)
+    assert abs(ev.p - mc_p) < 0.03 + 0.3 * mc_p, (ev.p, mc_p)
+
+
+def test_a_uniform_head_is_never_credited_and_a_pure_previous_token_head_is():
+    L = 12
+    vis = np.tril(np.ones((L, L), dtype=bool))
+    uniform = vis / vis.sum(1, keepdims=True)
+    prev = np.zeros((L, L), dtype=bool)
+    prev[np.arange(1, L), np.arange(L - 1)] = True
+    ev = against_chance(uniform, prev, vis)
+    assert ev.p == 1.0 and not ev.credited and ev.score == pytest.approx(ev.chance)
+    pure = prev.astype(float)
+    pure[0, 0] = 1.0
+    ev = against_chance(pure, prev, vis)
+    assert ev.credited and ev.score == pytest.approx(1.0) and ev.p < 1e-6 and ev.rows == L - 1
+
+
+def test_too_few_rows_are_not_measurable():
+    L = MIN_ROWS  # rows 1 … L-1 are informative for the previous token: L - 1 < MIN_ROWS
+    vis = np.tril(np.ones((L, L), dtype=bool))
+    prev = np.zeros((L, L), dtype=bool)
+    prev[np.arange(1, L), np.arange(L - 1)] = True
+    pure = prev.astype(float)
+    pure[0, 0] = 1.0
+    ev = against_chance(pure, prev, vis)
+    assert ev.rows == L - 1 and not ev.measurable and not ev.credited
+
+
+def test_bad_shapes_and_values_are_named():
+    with pytest.raises(ValueError, match="one shape"):
+        against_chance(np.ones((2, 3)), np.ones((2, 2), bool), np.ones((2, 3), bool))
+    with pytest.raises(ValueError, match="finite"):
+        against_chance(np.full((2, 2), np.nan), np.eye(2, dtype=bool), np.ones((2, 2), bool))
