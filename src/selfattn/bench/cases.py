@@ -7,6 +7,7 @@ sizes are the ones the tiled kernel's targets are stated at; `quick` sizes finis
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any, cast
 
 import torch
 
@@ -78,11 +79,14 @@ class Case:
             (self.batch, self.kv_heads, self.len_k, self.head_dim),
             (self.batch, self.kv_heads, self.len_k, self.head_dim),
         )
-        return tuple(torch.randn(s, generator=g, dtype=self.dtype).requires_grad_(grad) for s in shapes)
+        return cast(
+            tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+            tuple(torch.randn(s, generator=g, dtype=self.dtype).requires_grad_(grad) for s in shapes),
+        )
 
-    def kwargs(self) -> dict:
+    def kwargs(self) -> dict[str, Any]:
         """The masking arguments of `selfattn.attention` for this case (score features drawn from SEED)."""
-        out = {"causal": self.causal, "window": self.window}
+        out: dict[str, Any] = {"causal": self.causal, "window": self.window}
         g = torch.Generator().manual_seed(SEED + 2)
         if "sinks" in self.features:
             out["sinks"] = torch.randn(self.q_heads, generator=g).to(self.dtype)
@@ -99,8 +103,8 @@ PACKED_SEGMENTS = 8
 
 def _cases() -> tuple[tuple[Case, Case], ...]:
     """(full, quick) pairs."""
-    base = dict(batch=1, q_heads=8, kv_heads=8, head_dim=64)
-    pairs = (
+    base: dict[str, Any] = dict(batch=1, q_heads=8, kv_heads=8, head_dim=64)
+    pairs: tuple[tuple[Case, dict[str, Any]], ...] = (
         (Case("causal_forward", "causal forward", len_q=4096, len_k=4096, **base), dict(len_q=256, len_k=256)),
         (
             Case("forward_backward", "causal forward + backward", len_q=2048, len_k=2048, backward=True, **base),
@@ -160,7 +164,7 @@ def _cases() -> tuple[tuple[Case, Case], ...]:
             dict(len_q=1024, len_k=1024, rounds=None),
         ),
     )
-    features = dict(len_q=4096, len_k=4096, backends=("native", "tiled"), **base)
+    features: dict[str, Any] = dict(len_q=4096, len_k=4096, backends=("native", "tiled"), **base)
     pairs += (
         (
             Case(
@@ -187,7 +191,7 @@ def _cases() -> tuple[tuple[Case, Case], ...]:
             {},
         ),
     )
-    dtypes = dict(backends=("sdpa", "native", "tiled", "auto"), **base)
+    dtypes: dict[str, Any] = dict(backends=("sdpa", "native", "tiled", "auto"), **base)
     pairs += (
         (
             Case(

@@ -65,7 +65,7 @@ def run_explain_case(quick: bool = False, *, threads: int | None = None, rounds:
 
     threads = checks.optional_integer("threads", threads, low=1) or torch.get_num_threads()
     spec = {"quick": quick, "threads": threads}
-    runs = {mode: [] for mode in MODES}
+    runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
     for _ in range(rounds):
         for mode in MODES:
             runs[mode].append(_measure(dict(spec, mode=mode)))

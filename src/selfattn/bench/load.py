@@ -52,6 +52,7 @@ def busy_processes(n: int):
                 )
             )
         for proc in procs:
+            assert proc.stdout is not None  # stdout=subprocess.PIPE
             if proc.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"busy process {proc.pid} did not start (exit status {proc.poll()})")
         yield [proc.pid for proc in procs]
@@ -64,4 +65,5 @@ def busy_processes(n: int):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            assert proc.stdout is not None  # stdout=subprocess.PIPE
             proc.stdout.close()

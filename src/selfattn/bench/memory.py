@@ -70,7 +70,9 @@ def child_main() -> None:
     torch.set_num_threads(spec["threads"])
     case = select([spec["case"]], quick=spec["quick"])[0]
     q, k, v = case.inputs()
-    runs_on, _ = resolve(case, spec["backend"], q, k, v)  # "auto": warm up what it picks at full size
+    runs_on, why = resolve(case, spec["backend"], q, k, v)  # "auto": warm up what it picks at full size
+    if runs_on is None:
+        raise ValueError(f"backend {spec['backend']!r} refuses case {case.name!r}: {why}")
     tiny = replace(
         case,
         len_q=min(case.len_q, TINY),

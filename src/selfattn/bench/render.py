@@ -5,7 +5,7 @@ printed as text, never read as rich markup."""
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -41,7 +41,7 @@ def render_case(case: dict, console: Console) -> None:
         caption=f"% peak: of the {dtype} GEMM peak · × SDPA: time over SDPA's · +MiB: peak extra memory",
         caption_justify="left",
     )
-    for column, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("backend", "left"),
         ("shape", "left"),
         ("ms", "right"),
@@ -49,7 +49,8 @@ def render_case(case: dict, console: Console) -> None:
         ("% peak", "right"),
         ("× SDPA", "right"),
         ("+MiB", "right"),
-    ):
+    )
+    for column, justify in columns:
         table.add_column(column, justify=justify, no_wrap=True)
     for row in case["rows"]:
         name = row["backend"] if row["chosen"] in (None, row["backend"]) else f"{row['backend']} → {row['chosen']}"

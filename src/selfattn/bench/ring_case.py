@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import torch
 
@@ -157,7 +158,7 @@ def ring_case(quick: bool = False, worlds=(1, 2, 4), link_bytes_per_s: float = L
     """Measure ring attention at each world size and simulate to 64 ranks; returns plain data."""
     from ..distributed.spawn import run_local
 
-    spec = dict(QUICK if quick else FULL, backend=BLOCK_BACKEND)
+    spec: dict[str, Any] = dict(QUICK if quick else FULL, backend=BLOCK_BACKEND)
     measured = []
     for world in worlds:
         ranks = run_local(world, "selfattn.bench.ring_case:worker", args=(spec,), timeout_s=GROUP_TIMEOUT_S)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -197,7 +198,7 @@ def _run(
 
 def _run_case(case: Case, quick: bool, threads: int, min_seconds: float, measure_memory: bool) -> dict:
     q, k, v = case.inputs()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for backend in case.backends:
         runs_on, why = resolve(case, backend, q, k, v)
         rows.append(
