@@ -2,6 +2,7 @@
 how to build ahead), says nothing more to a caller who hears notices, and `python -m selfattn.kernels
 build` does it ahead."""
 
+import contextvars
 import logging
 import os
 import subprocess
@@ -16,10 +17,14 @@ from selfattn.kernels.notice import Notice, SlowStartWarning, notices, warn_unhe
 
 @pytest.fixture
 def fresh(monkeypatch):
-    """No warning given yet in this process, no handler on the "selfattn" logger."""
+    """No warning given yet in this process, no handler on the "selfattn" logger (the one `notice` logs to)."""
     monkeypatch.setattr(notice, "_WARNED", set())
-    logger = logging.getLogger("selfattn")
-    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(notice.LOGGER, "handlers", [])
+
+
+def _alone(fn, *args):
+    """`fn(*args)` in a new, empty context: no `notices(...)` subscriber left by an earlier test in this thread."""
+    return contextvars.Context().run(fn, *args)
 
 
 def _compile_without_compiling(monkeypatch, tmp_path):
@@ -32,13 +37,13 @@ def _compile_without_compiling(monkeypatch, tmp_path):
 
 def test_the_first_build_warns_once_with_its_time_and_the_command(fresh, monkeypatch, tmp_path):
     with pytest.warns(SlowStartWarning) as caught:
-        _compile_without_compiling(monkeypatch, tmp_path)
+        _alone(_compile_without_compiling, monkeypatch, tmp_path)
     (message,) = [str(w.message) for w in caught]
     assert "compiling the native attention kernel" in message and "10 to 60 s" in message
     assert "python -m selfattn.kernels build" in message
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _compile_without_compiling(monkeypatch, tmp_path)  # once per process
+        _alone(_compile_without_compiling, monkeypatch, tmp_path)  # once per process
 
 
 def test_no_warning_for_a_caller_who_hears_notices(fresh, monkeypatch, tmp_path):
@@ -62,10 +67,10 @@ def test_no_warning_for_a_caller_who_hears_notices(fresh, monkeypatch, tmp_path)
 
 def test_the_warning_is_per_source(fresh):
     with pytest.warns(SlowStartWarning, match=r"selfattn: compiling flex \.\.\. \(about 10 s\)"):
-        assert warn_unheard(Notice("flex", "compiling flex", "start"), "about 10 s")
+        assert _alone(warn_unheard, Notice("flex", "compiling flex", "start"), "about 10 s")
     with pytest.warns(SlowStartWarning):
-        assert warn_unheard(Notice("native", "compiling native", "start"), "about 20 s")
-    assert not warn_unheard(Notice("flex", "compiling flex", "start"), "about 10 s")
+        assert _alone(warn_unheard, Notice("native", "compiling native", "start"), "about 20 s")
+    assert not _alone(warn_unheard, Notice("flex", "compiling flex", "start"), "about 10 s")
 
 
 def _module(*args, env=None):
