@@ -17,9 +17,15 @@ from selfattn.kernels.notice import Notice, SlowStartWarning, notices, warn_unhe
 
 @pytest.fixture
 def fresh(monkeypatch):
-    """No warning given yet in this process, no handler on the "selfattn" logger (the one `notice` logs to)."""
+    """No warning given yet in this process, and the "selfattn" logger (the one `notice` logs to) hearing
+    nothing: no handler of ours, and its level above INFO (a CLI test run earlier in this process leaves it
+    at INFO, and pytest adds its capture handler during each test)."""
     monkeypatch.setattr(notice, "_WARNED", set())
     monkeypatch.setattr(notice.LOGGER, "handlers", [])
+    level = notice.LOGGER.level
+    notice.LOGGER.setLevel(logging.WARNING)  # setLevel, not the attribute: the logger caches isEnabledFor
+    yield
+    notice.LOGGER.setLevel(level)
 
 
 def _alone(fn, *args):
