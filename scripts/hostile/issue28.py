@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -52,21 +51,6 @@ def _gguf() -> Path | None:
     return path if path.is_file() else None
 
 
-def _variant(base: Path, to: Path, config=None, weights=None, tokenizer=None) -> None:
-    from safetensors.torch import load_file, save_file
-
-    shutil.copytree(base, to)
-    for name, change in (("config.json", config), ("tokenizer.json", tokenizer)):
-        if change is not None:
-            data = json.loads((to / name).read_text())
-            change(data)
-            (to / name).write_text(json.dumps(data))
-    if weights is not None:
-        tensors = load_file(to / "model.safetensors")
-        weights(tensors)
-        save_file(tensors, to / "model.safetensors", metadata={"format": "pt"})
-
-
 def _drop_han(t: dict) -> None:
     t["normalizer"] = {"type": "Replace", "pattern": {"Regex": "[\u4e00-\u9fff]"}, "content": ""}
     t["post_processor"] = None
@@ -75,18 +59,18 @@ def _drop_han(t: dict) -> None:
 def prepare(work: Path) -> None:
     import torch
 
-    from tests.hf.models import save
+    from tests.hf.models import save, variant
 
     work.mkdir(parents=True, exist_ok=True)
     base = save("llama", work / "llama")
-    _variant(base, work / "heads", config=lambda c: c.update(hidden_size=33))
-    _variant(base, work / "nan_eps", config=lambda c: c.update(rms_norm_eps=float("nan")))
-    _variant(base, work / "zero_eps", config=lambda c: c.update(rms_norm_eps=0))
-    _variant(base, work / "neg_theta", config=lambda c: c["rope_parameters"].update(rope_theta=-1))
-    _variant(base, work / "inf_range", config=lambda c: c.update(initializer_range=float("inf")))
-    _variant(base, work / "int64", weights=lambda w: w.__setitem__(Q, (w[Q] * 100).to(torch.int64)))
-    _variant(base, work / "bool", weights=lambda w: w.__setitem__(Q, w[Q] > 0))
-    _variant(base, work / "empty_tok", tokenizer=_drop_han)
+    variant(base, work / "heads", config=lambda c: c.update(hidden_size=33))
+    variant(base, work / "nan_eps", config=lambda c: c.update(rms_norm_eps=float("nan")))
+    variant(base, work / "zero_eps", config=lambda c: c.update(rms_norm_eps=0))
+    variant(base, work / "neg_theta", config=lambda c: c["rope_parameters"].update(rope_theta=-1))
+    variant(base, work / "inf_range", config=lambda c: c.update(initializer_range=float("inf")))
+    variant(base, work / "int64", weights=lambda w: w.__setitem__(Q, (w[Q] * 100).to(torch.int64)))
+    variant(base, work / "bool", weights=lambda w: w.__setitem__(Q, w[Q] > 0))
+    variant(base, work / "empty_tok", tokenizer=_drop_han)
     (work / "four.gguf").write_bytes(b"GGUF")
     (work / "text.gguf").write_text("not a model at all\n")
     real = _gguf()

@@ -6,19 +6,16 @@ cannot be written to JSON" for a config nobody asked to write as JSON."""
 from __future__ import annotations
 
 import importlib.util
-import json
-import shutil
 import struct
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 import selfattn
 from selfattn.cli import main
 from selfattn.explainer.session import Explainer
-from tests.hf.models import save
+from tests.hf.models import save, variant
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 Q = "model.layers.0.self_attn.q_proj.weight"
@@ -57,19 +54,8 @@ def _refused(model: Path, message: str, capsys, text: str = "a blue monster", co
     assert len([line for line in err.splitlines() if "error:" in line]) == 1
 
 
-def _folder(llama: Path, tmp_path: Path, config=None, weights=None, tokenizer=None) -> Path:
-    folder = tmp_path / "model"
-    shutil.copytree(llama, folder)
-    for name, change in (("config.json", config), ("tokenizer.json", tokenizer)):
-        if change is not None:
-            data = json.loads((folder / name).read_text())
-            change(data)
-            (folder / name).write_text(json.dumps(data))
-    if weights is not None:
-        tensors = load_file(folder / "model.safetensors")
-        weights(tensors)
-        save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
-    return folder
+def _folder(llama: Path, tmp_path: Path, **changes) -> Path:
+    return variant(llama, tmp_path / "model", **changes)
 
 
 def test_a_four_byte_gguf_is_refused_by_name(tmp_path, capsys):

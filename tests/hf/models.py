@@ -95,3 +95,25 @@ def save(kind: str, folder: Path, seed: int = 0) -> Path:
     build(kind, seed=seed).save_pretrained(folder, safe_serialization=True)
     tokenizer().save_pretrained(folder)
     return folder
+
+
+def variant(base: Path, to: Path, config=None, weights=None, tokenizer=None) -> Path:
+    """A copy of the saved folder `base` at `to`, broken on purpose: `config(dict)` and `tokenizer(dict)` edit
+    config.json / tokenizer.json in place, `weights(tensors)` the safetensors dict (the refusal tests and the
+    attack run's folders)."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(base, to)
+    for name, change in (("config.json", config), ("tokenizer.json", tokenizer)):
+        if change is not None:
+            data = json.loads((to / name).read_text())
+            change(data)
+            (to / name).write_text(json.dumps(data))
+    if weights is not None:
+        tensors = load_file(to / "model.safetensors")
+        weights(tensors)
+        save_file(tensors, to / "model.safetensors", metadata={"format": "pt"})
+    return to
