@@ -134,8 +134,9 @@ class _RingFunction(torch.autograd.Function):
         D = k.shape[3]
         out = torch.zeros(B, Hq, Lr, Dv, dtype=acc, device=q.device)
         lse = torch.full((B, Hq, Lr), float("-inf"), dtype=acc, device=q.device)
-        cur: torch.Tensor | None = torch.cat([k, v], dim=-1).contiguous()  # (B, Hkv, Lr, D + Dv)
-        block = cur.shape
+        first_block = torch.cat([k, v], dim=-1).contiguous()  # (B, Hkv, Lr, D + Dv)
+        block = first_block.shape
+        cur: torch.Tensor | None = first_block
         sent = 0
         for step in range(W):
             ex = ring.exchange(f"forward step {step}")
