@@ -89,14 +89,14 @@ class KVCache:
         Everything is checked before anything is written: a refused append leaves the cache as it was."""
         self._check(k, v)
         need = self.length + k.shape[2]
-        if self._k is None or need > self._k.shape[2]:
+        if self._k is None or self._v is None or need > self._k.shape[2]:
             capacity = max(need, 2 * (0 if self._k is None else self._k.shape[2]), 16)
             self._k = self._grow(self._k, k, capacity)
             self._v = self._grow(self._v, v, capacity)
         self._k[:, :, self.length : need] = k
         self._v[:, :, self.length : need] = v
         self.length = need
-        return self.keys, self.values
+        return self._k[:, :, : self.length], self._v[:, :, : self.length]
 
     def truncate(self, length: int) -> None:
         """Forget every position from `length` on (undo appends)."""
@@ -115,7 +115,13 @@ class KVCache:
             )
         if self._k is None:
             return
-        for name, new, have in (("keys", k, self._k), ("values", v, self._v)):
+        held_pairs: tuple[tuple[str, torch.Tensor, torch.Tensor | None], ...] = (
+            ("keys", k, self._k),
+            ("values", v, self._v),
+        )
+        for name, new, have in held_pairs:
+            if have is None:  # _k and _v are set together
+                continue
             held, given = (have.shape[0], have.shape[1], have.shape[3]), (new.shape[0], new.shape[1], new.shape[3])
             if held != given or new.dtype != have.dtype or new.device != have.device:
                 raise ValueError(

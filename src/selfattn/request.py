@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 
@@ -160,7 +161,11 @@ class Request:
         if not 0 <= head < self.Hq:
             raise ValueError(f"head must be in [0, {self.Hq - 1}], got {head}")
         kv = head // self.G
-        cut = {"q": self.q[:, head : head + 1], "k": self.k[:, kv : kv + 1], "v": self.v[:, kv : kv + 1]}
+        cut: dict[str, Any] = {
+            "q": self.q[:, head : head + 1],
+            "k": self.k[:, kv : kv + 1],
+            "v": self.v[:, kv : kv + 1],
+        }
         if self.mask is not None and self.mask.shape[1] > 1:
             cut["mask"] = self.mask[:, head : head + 1]
         for f in fields(self):

@@ -190,7 +190,8 @@ class ScoreRule:
     @once
     def mask_extent(self) -> float:
         """The largest |x| over an additive mask's finite entries (0.0 for none or a bool mask)."""
-        return finite_extent(self.mask) if self.mask_kind == "additive" else 0.0
+        mask = self.mask
+        return finite_extent(mask) if mask is not None and mask.dtype != torch.bool else 0.0
 
     def base2_fits(self, dtype: torch.dtype) -> bool:
         """Whether this rule's logits may be kept in base 2 (× LOG2_E) in `dtype`: an additive mask's
@@ -256,11 +257,15 @@ class ScoreRule:
         rows = torch.arange(n_q, device=device) if rows is None else rows
         cols = torch.arange(n_k, device=device) if cols is None else cols
         distance = (rows[:, None] + (n_k - n_q) - cols[None, :]).abs().to(dtype)  # (R, C)
+        if self.alibi is None:
+            raise ValueError("alibi_bias needs a rule with alibi")
         return (self.alibi.detach().to(dtype) * -unit)[:, None, None] * distance
 
     def segment_hidden(self, rows=None, cols=None) -> torch.Tensor:
         """True where query i and key j lie in different segments: (B, 1, R, C). Only with `segments`."""
         seg = self.segments
+        if seg is None:
+            raise ValueError("segment_hidden needs a rule with segments")
         a = seg if rows is None else seg[:, rows]
         b = seg if cols is None else seg[:, cols]
         return a[:, None, :, None] != b[:, None, None, :]
@@ -274,6 +279,8 @@ class ScoreRule:
         of equal ids keeps its positions in order, so its first and last sorted entries are the span. While
         compiling or under vmap, `contiguous` is False (`values_readable`): the kernel then also reads the ids."""
         seg = self.segments
+        if seg is None:
+            raise ValueError("segment_spans needs a rule with segments")
         B, L = seg.shape
         if L == 0:
             return torch.empty(2, B, 0, dtype=torch.int64, device=seg.device), True

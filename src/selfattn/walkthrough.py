@@ -7,6 +7,8 @@ and `--json` prints the same dict. One source, two views. Imports no torch.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from . import checks
@@ -114,7 +116,7 @@ def build(lang: str = "zh", d_k: int = DEFAULT_D_K, seed: int = 0) -> dict:
     def table(values, columns=TOKENS, rows=TOKENS, corner=t["query_key"]):
         return {"corner": corner, "rows": list(rows), "columns": list(columns), "values": _jsonable(values)}
 
-    top = []
+    top: list[dict[str, Any]] = []
     for i, q in enumerate(TOKENS):
         order = np.argsort(-weights[i], kind="stable")[: min(3, i + 1)]
         top.append({"query": q, "keys": [{"token": TOKENS[j], "weight": float(weights[i, j])} for j in order]})

@@ -145,7 +145,9 @@ def block_backward(
         rows = slice(b.q0 + qoff + r0, b.q0 + qoff + r1)
         qs, dos = _grouped(q[:, :, rows], Hkv), _grouped(do[:, :, rows], Hkv)  # (B, Hkv, G·m, D|Dv)
         raw = torch.matmul(qs, ks.transpose(-1, -2)).view(B, Hkv, G, m, n)
-        positions = _positions(b, q.device, r0, r1) if by_position else (None, None)
+        positions: tuple[torch.Tensor | None, torch.Tensor | None] = (
+            _positions(b, q.device, r0, r1) if by_position else (None, None)
+        )
         heads = raw.view(B, Hq, m, n)  # the rule's per-head terms (ALiBi) line up with Hq = Hkv · G
         t, tanh = score_rule.logits(heads, *positions, rule.seq_len, rule.seq_len, keep_tanh=True)
         t = t.view(B, Hkv, G, m, n)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -64,7 +65,7 @@ def group_ranks(group) -> tuple[int, int, list[int]]:
 class Peer:
     """One outstanding send or receive, and what to say if it fails."""
 
-    work: object
+    work: Any  # a torch.distributed Work handle
     peer: int
     what: str
 

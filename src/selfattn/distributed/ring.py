@@ -101,7 +101,7 @@ class _Ring:
         return self.plan.world
 
     @property
-    def score_args(self) -> tuple:
+    def score_args(self) -> tuple[Rule, float, float | None, torch.Tensor | None]:
         """(rule, scale, softcap, alibi): how each block scores, as `blocks` takes them."""
         return self.plan.rule, self.scale, self.softcap, self.alibi
 
@@ -134,13 +134,15 @@ class _RingFunction(torch.autograd.Function):
         D = k.shape[3]
         out = torch.zeros(B, Hq, Lr, Dv, dtype=acc, device=q.device)
         lse = torch.full((B, Hq, Lr), float("-inf"), dtype=acc, device=q.device)
-        cur = torch.cat([k, v], dim=-1).contiguous()  # (B, Hkv, Lr, D + Dv)
-        block = cur.shape
+        first_block = torch.cat([k, v], dim=-1).contiguous()  # (B, Hkv, Lr, D + Dv)
+        block = first_block.shape
+        cur: torch.Tensor | None = first_block
         sent = 0
         for step in range(W):
             ex = ring.exchange(f"forward step {step}")
             nxt = None
             if plan.sends_on(rank, step):
+                assert cur is not None  # the plan sends only a block this rank holds
                 ex.send(cur, (rank + 1) % W, "sending the K/V block", TAG_KV + KINDS * step)
             if plan.sends_on((rank - 1) % W, step):
                 nxt = torch.empty(block, dtype=k.dtype, device=k.device)  # cur is None when this rank held nothing
@@ -148,6 +150,7 @@ class _RingFunction(torch.autograd.Function):
             ex.post()
             src = plan.holds(rank, step)
             if src is not None:
+                assert cur is not None  # the plan gives this rank a source only with a block held
                 with intercept(_direct):  # the blocks are not the user's attention calls: no interceptor sees them
                     for qoff, koff, b in plan.boxes(rank, src):
                         part_out, part_lse = block_forward(

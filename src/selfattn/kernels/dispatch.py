@@ -15,6 +15,7 @@ whose keys hold NaN (its mask would spread it), and "auto" takes the next that c
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 import torch
 
@@ -22,7 +23,7 @@ from .. import checks, masks
 from ..request import build_request
 from ..scores import FEATURES
 from . import cost
-from .base import Backend, Capabilities, Request
+from .base import Backend, Capabilities, Cost, Request
 from .flex import FlexBackend
 from .naive import NaiveBackend
 from .native import NativeBackend
@@ -118,12 +119,13 @@ def _pick(request: Request, able: list[str]) -> tuple[str, str]:
                     ),
                 )
         return able[0], f"on {request.q.device.type}: the first that can serve it in {order}"
-    estimates = {name: cost.estimate_seconds(BACKENDS[name], request) for name in able}
+    # on a CPU, `able` holds only backends with a Cost record (`_auto_reasons`): every estimate is a float
+    estimates = {name: cast(float, cost.estimate_seconds(BACKENDS[name], request)) for name in able}
     if len(able) == 1:
         return able[0], "the only backend that can serve it"
     fastest = min(estimates.values())
     close = [name for name in able if estimates[name] <= fastest * cost.CLOSE]
-    best = min(close, key=lambda name: estimates[name] * BACKENDS[name].cost.busy_factor)
+    best = min(close, key=lambda name: estimates[name] * cast(Cost, BACKENDS[name].cost).busy_factor)
     if len(close) == 1:
         return best, f"the smallest estimated time among {', '.join(able)} (selfattn.kernels.cost)"
     return (
@@ -187,7 +189,7 @@ def explain(request_or_kwargs: Request | Mapping, backend: str = "auto") -> dict
         "backends": rows,
         "choice": choice,
         "why": why,
-        "plan": _plan(request, BACKENDS["tiled"]),
+        "plan": _plan(request, cast(TiledBackend, BACKENDS["tiled"])),
     }
 
 

@@ -283,7 +283,7 @@ def mods(r: Request):
                 score = rule.hide(score, add[b if add.shape[0] > 1 else 0, h if add.shape[1] > 1 else 0, q_idx, kv_idx])
             return score
 
-    batch_heads = (None, None)
+    batch_heads: tuple[int | None, int | None] = (None, None)
     if user is not None:
         batch_heads = (r.B if user.shape[0] > 1 else None, r.Hq if user.shape[1] > 1 else None)
     if seg is not None:

@@ -256,7 +256,9 @@ class NativeBackend(Backend):
         where splitting is off."""
         if r.Lq > min(self.block_q, SPLIT_ROWS):
             return query_block(r, self.block_q), self.block_k
-        return self.block_q, self.split_keys if self.splits(r) else max(self.block_k, r.Lk)
+        if self.split_keys is not None and self.splits(r):
+            return self.block_q, self.split_keys
+        return self.block_q, max(self.block_k, r.Lk)
 
     def gemm_path(self, dtype: torch.dtype) -> str:
         """`gemm_path(dtype)` for this backend's `half_gemm` setting."""
@@ -266,7 +268,7 @@ class NativeBackend(Backend):
         """What native runs for `request`, in words (`kernels.explain`, `selfattn bench --explain`): the GEMMs
         (`gemm_path`), the softmax's vector instructions (`softmax_lanes`), and split-K where it splits."""
         path = f"{self.gemm_path(request.q.dtype)}; softmax in {softmax_lanes()}"
-        if self.splits(request):
+        if self.split_keys is not None and self.splits(request):
             chunks = -(-request.Lk // self.split_keys)
             path += f"; split-K: {chunks} chunks of {self.split_keys} keys per kv head, merged by lse"
         return path

@@ -92,7 +92,8 @@ class SdpaBackend(Backend):
             return reasons
         if not values_readable(r.k, r.mask):  # compiling, exporting or under torch.func: values not looked at
             return reasons
-        if r.mask_kind == "additive" and torch.finfo(r.mask.dtype).max > torch.finfo(r.q.dtype).max:
+        mask = r.mask
+        if mask is not None and r.mask_kind == "additive" and torch.finfo(mask.dtype).max > torch.finfo(r.q.dtype).max:
             extent, top = r.rule.mask_extent, torch.finfo(r.q.dtype).max
             if extent > top:
                 reasons.append(
@@ -149,6 +150,7 @@ def dense_mask_bytes(r: Request) -> int:
     item = r.q.element_size()
     if drawn:
         return numel * (1 + item)
+    assert r.mask is not None  # neither drawn nor absent: the early return above keeps a mask
     return numel * item if r.mask_kind == "bool" or r.mask.dtype != r.q.dtype else 0
 
 

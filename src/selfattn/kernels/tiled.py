@@ -167,6 +167,7 @@ def _mask_tile(plan: Plan, chunk, q0: int, q1: int, k0: int, k1: int) -> torch.T
     """The rule's mask on one tile, laid out like its scores s5 (b, h, n|1, G|1, bk|1): a view."""
     b0, b1, h0, h1 = chunk
     m = plan.mask
+    assert m is not None  # the caller draws a tile only when the plan has a mask
     tile = m[_span(m, 0, b0, b1), _span(m, 1, h0, h1), :, _span(m, 3, q0, q1), _span(m, 4, k0, k1)]
     return tile.transpose(2, 3)
 
@@ -272,8 +273,10 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan):
 def _join_sink(plan: Plan, heads: slice, n: int, m, l, acc) -> None:
     """The sink logit of each row's head joins (m, l, acc) as one more key whose value is 0, in place:
     m' = max(m, sink), l' = l · 2^(m − m') + 2^(sink − m') (base 2 or natural, as the plan's logits)."""
+    sinks = plan.rule.sinks
+    assert sinks is not None  # the caller joins a sink only when the rule has sinks
     kv = torch.arange(heads.start, heads.stop, device=m.device) % plan.Hkv  # (h,) kv head of each chunk row
-    sink = plan.rule.sinks.detach().to(m.dtype).view(plan.Hkv, plan.G)[kv] * plan.unit  # (h, G)
+    sink = sinks.detach().to(m.dtype).view(plan.Hkv, plan.G)[kv] * plan.unit  # (h, G)
     sink = sink[:, None, :].expand(-1, n, -1).reshape(m.shape)  # (h, n·G, 1) query-major, as the rows
     m_new = torch.where(torch.isnan(m), m, torch.maximum(m, sink))
     power = torch.exp2 if plan.base2 else torch.exp

@@ -303,6 +303,7 @@ class DecoderLM(nn.Module):
         elif cache is not None:
             if not (isinstance(start, int) and start == 0):
                 raise ValueError("pass start or cache, not both: with a cache, positions continue at its length")
+            assert past is not None  # checked from the cache above
             x, added = self._embed(input_ids, past, "cache")
         else:
             x, added = self._embed(input_ids, start, "start")
@@ -310,8 +311,9 @@ class DecoderLM(nn.Module):
             for i, block in enumerate(self.blocks):
                 x = block(x, cache=None if cache is None else cache[i])
         except BaseException:  # an error or an interrupt between layers: no layer keeps this step's positions
-            for layer in cache or ():
-                layer.truncate(past)
+            if past is not None:  # past is set exactly when a cache is given
+                for layer in cache or ():
+                    layer.truncate(past)
             raise
         logits = self.lm_head(self.ln_f(x))  # (B, L, V)
         return logits[0] if added else logits

@@ -190,9 +190,10 @@ def _sliced_cache(cache: list[KVCache], length: int, copies: int) -> list[KVCach
     out = []
     for layer in cache:
         fresh = KVCache()
-        fresh.append(
-            layer.keys[:, :, :length].expand(copies, -1, -1, -1), layer.values[:, :, :length].expand(copies, -1, -1, -1)
-        )
+        keys, values = layer.keys, layer.values
+        if keys is None or values is None:
+            raise ValueError("cannot slice an empty KVCache")
+        fresh.append(keys[:, :, :length].expand(copies, -1, -1, -1), values[:, :, :length].expand(copies, -1, -1, -1))
         out.append(fresh)
     return out
 

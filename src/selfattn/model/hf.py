@@ -64,12 +64,13 @@ class _Tensors:
     ):
         self.path = path
         raw = read_safetensors(path)
-        self.prefix = next((p for p in prefix_candidates if p + probe in raw), None)
-        if self.prefix is None:
+        prefix = next((p for p in prefix_candidates if p + probe in raw), None)
+        if prefix is None:
             raise ValueError(
                 f"{path} is missing tensor {prefix_candidates[0] + probe!r} "
                 f"(also tried prefixes {list(prefix_candidates[1:])})"
             )
+        self.prefix: str = prefix
         self.tensors: dict[str, torch.Tensor] = {}  # name without prefix -> tensor
         self.names: dict[str, str] = {}  # name without prefix -> name in the file
         for name, t in raw.items():

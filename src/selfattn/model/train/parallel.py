@@ -145,7 +145,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def train(args: argparse.Namespace, report=None) -> tuple[torch.nn.Module, object, list[dict]]:
+def train(args: argparse.Namespace, report=None) -> tuple[DecoderLM, WordTokenizer, list[dict]]:
     """The training loop on an initialised process group: (model, tokenizer, one row per step).
 
     report(row) is called on every rank after each step (the row is the same on every rank but for

@@ -85,6 +85,8 @@ def _train(
     started = time.perf_counter()
     s = _setup(p, seed)
     run = loop(s, p, progress, started)
+    if run.best_state is None:
+        raise ValueError("no epoch had a finite validation loss: there is no best state to keep")
     s.model.load_state_dict(run.best_state)
     s.model.eval()
     metrics = final_metrics(s.model, s.tokenizer, s.corpus, seed)

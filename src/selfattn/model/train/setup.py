@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..corpus import all_words, make_corpus
+from ..corpus import Corpus, all_words, make_corpus
 from ..data import epoch_batches
 from ..decoder import INIT_STD, DecoderConfig, DecoderLM
 from ..tokenizer import WordTokenizer
@@ -28,7 +28,7 @@ __all__ = ["Setup", "setup", "plan_epochs", "position_counts", "fourier_position
 class Setup:
     """Everything decided before the first step: data, model, optimiser, every epoch's batches."""
 
-    corpus: object
+    corpus: Corpus
     tokenizer: WordTokenizer
     model: DecoderLM
     pos_start: torch.Tensor  # (max_len, d_model) position embeddings before training
