@@ -254,6 +254,7 @@ def _bench(args) -> int:
     console = None if args.json else _console()
 
     def progress(name: str, what: str) -> None:
+        assert console is not None  # progress is passed only without --json
         console.print(f"measuring {name} ({what})…", style="dim", markup=False)
 
     result = bench.run(
