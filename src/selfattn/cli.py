@@ -26,6 +26,7 @@ import logging
 import sys
 import traceback
 from pathlib import Path
+from typing import Any, cast
 
 from . import cli_args
 from .terminal import printable, printable_json
@@ -108,7 +109,7 @@ def _explain(args) -> int:
     request = _request(args)
     paths = {"npz": args.npz, "html": args.html, "plots_dir": args.plots}
     shown = experiment.opened(request.intervention, request.layer, request.head, request.ablate)[:2]
-    chosen = shown if None not in shown else None
+    chosen = cast("tuple[int, int] | None", shown if None not in shown else None)
     outputs.check(**paths, force=args.force, selected=chosen)  # before the model is loaded: nothing for nothing
     _check_pictures(_experiment_files(args), args.force)
     from .explainer import run
@@ -131,7 +132,7 @@ def _explain(args) -> int:
     tables.render(doc, console, lang=args.lang)
     research_tables.experiments(doc, console, lang=args.lang)
     for path in written:
-        console.print(f"→ {printable(path)}", markup=False)
+        console.print(f"→ {printable(str(path))}", markup=False)
     return 0
 
 
@@ -253,6 +254,7 @@ def _bench(args) -> int:
     console = None if args.json else _console()
 
     def progress(name: str, what: str) -> None:
+        assert console is not None  # progress is passed only without --json
         console.print(f"measuring {name} ({what})…", style="dim", markup=False)
 
     result = bench.run(
@@ -311,7 +313,7 @@ class _NoticeLines(logging.Handler):
     from the logger, so a command that never imports torch (walkthrough) pays nothing for it."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        notice = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        notice: Any = record.args[0] if isinstance(record.args, tuple) and record.args else None
         stage = getattr(notice, "stage", None)
         line = str(notice) + " " if stage == "start" else notice.tail + "\n" if stage else record.getMessage() + "\n"
         sys.stderr.write(line)
@@ -339,13 +341,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except _UsageError as exc:  # flags that do not go together: like argparse's own refusals
-        print(f"selfattn {args.command}: error: {printable(exc)}", file=sys.stderr)
+        print(f"selfattn {args.command}: error: {printable(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"selfattn {args.command}: interrupted", file=sys.stderr)
         return 130
     except (ValueError, OSError) as exc:  # a refused input or file: one line, no raw control character
-        print(f"selfattn {args.command}: error: {printable(exc)}", file=sys.stderr)
+        print(f"selfattn {args.command}: error: {printable(str(exc))}", file=sys.stderr)
         return 1
     except Exception:  # a bug: its traceback, and what to do about it
         traceback.print_exc()

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from functools import partial
+from typing import Any, cast
 
 from . import __version__, checks
 from .limits import MAX_LOAD, MAX_SEED, MAX_THREADS, TEMPERATURE_RANGE
@@ -345,7 +347,7 @@ def _number(
     if kind is int:
         if low_open or high_open:
             raise ValueError("an integer range is written closed: use low + 1 or high - 1")
-        check = partial(checks.integer, "value", low=low, high=high)
+        check: Callable[..., Any] = partial(checks.integer, "value", low=cast(int, low), high=cast("int | None", high))
         what = what or f"an integer >= {low}"
         not_number = what
     else:

@@ -29,6 +29,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 
@@ -311,5 +312,5 @@ def from_loaded(model: torch.nn.Module, tokenizer) -> Explainer:
     if not callable(getattr(model, "set_attn_implementation", None)):
         raise TypeError(f"model must be a transformers model, got {type(model).__name__}")
     hf.register()
-    model.set_attn_implementation(hf.NAME)
+    cast(Any, model).set_attn_implementation(hf.NAME)  # a transformers model (checked above)
     return Explainer.from_transformers(model.eval(), tokenizer)

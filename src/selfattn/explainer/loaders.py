@@ -19,6 +19,8 @@ same file.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..functional import intercept
@@ -49,7 +51,7 @@ def load(source: sources.Source, config: dict) -> dict:
 
     hf.register()
     kind, why = sources.architecture(config)
-    gguf = {"gguf_file": source.gguf} if source.gguf else {}
+    gguf: dict[str, Any] = {"gguf_file": source.gguf} if source.gguf else {}
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(source.folder), local_files_only=True, **gguf)
     except (OSError, ValueError, TypeError) as e:
@@ -62,7 +64,7 @@ def load(source: sources.Source, config: dict) -> dict:
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # its load report (with terminal colours) would precede ours,
     try:  # which names what is missing or misshapen (`sources.check_loaded`) and refuses the folder
-        model, info = auto.from_pretrained(
+        model, info = auto.from_pretrained(  # type: ignore[misc]  # output_loading_info=True: (model, info)
             str(source.folder),
             config=known,
             attn_implementation=hf.NAME,
@@ -136,7 +138,8 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
         return P.shown_piece(decode(i), tokenizer.convert_ids_to_tokens(i))
 
     confirm(model, segment, name)
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text_config = config.get("text_config")
+    text = text_config if isinstance(text_config, dict) else config
     max_len = int(text.get("max_position_embeddings") or text.get("n_positions") or 0) or DEFAULT_CONTEXT
     arch = (config.get("architectures") or [type(model).__name__])[0]
     return {
@@ -160,7 +163,7 @@ def confirm(model: torch.nn.Module, segment, name: str) -> None:
     """The dry run: `model` on DRY_RUN_TEXT inside `selfattn.intercept`, counting the attention calls.
     Refused (ValueError, naming the model type and why) unless every layer of the config called
     `selfattn.attention`, and a model whose attention is causal has a language-model head."""
-    config = model.config
+    config: Any = model.config  # a transformers config (torch's Module.__getattr__ types it a Tensor)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     layers = getattr(text, "num_hidden_layers", None)
     who = f"{name}: model_type {getattr(config, 'model_type', '?')!r} ({type(model).__name__}) is not supported"

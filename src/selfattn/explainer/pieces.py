@@ -178,6 +178,7 @@ def build(
             norm.append((-1, -1))
             special.append(True)
             continue
+        assert span is not None  # is_unk implies a span; otherwise a None span continued above
         s, e = int(span[0]), int(span[1])
         if not 0 <= s < e <= len(text):
             raise ValueError(f"piece {i} has span ({s}, {e}) outside the text of {len(text)} characters")
@@ -398,6 +399,7 @@ def tokenizer_kind(tokenizer) -> str:
     model = getattr(backend, "model", None)
     name = type(model).__name__
     if name == "BPE":
+        assert backend is not None  # a None backend gives a None model, named "NoneType"
         if "ByteLevel" in repr(backend.pre_tokenizer) or "ByteLevel" in repr(backend.decoder):
             return "tokenizer.byte_bpe"
         return "tokenizer.byte_fallback" if getattr(model, "byte_fallback", False) else "tokenizer.bpe"

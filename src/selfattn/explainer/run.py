@@ -21,6 +21,7 @@ is explained, then the patching and the lens. An experiment that refuses its arg
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import checks
 from . import experiments
@@ -135,9 +136,9 @@ def run(
         raise TypeError(f"explainer must be an Explainer, got {type(explainer).__name__}")
     if not isinstance(request, Request):
         raise TypeError(f"request must be a run.Request, got {type(request).__name__}")
-    found = {}
+    found: dict[str, Any] = {}
     if request.ablate is not None:
-        asked = {"ablate": list(request.ablate), "ablate_mode": request.ablate_mode or ABLATE_MODES[0]}
+        asked: dict[str, Any] = {"ablate": list(request.ablate), "ablate_mode": request.ablate_mode or ABLATE_MODES[0]}
         found |= _kept(explainer, request, "ablation", asked, results)
     doc = explainer.explain(
         request.text,

@@ -247,7 +247,7 @@ def check_config(config: dict, source: Path) -> None:
         check_config(text, source)
 
 
-def check_numbers(config: dict, source: Path, within: str = "") -> None:
+def check_numbers(config: dict | list, source: Path, within: str = "") -> None:
     """Refuse a number no model is built with, naming the field and its value: NaN or infinite anywhere in the
     config (nested dicts and lists too), and a field of POSITIVE_FIELDS at or below 0."""
     items = config.items() if isinstance(config, dict) else enumerate(config)

@@ -318,13 +318,13 @@ def targets(ids: Sequence[int], *, causal: bool, visible=None) -> dict[str, np.n
     """Each type's target keys as a bool (L, L) matrix (row i = query i), within the visible keys and
     only on the rows where the type is measured (see the module's table). `visible` (L, L) bool, True =
     may look: the layer's own visibility (a window, padding); default the causal rule or every key."""
-    ids = np.asarray(ids)
-    L = len(ids)
+    arr = np.asarray(ids)
+    L = len(arr)
     vis = _visible(L, causal, visible)
     i = np.arange(L)[:, None]
     j = np.arange(L)[None, :]
     rows = (vis.sum(1) >= 2)[:, None] & vis
-    keys = Keys(ids, i, j, vis, rows, (ids[:, None] == ids[None, :]) & (j < i) & rows)
+    keys = Keys(arr, i, j, vis, rows, (arr[:, None] == arr[None, :]) & (j < i) & rows)
     return {t.name: t.targets(keys) for t in REGISTRY.values() if t.targets is not None}
 
 

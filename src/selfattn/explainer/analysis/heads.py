@@ -12,6 +12,8 @@ Every number is a weight of `LayerTrace.stages` (float64, exact) or of the per-h
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from ..capture.trace import LayerTrace, ModelTrace
@@ -95,7 +97,7 @@ def _layer_measures(layer: LayerTrace, ids: list[int]) -> list[dict]:
         w = np.stack([layer.stages(h, weighted=False)["weights"].numpy() for h in heads])  # (h, L, L)
         for h, m in zip(heads, head_types.measure(w, ids, causal=layer.causal, visible=visible), strict=True):
             out[h] = m
-    return out
+    return cast(list[dict], out)  # every head filled: the plain heads and the changed ones
 
 
 def pick(table: list[list[dict]], descriptions: list[list[dict]]) -> tuple[int, int]:

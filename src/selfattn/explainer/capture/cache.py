@@ -21,10 +21,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 import torch
 
 from .trace import ModelTrace
+
+T = TypeVar("T")
 
 __all__ = ["TraceCache", "trace_bytes"]
 
@@ -42,14 +45,14 @@ def trace_bytes(trace: ModelTrace) -> int:
 class _Slot:
     def __init__(self):
         self.done = threading.Event()
-        self.trace: ModelTrace | None = None
+        self.trace: Any = None  # a ModelTrace, or another kept value (the server's experiment dicts)
         self.bytes = 0
 
 
 class TraceCache:
     """Traces by key (the server's: (text, Intervention)), least recently used evicted first."""
 
-    def __init__(self, *, max_bytes: int, max_entries: int = 16, size: Callable[[object], int] = trace_bytes):
+    def __init__(self, *, max_bytes: int, max_entries: int = 16, size: Callable[[Any], int] = trace_bytes):
         """size(value) -> bytes: what one kept value costs (default `trace_bytes`; the server also keeps the
         results of its experiments, small dicts, in one of these with a size of their own)."""
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
@@ -64,7 +67,7 @@ class TraceCache:
         self._slots: OrderedDict[Hashable, _Slot] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, compute: Callable[[], ModelTrace]) -> ModelTrace:
+    def get(self, key: Hashable, compute: Callable[[], T]) -> T:
         """The trace of `key`: kept, being computed by another thread (waited for), or `compute()`d now."""
         while True:
             with self._lock:
@@ -74,6 +77,7 @@ class TraceCache:
                     slot = self._slots[key] = _Slot()
                 else:
                     self._slots.move_to_end(key)
+            assert slot is not None  # found, or made just above
             if mine:
                 return self._fill(key, slot, compute)
             slot.done.wait()
@@ -81,7 +85,7 @@ class TraceCache:
                 return slot.trace
             # the thread computing it failed (and removed the slot): try again, raising our own error
 
-    def _fill(self, key: Hashable, slot: _Slot, compute) -> ModelTrace:
+    def _fill(self, key: Hashable, slot: _Slot, compute: Callable[[], T]) -> T:
         try:
             trace = compute()
         except BaseException:

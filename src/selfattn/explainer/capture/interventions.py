@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from ... import checks
 from ...limits import TEMPERATURE_RANGE
@@ -54,7 +54,7 @@ class Param:
         if self.type is bool:
             return checks.boolean(what, value)
         if self.type is int:
-            return checks.integer(what, value, low=self.min, high=self.max)
+            return checks.integer(what, value, low=cast(int | None, self.min), high=cast(int | None, self.max))
         return float(checks.real(what, value, low=self.min, high=self.max))
 
     def as_dict(self) -> dict:
@@ -397,7 +397,7 @@ class Intervention:
         """The flat record: {scaling, causal, temperature} (each entry's `flat` field), the applied entries
         without one by name ({"block": {"query", "key"}}), and layer / head when the intervention is limited."""
         applied = self.applied
-        out = {}
+        out: dict[str, Any] = {}
         for field, entry in flat_fields().items():
             if not entry.params:
                 out[field] = entry.name not in applied

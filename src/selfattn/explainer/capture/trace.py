@@ -32,6 +32,7 @@ import contextvars
 import dataclasses
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -45,6 +46,9 @@ from ...weights import row_index
 from .digest import DIGEST_WEIGHTS_BYTES, Digest, digest
 from .interventions import Intervention
 from .stages import head_stages, sink_share
+
+if TYPE_CHECKING:
+    from ..pieces import Pieces
 
 __all__ = ["LayerTrace", "ModelTrace", "HeadChange", "capture", "head_stages"]
 
@@ -167,7 +171,7 @@ class ModelTrace:
     layers: list[LayerTrace]
     intervention: Intervention
     logits: torch.Tensor | None
-    pieces: object | None = None
+    pieces: Pieces | None = None
 
     @property
     def kind(self) -> str:
@@ -375,6 +379,7 @@ def _digest_of(result: Result, kept: Request, head_change) -> Digest:
         head, changed = head_change
         visible = visible.expand(kept.Hq, -1, -1).clone()
         visible[head] = _visible(changed, head)
+    assert result.weights is not None  # called only where the request asked for the weights
     weights = result.weights[0]  # (H, L, L)
     return digest(lambda start, stop: weights[:, start:stop], visible, kept.Lq, kept.Hq)
 
@@ -394,6 +399,7 @@ def _layer(call: dict) -> LayerTrace:
     r: Request = call["request"]
     res: Result = call["result"]
     L = r.Lq
+    assert res.lse is not None  # every traced call is computed with return_lse=True
     changed = {}
     if call["head_change"] is not None:
         head, c = call["head_change"]

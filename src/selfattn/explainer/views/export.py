@@ -52,6 +52,7 @@ stays standard.
 from __future__ import annotations
 
 import base64
+from typing import cast
 
 import numpy as np
 import torch
@@ -248,8 +249,9 @@ def levels(trace: ModelTrace, layer: int, head: int) -> dict:
     pieces of the sum over the key group's pieces), float64 from `LayerTrace.stages`; `same`: the level's
     groups are the pieces themselves."""
     p = trace.pieces
+    assert p is not None  # called only for a trace with pieces
     w = None
-    out = {"rule": AGGREGATION_RULE}
+    out: dict = {"rule": AGGREGATION_RULE}
     for level in ("characters", "words"):
         groups = p.group_of(level)
         entry = {
@@ -298,7 +300,7 @@ def unpack_display(packed: dict) -> np.ndarray:
 
 def _rule(layer: LayerTrace) -> dict:
     window = list(layer.window) if isinstance(layer.window, tuple) else layer.window
-    out = {"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": window}
+    out: dict = {"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": window}
     for name in ("sinks", "alibi"):  # only where the layer has them: other models' dicts stay as they were
         values = getattr(layer, name)
         if values is not None:
@@ -327,7 +329,7 @@ def _layer_dict(layer: LayerTrace, with_stages: bool) -> dict:
                 "visible": change.visible.int().tolist(),
             }
         if layer.sinks is not None:
-            head["sink"] = _list(layer.sink(h))
+            head["sink"] = _list(cast(torch.Tensor, layer.sink(h)))  # not None: the layer has sinks
         if with_stages:
             st = layer.stages(h)
             head["stages"] = {name: _list(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")}

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import zlib
+from typing import cast
 
 import numpy as np
 import torch
@@ -128,7 +129,7 @@ def _pack_layer(layer: dict, l: int, ids: list[int]) -> dict:
 
 def head_type_names(weights: np.ndarray, ids: list[int], *, causal: bool) -> list[str | None]:
     """(H, L, L) weights of one layer → each head's clearest credited type (`head_types`), or None."""
-    return [(credited(types) or [None])[0] for types in measure(weights, ids, causal=causal)]
+    return [cast(list[str | None], credited(types) or [None])[0] for types in measure(weights, ids, causal=causal)]
 
 
 def _ids_of(tokens: list[str]) -> list[int]:
