@@ -1,8 +1,8 @@
 # The two commands of the README. Each sets up everything it needs on a fresh machine.
 #   make demo   the main job on its built-in default: selfattn explain on 一只蓝色怪兽走进森林
 #   make test   the linters (make lint), then the whole test suite
-#   make lint   ruff (lint + format check) on the Python, ESLint 9 on the explorer page's JavaScript
-#   make typecheck  mypy on src (its configuration: pyproject.toml); to join `make lint` once it is clean
+#   make lint   ruff (lint + format check) and mypy (make typecheck) on the Python, ESLint 9 on the page's JavaScript
+#   make typecheck  mypy on src (its configuration: pyproject.toml)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -40,6 +40,7 @@ demo: setup
 lint: setup-test
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
+	$(BIN)/mypy
 	@command -v npx >/dev/null || { echo "make lint: ESLint needs Node.js (npx): apt-get install nodejs npm" >&2; exit 1; }
 	$(ESLINT) $(JS)
 

@@ -298,7 +298,7 @@ def _explainer(model, tokenizer) -> Explainer:
         raise TypeError(
             f"model must be None, a path, a hub id or a loaded transformers model, got {type(model).__name__}"
         )
-    return Explainer.load(model)
+    return Explainer.load(model if model is None or isinstance(model, str) else Path(model))
 
 
 def from_loaded(model: torch.nn.Module, tokenizer) -> Explainer:

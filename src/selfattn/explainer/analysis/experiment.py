@@ -92,7 +92,9 @@ def compare(
         "future_row": {"query": row, "weight": float(f1[row]), "keys": reached},
         "top": [top0, top1],
         "loss": [loss(base), loss(changed)],
-        "kl_bits": None if base.logits is None else kl_bits(base.logits[-1], changed.logits[-1]),
+        "kl_bits": None
+        if base.logits is None or changed.logits is None
+        else kl_bits(base.logits[-1], changed.logits[-1]),
         "ablated": "ablate" in changed.intervention.applied,
     }
     return out

@@ -12,7 +12,9 @@ Numbers: `Num` is a float or an int; arrays that may hold ±inf (`Arr`) hold the
 there (`selfattn.files.json_float`). Maps keyed by a name (a head type, an intervention) are `dict[str, …]`.
 """
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, TypedDict
+
+from typing_extensions import NotRequired  # typing has it from Python 3.11; the package runs on 3.10
 
 __all__ = ["SCHEMA_VERSION", "Doc", "PageDoc", "EXTRA", "OPAQUE"]
 

@@ -28,7 +28,7 @@ language of the answer: doc["lang"], and the `detail` of a refusal (every refusa
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -54,30 +54,38 @@ STRICT = {bool: StrictBool, int: StrictInt, float: StrictFloat}
 FORBID = ConfigDict(extra="forbid")
 
 
-def _field(p: Param):
+def _field(p: Param) -> tuple[Any, Any]:
     """(type, Field) of one parameter: its strict type, bounds and default."""
-    bounds = {"ge": p.min, "le": p.max} | ({"allow_inf_nan": False} if p.type is float else {})
+    bounds: dict[str, Any] = {"ge": p.min, "le": p.max} | ({"allow_inf_nan": False} if p.type is float else {})
     return STRICT[p.type], Field(default=p.default, **{k: v for k, v in bounds.items() if v is not None})
 
 
 def _values_model(entry: Entry) -> type[BaseModel]:
-    return create_model(f"{entry.name}_values", __config__=FORBID, **{p.name: _field(p) for p in entry.params})
+    fields: dict[str, Any] = {p.name: _field(p) for p in entry.params}
+    return create_model(f"{entry.name}_values", __config__=FORBID, **fields)
 
 
-def _flat_field(entry: Entry):
+def _flat_field(entry: Entry) -> tuple[Any, Any]:
     if not entry.params:
         return StrictBool, True
     return _field(entry.params[0])
 
 
-InterventionsBody = create_model(
-    "InterventionsBody",
-    __config__=FORBID,
-    layer=(StrictInt | None, Field(default=None, ge=0)),
-    head=(StrictInt | None, Field(default=None, ge=0)),
-    **{name: (_values_model(entry) | None, None) for name, entry in REGISTRY.items()},
-)
-"""{name: {param: value} | null, layer, head}: the interventions to apply (null or absent: not applied)."""
+if TYPE_CHECKING:  # the fields below come from the registry when the module runs; a type checker sees these
+
+    class InterventionsBody(BaseModel):
+        layer: int | None
+        head: int | None
+
+else:
+    InterventionsBody = create_model(
+        "InterventionsBody",
+        __config__=FORBID,
+        layer=(StrictInt | None, Field(default=None, ge=0)),
+        head=(StrictInt | None, Field(default=None, ge=0)),
+        **{name: (_values_model(entry) | None, None) for name, entry in REGISTRY.items()},
+    )
+    """{name: {param: value} | null, layer, head}: the interventions to apply (null or absent: not applied)."""
 
 
 Index = Annotated[StrictInt, Field(ge=0)]
@@ -160,7 +168,7 @@ class _Body(BaseModel):
             head=self.head,
             intervention=self.intervention(),
             find=None if self.find is None else tuple(self.find),
-            ablate=None if self.ablate is None else tuple(tuple(p) for p in self.ablate),
+            ablate=None if self.ablate is None else tuple((int(a), int(b)) for a, b in self.ablate),
             ablate_mode=self.ablate_mode,
             patch=patch,
             lens=lens,
@@ -182,7 +190,13 @@ class _Body(BaseModel):
         return Intervention.of(self.interventions.model_dump(exclude_none=True))
 
 
-ExplainRequest = create_model(
-    "ExplainRequest", __base__=_Body, **{field: _flat_field(entry) for field, entry in flat_fields().items()}
-)
-"""The body of POST /api/explain (the module doc)."""
+if TYPE_CHECKING:  # the flat fields come from the registry when the module runs
+
+    class ExplainRequest(_Body):
+        pass
+
+else:
+    ExplainRequest = create_model(
+        "ExplainRequest", __base__=_Body, **{field: _flat_field(entry) for field, entry in flat_fields().items()}
+    )
+    """The body of POST /api/explain (the module doc)."""

@@ -283,6 +283,7 @@ def release_memory() -> None:
         trim(0)
 
 
+_LIBC: ctypes.CDLL | None
 try:
     _LIBC = ctypes.CDLL(None)
 except OSError:  # no C library to open (not a Unix)
