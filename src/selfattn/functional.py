@@ -13,10 +13,10 @@ from collections.abc import Callable
 import torch
 
 from . import kernels
+from .compiling import constant_when_compiled, values_readable
 from .kernels.base import AttentionOutput, Result, all_finite
 from .kernels.dispatch import check_backend
-from .request import MAX_SCALE, MAX_SOFTCAP, MIN_SOFTCAP, Request, build_request
-from .scores import constant_when_compiled, values_readable
+from .request import MAX_SCALE, MAX_SOFTCAP, MIN_SOFTCAP, REQUEST_KEYWORDS, Request, build_request
 
 __all__ = [
     "AttentionOutput",
@@ -137,28 +137,14 @@ def attention(
     with backend="naive" and is refused by name by "tiled", "native" (so "auto" when it takes one) and "sdpa"
     (PyTorch's own message). `tests/kernels/test_transforms.py` holds the whole matrix.
     """
+    arguments = locals()  # this signature is the one list of the request's keywords (`REQUEST_KEYWORDS`)
     if foreign:
         raise foreign_keyword(next(iter(foreign)))
     check_backend(backend)
     compiling = torch.compiler.is_compiling()
     if backend == "auto":
         backend = _default_backend()
-    request = build_request(
-        q,
-        k,
-        v,
-        causal=causal,
-        mask=mask,
-        window=window,
-        scale=scale,
-        softcap=softcap,
-        dropout_p=dropout_p,
-        return_weights=return_weights,
-        return_lse=return_lse,
-        sinks=sinks,
-        alibi=alibi,
-        segments=segments,
-    )
+    request = build_request(q, k, v, **{name: arguments[name] for name in REQUEST_KEYWORDS})
 
     def compute(r: Request) -> kernels.Result:
         return kernels.choose(r, backend).forward(r)

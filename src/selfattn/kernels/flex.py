@@ -33,7 +33,7 @@ import time
 import torch
 
 from ..scores import additive_in, constant_when_compiled
-from .base import Backend, Capabilities, Cost, Request, Result, Work
+from .base import EVERY_FEATURE, Backend, Capabilities, Cost, Request, Result, Work
 from .cost import request_pairs
 from .notice import Notice, emit
 
@@ -130,8 +130,7 @@ class FlexBackend(Backend):
         softcap=True,
         dropout=False,
         mask_grad=False,
-        alibi=True,
-        segments=True,
+        features=EVERY_FEATURE - {"sinks"},
         notes={
             "sinks": "FlexAttention's softmax has no sink term; use backend='native', 'tiled' or 'naive'",
             "weights": "use backend='naive'",

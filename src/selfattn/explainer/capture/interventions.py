@@ -140,19 +140,19 @@ class Entry:
 
 def _no_scaling(r: Request, values: dict) -> Request:
     """Scores are not divided by √d_k: the scale becomes 1 (a temperature applied after it still divides)."""
-    return dataclasses.replace(r, scale=1.0)
+    return r.with_rule(scale=1.0)
 
 
 def _no_causal(r: Request, values: dict) -> Request:
     """The causal rule and the sliding window are lifted; a mask (padding) stays."""
-    return dataclasses.replace(r, causal=False, window=None)
+    return r.with_rule(causal=False, window=None)
 
 
 def _temperature(r: Request, values: dict) -> Request:
     """softmax(s / T): the scale is divided by T, and so is a softcap (softcap·tanh(s/softcap) / T =
     (softcap/T)·tanh((s/T)/(softcap/T)))."""
     t = float(values["t"])
-    return dataclasses.replace(r, scale=r.scale / t, softcap=None if r.softcap is None else r.softcap / t)
+    return r.with_rule(scale=r.scale / t, softcap=None if r.softcap is None else r.softcap / t)
 
 
 def _block(r: Request, values: dict) -> Request:
@@ -187,7 +187,7 @@ def _block(r: Request, values: dict) -> Request:
         mask[..., i, j] = False
     else:
         mask[..., i, j] = float("-inf")
-    return dataclasses.replace(r, mask=mask)
+    return r.with_rule(mask=mask)
 
 
 def _ablate(r: Request, values: dict, head: int | None) -> Request:

@@ -14,6 +14,8 @@ there (`selfattn.files.json_float`). Maps keyed by a name (a head type, an inter
 
 from typing import Any, Literal, NotRequired, TypedDict
 
+from ...scores import PerHeadValues
+
 __all__ = ["SCHEMA_VERSION", "Doc", "PageDoc", "EXTRA", "OPAQUE"]
 
 SCHEMA_VERSION = 1
@@ -300,15 +302,14 @@ class Head(TypedDict):
     stages: NotRequired[Stages]
 
 
-class Layer(TypedDict):
-    """One layer: its rule always; its arrays unless left out (then `omitted: true`)."""
+class Layer(PerHeadValues):
+    """One layer: its rule always (with each per-head score feature it has, `scores.PerHeadValues`); its
+    arrays unless left out (then `omitted: true`)."""
 
     scale: Num
     causal: bool
     softcap: Num | None
     window: int | list[int] | None
-    sinks: NotRequired[list[Num]]
-    alibi: NotRequired[list[Num]]
     omitted: NotRequired[bool]
     visible: NotRequired[list[list[int]]]
     x: NotRequired[Matrix]
@@ -470,13 +471,11 @@ class PageHead(TypedDict):
     visible: NotRequired[PageArray]
 
 
-class PageLayer(TypedDict):
+class PageLayer(PerHeadValues):
     scale: Num
     causal: bool
     softcap: Num | None
     window: int | list[int] | None
-    sinks: NotRequired[list[Num]]
-    alibi: NotRequired[list[Num]]
     omitted: NotRequired[bool]
     visible: NotRequired[PageArray]
     x: NotRequired[PageArray]
