@@ -3,11 +3,13 @@
 The explainer keeps no N×N matrix (`trace`): every view that shows scores, masked scores or weights asks
 this function for the rows it shows, and it applies the one score rule (`selfattn.scores.ScoreRule`)
 with everything the attention call had — scale, softcap, the head's per-head score features, visibility
-(causal rule, window, padding, segments) — and the call's own lse, which includes the head's sink when the
+(causal rule, window, padding, packed sequences) — and the call's own lse, which includes the head's sink when the
 layer has sinks.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -24,7 +26,7 @@ def head_stages(
     (`selfattn.scores.ScoreRule`, the one copy of the formula every backend uses).
 
     q (R, D), k (L, D), lse (R,) (with the sink, as the kernel returned it), visible (R, L) bool (True = may
-    look: causal rule, window, padding, segments), v (L, Dv) or None; rows (R,) the query positions of q's
+    look: causal rule, window, padding, packed sequences), v (L, Dv) or None; rows (R,) the query positions of q's
     rows (default 0 … R − 1; a per-head position term such as ALiBi's |i − j| needs them); features the
     head's value of each per-head score feature by name (`scores.FEATURES`; None: not set), e.g. its sink logit.
     scores (R, L) = Q Kᵀ;  scaled (R, L) = scores · scale (then softcap·tanh(·/softcap) if a softcap
@@ -34,8 +36,10 @@ def head_stages(
     """
     scores = q @ k.T
     L = k.shape[0]
-    per_head = {name: torch.tensor([x], dtype=q.dtype) for name, x in features.items() if x is not None}
-    rule = ScoreRule(scale=scale, softcap=softcap, **{name: t.to(q.device) for name, t in per_head.items()})
+    per_head: dict[str, Any] = {
+        name: torch.tensor([x], dtype=q.dtype, device=q.device) for name, x in features.items() if x is not None
+    }
+    rule = ScoreRule(scale=scale, softcap=softcap, **per_head)
     stages = rule.stages(scores[None, None], rows, None, L, L)
     masked = rule.hide(stages["masked"], visible[None, None])[0, 0]  # visible holds every position rule
     weights = weights_from_lse(masked, lse)
