@@ -13,7 +13,7 @@ import selfattn
 from selfattn import reference
 from selfattn.distributed import ring
 from selfattn.kernels.base import EVERY_FEATURE, Capabilities
-from selfattn.request import REQUEST_KEYWORDS, build_request
+from selfattn.request import REQUEST_DEFAULTS, REQUEST_KEYWORDS, build_request
 from selfattn.scores import FEATURES, PER_HEAD, POSITIONAL, ScoreRule
 
 from .helpers import make_inputs
@@ -31,6 +31,7 @@ def test_the_keyword_list_is_attentions_signature():
     params = inspect.signature(selfattn.attention).parameters
     keywords = [name for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
     assert sorted(keywords) == sorted([*REQUEST_KEYWORDS, "backend"]) and len(keywords) == len(REQUEST_KEYWORDS) + 1
+    assert {name: params[name].default for name in REQUEST_KEYWORDS} == REQUEST_DEFAULTS
     assert set(FEATURES) <= set(REQUEST_KEYWORDS)
     assert not set(FEATURES) & set(inspect.signature(ring.ring_attention).parameters)
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
+from typing import Any
 
 import torch
 
@@ -25,6 +26,7 @@ __all__ = [
     "MAX_SCALE",
     "MAX_SOFTCAP",
     "MIN_SOFTCAP",
+    "REQUEST_DEFAULTS",
     "REQUEST_KEYWORDS",
     "Request",
     "accumulate_dtype",
@@ -51,11 +53,6 @@ MIN_SOFTCAP = 1e-4
 """Smallest softcap accepted: c·tanh(s/c) lies in (−c, c), so below this every capped score is 0 to
 within half precision, and scale/c (the tiled kernel's matmul multiplier) must stay finite in float32:
 MAX_SCALE / MIN_SOFTCAP = 1e10 does, 1 / 1e-300 does not."""
-
-
-REQUEST_KEYWORDS = (*(f.name for f in fields(ScoreRule)), "dropout_p", "return_weights", "return_lse")
-"""The keywords `build_request` takes: the score rule's fields and the call's own three (`attention`'s
-signature, less `backend`, is written from nothing else: a test holds them equal)."""
 
 
 def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -182,34 +179,40 @@ class Request:
         )
 
 
+REQUEST_DEFAULTS: dict[str, Any] = {
+    **{f.name: None if f.default is MISSING else f.default for f in fields(ScoreRule)},  # scale None: 1/√D
+    **{f.name: f.default for f in fields(Request) if f.default is not MISSING},  # dropout_p, return_*
+}
+"""What `build_request` takes for a keyword left out: the score rule's field defaults and the call's own."""
+
+REQUEST_KEYWORDS = tuple(REQUEST_DEFAULTS)
+"""The keywords `build_request` takes: the score rule's fields and the call's own three (`attention`'s
+signature, less `backend`, is written from nothing else: a test holds them equal, defaults included)."""
+
+
 def build_request(
     q,
     k,
     v,
-    *,
-    causal=False,
-    mask=None,
-    window=None,
-    scale=None,
-    softcap=None,
-    dropout_p=0.0,
-    return_weights=False,
-    return_lse=False,
-    **features,
+    **options,
 ) -> Request:
     """Check every argument of `attention` and normalise it into a `Request`.
 
-    features  the tensor score features by name (`scores.FEATURES`: each entry checks its own)
+    options   `attention`'s keywords but `backend` (`REQUEST_KEYWORDS`), each defaulting to `REQUEST_DEFAULTS`;
+              the tensor score features are checked by their own entries (`scores.FEATURES`)
 
     Normalised: scale resolved (default 1/√D); a window wider than Lk clamped to Lk (the same
     rule: every key is within reach), a two-sided window (left, 0) written as the int left + 1 and
     (None, None) as None; the mask viewed as 4-D (leading dims of size 1); a feature that folds into the
     mask (`Feature.folds`) joined to it.
     """
-    unknown = [name for name in features if name not in FEATURES]
+    unknown = [name for name in options if name not in REQUEST_DEFAULTS]
     if unknown:
-        known = ", ".join(FEATURES)
-        raise TypeError(f"unexpected keyword argument {unknown[0]!r}: the tensor score features are {known}")
+        known = ", ".join(REQUEST_KEYWORDS)
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r}: a request takes {known}")
+    given = REQUEST_DEFAULTS | options
+    causal, mask, window, scale, softcap = (given[name] for name in ("causal", "mask", "window", "scale", "softcap"))
+    dropout_p, return_weights, return_lse = (given[name] for name in ("dropout_p", "return_weights", "return_lse"))
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_dense(name, t)
         if t.dim() != 4:
@@ -251,7 +254,7 @@ def build_request(
         mask = check_mask(mask, (B, Hq, Lq, Lk), q.device)
     checked: dict[str, torch.Tensor] = {}
     for name, feature in FEATURES.items():
-        value = features.get(name)
+        value = given[name]
         if value is not None:
             value, mask = feature.check(value, mask, (B, Hq, Lq, Lk), q.device, accumulate_dtype(q.dtype))
             if value is not None:

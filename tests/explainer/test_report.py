@@ -273,7 +273,7 @@ def test_texts_have_both_languages_and_only_name_placeholders():
 
 def test_every_text_the_page_names_is_shipped():
     script = report.script()
-    template = (report.STATIC_DIR / report.PAGE).read_text(encoding="utf-8")
+    template = report.template(report.PAGE)
     named = set(re.findall(r'\bt\("(\w+)"', script)) | set(re.findall(r'\btext: "(\w+)"', script))
     named |= set(re.findall(r'data-i18n="(\w+)"', template))
     assert named and named <= set(report.page_texts()), named - set(report.page_texts())
