@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from collections.abc import Callable
 
 import torch
@@ -144,10 +145,8 @@ def attention(
     compiling = torch.compiler.is_compiling()
     if backend == "auto":
         backend = _default_backend()
-    request = build_request(q, k, v, **{name: arguments[name] for name in REQUEST_KEYWORDS})
-
-    def compute(r: Request) -> kernels.Result:
-        return kernels.choose(r, backend).forward(r)
+    request = build_request(q, k, v, **_request_keywords(arguments))
+    compute = functools.partial(_compute, backend)  # no closure (nor comprehension) here: locals() holds no cell
 
     interceptor = None if compiling else _INTERCEPTOR.get()
     if interceptor is None:
@@ -178,6 +177,16 @@ FOREIGN_KEYWORDS = {
     "alibi_slopes": ("FlashAttention", "alibi=", "slopes of shape (Hq,) or (B, Hq)"),
 }
 """Other libraries' names for `attention`'s arguments: (whose, what to write here, a note) — each answered."""
+
+
+def _request_keywords(arguments: dict) -> dict:
+    """The request's keywords (`REQUEST_KEYWORDS`) among `attention`'s arguments."""
+    return {name: arguments[name] for name in REQUEST_KEYWORDS}
+
+
+def _compute(backend: str, r: Request) -> kernels.Result:
+    """The request computed by the backend `backend` names (dispatch's choice for "auto")."""
+    return kernels.choose(r, backend).forward(r)
 
 
 def foreign_keyword(name: str) -> TypeError:

@@ -22,7 +22,6 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
              weights {b64, shape [L, L], dtype "u16"}}} (what the page draws, at the precision it draws it),
     omitted? {layers, bytes, limit, message, text {zh, en}} (layers="auto" over MAX_EXPORT_BYTES),
     lang? ("zh" | "en": the language the views of this dict speak, when given),
-    intervention {scaling, causal, temperature, block?, layer?, head?} (the flat record: `Intervention.as_dict`),
     interventions [{name, label {zh, en}, help, said, params [{name, type, min, max, default, label}],
                     needs_baseline, unavailable? {zh, en}}] (the registry as data: the page builds its controls
                     from it; an encoder's no_causal says why it does not apply),
@@ -172,7 +171,6 @@ def to_dict(
         "token_names": names(trace.tokens),
         "token_ids": trace.token_ids.tolist(),
         "unknown": unknown,
-        "intervention": trace.intervention.as_dict(),
         "interventions": _interventions(trace.kind),
         "experiment": {"applied": trace.intervention.as_applied()},
         "head_types": legend(),
