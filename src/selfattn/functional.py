@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from collections.abc import Callable
 
 import torch
 
 from . import kernels
+from .compiling import constant_when_compiled, values_readable
 from .kernels.base import AttentionOutput, Result, all_finite
 from .kernels.dispatch import check_backend
-from .request import MAX_SCALE, MAX_SOFTCAP, MIN_SOFTCAP, Request, build_request
-from .scores import constant_when_compiled, values_readable
+from .request import MAX_SCALE, MAX_SOFTCAP, MIN_SOFTCAP, REQUEST_KEYWORDS, Request, build_request
 
 __all__ = [
     "AttentionOutput",
@@ -137,31 +138,15 @@ def attention(
     with backend="naive" and is refused by name by "tiled", "native" (so "auto" when it takes one) and "sdpa"
     (PyTorch's own message). `tests/kernels/test_transforms.py` holds the whole matrix.
     """
+    arguments = locals()  # this signature is the one list of the request's keywords (`REQUEST_KEYWORDS`)
     if foreign:
         raise foreign_keyword(next(iter(foreign)))
     check_backend(backend)
     compiling = torch.compiler.is_compiling()
     if backend == "auto":
         backend = _default_backend()
-    request = build_request(
-        q,
-        k,
-        v,
-        causal=causal,
-        mask=mask,
-        window=window,
-        scale=scale,
-        softcap=softcap,
-        dropout_p=dropout_p,
-        return_weights=return_weights,
-        return_lse=return_lse,
-        sinks=sinks,
-        alibi=alibi,
-        segments=segments,
-    )
-
-    def compute(r: Request) -> kernels.Result:
-        return kernels.choose(r, backend).forward(r)
+    request = build_request(q, k, v, **_request_keywords(arguments))
+    compute = functools.partial(_compute, backend)  # no closure (nor comprehension) here: locals() holds no cell
 
     interceptor = None if compiling else _INTERCEPTOR.get()
     if interceptor is None:
@@ -192,6 +177,16 @@ FOREIGN_KEYWORDS = {
     "alibi_slopes": ("FlashAttention", "alibi=", "slopes of shape (Hq,) or (B, Hq)"),
 }
 """Other libraries' names for `attention`'s arguments: (whose, what to write here, a note) — each answered."""
+
+
+def _request_keywords(arguments: dict) -> dict:
+    """The request's keywords (`REQUEST_KEYWORDS`) among `attention`'s arguments."""
+    return {name: arguments[name] for name in REQUEST_KEYWORDS}
+
+
+def _compute(backend: str, r: Request) -> kernels.Result:
+    """The request computed by the backend `backend` names (dispatch's choice for "auto")."""
+    return kernels.choose(r, backend).forward(r)
 
 
 def foreign_keyword(name: str) -> TypeError:

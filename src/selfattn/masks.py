@@ -21,8 +21,22 @@ import enum
 import torch
 
 from . import checks
+from .compiling import values_readable
 
-__all__ = ["bounds", "visibility", "visible_at", "Block", "block_visibility", "draw_blocks", "padding_mask", "draw"]
+__all__ = [
+    "EXTENT_CHUNK",
+    "additive_in",
+    "finite_extent",
+    "segment_spans",
+    "bounds",
+    "visibility",
+    "visible_at",
+    "Block",
+    "block_visibility",
+    "draw_blocks",
+    "padding_mask",
+    "draw",
+]
 
 
 def bounds(causal: bool = False, window=None) -> tuple[int | None, int | None] | None:
@@ -192,3 +206,68 @@ def draw(visible) -> str:
     if not rows or not isinstance(rows[0], list):
         raise ValueError(f"draw needs a 2-D matrix, got shape {tuple(visible.shape)}")
     return "\n".join(" ".join("1" if x else "0" for x in row) for row in rows)
+
+
+EXTENT_CHUNK = 1 << 20
+"""Entries of a mask `finite_extent` looks at per step when the mask holds −inf (a few MiB of scratch)."""
+
+
+def additive_in(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An additive mask (tile) in `dtype`, its finite entries saturated to dtype's range: −1e300 in a float64
+    mask becomes float32's most negative number, not −inf (−inf hides a key; a finite value only weighs it
+    down, and a row of equal finite values is a uniform row). −inf stays −inf."""
+    if mask.dtype == dtype:
+        return mask
+    out = mask.to(dtype)
+    if torch.finfo(mask.dtype).max > torch.finfo(dtype).max:
+        info = torch.finfo(dtype)
+        over = torch.isinf(out) & torch.isfinite(mask)
+        if not values_readable(over) or bool(over.any()):
+            out = torch.where(over, torch.where(mask > 0, info.max, info.min).to(dtype), out)
+    return out
+
+
+def finite_extent(mask: torch.Tensor) -> float:
+    """The largest |x| over the finite entries x of a 4-D `mask` (0.0 if none). Two reductions when the mask
+    holds no ±inf; otherwise a pass over its distinct entries (broadcast dimensions once), at most
+    EXTENT_CHUNK elements at a time, so the scratch stays small whatever the mask's size."""
+    m = mask.detach()
+    if m.numel() == 0:
+        return 0.0
+    lo, hi = float(m.amin()), float(m.amax())
+    if abs(lo) != float("inf") and abs(hi) != float("inf"):
+        return max(abs(lo), abs(hi))
+    m = m[tuple(slice(0, 1) if stride == 0 else slice(None) for stride in m.stride())]  # each entry once
+    step = max(1, EXTENT_CHUNK // max(1, m.shape[3]))
+    extent = 0.0
+    for b in range(m.shape[0]):
+        for h in range(m.shape[1]):
+            for i in range(0, m.shape[2], step):
+                part = m[b, h, i : i + step]
+                extent = max(extent, float(part.abs().masked_fill_(torch.isinf(part), 0).amax()))
+    return extent
+
+
+def segment_spans(seg: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """((2, B, L) int64: for each position the first key of its segment and one past its last, whether every
+    segment is one contiguous run — then the span alone is the segment rule), for (B, L) segment ids.
+
+    By a stable sort of each row's ids (no data-dependent shapes, so `torch.compile` traces it): a group
+    of equal ids keeps its positions in order, so its first and last sorted entries are the span. While
+    compiling or under vmap, `contiguous` is False (`values_readable`): the kernel then also reads the ids."""
+    B, L = seg.shape
+    if L == 0:
+        return torch.empty(2, B, 0, dtype=torch.int64, device=seg.device), True
+    ids, pos = torch.sort(seg, dim=1, stable=True)
+    index = torch.arange(L, device=seg.device).expand(B, L)
+    edge = torch.ones(B, 1, dtype=torch.bool, device=seg.device)
+    starts = torch.cat([edge, ids[:, 1:] != ids[:, :-1]], dim=1)  # a new id begins here (sorted order)
+    ends = torch.cat([starts[:, 1:], edge], dim=1)  # the last of its id
+    start = torch.where(starts, index, 0).cummax(dim=1).values
+    end = torch.where(ends, index, L - 1).flip(1).cummin(dim=1).values.flip(1)
+    first, last = (torch.zeros_like(pos).scatter(1, pos, pos.gather(1, at)) for at in (start, end))
+    span = torch.stack([first, last + 1])  # out of place: vmap and compile trace it
+    if not values_readable(seg):
+        return span, False
+    runs = 1 + (seg[:, 1:] != seg[:, :-1]).sum(dim=1)
+    return span, bool((runs == starts.sum(dim=1)).all())

@@ -12,28 +12,27 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any
 
 import torch
 
 from . import checks
-from .scores import ScoreRule, once, values_readable
+from .compiling import values_readable
+from .scores import FEATURES, ScoreRule, check_dense
 
 __all__ = [
     "ALL_DTYPES",
     "MAX_SCALE",
     "MAX_SOFTCAP",
     "MIN_SOFTCAP",
+    "REQUEST_DEFAULTS",
+    "REQUEST_KEYWORDS",
     "Request",
     "accumulate_dtype",
-    "alibi_mask",
     "build_request",
     "check_dense",
     "check_mask",
-    "check_per_head",
-    "check_segments",
-    "check_slopes",
     "check_softcap",
     "check_window",
 ]
@@ -68,36 +67,46 @@ class Request:
     q     (B, Hq, Lq, D)
     k     (B, Hkv, Lk, D)
     v     (B, Hkv, Lk, Dv)
-    mask  None, or bool (True = may look) / additive float: 4-D, broadcastable to (B, Hq, Lq, Lk)
-          (`build_request`, the only builder, makes it 4-D; backends rely on that)
-    window    None, w (the last w positions), or (left, right) with None or ints >= 0 (two-sided)
-    sinks     None, or (Hq,) floating logits that join each row's softmax denominator (gpt-oss)
-    alibi     None, or (Hq,) floating slopes: score += −slope_h · |p − j| (constants, never differentiated);
-              (B, Hq) slopes are in the mask (`alibi_mask`)
-    segments  None, or (B, L) integer ids (Lq = Lk = L): key j visible to query i only with the same id
+    rule  its `scores.ScoreRule`: how q·kᵀ becomes a logit and who may look — scale, softcap, the mask
+          (4-D, broadcastable to (B, Hq, Lq, Lk): `build_request`, the only builder, makes it so; backends
+          rely on that), the causal rule, the window and the tensor features (`scores.FEATURES`)
+    dropout_p, return_weights, return_lse   as `attention` takes them
 
-    `rule` is its `scores.ScoreRule` (scale, softcap, mask, causal, window, …): how q·kᵀ becomes a logit.
+    The rule's plain fields read through the request too (r.scale, r.causal, r.mask, …); `with_rule` changes
+    them (`dataclasses.replace` changes the rest).
     """
 
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
-    causal: bool
-    mask: torch.Tensor | None
-    window: int | tuple[int | None, int | None] | None
-    scale: float
-    softcap: float | None
-    dropout_p: float
-    return_weights: bool
-    return_lse: bool
-    sinks: torch.Tensor | None = None
-    alibi: torch.Tensor | None = None
-    segments: torch.Tensor | None = None
+    rule: ScoreRule
+    dropout_p: float = 0.0
+    return_weights: bool = False
+    return_lse: bool = False
 
-    @once
-    def rule(self) -> ScoreRule:
-        """The score rule of this request (built once per request)."""
-        return ScoreRule.of(self)
+    def with_rule(self, **changes) -> Request:
+        """This request with some of its rule's fields changed (`ScoreRule.replace`)."""
+        return replace(self, rule=self.rule.replace(**changes))
+
+    @property
+    def scale(self) -> float:
+        return self.rule.scale
+
+    @property
+    def softcap(self) -> float | None:
+        return self.rule.softcap
+
+    @property
+    def mask(self) -> torch.Tensor | None:
+        return self.rule.mask
+
+    @property
+    def causal(self) -> bool:
+        return self.rule.causal
+
+    @property
+    def window(self) -> int | tuple[int | None, int | None] | None:
+        return self.rule.window
 
     @property
     def B(self) -> int:
@@ -156,61 +165,54 @@ class Request:
         return self.mask is not None and self.mask.requires_grad and torch.is_grad_enabled()
 
     def one_head(self, head: int) -> Request:
-        """This request for query head `head` alone (Hq = Hkv = 1): its q, the k/v of its group, and every
-        per-head field (a mask with a head axis, each (Hq,) tensor such as sinks or slopes) cut to that head."""
+        """This request for query head `head` alone (Hq = Hkv = 1): its q, the k/v of its group, and its rule cut
+        to that head (`ScoreRule.one_head`: a mask with a head axis, each per-head feature)."""
         if not 0 <= head < self.Hq:
             raise ValueError(f"head must be in [0, {self.Hq - 1}], got {head}")
         kv = head // self.G
-        cut: dict[str, Any] = {
-            "q": self.q[:, head : head + 1],
-            "k": self.k[:, kv : kv + 1],
-            "v": self.v[:, kv : kv + 1],
-        }
-        if self.mask is not None and self.mask.shape[1] > 1:
-            cut["mask"] = self.mask[:, head : head + 1]
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name not in cut and isinstance(value, torch.Tensor) and value.dim() == 1 and value.numel() == self.Hq:
-                cut[f.name] = value[head : head + 1]
-        return replace(self, **cut)
-
-
-def check_dense(name: str, t) -> torch.Tensor:
-    """`t` if it is an ordinary (dense, strided, not nested) tensor; else a TypeError naming it."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.is_nested:
-        raise TypeError(
-            f"{name} is a nested tensor; attention needs dense (B, H, L, D) tensors (pad it: .to_padded_tensor)"
+        return replace(
+            self,
+            q=self.q[:, head : head + 1],
+            k=self.k[:, kv : kv + 1],
+            v=self.v[:, kv : kv + 1],
+            rule=self.rule.one_head(head, self.Hq),
         )
-    if t.layout != torch.strided:
-        raise TypeError(f"{name} has layout {t.layout}; attention needs dense strided tensors (call .to_dense())")
-    return t
+
+
+REQUEST_DEFAULTS: dict[str, Any] = {
+    **{f.name: None if f.default is MISSING else f.default for f in fields(ScoreRule)},  # scale None: 1/√D
+    **{f.name: f.default for f in fields(Request) if f.default is not MISSING},  # dropout_p, return_*
+}
+"""What `build_request` takes for a keyword left out: the score rule's field defaults and the call's own."""
+
+REQUEST_KEYWORDS = tuple(REQUEST_DEFAULTS)
+"""The keywords `build_request` takes: the score rule's fields and the call's own three (`attention`'s
+signature, less `backend`, is written from nothing else: a test holds them equal, defaults included)."""
 
 
 def build_request(
     q,
     k,
     v,
-    *,
-    causal=False,
-    mask=None,
-    window=None,
-    scale=None,
-    softcap=None,
-    dropout_p=0.0,
-    return_weights=False,
-    return_lse=False,
-    sinks=None,
-    alibi=None,
-    segments=None,
+    **options,
 ) -> Request:
     """Check every argument of `attention` and normalise it into a `Request`.
 
+    options   `attention`'s keywords but `backend` (`REQUEST_KEYWORDS`), each defaulting to `REQUEST_DEFAULTS`;
+              the tensor score features are checked by their own entries (`scores.FEATURES`)
+
     Normalised: scale resolved (default 1/√D); a window wider than Lk clamped to Lk (the same
     rule: every key is within reach), a two-sided window (left, 0) written as the int left + 1 and
-    (None, None) as None; the mask viewed as 4-D (leading dims of size 1).
+    (None, None) as None; the mask viewed as 4-D (leading dims of size 1); a feature that folds into the
+    mask (`Feature.folds`) joined to it.
     """
+    unknown = [name for name in options if name not in REQUEST_DEFAULTS]
+    if unknown:
+        known = ", ".join(REQUEST_KEYWORDS)
+        raise TypeError(f"unexpected keyword argument {unknown[0]!r}: a request takes {known}")
+    given = REQUEST_DEFAULTS | options
+    causal, mask, window, scale, softcap = (given[name] for name in ("causal", "mask", "window", "scale", "softcap"))
+    dropout_p, return_weights, return_lse = (given[name] for name in ("dropout_p", "return_weights", "return_lse"))
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_dense(name, t)
         if t.dim() != 4:
@@ -250,28 +252,15 @@ def build_request(
     dropout_p = checks.real("dropout_p", dropout_p, low=0, high=1, high_open=True)
     if mask is not None:
         mask = check_mask(mask, (B, Hq, Lq, Lk), q.device)
-    sinks = None if sinks is None else check_per_head("sinks", sinks, Hq, q.device)
-    if alibi is not None:
-        alibi = check_slopes(alibi, B, Hq, q.device)
-        if alibi.dim() == 2:  # (B, Hq): per-batch slopes, exactly an additive mask
-            mask, alibi = alibi_mask(alibi, mask, Lq, Lk, accumulate_dtype(q.dtype)), None
-    segments = None if segments is None else check_segments(segments, B, Lq, Lk, q.device)
-    return Request(
-        q=q,
-        k=k,
-        v=v,
-        causal=causal,
-        mask=mask,
-        window=window,
-        scale=scale,
-        softcap=softcap,
-        dropout_p=dropout_p,
-        return_weights=return_weights,
-        return_lse=return_lse,
-        sinks=sinks,
-        alibi=alibi,
-        segments=segments,
-    )
+    checked: dict[str, torch.Tensor] = {}
+    for name, feature in FEATURES.items():
+        value = given[name]
+        if value is not None:
+            value, mask = feature.check(value, mask, (B, Hq, Lq, Lk), q.device, accumulate_dtype(q.dtype))
+            if value is not None:
+                checked[name] = value
+    rule = ScoreRule(scale=scale, softcap=softcap, mask=mask, causal=causal, window=window, **checked)
+    return Request(q, k, v, rule, dropout_p, return_weights, return_lse)
 
 
 def check_softcap(softcap) -> float | None:
@@ -314,65 +303,6 @@ def check_window(window, Lq: int, Lk: int):
             return min(left + 1, max(Lk, 1))
         return (left, right)
     return min(checks.integer("window", window, low=1), max(Lk, 1))
-
-
-def check_per_head(name: str, t, Hq: int, device: torch.device) -> torch.Tensor:
-    """`t` checked as a (Hq,) floating tensor of finite values on `device` (sinks, ALiBi slopes)."""
-    check_dense(name, t)
-    if not t.dtype.is_floating_point:
-        raise TypeError(f"{name} must be a floating tensor of shape (Hq,) = ({Hq},), got dtype {t.dtype}")
-    if tuple(t.shape) != (Hq,):
-        raise ValueError(f"{name} must have shape (Hq,) = ({Hq},), got {tuple(t.shape)}")
-    if t.device != device:
-        raise ValueError(f"{name} is on {t.device} but q is on {device}")
-    if values_readable(t) and not bool(torch.isfinite(t.detach()).all()):
-        raise ValueError(f"{name} must be finite, got {t.detach().tolist()}")
-    return t
-
-
-def check_slopes(t, B: int, Hq: int, device: torch.device) -> torch.Tensor:
-    """ALiBi slopes checked as (Hq,) or (B, Hq) (FlashAttention's alibi_slopes) finite constants; (1, Hq) is
-    viewed as (Hq,)."""
-    check_dense("alibi", t)
-    if t.dim() == 2 and tuple(t.shape) in ((1, Hq), (B, Hq)):
-        if t.shape[0] == 1:
-            t = t[0]
-    elif tuple(t.shape) != (Hq,):
-        raise ValueError(f"alibi must have shape (Hq,) = ({Hq},) or (B, Hq) = ({B}, {Hq}), got {tuple(t.shape)}")
-    check_per_head("alibi", t.reshape(-1), t.numel(), device)  # dtype, device, finite
-    if t.requires_grad and torch.is_grad_enabled():
-        raise ValueError("alibi slopes are constants and are not differentiated: pass alibi.detach()")
-    return t
-
-
-def alibi_mask(slopes: torch.Tensor, mask: torch.Tensor | None, Lq: int, Lk: int, dtype: torch.dtype):
-    """Per-batch ALiBi slopes (B, Hq) as the additive mask they are: −slope_bh · |p − j| (B, Hq, Lq, Lk), p = i +
-    Lk − Lq, joined with a checked 4-D `mask` (a bool one hides with −inf, an additive one adds). Exact: ALiBi
-    and an additive mask are both added after the softcap. Costs a (B, Hq, Lq, Lk) tensor; (Hq,) slopes do not."""
-    if mask is not None and mask.dtype.is_floating_point:
-        dtype = torch.promote_types(dtype, mask.dtype)
-    p = torch.arange(Lq, device=slopes.device) + (Lk - Lq)
-    distance = (p[:, None] - torch.arange(Lk, device=slopes.device)[None, :]).abs().to(dtype)  # (Lq, Lk)
-    bias = -slopes.detach().to(dtype)[:, :, None, None] * distance
-    if mask is None:
-        return bias
-    if mask.dtype == torch.bool:
-        return bias.masked_fill(~mask, float("-inf"))
-    return mask.to(dtype) + bias
-
-
-def check_segments(t, B: int, Lq: int, Lk: int, device: torch.device) -> torch.Tensor:
-    """`t` checked as (B, L) integer segment ids for Lq = Lk = L, on `device` (packed sequences)."""
-    check_dense("segments", t)
-    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-        raise TypeError(f"segments must be an integer tensor of shape (B, L), got dtype {t.dtype}")
-    if Lq != Lk:
-        raise ValueError(f"segments need Lq = Lk (one packed sequence), got Lq={Lq}, Lk={Lk}")
-    if tuple(t.shape) != (B, Lq):
-        raise ValueError(f"segments must have shape (B, L) = ({B}, {Lq}), got {tuple(t.shape)}")
-    if t.device != device:
-        raise ValueError(f"segments is on {t.device} but q is on {device}")
-    return t.to(torch.int64)
 
 
 def check_mask(mask, full_shape: tuple[int, ...], device: torch.device) -> torch.Tensor:

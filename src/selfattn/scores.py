@@ -23,22 +23,38 @@ mask_mod and the C++ tile's arguments are derived from its fields in one functio
 (`kernels.flex.mods`, `kernels.native.tile_arguments`). `selfattn.reference` stays the independent
 NumPy spec, on purpose.
 
-A score feature is one field here (sinks, ALiBi slopes, segments, the window's two sides), one
-`Capabilities` flag (a backend without it refuses the request by name), one C++ branch, and their tests.
+A tensor score feature is data: one `Feature` entry in `FEATURES` (its keyword, words, check, whether it is
+per head) and the rule's field of that name with the method that applies it (`bias`, `apart`, `join_sinks`);
+then `reference.py`, one C++ branch, one flex mod, and their tests. Generic code asks the rule: a backend
+declares the features it supports (`Capabilities.features`) and refuses the rest by their words
+(`unsupported`); the C++ tile's arguments, the explainer's export and the ring's checks iterate `FEATURES`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Any, TypedDict
 
 import torch
 
 from . import masks
+from .compiling import constant_when_compiled, once, values_readable
+from .masks import EXTENT_CHUNK, additive_in, finite_extent
 
 __all__ = [
     "ScoreRule",
     "LOG2_E",
+    "Feature",
     "FEATURES",
+    "PER_HEAD",
+    "PerHeadValues",
+    "POSITIONAL",
+    "check_dense",
+    "check_per_head",
+    "check_slopes",
+    "check_segments",
+    "alibi_mask",
     "additive_in",
     "finite_extent",
     "EXTENT_CHUNK",
@@ -50,91 +66,161 @@ __all__ = [
 ]
 
 
-def values_readable(*tensors: torch.Tensor | None) -> bool:
-    """Whether a check may read these tensors' values (a Python bool of a tensor): not while `torch.compile`
-    or `torch.export` traces (it would break the graph), nor for a `torch.func` (vmap, grad) wrapped tensor
-    (vmap refuses data-dependent control flow). Checks skipped then say so in their callers' docstrings."""
-    if torch.compiler.is_compiling():
-        return False
-    return not any(t is not None and torch._C._functorch.is_functorch_wrapped_tensor(t) for t in tensors)
-
-
-class once:  # noqa: N801 - used as a decorator, like functools.cached_property
-    """`functools.cached_property` without its lock (Python 3.11 takes an RLock, which `torch.compile` cannot
-    trace): computed on first access and kept in the instance's __dict__; while compiling, computed each time
-    (the graph holds the result)."""
-
-    def __init__(self, fn):
-        self.fn, self.name, self.__doc__ = fn, fn.__name__, fn.__doc__
-
-    def __set_name__(self, owner, name):
-        self.name = name
-
-    def __get__(self, obj, owner=None):
-        if obj is None:
-            return self
-        if torch.compiler.is_compiling():
-            return self.fn(obj)
-        value = self.fn(obj)
-        obj.__dict__[self.name] = value
-        return value
-
-
-def constant_when_compiled(fn):
-    """`fn` marked as `torch.compiler.assume_constant_result` marks it (called once when compiled, its result a
-    constant of the graph), without importing torch._dynamo: that import pulls in the compiler stack (Inductor,
-    sympy, ~1 s) on a plain call. `tests/kernels/test_imports.py` checks the mark is still torch's."""
-    fn._dynamo_marked_constant = True
-    return fn
-
-
 LOG2_E = 1.4426950408889634
 """log₂ e: a logit in base 2 is the natural one times this (`unit=LOG2_E`: softmax by exp2)."""
 
 NEG_INF = float("-inf")
 
-FEATURES = {"sinks": "attention sinks", "alibi": "ALiBi slopes", "segments": "segments (packed sequences)"}
-"""The per-head / per-position score features (tensors, fields of the rule and the request) and what a backend
-lacks without them: one without the Capabilities flag of that name refuses them ("it has no <words>")."""
-
-EXTENT_CHUNK = 1 << 20
-"""Entries of a mask `finite_extent` looks at per step when the mask holds −inf (a few MiB of scratch)."""
+# --- the tensor score features: one entry each -----------------------------------------------------------
 
 
-def additive_in(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """An additive mask (tile) in `dtype`, its finite entries saturated to dtype's range: −1e300 in a float64
-    mask becomes float32's most negative number, not −inf (−inf hides a key; a finite value only weighs it
-    down, and a row of equal finite values is a uniform row). −inf stays −inf."""
-    if mask.dtype == dtype:
-        return mask
-    out = mask.to(dtype)
-    if torch.finfo(mask.dtype).max > torch.finfo(dtype).max:
-        info = torch.finfo(dtype)
-        over = torch.isinf(out) & torch.isfinite(mask)
-        if not values_readable(over) or bool(over.any()):
-            out = torch.where(over, torch.where(mask > 0, info.max, info.min).to(dtype), out)
-    return out
+def check_dense(name: str, t) -> torch.Tensor:
+    """`t` if it is an ordinary (dense, strided, not nested) tensor; else a TypeError naming it."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.is_nested:
+        raise TypeError(
+            f"{name} is a nested tensor; attention needs dense (B, H, L, D) tensors (pad it: .to_padded_tensor)"
+        )
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} has layout {t.layout}; attention needs dense strided tensors (call .to_dense())")
+    return t
 
 
-def finite_extent(mask: torch.Tensor) -> float:
-    """The largest |x| over the finite entries x of a 4-D `mask` (0.0 if none). Two reductions when the mask
-    holds no ±inf; otherwise a pass over its distinct entries (broadcast dimensions once), at most
-    EXTENT_CHUNK elements at a time, so the scratch stays small whatever the mask's size."""
-    m = mask.detach()
-    if m.numel() == 0:
-        return 0.0
-    lo, hi = float(m.amin()), float(m.amax())
-    if abs(lo) != float("inf") and abs(hi) != float("inf"):
-        return max(abs(lo), abs(hi))
-    m = m[tuple(slice(0, 1) if stride == 0 else slice(None) for stride in m.stride())]  # each entry once
-    step = max(1, EXTENT_CHUNK // max(1, m.shape[3]))
-    extent = 0.0
-    for b in range(m.shape[0]):
-        for h in range(m.shape[1]):
-            for i in range(0, m.shape[2], step):
-                part = m[b, h, i : i + step]
-                extent = max(extent, float(part.abs().masked_fill_(torch.isinf(part), 0).amax()))
-    return extent
+def check_per_head(name: str, t, Hq: int, device: torch.device) -> torch.Tensor:
+    """`t` checked as a (Hq,) floating tensor of finite values on `device` (sinks, ALiBi slopes)."""
+    check_dense(name, t)
+    if not t.dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating tensor of shape (Hq,) = ({Hq},), got dtype {t.dtype}")
+    if tuple(t.shape) != (Hq,):
+        raise ValueError(f"{name} must have shape (Hq,) = ({Hq},), got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but q is on {device}")
+    if values_readable(t) and not bool(torch.isfinite(t.detach()).all()):
+        raise ValueError(f"{name} must be finite, got {t.detach().tolist()}")
+    return t
+
+
+def check_slopes(t, B: int, Hq: int, device: torch.device) -> torch.Tensor:
+    """ALiBi slopes checked as (Hq,) or (B, Hq) (FlashAttention's alibi_slopes) finite constants; (1, Hq) is
+    viewed as (Hq,)."""
+    check_dense("alibi", t)
+    if t.dim() == 2 and tuple(t.shape) in ((1, Hq), (B, Hq)):
+        if t.shape[0] == 1:
+            t = t[0]
+    elif tuple(t.shape) != (Hq,):
+        raise ValueError(f"alibi must have shape (Hq,) = ({Hq},) or (B, Hq) = ({B}, {Hq}), got {tuple(t.shape)}")
+    check_per_head("alibi", t.reshape(-1), t.numel(), device)  # dtype, device, finite
+    if t.requires_grad and torch.is_grad_enabled():
+        raise ValueError("alibi slopes are constants and are not differentiated: pass alibi.detach()")
+    return t
+
+
+def alibi_mask(slopes: torch.Tensor, mask: torch.Tensor | None, Lq: int, Lk: int, dtype: torch.dtype):
+    """Per-batch ALiBi slopes (B, Hq) as the additive mask they are: −slope_bh · |p − j| (B, Hq, Lq, Lk), p = i +
+    Lk − Lq, joined with a checked 4-D `mask` (a bool one hides with −inf, an additive one adds). Exact: ALiBi
+    and an additive mask are both added after the softcap. Costs a (B, Hq, Lq, Lk) tensor; (Hq,) slopes do not."""
+    if mask is not None and mask.dtype.is_floating_point:
+        dtype = torch.promote_types(dtype, mask.dtype)
+    p = torch.arange(Lq, device=slopes.device) + (Lk - Lq)
+    distance = (p[:, None] - torch.arange(Lk, device=slopes.device)[None, :]).abs().to(dtype)  # (Lq, Lk)
+    bias = -slopes.detach().to(dtype)[:, :, None, None] * distance
+    if mask is None:
+        return bias
+    if mask.dtype == torch.bool:
+        return bias.masked_fill(~mask, float("-inf"))
+    return mask.to(dtype) + bias
+
+
+def check_segments(t, B: int, Lq: int, Lk: int, device: torch.device) -> torch.Tensor:
+    """`t` checked as (B, L) integer segment ids for Lq = Lk = L, on `device` (packed sequences)."""
+    check_dense("segments", t)
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise TypeError(f"segments must be an integer tensor of shape (B, L), got dtype {t.dtype}")
+    if Lq != Lk:
+        raise ValueError(f"segments need Lq = Lk (one packed sequence), got Lq={Lq}, Lk={Lk}")
+    if tuple(t.shape) != (B, Lq):
+        raise ValueError(f"segments must have shape (B, L) = ({B}, {Lq}), got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"segments is on {t.device} but q is on {device}")
+    return t.to(torch.int64)
+
+
+Checked = tuple[torch.Tensor | None, torch.Tensor | None]
+"""(the feature's checked value, or None where it became part of the mask; the 4-D mask, joined or as it was)."""
+
+
+Shape = tuple[int, int, int, int]
+"""(B, Hq, Lq, Lk) of a request."""
+
+
+def _draw_sinks(Hq: int, g: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    return torch.randn(Hq, generator=g).to(dtype)
+
+
+def _draw_slopes(Hq: int, g: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    """ALiBi's geometric slopes, 2^(−8h/H) (float32 constants, whatever the dtype)."""
+    return torch.tensor([2.0 ** (-8.0 * (h + 1) / Hq) for h in range(Hq)])
+
+
+def _sinks(t, mask, shape: Shape, device, acc: torch.dtype) -> Checked:
+    return check_per_head("sinks", t, shape[1], device), mask
+
+
+def _slopes(t, mask, shape: Shape, device, acc: torch.dtype) -> Checked:
+    B, Hq, Lq, Lk = shape
+    t = check_slopes(t, B, Hq, device)
+    if t.dim() == 2:  # (B, Hq): per-batch slopes, exactly an additive mask
+        return None, alibi_mask(t, mask, Lq, Lk, acc)
+    return t, mask
+
+
+def _segments(t, mask, shape: Shape, device, acc: torch.dtype) -> Checked:
+    B, _, Lq, Lk = shape
+    return check_segments(t, B, Lq, Lk, device), mask
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One tensor score feature: `attention`'s keyword and the rule's field of that name, the words a backend
+    without it is refused with ("it has no <words>"), its check (value, 4-D mask or None, (B, Hq, Lq, Lk),
+    q's device, the accumulation dtype) → `Checked`, whether it holds one value per query head (cut by `one_head`, sent
+    to the C++ tile, exported per head), whether a batched form of it folds into the mask, and, for a per-head
+    one, a typical value drawn for a benchmark (Hq, a generator, the dtype of q)."""
+
+    name: str
+    words: str
+    check: Callable[..., Checked]
+    per_head: bool = False
+    folds: bool = False
+    draw: Callable[[int, torch.Generator, torch.dtype], torch.Tensor] | None = None
+
+
+FEATURES: dict[str, Feature] = {
+    f.name: f
+    for f in (
+        Feature("sinks", "attention sinks", _sinks, per_head=True, draw=_draw_sinks),
+        Feature("alibi", "ALiBi slopes", _slopes, per_head=True, folds=True, draw=_draw_slopes),
+        Feature("segments", "segments (packed sequences)", _segments),
+    )
+}
+"""The tensor score features in their one order (the rule's fields, the C++ tile's arguments, the export's
+keys). A backend's Capabilities name those it supports; it refuses the others by their words."""
+
+PER_HEAD = tuple(name for name, f in FEATURES.items() if f.per_head)
+"""The features holding one value per query head, in `FEATURES` order."""
+
+
+class PerHeadValues(TypedDict, total=False):
+    """The per-head features as JSON data, one value per head (a layer of the explainer's export; each key
+    present only where the layer has it): the keys of `PER_HEAD`."""
+
+    sinks: list[float]
+    alibi: list[float]
+
+
+POSITIONAL = ("causal", "window", "alibi", "segments")
+"""The rule's fields that depend on where a query and a key stand (`without_positions` drops them)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,8 +252,44 @@ class ScoreRule:
 
     @classmethod
     def of(cls, request) -> ScoreRule:
-        """The rule of a `selfattn.request.Request` (the same as `request.rule`)."""
-        return cls(**{name: getattr(request, name) for name in _FIELDS})
+        """The rule of a `selfattn.request.Request` (its `rule`)."""
+        return request.rule
+
+    def replace(self, **changes) -> ScoreRule:
+        """This rule with some fields changed (`dataclasses.replace`; what `once` kept is computed anew)."""
+        return replace(self, **changes)
+
+    def features(self) -> dict[str, torch.Tensor]:
+        """The tensor score features this rule sets, by name, in `FEATURES` order."""
+        return {name: value for name in FEATURES if (value := getattr(self, name)) is not None}
+
+    def unsupported(self, supported: frozenset[str]) -> list[Feature]:
+        """The features this rule sets that are not in `supported` (a backend's `Capabilities.features`)."""
+        return [FEATURES[name] for name in self.features() if name not in supported]
+
+    def per_head(self) -> tuple[torch.Tensor | None, ...]:
+        """Each per-head feature's (Hq,) tensor or None, in `FEATURES` order (the C++ tile's arguments)."""
+        return tuple(getattr(self, f.name) for f in FEATURES.values() if f.per_head)
+
+    def keywords(self) -> dict[str, Any]:
+        """The rule as `selfattn.attention`'s keyword arguments (the fields it sets)."""
+        return {name: value for name in _FIELDS if (value := getattr(self, name)) is not _DEFAULTS.get(name)}
+
+    def without_positions(self) -> ScoreRule:
+        """This rule without its terms of where a query and key stand (`POSITIONAL`): scale, softcap, mask and
+        the per-row features are left (the ring draws the rest as a mask of global positions)."""
+        return self.replace(**{name: _DEFAULTS[name] for name in POSITIONAL})
+
+    def one_head(self, head: int, Hq: int) -> ScoreRule:
+        """This rule for query head `head` of Hq alone: a mask with a head axis and each per-head feature
+        cut to that head."""
+        cut: dict[str, Any] = {}
+        if self.mask is not None and self.mask.shape[1] > 1:
+            cut["mask"] = self.mask[:, head : head + 1]
+        for name, value in self.features().items():
+            if FEATURES[name].per_head and value.dim() == 1 and value.numel() == Hq:
+                cut[name] = value[head : head + 1]
+        return self.replace(**cut)
 
     @once
     def bounds(self) -> tuple[int | None, int | None] | None:
@@ -251,6 +373,27 @@ class ScoreRule:
         indices `rows` and key indices `cols` of a request with n_q queries and n_k keys (None: all)."""
         return masks.visibility(n_q, n_k, causal=self.causal, window=self.window, device=device, rows=rows, cols=cols)
 
+    @property
+    def biased(self) -> bool:
+        """Whether a per-head term of positions joins the scores (`bias`)."""
+        return self.alibi is not None
+
+    def bias(self, rows, cols, n_q: int, n_k: int, *, dtype, device, unit: float = 1.0) -> torch.Tensor | None:
+        """The per-head position terms added after the softcap, (Hq, R, C) in `dtype` for query indices `rows`
+        × key indices `cols` (None: all), p = i + n_k − n_q; None for a rule without them (`biased`)."""
+        if self.alibi is None:
+            return None
+        return self.alibi_bias(rows, cols, n_q, n_k, dtype=dtype, device=device, unit=unit)
+
+    @property
+    def parted(self) -> bool:
+        """Whether ids hide keys from queries in other parts (`apart`)."""
+        return self.segments is not None
+
+    def apart(self, rows=None, cols=None) -> torch.Tensor | None:
+        """(B, 1, R, C) True where ids hide key j from query i (another segment); None for a rule without ids."""
+        return None if self.segments is None else self.segment_hidden(rows, cols)
+
     def alibi_bias(self, rows, cols, n_q: int, n_k: int, *, dtype, device, unit: float = 1.0) -> torch.Tensor:
         """−slope_h · |p − j| · unit for query indices `rows` × key indices `cols` (None: all): (Hq, R, C) in
         `dtype`, p = i + n_k − n_q. Only for a rule with `alibi`."""
@@ -273,30 +416,11 @@ class ScoreRule:
     @once
     def segment_spans(self) -> tuple[torch.Tensor, bool]:
         """((2, B, L) int64: for each position the first key of its segment and one past its last, whether every
-        segment is one contiguous run — then the span alone is the segment rule). Only with `segments`.
-
-        By a stable sort of each row's ids (no data-dependent shapes, so `torch.compile` traces it): a group
-        of equal ids keeps its positions in order, so its first and last sorted entries are the span. While
-        compiling or under vmap, `contiguous` is False (`values_readable`): the kernel then also reads the ids."""
-        seg = self.segments
-        if seg is None:
+        segment is one contiguous run — then the span alone is the segment rule): `masks.segment_spans` of the
+        rule's segments. Only with `segments`."""
+        if self.segments is None:
             raise ValueError("segment_spans needs a rule with segments")
-        B, L = seg.shape
-        if L == 0:
-            return torch.empty(2, B, 0, dtype=torch.int64, device=seg.device), True
-        ids, pos = torch.sort(seg, dim=1, stable=True)
-        index = torch.arange(L, device=seg.device).expand(B, L)
-        edge = torch.ones(B, 1, dtype=torch.bool, device=seg.device)
-        starts = torch.cat([edge, ids[:, 1:] != ids[:, :-1]], dim=1)  # a new id begins here (sorted order)
-        ends = torch.cat([starts[:, 1:], edge], dim=1)  # the last of its id
-        start = torch.where(starts, index, 0).cummax(dim=1).values
-        end = torch.where(ends, index, L - 1).flip(1).cummin(dim=1).values.flip(1)
-        first, last = (torch.zeros_like(pos).scatter(1, pos, pos.gather(1, at)) for at in (start, end))
-        span = torch.stack([first, last + 1])  # out of place: vmap and compile trace it
-        if not values_readable(seg):
-            return span, False
-        runs = 1 + (seg[:, 1:] != seg[:, :-1]).sum(dim=1)
-        return span, bool((runs == starts.sum(dim=1)).all())
+        return masks.segment_spans(self.segments)
 
     def hide(
         self,
@@ -342,12 +466,11 @@ class ScoreRule:
         n_k = raw.shape[-1] if n_k is None else n_k
         scaled, tanh = self.scaled(raw, unit=unit, folded=folded, keep_tanh=True)
         hidden = ~self.visible(rows, cols, n_q, n_k, device=raw.device) if self.limited else None
-        if self.segments is not None:  # (B, 1, R, C): raw's leading dim is the batch
-            apart = self.segment_hidden(rows, cols)
+        apart = self.apart(rows, cols) if self.parted else None  # (B, 1, R, C): raw's leading dim is the batch
+        if apart is not None:
             hidden = apart if hidden is None else apart | hidden
-        biased = scaled
-        if self.alibi is not None:
-            biased = scaled + self.alibi_bias(rows, cols, n_q, n_k, dtype=scaled.dtype, device=raw.device, unit=unit)
+        bias = self.bias(rows, cols, n_q, n_k, dtype=scaled.dtype, device=raw.device, unit=unit)
+        biased = scaled if bias is None else scaled + bias
         masked = self.hide(biased, self.mask_tile(rows, cols), hidden, unit=unit)
         out = {"scaled": scaled, "masked": masked}
         return out | {"tanh": tanh} if keep_tanh else out
@@ -367,14 +490,21 @@ class ScoreRule:
             "causal": bool(self.causal),
             "window": self.window if not isinstance(self.window, tuple) else list(self.window),
             "mask": mask,
-            "sinks": None if self.sinks is None else [float(x) for x in self.sinks.detach().double().tolist()],
-            "alibi": None if self.alibi is None else [float(x) for x in self.alibi.detach().double().tolist()],
-            "segments": None if self.segments is None else list(self.segments.shape),
-        }
+        } | {name: _feature_data(f, getattr(self, name)) for name, f in FEATURES.items()}
+
+
+def _feature_data(feature: Feature, t: torch.Tensor | None) -> list | None:
+    """A feature as JSON-ready data: None where unset, a per-head one's values, another's shape."""
+    if t is None:
+        return None
+    return [float(x) for x in t.detach().double().tolist()] if feature.per_head else list(t.shape)
 
 
 _FIELDS = tuple(f.name for f in fields(ScoreRule))
 """The rule's field names, read once (`torch.compile` cannot trace `dataclasses.fields`)."""
+
+_DEFAULTS = {f.name: f.default for f in fields(ScoreRule)}
+"""Each field's default (scale has none)."""
 
 
 def join_sinks(sinks: torch.Tensor, lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -82,7 +82,7 @@ def test_tables_escape_markup_in_tokens():
     doc = {
         "model": {"name": "m", "kind": "decoder", "n_layers": 1, "n_heads": 1, "d_model": 2, "head_dim": 2},
         "tokens": ["[red]", "x"],
-        "intervention": {"scaling": True, "causal": True, "temperature": 1.0},
+        "experiment": {"applied": {"layer": None, "head": None}},
         "selected": {"layer": 0, "head": 0, "rule": None},
         "prediction": [],
         "summaries": [[{"entropy": 1.0, "first_token": 0.5, "max_weight": 0.5, "previous": 0.5, "rows": 1}]],
@@ -131,7 +131,8 @@ def test_npz_and_refusal_to_overwrite(tmp_path, capsys, tiny_checkpoint):
 def test_interventions_from_the_command_line(capsys, tiny_checkpoint):
     base = run_json(capsys, TEXT, "--model", str(tiny_checkpoint))
     off = run_json(capsys, TEXT, "--model", str(tiny_checkpoint), "--no-causal", "--no-scaling", "--temperature", "2")
-    assert off["intervention"] == {"scaling": False, "causal": False, "temperature": 2.0}
+    applied = {"no_scaling": {}, "no_causal": {}, "temperature": {"t": 2.0}, "layer": None, "head": None}
+    assert off["experiment"]["applied"] == applied
     assert off["layers"][0]["scale"] == 0.5 and all(all(r) for r in off["layers"][0]["visible"])
     assert off["prediction"] != base["prediction"]
 

@@ -49,14 +49,8 @@ def test_intervention_shapes_agree():
     applied = iv.as_applied()
     assert applied == {"temperature": {"t": 2.0}, "block": {"query": 4, "key": 3}, "layer": 1, "head": 0}
     assert Intervention.of(applied) == iv and hash(Intervention.of(applied)) == hash(iv)
-    assert iv.as_dict() == {
-        "scaling": True,
-        "causal": True,
-        "temperature": 2.0,
-        "block": {"query": 4, "key": 3},
-        "layer": 1,
-        "head": 0,
-    }
+    with pytest.raises(ValueError, match="intervention temperature is given twice"):
+        Intervention({"temperature": {"t": 2.0}}, temperature=2.0)
     assert Intervention(scaling=False, temperature=0.5) == Intervention({"no_scaling": {}, "temperature": {"t": 0.5}})
     assert Intervention({"temperature": {"t": 1.0}}) == Intervention() and not Intervention(temperature=1)
     assert iv.words("en") == ["softmax temperature T = 2", "link 4 → 3 blocked"]
@@ -145,7 +139,8 @@ def test_block_from_the_command_line(capsys, tiny, tiny_checkpoint):
     assert main([*args, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc == json.loads(json.dumps(tiny.explain(TEXT, intervention=Intervention(BLOCK)), ensure_ascii=False))
-    assert doc["intervention"] == {"scaling": True, "causal": True, "temperature": 1.0} | BLOCK
+    assert doc["experiment"]["applied"] == BLOCK | {"layer": None, "head": None}
+    assert "intervention" not in doc  # one shape of an intervention: `as_applied`
     assert main([*args, "--only-layer", "1", "--lang", "en"]) == 0
     assert f"Intervention: link {VERB} → {NOUN} blocked, only in layer 1" in capsys.readouterr().out
     assert main([*args]) == 0

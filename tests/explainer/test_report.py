@@ -57,7 +57,7 @@ def test_pack_is_lossless(doc):
             assert "stages" not in packed["layers"][l]["heads"][h]
     # float32 captures travel as float32 (4 bytes a number), and the small fields as they were
     assert packed["layers"][0]["heads"][0]["q"]["dtype"] == "f32"
-    for key in ("tokens", "token_ids", "summaries", "prediction", "selected", "intervention", "model"):
+    for key in ("tokens", "token_ids", "summaries", "prediction", "selected", "experiment", "model"):
         assert packed[key] == doc[key]
 
 
@@ -250,9 +250,9 @@ def test_page_data_carries_texts_controls_and_the_applied_interventions(doc):
 
 
 def test_scale_words_follow_the_intervention():
-    words = controls.scale_words(Intervention(scaling=False, temperature=0.37).as_dict(), 24)
+    words = controls.scale_words(Intervention(scaling=False, temperature=0.37).as_applied(), 24)
     assert words["how"]["en"] == "1/T, T = 0.37 (no ÷√d_k)" and words["stage"]["zh"] == "不除以 √d_k"
-    assert controls.scale_words(Intervention(temperature=2.0).as_dict(), 24)["how"]["zh"] == "1/(√24·T)，T = 2"
+    assert controls.scale_words(Intervention(temperature=2.0).as_applied(), 24)["how"]["zh"] == "1/(√24·T)，T = 2"
 
 
 # --- the words: one table, the page holds none ------------------------------------------------
@@ -273,7 +273,7 @@ def test_texts_have_both_languages_and_only_name_placeholders():
 
 def test_every_text_the_page_names_is_shipped():
     script = report.script()
-    template = (report.STATIC_DIR / report.PAGE).read_text(encoding="utf-8")
+    template = report.template(report.PAGE)
     named = set(re.findall(r'\bt\("(\w+)"', script)) | set(re.findall(r'\btext: "(\w+)"', script))
     named |= set(re.findall(r'data-i18n="(\w+)"', template))
     assert named and named <= set(report.page_texts()), named - set(report.page_texts())

@@ -84,7 +84,7 @@ def test_per_head_intervention_changes_only_that_head_and_the_prediction(explain
     w = changed.stages(2)["weights"]
     assert float(w[0, 1:].sum()) > 0  # head 2 now sees the future
     doc = ex.explain(TEXT, intervention=Intervention(causal=False, layer=1, head=2))
-    assert doc["intervention"] == {"scaling": True, "causal": False, "temperature": 1.0, "layer": 1, "head": 2}
+    assert doc["experiment"]["applied"] == {"no_causal": {}, "layer": 1, "head": 2}
     assert export.head_weights(doc, 1, 2)[0, 1:].sum() > 0 and export.head_weights(doc, 1, 1)[0, 1:].sum() == 0
     with pytest.raises(ValueError, match=r"intervention head must be in \[0, 3\], got 9"):
         ex.trace(TEXT, Intervention(head=9))

@@ -75,7 +75,7 @@ def test_gpt_oss_sinks_equal_eager():
         want = eager(ids).logits
     got, requests = _calls(ours, ids)
     assert max_error(got.logits, want) <= TOL["hf_selfattn_vs_eager"]
-    assert requests and all(r.sinks is not None and r.mask is None for r in requests)
+    assert requests and all(r.rule.sinks is not None and r.mask is None for r in requests)
 
 
 def test_modernbert_two_sided_windows_equal_eager():
@@ -103,8 +103,8 @@ def test_a_packed_batch_runs_on_segments_equal_to_eager(kind):
         cached = eager(ids, position_ids=position_ids).logits
     got, requests = _calls(ours, ids, position_ids=position_ids, use_cache=False)
     assert max_error(got.logits, want) <= TOL["hf_selfattn_vs_eager"]
-    assert requests and all(r.segments is not None and r.mask is None for r in requests)
-    assert requests[0].segments.tolist() == [[0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2]]
+    assert requests and all(r.rule.segments is not None and r.mask is None for r in requests)
+    assert requests[0].rule.segments.tolist() == [[0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2]]
     got, requests = _calls(ours, ids, position_ids=position_ids)
     assert max_error(got.logits, cached) <= TOL["hf_selfattn_vs_eager"]
-    assert all(r.segments is None for r in requests)
+    assert all(r.rule.segments is None for r in requests)

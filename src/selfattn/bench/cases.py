@@ -15,6 +15,7 @@ from .. import kernels
 from ..functional import attention
 from ..kernels.cost import request_pairs
 from ..request import build_request
+from ..scores import FEATURES, PER_HEAD
 
 __all__ = ["Case", "CASES", "EXTRA_CASES", "SEED", "BACKWARD_FLOPS_FACTOR", "select", "split_names", "request_of"]
 
@@ -39,7 +40,7 @@ class Case:
     head_dim: int
     causal: bool = True
     window: int | tuple[int | None, int | None] | None = None
-    features: tuple[str, ...] = ()  # score features with drawn values: "sinks", "alibi", "packed" (FEATURE_VALUES)
+    features: tuple[str, ...] = ()  # score features with drawn values: a PER_HEAD name, or "packed" (segments)
     backward: bool = False
     backends: tuple[str, ...] = ("sdpa", "native", "flex", "tiled", "auto", "naive")
     dtype: torch.dtype = torch.float32
@@ -88,10 +89,10 @@ class Case:
         """The masking arguments of `selfattn.attention` for this case (score features drawn from SEED)."""
         out: dict[str, Any] = {"causal": self.causal, "window": self.window}
         g = torch.Generator().manual_seed(SEED + 2)
-        if "sinks" in self.features:
-            out["sinks"] = torch.randn(self.q_heads, generator=g).to(self.dtype)
-        if "alibi" in self.features:  # ALiBi's geometric slopes, 2^(−8h/H)
-            out["alibi"] = torch.tensor([2.0 ** (-8.0 * (h + 1) / self.q_heads) for h in range(self.q_heads)])
+        for name in PER_HEAD:  # in FEATURES order: the generator's draws are the same whatever the case
+            draw = FEATURES[name].draw
+            if name in self.features and draw is not None:
+                out[name] = draw(self.q_heads, g, self.dtype)
         if "packed" in self.features:  # PACKED_SEGMENTS documents of equal length, one row
             out["segments"] = (torch.arange(self.len_q) * PACKED_SEGMENTS // self.len_q)[None].expand(self.batch, -1)
         return out
@@ -178,8 +179,10 @@ def _cases() -> tuple[tuple[Case, Case], ...]:
             ),
             dict(len_q=1024, len_k=1024),
         ),
-        (Case("sinks", "attention sinks, causal (against causal_forward)", features=("sinks",), **features), {}),
-        (Case("alibi", "ALiBi slopes, causal (against causal_forward)", features=("alibi",), **features), {}),
+        *(
+            (Case(name, f"{FEATURES[name].words}, causal (against causal_forward)", features=(name,), **features), {})
+            for name in PER_HEAD
+        ),
         (
             Case(
                 "two_sided",

@@ -46,12 +46,13 @@ MIN_BACKWARD_ROWS = 16
 """Fewest query rows per strip (very long blocks): a strip of fewer rows would be all overhead."""
 
 
-def _score_rule(b: Box, rule: Rule, scale: float, softcap, alibi) -> ScoreRule:
-    """The score rule of box `b`: scale, softcap, ALiBi slopes, and, unless the box is "full", the ring's
-    causal / window rule — on global positions, so it is used with n_q = n_k = L (no bottom-right shift)."""
+def _score_rule(b: Box, rule: Rule, score: ScoreRule) -> ScoreRule:
+    """The score rule of box `b`: the ring's `score` (scale, softcap, its per-head terms), and, unless the box is
+    "full", the ring's causal / window rule — on global positions, so it is used with n_q = n_k = L (no
+    bottom-right shift)."""
     if b.kind == "full":
-        return ScoreRule(scale=scale, softcap=softcap, alibi=alibi)
-    return ScoreRule(scale=scale, softcap=softcap, causal=rule.causal, window=rule.window, alibi=alibi)
+        return score
+    return score.replace(causal=rule.causal, window=rule.window)
 
 
 def _strip_rows(per_row: int) -> int:
@@ -65,26 +66,28 @@ def _positions(b: Box, device, r0: int = 0, r1: int | None = None) -> tuple[torc
     return torch.arange(b.q0 + r0, b.q0 + r1, device=device), torch.arange(b.k0, b.k1, device=device)
 
 
-def block_forward(q, k, v, b: Box, qoff: int, koff: int, rule: Rule, scale: float, softcap, alibi, backend: str):
+def block_forward(q, k, v, b: Box, qoff: int, koff: int, rule: Rule, score: ScoreRule, backend: str):
     """Partial attention of the box's queries over the box's keys.
 
     q (B, Hq, Lr, D) local queries; k (B, Hkv, Lr, D), v (B, Hkv, Lr, Dv) the travelling block;
-    qoff / koff turn global positions into local rows; alibi None or (Hq,) slopes. Returns output
-    (B, Hq, n, Dv) and lse (B, Hq, n) (no sinks) for the n = b.q1 − b.q0 rows from local row b.q0 + qoff.
+    qoff / koff turn global positions into local rows; score the ring's score rule without causal, window
+    or sinks. Returns output (B, Hq, n, Dv) and lse (B, Hq, n) (no sinks) for the n = b.q1 − b.q0 rows from
+    local row b.q0 + qoff.
     """
     qs = q[:, :, b.q0 + qoff : b.q1 + qoff]
     ks = k[:, :, b.k0 + koff : b.k1 + koff]
     vs = v[:, :, b.k0 + koff : b.k1 + koff]
-    common = dict(scale=scale, softcap=softcap, return_lse=True, backend=backend)
     if b.q1 == b.k1:  # aligned: query p_local − key j_local = p − j (global), so the ring's rule is the box's
-        res = attention(qs, ks, vs, causal=rule.causal, window=rule.window, alibi=alibi, **common)
+        aligned = score.replace(causal=rule.causal, window=rule.window)
+        res = attention(qs, ks, vs, **aligned.keywords(), return_lse=True, backend=backend)
         return res.output, res.lse
-    if b.kind == "full" and alibi is None:
+    common = dict(score.without_positions().keywords(), return_lse=True, backend=backend)
+    if b.kind == "full" and not score.biased:
         res = attention(qs, ks, vs, **common)
         return res.output, res.lse
-    score_rule = _score_rule(b, rule, scale, softcap, alibi)
+    score_rule = _score_rule(b, rule, score)
     L = rule.seq_len
-    if alibi is None:
+    if not score.biased:
         rows, cols = _positions(b, q.device)
         res = attention(qs, ks, vs, mask=score_rule.visible(rows, cols, L, L), **common)
         return res.output, res.lse
@@ -94,7 +97,8 @@ def block_forward(q, k, v, b: Box, qoff: int, koff: int, rule: Rule, scale: floa
     for r0 in range(0, b.q1 - b.q0, strip):
         r1 = min(b.q1 - b.q0, r0 + strip)
         rows, cols = _positions(b, q.device, r0, r1)
-        bias = score_rule.alibi_bias(rows, cols, L, L, dtype=acc, device=q.device)  # (Hq, m, n)
+        bias = score_rule.bias(rows, cols, L, L, dtype=acc, device=q.device)  # (Hq, m, n): biased
+        assert bias is not None
         hidden = ~score_rule.visible(rows, cols, L, L) if score_rule.limited else None
         res = attention(qs[:, :, r0:r1], ks, vs, mask=score_rule.hide(bias, hidden=hidden)[None], **common)
         outs.append(res.output)
@@ -124,7 +128,7 @@ def _grouped(x: torch.Tensor, Hkv: int) -> torch.Tensor:
 
 
 def block_backward(
-    q, k, v, do, lse, delta, dq, dk, dv, b: Box, qoff: int, koff: int, rule: Rule, scale: float, softcap, alibi
+    q, k, v, do, lse, delta, dq, dk, dv, b: Box, qoff: int, koff: int, rule: Rule, score: ScoreRule
 ) -> None:
     """Add this box's contribution to dq (this rank's rows) and dk / dv (the travelling block), in place.
 
@@ -136,9 +140,9 @@ def block_backward(
     keys = slice(b.k0 + koff, b.k1 + koff)
     ks, vs = k[:, :, keys], v[:, :, keys]  # (B, Hkv, n, D|Dv): shared by the G heads of a group
     n = ks.shape[2]
-    score_rule = _score_rule(b, rule, scale, softcap, alibi)
+    score_rule, scale = _score_rule(b, rule, score), score.scale
     strip = _strip_rows(B * Hq * max(1, n) * q.element_size())  # bytes of one row of a tile
-    by_position = score_rule.limited or alibi is not None
+    by_position = score_rule.limited or score_rule.biased
     for r0 in range(0, b.q1 - b.q0, strip):
         r1 = min(b.q1 - b.q0, r0 + strip)
         m = r1 - r0
@@ -148,7 +152,7 @@ def block_backward(
         positions: tuple[torch.Tensor | None, torch.Tensor | None] = (
             _positions(b, q.device, r0, r1) if by_position else (None, None)
         )
-        heads = raw.view(B, Hq, m, n)  # the rule's per-head terms (ALiBi) line up with Hq = Hkv · G
+        heads = raw.view(B, Hq, m, n)  # the rule's per-head terms line up with Hq = Hkv · G
         t, tanh = score_rule.logits(heads, *positions, rule.seq_len, rule.seq_len, keep_tanh=True)
         t = t.view(B, Hkv, G, m, n)
         tanh = None if tanh is None else tanh.view(B, Hkv, G, m, n)

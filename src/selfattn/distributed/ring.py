@@ -30,7 +30,7 @@ import torch
 from .. import checks
 from ..functional import AttentionOutput, intercept
 from ..request import accumulate_dtype, build_request, check_window
-from ..scores import join_sinks, sink_grad
+from ..scores import FEATURES, ScoreRule, join_sinks, sink_grad
 from . import comm
 from .blocks import block_backward, block_forward, merge
 from .layout import LAYOUTS, Sharded, check_layout, positions, world_and_rank
@@ -88,9 +88,7 @@ class _Ring:
     plan: RingPlan
     rank: int
     globals: list
-    scale: float
-    softcap: float | None
-    alibi: torch.Tensor | None
+    score: ScoreRule
     real: torch.Tensor
     backend: str
     timeout_s: float
@@ -101,9 +99,10 @@ class _Ring:
         return self.plan.world
 
     @property
-    def score_args(self) -> tuple[Rule, float, float | None, torch.Tensor | None]:
-        """(rule, scale, softcap, alibi): how each block scores, as `blocks` takes them."""
-        return self.plan.rule, self.scale, self.softcap, self.alibi
+    def score_args(self) -> tuple[Rule, ScoreRule]:
+        """(the ring's causal / window rule, the score rule without them or sinks): how each block scores, as
+        `blocks` takes them."""
+        return self.plan.rule, self.score
 
     def exchange(self, label: str) -> comm.Exchange:
         return comm.Exchange(self.group, self.timeout_s, self.rank, self.globals, label)
@@ -243,13 +242,11 @@ def ring_attention(
     window=None,
     softcap=None,
     scale=None,
-    sinks=None,
-    alibi=None,
-    segments=None,
     layout="zigzag",
     seq_len=None,
     return_lse=False,
     backend="auto",
+    **features,
 ):
     """Attention over a sequence split across the ranks of `group`: this rank's rows of the whole.
 
@@ -262,13 +259,13 @@ def ring_attention(
                counts global positions: w (p − w < j <= p) or (left, right) (p − left <= j <= p + right,
                FlashAttention's convention; with causal=False keys after the query are visible too); one
                wider than a rank's rows reaches further ranks
-    sinks      (Hq,) sink logits (gpt-oss), the same on every rank: each row's softmax denominator gains
-               exp(sink_h), once (joined to the merged lse, which includes it). Differentiable: sinks.grad
-               on a rank is its rows' share; their sum over the ranks (an all_reduce, as for any replicated
-               parameter) is the whole sequence's gradient
-    alibi      (Hq,) ALiBi slopes, the same on every rank: score −= slope_h · |p − j| with p, j global
-               positions (constants, not differentiated)
-    segments   refused (ValueError): packed sequences are not split across a ring
+    features   the tensor score features of `selfattn.attention` (`scores.FEATURES`), the same on every rank:
+               sinks (Hq,): each row's softmax denominator gains exp(sink_h), once (joined to the merged
+               lse, which includes it). Differentiable: sinks.grad on a rank is its rows' share; their sum
+               over the ranks (an all_reduce, as for any replicated parameter) is the whole sequence's
+               gradient. ALiBi slopes (Hq,): score −= slope_h · |p − j| with p, j global positions
+               (constants, not differentiated). Segments are refused (ValueError): packed sequences are
+               not split across a ring
     layout     "zigzag" (rank i holds chunks i and 2W−1−i: balanced causal work) or "contiguous"
     seq_len    the true length L <= Lr · W; positions >= L are padding: hidden as keys, and their
                query rows get output 0, lse −inf (None: no padding, L = Lr · W)
@@ -278,7 +275,7 @@ def ring_attention(
     Raises ValueError when ranks disagree on shapes, dtypes or options (sinks and slopes included), and
     `RankFailure` naming the rank that did not answer within the group's timeout (set by `init`).
     """
-    if segments is not None:
+    if features.get("segments") is not None:
         raise ValueError(
             "ring_attention does not take segments= (packed sequences are not split across ranks): "
             "run each packed batch with selfattn.attention, or pass one sequence per call"
@@ -300,12 +297,13 @@ def ring_attention(
     # the window is the whole sequence's rule: checked here against L, not clamped to this rank's Lr rows
     # as `build_request` would
     check_window(window, 1, 1)
-    if isinstance(alibi, torch.Tensor) and alibi.dim() == 2 and alibi.shape[0] > 1:  # attention folds them into a mask
-        raise ValueError(
-            f"ring_attention takes ALiBi slopes of shape (Hq,) (one per head, for every batch item), got "
-            f"{tuple(alibi.shape)}"
-        )
-    request = build_request(q, k, v, causal=causal, scale=scale, softcap=softcap, sinks=sinks, alibi=alibi)
+    for name, t in features.items():  # attention folds a batched one into a mask, which the ring does not draw
+        if name in FEATURES and FEATURES[name].folds and isinstance(t, torch.Tensor) and t.dim() == 2 and len(t) > 1:
+            raise ValueError(
+                f"ring_attention takes {FEATURES[name].words} of shape (Hq,) (one per head, for every batch item), "
+                f"got {tuple(t.shape)}"
+            )
+    request = build_request(q, k, v, causal=causal, scale=scale, softcap=softcap, **features)
     world_and_rank(group)  # RuntimeError before `init`
     world, rank, global_ranks = comm.group_ranks(group)
     Lr = q.shape[2]
@@ -332,8 +330,12 @@ def ring_attention(
             **_window_meta(window),
             "scale_bits": _float_bits(request.scale),
             "softcap_bits": _float_bits(request.softcap),
-            **_per_head_meta("sinks", request.sinks),
-            **_per_head_meta("alibi", request.alibi),
+            **{
+                key: bits
+                for f in FEATURES.values()
+                if f.per_head
+                for key, bits in _per_head_meta(f.name, getattr(request.rule, f.name)).items()
+            },
         },
         group,
         "ring_attention",
@@ -345,15 +347,13 @@ def ring_attention(
         plan,
         rank,
         global_ranks,
-        request.scale,
-        request.softcap,
-        None if request.alibi is None else request.alibi.detach(),
+        request.rule.replace(sinks=None),
         real,
         backend,
         comm.wait_timeout_s(),
         _TRAFFIC.get(),
     )
-    out, lse = _RingFunction.apply(q, k, v, request.sinks, ring)
+    out, lse = _RingFunction.apply(q, k, v, request.rule.sinks, ring)
     if sharded is not None:
         out, lse = sharded.like(out), sharded.like(lse)
     return AttentionOutput(out, None, lse) if return_lse else out

@@ -29,14 +29,19 @@ from typing import NamedTuple
 import torch
 
 from .. import checks
+from ..compiling import constant_when_compiled
 from ..request import ALL_DTYPES, Request
-from ..scores import FEATURES, constant_when_compiled
+from ..scores import FEATURES
+
+EVERY_FEATURE = frozenset(FEATURES)
+"""`Capabilities.features` of a backend that supports every tensor score feature."""
 
 __all__ = [
     "Request",
     "Result",
     "AttentionOutput",
     "Capabilities",
+    "EVERY_FEATURE",
     "Cost",
     "Work",
     "Backend",
@@ -191,8 +196,8 @@ class Capabilities:
     """What a backend supports, as data (after xFormers' `AttentionOpBase` class attributes).
 
     `notes` maps a feature name ("dtype", "device", "weights", "lse", "softcap", "dropout",
-    "bool_mask", "additive_mask", "mask_grad", "causal", "window", "gqa", "backward", "sinks",
-    "alibi", "segments", "weights_bytes") to the sentence given when a request needs it and the
+    "bool_mask", "additive_mask", "mask_grad", "causal", "window", "gqa", "backward", a tensor score feature's
+    name, "weights_bytes") to the sentence given when a request needs it and the
     backend lacks it (say what to use instead), appended to the plain sentence that names what is lacking.
     `materialises_weights`: it builds the whole weight matrix, so `budget` bounds it.
     """
@@ -210,9 +215,7 @@ class Capabilities:
     window: bool = True
     gqa: bool = True
     backward: bool = True
-    sinks: bool = False  # the tensor score features (selfattn.scores.FEATURES)
-    alibi: bool = False
-    segments: bool = False
+    features: frozenset[str] = frozenset()  # the tensor score features it supports (`scores.FEATURES`)
     materialises_weights: bool = False
     notes: Mapping[str, str] = field(default_factory=dict)
 
@@ -238,10 +241,7 @@ class Capabilities:
             ("window", r.window is not None, self.window, "it has no sliding window"),
             ("gqa", r.G > 1, self.gqa, f"it has no grouped-query attention (Hq={r.Hq}, Hkv={r.Hkv})"),
             ("backward", r.needs_grad, self.backward, "it has no backward pass"),
-        ) + tuple(
-            (name, getattr(r, name) is not None, getattr(self, name), f"it has no {words}")
-            for name, words in FEATURES.items()
-        )
+        ) + tuple((f.name, True, False, f"it has no {f.words}") for f in r.rule.unsupported(self.features))
         lacking += [(name, text) for name, needed, supported, text in wanted if needed and not supported]
         if self.materialises_weights and r.weights_bytes > budget_bytes():
             lacking.append(("weights_bytes", over_budget(r, budget_bytes())))

@@ -74,14 +74,14 @@ def request_pairs(r: Request) -> int:
     """The (query, key) pairs `r`'s position rules let through: `visible_pairs` in O(1) for causal and a window
     of w; for a two-sided window or segments, counted per query row in O(B·Lq) (segments: a query row sees at
     most its segment's span)."""
-    if r.segments is None and not isinstance(r.window, tuple):
+    if r.rule.segments is None and not isinstance(r.window, tuple):
         return visible_pairs(r.Lq, r.Lk, causal=r.causal, window=r.window)
     import torch
 
     from ..scores import values_readable
 
     left, right = r.rule.bounds or (None, None)
-    if not values_readable(r.q, r.segments):  # traced (compile, export): in Python, segments not read (more pairs)
+    if not values_readable(r.q, r.rule.segments):  # traced (compile, export): in Python, segments not read (more pairs)
         lo_of = (lambda p: 0) if left is None else (lambda p: max(p - left, 0))
         hi_of = (lambda p: r.Lk) if right is None else (lambda p: min(max(p + right + 1, 0), r.Lk))
         shift = r.Lk - r.Lq
@@ -89,7 +89,7 @@ def request_pairs(r: Request) -> int:
     p = torch.arange(r.Lq) + (r.Lk - r.Lq)
     lo = torch.zeros_like(p) if left is None else (p - left).clamp(min=0)
     hi = torch.full_like(p, r.Lk) if right is None else (p + right + 1).clamp(min=0, max=r.Lk)
-    if r.segments is None:
+    if r.rule.segments is None:
         return int((hi - lo).clamp(min=0).sum()) * r.B
     span, _ = r.rule.segment_spans
     span = span.cpu()

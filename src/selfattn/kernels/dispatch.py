@@ -249,7 +249,7 @@ def _plan(r: Request, tiled: TiledBackend) -> dict:
     tiles, pairs = Plan.of(r, tiled.block_q, tiled.block_k).work()
     drawing = None
     if max(n_q, n_k) <= MAX_DRAWN_BLOCKS:
-        if r.segments is None:
+        if r.rule.segments is None:
             drawing = masks.draw_blocks(r.Lq, r.Lk, tiled.block_q, tiled.block_k, causal=r.causal, window=r.window)
         else:
             drawing = _segments_drawing(r, tiled.block_q, tiled.block_k)
@@ -298,7 +298,7 @@ def _describe(r: Request) -> dict:
         "softcap": r.softcap,
         "dropout_p": r.dropout_p,
         "mask": mask,
-        **{name: _feature(name, getattr(r, name)) for name in FEATURES},
+        **{name: _feature(name, getattr(r.rule, name)) for name in FEATURES},
         "return_weights": r.return_weights,
         "return_lse": r.return_lse,
         "requires_grad": r.needs_grad,

@@ -33,7 +33,7 @@ import time
 import torch
 
 from ..scores import additive_in, constant_when_compiled
-from .base import Backend, Capabilities, Cost, Request, Result, Work
+from .base import EVERY_FEATURE, Backend, Capabilities, Cost, Request, Result, Work
 from .cost import request_pairs
 from .notice import Notice, emit
 
@@ -130,8 +130,7 @@ class FlexBackend(Backend):
         softcap=True,
         dropout=False,
         mask_grad=False,
-        alibi=True,
-        segments=True,
+        features=EVERY_FEATURE - {"sinks"},
         notes={
             "sinks": "FlexAttention's softmax has no sink term; use backend='native', 'tiled' or 'naive'",
             "weights": "use backend='naive'",
@@ -254,10 +253,11 @@ def mods(r: Request):
     rule = r.rule
     shift = r.Lk - r.Lq
     user = add = None
-    if rule.mask_kind == "bool":
-        user = rule.mask.expand(rule.mask.shape[0], rule.mask.shape[1], r.Lq, r.Lk)
-    elif rule.mask_kind == "additive":
-        add = additive_in(rule.mask.detach(), r.q.dtype)
+    mask = rule.mask
+    if mask is not None and rule.mask_kind == "bool":
+        user = mask.expand(mask.shape[0], mask.shape[1], r.Lq, r.Lk)
+    elif mask is not None:  # additive
+        add = additive_in(mask.detach(), r.q.dtype)
         add = add.expand(add.shape[0], add.shape[1], r.Lq, r.Lk)
     mask_mod = score_mod = None
     seg = rule.segments

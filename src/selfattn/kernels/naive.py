@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ..weights import masked_scores
-from .base import Backend, Capabilities, Cost, Request, Result, Work
+from .base import EVERY_FEATURE, Backend, Capabilities, Cost, Request, Result, Work
 
 RATE_GFLOPS = 15.0
 """Full forward, L = 4096: 2.3 s (three passes over a materialised L×L matrix), 1 thread."""
@@ -36,9 +36,7 @@ class NaiveBackend(Backend):
         returns_lse=True,
         softcap=True,
         dropout=True,
-        sinks=True,
-        alibi=True,
-        segments=True,
+        features=EVERY_FEATURE,
         materialises_weights=True,
         notes={
             "weights_bytes": "use backend='sdpa' or 'tiled', which never build the full matrix "
@@ -62,8 +60,8 @@ class NaiveBackend(Backend):
         B, Hq, Lq, Lk, G = r.B, r.Hq, r.Lq, r.Lk, r.G
         v = r.v.to(acc)  # (B, Hkv, Lk, Dv)
         s = masked_scores(r)  # (B, Hq, Lq, Lk)  Q Kᵀ / √d_k, softcapped, −inf where hidden
-        if r.sinks is not None:  # the sink: one more logit per row, whose value is 0 (a column dropped below)
-            sink = r.sinks.to(acc)[None, :, None, None].expand(B, Hq, Lq, 1)
+        if r.rule.sinks is not None:  # the sink: one more logit per row, whose value is 0 (a column dropped below)
+            sink = r.rule.sinks.to(acc)[None, :, None, None].expand(B, Hq, Lq, 1)
             s = torch.cat([s, sink], dim=-1)
         if s.shape[-1] == 0:  # no keys: every row sees nothing
             peak = s.new_full((B, Hq, Lq, 1), float("-inf"))
@@ -72,7 +70,7 @@ class NaiveBackend(Backend):
         peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
         e = torch.exp(s - peak)
         total = e.sum(dim=-1, keepdim=True)
-        if r.sinks is not None:
+        if r.rule.sinks is not None:
             e = e[..., :Lk]
         alive = total > 0  # False: the row may look at nothing
         weights = e / torch.where(alive, total, torch.ones_like(total))

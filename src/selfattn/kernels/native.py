@@ -39,10 +39,10 @@ import torch
 from .. import checks
 from ..request import accumulate_dtype
 from ..scores import additive_in
-from .base import Backend, Capabilities, Cost, Request, Result, Work
+from .base import EVERY_FEATURE, Backend, Capabilities, Cost, Request, Result, Work
 from .cost import request_pairs, visible_pairs
 from .native_build import build, build_dir, is_built, unavailable_reason
-from .native_op import native_attention, unit_stride
+from .native_op import TILE_ARGUMENTS, native_attention, unit_stride
 
 __all__ = [
     "NativeBackend",
@@ -186,7 +186,7 @@ def _work(r: Request) -> Work:
     per row (measured at the same rate)."""
     if isinstance(r.window, int):
         return r.Lq * min(r.Lk, query_block(r, BLOCK_Q) + r.window), RATE_GFLOPS, 0.0
-    if r.window is not None or r.segments is not None:  # pairs per row, and a block's ragged edge
+    if r.window is not None or r.rule.segments is not None:  # pairs per row, and a block's ragged edge
         return request_pairs(r) / r.B + r.Lq * query_block(r, BLOCK_Q), RATE_GFLOPS, 0.0
     return visible_pairs(r.Lq, r.Lk, causal=r.causal), RATE_GFLOPS, 0.0
 
@@ -202,9 +202,7 @@ class NativeBackend(Backend):
         dropout=False,
         devices=frozenset({"cpu"}),
         mask_grad=False,
-        sinks=True,
-        alibi=True,
-        segments=True,
+        features=EVERY_FEATURE,
         notes={
             "weights": "use backend='naive', or selfattn.attention_weights(q, k, lse, rows=...) for chosen rows",
             "dropout": "use backend='sdpa' or 'naive', or dropout_p=0",
@@ -302,31 +300,36 @@ class NativeBackend(Backend):
     def forward(self, r: Request) -> Result:
         compute, operand = r.accumulate_dtype, self._operand_dtype(r.q.dtype)
         q, k, v = (_prepared(t, operand) for t in (r.q, r.k, r.v))
-        mask, left, right, scale, softcap, sinks, *rest = tile_arguments(r, *self.blocks(r))
-        if r.sinks is not None and r.sinks.requires_grad and torch.is_grad_enabled():
-            sinks = r.sinks.to(compute).contiguous()  # differentiable: the operator's autograd gives its gradient
-        out, lse = native_attention(q, k, v, mask, left, right, scale, softcap, sinks, *rest)
+        arguments = list(tile_arguments(r, *self.blocks(r)))
+        if r.rule.sinks is not None and r.rule.sinks.requires_grad and torch.is_grad_enabled():
+            # differentiable: the operator's autograd gives its gradient
+            arguments[_SINKS_AT] = r.rule.sinks.to(compute).contiguous()
+        out, lse = native_attention(q, k, v, *arguments)
         return Result(out.to(r.q.dtype), None, lse if r.return_lse else None)
 
 
 def tile_arguments(r: Request, block_q: int, block_k: int) -> tuple:
     """The C++ tile's arguments after q, k, v, from the request's score rule — the one place its fields
     become the kernel's: (mask expanded to (B, Hq, Lq, Lk) — bool, or additive in the compute dtype,
-    saturated — left, right (the rule's `bounds`, −1: unbounded), scale, softcap (0: none), sinks and alibi
-    ((Hq,) in the compute dtype, or None), the segments' spans (2, B, L) and, only where a segment is not
-    one contiguous run, their ids (B, L), block_q, block_k)."""
+    saturated — left, right (the rule's `bounds`, −1: unbounded), scale, softcap (0: none), each per-head
+    feature ((Hq,) in the compute dtype, or None: `ScoreRule.per_head`), the segments' spans (2, B, L) and,
+    only where a segment is not one contiguous run, their ids (B, L), block_q, block_k)."""
     rule, acc = r.rule, r.accumulate_dtype
     mask = None
     if rule.mask is not None:
         mask = rule.mask if rule.mask_kind == "bool" else additive_in(rule.mask.detach(), acc)
         mask = mask.expand(r.B, r.Hq, r.Lq, r.Lk)
     left, right = (-1 if side is None else side for side in (rule.bounds or (None, None)))
-    sinks, alibi = (None if t is None else t.detach().to(acc).contiguous() for t in (rule.sinks, rule.alibi))
+    per_head = tuple(None if t is None else t.detach().to(acc).contiguous() for t in rule.per_head())
     span = ids = None
     if rule.segments is not None:
         span, contiguous = rule.segment_spans
         ids = None if contiguous else rule.segments.contiguous()
-    return (mask, left, right, rule.scale, rule.softcap or 0.0, sinks, alibi, span, ids, block_q, block_k)
+    return (mask, left, right, rule.scale, rule.softcap or 0.0, *per_head, span, ids, block_q, block_k)
+
+
+_SINKS_AT = [name for name, _ in TILE_ARGUMENTS].index("sinks")
+"""Where the sinks stand among `tile_arguments`."""
 
 
 def _prepared(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

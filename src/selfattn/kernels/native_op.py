@@ -7,14 +7,15 @@ forward with its autograd formula (`native_backward`) and both with a vmap rule.
 `torch.compile(fullgraph=True)` keeps a model that calls `selfattn.attention(..., backend="native")` in
 one graph, `torch.export` records the operator, and `torch.library.opcheck` passes.
 
-    native_forward(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids,
+    native_forward(q, k, v, mask, left, right, scale, softcap, <each per-head feature>, seg_span, seg_ids,
                    block_q, block_k) -> (out (B, Hq, Lq, Dv), lse (B, Hq, Lq))
     native_backward(dout, q, k, v, lse, delta, <the same arguments after v>) -> (dq, dk, dv)
 
 q, k, v in float32/float64, or bfloat16/float16 for the half-GEMM path (`native.gemm_path`), with unit
-stride along D; out has q's dtype, lse the compute dtype (float32 for half inputs), and so do the mask,
-sinks and alibi; the arguments after v are `native.tile_arguments`. Gradients flow to q, k, v and sinks
-(a sink's gradient is plain PyTorch here, `scores.sink_grad`); mask, alibi and segments are constants.
+stride along D; out has q's dtype, lse the compute dtype (float32 for half inputs), and so do the mask
+and the per-head features; the arguments after v are `native.tile_arguments`. Gradients flow to q, k, v
+and sinks (a sink's gradient is plain PyTorch here, `scores.sink_grad`); the other features and the mask
+are constants.
 
 Refused, each in one sentence: double backward (a gradient of the gradient: the kernel's backward has
 no derivative of its own); vmap over the segments. vmap over anything else runs the kernel once per
@@ -27,7 +28,7 @@ import torch
 from torch import Tensor
 
 from ..request import accumulate_dtype
-from ..scores import sink_grad
+from ..scores import PER_HEAD, sink_grad
 from .base import looped_vmap, softmax_delta
 from .native_build import build
 
@@ -54,15 +55,15 @@ TILE_ARGUMENTS = (
     ("right", "int"),
     ("scale", "float"),
     ("softcap", "float"),
-    ("sinks", "Tensor?"),
-    ("alibi", "Tensor?"),
+    *((name, "Tensor?") for name in PER_HEAD),
     ("seg_span", "Tensor?"),
     ("seg_ids", "Tensor?"),
     ("block_q", "int"),
     ("block_k", "int"),
 )
 """The C++ tile's arguments after q, k, v (`native.tile_arguments` builds them), with their schema types: the
-one list both operators' schemas are written from."""
+one list both operators' schemas are written from. The per-head score features follow the softcap in
+`scores.FEATURES` order, as the C++ takes them."""
 
 _TILE = ", ".join(f"{kind} {name}" for name, kind in TILE_ARGUMENTS)
 _SINKS_AT = 3 + [name for name, _ in TILE_ARGUMENTS].index("sinks")

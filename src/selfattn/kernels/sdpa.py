@@ -52,7 +52,7 @@ class SdpaBackend(Backend):
         returns_lse=False,
         softcap=False,
         dropout=True,
-        segments=True,
+        features=frozenset({"segments"}),
         notes={
             "weights": "use backend='naive', or selfattn.attention_weights for chosen rows",
             "lse": "use backend='naive' or 'tiled'",
@@ -126,13 +126,13 @@ def fused_causal(r: Request) -> bool:
     """Whether SDPA's own causal kernel serves `r` (no dense mask): causal only, Lq == Lk (where
     its top-left alignment agrees with ours), and a positive scale (its CPU kernel returns NaN
     for scale <= 0)."""
-    return r.causal and r.window is None and r.segments is None and r.mask is None and r.Lq == r.Lk and r.scale > 0
+    return r.causal and r.window is None and r.rule.segments is None and r.mask is None and r.Lq == r.Lk and r.scale > 0
 
 
 def _position_mask(r: Request) -> bool:
     """Whether the causal/window rule or the segments need a drawn (Lq, Lk) mask (one decoding step sees the
     whole cache)."""
-    return r.window is not None or r.segments is not None or (r.causal and r.Lq > 1)
+    return r.window is not None or r.rule.segments is not None or (r.causal and r.Lq > 1)
 
 
 def dense_mask_bytes(r: Request) -> int:
@@ -144,7 +144,7 @@ def dense_mask_bytes(r: Request) -> int:
         return 0
     shape = r.mask.shape if r.mask is not None else (1, 1, 1, 1)
     numel = 1
-    drawn_shape = (r.B if r.segments is not None else 1, 1, r.Lq, r.Lk)
+    drawn_shape = (r.B if r.rule.segments is not None else 1, 1, r.Lq, r.Lk)
     for size in torch.broadcast_shapes(shape, drawn_shape if drawn else shape):
         numel *= size
     item = r.q.element_size()
@@ -160,7 +160,7 @@ def dense_mask(r: Request) -> torch.Tensor | None:
     visible = None
     if _position_mask(r):
         visible = r.rule.visible(None, None, r.Lq, r.Lk, device=r.q.device)
-        if r.segments is not None:  # (B, 1, Lq, Lk): the dense document mask
+        if r.rule.segments is not None:  # (B, 1, Lq, Lk): the dense document mask
             visible = visible & ~r.rule.segment_hidden()
     if r.mask is None:
         return visible

@@ -53,7 +53,7 @@ import torch
 
 from ..scores import sink_grad, values_readable
 from ..weights import weights_from_lse
-from .base import Backend, Capabilities, Cost, Request, Result, Work, looped_vmap, softmax_delta
+from .base import EVERY_FEATURE, Backend, Capabilities, Cost, Request, Result, Work, looped_vmap, softmax_delta
 from .tiling import BLOCK_K, BLOCK_Q, BLOCK_SIZES, Plan, Tile
 
 __all__ = ["TiledBackend", "Plan", "BLOCK_SIZES", "BLOCK_Q", "BLOCK_K", "TILE_SECONDS"]
@@ -87,9 +87,7 @@ class TiledBackend(Backend):
         softcap=True,
         dropout=False,
         mask_grad=False,
-        sinks=True,
-        alibi=True,
-        segments=True,
+        features=EVERY_FEATURE,
         notes={
             "weights": "the tiled kernel never builds the weight matrix: use backend='naive', or "
             "selfattn.attention_weights(q, k, lse, rows=...) for chosen rows",
@@ -122,9 +120,9 @@ class TiledBackend(Backend):
 
     def forward(self, r: Request) -> Result:
         plan = Plan.of(r, self.block_q, self.block_k)
-        sinks_grad = r.sinks is not None and r.sinks.requires_grad and torch.is_grad_enabled()
-        if r.needs_grad or sinks_grad or not values_readable(r.q, r.k, r.v, r.sinks):  # vmap: the Function's rule
-            sinks = r.sinks if r.sinks is not None else r.q.new_zeros(0)
+        sinks_grad = r.rule.sinks is not None and r.rule.sinks.requires_grad and torch.is_grad_enabled()
+        if r.needs_grad or sinks_grad or not values_readable(r.q, r.k, r.v, r.rule.sinks):  # vmap: the Function's rule
+            sinks = r.rule.sinks if r.rule.sinks is not None else r.q.new_zeros(0)
             out, lse2 = _TiledAttention.apply(r.q, r.k, r.v, sinks, plan)
         else:
             out, lse2 = _forward(r.q, r.k, r.v, plan)
@@ -201,15 +199,16 @@ def _scores(
     else:
         s, capped = rule.scaled(s, unit=plan.unit, folded=True), None
     s5 = s.view(b1 - b0, h1 - h0, q1 - q0, plan.G, k1 - k0)
-    if rule.alibi is not None:  # (Hq, n, bk) → (h, n, G, bk): the chunk's kv heads, each group's slopes
-        rows, cols = torch.arange(q0, q1, device=s.device), torch.arange(k0, k1, device=s.device)
-        bias = rule.alibi_bias(rows, cols, plan.Lq, plan.Lk, dtype=s.dtype, device=s.device, unit=plan.unit)
+    by_position = rule.biased or rule.parted
+    span = (torch.arange(q0, q1, device=s.device), torch.arange(k0, k1, device=s.device)) if by_position else None
+    bias = None if span is None else rule.bias(*span, plan.Lq, plan.Lk, dtype=s.dtype, device=s.device, unit=plan.unit)
+    if bias is not None:  # (Hq, n, bk) → (h, n, G, bk): the chunk's kv heads, each group's terms
         s5.add_(bias.view(plan.Hkv, plan.G, q1 - q0, k1 - k0)[h0:h1].transpose(1, 2))
     mask = None if plan.mask is None else _mask_tile(plan, chunk, q0, q1, k0, k1)
     hidden = tiles.hidden(q0, q1, k0, k1)[:, None] if masked else None  # (n, 1, bk): the same for the group
-    if rule.segments is not None:  # (b, 1, n, 1, bk): other segments, per batch (tiles are not skipped for them)
-        rows, cols = torch.arange(q0, q1, device=s.device), torch.arange(k0, k1, device=s.device)
-        apart = rule.segment_hidden(rows, cols)[b0:b1, :, :, None]
+    apart = None if span is None else rule.apart(*span)
+    if apart is not None:  # (b, 1, n, 1, bk): hidden by ids, per batch (tiles are not skipped for them)
+        apart = apart[b0:b1, :, :, None]
         hidden = apart if hidden is None else apart | hidden
     rule.hide(s5, mask, hidden, unit=plan.unit, inplace=True)
     return s, capped

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from ... import checks
 from ...limits import TEMPERATURE_RANGE
@@ -81,7 +81,7 @@ class Entry:
     scoped          `apply(request, values, head)`: it also reads the head the intervention is limited to (None:
                     every head), for an entry that changes a head's values rather than its scores
     cli             its flag is generated for `selfattn explain` (False: the CLI has a flag of its own for it)
-    flat            its field in the flat record of the first API (doc["intervention"], the HTTP fields
+    flat            its field among the flat keywords of the first API (the HTTP fields
                     scaling/causal/temperature, `Intervention(scaling=False)`): a switch's field is True when
                     it is *not* applied (scaling=True: ÷√d_k on); a one-parameter entry's field is the value
     """
@@ -140,19 +140,19 @@ class Entry:
 
 def _no_scaling(r: Request, values: dict) -> Request:
     """Scores are not divided by √d_k: the scale becomes 1 (a temperature applied after it still divides)."""
-    return dataclasses.replace(r, scale=1.0)
+    return r.with_rule(scale=1.0)
 
 
 def _no_causal(r: Request, values: dict) -> Request:
     """The causal rule and the sliding window are lifted; a mask (padding) stays."""
-    return dataclasses.replace(r, causal=False, window=None)
+    return r.with_rule(causal=False, window=None)
 
 
 def _temperature(r: Request, values: dict) -> Request:
     """softmax(s / T): the scale is divided by T, and so is a softcap (softcap·tanh(s/softcap) / T =
     (softcap/T)·tanh((s/T)/(softcap/T)))."""
     t = float(values["t"])
-    return dataclasses.replace(r, scale=r.scale / t, softcap=None if r.softcap is None else r.softcap / t)
+    return r.with_rule(scale=r.scale / t, softcap=None if r.softcap is None else r.softcap / t)
 
 
 def _block(r: Request, values: dict) -> Request:
@@ -187,7 +187,7 @@ def _block(r: Request, values: dict) -> Request:
         mask[..., i, j] = False
     else:
         mask[..., i, j] = float("-inf")
-    return dataclasses.replace(r, mask=mask)
+    return r.with_rule(mask=mask)
 
 
 def _ablate(r: Request, values: dict, head: int | None) -> Request:
@@ -389,23 +389,10 @@ class Intervention:
         return r
 
     def as_applied(self) -> dict:
-        """{name: {param: value}, "layer": L | None, "head": H | None}: doc["experiment"]["applied"] and the
-        HTTP field `interventions` (one shape)."""
+        """{name: {param: value}, "layer": L | None, "head": H | None}: the one shape of an intervention, in the
+        export (doc["experiment"]["applied"], `schema.Applied`), the page and the HTTP field `interventions`
+        (`Intervention.of` reads it back)."""
         return self.applied | {"layer": self.layer, "head": self.head}
-
-    def as_dict(self) -> dict:
-        """The flat record: {scaling, causal, temperature} (each entry's `flat` field), the applied entries
-        without one by name ({"block": {"query", "key"}}), and layer / head when the intervention is limited."""
-        applied = self.applied
-        out: dict[str, Any] = {}
-        for field, entry in flat_fields().items():
-            if not entry.params:
-                out[field] = entry.name not in applied
-            else:
-                (param,) = entry.params
-                out[field] = applied.get(entry.name, entry.neutral or {param.name: param.default})[param.name]
-        out |= {name: values for name, values in applied.items() if REGISTRY[name].flat is None}
-        return out | {k: getattr(self, k) for k in SCOPE if getattr(self, k) is not None}
 
     def words(self, lang: str) -> list[str]:
         """What a view says for each applied entry (`Entry.said`), in registry order."""

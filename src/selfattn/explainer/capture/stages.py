@@ -2,11 +2,14 @@
 
 The explainer keeps no N×N matrix (`trace`): every view that shows scores, masked scores or weights asks
 this function for the rows it shows, and it applies the one score rule (`selfattn.scores.ScoreRule`)
-with everything the attention call had — scale, softcap, ALiBi slope, visibility (causal rule, window,
-padding, segments) — and the call's own lse, which includes the head's sink when the layer has sinks.
+with everything the attention call had — scale, softcap, the head's per-head score features, visibility
+(causal rule, window, padding, packed sequences) — and the call's own lse, which includes the head's sink when the
+layer has sinks.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -17,27 +20,31 @@ __all__ = ["head_stages", "sink_share"]
 
 
 def head_stages(
-    q, k, lse, *, scale: float, softcap: float | None, visible, v=None, rows=None, slope=None, sink=None
+    q, k, lse, *, scale: float, softcap: float | None, visible, v=None, rows=None, **features: float | None
 ) -> dict[str, torch.Tensor]:
     """The tutorial's stages of R query rows of one head, in the dtype of q, by the score rule
     (`selfattn.scores.ScoreRule`, the one copy of the formula every backend uses).
 
     q (R, D), k (L, D), lse (R,) (with the sink, as the kernel returned it), visible (R, L) bool (True = may
-    look: causal rule, window, padding, segments), v (L, Dv) or None; rows (R,) the query positions of q's
-    rows (default 0 … R − 1; ALiBi's |i − j| needs them); slope the head's ALiBi slope, sink its sink logit.
+    look: causal rule, window, padding, packed sequences), v (L, Dv) or None; rows (R,) the query positions of q's
+    rows (default 0 … R − 1; a per-head position term such as ALiBi's |i − j| needs them); features the
+    head's value of each per-head score feature by name (`scores.FEATURES`; None: not set), e.g. its sink logit.
     scores (R, L) = Q Kᵀ;  scaled (R, L) = scores · scale (then softcap·tanh(·/softcap) if a softcap
-    is set);  mask (R, L) = visible;  masked (R, L) = scaled − slope·|i − j|, −inf where hidden;
+    is set);  mask (R, L) = visible;  masked (R, L) = scaled + the head's position terms, −inf where hidden;
     weights (R, L) = exp(masked − lse);  weighted (R, Dv) = weights · V (only when v is given);
     sink (R,) = exp(sink − lse), the sink's share (only with a sink): weights.sum(−1) + sink = 1.
     """
     scores = q @ k.T
     L = k.shape[0]
-    alibi = None if slope is None else torch.tensor([slope], dtype=q.dtype, device=q.device)
-    rule = ScoreRule(scale=scale, softcap=softcap, alibi=alibi)
+    per_head: dict[str, Any] = {
+        name: torch.tensor([x], dtype=q.dtype, device=q.device) for name, x in features.items() if x is not None
+    }
+    rule = ScoreRule(scale=scale, softcap=softcap, **per_head)
     stages = rule.stages(scores[None, None], rows, None, L, L)
     masked = rule.hide(stages["masked"], visible[None, None])[0, 0]  # visible holds every position rule
     weights = weights_from_lse(masked, lse)
     out = {"scores": scores, "scaled": stages["scaled"][0, 0], "mask": visible, "masked": masked, "weights": weights}
+    sink = features.get("sinks")
     if sink is not None:
         out["sink"] = sink_share(sink, lse)
     return out if v is None else out | {"weighted": weights @ v}

@@ -42,6 +42,7 @@ from ...kernels.base import Result
 from ...masks import visibility
 from ...modules import MultiHeadSelfAttention, SelfAttention
 from ...request import Request
+from ...scores import PER_HEAD
 from ...weights import row_index
 from .digest import DIGEST_WEIGHTS_BYTES, Digest, digest
 from .interventions import Intervention
@@ -78,8 +79,8 @@ class LayerTrace:
     output   (L, d_model)   the output of the module holding it (a block)
     softcap  float | None   scaled scores s become softcap·tanh(s / softcap) before masking
     window   int | (left, right) | None   the sliding window, if any
-    sinks    (H,) | None    the layer's sink logits (gpt-oss): each row's weights sum to 1 − exp(sink_h − lse)
-    alibi    (H,) | None    ALiBi slopes: score −= slope_h · |i − j| (visible already holds segments)
+    features {name: (H,)}   the layer's per-head score features (`scores.FEATURES`), e.g. its sink logits
+                            (gpt-oss: each row's weights sum to 1 − exp(sink_h − lse)); visible holds the rest
     changed  {head: HeadChange}  heads an intervention computed differently from the layer
     digest   the per-head summaries and thumbnails read from the call's own weights (`capture.digest`),
              or None when they were too large to ask for (`summary.scan` then recomputes them)
@@ -99,8 +100,12 @@ class LayerTrace:
     window: int | tuple[int | None, int | None] | None = None
     changed: dict[int, HeadChange] = field(default_factory=dict)
     digest: Digest | None = None
-    sinks: torch.Tensor | None = None
-    alibi: torch.Tensor | None = None
+    features: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def sinks(self) -> torch.Tensor | None:
+        """(H,) the layer's sink logits, or None."""
+        return self.features.get("sinks")
 
     @property
     def n_heads(self) -> int:
@@ -118,12 +123,9 @@ class LayerTrace:
         c = self.changed.get(head)
         return (self.scale, self.softcap, self.visible) if c is None else (c.scale, c.softcap, c.visible)
 
-    def head_extras(self, head: int) -> dict:
-        """{"slope", "sink"} of head `head` for `head_stages` (None where the layer has no ALiBi / sinks)."""
-        return {
-            "slope": None if self.alibi is None else float(self.alibi[head]),
-            "sink": None if self.sinks is None else float(self.sinks[head]),
-        }
+    def head_extras(self, head: int) -> dict[str, float]:
+        """Head `head`'s value of each per-head score feature the layer has, for `head_stages`."""
+        return {name: float(t[head]) for name, t in self.features.items()}
 
     def sink(self, head: int, dtype: torch.dtype = torch.float64) -> torch.Tensor | None:
         """(L,) the weight each query row of head `head` gives its sink (`stages.sink_share`), None without sinks."""
@@ -270,8 +272,7 @@ class _Recorder:
         layer = len(self.calls)
         square = request.Lq == request.Lk
         base = dataclasses.replace(
-            request,
-            mask=_bool_mask(request.mask, request.q.dtype),
+            request.with_rule(mask=_bool_mask(request.mask, request.q.dtype)),
             return_lse=True,
             return_weights=request.return_weights or (square and request.weights_bytes <= DIGEST_WEIGHTS_BYTES),
         )
@@ -387,8 +388,9 @@ def _digest_of(result: Result, kept: Request, head_change) -> Digest:
 def _visible(r: Request, head: int = 0) -> torch.Tensor:
     """(Lq, Lk) bool of batch item 0, query head `head`: rule and mask together."""
     visible = visibility(r.Lq, r.Lk, causal=r.causal, window=r.window, device=r.q.device)
-    if r.segments is not None:
-        visible = visible & ~r.rule.segment_hidden()[0, 0]
+    apart = r.rule.apart()
+    if apart is not None:
+        visible = visible & ~apart[0, 0]
     if r.mask is not None:
         full = r.mask.expand(r.B, r.Hq, r.Lq, r.Lk)
         visible = visible & full[0, head if r.mask.dim() == 4 and r.mask.shape[1] > 1 else 0]
@@ -423,8 +425,7 @@ def _layer(call: dict) -> LayerTrace:
         window=r.window,
         changed=changed,
         digest=call["digest"],
-        sinks=None if r.sinks is None else r.sinks.detach()[: r.Hq].clone(),
-        alibi=None if r.alibi is None else r.alibi.detach().clone(),
+        features={name: t.detach()[: r.Hq].clone() for name, t in r.rule.features().items() if name in PER_HEAD},
     )
 
 

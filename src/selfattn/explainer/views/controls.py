@@ -1,7 +1,7 @@
 """The words of the page's ÷√d_k step for an intervention (the controls themselves come from the registry,
 `capture.interventions.as_data()`, which `report.page_data` ships as the page's `interventions`).
 
-    scale_words(doc["intervention"], head_dim) -> {stage, row, how}: {zh, en} each
+    scale_words(doc["experiment"]["applied"], head_dim) -> {stage, row, how}: {zh, en} each
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ def _words(key: str, **values) -> dict[str, str]:
     return {lang: text(key, lang, **values) for lang in LANGS}
 
 
-def scale_words(intervention: dict, head_dim: int) -> dict[str, dict[str, str]]:
-    """The words of the ÷√d_k step for this intervention: the step's and the table row's name, and what
-    the scale is (1/√d_k, 1/(√d_k·T), 1, 1/T)."""
-    scaling = bool(intervention.get("scaling", True))
-    t = float(intervention.get("temperature", 1.0))
+def scale_words(applied: dict, head_dim: int) -> dict[str, dict[str, str]]:
+    """The words of the ÷√d_k step for an intervention in its one shape (`Intervention.as_applied`): the step's
+    and the table row's name, and what the scale is (1/√d_k, 1/(√d_k·T), 1, 1/T)."""
+    scaling = "no_scaling" not in applied
+    t = float(applied.get("temperature", {}).get("t", 1.0))
     how = ("scale_on" if scaling else "scale_off") + ("" if t == 1 else "_t")
     return {
         "stage": _words("st_scaled" if scaling else "st_scaled_off"),

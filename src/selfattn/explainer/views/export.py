@@ -22,7 +22,6 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
              weights {b64, shape [L, L], dtype "u16"}}} (what the page draws, at the precision it draws it),
     omitted? {layers, bytes, limit, message, text {zh, en}} (layers="auto" over MAX_EXPORT_BYTES),
     lang? ("zh" | "en": the language the views of this dict speak, when given),
-    intervention {scaling, causal, temperature, block?, layer?, head?} (the flat record: `Intervention.as_dict`),
     interventions [{name, label {zh, en}, help, said, params [{name, type, min, max, default, label}],
                     needs_baseline, unavailable? {zh, en}}] (the registry as data: the page builds its controls
                     from it; an encoder's no_causal says why it does not apply),
@@ -34,16 +33,17 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
     search? {query, key, heads [{layer, head, weight}]} (asked with find),
     prediction [{token, shown, id, prob}] (decoders: the next token after the text, `shown` as a person reads
                it: "␣Mary", a partial character as its bytes "⟨E6 A3⟩"; [] for encoders),
-    layers [ {scale, causal, softcap, window, sinks? [H], alibi? [H], visible [L][L] 0/1, x [L][d_model],
+    layers [ {scale, causal, softcap, window, <feature>? [H], visible [L][L] 0/1, x [L][d_model],
               attn_out [L][d_model], output [L][d_model],
               heads [ {kv_head, q [L][D], k [L][D], v [L][D], lse [L], sink? [L],
                        scale?, softcap?, causal?, visible? — only for a head an intervention changed apart,
                        stages {scores, scaled, masked, weights, weighted} — only when L <= STAGES_MAX_LEN} ] } ]
-    A layer left out by `layers=` keeps only {scale, causal, softcap, window, sinks?, alibi?, omitted: true}.
-    sinks (a layer with attention sinks, gpt-oss): each head's sink logit; its rows' weights then sum to
-    1 − sink, and a head's `sink` [L] is that remainder per query row, exp(sink_h − lse) (`trace.head_stages`:
-    the share of the row's attention that goes to no token). alibi: each head's ALiBi slope (the stages'
-    masked scores hold −slope·|i − j|). Both keys are absent for a layer without them.
+    A layer left out by `layers=` keeps only {scale, causal, softcap, window, <feature>?, omitted: true}.
+    <feature>: each per-head score feature the layer has, under its keyword (`scores.PER_HEAD`), one value per
+    head; absent for a layer without it. sinks (a layer with attention sinks, gpt-oss): each head's sink
+    logit; its rows' weights then sum to 1 − sink, and a head's `sink` [L] is that remainder per query row,
+    exp(sink_h − lse) (`trace.head_stages`: the share of the row's attention that goes to no token). ALiBi
+    slopes: the stages' masked scores hold −slope·|i − j|.
 
 Infinite values are written as the strings "-inf"/"inf" (`selfattn.files.json_float`), so the JSON
 stays standard.
@@ -59,6 +59,7 @@ import torch
 
 from ... import __version__, checks
 from ...files import json_float
+from ...scores import PER_HEAD
 from ..capture import interventions
 from ..capture.trace import LayerTrace, ModelTrace, head_stages
 from ..pieces import AGGREGATION_RULE, aggregate, names, shown_piece
@@ -170,7 +171,6 @@ def to_dict(
         "token_names": names(trace.tokens),
         "token_ids": trace.token_ids.tolist(),
         "unknown": unknown,
-        "intervention": trace.intervention.as_dict(),
         "interventions": _interventions(trace.kind),
         "experiment": {"applied": trace.intervention.as_applied()},
         "head_types": legend(),
@@ -301,10 +301,8 @@ def unpack_display(packed: dict) -> np.ndarray:
 def _rule(layer: LayerTrace) -> dict:
     window = list(layer.window) if isinstance(layer.window, tuple) else layer.window
     out: dict = {"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": window}
-    for name in ("sinks", "alibi"):  # only where the layer has them: other models' dicts stay as they were
-        values = getattr(layer, name)
-        if values is not None:
-            out[name] = [float(x) for x in values.double().tolist()]
+    for name, values in layer.features.items():  # only where the layer has them: other models' dicts stay as they were
+        out[name] = [float(x) for x in values.double().tolist()]
     return out
 
 
@@ -373,7 +371,7 @@ def to_arrays(doc: dict) -> dict[str, np.ndarray]:
         out[f"layer{l}/scale"] = np.array(layer["scale"])
         if layer.get("softcap") is not None:
             out[f"layer{l}/softcap"] = np.array(layer["softcap"])
-        for name in ("sinks", "alibi"):
+        for name in PER_HEAD:
             if layer.get(name) is not None:
                 out[f"layer{l}/{name}"] = np.array(layer[name], dtype=np.float64)
         for h, head in enumerate(layer["heads"]):
@@ -400,13 +398,13 @@ def head_weights(doc: dict, layer: int, head: int) -> np.ndarray:
 
 def head_rule(lay: dict, head: int) -> dict:
     """The keyword arguments of `trace.head_stages` for one head of an exported layer: scale and softcap (the
-    head's own when an intervention changed it apart), its ALiBi slope and its sink logit (None without)."""
+    head's own when an intervention changed it apart) and its value of each per-head score feature (None
+    without)."""
     h = lay["heads"][head]
     return {
         "scale": h.get("scale", lay["scale"]),
         "softcap": h.get("softcap", lay.get("softcap")),
-        "slope": lay["alibi"][head] if lay.get("alibi") is not None else None,
-        "sink": lay["sinks"][head] if lay.get("sinks") is not None else None,
+        **{name: lay[name][head] if lay.get(name) is not None else None for name in PER_HEAD},
     }
 
 

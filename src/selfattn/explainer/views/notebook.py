@@ -120,18 +120,8 @@ def head_view(
     html_action       "view" or "return" (`HTML_ACTIONS`)
     lang              the page's language first, "zh" or "en" (default: Chinese when a token holds a
                       Chinese character, else English); a button on the page switches it"""
-    weights, tokens = _bertviz_input(
-        attention,
-        tokens,
-        sentence_b_start,
-        prettify_tokens,
-        encoder_attention,
-        decoder_attention,
-        cross_attention,
-        encoder_tokens,
-        decoder_tokens,
-        html_action,
-    )
+    given = locals()
+    weights, tokens = _bertviz_input(**{name: given[name] for name in BERTVIZ_INPUT})
     weights = weights[: _prefix("include_layers", include_layers, weights.shape[0])]
     start = {"view": "head", "layer": weights.shape[0] - 1 if layer is None else layer}
     start |= _heads(heads, head, weights.shape[1])
@@ -163,28 +153,33 @@ def model_view(
     the page has one colour scheme. lang as in `head_view`."""
     if display_mode not in ("dark", "light"):
         raise ValueError(f"display_mode must be 'dark' or 'light', got {display_mode!r}")
-    weights, tokens = _bertviz_input(
-        attention,
-        tokens,
-        sentence_b_start,
-        prettify_tokens,
-        encoder_attention,
-        decoder_attention,
-        cross_attention,
-        encoder_tokens,
-        decoder_tokens,
-        html_action,
-    )
+    given = locals()
+    weights, tokens = _bertviz_input(**{name: given[name] for name in BERTVIZ_INPUT})
     weights = weights[: _prefix("include_layers", include_layers, weights.shape[0])]
     weights = weights[:, : _prefix("include_heads", include_heads, weights.shape[1])]
     return Inline(report.render_attention(weights, tokens, start={"view": "model"}, lang=_lang(lang, tokens)))
+
+
+BERTVIZ_INPUT = (
+    "attention",
+    "tokens",
+    "sentence_b_start",
+    "prettify_tokens",
+    "encoder_attention",
+    "decoder_attention",
+    "cross_attention",
+    "encoder_tokens",
+    "decoder_tokens",
+    "html_action",
+)
+"""The arguments `head_view` and `model_view` share with bertviz's, read by `_bertviz_input` (one list)."""
 
 
 def _bertviz_input(
     attention,
     tokens,
     sentence_b_start,
-    prettify,
+    prettify_tokens,
     encoder_attention,
     decoder_attention,
     cross_attention,
@@ -217,9 +212,9 @@ def _bertviz_input(
             raise ValueError(
                 f"sentence_b_start must be in [1, {len(tokens) - 1}] for {len(tokens)} tokens, got {sentence_b_start}"
             )
-    if not isinstance(prettify, bool):
-        raise TypeError(f"prettify_tokens must be True or False, got {prettify!r}")
-    if prettify:
+    if not isinstance(prettify_tokens, bool):
+        raise TypeError(f"prettify_tokens must be True or False, got {prettify_tokens!r}")
+    if prettify_tokens:
         tokens = [t.replace("Ġ", " ").replace("▁", " ").replace("</w>", "") for t in tokens]
     return weights, tokens
 

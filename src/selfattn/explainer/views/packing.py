@@ -75,7 +75,7 @@ WEIGHTED_DIGITS = 6
 
 LAYER_ARRAYS = ("x", "attn_out", "output")
 HEAD_ARRAYS = ("q", "k", "v", "lse")
-REQUIRED = ("tokens", "model", "intervention", "selected", "summaries", "prediction", "layers")
+REQUIRED = ("tokens", "model", "experiment", "selected", "summaries", "prediction", "layers")
 ZLIB_LEVEL = 6
 I32_NEG_INF, I32_POS_INF = -(2**31), 2**31 - 1
 DTYPES = {"f32": "<f4", "f64": "<f8", "u16": "<u2", "u32": "<u4", "i32": "<i4"}
@@ -90,7 +90,7 @@ def pack(doc: dict) -> dict:
         raise ValueError(f"doc lacks {missing}: pass the dict of Explainer.explain / export.to_dict")
     ids = [int(i) for i in doc["token_ids"]] if "token_ids" in doc else _ids_of(doc["tokens"])
     layers = [_pack_layer(layer, l, ids) for l, layer in enumerate(doc["layers"])]
-    iv = doc["intervention"]
+    iv = doc["experiment"]["applied"]
     return {
         **doc,
         "layers": layers,

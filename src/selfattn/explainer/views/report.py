@@ -66,12 +66,14 @@ __all__ = [
     "policy",
     "page_texts",
     "script",
+    "template",
     "STATIC_DIR",
 ]
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "web" / "static"
 PAGE, ENTRY, STYLE = "explorer.html", "main.js", "explorer.css"
 ATTENTION_PAGE, ATTENTION_ENTRY = "attention.html", "attention.js"
+SHELL, BODY_MARK = "page.html", "\n<!-- body -->\n"
 TITLE_CHARS = 40
 
 _SLOT = re.compile(r"\{\{(TITLE|CSP|STYLE|SCRIPT|DATA|NOSCRIPT)\}\}")
@@ -206,7 +208,7 @@ def script(entry: str = ENTRY) -> str:
 def page_texts(entry: str = ENTRY, page: str = PAGE) -> dict[str, dict[str, str]]:
     """The texts the page names: every TEXTS key written as a string in its modules or
     as a data-i18n attribute of its template (the JS passes keys only as string literals)."""
-    named = set(_TEXT_KEY.findall(script(entry))) | set(re.findall(r'data-i18n="(\w+)"', _static(page)))
+    named = set(_TEXT_KEY.findall(script(entry))) | set(re.findall(r'data-i18n="(\w+)"', template(page)))
     return {key: TEXTS[key] for key in sorted(named & TEXTS.keys())}
 
 
@@ -218,8 +220,15 @@ def _policy(script: str, style: str, connect: str) -> str:
     )
 
 
+def template(page: str = PAGE) -> str:
+    """A page's whole template: the shell both pages share (page.html: the head, the header with the language
+    button, the data and script slots) around the page file's heading and body (split at BODY_MARK)."""
+    heading, body = _static(page).split(BODY_MARK)
+    return _static(SHELL).replace("{{HEADING}}", heading, 1).replace("{{BODY}}", body.removesuffix("\n"), 1)
+
+
 def _page(data: dict, *, live: bool, page: str = PAGE, entry: str = ENTRY) -> str:
-    template, style = _static(page), _static(STYLE)
+    style = _static(STYLE)
     doc = data.get("doc") or {}
     data = data | {
         "texts": page_texts(entry, page),
@@ -240,7 +249,7 @@ def _page(data: dict, *, live: bool, page: str = PAGE, entry: str = ENTRY) -> st
         "NOSCRIPT": html.escape(" / ".join(text("noscript", lang) for lang in ("zh", "en"))),
     }
     # One pass: text put into a slot is never searched for further slots.
-    return _SLOT.sub(lambda m: slots[m.group(1)], template)
+    return _SLOT.sub(lambda m: slots[m.group(1)], template(page))
 
 
 def _json_for_script(data) -> str:

@@ -16,9 +16,11 @@ from typing import Any, Literal, TypedDict
 
 from typing_extensions import NotRequired  # typing has it from Python 3.11; the package runs on 3.10
 
+from ...scores import PerHeadValues
+
 __all__ = ["SCHEMA_VERSION", "Doc", "PageDoc", "EXTRA", "OPAQUE"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Raised when a key is renamed, removed or changes its type (a new optional key leaves it)."""
 
 Num = float | int
@@ -130,20 +132,18 @@ class Omitted(TypedDict):
     text: Words
 
 
-class InterventionRecord(TypedDict):
-    """`Intervention.as_dict`: the flat record of what changed; an applied entry without a flat field is
-    there under its name with its values ({"block": {"query", "key"}}: EXTRA)."""
+class Applied(TypedDict):
+    """`Intervention.as_applied`, the one shape of an intervention (doc["experiment"]["applied"], the HTTP
+    field `interventions`): each applied registry entry under its name with its values ({"temperature":
+    {"t": 2}}, {"no_causal": {}}: EXTRA), and its scope."""
 
-    scaling: bool
-    causal: bool
-    temperature: Num
-    layer: NotRequired[int]
-    head: NotRequired[int]
+    layer: int | None
+    head: int | None
 
 
 EXTRA = "__extra_items__"
 """A TypedDict with this attribute takes keys it does not name, each value of that type (PEP 728's idea)."""
-setattr(InterventionRecord, EXTRA, dict[str, Any])
+setattr(Applied, EXTRA, dict[str, Any])
 
 
 class Param(TypedDict):
@@ -184,7 +184,7 @@ class FutureRow(TypedDict):
 class Experiment(TypedDict):
     """What the interventions applied, and with a baseline how the shown head changed (`experiment.compare`)."""
 
-    applied: dict[str, Any]
+    applied: Applied
     layer: NotRequired[int]
     head: NotRequired[int]
     scope: NotRequired[str]
@@ -302,15 +302,14 @@ class Head(TypedDict):
     stages: NotRequired[Stages]
 
 
-class Layer(TypedDict):
-    """One layer: its rule always; its arrays unless left out (then `omitted: true`)."""
+class Layer(PerHeadValues):
+    """One layer: its rule always (with each per-head score feature it has, `scores.PerHeadValues`); its
+    arrays unless left out (then `omitted: true`)."""
 
     scale: Num
     causal: bool
     softcap: Num | None
     window: int | list[int] | None
-    sinks: NotRequired[list[Num]]
-    alibi: NotRequired[list[Num]]
     omitted: NotRequired[bool]
     visible: NotRequired[list[list[int]]]
     x: NotRequired[Matrix]
@@ -417,7 +416,6 @@ class Doc(TypedDict):
     token_names: list[str]
     token_ids: list[int]
     unknown: Unknown
-    intervention: InterventionRecord
     interventions: list[InterventionEntry]
     experiment: Experiment
     head_types: Legend
@@ -472,13 +470,11 @@ class PageHead(TypedDict):
     visible: NotRequired[PageArray]
 
 
-class PageLayer(TypedDict):
+class PageLayer(PerHeadValues):
     scale: Num
     causal: bool
     softcap: Num | None
     window: int | list[int] | None
-    sinks: NotRequired[list[Num]]
-    alibi: NotRequired[list[Num]]
     omitted: NotRequired[bool]
     visible: NotRequired[PageArray]
     x: NotRequired[PageArray]
