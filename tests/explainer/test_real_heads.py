@@ -80,9 +80,13 @@ def test_the_taxonomy_names_induction_and_previous_token_heads(models, taxonomy)
     _, eager, _ = models
     t = taxonomy
     ids, n = t["probe"]["ids"], t["probe"]["length"]
-    assert n == X.PROBE_LENGTH and ids[:n] == ids[n:] and len(set(ids[:n])) == n  # no token added: r + r
+    # the tokenizer adds nothing, so the model's BOS comes first (as TransformerLens' prompts), then r + r
+    bos_id = eager.config.bos_token_id
+    assert t["probe"]["bos"] == {"id": bos_id, "token": models[2].convert_ids_to_tokens(bos_id), "added": True}
+    assert ids[0] == bos_id
+    assert n == X.PROBE_LENGTH and ids[1 : 1 + n] == ids[1 + n :] and len(set(ids[1 : 1 + n])) == n
     att = _attentions(eager, ids)
-    second = range(n, 2 * n)  # the token at i occurred at i − n; the one that followed it is at i − n + 1
+    second = range(1 + n, 1 + 2 * n)  # the token at i occurred at i − n; the one that followed it is at i − n + 1
     by_type = {"induction": [], "previous": []}
     for row in t["heads"]:
         for c in row:
