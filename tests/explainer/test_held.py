@@ -112,3 +112,35 @@ def test_the_tutorial_head_keeps_its_relation_on_the_control(default):
     assert kept in d["text"]["zh"], d["text"]["zh"]
     assert wc[verb, noun] > max(wc[verb, verb - 1], wc[verb, 0], wc[verb, verb])  # beats the simpler ones
     assert held["control"] == pytest.approx(wc[verb, noun], abs=1e-5)  # one key: the pair is the link
+
+
+IOI = "When Mary and John went to the store, John gave a drink to"
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    from tests.hf import models
+
+    return models.save("llama", tmp_path_factory.mktemp("held") / "llama")
+
+
+def test_the_ioi_text_gets_the_same_types_from_the_api_and_selfattn_heads(llama, capsys):
+    import json
+
+    import selfattn
+    from selfattn.cli import main
+
+    assert main(["heads", IOI, "--model", str(llama), "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    want = [(c["layer"], c["head"], c["type"], c["types"]) for row in table["heads"] for c in row]
+    got = [(r["layer"], r["head"], r["type"], r["types"]) for r in selfattn.explain(IOI, model=str(llama)).heads()]
+    assert got == want
+    for *_, types in want:  # no type from fewer than MIN_ROWS rows, each with its p-value
+        for e in types:
+            assert e["rows"] >= head_types.MIN_ROWS and (e["type"] == "broad" or e["p"] < 0.01), e
+    probe = table["probe"]
+    assert probe["seed"] == 0 and probe["length"] >= 2 and table["roles"] is False  # English: no roles
+    assert main(["heads", IOI, "--model", str(llama), "--lang", "en"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"probe = {probe['length']} random tokens repeated twice, seed 0" in out
+    assert "no roles on this text" in out and "not a %" in out

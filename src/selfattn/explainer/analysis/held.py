@@ -164,32 +164,35 @@ def held(trace: ModelTrace, control_trace: ModelTrace | None = None) -> list[lis
     `control_of(trace).text` on the same model (None: no control, a relation adjacent on the text is not held)."""
     words = words_of(trace)
     links = word_links(words)
+    text = trace.pieces.text if trace.pieces is not None else ""
     pieces = word_pieces(words, trace.pieces.spans) if words and trace.pieces is not None else []
     ctrl = control_of(trace) if control_trace is not None else None
+    other = control_trace if ctrl is not None else None  # the control's trace, when there is a control
     c_words = ctrl.words if ctrl is not None else []
+    c_text = ctrl.text if ctrl is not None else ""
     c_links = word_links(c_words)
-    c_pieces = word_pieces(c_words, control_trace.pieces.spans) if ctrl and control_trace.pieces is not None else []
+    c_pieces = word_pieces(c_words, other.pieces.spans) if other is not None and other.pieces is not None else []
     clause2 = [lk for lk in corpus_links(trace.tokens) if lk.relation == CLAUSE2]  # the corpus grammar's own
     on_text = relation_weights(trace, text_links(trace, words) + clause2)
     queries, before, _ = _word_rows(trace, words)
-    c_queries, c_before, _ = _word_rows(control_trace, c_words) if ctrl is not None else ([], [], [])
+    c_queries, c_before, _ = _word_rows(other, c_words) if other is not None else ([], [], [])
     out = []
     for l, layer in enumerate(trace.layers):
         row = []
         for h in range(layer.n_heads):
             rows = [_rows_of(layer, h, queries, before)] if queries else []
-            if c_queries and control_trace is not None:
-                rows.append(_rows_of(control_trace.layers[l], h, c_queries, c_before))
+            if c_queries and other is not None:
+                rows.append(_rows_of(other.layers[l], h, c_queries, c_before))
             prev = _previous_word(rows)
             relations = {}
             for name, r in on_text[l][h].items():
                 mine = [lk for lk in links if lk.relation == name]
                 adjacent = any(lk.query - 1 in lk.keys for lk in mine)
-                text_side = _on_sentence(layer, h, _by_word(links, pieces, name), words, pieces, trace.pieces.text)
+                text_side = _on_sentence(layer, h, _by_word(links, pieces, name), words, pieces, text)
                 c = None
-                if ctrl is not None and control_trace is not None:
+                if other is not None:
                     found = _by_word(c_links, c_pieces, name)
-                    c = _on_sentence(control_trace.layers[l], h, found, c_words, c_pieces, ctrl.text)
+                    c = _on_sentence(other.layers[l], h, found, c_words, c_pieces, c_text)
                 judged = c if adjacent else text_side
                 if mine:
                     ok = link_credited(r) and judged is not None and _beats_simpler(judged)
