@@ -6,14 +6,20 @@ What a head is said to do, in this order (a later part is added after a "；" on
 
     first     its mean weight on the first token reaches summary.SINK_LIMIT — the "*" of the heads grid —
               so a sink head says so first, whatever else it does
-    relation  one of the text's tutorial links (`relations.links`) is credited: its share clearly above
-              chance by `head_types.above_chance` ("走进→怪兽 86%，均匀注意力 20%")
+    relation  one of the text's tutorial relations is held (`analysis.held`: clearly above chance by
+              `head_types.above_chance`, and, where its key is the previous word, still above chance and above
+              the previous word on the control sentence: "走进→怪兽 86%，均匀注意力 20%，中间隔着 慢慢地 时仍有
+              50%，均匀注意力 11%")
+    previous  a relation above chance on the text that the control shows to be the previous word's, the
+              head's previous-word share credited on the words of text and control ("看前一个词：…（在这句里
+              恰好也是 森林→走进）")
     a type    its clearest credited head type on this text (`head_types.measure`): previous, next, self,
               first, duplicate, induction, local, broad
     spread    nothing credited: its mean entropy, and its strongest link with the chance level it failed
 
-A link is one named claim (this query → those keys), so one link is enough to credit it; the head types are
-statistics over positions and need head_types.MIN_ROWS rows. Chance is always uniform attention over the
+A relation is one named claim (this query → those keys), so its links are enough to credit it once it holds
+on the control; the head types are statistics over positions and need head_types.MIN_ROWS rows (else "not
+measurable on this text"). Chance is always uniform attention over the
 keys the query may see (the head's own visibility: causal rule, window, an intervention's).
 """
 

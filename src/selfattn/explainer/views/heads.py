@@ -1,10 +1,11 @@
 """Heads that teach, in words: what each head does, in one line (`describe`), and how the head shown first is
 picked (PICK_RULE; the numbers are `analysis.heads`).
 
-A head's words (`head_words.sentence`): a first-token sink says so first; then a tutorial link of the
-text, only when its share is clearly above what uniform attention over the visible keys gives the same
-keys (`head_types.above_chance`); then its clearest head type on this text; every share is given with
-that chance level ("走进→怪兽 86%，均匀注意力 20%").
+A head's words (`head_words.sentence`): a first-token sink says so first; then a tutorial relation of the
+text, only when `analysis.held` holds it (clearly above chance, and still there on the control sentence where
+the key is no longer the previous word: "走进→怪兽 86%，…，中间隔着 慢慢地 时仍有 50%"), or, where the previous
+word explains it, "看前一个词（在这句里恰好也是 …）"; then the head's strongest type (`analysis.verdicts`, the
+answer every view reads); every share is given with its chance level.
 """
 
 from __future__ import annotations
