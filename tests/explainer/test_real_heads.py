@@ -213,7 +213,10 @@ def test_relations_on_smollm2_are_held_against_the_control_with_eager_numbers(mo
                 assert c is not None and c["pair_weight"] == pytest.approx(att_c[l][h][c["query"], c["key"]], abs=1e-4)
                 assert r["held"] <= (c["weight"] > c["previous"])  # held only where the control beats the previous word
     doc = ex.explain(TUTORIAL)
-    for row in doc["descriptions"]:
-        for d in row:
-            if d["kind"] == "previous":
-                assert "在这句里恰好也是" in d["text"]["zh"]
+    for l, row in enumerate(doc["descriptions"]):
+        for h, d in enumerate(row):
+            seemed = [r for r in found[l][h]["relations"].values() if r["explained"] == "previous"]
+            if d["kind"] == "previous" and seemed and not d.get("link_credited"):
+                assert "在这句里恰好也是" in d["text"]["zh"]  # the words say the relation is the previous word's
+            if d.get("link_credited"):  # a relation named as held is one the control kept
+                assert found[l][h]["relations"][d["relation"]]["held"]

@@ -14,6 +14,7 @@ relations    the relations credited to the head on the text (`held.held`'s credi
     types       [{type, score, chance, rows, p, on}]: every type credited on the text, its words or the probe
                 (`on`: "text" | "words" | "probe"; where several credit it, the one with the larger share ÷
                 chance), strongest (largest share ÷ chance) first; "broad" only when no other type is credited
+                and no relation held
     relations   the credited relations, largest share first
     type        the head's label: its strongest type, else "relation" (a credited relation), else None
     measurable  whether any type was measured on at least `head_types.MIN_ROWS` rows: when False the views say
@@ -59,8 +60,10 @@ def verdict(
         pairs = (("probe", probe), ("text", text))
         broad = [_entry("broad", m["broad"], on) for on, m in pairs if m and m.get("broad", {}).get("credited")]
         found = {"broad": broad[0]} if broad else {}
-    types = sorted(found.values(), key=lambda e: -lift(e))
     held = sorted((dict(r) for r in relations), key=lambda r: -r["score"])
+    if held:
+        found.pop("broad", None)  # a held relation is something the head does: not broad
+    types = sorted(found.values(), key=lambda e: -lift(e))
     measurable = any(
         m.get("rows", 0) >= head_types.MIN_ROWS
         for measured in (text, probe, words)

@@ -63,6 +63,8 @@ def grid(
 
 
 def _cell(c: dict, lang: str) -> str:
+    if not c["types"] and c.get("relations"):  # a relation held on the text, and no type
+        return f"{type_words('relation', 'short', lang)} {percent(c['relations'][0]['score']).rstrip('%')}"
     if not c["types"]:
         return "·" if c.get("measurable", True) else WORDS["unmeasurable"][lang]
     e = c["types"][0]
