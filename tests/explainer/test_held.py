@@ -144,3 +144,26 @@ def test_the_ioi_text_gets_the_same_types_from_the_api_and_selfattn_heads(llama,
     out = " ".join(capsys.readouterr().out.split())
     assert f"probe = {probe['length']} random tokens repeated twice, seed 0" in out
     assert "no roles on this text" in out and "not a %" in out
+
+
+def test_selfattn_heads_labels_the_tutorial_head_as_explain_does(default, monkeypatch, capsys):
+    import json
+
+    from selfattn.cli import main
+
+    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None: default))
+    assert main(["heads", TEXT, "--json", "--probe-length", "12"]) == 0
+    t = json.loads(capsys.readouterr().out)
+    doc = default.explain(TEXT)
+    for l, row in enumerate(t["heads"]):
+        for h, c in enumerate(row):
+            if c["relations"] or doc["descriptions"][l][h]["verdict"]["relations"]:
+                assert c["type"] == doc["descriptions"][l][h]["verdict"]["type"] == "relation", (l, h)
+    (r,) = t["heads"][0][3]["relations"]
+    assert r["relation"] == "verb>noun" and round(100 * r["score"]) == 86 and r["adjacent"]
+    bos = int(default.tokenize("")[1][0])  # our tokenizer puts <bos> first: the probe keeps it, adds none
+    assert t["probe"]["bos"] == {"id": bos, "token": "<bos>", "added": False} and t["probe"]["ids"][0] == bos
+    assert main(["heads", TEXT, "--probe-length", "12", "--lang", "zh"]) == 0
+    out = "".join(capsys.readouterr().out.split())
+    assert f"L0H3动词回看做动作的名词86%（均匀20%），对照句{percent(r['control'])}" in out
+    assert "链接86" in out and "不是百分比" in out and "seed0" in out
