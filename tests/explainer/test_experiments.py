@@ -17,6 +17,7 @@ import selfattn.hf
 from selfattn.cli import main
 from selfattn.explainer import experiments as X
 from selfattn.explainer.analysis import head_types
+from selfattn.explainer.analysis.chance import ALPHA, against_chance
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import findings
@@ -149,8 +150,17 @@ def test_taxonomy_scores_equal_plain_output_attentions(ex, llamas):
             assert m["induction"]["score"] == pytest.approx(induction, abs=1e-5)
             assert m["induction"]["chance"] == pytest.approx(chance, abs=1e-12)
             assert m["previous"]["score"] == pytest.approx(previous, abs=1e-5)
-            credited = induction >= head_types.CREDIT_MIN and (
-                induction >= 2 * chance or 1 - induction <= (1 - chance) / 2
+            # the permutation test on the eager weights: the targets built here, row by row
+            targets = np.zeros((n, len(ids)), dtype=bool)
+            targets[np.arange(n), [i - n + 1 for i in second]] = True
+            seen = np.tril(np.ones((len(ids), len(ids)), dtype=bool))[list(second)]
+            ev = against_chance(w[list(second)], targets, seen)
+            assert m["induction"]["p"] == pytest.approx(ev.p, rel=1e-4, abs=1e-12)
+            credited = (
+                n >= head_types.MIN_ROWS
+                and ev.p < ALPHA
+                and induction >= head_types.CREDIT_MIN
+                and (induction >= 2 * chance or 1 - induction <= (1 - chance) / 2)
             )
             assert m["induction"]["credited"] == credited
             cell = t["heads"][l][h]

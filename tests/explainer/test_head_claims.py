@@ -80,7 +80,11 @@ def test_temperature_10_credits_no_head_with_a_link(default, text):
         assert w[VERB, NOUN] < 0.3
     plain = default.explain(text)
     link = f"{plain['token_names'][VERB]}→{plain['token_names'][NOUN]}"  # 走进→怪兽, 走进→怪兽@3 where 怪兽 repeats
-    assert link.startswith("走进→怪兽") and f"{link} 86%，均匀注意力 20%" in plain["descriptions"][0][3]["text"]["zh"]
+    said = plain["descriptions"][0][3]["text"]["zh"]
+    if text == TEXT:
+        assert link.startswith("走进→怪兽") and f"{link} 86%，均匀注意力 20%" in said
+    else:  # the tagger finds two more verbs (睡觉→它, 开心→怪兽): the relation is the mean over its 3 links
+        assert link.startswith("走进→怪兽") and f"最强的教程链接 {link}（3 处平均）" in said
 
 
 @pytest.mark.parametrize("options", [{}, {"intervention": Intervention(temperature=10.0)}, {"text": LONG}])

@@ -211,7 +211,7 @@ def test_model_view_thumbnails_are_the_weights_and_open_a_head(watched, e):
     for (l, h), px in pixels.items():
         np.testing.assert_allclose(px, expected_colours(e.weights(l, h).numpy(), causal), atol=1, err_msg=f"{l}/{h}")
     types = frame.eval_on_selector_all("[data-testid=mv-thumb]", "bs => bs.map(b => b.dataset.type)")
-    page_types = [  # the page's own rule (`packing.head_type_names`); e.heads() now says `selfattn heads`' types
+    page_types = [  # the types of the weights themselves (`packing.head_type_names`)
         t
         for layer in e.trace.layers
         for t in head_type_names(
@@ -220,7 +220,11 @@ def test_model_view_thumbnails_are_the_weights_and_open_a_head(watched, e):
             causal=layer.causal,
         )
     ]
-    assert types == [t or "" for t in page_types]
+    # the model view reads the explain sentences' answer (`analysis.verdicts`): the weights' type, or a relation
+    # the text holds against its control where the weights give none
+    said = [d["verdict"]["type"] for row in e.doc["descriptions"] for d in row]
+    assert types == [t or "" for t in said]
+    assert all(v == p or (v == "relation" and p is None) for v, p in zip(said, page_types, strict=True))
     watched.page.screenshot(path=str(SCREENSHOTS / "selfattn-model-view.png"))
     frame.click("[data-testid=mv-thumb][data-layer='0'][data-head='1']")
     st = frame.eval_on_selector("#app", "a => ({...a.dataset})")

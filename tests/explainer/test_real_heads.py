@@ -80,9 +80,13 @@ def test_the_taxonomy_names_induction_and_previous_token_heads(models, taxonomy)
     _, eager, _ = models
     t = taxonomy
     ids, n = t["probe"]["ids"], t["probe"]["length"]
-    assert n == X.PROBE_LENGTH and ids[:n] == ids[n:] and len(set(ids[:n])) == n  # no token added: r + r
+    # the tokenizer adds nothing, so the model's BOS comes first (as TransformerLens' prompts), then r + r
+    bos_id = eager.config.bos_token_id
+    assert t["probe"]["bos"] == {"id": bos_id, "token": models[2].convert_ids_to_tokens(bos_id), "added": True}
+    assert ids[0] == bos_id
+    assert n == X.PROBE_LENGTH and ids[1 : 1 + n] == ids[1 + n :] and len(set(ids[1 : 1 + n])) == n
     att = _attentions(eager, ids)
-    second = range(n, 2 * n)  # the token at i occurred at i − n; the one that followed it is at i − n + 1
+    second = range(1 + n, 1 + 2 * n)  # the token at i occurred at i − n; the one that followed it is at i − n + 1
     by_type = {"induction": [], "previous": []}
     for row in t["heads"]:
         for c in row:
@@ -181,3 +185,38 @@ def test_the_heads_command_on_the_real_model(models, taxonomy, monkeypatch, caps
         out = capsys.readouterr().out
         assert max(cell_len(line) for line in out.splitlines()) <= 80
         assert all(f"H{h}" in out for h in range(9)) and "29 " in out
+
+
+TUTORIAL = "一只蓝色怪兽走进森林"
+
+
+def test_relations_on_smollm2_are_held_against_the_control_with_eager_numbers(models):
+    """On SmolLM2's byte-level pieces the tutorial's relations are measured from the tagger's roles, on the text
+    and on its control sentence; every pair weight (text and control) equals plain eager attention's, and the
+    words say which heads only look at the previous word."""
+    from selfattn.explainer.analysis import held
+
+    ex, eager, _ = models
+    trace = ex.trace(TUTORIAL)
+    ctrl = held.control_of(trace)
+    assert ctrl is not None and ctrl.text == "一只蓝色的怪兽慢慢地走进了森林"
+    control = ex.trace(ctrl.text)
+    att = _attentions(eager, [int(i) for i in ex.tokenize(TUTORIAL)[1]])
+    att_c = _attentions(eager, [int(i) for i in ex.tokenize(ctrl.text)[1]])
+    found = held.held(trace, control)
+    assert {"noun>qm+colour", "verb>noun", "place>verb+noun"} <= set(found[0][0]["relations"])
+    for l, row in enumerate(found):
+        for h, per_head in enumerate(row):
+            for r in per_head["relations"].values():
+                assert r["pair_weight"] == pytest.approx(att[l][h][r["query"], r["key"]], abs=1e-4)
+                c = r["control"]
+                assert c is not None and c["pair_weight"] == pytest.approx(att_c[l][h][c["query"], c["key"]], abs=1e-4)
+                assert r["held"] <= (c["weight"] > c["previous"])  # held only where the control beats the previous word
+    doc = ex.explain(TUTORIAL)
+    for l, row in enumerate(doc["descriptions"]):
+        for h, d in enumerate(row):
+            seemed = [r for r in found[l][h]["relations"].values() if r["explained"] == "previous"]
+            if d["kind"] == "previous" and seemed and not d.get("link_credited"):
+                assert "在这句里恰好也是" in d["text"]["zh"]  # the words say the relation is the previous word's
+            if d.get("link_credited"):  # a relation named as held is one the control kept
+                assert found[l][h]["relations"][d["relation"]]["held"]

@@ -14,20 +14,21 @@ from selfattn.cli import main
 from selfattn.explainer.analysis import head_types
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import registry
+from tests.explainer.planted import plant
 from tests.explainer.test_browser import browser  # noqa: F401 (fixture)
 from tests.explainer.test_notebook import assert_offline, framed, watched  # noqa: F401 (fixture)
 from tests.explainer.tiny import tiny_explainer
 from tests.tolerances import TOL
 
-TEXT = "一只蓝色怪兽走进森林"
+TEXT = "。" * 12  # 13 tokens, no word with a role: the planted head's toy pattern is measured on 11 rows
 TOY_COLOUR = "#00aa55"
 TOY_TYPE = head_types.HeadType(
     "toy",
-    lambda k: k.rows,  # every key the row may see: uniform attention gives it everything, so chance is 1
+    lambda k: (k.j == k.i - 2) & k.rows,  # the key two back: the planted head's
     {
         "short": {"zh": "玩具", "en": "toyish"},
         "label": {"zh": "玩具类型", "en": "toy type"},
-        "does": {"zh": "哪里都看", "en": "looks anywhere it may"},
+        "does": {"zh": "看往前第二个", "en": "looks two tokens back"},
         "heads": {"zh": "玩具 head", "en": "toy heads"},
     },
     colour=TOY_COLOUR,
@@ -56,7 +57,12 @@ def toys():
 
 @pytest.fixture(scope="module")
 def explainer():
-    return tiny_explainer()
+    """The tiny decoder with L0H0 planted to look two tokens back (`planted.plant`): the toy type's head. (A
+    toy of every visible key, chance 1, is never credited now: rows where every key is a target carry no
+    evidence against chance.)"""
+    ex = tiny_explainer()
+    plant(ex.model, back=2)
+    return ex
 
 
 def _toy_heads(doc: dict) -> list[tuple[int, int]]:
@@ -70,10 +76,12 @@ def test_a_toy_head_type_is_measured_named_and_coloured(toys, explainer):
     assert toy, "the random tiny model has heads with no clearer type: they are the toy's"
     for l, h in toy:
         m = doc["descriptions"][l][h]["scores"]["toy"]
-        # every visible key: the weights of a row add up to 1 (softmax), uniform attention gives it all
-        assert m["score"] == pytest.approx(1.0, abs=TOL["float32_weights"]) and m["chance"] == 1.0
-        assert m["rows"] == L - 1  # every row but the first, which sees one key
-        assert "looks anywhere it may" in doc["descriptions"][l][h]["text"]["en"]
+        # the planted head: the weight two back, recomputed from the head's float64 weights, uniform's 1/(i + 1)
+        w = explainer.trace(TEXT).layers[l].stages(h, weighted=False)["weights"].numpy()
+        assert m["score"] == pytest.approx(np.mean([w[i, i - 2] for i in range(2, L)]), abs=TOL["float32_weights"])
+        assert m["score"] > 0.99 and m["chance"] == pytest.approx(np.mean([1 / (i + 1) for i in range(2, L)]))
+        assert m["rows"] == L - 2 and m["p"] < 1e-6  # every row from the third on
+        assert "looks two tokens back" in doc["descriptions"][l][h]["text"]["en"]
     legend = doc["head_types"]
     assert legend["types"][-1] == "toy" and legend["colours"]["toy"] == TOY_COLOUR
     assert legend["labels"]["toy"] == {"zh": "玩具类型", "en": "toy type"}
@@ -94,7 +102,7 @@ def test_the_cli_tables_show_the_toy_type(toys, explainer, monkeypatch, capsys):
     assert "玩具 100" in capsys.readouterr().out
     l, h = _toy_heads(explainer.explain(TEXT))[0]
     assert main(["explain", TEXT, "--layer", str(l), "--head", str(h), "--lang", "en"]) == 0
-    assert "looks anywhere it may" in " ".join(capsys.readouterr().out.split())
+    assert "looks two tokens back" in " ".join(capsys.readouterr().out.split())
 
 
 def test_the_notebook_offers_the_toy_view(toys, explainer):

@@ -6,7 +6,7 @@ import pytest
 
 from selfattn.explainer import pieces as P
 from selfattn.explainer.analysis.roles import has_roles, piece_roles, word_roles
-from tests.explainer.test_pieces import _byte_fallback_bpe, _byte_level_bpe, _wordpiece
+from tests.explainer.test_pieces import _byte_fallback_bpe, _byte_level_bpe, _wordpiece, smollm2_tokenizer  # noqa: F401
 
 TUTORIAL = "一只蓝色怪兽走进森林"
 NEVER_SHIPPED = "两条红色小狗跑进花园"  # no word of it is in the default corpus's grammar
@@ -59,3 +59,17 @@ def test_every_piece_of_a_word_carries_its_role(make):
         assert roles[i] == word.role, (p.labels[i], word)
     # 怪兽 cut into pieces (bytes, characters or subwords) still makes noun pieces, whatever the tokenizer
     assert "noun" in roles and "verb" in roles and "place" in roles
+
+
+@pytest.mark.parametrize("text", [TUTORIAL, NEVER_SHIPPED])
+def test_roles_and_links_on_the_real_smollm2_pieces(smollm2_tokenizer, text):  # noqa: F811
+    """SmolLM2's byte-level pieces (怪 over two pieces …) carry the words' roles, and the tutorial's relations
+    are found on them: the noun's measure word and colour, the verb's noun, the place's verb and noun."""
+    from selfattn.explainer.analysis.word_relations import piece_links
+
+    p, roles = _piece_roles(smollm2_tokenizer, text)
+    assert {"qm", "colour", "noun", "verb", "place"} <= set(roles)
+    links = piece_links(word_roles(text), p.spans)
+    assert {link.relation for link in links} == {"noun>qm+colour", "verb>noun", "place>verb+noun"}
+    for link in links:  # the query is the last piece of its word; every key piece lies before it
+        assert roles[link.query] == link.relation.split(">")[0] and all(k < link.query for k in link.keys)

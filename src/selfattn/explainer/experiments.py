@@ -27,8 +27,9 @@ from .. import checks
 from ..limits import MAX_ABLATED_HEADS, MAX_PATCH_TOKENS
 from . import pieces as _pieces
 from . import session as _session
-from .analysis import head_types, heads, summary
+from .analysis import head_types, heads, held, summary
 from .analysis import taxonomy as _taxonomy
+from .analysis.roles import has_roles
 from .capture import lens as _lens
 from .capture import patching as _patching
 from .capture.interventions import Intervention
@@ -123,10 +124,31 @@ def _ordinary(explainer, i: int) -> str | None:
     return word if _own(explainer, word) == [i] else None
 
 
+def bos_id(explainer) -> int | None:
+    """The model's BOS token id (its config's `bos_token_id`), or None where it has none."""
+    i = getattr(getattr(explainer.model, "config", None), "bos_token_id", None)
+    return i if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < _vocab_size(explainer.model) else None
+
+
+def probe_bos(explainer) -> dict | None:
+    """{id, token, added}: the probe's first token when it is a BOS: the tokenizer's own first token (added False),
+    or, where the tokenizer adds nothing, the model's BOS (`bos_id`) prepended as TransformerLens' detector
+    prompts do (added True); None when there is neither."""
+    prefix, _ = frame(explainer)
+    if prefix:
+        return {"id": prefix[0], "token": explainer.decode(prefix[0]), "added": False}
+    bos = bos_id(explainer)
+    return None if bos is None else {"id": bos, "token": explainer.decode(bos), "added": True}
+
+
 def probe_ids(explainer, length: int = PROBE_LENGTH, *, seed: int = 0) -> list[int]:
     """The induction probe (`head_types.induction_probe`): the tokenizer's own frame around r + r, r =
-    `length` distinct ordinary tokens (`_ordinary`) drawn with `seed`; shortened to what the model reads."""
+    `length` distinct ordinary tokens (`_ordinary`) drawn with `seed`, the model's BOS first where the tokenizer
+    adds none (`probe_bos`); shortened to what the model reads."""
     prefix, suffix = frame(explainer)
+    bos = probe_bos(explainer)
+    if bos is not None and bos["added"]:
+        prefix = [bos["id"]]
     room = (explainer.max_len - len(prefix) - len(suffix)) // 2
     n = _vocab_size(explainer.model)
     length = min(length, room, n)
@@ -160,7 +182,8 @@ def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, 
     """Every head's types with their scores: measured on the induction probe (random tokens repeated: the
     content-free behaviour, and the only fair test of induction) and, when `text` is given, on the text
     (its tutorial links included); merged by `taxonomy.merge`. The dict: model, probe {ids, tokens, length,
-    seed}, text, rule, types, heads [layer][head] {type, types [{type, score, chance, on}], probe, text}."""
+    seed, bos}, text, roles (whether the text's words have roles), rule, types, heads [layer][head] {type, types
+    [{type, score, chance, rows, p, on}], relations, measurable, probe, text} (`verdicts.verdict`)."""
     ids = probe_ids(explainer, length, seed=seed)
     tokens = [explainer.decode(i) for i in ids]
     trace = capture(explainer.model, torch.tensor(ids), tokens, **_extra_for(explainer, len(ids)))
@@ -168,13 +191,15 @@ def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, 
     described = None
     if text is not None:
         shown = explainer.trace(text)
-        described = describe(shown, summary.summaries(shown))
+        described = describe(shown, summary.summaries(shown), explainer.control(shown))
     out = _taxonomy.merge(on_probe, described)
-    added = sum(len(part) for part in frame(explainer))
+    bos = probe_bos(explainer)
+    added = sum(len(part) for part in frame(explainer)) + int(bos is not None and bos["added"])
     out |= {
         "model": explainer.name,
-        "probe": {"ids": ids, "tokens": tokens, "length": (len(ids) - added) // 2, "seed": seed},
+        "probe": {"ids": ids, "tokens": tokens, "length": (len(ids) - added) // 2, "seed": seed, "bos": bos},
         "text": text,
+        "roles": None if text is None else has_roles(held.words_of(shown)),
     }
     out["findings"] = findings.taxonomy_words(out)
     return out

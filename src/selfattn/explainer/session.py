@@ -28,7 +28,7 @@ import torch
 from .. import checks
 from . import pieces as P
 from . import sources
-from .analysis import experiment, heads, relations, summary
+from .analysis import experiment, heads, held, relations, summary
 from .capture.cache import TraceCache
 from .capture.interventions import Intervention
 from .capture.trace import ModelTrace, capture
@@ -206,7 +206,7 @@ class Explainer:
         intervention = Intervention() if intervention is None else intervention
         trace = self.trace(text, intervention, cache=cache)
         table, thumbs = summary.scan(trace)
-        described = describe(trace, table)
+        described = describe(trace, table, self.control(trace, intervention, cache=cache))
         *shown, why = experiment.opened(intervention, layer, head, ablate)
         selected = self.select(trace, table, described, *shown)
         if why is not None and selected["rule"] is None:  # shown because it was changed or ablated
@@ -240,6 +240,14 @@ class Explainer:
             )
             doc["experiment"] |= compared | {"text": experiment_words.sentences(compared, trace.tokens)}
         return doc | extra
+
+    def control(self, trace: ModelTrace, intervention: Intervention | None = None, *, cache=None):
+        """The trace of the text's control sentence (`analysis.held.control_of`) on this model, or None (no
+        relation adjacent, no roles, or the control too long for the model)."""
+        ctrl = held.control_of(trace)
+        if ctrl is None or len(self.tokenize(ctrl.text)[1]) > self.max_len:
+            return None
+        return self.trace(ctrl.text, intervention, cache=cache)
 
     @staticmethod
     def select(trace: ModelTrace, table, described, layer, head) -> dict:

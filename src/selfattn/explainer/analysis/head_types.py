@@ -19,14 +19,17 @@ over the same visible keys would put there (|targets| / |visible|, averaged over
 | induction | j + 1 for each earlier occurrence j of token i (the token that followed it) | i with such a j + 1 < i |
 | local | i − LOCAL_SPAN … i + LOCAL_SPAN (visible ones) | i with more visible keys than the span |
 
-A type is **credited** when its score is clearly above chance (`above_chance`): at least CREDIT_MIN, and
-at least CHANCE_FACTOR × its chance — or, where uniform attention already gives the targets a third or
-more, missing at most 1/CHANCE_FACTOR of what uniform attention misses (1 − score ≤ (1 − chance) /
-CHANCE_FACTOR: with two of four keys as targets, chance 50 %, a score of 75 %) — over at least MIN_ROWS
-rows (TransformerLens's detectors report the score alone; the chance level is what keeps a nearly uniform
-head from being credited with anything). The second arm matters only for chance > 1/3, where "twice the
-chance" would ask for more than the whole row. A head none of whose types is
-credited and whose rows are close to uniform (mean normalised entropy ≥ BROAD_MIN) is **broad**.
+A type is **credited** when it passes two tests. Significance (`chance.against_chance`): measured on at
+least MIN_ROWS (8) informative rows, its one-sided p-value against the permutation null (the same number of
+targets drawn at random among each row's visible keys) below `chance.ALPHA`; below MIN_ROWS rows a type is
+"not measurable on this text", never credited. And size (`above_chance`): at least CREDIT_MIN, and at least
+CHANCE_FACTOR × its chance — or, where uniform attention already gives the targets a third or more, missing
+at most 1/CHANCE_FACTOR of what uniform attention misses (1 − score ≤ (1 − chance) / CHANCE_FACTOR: with two
+of four keys as targets, chance 50 %, a score of 75 %) — so that many rows cannot make a tilt a habit
+(TransformerLens's detectors report the score alone; the chance level is what keeps a nearly uniform head
+from being credited with anything). A head none of whose types is credited, measured on at least MIN_ROWS
+rows whose mean normalised entropy (1 = uniform; a number from 0 to 1, not a share) is ≥ BROAD_MIN, is
+**broad**.
 Induction is measured best on a repeated random-token sequence (`induction_probe`), where the only
 way to attend to "the token after the earlier occurrence" is to have learnt to.
 """
@@ -37,6 +40,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from . import chance
 
 __all__ = [
     "HeadType",
@@ -63,8 +68,8 @@ CREDIT_MIN = 0.3
 """Least score (mean weight on the targets) a type is credited with."""
 CHANCE_FACTOR = 2.0
 """A credited score is at least this many times what uniform attention gives the same targets."""
-MIN_ROWS = 2
-"""Fewest rows a type is measured on before it can be credited."""
+MIN_ROWS = chance.MIN_ROWS
+"""Fewest informative rows a type is measured on before it can be credited (`chance.MIN_ROWS`)."""
 BROAD_MIN = 0.85
 """Mean normalised entropy (1 = uniform over the visible keys) from which an uncredited head is broad."""
 LOCAL_SPAN = 2
@@ -102,7 +107,7 @@ class HeadType:
     name      its key in the export, the tables and the page
     targets   Keys -> (L, L) bool: the keys whose weight is its score, only on the rows where it is measured
               (see the module's table); None for a type found another way (relation: a tutorial link on the
-              text, `head_words.link_credited`; broad: the entropy, in `measure`)
+              text, `analysis.held`; broad: the entropy, in `measure`)
     words     {kind: {zh, en}} for each of WORD_KINDS
     colour    its border in the page's model view and its key in the legend (CSS), None: not drawn there
     style     its look in the terminal's taxonomy table (rich style), "" for none
@@ -335,9 +340,9 @@ def measure(weights, ids: Sequence[int], *, causal: bool, visible=None) -> list[
     ids      (L,) the token ids (duplicate and induction compare them)
     causal   query i sees keys 0…i (a decoder); else every key (an encoder)
     visible  (L, L) bool, True = may look, instead of `causal`'s rule (a sliding window, padding)
-    Returns one dict per head: {type: {"score", "chance", "rows", "credited"}} plus "broad" (score =
-    mean normalised entropy, chance 1 = uniform); a type measured on no row has score and chance None.
-    """
+    Returns one dict per head: {type: {"score", "chance", "rows", "p", "credited"}} plus "broad" (score =
+    mean normalised entropy, chance 1 = uniform, p None); a type measured on no row has score, chance and p
+    None. p is the one-sided p-value of `chance.against_chance`."""
     w = np.asarray(weights.detach().cpu().double() if hasattr(weights, "detach") else weights, dtype=np.float64)
     L = len(ids)
     if w.ndim == 2:
@@ -351,29 +356,42 @@ def measure(weights, ids: Sequence[int], *, causal: bool, visible=None) -> list[
     for t, m in masks.items():
         measured = m.any(1)  # (L,)
         rows = int(measured.sum())
-        chance = float((m.sum(1) / np.maximum(n_vis, 1))[measured].mean()) if rows else None
+        uniform = float((m.sum(1) / np.maximum(n_vis, 1))[measured].mean()) if rows else None
         scores = (w * m).sum(-1)[:, measured].mean(-1) if rows else [None] * len(heads)  # (H,)
         for h, score in enumerate(scores):
             score = None if score is None else float(score)
-            heads[h][t] = {
-                "score": score,
-                "chance": chance,
-                "rows": rows,
-                "credited": bool(rows >= MIN_ROWS and above_chance(score, chance)),
-            }
+            heads[h][t] = _credit(score, uniform, rows, w[h], m, vis)
     ok = n_vis >= 2
     with np.errstate(divide="ignore", invalid="ignore"):
         plogp = np.where(w > 0, w * np.log(np.where(w > 0, w, 1.0)), 0.0)  # (H, L, L)
     entropy = (-plogp.sum(-1)[:, ok] / np.log(n_vis[ok])).mean(-1) if ok.any() else [None] * len(heads)
     for h, e in enumerate(entropy):
         e = None if e is None else float(e)
+        rows = int(ok.sum())
+        plain = not any(heads[h][t]["credited"] for t in masks)
         heads[h]["broad"] = {
             "score": e,
             "chance": 1.0,
-            "rows": int(ok.sum()),
-            "credited": bool(e is not None and e >= BROAD_MIN and not any(heads[h][t]["credited"] for t in masks)),
+            "rows": rows,
+            "p": None,
+            "credited": bool(e is not None and e >= BROAD_MIN and rows >= MIN_ROWS and plain),
         }
     return heads
+
+
+def _credit(score: float | None, uniform: float | None, rows: int, w: np.ndarray, m: np.ndarray, vis) -> dict:
+    """One type on one head: {score, chance (uniform attention's share), rows, p, credited} (the module's rule:
+    `chance.against_chance` on the rows where it is measured, then `above_chance`)."""
+    if not rows:
+        return {"score": None, "chance": None, "rows": 0, "p": None, "credited": False}
+    ev = chance.against_chance(w, m, vis)
+    return {
+        "score": score,
+        "chance": uniform,
+        "rows": rows,
+        "p": ev.p,
+        "credited": bool(ev.credited and above_chance(score, uniform)),
+    }
 
 
 def credited(types: dict[str, dict]) -> list[str]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..capture.trace import LayerTrace, ModelTrace
 from . import head_types
-from .relations import RELATIONS, links
+from .relations import RELATIONS, Link, links
 from .summary import SINK_LIMIT
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "search",
     "first_token_note",
     "relation_weights",
+    "link_credited",
 ]
 
 SELF_LIMIT = 0.5
@@ -37,12 +38,13 @@ MEASURE_BLOCK = 1 << 24
 """Weights measured at once (heads × L × L float64 elements, 128 MiB), so a long text never holds a layer's all."""
 
 
-def relation_weights(trace: ModelTrace) -> list[list[dict[str, dict]]]:
+def relation_weights(trace: ModelTrace, found: list[Link] | None = None) -> list[list[dict[str, dict]]]:
     """[layer][head] {relation: {weight, chance, n, keys, query, key, pair_weight, pair_chance}}: the mean over
     the relation's links of the weight the query gives its keys together (`weight`) and what uniform attention
     over the keys the query may see gives them (`chance`: |keys| / |visible|); the single (query, key) with
-    the largest weight, its weight and chance (1 / |visible|), and the keys of its link."""
-    found = links(trace.tokens)
+    the largest weight, its weight and chance (1 / |visible|), and the keys of its link. `found`: the links to
+    measure (default `relations.links` of the tokens, the corpus grammar's)."""
+    found = links(trace.tokens) if found is None else found
     rows = sorted({link.query for link in found})
     at = {r: i for i, r in enumerate(rows)}  # query position -> its row in the weights
     by_relation = {name: [link for link in found if link.relation == name] for name in RELATIONS}
@@ -77,6 +79,12 @@ def _relation(w, at: dict, seen, mine) -> dict:
         "pair_weight": best[0],
         "pair_chance": 1 / max(int(seen[best[1]]), 1),
     }
+
+
+def link_credited(r: dict) -> bool:
+    """Whether a relation's measured share (summed over its keys, mean over its links) is clearly above
+    chance (`head_types.above_chance`)."""
+    return head_types.above_chance(r["weight"], r["chance"])
 
 
 def measures(trace: ModelTrace) -> list[list[dict[str, dict]]]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from .relations import RELATIONS, Link
 from .roles import CLAUSE_ENDS, Word, word_roles
 
-__all__ = ["WordLink", "Control", "word_links", "piece_links", "control", "FILLERS"]
+__all__ = ["WordLink", "Control", "word_links", "word_pieces", "piece_links", "control", "FILLERS"]
 
 FILLERS = {"noun": "的", "verb": "慢慢地", "place": "了"}
 """The word inserted before a query word of each role whose key is adjacent: it changes no relation
@@ -78,7 +78,7 @@ def word_links(words: Sequence[Word]) -> list[WordLink]:
     return out
 
 
-def _pieces_of(words: Sequence[Word], spans: Sequence[tuple[int, int]]) -> list[list[int]]:
+def word_pieces(words: Sequence[Word], spans: Sequence[tuple[int, int]]) -> list[list[int]]:
     """The pieces whose span starts inside each word (special tokens belong to none)."""
     out: list[list[int]] = [[] for _ in words]
     for p, (start, end) in enumerate(spans):
@@ -94,7 +94,7 @@ def _pieces_of(words: Sequence[Word], spans: Sequence[tuple[int, int]]) -> list[
 def piece_links(words: Sequence[Word], spans: Sequence[tuple[int, int]]) -> list[Link]:
     """`word_links` on a tokenizer's pieces: the query is the last piece of the query word, the keys every
     piece of the key words (a link whose words have no piece is left out)."""
-    pieces = _pieces_of(words, spans)
+    pieces = word_pieces(words, spans)
     out: list[Link] = []
     for link in word_links(words):
         if not pieces[link.query]:

@@ -70,7 +70,7 @@ def taxonomy_words(t: dict) -> dict[str, list[str]]:
         parts.append(text("findings.untyped", lang, n=untyped))
         out[lang].append(text("findings.count", lang, n=len(cells), parts=_join(lang, parts)))
     for k in REGISTRY:
-        mine = [(c, next(e for e in c["types"] if e["type"] == k)) for c in cells if c["type"] == k]
+        mine = [(c, _entry(c, k)) for c in cells if c["type"] == k]
         if not mine:
             continue
         mine.sort(key=lambda ce: (-ce[1]["score"], ce[0]["layer"], ce[0]["head"]))
@@ -81,6 +81,13 @@ def taxonomy_words(t: dict) -> dict[str, list[str]]:
             heads = type_words(k, "heads", lang)
             out[lang].append(text("findings.line", lang, heads=heads, named=_join(lang, named), more=tail))
     return out
+
+
+def _entry(c: dict, k: str) -> dict:
+    """The measured entry behind a head's label `k`: its type's, or its strongest held relation's (on the text)."""
+    if k == "relation" and not any(e["type"] == k for e in c["types"]):
+        return c["relations"][0] | {"type": "relation", "on": "text"}
+    return next(e for e in c["types"] if e["type"] == k)
 
 
 def _score(lang: str, e: dict) -> str:

@@ -6,25 +6,31 @@ What a head is said to do, in this order (a later part is added after a "；" on
 
     first     its mean weight on the first token reaches summary.SINK_LIMIT — the "*" of the heads grid —
               so a sink head says so first, whatever else it does
-    relation  one of the text's tutorial links (`relations.links`) is credited: its share clearly above
-              chance by `head_types.above_chance` ("走进→怪兽 86%，均匀注意力 20%")
+    relation  one of the text's tutorial relations is held (`analysis.held`: clearly above chance by
+              `head_types.above_chance`, and, where its key is the previous word, still above chance and above
+              the previous word on the control sentence: "走进→怪兽 86%，均匀注意力 20%，中间隔着 慢慢地 时仍有
+              50%，均匀注意力 11%")
+    previous  a relation above chance on the text that the control shows to be the previous word's, the
+              head's previous-word share credited on the words of text and control ("看前一个词：…（在这句里
+              恰好也是 森林→走进）")
     a type    its clearest credited head type on this text (`head_types.measure`): previous, next, self,
               first, duplicate, induction, local, broad
     spread    nothing credited: its mean entropy, and its strongest link with the chance level it failed
 
-A link is one named claim (this query → those keys), so one link is enough to credit it; the head types are
-statistics over positions and need head_types.MIN_ROWS rows. Chance is always uniform attention over the
+A relation is one named claim (this query → those keys), so its links are enough to credit it once it holds
+on the control; the head types are statistics over positions and need head_types.MIN_ROWS rows (else "not
+measurable on this text"). Chance is always uniform attention over the
 keys the query may see (the head's own visibility: causal rule, window, an intervention's).
 """
 
 from __future__ import annotations
 
-from ..analysis.head_types import REGISTRY, above_chance, credited
+from ..analysis.head_types import MIN_ROWS, REGISTRY
 from ..analysis.relations import WORDS
 from ..analysis.summary import SINK_LIMIT
 from .texts import TEXTS, text
 
-__all__ = ["percent", "type_words", "sentence", "link_credited"]
+__all__ = ["percent", "type_words", "sentence"]
 
 
 def type_words(t: str, kind: str, lang: str) -> str:
@@ -48,12 +54,6 @@ def _share(lang: str, p: float, c: float, *, average: bool = False) -> str:
 
 def _colon(lang: str) -> str:
     return text("heads.words.colon", lang)
-
-
-def link_credited(r: dict) -> bool:
-    """Whether a relation's measured share (summed over its keys, mean over its links) is clearly above
-    chance (`head_types.above_chance`)."""
-    return above_chance(r["weight"], r["chance"])
 
 
 def _link(tokens: list[str], name: str, r: dict, lang: str) -> str:
@@ -85,17 +85,23 @@ def _type(t: str, m: dict, first: str, lang: str) -> str:
     )
 
 
-def sentence(tokens: list[str], s: dict, links: dict[str, dict], types: dict[str, dict]) -> dict:
+def sentence(
+    tokens: list[str], s: dict, held: dict, types: dict[str, dict], v: dict, control: list[str] | None = None
+) -> dict:
     """One head's description: {kind, text {zh, en}, weight, chance (of the share named first), types
-    (credited, clearest first), scores (`head_types.measure` on this text)} and, where a link is named,
-    relation, query, key, mean, mean_chance, link_credited. See the module doc for the order."""
+    (the verdict's types, strongest first), scores (`head_types.measure` on this text), verdict (`v`, the one
+    answer every view reads: `analysis.verdicts`)} and, where a link is named, relation, query, key, mean,
+    mean_chance, link_credited. `held`: the head's `analysis.held` entry; `control`: the control sentence's
+    token names. See the module doc for the order."""
     first = tokens[0] if tokens else ""
-    kinds = credited(types) if types else []
+    links = held["relations"]
+    entries = {e["type"]: e for e in v["types"]}
+    kinds = list(entries)
     best = max(links.items(), key=lambda kv: kv[1]["weight"], default=None)
-    good = [(n, r) for n, r in links.items() if link_credited(r)]
+    good = [(n, r) for n, r in links.items() if r["held"]]
     link = max(good, key=lambda kv: kv[1]["weight"]) if good else None
     parts: dict[str, list[str]] = {"zh": [], "en": []}
-    out: dict = {"types": kinds, "scores": types}
+    out: dict = {"types": kinds, "scores": types, "verdict": v}
     sink = bool(s["rows"]) and s["first_token"] >= SINK_LIMIT
     if sink:
         c = types["first"]["chance"] if types.get("first", {}).get("chance") is not None else 0.0
@@ -109,27 +115,50 @@ def sentence(tokens: list[str], s: dict, links: dict[str, dict], types: dict[str
             out |= {"kind": "relation", "weight": r["pair_weight"], "chance": r["pair_chance"]}
         out |= _link_fields(name, r, True)
         for lang in parts:
-            parts[lang].append(_link(tokens, name, r, lang))
-    others = [t for t in kinds if t != "first" or not sink]
+            parts[lang].append(_link(tokens, name, r, lang) + _kept(r, control or [], lang))
+    explained = [(n, r) for n, r in links.items() if r["explained"] == "previous"]
+    said_previous = False
+    if link is None and explained and "previous" in entries:
+        e = entries["previous"]
+        name, r = max(explained, key=lambda kv: kv[1]["weight"])
+        if "kind" not in out:
+            out |= {"kind": "previous", "weight": e["score"], "chance": e["chance"]}
+        out |= _link_fields(name, r, False)
+        pair = f"{tokens[r['query']]}→{tokens[r['key']]}"
+        for lang in parts:
+            share = _share(lang, e["score"], e["chance"], average=True)
+            parts[lang].append(text("heads.words.previous_word", lang, share=share, pair=pair))
+        said_previous = True
+    others = [t for t in kinds if (t != "first" or not sink) and (t != "previous" or not said_previous)]
     if others:
         t = others[0]
         if "kind" not in out:
-            out |= {"kind": t, "weight": types[t]["score"], "chance": types[t]["chance"]}
+            out |= {"kind": t, "weight": entries[t]["score"], "chance": entries[t]["chance"]}
         if len(parts["zh"]) < 2:
             for lang in parts:
                 lead = text("heads.words.overall", lang) if parts[lang] else ""
-                parts[lang].append(lead + _type(t, types[t], first, lang))
+                parts[lang].append(lead + _type(t, entries[t], first, lang))
     if "kind" not in out:
         out |= {"kind": "spread", "weight": s["max_weight"], "chance": None}
+        said = "heads.words.spread" if v["measurable"] else "heads.words.unmeasurable"
         for lang in parts:
-            parts[lang].append(text("heads.words.spread", lang, bits=f"{s['entropy']:.2f}"))
-    if link is None and best is not None and out["kind"] in ("spread", "broad"):
+            parts[lang].append(text(said, lang, bits=f"{s['entropy']:.2f}", n=MIN_ROWS))
+    if link is None and not said_previous and best is not None and out["kind"] in ("spread", "broad"):
         name, r = best
         out |= _link_fields(name, r, False)
         for lang in parts:
             parts[lang].append(text("heads.words.strongest", lang, link=_link_short(tokens, r, lang)))
     out["text"] = {lang: text("heads.words.join", lang).join(parts[lang]) for lang in parts}
     return out
+
+
+def _kept(r: dict, control: list[str], lang: str) -> str:
+    """ "，中间隔着 慢慢地 时仍有 71%": the relation's pair on the control sentence, where it was not adjacent."""
+    c = r.get("control")
+    if not r.get("adjacent") or c is None or not control:
+        return ""
+    share = _share(lang, c["pair_weight"], c["pair_chance"])
+    return text("heads.words.control", lang, between=c["between"], share=share)
 
 
 def _link_fields(name: str, r: dict, good: bool) -> dict:

@@ -1,15 +1,18 @@
 """Heads that teach, in words: what each head does, in one line (`describe`), and how the head shown first is
 picked (PICK_RULE; the numbers are `analysis.heads`).
 
-A head's words (`head_words.sentence`): a first-token sink says so first; then a tutorial link of the
-text, only when its share is clearly above what uniform attention over the visible keys gives the same
-keys (`head_types.above_chance`); then its clearest head type on this text; every share is given with
-that chance level ("走进→怪兽 86%，均匀注意力 20%").
+A head's words (`head_words.sentence`): a first-token sink says so first; then a tutorial relation of the
+text, only when `analysis.held` holds it (clearly above chance, and still there on the control sentence where
+the key is no longer the previous word: "走进→怪兽 86%，…，中间隔着 慢慢地 时仍有 50%"), or, where the previous
+word explains it, "看前一个词（在这句里恰好也是 …）"; then the head's strongest type (`analysis.verdicts`, the
+answer every view reads); every share is given with its chance level.
 """
 
 from __future__ import annotations
 
-from ..analysis.heads import measures, relation_weights
+from ..analysis import held
+from ..analysis.heads import measures
+from ..analysis.verdicts import verdicts
 from ..capture.trace import ModelTrace
 from ..pieces import names
 from .head_words import percent, sentence
@@ -21,10 +24,18 @@ PICK_RULE = TEXTS["pick_rule"]
 """How the shown head is picked, {zh, en} (`analysis.heads.pick`): the text table's entry."""
 
 
-def describe(trace: ModelTrace, table: list[list[dict]]) -> list[list[dict]]:
+def describe(trace: ModelTrace, table: list[list[dict]], control: ModelTrace | None = None) -> list[list[dict]]:
     """One description per head (`head_words.sentence`): {kind, text {zh, en}, weight, chance, types,
-    scores, …}; `table` is `summary.summaries(trace)`. Tokens are named as in every view (`pieces.names`)."""
-    rel = relation_weights(trace)
+    scores, verdict, …}; `table` is `summary.summaries(trace)`; `control` the trace of the control sentence
+    (`held.control_of`), run on the same model. Tokens are named as in every view (`pieces.names`)."""
+    h = held.held(trace, control)
     types = measures(trace)
+    relations = [[held.credited(x) for x in row] for row in h]
+    words = [[held.word_types(x) for x in row] for row in h]
+    answers = verdicts(types, None, relations, words)
     shown = names(trace.tokens)  # 金鱼@5 where a token repeats, as every view writes it
-    return [[sentence(shown, s, rel[l][h], types[l][h]) for h, s in enumerate(heads)] for l, heads in enumerate(table)]
+    c_shown = names(control.tokens) if control is not None else []
+    return [
+        [sentence(shown, s, h[l][k], types[l][k], answers[l][k], c_shown) for k, s in enumerate(heads)]
+        for l, heads in enumerate(table)
+    ]

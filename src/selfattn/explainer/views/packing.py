@@ -19,8 +19,9 @@ what the page shows, at the precision it shows it:
     sink      (L,)      only for a layer with attention sinks: each row's weight on the sink,
                         exp(sink_h − lse) = 1 − sums, to 8 decimals (the page draws it as its own column)
 
-and per layer `types`: each head's clearest credited type (`head_types.measure` on those float64 weights,
-`credited(...)[0]`, or None), what the model view colours its thumbnails by. `pack_weights` packs an
+and per layer `types`: each head's label, what the model view colours its thumbnails by: the verdict of the
+explain sentences (`descriptions[l][h].verdict.type`, `analysis.verdicts`), so the page and the words agree
+(`head_type_names` on the float64 weights where the doc has no descriptions). `pack_weights` packs an
 attention tensor given directly (the attention page of `views.notebook`) the same way.
 
 q, k, v, lse and the residual vectors travel as before, in float32 when that holds them exactly
@@ -37,12 +38,12 @@ from __future__ import annotations
 
 import base64
 import zlib
-from typing import cast
 
 import numpy as np
 import torch
 
-from ..analysis.head_types import credited, measure
+from ..analysis.head_types import measure
+from ..analysis.verdicts import verdict
 from ..capture.trace import head_stages
 from .controls import scale_words
 from .export import head_rule, restore_inf
@@ -89,7 +90,10 @@ def pack(doc: dict) -> dict:
     if missing:
         raise ValueError(f"doc lacks {missing}: pass the dict of Explainer.explain / export.to_dict")
     ids = [int(i) for i in doc["token_ids"]] if "token_ids" in doc else _ids_of(doc["tokens"])
-    layers = [_pack_layer(layer, l, ids) for l, layer in enumerate(doc["layers"])]
+    described = doc.get("descriptions")
+    layers = [
+        _pack_layer(layer, l, ids, None if described is None else described[l]) for l, layer in enumerate(doc["layers"])
+    ]
     iv = doc["experiment"]["applied"]
     return {
         **doc,
@@ -99,7 +103,7 @@ def pack(doc: dict) -> dict:
     }
 
 
-def _pack_layer(layer: dict, l: int, ids: list[int]) -> dict:
+def _pack_layer(layer: dict, l: int, ids: list[int], described: list[dict] | None) -> dict:
     if layer.get("omitted"):  # asked without this layer's arrays
         return dict(layer)
     out = {k: v for k, v in layer.items() if k not in LAYER_ARRAYS + ("visible", "heads")}
@@ -123,13 +127,17 @@ def _pack_layer(layer: dict, l: int, ids: list[int]) -> dict:
         packed |= shown
         weights.append(weights_h)
         out["heads"].append(packed)
-    out["types"] = head_type_names(torch.stack(weights).numpy(), ids, causal=bool(layer.get("causal", False)))
+    if described is not None and all("verdict" in d for d in described):
+        out["types"] = [d["verdict"]["type"] for d in described]  # the explain sentences' own answer
+    else:
+        out["types"] = head_type_names(torch.stack(weights).numpy(), ids, causal=bool(layer.get("causal", False)))
     return out
 
 
 def head_type_names(weights: np.ndarray, ids: list[int], *, causal: bool) -> list[str | None]:
-    """(H, L, L) weights of one layer → each head's clearest credited type (`head_types`), or None."""
-    return [cast(list[str | None], credited(types) or [None])[0] for types in measure(weights, ids, causal=causal)]
+    """(H, L, L) weights of one layer → each head's label (`verdicts.verdict` of `head_types.measure`), or None:
+    for weights given without a text's descriptions (the attention page)."""
+    return [verdict(types)["type"] for types in measure(weights, ids, causal=causal)]
 
 
 def _ids_of(tokens: list[str]) -> list[int]:

@@ -1,6 +1,8 @@
 """The experiments in the terminal: the heads taxonomy, ablation, patching and the logit lens, drawn with rich.
 
-    taxonomy(t, console, lang)        `selfattn heads`: layers × heads, each cell its clearest type and share
+    taxonomy(t, console, lang)        `selfattn heads`: layers × heads, each cell its clearest type and share (a
+                                      head measured on too few rows: "n/m"); the probe's length, seed and BOS; the
+                                      relations held on the text
     experiments(doc, console, lang)   `selfattn explain --ablate/--patch/--logit-lens`: doc["ablation"],
                                       doc["patching"], doc["lens"] (the dicts of `selfattn.explainer.experiments`)
 
@@ -19,6 +21,7 @@ from rich.text import Text
 
 from ...terminal import printable
 from ..analysis.head_types import REGISTRY
+from ..analysis.relations import WORDS as RELATION_WORDS
 from .head_words import percent, type_words
 from .tables import number
 from .texts import TEXTS
@@ -60,8 +63,10 @@ def grid(
 
 
 def _cell(c: dict, lang: str) -> str:
+    if not c["types"] and c.get("relations"):  # a relation held on the text, and no type
+        return f"{type_words('relation', 'short', lang)} {percent(c['relations'][0]['score']).rstrip('%')}"
     if not c["types"]:
-        return "·"
+        return "·" if c.get("measurable", True) else WORDS["unmeasurable"][lang]
     e = c["types"][0]
     share = f"{e['score']:.2f}" if e["type"] == "broad" else percent(e["score"]).rstrip("%")
     return f"{type_words(e['type'], 'short', lang)} {share}"
@@ -78,7 +83,11 @@ def taxonomy(t: dict, console: Console, lang: str = "zh") -> None:
     """The taxonomy (`experiments.taxonomy`): the table, one line per type naming its clearest heads, the rule."""
     w = WORDS
     text = w["with_text"][lang] if t.get("text") else ""
-    _say(console, w["taxonomy"][lang].format(model=t["model"], n=t["probe"]["length"], text=text))
+    probe = t["probe"]
+    header = w["taxonomy"][lang].format(
+        model=t["model"], n=probe["length"], seed=probe["seed"], bos=_bos(probe.get("bos"), lang), text=text
+    )
+    _say(console, header)
     heads = t["heads"]
     rows = [str(l) for l in range(len(heads))]
     columns = [f"H{h}" for h in range(len(heads[0]))] if heads else []
@@ -87,7 +96,35 @@ def taxonomy(t: dict, console: Console, lang: str = "zh") -> None:
     grid(console, w["layer"][lang], rows, columns, cells, styles)
     for line in t["findings"][lang]:
         _say(console, line)
+    if t.get("text"):
+        for line in relation_lines(t, lang):
+            _say(console, line)
     _say(console, t["rule"][lang], style="dim")
+
+
+def _bos(bos: dict | None, lang: str) -> str:
+    if bos is None:
+        return WORDS["bos_none"][lang]
+    return WORDS["bos_added" if bos["added"] else "bos_frame"][lang].format(token=printable(bos["token"]))
+
+
+def relation_lines(t: dict, lang: str) -> list[str]:
+    """The relations held on the text, one line per head that holds one (`verdicts.verdict`'s relations), or why
+    there are none: the text has no roles, or no relation survives its controls."""
+    if t.get("roles") is False:
+        return [WORDS["no_roles"][lang]]
+    lines = []
+    for c in (c for row in t["heads"] for c in row):
+        for r in c.get("relations", ()):
+            kept = r.get("control")
+            control = "" if kept is None else WORDS["relation_control"][lang].format(share=percent(kept))
+            name = f"L{c['layer']}H{c['head']}"
+            words = RELATION_WORDS[r["relation"]][lang]
+            line = WORDS["relation"][lang].format(
+                head=name, relation=words, share=percent(r["score"]), c=percent(r["chance"]), control=control
+            )
+            lines.append(line)
+    return [WORDS["relations"][lang], *lines] if lines else [WORDS["no_relation"][lang]]
 
 
 def experiments(doc: dict, console: Console, lang: str = "zh") -> None:

@@ -238,7 +238,41 @@ class Measured(TypedDict):
     score: Num | None
     chance: Num | None
     rows: int
+    p: NotRequired[Num | None]
     credited: bool
+
+
+class TypeFound(TypedDict):
+    """One type a head holds (`verdicts.verdict`): where it was measured ("text" | "probe")."""
+
+    type: str
+    score: Num | None
+    chance: Num | None
+    rows: int
+    p: Num | None
+    on: str
+
+
+class HeldRelation(TypedDict):
+    """One relation credited to a head (`verdicts.verdict`); the measures beside it (control, previous word)
+    are the `held` analysis' own keys."""
+
+    relation: str
+    score: Num
+    chance: Num
+    rows: int
+
+
+setattr(HeldRelation, EXTRA, Any)
+
+
+class Verdict(TypedDict):
+    """One head's answer, the same in every view (`analysis.verdicts`)."""
+
+    type: str | None
+    types: list[TypeFound]
+    relations: list[HeldRelation]
+    measurable: bool
 
 
 class Description(TypedDict):
@@ -258,6 +292,7 @@ class Description(TypedDict):
     mean: NotRequired[Num]
     mean_chance: NotRequired[Num]
     link_credited: NotRequired[bool]
+    verdict: NotRequired[Verdict]
 
 
 class FirstToken(TypedDict):

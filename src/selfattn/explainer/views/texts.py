@@ -570,8 +570,28 @@ TEXTS: dict[str, dict[str, str]] = {
     "patching.share": {"zh": "恢复的比例", "en": "share recovered"},
     "patching.top": {"zh": "框出：{names}", "en": "framed: {names}"},
     "research.taxonomy": {
-        "zh": "{model}：每个 head 最明确的类型和比例（%；探针 = {n} 个随机 token 重复两遍{text}）",
-        "en": "{model}: each head's clearest type and share (%; probe = {n} random tokens repeated twice{text})",
+        "zh": "{model}：每个 head 最明确的类型和比例（%；“均匀”后是平均归一化熵，0–1，不是百分比；"
+        "探针 = {n} 个随机 token 重复两遍，seed {seed}，{bos}{text}）",
+        "en": "{model}: each head's clearest type and share (%; after “broad” the mean normalised entropy, 0–1, "
+        "not a %; probe = {n} random tokens repeated twice, seed {seed}, {bos}{text})",
+    },
+    "research.bos_added": {"zh": "开头加上 BOS {token}", "en": "BOS {token} prepended"},
+    "research.bos_frame": {"zh": "开头是分词器自带的 {token}", "en": "starting with the tokenizer's own {token}"},
+    "research.bos_none": {"zh": "模型没有 BOS token", "en": "the model has no BOS token"},
+    "research.unmeasurable": {"zh": "测不出", "en": "n/m"},
+    "research.relations": {"zh": "这句话上的教程关系：", "en": "Tutorial relations on the text:"},
+    "research.relation": {
+        "zh": "{head} {relation} {share}（均匀 {c}）{control}",
+        "en": "{head} {relation} {share} (uniform {c}){control}",
+    },
+    "research.relation_control": {"zh": "，对照句 {share}", "en": ", control sentence {share}"},
+    "research.no_relation": {
+        "zh": "没有哪个 head 的教程关系经得起对照（前一个词、自己、第一个 token）",
+        "en": "no head holds a tutorial relation against the controls (previous word, itself, first token)",
+    },
+    "research.no_roles": {
+        "zh": "这句话没有语法角色（分词器只读中文）：不测教程关系",
+        "en": "no roles on this text (the tagger reads Chinese): no tutorial relation measured",
     },
     "research.with_text": {"zh": "，再加上这句话", "en": ", and the text"},
     "research.layer": {"zh": "层", "en": "layer"},
@@ -599,6 +619,7 @@ TEXTS: dict[str, dict[str, str]] = {
     "findings.more": {"zh": " 等 {n} 个", "en": " and {n} more"},  # zh: how many in all; en: how many more
     "findings.on_probe": {"zh": "探针", "en": "probe"},
     "findings.on_text": {"zh": "这句话", "en": "text"},
+    "findings.on_words": {"zh": "这句话和对照句的词", "en": "words of the text and its control"},
     "findings.entropy": {"zh": "{e}（{on}）", "en": "{e} ({on})"},
     "findings.score": {"zh": "{p}（均匀 {c}，{on}）", "en": "{p} (uniform {c}, {on})"},
     "findings.list": {"zh": "、", "en": ", "},
@@ -669,6 +690,18 @@ TEXTS: dict[str, dict[str, str]] = {
     "heads.words.spread": {
         "zh": "注意力较分散：平均熵 {bits} bit，没有明显高于均匀注意力的模式",
         "en": "spread out: mean entropy {bits} bits, no pattern clearly above uniform attention",
+    },
+    "heads.words.previous_word": {
+        "zh": "看前一个词：{share}（在这句里恰好也是 {pair}）",
+        "en": "looks at the previous word: {share} (in this sentence that happens to be {pair})",
+    },
+    "heads.words.control": {
+        "zh": "，中间隔着 {between} 时仍有 {share}",
+        "en": ", still {share} with {between} in between",
+    },
+    "heads.words.unmeasurable": {
+        "zh": "这句话上测不出类型（不到 {n} 行可测）：平均熵 {bits} bit",
+        "en": "not measurable on this text (fewer than {n} rows to measure): mean entropy {bits} bits",
     },
     "heads.words.strongest": {
         "zh": "最强的教程链接 {link}：不算明显高于均匀",
