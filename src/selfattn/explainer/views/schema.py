@@ -122,6 +122,7 @@ class Display(TypedDict):
 
 class Omitted(TypedDict):
     layers: list[int]
+    held: NotRequired[list[int]]
     bytes: int
     limit: int
     message: str

@@ -520,11 +520,11 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "Encoder: every token sees every token (no causal mask), and there is no next-token prediction.",
     },
     "export.omitted": {
-        "zh": "所有层的数组约有 {mb} MB（JSON），超过 {limit} MB 的上限：这里只写出层 {layer} 的数组"
-        "（约 {one_mb} MB）；其他层请一层一层地要（layers=[…]，或在网页里点那一层）",
-        "en": "every layer's arrays would take about {mb} MB of JSON, over the limit of {limit} MB: only layer "
-        "{layer}'s arrays are written (about {one_mb} MB); ask for the other layers one at a time (layers=[…], "
-        "or pick the layer in the app)",
+        "zh": "所有层的数组约有 {mb} MB，超过一页 {limit} MB 的上限：这里完整写出层 {held}；"
+        "其他层用 --layers（例如 --layers 3,18）或 Python 的 layers=[3, 18] 来要，或在 selfattn serve 的网页里点那一层",
+        "en": "every layer's arrays would take about {mb} MB, over the {limit} MB a page may hold: layers {held} are "
+        "written in full; ask for others with --layers (e.g. --layers 3,18), layers=[3, 18] in Python, or pick the "
+        "layer in the app (selfattn serve)",
     },
     "tables.tokenizer": {"zh": "分词：{how}", "en": "Tokenizer: {how}"},
     "tables.loaded": {"zh": "读取：{how}", "en": "Loaded: {how}"},
