@@ -432,6 +432,30 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "{n} tokens: each thumbnail pixel is the largest weight of a {block}×{block} block.",
     },
     "mv_omitted": {"zh": "（未包含这一层的数据）", "en": "(this layer's arrays are not held)"},
+    "mv_not_held": {
+        "zh": "这一层只有缩略图（它的各步数组不在这一页里）",
+        "en": "thumbnail only (this layer's arrays are not in this page)",
+    },
+    "mv_pooled_mean": {
+        "zh": "{n} 个 token：小图的每个格子是约 {block}×{block} 个权重的平均。",
+        "en": "{n} tokens: each thumbnail cell is the mean of about {block}×{block} weights.",
+    },
+    "not_held": {
+        "zh": "层 {layer} 的数组不在这一页里（这一页完整包含层 {held}），所以这里不画它的热力图和各步。"
+        "要看层 {layer} 的每一步：selfattn explain … --layers {layer} --html，或在 selfattn serve 的网页里打开它。",
+        "en": "Layer {layer}'s arrays are not in this page (it holds layers {held} in full), so no heatmap or "
+        "stages are drawn for it. To see every stage of layer {layer}: selfattn explain … --layers {layer} "
+        "--html, or open it in the app (selfattn serve).",
+    },
+    "not_held_live": {
+        "zh": "正在向服务器要层 {layer} 的数组……",
+        "en": "Asking the server for layer {layer}'s arrays…",
+    },
+    "not_held_thumb": {
+        "zh": "层 {layer} · head {head} 的缩略图：每格是一块权重的平均（行 = 查询，列 = 键）。",
+        "en": "The thumbnail of layer {layer} · head {head}: each cell the mean of a block of weights "
+        "(rows = queries, columns = keys).",
+    },
     "mv_cell": {"zh": "层 {layer} · head {head}", "en": "layer {layer} · head {head}"},
     "mv_untyped": {"zh": "无明显类型", "en": "no clear type"},
     "cmp_title": {"zh": "对比两句：层 {layer} · head {head}", "en": "Compare two texts: layer {layer} · head {head}"},
