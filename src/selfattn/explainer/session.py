@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from .. import checks
+from . import formula, sources
 from . import pieces as P
-from . import sources
 from .analysis import experiment, heads, relations, summary
 from .capture.cache import TraceCache
 from .capture.interventions import Intervention
@@ -212,7 +212,7 @@ class Explainer:
         if why is not None and selected["rule"] is None:  # shown because it was changed or ablated
             selected["rule"] = why
         card = export.model_info(self.name, trace, architecture=self.architecture, positions=self.positions)
-        card |= {"tokenizer": self.tokenizer_kind, "loaded": dict(self.loaded)}
+        card |= {"tokenizer": self.tokenizer_kind, "loaded": dict(self.loaded), "formula": formula.describe(self.model)}
         prediction = export.predictions(trace, self.decode, shown=self.shown)
         extra = {"descriptions": described, "roles": relations.roles(trace.tokens)}
         if export.starts_with_special(trace):  # the note on the first token: only when it is a special token

@@ -20,6 +20,7 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
             key group's pieces; weights None beyond LEVEL_MAX_GROUPS groups),
     display {thumbnail_size, thumbnails [layer][head] {b64, shape, dtype "f16"}, selected {layer, head, scale,
              weights {b64, shape [L, L], dtype "u16"}}} (what the page draws, at the precision it draws it),
+    opened {row, hidden, text {zh, en}} (the query row the views open on and why: `opened_query`),
     omitted? {layers, held, bytes, limit, message, text {zh, en}} (layers="auto" over MAX_PAGE_BYTES: which
              layers are held, and how to get the others),
     lang? ("zh" | "en": the language the views of this dict speak, when given),
@@ -184,11 +185,28 @@ def to_dict(
     if pieces is not None:
         doc["pieces"] = pieces.as_dict()
         doc["levels"] = levels(trace, selected["layer"], selected["head"])
+    doc["opened"] = opened_query(trace.layers[selected["layer"]], selected["head"], names(trace.tokens))
     if thumbnails is not None:
         doc["display"] = display(trace, selected["layer"], selected["head"], thumbnails)
     if omitted is not None:
         doc["omitted"] = omitted
     return doc
+
+
+def opened_query(layer: LayerTrace, head: int, tokens: list[str]) -> dict:
+    """The query row the views open on, and why in one line: the middle row when the mask hides keys from it
+    (the tutorial's point, the −inf of the mask step, is then in view), else the last one (every key seen).
+
+    {"row": i, "hidden": how many keys row i may not see, "text": {zh, en}}"""
+    change = layer.changed.get(head)
+    visible = (layer.visible if change is None else change.visible).bool()
+    L = visible.shape[-1]
+    middle = (L - 1) // 2
+    row = middle if not bool(visible[middle].all()) else L - 1
+    hidden = int((~visible[row]).sum())
+    key = "opened.masked" if hidden else "opened.all"
+    values = {"i": row, "token": tokens[row], "n": hidden}
+    return {"row": row, "hidden": hidden, "text": {lang: texts.text(key, lang, **values) for lang in texts.LANGS}}
 
 
 def _interventions(kind: str) -> list[dict]:

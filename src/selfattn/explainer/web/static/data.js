@@ -64,8 +64,10 @@ export async function loadDoc(packed) {
   const layers = await Promise.all(packed.layers.map(loadLayer));
   // the tokens as every view shows them: a repeated token carries its position ("the@8"), as in Python's views
   const tokens = Array.isArray(packed.token_names) ? packed.token_names : packed.tokens;
-  const thumbnails = packed.display ? packed.display.thumbnails.map((row) => row.map(halves)) : null;
-  return Object.assign({}, packed, { layers, tokens, thumbnails });
+  // every head's thumbnail decoded in place ({shape, data}), as the model view and a layer not held draw them
+  const display = packed.display
+    ? Object.assign({}, packed.display, { thumbnails: packed.display.thumbnails.map((row) => row.map(halves)) }) : undefined;
+  return Object.assign({}, packed, { layers, tokens, display });
 }
 
 /** One thumbnail of doc.display ({b64, shape [T, T], dtype "f16"}: raw little-endian float16, no zlib) as

@@ -22,7 +22,7 @@ export function docSource(doc) {
     visible: (l, h, i, j) => bit(visibleOf(doc.layers[l], h), i, j) === 1,
     type: (l, h) => (doc.layers[l].types ? doc.layers[l].types[h] : null),
     legend: doc.head_types,
-    thumb: (l, h) => (doc.thumbnails ? doc.thumbnails[l][h] : null),
+    thumb: (l, h) => (doc.display ? doc.display.thumbnails[l][h] : null),
     causal: (l) => !!doc.layers[l].causal,
   };
 }

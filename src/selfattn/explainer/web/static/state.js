@@ -59,7 +59,8 @@ export function setDoc(state, doc, keepSelection) {
     state.rule = doc.selected.rule;
   }
   if (!keepSelection || state.row >= L) {
-    state.row = L - 1; // the last token: the one whose next token the model predicts
+    // Python's choice (export.opened_query): a row the mask hides keys from, so the mask step shows −inf
+    state.row = doc.opened && doc.opened.row < L ? doc.opened.row : L - 1;
     state.focus = null;
   }
 }

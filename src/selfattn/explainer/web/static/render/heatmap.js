@@ -152,6 +152,13 @@ function drawLabels(ctx, tokens, margin, cell) {
   tokens.forEach((tok, i) => ctx.fillText(clip(tok), margin - 6, margin + (i + 0.5) * cell, margin - 10));
   ctx.textAlign = "left";
   tokens.forEach((tok, j) => {
+    if (CJK.test(tok)) { // written upright, one character under the other (rotated, 一 would read as "/")
+      const chars = Array.from(tok.length > 6 ? tok.slice(0, 5) + "…" : tok);
+      ctx.textAlign = "center";
+      chars.forEach((ch, k) => ctx.fillText(ch, margin + (j + 0.5) * cell, margin - 10 - (chars.length - 1 - k) * VERTICAL_LINE_PX));
+      ctx.textAlign = "left";
+      return;
+    }
     ctx.save();
     ctx.translate(margin + (j + 0.5) * cell, margin - 6);
     ctx.rotate(-Math.PI / 3);
@@ -159,6 +166,9 @@ function drawLabels(ctx, tokens, margin, cell) {
     ctx.restore();
   });
 }
+
+const CJK = /[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]/; // a label with these is written upright
+const VERTICAL_LINE_PX = 13; // the step between two upright characters of a column label
 
 function drawTicks(ctx, margin, cell, L) {
   const step = Math.pow(10, Math.floor(Math.log10(L / 4)));
