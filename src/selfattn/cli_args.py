@@ -81,7 +81,7 @@ def _explain_args(commands, runs) -> None:
         type=_layers_list,
         metavar="L,L,…",
         help="the layers whose arrays --html, --json and --npz hold in full, e.g. 3,18 or 0-5 (default: every "
-        "layer when the page can hold them in 24 MB, else the shown layer and its neighbours; the output names "
+        "layer when the page can hold them in 21 MB, else the shown layer and its neighbours; the output names "
         "the layers held). The model view draws every head either way",
     )
     p.add_argument("--lang", choices=["zh", "en"], default="zh", help="language of the tables (default: zh)")

@@ -196,7 +196,8 @@ class Explainer:
         ablate   the heads [(layer, head), …] of an ablation experiment (`run.Request.ablate`): only which
                  head is shown first; the experiment itself is `experiments.ablation`
         layers   the layers whose arrays the dict carries: "auto" (default: all, unless that is more than
-                 `export.MAX_EXPORT_BYTES` of JSON: then the shown one, and doc["omitted"] says why), None
+                 `export.MAX_PAGE_BYTES` in the page: then the shown one and its neighbours that fit, and
+                 doc["omitted"] says which and how to get the others), None
                  (all), "selected" (the shown one) or a list of indices (`export.to_dict`)
         compare  with an intervention that `needs_baseline`, also trace the text without it and compare the two
                  on the shown head (doc["experiment"] gains `experiment.compare`'s numbers); False skips it

@@ -219,12 +219,11 @@ def _interventions(kind: str) -> list[dict]:
     return entries
 
 
-MAX_EXPORT_BYTES = 32 << 20
-"""About how many bytes of JSON one layer's arrays take, for `layer_json_bytes` (a size said, not a limit)."""
-MAX_PAGE_BYTES = 24_000_000
+MAX_PAGE_BYTES = 21_000_000
 """Most bytes the layers' arrays may take in the page (`report.pack`: packed, base64) when `layers="auto"`:
 beyond, the dict holds the shown layer and the layers nearest it that fit, and doc["omitted"] names the
-others and how to get them (`--layers`, `layers=[…]`, the app). A page stays under 25 MB with its script."""
+others and how to get them (`--layers`, `layers=[…]`, the app). With the thumbnails of every head (at most
+64 × 64 f16 each) and the script, a page stays under 25 MB."""
 JSON_NUMBER_BYTES = 21
 """What one float costs in JSON, about (sign, 17 digits, point, exponent, comma); a 0/1 of `visible`: 2."""
 PACKED_MARGIN = 1.02

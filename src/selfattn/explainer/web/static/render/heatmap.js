@@ -12,6 +12,8 @@ const HEATMAP_PX = 520; // side of the drawn L×L picture, in CSS pixels (at mos
 const MIN_HEATMAP_PX = 240; // … and at least
 const LABELLED_CELL_PX = 36; // side of one cell of a short (labelled) input
 const HEATMAP_PAD_PX = 24; // room right of and below the picture for the last tick label
+const CJK = /[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]/; // a column label with these is written upright
+const VERTICAL_LINE_PX = 13; // the step between two upright characters of a column label
 const SINK_GAP_PX = 14; // the blank between the matrix and the sink column
 const MIN_SINK_PX = 14; // the sink column is at least this wide (a long input's cells are thinner)
 const FONT = '"WenQuanYi Micro Hei", "Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", ' +
@@ -167,8 +169,6 @@ function drawLabels(ctx, tokens, margin, cell) {
   });
 }
 
-const CJK = /[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]/; // a label with these is written upright
-const VERTICAL_LINE_PX = 13; // the step between two upright characters of a column label
 
 function drawTicks(ctx, margin, cell, L) {
   const step = Math.pow(10, Math.floor(Math.log10(L / 4)));
