@@ -159,8 +159,8 @@ TEXTS: dict[str, dict[str, str]] = {
     "title": {"zh": "Self-Attention 是什么 · 注意力浏览器", "en": "What is Self-Attention · attention explorer"},
     "lang": {"zh": "English", "en": "中文"},
     "input": {
-        "zh": "输入一句话（中文会用 jieba 分词）",
-        "en": "Type a sentence (Chinese is cut into words with jieba)",
+        "zh": "输入一句话（由这个模型自己的分词器切成 token）",
+        "en": "Type a sentence (the model's own tokenizer cuts it into tokens)",
     },
     "submit": {"zh": "解释", "en": "Explain"},
     "interventions": {
