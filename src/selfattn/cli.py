@@ -115,7 +115,7 @@ def _explain(args) -> int:
     from .explainer import run
     from .explainer.session import Explainer
 
-    doc = run.run(Explainer.load(args.model), request)
+    doc = run.run(Explainer.load(args.model), request, layers="auto" if args.layers is None else args.layers)
     files = outputs.render(doc, **paths, force=args.force, lang=args.lang)
     if "patching" in doc and args.plots is not None:
         from .explainer.views import patching_plot

@@ -76,6 +76,14 @@ def _explain_args(commands, runs) -> None:
     )
     p.add_argument("--layer", type=_non_negative_int, help="layer to show (default: picked by a rule, printed)")
     p.add_argument("--head", type=_non_negative_int, help="head to show (default: picked by a rule, printed)")
+    p.add_argument(
+        "--layers",
+        type=_layers_list,
+        metavar="L,L,…",
+        help="the layers whose arrays --html, --json and --npz hold in full, e.g. 3,18 or 0-5 (default: every "
+        "layer when the page can hold them in 21 MB, else the shown layer and its neighbours; the output names "
+        "the layers held). The model view draws every head either way",
+    )
     p.add_argument("--lang", choices=["zh", "en"], default="zh", help="language of the tables (default: zh)")
     intervention_args(p)
     p.add_argument(
@@ -176,6 +184,17 @@ def _heads_list(text: str) -> list[tuple[int, int]]:
         return parse_heads(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _layers_list(text: str) -> list[int]:
+    """--layers 3,18 or 0-5,9: the layer indices (each ≥ 0; the model's own count is checked once loaded)."""
+    out: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        if not low.isdigit() or (high and not high.isdigit()) or (high and int(high) < int(low)):
+            raise argparse.ArgumentTypeError(f"expected layers such as 3,18 or 0-5, got {text!r} (at {part!r})")
+        out.extend(range(int(low), int(high or low) + 1))
+    return sorted(set(out))
 
 
 def _heads_args(commands, runs) -> None:

@@ -190,7 +190,7 @@ def prediction(page: Page, testid: str = "prediction-row") -> list[tuple[str, fl
 
 def assert_prediction(page: Page, want: list[dict], testid: str = "prediction-row"):
     shown = prediction(page, testid)
-    assert [tok for tok, _ in shown] == [p["token"] for p in want]
+    assert [tok for tok, _ in shown] == [p.get("shown", p["token"]) for p in want]  # as a person reads it
     np.testing.assert_allclose([p for _, p in shown], [p["prob"] for p in want], rtol=0, atol=TOL["page_weight"])
 
 
@@ -262,13 +262,16 @@ def test_report_shows_the_numbers_of_the_json_export_for_every_head(watched, tmp
     url = open_report(watched, doc, tmp_path)
     assert (int(state(page)["layer"]), int(state(page)["head"])) == (doc["selected"]["layer"], doc["selected"]["head"])
     stage(page, "softmax")
+    i = int(state(page)["row"])  # the row the page opens on (export.opened_query): one with masked keys
+    assert i == doc["opened"]["row"] and i < len(doc["tokens"]) - 1
     for l, layer in enumerate(doc["layers"]):
         for h, head in enumerate(layer["heads"]):
             page.click(f"[data-testid=head-cell][data-layer='{l}'][data-head='{h}']")
             st = {k: np.array(v, dtype=float) for k, v in head["stages"].items()}
-            assert_row(page, "scaled", st["scaled"][-1], 0.5e-4 + 1e-12)
-            assert_row(page, "masked", st["masked"][-1], 0.5e-4 + 1e-12)
-            assert_row(page, "weights", st["weights"][-1], 0.5e-4 + 1e-12)
+            assert_row(page, "scaled", st["scaled"][i], 0.5e-4 + 1e-12)
+            assert_row(page, "masked", st["masked"][i], 0.5e-4 + 1e-12)
+            assert np.isinf(st["masked"][i]).any() and "−inf" in page.inner_text("[data-testid=row-masked]")
+            assert_row(page, "weights", st["weights"][i], 0.5e-4 + 1e-12)
     assert_clean(watched, {url})
 
 
@@ -401,7 +404,8 @@ def test_app_explains_a_typed_sentence_and_its_interventions(watched, explainer,
     submit(page, text)
     tokens, ids, _ = explainer.tokenize(text)
     assert page.eval_on_selector_all("[data-testid=token]", "ts => ts.map(t => t.textContent)") == tokens
-    last = len(tokens) - 1
+    last = int(state(page)["row"])  # the row the page opens on: the middle one, which the mask hides keys from
+    assert last == (len(tokens) - 1) // 2
     page.select_option("[data-testid=layer-select]", "0")  # the answer held the shown layer: layer 0 is fetched
     page.select_option("[data-testid=head-select]", "0")
     wait_ready(page)

@@ -102,16 +102,16 @@ def test_server_errors_speak_the_pages_language():
     assert data["error"].startswith("无法解释这段文字：") and data["doc"]["lang"] == "zh"
 
 
-def test_json_is_bounded_per_layer_with_a_message_naming_the_size(monkeypatch, capsys):
+def test_the_page_budget_holds_the_shown_layer_and_its_neighbours_and_says_how_to_get_the_others(monkeypatch, capsys):
     ex = tiny_explainer()
     full = ex.explain("一只蓝色怪兽走进森林")
     assert "omitted" not in full and all("heads" in layer for layer in full["layers"])
-    one = export.layer_json_bytes(ex.trace("一只蓝色怪兽走进森林").layers[0], True)
-    monkeypatch.setattr(export, "MAX_EXPORT_BYTES", one)  # room for one layer only
+    one = export.layer_page_bytes(ex.trace("一只蓝色怪兽走进森林").layers[0])
+    monkeypatch.setattr(export, "MAX_PAGE_BYTES", one)  # room for one layer only
     doc = ex.explain("一只蓝色怪兽走进森林", layer=1, head=0)
     assert doc["layers"][0]["omitted"] and "heads" in doc["layers"][1]
-    assert doc["omitted"]["layers"] == [0] and doc["omitted"]["bytes"] == 2 * one
-    assert "only layer 1's arrays are written" in doc["omitted"]["message"]
+    assert doc["omitted"]["layers"] == [0] and doc["omitted"]["held"] == [1] and doc["omitted"]["bytes"] == 2 * one
+    assert "layers 1 are written in full" in doc["omitted"]["message"] and "--layers" in doc["omitted"]["message"]
     console = Console(record=True, width=120)
     tables.render(doc, console, lang="zh")
     assert doc["omitted"]["text"]["zh"] in console.export_text().replace("\n", "")

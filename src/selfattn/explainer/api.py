@@ -48,17 +48,29 @@ CACHE_BYTES = 256 << 20
 """Traces kept per family of Explanations (one `explain` call and those made from it)."""
 
 
-def explain(text: str = DEFAULT_TEXT, model=None, *, tokenizer=None, layer=None, head=None, find=None, **interventions):
+def explain(
+    text: str = DEFAULT_TEXT,
+    model=None,
+    *,
+    tokenizer=None,
+    layer=None,
+    head=None,
+    find=None,
+    layers="auto",
+    **interventions,
+):
     """Explain `text` on `model`: an `Explanation` (shown inline in a notebook).
 
     layer, head      the head shown first (default: `run`'s rule: the head an intervention is limited to, else
                      picked by `analysis.heads.pick`)
     find             (query, key): doc["search"] ranks every head by that weight (as `selfattn explain --find`)
+    layers           the layers whose arrays the doc and its page hold in full, e.g. [3, 18] (as `--layers`;
+                     default "auto": every layer a page can hold, the shown one and its neighbours first)
     interventions    registry entries by name, e.g. no_causal={}, temperature={"t": 2.0}, block={"query": 4,
                      "key": 3}; `scope={"layer": L, "head": H}` limits them to one layer / head"""
     explainer = _explainer(model, tokenizer)
     request = Request(text, layer=layer, head=head, intervention=_intervention(interventions), find=find)
-    return Explanation(explainer, request, cache=None)
+    return Explanation(explainer, request, cache=None, layers=layers)
 
 
 class Explanation:
@@ -69,11 +81,12 @@ class Explanation:
     trace    the `ModelTrace` it was made from (Q, K, V, lse of every head)
     other    the Explanation compared with, or None"""
 
-    def __init__(self, explainer: Explainer, request: Request, *, cache):
+    def __init__(self, explainer: Explainer, request: Request, *, cache, layers="auto"):
         self.explainer = explainer
         self.request = request
+        self.layers = layers
         self._cache = TraceCache(max_bytes=CACHE_BYTES) if cache is None else cache
-        self.doc = run.run(explainer, request, cache=self._cache)
+        self.doc = run.run(explainer, request, cache=self._cache, layers=layers)
         self.other: Explanation | None = None
 
     @property
@@ -138,7 +151,7 @@ class Explanation:
         iv = _intervention(values | ({"scope": scope} if scope is not None else {}))
         shown = self.shown if layer is None and head is None else (layer, head)
         request = Request(self.text, layer=shown[0], head=shown[1], intervention=iv)
-        return Explanation(self.explainer, request, cache=self._cache)
+        return Explanation(self.explainer, request, cache=self._cache, layers=self.layers)
 
     def run(self, *, ablate=None, ablate_mode: str | None = None, patch=None, target=None, foil=None, lens=None):
         """A copy of this Explanation that also runs the experiments asked: its doc is `run.run`'s for this
@@ -159,7 +172,7 @@ class Explanation:
             lens=None if lens is None or lens is False else Lens(None if lens is True else lens),
         )
         out = copy.copy(self)  # the same explainer and trace cache
-        out.request, out.doc = request, run.run(self.explainer, request, cache=self._cache)
+        out.request, out.doc = request, run.run(self.explainer, request, cache=self._cache, layers=self.layers)
         return out
 
     def compare(self, other) -> Explanation:
@@ -167,7 +180,7 @@ class Explanation:
         Explanation) side by side: a copy of this Explanation whose page opens on the compare view."""
         if isinstance(other, str):
             request = Request(other, layer=self.shown[0], head=self.shown[1], intervention=self.intervention)
-            other = Explanation(self.explainer, request, cache=self._cache)
+            other = Explanation(self.explainer, request, cache=self._cache, layers=self.layers)
         if not isinstance(other, Explanation):
             raise TypeError(f"other must be a text or an Explanation, got {type(other).__name__}")
         if (other.doc["model"]["n_layers"], other.doc["model"]["n_heads"]) != (

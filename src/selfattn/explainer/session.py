@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from .. import checks
+from . import formula, sources
 from . import pieces as P
-from . import sources
 from .analysis import experiment, heads, held, relations, summary
 from .capture.cache import TraceCache
 from .capture.interventions import Intervention
@@ -196,7 +196,8 @@ class Explainer:
         ablate   the heads [(layer, head), …] of an ablation experiment (`run.Request.ablate`): only which
                  head is shown first; the experiment itself is `experiments.ablation`
         layers   the layers whose arrays the dict carries: "auto" (default: all, unless that is more than
-                 `export.MAX_EXPORT_BYTES` of JSON: then the shown one, and doc["omitted"] says why), None
+                 `export.MAX_PAGE_BYTES` in the page: then the shown one and its neighbours that fit, and
+                 doc["omitted"] says which and how to get the others), None
                  (all), "selected" (the shown one) or a list of indices (`export.to_dict`)
         compare  with an intervention that `needs_baseline`, also trace the text without it and compare the two
                  on the shown head (doc["experiment"] gains `experiment.compare`'s numbers); False skips it
@@ -212,7 +213,7 @@ class Explainer:
         if why is not None and selected["rule"] is None:  # shown because it was changed or ablated
             selected["rule"] = why
         card = export.model_info(self.name, trace, architecture=self.architecture, positions=self.positions)
-        card |= {"tokenizer": self.tokenizer_kind, "loaded": dict(self.loaded)}
+        card |= {"tokenizer": self.tokenizer_kind, "loaded": dict(self.loaded), "formula": formula.describe(self.model)}
         prediction = export.predictions(trace, self.decode, shown=self.shown)
         extra = {"descriptions": described, "roles": relations.roles(trace.tokens)}
         if export.starts_with_special(trace):  # the note on the first token: only when it is a special token

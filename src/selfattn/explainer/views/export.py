@@ -20,7 +20,9 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
             key group's pieces; weights None beyond LEVEL_MAX_GROUPS groups),
     display {thumbnail_size, thumbnails [layer][head] {b64, shape, dtype "f16"}, selected {layer, head, scale,
              weights {b64, shape [L, L], dtype "u16"}}} (what the page draws, at the precision it draws it),
-    omitted? {layers, bytes, limit, message, text {zh, en}} (layers="auto" over MAX_EXPORT_BYTES),
+    opened {row, hidden, text {zh, en}} (the query row the views open on and why: `opened_query`),
+    omitted? {layers, held, bytes, limit, message, text {zh, en}} (layers="auto" over MAX_PAGE_BYTES: which
+             layers are held, and how to get the others),
     lang? ("zh" | "en": the language the views of this dict speak, when given),
     interventions [{name, label {zh, en}, help, said, params [{name, type, min, max, default, label}],
                     needs_baseline, unavailable? {zh, en}}] (the registry as data: the page builds its controls
@@ -153,8 +155,9 @@ def to_dict(
     """Everything captured, as JSON-ready lists. `unknown`: {count, positions, message} of the tokens
     the tokenizer could not represent (never left out, so no view can hide them). `layers`: the layer
     indices whose arrays are written; None: all; "selected": the shown one; "auto": all unless that is
-    over MAX_EXPORT_BYTES of JSON, then the shown one (doc["omitted"] says so, with the size). The
-    others keep their scalars only. `thumbnails`: `summary.scan`'s, for doc["display"]."""
+    over MAX_PAGE_BYTES in the page, then the shown one and the nearest that fit (doc["omitted"] says which,
+    with the size, and how to get the others). The others keep their scalars only. `thumbnails`: `summary.scan`'s,
+    for doc["display"]."""
     with_stages = trace.layers[0].length <= STAGES_MAX_LEN if stages is None else stages
     wanted, omitted = _wanted_layers(trace, layers, selected["layer"], with_stages)
     out_layers = [
@@ -182,11 +185,28 @@ def to_dict(
     if pieces is not None:
         doc["pieces"] = pieces.as_dict()
         doc["levels"] = levels(trace, selected["layer"], selected["head"])
+    doc["opened"] = opened_query(trace.layers[selected["layer"]], selected["head"], names(trace.tokens))
     if thumbnails is not None:
         doc["display"] = display(trace, selected["layer"], selected["head"], thumbnails)
     if omitted is not None:
         doc["omitted"] = omitted
     return doc
+
+
+def opened_query(layer: LayerTrace, head: int, tokens: list[str]) -> dict:
+    """The query row the views open on, and why in one line: the middle row when the mask hides keys from it
+    (the tutorial's point, the −inf of the mask step, is then in view), else the last one (every key seen).
+
+    {"row": i, "hidden": how many keys row i may not see, "text": {zh, en}}"""
+    change = layer.changed.get(head)
+    visible = (layer.visible if change is None else change.visible).bool()
+    L = visible.shape[-1]
+    middle = (L - 1) // 2
+    row = middle if not bool(visible[middle].all()) else L - 1
+    hidden = int((~visible[row]).sum())
+    key = "opened.masked" if hidden else "opened.all"
+    values = {"i": row, "token": tokens[row], "n": hidden}
+    return {"row": row, "hidden": hidden, "text": {lang: texts.text(key, lang, **values) for lang in texts.LANGS}}
 
 
 def _interventions(kind: str) -> list[dict]:
@@ -199,11 +219,17 @@ def _interventions(kind: str) -> list[dict]:
     return entries
 
 
-MAX_EXPORT_BYTES = 32 << 20
-"""Most bytes of JSON the layers' arrays may take when `layers="auto"`: beyond, the dict holds the shown
-layer's arrays only and says so in doc["omitted"] (ask for the others with `layers=[…]`, one at a time)."""
+MAX_PAGE_BYTES = 21_000_000
+"""Most bytes the layers' arrays may take in the page (`report.pack`: packed, base64) when `layers="auto"`:
+beyond, the dict holds the shown layer and the layers nearest it that fit, and doc["omitted"] names the
+others and how to get them (`--layers`, `layers=[…]`, the app). With the thumbnails of every head (at most
+64 × 64 f16 each) and the script, a page stays under 25 MB."""
 JSON_NUMBER_BYTES = 21
 """What one float costs in JSON, about (sign, 17 digits, point, exponent, comma); a 0/1 of `visible`: 2."""
+PACKED_MARGIN = 1.02
+"""zlib's own framing on bytes it cannot shrink: 2 % over the raw bytes."""
+ARRAY_BYTES = 160
+"""The JSON around one packed array ({"dtype", "shape", "digits", "b64"}, its key) and a head's other fields."""
 
 
 def layer_json_bytes(layer: LayerTrace, with_stages: bool) -> int:
@@ -214,29 +240,69 @@ def layer_json_bytes(layer: LayerTrace, with_stages: bool) -> int:
     return (L * width + H * per_head) * JSON_NUMBER_BYTES + 2 * L * L * (1 + len(layer.changed))
 
 
+def layer_page_bytes(layer: LayerTrace) -> int:
+    """At most how many bytes one layer's arrays take in the page (`packing.pack`, before compression, which
+    only shrinks them), as base64: the vectors and q/k/v/lse in float32 (float64 for a float64 capture), and per
+    head the shown weights (u16), per row at most STAGES_MAX_LEN keys (the page stores every key of a short
+    input, fewer of a long one) with their three stages and weights (4 bytes each), Σ w·V, Σ w and the sink."""
+    L, H = layer.length, layer.n_heads
+    f = 8 if layer.q.dtype == torch.float64 else 4
+    K = min(L, STAGES_MAX_LEN)
+    width = layer.x.shape[-1] + layer.attn_out.shape[-1] + layer.output.shape[-1]
+    D, Dv = layer.q.shape[-1], layer.v.shape[-1]
+    per_head = f * L * (2 * D + Dv + 1) + 2 * L * L + 4 * L * K * 5 + 4 * L * (Dv + 2) + L * L / 8
+    raw = f * L * width + L * L / 8 + H * per_head
+    return int(raw * 4 / 3 * PACKED_MARGIN) + ARRAY_BYTES * (4 + 11 * H)
+
+
 def _wanted_layers(trace: ModelTrace, layers, shown: int, with_stages: bool) -> tuple[set[int], dict | None]:
     """(indices of the layers whose arrays are written, doc["omitted"] or None) for `layers` (see `to_dict`)."""
     if isinstance(layers, str) and layers == "selected":
         return {shown}, None
     if not (isinstance(layers, str) and layers == "auto"):
         return check_layers(layers, trace.n_layers), None
-    total = sum(layer_json_bytes(layer, with_stages) for layer in trace.layers)
-    if total <= MAX_EXPORT_BYTES:
+    sizes = [layer_page_bytes(layer) for layer in trace.layers]
+    if sum(sizes) <= MAX_PAGE_BYTES:
         return set(range(trace.n_layers)), None
-    values = {
-        "mb": f"{total / 1e6:,.0f}",
-        "limit": f"{MAX_EXPORT_BYTES / 1e6:,.0f}",
-        "layer": shown,
-        "one_mb": f"{layer_json_bytes(trace.layers[shown], with_stages) / 1e6:,.0f}",
-    }
+    held = fit_layers(sizes, shown, MAX_PAGE_BYTES)
+    return held, omitted_note(trace.n_layers, held, sum(sizes), MAX_PAGE_BYTES)
+
+
+def fit_layers(sizes: list[int], shown: int, limit: int) -> set[int]:
+    """The layers that fit `limit` bytes: the shown one always, then the nearest to it (the lower first)."""
+    order = sorted(range(len(sizes)), key=lambda l: (abs(l - shown), l))
+    held, used = {shown}, sizes[shown]
+    for l in order[1:]:
+        if used + sizes[l] <= limit:
+            held.add(l)
+            used += sizes[l]
+    return held
+
+
+def omitted_note(n_layers: int, held: set[int], total: int, limit: int) -> dict:
+    """doc["omitted"]: the layers left out, those held, the sizes, and in words which are held and how to get
+    the others (`texts` "export.omitted")."""
+    values = {"mb": f"{total / 1e6:,.0f}", "limit": f"{limit / 1e6:,.0f}", "held": layer_ranges(sorted(held))}
     said = {lang: texts.text("export.omitted", lang, **values) for lang in texts.LANGS}
-    return {shown}, {
-        "layers": [i for i in range(trace.n_layers) if i != shown],
-        "bytes": total,
-        "limit": MAX_EXPORT_BYTES,
+    return {
+        "layers": [i for i in range(n_layers) if i not in held],
+        "held": sorted(held),
+        "bytes": int(total),
+        "limit": int(limit),
         "message": said["en"],
         "text": said,
     }
+
+
+def layer_ranges(layers: list[int]) -> str:
+    """Sorted layer indices as ranges: [0, 1, 2, 5, 7, 8] → "0–2, 5, 7–8"."""
+    parts: list[str] = []
+    for l in layers:
+        if parts and l == int(parts[-1].split("–")[-1]) + 1:
+            parts[-1] = f"{parts[-1].split('–')[0]}–{l}"
+        else:
+            parts.append(str(l))
+    return ", ".join(parts)
 
 
 LEVEL_MAX_GROUPS = 256

@@ -58,6 +58,7 @@ class Model(TypedDict):
     dtype: str
     tokenizer: NotRequired[str]
     loaded: NotRequired[Loaded]
+    formula: NotRequired[dict[str, Any]]
 
 
 class Unknown(TypedDict):
@@ -126,9 +127,18 @@ class Display(TypedDict):
 
 class Omitted(TypedDict):
     layers: list[int]
+    held: NotRequired[list[int]]
     bytes: int
     limit: int
     message: str
+    text: Words
+
+
+class Opened(TypedDict):
+    """The query row the views open on (`export.opened_query`): the middle one when the mask hides keys from it."""
+
+    row: int
+    hidden: int
     text: Words
 
 
@@ -462,6 +472,7 @@ class Doc(TypedDict):
     levels: NotRequired[Levels]
     display: NotRequired[Display]
     omitted: NotRequired[Omitted]
+    opened: NotRequired[Opened]
     lang: NotRequired[Literal["zh", "en"]]
     descriptions: NotRequired[list[list[Description]]]
     roles: NotRequired[list[str | None]]

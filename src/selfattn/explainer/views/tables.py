@@ -182,6 +182,8 @@ def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) 
     _matrix(console, scaled_title, t("corner"), tokens, tokens, stages["scaled"], number)
     _matrix(console, t("mask" if causal else "mask_off"), t("corner"), tokens, tokens, visible, str)
     _matrix(console, t("masked"), t("corner"), tokens, tokens, stages["masked"], number)
+    if doc.get("opened"):
+        console.print(doc["opened"]["text"][lang], markup=False, style="dim")
     weights = stages["weights"]
     sink = head.get("sink")  # a layer with attention sinks: each row's remainder, its own last column
     columns = tokens + ([f"⟨{t('sink_col')}⟩"] if sink is not None else [])

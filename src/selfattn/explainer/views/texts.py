@@ -159,8 +159,8 @@ TEXTS: dict[str, dict[str, str]] = {
     "title": {"zh": "Self-Attention 是什么 · 注意力浏览器", "en": "What is Self-Attention · attention explorer"},
     "lang": {"zh": "English", "en": "中文"},
     "input": {
-        "zh": "输入一句话（中文会用 jieba 分词）",
-        "en": "Type a sentence (Chinese is cut into words with jieba)",
+        "zh": "输入一句话（由这个模型自己的分词器切成 token）",
+        "en": "Type a sentence (the model's own tokenizer cuts it into tokens)",
     },
     "submit": {"zh": "解释", "en": "Explain"},
     "interventions": {
@@ -309,16 +309,47 @@ TEXTS: dict[str, dict[str, str]] = {
     "st_weighted": {"zh": "·V", "en": "·V"},
     "st_output": {"zh": "输出", "en": "output"},
     "ex_x": {
-        "zh": "位置 {i} 的 token “{token}” 进入这一层注意力的输入向量 X[{i}]（LayerNorm 之后），{d_model} 维。",
+        "zh": "位置 {i} 的 token “{token}” 进入这一层注意力的输入向量 X[{i}]（{norm}），{d_model} 维。",
         "en": 'X[{i}]: the input vector of the token at position {i}, "{token}", to this layer\'s attention '
-        "(after LayerNorm), {d_model} numbers.",
+        "({norm}), {d_model} numbers.",
     },
     "ex_qkv": {
-        "zh": "Q = X·W_Q + b，K = X·W_K + b，V = X·W_V + b（head {head}）。Query 表示“我想找什么信息”，"
+        "zh": "{formula}（head {head}）。Query 表示“我想找什么信息”，"
         "Key 表示“我这里有什么信息可被匹配”，Value 是“别人关注我时我提供的内容”。点击下表的 Key 查看它的 K 和 V。",
-        "en": 'Q = X·W_Q + b, K = X·W_K + b, V = X·W_V + b (head {head}). The query asks "what am I '
+        "en": '{formula} (head {head}). The query asks "what am I '
         'looking for", the key says "what I can be matched on", the value is what I give when attended to. '
         "Click a key in the table to see its K and V.",
+    },
+    "mix_some": {
+        "zh": "V 有 {dv} 维：这里只画 |Σ w·V| 最大的 {n} 维（每一维的数都在上面的向量里）。",
+        "en": "V has {dv} dims: the bars of the {n} with the largest |Σ w·V| are drawn (every dim's number is in "
+        "the vector above).",
+    },
+    "formula_x_unknown": {"zh": "模型的输入向量", "en": "the model's input vector"},
+    "formula_qkv_unknown": {"zh": "Q = X·W_Q，K = X·W_K，V = X·W_V", "en": "Q = X·W_Q, K = X·W_K, V = X·W_V"},
+    "formula.norm_layer": {"zh": "LayerNorm", "en": "LayerNorm"},
+    "formula.norm_rms": {"zh": "RMSNorm", "en": "RMSNorm"},
+    "formula.norm_unknown": {"zh": "这一层的 norm", "en": "the layer's norm"},
+    "formula.x": {"zh": "残差流经过 {norm} 之后", "en": "the residual stream after {norm}"},
+    "formula.x_post": {
+        "zh": "上一层的输出（或词向量）经过 {norm} 之后",
+        "en": "the previous layer's output (or the embeddings) after {norm}",
+    },
+    "formula.rope_all": {
+        "zh": "RoPE 按位置旋转 Q 和 K 的全部 {dims} 维",
+        "en": "RoPE rotates all {dims} dims of Q and K by position",
+    },
+    "formula.rope_part": {
+        "zh": "RoPE 只旋转 Q 和 K 的前 {dims} 维（共 {head_dim} 维）",
+        "en": "RoPE rotates only the first {dims} of Q and K's {head_dim} dims",
+    },
+    "formula.qk_norm": {
+        "zh": "q_norm / k_norm 是每个 head 的 {norm}，在 RoPE 之前",
+        "en": "q_norm / k_norm are a per-head {norm}, before RoPE",
+    },
+    "formula.gqa": {
+        "zh": "{n} 个 Query head 共用 {kv} 组 K/V（GQA）",
+        "en": "{n} query heads share {kv} K/V heads (GQA)",
     },
     "ex_scores": {
         "zh": "score[i][j] = Q[i] · K[j]：位置 i 的 Query 和位置 j 的 Key 有多匹配。",
@@ -432,6 +463,30 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "{n} tokens: each thumbnail pixel is the largest weight of a {block}×{block} block.",
     },
     "mv_omitted": {"zh": "（未包含这一层的数据）", "en": "(this layer's arrays are not held)"},
+    "mv_not_held": {
+        "zh": "这一层只有缩略图（它的各步数组不在这一页里）",
+        "en": "thumbnail only (this layer's arrays are not in this page)",
+    },
+    "mv_pooled_mean": {
+        "zh": "{n} 个 token：小图的每个格子是约 {block}×{block} 个权重的平均。",
+        "en": "{n} tokens: each thumbnail cell is the mean of about {block}×{block} weights.",
+    },
+    "not_held": {
+        "zh": "层 {layer} 的数组不在这一页里（这一页完整包含层 {held}），所以这里不画它的热力图和各步。"
+        "要看层 {layer} 的每一步：selfattn explain … --layers {layer} --html，或在 selfattn serve 的网页里打开它。",
+        "en": "Layer {layer}'s arrays are not in this page (it holds layers {held} in full), so no heatmap or "
+        "stages are drawn for it. To see every stage of layer {layer}: selfattn explain … --layers {layer} "
+        "--html, or open it in the app (selfattn serve).",
+    },
+    "not_held_live": {
+        "zh": "正在向服务器要层 {layer} 的数组……",
+        "en": "Asking the server for layer {layer}'s arrays…",
+    },
+    "not_held_thumb": {
+        "zh": "层 {layer} · head {head} 的缩略图：每格是一块权重的平均（行 = 查询，列 = 键）。",
+        "en": "The thumbnail of layer {layer} · head {head}: each cell the mean of a block of weights "
+        "(rows = queries, columns = keys).",
+    },
     "mv_cell": {"zh": "层 {layer} · head {head}", "en": "layer {layer} · head {head}"},
     "mv_untyped": {"zh": "无明显类型", "en": "no clear type"},
     "cmp_title": {"zh": "对比两句：层 {layer} · head {head}", "en": "Compare two texts: layer {layer} · head {head}"},
@@ -519,12 +574,22 @@ TEXTS: dict[str, dict[str, str]] = {
         "zh": "编码器：每个 token 看所有 token（没有因果 mask），也不预测下一个 token。",
         "en": "Encoder: every token sees every token (no causal mask), and there is no next-token prediction.",
     },
+    "opened.masked": {
+        "zh": "从第 {i} 个 token「{token}」看起：它后面的 {n} 个 token 被 mask 遮住（分数变成 −inf，权重为 0），"
+        "这正是 mask 这一步要看的；最后一个 token 看得见所有 token，它那一行看不出 mask。",
+        "en": "Opened on token {i} “{token}”: the {n} tokens after it are masked (their scores become −inf, their "
+        "weights 0), which is what the mask step is about; the last token sees every token, so its row shows no mask.",
+    },
+    "opened.all": {
+        "zh": "从第 {i} 个 token「{token}」看起：这里没有 mask，每个 token 都看得见所有 token。",
+        "en": "Opened on token {i} “{token}”: nothing is masked here, every token sees every token.",
+    },
     "export.omitted": {
-        "zh": "所有层的数组约有 {mb} MB（JSON），超过 {limit} MB 的上限：这里只写出层 {layer} 的数组"
-        "（约 {one_mb} MB）；其他层请一层一层地要（layers=[…]，或在网页里点那一层）",
-        "en": "every layer's arrays would take about {mb} MB of JSON, over the limit of {limit} MB: only layer "
-        "{layer}'s arrays are written (about {one_mb} MB); ask for the other layers one at a time (layers=[…], "
-        "or pick the layer in the app)",
+        "zh": "所有层的数组约有 {mb} MB，超过一页 {limit} MB 的上限：这里完整写出层 {held}；"
+        "其他层用 --layers（例如 --layers 3,18）或 Python 的 layers=[3, 18] 来要，或在 selfattn serve 的网页里点那一层",
+        "en": "every layer's arrays would take about {mb} MB, over the {limit} MB a page may hold: layers {held} are "
+        "written in full; ask for others with --layers (e.g. --layers 3,18), layers=[3, 18] in Python, or pick the "
+        "layer in the app (selfattn serve)",
     },
     "tables.tokenizer": {"zh": "分词：{how}", "en": "Tokenizer: {how}"},
     "tables.loaded": {"zh": "读取：{how}", "en": "Loaded: {how}"},

@@ -64,7 +64,28 @@ export async function loadDoc(packed) {
   const layers = await Promise.all(packed.layers.map(loadLayer));
   // the tokens as every view shows them: a repeated token carries its position ("the@8"), as in Python's views
   const tokens = Array.isArray(packed.token_names) ? packed.token_names : packed.tokens;
-  return Object.assign({}, packed, { layers, tokens });
+  // every head's thumbnail decoded in place ({shape, data}), as the model view and a layer not held draw them
+  const display = packed.display
+    ? Object.assign({}, packed.display, { thumbnails: packed.display.thumbnails.map((row) => row.map(halves)) }) : undefined;
+  return Object.assign({}, packed, { layers, tokens, display });
+}
+
+/** One thumbnail of doc.display ({b64, shape [T, T], dtype "f16"}: raw little-endian float16, no zlib) as
+ * {shape, data: Float32Array}: every head's weights pooled into T × T cells (Python's capture/digest.py). */
+export function halves(p) {
+  const bytes = bytesOf(p.b64);
+  const n = bytes.length / 2;
+  const data = new Float32Array(n);
+  for (let e = 0; e < n; e++) data[e] = half(bytes[2 * e] | (bytes[2 * e + 1] << 8));
+  return { shape: p.shape, data };
+}
+
+/** An IEEE 754 binary16 bit pattern as a number. */
+function half(bits) {
+  const sign = bits & 0x8000 ? -1 : 1, exp = (bits >> 10) & 0x1f, frac = bits & 0x3ff;
+  if (exp === 0) return sign * frac * 2 ** -24;
+  if (exp === 31) return frac ? NaN : sign * Infinity;
+  return sign * (1 + frac / 1024) * 2 ** (exp - 15);
 }
 
 export async function loadLayer(layer) {

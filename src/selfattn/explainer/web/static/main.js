@@ -51,7 +51,7 @@ function controller(state) {
    * often it is picked meanwhile), and only the latest pick is shown when it arrives. */
   const pickHead = async (l, h) => {
     state.want = { layer: l, head: h };
-    if (state.doc.layers[l].omitted) {
+    if (state.doc.layers[l].omitted && state.mode === "live") { // offline, the page says it does not hold it
       const doc = state.doc;
       if (!state.loading[l]) state.loading[l] = fetchLayer(state, l).finally(() => delete state.loading[l]);
       try {
@@ -109,8 +109,14 @@ function bindViews(state, c) {
   });
   window.addEventListener("hashchange", () => {
     if (!state.doc) return;
-    applyWanted(state, readHash(window.location.hash, viewsOf(state)), viewsOf(state));
-    c.change({});
+    const want = readHash(window.location.hash, viewsOf(state));
+    if (want.view !== undefined && viewsOf(state).includes(want.view)) state.view = want.view;
+    const l = want.layer !== undefined && want.layer < state.doc.layers.length ? want.layer : state.layer;
+    const h = want.head !== undefined && want.head < state.doc.model.n_heads ? want.head : state.head;
+    const row = want.query !== undefined && want.query < state.doc.tokens.length ? want.query : state.row;
+    if (row !== state.row) select(state, { row });
+    if (l !== state.layer || h !== state.head) c.pickHead(l, h); // live: a layer not held is fetched first
+    else c.change({});
   });
 }
 

@@ -1,6 +1,9 @@
 /* Where the head view and the model view read weights from, one shape for both pages:
  *
- *   {tokens, nLayers, nHeads, held(l), weight(l, h, i, j), visible(l, h, i, j), type(l, h), legend}
+ *   {tokens, nLayers, nHeads, held(l), weight(l, h, i, j), visible(l, h, i, j), type(l, h), legend, thumb(l, h)}
+ *
+ * `thumb(l, h)`: the head's thumbnail ({shape [T, T], data}: its weights pooled into T × T cells, every head
+ * of every layer, held or not; Python's doc.display), or null where the data has none (the attention page).
  *
  * `legend`: the head types' names and colours (doc.head_types: views/taxonomy.legend).
  *
@@ -19,6 +22,8 @@ export function docSource(doc) {
     visible: (l, h, i, j) => bit(visibleOf(doc.layers[l], h), i, j) === 1,
     type: (l, h) => (doc.layers[l].types ? doc.layers[l].types[h] : null),
     legend: doc.head_types,
+    thumb: (l, h) => (doc.display ? doc.display.thumbnails[l][h] : null),
+    causal: (l) => !!doc.layers[l].causal,
   };
 }
 
@@ -36,5 +41,7 @@ export function arraySource(tokens, weights, types, legend) {
     visible: () => true,
     type: (l, h) => (types ? types[l][h] : null),
     legend,
+    thumb: () => null,
+    causal: () => false,
   };
 }

@@ -35,12 +35,12 @@ export function createState(data) {
 }
 
 /** Open what `want` names ({view, layer, head, query}: the data's start, then the URL hash), where it
- * exists in the document; anything out of range is left as it was. */
+ * exists in the document; anything out of range is left as it was. A layer whose arrays the page does not
+ * hold is opened too: the page then says so (render/notheld.js), never showing another layer under its name. */
 export function applyWanted(state, want, views) {
   const doc = state.doc;
   if (want.view !== undefined && views.includes(want.view)) state.view = want.view;
-  const layer = want.layer !== undefined && want.layer < doc.layers.length && !doc.layers[want.layer].omitted
-    ? want.layer : state.layer;
+  const layer = want.layer !== undefined && want.layer < doc.layers.length ? want.layer : state.layer;
   const head = want.head !== undefined && want.head < doc.model.n_heads ? want.head : state.head;
   if (layer !== state.layer || head !== state.head) select(state, { layer, head });
   if (want.query !== undefined && want.query < doc.tokens.length) select(state, { row: want.query });
@@ -59,7 +59,8 @@ export function setDoc(state, doc, keepSelection) {
     state.rule = doc.selected.rule;
   }
   if (!keepSelection || state.row >= L) {
-    state.row = L - 1; // the last token: the one whose next token the model predicts
+    // Python's choice (export.opened_query): a row the mask hides keys from, so the mask step shows −inf
+    state.row = doc.opened && doc.opened.row < L ? doc.opened.row : L - 1;
     state.focus = null;
   }
 }

@@ -64,6 +64,9 @@ export function renderHeadText(state, t) {
   $("experiment").hidden = !shown;
   const ft = doc.first_token;
   const s = doc.summaries[state.layer][state.head];
+  const opened = doc.opened && doc.opened.row === state.row ? doc.opened.text[state.lang] : "";
+  $("opened").textContent = opened;
+  $("opened").hidden = !opened;
   $("bos-note").textContent = ft && s.rows
     ? t("bos", { token: ft.token, mine: wholePct(s.first_token), all: wholePct(ft.mean) }) : "";
 }

@@ -12,6 +12,8 @@ const HEATMAP_PX = 520; // side of the drawn L×L picture, in CSS pixels (at mos
 const MIN_HEATMAP_PX = 240; // … and at least
 const LABELLED_CELL_PX = 36; // side of one cell of a short (labelled) input
 const HEATMAP_PAD_PX = 24; // room right of and below the picture for the last tick label
+const CJK = /[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]/; // a column label with these is written upright
+const VERTICAL_LINE_PX = 13; // the step between two upright characters of a column label
 const SINK_GAP_PX = 14; // the blank between the matrix and the sink column
 const MIN_SINK_PX = 14; // the sink column is at least this wide (a long input's cells are thinner)
 const FONT = '"WenQuanYi Micro Hei", "Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", ' +
@@ -152,6 +154,13 @@ function drawLabels(ctx, tokens, margin, cell) {
   tokens.forEach((tok, i) => ctx.fillText(clip(tok), margin - 6, margin + (i + 0.5) * cell, margin - 10));
   ctx.textAlign = "left";
   tokens.forEach((tok, j) => {
+    if (CJK.test(tok)) { // written upright, one character under the other (rotated, 一 would read as "/")
+      const chars = Array.from(tok.length > 6 ? tok.slice(0, 5) + "…" : tok);
+      ctx.textAlign = "center";
+      chars.forEach((ch, k) => ctx.fillText(ch, margin + (j + 0.5) * cell, margin - 10 - (chars.length - 1 - k) * VERTICAL_LINE_PX));
+      ctx.textAlign = "left";
+      return;
+    }
     ctx.save();
     ctx.translate(margin + (j + 0.5) * cell, margin - 6);
     ctx.rotate(-Math.PI / 3);
@@ -159,6 +168,7 @@ function drawLabels(ctx, tokens, margin, cell) {
     ctx.restore();
   });
 }
+
 
 function drawTicks(ctx, margin, cell, L) {
   const step = Math.pow(10, Math.floor(Math.log10(L / 4)));

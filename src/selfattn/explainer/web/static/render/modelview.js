@@ -14,8 +14,34 @@ function typeLabel(legend, type, lang) {
   return type ? legend.labels[type][lang] : "";
 }
 
-/** An n×n canvas of head (l, h): pixel (a, b) = shade of the largest weight of its block (block 1: the weight). */
+/** An n×n canvas of head (l, h): from its thumbnail where the source has one (every head, held or not: pixel
+ * (a, b) = the mean weight of its cell, grey where a causal layer hides the whole cell), else pixel (a, b) =
+ * shade of the largest weight of its block (block 1: the weight). */
 export function thumbnail(src, l, h) {
+  const thumb = src.thumb(l, h);
+  return thumb ? pooled(src, l, h, thumb) : fromWeights(src, l, h);
+}
+
+function pooled(src, l, h, thumb) {
+  const L = src.tokens.length;
+  const n = thumb.shape[0];
+  const exact = n === L && src.held(l); // one cell per weight: the layer's own visibility
+  const canvas = document.createElement("canvas");
+  canvas.width = canvas.height = n;
+  const ctx = canvas.getContext("2d");
+  const img = ctx.createImageData(n, n);
+  for (let a = 0; a < n; a++) {
+    for (let b = 0; b < n; b++) {
+      const hidden = exact ? !src.visible(l, h, a, b) : src.causal(l) && b > a;
+      const c = hidden ? HIDDEN_RGB : shade(thumb.data[a * n + b]);
+      img.data.set([c[0], c[1], c[2], 255], 4 * (a * n + b));
+    }
+  }
+  ctx.putImageData(img, 0, 0);
+  return { canvas, block: L / n, mean: true };
+}
+
+function fromWeights(src, l, h) {
   const L = src.tokens.length;
   const block = Math.ceil(L / THUMB_MAX);
   const n = Math.ceil(L / block);
@@ -49,13 +75,13 @@ export function renderModelView(root, src, current, t) {
   top.append(el("th"));
   for (let h = 0; h < src.nHeads; h++) top.append(el("th", {}, t("head_n", { head: h })));
   table.append(top);
-  let block = 1;
+  let block = 1, mean = false;
   for (let l = 0; l < src.nLayers; l++) {
     const tr = el("tr");
     tr.append(el("th", {}, t("layer_n", { layer: l })));
     for (let h = 0; h < src.nHeads; h++) {
       const td = el("td", { "data-layer": l, "data-head": h });
-      if (!src.held(l)) {
+      if (!src.held(l) && !src.thumb(l, h)) {
         td.append(el("span", { class: "hint" }, t("mv_omitted")));
         tr.append(td);
         continue;
@@ -63,8 +89,11 @@ export function renderModelView(root, src, current, t) {
       const type = src.type(l, h);
       const thumb = thumbnail(src, l, h);
       block = thumb.block;
+      mean = !!thumb.mean;
+      const held = src.held(l) ? "" : ` · ${t("mv_not_held")}`;
       const button = el("button", { type: "button", class: "mv-thumb", "data-testid": "mv-thumb", "data-layer": l,
-        "data-head": h, "data-type": type || "", title: `${t("mv_cell", { layer: l, head: h })} · ${type ? typeLabel(legend, type, t.lang) : t("mv_untyped")}` });
+        "data-head": h, "data-type": type || "", "data-held": src.held(l) ? "1" : "0",
+        title: `${t("mv_cell", { layer: l, head: h })} · ${type ? typeLabel(legend, type, t.lang) : t("mv_untyped")}${held}` });
       thumb.canvas.style.width = thumb.canvas.style.height = `${THUMB_PX}px`;
       thumb.canvas.dataset.testid = "mv-canvas";
       button.style.borderColor = (type && legend.colours[type]) || "transparent";
@@ -76,7 +105,10 @@ export function renderModelView(root, src, current, t) {
     table.append(tr);
   }
   const parts = [table];
-  if (block > 1) parts.unshift(el("p", { class: "hint", "data-testid": "mv-pooled" }, t("mv_pooled", { n: L, block })));
+  if (block > 1) {
+    const words = mean ? t("mv_pooled_mean", { n: L, block: block.toFixed(1).replace(/\.0$/, "") }) : t("mv_pooled", { n: L, block });
+    parts.unshift(el("p", { class: "hint", "data-testid": "mv-pooled" }, words));
+  }
   const key = el("p", { class: "mv-legend hint", "data-testid": "mv-legend" });
   for (const type of legend.types) {
     const colour = legend.colours[type];

@@ -12,6 +12,7 @@ import { renderHeadText, renderModel, renderRule, renderWords } from "./header.j
 import { drawHeatmap, headPicture, renderLegend } from "./heatmap.js";
 import { renderPrediction } from "./prediction.js";
 import { renderSearchChoices } from "./search.js";
+import { renderNotHeld } from "./notheld.js";
 import { renderStepper } from "./stepper.js";
 import { paintTokens, renderTokens } from "./tokens.js";
 import { renderViews } from "./views.js";
@@ -33,23 +34,27 @@ export function renderAll(state, t) {
 export function renderSelection(state, t) {
   const doc = state.doc;
   if (!doc) return;
+  const held = !doc.layers[state.layer].omitted; // else the page says so and draws none of its arrays
   const key = `${state.layer}/${state.head}`;
-  if (!state.picture || state.picture.key !== key) state.picture = { key, canvas: headPicture(doc, state.layer, state.head) };
-  ensureFocus(state);
+  if (held && (!state.picture || state.picture.key !== key)) state.picture = { key, canvas: headPicture(doc, state.layer, state.head) };
+  if (held) ensureFocus(state);
   $("layer").value = String(state.layer);
   $("head").value = String(state.head);
   $("query").value = String(state.row);
   renderRule(state, t);
   renderHeadText(state, t);
   renderGrid(state, t);
+  renderNotHeld(state, t);
   paintTokens(state, t, state.hover === null ? state.row : state.hover);
-  drawHeatmap(state, t);
-  renderCompare(state);
-  renderStepper(state, t);
+  if (held) {
+    drawHeatmap(state, t);
+    renderCompare(state);
+    renderStepper(state, t);
+  }
   renderViews(state, t);
   Object.assign($("app").dataset, {
     layer: state.layer, head: state.head, row: state.row, stage: STAGE_NAMES[state.stage], lang: state.lang,
-    view: state.view,
+    view: state.view, held: held ? "1" : "0",
   });
   writeHash({ view: state.view, layer: state.layer, head: state.head, query: state.row }, $("app"));
   $("app").dataset.ready = "1";

@@ -18,8 +18,9 @@ export function renderPrediction(state, t) {
   box.firstChild.append(...lists);
 }
 
-/** A list of next tokens with their probabilities as bars; `word(p)` is the token as written (default p.token). */
-export function predictionList(testid, title, prediction, word = (p) => p.token) {
+/** A list of next tokens with their probabilities as bars; `word(p)` is the token as written (default: as a person
+ * reads it, Python's `shown` — "␣Mary", a part of a character as its bytes "⟨E8⟩", never U+FFFD). */
+export function predictionList(testid, title, prediction, word = (p) => (p.shown !== undefined ? p.shown : p.token)) {
   const list = el("div", { class: "pred" });
   if (title) list.append(el("h3", {}, title));
   for (const p of prediction) {

@@ -79,8 +79,8 @@ function explanation(state, t, name, st) {
   const i = state.row;
   const layer = doc.layers[state.layer];
   switch (name) {
-    case "x": return t("ex_x", { i, token: doc.tokens[i], d_model: doc.model.d_model });
-    case "qkv": return t("ex_qkv", { head: state.head });
+    case "x": return t("ex_x", { i, token: doc.tokens[i], d_model: doc.model.d_model, norm: formulaText(state, t, "x") });
+    case "qkv": return t("ex_qkv", { head: state.head, formula: formulaText(state, t, "qkv") });
     case "scores": return t("ex_scores");
     case "scaled": return t("ex_scaled", { scale: num(layer.scale), how: doc.scale_words.how[state.lang] });
     case "mask": return layer.causal ? t("ex_mask_on") : t("ex_mask_off");
@@ -89,6 +89,13 @@ function explanation(state, t, name, st) {
     case "weighted": return t("ex_weighted", { head: state.head });
     default: return t("ex_output");
   }
+}
+
+/** The model's own formula of a step (Python's explainer/formula.py, read from its modules), in the page's language. */
+function formulaText(state, t, step) {
+  const f = state.doc.model.formula;
+  if (f) return f.text[step][state.lang];
+  return step === "x" ? t("formula_x_unknown") : t("formula_qkv_unknown");
 }
 
 /** The key columns: the keys the row stores (all of a short input; the top ones of a long one) and the focus. */

@@ -19,9 +19,25 @@ export function renderTokens(state, t) {
   });
 }
 
+/** The strip without weights (a layer the page does not hold): only the query marked. */
+export function unpaintTokens(state) {
+  const spans = $("tokens").children;
+  for (let j = 0; j < spans.length; j++) {
+    Object.assign(spans[j].style, { backgroundColor: "", color: "" });
+    spans[j].classList.toggle("query", j === state.row);
+    spans[j].classList.toggle("selected", j === state.row);
+    spans[j].title = "";
+  }
+  $("attends").textContent = "";
+}
+
 /** Colour every token by the weight that query i gives it (the shown head), and name the top ones. */
 export function paintTokens(state, t, i) {
   const doc = state.doc;
+  if (doc.layers[state.layer].omitted) {
+    unpaintTokens(state);
+    return;
+  }
   const head = doc.layers[state.layer].heads[state.head];
   const L = doc.tokens.length;
   const w = Array.from({ length: L }, (_, j) => shownWeight(head, i, j));

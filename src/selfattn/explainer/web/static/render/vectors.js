@@ -8,6 +8,7 @@ import { num, pct, wholePct } from "../format.js";
 
 const VECTOR_TOP = 4; // a long vector is summarised by its norm and this many largest dimensions
 const LEGEND_KEYS = 24; // keys named under the ·V bars
+const MIX_DIMS = 32; // a longer V (d_k 256) draws the bars of its MIX_DIMS dims with the largest |Σ w·V|
 const PALETTE = ["#1d4ed8", "#f97316", "#059669", "#a21caf", "#dc2626", "#0891b2", "#ca8a04", "#4b5563"];
 const MEANINGS = [ // the roles of selfattn.explainer.relations, then the first token, then the rest
   { role: "qm", text: "meaning_qm", colour: "#1d4ed8" },
@@ -83,7 +84,14 @@ export function mixBars(t, doc, head, i, weighted) {
     }
     scale = Math.max(scale, pos, neg);
   }
-  for (let d = 0; d < dv; d++) {
+  const dims = Array.from(weighted.keys());
+  if (dv > MIX_DIMS) {
+    dims.sort((a, b) => Math.abs(weighted[b]) - Math.abs(weighted[a]));
+    dims.length = MIX_DIMS;
+    dims.sort((a, b) => a - b);
+    box.append(el("p", { class: "hint", "data-testid": "mix-some" }, t("mix_some", { n: MIX_DIMS, dv })));
+  }
+  for (const d of dims) {
     const bar = el("div", { class: "mixrow", "data-testid": "mix-row", "data-dim": d, "data-value": weighted[d] });
     bar.append(el("span", { class: "dim" }, `d${d}`));
     const track = el("span", { class: "track" });
@@ -125,13 +133,18 @@ export function meaningBars(t, doc, head, i) {
   const box = el("div", { class: "meaning", "data-testid": "meaning" });
   box.append(el("div", { class: "label" }, t("meaning")));
   const bar = el("div", { class: "stack" });
+  const key = el("div", { class: "mixlegend", "data-testid": "meaning-legend" }); // every label whole, below
   MEANINGS.forEach((m, k) => {
     if (sums[k] <= 0) return;
-    const seg = el("span", { "data-testid": "meaning-seg", "data-value": sums[k] }, `${t(m.text)} ${wholePct(sums[k])}`);
+    const words = `${t(m.text)} ${wholePct(sums[k])}`;
+    const seg = el("span", { "data-testid": "meaning-seg", "data-value": sums[k], title: words }, sums[k] >= 0.12 ? words : "");
     seg.style.width = `${100 * sums[k]}%`;
     seg.style.backgroundColor = m.colour;
     bar.append(seg);
+    const item = el("span", {}, words);
+    item.style.borderLeft = `10px solid ${m.colour}`;
+    key.append(item);
   });
-  box.append(bar);
+  box.append(bar, key);
   return box;
 }

@@ -8,6 +8,7 @@ import { docSource } from "../sources.js";
 import { showViews, viewNames } from "../viewpanes.js";
 import { renderHeadView } from "./headview.js";
 import { renderModelView } from "./modelview.js";
+import { notHeldNote } from "./notheld.js";
 import { renderSideBySide } from "./sidebyside.js";
 
 /** render name → draw(body, title, state, src, t); "explore" is the page's own cards (render/page.js). */
@@ -16,6 +17,7 @@ export const RENDERERS = {
   head: (body, title, state, src, t) => {
     title.textContent = t("hv_title", { layer: state.layer });
     if (src.held(state.layer)) renderHeadView(body, src, { layer: state.layer, heads: state.hvHeads, current: state.head }, t);
+    else body.replaceChildren(notHeldNote(state, t));
   },
   model: (body, title, state, src, t) => renderModelView(body, src, { layer: state.layer, head: state.head }, t),
   compare: (body, title, state, src, t) => renderSideBySide(body, title, state, t),
