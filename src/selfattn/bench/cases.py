@@ -235,6 +235,8 @@ EXTRA_CASES = {
     "(selfattn.bench.ring_case)",
     "explain": "selfattn explain vs transformers eager with output_attentions, 512 tokens on the Qwen2.5-0.5B "
     "configuration: time and peak memory (selfattn.bench.explain_case)",
+    "gguf": "the first and the second load of SmolLM2-135M's GGUF file: dequantized, then from the cache "
+    "(selfattn.bench.gguf_case)",
 }
 """Cases that measure a whole model or several processes rather than one attention call; run only when named."""
 

@@ -146,3 +146,7 @@ def render(result: dict, console: Console | None = None) -> None:
         from .explain_case import render_explain
 
         render_explain(extra["explain"], console)
+    if "gguf" in extra:
+        from .gguf_case import render_gguf
+
+        render_gguf(extra["gguf"], console)
