@@ -20,6 +20,8 @@ __all__ = [
     "TEMPERATURE_RANGE",
     "MAX_ABLATED_HEADS",
     "MAX_PATCH_TOKENS",
+    "MAX_BATCH_ROWS",
+    "batch_rows",
     "MAX_TOKEN_CHARS",
     "GGUF_CACHE_BYTES",
     "SIZES",
@@ -74,13 +76,28 @@ MAX_ABLATED_HEADS = 1024
 whatever the model (a model has at most SIZES["layers"] × SIZES["heads"] heads, far more than anyone ablates)."""
 
 MAX_PATCH_TOKENS = 128
-"""Longest text (in tokens) activation patching takes: it runs 2 × layers batched passes, one of up to L
-prompts of L tokens per layer (each position's residual patched apart), so its work and memory grow as
-layers × L²; at 128 tokens a 30-layer model runs ~4,000 prompts of 128 tokens."""
+"""Longest text (in tokens) activation patching takes: it runs one prompt of L tokens per (layer, head) and per
+(layer, position) (each position's residual patched apart), in batches of up to MAX_BATCH_ROWS, so its work grows
+as layers × L²; at 128 tokens a 30-layer model runs ~4,000 prompts of 128 tokens."""
 
 GGUF_CACHE_BYTES = 16 << 30
 """Most bytes the cache of dequantized GGUF weights holds (`explainer.gguf_cache`): beyond it the entries used
 longest ago are removed; 16 GiB holds SmolLM2-135M (0.5 GB as float32) many times, a 7B model in bfloat16 once."""
+
+MAX_BATCH_ROWS = 512
+"""Most prompts one batched pass of activation patching runs at once, whatever the memory: beyond a few hundred
+rows a CPU's matrix products run no faster, and one pass's memory grows with every row."""
+
+
+def batch_rows(row_bytes: int, available: int | None = None) -> int:
+    """How many prompts of `row_bytes` (their activations in one pass) a batched pass may hold: MEMORY_SHARE of the
+    `available` bytes (default: `available_memory()`; the loaded weights are already taken from it), at least 1,
+    at most MAX_BATCH_ROWS."""
+    available = available_memory() if available is None else available
+    if available is None:
+        return MAX_BATCH_ROWS
+    return max(1, min(MAX_BATCH_ROWS, int(available * MEMORY_SHARE) // max(1, row_bytes)))
+
 
 MAX_TOKEN_CHARS = 256
 """Longest text of one token named by its text (a patching target or foil): longer ones are never one token."""
