@@ -150,3 +150,7 @@ def render(result: dict, console: Console | None = None) -> None:
         from .gguf_case import render_gguf
 
         render_gguf(extra["gguf"], console)
+    if "bf16" in extra:
+        from .bf16_case import render_bf16
+
+        render_bf16(extra["bf16"], console)
