@@ -134,7 +134,7 @@ def test_train_checks_every_output_before_training(tmp_path, capsys, no_training
 def test_explain_checks_every_output_before_loading(tmp_path, capsys, monkeypatch):
     from selfattn.explainer.session import Explainer
 
-    def loaded(*_):
+    def loaded(*_, **__):
         raise AssertionError("the model was loaded before the outputs were checked")
 
     monkeypatch.setattr(Explainer, "load", loaded)
@@ -158,7 +158,7 @@ def test_explain_checks_every_output_before_loading(tmp_path, capsys, monkeypatc
 def test_explain_plots_may_name_a_folder_to_create(tmp_path, capsys, monkeypatch):
     from selfattn.explainer.session import Explainer
 
-    def loaded(*_):
+    def loaded(*_, **__):
         raise ValueError("model loading reached")
 
     monkeypatch.setattr(Explainer, "load", loaded)

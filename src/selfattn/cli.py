@@ -115,7 +115,9 @@ def _explain(args) -> int:
     from .explainer import run
     from .explainer.session import Explainer
 
-    doc = run.run(Explainer.load(args.model), request, layers="auto" if args.layers is None else args.layers)
+    doc = run.run(
+        Explainer.load(args.model, dtype=args.dtype), request, layers="auto" if args.layers is None else args.layers
+    )
     files = outputs.render(doc, **paths, force=args.force, lang=args.lang)
     if "patching" in doc and args.plots is not None:
         from .explainer.views import patching_plot
@@ -167,7 +169,9 @@ def _heads(args) -> int:
     from .explainer import experiments
     from .explainer.session import Explainer
 
-    t = experiments.taxonomy(Explainer.load(args.model), args.text, length=args.probe_length, seed=args.seed)
+    t = experiments.taxonomy(
+        Explainer.load(args.model, dtype=args.dtype), args.text, length=args.probe_length, seed=args.seed
+    )
     if args.json:
         _print_json(t)
     else:
@@ -288,7 +292,7 @@ def _serve(args) -> int:
     from .explainer.session import Explainer
     from .explainer.web.server import serve
 
-    serve(Explainer.load(args.model), host=args.host, port=args.port)
+    serve(Explainer.load(args.model, dtype=args.dtype), host=args.host, port=args.port)
     return 0
 
 

@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any, cast
 
 from . import __version__, checks
-from .limits import MAX_LOAD, MAX_SEED, MAX_THREADS, TEMPERATURE_RANGE
+from .limits import DTYPE_BYTES, MAX_LOAD, MAX_SEED, MAX_THREADS, TEMPERATURE_RANGE
 
 __all__ = ["build_parser", "intervention_args", "dest", "flag_usage"]
 
@@ -48,6 +48,15 @@ def build_parser(runs: dict) -> argparse.ArgumentParser:
 
 def _json_flag(p, what: str) -> None:
     p.add_argument("--json", action="store_true", help=what)
+
+
+def _dtype_flag(p) -> None:
+    p.add_argument(
+        "--dtype",
+        choices=list(DTYPE_BYTES),
+        default="float32",
+        help="what the model's weights are loaded in; the memory budget counts its bytes (default: float32)",
+    )
 
 
 def _walkthrough_args(commands, runs) -> None:
@@ -85,6 +94,7 @@ def _explain_args(commands, runs) -> None:
         "the layers held). The model view draws every head either way",
     )
     p.add_argument("--lang", choices=["zh", "en"], default="zh", help="language of the tables (default: zh)")
+    _dtype_flag(p)
     intervention_args(p)
     p.add_argument(
         "--find",
@@ -206,6 +216,7 @@ def _heads_args(commands, runs) -> None:
         help="a selfattn checkpoint, a transformers folder or a hub id, as for explain (default: the bundled model)",
     )
     p.add_argument("--lang", choices=["zh", "en"], default="zh", help="language of the table (default: zh)")
+    _dtype_flag(p)
     p.add_argument(
         "--probe-length",
         type=_probe_length,
@@ -345,6 +356,7 @@ def _serve_args(commands, runs) -> None:
     p.add_argument("--model", metavar="PATH", help="a checkpoint folder (default: the bundled model)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=_port, default=8000, help="port (default: 8000)")
+    _dtype_flag(p)
     p.set_defaults(run=runs["serve"])
 
 

@@ -20,11 +20,16 @@ __all__ = [
     "TEMPERATURE_RANGE",
     "MAX_ABLATED_HEADS",
     "MAX_PATCH_TOKENS",
+    "MAX_BATCH_ROWS",
+    "batch_rows",
     "MAX_TOKEN_CHARS",
+    "GGUF_CACHE_BYTES",
     "SIZES",
     "CONFIG_LIMITS",
     "TRANSFORMERS_LIMITS",
     "BYTES_PER_PARAMETER",
+    "DTYPE_BYTES",
+    "check_dtype",
     "MEMORY_SHARE",
     "available_memory",
     "parameter_budget",
@@ -46,8 +51,21 @@ loads on a machine with 64 GB free, not on a laptop with 8. Wider asks get a Val
 not torch's "can't allocate memory" from deep inside."""
 
 BYTES_PER_PARAMETER = 4
-"""A parameter's bytes as the models are built and loaded here: float32 (the explainer loads transformers
-models in float32 too)."""
+"""A parameter's bytes as the models are built here, and as the explainer loads them by default: float32."""
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+"""The dtypes a model may be loaded in (`--dtype`, `selfattn.explain(..., dtype=)`), and a parameter's bytes in
+each: the parameter budget counts these, so a 7B model in bfloat16 (14 GB) fits where its float32 (28 GB) does not."""
+
+
+def check_dtype(name: object) -> str:
+    """`name` if it is one of DTYPE_BYTES, else a ValueError naming it (a TypeError if it is no string)."""
+    if not isinstance(name, str):
+        raise TypeError(f"dtype must be one of {', '.join(DTYPE_BYTES)} (a string), got {type(name).__name__}")
+    if name not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {name!r}")
+    return name
+
 
 MEMORY_SHARE = 0.5
 """The weights may take at most this share of the memory available when the model is built: the rest is
@@ -58,9 +76,28 @@ MAX_ABLATED_HEADS = 1024
 whatever the model (a model has at most SIZES["layers"] × SIZES["heads"] heads, far more than anyone ablates)."""
 
 MAX_PATCH_TOKENS = 128
-"""Longest text (in tokens) activation patching takes: it runs 2 × layers batched passes, one of up to L
-prompts of L tokens per layer (each position's residual patched apart), so its work and memory grow as
-layers × L²; at 128 tokens a 30-layer model runs ~4,000 prompts of 128 tokens."""
+"""Longest text (in tokens) activation patching takes: it runs one prompt of L tokens per (layer, head) and per
+(layer, position) (each position's residual patched apart), in batches of up to MAX_BATCH_ROWS, so its work grows
+as layers × L²; at 128 tokens a 30-layer model runs ~4,000 prompts of 128 tokens."""
+
+GGUF_CACHE_BYTES = 16 << 30
+"""Most bytes the cache of dequantized GGUF weights holds (`explainer.gguf_cache`): beyond it the entries used
+longest ago are removed; 16 GiB holds SmolLM2-135M (0.5 GB as float32) many times, a 7B model in bfloat16 once."""
+
+MAX_BATCH_ROWS = 512
+"""Most prompts one batched pass of activation patching runs at once, whatever the memory: beyond a few hundred
+rows a CPU's matrix products run no faster, and one pass's memory grows with every row."""
+
+
+def batch_rows(row_bytes: int, available: int | None = None) -> int:
+    """How many prompts of `row_bytes` (their activations in one pass) a batched pass may hold: MEMORY_SHARE of the
+    `available` bytes (default: `available_memory()`; the loaded weights are already taken from it), at least 1,
+    at most MAX_BATCH_ROWS."""
+    available = available_memory() if available is None else available
+    if available is None:
+        return MAX_BATCH_ROWS
+    return max(1, min(MAX_BATCH_ROWS, int(available * MEMORY_SHARE) // max(1, row_bytes)))
+
 
 MAX_TOKEN_CHARS = 256
 """Longest text of one token named by its text (a patching target or foil): longer ones are never one token."""
@@ -140,30 +177,33 @@ def available_memory() -> int | None:
     return found
 
 
-def parameter_budget(available: int | None = None) -> int:
-    """Most parameters a model built now may have: MAX_PARAMETERS, or fewer where MEMORY_SHARE of the
-    `available` bytes (default: `available_memory()`) holds fewer at BYTES_PER_PARAMETER each."""
+def parameter_budget(available: int | None = None, dtype: str = "float32") -> int:
+    """Most parameters a model built now in `dtype` may have: MAX_PARAMETERS, or fewer where MEMORY_SHARE of the
+    `available` bytes (default: `available_memory()`) holds fewer at DTYPE_BYTES[dtype] each."""
     available = available_memory() if available is None else available
     if available is None:
         return MAX_PARAMETERS
-    return min(MAX_PARAMETERS, int(available * MEMORY_SHARE) // BYTES_PER_PARAMETER)
+    return min(MAX_PARAMETERS, int(available * MEMORY_SHARE) // DTYPE_BYTES[check_dtype(dtype)])
 
 
 def _gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def check_parameters(estimate: int, what: str, how: str = "", *, available: int | None = None) -> None:
+def check_parameters(
+    estimate: int, what: str, how: str = "", *, available: int | None = None, dtype: str = "float32"
+) -> None:
     """Refuse (ValueError), before any tensor is allocated, a model of about `estimate` parameters over the
     budget: the sentence names the estimate, the limit it broke and the memory available.
 
     what       the model, e.g. "the config" or a config file's path
     how        how the estimate was made, e.g. "n_layers × d_model × …"
-    available  bytes of memory available (default: `available_memory()`; tests pass their own)"""
+    available  bytes of memory available (default: `available_memory()`; tests pass their own)
+    dtype      what the weights are loaded in (a key of DTYPE_BYTES)"""
     available = available_memory() if available is None else available
-    if estimate <= parameter_budget(available):
+    if estimate <= parameter_budget(available, dtype):
         return
-    weights = f"{_gib(estimate * BYTES_PER_PARAMETER)} as float32"
+    weights = f"{_gib(estimate * DTYPE_BYTES[dtype])} as {dtype}"
     memory = "" if available is None else f"; this machine has {_gib(available)} of memory available"
     about = f"{what} describes about {estimate:,} parameters" + (f" ({how})" if how else "")
     if estimate > MAX_PARAMETERS or available is None:  # without a memory figure the budget is MAX_PARAMETERS
@@ -172,7 +212,7 @@ def check_parameters(estimate: int, what: str, how: str = "", *, available: int 
         )
     raise ValueError(
         f"{about}, {weights}: more than this machine can hold with room to run it (the weights may take "
-        f"{MEMORY_SHARE:.0%} of the {_gib(available)} of memory available, {parameter_budget(available):,} "
+        f"{MEMORY_SHARE:.0%} of the {_gib(available)} of memory available, {parameter_budget(available, dtype):,} "
         f"parameters); free memory or choose a smaller model"
     )
 

@@ -174,7 +174,7 @@ def test_taxonomy_scores_equal_plain_output_attentions(ex, llamas):
 
 
 def test_heads_command_prints_every_head_within_80_columns(ex, monkeypatch, capsys):
-    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None: ex))
+    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: ex))
     assert main(["heads", "--json", "--probe-length", "20"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc == json.loads(json.dumps(X.taxonomy(ex, length=20), ensure_ascii=False))
@@ -319,7 +319,7 @@ def test_lens_equals_the_norm_and_unembedding_of_each_layer_output(ex, llamas):
 
 @pytest.fixture
 def cli(ex, monkeypatch):
-    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None: ex))
+    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: ex))
 
 
 def test_explain_json_carries_each_experiment(cli, ex, capsys):

@@ -161,7 +161,7 @@ def test_block_from_the_command_line(capsys, tiny, tiny_checkpoint):
 def test_cli_refuses_bad_intervention_flags_before_loading(capsys, monkeypatch, args, message):
     from selfattn.explainer.session import Explainer
 
-    def loaded(*_):
+    def loaded(*_, **__):
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr(Explainer, "load", loaded)

@@ -14,7 +14,7 @@ TEXT = "一只蓝色怪兽走进森林"
 
 @pytest.fixture
 def no_model(monkeypatch):
-    def loaded(*_):
+    def loaded(*_, **__):
         raise AssertionError("the model was loaded before the outputs were checked")
 
     monkeypatch.setattr(Explainer, "load", loaded)

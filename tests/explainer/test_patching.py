@@ -8,6 +8,7 @@ import torch
 
 import selfattn.hf
 from selfattn.explainer.capture import patching
+from tests.tolerances import TOL
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +144,81 @@ def test_bad_requests_are_named(llamas):
         patching.ablate(ours, torch.tensor([[1, 2]]), [(0, 0)], mode="half")
     with pytest.raises(ValueError, match="layer must be"):
         patching.ablate(ours, torch.tensor([[1, 2]]), [(7, 0)])
+
+
+def _eager_residual_ld(model, ids, layer, position, clean_hidden, target, foil):
+    """LD of `ids` with decoder layer `layer`'s output at `position` set to the clean run's, by a plain hook."""
+
+    def swap(m, a, out):
+        hidden = (out[0] if isinstance(out, tuple) else out).clone()
+        hidden[:, position] = clean_hidden[:, position]
+        return (hidden, *out[1:]) if isinstance(out, tuple) else hidden
+
+    hook = model.model.layers[layer].register_forward_hook(swap)
+    try:
+        with torch.no_grad():
+            logits = model(ids).logits
+    finally:
+        hook.remove()
+    return float(logits[0, -1, target] - logits[0, -1, foil])
+
+
+def _eager_residuals(model, ids):
+    got = []
+    hooks = [
+        layer.register_forward_hook(lambda m, a, o: got.append((o[0] if isinstance(o, tuple) else o).detach().clone()))
+        for layer in model.model.layers
+    ]
+    try:
+        with torch.no_grad():
+            logits = model(ids).logits
+    finally:
+        for h in hooks:
+            h.remove()
+    return logits, got
+
+
+def test_residual_patching_equals_plain_hooks_one_prompt_at_a_time(llamas):
+    """Every (layer, position) of the batched passes against one eager forward each, with a plain hook; the
+    positions before the changed token are skipped (share exactly 0), as the hooks find them (≈ 0)."""
+    ours, eager = llamas
+    clean = torch.tensor([[5, 9, 17, 3, 22, 9, 41]])
+    corrupted = torch.tensor([[5, 9, 17, 30, 22, 9, 41]])
+    target, foil = 11, 12
+    got = patching.patch_residual(ours, clean, corrupted, target, foil)
+    clean_logits, hidden = _eager_residuals(eager, clean)
+    corr_logits, _ = _eager_residuals(eager, corrupted)
+    ld_clean = float(clean_logits[0, -1, target] - clean_logits[0, -1, foil])
+    ld_corr = float(corr_logits[0, -1, target] - corr_logits[0, -1, foil])
+    want = torch.tensor(
+        [
+            [
+                (_eager_residual_ld(eager, corrupted, l, p, hidden[l], target, foil) - ld_corr) / (ld_clean - ld_corr)
+                for p in range(clean.shape[1])
+            ]
+            for l in range(3)
+        ],
+        dtype=torch.float64,
+    )
+    torch.testing.assert_close(got.recovered, want, atol=TOL["float32_logits"], rtol=0)
+    assert torch.equal(got.recovered[:, :3], torch.zeros(3, 3, dtype=torch.float64))  # not run: exactly 0
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_batches_of_any_size_give_the_numbers_of_one_batch(llamas, monkeypatch, rows):
+    """Batches cut by the memory budget (here 1 or 5 prompts: across layers) give what one batch gives."""
+    ours, _ = llamas
+    clean = torch.tensor([[5, 9, 17, 3, 22, 9, 41, 7]])
+    corrupted = torch.tensor([[5, 9, 17, 3, 22, 30, 41, 7]])
+    whole_heads = patching.patch_heads(ours, clean, corrupted, 11, 12).recovered
+    whole_residual = patching.patch_residual(ours, clean, corrupted, 11, 12).recovered
+    monkeypatch.setattr(patching, "batch_rows", lambda row_bytes: rows)
+    torch.testing.assert_close(
+        patching.patch_heads(ours, clean, corrupted, 11, 12).recovered, whole_heads, atol=TOL["float32_logits"], rtol=0
+    )
+    torch.testing.assert_close(
+        patching.patch_residual(ours, clean, corrupted, 11, 12).recovered,
+        whole_residual,
+        atol=TOL["float32_logits"],
+        rtol=0,
+    )

@@ -177,7 +177,7 @@ def test_the_lens_ends_at_the_prediction_and_ablation_lowers_it(models):
 
 def test_the_heads_command_on_the_real_model(models, taxonomy, monkeypatch, capsys):
     ex = models[0]
-    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None: ex))
+    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: ex))
     assert main(["heads", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(taxonomy, ensure_ascii=False))
     for lang in ("zh", "en"):

@@ -116,7 +116,7 @@ def test_the_prediction_printed_is_transformers(smol, monkeypatch, capsys):
 
     best = AutoTokenizer.from_pretrained(str(_folder()), gguf_file=GGUF).decode([int(probs.argmax())])
     assert best == " Mary"
-    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None: smol))  # the module's one load
+    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: smol))  # one load
     assert main(["explain", MARY, "--model", str(_folder() / GGUF), "--lang", "en"]) == 0
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if line.startswith("The model's next-token prediction:"))

@@ -89,7 +89,7 @@ def test_a_toy_head_type_is_measured_named_and_coloured(toys, explainer):
 
 
 def test_the_cli_tables_show_the_toy_type(toys, explainer, monkeypatch, capsys):
-    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None: explainer))
+    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: explainer))
     assert main(["heads", "--json", "--probe-length", "12"]) == 0
     t = json.loads(capsys.readouterr().out)
     typed = [c for row in t["heads"] for c in row if c["type"] == "toy"]

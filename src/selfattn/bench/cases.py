@@ -238,6 +238,10 @@ EXTRA_CASES = {
     "(selfattn.bench.ring_case)",
     "explain": "selfattn explain vs transformers eager with output_attentions, 512 tokens on the Qwen2.5-0.5B "
     "configuration: time and peak memory (selfattn.bench.explain_case)",
+    "gguf": "the first and the second load of SmolLM2-135M's GGUF file: dequantized, then from the cache "
+    "(selfattn.bench.gguf_case)",
+    "bf16": "explain vs transformers eager, both in bfloat16, 256 tokens on the Qwen2.5-3B configuration with "
+    "random weights: peak memory and time (selfattn.bench.bf16_case)",
 }
 """Cases that measure a whole model or several processes rather than one attention call; run only when named."""
 

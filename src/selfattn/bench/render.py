@@ -146,3 +146,11 @@ def render(result: dict, console: Console | None = None) -> None:
         from .explain_case import render_explain
 
         render_explain(extra["explain"], console)
+    if "gguf" in extra:
+        from .gguf_case import render_gguf
+
+        render_gguf(extra["gguf"], console)
+    if "bf16" in extra:
+        from .bf16_case import render_bf16
+
+        render_bf16(extra["bf16"], console)

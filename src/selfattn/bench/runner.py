@@ -115,6 +115,14 @@ def _run_extra(name: str, quick: bool, progress) -> dict:
         from .explain_case import run_explain_case
 
         return run_explain_case(quick=quick)
+    if name == "gguf":
+        from .gguf_case import run_gguf_case
+
+        return run_gguf_case()
+    if name == "bf16":
+        from .bf16_case import run_bf16_case
+
+        return run_bf16_case(quick=quick)
     from .ring_case import ring_case
 
     return ring_case(quick=quick)

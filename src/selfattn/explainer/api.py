@@ -38,7 +38,7 @@ from .analysis import heads as heads_numbers
 from .capture.cache import TraceCache
 from .capture.interventions import REGISTRY, SCOPE, Intervention
 from .run import Lens, Patch, Request
-from .session import DEFAULT_TEXT, Explainer
+from .session import DEFAULT_TEXT, Explainer, dtype_name
 from .views import report
 from .views.notebook import Inline
 
@@ -57,6 +57,7 @@ def explain(
     head=None,
     find=None,
     layers="auto",
+    dtype=None,
     **interventions,
 ):
     """Explain `text` on `model`: an `Explanation` (shown inline in a notebook).
@@ -66,9 +67,11 @@ def explain(
     find             (query, key): doc["search"] ranks every head by that weight (as `selfattn explain --find`)
     layers           the layers whose arrays the doc and its page hold in full, e.g. [3, 18] (as `--layers`;
                      default "auto": every layer a page can hold, the shown one and its neighbours first)
+    dtype            what a model read from a path is loaded in: "bfloat16", "float16" or "float32" (default), or
+                     that torch.dtype (`--dtype`); a loaded model keeps its own (a different dtype is refused)
     interventions    registry entries by name, e.g. no_causal={}, temperature={"t": 2.0}, block={"query": 4,
                      "key": 3}; `scope={"layer": L, "head": H}` limits them to one layer / head"""
-    explainer = _explainer(model, tokenizer)
+    explainer = _explainer(model, tokenizer, dtype)
     request = Request(text, layer=layer, head=head, intervention=_intervention(interventions), find=find)
     return Explanation(explainer, request, cache=None, layers=layers)
 
@@ -293,8 +296,16 @@ def _intervention(values: Mapping) -> Intervention:
     return Intervention(values, layer=scope.get("layer"), head=scope.get("head"))
 
 
-def _explainer(model, tokenizer) -> Explainer:
+def _explainer(model, tokenizer, dtype=None) -> Explainer:
     """An Explainer for what `explain` was given (see the module doc)."""
+    name = dtype_name(dtype)
+    if isinstance(model, (Explainer, tuple, torch.nn.Module)) and dtype is not None:
+        own = _own_dtype(model)
+        if own is not None and own != name:
+            raise ValueError(
+                f"dtype={name!r} is for a model read from a path; the model given keeps its own dtype ({own}): "
+                "convert it yourself, or leave dtype out"
+            )
     if isinstance(model, Explainer):
         return model
     if isinstance(model, tuple):
@@ -311,7 +322,16 @@ def _explainer(model, tokenizer) -> Explainer:
         raise TypeError(
             f"model must be None, a path, a hub id or a loaded transformers model, got {type(model).__name__}"
         )
-    return Explainer.load(model if model is None or isinstance(model, str) else Path(model))
+    return Explainer.load(model if model is None or isinstance(model, str) else Path(model), dtype=name)
+
+
+def _own_dtype(model) -> str | None:
+    """The dtype name of the floating-point parameters of a model given loaded (an Explainer, (model, tok), a
+    module), or None where it has none."""
+    module = model.model if isinstance(model, Explainer) else model[0] if isinstance(model, tuple) else model
+    params = getattr(module, "parameters", None)
+    found = next((p.dtype for p in params() if p.is_floating_point()), None) if callable(params) else None
+    return None if found is None else str(found).removeprefix("torch.")
 
 
 def from_loaded(model: torch.nn.Module, tokenizer) -> Explainer:

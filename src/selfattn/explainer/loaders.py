@@ -12,9 +12,10 @@ the explainer can read it is decided by trying: the dry run runs the model once 
 passes something selfattn cannot honour is refused, naming why.
 
 A GGUF file is read by transformers' GGUF reader (the `gguf` package): its metadata first (the config,
-bounded before any tensor, `sources.gguf_config`), then its tensors, dequantized to float32 with
-transformers' progress bar ("Converting and de-quantizing GGUF tensors…"); its tokenizer comes from the
-same file.
+bounded before any tensor, `sources.gguf_config`), then its tensors, dequantized with transformers' progress
+bar ("Converting and de-quantizing GGUF tensors…"); its tokenizer comes from the same file. What was
+dequantized is kept in the cache folder (`gguf_cache`), so the next load of the same file in the same dtype
+reads safetensors instead.
 """
 
 from __future__ import annotations
@@ -39,21 +40,26 @@ UNKNOWN_HINT = {
 }
 
 
-def load(source: sources.Source, config: dict) -> dict:
+def load(source: sources.Source, config: dict, dtype: torch.dtype = torch.float32) -> dict:
     """The Explainer fields of a transformers folder or GGUF file whose config (`sources.folder_kind`) was
-    checked: the tokenizer, the model built by the class the config names, loaded in float32 with the
-    "selfattn" attention implementation, its weights checked, and the dry run passed."""
+    checked: the tokenizer, the model built by the class the config names, loaded in `dtype` with the
+    "selfattn" attention implementation, its weights checked, and the dry run passed. A GGUF file's weights
+    come from the cache (`gguf_cache`) when it holds them for this file and dtype, and are stored there when
+    they were dequantized."""
     try:
         import transformers
     except ImportError:
         raise ValueError(f"{source.folder} is a transformers model; explaining it needs `transformers`") from None
     from .. import hf
+    from . import gguf_cache
 
     hf.register()
     kind, why = sources.architecture(config)
-    gguf: dict[str, Any] = {"gguf_file": source.gguf} if source.gguf else {}
+    cached = gguf_cache.find(source.folder / source.gguf, dtype) if source.gguf else None
+    folder = cached or source.folder
+    gguf: dict[str, Any] = {"gguf_file": source.gguf} if source.gguf and cached is None else {}
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(source.folder), local_files_only=True, **gguf)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True, **gguf)
     except (OSError, ValueError, TypeError) as e:
         raise ValueError(f"{source.folder}: no usable tokenizer files ({str(e)[:300]})") from None
     auto = transformers.AutoModelForCausalLM if kind == "decoder" else transformers.AutoModel
@@ -65,11 +71,11 @@ def load(source: sources.Source, config: dict) -> dict:
     transformers.logging.set_verbosity_error()  # its load report (with terminal colours) would precede ours,
     try:  # which names what is missing or misshapen (`sources.check_loaded`) and refuses the folder
         model, info = auto.from_pretrained(  # type: ignore[misc]  # output_loading_info=True: (model, info)
-            str(source.folder),
+            str(folder),
             config=known,
             attn_implementation=hf.NAME,
             local_files_only=True,
-            dtype=torch.float32,
+            dtype=dtype,
             output_loading_info=True,
             ignore_mismatched_sizes=True,  # a wrong shape is reported in `info`, and refused by name below
             **(gguf or {"use_safetensors": True}),
@@ -83,6 +89,8 @@ def load(source: sources.Source, config: dict) -> dict:
     finally:
         transformers.logging.set_verbosity(verbosity)
     sources.check_loaded(source.folder / (source.gguf or ""), model, info)
+    if source.gguf and cached is None:
+        gguf_cache.store(source.folder / source.gguf, dtype, model, tokenizer, config)
     how = {
         "format": "gguf" if source.gguf else "safetensors",
         "file": source.gguf,

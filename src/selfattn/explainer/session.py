@@ -18,6 +18,7 @@ attributes set on the model, so one Explainer may serve several requests at once
 
 from __future__ import annotations
 
+import os
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from .capture.trace import ModelTrace, capture
 from .views import experiment_words, export
 from .views.heads import describe
 
-__all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report"]
+__all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report", "dtype_name"]
 
 DEFAULT_TEXT = "一只蓝色怪兽走进森林"
 MAX_CHARS = 4000
@@ -44,6 +45,7 @@ SUGGESTED_MODEL = "Qwen/Qwen2.5-0.5B"
 """A real model to suggest for free text (Chinese and English)."""
 OURS = ("selfattn DecoderLM", "positions.learned")
 """Our models' architecture, and their positional scheme as its key in `views.texts`."""
+DEFAULT_NAME = "selfattn default model"
 NO_CAUSAL = "no_causal"
 """The intervention an encoder refuses: it has no causal mask to switch off."""
 
@@ -76,19 +78,23 @@ class Explainer:
     segment: Callable[[str], tuple[list[str], torch.Tensor, dict, P.Pieces]] | None = None
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> Explainer:
+    def load(cls, path: str | os.PathLike | None = None, dtype: str | torch.dtype | None = None) -> Explainer:
         """The default model (path None), a checkpoint folder written by `selfattn train`, a transformers
-        folder, a GGUF file or a folder holding one, or a hub id (see `sources.locate`)."""
+        folder, a GGUF file or a folder holding one, or a hub id (see `sources.locate`), its weights in `dtype`
+        ("bfloat16", "float16", "float32" or that torch.dtype; default float32), the parameter budget counting
+        that dtype's bytes."""
         from ..model import checkpoint
 
+        name = dtype_name(dtype)
         if path is None:
             model, tokenizer = checkpoint.load_default()[:2]
-            return cls._from_checkpoint(model, tokenizer, name="selfattn default model", bundled=True)
+            return cls._from_checkpoint(model.to(getattr(torch, name)), tokenizer, name=DEFAULT_NAME, bundled=True)
         source = sources.locate(path)
-        kind, config = sources.folder_kind(source)
+        kind, config = sources.folder_kind(source, name)
         if kind == "selfattn":
-            return cls._from_checkpoint(*checkpoint.load_checkpoint(source.folder)[:2], name=source.name)
-        return cls._from_transformers(source, config)
+            model, tokenizer = checkpoint.load_checkpoint(source.folder)[:2]
+            return cls._from_checkpoint(model.to(getattr(torch, name)), tokenizer, name=source.name)
+        return cls._from_transformers(source, config, getattr(torch, name))
 
     @classmethod
     def from_transformers(cls, model: torch.nn.Module, tokenizer, *, name: str | None = None) -> Explainer:
@@ -132,10 +138,10 @@ class Explainer:
         )
 
     @classmethod
-    def _from_transformers(cls, source: sources.Source, config: dict) -> Explainer:
+    def _from_transformers(cls, source: sources.Source, config: dict, dtype: torch.dtype) -> Explainer:
         from . import loaders
 
-        return cls(**loaders.load(source, config))
+        return cls(**loaders.load(source, config, dtype))
 
     def pieces_of(self, text: str) -> tuple[list[str], torch.Tensor, dict, P.Pieces]:
         """(token labels, ids (L,), extra model kwargs, pieces) of `text` as this explainer cuts it."""
@@ -357,3 +363,15 @@ def check_tokens(text: str, cut: tuple, name: str) -> tuple:
     if len(cut[1]) == 0:
         raise ValueError(f"{name}'s tokenizer turns the text {text[:80]!r} into no tokens at all: nothing to explain")
     return cut
+
+
+def dtype_name(dtype: str | torch.dtype | None) -> str:
+    """The name (a key of `limits.DTYPE_BYTES`) of the dtype a model is to be loaded in: "float32" for None; a
+    torch.dtype or a name not among them is refused, naming it."""
+    from ..limits import check_dtype
+
+    if dtype is None:
+        return "float32"
+    if isinstance(dtype, torch.dtype):
+        dtype = str(dtype).removeprefix("torch.")
+    return check_dtype(dtype)

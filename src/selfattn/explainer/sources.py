@@ -129,11 +129,12 @@ def _snapshot(repo_id: str) -> Path:
     return Path(path)
 
 
-def folder_kind(source: Source | Path) -> tuple[str, dict]:
-    """("selfattn" or the transformers model_type, the config as a dict) of a model, its sizes checked."""
+def folder_kind(source: Source | Path, dtype: str = "float32") -> tuple[str, dict]:
+    """("selfattn" or the transformers model_type, the config as a dict) of a model, its sizes checked (the
+    parameter budget counting `dtype`'s bytes, the dtype it is to be loaded in)."""
     source = source if isinstance(source, Source) else Source(Path(source), Path(source).name)
     if source.gguf is not None:
-        data = gguf_config(source.folder / source.gguf)
+        data = gguf_config(source.folder / source.gguf, dtype)
         return str(data.get("model_type")), data
     folder = source.folder
     config_path = folder / "config.json"
@@ -150,7 +151,7 @@ def folder_kind(source: Source | Path) -> tuple[str, dict]:
     kind = data.get("model_type")
     if not isinstance(kind, str) or not kind:
         raise ValueError(f"{config_path} names no model_type: neither a selfattn checkpoint nor a transformers model")
-    check_config(data, config_path)
+    check_config(data, config_path, dtype)
     full = _with_defaults(kind, data, config_path)
     architecture(full)  # an encoder–decoder is refused before its weights are looked at
     check_weights(folder)
@@ -188,14 +189,21 @@ def _validation_reason(e: Exception) -> str:
     return " ".join(str(cause).split())[:300]
 
 
-def gguf_config(path: Path) -> dict:
+def gguf_config(path: Path, dtype: str = "float32") -> dict:
     """The transformers config of a GGUF file, read from its metadata only (transformers' GGUF reader, no
-    tensor is read or dequantized), its sizes checked (`check_config`)."""
+    tensor is read or dequantized) or from the cache of this file's weights (`gguf_cache.cached_config`), its
+    sizes checked (`check_config`)."""
     open_regular(path, what="GGUF file").close()
     try:
         import transformers
     except ImportError:
         raise ValueError(f"{path} is a GGUF file; reading it needs the `transformers` and `gguf` packages") from None
+    from . import gguf_cache
+
+    cached = gguf_cache.cached_config(path)
+    if cached is not None:
+        check_config(cached, path, dtype)
+        return cached
     try:
         config = transformers.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
     except ImportError as e:
@@ -207,7 +215,7 @@ def gguf_config(path: Path) -> dict:
     except _invalid_config() as e:
         raise ValueError(f"{path}: {_validation_reason(e)}") from None
     data = config.to_dict()
-    check_config(data, path)
+    check_config(data, path, dtype)
     return data
 
 
@@ -220,10 +228,11 @@ def check_weights(folder: Path) -> None:
     raise FileNotFoundError(f"{folder} has no *.safetensors weights{hint}")
 
 
-def check_config(config: dict, source: Path) -> None:
+def check_config(config: dict, source: Path, dtype: str = "float32") -> None:
     """Refuse a config whose sizes could not be built: each field against LIMITS, and the estimated
     parameter count against the one budget (`limits.check_parameters`: MAX_PARAMETERS, and what the
-    machine's available memory holds), before anything is allocated; and every number (`check_numbers`).
+    machine's available memory holds at `dtype`'s bytes), before anything is allocated; and every number
+    (`check_numbers`).
     Configs nest a text config in some models: checked too."""
     check_numbers(config, source)
     for name, limit in LIMITS.items():
@@ -241,10 +250,10 @@ def check_config(config: dict, source: Path) -> None:
     ff = config.get("intermediate_size") or config.get("n_inner") or config.get("hidden_dim") or 4 * width
     vocab = config.get("vocab_size") or 0
     estimate = layers * (4 * width * width + 3 * width * ff) + 2 * vocab * width
-    check_parameters(estimate, str(source), "num_hidden_layers × hidden_size × …")
+    check_parameters(estimate, str(source), "num_hidden_layers × hidden_size × …", dtype=dtype)
     text = config.get("text_config")
     if isinstance(text, dict):
-        check_config(text, source)
+        check_config(text, source, dtype)
 
 
 def check_numbers(config: dict | list, source: Path, within: str = "") -> None:

@@ -34,6 +34,7 @@ import torch
 
 from ...functional import intercept
 from ...kernels.base import Result
+from ...limits import batch_rows
 
 __all__ = [
     "head_outputs",
@@ -173,37 +174,74 @@ def _share(ld: torch.Tensor, clean_ld: float, corrupted_ld: float) -> torch.Tens
 
 
 def patch_heads(model, clean: torch.Tensor, corrupted: torch.Tensor, target: int, foil: int) -> Patching:
-    """Each head's output patched from the clean run into the corrupted one (one batch per layer)."""
+    """Each head's output patched from the clean run into the corrupted one: one prompt per (layer, head), run in
+    batches of many prompts (`_batches`)."""
     _check_pair(clean, corrupted)
     clean_logits, clean_outs = head_outputs(model, clean)
     corrupted_logits, _ = head_outputs(model, corrupted)
     clean_ld, corrupted_ld = float(_ld(clean_logits, target, foil)), float(_ld(corrupted_logits, target, foil))
-    rows = []
-    for l, out in enumerate(clean_outs):
-        batch = corrupted.expand(out.shape[1], -1)  # batch row b: the corrupted prompt with head b patched
-        rows.append(_ld(_patched_layer(model, batch, l, out[0]), target, foil))
-    recovered = _share(torch.stack(rows), clean_ld, corrupted_ld)
+    n_heads = clean_outs[0].shape[1]
+    plan = [(l, h) for l in range(len(clean_outs)) for h in range(n_heads)]
+    L, Dv = clean.shape[1], clean_outs[0].shape[-1]
+    lds = torch.empty(len(plan), dtype=torch.float64)
+    for rows in _batches(len(plan), _row_bytes(clean_logits, L, n_heads * Dv, n_heads)):
+        chunk = plan[rows]
+        where = _rows_by_layer(chunk)
+        seen = 0
+
+        def patch(request, compute, where=where):
+            nonlocal seen
+            result = compute(request)
+            here = where.get(seen)
+            seen += 1
+            if here is None:
+                return result
+            out = result.output.clone()
+            index, heads = here
+            out[index, heads] = clean_outs[seen - 1][0, heads].to(out.dtype)  # row b takes its head's clean output
+            return Result(out, result.weights, result.lse)
+
+        with torch.no_grad(), intercept(patch):
+            lds[rows] = _ld(_last_logits(model, corrupted.expand(len(chunk), -1)), target, foil)
+    recovered = _share(lds.reshape(len(clean_outs), n_heads), clean_ld, corrupted_ld)
     return Patching(clean_ld, corrupted_ld, recovered)
 
 
-def _patched_layer(model, batch: torch.Tensor, layer: int, clean: torch.Tensor) -> torch.Tensor:
-    """LD of each batch row b with head b of `layer` replaced by `clean[b]` (clean: (Hq, L, Dv))."""
-    seen = 0
+ACTIVATION_WIDTHS = 16
+"""Widths of the residual stream one prompt's pass holds at once per token, at most (the residual, its norm, Q, K,
+V, the attention output and an MLP about 3× wider, with temporaries): what a batch is sized by."""
 
-    def patch(request, compute):
-        nonlocal seen
-        result = compute(request)
-        here = seen == layer
-        seen += 1
-        if not here:
-            return result
-        out = result.output.clone()
-        heads = torch.arange(out.shape[0])
-        out[heads, heads] = clean.to(out.dtype)
-        return Result(out, result.weights, result.lse)
 
-    with torch.no_grad(), intercept(patch):
-        return _logits(model(batch))
+def _row_bytes(logits: torch.Tensor, L: int, width: int, n_heads: int) -> int:
+    """Bytes one prompt of L tokens takes in a pass, about: its activations (`ACTIVATION_WIDTHS` × width per
+    token), one head's L × L weights per head, and the last position's logits, in float32."""
+    return 4 * (L * ACTIVATION_WIDTHS * width + 2 * n_heads * L * L + logits.shape[-1])
+
+
+def _batches(n: int, row_bytes: int) -> list[slice]:
+    """`n` prompts cut into batches of at most `limits.batch_rows(row_bytes)` (the memory budget)."""
+    size = batch_rows(row_bytes)
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def _rows_by_layer(chunk: list[tuple[int, int]]) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """layer → (the batch rows that patch it, which head or position each patches)."""
+    found: dict[int, tuple[list[int], list[int]]] = {}
+    for row, (layer, at) in enumerate(chunk):
+        rows, ats = found.setdefault(layer, ([], []))
+        rows.append(row)
+        ats.append(at)
+    return {l: (torch.tensor(rows), torch.tensor(ats)) for l, (rows, ats) in found.items()}
+
+
+def _last_logits(model, ids: torch.Tensor) -> torch.Tensor:
+    """The logits of the last position, (B, 1, V): a transformers model is asked for that row only
+    (`logits_to_keep=1`: its vocabulary-wide head runs on one position instead of L)."""
+    import inspect
+
+    keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+    logits = _logits(model(ids, logits_to_keep=1) if keep else model(ids))
+    return logits[:, -1:]
 
 
 def blocks_of(model: torch.nn.Module, n_layers: int) -> torch.nn.ModuleList:
@@ -216,30 +254,45 @@ def blocks_of(model: torch.nn.Module, n_layers: int) -> torch.nn.ModuleList:
 
 
 def patch_residual(model, clean: torch.Tensor, corrupted: torch.Tensor, target: int, foil: int) -> Patching:
-    """Each layer's residual output at each position patched from the clean run (one batch per layer)."""
+    """Each layer's residual output at each position patched from the clean run: one prompt per (layer, position),
+    run in batches of many prompts (`_batches`). Where the clean residual is the corrupted one bit for bit (the
+    positions before the first changed token, in a causal model), the patch changes nothing: that prompt is the
+    corrupted run, its share 0, and it is not run."""
     _check_pair(clean, corrupted)
-    clean_logits, outs = head_outputs(model, clean)
-    corrupted_logits, _ = head_outputs(model, corrupted)
+    clean_logits, outs, stored = _with_residuals(model, clean)
+    corrupted_logits, _, plain = _with_residuals(model, corrupted)
     clean_ld, corrupted_ld = float(_ld(clean_logits, target, foil)), float(_ld(corrupted_logits, target, foil))
     blocks = blocks_of(model, len(outs))
     L = clean.shape[1]
-    stored: list[torch.Tensor] = []
-    with _on_blocks(blocks, lambda l, o: stored.append(_first(o).detach().clone())), torch.no_grad():
-        model(clean)
-    rows = []
-    positions = torch.arange(L)
-    for layer in range(len(blocks)):
+    plan = [(l, p) for l in range(len(blocks)) for p in range(L) if not torch.equal(stored[l][0, p], plain[l][0, p])]
+    lds = torch.full((len(blocks) * L,), corrupted_ld, dtype=torch.float64)
+    width = stored[0].shape[-1]
+    for rows in _batches(len(plan), _row_bytes(clean_logits, L, width, outs[0].shape[1])):
+        chunk = plan[rows]
+        where = _rows_by_layer(chunk)
 
-        def replace(l, o, layer=layer):
-            if l != layer:
+        def replace(l, o, where=where):
+            here = where.get(l)
+            if here is None:
                 return None
+            index, positions = here
             hidden = _first(o).clone()
-            hidden[positions, positions] = stored[l][0].to(hidden.dtype)  # row p takes position p
+            hidden[index, positions] = stored[l][0, positions].to(hidden.dtype)  # row b takes its position's
             return (hidden, *o[1:]) if isinstance(o, tuple) else hidden
 
         with _on_blocks(blocks, replace), torch.no_grad():
-            rows.append(_ld(_logits(model(corrupted.expand(L, -1))), target, foil))
-    return Patching(clean_ld, corrupted_ld, _share(torch.stack(rows), clean_ld, corrupted_ld))
+            got = _ld(_last_logits(model, corrupted.expand(len(chunk), -1)), target, foil)
+        lds[torch.tensor([l * L + p for l, p in chunk])] = got
+    return Patching(clean_ld, corrupted_ld, _share(lds.reshape(len(blocks), L), clean_ld, corrupted_ld))
+
+
+def _with_residuals(model, ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    """One run: (logits, per layer the attention output (`head_outputs`), per layer the block's output (1, L, D))."""
+    residuals: list[torch.Tensor] = []
+    n_layers = len(head_outputs(model, ids[:, :1])[1])  # how many layers: a one-token run
+    with _on_blocks(blocks_of(model, n_layers), lambda l, o: residuals.append(_first(o).detach().clone())):
+        logits, outs = head_outputs(model, ids)
+    return logits, outs, residuals
 
 
 _OWNER: contextvars.ContextVar[object | None] = contextvars.ContextVar("selfattn_block_hooks", default=None)
