@@ -11,7 +11,7 @@ import pytest
 
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import packing, report, schema, schema_check
+from selfattn.explainer.views import packing, page_schema, report, schema, schema_check
 from tests.explainer import sink_model
 from tests.explainer.tiny import tiny_explainer
 from tests.hf import models
@@ -53,7 +53,7 @@ KINDS = ("default", "tiny", "bare", "minilm", "llama", "gemma2", "gpt2", "bert",
 def _valid(doc: dict, what: str) -> None:
     assert doc["schema"] == schema.SCHEMA_VERSION
     assert schema_check.validate(doc) == [], what
-    assert schema_check.validate(packing.pack(doc), schema.PageDoc) == [], f"{what}, packed"
+    assert schema_check.validate(packing.pack(doc), page_schema.PageDoc) == [], f"{what}, packed"
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -210,7 +210,7 @@ def _schema_tree(schema_type) -> dict:
     return tree
 
 
-def unknown_reads(reads: dict[str, set[tuple[str, ...]]], schema_type=schema.PageDoc) -> list[str]:
+def unknown_reads(reads: dict[str, set[tuple[str, ...]]], schema_type=page_schema.PageDoc) -> list[str]:
     """The reads no schema path matches: "render/x.js: doc.model.nope"."""
     tree = _schema_tree(schema_type)
 

@@ -1,4 +1,4 @@
-"""The export dict's schema, written once: `Doc` and the TypedDicts it nests (`PageDoc`: as the page holds it).
+"""The export dict's schema, written once: `Doc` and the TypedDicts it nests (as the page holds it: `page_schema`).
 
     doc["schema"] == SCHEMA_VERSION      every export says which schema it follows (`export.to_dict`)
     schema_check.validate(doc)           [] or the problems: "doc.layers[0].heads[1].q: expected list, got str"
@@ -18,7 +18,7 @@ from typing_extensions import NotRequired  # typing has it from Python 3.11; the
 
 from ...scores import PerHeadValues
 
-__all__ = ["SCHEMA_VERSION", "Doc", "PageDoc", "EXTRA", "OPAQUE"]
+__all__ = ["SCHEMA_VERSION", "Doc", "EXTRA"]
 
 SCHEMA_VERSION = 2
 """Raised when a key is renamed, removed or changes its type (a new optional key leaves it)."""
@@ -481,73 +481,3 @@ class Doc(TypedDict):
     ablation: NotRequired[Ablation]
     patching: NotRequired[Patching]
     lens: NotRequired[Lens]
-
-
-# --- the doc as the page reads it: `packing.pack(doc)` ---------------------------------------------------
-
-
-class PageArray(TypedDict):
-    """One array packed for the page (`packing._encode`): byte planes, zlib, base64; digits: fixed point."""
-
-    dtype: Literal["f32", "f64", "u16", "u32", "i32", "bits"]
-    shape: list[int]
-    b64: str
-    digits: NotRequired[int]
-
-
-class PageHead(TypedDict):
-    """A head as the page holds it: Q/K/V/lse packed, and what the page shows computed by Python."""
-
-    kv_head: int
-    q: PageArray
-    k: PageArray
-    v: PageArray
-    lse: PageArray
-    weights: PageArray
-    keys: PageArray
-    key_stages: PageArray
-    key_weights: PageArray
-    weighted: PageArray
-    sums: PageArray
-    sink: NotRequired[PageArray]
-    scale: NotRequired[Num]
-    softcap: NotRequired[Num | None]
-    causal: NotRequired[bool]
-    visible: NotRequired[PageArray]
-
-
-class PageLayer(PerHeadValues):
-    scale: Num
-    causal: bool
-    softcap: Num | None
-    window: int | list[int] | None
-    omitted: NotRequired[bool]
-    visible: NotRequired[PageArray]
-    x: NotRequired[PageArray]
-    attn_out: NotRequired[PageArray]
-    output: NotRequired[PageArray]
-    heads: NotRequired[list[PageHead]]
-    types: NotRequired[list[str | None]]
-
-
-class ScaleWords(TypedDict):
-    stage: Words
-    row: Words
-    how: Words
-
-
-class ShownKeys(TypedDict):
-    all_up_to: int
-    top: int
-
-
-class PageDoc(Doc):
-    """`packing.pack(doc)`: the doc with its layers packed (PageLayer) and the page's words and limits."""
-
-    layers: list[PageLayer]  # type: ignore[misc]  # the packed layers replace the export's
-    scale_words: ScaleWords
-    shown_keys: ShownKeys
-
-
-OPAQUE = (PageArray, Packed)
-"""Types the page reads through its own decoder (data.js): their fields are the decoder's, not the doc's."""

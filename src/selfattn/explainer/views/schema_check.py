@@ -10,7 +10,8 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from .schema import EXTRA, OPAQUE, Doc
+from .page_schema import OPAQUE
+from .schema import EXTRA, Doc
 
 __all__ = ["validate", "check", "paths"]
 
