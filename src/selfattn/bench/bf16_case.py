@@ -13,12 +13,9 @@ peak = VmHWM during the call). The target of issue 26: explain's peak ≤ TARGET
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import time
 
-from .explain_case import INIT_STD, WARM_UP, _best, _tokenizer_and_text
+from .explain_case import WARM_UP, _best, _model, _tokenizer_and_text, eager_call, measure_in_child, timed_peak
 
 __all__ = ["run_bf16_case", "render_bf16", "child_main", "QWEN_3B", "TARGET_RATIO", "MODES"]
 
@@ -63,72 +60,21 @@ def run_bf16_case(quick: bool = False, *, rounds: int = 1) -> dict:
 
 
 def _measure(spec: dict) -> dict:
-    if not os.path.exists("/proc/self/clear_refs"):
-        return {"mode": spec["mode"], "error": "needs Linux /proc/self/clear_refs"}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    code = "from selfattn.bench.bf16_case import child_main; child_main()"
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code, json.dumps(spec)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=CHILD_TIMEOUT_SECONDS,
-        )
-    except subprocess.TimeoutExpired:
-        return {"mode": spec["mode"], "error": f"timed out after {CHILD_TIMEOUT_SECONDS} s"}
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"mode": spec["mode"], "error": f"measuring process failed: {tail}"}
-    return json.loads(lines[-1])
-
-
-def _model(config: dict, attn: str):
-    """The configuration with random bfloat16 weights (one seed), built in bfloat16, attention `attn`."""
-    import torch
-    import transformers
-    from transformers.initialization import no_init_weights
-
-    from .. import hf
-
-    hf.register()
-    torch.manual_seed(0)
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)  # allocated in bfloat16: a float32 copy would double the peak
-    try:
-        with no_init_weights():
-            model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**config, dtype="bfloat16"))
-    finally:
-        torch.set_default_dtype(default)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, INIT_STD)
-            else:
-                p.fill_(1.0 if "norm" in name else 0.0)
-    model.set_attn_implementation(attn)
-    return model.eval()
+    return measure_in_child(spec, "bf16_case", CHILD_TIMEOUT_SECONDS)
 
 
 def child_main() -> None:
     """A measuring process: argv[1] is the JSON spec; prints one JSON line."""
     import torch
 
-    from .memory import _status_kib, peak_extra_bytes
-
     spec = json.loads(sys.argv[1])
     config, length = (QUICK, QUICK_LENGTH) if spec["quick"] else (QWEN_3B, LENGTH)
     tok, text = _tokenizer_and_text(length)
     mode = spec["mode"]
-    model = _model(config, "eager" if mode == "eager" else "selfattn")
+    model = _model(config, "eager" if mode == "eager" else "selfattn", dtype=torch.bfloat16)
     ids = tok(text, return_tensors="pt")["input_ids"]
     if mode == "eager":
-
-        def call(n=None):
-            with torch.no_grad():
-                out = model(ids[:, :n] if n else ids, output_attentions=True, use_cache=False)
-            return out.logits, out.attentions
+        call = eager_call(model, ids)
     else:
         from ..explainer.session import Explainer
 
@@ -138,28 +84,10 @@ def child_main() -> None:
             return ex.explain(text if n is None else text[: n * 4])
 
     call(WARM_UP)
-    box = {}
-
-    def timed():
-        start = time.perf_counter()
-        box["out"] = call()
-        box["seconds"] = time.perf_counter() - start
-
-    before = _status_kib("VmRSS") * 1024
-    _, extra = peak_extra_bytes(timed)
+    _, seconds, peak, extra = timed_peak(call)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    print(
-        json.dumps(
-            {
-                "mode": mode,
-                "dtype": dtype,
-                "tokens": int(ids.shape[1]),
-                "seconds": box["seconds"],
-                "peak_bytes": before + extra,
-                "extra_bytes": extra,
-            }
-        )
-    )
+    row = {"mode": mode, "dtype": dtype, "tokens": int(ids.shape[1]), "seconds": seconds}
+    print(json.dumps(row | {"peak_bytes": peak, "extra_bytes": extra}))
 
 
 def render_bf16(result: dict, console) -> None:

@@ -108,20 +108,26 @@ def _best(mode: str, measured: list[dict]) -> dict:
 
 
 def _measure(spec: dict) -> dict:
+    return measure_in_child(spec, "explain_case", CHILD_TIMEOUT_SECONDS)
+
+
+def measure_in_child(spec: dict, case: str, timeout: float) -> dict:
+    """Run `selfattn.bench.<case>.child_main` in a fresh process on the JSON `spec`; its one JSON line, or
+    {"mode", "error"} saying why there is none."""
     if not os.path.exists("/proc/self/clear_refs"):
         return {"mode": spec["mode"], "error": "needs Linux /proc/self/clear_refs"}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    code = "from selfattn.bench.explain_case import child_main; child_main()"
+    code = f"from selfattn.bench.{case} import child_main; child_main()"
     try:
         done = subprocess.run(
             [sys.executable, "-c", code, json.dumps(spec)],
             capture_output=True,
             text=True,
             env=env,
-            timeout=CHILD_TIMEOUT_SECONDS,
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired:
-        return {"mode": spec["mode"], "error": f"timed out after {CHILD_TIMEOUT_SECONDS} s"}
+        return {"mode": spec["mode"], "error": f"timed out after {timeout} s"}
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -129,19 +135,26 @@ def _measure(spec: dict) -> dict:
     return json.loads(lines[-1])
 
 
-def _model(config: dict, attn: str):
-    """The configuration with random weights (one seed: the same in every process), attention `attn`."""
+def _model(config: dict, attn: str, dtype=None):
+    """The configuration with random weights (one seed: the same in every process), attention `attn`;
+    `dtype` (a torch dtype): allocated in it from the start (a float32 copy first would double the peak)."""
     import torch
     import transformers
+    from transformers.initialization import no_init_weights
 
     from .. import hf
 
     hf.register()
     torch.manual_seed(0)
-    from transformers.initialization import no_init_weights
-
-    with no_init_weights():
-        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**config))
+    default = torch.get_default_dtype()
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    try:
+        with no_init_weights():
+            given = config if dtype is None else dict(config, dtype=str(dtype).removeprefix("torch."))
+            model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**given))
+    finally:
+        torch.set_default_dtype(default)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() > 1:
@@ -150,6 +163,35 @@ def _model(config: dict, attn: str):
                 p.fill_(1.0 if "norm" in name else 0.0)
     model.set_attn_implementation(attn)
     return model.eval()
+
+
+def eager_call(model, ids):
+    """transformers' own attention weights of `ids` (its first n tokens: call(n)), every layer × head."""
+    import torch
+
+    def call(n=None):
+        with torch.no_grad():
+            out = model(ids[:, :n] if n else ids, output_attentions=True, use_cache=False)
+        return out.logits, out.attentions
+
+    return call
+
+
+def timed_peak(call) -> tuple[object, float, int, int]:
+    """(what call() returns, its seconds, the peak resident bytes during it, the part above the resident
+    bytes before it), by `memory.peak_extra_bytes`."""
+    from .memory import _status_kib, peak_extra_bytes
+
+    box: dict = {}
+
+    def timed():
+        start = time.perf_counter()
+        box["out"] = call()
+        box["seconds"] = time.perf_counter() - start
+
+    before = _status_kib("VmRSS") * 1024
+    _, extra = peak_extra_bytes(timed)
+    return box["out"], box["seconds"], before + extra, extra
 
 
 def _tokenizer_and_text(length: int):
@@ -169,8 +211,6 @@ def child_main() -> None:
     """Entry point of a measuring process: argv[1] is the JSON spec; prints one JSON line."""
     import torch
 
-    from .memory import _status_kib, peak_extra_bytes
-
     spec = json.loads(sys.argv[1])
     torch.set_num_threads(spec["threads"])
     config, length = (QUICK, QUICK_LENGTH) if spec["quick"] else (QWEN_05B, LENGTH)
@@ -180,11 +220,7 @@ def child_main() -> None:
     ids = tok(text, return_tensors="pt")["input_ids"]
     render = None
     if mode == "eager":
-
-        def call(n=None):
-            with torch.no_grad():
-                out = model(ids[:, :n] if n else ids, output_attentions=True, use_cache=False)
-            return out.logits, out.attentions
+        call = eager_call(model, ids)
     else:
         from rich.console import Console
 
@@ -204,27 +240,13 @@ def child_main() -> None:
         render(call(WARM_UP))
     else:
         call(WARM_UP)
-    box = {}
-
-    def timed():
-        start = time.perf_counter()
-        box["out"] = call()
-        box["seconds"] = time.perf_counter() - start
-
-    before = _status_kib("VmRSS") * 1024
-    _, extra = peak_extra_bytes(timed)
-    row = {
-        "mode": mode,
-        "tokens": int(ids.shape[1]),
-        "seconds": box["seconds"],
-        "peak_bytes": before + extra,
-        "extra_bytes": extra,
-    }
+    out, seconds, peak, extra = timed_peak(call)
+    row = {"mode": mode, "tokens": int(ids.shape[1]), "seconds": seconds, "peak_bytes": peak, "extra_bytes": extra}
     if render is not None:
         start = time.perf_counter()
-        render(box["out"])
+        render(out)
         row["tables_seconds"] = time.perf_counter() - start
-        row["json_bytes"] = len(json.dumps(box["out"], ensure_ascii=False, allow_nan=False).encode())
+        row["json_bytes"] = len(json.dumps(out, ensure_ascii=False, allow_nan=False).encode())
     print(json.dumps(row))
 
 
