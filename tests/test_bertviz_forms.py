@@ -84,17 +84,37 @@ def test_the_readme_model_view_forms(attention):
     )
 
 
+def test_include_layers_draws_those_layers_under_their_own_numbers(attention):
+    """bertviz's include_layers=[1, 2]: the page holds layers 1 and 2 (not 0), numbered 1 and 2, and opens on
+    the last of them, as bertviz's head_view does; what the page draws of them: test_notebook, in Chromium."""
+    import json
+    import re
+
+    def data(view) -> dict:
+        block = re.search(r'<script type="application/json" id="selfattn-data">(.*?)</script>', view.html, re.S)
+        return json.loads(block.group(1))
+
+    some = data(selfattn.head_view(attention, TOKENS, include_layers=[2, 1]))
+    every = data(selfattn.head_view(attention, TOKENS))
+    assert some["layer_numbers"] == [1, 2] and every["layer_numbers"] == [0, 1, 2]
+    assert some["start"]["layer"] == 2 == every["start"]["layer"]
+    assert some["weights"]["shape"][0] == 2
+    only = torch.stack([a[0] for a in attention[1:]])  # layers 1-2, as given directly
+    assert some["weights"]["b64"] == data(selfattn.head_view(only, TOKENS))["weights"]["b64"]
+
+
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda a: selfattn.head_view(a, TOKENS, include_layers=[1, 2]), r"include_layers=\[1, 2\].*list\(range"),
+        (lambda a: selfattn.head_view(a, TOKENS, include_layers=[1, 2], layer=0), r"layer 0 is not among.*\[1, 2\]"),
+        (lambda a: selfattn.head_view(a, TOKENS, include_layers=[1, 3]), r"include_layers must hold .*\[0, 2\]"),
         (lambda a: selfattn.model_view(a, TOKENS, include_heads=[3]), r"include_heads=\[3\]"),
         (lambda a: selfattn.head_view(a, TOKENS, heads=[0, 4]), r"heads must hold head indices in \[0, 3\]"),
         (lambda a: selfattn.head_view(a, TOKENS, heads=[1], head=1), "not both"),
         (lambda a: selfattn.head_view(a, TOKENS, html_action="show"), "html_action must be 'view' or 'return'"),
         (lambda a: selfattn.model_view(a, TOKENS, display_mode="blue"), "display_mode must be"),
         (lambda a: selfattn.head_view(a, TOKENS, sentence_b_start=7), r"sentence_b_start must be in \[1, 6\]"),
-        (lambda a: selfattn.head_view(a, TOKENS, layer=3), r"layer must be in \[0, 2\]"),
+        (lambda a: selfattn.head_view(a, TOKENS, layer=3), r"layer 3 is not among the layers drawn.*\[0, 1, 2\]"),
         (
             lambda a: selfattn.model_view(
                 encoder_attention=a,

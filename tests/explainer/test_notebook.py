@@ -319,6 +319,32 @@ def test_bertviz_heads_draw_those_heads_and_lang_picks_the_page_language(watched
     assert_offline(watched)
 
 
+def test_include_layers_are_shown_and_linked_under_their_own_numbers(watched):
+    """bertviz's include_layers=[1, 3] of 4 layers: the menu, the head view's title, the model view's rows and
+    the URL hash name layers 1 and 3, and each draws that layer's weights (lines and thumbnails)."""
+    torch.manual_seed(1)
+    w = torch.softmax(torch.randn(4, 2, 5, 5) * 3, -1).double()  # (layers, heads, L, L)
+    tokens = ["the", "cat", "sat", "on", "it"]
+    frame = framed(watched, selfattn.head_view(w, tokens, include_layers=[1, 3])._repr_html_())
+    assert frame.eval_on_selector_all("#layer option", "os => os.map(o => o.textContent)") == ["1", "3"]
+    assert frame.eval_on_selector("#app", "a => a.dataset.hash") == "#view=head&layer=3&head=0&query=0"
+    assert_head_view(frame, {h: w[3, h].numpy() for h in range(2)})
+    frame.select_option("#layer", label="1")
+    frame.wait_for_function("document.querySelector('#app').dataset.layer === '1'")
+    assert_head_view(frame, {h: w[1, h].numpy() for h in range(2)})
+    frame.click("[data-testid=view-btn-model]")
+    rows = frame.eval_on_selector_all(".mv-grid tr th:first-child", "ths => ths.map(t => t.textContent)")
+    assert [r for r in rows if r] == ["layer 1", "layer 3"]
+    for (l, h), px in thumbnail_pixels(frame).items():  # l: the row drawn, 0 and 1
+        want = w[(1, 3)[l], h].numpy()
+        np.testing.assert_allclose(px, expected_colours(want, np.ones_like(want, dtype=bool)), atol=1)
+    frame.click("[data-testid=mv-thumb][data-layer='1'][data-head='1']")
+    frame.wait_for_function("document.querySelector('#app').dataset.view === 'head'")
+    assert frame.eval_on_selector("#app", "a => a.dataset.hash") == "#view=head&layer=3&head=1&query=0"
+    assert_head_view(frame, {1: w[3, 1].numpy()})
+    assert_offline(watched)
+
+
 # --- the example notebook, in a real kernel ----------------------------------------------------
 
 

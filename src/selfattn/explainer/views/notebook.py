@@ -116,17 +116,23 @@ def head_view(
                       heads, `heads=[h]` (or `head=h`) that one alone, highlighted
     encoder_attention, encoder_tokens  an encoder's self-attention, as `attention`, `tokens`
     decoder_attention, cross_attention  encoder–decoder models: not drawn here (a ValueError says so)
-    include_layers    the layers to draw: every layer, or the first n (range(n)), whose numbers the page keeps
+    include_layers    the layers to draw (bertviz: their indices, e.g. [5, 6]; default every layer), shown and
+                      linked under the model's own numbers; `layer` is one of them
     html_action       "view" or "return" (`HTML_ACTIONS`)
     lang              the page's language first, "zh" or "en" (default: Chinese when a token holds a
                       Chinese character, else English); a button on the page switches it"""
     given = locals()
     weights, tokens = _bertviz_input(**{name: given[name] for name in BERTVIZ_INPUT})
-    weights = weights[: _prefix("include_layers", include_layers, weights.shape[0])]
-    start = {"view": "head", "layer": weights.shape[0] - 1 if layer is None else layer}
+    numbers = _layers(include_layers, weights.shape[0])
+    weights = weights[numbers]
+    if layer is not None and layer not in numbers:
+        raise ValueError(f"layer {layer!r} is not among the layers drawn (include_layers): {numbers}")
+    start = {"view": "head", "layer": numbers[-1] if layer is None else layer}
     start |= _heads(heads, head, weights.shape[1])
     _check_start(start, weights.shape)
-    return Inline(report.render_attention(weights, tokens, start=start, lang=_lang(lang, tokens)))
+    return Inline(
+        report.render_attention(weights, tokens, start=start, lang=_lang(lang, tokens), layer_numbers=numbers)
+    )
 
 
 def model_view(
@@ -148,16 +154,19 @@ def model_view(
 ) -> Inline:
     """bertviz's model view: every layer × head as a small heatmap, click one to open its head view.
 
-    The arguments and their order are bertviz's `model_view` (see `head_view`); include_heads, like
-    include_layers, is every head or the first n. display_mode ("dark" or "light") is checked, not applied:
-    the page has one colour scheme. lang as in `head_view`."""
+    The arguments and their order are bertviz's `model_view` (see `head_view`); include_layers as in
+    `head_view`; include_heads is every head or the first n. display_mode ("dark" or "light") is checked, not
+    applied: the page has one colour scheme. lang as in `head_view`."""
     if display_mode not in ("dark", "light"):
         raise ValueError(f"display_mode must be 'dark' or 'light', got {display_mode!r}")
     given = locals()
     weights, tokens = _bertviz_input(**{name: given[name] for name in BERTVIZ_INPUT})
-    weights = weights[: _prefix("include_layers", include_layers, weights.shape[0])]
-    weights = weights[:, : _prefix("include_heads", include_heads, weights.shape[1])]
-    return Inline(report.render_attention(weights, tokens, start={"view": "model"}, lang=_lang(lang, tokens)))
+    numbers = _layers(include_layers, weights.shape[0])
+    weights = weights[numbers][:, : _prefix("include_heads", include_heads, weights.shape[1])]
+    page = report.render_attention(
+        weights, tokens, start={"view": "model"}, lang=_lang(lang, tokens), layer_numbers=numbers
+    )
+    return Inline(page)
 
 
 BERTVIZ_INPUT = (
@@ -217,6 +226,20 @@ def _bertviz_input(
     if prettify_tokens:
         tokens = [t.replace("Ġ", " ").replace("▁", " ").replace("</w>", "") for t in tokens]
     return weights, tokens
+
+
+def _layers(chosen, n: int) -> list[int]:
+    """The layers bertviz's include_layers draws, in the model's order: every one of the n, or those listed."""
+    if chosen is None:
+        return list(range(n))
+    if isinstance(chosen, (str, bytes)) or not hasattr(chosen, "__iter__"):
+        raise TypeError(f"include_layers must be a list of layer indices, got {type(chosen).__name__}")
+    chosen = list(chosen)
+    if not chosen or not all(isinstance(i, int) and not isinstance(i, bool) for i in chosen):
+        raise ValueError(f"include_layers must be a non-empty list of layer indices, got {chosen!r}")
+    if not all(0 <= i < n for i in chosen):
+        raise ValueError(f"include_layers must hold layer indices in [0, {n - 1}], got {chosen!r}")
+    return sorted(set(chosen))
 
 
 def _prefix(name: str, chosen, n: int) -> int:
@@ -356,7 +379,7 @@ def _tokens(tokens, L: int) -> list[str]:
 
 
 def _check_start(start: dict, shape: tuple[int, ...]) -> None:
-    for name, n in (("layer", shape[0]), ("head", shape[1])):
+    for name, n in (("head", shape[1]),):
         value = start.get(name)
         if value is not None and not (isinstance(value, int) and 0 <= value < n):
             raise ValueError(f"{name} must be in [0, {n - 1}], got {value!r}")

@@ -97,7 +97,13 @@ def render_html(doc: dict, *, compare: dict | None = None, start: dict | None = 
 
 
 def render_attention(
-    weights, tokens: list[str], *, start: dict | None = None, causal: bool | None = None, lang: str = "zh"
+    weights,
+    tokens: list[str],
+    *,
+    start: dict | None = None,
+    causal: bool | None = None,
+    lang: str = "zh",
+    layer_numbers: list[int] | None = None,
 ) -> str:
     """The attention page: head view and model view of weights given directly.
 
@@ -106,6 +112,7 @@ def render_attention(
     start    as `check_start`, and "heads": the heads the head view draws first (a list)
     causal   whether the head types are measured as a decoder's (None: when no weight is above the diagonal)
     lang     the page's language first, "zh" or "en" (a button switches it)
+    layer_numbers  the model's number of each layer given (default 0, 1, …), shown and linked (start's layer too)
     """
     import numpy as np
 
@@ -125,7 +132,10 @@ def render_attention(
         "head_types": legend(),
         "start": _attention_start(start or {"view": "head"}),
         "lang": lang,
+        "layer_numbers": list(range(w.shape[0])) if layer_numbers is None else [int(n) for n in layer_numbers],
     }
+    if len(data["layer_numbers"]) != w.shape[0]:
+        raise ValueError(f"layer_numbers must name each of the {w.shape[0]} layers, got {layer_numbers!r}")
     return _page(data, live=False, page=ATTENTION_PAGE, entry=ATTENTION_ENTRY)
 
 

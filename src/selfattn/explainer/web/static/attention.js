@@ -15,7 +15,7 @@ import { renderModelView } from "./render/modelview.js";
 /** render name → draw(body, title, state, t): what this page can draw (no Q/K/V, so no stepper, one text). */
 const RENDERERS = {
   head: (body, title, state, t) => {
-    title.textContent = t("hv_title", { layer: state.layer });
+    title.textContent = t("hv_title", { layer: state.src.layerName(state.layer) });
     renderHeadView(body, state.src, { layer: state.layer, heads: state.heads, current: state.head }, t);
   },
   model: (body, title, state, t) => renderModelView(body, state.src, { layer: state.layer, head: state.head }, t),
@@ -31,20 +31,23 @@ function render(state) {
   const view = showViews(state.views, state.view, state.names, state.lang);
   const layerSelect = $("layer");
   if (layerSelect.options.length !== src.nLayers) {
-    layerSelect.replaceChildren(...Array.from({ length: src.nLayers }, (_, l) => new Option(String(l), String(l))));
+    layerSelect.replaceChildren(...Array.from({ length: src.nLayers }, (_, l) => new Option(String(src.layerName(l)), String(l))));
   }
   layerSelect.value = String(state.layer);
   RENDERERS[view.render]($(`${view.name}-body`), $(`${view.name}-title`), state, t);
-  Object.assign($("app").dataset, { view: state.view, layer: state.layer, head: state.head === null ? "" : state.head,
+  Object.assign($("app").dataset, { view: state.view, layer: src.layerName(state.layer), head: state.head === null ? "" : state.head,
     lang: state.lang });
-  writeHash({ view: state.view, layer: state.layer, head: state.head === null ? 0 : state.head, query: 0 }, $("app"));
+  writeHash({ view: state.view, layer: src.layerName(state.layer), head: state.head === null ? 0 : state.head, query: 0 },
+    $("app"));
   $("app").dataset.ready = "1";
 }
 
-/** Open what `want` names, where it exists: a head opens its layer with only that head drawn. */
+/** Open what `want` names, where it exists: a head opens its layer with only that head drawn. A layer is
+ * named by its number (`src.layerName`: the model's, where only some layers are drawn), in the hash too. */
 function apply(state, want) {
   if (want.view !== undefined && state.names.includes(want.view)) state.view = want.view;
-  if (want.layer !== undefined && want.layer < state.src.nLayers) state.layer = want.layer;
+  const l = want.layer === undefined ? -1 : state.src.layerIndex(want.layer);
+  if (l >= 0) state.layer = l;
   if (want.head !== undefined && want.head !== null && want.head < state.src.nHeads) {
     state.head = want.head;
     state.heads = new Set([want.head]);
@@ -74,7 +77,7 @@ function bind(state) {
       if (state.heads.has(h)) state.heads.delete(h);
       else state.heads.add(h);
     } else {
-      apply(state, { view: "head", layer: Number(b.dataset.layer), head: Number(b.dataset.head) });
+      apply(state, { view: "head", layer: state.src.layerName(Number(b.dataset.layer)), head: Number(b.dataset.head) });
     }
     render(state);
   });
@@ -84,7 +87,7 @@ function bind(state) {
 async function start() {
   const data = readPageData();
   const weights = await unpack(data.weights);
-  const src = arraySource(data.tokens, weights, data.types, data.head_types);
+  const src = arraySource(data.tokens, weights, data.types, data.head_types, data.layer_numbers);
   const names = viewNames(data.views, false);
   const state = { lang: data.lang === "en" ? "en" : "zh", texts: data.texts, src, views: data.views, names,
     view: names[0], layer: src.nLayers - 1, head: null, heads: new Set(Array.from({ length: src.nHeads }, (_, h) => h)) };

@@ -78,7 +78,7 @@ export function renderModelView(root, src, current, t) {
   let block = 1, mean = false;
   for (let l = 0; l < src.nLayers; l++) {
     const tr = el("tr");
-    tr.append(el("th", {}, t("layer_n", { layer: l })));
+    tr.append(el("th", {}, t("layer_n", { layer: src.layerName(l) })));
     for (let h = 0; h < src.nHeads; h++) {
       const td = el("td", { "data-layer": l, "data-head": h });
       if (!src.held(l) && !src.thumb(l, h)) {
@@ -93,7 +93,7 @@ export function renderModelView(root, src, current, t) {
       const held = src.held(l) ? "" : ` · ${t("mv_not_held")}`;
       const button = el("button", { type: "button", class: "mv-thumb", "data-testid": "mv-thumb", "data-layer": l,
         "data-head": h, "data-type": type || "", "data-held": src.held(l) ? "1" : "0",
-        title: `${t("mv_cell", { layer: l, head: h })} · ${type ? typeLabel(legend, type, t.lang) : t("mv_untyped")}${held}` });
+        title: `${t("mv_cell", { layer: src.layerName(l), head: h })} · ${type ? typeLabel(legend, type, t.lang) : t("mv_untyped")}${held}` });
       thumb.canvas.style.width = thumb.canvas.style.height = `${THUMB_PX}px`;
       thumb.canvas.dataset.testid = "mv-canvas";
       button.style.borderColor = (type && legend.colours[type]) || "transparent";
