@@ -38,6 +38,8 @@ EVERY_FEATURE = frozenset(FEATURES)
 
 __all__ = [
     "Request",
+    "streaming",
+    "SecondDerivativeRefused",
     "Result",
     "AttentionOutput",
     "Capabilities",
@@ -246,6 +248,38 @@ class Capabilities:
         if self.materialises_weights and r.weights_bytes > budget_bytes():
             lacking.append(("weights_bytes", over_budget(r, budget_bytes())))
         return [text if name not in self.notes else f"{text}; {self.notes[name]}" for name, text in lacking]
+
+
+class SecondDerivativeRefused(torch.autograd.Function):
+    """A kernel's backward as a Function of its own (what a create_graph=True backward records, under
+    torch.func transforms too), whose own derivative raises `refusal` by name: a subclass gives its forward
+    (the kernel's backward) and `refusal`."""
+
+    refusal = "double backward through this attention kernel is not supported: use backend='naive'"
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @classmethod
+    def backward(cls, ctx, *grads):
+        raise RuntimeError(cls.refusal)
+
+
+def streaming(*, notes: Mapping[str, str], **rest) -> Capabilities:
+    """The capabilities of a kernel that streams over key blocks with an online softmax (tiled, native, flex):
+    no weight matrix, the lse, softcap, no dropout, no gradient of the mask (each note saying what to use);
+    `rest` the others, `notes` its own sentences."""
+    lacking = {"dropout": "use backend='sdpa' or 'naive', or dropout_p=0", "mask_grad": "use backend='naive'"}
+    return Capabilities(
+        returns_weights=False,
+        returns_lse=True,
+        softcap=True,
+        dropout=False,
+        mask_grad=False,
+        notes=lacking | dict(notes),
+        **rest,
+    )
 
 
 class Backend:

@@ -33,7 +33,7 @@ import time
 import torch
 
 from ..scores import additive_in, constant_when_compiled
-from .base import EVERY_FEATURE, Backend, Capabilities, Cost, Request, Result, Work
+from .base import EVERY_FEATURE, Backend, Cost, Request, Result, Work, streaming
 from .cost import request_pairs
 from .notice import Notice, emit
 
@@ -124,18 +124,11 @@ class FlexBackend(Backend):
     """FlexAttention, compiled; `BACKENDS["flex"]` is `FlexBackend()`."""
 
     name = "flex"
-    capabilities = Capabilities(
-        returns_weights=False,
-        returns_lse=True,
-        softcap=True,
-        dropout=False,
-        mask_grad=False,
+    capabilities = streaming(
         features=EVERY_FEATURE - {"sinks"},
         notes={
             "sinks": "FlexAttention's softmax has no sink term; use backend='native', 'tiled' or 'naive'",
             "weights": "use backend='naive'",
-            "dropout": "use backend='sdpa' or 'naive', or dropout_p=0",
-            "mask_grad": "use backend='naive'",
         },
     )
     cost = Cost(work=_work, read_gbps=14.0, call_seconds=1.06e-3, backward_factor=3.7, busy_factor=1.0)

@@ -39,7 +39,7 @@ import torch
 from .. import checks
 from ..request import accumulate_dtype
 from ..scores import additive_in
-from .base import EVERY_FEATURE, Backend, Capabilities, Cost, Request, Result, Work
+from .base import EVERY_FEATURE, Backend, Cost, Request, Result, Work, streaming
 from .cost import request_pairs, visible_pairs
 from .native_build import build, build_dir, is_built, unavailable_reason
 from .native_op import TILE_ARGUMENTS, native_attention, unit_stride
@@ -195,18 +195,11 @@ class NativeBackend(Backend):
     """The compiled kernel; `BACKENDS["native"]` is `NativeBackend()`."""
 
     name = "native"
-    capabilities = Capabilities(
-        returns_weights=False,
-        returns_lse=True,
-        softcap=True,
-        dropout=False,
+    capabilities = streaming(
         devices=frozenset({"cpu"}),
-        mask_grad=False,
         features=EVERY_FEATURE,
         notes={
             "weights": "use backend='naive', or selfattn.attention_weights(q, k, lse, rows=...) for chosen rows",
-            "dropout": "use backend='sdpa' or 'naive', or dropout_p=0",
-            "mask_grad": "use backend='naive'",
             "device": "on a GPU use 'sdpa' or 'flex'",
         },
     )

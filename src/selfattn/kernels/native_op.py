@@ -29,7 +29,7 @@ from torch import Tensor
 
 from ..request import accumulate_dtype
 from ..scores import PER_HEAD, sink_grad
-from .base import looped_vmap, softmax_delta
+from .base import SecondDerivativeRefused, looped_vmap, softmax_delta
 from .native_build import build
 
 __all__ = [
@@ -139,23 +139,16 @@ def _backward(ctx, d_out, d_lse):
 torch.library.register_autograd("selfattn::native_forward", _backward, setup_context=_setup_context)
 
 
-class _NativeBackward(torch.autograd.Function):
+class _NativeBackward(SecondDerivativeRefused):
     """`native_backward` as a Function (setup_context, vmap through the operator's rule) whose own derivative
     raises DOUBLE_BACKWARD: what a create_graph=True backward records, under torch.func transforms too."""
 
     generate_vmap_rule = True
+    refusal = DOUBLE_BACKWARD
 
     @staticmethod
     def forward(*inputs):
         return native_backward(*inputs)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
-
-    @staticmethod
-    def backward(ctx, *grads):
-        raise RuntimeError(DOUBLE_BACKWARD)
 
 
 class NativeAttention(torch.autograd.Function):

@@ -53,7 +53,18 @@ import torch
 
 from ..scores import sink_grad, values_readable
 from ..weights import weights_from_lse
-from .base import EVERY_FEATURE, Backend, Capabilities, Cost, Request, Result, Work, looped_vmap, softmax_delta
+from .base import (
+    EVERY_FEATURE,
+    Backend,
+    Cost,
+    Request,
+    Result,
+    SecondDerivativeRefused,
+    Work,
+    looped_vmap,
+    softmax_delta,
+    streaming,
+)
 from .tiling import BLOCK_K, BLOCK_Q, BLOCK_SIZES, Plan, Tile
 
 __all__ = ["TiledBackend", "Plan", "BLOCK_SIZES", "BLOCK_Q", "BLOCK_K", "TILE_SECONDS"]
@@ -81,18 +92,11 @@ class TiledBackend(Backend):
     """The tiled kernel with its block sizes; `BACKENDS["tiled"]` is `TiledBackend()`."""
 
     name = "tiled"
-    capabilities = Capabilities(
-        returns_weights=False,
-        returns_lse=True,
-        softcap=True,
-        dropout=False,
-        mask_grad=False,
+    capabilities = streaming(
         features=EVERY_FEATURE,
         notes={
             "weights": "the tiled kernel never builds the weight matrix: use backend='naive', or "
             "selfattn.attention_weights(q, k, lse, rows=...) for chosen rows",
-            "dropout": "use backend='sdpa' or 'naive', or dropout_p=0",
-            "mask_grad": "use backend='naive'",
         },
     )
 
@@ -347,21 +351,15 @@ DOUBLE_BACKWARD = (
 """The refusal of a second derivative (RuntimeError), raised by the first backward asked with create_graph=True."""
 
 
-class _TiledBackward(torch.autograd.Function):
+class _TiledBackward(SecondDerivativeRefused):
     """(dq, dk, dv) of the tiled kernel: a Function of its own so that vmap has a rule for it and a second
     derivative (create_graph=True, then a gradient of the gradient) raises DOUBLE_BACKWARD by name."""
+
+    refusal = DOUBLE_BACKWARD
 
     @staticmethod
     def forward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
         return _backward(q, k, v, out, lse2, d_out, d_lse, plan)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
-
-    @staticmethod
-    def backward(ctx, *grads):
-        raise RuntimeError(DOUBLE_BACKWARD)
 
     @staticmethod
     def vmap(info, in_dims, *args):

@@ -26,42 +26,42 @@ function pooled(src, l, h, thumb) {
   const L = src.tokens.length;
   const n = thumb.shape[0];
   const exact = n === L && src.held(l); // one cell per weight: the layer's own visibility
+  const canvas = painted(n, (a, b) => {
+    const hidden = exact ? !src.visible(l, h, a, b) : src.causal(l) && b > a;
+    return hidden ? HIDDEN_RGB : shade(thumb.data[a * n + b]);
+  });
+  return { canvas, block: L / n, mean: true };
+}
+
+/** An n × n canvas whose pixel (a, b) is colour(a, b) ([r, g, b]). */
+function painted(n, colour) {
   const canvas = document.createElement("canvas");
   canvas.width = canvas.height = n;
   const ctx = canvas.getContext("2d");
   const img = ctx.createImageData(n, n);
   for (let a = 0; a < n; a++) {
     for (let b = 0; b < n; b++) {
-      const hidden = exact ? !src.visible(l, h, a, b) : src.causal(l) && b > a;
-      const c = hidden ? HIDDEN_RGB : shade(thumb.data[a * n + b]);
+      const c = colour(a, b);
       img.data.set([c[0], c[1], c[2], 255], 4 * (a * n + b));
     }
   }
   ctx.putImageData(img, 0, 0);
-  return { canvas, block: L / n, mean: true };
+  return canvas;
 }
 
 function fromWeights(src, l, h) {
   const L = src.tokens.length;
   const block = Math.ceil(L / THUMB_MAX);
   const n = Math.ceil(L / block);
-  const canvas = document.createElement("canvas");
-  canvas.width = canvas.height = n;
-  const ctx = canvas.getContext("2d");
-  const img = ctx.createImageData(n, n);
-  for (let a = 0; a < n; a++) {
-    for (let b = 0; b < n; b++) {
-      let top = -1;
-      for (let i = a * block; i < Math.min(L, (a + 1) * block); i++) {
-        for (let j = b * block; j < Math.min(L, (b + 1) * block); j++) {
-          if (src.visible(l, h, i, j)) top = Math.max(top, src.weight(l, h, i, j));
-        }
+  const canvas = painted(n, (a, b) => {
+    let top = -1;
+    for (let i = a * block; i < Math.min(L, (a + 1) * block); i++) {
+      for (let j = b * block; j < Math.min(L, (b + 1) * block); j++) {
+        if (src.visible(l, h, i, j)) top = Math.max(top, src.weight(l, h, i, j));
       }
-      const c = top < 0 ? HIDDEN_RGB : shade(top);
-      img.data.set([c[0], c[1], c[2], 255], 4 * (a * n + b));
     }
-  }
-  ctx.putImageData(img, 0, 0);
+    return top < 0 ? HIDDEN_RGB : shade(top);
+  });
   return { canvas, block };
 }
 
