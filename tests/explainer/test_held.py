@@ -151,7 +151,7 @@ def test_selfattn_heads_labels_the_tutorial_head_as_explain_does(default, monkey
 
     from selfattn.cli import main
 
-    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None: default))
+    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: default))
     assert main(["heads", TEXT, "--json", "--probe-length", "12"]) == 0
     t = json.loads(capsys.readouterr().out)
     doc = default.explain(TEXT)

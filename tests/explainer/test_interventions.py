@@ -227,21 +227,21 @@ def test_a_scope_with_nothing_to_apply_changes_nothing(client):
 
 
 def test_one_forward_pass_per_change(explainer):
-    """The page shows a text, then changes the intervention twice: each change costs one pass (before: two, the
-    experiment's baseline rerun), and the page's own requests for its baseline, another layer's arrays and a
-    head search cost none. The text shown first costs two: itself and its control sentence (analysis.held:
-    the tutorial's relations measured where they are not adjacent), which is kept with it."""
+    """The page shows a text, then changes the intervention twice: each change costs the changed text's pass
+    and its control sentence's (analysis.held: the tutorial's relations measured where they are not adjacent,
+    under the same change), no more (before the control: one, and before that two, the experiment's baseline
+    rerun); the page's own requests for its baseline, another layer's arrays and a head search cost none."""
     passes = []
     hook = explainer.model.register_forward_hook(lambda *_: passes.append(1))
     try:
         client = TestClient(server.create_app(explainer))
         asks = [
             ({}, 2),  # the text, shown, and its control sentence
-            ({"interventions": {"no_causal": {}}}, 1),  # a change: the changed pass; its baseline is kept
+            ({"interventions": {"no_causal": {}}}, 2),  # a change: the changed pass (+ control); its baseline kept
             ({}, 0),  # the page's baseline
             ({"interventions": {"no_causal": {}}, "layers": [1]}, 0),  # another layer of the changed text
             ({"layers": [1]}, 0),  # and of its baseline
-            ({"interventions": BLOCK}, 1),  # the next change
+            ({"interventions": BLOCK}, 2),  # the next change
             ({"find": [VERB, NOUN], "layers": []}, 0),  # a head search on the shown text
         ]
         for body, cost in asks:
