@@ -35,13 +35,10 @@ def llamas():
     return ours, eager
 
 
-def _eager_head_inputs(model, ids):
-    """Per layer, the input of o_proj (B, L, Hq·Dv): the heads' outputs side by side."""
-    got = []
-    hooks = [
-        layer.self_attn.o_proj.register_forward_pre_hook(lambda m, a: got.append(a[0].detach().clone()))
-        for layer in model.model.layers
-    ]
+def _recorded(model, ids, hook):
+    """(logits, per layer what hook(layer, keep) keeps) of one plain eager forward; the hooks removed after."""
+    got: list = []
+    hooks = [hook(layer, lambda t: got.append(t.detach().clone())) for layer in model.model.layers]
     try:
         with torch.no_grad():
             logits = model(ids).logits
@@ -49,6 +46,13 @@ def _eager_head_inputs(model, ids):
         for h in hooks:
             h.remove()
     return logits, got
+
+
+def _eager_head_inputs(model, ids):
+    """Per layer, the input of o_proj (B, L, Hq·Dv): the heads' outputs side by side."""
+    return _recorded(
+        model, ids, lambda layer, keep: layer.self_attn.o_proj.register_forward_pre_hook(lambda m, a: keep(a[0]))
+    )
 
 
 def _eager_patched_ld(model, ids, layer, head, clean_in, target, foil, Dv):
@@ -164,18 +168,12 @@ def _eager_residual_ld(model, ids, layer, position, clean_hidden, target, foil):
 
 
 def _eager_residuals(model, ids):
-    got = []
-    hooks = [
-        layer.register_forward_hook(lambda m, a, o: got.append((o[0] if isinstance(o, tuple) else o).detach().clone()))
-        for layer in model.model.layers
-    ]
-    try:
-        with torch.no_grad():
-            logits = model(ids).logits
-    finally:
-        for h in hooks:
-            h.remove()
-    return logits, got
+    """Per layer, its output: the residual stream after it."""
+    return _recorded(
+        model,
+        ids,
+        lambda layer, keep: layer.register_forward_hook(lambda m, a, o: keep(o[0] if isinstance(o, tuple) else o)),
+    )
 
 
 def test_residual_patching_equals_plain_hooks_one_prompt_at_a_time(llamas):
