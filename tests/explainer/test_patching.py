@@ -61,7 +61,12 @@ def _eager_patched_ld(model, ids, layer, head, clean_in, target, foil, Dv):
         x[..., head * Dv : (head + 1) * Dv] = clean_in[..., head * Dv : (head + 1) * Dv]
         return (x,)
 
-    hook = model.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(swap)
+    o_proj = model.model.layers[layer].self_attn.o_proj
+    return _ld_with(model, ids, o_proj.register_forward_pre_hook(swap), target, foil)
+
+
+def _ld_with(model, ids, hook, target, foil) -> float:
+    """The logit difference target − foil at the last position of one plain forward with `hook` on, then off."""
     try:
         with torch.no_grad():
             logits = model(ids).logits
@@ -158,13 +163,7 @@ def _eager_residual_ld(model, ids, layer, position, clean_hidden, target, foil):
         hidden[:, position] = clean_hidden[:, position]
         return (hidden, *out[1:]) if isinstance(out, tuple) else hidden
 
-    hook = model.model.layers[layer].register_forward_hook(swap)
-    try:
-        with torch.no_grad():
-            logits = model(ids).logits
-    finally:
-        hook.remove()
-    return float(logits[0, -1, target] - logits[0, -1, foil])
+    return _ld_with(model, ids, model.model.layers[layer].register_forward_hook(swap), target, foil)
 
 
 def _eager_residuals(model, ids):
