@@ -64,7 +64,8 @@ def test_decode_matches_reference_split_on_and_off(Lq, Lk, feature, split):
     kwargs = _features(4, Lq, Lk, dtype)[feature]
     backend = SPLIT[split]
     res = forward_with_lse(backend, q, k, v, **kwargs)
-    assert backend.splits(build_request(q, k, v, **kwargs)) == (split != "off" and Lk > backend.split_keys)
+    request = build_request(q, k, v, **kwargs)
+    assert backend.splits(request) == (split != "off" and Lk > backend.chunk(request))
     ref_out, _, ref_lse = reference_of(q, k, v, **kwargs)
     assert_close_to_reference(res.output, ref_out)
     assert_lse_matches(res.lse, ref_lse, TOL["float64"])
@@ -155,5 +156,11 @@ def test_which_requests_split_and_the_kernel_agrees_on_the_row_limit():
         assert default.splits(r) is want
         assert ("split-K" in default.compute_path(r)) is want
     assert not default.splits(build_request(*(one.expand(1, 8, 1, 64),) * 3))
+    # few kv heads: chunks cut so that the batch gets SPLIT_TASKS tasks (a count of tasks, not of threads)
+    for B, Hkv, Lk, want in ((1, 1, 512, 256), (1, 1, 4096, 512), (1, 2, 4096, 1024), (1, 8, 4096, SPLIT_KEYS)):
+        r = build_request(one.expand(B, 8, 1, 64), one.expand(B, Hkv, Lk, 64), one.expand(B, Hkv, Lk, 64))
+        assert default.chunk(r) == want and default.splits(r)
+        assert f"chunks of {want} keys" in default.compute_path(r)
+    assert NativeBackend(split_keys=None).chunk(r) is None
     with pytest.raises(ValueError, match="split_keys"):
         NativeBackend(split_keys=0)

@@ -186,10 +186,11 @@ def _cases() -> tuple[tuple[Case, Case], ...]:
         (
             Case(
                 "two_sided",
-                "two-sided window (1024, 1024), not causal: the visible pairs of causal (against causal_forward)",
+                "two-sided window (1024, 1024), not causal: the visible pairs of causal (against causal_forward and "
+                "Flex's block mask)",
                 causal=False,
                 window=(1024, 1024),
-                **features,
+                **(features | dict(backends=("native", "flex", "tiled", "auto"))),
             ),
             {},
         ),

@@ -9,7 +9,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["render_header", "render_case", "render_hf", "render_ring", "render"]
+__all__ = ["render_header", "render_case", "render_targets", "render_hf", "render_ring", "render"]
 
 
 def render_header(result: dict, console: Console) -> None:
@@ -72,6 +72,23 @@ def render_case(case: dict, console: Console) -> None:
             console.print(Text(f"  {row['backend']} skipped: {row['skipped']}", style="dim"))
         elif row["memory_error"]:
             console.print(Text(f"  {row['backend']} memory not measured: {row['memory_error']}", style="dim"))
+
+
+def render_targets(result: dict, console: Console) -> None:
+    """The speed targets (`bench.targets`): each ratio of two rows of this run, the bound, met or not."""
+    busy = result["machine"].get("busy_processes", 0)
+    table = Table(
+        title=f"targets ({'under load ' + str(busy) if busy else 'idle'}; instruction set: "
+        f"{result['machine'].get('instruction_set', '?')})",
+        title_justify="left",
+    )
+    for column in ("target", "case", "ratio", "needed", "met", "note"):
+        table.add_column(column, justify="right" if column in ("ratio", "needed") else "left")
+    marks = {True: "yes", False: "NO", None: "—"}
+    for row in result["targets"]:
+        ratio = "—" if row["ratio"] is None else f"{row['ratio']:.2f}×"
+        table.add_row(row["target"], row["cases"], ratio, row["needed"], marks[row["met"]], Text(row["note"]))
+    console.print(table)
 
 
 def render_hf(hf: dict, console: Console) -> None:
@@ -137,6 +154,8 @@ def render(result: dict, console: Console | None = None) -> None:
     render_header(result, console)
     for case in result["cases"]:
         render_case(case, console)
+    if result.get("targets"):
+        render_targets(result, console)
     extra = result.get("extra", {})
     if "hf" in extra:
         render_hf(extra["hf"], console)

@@ -32,6 +32,7 @@ from . import memory
 from .cases import EXTRA_CASES, Case, make_call, resolve, select, split_names
 from .load import busy_processes
 from .peak import GEMM_SIZE, QUICK_GEMM_SIZE, gemm_peak
+from .targets import targets
 from .timing import MIN_SECONDS, QUICK_MIN_SECONDS, best_seconds_interleaved
 
 __all__ = ["run"]
@@ -175,6 +176,7 @@ def _run(
         "machine": {
             "cpu": _cpu_name(),
             "instruction_set": native.instruction_set(),
+            "bf16_gemm": native.has_half_gemm(torch.bfloat16),
             "cpus": os.cpu_count(),
             "threads": threads,
             "torch": torch.__version__,
@@ -201,6 +203,7 @@ def _run(
         },
         "cases": entries,
     }
+    result["targets"] = targets(result)
     return result
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -176,8 +176,9 @@ class Cost:
     read_gbps             GB/s at which it reads K and V (what bounds one decoding step)
     call_seconds          fixed cost of one call (checks, small allocations, dispatch)
     backward_factor       (forward + backward time) / forward time
-    busy_factor           how much slower it gets on cores another busy process shares, relative to SDPA
-    reads_per_query_head  it reads K and V once per query head (SDPA's CPU kernel), not once per kv head
+    busy_factor           how much slower it gets on cores another busy process shares, relative to native (1.0)
+    reads_per_query_head  it reads K and V once per query head (SDPA's CPU kernel), not once per kv head, where
+                          one kv head's K and V exceed `cached_kv_bytes` (below, the repeats hit the cache)
     dtype_speed           its forward's compute rate in a dtype over its float32 rate (1.0 where a dtype is not
                           listed): float64 runs at about a third; bfloat16 about as fast where it is converted
     backward_dtype_speed  the same for forward + backward (SDPA's bfloat16 backward runs at a fifth of its fp32)
@@ -189,6 +190,7 @@ class Cost:
     backward_factor: float
     busy_factor: float
     reads_per_query_head: bool = False
+    cached_kv_bytes: int = 0
     dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
     backward_dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
 
@@ -297,6 +299,18 @@ class Backend:
         """Further reasons "auto" passes this backend over though it could serve `request` when named
         (a kernel not compiled yet: "auto" never waits on a compile). [] for most backends."""
         return []
+
+    def form_decides(self, request: Request) -> bool:
+        """Whether this backend's reasons and estimate for `request` follow from its form alone (shapes, dtypes,
+        strides, the rule's scalars, which features it sets) and `state()`, reading no tensor values: then "auto"
+        may remember its choice for that form (`kernels.choices`). False here: a backend registered at run time
+        may read values; the built-in ones say True where they read none."""
+        return False
+
+    def state(self) -> Hashable:
+        """What, besides a request's form, this backend's reasons depend on and may change during a run (the
+        kernel built, a signature compiled): part of the key "auto" remembers a choice under."""
+        return None
 
     def refuse(self, request: Request) -> str | None:
         """All reasons joined into one sentence, or None if it can serve `request`."""

@@ -49,9 +49,12 @@ from .base import Backend, Request
 
 __all__ = ["CLOSE", "visible_pairs", "request_pairs", "estimate_seconds"]
 
-CLOSE = 1.25
+CLOSE = 1.1
 """Estimates within this factor of the fastest count as close: among them "auto" takes the one whose
-busy-core estimate (× Cost.busy_factor) is smallest — the backend whose worst case is best."""
+busy-core estimate (× Cost.busy_factor) is smallest — the backend whose worst case is best. 1.1, the bound
+auto is held to under load: a choice that is no more than this much slower idle, and faster on busy cores
+(one decoding step without GQA, Lk = 2048–16384: SDPA 1.05–1.1× faster idle, native 1.1–1.2× faster with one
+busy process beside it)."""
 
 
 def visible_pairs(n_q: int, n_k: int, *, causal: bool = False, window: int | None = None) -> int:
@@ -104,7 +107,8 @@ def estimate_seconds(backend: Backend, r: Request) -> float | None:
         return None
     pairs, rate, extra = cost.work(r)
     flops_per_pair = 2.0 * r.B * r.Hq * (r.D + r.Dv)
-    readers = r.Hq if cost.reads_per_query_head else r.Hkv
+    one_head = r.Lk * (r.D + r.Dv) * r.k.element_size()  # one kv head's K and V
+    readers = r.Hq if cost.reads_per_query_head and one_head > cost.cached_kv_bytes else r.Hkv
     kv_bytes = r.B * readers * r.Lk * (r.D + r.Dv) * r.k.element_size()
     rate *= (cost.backward_dtype_speed if r.needs_grad else cost.dtype_speed).get(r.q.dtype, 1.0)
     work = extra + max(pairs * flops_per_pair / (rate * 1e9), kv_bytes / (cost.read_gbps * 1e9))

@@ -7,6 +7,9 @@
     render(explain(request))   that dict as text, the block plan drawn F / P / .
     register(backend)          one more backend (BACKENDS is the registry, in "auto"'s preference order)
 
+"auto" remembers its choice for a request's form (`kernels.choices`: shapes, dtypes, the rule's scalars, the
+backends' state) where no backend reads tensor values to decide, so a decoding loop weighs once per form.
+
 A reroute is a dispatch rule here, never one backend calling another: SDPA refuses a masked request
 whose keys hold NaN (its mask would spread it), and "auto" takes the next that can serve it, which
 `explain` reports. How to add a backend: docs/architecture.md.
@@ -22,7 +25,7 @@ import torch
 from .. import checks, masks
 from ..request import build_request
 from ..scores import FEATURES
-from . import cost
+from . import choices, cost
 from .base import Backend, Capabilities, Cost, Request
 from .flex import FlexBackend
 from .naive import NaiveBackend
@@ -70,6 +73,7 @@ def register(backend: Backend) -> Backend:
     if not isinstance(getattr(backend, "capabilities", None), Capabilities):
         raise TypeError(f"backend {name!r} declares no Capabilities (its capabilities attribute)")
     BACKENDS[name] = backend
+    choices.forget()  # it weighs in from now on
     return backend
 
 
@@ -138,6 +142,9 @@ def choose(request: Request, name: str) -> Backend:
     """The backend called `name` if it can serve `request`; "auto": the fastest that can (see BACKENDS).
     A refusal is a ValueError naming every reason of every backend considered."""
     if name == "auto":
+        key, known = choices.remembered(request, BACKENDS)
+        if known is not None:
+            return BACKENDS[known]
         reasons = _reasons(request, auto_order(), auto=True)
         able = [candidate for candidate in auto_order() if not reasons[candidate]]
         if not able:
@@ -145,7 +152,9 @@ def choose(request: Request, name: str) -> Backend:
                 "no backend can serve this request: "
                 + "; ".join(f"{candidate}: {', '.join(why)}" for candidate, why in reasons.items())
             )
-        return BACKENDS[_pick(request, able)[0]]
+        picked = _pick(request, able)[0]
+        choices.remember(key, picked)
+        return BACKENDS[picked]
     backend = BACKENDS[name]
     why = backend.not_supported_reasons(request)
     if why:

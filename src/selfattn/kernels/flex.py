@@ -1,7 +1,8 @@
 """Backend "flex": PyTorch's FlexAttention, compiled with torch.compile.
 
 The request's score rule becomes a `mask_mod` (bottom-right causal and window rule, a user bool
-mask) turned into a block mask by `create_block_mask`, so hidden blocks are skipped, and a
+mask) turned into a block mask by `create_block_mask` (remembered per shape and rule where positions alone
+decide it, as a FlexAttention user builds it once), so hidden blocks are skipped, and a
 `score_mod` (softcap c·tanh(s/c), an additive user mask), both derived from the rule's fields in
 one function (`mods`). GQA runs with `enable_gqa=True` (no copies).
 
@@ -29,6 +30,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Hashable
 
 import torch
 
@@ -61,6 +63,12 @@ compile_seconds: collections.OrderedDict[tuple, float] = collections.OrderedDict
 used first; at most WARM_SIGNATURES entries. A signature being compiled is not in it yet."""
 
 _PENDING: set[tuple] = set()
+_COMPILES = [0]  # signatures compiled so far: a change of `compile_seconds`' keys, for `FlexBackend.state`
+
+_BLOCK_MASKS: collections.OrderedDict[tuple, object] = collections.OrderedDict()
+"""Block masks of rules that positions alone decide (causal, windows), by `_block_mask_key`, least recently
+used first; at most WARM_SIGNATURES. Building one evaluates the mask on every (query, key) pair (4 s at
+L = 8192 on a 2-core CPU): a user of FlexAttention builds it once per shape, and so do we."""
 
 
 def _work(r: Request) -> Work:
@@ -178,12 +186,20 @@ class FlexBackend(Backend):
             "compile (~13 s on the CPU)"
         ]
 
+    def form_decides(self, r: Request) -> bool:
+        """True: its reasons read no tensor values (`Backend.form_decides`)."""
+        return True
+
+    def state(self) -> Hashable:
+        """The signatures compiled (`auto_reasons` takes flex only for one of them)."""
+        return _COMPILES[0]
+
     def forward(self, r: Request) -> Result:
         (flex_attention, create_block_mask), _ = _flex_api()
         score_mod, mask_mod, (bm, hm) = mods(r)
         block_mask = None
         if mask_mod is not None:
-            block_mask = create_block_mask(mask_mod, bm, hm, r.Lq, r.Lk, device=r.q.device)
+            block_mask = _block_mask(r, create_block_mask, mask_mod, bm, hm)
         key = signature(r)
         with _LOCK:
             if not _COMPILED:
@@ -220,6 +236,7 @@ class FlexBackend(Backend):
             with _LOCK:
                 _PENDING.discard(key)
                 compile_seconds[key] = seconds
+                _COMPILES[0] += 1
                 while len(compile_seconds) > WARM_SIGNATURES:
                     compile_seconds.popitem(last=False)
             emit(Notice("flex", what, "done", seconds, "cached for this signature"))
@@ -227,6 +244,32 @@ class FlexBackend(Backend):
             out, lse = out
             return Result(out, None, lse.to(r.accumulate_dtype))
         return Result(out, None, None)
+
+
+def _block_mask_key(r: Request) -> tuple | None:
+    """What a block mask depends on when positions alone decide it (no user mask, no segments); None otherwise
+    (a tensor's values decide it: built per call)."""
+    if r.rule.mask is not None or r.rule.segments is not None:
+        return None
+    return (str(r.q.device), r.Lq, r.Lk, r.rule.bounds)
+
+
+def _block_mask(r: Request, create_block_mask, mask_mod, batch, heads):
+    """The block mask of `mask_mod` for `r`: remembered (`_BLOCK_MASKS`) where positions alone decide it."""
+    key = _block_mask_key(r)
+    if key is None or torch.compiler.is_compiling():  # a lock and a dict cannot be traced
+        return create_block_mask(mask_mod, batch, heads, r.Lq, r.Lk, device=r.q.device)
+    with _LOCK:
+        found = _BLOCK_MASKS.get(key)
+        if found is not None:
+            _BLOCK_MASKS.move_to_end(key)
+            return found
+    made = create_block_mask(mask_mod, batch, heads, r.Lq, r.Lk, device=r.q.device)
+    with _LOCK:
+        _BLOCK_MASKS[key] = made
+        while len(_BLOCK_MASKS) > WARM_SIGNATURES:
+            _BLOCK_MASKS.popitem(last=False)
+    return made
 
 
 def _describe(r: Request) -> str:

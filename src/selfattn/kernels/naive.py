@@ -48,12 +48,16 @@ class NaiveBackend(Backend):
         read_gbps=14.9,
         call_seconds=150e-6,
         backward_factor=2.4,
-        busy_factor=1.5,
+        busy_factor=1.65,
         dtype_speed={torch.float64: 0.52},
         backward_dtype_speed={torch.float64: 0.45},
     )
     """Naive's forward is slow (it masks and normalises the whole matrix), its backward is three matmuls;
     under load its few big ops lose 1.5× (see `kernels.cost`)."""
+
+    def form_decides(self, r: Request) -> bool:
+        """True: its reasons and estimate read no tensor values (`Backend.form_decides`)."""
+        return True
 
     def forward(self, r: Request) -> Result:
         acc = r.accumulate_dtype

@@ -33,6 +33,8 @@ CPU: MKL's half GEMM also runs without the instructions, widening to float32 ins
 from __future__ import annotations
 
 import functools
+from collections.abc import Hashable
+from typing import cast
 
 import torch
 
@@ -59,6 +61,8 @@ __all__ = [
     "BLOCK_K",
     "SPLIT_ROWS",
     "SPLIT_KEYS",
+    "SPLIT_TASKS",
+    "MIN_SPLIT_CHUNK",
 ]
 
 BLOCK_Q = 128
@@ -85,7 +89,21 @@ SPLIT_ROWS = 8
 SPLIT_ROWS (csrc/attention.cpp): it splits when Lq <= min(block_q, SPLIT_ROWS) and Lk > the block_k it gets."""
 
 SPLIT_KEYS = 2048
-"""Keys per split-K chunk (`split_keys`' default)."""
+"""Keys per split-K chunk at most (`split_keys`' default)."""
+
+CALL_SECONDS = 80e-6
+"""A call's fixed cost: 40 µs more than SDPA's (its inputs laid out, the tile's arguments, the parallel region;
+one decoding step over 512 keys: 0.26 against 0.21 ms). K and V are read at SDPA's rate (the same memory): for
+one decoding step without GQA SDPA is the faster by that fixed cost (1.05–1.2× at Lk = 512–16384)."""
+
+SPLIT_TASKS = 8
+"""Tasks a split-K request gets at least, where its keys allow chunks of MIN_SPLIT_CHUNK: with few kv heads (GQA,
+one sequence) chunks of SPLIT_KEYS left most workers idle (one kv head over 512 keys: one task, 1.46× SDPA's
+time on 2 threads). A count of tasks, not of threads, so the chunks — and the result — do not depend on the
+thread count."""
+
+MIN_SPLIT_CHUNK = 256
+"""Fewest keys per split-K chunk `SPLIT_TASKS` may cut to: below it a chunk's merge costs more than it saves."""
 
 RATE_GFLOPS = 90.0
 """Full and causal forward, L = 4096 (91–96), and windows counted as in `_work`, 1 thread (`kernels.cost`)."""
@@ -205,8 +223,8 @@ class NativeBackend(Backend):
     )
     cost = Cost(
         work=_work,
-        read_gbps=23.5,
-        call_seconds=25e-6,
+        read_gbps=14.0,
+        call_seconds=CALL_SECONDS,
         backward_factor=3.9,
         busy_factor=1.0,
         dtype_speed={torch.bfloat16: 0.95, torch.float64: 0.35},
@@ -223,8 +241,8 @@ class NativeBackend(Backend):
     ):
         """half_gemm: None (default) keeps bfloat16/float16 inputs in their dtype where the CPU has that
         GEMM (`has_half_gemm`) and converts them to float32 elsewhere; True / False force one path.
-        split_keys: keys per split-K chunk for a query of at most SPLIT_ROWS rows (None: never split, one
-        task per kv head)."""
+        split_keys: keys per split-K chunk at most (`chunk`) for a query of at most SPLIT_ROWS rows (None: never
+        split, one task per kv head)."""
         self.block_q = checks.integer("block_q", block_q, low=1)
         self.block_k = checks.integer("block_k", block_k, low=1)
         if half_gemm is not None and not isinstance(half_gemm, bool):
@@ -237,9 +255,20 @@ class NativeBackend(Backend):
         split = "" if self.split_keys == SPLIT_KEYS else f", split_keys={self.split_keys}"
         return f"NativeBackend(block_q={self.block_q}, block_k={self.block_k}{forced}{split})"
 
+    def chunk(self, r: Request) -> int | None:
+        """Keys per split-K chunk for `r` (None: splitting off): `split_keys`, or fewer where the batch's kv heads
+        give under SPLIT_TASKS tasks — cut to ceil(Lk / tasks per head), a multiple of 64, at least
+        MIN_SPLIT_CHUNK."""
+        if self.split_keys is None:
+            return None
+        per_head = -(-SPLIT_TASKS // (r.B * r.Hkv))
+        even = -(-r.Lk // per_head)
+        return min(self.split_keys, max(MIN_SPLIT_CHUNK, -(-even // 64) * 64))
+
     def splits(self, r: Request) -> bool:
-        """True when the kernel runs `r` split-K (flash-decoding): a short query over many keys."""
-        return self.split_keys is not None and r.Lq <= min(self.block_q, SPLIT_ROWS) and r.Lk > self.split_keys
+        """True when the kernel runs `r` split-K (flash-decoding): a short query over more keys than a chunk."""
+        chunk = self.chunk(r)
+        return chunk is not None and r.Lq <= min(self.block_q, SPLIT_ROWS) and r.Lk > chunk
 
     def blocks(self, r: Request) -> tuple[int, int]:
         """(block_q, block_k) the kernel gets for `r`: block_q lowered under a window (`query_block`); block_k
@@ -247,8 +276,8 @@ class NativeBackend(Backend):
         where splitting is off."""
         if r.Lq > min(self.block_q, SPLIT_ROWS):
             return query_block(r, self.block_q), self.block_k
-        if self.split_keys is not None and self.splits(r):
-            return self.block_q, self.split_keys
+        if self.splits(r):
+            return self.block_q, cast(int, self.chunk(r))
         return self.block_q, max(self.block_k, r.Lk)
 
     def gemm_path(self, dtype: torch.dtype) -> str:
@@ -259,9 +288,9 @@ class NativeBackend(Backend):
         """What native runs for `request`, in words (`kernels.explain`, `selfattn bench --explain`): the GEMMs
         (`gemm_path`), the softmax's vector instructions (`softmax_lanes`), and split-K where it splits."""
         path = f"{self.gemm_path(request.q.dtype)}; softmax in {softmax_lanes()}"
-        if self.split_keys is not None and self.splits(request):
-            chunks = -(-request.Lk // self.split_keys)
-            path += f"; split-K: {chunks} chunks of {self.split_keys} keys per kv head, merged by lse"
+        if self.splits(request):
+            chunk = cast(int, self.chunk(request))
+            path += f"; split-K: {-(-request.Lk // chunk)} chunks of {chunk} keys per kv head, merged by lse"
         return path
 
     def _operand_dtype(self, dtype: torch.dtype) -> torch.dtype:
@@ -289,6 +318,14 @@ class NativeBackend(Backend):
             "not built yet, and auto never waits on a compile: build it once with "
             "selfattn.kernels.native.build() (or `selfattn bench`, which says so)"
         ]
+
+    def form_decides(self, r: Request) -> bool:
+        """True: its reasons read no tensor values (scale is part of the form; `Backend.form_decides`)."""
+        return True
+
+    def state(self) -> Hashable:
+        """Whether the kernel can be used and is built (`auto_reasons`): it changes once, when it is built."""
+        return unavailable_reason(), is_built()
 
     def forward(self, r: Request) -> Result:
         compute, operand = r.accumulate_dtype, self._operand_dtype(r.q.dtype)

@@ -32,6 +32,11 @@ __all__ = ["SdpaBackend", "fused_causal", "dense_mask", "dense_mask_bytes"]
 RATE_GFLOPS = 60.0
 """Full and square-causal forward, L = 4096: 571 ms / 301 ms, 1 thread (`kernels.cost`)."""
 
+CACHED_KV_BYTES = 6 << 20
+"""Under GQA SDPA reads a kv head's K and V once per query head; while they take at most this much the repeats
+hit the cache (one decoding step, 8 query heads on one kv head: as fast as native up to Lk = 4096, 2 MiB; 1.25×
+its time at Lk = 16384, 8 MiB; 2-core EPYC, scripts in the note of issue 30)."""
+
 RATE_MASKED_GFLOPS = 52.0
 """With a dense attn_mask (window w=256, L=4096): 668 ms for all L² pairs."""
 
@@ -67,12 +72,15 @@ class SdpaBackend(Backend):
         read_gbps=14.0,
         call_seconds=40e-6,
         backward_factor=3.7,
-        busy_factor=1.0,
+        busy_factor=1.1,
         reads_per_query_head=True,
+        cached_kv_bytes=CACHED_KV_BYTES,
         dtype_speed={torch.bfloat16: 0.97, torch.float64: 0.34},
         backward_dtype_speed={torch.bfloat16: 0.18, torch.float64: 0.31},
     )
-    """One parallel region per call: it loses about the share of the core it gives away (busy_factor 1).
+    """One parallel region per call, its work split evenly between the threads: with one busy process beside it,
+it waits for the preempted one, and its time over native's grows by about a tenth (median over the bench's
+cases, idle against `--load 1`: 1.07; decoding 1.05–1.8), so busy_factor 1.1 against native's 1.0.
     Its CPU kernel reads K and V once per query head (a GQA group of G heads reads them G times)."""
 
     def not_supported_reasons(self, r: Request) -> list[str]:
@@ -106,6 +114,11 @@ class SdpaBackend(Backend):
                 "row); use backend='tiled' or 'naive', which hide masked keys with −inf"
             )
         return reasons
+
+    def form_decides(self, r: Request) -> bool:
+        """Whether its reasons read no tensor values for `r` (`Backend.form_decides`): they do (the mask's range,
+        NaN keys) only where it would add a mask, user-given or of positions."""
+        return fused_causal(r) or (r.mask is None and not _position_mask(r))
 
     def forward(self, r: Request) -> Result:
         is_causal = fused_causal(r)

@@ -105,11 +105,11 @@ class TiledBackend(Backend):
         read_gbps=15.7,
         call_seconds=200e-6,
         backward_factor=3.3,
-        busy_factor=3.0,
+        busy_factor=3.3,
         dtype_speed={torch.bfloat16: 0.90, torch.float64: 0.32},
         backward_dtype_speed={torch.bfloat16: 0.96, torch.float64: 0.39},
     )
-    """busy_factor 3: it starts and joins the thread pool per tile and waits each time for a preempted
+    """busy_factor 3.3 (3× SDPA's): it starts and joins the thread pool per tile and waits each time for a preempted
     thread (1.6× to 13× measured under `selfattn bench --load 1`)."""
 
     def __init__(self, block_q: int = BLOCK_Q, block_k: int = BLOCK_K):
@@ -121,6 +121,10 @@ class TiledBackend(Backend):
 
     def __repr__(self) -> str:
         return f"TiledBackend(block_q={self.block_q}, block_k={self.block_k})"
+
+    def form_decides(self, r: Request) -> bool:
+        """True: its reasons and estimate read no tensor values (`Backend.form_decides`)."""
+        return True
 
     def forward(self, r: Request) -> Result:
         plan = Plan.of(r, self.block_q, self.block_k)
