@@ -201,3 +201,43 @@ def test_extra_cases_run_only_when_named_and_render():
     out = io.StringIO()
     bench.render(result, Console(file=out, width=120))
     assert "hf: tiny Llama forward, L = 512" in out.getvalue() and "selfattn" in out.getvalue()
+
+
+def test_targets_are_ratios_of_the_runs_own_rows(quick_result):
+    """Each target's ratio is computed from two rows of the same run (no timing asserted: the rows are the run's)."""
+    from selfattn.bench.targets import AUTO_IDLE, targets
+
+    rows = quick_result["targets"]
+    assert rows == targets(quick_result)
+    ms = {(c["name"], r["backend"]): r["ms"] for c in quick_result["cases"] for r in c["rows"] if r["ms"]}
+    window = next(t for t in rows if t["cases"] == "sliding_window")
+    if ("sliding_window", "flex") in ms:
+        assert window["ratio"] == pytest.approx(ms["sliding_window", "flex"] / ms["sliding_window", "native"])
+    else:
+        assert window["ratio"] is None and window["met"] is None
+    decode = next(t for t in rows if t["cases"] == "decode")
+    assert decode["ratio"] == pytest.approx(ms["decode", "native"] / ms["decode", "sdpa"])
+    for t in rows:
+        if t["target"] == "auto's choice over the fastest":
+            case = next(c for c in quick_result["cases"] if c["name"] == t["cases"])
+            chosen = next(r["chosen"] for r in case["rows"] if r["backend"] == "auto")
+            fastest = min(r["ms"] for r in case["rows"] if r["ms"] and r["backend"] != "auto")
+            assert t["ratio"] == pytest.approx(ms[t["cases"], chosen] / fastest)
+            assert t["met"] == (t["ratio"] <= AUTO_IDLE) and t["needed"] == f"≤ {AUTO_IDLE}"
+    out = io.StringIO()
+    bench.render(quick_result, Console(file=out, width=160))
+    assert "targets (idle; instruction set:" in out.getvalue()
+
+
+def test_bf16_targets_are_judged_only_where_the_cpu_has_a_bf16_gemm():
+    from selfattn.bench.targets import targets
+
+    def case(name, native_ms, sdpa_ms):
+        rows = [{"backend": b, "ms": ms, "chosen": b} for b, ms in (("native", native_ms), ("sdpa", sdpa_ms))]
+        return {"name": name, "rows": rows}
+
+    cases = [case("causal_bf16", 50.0, 100.0), case("causal_forward", 80.0, 90.0)]
+    for has, want in ((True, [True, True]), (False, [None, None])):
+        rows = targets({"machine": {"bf16_gemm": has}, "cases": cases})
+        assert [r["ratio"] for r in rows] == [2.0, 1.6] and [r["met"] for r in rows] == want
+        assert ("no bf16 GEMM" in rows[0]["note"]) is not has
