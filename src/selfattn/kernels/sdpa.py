@@ -35,7 +35,7 @@ RATE_GFLOPS = 60.0
 CACHED_KV_BYTES = 6 << 20
 """Under GQA SDPA reads a kv head's K and V once per query head; while they take at most this much the repeats
 hit the cache (one decoding step, 8 query heads on one kv head: as fast as native up to Lk = 4096, 2 MiB; 1.25×
-its time at Lk = 16384, 8 MiB; 2-core EPYC, scripts in the note of issue 30)."""
+its time at Lk = 16384, 8 MiB; 2-core EPYC, scripts/measure_auto.py)."""
 
 RATE_MASKED_GFLOPS = 52.0
 """With a dense attn_mask (window w=256, L=4096): 668 ms for all L² pairs."""
