@@ -261,7 +261,7 @@ class NativeBackend(Backend):
         MIN_SPLIT_CHUNK."""
         if self.split_keys is None:
             return None
-        per_head = -(-SPLIT_TASKS // (r.B * r.Hkv))
+        per_head = -(-SPLIT_TASKS // max(1, r.B * r.Hkv))  # (an empty batch has no task to share)
         even = -(-r.Lk // per_head)
         return min(self.split_keys, max(MIN_SPLIT_CHUNK, -(-even // 64) * 64))
 
