@@ -32,6 +32,7 @@ from .. import checks
 from ..compiling import constant_when_compiled
 from ..request import ALL_DTYPES, Request
 from ..scores import FEATURES
+from . import cpu
 
 EVERY_FEATURE = frozenset(FEATURES)
 """`Capabilities.features` of a backend that supports every tensor score feature."""
@@ -182,6 +183,10 @@ class Cost:
     dtype_speed           its forward's compute rate in a dtype over its float32 rate (1.0 where a dtype is not
                           listed): float64 runs at about a third; bfloat16 about as fast where it is converted
     backward_dtype_speed  the same for forward + backward (SDPA's bfloat16 backward runs at a fifth of its fp32)
+    hardware_dtype_speed, hardware_backward_dtype_speed
+                          the same two, used instead for a half dtype this CPU runs GEMMs of in hardware
+                          (`cpu.has_half_gemm`: AVX512-BF16, AMX), where they are listed: there SDPA's bfloat16
+                          forward runs several times its float32 rate (`kernels.cost` says how they were fitted)
     """
 
     work: Callable[[Request], Work]
@@ -193,6 +198,16 @@ class Cost:
     cached_kv_bytes: int = 0
     dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
     backward_dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
+    hardware_dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
+    hardware_backward_dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
+
+    def speed(self, dtype: torch.dtype, *, backward: bool) -> float:
+        """Its compute rate in `dtype` over its float32 rate on this CPU (forward, or forward + backward)."""
+        if cpu.has_half_gemm(dtype):
+            hardware = self.hardware_backward_dtype_speed if backward else self.hardware_dtype_speed
+            if dtype in hardware:
+                return hardware[dtype]
+        return (self.backward_dtype_speed if backward else self.dtype_speed).get(dtype, 1.0)
 
 
 @dataclass(frozen=True)

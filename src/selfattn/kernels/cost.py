@@ -28,6 +28,16 @@ L=2048 (naive L=1024), B=1, H=8, D=64, 2 threads, every backend in fp32, bf16 an
 cores of this AVX2-only EPYC (no bf16 GEMM: every kernel converts bf16 to fp32 but SDPA's backward, which
 runs at 0.18× its fp32 rate). With them "auto" took the fastest backend in all six (dtype × pass) cases.
 
+Where the CPU runs bfloat16 GEMMs in hardware (`cpu.has_half_gemm`: AVX512-BF16 or AMX-BF16) the picture
+changes: SDPA's bfloat16 forward runs 2.6× as fast as its float32 there, native's 1.8×, so auto taking native for
+bfloat16 cost up to 1.6× the fastest. `Cost.hardware_dtype_speed` / `hardware_backward_dtype_speed` hold those
+CPUs' numbers, measured with the same script on a 2-core Xeon with AMX-BF16 (1 thread; forward causal L=4096:
+SDPA fp32 152 ms, bf16 59 ms, native 155 / 87 ms; forward + backward L=2048: SDPA 153 / 95 ms, native 140 /
+81 ms). Native's entries are its own ratios (1.77, 1.74); SDPA's (3.9, 2.1) are fitted so that SDPA's bf16
+estimate over native's equals the measured ratio, because the two backends' float32 rates above are the EPYC's
+(where SDPA's fp32 is 1.5× native's time; on that Xeon they are equal). So bfloat16 forward goes to SDPA and
+forward + backward to native on such a CPU, as measured; other backends keep their converted-dtype ratios.
+
 The constants come from a calibration grid (causal / full / window / prefill / decoding / GQA
 / masks / softcap / forward+backward; B=1, H=8, D=64, fp32; torch 2.13 on a 2-core AMD EPYC
 VM, timed with 1 thread because the shared machine's 2-thread figures were noisy; the 2-thread
@@ -118,7 +128,7 @@ def estimate_seconds(backend: Backend, r: Request) -> float | None:
     one_head = r.Lk * (r.D + r.Dv) * r.k.element_size()  # one kv head's K and V
     readers = r.Hq if cost.reads_per_query_head and one_head > cost.cached_kv_bytes else r.Hkv
     kv_bytes = r.B * readers * r.Lk * (r.D + r.Dv) * r.k.element_size()
-    rate *= (cost.backward_dtype_speed if r.needs_grad else cost.dtype_speed).get(r.q.dtype, 1.0)
+    rate *= cost.speed(r.q.dtype, backward=r.needs_grad)
     work = extra + max(pairs * flops_per_pair / (rate * 1e9), kv_bytes / (cost.read_gbps * 1e9))
     if r.needs_grad:
         work *= cost.backward_factor

@@ -32,7 +32,6 @@ CPU: MKL's half GEMM also runs without the instructions, widening to float32 ins
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Hashable
 from typing import cast
 
@@ -41,8 +40,10 @@ import torch
 from .. import checks
 from ..request import accumulate_dtype
 from ..scores import additive_in
+from . import cpu
 from .base import EVERY_FEATURE, Backend, Cost, Request, Result, Work, streaming
 from .cost import request_pairs, visible_pairs
+from .cpu import HALF_DTYPES
 from .native_build import build, build_dir, is_built, unavailable_reason
 from .native_op import TILE_ARGUMENTS, native_attention, unit_stride
 
@@ -109,26 +110,6 @@ RATE_GFLOPS = 90.0
 """Full and causal forward, L = 4096 (91–96), and windows counted as in `_work`, 1 thread (`kernels.cost`)."""
 
 
-HALF_DTYPES = (torch.bfloat16, torch.float16)
-
-
-def _cpu_has(feature: str) -> bool:
-    """One of torch.cpu's instruction-set probes (private: False where this torch lacks it)."""
-    probe = getattr(torch.cpu, f"_is_{feature}_supported", None)
-    return bool(probe()) if probe is not None else False
-
-
-@functools.cache
-def _half_gemm_isa(dtype: torch.dtype) -> str | None:
-    """The instructions that run a `dtype` GEMM with float32 accumulation on this CPU, or None (probed once:
-    every half-precision call asks)."""
-    if not torch.backends.mkl.is_available():  # the GEMMs are MKL's
-        return None
-    if dtype == torch.bfloat16:
-        return "AMX-BF16" if _cpu_has("amx_tile") else ("AVX512-BF16" if _cpu_has("avx512_bf16") else None)
-    return "AMX-FP16" if dtype == torch.float16 and _cpu_has("amx_fp16") else None
-
-
 def _checked_dtype(dtype) -> torch.dtype:
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__} {dtype!r}")
@@ -140,14 +121,10 @@ def _checked_dtype(dtype) -> torch.dtype:
 def instruction_set() -> str:
     """This CPU's vector instructions as the kernels see them, in words: torch's detected capability and the
     half-precision GEMM instructions (for `selfattn bench`'s header)."""
-    halves = [name for name, feature in HALF_ISA if _cpu_has(feature)]
+    halves = [name for name, feature in cpu.HALF_ISA if cpu.has(feature)]
     has = ", ".join(halves) if halves else "no AVX512-BF16, no AMX"
     capability = torch.backends.cpu.get_cpu_capability()
     return f"{capability} (torch's CPU capability); {has}; native softmax in {softmax_lanes()}"
-
-
-HALF_ISA = (("AVX512-BF16", "avx512_bf16"), ("AMX-BF16", "amx_tile"), ("AMX-FP16", "amx_fp16"))
-"""(name, torch.cpu probe) of the instructions that run half-precision GEMMs with float32 accumulation."""
 
 
 def softmax_lanes() -> str:
@@ -162,7 +139,7 @@ def softmax_lanes() -> str:
 def has_half_gemm(dtype: torch.dtype) -> bool:
     """True when this CPU runs a `dtype` (bfloat16/float16) GEMM with float32 accumulation in hardware,
     so "native" keeps half inputs in their dtype (False for float32/float64: they need none)."""
-    return _half_gemm_isa(_checked_dtype(dtype)) is not None
+    return cpu.has_half_gemm(_checked_dtype(dtype))
 
 
 def gemm_path(dtype: torch.dtype, half_gemm: bool | None = None) -> str:
@@ -179,7 +156,7 @@ def gemm_path(dtype: torch.dtype, half_gemm: bool | None = None) -> str:
     dtype = _checked_dtype(dtype)
     if dtype in (torch.float32, torch.float64):
         return "float32 GEMM (BLAS sgemm)" if dtype == torch.float32 else "float64 GEMM (BLAS dgemm)"
-    isa = _half_gemm_isa(dtype)
+    isa = cpu.half_gemm_isa(dtype)
     half, mkl = ("bfloat16", "gemm_bf16bf16f32") if dtype == torch.bfloat16 else ("float16", "gemm_f16f16f32")
     if half_gemm is False:
         return "converted to float32 (forced)"
@@ -229,6 +206,8 @@ class NativeBackend(Backend):
         busy_factor=1.0,
         dtype_speed={torch.bfloat16: 0.95, torch.float64: 0.35},
         backward_dtype_speed={torch.bfloat16: 0.98, torch.float64: 0.33},
+        hardware_dtype_speed={torch.bfloat16: 1.77},
+        hardware_backward_dtype_speed={torch.bfloat16: 1.74},
     )
     """One `at::parallel_for` per pass: under load it loses about the share of the core it gives away."""
 
