@@ -13,7 +13,7 @@ import torch
 
 from selfattn.kernels import native_build
 from selfattn.kernels.naive import NaiveBackend
-from selfattn.kernels.native import SPLIT_KEYS, SPLIT_ROWS, NativeBackend
+from selfattn.kernels.native import SPLIT_KEYS, SPLIT_ROWS, STACK_ROWS, NativeBackend
 from selfattn.request import build_request
 
 from ..helpers import forward_with_lse, make_inputs, reference_of
@@ -164,3 +164,29 @@ def test_which_requests_split_and_the_kernel_agrees_on_the_row_limit():
     assert NativeBackend(split_keys=None).chunk(r) is None
     with pytest.raises(ValueError, match="split_keys"):
         NativeBackend(split_keys=0)
+
+
+@pytest.mark.parametrize("feature", ["causal", "window", "alibi", "sinks", "additive-mask"])
+@pytest.mark.parametrize("Hq, Lq", [(8, 1), (8, 8), (32, 2), (64, 1), (65, 1), (24, 3)])
+def test_gqa_heads_stacked_into_one_gemm_match_the_reference(Hq, Lq, feature):
+    """The G query heads of a kv head as one GEMM per key tile (G·Lq <= STACK_ROWS; above it head by head:
+    Hq=65 over one kv head, 24×3 = 72 rows), split-K and not, against float64 by the tolerance rule."""
+    Hkv = 1 if Hq in (65, 64) else Hq // 8
+    q, k, v = make_inputs(1, Hq, Hkv, Lq, 1031, 16, 8, dtype=torch.float64, seed=Hq)
+    kwargs = _features(Hq, Lq, 1031, torch.float64)[feature]
+    r = build_request(q, k, v, **kwargs)
+    default = SPLIT["default"]
+    assert default.stacks(r) == (Hq // Hkv * Lq <= STACK_ROWS)
+    assert ("stacked into one GEMM" in default.compute_path(r)) == default.stacks(r)
+    ref_out, _, ref_lse = reference_of(q, k, v, **kwargs)
+    for backend in (default, SPLIT["on"], SPLIT["off"]):
+        res = forward_with_lse(backend, q, k, v, **kwargs)
+        assert_close_to_reference(res.output, ref_out)
+        assert_lse_matches(res.lse, ref_lse, TOL["float64"])
+
+
+def test_the_kernel_agrees_on_the_stack_limit():
+    assert re.search(rf"constexpr int64_t STACK_ROWS = {STACK_ROWS};", native_build.SOURCE.read_text())
+    one = torch.zeros(())
+    r = build_request(one.expand(1, 8, 1, 64), one.expand(1, 8, 16, 64), one.expand(1, 8, 16, 64))
+    assert not NativeBackend().stacks(r)  # no GQA: nothing to stack

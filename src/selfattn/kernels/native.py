@@ -64,6 +64,7 @@ __all__ = [
     "SPLIT_KEYS",
     "SPLIT_TASKS",
     "MIN_SPLIT_CHUNK",
+    "STACK_ROWS",
 ]
 
 BLOCK_Q = 128
@@ -102,6 +103,11 @@ SPLIT_TASKS = 8
 one sequence) chunks of SPLIT_KEYS left most workers idle (one kv head over 512 keys: one task, 1.46× SDPA's
 time on 2 threads). A count of tasks, not of threads, so the chunks — and the result — do not depend on the
 thread count."""
+
+STACK_ROWS = 64
+"""Under GQA, a query block whose G heads × rows are at most this many runs them as one GEMM per key tile
+(csrc/attention.cpp `stacked_pass`): one decoding step with 8 query heads per kv head over 16,384 keys took
+0.39× SDPA's time stacked against 0.55× head by head (each head a matrix-vector product rereading the tile)."""
 
 MIN_SPLIT_CHUNK = 256
 """Fewest keys per split-K chunk `SPLIT_TASKS` may cut to: below it a chunk's merge costs more than it saves."""
@@ -270,7 +276,15 @@ class NativeBackend(Backend):
         if self.splits(request):
             chunk = cast(int, self.chunk(request))
             path += f"; split-K: {-(-request.Lk // chunk)} chunks of {chunk} keys per kv head, merged by lse"
+        if self.stacks(request):
+            rows = request.G * min(request.Lq, self.blocks(request)[0])
+            path += f"; the {request.G} query heads of each kv head stacked into one GEMM of {rows} rows per key tile"
         return path
+
+    def stacks(self, r: Request) -> bool:
+        """True when the kernel runs the G query heads of a kv head as one GEMM (`STACK_ROWS`): GQA whose query
+        block is short (a decoding step, a short prefill chunk)."""
+        return r.G > 1 and r.G * min(r.Lq, self.blocks(r)[0]) <= STACK_ROWS
 
     def _operand_dtype(self, dtype: torch.dtype) -> torch.dtype:
         """The dtype q, k, v reach the kernel in: half inputs stay half on the half-GEMM path."""

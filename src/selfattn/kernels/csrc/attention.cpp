@@ -402,15 +402,29 @@ struct Problem {
 // One tile of scores S (rows [r0, r1) of queries × keys [k0, k1)) for head h, softcapped and masked:
 // columns a row may not see are left as they are, and [a, b) per row is returned in `span`.
 template <typename T, typename In>
+void score_rule(const Problem<T, In>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t k0, int64_t k1, T* S,
+                T* tanh_out, std::vector<std::pair<int64_t, int64_t>>& span);
+
+template <typename T, typename In>
 void scores(const Problem<T, In>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t k0, int64_t k1, T* S,
             T* tanh_out, std::vector<std::pair<int64_t, int64_t>>& span) {
   const int64_t n = k1 - k0, hk = h / P.G;
   gemm<T, In>(false, true, r1 - r0, n, P.D, P.gemm_alpha(), P.qrow(b, h, r0), P.qsl, P.krow(b, hk, k0), P.ksl, T(0), S,
               n);
+  score_rule(P, b, h, r0, r1, k0, k1, S, tanh_out, span);
+}
+
+// The score rule on a tile S of q·kᵀ·alpha (rows [r0, r1) × keys [k0, k1) of head h): softcap, ALiBi, segments
+// and masks; each row's visible columns [a, e) in `span`.
+template <typename T, typename In>
+void score_rule(const Problem<T, In>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t k0, int64_t k1, T* S,
+                T* tanh_out, std::vector<std::pair<int64_t, int64_t>>& span) {
+  const int64_t n = k1 - k0;
   span.resize(r1 - r0);
   for (int64_t i = r0; i < r1; ++i) {
     T* s = S + (i - r0) * n;
-    const int64_t a = std::max(k0, P.key_lo(b, i)), e = std::min(k1, P.key_hi(b, i));
+    const int64_t a = std::min(k1, std::max(k0, P.key_lo(b, i))), e = std::min(k1, P.key_hi(b, i));  // a <= k1: a row
+    // that sees none of the tile (a stacked pass's) gets the empty span [n, n)
     span[i - r0] = {a - k0, std::max(a, e) - k0};
     if (P.softcap > 0) {
       for (int64_t j = a; j < e; ++j) {
@@ -477,6 +491,7 @@ template <typename T, typename In>
 struct ForwardScratch {
   std::vector<T> tile;
   std::vector<In> rounded;
+  std::vector<In> stacked_q;   // the G heads' query rows, one under the other (`stacked_pass`)
   std::vector<std::pair<int64_t, int64_t>> spans;
 };
 
@@ -504,11 +519,83 @@ std::pair<int64_t, int64_t> block_keys(const Problem<T, In>& P, int64_t b, int64
   return {lo, hi};
 }
 
+// One tile's online-softmax step for head g's rows [r0, r1) (S: their scores, n keys wide; spans: each row's
+// visible columns): S becomes P = exp(s − m_new) (0 outside the span), and st's m, l and acc (rescaled) are
+// brought to m_new. acc += P·V is the caller's.
+template <typename T, typename In>
+void online_rows(const Problem<T, In>& P, int64_t g, int64_t q0, int64_t r0, int64_t r1, int64_t n, T* S,
+                 const std::vector<std::pair<int64_t, int64_t>>& spans, RowState<T>& st) {
+  T* o = st.acc + g * st.rows * P.Dv;   // row i at (i − q0) · Dv
+  for (int64_t i = r0; i < r1; ++i) {
+    T* s = S + (i - r0) * n;
+    const auto [a, e] = spans[i - r0];
+    const T mx = row_max(s + a, e - a);
+    T& mi = st.m[g * st.rows + i - q0];
+    T& li = st.l[g * st.rows + i - q0];
+    const T m_new = mx != mx ? mx : std::max(mi, mx);   // a NaN score makes the row NaN, never 0
+    std::fill(s, s + a, T(0));
+    std::fill(s + e, s + n, T(0));
+    if (m_new == T(NEG_INF)) {   // nothing visible so far: p = 0
+      std::fill(s + a, s + e, T(0));
+      continue;
+    }
+    const T sum = exp_sub(s + a, e - a, m_new);
+    if (mi != m_new) {
+      const T alpha = mi == T(NEG_INF) ? T(0) : std::exp(mi - m_new);
+      T* oi = o + (i - q0) * P.Dv;
+      for (int64_t d = 0; d < P.Dv; ++d) oi[d] *= alpha;
+      li *= alpha;
+    }
+    li += sum;
+    mi = m_new;
+  }
+}
+
+// GQA with a short query (a decoding step: G heads × a few rows share each K/V tile): the G heads' rows stacked
+// into one (G·rows × D) operand, so that each key tile is one GEMM of G·rows rows for Q·Kᵀ and one for P·V
+// instead of G matrix-vector products, each rereading the tile. Used by softmax_pass when G·rows <= STACK_ROWS
+// (else the heads go one by one); the tile is `width / G` keys wide, the same bytes as one head's. A row that sees
+// none of a tile's keys gets an empty span (P = 0 there, as for the rows of a per-head tile outside its own
+// visible columns); a tile no row sees is skipped. The arithmetic of each row is the per-head pass's.
+constexpr int64_t STACK_ROWS = 64;
+
+template <typename T, typename In>
+bool stacked_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, int64_t q1, int64_t lo, int64_t hi,
+                  int64_t width, RowState<T>& st, ForwardScratch<T, In>& ws) {
+  const int64_t nq = q1 - q0, rows = P.G * nq;
+  if (P.G == 1 || rows > STACK_ROWS || st.rows != nq) return false;
+  width = std::max<int64_t>(64, width / P.G);
+  ws.stacked_q.resize(rows * P.D);
+  for (int64_t g = 0; g < P.G; ++g)
+    for (int64_t i = q0; i < q1; ++i)
+      std::copy(P.qrow(b, hk * P.G + g, i), P.qrow(b, hk * P.G + g, i) + P.D,
+                ws.stacked_q.data() + (g * nq + i - q0) * P.D);
+  const int64_t tile = rows * std::min(width, std::max<int64_t>(hi - lo, 0));
+  if (static_cast<int64_t>(ws.tile.size()) < tile) ws.tile.resize(tile);
+  if (!std::is_same_v<T, In> && static_cast<int64_t>(ws.rounded.size()) < tile) ws.rounded.resize(tile);
+  T* S = ws.tile.data();
+  for (int64_t k0 = lo; k0 < hi; k0 += width) {
+    const int64_t k1 = std::min(hi, k0 + width), n = k1 - k0;
+    if (std::max(q0, P.query_lo(b, k0, k1)) >= std::min(q1, P.query_hi(b, k0, k1))) continue;   // no row sees it
+    gemm<T, In>(false, true, rows, n, P.D, P.gemm_alpha(), ws.stacked_q.data(), P.D, P.krow(b, hk, k0), P.ksl, T(0),
+                S, n);
+    for (int64_t g = 0; g < P.G; ++g) {
+      T* Sg = S + g * nq * n;
+      score_rule(P, b, hk * P.G + g, q0, q1, k0, k1, Sg, static_cast<T*>(nullptr), ws.spans);
+      online_rows(P, g, q0, q0, q1, n, Sg, ws.spans, st);
+    }
+    const In* p = as_operand<In>(S, ws.rounded.data(), rows * n);   // P in the GEMM's dtype
+    gemm<T, In>(false, false, rows, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), st.acc, P.Dv);
+  }
+  return true;
+}
+
 // The online softmax of query rows [q0, q1) of kv head hk's G heads over keys [lo, hi), in tiles of `width`
 // keys: st's (m, l, acc) (row i at i − q0) updated in place.
 template <typename T, typename In>
 void softmax_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, int64_t q1, int64_t lo, int64_t hi,
                   int64_t width, RowState<T>& st, ForwardScratch<T, In>& ws) {
+  if (stacked_pass(P, b, hk, q0, q1, lo, hi, width, st, ws)) return;
   const int64_t tile = (q1 - q0) * std::min(width, std::max<int64_t>(hi - lo, 0));
   if (static_cast<int64_t>(ws.tile.size()) < tile) ws.tile.resize(tile);
   if (!std::is_same_v<T, In> && static_cast<int64_t>(ws.rounded.size()) < tile) ws.rounded.resize(tile);
@@ -521,29 +608,7 @@ void softmax_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
       const int64_t h = hk * P.G + g;
       scores(P, b, h, r0, r1, k0, k1, S, static_cast<T*>(nullptr), ws.spans);
       T* o = st.acc + g * st.rows * P.Dv;   // row i at (i − q0) · Dv
-      for (int64_t i = r0; i < r1; ++i) {
-        T* s = S + (i - r0) * n;
-        const auto [a, e] = ws.spans[i - r0];
-        const T mx = row_max(s + a, e - a);
-        T& mi = st.m[g * st.rows + i - q0];
-        T& li = st.l[g * st.rows + i - q0];
-        const T m_new = mx != mx ? mx : std::max(mi, mx);   // a NaN score makes the row NaN, never 0
-        std::fill(s, s + a, T(0));
-        std::fill(s + e, s + n, T(0));
-        if (m_new == T(NEG_INF)) {   // nothing visible so far: p = 0
-          std::fill(s + a, s + e, T(0));
-          continue;
-        }
-        const T sum = exp_sub(s + a, e - a, m_new);
-        if (mi != m_new) {
-          const T alpha = mi == T(NEG_INF) ? T(0) : std::exp(mi - m_new);
-          T* oi = o + (i - q0) * P.Dv;
-          for (int64_t d = 0; d < P.Dv; ++d) oi[d] *= alpha;
-          li *= alpha;
-        }
-        li += sum;
-        mi = m_new;
-      }
+      online_rows(P, g, q0, r0, r1, n, S, ws.spans, st);
       const In* p = as_operand<In>(S, ws.rounded.data(), (r1 - r0) * n);   // P in the GEMM's dtype
       gemm<T, In>(false, false, r1 - r0, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), o + (r0 - q0) * P.Dv,
                   P.Dv);
@@ -652,7 +717,7 @@ void forward_impl(const Problem<T, In>& P, In* out, T* lse) {
     std::vector<T>& buf = states[w];
     buf.resize(P.G * P.block_q * (2 + P.Dv));
     T* m = buf.data();
-    RowState<T> st{m, m + P.G * P.block_q, m + 2 * P.G * P.block_q, P.block_q};
+    RowState<T> st{m, m + P.G * nq, m + 2 * P.G * nq, nq};   // (m, l, acc) of the block's nq rows, packed
     st.reset(P.G, P.Dv);
     const auto [lo, hi] = block_keys(P, b, q0, q1);
     // a short query block (one decoding step) takes proportionally wider key blocks: same tile size, fewer GEMMs
