@@ -1,6 +1,8 @@
 """Is a head's share on some keys more than chance? A test a researcher can cite, written once.
 
     against_chance(weights, targets, visible) -> Evidence(rows, score, chance, z, p, measurable)
+    row_stats(weights (H, R, L), visible) -> RowStats; evidence(share (H, R), k, stats) -> [Evidence] per head
+    (the same test for a layer's heads and many patterns: the rows' statistics computed once)
 
 The question: a head puts, on average over the rows where a pattern can be measured, a share `score` of
 its weight on the pattern's target keys (the previous token, the noun of the verb …). Would a head that
@@ -31,7 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["MIN_ROWS", "ALPHA", "CREDIT_MIN", "Evidence", "against_chance", "NULL"]
+__all__ = ["MIN_ROWS", "ALPHA", "CREDIT_MIN", "Evidence", "against_chance", "RowStats", "row_stats", "evidence", "NULL"]
 
 MIN_ROWS = 8
 """Fewest informative rows a pattern is measured on before anything is said of it."""
@@ -78,29 +80,61 @@ def against_chance(weights, targets, visible, *, min_rows: int = MIN_ROWS) -> Ev
         raise ValueError(
             f"weights, targets and visible must be (R, L) of one shape, got {w.shape}, {t.shape}, {v.shape}"
         )
-    if not np.isfinite(w).all():
-        raise ValueError("weights must be finite")
     t = t & v
-    k = t.sum(1)
+    stats = row_stats(w[None], v)
+    share = np.where(t, w, 0.0).sum(1)[None]
+    return evidence(share, t.sum(1), stats, min_rows=min_rows)[0]
+
+
+@dataclass(frozen=True)
+class RowStats:
+    """What the null needs of each row of H heads, whatever the pattern: `total` (H, R) the weight on the row's
+    visible keys, `sigma2` (H, R) the variance of those weights, `m` (R,) how many keys the row sees."""
+
+    total: np.ndarray
+    sigma2: np.ndarray
+    m: np.ndarray
+
+
+def row_stats(weights, visible) -> RowStats:
+    """`RowStats` of weights (H, R, L) over visible (R, L) bool: computed once for a layer's heads and shared by
+    every pattern measured on them (`evidence`)."""
+    w = np.asarray(weights, dtype=np.float64)
+    v = np.asarray(visible, dtype=bool)
+    if w.ndim != 3 or w.shape[1:] != v.shape:
+        raise ValueError(f"weights must be (H, R, L) over visible (R, L), got {w.shape} and {v.shape}")
     m = v.sum(1)
-    wv = np.where(v, w, 0.0)
-    mean = wv.sum(1) / np.maximum(m, 1)
-    sigma2 = np.where(v, (wv - mean[:, None]) ** 2, 0.0).sum(1) / np.maximum(m, 1)
+    wv = w * v  # a NaN or ±inf anywhere (even on a hidden key: 0 · inf) makes its row's total non-finite
+    total = wv.sum(-1)
+    if not np.isfinite(total).all():
+        raise ValueError("weights must be finite")
+    mean = total / np.maximum(m, 1)
+    d = np.subtract(wv, mean[..., None], out=wv)  # in place: two (H, R, L) passes fewer on a layer's heads
+    np.multiply(d, d, out=d)
+    np.multiply(d, v, out=d)
+    sigma2 = d.sum(-1) / np.maximum(m, 1)
+    return RowStats(total, sigma2, m)
+
+
+def evidence(share, k, stats: RowStats, *, min_rows: int = MIN_ROWS) -> list[Evidence]:
+    """`Evidence` for each of H heads: share (H, R) each row's weight on its targets (visible ones), k (R,) how
+    many visible targets each row has, `stats` the heads' `row_stats` (the module's test)."""
+    share = np.asarray(share, dtype=np.float64)
+    k, m = np.asarray(k), stats.m
     keep = (k > 0) & (k < m) & (m >= 2)
     rows = int(keep.sum())
     if rows == 0:
-        return Evidence(0, None, None, None, None, False, False)
-    share = (wv * t).sum(1)[keep]
-    # each row's weights are renormalised over its visible keys: the null's share is of the same total
-    total = wv.sum(1)[keep]
+        return [Evidence(0, None, None, None, None, False, False) for _ in range(share.shape[0])]
     kk, mm = k[keep], m[keep]
-    expected = total * kk / mm
-    var = kk * (mm - kk) / (mm - 1) * sigma2[keep]
-    score = float(share.mean())
-    chance = float(expected.mean())
-    sd = math.sqrt(float(var.sum())) / rows
-    z = (score - chance) / sd if sd > 0 else 0.0
-    p = 0.5 * math.erfc(z / math.sqrt(2.0)) if sd > 0 else 1.0
+    # each row's weights are renormalised over its visible keys: the null's share is of the same total
+    expected = stats.total[:, keep] * kk / mm
+    var = kk * (mm - kk) / (mm - 1) * stats.sigma2[:, keep]
     measurable = rows >= min_rows
-    credited = measurable and p < ALPHA and score >= CREDIT_MIN
-    return Evidence(rows, score, chance, float(z), float(p), measurable, credited)
+    out = []
+    for score, chance, v in zip(share[:, keep].mean(-1), expected.mean(-1), var.sum(-1), strict=True):
+        sd = math.sqrt(float(v)) / rows
+        z = (float(score) - float(chance)) / sd if sd > 0 else 0.0
+        p = 0.5 * math.erfc(z / math.sqrt(2.0)) if sd > 0 else 1.0
+        credited = measurable and p < ALPHA and float(score) >= CREDIT_MIN
+        out.append(Evidence(rows, float(score), float(chance), float(z), float(p), measurable, credited))
+    return out

@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from . import chance
 
@@ -353,18 +354,28 @@ def measure(weights, ids: Sequence[int], *, causal: bool, visible=None) -> list[
     vis = _visible(L, causal, visible)
     n_vis = vis.sum(1)
     heads: list[dict[str, dict]] = [{} for _ in range(w.shape[0])]
+    stats = chance.row_stats(w, vis)  # shared by every type: the null's per-row statistics
     for t, m in masks.items():
         measured = m.any(1)  # (L,)
         rows = int(measured.sum())
-        uniform = float((m.sum(1) / np.maximum(n_vis, 1))[measured].mean()) if rows else None
-        scores = (w * m).sum(-1)[:, measured].mean(-1) if rows else [None] * len(heads)  # (H,)
-        for h, score in enumerate(scores):
-            score = None if score is None else float(score)
-            heads[h][t] = _credit(score, uniform, rows, w[h], m, vis)
+        if not rows:
+            for h in range(len(heads)):
+                heads[h][t] = {"score": None, "chance": None, "rows": 0, "p": None, "credited": False}
+            continue
+        uniform = float((m.sum(1) / np.maximum(n_vis, 1))[measured].mean())
+        share = _row_shares(w, m)  # (H, L): each row's weight on its targets
+        evidence = chance.evidence(share, (m & vis).sum(1), stats)
+        for h, score in enumerate(share[:, measured].mean(-1)):
+            heads[h][t] = {
+                "score": float(score),
+                "chance": uniform,
+                "rows": rows,
+                "p": evidence[h].p,
+                "credited": bool(evidence[h].credited and above_chance(float(score), uniform)),
+            }
     ok = n_vis >= 2
-    with np.errstate(divide="ignore", invalid="ignore"):
-        plogp = np.where(w > 0, w * np.log(np.where(w > 0, w, 1.0)), 0.0)  # (H, L, L)
-    entropy = (-plogp.sum(-1)[:, ok] / np.log(n_vis[ok])).mean(-1) if ok.any() else [None] * len(heads)
+    nats = torch.special.entr(torch.from_numpy(w)).sum(-1).numpy()  # (H, L): −Σ w log w, 0 log 0 = 0
+    entropy = (nats[:, ok] / np.log(n_vis[ok])).mean(-1) if ok.any() else [None] * len(heads)
     for h, e in enumerate(entropy):
         e = None if e is None else float(e)
         rows = int(ok.sum())
@@ -379,19 +390,15 @@ def measure(weights, ids: Sequence[int], *, causal: bool, visible=None) -> list[
     return heads
 
 
-def _credit(score: float | None, uniform: float | None, rows: int, w: np.ndarray, m: np.ndarray, vis) -> dict:
-    """One type on one head: {score, chance (uniform attention's share), rows, p, credited} (the module's rule:
-    `chance.against_chance` on the rows where it is measured, then `above_chance`)."""
-    if not rows:
-        return {"score": None, "chance": None, "rows": 0, "p": None, "credited": False}
-    ev = chance.against_chance(w, m, vis)
-    return {
-        "score": score,
-        "chance": uniform,
-        "rows": rows,
-        "p": ev.p,
-        "credited": bool(ev.credited and above_chance(score, uniform)),
-    }
+def _row_shares(w: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """(H, L): each row's weight on its target keys, summed over the few targets each row has (O(H · targets),
+    not a pass over the whole (H, L, L) weights per type)."""
+    r, c = np.nonzero(targets)
+    share = np.zeros(w.shape[:2])
+    if r.size:
+        starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+        share[:, r[starts]] = np.add.reduceat(w[:, r, c], starts, axis=1)
+    return share
 
 
 def credited(types: dict[str, dict]) -> list[str]:
