@@ -85,3 +85,28 @@ def test_bad_shapes_and_values_are_named():
         against_chance(np.ones((2, 3)), np.ones((2, 2), bool), np.ones((2, 3), bool))
     with pytest.raises(ValueError, match="finite"):
         against_chance(np.full((2, 2), np.nan), np.eye(2, dtype=bool), np.ones((2, 2), bool))
+
+
+def test_a_layers_heads_measured_at_once_get_each_heads_own_p_value():
+    """`head_types.measure` tests a layer's heads and types together (the rows' statistics computed once, the
+    shares summed over the targets): each head's p-value is the one `against_chance` gives that head alone
+    (checked above against a real permutation), for every type measured."""
+    from selfattn.explainer.analysis import head_types
+
+    rng = np.random.default_rng(7)
+    L, H = 30, 4
+    ids = list(rng.integers(0, 9, size=L))  # repeats: duplicate and induction targets exist
+    w = np.stack([_causal_weights(rng, L, sharp)[0] for sharp in (0.0, 1.0, 3.0, 6.0)])
+    vis = np.tril(np.ones((L, L), dtype=bool))
+    got = head_types.measure(w, ids, causal=True)
+    masks = head_types.targets(ids, causal=True)
+    assert len(got) == H and masks
+    for name, m in masks.items():
+        measured = m.any(1)
+        for h in range(H):
+            if not measured.any():
+                assert got[h][name]["p"] is None
+                continue
+            ev = against_chance(w[h], m, vis)
+            assert got[h][name]["p"] == pytest.approx(ev.p, rel=1e-12, abs=1e-300)
+            assert got[h][name]["score"] == pytest.approx((w[h] * m).sum(1)[measured].mean(), rel=1e-12)
