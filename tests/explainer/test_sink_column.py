@@ -171,3 +171,6 @@ def test_the_stages_score_with_the_requests_alibi_segments_and_sinks():
         part = layer.stages(h, rows)  # a few rows alone: ALiBi's distances are the rows' own
         assert max_error(part["weights"], weights[0, h, rows]) <= TOL["float64_grad"], h
     assert not bool(layer.visible[3, 2]) and bool(layer.visible[4, 3])  # another segment is hidden
+    together = layer.weights([3, 0, 2])  # the heads at once (what the head-type measures read), any order
+    for i, h in enumerate([3, 0, 2]):
+        assert max_error(together[i], weights[0, h]) <= TOL["float64_grad"], h

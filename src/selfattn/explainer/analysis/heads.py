@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import cast
 
-import numpy as np
-
 from ..capture.trace import LayerTrace, ModelTrace
 from . import head_types
 from .relations import RELATIONS, Link, links
@@ -102,7 +100,10 @@ def _layer_measures(layer: LayerTrace, ids: list[int]) -> list[dict]:
     groups = [(plain[i : i + step], layer.visible) for i in range(0, len(plain), step)]
     groups += [([h], layer.head_rule(h)[2]) for h in layer.changed]
     for heads, visible in groups:
-        w = np.stack([layer.stages(h, weighted=False)["weights"].numpy() for h in heads])  # (h, L, L)
+        if heads and heads[0] in layer.changed:  # a head changed apart: its own rule
+            w = layer.stages(heads[0], weighted=False)["weights"][None].numpy()
+        else:
+            w = layer.weights(heads).numpy()  # (h, L, L), the plain heads together
         for h, m in zip(heads, head_types.measure(w, ids, causal=layer.causal, visible=visible), strict=True):
             out[h] = m
     return cast(list[dict], out)  # every head filled: the plain heads and the changed ones

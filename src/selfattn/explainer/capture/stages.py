@@ -16,7 +16,7 @@ import torch
 from ...scores import ScoreRule
 from ...weights import weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
 
-__all__ = ["head_stages", "sink_share"]
+__all__ = ["head_stages", "heads_weights", "sink_share"]
 
 
 def head_stages(
@@ -48,6 +48,22 @@ def head_stages(
     if sink is not None:
         out["sink"] = sink_share(sink, lse)
     return out if v is None else out | {"weighted": weights @ v}
+
+
+def heads_weights(
+    q, k, lse, *, scale: float, softcap: float | None, visible, **features: torch.Tensor | None
+) -> torch.Tensor:
+    """(H, L, L) the weights of every query row of H heads of one layer that share the scale, softcap and
+    visibility (the heads an intervention left alone), in q's dtype: `head_stages`' weights, by the same score
+    rule, for all H at once — one batched product and one exp instead of H (what the head-type measures read).
+
+    q (H, L, D), k (H, L, D) (each head's kv head), lse (H, L), visible (L, L) bool; features each per-head
+    score feature's (H,) values by name (None: not set)."""
+    L = k.shape[-2]
+    scores = q @ k.transpose(-1, -2)  # (H, L, L)
+    rule = ScoreRule(scale=scale, softcap=softcap, **{n: t for n, t in features.items() if t is not None})
+    masked = rule.stages(scores[None], None, None, L, L)["masked"]  # (1, H, L, L)
+    return weights_from_lse(rule.hide(masked, visible[None, None])[0], lse, inplace=True)
 
 
 def sink_share(sink: float, lse: torch.Tensor) -> torch.Tensor:

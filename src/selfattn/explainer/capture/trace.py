@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
@@ -46,7 +47,7 @@ from ...scores import PER_HEAD
 from ...weights import row_index
 from .digest import DIGEST_WEIGHTS_BYTES, Digest, digest
 from .interventions import Intervention
-from .stages import head_stages, sink_share
+from .stages import head_stages, heads_weights, sink_share
 
 if TYPE_CHECKING:
     from ..pieces import Pieces
@@ -132,6 +133,24 @@ class LayerTrace:
         if self.sinks is None:
             return None
         return sink_share(float(self.sinks[head]), self.lse[head].to(dtype))
+
+    def weights(self, heads: Sequence[int], *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """(len(heads), L, L) the weights of these heads, none of them changed apart by an intervention, computed
+        together (`stages.heads_weights`): each equals `stages(head)["weights"]`."""
+        heads = [checks.integer("head", h, low=0, high=self.n_heads - 1) for h in heads]
+        if any(h in self.changed for h in heads):
+            raise ValueError(f"heads {sorted(set(heads) & set(self.changed))} were changed apart: use stages(head)")
+        index = torch.tensor(heads, dtype=torch.long, device=self.q.device)
+        kv = torch.tensor([self.kv_head(h) for h in heads], dtype=torch.long, device=self.q.device)
+        return heads_weights(
+            self.q[index].to(dtype),
+            self.k[kv].to(dtype),
+            self.lse[index].to(dtype),
+            scale=self.scale,
+            softcap=self.softcap,
+            visible=self.visible,
+            **{name: t[index].to(dtype) for name, t in self.features.items()},
+        )
 
     def stages(self, head: int, rows=None, *, dtype: torch.dtype = torch.float64, weighted: bool = True) -> dict:
         """The tutorial's stages for query `rows` (default all) of one head, in `dtype` (`head_stages`);
