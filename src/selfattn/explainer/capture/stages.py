@@ -61,7 +61,8 @@ def heads_weights(
     score feature's (H,) values by name (None: not set)."""
     L = k.shape[-2]
     scores = q @ k.transpose(-1, -2)  # (H, L, L)
-    rule = ScoreRule(scale=scale, softcap=softcap, **{n: t for n, t in features.items() if t is not None})
+    per_head: dict[str, Any] = {n: t for n, t in features.items() if t is not None}
+    rule = ScoreRule(scale=scale, softcap=softcap, **per_head)
     masked = rule.stages(scores[None], None, None, L, L)["masked"]  # (1, H, L, L)
     return weights_from_lse(rule.hide(masked, visible[None, None])[0], lse, inplace=True)
 
