@@ -63,11 +63,13 @@ def test_a_planted_previous_token_head_is_described_as_one_never_as_a_relation(p
         for q, before in _previous_word_rows(planted, text):
             shares.append(sum(w[q, k] for k in before))
             chances.append(len(before) / (q + 1))
+    # the verdict holds "previous" on the words and on the induction probe (whichever is further above chance
+    # is listed); the sentence states the words' share, the one "恰好也是" is about
     (e,) = [e for e in v["types"] if e["type"] == "previous"]
-    assert e["on"] == "words" and e["rows"] == len(shares) >= head_types.MIN_ROWS
-    assert e["score"] == pytest.approx(np.mean(shares), abs=PLANTED_TOL)
-    assert e["chance"] == pytest.approx(np.mean(chances), abs=1e-12)
-    assert e["p"] < 1e-6
+    assert e["on"] in ("words", "probe") and e["rows"] >= head_types.MIN_ROWS and e["p"] < 1e-6
+    assert d["weight"] == pytest.approx(np.mean(shares), abs=PLANTED_TOL)
+    assert d["chance"] == pytest.approx(np.mean(chances), abs=1e-12)
+    assert len(shares) >= head_types.MIN_ROWS
     assert f"{percent(np.mean(shares))}，均匀注意力 {percent(np.mean(chances))}" in d["text"]["zh"]
     # every relation it seemed to hold on the text fails on the control, where the key is not the previous word
     for row in doc["descriptions"]:

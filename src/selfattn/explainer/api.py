@@ -130,7 +130,7 @@ class Explanation:
         by layer. entropy … description are this text's (with its interventions); type (a head type of
         `analysis.head_types` or None) and types (each type's score and chance) are what `selfattn heads` says
         (`experiments.taxonomy`: the induction probe and this text, the model as it is)."""
-        typed = experiments.taxonomy(self.explainer, self.text)["heads"]
+        typed = experiments.taxonomy(self.explainer, self.text, cache=self._cache)["heads"]
         out = []
         for l, row in enumerate(self.doc["summaries"]):
             for h, s in enumerate(row):

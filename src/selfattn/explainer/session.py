@@ -29,6 +29,7 @@ import torch
 from .. import checks
 from . import formula, sources
 from . import pieces as P
+from . import probe as _probe
 from .analysis import experiment, heads, held, relations, summary
 from .capture.cache import TraceCache
 from .capture.interventions import Intervention
@@ -213,7 +214,8 @@ class Explainer:
         intervention = Intervention() if intervention is None else intervention
         trace = self.trace(text, intervention, cache=cache)
         table, thumbs = summary.scan(trace)
-        described = describe(trace, table, self.control(trace, intervention, cache=cache))
+        control = self.control(trace, intervention, cache=cache)
+        described = describe(trace, table, control, self.probe(cache=cache))
         *shown, why = experiment.opened(intervention, layer, head, ablate)
         selected = self.select(trace, table, described, *shown)
         if why is not None and selected["rule"] is None:  # shown because it was changed or ablated
@@ -255,6 +257,16 @@ class Explainer:
         if ctrl is None or len(self.tokenize(ctrl.text)[1]) > self.max_len:
             return None
         return self.trace(ctrl.text, intervention, cache=cache)
+
+    def probe(self, *, cache=None) -> list[list[dict]] | None:
+        """Every head's measures on the induction probe (`probe.probe_measures`: 30 random ordinary tokens twice,
+        BOS first where the model has one; the one `selfattn heads` and `Explanation.heads()` read), of the model
+        as it is (no intervention: the probe's positions are not the text's), or None where the model has no
+        probe (it reads or knows too few tokens). One forward pass, or none when `cache` holds it."""
+        try:
+            return _probe.probe_measures(self, cache=cache)
+        except _probe.NoProbe:
+            return None
 
     @staticmethod
     def select(trace: ModelTrace, table, described, layer, head) -> dict:

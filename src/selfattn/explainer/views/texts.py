@@ -773,6 +773,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "its strongest tutorial link {link}: not clearly above",
     },
     "heads.words.join": {"zh": "；", "en": "; "},
+    "heads.words.on_probe": {
+        "zh": "（在随机 token 重复两遍的探针上）",
+        "en": " (on the probe of random tokens repeated)",
+    },
     # page19: the page and the app show the experiments (web/static/render/experiments.js, web/body.py)
     "server.experiment": {"zh": "无法做这个实验：{reason}", "en": "{reason}"},
     "server.needs": {"zh": "{field} 需要和 {needed} 一起给", "en": "{field} goes with {needed}: give both"},
