@@ -94,7 +94,9 @@ def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, 
     described = None
     if text is not None:
         shown = explainer.trace(text, cache=cache)
-        described = describe(shown, summary.summaries(shown), explainer.control(shown, cache=cache), on_probe)
+        described = describe(
+            shown, summary.summaries(shown), explainer.control(shown, cache=cache), on_probe, explainer.user_words
+        )
     out = _taxonomy.merge(on_probe, described)
     bos = probe_bos(explainer)
     added = sum(len(part) for part in frame(explainer)) + int(bos is not None and bos["added"])
@@ -102,7 +104,7 @@ def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, 
         "model": explainer.name,
         "probe": {"ids": ids, "tokens": tokens, "length": (len(ids) - added) // 2, "seed": seed, "bos": bos},
         "text": text,
-        "roles": None if text is None else has_roles(held.words_of(shown)),
+        "roles": None if text is None else has_roles(held.words_of(shown, explainer.user_words)),
     }
     out["findings"] = findings.taxonomy_words(out)
     return out

@@ -62,7 +62,9 @@ class Explainer:
     decode(id) -> str; shown(id) -> the same as a person reads it (None: `pieces.shown_piece` of decode)
     kind          "decoder" | "encoder" (None: read from each trace: a causal call makes a decoder)
     tokenizer_kind, positions   keys of `views.texts` (how the text is cut; the positional scheme)
-    unknown_hint  what the model knows and what to use for free text; loaded: how it was built"""
+    unknown_hint  what the model knows and what to use for free text; loaded: how it was built
+    user_words    {word: role | None}: words the part-of-speech tagger keeps whole, a given role winning over
+                  its tag (`analysis.held.words_of`): our tokenizer's own words, or a reader's (`with_words`)"""
 
     model: torch.nn.Module
     name: str
@@ -77,6 +79,16 @@ class Explainer:
     shown: Callable[[int], str] | None = None
     loaded: dict = field(default_factory=dict)
     segment: Callable[[str], tuple[list[str], torch.Tensor, dict, P.Pieces]] | None = None
+    user_words: dict[str, str | None] = field(default_factory=dict)
+
+    def with_words(self, user_words) -> Explainer:
+        """A copy whose tagger also keeps `user_words` whole: a list of words, or {word: role} (one of
+        `roles.ROLES`, or None for the tagger's), winning over this explainer's own where both name a word."""
+        from dataclasses import replace
+
+        from .analysis.roles import given_roles
+
+        return replace(self, user_words=self.user_words | given_roles(user_words))
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None, dtype: str | torch.dtype | None = None) -> Explainer:
@@ -136,6 +148,7 @@ class Explainer:
             unknown_hint=hint,
             kind="decoder",
             loaded={"format": "selfattn checkpoint", "file": None, "class": type(model).__name__, "why": "ours"},
+            user_words=dict.fromkeys(tokenizer.user_words),
         )
 
     @classmethod
@@ -215,7 +228,7 @@ class Explainer:
         trace = self.trace(text, intervention, cache=cache)
         table, thumbs = summary.scan(trace)
         control = self.control(trace, intervention, cache=cache)
-        described = describe(trace, table, control, self.probe(cache=cache))
+        described = describe(trace, table, control, self.probe(cache=cache), self.user_words)
         *shown, why = experiment.opened(intervention, layer, head, ablate)
         selected = self.select(trace, table, described, *shown)
         if why is not None and selected["rule"] is None:  # shown because it was changed or ablated
@@ -253,7 +266,7 @@ class Explainer:
     def control(self, trace: ModelTrace, intervention: Intervention | None = None, *, cache=None):
         """The trace of the text's control sentence (`analysis.held.control_of`) on this model, or None (no
         relation adjacent, no roles, or the control too long for the model)."""
-        ctrl = held.control_of(trace)
+        ctrl = held.control_of(trace, self.user_words)
         if ctrl is None or len(self.tokenize(ctrl.text)[1]) > self.max_len:
             return None
         return self.trace(ctrl.text, intervention, cache=cache)

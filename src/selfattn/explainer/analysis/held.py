@@ -1,9 +1,10 @@
 """Relations held against the simpler explanation: a head is credited with a tutorial relation only where the
 relation survives what a previous-word, self or first-token head would give.
 
-    words_of(trace)              -> [Word] of the trace's text with roles (`roles.word_roles`; [] without Chinese)
-    control_of(trace)            -> `word_relations.Control` | None: the control sentence to run beside the text
-    held(trace, control_trace)   -> [layer][head] {previous_word, relations {name: {…}}}
+    words_of(trace, user_words=())   -> [Word] of the trace's text with roles (`roles.word_roles`; [] without
+                                        Chinese); user-given words (a list or {word: role}) win over the tagger
+    control_of(trace, user_words=()) -> `word_relations.Control` | None: the control sentence to run beside the text
+    held(trace, control_trace, user_words=()) -> [layer][head] {previous_word, relations {name: {…}}}
 
 In 一只蓝色怪兽走进森林 every link the tutorial draws is also "the previous word" (走进→怪兽: 怪兽 is the word
 before 走进), so the text alone cannot tell a grammar head from a previous-word head. The control sentence
@@ -31,7 +32,7 @@ piece of the key words, `word_relations.piece_links`):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -49,17 +50,23 @@ CLAUSE2 = "clause2>clause1"
 """The one relation read from the corpus grammar's tokens (`relations.links`), not from the tagger's roles."""
 
 
-def words_of(trace: ModelTrace) -> list[Word]:
-    """The trace's text as tagged words (its pieces' text); [] when the trace has no pieces or no Chinese."""
+UserWords = Sequence[str] | Mapping[str, str | None]
+"""User-given words: a list (kept whole, tagged by jieba) or {word: role} (`roles.given_roles`)."""
+
+
+def words_of(trace: ModelTrace, user_words: UserWords = ()) -> list[Word]:
+    """The trace's text as tagged words (its pieces' text); [] when the trace has no pieces or no Chinese.
+    user_words (an `Explainer`'s: its tokenizer's words, a reader's {word: role}) are never split, and a role
+    given with one is used instead of the tagger's."""
     if trace.pieces is None:
         return []
-    return word_roles(trace.pieces.text)
+    return word_roles(trace.pieces.text, user_words)
 
 
-def control_of(trace: ModelTrace) -> Control | None:
+def control_of(trace: ModelTrace, user_words: UserWords = ()) -> Control | None:
     """The control sentence of the trace's text (None: no relation is adjacent, or no roles)."""
-    words = words_of(trace)
-    return control(words, trace.pieces.text) if words and trace.pieces is not None else None
+    words = words_of(trace, user_words)
+    return control(words, trace.pieces.text, user_words) if words and trace.pieces is not None else None
 
 
 def text_links(trace: ModelTrace, words: Sequence[Word] | None = None) -> list[Link]:
@@ -159,14 +166,15 @@ def _beats_simpler(m: dict) -> bool:
     return link_credited(m) and m["weight"] > max(m["previous"], m["self"], m["first"])
 
 
-def held(trace: ModelTrace, control_trace: ModelTrace | None = None) -> list[list[dict]]:
+def held(trace: ModelTrace, control_trace: ModelTrace | None = None, user_words: UserWords = ()) -> list[list[dict]]:
     """[layer][head] {previous_word, relations}: the module's doc. `control_trace`: the trace of
-    `control_of(trace).text` on the same model (None: no control, a relation adjacent on the text is not held)."""
-    words = words_of(trace)
+    `control_of(trace, user_words).text` on the same model (None: no control, a relation adjacent on the text is
+    not held); user_words: `words_of`'s."""
+    words = words_of(trace, user_words)
     links = word_links(words)
     text = trace.pieces.text if trace.pieces is not None else ""
     pieces = word_pieces(words, trace.pieces.spans) if words and trace.pieces is not None else []
-    ctrl = control_of(trace) if control_trace is not None else None
+    ctrl = control_of(trace, user_words) if control_trace is not None else None
     other = control_trace if ctrl is not None else None  # the control's trace, when there is a control
     c_words = ctrl.words if ctrl is not None else []
     c_text = ctrl.text if ctrl is not None else ""

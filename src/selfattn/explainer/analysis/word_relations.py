@@ -18,7 +18,7 @@ acts, place → the verb and the noun; each key is the nearest earlier word of t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .relations import RELATIONS, Link
@@ -105,7 +105,9 @@ def piece_links(words: Sequence[Word], spans: Sequence[tuple[int, int]]) -> list
     return out
 
 
-def control(words: Sequence[Word], text: str, user_words: Sequence[str] = ()) -> Control | None:
+def control(
+    words: Sequence[Word], text: str, user_words: Sequence[str] | Mapping[str, str | None] = ()
+) -> Control | None:
     """The control sentence of `text` (its `words`): a filler (FILLERS) inserted before each query word
     whose key is the word just before it. None when no link is adjacent (the text is its own control)."""
     moved = sorted({link.query for link in word_links(words) if link.query - 1 in link.keys})
