@@ -264,9 +264,10 @@ class Explainer:
         return doc | extra
 
     def control(self, trace: ModelTrace, intervention: Intervention | None = None, *, cache=None):
-        """The trace of the text's control sentence (`analysis.held.control_of`) on this model, or None (no
-        relation adjacent, no roles, or the control too long for the model)."""
-        ctrl = held.control_of(trace, self.user_words)
+        """The trace of the text's control sentence (`analysis.held.control_of`, its fillers the first ones this
+        tokenizer knows: `knows`) on this model, or None (no relation adjacent, no roles, or the control too long
+        for the model)."""
+        ctrl = held.control_of(trace, self.user_words, self.knows)
         if ctrl is None or len(self.tokenize(ctrl.text)[1]) > self.max_len:
             return None
         return self.trace(ctrl.text, intervention, cache=cache)
@@ -280,6 +281,10 @@ class Explainer:
             return _probe.probe_measures(self, cache=cache)
         except _probe.NoProbe:
             return None
+
+    def knows(self, word: str) -> bool:
+        """Whether this explainer's tokenizer reads `word` without an unknown token (`pieces.Pieces.unknown`)."""
+        return not any(self.pieces_of(word)[3].unknown)
 
     @staticmethod
     def select(trace: ModelTrace, table, described, layer, head) -> dict:

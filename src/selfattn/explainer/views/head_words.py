@@ -162,6 +162,9 @@ def _kept(r: dict, control: list[str], lang: str) -> str:
     if not r.get("adjacent") or c is None or not control:
         return ""
     share = _share(lang, c["pair_weight"], c["pair_chance"])
+    if c.get("between_unknown"):  # the model reads those words as <unk>: say so, not only their text
+        unread = text("heads.words.join_words", lang).join(c["between_unknown"])
+        return text("heads.words.control_unknown", lang, between=c["between"], unknown=unread, share=share)
     return text("heads.words.control", lang, between=c["between"], share=share)
 
 
