@@ -21,6 +21,9 @@ from tests.explainer.tiny import tiny_explainer
 
 TEXT = "一只蓝色怪兽走进森林"
 CONTROL = "一只蓝色的怪兽慢慢地走进了森林"
+"""The control of TEXT where the tokenizer knows no filler (the first ones: the tiny model's vocabulary)."""
+DEFAULT_CONTROL = "一只蓝色的怪兽在走进这个森林"
+"""The control of TEXT on the default model: the first fillers its vocabulary holds."""
 
 
 @pytest.fixture(scope="module")
@@ -58,16 +61,19 @@ def test_a_planted_previous_token_head_is_described_as_one_never_as_a_relation(p
     assert "在这句里恰好也是" in d["text"]["zh"]
     # the share it states: the weight on the previous word, over the words of the text and of the control
     shares, chances = [], []
-    for text in (TEXT, CONTROL):
+    control = planted.control(planted.trace(TEXT)).pieces.text  # the fillers the tiny vocabulary knows
+    for text in (TEXT, control):
         w = truth.stages(planted.model, _ids(planted, text), 0, 0)["weights"]
         for q, before in _previous_word_rows(planted, text):
             shares.append(sum(w[q, k] for k in before))
             chances.append(len(before) / (q + 1))
+    # the verdict holds "previous" on the words and on the induction probe (whichever is further above chance
+    # is listed); the sentence states the words' share, the one "恰好也是" is about
     (e,) = [e for e in v["types"] if e["type"] == "previous"]
-    assert e["on"] == "words" and e["rows"] == len(shares) >= head_types.MIN_ROWS
-    assert e["score"] == pytest.approx(np.mean(shares), abs=PLANTED_TOL)
-    assert e["chance"] == pytest.approx(np.mean(chances), abs=1e-12)
-    assert e["p"] < 1e-6
+    assert e["on"] in ("words", "probe") and e["rows"] >= head_types.MIN_ROWS and e["p"] < 1e-6
+    assert d["weight"] == pytest.approx(np.mean(shares), abs=PLANTED_TOL)
+    assert d["chance"] == pytest.approx(np.mean(chances), abs=1e-12)
+    assert len(shares) >= head_types.MIN_ROWS
     assert f"{percent(np.mean(shares))}，均匀注意力 {percent(np.mean(chances))}" in d["text"]["zh"]
     # every relation it seemed to hold on the text fails on the control, where the key is not the previous word
     for row in doc["descriptions"]:
@@ -102,13 +108,17 @@ def test_the_tutorial_head_keeps_its_relation_on_the_control(default):
     # on the text: 走进 (4) → 怪兽 (3)
     w = truth.stages(model, tokenizer.encode(TEXT, bos=True), 0, 3)["weights"]
     assert "走进→怪兽 86%，均匀注意力 20%" in d["text"]["zh"] and round(100 * w[4, 3]) == 86
-    # on the control: the default model's vocabulary lacks 的 / 慢慢地 / 了 (they are <unk>), the words stay
-    ids = tokenizer.encode(CONTROL, bos=True)
+    # on the control: the default model's vocabulary lacks 的 / 慢慢地 / 了, so the fillers are the first ones it
+    # knows (在 before the verb, 这个 before the place); 的 it has no substitute for, and its token is <unk>
+    known = set(tokenizer.tokens)
+    assert DEFAULT_CONTROL == "一只蓝色的怪兽在走进这个森林"
+    ids = tokenizer.encode(DEFAULT_CONTROL, bos=True)
     tokens = [tokenizer.tokens[i] for i in ids]
+    assert "在" in known and "这个" in known and "的" not in known and tokens.count("<unk>") == 1
     verb, noun = tokens.index("走进"), tokens.index("怪兽")
-    assert verb - noun > 1  # something stands between them now
+    assert verb - noun == 2 and tokens[verb - 1] == "在"  # 在, a known token, stands between them now
     wc = truth.stages(model, ids, 0, 3)["weights"]
-    kept = f"中间隔着 慢慢地 时仍有 {percent(wc[verb, noun])}，均匀注意力 {percent(1 / (verb + 1))}"
+    kept = f"中间隔着 在 时仍有 {percent(wc[verb, noun])}，均匀注意力 {percent(1 / (verb + 1))}"
     assert kept in d["text"]["zh"], d["text"]["zh"]
     assert wc[verb, noun] > max(wc[verb, verb - 1], wc[verb, 0], wc[verb, verb])  # beats the simpler ones
     assert held["control"] == pytest.approx(wc[verb, noun], abs=1e-5)  # one key: the pair is the link
@@ -167,3 +177,25 @@ def test_selfattn_heads_labels_the_tutorial_head_as_explain_does(default, monkey
     out = "".join(capsys.readouterr().out.split())
     assert f"L0H3动词回看做动作的名词86%（均匀20%），对照句{percent(r['control'])}" in out
     assert "链接86" in out and "不是百分比" in out and "seed0" in out
+
+
+def test_the_control_names_the_fillers_the_model_does_not_know(default):
+    """On the default model the noun's filler 的 is <unk> (no known filler keeps the grammar): the sentence that
+    reads the noun's relation on the control says so; every other filler is a known token."""
+    from selfattn.explainer.analysis.held import held as held_of
+
+    tokenizer = checkpoint.load_default()[1]
+    trace = default.trace(TEXT)
+    ctrl = control_of(trace, default.user_words, default.knows)
+    assert ctrl.text == DEFAULT_CONTROL and ctrl.unknown == ("的",)
+    assert [w for w in ("在", "这个") if w not in tokenizer.tokens] == []
+    found = held_of(trace, default.trace(ctrl.text), default.user_words)
+    c = found[0][3]["relations"]["noun>qm+colour"]["control"]
+    assert c["between"] == "的" and c["between_unknown"] == ["的"]
+    from selfattn.explainer.views.head_words import _kept
+
+    r = {"adjacent": True, "control": c}
+    assert "模型不认识 的，读作 <unk>" in _kept(r, ["x"], "zh") and "does not know 的" in _kept(r, ["x"], "en")
+    c2 = found[0][3]["relations"]["verb>noun"]["control"]
+    assert c2["between"] == "在" and c2["between_unknown"] == []
+    assert "模型不认识" not in _kept({"adjacent": True, "control": c2}, ["x"], "zh")

@@ -58,6 +58,7 @@ def explain(
     find=None,
     layers="auto",
     dtype=None,
+    user_words=None,
     **interventions,
 ):
     """Explain `text` on `model`: an `Explanation` (shown inline in a notebook).
@@ -69,9 +70,13 @@ def explain(
                      default "auto": every layer a page can hold, the shown one and its neighbours first)
     dtype            what a model read from a path is loaded in: "bfloat16", "float16" or "float32" (default), or
                      that torch.dtype (`--dtype`); a loaded model keeps its own (a different dtype is refused)
+    user_words       words the part-of-speech tagger keeps whole, a list or {word: role} (a role of
+                     `analysis.roles.ROLES` wins over the tagger's tag): the tutorial's relations read these words
     interventions    registry entries by name, e.g. no_causal={}, temperature={"t": 2.0}, block={"query": 4,
                      "key": 3}; `scope={"layer": L, "head": H}` limits them to one layer / head"""
     explainer = _explainer(model, tokenizer, dtype)
+    if user_words is not None:
+        explainer = explainer.with_words(user_words)
     request = Request(text, layer=layer, head=head, intervention=_intervention(interventions), find=find)
     return Explanation(explainer, request, cache=None, layers=layers)
 
@@ -130,7 +135,7 @@ class Explanation:
         by layer. entropy … description are this text's (with its interventions); type (a head type of
         `analysis.head_types` or None) and types (each type's score and chance) are what `selfattn heads` says
         (`experiments.taxonomy`: the induction probe and this text, the model as it is)."""
-        typed = experiments.taxonomy(self.explainer, self.text)["heads"]
+        typed = experiments.taxonomy(self.explainer, self.text, cache=self._cache)["heads"]
         out = []
         for l, row in enumerate(self.doc["summaries"]):
             for h, s in enumerate(row):

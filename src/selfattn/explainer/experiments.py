@@ -14,26 +14,27 @@ and ids back into readable tokens. Layers and heads are counted from 0, as every
 Every token is shown as a person reads it, as in the export: a predicted token has `shown` beside its
 `token` ("␣Mary"), the tokens of a text have `names` ("金鱼@5") beside `tokens`.
 
-A token the tokenizer adds by itself (a <bos>, BERT's [CLS] … [SEP]) is found once per explainer by
-tokenizing the empty text (`frame`): the probe is framed by them, and a --target token is read without them.
+The induction probe is `probe`'s (`frame`, `probe_ids`, `probe_bos`, re-exported here): the same probe the
+explain sentences and the model view read. A --target token is read without the tokens the tokenizer adds
+by itself (`frame`).
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .. import checks
 from ..limits import MAX_ABLATED_HEADS, MAX_PATCH_TOKENS
 from . import pieces as _pieces
+from . import probe as _probe
 from . import session as _session
-from .analysis import head_types, heads, held, summary
+from .analysis import heads, held, summary
 from .analysis import taxonomy as _taxonomy
 from .analysis.roles import has_roles
 from .capture import lens as _lens
 from .capture import patching as _patching
 from .capture.interventions import Intervention
-from .capture.trace import capture
+from .probe import PROBE_LENGTH, PROBE_TRIES, frame, own_ids, probe_bos, probe_ids, vocab_size
 from .views import findings
 from .views.heads import describe
 
@@ -43,6 +44,7 @@ __all__ = [
     "frame",
     "token_id",
     "probe_ids",
+    "probe_bos",
     "taxonomy",
     "ablation",
     "patching",
@@ -52,10 +54,6 @@ __all__ = [
     "run",
 ]
 
-PROBE_LENGTH = 30
-"""Random tokens in each copy of the induction probe (fewer when the model reads fewer or knows fewer)."""
-PROBE_TRIES = 50
-"""Candidate ids drawn per probe token before giving up (an id is kept only if it is an ordinary token)."""
 TOP_K = 5
 
 
@@ -66,132 +64,39 @@ def _ids(explainer, text: str) -> tuple[list[str], torch.Tensor, dict]:
     return tokens, torch.as_tensor(ids), extra
 
 
-def frame(explainer) -> tuple[list[int], list[int]]:
-    """(prefix, suffix): the ids the tokenizer puts around every text by itself, from the empty text and one
-    ordinary text (the prefix is what both start with)."""
-    empty = [int(i) for i in explainer.tokenize("")[1]]
-    some = [int(i) for i in explainer.tokenize("a")[1]]
-    k = 0
-    while k < len(empty) and k < len(some) and empty[k] == some[k]:
-        k += 1
-    return empty[:k], empty[k:]
-
-
-def _own(explainer, text: str) -> list[int]:
-    """The ids of `text` without the ones the tokenizer adds (`frame`)."""
-    prefix, suffix = frame(explainer)
-    ids = [int(i) for i in explainer.tokenize(text)[1]]
-    if ids[: len(prefix)] == prefix:
-        ids = ids[len(prefix) :]
-    if suffix and ids[-len(suffix) :] == suffix:
-        ids = ids[: -len(suffix)]
-    return ids
-
-
 def token_id(explainer, token) -> int:
     """The id of one token, given as its text (" Mary", with its leading space) or as an id."""
     if isinstance(token, bool) or not isinstance(token, (str, int)):
         raise TypeError(f"a token must be its text or its id, got {type(token).__name__}")
     if isinstance(token, int):
-        n = _vocab_size(explainer.model)
+        n = vocab_size(explainer.model)
         if not 0 <= token < n:
             raise ValueError(f"token id {token} is not in the vocabulary (0 … {n - 1})")
         return token
-    ids = _own(explainer, token)
+    ids = own_ids(explainer, token)
     if len(ids) != 1:
         pieces = " / ".join(repr(explainer.decode(i)) for i in ids) or "nothing"
         raise ValueError(f"{token!r} is {len(ids)} tokens ({pieces}), not one: give a single token")
     return ids[0]
 
 
-def _vocab_size(model) -> int:
-    get = getattr(model, "get_input_embeddings", None)
-    emb = get() if callable(get) else getattr(model, "tok_emb", None)
-    if not isinstance(emb, torch.nn.Embedding):
-        raise ValueError(f"{type(model).__name__} has no token embedding to draw probe tokens from")
-    return emb.num_embeddings
-
-
-def _ordinary(explainer, i: int) -> str | None:
-    """The text of id `i` if it is an ordinary token: not unknown, not a bracketed special (<bos>, [CLS],
-    <|im_start|>), and tokenized back into itself alone. None otherwise."""
-    word = explainer.decode(i)
-    bare = word.strip()
-    if not bare or (bare[0], bare[-1]) in (("<", ">"), ("[", "]")) or not word.isprintable():
-        return None
-    if explainer.segment is not None and any(explainer.segment(word)[3].unknown):  # a true <unk>
-        return None
-    return word if _own(explainer, word) == [i] else None
-
-
-def bos_id(explainer) -> int | None:
-    """The model's BOS token id (its config's `bos_token_id`), or None where it has none."""
-    i = getattr(getattr(explainer.model, "config", None), "bos_token_id", None)
-    return i if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < _vocab_size(explainer.model) else None
-
-
-def probe_bos(explainer) -> dict | None:
-    """{id, token, added}: the probe's first token when it is a BOS: the tokenizer's own first token (added False),
-    or, where the tokenizer adds nothing, the model's BOS (`bos_id`) prepended as TransformerLens' detector
-    prompts do (added True); None when there is neither."""
-    prefix, _ = frame(explainer)
-    if prefix:
-        return {"id": prefix[0], "token": explainer.decode(prefix[0]), "added": False}
-    bos = bos_id(explainer)
-    return None if bos is None else {"id": bos, "token": explainer.decode(bos), "added": True}
-
-
-def probe_ids(explainer, length: int = PROBE_LENGTH, *, seed: int = 0) -> list[int]:
-    """The induction probe (`head_types.induction_probe`): the tokenizer's own frame around r + r, r =
-    `length` distinct ordinary tokens (`_ordinary`) drawn with `seed`, the model's BOS first where the tokenizer
-    adds none (`probe_bos`); shortened to what the model reads."""
-    prefix, suffix = frame(explainer)
-    bos = probe_bos(explainer)
-    if bos is not None and bos["added"]:
-        prefix = [bos["id"]]
-    room = (explainer.max_len - len(prefix) - len(suffix)) // 2
-    n = _vocab_size(explainer.model)
-    length = min(length, room, n)
-    if length < 2:
-        raise ValueError(f"{explainer.name} reads too few tokens for an induction probe ({explainer.max_len})")
-    rng = np.random.default_rng(seed)
-    chosen: dict[int, str] = {}
-    for _ in range(PROBE_TRIES * length):
-        if len(chosen) == length:
-            break
-        i = int(rng.integers(n))
-        word = None if i in chosen else _ordinary(explainer, i)
-        if word is not None and word not in chosen.values():
-            chosen[i] = word
-    if len(chosen) < 2:
-        raise ValueError(f"found no ordinary tokens in {explainer.name}'s vocabulary for an induction probe")
-    ordinary = list(chosen)
-    ids = head_types.induction_probe(ordinary, len(ordinary), seed=seed, prefix=prefix)
-    return [*ids, *suffix]
-
-
-def _extra_for(explainer, n: int) -> dict:
-    """The model keywords the explainer's tokenize gives, sized for `n` ids (an encoder's attention mask)."""
-    extra = dict(explainer.tokenize("a")[2])
-    if "attention_mask" in extra:
-        extra["attention_mask"] = torch.ones(1, n, dtype=torch.long)
-    return extra
-
-
-def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, seed: int = 0) -> dict:
+def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, seed: int = 0, cache=None) -> dict:
     """Every head's types with their scores: measured on the induction probe (random tokens repeated: the
     content-free behaviour, and the only fair test of induction) and, when `text` is given, on the text
     (its tutorial links included); merged by `taxonomy.merge`. The dict: model, probe {ids, tokens, length,
     seed, bos}, text, roles (whether the text's words have roles), rule, types, heads [layer][head] {type, types
-    [{type, score, chance, rows, p, on}], relations, measurable, probe, text} (`verdicts.verdict`)."""
-    ids = probe_ids(explainer, length, seed=seed)
-    tokens = [explainer.decode(i) for i in ids]
-    trace = capture(explainer.model, torch.tensor(ids), tokens, **_extra_for(explainer, len(ids)))
+    [{type, score, chance, rows, p, on}], relations, measurable, probe, text} (`verdicts.verdict`): the text's
+    verdicts are the explain sentences' (`describe` with this probe), so every view names a head alike.
+    cache: a `TraceCache` (an Explanation's) whose traces of the text, its control and the probe are read back."""
+    trace = _probe.probe_trace(explainer, length, seed=seed, cache=cache)
+    ids, tokens = [int(i) for i in trace.token_ids.reshape(-1)], list(trace.tokens)
     on_probe = heads.measures(trace)
     described = None
     if text is not None:
-        shown = explainer.trace(text)
-        described = describe(shown, summary.summaries(shown), explainer.control(shown))
+        shown = explainer.trace(text, cache=cache)
+        described = describe(
+            shown, summary.summaries(shown), explainer.control(shown, cache=cache), on_probe, explainer.user_words
+        )
     out = _taxonomy.merge(on_probe, described)
     bos = probe_bos(explainer)
     added = sum(len(part) for part in frame(explainer)) + int(bos is not None and bos["added"])
@@ -199,7 +104,7 @@ def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, 
         "model": explainer.name,
         "probe": {"ids": ids, "tokens": tokens, "length": (len(ids) - added) // 2, "seed": seed, "bos": bos},
         "text": text,
-        "roles": None if text is None else has_roles(held.words_of(shown)),
+        "roles": None if text is None else has_roles(held.words_of(shown, explainer.user_words)),
     }
     out["findings"] = findings.taxonomy_words(out)
     return out

@@ -29,6 +29,7 @@ import torch
 from .. import checks
 from . import formula, sources
 from . import pieces as P
+from . import probe as _probe
 from .analysis import experiment, heads, held, relations, summary
 from .capture.cache import TraceCache
 from .capture.interventions import Intervention
@@ -61,7 +62,9 @@ class Explainer:
     decode(id) -> str; shown(id) -> the same as a person reads it (None: `pieces.shown_piece` of decode)
     kind          "decoder" | "encoder" (None: read from each trace: a causal call makes a decoder)
     tokenizer_kind, positions   keys of `views.texts` (how the text is cut; the positional scheme)
-    unknown_hint  what the model knows and what to use for free text; loaded: how it was built"""
+    unknown_hint  what the model knows and what to use for free text; loaded: how it was built
+    user_words    {word: role | None}: words the part-of-speech tagger keeps whole, a given role winning over
+                  its tag (`analysis.held.words_of`): our tokenizer's own words, or a reader's (`with_words`)"""
 
     model: torch.nn.Module
     name: str
@@ -76,6 +79,16 @@ class Explainer:
     shown: Callable[[int], str] | None = None
     loaded: dict = field(default_factory=dict)
     segment: Callable[[str], tuple[list[str], torch.Tensor, dict, P.Pieces]] | None = None
+    user_words: dict[str, str | None] = field(default_factory=dict)
+
+    def with_words(self, user_words) -> Explainer:
+        """A copy whose tagger also keeps `user_words` whole: a list of words, or {word: role} (one of
+        `roles.ROLES`, or None for the tagger's), winning over this explainer's own where both name a word."""
+        from dataclasses import replace
+
+        from .analysis.roles import given_roles
+
+        return replace(self, user_words=self.user_words | given_roles(user_words))
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None, dtype: str | torch.dtype | None = None) -> Explainer:
@@ -135,6 +148,7 @@ class Explainer:
             unknown_hint=hint,
             kind="decoder",
             loaded={"format": "selfattn checkpoint", "file": None, "class": type(model).__name__, "why": "ours"},
+            user_words=dict.fromkeys(tokenizer.user_words),
         )
 
     @classmethod
@@ -213,7 +227,8 @@ class Explainer:
         intervention = Intervention() if intervention is None else intervention
         trace = self.trace(text, intervention, cache=cache)
         table, thumbs = summary.scan(trace)
-        described = describe(trace, table, self.control(trace, intervention, cache=cache))
+        control = self.control(trace, intervention, cache=cache)
+        described = describe(trace, table, control, self.probe(cache=cache), self.user_words)
         *shown, why = experiment.opened(intervention, layer, head, ablate)
         selected = self.select(trace, table, described, *shown)
         if why is not None and selected["rule"] is None:  # shown because it was changed or ablated
@@ -249,12 +264,27 @@ class Explainer:
         return doc | extra
 
     def control(self, trace: ModelTrace, intervention: Intervention | None = None, *, cache=None):
-        """The trace of the text's control sentence (`analysis.held.control_of`) on this model, or None (no
-        relation adjacent, no roles, or the control too long for the model)."""
-        ctrl = held.control_of(trace)
+        """The trace of the text's control sentence (`analysis.held.control_of`, its fillers the first ones this
+        tokenizer knows: `knows`) on this model, or None (no relation adjacent, no roles, or the control too long
+        for the model)."""
+        ctrl = held.control_of(trace, self.user_words, self.knows)
         if ctrl is None or len(self.tokenize(ctrl.text)[1]) > self.max_len:
             return None
         return self.trace(ctrl.text, intervention, cache=cache)
+
+    def probe(self, *, cache=None) -> list[list[dict]] | None:
+        """Every head's measures on the induction probe (`probe.probe_measures`: 30 random ordinary tokens twice,
+        BOS first where the model has one; the one `selfattn heads` and `Explanation.heads()` read), of the model
+        as it is (no intervention: the probe's positions are not the text's), or None where the model has no
+        probe (it reads or knows too few tokens). One forward pass, or none when `cache` holds it."""
+        try:
+            return _probe.probe_measures(self, cache=cache)
+        except _probe.NoProbe:
+            return None
+
+    def knows(self, word: str) -> bool:
+        """Whether this explainer's tokenizer reads `word` without an unknown token (`pieces.Pieces.unknown`)."""
+        return not any(self.pieces_of(word)[3].unknown)
 
     @staticmethod
     def select(trace: ModelTrace, table, described, layer, head) -> dict:

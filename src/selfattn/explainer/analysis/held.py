@@ -1,9 +1,10 @@
 """Relations held against the simpler explanation: a head is credited with a tutorial relation only where the
 relation survives what a previous-word, self or first-token head would give.
 
-    words_of(trace)              -> [Word] of the trace's text with roles (`roles.word_roles`; [] without Chinese)
-    control_of(trace)            -> `word_relations.Control` | None: the control sentence to run beside the text
-    held(trace, control_trace)   -> [layer][head] {previous_word, relations {name: {…}}}
+    words_of(trace, user_words=())   -> [Word] of the trace's text with roles (`roles.word_roles`; [] without
+                                        Chinese); user-given words (a list or {word: role}) win over the tagger
+    control_of(trace, user_words=()) -> `word_relations.Control` | None: the control sentence to run beside the text
+    held(trace, control_trace, user_words=()) -> [layer][head] {previous_word, relations {name: {…}}}
 
 In 一只蓝色怪兽走进森林 every link the tutorial draws is also "the previous word" (走进→怪兽: 怪兽 is the word
 before 走进), so the text alone cannot tell a grammar head from a previous-word head. The control sentence
@@ -20,7 +21,8 @@ piece of the key words, `word_relations.piece_links`):
                    adjacent   whether a key word is the word just before the query word on the text
                    previous   the same query's weight on the previous word, on the text
                    control    the relation on the control: {weight, chance, previous, self, first, between
-                              (the text between the pair's words), query, key, pair_weight, pair_chance} or None
+                              (the text between the pair's words), between_unknown (its words the model reads as
+                              <unk>), query, key, pair_weight, pair_chance} or None
                    held       credited: above chance on the text (`heads.link_credited`), and on the sentence
                               where the key is not the previous word (the control when adjacent, else the text)
                               still above chance and above the weight on the previous word, on the query itself
@@ -31,7 +33,7 @@ piece of the key words, `word_relations.piece_links`):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -49,17 +51,24 @@ CLAUSE2 = "clause2>clause1"
 """The one relation read from the corpus grammar's tokens (`relations.links`), not from the tagger's roles."""
 
 
-def words_of(trace: ModelTrace) -> list[Word]:
-    """The trace's text as tagged words (its pieces' text); [] when the trace has no pieces or no Chinese."""
+UserWords = Sequence[str] | Mapping[str, str | None]
+"""User-given words: a list (kept whole, tagged by jieba) or {word: role} (`roles.given_roles`)."""
+
+
+def words_of(trace: ModelTrace, user_words: UserWords = ()) -> list[Word]:
+    """The trace's text as tagged words (its pieces' text); [] when the trace has no pieces or no Chinese.
+    user_words (an `Explainer`'s: its tokenizer's words, a reader's {word: role}) are never split, and a role
+    given with one is used instead of the tagger's."""
     if trace.pieces is None:
         return []
-    return word_roles(trace.pieces.text)
+    return word_roles(trace.pieces.text, user_words)
 
 
-def control_of(trace: ModelTrace) -> Control | None:
-    """The control sentence of the trace's text (None: no relation is adjacent, or no roles)."""
-    words = words_of(trace)
-    return control(words, trace.pieces.text) if words and trace.pieces is not None else None
+def control_of(trace: ModelTrace, user_words: UserWords = (), known=None) -> Control | None:
+    """The control sentence of the trace's text (None: no relation is adjacent, or no roles); known(word) -> bool:
+    whether the model's tokenizer knows a filler (`word_relations.control`: the first known one is used)."""
+    words = words_of(trace, user_words)
+    return control(words, trace.pieces.text, user_words, known) if words and trace.pieces is not None else None
 
 
 def text_links(trace: ModelTrace, words: Sequence[Word] | None = None) -> list[Link]:
@@ -119,9 +128,20 @@ def _by_word(links: list[WordLink], pieces: list[list[int]], name: str):
     ]
 
 
-def _on_sentence(layer, h: int, found, words: Sequence[Word], pieces: list[list[int]], text: str) -> dict | None:
+def _unknown_spans(trace: ModelTrace) -> list[tuple[int, int]]:
+    """The character spans of the trace's pieces that are the tokenizer's unknown token."""
+    if trace.pieces is None:
+        return []
+    return [span for span, u in zip(trace.pieces.spans, trace.pieces.unknown, strict=True) if u and span[0] >= 0]
+
+
+def _on_sentence(
+    layer, h: int, found, words: Sequence[Word], pieces: list[list[int]], text: str, unknown=()
+) -> dict | None:
     """A relation's numbers on one sentence: weight on the keys, chance, and the competing weights (the previous
-    word, the query word itself, the first token), the largest link's pair; None when no link has pieces."""
+    word, the query word itself, the first token), the largest link's pair; None when no link has pieces.
+    unknown: the spans of the sentence's unknown pieces (`between_unknown`: the words between the pair read as
+    <unk>)."""
     found = [(link, q, k) for link, q, k in found if q and k]
     if not found:
         return None
@@ -139,7 +159,9 @@ def _on_sentence(layer, h: int, found, words: Sequence[Word], pieces: list[list[
         for kw in link.keys:
             pairs += [(float(w[r, k]), qs[r], k, 1 / max(int(seen[r]), 1), link.query, kw) for k in pieces[kw]]
     best = max(pairs, key=lambda p: p[:3])
-    between = text[words[best[5]].end : words[best[4]].start]  # what stands between the pair's words
+    lo, hi = words[best[5]].end, words[best[4]].start
+    between = text[lo:hi]  # what stands between the pair's words
+    unread = [w.text for w in words if lo <= w.start < hi and any(w.start < e and s < w.end for s, e in unknown)]
     n = len(found)
     return {
         "weight": sum(weight) / n,
@@ -152,6 +174,7 @@ def _on_sentence(layer, h: int, found, words: Sequence[Word], pieces: list[list[
         "pair_weight": best[0],
         "pair_chance": best[3],
         "between": between,
+        "between_unknown": unread,
     }
 
 
@@ -159,17 +182,19 @@ def _beats_simpler(m: dict) -> bool:
     return link_credited(m) and m["weight"] > max(m["previous"], m["self"], m["first"])
 
 
-def held(trace: ModelTrace, control_trace: ModelTrace | None = None) -> list[list[dict]]:
+def held(trace: ModelTrace, control_trace: ModelTrace | None = None, user_words: UserWords = ()) -> list[list[dict]]:
     """[layer][head] {previous_word, relations}: the module's doc. `control_trace`: the trace of
-    `control_of(trace).text` on the same model (None: no control, a relation adjacent on the text is not held)."""
-    words = words_of(trace)
+    `control_of(trace, user_words).text` on the same model (None: no control, a relation adjacent on the text is
+    not held); user_words: `words_of`'s."""
+    words = words_of(trace, user_words)
     links = word_links(words)
     text = trace.pieces.text if trace.pieces is not None else ""
     pieces = word_pieces(words, trace.pieces.spans) if words and trace.pieces is not None else []
-    ctrl = control_of(trace) if control_trace is not None else None
-    other = control_trace if ctrl is not None else None  # the control's trace, when there is a control
-    c_words = ctrl.words if ctrl is not None else []
-    c_text = ctrl.text if ctrl is not None else ""
+    adjacent_somewhere = control_trace is not None and control_of(trace, user_words) is not None
+    other = control_trace if adjacent_somewhere else None  # the control's trace, when there is a control
+    c_words = words_of(other, user_words) if other is not None else []  # its own text: whichever fillers it took
+    c_text = other.pieces.text if other is not None and other.pieces is not None else ""
+    c_unknown = _unknown_spans(other) if other is not None else []
     c_links = word_links(c_words)
     c_pieces = word_pieces(c_words, other.pieces.spans) if other is not None and other.pieces is not None else []
     clause2 = [lk for lk in corpus_links(trace.tokens) if lk.relation == CLAUSE2]  # the corpus grammar's own
@@ -192,7 +217,7 @@ def held(trace: ModelTrace, control_trace: ModelTrace | None = None) -> list[lis
                 c = None
                 if other is not None:
                     found = _by_word(c_links, c_pieces, name)
-                    c = _on_sentence(other.layers[l], h, found, c_words, c_pieces, c_text)
+                    c = _on_sentence(other.layers[l], h, found, c_words, c_pieces, c_text, c_unknown)
                 judged = c if adjacent else text_side
                 if mine:
                     ok = link_credited(r) and judged is not None and _beats_simpler(judged)

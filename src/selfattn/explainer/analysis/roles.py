@@ -1,6 +1,7 @@
 """Grammar roles of a text's words, from jieba's part-of-speech tagger: the tutorial's roles in any Chinese sentence.
 
     word_roles(text, user_words=())  -> [Word(start, end, text, tag, role)]: every word of the text, tagged
+    given_roles(user_words)          -> {word: role | None}: user-given words (a list, or {word: role}), checked
     piece_roles(spans, words)        -> [role | None] per piece: the role of the word its character span lies in
     has_roles(words)                 -> whether the tagger found any role (False for a text without Chinese)
 
@@ -30,10 +31,10 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["ROLES", "Word", "word_roles", "piece_roles", "has_roles", "CLAUSE_ENDS"]
+__all__ = ["ROLES", "Word", "word_roles", "given_roles", "piece_roles", "has_roles", "CLAUSE_ENDS"]
 
 ROLES = ("qm", "colour", "noun", "verb", "place")
 """Every role a word can have, in the walkthrough's order of meanings."""
@@ -83,21 +84,36 @@ def _is_colour(word: str, tag: str) -> bool:
     return tag in _ADJECTIVE_TAGS or (len(word) >= 2 and word.endswith("色")) or word in _COLOUR_CHARS
 
 
-def word_roles(text: str, user_words: Sequence[str] = ()) -> list[Word]:
+def given_roles(user_words: Sequence[str] | Mapping[str, str | None] = ()) -> dict[str, str | None]:
+    """{word: role | None} of user-given words: a list of words (no role: the tagger's), or {word: role} with
+    each role one of ROLES or None; a TypeError / ValueError names a bad word or role."""
+    if isinstance(user_words, str):
+        raise TypeError(f"user_words must be a list of words or {{word: role}}, got the str {user_words!r}")
+    items = list(user_words.items()) if isinstance(user_words, Mapping) else [(w, None) for w in user_words]
+    out: dict[str, str | None] = {}
+    for i, (w, role) in enumerate(items):
+        if not isinstance(w, str) or not w.strip():
+            raise TypeError(f"user_words[{i}] must be a non-empty str, got {w!r}")
+        if role is not None and role not in ROLES:
+            raise ValueError(f"the role of user word {w!r} must be one of {', '.join(ROLES)} or None, got {role!r}")
+        out[w] = role
+    return out
+
+
+def word_roles(text: str, user_words: Sequence[str] | Mapping[str, str | None] = ()) -> list[Word]:
     """Every word of `text` with jieba's part-of-speech tag and its role (the module's table).
 
-    user_words  words the tagger must keep whole (a model's own vocabulary: our corpus's 一只, 蓝色 …)"""
+    user_words  words the tagger must keep whole (a model's own vocabulary: our corpus's 一只, 蓝色 …), a list
+                or {word: role}: a given role wins over the tagger's (`given_roles`)"""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    for i, w in enumerate(user_words):
-        if not isinstance(w, str) or not w:
-            raise TypeError(f"user_words[{i}] must be a non-empty str, got {w!r}")
+    given = given_roles(user_words)
     if not _CHINESE.search(text):
         return []  # the tagger reads Chinese: no guess for other text
     words: list[Word] = []
     cursor = 0
     seen_verb = after_preposition = False
-    for pair in _tagger(tuple(sorted(set(user_words)))).cut(text, HMM=True):
+    for pair in _tagger(tuple(sorted(given))).cut(text, HMM=True):
         word, tag = pair.word, pair.flag
         start = text.find(word, cursor)
         if start < 0 or not word.strip():
@@ -110,7 +126,10 @@ def word_roles(text: str, user_words: Sequence[str] = ()) -> list[Word]:
             words.append(Word(start, end, word, tag, None))
             continue
         role: str | None = None
-        if tag in _QM_TAGS:
+        if given.get(word) is not None:  # the user's role wins over the tagger's
+            role = given[word]
+            seen_verb = seen_verb or role == "verb"
+        elif tag in _QM_TAGS:
             role = "qm"
         elif _is_colour(word, tag):
             role = "colour"

@@ -5,8 +5,9 @@
                                    measurable, probe, text}}
 
 Each head's answer is `verdicts.verdict` of its measures on the probe (random tokens repeated: what the head
-does whatever the content) and on the text (`heads.describe`'s `scores`), with the relations credited on the
-text (`describe`'s `verdict`): the same answer the explain sentences and the model view give for the text.
+does whatever the content) and on the text: with a text, the explain sentences' own verdict (`heads.describe`
+given this probe's measures: the text's types, its words' and its held relations), so `selfattn heads`, the
+API's `heads()`, the explain sentences and the model view give a head one label.
 """
 
 from __future__ import annotations
@@ -34,14 +35,14 @@ RULE = {
 
 def merge(on_probe: list[list[dict]], described: list[list[dict]] | None = None) -> dict:
     """[layer][head] types of the probe (`heads.measures` of its trace) and, optionally, of a text
-    (`heads.describe`), by `verdicts.verdict`."""
+    (`heads.describe` called with these same probe measures: its `verdict` is taken as it is), by
+    `verdicts.verdict`."""
     out = []
     for l, layer in enumerate(on_probe):
         row = []
         for h, m in enumerate(layer):
             d = described[l][h] if described is not None else None
-            held = d["verdict"]["relations"] if d is not None else ()
-            v = verdict(d["scores"] if d is not None else None, m, held)
+            v = verdict(None, m) if d is None else d["verdict"]
             row.append({"layer": l, "head": h} | v | {"probe": m, "text": d})
         out.append(row)
     return {"rule": RULE, "types": list(head_types.names()), "heads": out}

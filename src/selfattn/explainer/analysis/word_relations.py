@@ -3,8 +3,10 @@
     word_links(words)            -> [WordLink(relation, query, keys)]: word indices (`roles.word_roles`)
     piece_links(words, spans)    -> [Link(relation, query, keys)]: the same on pieces (query: the last piece of
                                     the query word, which has read all of it; keys: every piece of the key words)
-    control(words)               -> Control(text, words, moved): the sentence with a modifier inserted before
-                                    each query word whose key is the word just before it
+    control(words, text, user_words=(), known=None)
+                                 -> Control(text, words, moved, unknown): the sentence with a modifier inserted
+                                    before each query word whose key is the word just before it (FILLERS: the
+                                    first the model knows, `known(word) -> bool`)
 
 Why controls: in 一只蓝色怪兽走进森林 every link the tutorial draws (蓝色←怪兽, 怪兽←走进, 走进←森林) is also
 "the previous word", so a head that only ever looks one word back would seem to know grammar. The control
@@ -18,7 +20,7 @@ acts, place → the verb and the noun; each key is the nearest earlier word of t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .relations import RELATIONS, Link
@@ -26,9 +28,16 @@ from .roles import CLAUSE_ENDS, Word, word_roles
 
 __all__ = ["WordLink", "Control", "word_links", "word_pieces", "piece_links", "control", "FILLERS"]
 
-FILLERS = {"noun": "的", "verb": "慢慢地", "place": "了"}
-"""The word inserted before a query word of each role whose key is adjacent: it changes no relation
-(的 joins a modifier to its noun, 慢慢地 is an adverb of the verb, 了 marks the verb done)."""
+FILLERS = {
+    "noun": ("的",),
+    "verb": ("慢慢地", "悄悄地", "正在", "在"),
+    "place": ("了", "这片", "这个"),
+}
+"""The words that may be inserted before a query word of each role whose key is adjacent, in the order they are
+tried: each changes no relation (的 joins a modifier to its noun; 慢慢地, 悄悄地 are adverbs of the verb and 正在,
+在 mark it going on; 了 marks the verb done, 这片, 这个 point at the place). `control` takes the first one the
+model's tokenizer knows that the tagger gives no role in the sentence (a role would make it a key itself), else
+the first, and says which fillers the model does not know (`Control.unknown`)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,8 @@ class Control:
     text: str
     words: list[Word]
     moved: tuple[int, ...]
+    unknown: tuple[str, ...] = ()
+    """The fillers the model's tokenizer does not know (`control`'s `known`): it reads them as <unk>."""
 
 
 def _clause_relations():
@@ -105,19 +116,58 @@ def piece_links(words: Sequence[Word], spans: Sequence[tuple[int, int]]) -> list
     return out
 
 
-def control(words: Sequence[Word], text: str, user_words: Sequence[str] = ()) -> Control | None:
-    """The control sentence of `text` (its `words`): a filler (FILLERS) inserted before each query word
-    whose key is the word just before it. None when no link is adjacent (the text is its own control)."""
+def _build(words: Sequence[Word], text: str, moved: Sequence[int], chosen: Mapping[str, str]):
+    """(the text with chosen[role] inserted before each moved word, [(start, end, role)] of each inserted filler)."""
+    parts: list[str] = []
+    spans: list[tuple[int, int, str]] = []
+    cursor = at = 0
+    for i in moved:
+        w = words[i]
+        filler = chosen.get(w.role or "", "")
+        before = text[cursor : w.start]
+        at += len(before)
+        parts += [before, filler]
+        if filler:
+            spans.append((at, at + len(filler), w.role or ""))
+        at += len(filler)
+        cursor = w.start
+    parts.append(text[cursor:])
+    return "".join(parts), spans
+
+
+def _roleless(text: str, spans, role: str, user_words) -> bool:
+    """Whether the tagger gives every word of the fillers inserted for `role` no role (so none becomes a key)."""
+    tagged = word_roles(text, user_words)
+    return all(w.role is None for s, e, r in spans if r == role for w in tagged if w.start < e and s < w.end)
+
+
+def control(
+    words: Sequence[Word],
+    text: str,
+    user_words: Sequence[str] | Mapping[str, str | None] = (),
+    known: Callable[[str], bool] | None = None,
+) -> Control | None:
+    """The control sentence of `text` (its `words`): a filler inserted before each query word whose key is the
+    word just before it. None when no link is adjacent (the text is its own control).
+
+    known  whether the model's tokenizer knows a word (None: every filler counts as known): per role, the first
+           of FILLERS it knows whose words the tagger leaves without a role; where none is, the first, named in
+           `Control.unknown`"""
     moved = sorted({link.query for link in word_links(words) if link.query - 1 in link.keys})
     if not moved:
         return None
-    parts: list[str] = []
-    cursor = 0
-    for i in moved:
-        w = words[i]
-        filler = FILLERS[w.role] if w.role in FILLERS else ""
-        parts += [text[cursor : w.start], filler]
-        cursor = w.start
-    parts.append(text[cursor:])
-    new_text = "".join(parts)
-    return Control(new_text, word_roles(new_text, user_words), tuple(moved))
+    roles = [r for r in dict.fromkeys(words[i].role for i in moved) if r in FILLERS]
+    chosen = {r: FILLERS[r][0] for r in roles}
+    if known is not None:
+        for r in roles:
+            for candidate in FILLERS[r]:
+                if not known(candidate):
+                    continue
+                trial = chosen | {r: candidate}
+                trial_text, spans = _build(words, text, moved, trial)
+                if _roleless(trial_text, spans, r, user_words):
+                    chosen = trial
+                    break
+    new_text, _ = _build(words, text, moved, chosen)
+    unknown = tuple(f for f in chosen.values() if known is not None and not known(f))
+    return Control(new_text, word_roles(new_text, user_words), tuple(moved), unknown)

@@ -78,10 +78,12 @@ def _link_short(tokens: list[str], r: dict, lang: str) -> str:
 def _type(t: str, m: dict, first: str, lang: str) -> str:
     if t == "broad":
         return text("heads.words.broad", lang, e=f"{m['score']:.2f}")
+    where = text("heads.words.on_probe", lang) if m.get("on") == "probe" else ""  # not this text's rows
     return (
         type_words(t, "does", lang).format(first=first)
         + _colon(lang)
         + _share(lang, m["score"], m["chance"], average=True)
+        + where
     )
 
 
@@ -119,7 +121,8 @@ def sentence(
     explained = [(n, r) for n, r in links.items() if r["explained"] == "previous"]
     said_previous = False
     if link is None and explained and "previous" in entries:
-        e = entries["previous"]
+        mine = held.get("previous_word", {})  # the words' own measure: what "恰好也是 森林→走进" is about
+        e = mine if mine.get("credited") else entries["previous"]
         name, r = max(explained, key=lambda kv: kv[1]["weight"])
         if "kind" not in out:
             out |= {"kind": "previous", "weight": e["score"], "chance": e["chance"]}
@@ -127,6 +130,7 @@ def sentence(
         pair = f"{tokens[r['query']]}→{tokens[r['key']]}"
         for lang in parts:
             share = _share(lang, e["score"], e["chance"], average=True)
+            share += text("heads.words.on_probe", lang) if e.get("on") == "probe" else ""
             parts[lang].append(text("heads.words.previous_word", lang, share=share, pair=pair))
         said_previous = True
     others = [t for t in kinds if (t != "first" or not sink) and (t != "previous" or not said_previous)]
@@ -158,6 +162,9 @@ def _kept(r: dict, control: list[str], lang: str) -> str:
     if not r.get("adjacent") or c is None or not control:
         return ""
     share = _share(lang, c["pair_weight"], c["pair_chance"])
+    if c.get("between_unknown"):  # the model reads those words as <unk>: say so, not only their text
+        unread = text("heads.words.join_words", lang).join(c["between_unknown"])
+        return text("heads.words.control_unknown", lang, between=c["between"], unknown=unread, share=share)
     return text("heads.words.control", lang, between=c["between"], share=share)
 
 

@@ -24,15 +24,24 @@ PICK_RULE = TEXTS["pick_rule"]
 """How the shown head is picked, {zh, en} (`analysis.heads.pick`): the text table's entry."""
 
 
-def describe(trace: ModelTrace, table: list[list[dict]], control: ModelTrace | None = None) -> list[list[dict]]:
+def describe(
+    trace: ModelTrace,
+    table: list[list[dict]],
+    control: ModelTrace | None = None,
+    probe: list[list[dict]] | None = None,
+    user_words=(),
+) -> list[list[dict]]:
     """One description per head (`head_words.sentence`): {kind, text {zh, en}, weight, chance, types,
     scores, verdict, …}; `table` is `summary.summaries(trace)`; `control` the trace of the control sentence
-    (`held.control_of`), run on the same model. Tokens are named as in every view (`pieces.names`)."""
-    h = held.held(trace, control)
+    (`held.control_of`), run on the same model; `probe` every head's measures on the induction probe
+    (`probe.probe_measures`: what `selfattn heads` reads too, so the verdict is the same in every view; None: the
+    text's types only); `user_words` the explainer's (`held.words_of`). Tokens are named as in every view
+    (`pieces.names`)."""
+    h = held.held(trace, control, user_words)
     types = measures(trace)
     relations = [[held.credited(x) for x in row] for row in h]
     words = [[held.word_types(x) for x in row] for row in h]
-    answers = verdicts(types, None, relations, words)
+    answers = verdicts(types, probe, relations, words)
     shown = names(trace.tokens)  # 金鱼@5 where a token repeats, as every view writes it
     c_shown = names(control.tokens) if control is not None else []
     return [

@@ -764,6 +764,11 @@ TEXTS: dict[str, dict[str, str]] = {
         "zh": "，中间隔着 {between} 时仍有 {share}",
         "en": ", still {share} with {between} in between",
     },
+    "heads.words.control_unknown": {
+        "zh": "，中间隔着 {between}（模型不认识 {unknown}，读作 <unk>）时仍有 {share}",
+        "en": ", still {share} with {between} in between (the model does not know {unknown}: it reads <unk>)",
+    },
+    "heads.words.join_words": {"zh": "、", "en": ", "},
     "heads.words.unmeasurable": {
         "zh": "这句话上测不出类型（不到 {n} 行可测）：平均熵 {bits} bit",
         "en": "not measurable on this text (fewer than {n} rows to measure): mean entropy {bits} bits",
@@ -773,6 +778,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "its strongest tutorial link {link}: not clearly above",
     },
     "heads.words.join": {"zh": "；", "en": "; "},
+    "heads.words.on_probe": {
+        "zh": "（在随机 token 重复两遍的探针上）",
+        "en": " (on the probe of random tokens repeated)",
+    },
     # page19: the page and the app show the experiments (web/static/render/experiments.js, web/body.py)
     "server.experiment": {"zh": "无法做这个实验：{reason}", "en": "{reason}"},
     "server.needs": {"zh": "{field} 需要和 {needed} 一起给", "en": "{field} goes with {needed}: give both"},
