@@ -220,3 +220,38 @@ def test_relations_on_smollm2_are_held_against_the_control_with_eager_numbers(mo
                 assert "在这句里恰好也是" in d["text"]["zh"]  # the words say the relation is the previous word's
             if d.get("link_credited"):  # a relation named as held is one the control kept
                 assert found[l][h]["relations"][d["relation"]]["held"]
+
+
+def test_a_relation_whose_key_is_the_first_token_must_beat_the_heads_first_token_habit(models):
+    """SmolLM2 adds no BOS, so 一 (the measure word of 兽) is token 0: a first-token head gives it ~all its weight
+    from every row. Such a relation is held only where its weight beats what the head gives token 0 from the other
+    rows (its habit, recomputed here from plain eager attention), so L18H6, a first-token head, holds no
+    noun→measure-word relation."""
+    from selfattn.explainer.analysis import held
+
+    ex, eager, _ = models
+    trace = ex.trace(TUTORIAL)
+    control = ex.trace(held.control_of(trace).text)
+    att_c = _attentions(eager, [int(i) for i in ex.tokenize(control.pieces.text)[1]])
+    found = held.held(trace, control)
+    r = found[18][6]["relations"]["noun>qm+colour"]
+    c = r["control"]
+    L = att_c[18].shape[-1]
+    assert c["first_is_key"] and c["key"] == 0  # its key is the first token
+    others = [i for i in range(1, L) if i != c["query"]]
+    habit = att_c[18][6][others, 0].mean()
+    assert habit > 0.9 and c["first"] == pytest.approx(habit, abs=1e-4)
+    assert not r["held"] and r["explained"] == "first"
+    checked = 0
+    for l, row in enumerate(found):
+        for h, per_head in enumerate(row):
+            rel = per_head["relations"].get("noun>qm+colour")
+            if rel is None or rel["control"] is None or rel["control"]["key"] != 0:
+                continue
+            q = rel["control"]["query"]
+            rows = [i for i in range(1, L) if i != q]
+            assert rel["control"]["first"] == pytest.approx(att_c[l][h][rows, 0].mean(), abs=1e-4)
+            first = rel["control"]["first"]
+            assert rel["held"] <= (rel["control"]["weight"] > first and first < head_types.CREDIT_MIN)
+            checked += 1
+    assert checked >= 1

@@ -20,20 +20,26 @@ piece of the key words, `word_relations.piece_links`):
     relations      for each relation the text holds: `heads.relation_weights`' numbers on the text, plus
                    adjacent   whether a key word is the word just before the query word on the text
                    previous   the same query's weight on the previous word, on the text
-                   control    the relation on the control: {weight, chance, previous, self, first, between
+                   control    the relation on the control: {weight, chance, previous, self, first (where a key
+                              is the first token itself: the head's mean weight on it from the other rows, what a
+                              first-token head would give the key anyway), between
                               (the text between the pair's words), between_unknown (its words the model reads as
                               <unk>), query, key, pair_weight, pair_chance} or None
                    held       credited: above chance on the text (`heads.link_credited`), and on the sentence
                               where the key is not the previous word (the control when adjacent, else the text)
                               still above chance and above the weight on the previous word, on the query itself
-                              and on the first token
+                              and on the first token; where a key is the first token itself, never for a head
+                              that gives the first token CREDIT_MIN or more from the other rows (a first-token
+                              head: SmolLM2's L18H6 gives 一, token 0, 94 % from every row, 98 % from 兽)
                    explained  "previous" when it was above chance on the text but the control shows the weight
-                              follows the previous word instead (the head's previous_word credited), else None
+                              follows the previous word instead (the head's previous_word credited), "first" when
+                              the key is the first token and the head parks there anyway, else None
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import numpy as np
 
@@ -148,6 +154,10 @@ def _on_sentence(
     qs = [q[-1] for _, q, _ in found]
     w = layer.stages(h, qs, weighted=False)["weights"].numpy()
     seen = layer.head_rule(h)[2][qs].sum(-1).numpy()
+    habit = None  # the head's weight on the first token from the other rows: what a first-token head gives a key
+    if any(0 in keys for _, _, keys in found):  # that holds it (the key's own rows would count the relation in)
+        others = [i for i in range(1, layer.length) if i not in qs]
+        habit = float(layer.stages(h, others, weighted=False)["weights"][:, 0].mean()) if others else 1.0
     weight, base, previous, own, first, pairs = [], [], [], [], [], []
     for r, (link, q, keys) in enumerate(found):
         prev = pieces[link.query - 1] if link.query >= 1 else []
@@ -155,7 +165,7 @@ def _on_sentence(
         base.append(len(keys) / max(int(seen[r]), 1))
         previous.append(float(w[r, prev].sum()) if prev else 0.0)
         own.append(float(w[r, q].sum()))
-        first.append(float(w[r, 0]) if 0 not in keys else 0.0)
+        first.append(float(w[r, 0]) if 0 not in keys else cast(float, habit))
         for kw in link.keys:
             pairs += [(float(w[r, k]), qs[r], k, 1 / max(int(seen[r]), 1), link.query, kw) for k in pieces[kw]]
     best = max(pairs, key=lambda p: p[:3])
@@ -169,6 +179,7 @@ def _on_sentence(
         "previous": sum(previous) / n,
         "self": sum(own) / n,
         "first": sum(first) / n,
+        "first_is_key": habit is not None,
         "query": best[1],
         "key": best[2],
         "pair_weight": best[0],
@@ -179,6 +190,8 @@ def _on_sentence(
 
 
 def _beats_simpler(m: dict) -> bool:
+    if m["first_is_key"] and m["first"] >= head_types.CREDIT_MIN:  # a first-token head: it gives the key that anyway
+        return False
     return link_credited(m) and m["weight"] > max(m["previous"], m["self"], m["first"])
 
 
@@ -224,6 +237,8 @@ def held(trace: ModelTrace, control_trace: ModelTrace | None = None, user_words:
                 else:  # clause 2 → clause 1: its keys lie a clause back, never the previous word
                     ok = link_credited(r)
                 explained = "previous" if link_credited(r) and not ok and prev["credited"] else None
+                if link_credited(r) and not ok and judged is not None and judged["first_is_key"]:
+                    explained = explained or ("first" if judged["first"] >= head_types.CREDIT_MIN else None)
                 relations[name] = r | {
                     "adjacent": adjacent,
                     "previous": text_side["previous"] if text_side else 0.0,
