@@ -32,6 +32,8 @@ __all__ = ["load", "wrap", "confirm", "DRY_RUN_TEXT"]
 
 DRY_RUN_TEXT = "When Mary and John went to the store"
 """The text of the dry run: a few tokens in every vocabulary (byte pieces at worst)."""
+COMPLETION_STEPS = 3
+"""At most this many forward steps complete a predicted piece that begins a character (UTF-8: 4 bytes at most)."""
 DEFAULT_CONTEXT = 4096
 """Context assumed for a config that states none (a few encoders): the text limit still applies."""
 UNKNOWN_HINT = {
@@ -145,6 +147,32 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
     def shown(i: int) -> str:
         return P.shown_piece(decode(i), tokenizer.convert_ids_to_tokens(i))
 
+    def complete(context: list[int], i: int) -> str | None:
+        """The predicted piece `i` after `context` shown with the character it begins (`pieces.shown_completed`),
+        completed by greedy decoding (the model's most likely next piece, at most COMPLETION_STEPS times, as
+        transformers' generate(do_sample=False)); None when `i` ends on a whole character or the greedy
+        continuation does not complete it (the views then show its bytes)."""
+        data = P.piece_bytes(tokenizer.convert_ids_to_tokens(i))
+        tail = None if data is None or "\ufffd" not in decode(i) else P.partial_tail(data)
+        if tail is None:
+            return None
+        before, part, n = tail
+        got, seq = part, [*context, i]
+        for _ in range(COMPLETION_STEPS):
+            if len(got) >= n:
+                break
+            with torch.no_grad():
+                logits = model(torch.tensor([seq]), use_cache=False).logits[0, -1]
+            nxt = int(logits.argmax())
+            more = P.piece_bytes(tokenizer.convert_ids_to_tokens(nxt))
+            got += decode(nxt).encode("utf-8") if more is None else more
+            seq.append(nxt)
+        try:
+            char = got[:n].decode("utf-8")
+        except UnicodeDecodeError:  # the greedy continuation is no continuation of this character
+            return None
+        return P.shown_completed(before, part, char, n)
+
     confirm(model, segment, name)
     text_config = config.get("text_config")
     text = text_config if isinstance(text_config, dict) else config
@@ -157,6 +185,7 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
         "segment": segment,
         "decode": decode,
         "shown": shown,
+        **({"complete": complete} if decoder else {}),
         "max_len": max_len,
         "architecture": f"{arch} (transformers, attention by selfattn)",
         "positions": sources.position_scheme(text, model),

@@ -42,6 +42,8 @@ __all__ = [
     "shown_text",
     "shown_char",
     "shown_bytes",
+    "shown_completed",
+    "partial_tail",
     "tokenizer_kind",
     "AGGREGATION_RULE",
     "UNKNOWN_STRINGS",
@@ -414,6 +416,35 @@ def shown_piece(text: str, raw: str | None = None) -> str:
         if data is not None:
             return shown_bytes(data)
     return shown_text(text)
+
+
+UTF8_LENGTH = ((0xC2, 0xDF, 2), (0xE0, 0xEF, 3), (0xF0, 0xF4, 4))
+"""The first bytes of a UTF-8 character (lowest, highest) and the character's length in bytes."""
+
+
+def partial_tail(data: bytes) -> tuple[bytes, bytes, int] | None:
+    """A piece's bytes that end on the first byte(s) of a character: (the whole characters before, the
+    character's bytes held here, its length), e.g. b" \xe9" -> (b" ", b"\xe9", 3); None when `data` ends on
+    a whole character, or holds a byte that begins no character (it continues one of the text before)."""
+    for back in range(1, min(4, len(data)) + 1):
+        lead = data[-back]
+        if lead & 0xC0 == 0x80:  # a continuation byte: the lead is further back
+            continue
+        n = next((n for lo, hi, n in UTF8_LENGTH if lo <= lead <= hi), None)
+        if n is None or back >= n:
+            return None
+        try:
+            data[:-back].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        return data[:-back], data[-back:], n
+    return None
+
+
+def shown_completed(before: bytes, part: bytes, char: str, n: int) -> str:
+    """A predicted piece that begins a character, shown with the character it begins: b"\xe9" completed as 都
+    -> "都 (1/3: ⟨E9⟩)" (it holds 1 of the character's 3 bytes, written out)."""
+    return f"{shown_text(before.decode('utf-8'))}{char} ({len(part)}/{n}: {shown_bytes(part)})"
 
 
 def tokenizer_kind(tokenizer) -> str:

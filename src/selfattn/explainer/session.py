@@ -59,6 +59,7 @@ class Explainer:
     segment(text)  -> the same and the text's `pieces.Pieces` (None: the pieces are found by reading the
                       token strings in the text, `pieces.from_strings`)
     decode(id) -> str; shown(id) -> the same as a person reads it (None: `pieces.shown_piece` of decode)
+    complete(context ids, id) -> a predicted piece that begins a character shown with it, or None (`loaders`)
     kind          "decoder" | "encoder" (None: read from each trace: a causal call makes a decoder)
     tokenizer_kind, positions   keys of `views.texts` (how the text is cut; the positional scheme)
     unknown_hint  what the model knows and what to use for free text; loaded: how it was built"""
@@ -74,6 +75,7 @@ class Explainer:
     kind: str | None = None
     tokenizer_kind: str = "tokenizer.word"
     shown: Callable[[int], str] | None = None
+    complete: Callable[[list[int], int], str | None] | None = None
     loaded: dict = field(default_factory=dict)
     segment: Callable[[str], tuple[list[str], torch.Tensor, dict, P.Pieces]] | None = None
 
@@ -220,7 +222,8 @@ class Explainer:
             selected["rule"] = why
         card = export.model_info(self.name, trace, architecture=self.architecture, positions=self.positions)
         card |= {"tokenizer": self.tokenizer_kind, "loaded": dict(self.loaded), "formula": formula.describe(self.model)}
-        prediction = export.predictions(trace, self.decode, shown=self.shown)
+        complete = None if intervention else self.complete  # completed by the model as it is, so not under a change
+        prediction = export.predictions(trace, self.decode, shown=self.shown, complete=complete)
         extra = {"descriptions": described, "roles": relations.roles(trace.tokens)}
         if export.starts_with_special(trace):  # the note on the first token: only when it is a special token
             extra["first_token"] = heads.first_token_note(trace, table, (selected["layer"], selected["head"]))

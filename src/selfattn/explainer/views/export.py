@@ -112,9 +112,11 @@ def gqa_words(model: dict, lang: str) -> str:
     return texts.text("gqa.mqa" if Hkv == 1 else "gqa.heads", lang, n=H, kv=Hkv, g=G, groups=groups)
 
 
-def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS, *, shown=None) -> list[dict]:
+def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS, *, shown=None, complete=None) -> list[dict]:
     """The k most likely next tokens after the whole text: {token (decode(id): the text it adds), shown (as a
-    person reads it: `shown(id)`, default `pieces.shown_piece` of the text), id, prob}."""
+    person reads it: `shown(id)`, default `pieces.shown_piece` of the text), id, prob}.
+    complete(context ids, id) -> str | None: a piece that begins a character shown with the character it
+    begins, "都 (1/3: ⟨E9⟩)" (`loaders`' greedy completion; None keeps `shown`)."""
     if trace.logits is None:
         return []
     probs = torch.softmax(trace.logits[-1].double(), dim=-1)
@@ -122,10 +124,11 @@ def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS, *, shown=No
     out = []
     for p, i in zip(top.values, top.indices, strict=True):
         token = decode(int(i))
+        whole = None if complete is None else complete(trace.token_ids.tolist(), int(i))
         out.append(
             {
                 "token": token,
-                "shown": shown_piece(token) if shown is None else shown(int(i)),
+                "shown": whole or (shown_piece(token) if shown is None else shown(int(i))),
                 "id": int(i),
                 "prob": float(p),
             }
