@@ -27,6 +27,7 @@ import torch
 from ..functional import intercept
 from . import pieces as P
 from . import sources
+from .views import texts
 
 __all__ = ["load", "wrap", "confirm", "DRY_RUN_TEXT"]
 
@@ -152,7 +153,8 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
         completed by greedy decoding (the model's most likely next piece, at most COMPLETION_STEPS times, as
         transformers' generate(do_sample=False)); None when `i` ends on a whole character or the greedy
         continuation does not complete it (the views then show its bytes)."""
-        data = P.piece_bytes(tokenizer.convert_ids_to_tokens(i))
+        raw = tokenizer.convert_ids_to_tokens(i)  # None for an id past the tokenizer's vocabulary
+        data = None if raw is None else P.piece_bytes(raw)
         tail = None if data is None or "\ufffd" not in decode(i) else P.partial_tail(data)
         if tail is None:
             return None
@@ -164,7 +166,8 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
             with torch.no_grad():
                 logits = model(torch.tensor([seq]), use_cache=False).logits[0, -1]
             nxt = int(logits.argmax())
-            more = P.piece_bytes(tokenizer.convert_ids_to_tokens(nxt))
+            raw = tokenizer.convert_ids_to_tokens(nxt)
+            more = None if raw is None else P.piece_bytes(raw)
             got += decode(nxt).encode("utf-8") if more is None else more
             seq.append(nxt)
         try:
@@ -187,7 +190,8 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
         "shown": shown,
         **({"complete": complete} if decoder else {}),
         "max_len": max_len,
-        "architecture": f"{arch} (transformers, attention by selfattn)",
+        "architecture": texts.text("architecture.transformers", "en", arch=arch),
+        "architecture_zh": texts.text("architecture.transformers", "zh", arch=arch),
         "positions": sources.position_scheme(text, model),
         "kind": kind,
         "tokenizer_kind": P.tokenizer_kind(tokenizer),

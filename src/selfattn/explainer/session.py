@@ -70,6 +70,7 @@ class Explainer:
     decode: Callable[[int], str]
     max_len: int
     architecture: str = OURS[0]
+    architecture_zh: str | None = None
     positions: str = OURS[1]
     unknown_hint: dict[str, str] = field(default_factory=lambda: {"en": "", "zh": ""})
     kind: str | None = None
@@ -220,7 +221,13 @@ class Explainer:
         selected = self.select(trace, table, described, *shown)
         if why is not None and selected["rule"] is None:  # shown because it was changed or ablated
             selected["rule"] = why
-        card = export.model_info(self.name, trace, architecture=self.architecture, positions=self.positions)
+        card = export.model_info(
+            self.name,
+            trace,
+            architecture=self.architecture,
+            positions=self.positions,
+            architecture_zh=self.architecture_zh,
+        )
         card |= {"tokenizer": self.tokenizer_kind, "loaded": dict(self.loaded), "formula": formula.describe(self.model)}
         complete = None if intervention else self.complete  # completed by the model as it is, so not under a change
         prediction = export.predictions(trace, self.decode, shown=self.shown, complete=complete)

@@ -7,8 +7,8 @@ Layout of the dict (L tokens, H heads, D head dim), typed once in `views.schema`
 version every dict carries as doc["schema"]; `schema.validate` checks a dict against it):
 
     schema, selfattn_version,
-    model {name, kind "decoder"|"encoder", architecture, positions, positions_zh, positions_key, n_layers,
-           n_heads, n_kv_heads, kv_of_head [H] (the key/value head each query head reads), head_dim, d_model,
+    model {name, kind "decoder"|"encoder", architecture, architecture_zh? (the same in Chinese), positions,
+           positions_zh, positions_key, n_layers, n_heads, n_kv_heads, kv_of_head [H] (the key/value head each query head reads), head_dim, d_model,
            dtype, tokenizer (a `texts` key: how the text is cut), loaded {format, file, class, why}},
     text, tokens [L] (each piece as a person reads it: `pieces` labels, 森(1/3), <unk>:☃),
     token_names [L] (the same with "@position" on a repeated one: 金鱼@5; what every view shows),
@@ -76,7 +76,9 @@ follow from them: `LayerTrace.stages`)."""
 TOP_PREDICTIONS = 5
 
 
-def model_info(name: str, trace: ModelTrace, *, architecture: str, positions: str) -> dict:
+def model_info(
+    name: str, trace: ModelTrace, *, architecture: str, positions: str, architecture_zh: str | None = None
+) -> dict:
     """The model card every view shows: name, decoder/encoder, architecture, positional scheme (`positions`:
     its key in `texts.TEXTS`, written out in English and in Chinese), sizes, and for grouped-query attention
     which key/value head each query head reads (`kv_of_head`, and `texts` "gqa" in words)."""
@@ -96,7 +98,7 @@ def model_info(name: str, trace: ModelTrace, *, architecture: str, positions: st
         "head_dim": int(first.q.shape[-1]),
         "d_model": int(first.x.shape[-1]),
         "dtype": str(first.q.dtype).removeprefix("torch."),
-    }
+    } | ({"architecture_zh": architecture_zh} if architecture_zh is not None else {})
 
 
 def gqa_words(model: dict, lang: str) -> str:

@@ -46,6 +46,7 @@ class Model(TypedDict):
     name: str
     kind: Literal["decoder", "encoder"]
     architecture: str
+    architecture_zh: NotRequired[str]
     positions: str
     positions_zh: str
     positions_key: str
