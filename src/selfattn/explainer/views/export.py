@@ -8,8 +8,9 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
 
     schema, selfattn_version,
     model {name, kind "decoder"|"encoder", architecture, architecture_zh? (the same in Chinese), positions,
-           positions_zh, positions_key, n_layers, n_heads, n_kv_heads, kv_of_head [H] (the key/value head each query head reads), head_dim, d_model,
-           dtype, tokenizer (a `texts` key: how the text is cut), loaded {format, file, class, why}},
+           positions_zh, positions_key, n_layers, n_heads, n_kv_heads, kv_of_head [H] (the key/value head each
+           query head reads), head_dim, d_model, dtype, tokenizer (a `texts` key: how the text is cut),
+           loaded {format, file, class, why}},
     text, tokens [L] (each piece as a person reads it: `pieces` labels, 森(1/3), <unk>:☃),
     token_names [L] (the same with "@position" on a repeated one: 金鱼@5; what every view shows),
     token_ids [L], unknown {count, positions [..], message} (true <unk> pieces only, never byte pieces),
@@ -34,7 +35,8 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
     (only when the first token is a special token: <bos>, [CLS]),
     search? {query, key, heads [{layer, head, weight}]} (asked with find),
     prediction [{token, shown, id, prob}] (decoders: the next token after the text, `shown` as a person reads
-               it: "␣Mary", a partial character as its bytes "⟨E6 A3⟩"; [] for encoders),
+               it: "␣Mary", a piece that begins a character with the character greedy decoding completes,
+               "看 (1/3: ⟨E7⟩)", else its bytes "⟨E6 A3⟩"; [] for encoders),
     layers [ {scale, causal, softcap, window, <feature>? [H], visible [L][L] 0/1, x [L][d_model],
               attn_out [L][d_model], output [L][d_model],
               heads [ {kv_head, q [L][D], k [L][D], v [L][D], lse [L], sink? [L],
