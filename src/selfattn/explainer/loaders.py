@@ -119,11 +119,21 @@ def wrap(model: torch.nn.Module, tokenizer, *, name: str | None = None) -> dict:
     return _parts(
         model.eval(),
         tokenizer,
-        name=name or type(model).__name__,
+        name=name or _name_of(model, tokenizer),
         config=config.to_dict(),
         kind="decoder" if head else "encoder",
         how=how,
     )
+
+
+def _name_of(model, tokenizer) -> str:
+    """A loaded model's name: where it was loaded from (`name_or_path`, the model's or else its tokenizer's),
+    else its class with "in memory" (a model built from a config)."""
+    for obj in (model, getattr(model, "config", None), tokenizer):
+        where = getattr(obj, "name_or_path", None) or getattr(obj, "_name_or_path", None)
+        if isinstance(where, str) and where:
+            return where
+    return f"{type(model).__name__} (in memory)"
 
 
 def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -> dict:
