@@ -247,6 +247,7 @@ class Explainer:
             layers=layers,
             unknown=unknown_report(trace.pieces, self.unknown_hint),
             thumbnails=thumbs,
+            link=_link(described[selected["layer"]][selected["head"]]),
         )
         if lang is not None:
             doc["lang"] = _lang(lang)
@@ -365,6 +366,12 @@ def check_text(text) -> str:
                 "how the tokens are displayed"
             )
     return text
+
+
+def _link(description: dict) -> tuple[int, int] | None:
+    """(query, key) of the link a head's sentence describes (`heads.describe`), or None when it names none."""
+    q, k = description.get("query"), description.get("key")
+    return (q, k) if isinstance(q, int) and isinstance(k, int) else None
 
 
 def check_tokens(text: str, cut: tuple, name: str) -> tuple:

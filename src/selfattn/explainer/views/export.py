@@ -21,7 +21,8 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
             key group's pieces; weights None beyond LEVEL_MAX_GROUPS groups),
     display {thumbnail_size, thumbnails [layer][head] {b64, shape, dtype "f16"}, selected {layer, head, scale,
              weights {b64, shape [L, L], dtype "u16"}}} (what the page draws, at the precision it draws it),
-    opened {row, hidden, text {zh, en}} (the query row the views open on and why: `opened_query`),
+    opened {row, hidden, text {zh, en}, link? {query, key}} (the query row the views open on and why: the query of
+           the link the shown head's sentence describes when the mask hides keys from it; `opened_query`),
     omitted? {layers, held, bytes, limit, message, text {zh, en}} (layers="auto" over MAX_PAGE_BYTES: which
              layers are held, and how to get the others),
     lang? ("zh" | "en": the language the views of this dict speak, when given),
@@ -158,6 +159,7 @@ def to_dict(
     stages: bool | None = None,
     layers="auto",
     thumbnails=None,
+    link: tuple[int, int] | None = None,
 ) -> dict:
     """Everything captured, as JSON-ready lists. `unknown`: {count, positions, message} of the tokens
     the tokenizer could not represent (never left out, so no view can hide them). `layers`: the layer
@@ -192,7 +194,7 @@ def to_dict(
     if pieces is not None:
         doc["pieces"] = pieces.as_dict()
         doc["levels"] = levels(trace, selected["layer"], selected["head"])
-    doc["opened"] = opened_query(trace.layers[selected["layer"]], selected["head"], names(trace.tokens))
+    doc["opened"] = opened_query(trace.layers[selected["layer"]], selected["head"], names(trace.tokens), link)
     if thumbnails is not None:
         doc["display"] = display(trace, selected["layer"], selected["head"], thumbnails)
     if omitted is not None:
@@ -200,20 +202,40 @@ def to_dict(
     return doc
 
 
-def opened_query(layer: LayerTrace, head: int, tokens: list[str]) -> dict:
-    """The query row the views open on, and why in one line: the middle row when the mask hides keys from it
-    (the tutorial's point, the −inf of the mask step, is then in view), else the last one (every key seen).
+def opened_query(layer: LayerTrace, head: int, tokens: list[str], link: tuple[int, int] | None = None) -> dict:
+    """The query row the views open on, and why in one line. With `link` (query, key: the link the head's
+    sentence describes, `heads.describe`'s query/key), its query row when the mask hides keys from it (the
+    sentence and the −inf of the mask step are then in one view); when that row sees every key, the middle
+    row instead if the mask hides keys from it, saying why. Without a link: the middle row when the mask hides
+    keys from it, else the last one (every key seen).
 
-    {"row": i, "hidden": how many keys row i may not see, "text": {zh, en}}"""
+    {"row": i, "hidden": how many keys row i may not see, "text": {zh, en}, "link"?: {query, key}}"""
     change = layer.changed.get(head)
     visible = (layer.visible if change is None else change.visible).bool()
     L = visible.shape[-1]
+
+    def hidden_in(row: int) -> int:
+        return int((~visible[row]).sum())
+
     middle = (L - 1) // 2
-    row = middle if not bool(visible[middle].all()) else L - 1
-    hidden = int((~visible[row]).sum())
-    key = "opened.masked" if hidden else "opened.all"
-    values = {"i": row, "token": tokens[row], "n": hidden}
-    return {"row": row, "hidden": hidden, "text": {lang: texts.text(key, lang, **values) for lang in texts.LANGS}}
+    fallback = middle if hidden_in(middle) else L - 1
+    q, k = link if link is not None and all(0 <= x < L for x in link) else (None, None)
+    if q is not None and hidden_in(q):
+        row, why = q, "opened.link"
+    elif q is not None and hidden_in(fallback):
+        row, why = fallback, "opened.link_sees_all"
+    else:
+        row = fallback
+        why = "opened.masked" if hidden_in(row) else "opened.all"
+    values = {"i": row, "token": tokens[row], "n": hidden_in(row)}
+    if q is not None and k is not None:
+        values |= {"q": q, "query": tokens[q], "k": k, "key_token": tokens[k]}
+    out = {
+        "row": row,
+        "hidden": hidden_in(row),
+        "text": {lang: texts.text(why, lang, **values) for lang in texts.LANGS},
+    }
+    return out | ({"link": {"query": q, "key": k}} if q is not None else {})
 
 
 def _interventions(kind: str) -> list[dict]:

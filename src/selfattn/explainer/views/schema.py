@@ -136,11 +136,13 @@ class Omitted(TypedDict):
 
 
 class Opened(TypedDict):
-    """The query row the views open on (`export.opened_query`): the middle one when the mask hides keys from it."""
+    """The query row the views open on (`export.opened_query`): the query of the link the shown head's sentence
+    describes (`link`) when the mask hides keys from it, else the middle one when the mask hides keys from it."""
 
     row: int
     hidden: int
     text: Words
+    link: NotRequired[dict[str, int]]
 
 
 class Applied(TypedDict):

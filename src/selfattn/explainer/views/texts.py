@@ -584,6 +584,21 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "Opened on token {i} “{token}”: the {n} tokens after it are masked (their scores become −inf, their "
         "weights 0), which is what the mask step is about; the last token sees every token, so its row shows no mask.",
     },
+    "opened.link": {
+        "zh": "从第 {i} 个 token「{token}」看起：这个 head 的描述说的就是它看「{key_token}」（位置 {k}）的那一条；"
+        "它后面的 {n} 个 token 被 mask 遮住（分数变成 −inf，权重为 0），这正是 mask 这一步要看的。",
+        "en": "Opened on token {i} “{token}”: the link this head's sentence describes, its look at “{key_token}” "
+        "(position {k}); the {n} tokens after it are masked (their scores become −inf, their weights 0), which is "
+        "what the mask step is about.",
+    },
+    "opened.link_sees_all": {
+        "zh": "从第 {i} 个 token「{token}」看起：这个 head 的描述说的是第 {q} 个 token「{query}」看「{key_token}」，"
+        "可是「{query}」看得见所有 token，它那一行看不出 mask；这一行后面的 {n} 个 token 被 mask 遮住"
+        "（分数变成 −inf）。",
+        "en": "Opened on token {i} “{token}”: this head's sentence describes token {q} “{query}” looking at "
+        "“{key_token}”, but “{query}” sees every token, so its row shows no mask; here the {n} tokens after it are "
+        "masked (their scores become −inf).",
+    },
     "opened.all": {
         "zh": "从第 {i} 个 token「{token}」看起：这里没有 mask，每个 token 都看得见所有 token。",
         "en": "Opened on token {i} “{token}”: nothing is masked here, every token sees every token.",
