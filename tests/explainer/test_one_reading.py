@@ -124,3 +124,15 @@ def test_terminal_json_and_page_read_the_same(folder, capsys, monkeypatch, watch
 )
 def test_shown_text_marks_what_cannot_be_seen(text, want):
     assert P.shown_text(text) == want
+
+
+def test_the_notebook_head_view_reads_tokens_the_same_way(watched):  # noqa: F811
+    """head_view's tokens (bertviz's form: the tokenizer's strings) in the same notation as the other views."""
+    import selfattn
+    from tests.explainer.test_notebook import framed
+
+    tokens = ["a", "\u00a0", "\t", "Ġcat", "x\u200dy"]
+    w = torch.softmax(torch.randn(1, 2, 5, 5), -1).double()
+    frame = framed(watched, selfattn.head_view(w, tokens)._repr_html_())
+    drawn = frame.eval_on_selector_all("[data-testid=hv-q]", "ts => ts.map(t => t.textContent)")
+    assert drawn == ["a", "⟨U+00A0⟩", "⇥", "␣cat", "x⟨U+200D⟩y"]
