@@ -20,6 +20,8 @@ reads safetensors instead.
 
 from __future__ import annotations
 
+import copy
+import inspect
 from typing import Any
 
 import torch
@@ -158,33 +160,44 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
     def shown(i: int) -> str:
         return P.shown_piece(decode(i), tokenizer.convert_ids_to_tokens(i))
 
-    def complete(context: list[int], i: int) -> str | None:
-        """The predicted piece `i` after `context` shown with the character it begins (`pieces.shown_completed`),
-        completed by greedy decoding (the model's most likely next piece, at most COMPLETION_STEPS times, as
-        transformers' generate(do_sample=False)); None when `i` ends on a whole character or the greedy
-        continuation does not complete it (the views then show its bytes)."""
+    def piece_of(i: int) -> bytes:
+        """The bytes piece `i` adds: its byte-level or byte-fallback bytes, else its decoded text's."""
         raw = tokenizer.convert_ids_to_tokens(i)  # None for an id past the tokenizer's vocabulary
         data = None if raw is None else P.piece_bytes(raw)
-        tail = None if data is None or "\ufffd" not in decode(i) else P.partial_tail(data)
-        if tail is None:
-            return None
-        before, part, n = tail
-        got, seq = part, [*context, i]
-        for _ in range(COMPLETION_STEPS):
-            if len(got) >= n:
-                break
-            with torch.no_grad():
-                logits = model(torch.tensor([seq]), use_cache=False).logits[0, -1]
-            nxt = int(logits.argmax())
-            raw = tokenizer.convert_ids_to_tokens(nxt)
-            more = None if raw is None else P.piece_bytes(raw)
-            got += decode(nxt).encode("utf-8") if more is None else more
-            seq.append(nxt)
-        try:
-            char = got[:n].decode("utf-8")
-        except UnicodeDecodeError:  # the greedy continuation is no continuation of this character
-            return None
-        return P.shown_completed(before, part, char, n)
+        return decode(i).encode("utf-8") if data is None else data
+
+    def complete(context: list[int], ids: list[int]) -> list[str | None]:
+        """Each predicted piece of `ids` after `context` shown with the character it begins
+        (`pieces.shown_completed`), completed by greedy decoding from one KV cache of the context (the model's
+        most likely next piece, at most COMPLETION_STEPS times, as transformers' generate(do_sample=False));
+        None where a piece ends on a whole character or the greedy continuation does not complete it (the
+        views then show its bytes)."""
+        tails = [P.partial_tail(piece_of(i)) if "\ufffd" in decode(i) else None for i in ids]
+        if all(t is None for t in tails):
+            return [None] * len(ids)
+        # transformers ≥ 5.2x names the KV cache `cache` (argument and output), before `past_key_values`
+        kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        with torch.no_grad():
+            past = model(torch.tensor([context]), use_cache=True)[kw]
+        out: list[str | None] = []
+        for i, tail in zip(ids, tails, strict=True):
+            if tail is None:
+                out.append(None)
+                continue
+            before, part, n = tail
+            got, cache, step = part, copy.deepcopy(past), i
+            for _ in range(COMPLETION_STEPS):
+                if len(got) >= n:
+                    break
+                with torch.no_grad():
+                    o = model(torch.tensor([[step]]), use_cache=True, **{kw: cache})
+                cache, step = o[kw], int(o.logits[0, -1].argmax())
+                got += piece_of(step)
+            try:
+                out.append(P.shown_completed(before, part, got[:n].decode("utf-8"), n))
+            except UnicodeDecodeError:  # the greedy continuation is no continuation of this character
+                out.append(None)
+        return out
 
     confirm(model, segment, name)
     text_config = config.get("text_config")

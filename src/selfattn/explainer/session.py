@@ -59,7 +59,7 @@ class Explainer:
     segment(text)  -> the same and the text's `pieces.Pieces` (None: the pieces are found by reading the
                       token strings in the text, `pieces.from_strings`)
     decode(id) -> str; shown(id) -> the same as a person reads it (None: `pieces.shown_piece` of decode)
-    complete(context ids, id) -> a predicted piece that begins a character shown with it, or None (`loaders`)
+    complete(context ids, ids) -> each predicted piece that begins a character shown with it, or None (`loaders`)
     kind          "decoder" | "encoder" (None: read from each trace: a causal call makes a decoder)
     tokenizer_kind, positions   keys of `views.texts` (how the text is cut; the positional scheme)
     unknown_hint  what the model knows and what to use for free text; loaded: how it was built"""
@@ -76,7 +76,7 @@ class Explainer:
     kind: str | None = None
     tokenizer_kind: str = "tokenizer.word"
     shown: Callable[[int], str] | None = None
-    complete: Callable[[list[int], int], str | None] | None = None
+    complete: Callable[[list[int], list[int]], list[str | None]] | None = None
     loaded: dict = field(default_factory=dict)
     segment: Callable[[str], tuple[list[str], torch.Tensor, dict, P.Pieces]] | None = None
 

@@ -120,16 +120,17 @@ def gqa_words(model: dict, lang: str) -> str:
 def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS, *, shown=None, complete=None) -> list[dict]:
     """The k most likely next tokens after the whole text: {token (decode(id): the text it adds), shown (as a
     person reads it: `shown(id)`, default `pieces.shown_piece` of the text), id, prob}.
-    complete(context ids, id) -> str | None: a piece that begins a character shown with the character it
+    complete(context ids, ids) -> [str | None]: each piece that begins a character shown with the character it
     begins, "都 (1/3: ⟨E9⟩)" (`loaders`' greedy completion; None keeps `shown`)."""
     if trace.logits is None:
         return []
     probs = torch.softmax(trace.logits[-1].double(), dim=-1)
     top = torch.topk(probs, min(k, probs.numel()))
+    ids = [int(i) for i in top.indices]
+    wholes = [None] * len(ids) if complete is None else complete(trace.token_ids.tolist(), ids)
     out = []
-    for p, i in zip(top.values, top.indices, strict=True):
+    for p, i, whole in zip(top.values, top.indices, wholes, strict=True):
         token = decode(int(i))
-        whole = None if complete is None else complete(trace.token_ids.tolist(), int(i))
         out.append(
             {
                 "token": token,
