@@ -111,7 +111,19 @@ class Explanation:
 
     @property
     def tokens(self) -> list[str]:
+        """The tokens as the tokenizer decodes each one, its leading space kept (" Mary"); what a person reads
+        is `labels` ("Mary", 森(1/3), ⟨U+00A0⟩) and `names` (a repeated one with its position)."""
+        return [self.explainer.decode(int(i)) for i in self.doc["token_ids"]]
+
+    @property
+    def labels(self) -> list[str]:
+        """Each token as every view shows it (`pieces` labels: `pieces.shown_text`'s notation)."""
         return list(self.doc["tokens"])
+
+    @property
+    def names(self) -> list[str]:
+        """The labels as every view names them: a repeated one with "@position" (金鱼@5)."""
+        return list(self.doc.get("token_names") or self.doc["tokens"])
 
     @property
     def shown(self) -> tuple[int, int]:
@@ -128,7 +140,7 @@ class Explanation:
     def table(self, layer: int | None = None, head: int | None = None) -> HeadTable:
         """One head's weights with its tokens as a table (default: the head shown first)."""
         layer, head = self._check(*(self.shown if layer is None and head is None else (layer, head)))
-        return HeadTable(self.tokens, self.weights(layer, head), layer, head)
+        return HeadTable(self.names, self.weights(layer, head), layer, head)
 
     def heads(self) -> list[dict]:
         """Every head: {layer, head, entropy, max_weight, first_token, description {zh, en}, type, types}, layer

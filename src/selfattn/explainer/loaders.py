@@ -20,6 +20,8 @@ reads safetensors instead.
 
 from __future__ import annotations
 
+import copy
+import inspect
 from typing import Any
 
 import torch
@@ -27,11 +29,14 @@ import torch
 from ..functional import intercept
 from . import pieces as P
 from . import sources
+from .views import texts
 
 __all__ = ["load", "wrap", "confirm", "DRY_RUN_TEXT"]
 
 DRY_RUN_TEXT = "When Mary and John went to the store"
 """The text of the dry run: a few tokens in every vocabulary (byte pieces at worst)."""
+COMPLETION_STEPS = 3
+"""At most this many forward steps complete a predicted piece that begins a character (UTF-8: 4 bytes at most)."""
 DEFAULT_CONTEXT = 4096
 """Context assumed for a config that states none (a few encoders): the text limit still applies."""
 UNKNOWN_HINT = {
@@ -116,11 +121,21 @@ def wrap(model: torch.nn.Module, tokenizer, *, name: str | None = None) -> dict:
     return _parts(
         model.eval(),
         tokenizer,
-        name=name or type(model).__name__,
+        name=name or _name_of(model, tokenizer),
         config=config.to_dict(),
         kind="decoder" if head else "encoder",
         how=how,
     )
+
+
+def _name_of(model, tokenizer) -> str:
+    """A loaded model's name: where it was loaded from (`name_or_path`, the model's or else its tokenizer's),
+    else its class with "in memory" (a model built from a config)."""
+    for obj in (model, getattr(model, "config", None), tokenizer):
+        where = getattr(obj, "name_or_path", None) or getattr(obj, "_name_or_path", None)
+        if isinstance(where, str) and where:
+            return where
+    return f"{type(model).__name__} (in memory)"
 
 
 def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -> dict:
@@ -145,6 +160,45 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
     def shown(i: int) -> str:
         return P.shown_piece(decode(i), tokenizer.convert_ids_to_tokens(i))
 
+    def piece_of(i: int) -> bytes:
+        """The bytes piece `i` adds: its byte-level or byte-fallback bytes, else its decoded text's."""
+        raw = tokenizer.convert_ids_to_tokens(i)  # None for an id past the tokenizer's vocabulary
+        data = None if raw is None else P.piece_bytes(raw)
+        return decode(i).encode("utf-8") if data is None else data
+
+    def complete(context: list[int], ids: list[int]) -> list[str | None]:
+        """Each predicted piece of `ids` after `context` shown with the character it begins
+        (`pieces.shown_completed`), completed by greedy decoding from one KV cache of the context (the model's
+        most likely next piece, at most COMPLETION_STEPS times, as transformers' generate(do_sample=False));
+        None where a piece ends on a whole character or the greedy continuation does not complete it (the
+        views then show its bytes)."""
+        tails = [P.partial_tail(piece_of(i)) if "\ufffd" in decode(i) else None for i in ids]
+        if all(t is None for t in tails):
+            return [None] * len(ids)
+        # transformers ≥ 5.2x names the KV cache `cache` (argument and output), before `past_key_values`
+        kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        with torch.no_grad():
+            past = model(torch.tensor([context]), use_cache=True)[kw]
+        out: list[str | None] = []
+        for i, tail in zip(ids, tails, strict=True):
+            if tail is None:
+                out.append(None)
+                continue
+            before, part, n = tail
+            got, cache, step = part, copy.deepcopy(past), i
+            for _ in range(COMPLETION_STEPS):
+                if len(got) >= n:
+                    break
+                with torch.no_grad():
+                    o = model(torch.tensor([[step]]), use_cache=True, **{kw: cache})
+                cache, step = o[kw], int(o.logits[0, -1].argmax())
+                got += piece_of(step)
+            try:
+                out.append(P.shown_completed(before, part, got[:n].decode("utf-8"), n))
+            except UnicodeDecodeError:  # the greedy continuation is no continuation of this character
+                out.append(None)
+        return out
+
     confirm(model, segment, name)
     text_config = config.get("text_config")
     text = text_config if isinstance(text_config, dict) else config
@@ -157,8 +211,10 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
         "segment": segment,
         "decode": decode,
         "shown": shown,
+        **({"complete": complete} if decoder else {}),
         "max_len": max_len,
-        "architecture": f"{arch} (transformers, attention by selfattn)",
+        "architecture": texts.text("architecture.transformers", "en", arch=arch),
+        "architecture_zh": texts.text("architecture.transformers", "zh", arch=arch),
         "positions": sources.position_scheme(text, model),
         "kind": kind,
         "tokenizer_kind": P.tokenizer_kind(tokenizer),

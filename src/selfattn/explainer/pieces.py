@@ -39,6 +39,11 @@ __all__ = [
     "aggregate",
     "names",
     "shown_piece",
+    "shown_text",
+    "shown_char",
+    "shown_bytes",
+    "shown_completed",
+    "partial_tail",
     "tokenizer_kind",
     "AGGREGATION_RULE",
     "UNKNOWN_STRINGS",
@@ -112,7 +117,8 @@ class Pieces:
         """The groups of `level` as a person tells them apart: their text, with "@position" (the position of
         their first piece) wherever the same text occurs twice or more ("金鱼@5"): `names`."""
         groups = self.group_of(level)
-        return names([g.text for g in groups], [g.members[0] for g in groups])
+        texts = [g.text if level == "pieces" or g.start < 0 else _visible(g.text) for g in groups]
+        return names(texts, [g.members[0] for g in groups])
 
     def as_dict(self) -> dict:
         """JSON-ready: every level, so a view can switch between them (each group with its `name`)."""
@@ -242,7 +248,7 @@ def _labels(text, raw, spans, special, unknown, characters: list[Group]) -> list
             if special[i]:
                 labels[i] = raw[i]
             elif unknown[i]:
-                labels[i] = f"<unk>:{text[spans[i][0] : spans[i][1]]}"
+                labels[i] = f"<unk>:{shown_text(text[spans[i][0] : spans[i][1]])}"
             elif n > 1 and _shares_character(spans, g.members):
                 labels[i] = f"{_visible(g.text)}({k}/{n})"
             else:
@@ -252,14 +258,44 @@ def _labels(text, raw, spans, special, unknown, characters: list[Group]) -> list
 
 SPACE_MARK = "␣"
 
+INVISIBLE = {"\n": "↵", "\t": "⇥"}
+"""How a newline and a tab read in a shown token; a space at either end reads as "␣" (one between visible
+characters stays a space); any other character a person cannot see (another space such as U+00A0 or U+3000,
+a format character such as the joiner U+200D, a control) reads as ⟨U+XXXX⟩, and a byte that is not a whole
+character as ⟨E8⟩ (`shown_bytes`): the one notation of every view (`shown_text`)."""
+
+
+def shown_char(ch: str) -> str:
+    """One character as every view writes it: itself when a person can see it (or a plain space), else its
+    mark (`INVISIBLE`, ⟨U+XXXX⟩)."""
+    if ch in INVISIBLE:
+        return INVISIBLE[ch]
+    return ch if ch == " " or (ch.isprintable() and not ch.isspace()) else f"⟨U+{ord(ch):04X}⟩"
+
+
+def shown_text(text: str) -> str:
+    """`text` with every character a person cannot see written as its mark (`shown_char`), and the spaces at
+    either end as "␣": " a" + U+00A0 + "b" + tab -> "␣a⟨U+00A0⟩b⇥". The one function the terminal, the JSON, the page
+    and the notebook show tokens through."""
+    inner = text.strip(" ")
+    if not inner:
+        return SPACE_MARK * len(text)
+    lead = len(text) - len(text.lstrip(" "))
+    trail = len(text) - len(text.rstrip(" "))
+    return SPACE_MARK * lead + "".join(map(shown_char, inner)) + SPACE_MARK * trail
+
+
+def shown_bytes(data: bytes) -> str:
+    """Bytes that are not a whole character, as every view writes them: "⟨E6 A3⟩"."""
+    return "⟨" + " ".join(f"{b:02X}" for b in data) + "⟩"
+
 
 def _visible(text: str) -> str:
-    """A label as it reads among others: without the spaces around it (a byte-level piece " Mary" is "Mary");
-    a piece of spaces only as "␣" per space (and newlines, tabs as their escapes: `terminal.printable`)."""
-    inner = text.strip()
-    if inner:
-        return inner
-    return "".join(SPACE_MARK if ch == " " else ch for ch in text)
+    """A label as it reads among others: without the ASCII spaces around it (a byte-level piece " Mary" is
+    "Mary"); a piece of spaces only as "␣" per space; every other invisible character as its mark
+    (`shown_text`: a tab "⇥", a no-break space "⟨U+00A0⟩")."""
+    inner = text.strip(" ")
+    return shown_text(inner or text)
 
 
 def _shares_character(spans, members: tuple[int, ...]) -> bool:
@@ -370,25 +406,45 @@ def piece_bytes(raw: str) -> bytes | None:
     return None
 
 
-INVISIBLE = {"\n": "↵", "\t": "⇥"}
-"""How a newline and a tab read in a shown token; any other invisible character reads as ⟨U+XXXX⟩."""
-
-
 def shown_piece(text: str, raw: str | None = None) -> str:
-    """One piece (a predicted token) as a person reads it: leading spaces as "␣" (" Mary" -> "␣Mary"), a
-    piece that holds only part of a character (its decoded text has U+FFFD) as its bytes, "⟨E6 A3⟩", and
-    every character a person cannot see written out (a no-break space, a top prediction of SmolLM2's first
-    layers, as ⟨U+00A0⟩, a newline as ↵): a blank cell says nothing."""
+    """One piece (a predicted token) as a person reads it: spaces as "␣" (" Mary" -> "␣Mary"), a piece that
+    holds only part of a character (its decoded text has U+FFFD) as its bytes, "⟨E6 A3⟩", and every character
+    a person cannot see written out (a no-break space, a top prediction of SmolLM2's first layers, as
+    ⟨U+00A0⟩, a newline as ↵): a blank cell says nothing. The notation is `shown_text`'s."""
     if "\ufffd" in text and raw is not None and "\ufffd" not in raw:
         data = piece_bytes(raw)
         if data is not None:
-            return "⟨" + " ".join(f"{b:02X}" for b in data) + "⟩"
-    lead = len(text) - len(text.lstrip(" "))
-    rest = (
-        INVISIBLE.get(ch, ch if ch == " " or (ch.isprintable() and not ch.isspace()) else f"⟨U+{ord(ch):04X}⟩")
-        for ch in text[lead:]
-    )
-    return "␣" * lead + "".join(rest)
+            return shown_bytes(data)
+    return shown_text(text)
+
+
+UTF8_LENGTH = ((0xC2, 0xDF, 2), (0xE0, 0xEF, 3), (0xF0, 0xF4, 4))
+"""The first bytes of a UTF-8 character (lowest, highest) and the character's length in bytes."""
+
+
+def partial_tail(data: bytes) -> tuple[bytes, bytes, int] | None:
+    """A piece's bytes that end on the first byte(s) of a character: (the whole characters before, the
+    character's bytes held here, its length), e.g. b" \xe9" -> (b" ", b"\xe9", 3); None when `data` ends on
+    a whole character, or holds a byte that begins no character (it continues one of the text before)."""
+    for back in range(1, min(4, len(data)) + 1):
+        lead = data[-back]
+        if lead & 0xC0 == 0x80:  # a continuation byte: the lead is further back
+            continue
+        n = next((n for lo, hi, n in UTF8_LENGTH if lo <= lead <= hi), None)
+        if n is None or back >= n:
+            return None
+        try:
+            data[:-back].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        return data[:-back], data[-back:], n
+    return None
+
+
+def shown_completed(before: bytes, part: bytes, char: str, n: int) -> str:
+    """A predicted piece that begins a character, shown with the character it begins: b"\xe9" completed as 都
+    -> "都 (1/3: ⟨E9⟩)" (it holds 1 of the character's 3 bytes, written out)."""
+    return f"{shown_text(before.decode('utf-8'))}{char} ({len(part)}/{n}: {shown_bytes(part)})"
 
 
 def tokenizer_kind(tokenizer) -> str:

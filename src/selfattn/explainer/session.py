@@ -60,6 +60,7 @@ class Explainer:
     segment(text)  -> the same and the text's `pieces.Pieces` (None: the pieces are found by reading the
                       token strings in the text, `pieces.from_strings`)
     decode(id) -> str; shown(id) -> the same as a person reads it (None: `pieces.shown_piece` of decode)
+    complete(context ids, ids) -> each predicted piece that begins a character shown with it, or None (`loaders`)
     kind          "decoder" | "encoder" (None: read from each trace: a causal call makes a decoder)
     tokenizer_kind, positions   keys of `views.texts` (how the text is cut; the positional scheme)
     unknown_hint  what the model knows and what to use for free text; loaded: how it was built
@@ -72,11 +73,13 @@ class Explainer:
     decode: Callable[[int], str]
     max_len: int
     architecture: str = OURS[0]
+    architecture_zh: str | None = None
     positions: str = OURS[1]
     unknown_hint: dict[str, str] = field(default_factory=lambda: {"en": "", "zh": ""})
     kind: str | None = None
     tokenizer_kind: str = "tokenizer.word"
     shown: Callable[[int], str] | None = None
+    complete: Callable[[list[int], list[int]], list[str | None]] | None = None
     loaded: dict = field(default_factory=dict)
     segment: Callable[[str], tuple[list[str], torch.Tensor, dict, P.Pieces]] | None = None
     user_words: dict[str, str | None] = field(default_factory=dict)
@@ -233,9 +236,16 @@ class Explainer:
         selected = self.select(trace, table, described, *shown)
         if why is not None and selected["rule"] is None:  # shown because it was changed or ablated
             selected["rule"] = why
-        card = export.model_info(self.name, trace, architecture=self.architecture, positions=self.positions)
+        card = export.model_info(
+            self.name,
+            trace,
+            architecture=self.architecture,
+            positions=self.positions,
+            architecture_zh=self.architecture_zh,
+        )
         card |= {"tokenizer": self.tokenizer_kind, "loaded": dict(self.loaded), "formula": formula.describe(self.model)}
-        prediction = export.predictions(trace, self.decode, shown=self.shown)
+        complete = None if intervention else self.complete  # completed by the model as it is, so not under a change
+        prediction = export.predictions(trace, self.decode, shown=self.shown, complete=complete)
         extra = {"descriptions": described, "roles": relations.roles(trace.tokens)}
         if export.starts_with_special(trace):  # the note on the first token: only when it is a special token
             extra["first_token"] = heads.first_token_note(trace, table, (selected["layer"], selected["head"]))
@@ -252,6 +262,7 @@ class Explainer:
             layers=layers,
             unknown=unknown_report(trace.pieces, self.unknown_hint),
             thumbnails=thumbs,
+            link=_link(described[selected["layer"]][selected["head"]]),
         )
         if lang is not None:
             doc["lang"] = _lang(lang)
@@ -385,6 +396,12 @@ def check_text(text) -> str:
                 "how the tokens are displayed"
             )
     return text
+
+
+def _link(description: dict) -> tuple[int, int] | None:
+    """(query, key) of the link a head's sentence describes (`heads.describe`), or None when it names none."""
+    q, k = description.get("query"), description.get("key")
+    return (q, k) if isinstance(q, int) and isinstance(k, int) else None
 
 
 def check_tokens(text: str, cut: tuple, name: str) -> tuple:

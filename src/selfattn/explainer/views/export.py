@@ -7,9 +7,10 @@ Layout of the dict (L tokens, H heads, D head dim), typed once in `views.schema`
 version every dict carries as doc["schema"]; `schema.validate` checks a dict against it):
 
     schema, selfattn_version,
-    model {name, kind "decoder"|"encoder", architecture, positions, positions_zh, positions_key, n_layers,
-           n_heads, n_kv_heads, kv_of_head [H] (the key/value head each query head reads), head_dim, d_model,
-           dtype, tokenizer (a `texts` key: how the text is cut), loaded {format, file, class, why}},
+    model {name, kind "decoder"|"encoder", architecture, architecture_zh? (the same in Chinese), positions,
+           positions_zh, positions_key, n_layers, n_heads, n_kv_heads, kv_of_head [H] (the key/value head each
+           query head reads), head_dim, d_model, dtype, tokenizer (a `texts` key: how the text is cut),
+           loaded {format, file, class, why}},
     text, tokens [L] (each piece as a person reads it: `pieces` labels, 森(1/3), <unk>:☃),
     token_names [L] (the same with "@position" on a repeated one: 金鱼@5; what every view shows),
     token_ids [L], unknown {count, positions [..], message} (true <unk> pieces only, never byte pieces),
@@ -20,7 +21,8 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
             key group's pieces; weights None beyond LEVEL_MAX_GROUPS groups),
     display {thumbnail_size, thumbnails [layer][head] {b64, shape, dtype "f16"}, selected {layer, head, scale,
              weights {b64, shape [L, L], dtype "u16"}}} (what the page draws, at the precision it draws it),
-    opened {row, hidden, text {zh, en}} (the query row the views open on and why: `opened_query`),
+    opened {row, hidden, text {zh, en}, link? {query, key}} (the query row the views open on and why: the query of
+           the link the shown head's sentence describes when the mask hides keys from it; `opened_query`),
     omitted? {layers, held, bytes, limit, message, text {zh, en}} (layers="auto" over MAX_PAGE_BYTES: which
              layers are held, and how to get the others),
     lang? ("zh" | "en": the language the views of this dict speak, when given),
@@ -34,7 +36,8 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
     (only when the first token is a special token: <bos>, [CLS]),
     search? {query, key, heads [{layer, head, weight}]} (asked with find),
     prediction [{token, shown, id, prob}] (decoders: the next token after the text, `shown` as a person reads
-               it: "␣Mary", a partial character as its bytes "⟨E6 A3⟩"; [] for encoders),
+               it: "␣Mary", a piece that begins a character with the character greedy decoding completes,
+               "看 (1/3: ⟨E7⟩)", else its bytes "⟨E6 A3⟩"; [] for encoders),
     layers [ {scale, causal, softcap, window, <feature>? [H], visible [L][L] 0/1, x [L][d_model],
               attn_out [L][d_model], output [L][d_model],
               heads [ {kv_head, q [L][D], k [L][D], v [L][D], lse [L], sink? [L],
@@ -76,7 +79,9 @@ follow from them: `LayerTrace.stages`)."""
 TOP_PREDICTIONS = 5
 
 
-def model_info(name: str, trace: ModelTrace, *, architecture: str, positions: str) -> dict:
+def model_info(
+    name: str, trace: ModelTrace, *, architecture: str, positions: str, architecture_zh: str | None = None
+) -> dict:
     """The model card every view shows: name, decoder/encoder, architecture, positional scheme (`positions`:
     its key in `texts.TEXTS`, written out in English and in Chinese), sizes, and for grouped-query attention
     which key/value head each query head reads (`kv_of_head`, and `texts` "gqa" in words)."""
@@ -96,7 +101,7 @@ def model_info(name: str, trace: ModelTrace, *, architecture: str, positions: st
         "head_dim": int(first.q.shape[-1]),
         "d_model": int(first.x.shape[-1]),
         "dtype": str(first.q.dtype).removeprefix("torch."),
-    }
+    } | ({"architecture_zh": architecture_zh} if architecture_zh is not None else {})
 
 
 def gqa_words(model: dict, lang: str) -> str:
@@ -112,20 +117,24 @@ def gqa_words(model: dict, lang: str) -> str:
     return texts.text("gqa.mqa" if Hkv == 1 else "gqa.heads", lang, n=H, kv=Hkv, g=G, groups=groups)
 
 
-def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS, *, shown=None) -> list[dict]:
+def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS, *, shown=None, complete=None) -> list[dict]:
     """The k most likely next tokens after the whole text: {token (decode(id): the text it adds), shown (as a
-    person reads it: `shown(id)`, default `pieces.shown_piece` of the text), id, prob}."""
+    person reads it: `shown(id)`, default `pieces.shown_piece` of the text), id, prob}.
+    complete(context ids, ids) -> [str | None]: each piece that begins a character shown with the character it
+    begins, "都 (1/3: ⟨E9⟩)" (`loaders`' greedy completion; None keeps `shown`)."""
     if trace.logits is None:
         return []
     probs = torch.softmax(trace.logits[-1].double(), dim=-1)
     top = torch.topk(probs, min(k, probs.numel()))
+    ids = [int(i) for i in top.indices]
+    wholes = [None] * len(ids) if complete is None else complete(trace.token_ids.tolist(), ids)
     out = []
-    for p, i in zip(top.values, top.indices, strict=True):
+    for p, i, whole in zip(top.values, top.indices, wholes, strict=True):
         token = decode(int(i))
         out.append(
             {
                 "token": token,
-                "shown": shown_piece(token) if shown is None else shown(int(i)),
+                "shown": whole or (shown_piece(token) if shown is None else shown(int(i))),
                 "id": int(i),
                 "prob": float(p),
             }
@@ -151,6 +160,7 @@ def to_dict(
     stages: bool | None = None,
     layers="auto",
     thumbnails=None,
+    link: tuple[int, int] | None = None,
 ) -> dict:
     """Everything captured, as JSON-ready lists. `unknown`: {count, positions, message} of the tokens
     the tokenizer could not represent (never left out, so no view can hide them). `layers`: the layer
@@ -185,7 +195,7 @@ def to_dict(
     if pieces is not None:
         doc["pieces"] = pieces.as_dict()
         doc["levels"] = levels(trace, selected["layer"], selected["head"])
-    doc["opened"] = opened_query(trace.layers[selected["layer"]], selected["head"], names(trace.tokens))
+    doc["opened"] = opened_query(trace.layers[selected["layer"]], selected["head"], names(trace.tokens), link)
     if thumbnails is not None:
         doc["display"] = display(trace, selected["layer"], selected["head"], thumbnails)
     if omitted is not None:
@@ -193,20 +203,40 @@ def to_dict(
     return doc
 
 
-def opened_query(layer: LayerTrace, head: int, tokens: list[str]) -> dict:
-    """The query row the views open on, and why in one line: the middle row when the mask hides keys from it
-    (the tutorial's point, the −inf of the mask step, is then in view), else the last one (every key seen).
+def opened_query(layer: LayerTrace, head: int, tokens: list[str], link: tuple[int, int] | None = None) -> dict:
+    """The query row the views open on, and why in one line. With `link` (query, key: the link the head's
+    sentence describes, `heads.describe`'s query/key), its query row when the mask hides keys from it (the
+    sentence and the −inf of the mask step are then in one view); when that row sees every key, the middle
+    row instead if the mask hides keys from it, saying why. Without a link: the middle row when the mask hides
+    keys from it, else the last one (every key seen).
 
-    {"row": i, "hidden": how many keys row i may not see, "text": {zh, en}}"""
+    {"row": i, "hidden": how many keys row i may not see, "text": {zh, en}, "link"?: {query, key}}"""
     change = layer.changed.get(head)
     visible = (layer.visible if change is None else change.visible).bool()
     L = visible.shape[-1]
+
+    def hidden_in(row: int) -> int:
+        return int((~visible[row]).sum())
+
     middle = (L - 1) // 2
-    row = middle if not bool(visible[middle].all()) else L - 1
-    hidden = int((~visible[row]).sum())
-    key = "opened.masked" if hidden else "opened.all"
-    values = {"i": row, "token": tokens[row], "n": hidden}
-    return {"row": row, "hidden": hidden, "text": {lang: texts.text(key, lang, **values) for lang in texts.LANGS}}
+    fallback = middle if hidden_in(middle) else L - 1
+    q, k = link if link is not None and all(0 <= x < L for x in link) else (None, None)
+    if q is not None and hidden_in(q):
+        row, why = q, "opened.link"
+    elif q is not None and hidden_in(fallback):
+        row, why = fallback, "opened.link_sees_all"
+    else:
+        row = fallback
+        why = "opened.masked" if hidden_in(row) else "opened.all"
+    values = {"i": row, "token": tokens[row], "n": hidden_in(row)}
+    if q is not None and k is not None:
+        values |= {"q": q, "query": tokens[q], "k": k, "key_token": tokens[k]}
+    out = {
+        "row": row,
+        "hidden": hidden_in(row),
+        "text": {lang: texts.text(why, lang, **values) for lang in texts.LANGS},
+    }
+    return out | ({"link": {"query": q, "key": k}} if q is not None else {})
 
 
 def _interventions(kind: str) -> list[dict]:

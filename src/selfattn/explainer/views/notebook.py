@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ...files import check_writable, write_atomic
+from ..pieces import shown_text
 from . import report
 
 __all__ = [
@@ -225,7 +226,7 @@ def _bertviz_input(
         raise TypeError(f"prettify_tokens must be True or False, got {prettify_tokens!r}")
     if prettify_tokens:
         tokens = [t.replace("Ġ", " ").replace("▁", " ").replace("</w>", "") for t in tokens]
-    return weights, tokens
+    return weights, [shown_text(t) for t in tokens]  # the one notation of every view: "␣cat", ⟨U+00A0⟩, ⇥
 
 
 def _layers(chosen, n: int) -> list[int]:

@@ -16,6 +16,7 @@ import io
 
 import numpy as np
 
+from ..pieces import shown_text
 from .findings import name, quote
 from .plots import rc
 from .tables import number
@@ -100,7 +101,8 @@ def _draw(p: dict, lang: str):
     for ax in (left, right):
         ax.set_yticks(range(n_layers), [str(l) for l in range(n_layers)], fontsize=6)
         ax.set_ylabel(WORDS["layer"][lang])
-    ticks = [f"{i} {tok.strip() or '␣'}" for i, tok in enumerate(p["clean"]["tokens"])]
+    shown = p["clean"].get("labels") or [shown_text(t.strip(" ") or t) for t in p["clean"]["tokens"]]
+    ticks = [f"{i} {tok}" for i, tok in enumerate(shown)]  # as every view reads them (`pieces.shown_text`)
     right.set_xticks(range(L), ticks, rotation=90, fontsize=7)
     for q in p["differ"]:
         right.get_xticklabels()[q].set_color(CHANGED)

@@ -22,6 +22,7 @@ from rich.text import Text
 from ...terminal import printable
 from ..analysis.head_types import REGISTRY
 from ..analysis.relations import WORDS as RELATION_WORDS
+from ..pieces import shown_text
 from .head_words import percent, type_words
 from .tables import number
 from .texts import TEXTS
@@ -153,14 +154,14 @@ def _patching(p: dict, console: Console, lang: str) -> None:
         styles,
     )
     _say(console, WORDS["residual"][lang])
-    tokens = p["clean"]["tokens"]
+    tokens = p["clean"].get("labels") or p["clean"]["tokens"]  # as a person reads them (`pieces` labels)
     columns = [f"{i} {_cut(tok)}" for i, tok in enumerate(tokens)]
     cells = [[number(100 * r, 0) for r in row] for row in p["residual"]]
     grid(console, WORDS["layer"][lang], [str(l) for l in range(len(cells))], columns, cells)
 
 
 def _cut(token: str, width: int = 6) -> str:
-    token = printable(token).strip() or "␣"
+    token = printable(shown_text(token.strip(" ") or token))  # the one notation of `pieces.shown_text`
     return token if len(token) <= width else token[: width - 1] + "…"
 
 

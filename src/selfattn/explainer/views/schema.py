@@ -46,6 +46,7 @@ class Model(TypedDict):
     name: str
     kind: Literal["decoder", "encoder"]
     architecture: str
+    architecture_zh: NotRequired[str]
     positions: str
     positions_zh: str
     positions_key: str
@@ -135,11 +136,13 @@ class Omitted(TypedDict):
 
 
 class Opened(TypedDict):
-    """The query row the views open on (`export.opened_query`): the middle one when the mask hides keys from it."""
+    """The query row the views open on (`export.opened_query`): the query of the link the shown head's sentence
+    describes (`link`) when the mask hides keys from it, else the middle one when the mask hides keys from it."""
 
     row: int
     hidden: int
     text: Words
+    link: NotRequired[dict[str, int]]
 
 
 class Applied(TypedDict):

@@ -66,7 +66,8 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
     say(t("model", **(m | {"kind": t(m["kind"])})))
     if m.get("architecture"):
         positions = m["positions_zh" if lang == "zh" else "positions"]  # both written by export.model_info
-        say(t("card", **(m | {"positions": positions})))
+        arch = m.get("architecture_zh", m["architecture"]) if lang == "zh" else m["architecture"]
+        say(t("card", **(m | {"positions": positions, "architecture": arch})))
     _model_words(doc, say, t, lang)
     say(t("numbering"))
     tokens = names_of(doc)

@@ -25,6 +25,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "Model: {name} ({kind}, {n_layers} layers × {n_heads} heads, d_model = {d_model}, head dim d_k = "
         "{head_dim})",
     },
+    "architecture.transformers": {
+        "zh": "{arch}（transformers 的模型类，注意力由 selfattn 计算）",
+        "en": "{arch} (transformers, attention by selfattn)",
+    },
     "tables.card": {
         "zh": "架构：{architecture}；位置编码：{positions}",
         "en": "Architecture: {architecture}; positions: {positions}",
@@ -177,7 +181,7 @@ TEXTS: dict[str, dict[str, str]] = {
     },
     "search": {"zh": "head 搜索", "en": "Head search"},
     "search_hint": {
-        "zh": "选两个 token：哪个 head 让 Query 最关注 Key？点击结果查看那个 head。",
+        "zh": "选两个 token：哪个 head 让查询（Q）最关注键（K）？点击结果查看那个 head。",
         "en": "Pick two tokens: which head makes the query attend most to the key? Click a result to show that head.",
     },
     "find": {"zh": "搜索", "en": "Search"},
@@ -201,7 +205,7 @@ TEXTS: dict[str, dict[str, str]] = {
     },
     "qk_sum": {"zh": "和", "en": "sum"},
     "mix": {
-        "zh": "·V：每个维度的柱子由各个 Key 的 w·V[d] 叠成，加起来就是输出的这一维",
+        "zh": "·V：每个维度的柱子由各个键的 w·V[d] 叠成，加起来就是输出的这一维",
         "en": "·V: each dimension's bar is stacked from every key's w·V[d]; the stack adds up to that output dimension",
     },
     "meaning": {
@@ -221,7 +225,7 @@ TEXTS: dict[str, dict[str, str]] = {
     "row_delta": {"zh": "差", "en": "difference"},
     "tok_label": {"zh": "位置 {i}：{token}", "en": "position {i}: {token}"},
     "map_label": {
-        "zh": "注意力权重热图。当前格：Query {i}“{query}”→ Key {j}“{key}”：{weight}。用方向键移动，回车选择。",
+        "zh": "注意力权重热图。当前格：查询 {i}“{query}”→ 键 {j}“{key}”：{weight}。用方向键移动，回车选择。",
         "en": 'Attention weights heatmap. Cell: query {i} "{query}" → key {j} "{key}": {weight}. '
         "Arrow keys move, Enter selects.",
     },
@@ -232,19 +236,19 @@ TEXTS: dict[str, dict[str, str]] = {
     },
     "layer": {"zh": "层", "en": "layer"},
     "head": {"zh": "head", "en": "head"},
-    "query": {"zh": "Query", "en": "query"},
-    "key": {"zh": "Key", "en": "key"},
+    "query": {"zh": "查询（Q）", "en": "query"},
+    "key": {"zh": "键（K）", "en": "key"},
     "layer_n": {"zh": "层 {layer}", "en": "layer {layer}"},
     "head_n": {"zh": "head {head}", "en": "head {head}"},
     "heatmap": {"zh": "注意力权重", "en": "Attention weights"},
     "heatmap_hint": {
-        "zh": "行 = Query（当前位置），列 = Key（被参考的位置）。颜色越深权重越大，深灰 = mask 为 0（不能看）。"
-        "点击一格或用方向键选择 Query 和 Key。",
+        "zh": "行 = 查询（Q，当前位置），列 = 键（K，被参考的位置）。颜色越深权重越大，深灰 = mask 为 0（不能看）。"
+        "点击一格或用方向键选择查询和键。",
         "en": "Rows = queries, columns = keys. Darker = larger weight; dark grey = mask 0 (may not look). "
         "Click a cell, or use the arrow keys, to pick the query and the key.",
     },
     "tip": {
-        "zh": "Query {i} “{query}” → Key {j} “{key}”: {value}",
+        "zh": "查询 {i}“{query}”→ 键 {j}“{key}”：{value}",
         "en": "query {i} “{query}” → key {j} “{key}”: {value}",
     },
     "tip_hidden": {"zh": "mask = 0（不能看）", "en": "mask = 0 (may not look)"},
@@ -314,8 +318,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "({norm}), {d_model} numbers.",
     },
     "ex_qkv": {
-        "zh": "{formula}（head {head}）。Query 表示“我想找什么信息”，"
-        "Key 表示“我这里有什么信息可被匹配”，Value 是“别人关注我时我提供的内容”。点击下表的 Key 查看它的 K 和 V。",
+        "zh": "{formula}（head {head}）。查询（Q）表示“我想找什么信息”，"
+        "键（K）表示“我这里有什么信息可被匹配”，值（V）是“别人关注我时我提供的内容”。点击下表的键查看它的 K 和 V。",
         "en": '{formula} (head {head}). The query asks "what am I '
         'looking for", the key says "what I can be matched on", the value is what I give when attended to. '
         "Click a key in the table to see its K and V.",
@@ -348,11 +352,11 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "q_norm / k_norm are a per-head {norm}, before RoPE",
     },
     "formula.gqa": {
-        "zh": "{n} 个 Query head 共用 {kv} 组 K/V（GQA）",
+        "zh": "{n} 个查询 head 共用 {kv} 组 K/V（GQA）",
         "en": "{n} query heads share {kv} K/V heads (GQA)",
     },
     "ex_scores": {
-        "zh": "score[i][j] = Q[i] · K[j]：位置 i 的 Query 和位置 j 的 Key 有多匹配。",
+        "zh": "score[i][j] = Q[i] · K[j]：位置 i 的查询（Q）和位置 j 的键（K）有多匹配。",
         "en": "score[i][j] = Q[i] · K[j]: how well the query of position i matches the key of position j.",
     },
     "ex_scaled": {
@@ -374,11 +378,11 @@ TEXTS: dict[str, dict[str, str]] = {
         "(denominator log Σ exp(masked) = {lse})",
     },
     "ex_weighted": {
-        "zh": "按权重加权求和 Value：Σ_j weights[j] · V[j]（head {head} 的输出）。",
+        "zh": "按权重加权求和值（V）：Σ_j weights[j] · V[j]（head {head} 的输出）。",
         "en": "Read the values: Σ_j weights[j] · V[j] (the output of head {head}).",
     },
     "ex_output": {
-        "zh": "所有 head 的结果拼接后乘 W_O，就是注意力层的输出；再加上残差和 MLP，是这一层（block）的输出。",
+        "zh": "所有 head 的结果拼接后乘 W_O，就是注意力层的输出；再加上残差和 MLP，是这一层的输出。",
         "en": "All heads concatenated and multiplied by W_O give the attention output; adding the residual "
         "and the MLP gives the output of this layer (block).",
     },
@@ -388,7 +392,7 @@ TEXTS: dict[str, dict[str, str]] = {
     "row_weights": {"zh": "权重", "en": "weights"},
     "row_baseline": {"zh": "无干预", "en": "no intervention"},
     "not_stored": {
-        "zh": "页面没有存这个 Key 的分数：长文本每一行只存权重最高的 Key",
+        "zh": "页面没有存这个键的分数：长文本每一行只存权重最高的键",
         "en": "this key's scores are not stored: a long text keeps the keys with the largest weights of each row",
     },
     "vec_x": {"zh": "X", "en": "X"},
@@ -399,7 +403,7 @@ TEXTS: dict[str, dict[str, str]] = {
     "vec_attn_out": {"zh": "注意力层输出", "en": "attention output"},
     "vec_output": {"zh": "这一层的输出", "en": "layer output"},
     "shown_keys": {
-        "zh": "共 {n_keys} 个 Key，表中显示 {n} 个：权重最高的 {top} 个、第一个 token 和自己。",
+        "zh": "共 {n_keys} 个键，表中显示 {n} 个：权重最高的 {top} 个、第一个 token 和自己。",
         "en": "{n_keys} keys; the table shows {n}: the {top} with the largest weights, the first token and the query "
         "itself.",
     },
@@ -579,6 +583,21 @@ TEXTS: dict[str, dict[str, str]] = {
         "这正是 mask 这一步要看的；最后一个 token 看得见所有 token，它那一行看不出 mask。",
         "en": "Opened on token {i} “{token}”: the {n} tokens after it are masked (their scores become −inf, their "
         "weights 0), which is what the mask step is about; the last token sees every token, so its row shows no mask.",
+    },
+    "opened.link": {
+        "zh": "从第 {i} 个 token「{token}」看起：这个 head 的描述说的就是它看「{key_token}」（位置 {k}）的那一条；"
+        "它后面的 {n} 个 token 被 mask 遮住（分数变成 −inf，权重为 0），这正是 mask 这一步要看的。",
+        "en": "Opened on token {i} “{token}”: the link this head's sentence describes, its look at “{key_token}” "
+        "(position {k}); the {n} tokens after it are masked (their scores become −inf, their weights 0), which is "
+        "what the mask step is about.",
+    },
+    "opened.link_sees_all": {
+        "zh": "从第 {i} 个 token「{token}」看起：这个 head 的描述说的是第 {q} 个 token「{query}」看「{key_token}」，"
+        "可是「{query}」看得见所有 token，它那一行看不出 mask；这一行后面的 {n} 个 token 被 mask 遮住"
+        "（分数变成 −inf）。",
+        "en": "Opened on token {i} “{token}”: this head's sentence describes token {q} “{query}” looking at "
+        "“{key_token}”, but “{query}” sees every token, so its row shows no mask; here the {n} tokens after it are "
+        "masked (their scores become −inf).",
     },
     "opened.all": {
         "zh": "从第 {i} 个 token「{token}」看起：这里没有 mask，每个 token 都看得见所有 token。",
@@ -865,12 +884,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "query {i} “{query}” → the sink (no token): {value}",
     },
     "sink_sum": {
-        "zh": "汇点拿走 {sink}（sink 分数 {logit} 只进分母）",
+        "zh": "汇点拿走 {sink}（汇点的分数 {logit} 只进分母）",
         "en": "the sink takes {sink} (its logit {logit} only joins the denominator)",
     },
     "ex_softmax_sink": {
         "zh": "weights = exp(masked − lse)：分母 lse = log(Σ exp(masked) + exp(sink)) = {lse} 里还有这个 head 的"
-        " sink 分数 {sink}，所以一行的权重加起来是 1 − 汇点那一格，不到 100%；−inf 的位置权重正好是 0。",
+        "汇点的分数 {sink}，所以一行的权重加起来是 1 − 汇点那一格，不到 100%；−inf 的位置权重正好是 0。",
         "en": "weights = exp(masked − lse): the denominator lse = log(Σ exp(masked) + exp(sink)) = {lse} also holds "
         "this head's sink logit {sink}, so a row's weights add up to 1 − its sink cell, less than 100%; −inf "
         "positions get exactly 0.",

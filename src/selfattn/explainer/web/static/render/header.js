@@ -17,9 +17,10 @@ export function renderModel(state, t) {
   const m = doc.model;
   const L = doc.tokens.length;
   const positions = state.lang === "zh" && m.positions_zh ? m.positions_zh : m.positions;
+  const architecture = state.lang === "zh" && m.architecture_zh ? m.architecture_zh : m.architecture;
   const kind = m.kind === "decoder" || m.kind === "encoder" ? t(m.kind) : m.kind;
   $("model-info").textContent = t("model", Object.assign({}, m, { kind, n_tokens: L })) +
-    (m.architecture ? t("model_architecture", { architecture: m.architecture, positions }) : "");
+    (m.architecture ? t("model_architecture", { architecture, positions }) : "");
   const unknown = doc.unknown || { count: 0, hint: { en: "", zh: "" } };
   $("unknown").textContent = unknown.count
     ? t("unknown", { n: unknown.count, n_tokens: L, hint: unknown.hint[state.lang] }) : "";
