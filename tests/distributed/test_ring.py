@@ -39,7 +39,9 @@ def test_ring_score_features_equal_the_spec(world, first, count):
     assert not flat, "\n".join(flat)
 
 
-@pytest.mark.parametrize("world, how, timeout_s", [(3, "die", TIMEOUT_S), (2, "hang", HANG_TIMEOUT_S)])
+@pytest.mark.parametrize(
+    "world, how, timeout_s", [(3, "die", TIMEOUT_S), (3, "die_first", TIMEOUT_S), (2, "hang", HANG_TIMEOUT_S)]
+)
 def test_failed_rank_ends_the_others_with_a_named_error(world, how, timeout_s):
     victim = 1
     procs, results = start(world, "tests.distributed.workers:fails_mid_call", timeout_s=timeout_s, args=(victim, how))

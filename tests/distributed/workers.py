@@ -279,19 +279,27 @@ def group_five(rank: int, world: int) -> list[str]:
 
 def fails_mid_call(rank: int, world: int, victim: int, how: str) -> str:
     """The victim dies (SIGKILL) or hangs inside ring_attention, after the metadata check and before
-    its first block goes out; the others must raise RankFailure naming a rank, not hang."""
+    its first block goes out; the others must raise RankFailure naming a rank, not hang. "die_first": the others
+    post their first blocks only after the victim died, so posting fails (a batch to two peers: which one?)."""
     from selfattn.distributed import comm
 
+    original = comm.Exchange.post
     if rank == victim:
-        original = comm.Exchange.post
 
         def post_then_fail(self):
-            if how == "die":
+            if how in ("die", "die_first"):
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(HANG_S)
             original(self)
 
         comm.Exchange.post = post_then_fail
+    elif how == "die_first":  # the others post only once the victim is gone: posting itself fails
+
+        def post_late(self):
+            time.sleep(LATE_S)
+            original(self)
+
+        comm.Exchange.post = post_late
     q = torch.randn(1, 2, 8, 4)
     started = time.monotonic()
     try:
@@ -303,6 +311,8 @@ def fails_mid_call(rank: int, world: int, victim: int, how: str) -> str:
 
 HANG_S = 60.0
 """How long a hanging victim sleeps: longer than the test's timeout."""
+LATE_S = 2.0
+"""How long the survivors of "die_first" wait before posting: the victim's connections are closed by then."""
 
 
 def train_entry_point(rank: int, world: int) -> list[str]:

@@ -98,9 +98,21 @@ class Exchange:
             works = dist.batch_isend_irecv([op for op, _, _ in self._ops])
         except RuntimeError as e:
             peers = sorted({p for _, p, _ in self._ops})
-            raise self._failure(peers[0] if len(peers) == 1 else None, "posting " + self.label, e) from e
+            culprit = peers[0] if len(peers) == 1 else self._culprit()
+            raise self._failure(culprit, "posting " + self.label, e) from e
         self._pending = [Peer(w, p, what) for w, (_, p, what) in zip(works, self._ops, strict=True)]
         self._ops = []
+
+    def _culprit(self) -> int | None:
+        """After a batch of several peers' operations failed to post: the peer whose own operation, posted alone,
+        fails at once (gloo: a connection the dead rank closed), or None. Only on the way to raising: what the
+        probe posts to a live peer is never waited for (that peer is about to fail as well)."""
+        for op, peer, _ in self._ops:
+            try:
+                op.op(op.tensor, op.peer, op.group, op.tag)
+            except RuntimeError:
+                return peer
+        return None
 
     def wait(self) -> None:
         deadline = datetime.timedelta(seconds=self.timeout_s)
