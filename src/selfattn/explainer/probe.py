@@ -61,9 +61,10 @@ def frame(explainer) -> tuple[list[int], list[int]]:
     return empty[:k], empty[k:]
 
 
-def own_ids(explainer, text: str) -> list[int]:
-    """The ids of `text` without the ones the tokenizer adds (`frame`)."""
-    prefix, suffix = frame(explainer)
+def own_ids(explainer, text: str, framed: tuple[list[int], list[int]] | None = None) -> list[int]:
+    """The ids of `text` without the ones the tokenizer adds (`framed`: `frame(explainer)`, computed here if
+    not given)."""
+    prefix, suffix = frame(explainer) if framed is None else framed
     ids = [int(i) for i in explainer.tokenize(text)[1]]
     if ids[: len(prefix)] == prefix:
         ids = ids[len(prefix) :]
@@ -80,16 +81,16 @@ def vocab_size(model) -> int:
     return emb.num_embeddings
 
 
-def _ordinary(explainer, i: int) -> str | None:
+def _ordinary(explainer, i: int, framed: tuple[list[int], list[int]]) -> str | None:
     """The text of id `i` if it is an ordinary token: not unknown, not a bracketed special (<bos>, [CLS],
-    <|im_start|>), and tokenized back into itself alone. None otherwise."""
+    <|im_start|>), and tokenized back into itself alone (`framed`: the tokenizer's `frame`). None otherwise."""
     word = explainer.decode(i)
     bare = word.strip()
     if not bare or (bare[0], bare[-1]) in (("<", ">"), ("[", "]")) or not word.isprintable():
         return None
     if explainer.segment is not None and any(explainer.segment(word)[3].unknown):  # a true <unk>
         return None
-    return word if own_ids(explainer, word) == [i] else None
+    return word if own_ids(explainer, word, framed) == [i] else None
 
 
 def bos_id(explainer) -> int | None:
@@ -113,7 +114,7 @@ def probe_ids(explainer, length: int = PROBE_LENGTH, *, seed: int = 0) -> list[i
     """The induction probe (`head_types.induction_probe`): the tokenizer's own frame around r + r, r =
     `length` distinct ordinary tokens (`_ordinary`) drawn with `seed`, the model's BOS first where the tokenizer
     adds none (`probe_bos`); shortened to what the model reads."""
-    prefix, suffix = frame(explainer)
+    framed = prefix, suffix = frame(explainer)
     bos = probe_bos(explainer)
     if bos is not None and bos["added"]:
         prefix = [bos["id"]]
@@ -128,7 +129,7 @@ def probe_ids(explainer, length: int = PROBE_LENGTH, *, seed: int = 0) -> list[i
         if len(chosen) == length:
             break
         i = int(rng.integers(n))
-        word = None if i in chosen else _ordinary(explainer, i)
+        word = None if i in chosen else _ordinary(explainer, i, framed)
         if word is not None and word not in chosen.values():
             chosen[i] = word
     if len(chosen) < 2:

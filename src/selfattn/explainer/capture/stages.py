@@ -35,15 +35,13 @@ def head_stages(
     sink (R,) = exp(sink − lse), the sink's share (only with a sink): weights.sum(−1) + sink = 1.
     """
     scores = q @ k.T
-    L = k.shape[0]
-    per_head: dict[str, Any] = {
+    per_head = {
         name: torch.tensor([x], dtype=q.dtype, device=q.device) for name, x in features.items() if x is not None
     }
-    rule = ScoreRule(scale=scale, softcap=softcap, **per_head)
-    stages = rule.stages(scores[None, None], rows, None, L, L)
-    masked = rule.hide(stages["masked"], visible[None, None])[0, 0]  # visible holds every position rule
+    scaled, masked = _scored(scores[None], scale, softcap, visible, rows, per_head)
+    masked = masked[0]
     weights = weights_from_lse(masked, lse)
-    out = {"scores": scores, "scaled": stages["scaled"][0, 0], "mask": visible, "masked": masked, "weights": weights}
+    out = {"scores": scores, "scaled": scaled[0], "mask": visible, "masked": masked, "weights": weights}
     sink = features.get("sinks")
     if sink is not None:
         out["sink"] = sink_share(sink, lse)
@@ -59,12 +57,19 @@ def heads_weights(
 
     q (H, L, D), k (H, L, D) (each head's kv head), lse (H, L), visible (L, L) bool; features each per-head
     score feature's (H,) values by name (None: not set)."""
-    L = k.shape[-2]
-    scores = q @ k.transpose(-1, -2)  # (H, L, L)
-    per_head: dict[str, Any] = {n: t for n, t in features.items() if t is not None}
+    _, masked = _scored(q @ k.transpose(-1, -2), scale, softcap, visible, None, features)
+    return weights_from_lse(masked, lse, inplace=True)
+
+
+def _scored(scores, scale: float, softcap: float | None, visible, rows, features: dict) -> tuple:
+    """(scaled, masked), each (H, R, L), of the raw scores (H, R, L) of H heads by the one score rule: scale,
+    softcap, the per-head features ((H,) tensors by name; None: not set) and the positions `rows` (None: all), −inf
+    where `visible` (R, L) hides (it holds every position rule)."""
+    per_head: dict[str, Any] = {name: t for name, t in features.items() if t is not None}
     rule = ScoreRule(scale=scale, softcap=softcap, **per_head)
-    masked = rule.stages(scores[None], None, None, L, L)["masked"]  # (1, H, L, L)
-    return weights_from_lse(rule.hide(masked, visible[None, None])[0], lse, inplace=True)
+    L = scores.shape[-1]
+    stages = rule.stages(scores[None], rows, None, L, L)  # (1, H, R, L)
+    return stages["scaled"][0], rule.hide(stages["masked"], visible[None, None])[0]
 
 
 def sink_share(sink: float, lse: torch.Tensor) -> torch.Tensor:
