@@ -277,14 +277,20 @@ class NativeBackend(Backend):
             chunk = cast(int, self.chunk(request))
             path += f"; split-K: {-(-request.Lk // chunk)} chunks of {chunk} keys per kv head, merged by lse"
         if self.stacks(request):
-            rows = request.G * min(request.Lq, self.blocks(request)[0])
-            path += f"; the {request.G} query heads of each kv head stacked into one GEMM of {rows} rows per key tile"
+            path += (
+                f"; the {request.G} query heads of each kv head stacked into one GEMM of {self._stacked_rows(request)}"
+                " rows per key tile"
+            )
         return path
 
     def stacks(self, r: Request) -> bool:
         """True when the kernel runs the G query heads of a kv head as one GEMM (`STACK_ROWS`): GQA whose query
         block is short (a decoding step, a short prefill chunk)."""
-        return r.G > 1 and r.G * min(r.Lq, self.blocks(r)[0]) <= STACK_ROWS
+        return r.G > 1 and self._stacked_rows(r) <= STACK_ROWS
+
+    def _stacked_rows(self, r: Request) -> int:
+        """G × the rows of a query block: the stacked GEMM's height."""
+        return r.G * min(r.Lq, self.blocks(r)[0])
 
     def _operand_dtype(self, dtype: torch.dtype) -> torch.dtype:
         """The dtype q, k, v reach the kernel in: half inputs stay half on the half-GEMM path."""
