@@ -188,7 +188,8 @@ class Explainer:
             tokens, ids, kwargs, pieces = self.pieces_of(check_text(text))
             if len(ids) > self.max_len:
                 raise ValueError(f"the text has {len(ids)} tokens; {self.name} reads at most {self.max_len}")
-            trace = capture(self.model, ids, tokens, intervention, **kwargs)
+            measure = heads.measurer(ids.reshape(-1).tolist())  # the head types read from the call's own weights
+            trace = capture(self.model, ids, tokens, intervention, measure=measure, **kwargs)
             self.check_intervention(intervention, trace.kind)  # a model built here without a kind: read now
             trace.pieces = pieces
             return trace

@@ -72,12 +72,13 @@ class NaiveBackend(Backend):
         else:
             peak = s.amax(dim=-1, keepdim=True).detach()  # (B, Hq, Lq, 1)
         peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
-        e = torch.exp(s - peak)
+        e = (s - peak).exp_()  # in place on the new difference (exp's backward reads its own result)
         total = e.sum(dim=-1, keepdim=True)
         if r.rule.sinks is not None:
             e = e[..., :Lk]
         alive = total > 0  # False: the row may look at nothing
-        weights = e / torch.where(alive, total, torch.ones_like(total))
+        divisor = torch.where(alive, total, torch.ones_like(total))
+        weights = e / divisor if e.requires_grad else e.div_(divisor)  # in place where no gradient needs e
         if r.dropout_p > 0:
             weights = F.dropout(weights, p=r.dropout_p, training=True)
         out = (weights.reshape(B, r.Hkv, G * Lq, Lk) @ v).view(B, Hq, Lq, r.Dv)  # (B, Hq, Lq, Dv)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..capture.digest import row_nats
 from . import chance
 
 __all__ = [
@@ -334,17 +335,19 @@ def targets(ids: Sequence[int], *, causal: bool, visible=None) -> dict[str, np.n
     return {t.name: t.targets(keys) for t in REGISTRY.values() if t.targets is not None}
 
 
-def measure(weights, ids: Sequence[int], *, causal: bool, visible=None) -> list[dict[str, dict]]:
+def measure(weights, ids: Sequence[int], *, causal: bool, visible=None, nats=None) -> list[dict[str, dict]]:
     """Every type's score and chance for each head of a layer.
 
-    weights  (H, L, L) or (L, L), NumPy or torch: row i = query i's weights over keys 0…L−1
+    weights  (H, L, L) or (L, L), NumPy or torch, float32 (measured in it) or float64: row i = query i's weights
+             over keys 0…L−1
     ids      (L,) the token ids (duplicate and induction compare them)
     causal   query i sees keys 0…i (a decoder); else every key (an encoder)
     visible  (L, L) bool, True = may look, instead of `causal`'s rule (a sliding window, padding)
+    nats     (H, L) each row's entropy (`digest.row_nats`) when the caller has it; default computed here
     Returns one dict per head: {type: {"score", "chance", "rows", "p", "credited"}} plus "broad" (score =
     mean normalised entropy, chance 1 = uniform, p None); a type measured on no row has score, chance and p
     None. p is the one-sided p-value of `chance.against_chance`."""
-    w = np.asarray(weights.detach().cpu().double() if hasattr(weights, "detach") else weights, dtype=np.float64)
+    w = _floats(weights)
     L = len(ids)
     if w.ndim == 2:
         w = w[None]
@@ -374,7 +377,7 @@ def measure(weights, ids: Sequence[int], *, causal: bool, visible=None) -> list[
                 "credited": bool(evidence[h].credited and above_chance(float(score), uniform)),
             }
     ok = n_vis >= 2
-    nats = torch.special.entr(torch.from_numpy(w)).sum(-1).numpy()  # (H, L): −Σ w log w, 0 log 0 = 0
+    nats = np.asarray(row_nats(torch.from_numpy(w)) if nats is None else nats.reshape(w.shape[:2]))  # (H, L) −Σ w ln w
     entropy = (nats[:, ok] / np.log(n_vis[ok])).mean(-1) if ok.any() else [None] * len(heads)
     for h, e in enumerate(entropy):
         e = None if e is None else float(e)
@@ -388,6 +391,12 @@ def measure(weights, ids: Sequence[int], *, causal: bool, visible=None) -> list[
             "credited": bool(e is not None and e >= BROAD_MIN and rows >= MIN_ROWS and plain),
         }
     return heads
+
+
+def _floats(weights) -> np.ndarray:
+    """Weights as a NumPy array of float32 (kept: `heads.MEASURE_DTYPE`) or float64 (anything else)."""
+    w = np.asarray(weights.detach().cpu() if hasattr(weights, "detach") else weights)
+    return w if w.dtype == np.float32 else w.astype(np.float64)
 
 
 def _row_shares(w: np.ndarray, targets: np.ndarray) -> np.ndarray:

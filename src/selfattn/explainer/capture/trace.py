@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
@@ -45,7 +45,7 @@ from ...modules import MultiHeadSelfAttention, SelfAttention
 from ...request import Request
 from ...scores import PER_HEAD
 from ...weights import row_index
-from .digest import DIGEST_WEIGHTS_BYTES, Digest, digest
+from .digest import DIGEST_WEIGHTS_BYTES, Digest, digest, row_nats
 from .interventions import Intervention
 from .stages import head_stages, heads_weights, sink_share
 
@@ -85,6 +85,9 @@ class LayerTrace:
     changed  {head: HeadChange}  heads an intervention computed differently from the layer
     digest   the per-head summaries and thumbnails read from the call's own weights (`capture.digest`),
              or None when they were too large to ask for (`summary.scan` then recomputes them)
+    measured each head's result of `capture`'s `measure` on the call's own weights, or None where it was not
+             measured there (no `measure`, weights not asked for or in half precision, a head changed apart):
+             `analysis.heads.measures` then measures recomputed weights
     """
 
     x: torch.Tensor
@@ -102,6 +105,7 @@ class LayerTrace:
     changed: dict[int, HeadChange] = field(default_factory=dict)
     digest: Digest | None = None
     features: dict[str, torch.Tensor] = field(default_factory=dict)
+    measured: list | None = None
 
     @property
     def sinks(self) -> torch.Tensor | None:
@@ -208,16 +212,30 @@ class ModelTrace:
         return self.layers[0].n_heads if self.layers else 0
 
 
+Measure = Callable[[torch.Tensor, torch.Tensor, bool, torch.Tensor], list]
+"""measure(weights (H, L, L), visible (L, L) bool, causal, nats (H, L) each row's `digest.row_nats`) -> one result
+per head: what a caller reads of every head's weights while they exist (`analysis.heads.measurer`), kept as
+`LayerTrace.measured`."""
+UNREAD = {"digest": None, "measured": None}
+"""What a call read of its weights when it did not ask for them (too large: `summary.scan` recomputes them)."""
+MEASURED_DTYPES = (torch.float32, torch.float64)
+"""Weights measured at the capture point: a half-precision call's are too coarse for numbers stated to 0.01 %."""
+
+
 def capture(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     tokens: list[str],
     intervention: Intervention | None = None,
+    *,
+    measure: Measure | None = None,
     **model_kwargs,
 ) -> ModelTrace:
     """Run `model(input_ids, **model_kwargs)` once and record every `selfattn.attention` call.
 
     input_ids  (L,) or (1, L) token ids; `tokens` their strings (same length)
+    measure    called with each call's own weights where it returned them (`Measure`): the weights exist once,
+               here, so what is read of them costs no second computation (None: nothing measured)
     model_kwargs  passed through (for example `attention_mask` of an encoder)
     """
     intervention = Intervention() if intervention is None else intervention
@@ -235,7 +253,7 @@ def capture(
             f"{type(model).__name__} has no MultiHeadSelfAttention layer to explain (nor a "
             f"transformers attention set to 'selfattn': selfattn.hf.register())"
         )
-    recorder = _Recorder(intervention)
+    recorder = _Recorder(intervention, measure)
     token = _ACTIVE.set(recorder)
     try:
         with _stack_hooks(model, recorder), torch.no_grad(), intercept(recorder.intercept):
@@ -268,8 +286,9 @@ _ACTIVE: contextvars.ContextVar[_Recorder | None] = contextvars.ContextVar("self
 class _Recorder:
     """One capture: the attention calls in order, and the modules running around them."""
 
-    def __init__(self, intervention: Intervention):
+    def __init__(self, intervention: Intervention, measure: Measure | None = None):
         self.intervention = intervention
+        self.measure = measure
         self.calls: list[dict] = []
         self.stack: list[tuple[torch.nn.Module, torch.Tensor | None]] = []
 
@@ -311,7 +330,7 @@ class _Recorder:
                 "request": kept,
                 "head_change": head_change,
                 "result": result._replace(weights=None),  # the weights are read now, never kept
-                "digest": _digest_of(result, kept, head_change) if base.return_weights else None,
+                **(self._read(result, kept, head_change) if base.return_weights else UNREAD),
                 "x": x,
                 "caller": caller,
                 "holder": holder,
@@ -322,6 +341,20 @@ class _Recorder:
             lse=result.lse if request.return_lse else None,
             weights=result.weights if request.return_weights else None,
         )
+
+    def _read(self, result: Result, kept: Request, head_change) -> dict:
+        """{"digest", "measured"} of the call's own weights (batch item 0): the digest, and `measure` of every head
+        by the call's one rule — None without `measure`, for half-precision weights (`MEASURED_DTYPES`) and when a
+        head was changed apart (its own rule: measured later). Each row's entropy is computed once for both."""
+        assert result.weights is not None  # called only where the request asked for the weights
+        weights = result.weights[0]  # (H, L, L)
+        measured = self.measure is not None and head_change is None and weights.dtype in MEASURED_DTYPES
+        nats = row_nats(weights.float()) if measured else None
+        out: dict[str, object] = {"digest": _digest_of(result, kept, head_change, nats), "measured": None}
+        if measured:
+            assert self.measure is not None and nats is not None
+            out["measured"] = self.measure(weights, _visible(kept), kept.causal, nats)
+        return out
 
 
 def _compute_one_head_apart(base: Request, changed: Request, head: int, compute) -> Result:
@@ -392,7 +425,7 @@ def _bool_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | 
     return ~hidden
 
 
-def _digest_of(result: Result, kept: Request, head_change) -> Digest:
+def _digest_of(result: Result, kept: Request, head_change, nats: torch.Tensor | None = None) -> Digest:
     """The Digest of batch item 0 from the weights the call returned, each head with the rule it was computed by."""
     visible = _visible(kept)[None]  # (1, L, L)
     if head_change is not None:
@@ -401,7 +434,7 @@ def _digest_of(result: Result, kept: Request, head_change) -> Digest:
         visible[head] = _visible(changed, head)
     assert result.weights is not None  # called only where the request asked for the weights
     weights = result.weights[0]  # (H, L, L)
-    return digest(lambda start, stop: weights[:, start:stop], visible, kept.Lq, kept.Hq)
+    return digest(lambda start, stop: weights[:, start:stop], visible, kept.Lq, kept.Hq, nats=nats)
 
 
 def _visible(r: Request, head: int = 0) -> torch.Tensor:
@@ -444,6 +477,7 @@ def _layer(call: dict) -> LayerTrace:
         window=r.window,
         changed=changed,
         digest=call["digest"],
+        measured=call["measured"],
         features={name: t.detach()[: r.Hq].clone() for name, t in r.rule.features().items() if name in PER_HEAD},
     )
 
