@@ -105,15 +105,21 @@ def measures(trace: ModelTrace) -> list[list[dict[str, dict]]]:
 
 def measurer(ids: list[int]) -> Measure:
     """The `capture.trace.Measure` of a text of these token ids: `head_types.measure` of the call's own weights,
-    MEASURE_BLOCK elements at a time (what `measures` then reads back instead of recomputing the weights)."""
+    MEASURE_BLOCK elements at a time, the text's `head_types.layout` made once for the layers that share a
+    visibility (what `measures` then reads back instead of recomputing the weights)."""
+
+    last: list = []  # [(visible, causal, layout)]: the layers of one capture share their visibility
 
     def measure(weights: torch.Tensor, visible: torch.Tensor, causal: bool, nats: torch.Tensor) -> list[dict]:
+        if not last or last[0][1] != causal or not torch.equal(last[0][0], visible):
+            last[:] = [(visible, causal, head_types.layout(ids, causal=causal, visible=visible))]
+        laid = last[0][2]
         H, L = weights.shape[0], weights.shape[-1]
         step = max(1, MEASURE_BLOCK // max(L * L, 1))
         out: list[dict] = []
         for h in range(0, H, step):
             block = weights[h : h + step].to(MEASURE_DTYPE)
-            out += head_types.measure(block, ids, causal=causal, visible=visible, nats=nats[h : h + step])
+            out += head_types.measure(block, ids, causal=causal, nats=nats[h : h + step], laid=laid)
         return out
 
     return measure
