@@ -370,7 +370,7 @@ def layout(ids: Sequence[int], *, causal: bool, visible=None) -> Layout:
     n_vis = vis.sum(1)
     patterns = {}
     for t, m in targets(ids, causal=causal, visible=visible).items():
-        measured = m.any(1)  # (L,)
+        measured = np.asarray(m.any(1))  # (L,)
         rows = int(measured.sum())
         uniform = float((m.sum(1) / np.maximum(n_vis, 1))[measured].mean()) if rows else 0.0
         r, c = np.nonzero(m)
