@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 import selfattn
 from selfattn.cli import main
@@ -76,8 +77,12 @@ def test_a_toy_head_type_is_measured_named_and_coloured(toys, explainer):
     assert toy, "the random tiny model has heads with no clearer type: they are the toy's"
     for l, h in toy:
         m = doc["descriptions"][l][h]["scores"]["toy"]
-        # the planted head: the weight two back, recomputed from the head's float64 weights, uniform's 1/(i + 1)
-        w = explainer.trace(TEXT).layers[l].stages(h, weighted=False)["weights"].numpy()
+        # the planted head: the weight two back, by a float64 softmax of its own q·k (not through the float32 lse,
+        # whose rounding at |lse| ~ 100 is 1e-5 of a weight), uniform's 1/(i + 1)
+        layer = explainer.trace(TEXT).layers[l]
+        q, k = layer.q[h].double(), layer.k[layer.kv_head(h)].double()
+        scores = (q @ k.T * layer.scale).masked_fill(~layer.visible, float("-inf"))
+        w = torch.softmax(scores, dim=-1).numpy()
         assert m["score"] == pytest.approx(np.mean([w[i, i - 2] for i in range(2, L)]), abs=TOL["float32_weights"])
         assert m["score"] > 0.99 and m["chance"] == pytest.approx(np.mean([1 / (i + 1) for i in range(2, L)]))
         assert m["rows"] == L - 2 and m["p"] < 1e-6  # every row from the third on
