@@ -1,0 +1,321 @@
+"""Issue 27: the control sentence runs in ONE forward pass with the text (`Explainer.trace_pair`, a batch of two
+by `capture.trace.capture_batch`). On a tiny Llama (RoPE, GQA), a tiny GPT-2 (learned positions) and a tiny BERT
+(an encoder: padded keys must stay hidden), built from transformers Config classes, and on the bundled default
+model, each input's trace from the batched pass equals the trace of that input alone, and equals what plain
+transformers eager attention (`output_attentions=True`) gives that input alone — for the default model
+`selfattn.reference` in float64 (`truth.stages`) — never the explainer's own path. The explain of the tutorial
+sentence makes one forward pass for text and control; the held numbers on the control are those of the control
+alone."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from selfattn.explainer.analysis import held
+from selfattn.explainer.analysis.word_relations import word_links, word_pieces
+from selfattn.explainer.capture.cache import TraceCache
+from selfattn.explainer.capture.interventions import Intervention
+from selfattn.explainer.capture.trace import capture, capture_batch
+from selfattn.explainer.session import Explainer
+from selfattn.explainer.views.head_words import percent
+from selfattn.model import checkpoint
+from tests.explainer import truth
+from tests.explainer.test_tokenizer_kinds import _sentencepiece, _wordpiece
+from tests.hf import models
+from tests.tolerances import TOL
+
+TEXT = "一只蓝色怪兽走进森林"
+DEFAULT_CONTROL = "一只蓝色的怪兽在走进这个森林"
+"""The control of TEXT on the default model (`test_held`: the first fillers its vocabulary holds)."""
+KINDS = {"llama": _sentencepiece, "gpt2": _sentencepiece, "bert": _wordpiece}
+"""Tiny transformers models (`tests.hf.models`) and the tokenizer each reads Chinese with."""
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """float32 rule: |got − want| <= TOL["float32"] · max(1, |want|) (the scale of the numbers compared);
+    −inf where want is −inf (a row that sees nothing)."""
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    g, w = got.double(), want.double()
+    assert torch.equal(torch.isneginf(g), torch.isneginf(w)), what
+    finite = torch.isfinite(w)
+    scale = max(1.0, float(w[finite].abs().max())) if bool(finite.any()) else 1.0
+    err = float((g[finite] - w[finite]).abs().max()) if bool(finite.any()) else 0.0
+    assert err <= TOL["float32"] * scale, f"{what}: max error {err:.3g} at scale {scale:.3g}"
+
+
+def _same_trace(got, want) -> None:
+    """Every tensor and field of `got` (from a batched pass) against `want` (the same input alone)."""
+    assert got.tokens == want.tokens and torch.equal(got.token_ids, want.token_ids)
+    assert got.pieces.text == want.pieces.text and got.kind == want.kind and got.n_layers == want.n_layers
+    if want.logits is None:
+        assert got.logits is None
+    else:
+        _close(got.logits, want.logits, "logits")
+    for l, (a, b) in enumerate(zip(got.layers, want.layers, strict=True)):
+        for name in ("q", "k", "v", "lse", "x", "attn_out", "output"):
+            _close(getattr(a, name), getattr(b, name), f"layer {l} {name}")
+        assert torch.equal(a.visible, b.visible), l
+        assert (a.causal, a.scale, a.softcap, a.window) == (b.causal, b.scale, b.softcap, b.window), l
+        assert a.features.keys() == b.features.keys() and a.changed.keys() == b.changed.keys()
+        for h in range(a.n_heads):
+            sa, sb = a.stages(h, dtype=torch.float32), b.stages(h, dtype=torch.float32)
+            for stage in ("scores", "masked", "weights", "weighted"):
+                _close(sa[stage], sb[stage], f"layer {l} head {h} {stage}")
+        assert (a.digest is None) == (b.digest is None), l
+        if a.digest is not None:
+            _close(a.digest.means, b.digest.means, f"layer {l} digest")
+            assert torch.equal(a.digest.rows, b.digest.rows)
+            _close(a.digest.thumbnails.float(), b.digest.thumbnails.float(), f"layer {l} thumbnails")
+
+
+@contextlib.contextmanager
+def _passes(model: torch.nn.Module):
+    """The input ids of every forward pass of `model` while the block runs (a forward pre-hook)."""
+    seen: list[torch.Tensor] = []
+
+    def hook(_module, args, kwargs):
+        ids = args[0] if args else kwargs["input_ids"]
+        seen.append(ids.detach().clone())
+
+    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
+def _ids(ex: Explainer, text: str) -> list[int]:
+    return [int(i) for i in ex.tokenize(text)[1]]
+
+
+_BUILT: dict[str, tuple] = {}
+"""Each model of this module built once: (name, explainer, eager model or None)."""
+
+
+def _model(name: str, tmp_path_factory) -> tuple:
+    """(name, explainer over selfattn attention, the same weights under eager attention; None for the default)."""
+    if name not in _BUILT:
+        if name == "default":
+            _BUILT[name] = (name, Explainer.load(), None)
+        else:
+            tok = KINDS[name]()
+            assert len(tok) <= models.VOCAB
+            folder = tmp_path_factory.mktemp(name) / "model"
+            models.build(name, seed=0).save_pretrained(folder, safe_serialization=True)
+            tok.save_pretrained(folder)
+            _BUILT[name] = (name, Explainer.load(folder), models.build(name, attn="eager", seed=0))
+    return _BUILT[name]
+
+
+@pytest.fixture(scope="module", params=list(KINDS))
+def kind(request, tmp_path_factory):
+    """A tiny transformers model: (name, explainer, the same weights under eager attention)."""
+    return _model(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module", params=[*KINDS, "default"])
+def any_model(request, tmp_path_factory):
+    """The three tiny transformers models and the bundled default model (its eager model None)."""
+    return _model(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def default(tmp_path_factory):
+    return _model("default", tmp_path_factory)[1]
+
+
+def _eager_weights(eager, ids: list[int]) -> list[np.ndarray]:
+    """Plain transformers eager attention of `ids` alone: [layer] (H, L, L) float64."""
+    with torch.no_grad():
+        out = eager(torch.tensor([ids]), output_attentions=True)
+    return [a[0].double().numpy() for a in out.attentions]
+
+
+def _reference_weights(ex: Explainer, ids: list[int]) -> list[np.ndarray]:
+    """`selfattn.reference` (NumPy float64) on the default model's weights, `ids` alone: [layer] (H, L, L)."""
+    model = ex.model
+    n_heads = model.blocks[0].attn.n_heads
+    return [
+        np.stack([truth.stages(model, ids, l, h)["weights"] for h in range(n_heads)]) for l in range(len(model.blocks))
+    ]
+
+
+def _independent(name: str, ex: Explainer, eager, ids: list[int]) -> list[np.ndarray]:
+    return _reference_weights(ex, ids) if name == "default" else _eager_weights(eager, ids)
+
+
+def test_each_input_of_the_one_pass_is_its_trace_alone_and_eager_attention(any_model):
+    name, ex, eager = any_model
+    with _passes(ex.model) as seen:
+        trace, control = ex.trace_pair(TEXT)
+    assert control is not None
+    ids, c_ids = _ids(ex, TEXT), _ids(ex, control.pieces.text)
+    assert len(c_ids) > len(ids)  # the text is the padded row
+    assert [s.shape for s in seen] == [torch.Size([2, len(c_ids)])]  # one forward pass, both rows
+    assert seen[0][0, : len(ids)].tolist() == ids and seen[0][1].tolist() == c_ids
+    assert control.pieces.text == held.control_of(trace.pieces, ex.user_words, ex.knows).text
+    with _passes(ex.model) as alone_passes:
+        alone = ex.trace(TEXT), ex.trace(control.pieces.text)
+    assert [s.shape[0] for s in alone_passes] == [1, 1]
+    for got, want in zip((trace, control), alone, strict=True):
+        _same_trace(got, want)
+    for got, row in ((trace, ids), (control, c_ids)):  # the independent check: each input run alone elsewhere
+        want = _independent(name, ex, eager, row)
+        for l, layer in enumerate(got.layers):
+            w = torch.stack([layer.stages(h, weighted=False)["weights"] for h in range(layer.n_heads)])
+            _close(w, torch.from_numpy(want[l]), f"{name} layer {l} against eager/reference")
+    if eager is not None and trace.logits is not None:
+        with torch.no_grad():
+            logits = eager(torch.tensor([c_ids])).logits[0]
+        err = float((control.logits.double() - logits.double()).abs().max())
+        assert err <= TOL["hf_selfattn_vs_eager"] * max(1.0, float(logits.abs().max()))
+
+
+@pytest.mark.parametrize(
+    "applied",
+    [
+        Intervention({"no_causal": {}}),  # every key visible: the padded keys must still not be
+        Intervention({"temperature": {"t": 2.0}}, layer=1),
+        Intervention({"block": {"query": 4, "key": 3}}, head=1),
+        Intervention({"ablate": {"mean": True}}, layer=0),  # the mean over the input's own positions
+        Intervention({"ablate": {"mean": True}}, layer=0, head=2),
+    ],
+    ids=["no_causal", "temperature_layer1", "block_head1", "mean_ablation", "mean_ablation_head2"],
+)
+def test_an_intervention_applies_to_both_rows_as_to_each_alone(kind, applied):
+    name, ex, _ = kind
+    if name == "bert" and "no_causal" in applied.applied:
+        with pytest.raises(ValueError, match="no causal mask to switch off"):
+            ex.trace_pair(TEXT, applied)
+        return
+    trace, control = ex.trace_pair(TEXT, applied)
+    assert control is not None
+    _same_trace(trace, ex.trace(TEXT, applied))
+    _same_trace(control, ex.trace(control.pieces.text, applied))
+    assert trace.intervention == control.intervention == applied
+
+
+def test_the_explain_of_the_tutorial_runs_text_and_control_in_one_pass(default):
+    cache = TraceCache(max_bytes=64 << 20)
+    default.probe(cache=cache)  # the probe's own pass, before passes are counted
+    ids, c_ids = _ids(default, TEXT), _ids(default, DEFAULT_CONTROL)
+    with _passes(default.model) as seen:
+        doc = default.explain(TEXT, cache=cache)
+    assert [s.shape for s in seen] == [torch.Size([2, len(c_ids)])]
+    assert seen[0][0, : len(ids)].tolist() == ids and seen[0][1].tolist() == c_ids
+    assert doc["descriptions"][0][3]["relation"] == "verb>noun"
+    with _passes(default.model) as again:  # either text alone is read back from the cache
+        text, control = default.trace(TEXT, cache=cache), default.trace(DEFAULT_CONTROL, cache=cache)
+    assert again == [] and len(text.tokens) == len(ids) and len(control.tokens) == len(c_ids)
+    with _passes(default.model) as uncached:  # no cache: the pair and the probe, two passes
+        default.explain(TEXT)
+    assert sorted(s.shape[0] for s in uncached) == [1, 2]
+
+
+def test_a_held_text_runs_its_control_alone_and_a_held_pair_runs_nothing(tiny):
+    cache = TraceCache(max_bytes=64 << 20)
+    tiny.trace(TEXT, cache=cache)  # the text alone, as a baseline or an earlier request keeps it
+    with _passes(tiny.model) as seen:
+        trace, control = tiny.trace_pair(TEXT, cache=cache)
+    assert control is not None and [s.shape[0] for s in seen] == [1]  # the control alone: the text was held
+    with _passes(tiny.model) as seen:
+        again = tiny.trace_pair(TEXT, cache=cache)
+    assert seen == [] and again[0] is trace and again[1] is control
+
+
+def _control_numbers(weights: np.ndarray, words, spans, relation: str, causal: bool) -> tuple[float, float]:
+    """(weight, chance) of `relation` on one sentence from one head's independent weights (L, L): the mean over
+    its links of the weight the query word's last piece puts on every piece of the key words, and of the share
+    uniform attention over the visible keys would give them."""
+    pieces = word_pieces(words, spans)
+    weight, chance = [], []
+    for link in word_links(words):
+        keys = [p for k in link.keys for p in pieces[k]]
+        if link.relation != relation or not pieces[link.query] or not keys:
+            continue
+        q = pieces[link.query][-1]
+        weight.append(weights[q, keys].sum())
+        chance.append(len(keys) / ((q + 1) if causal else weights.shape[1]))
+    return float(np.mean(weight)), float(np.mean(chance))
+
+
+def test_the_held_numbers_on_the_control_are_those_of_the_control_alone(any_model):
+    name, ex, eager = any_model
+    trace, control = ex.trace_pair(TEXT)
+    found = held.held(trace, control, ex.user_words)
+    ids = _ids(ex, control.pieces.text)
+    want = _independent(name, ex, eager, ids)
+    words = held.words_of(control, ex.user_words)
+    causal = control.kind == "decoder"
+    checked = 0
+    for l, row in enumerate(found):
+        for h, per_head in enumerate(row):
+            for relation, r in per_head["relations"].items():
+                c = r["control"]
+                if c is None:
+                    continue
+                assert c["pair_weight"] == pytest.approx(want[l][h][c["query"], c["key"]], abs=TOL["float32"])
+                weight, chance = _control_numbers(want[l][h], words, control.pieces.spans, relation, causal)
+                assert c["weight"] == pytest.approx(weight, abs=TOL["float32"]), (l, h, relation)
+                assert c["chance"] == pytest.approx(chance, abs=TOL["float64"]), (l, h, relation)
+                checked += 1
+    assert checked >= len(found) * len(found[0])  # every head has its relations on the control
+
+
+def test_the_tutorial_heads_sentence_states_the_control_alone(default):
+    """The default model's L0H3 (走进→怪兽): the control weight its sentence prints is the reference weight of the
+    control sentence run alone."""
+    doc = default.explain(TEXT)
+    d = doc["descriptions"][0][3]
+    (r,) = [r for r in d["verdict"]["relations"] if r["relation"] == "verb>noun"]
+    model, tokenizer = checkpoint.load_default()[:2]
+    ids = tokenizer.encode(DEFAULT_CONTROL, bos=True)
+    tokens = [tokenizer.tokens[i] for i in ids]
+    verb, noun = tokens.index("走进"), tokens.index("怪兽")
+    wc = truth.stages(model, ids, 0, 3)["weights"]
+    assert r["control"] == pytest.approx(wc[verb, noun], abs=TOL["float32"])
+    assert f"中间隔着 在 时仍有 {percent(wc[verb, noun])}，均匀注意力 {percent(1 / (verb + 1))}" in d["text"]["zh"]
+
+
+def test_a_control_longer_than_the_model_reads_is_skipped(tiny):
+    n = len(_ids(tiny, TEXT))
+    short = dataclasses.replace(tiny, max_len=n)  # reads the text, not its longer control
+    with _passes(short.model) as seen:
+        trace, control = short.trace_pair(TEXT)
+    assert control is None and short.control(trace) is None and [s.shape[0] for s in seen] == [1]
+    doc = short.explain(TEXT)
+    assert doc["tokens"] == trace.tokens
+
+
+def test_capture_batch_refuses_what_it_cannot_batch(tiny):
+    tokens, ids, _ = tiny.tokenize(TEXT)
+    with pytest.raises(TypeError, match="inputs must be a sequence"):
+        capture_batch(tiny.model, "一只")
+    with pytest.raises(ValueError, match="at least one input"):
+        capture_batch(tiny.model, [])
+    with pytest.raises(ValueError, match="input 1 has 2 token strings for 3 token ids"):
+        capture_batch(tiny.model, [(ids, tokens, {}), (ids[:3], tokens[:2], {})])
+    with pytest.raises(TypeError, match="input 0's input_ids must be a torch.Tensor, got list"):
+        capture_batch(tiny.model, [(ids.tolist(), tokens, {}), (ids, tokens, {})])
+    with pytest.raises(ValueError, match=r"input 1's model keywords \['use_cache'\] are not input 0's \[\]"):
+        capture_batch(tiny.model, [(ids, tokens, {}), (ids, tokens, {"use_cache": False})])
+    with pytest.raises(ValueError, match="model keyword 'flag' differs between the inputs"):
+        capture_batch(tiny.model, [(ids, tokens, {"flag": 1}), (ids, tokens, {"flag": 2})])
+    bad = torch.ones(2, len(ids), dtype=torch.long)
+    with pytest.raises(ValueError, match=r"model keyword 'attention_mask' of input 0 is \(2, 6\)"):
+        capture_batch(tiny.model, [(ids, tokens, {"attention_mask": bad}), (ids, tokens, {"attention_mask": bad})])
+    one = capture_batch(tiny.model, [(ids, tokens, {})])  # one input: `capture` itself
+    _same_trace_plain(one[0], capture(tiny.model, ids, tokens))
+
+
+def _same_trace_plain(a, b) -> None:
+    """Two traces without pieces: the same tensors, bit for bit (the same call)."""
+    assert a.tokens == b.tokens and torch.equal(a.logits, b.logits)
+    for x, y in zip(a.layers, b.layers, strict=True):
+        for name in ("q", "k", "v", "lse", "x", "attn_out", "output", "visible"):
+            assert torch.equal(getattr(x, name), getattr(y, name)), name
