@@ -440,7 +440,8 @@ class _Recorder:
 
     def _one(self, request: Request, layer: int, compute) -> tuple[dict, Result]:
         """(the record of one input's call: its kept request, head change, result without weights, digest; the
-        result the model gets) — the request recorded, intervened on and computed as that input alone."""
+        result the model gets, with weights only where it asked) — the request recorded, intervened on and
+        computed as that input alone."""
         square = request.Lq == request.Lk
         base = dataclasses.replace(
             request.with_rule(mask=_bool_mask(request.mask, request.q.dtype)),
@@ -462,7 +463,8 @@ class _Recorder:
             "result": result._replace(weights=None),  # the weights are read now, never kept
             "digest": _digest_of(result, kept, head_change) if base.return_weights else None,
         }
-        return record, result
+        # the weights go now unless the model asked for them: a batch holds one input's at a time, as alone
+        return record, result if request.return_weights else result._replace(weights=None)
 
 
 def _items(request: Request, lengths: list[int], layer: int) -> list[Request]:
