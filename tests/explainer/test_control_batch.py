@@ -1,11 +1,11 @@
 """Issue 27: the control sentence runs in ONE forward pass with the text (`Explainer.trace_pair`, a batch of two
-by `capture.trace.capture_batch`). On a tiny Llama (RoPE, GQA), a tiny GPT-2 (learned positions) and a tiny BERT
-(an encoder: padded keys must stay hidden), built from transformers Config classes, and on the bundled default
-model, each input's trace from the batched pass equals the trace of that input alone, and equals what plain
-transformers eager attention (`output_attentions=True`) gives that input alone — for the default model
-`selfattn.reference` in float64 (`truth.stages`) — never the explainer's own path. The explain of the tutorial
-sentence makes one forward pass for text and control; the held numbers on the control are those of the control
-alone."""
+by `capture.trace.capture_batch`). On tiny transformers models built from their Config classes — a Llama (RoPE,
+GQA), a GPT-2 (learned positions), a Mistral (a sliding window) and a BERT (an encoder: padded keys must stay
+hidden) — and on the bundled default model, each input's trace from the batched pass equals the trace of that
+input alone, and equals what plain transformers eager attention (`output_attentions=True`) gives that input
+alone — for the default model `selfattn.reference` in float64 (`truth.stages`) — never the explainer's own path.
+The explain of the tutorial sentence makes one forward pass for text and control; the held numbers on the
+control are those of the control alone."""
 
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ from tests.tolerances import TOL
 TEXT = "一只蓝色怪兽走进森林"
 DEFAULT_CONTROL = "一只蓝色的怪兽在走进这个森林"
 """The control of TEXT on the default model (`test_held`: the first fillers its vocabulary holds)."""
-KINDS = {"llama": _sentencepiece, "gpt2": _sentencepiece, "bert": _wordpiece}
-"""Tiny transformers models (`tests.hf.models`) and the tokenizer each reads Chinese with."""
+KINDS = {"llama": _sentencepiece, "gpt2": _sentencepiece, "mistral": _sentencepiece, "bert": _wordpiece}
+"""Tiny transformers models (`tests.hf.models`) and the tokenizer each reads Chinese with (Mistral: a sliding
+window, cut to each input's length as alone)."""
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
@@ -51,7 +52,8 @@ def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
 def _same_trace(got, want) -> None:
     """Every tensor and field of `got` (from a batched pass) against `want` (the same input alone)."""
     assert got.tokens == want.tokens and torch.equal(got.token_ids, want.token_ids)
-    assert got.pieces.text == want.pieces.text and got.kind == want.kind and got.n_layers == want.n_layers
+    assert (got.pieces is None) == (want.pieces is None) and got.kind == want.kind and got.n_layers == want.n_layers
+    assert got.pieces is None or got.pieces.text == want.pieces.text
     if want.logits is None:
         assert got.logits is None
     else:
@@ -230,10 +232,10 @@ def test_a_held_text_runs_its_control_alone_and_a_held_pair_runs_nothing(tiny):
     assert seen == [] and again[0] is trace and again[1] is control
 
 
-def _control_numbers(weights: np.ndarray, words, spans, relation: str, causal: bool) -> tuple[float, float]:
+def _control_numbers(weights: np.ndarray, words, spans, relation: str, seen) -> tuple[float, float]:
     """(weight, chance) of `relation` on one sentence from one head's independent weights (L, L): the mean over
     its links of the weight the query word's last piece puts on every piece of the key words, and of the share
-    uniform attention over the visible keys would give them."""
+    uniform attention over the keys it sees (seen(q): how many) would give them."""
     pieces = word_pieces(words, spans)
     weight, chance = [], []
     for link in word_links(words):
@@ -242,8 +244,17 @@ def _control_numbers(weights: np.ndarray, words, spans, relation: str, causal: b
             continue
         q = pieces[link.query][-1]
         weight.append(weights[q, keys].sum())
-        chance.append(len(keys) / ((q + 1) if causal else weights.shape[1]))
+        chance.append(len(keys) / seen(q))
     return float(np.mean(weight)), float(np.mean(chance))
+
+
+def _seen(name: str, length: int):
+    """How many keys query q of a `length`-token input sees, from the model's config: every one (BERT), the
+    causal past, cut to the sliding window (Mistral)."""
+    if name == "bert":
+        return lambda q: length
+    window = models.WINDOW if name == "mistral" else length
+    return lambda q: min(q + 1, window)
 
 
 def test_the_held_numbers_on_the_control_are_those_of_the_control_alone(any_model):
@@ -253,7 +264,7 @@ def test_the_held_numbers_on_the_control_are_those_of_the_control_alone(any_mode
     ids = _ids(ex, control.pieces.text)
     want = _independent(name, ex, eager, ids)
     words = held.words_of(control, ex.user_words)
-    causal = control.kind == "decoder"
+    seen = _seen(name, len(ids))
     checked = 0
     for l, row in enumerate(found):
         for h, per_head in enumerate(row):
@@ -262,7 +273,7 @@ def test_the_held_numbers_on_the_control_are_those_of_the_control_alone(any_mode
                 if c is None:
                     continue
                 assert c["pair_weight"] == pytest.approx(want[l][h][c["query"], c["key"]], abs=TOL["float32"])
-                weight, chance = _control_numbers(want[l][h], words, control.pieces.spans, relation, causal)
+                weight, chance = _control_numbers(want[l][h], words, control.pieces.spans, relation, seen)
                 assert c["weight"] == pytest.approx(weight, abs=TOL["float32"]), (l, h, relation)
                 assert c["chance"] == pytest.approx(chance, abs=TOL["float64"]), (l, h, relation)
                 checked += 1
@@ -313,6 +324,38 @@ def test_capture_batch_refuses_what_it_cannot_batch(tiny):
         capture_batch(tiny.model, [(ids, tokens, {"attention_mask": bad}), (ids, tokens, {"attention_mask": bad})])
     one = capture_batch(tiny.model, [(ids, tokens, {})])  # one input: `capture` itself
     _same_trace_plain(one[0], capture(tiny.model, ids, tokens))
+
+
+def test_a_window_is_cut_to_each_inputs_length_as_alone():
+    """A sliding window wider than the shorter input but not the longer: alone, the shorter input's window is
+    clamped to its length (every key within reach); in the batch too, not to the batch's."""
+    import transformers
+
+    from selfattn import hf
+
+    hf.register()
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(
+        vocab_size=models.VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        sliding_window=6,
+    )
+    model = transformers.MistralForCausalLM(config).eval()
+    model.set_attn_implementation("selfattn")
+    short, long = torch.arange(10, 14), torch.arange(20, 30)  # 4 and 10 tokens: the window 6 lies between
+    inputs = [(ids, [str(i) for i in ids.tolist()], {"use_cache": False}) for ids in (short, long)]
+    with _passes(model) as seen:
+        batched = capture_batch(model, inputs)
+    assert [s.shape for s in seen] == [torch.Size([2, 10])]
+    alone = [capture(model, ids, tokens, **kw) for ids, tokens, kw in inputs]
+    assert [layer.window for layer in alone[0].layers] == [4, 4] and alone[1].layers[0].window == 6
+    for got, want in zip(batched, alone, strict=True):
+        _same_trace(got, want)
 
 
 def _same_trace_plain(a, b) -> None:
