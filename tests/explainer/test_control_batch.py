@@ -404,3 +404,29 @@ def test_the_batch_on_the_real_smollm2_gguf():
             w = torch.stack([layer.stages(h, weighted=False)["weights"] for h in range(layer.n_heads)])
             err = float((w - torch.from_numpy(want[l])).abs().max())  # 30 float32 layers of two attention paths
             assert err <= TOL["float32_real_model"], f"SmolLM2 layer {l} against eager: {err:.3g}"
+
+
+def test_attention_sinks_and_experts_batch_as_alone(tmp_path):
+    """A tiny gpt-oss (attention sinks, a sliding window, a mixture of experts): two texts of different lengths in
+    one pass, each its trace alone, its weights eager attention's of it alone (whose rows leave out the sink)."""
+    from tests.explainer.sink_model import TEXT as SINK_TEXT
+    from tests.explainer.sink_model import save
+
+    ex = Explainer.load(save(tmp_path / "gpt_oss"))
+    texts = [SINK_TEXT, "the cat sleeps"]
+    cuts = [ex.pieces_of(text) for text in texts]
+    inputs = [(ids, tokens, kwargs) for tokens, ids, kwargs, _ in cuts]
+    assert len(inputs[1][1]) < len(inputs[0][1])  # the second row is padded
+    batched = capture_batch(ex.model, inputs)
+    assert all(layer.sinks is not None for layer in batched[1].layers)
+    model = ex.model
+    for got, (ids, tokens, kwargs) in zip(batched, inputs, strict=True):
+        _same_trace(got, capture(model, ids, tokens, **kwargs))
+        model.set_attn_implementation("eager")
+        try:
+            want = _eager_weights(model, ids.tolist())
+        finally:
+            model.set_attn_implementation("selfattn")
+        for l, layer in enumerate(got.layers):
+            w = torch.stack([layer.stages(h, weighted=False)["weights"] for h in range(layer.n_heads)])
+            _close(w, torch.from_numpy(want[l]), f"gpt-oss layer {l} against eager")
