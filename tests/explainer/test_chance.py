@@ -110,3 +110,20 @@ def test_a_layers_heads_measured_at_once_get_each_heads_own_p_value():
             ev = against_chance(w[h], m, vis)
             assert got[h][name]["p"] == pytest.approx(ev.p, rel=1e-12, abs=1e-300)
             assert got[h][name]["score"] == pytest.approx((w[h] * m).sum(1)[measured].mean(), rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_uniform_attention_is_never_significant_whatever_its_rounding(dtype):
+    """Uniform rows have no variance: 1/m in float32 or float64 differs from the row's mean by rounding only,
+    and noise over noise must not become a z-score. Every pattern of a uniform head gets p = 1."""
+    from selfattn.explainer.analysis import head_types
+
+    rng = np.random.default_rng(3)
+    L = 97  # 1/m is not exact in binary for most m
+    ids = list(rng.integers(0, 7, size=L))
+    vis = np.tril(np.ones((L, L), dtype=bool))
+    w = (vis / vis.sum(1, keepdims=True)).astype(dtype)
+    for types in head_types.measure(np.stack([w, w]), ids, causal=True):
+        for name, m in types.items():
+            if name != "broad" and m["p"] is not None:
+                assert m["p"] == 1.0 and not m["credited"], (name, m)

@@ -90,3 +90,31 @@ def test_unsupported_folders_are_named(tmp_path):
     empty.mkdir()
     with pytest.raises(FileNotFoundError, match="has no config.json"):
         Explainer.load(empty)
+
+
+def test_head_types_measured_at_capture_equal_eager_weights_measured_in_float64(gpt2_folder):
+    """The head types are read from the attention call's own weights while they exist (`capture`'s measure):
+    every score, chance and p equals `head_types.measure` of transformers' eager weights in float64."""
+    from selfattn.explainer.analysis import head_types, heads
+
+    ex = Explainer.load(gpt2_folder)
+    text = "a blue monster walks into the forest and the cat sleeps in the house"
+    trace = ex.trace(text)
+    assert all(layer.measured is not None for layer in trace.layers)  # read at the capture point
+    hf = transformers.GPT2LMHeadModel.from_pretrained(gpt2_folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        att = hf(trace.token_ids[None], output_attentions=True).attentions
+    ids = trace.token_ids.tolist()
+    for layer, got in zip(att, heads.measures(trace), strict=True):
+        truth = head_types.measure(layer[0].double().numpy(), ids, causal=True)
+        for mine, want in zip(got, truth, strict=True):
+            assert mine.keys() == want.keys()
+            for name, m in want.items():
+                assert mine[name]["rows"] == m["rows"] and mine[name]["credited"] == m["credited"], name
+                for key in ("score", "chance", "p"):
+                    if m[key] is None:
+                        assert mine[name][key] is None
+                    elif key == "p":  # a p-value amplifies float32's rounding by 1/sd: stated to 3 digits
+                        assert mine[name][key] == pytest.approx(m[key], rel=1e-3, abs=1e-12), name
+                    else:
+                        assert mine[name][key] == pytest.approx(m[key], abs=TOL["float32_vs_transformers"]), name

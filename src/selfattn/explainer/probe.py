@@ -158,7 +158,8 @@ def probe_trace(explainer, length: int = PROBE_LENGTH, *, seed: int = 0, cache=N
     def run() -> ModelTrace:
         ids = probe_ids(explainer, length, seed=seed)
         tokens = [explainer.decode(i) for i in ids]
-        return capture(explainer.model, torch.tensor(ids), tokens, **_extra_for(explainer, len(ids)))
+        extra = _extra_for(explainer, len(ids))
+        return capture(explainer.model, torch.tensor(ids), tokens, measure=heads.measurer(ids), **extra)
 
     return run() if cache is None else cache.get(probe_key(length, seed), run)
 

@@ -239,12 +239,14 @@ class Explainer:
 
     def _traced(self, cuts: list, intervention: Intervention) -> list[ModelTrace]:
         """One forward pass of these cut texts (`pieces_of`'s), their pieces attached: `capture` for one,
-        `capture_batch` for several."""
+        `capture_batch` for several; the head types of each read from its call's own weights (`heads.measurer`)."""
+        measures = [heads.measurer(ids.reshape(-1).tolist()) for _, ids, _, _ in cuts]
         if len(cuts) == 1:
             tokens, ids, kwargs, _ = cuts[0]
-            traces = [capture(self.model, ids, tokens, intervention, **kwargs)]
+            traces = [capture(self.model, ids, tokens, intervention, measure=measures[0], **kwargs)]
         else:
-            traces = capture_batch(self.model, [(ids, tokens, kwargs) for tokens, ids, kwargs, _ in cuts], intervention)
+            inputs = [(ids, tokens, kwargs) for tokens, ids, kwargs, _ in cuts]
+            traces = capture_batch(self.model, inputs, intervention, measures=measures)
         for trace, cut in zip(traces, cuts, strict=True):
             self.check_intervention(intervention, trace.kind)  # a model built here without a kind: read now
             trace.pieces = cut[3]

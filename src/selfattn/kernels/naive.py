@@ -70,22 +70,17 @@ class NaiveBackend(Backend):
         if s.shape[-1] == 0:  # no keys: every row sees nothing
             peak = s.new_full((B, Hq, Lq, 1), float("-inf"))
         else:
-            peak = s.amax(dim=-1, keepdim=True).detach()  # (B, Hq, Lq, 1)
-        peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
-        e = torch.exp(s - peak)
-        total = e.sum(dim=-1, keepdim=True)
-        if r.rule.sinks is not None:
-            e = e[..., :Lk]
-        alive = total > 0  # False: the row may look at nothing
-        weights = e / torch.where(alive, total, torch.ones_like(total))
+            peak = s.amax(dim=-1, keepdim=True)  # (B, Hq, Lq, 1)
+        alive = torch.isfinite(peak)  # False: the row may look at nothing
+        e = torch.softmax(s, dim=-1) if s.shape[-1] else s.exp()  # one fused pass (NaN on a row that sees nothing)
+        e = e.masked_fill(~alive, 0.0) if e.requires_grad else e.masked_fill_(~alive, 0.0)  # backward reads e
+        # the weight of a row's largest score is exp(peak − lse): its log-sum-exp without a second pass of exp
+        top = e.amax(dim=-1, keepdim=True) if e.shape[-1] else torch.ones_like(peak)
+        weights = e[..., :Lk] if r.rule.sinks is not None else e
         if r.dropout_p > 0:
             weights = F.dropout(weights, p=r.dropout_p, training=True)
         out = (weights.reshape(B, r.Hkv, G * Lq, Lk) @ v).view(B, Hq, Lq, r.Dv)  # (B, Hq, Lq, Dv)
         lse = None
         if r.return_lse:
-            lse = torch.where(
-                alive,
-                torch.log(torch.where(alive, total, torch.ones_like(total))) + peak,
-                torch.full_like(total, float("-inf")),
-            )[..., 0]
+            lse = torch.where(alive, peak - torch.log(torch.where(alive, top, torch.ones_like(top))), peak)[..., 0]
         return Result(out.to(r.q.dtype), weights if r.return_weights else None, lse)

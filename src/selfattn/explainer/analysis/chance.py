@@ -32,9 +32,14 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import torch
 
 __all__ = ["MIN_ROWS", "ALPHA", "CREDIT_MIN", "Evidence", "against_chance", "RowStats", "row_stats", "evidence", "NULL"]
 
+ROUNDING_ULPS = 16
+"""A row whose weights spread around their mean by no more than this many units of their dtype's precision is
+uniform but for rounding: its variance counts as 0, so rounding alone never makes a uniform head significant
+(its z would be noise over noise)."""
 MIN_ROWS = 8
 """Fewest informative rows a pattern is measured on before anything is said of it."""
 ALPHA = 0.01
@@ -97,23 +102,26 @@ class RowStats:
 
 
 def row_stats(weights, visible) -> RowStats:
-    """`RowStats` of weights (H, R, L) over visible (R, L) bool: computed once for a layer's heads and shared by
-    every pattern measured on them (`evidence`)."""
-    w = np.asarray(weights, dtype=np.float64)
-    v = np.asarray(visible, dtype=bool)
-    if w.ndim != 3 or w.shape[1:] != v.shape:
-        raise ValueError(f"weights must be (H, R, L) over visible (R, L), got {w.shape} and {v.shape}")
+    """`RowStats` of weights (H, R, L) (float32 or float64) over visible (R, L) bool: computed once for a layer's
+    heads and shared by every pattern measured on them (`evidence`). In torch, in the weights' own float dtype:
+    three passes over them, on every core."""
+    w = torch.as_tensor(weights)
+    w = w if w.dtype in (torch.float32, torch.float64) else w.to(torch.float64)  # float32 kept (`heads.MEASURE_DTYPE`)
+    v = torch.as_tensor(np.asarray(visible, dtype=bool))
+    if w.dim() != 3 or tuple(w.shape[1:]) != tuple(v.shape):
+        raise ValueError(f"weights must be (H, R, L) over visible (R, L), got {tuple(w.shape)} and {tuple(v.shape)}")
     m = v.sum(1)
     wv = w * v  # a NaN or ±inf anywhere (even on a hidden key: 0 · inf) makes its row's total non-finite
     total = wv.sum(-1)
-    if not np.isfinite(total).all():
+    if not bool(torch.isfinite(total).all()):
         raise ValueError("weights must be finite")
-    mean = total / np.maximum(m, 1)
-    d = np.subtract(wv, mean[..., None], out=wv)  # in place: two (H, R, L) passes fewer on a layer's heads
-    np.multiply(d, d, out=d)
-    np.multiply(d, v, out=d)
-    sigma2 = d.sum(-1) / np.maximum(m, 1)
-    return RowStats(total, sigma2, m)
+    count = m.clamp(min=1).to(w.dtype)
+    mean = total / count
+    d = wv.sub_(mean[..., None]).mul_(v)  # in place: each visible weight's distance from the row's mean
+    sigma2 = torch.linalg.vector_norm(d, dim=-1).square_() / count
+    rounding = (ROUNDING_ULPS * torch.finfo(w.dtype).eps * mean).square_()
+    sigma2 = sigma2.masked_fill_(sigma2 <= rounding, 0.0)  # a row uniform but for rounding is uniform
+    return RowStats(total.double().numpy(), sigma2.double().numpy(), m.numpy())
 
 
 def evidence(share, k, stats: RowStats, *, min_rows: int = MIN_ROWS) -> list[Evidence]:

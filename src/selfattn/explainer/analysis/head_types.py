@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..capture.digest import row_nats
 from . import chance
 
 __all__ = [
@@ -334,52 +335,97 @@ def targets(ids: Sequence[int], *, causal: bool, visible=None) -> dict[str, np.n
     return {t.name: t.targets(keys) for t in REGISTRY.values() if t.targets is not None}
 
 
-def measure(weights, ids: Sequence[int], *, causal: bool, visible=None) -> list[dict[str, dict]]:
+@dataclass(frozen=True)
+class Pattern:
+    """One type's targets on a text, as `measure` reads them: the (L, L) mask, the rows it is measured on, their
+    count, uniform attention's share, each row's count of visible targets, and the mask's nonzero (row, key)
+    pairs grouped by row (what `_row_shares` sums)."""
+
+    mask: np.ndarray
+    measured: np.ndarray
+    rows: int
+    uniform: float
+    k: np.ndarray
+    r: np.ndarray
+    c: np.ndarray
+    starts: np.ndarray
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What `measure` needs of a text apart from the weights (`layout`): the visibility, each row's count of
+    visible keys and every type's `Pattern` — the same for every layer that shares the visibility."""
+
+    length: int
+    visible: np.ndarray
+    n_vis: np.ndarray
+    patterns: dict[str, Pattern]
+
+
+def layout(ids: Sequence[int], *, causal: bool, visible=None) -> Layout:
+    """The `Layout` of L token ids under `causal`'s rule or `visible` (L, L) (see `measure`): computed once and
+    passed to `measure` for each layer that shares it."""
+    L = len(ids)
+    vis = _visible(L, causal, visible)
+    n_vis = vis.sum(1)
+    patterns = {}
+    for t, m in targets(ids, causal=causal, visible=visible).items():
+        measured = np.asarray(m.any(1))  # (L,)
+        rows = int(measured.sum())
+        uniform = float((m.sum(1) / np.maximum(n_vis, 1))[measured].mean()) if rows else 0.0
+        r, c = np.nonzero(m)
+        starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]]) if r.size else r
+        patterns[t] = Pattern(m, measured, rows, uniform, (m & vis).sum(1), r, c, starts)
+    return Layout(L, vis, n_vis, patterns)
+
+
+def measure(weights, ids: Sequence[int], *, causal: bool, visible=None, nats=None, laid=None) -> list[dict[str, dict]]:
     """Every type's score and chance for each head of a layer.
 
-    weights  (H, L, L) or (L, L), NumPy or torch: row i = query i's weights over keys 0…L−1
+    weights  (H, L, L) or (L, L), NumPy or torch, float32 (measured in it) or float64: row i = query i's weights
+             over keys 0…L−1
     ids      (L,) the token ids (duplicate and induction compare them)
     causal   query i sees keys 0…i (a decoder); else every key (an encoder)
     visible  (L, L) bool, True = may look, instead of `causal`'s rule (a sliding window, padding)
+    nats     (H, L) each row's entropy (`digest.row_nats`) when the caller has it; default computed here
+    laid     the `layout` of these ids and this visibility when the caller has it (layers share it)
     Returns one dict per head: {type: {"score", "chance", "rows", "p", "credited"}} plus "broad" (score =
     mean normalised entropy, chance 1 = uniform, p None); a type measured on no row has score, chance and p
     None. p is the one-sided p-value of `chance.against_chance`."""
-    w = np.asarray(weights.detach().cpu().double() if hasattr(weights, "detach") else weights, dtype=np.float64)
+    w = _floats(weights)
     L = len(ids)
     if w.ndim == 2:
         w = w[None]
     if w.ndim != 3 or w.shape[1:] != (L, L):
         raise ValueError(f"weights must be (H, L, L) with L = {L} token ids, got shape {w.shape}")
-    masks = targets(ids, causal=causal, visible=visible)
-    vis = _visible(L, causal, visible)
-    n_vis = vis.sum(1)
+    laid = layout(ids, causal=causal, visible=visible) if laid is None else laid
+    if laid.length != L:
+        raise ValueError(f"the layout is of {laid.length} tokens, the weights of {L}")
+    n_vis = laid.n_vis
     heads: list[dict[str, dict]] = [{} for _ in range(w.shape[0])]
-    stats = chance.row_stats(w, vis)  # shared by every type: the null's per-row statistics
-    for t, m in masks.items():
-        measured = m.any(1)  # (L,)
-        rows = int(measured.sum())
-        if not rows:
+    stats = chance.row_stats(w, laid.visible)  # shared by every type: the null's per-row statistics
+    for t, pat in laid.patterns.items():
+        if not pat.rows:
             for h in range(len(heads)):
                 heads[h][t] = {"score": None, "chance": None, "rows": 0, "p": None, "credited": False}
             continue
-        uniform = float((m.sum(1) / np.maximum(n_vis, 1))[measured].mean())
-        share = _row_shares(w, m)  # (H, L): each row's weight on its targets
-        evidence = chance.evidence(share, (m & vis).sum(1), stats)
-        for h, score in enumerate(share[:, measured].mean(-1)):
+        share = _row_shares(w, pat)  # (H, L): each row's weight on its targets
+        evidence = chance.evidence(share, pat.k, stats)
+        for h, score in enumerate(share[:, pat.measured].mean(-1)):
             heads[h][t] = {
                 "score": float(score),
-                "chance": uniform,
-                "rows": rows,
+                "chance": pat.uniform,
+                "rows": pat.rows,
                 "p": evidence[h].p,
-                "credited": bool(evidence[h].credited and above_chance(float(score), uniform)),
+                "credited": bool(evidence[h].credited and above_chance(float(score), pat.uniform)),
             }
     ok = n_vis >= 2
-    nats = torch.special.entr(torch.from_numpy(w)).sum(-1).numpy()  # (H, L): −Σ w log w, 0 log 0 = 0
+    nats = np.asarray(row_nats(torch.from_numpy(w)) if nats is None else nats.reshape(w.shape[:2]))  # (H, L) −Σ w ln w
     entropy = (nats[:, ok] / np.log(n_vis[ok])).mean(-1) if ok.any() else [None] * len(heads)
     for h, e in enumerate(entropy):
         e = None if e is None else float(e)
         rows = int(ok.sum())
-        plain = not any(heads[h][t]["credited"] for t in masks)
+        plain = not any(heads[h][t]["credited"] for t in laid.patterns)
         heads[h]["broad"] = {
             "score": e,
             "chance": 1.0,
@@ -390,14 +436,18 @@ def measure(weights, ids: Sequence[int], *, causal: bool, visible=None) -> list[
     return heads
 
 
-def _row_shares(w: np.ndarray, targets: np.ndarray) -> np.ndarray:
+def _floats(weights) -> np.ndarray:
+    """Weights as a NumPy array of float32 (kept: `heads.MEASURE_DTYPE`) or float64 (anything else)."""
+    w = np.asarray(weights.detach().cpu() if hasattr(weights, "detach") else weights)
+    return w if w.dtype == np.float32 else w.astype(np.float64)
+
+
+def _row_shares(w: np.ndarray, pat: Pattern) -> np.ndarray:
     """(H, L): each row's weight on its target keys, summed over the few targets each row has (O(H · targets),
     not a pass over the whole (H, L, L) weights per type)."""
-    r, c = np.nonzero(targets)
     share = np.zeros(w.shape[:2])
-    if r.size:
-        starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
-        share[:, r[starts]] = np.add.reduceat(w[:, r, c], starts, axis=1)
+    if pat.r.size:
+        share[:, pat.r[pat.starts]] = np.add.reduceat(w[:, pat.r, pat.c], pat.starts, axis=1)
     return share
 
 

@@ -2,19 +2,23 @@
 first, and every head ranked by one weight. The words for them are `views.heads` (`describe`).
 
     measures(trace)               -> [layer][head] `head_types.measure` of each head on this text
+    measurer(ids)                 -> the `capture` callback that measures each call's own weights at the capture point
     relation_weights(trace)       -> [layer][head] {relation: {weight, chance, …}}: the tutorial links' weights
     pick(table, descriptions)     -> (layer, head): the head to show first (`views.heads.PICK_RULE` in words)
     search(trace, query, key)     -> {query, key, heads [{layer, head, weight}]}: heads ranked by one weight
     first_token_note(trace, table)-> {token, selected?, mean}: how much weight parks on the first token
 
-Every number is a weight of `LayerTrace.stages` (float64, exact) or of the per-head summaries.
+Every number is a weight of `LayerTrace.stages` (float64, exact; the head-type measures in MEASURE_DTYPE) or of
+the per-head summaries.
 """
 
 from __future__ import annotations
 
 from typing import cast
 
-from ..capture.trace import LayerTrace, ModelTrace
+import torch
+
+from ..capture.trace import LayerTrace, Measure, ModelTrace
 from . import head_types
 from .relations import RELATIONS, Link, links
 from .summary import SINK_LIMIT
@@ -22,7 +26,9 @@ from .summary import SINK_LIMIT
 __all__ = [
     "SELF_LIMIT",
     "MEASURE_BLOCK",
+    "MEASURE_DTYPE",
     "measures",
+    "measurer",
     "pick",
     "search",
     "first_token_note",
@@ -33,7 +39,12 @@ __all__ = [
 SELF_LIMIT = 0.5
 """A head whose mean weight on the token itself reaches this "mostly looks at itself": not picked."""
 MEASURE_BLOCK = 1 << 24
-"""Weights measured at once (heads × L × L float64 elements, 128 MiB), so a long text never holds a layer's all."""
+"""Weights measured at once (heads × L × L elements, 64 MiB in MEASURE_DTYPE), so a long text never holds a layer's
+all."""
+MEASURE_DTYPE = torch.float32
+"""What the head types are measured in: they are means of weights and shares of rows, stated to 0.01 % and tested
+against float64 to 1e-6; float32 holds them to about 1e-7 and takes a quarter of float64's time (4 bytes, and SIMD
+exp), the largest part of an explanation at 512 tokens."""
 
 
 def relation_weights(trace: ModelTrace, found: list[Link] | None = None) -> list[list[dict[str, dict]]]:
@@ -92,7 +103,31 @@ def measures(trace: ModelTrace) -> list[list[dict[str, dict]]]:
     return [_layer_measures(layer, ids) for layer in trace.layers]
 
 
+def measurer(ids: list[int]) -> Measure:
+    """The `capture.trace.Measure` of a text of these token ids: `head_types.measure` of the call's own weights,
+    MEASURE_BLOCK elements at a time, the text's `head_types.layout` made once for the layers that share a
+    visibility (what `measures` then reads back instead of recomputing the weights)."""
+
+    last: list = []  # [(visible, causal, layout)]: the layers of one capture share their visibility
+
+    def measure(weights: torch.Tensor, visible: torch.Tensor, causal: bool, nats: torch.Tensor) -> list[dict]:
+        if not last or last[0][1] != causal or not torch.equal(last[0][0], visible):
+            last[:] = [(visible, causal, head_types.layout(ids, causal=causal, visible=visible))]
+        laid = last[0][2]
+        H, L = weights.shape[0], weights.shape[-1]
+        step = max(1, MEASURE_BLOCK // max(L * L, 1))
+        out: list[dict] = []
+        for h in range(0, H, step):
+            block = weights[h : h + step].to(MEASURE_DTYPE)
+            out += head_types.measure(block, ids, causal=causal, nats=nats[h : h + step], laid=laid)
+        return out
+
+    return measure
+
+
 def _layer_measures(layer: LayerTrace, ids: list[int]) -> list[dict]:
+    if layer.measured is not None:  # measured at the capture point, on the call's own weights
+        return list(layer.measured)
     L, H = layer.length, layer.n_heads
     out: list[dict | None] = [None] * H
     plain = [h for h in range(H) if h not in layer.changed]
@@ -101,9 +136,9 @@ def _layer_measures(layer: LayerTrace, ids: list[int]) -> list[dict]:
     groups += [([h], layer.head_rule(h)[2]) for h in layer.changed]
     for heads, visible in groups:
         if heads and heads[0] in layer.changed:  # a head changed apart: its own rule
-            w = layer.stages(heads[0], weighted=False)["weights"][None].numpy()
+            w = layer.stages(heads[0], dtype=MEASURE_DTYPE, weighted=False)["weights"][None].numpy()
         else:
-            w = layer.weights(heads).numpy()  # (h, L, L), the plain heads together
+            w = layer.weights(heads, dtype=MEASURE_DTYPE).numpy()  # (h, L, L), the plain heads together
         for h, m in zip(heads, head_types.measure(w, ids, causal=layer.causal, visible=visible), strict=True):
             out[h] = m
     return cast(list[dict], out)  # every head filled: the plain heads and the changed ones

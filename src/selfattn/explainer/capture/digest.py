@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Digest", "digest", "THUMBNAIL", "ROW_BLOCK", "DIGEST_WEIGHTS_BYTES", "STATISTICS"]
+__all__ = ["Digest", "digest", "row_nats", "THUMBNAIL", "ROW_BLOCK", "DIGEST_WEIGHTS_BYTES", "STATISTICS"]
 
 THUMBNAIL = 64
 """Cells per side of a head's thumbnail: what the grid picture and the page's overview show."""
@@ -57,17 +57,24 @@ class Digest:
         return sum(t.numel() * t.element_size() for t in (self.means, self.rows, self.thumbnails))
 
 
+def row_nats(weights: torch.Tensor) -> torch.Tensor:
+    """(..., R) each row's entropy −Σ_j w_j ln w_j in nats (0 ln 0 = 0) of weights (..., R, L): the one entropy
+    the digest and the head types (`analysis.head_types.measure`) read."""
+    return torch.special.entr(weights).sum(-1)
+
+
 def digest(
     weights_of: Callable[[int, int], torch.Tensor],
     visible: torch.Tensor,
     length: int,
     n_heads: int,
     thumb: int = THUMBNAIL,
+    nats: torch.Tensor | None = None,
 ) -> Digest:
     """The Digest of one call. weights_of(start, stop) -> (H, stop − start, L) weights of those query rows
     (any float dtype; a view is best); visible (H or 1, L, L) bool, True = may look (the rule each head was
-    computed with). Per element: one entropy term, one max, and the cells summed by a matmul with the
-    (L, T) 0/1 matrix of the cells."""
+    computed with); nats (H, L) each row's `row_nats` when the caller has them (else computed here). Per
+    element: one entropy term, one max, and the cells summed by a matmul with the (L, T) 0/1 matrix of the cells."""
     L, H = length, n_heads
     device = visible.device
     T = min(L, thumb)
@@ -84,7 +91,7 @@ def digest(
         at = torch.arange(stop - start, device=device)
         per_row = torch.stack(
             [
-                torch.special.entr(w).sum(-1) / math.log(2),  # −Σ w ln w, in bits
+                (row_nats(w) if nats is None else nats[:, start:stop].float()) / math.log(2),  # −Σ w ln w, in bits
                 w.amax(-1),
                 w[..., 0],
                 w[:, at, (rows - 1).clamp_min(0)],

@@ -43,7 +43,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
@@ -58,7 +58,7 @@ from ...modules import MultiHeadSelfAttention, SelfAttention
 from ...request import Request, check_window
 from ...scores import PER_HEAD
 from ...weights import row_index
-from .digest import DIGEST_WEIGHTS_BYTES, Digest, digest
+from .digest import DIGEST_WEIGHTS_BYTES, Digest, digest, row_nats
 from .interventions import Intervention
 from .stages import head_stages, heads_weights, sink_share
 
@@ -101,6 +101,9 @@ class LayerTrace:
     changed  {head: HeadChange}  heads an intervention computed differently from the layer
     digest   the per-head summaries and thumbnails read from the call's own weights (`capture.digest`),
              or None when they were too large to ask for (`summary.scan` then recomputes them)
+    measured each head's result of `capture`'s `measure` on the call's own weights, or None where it was not
+             measured there (no `measure`, weights not asked for or in half precision, a head changed apart):
+             `analysis.heads.measures` then measures recomputed weights
     """
 
     x: torch.Tensor
@@ -118,6 +121,7 @@ class LayerTrace:
     changed: dict[int, HeadChange] = field(default_factory=dict)
     digest: Digest | None = None
     features: dict[str, torch.Tensor] = field(default_factory=dict)
+    measured: list | None = None
 
     @property
     def sinks(self) -> torch.Tensor | None:
@@ -224,16 +228,30 @@ class ModelTrace:
         return self.layers[0].n_heads if self.layers else 0
 
 
+Measure = Callable[[torch.Tensor, torch.Tensor, bool, torch.Tensor], list]
+"""measure(weights (H, L, L), visible (L, L) bool, causal, nats (H, L) each row's `digest.row_nats`) -> one result
+per head: what a caller reads of every head's weights while they exist (`analysis.heads.measurer`), kept as
+`LayerTrace.measured`."""
+UNREAD = {"digest": None, "measured": None}
+"""What a call read of its weights when it did not ask for them (too large: `summary.scan` recomputes them)."""
+MEASURED_DTYPES = (torch.float32, torch.float64)
+"""Weights measured at the capture point: a half-precision call's are too coarse for numbers stated to 0.01 %."""
+
+
 def capture(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     tokens: list[str],
     intervention: Intervention | None = None,
+    *,
+    measure: Measure | None = None,
     **model_kwargs,
 ) -> ModelTrace:
     """Run `model(input_ids, **model_kwargs)` once and record every `selfattn.attention` call.
 
     input_ids  (L,) or (1, L) token ids; `tokens` their strings (same length)
+    measure    called with each call's own weights where it returned them (`Measure`): the weights exist once,
+               here, so what is read of them costs no second computation (None: nothing measured)
     model_kwargs  passed through (for example `attention_mask` of an encoder)
     """
     intervention = _checked_intervention(intervention)
@@ -246,13 +264,15 @@ def capture(
         )
     if len(tokens) != ids.shape[1]:
         raise ValueError(f"{len(tokens)} token strings for {ids.shape[1]} token ids")
-    return _run(model, ids, [list(tokens)], None, intervention, model_kwargs)[0]
+    return _run(model, ids, [list(tokens)], None, intervention, model_kwargs, [measure])[0]
 
 
 def capture_batch(
     model: torch.nn.Module,
     inputs: Sequence[tuple[torch.Tensor, Sequence[str], Mapping[str, object]]],
     intervention: Intervention | None = None,
+    *,
+    measures: Sequence[Measure | None] | None = None,
 ) -> list[ModelTrace]:
     """Run several inputs in ONE forward pass and return one ModelTrace per input, each that input's alone (the
     module's doc: right padding, every attention call split per input at the interceptor).
@@ -261,6 +281,7 @@ def capture_batch(
                   each; the kwargs' tensors of shape (L,) or (1, L) (an encoder's `attention_mask`) are padded
                   with 0 (a hidden key) and stacked, any other keyword must be the same for every input
     intervention  applied to every input, as `capture` applies it to one
+    measures      one `Measure` (or None) per input, each called on that input's own weights (`capture`'s `measure`)
     One input is `capture` itself.
     """
     intervention = _checked_intervention(intervention)
@@ -269,16 +290,19 @@ def capture_batch(
     if not inputs:
         raise ValueError("capture_batch needs at least one input, got none")
     rows = [_one_input(i, item) for i, item in enumerate(inputs)]
+    each: list[Measure | None] = [None] * len(rows) if measures is None else list(measures)
+    if len(each) != len(rows):
+        raise ValueError(f"measures must give one measure (or None) per input: {len(each)} for {len(rows)} inputs")
     if len(rows) == 1:
         ids, tokens, kwargs = rows[0]
-        return [capture(model, ids, tokens, intervention, **kwargs)]
+        return [capture(model, ids, tokens, intervention, measure=each[0], **kwargs)]
     lengths = [len(ids) for ids, _, _ in rows]
     longest = max(lengths)
     batch = torch.full((len(rows), longest), PAD_ID, dtype=rows[0][0].dtype, device=rows[0][0].device)
     for b, (ids, _, _) in enumerate(rows):
         batch[b, : len(ids)] = ids
     kwargs = _joined_kwargs([kw for _, _, kw in rows], lengths)
-    return _run(model, batch, [tokens for _, tokens, _ in rows], lengths, intervention, kwargs)
+    return _run(model, batch, [tokens for _, tokens, _ in rows], lengths, intervention, kwargs, each)
 
 
 def _checked_intervention(intervention) -> Intervention:
@@ -343,15 +367,16 @@ def _run(
     lengths: list[int] | None,
     intervention: Intervention,
     model_kwargs: dict,
+    measures: list[Measure | None],
 ) -> list[ModelTrace]:
     """One forward pass of `ids` (B, L) and a ModelTrace per batch item: item 0 as the calls hold it (lengths None:
-    one input, `capture`), or each item cut to its length (`capture_batch`)."""
+    one input, `capture`), or each item cut to its length (`capture_batch`); measures: one per item."""
     if not _calls_selfattn(model):
         raise ValueError(
             f"{type(model).__name__} has no MultiHeadSelfAttention layer to explain (nor a "
             f"transformers attention set to 'selfattn': selfattn.hf.register())"
         )
-    recorder = _Recorder(intervention, lengths)
+    recorder = _Recorder(intervention, lengths, measures)
     token = _ACTIVE.set(recorder)
     try:
         with _stack_hooks(model, recorder), torch.no_grad(), intercept(recorder.intercept):
@@ -391,12 +416,19 @@ _ACTIVE: contextvars.ContextVar[_Recorder | None] = contextvars.ContextVar("self
 class _Recorder:
     """One capture: the attention calls in order, and the modules running around them.
 
-    lengths  None: one input (each call recorded as it is, batch item 0); else each batch item's own length
-             (`capture_batch`): every call is split into one request per item, cut to its length"""
+    lengths   None: one input (each call recorded as it is, batch item 0); else each batch item's own length
+              (`capture_batch`): every call is split into one request per item, cut to its length
+    measures  one `Measure` or None per batch item (one input: [measure])"""
 
-    def __init__(self, intervention: Intervention, lengths: list[int] | None = None):
+    def __init__(
+        self,
+        intervention: Intervention,
+        lengths: list[int] | None = None,
+        measures: Sequence[Measure | None] | None = None,
+    ):
         self.intervention = intervention
         self.lengths = lengths
+        self.measures = list(measures) if measures is not None else [None] * (1 if lengths is None else len(lengths))
         self.calls: list[dict] = []
         self.stack: list[tuple[torch.nn.Module, torch.Tensor | None]] = []
 
@@ -417,10 +449,11 @@ class _Recorder:
     def intercept(self, request: Request, compute) -> Result:
         layer = len(self.calls)
         if self.lengths is None:
-            items = [self._one(request, layer, compute)]
+            items = [self._one(request, layer, compute, self.measures[0])]
             result = items[0][1]
         else:
-            items = [self._one(r, layer, compute) for r in _items(request, self.lengths, layer)]
+            cut = _items(request, self.lengths, layer)
+            items = [self._one(r, layer, compute, m) for r, m in zip(cut, self.measures, strict=True)]
             result = _joined(request, [res for _, res in items], self.lengths)
         caller, x = self.stack[-1] if self.stack else (None, None)
         holder = self.stack[-2][0] if len(self.stack) > 1 else None
@@ -438,7 +471,7 @@ class _Recorder:
             weights=result.weights if request.return_weights else None,
         )
 
-    def _one(self, request: Request, layer: int, compute) -> tuple[dict, Result]:
+    def _one(self, request: Request, layer: int, compute, measure: Measure | None) -> tuple[dict, Result]:
         """(the record of one input's call: its kept request, head change, result without weights, digest; the
         result the model gets, with weights only where it asked) — the request recorded, intervened on and
         computed as that input alone."""
@@ -461,10 +494,26 @@ class _Recorder:
             "request": kept,
             "head_change": head_change,
             "result": result._replace(weights=None),  # the weights are read now, never kept
-            "digest": _digest_of(result, kept, head_change) if base.return_weights else None,
+            **(_read(result, kept, head_change, measure) if base.return_weights else UNREAD),
         }
         # the weights go now unless the model asked for them: a batch holds one input's at a time, as alone
         return record, result if request.return_weights else result._replace(weights=None)
+
+
+def _read(result: Result, kept: Request, head_change, measure: Measure | None) -> dict:
+    """{"digest", "measured"} of one input's call from its own weights (batch item 0 of its request): the digest,
+    and `measure` of every head by the call's one rule — None without `measure`, for half-precision weights
+    (`MEASURED_DTYPES`) and when a head was changed apart (its own rule: measured later). Each row's entropy is
+    computed once for both."""
+    assert result.weights is not None  # called only where the request asked for the weights
+    weights = result.weights[0]  # (H, L, L)
+    measured = measure is not None and head_change is None and weights.dtype in MEASURED_DTYPES
+    nats = row_nats(weights.float()) if measured else None
+    out: dict[str, object] = {"digest": _digest_of(result, kept, head_change, nats), "measured": None}
+    if measured:
+        assert measure is not None and nats is not None
+        out["measured"] = measure(weights, _visible(kept), kept.causal, nats)
+    return out
 
 
 def _items(request: Request, lengths: list[int], layer: int) -> list[Request]:
@@ -592,7 +641,7 @@ def _bool_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | 
     return ~hidden
 
 
-def _digest_of(result: Result, kept: Request, head_change) -> Digest:
+def _digest_of(result: Result, kept: Request, head_change, nats: torch.Tensor | None = None) -> Digest:
     """The Digest of batch item 0 from the weights the call returned, each head with the rule it was computed by."""
     visible = _visible(kept)[None]  # (1, L, L)
     if head_change is not None:
@@ -601,7 +650,7 @@ def _digest_of(result: Result, kept: Request, head_change) -> Digest:
         visible[head] = _visible(changed, head)
     assert result.weights is not None  # called only where the request asked for the weights
     weights = result.weights[0]  # (H, L, L)
-    return digest(lambda start, stop: weights[:, start:stop], visible, kept.Lq, kept.Hq)
+    return digest(lambda start, stop: weights[:, start:stop], visible, kept.Lq, kept.Hq, nats=nats)
 
 
 def _visible(r: Request, head: int = 0) -> torch.Tensor:
@@ -646,6 +695,7 @@ def _layer(call: dict, b: int = 0, batch: tuple[int, int] | None = None) -> Laye
         window=r.window,
         changed=changed,
         digest=item["digest"],
+        measured=item["measured"],
         features={name: t.detach()[: r.Hq].clone() for name, t in r.rule.features().items() if name in PER_HEAD},
     )
 
