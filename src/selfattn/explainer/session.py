@@ -33,7 +33,7 @@ from . import probe as _probe
 from .analysis import experiment, heads, held, relations, summary
 from .capture.cache import TraceCache
 from .capture.interventions import Intervention
-from .capture.trace import ModelTrace, capture, capture_batch
+from .capture.trace import ModelTrace, Unbatchable, capture, capture_batch
 from .views import experiment_words, export
 from .views.heads import describe
 
@@ -190,10 +190,11 @@ class Explainer:
         self, text: str, intervention: Intervention | None = None, *, cache: TraceCache | None = None
     ) -> tuple[ModelTrace, ModelTrace | None]:
         """(the trace of `text`, the trace of its control sentence or None): both from ONE forward pass, a batch
-        of two (`capture.trace.capture_batch`: each trace equals that sentence's alone), the control found from
-        the text's pieces before it (`control_text`). With `cache`, each is kept under its own (text,
-        intervention) key, so a later `trace` of either reads it back; one already held is not run again (the
-        other then runs alone; where only the control is held, the pair runs and the kept control stays)."""
+        of two (`capture.trace.capture_batch`: each trace equals that sentence's alone; two passes for a model it
+        cannot cut per input, `Unbatchable`), the control found from the text's pieces before it (`control_text`).
+        With `cache`, each is kept under its own (text, intervention) key, so a later `trace` of either reads it
+        back; one already held is not run again (the other then runs alone; where only the control is held, the
+        pair runs and the kept control stays)."""
         intervention = self._intervention(intervention)
         text = check_text(text)
         cut = self._cut(text)
@@ -204,7 +205,10 @@ class Explainer:
         ran: list[ModelTrace] = []
 
         def both() -> ModelTrace:
-            ran.extend(self._traced([cut, c_cut], intervention))
+            try:
+                ran.extend(self._traced([cut, c_cut], intervention))
+            except Unbatchable:  # a model whose calls cannot be cut per input: each sentence alone
+                ran.extend([self._traced([cut], intervention)[0], self._traced([c_cut], intervention)[0]])
             return ran[0]
 
         def control() -> ModelTrace:

@@ -65,10 +65,15 @@ from .stages import head_stages, heads_weights, sink_share
 if TYPE_CHECKING:
     from ..pieces import Pieces
 
-__all__ = ["LayerTrace", "ModelTrace", "HeadChange", "capture", "capture_batch", "head_stages"]
+__all__ = ["LayerTrace", "ModelTrace", "HeadChange", "Unbatchable", "capture", "capture_batch", "head_stages"]
 
 PAD_ID = 0
 """The id the shorter inputs of a batch are padded with (on the right): never read by a real position."""
+
+
+class Unbatchable(ValueError):
+    """A model `capture_batch` cannot cut per input: an attention call not over the whole padded batch (another
+    batch size or length), or a module's tensor that is not batch-first. Each input can still be captured alone."""
 
 
 @dataclass(frozen=True)
@@ -282,7 +287,7 @@ def capture_batch(
                   with 0 (a hidden key) and stacked, any other keyword must be the same for every input
     intervention  applied to every input, as `capture` applies it to one
     measures      one `Measure` (or None) per input, each called on that input's own weights (`capture`'s `measure`)
-    One input is `capture` itself.
+    One input is `capture` itself. `Unbatchable` (a ValueError) where the model's calls cannot be cut per input.
     """
     intervention = _checked_intervention(intervention)
     if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
@@ -520,7 +525,7 @@ def _items(request: Request, lengths: list[int], layer: int) -> list[Request]:
     """The call `request` of a padded batch as one request per batch item, each cut to the item's own length."""
     B, longest = len(lengths), max(lengths)
     if (request.B, request.Lq, request.Lk) != (B, longest, longest):
-        raise ValueError(
+        raise Unbatchable(
             f"a batched capture needs every attention call over the whole padded batch (B={B}, Lq = Lk = "
             f"{longest}); call {layer} has B={request.B}, Lq={request.Lq}, Lk={request.Lk}"
         )
@@ -708,13 +713,13 @@ def _rows_of(t: torch.Tensor, L: int, b: int = 0, batch: tuple[int, int] | None 
         return t.reshape(-1, t.shape[-1])[-L:]
     B, longest = batch
     if t.dim() >= 3 and t.shape[0] != B or t.dim() == 2 and t.shape[0] % B or t.dim() < 2:
-        raise ValueError(
+        raise Unbatchable(
             f"a module's tensor of shape {tuple(t.shape)} is not batch-first for a batch of {B}: cannot cut its rows"
         )
     rows = t.reshape(B, -1, t.shape[-1])[b]
     start = rows.shape[0] - longest
     if start < 0:
-        raise ValueError(f"a module's tensor of shape {tuple(t.shape)} has fewer than {longest} positions per item")
+        raise Unbatchable(f"a module's tensor of shape {tuple(t.shape)} has fewer than {longest} positions per item")
     return rows[start : start + L].clone()
 
 
