@@ -20,7 +20,7 @@ from selfattn.explainer.analysis import held
 from selfattn.explainer.analysis.word_relations import word_links, word_pieces
 from selfattn.explainer.capture.cache import TraceCache
 from selfattn.explainer.capture.interventions import Intervention
-from selfattn.explainer.capture.trace import capture, capture_batch
+from selfattn.explainer.capture.trace import Unbatchable, capture, capture_batch
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views.head_words import percent
 from selfattn.model import checkpoint
@@ -377,6 +377,30 @@ def test_a_window_is_cut_to_each_inputs_length_as_alone():
     assert [layer.window for layer in alone[0].layers] == [4, 4] and alone[1].layers[0].window == 6
     for got, want in zip(batched, alone, strict=True):
         _same_trace(got, want)
+
+
+class _RowByRow(torch.nn.Module):
+    """A model that runs its inner decoder on each row of a batch apart: its attention calls are never over the
+    whole batch, so a batched capture cannot cut them per input."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.inner(ids[b : b + 1]) for b in range(ids.shape[0])])
+
+
+def test_a_model_that_cannot_be_cut_per_input_runs_each_sentence_alone(tiny):
+    rows = dataclasses.replace(tiny, model=_RowByRow(tiny.model))
+    tokens, ids, kwargs = rows.tokenize(TEXT)
+    c_tokens, c_ids, _ = rows.tokenize(TEXT + "。")
+    with pytest.raises(Unbatchable, match=r"call 0 has B=1, Lq=\d+"):
+        capture_batch(rows.model, [(ids, tokens, kwargs), (c_ids, c_tokens, kwargs)])
+    trace, control = rows.trace_pair(TEXT)  # two passes instead, each the sentence alone
+    assert control is not None
+    _same_trace(trace, tiny.trace(TEXT))
+    _same_trace(control, tiny.trace(control.pieces.text))
 
 
 def _same_trace_plain(a, b) -> None:
