@@ -33,7 +33,7 @@ from . import probe as _probe
 from .analysis import experiment, heads, held, relations, summary
 from .capture.cache import TraceCache
 from .capture.interventions import Intervention
-from .capture.trace import ModelTrace, capture
+from .capture.trace import ModelTrace, Unbatchable, capture, capture_batch
 from .views import experiment_words, export
 from .views.heads import describe
 
@@ -179,22 +179,82 @@ class Explainer:
     def trace(self, text: str, intervention: Intervention | None = None, *, cache: TraceCache | None = None):
         """The ModelTrace of `text` with `intervention` (default none), its `pieces` attached: one forward
         pass, or none when `cache` (the server's `TraceCache`) holds it already."""
+        intervention = self._intervention(intervention)
+
+        def run() -> ModelTrace:
+            return self._traced([self._cut(check_text(text))], intervention)[0]
+
+        return run() if cache is None else cache.get((check_text(text), intervention), run)
+
+    def trace_pair(
+        self, text: str, intervention: Intervention | None = None, *, cache: TraceCache | None = None
+    ) -> tuple[ModelTrace, ModelTrace | None]:
+        """(the trace of `text`, the trace of its control sentence or None): both from ONE forward pass, a batch
+        of two (`capture.trace.capture_batch`: each trace equals that sentence's alone; two passes for a model it
+        cannot cut per input, `Unbatchable`), the control found from the text's pieces before it (`control_text`).
+        With `cache`, each is kept under its own (text, intervention) key, so a later `trace` of either reads it
+        back; one already held is not run again (the other then runs alone; where only the control is held, the
+        pair runs and the kept control stays)."""
+        intervention = self._intervention(intervention)
+        text = check_text(text)
+        cut = self._cut(text)
+        other = self.control_text(cut[3])
+        if other is None:
+            return self.trace(text, intervention, cache=cache), None
+        c_cut = self._cut(check_text(other))
+        ran: list[ModelTrace] = []
+
+        def both() -> ModelTrace:
+            try:
+                ran.extend(self._traced([cut, c_cut], intervention))
+            except Unbatchable:  # a model whose calls cannot be cut per input: each sentence alone
+                ran.extend([self._traced([cut], intervention)[0], self._traced([c_cut], intervention)[0]])
+            return ran[0]
+
+        def control() -> ModelTrace:
+            return ran[1] if ran else self._traced([c_cut], intervention)[0]
+
+        if cache is None:
+            return both(), control()
+        return cache.get((text, intervention), both), cache.get((other, intervention), control)
+
+    def control_text(self, pieces: P.Pieces) -> str | None:
+        """The control sentence of a text from its pieces (`analysis.held.control_of`, its fillers the first
+        ones this tokenizer knows: `knows`), or None (no relation adjacent, no roles, or the control longer
+        than the model reads)."""
+        ctrl = held.control_of(pieces, self.user_words, self.knows)
+        if ctrl is None or len(self.tokenize(ctrl.text)[1]) > self.max_len:
+            return None
+        return ctrl.text
+
+    def _intervention(self, intervention: Intervention | None) -> Intervention:
         intervention = Intervention() if intervention is None else intervention
         if not isinstance(intervention, Intervention):
             raise TypeError(f"intervention must be an Intervention, got {type(intervention).__name__}")
         self.check_intervention(intervention, None)
+        return intervention
 
-        def run() -> ModelTrace:
-            tokens, ids, kwargs, pieces = self.pieces_of(check_text(text))
-            if len(ids) > self.max_len:
-                raise ValueError(f"the text has {len(ids)} tokens; {self.name} reads at most {self.max_len}")
-            measure = heads.measurer(ids.reshape(-1).tolist())  # the head types read from the call's own weights
-            trace = capture(self.model, ids, tokens, intervention, measure=measure, **kwargs)
+    def _cut(self, text: str) -> tuple[list[str], torch.Tensor, dict, P.Pieces]:
+        """`pieces_of(text)`, refused when longer than the model reads."""
+        cut = self.pieces_of(text)
+        if len(cut[1]) > self.max_len:
+            raise ValueError(f"the text has {len(cut[1])} tokens; {self.name} reads at most {self.max_len}")
+        return cut
+
+    def _traced(self, cuts: list, intervention: Intervention) -> list[ModelTrace]:
+        """One forward pass of these cut texts (`pieces_of`'s), their pieces attached: `capture` for one,
+        `capture_batch` for several; the head types of each read from its call's own weights (`heads.measurer`)."""
+        measures = [heads.measurer(ids.reshape(-1).tolist()) for _, ids, _, _ in cuts]
+        if len(cuts) == 1:
+            tokens, ids, kwargs, _ = cuts[0]
+            traces = [capture(self.model, ids, tokens, intervention, measure=measures[0], **kwargs)]
+        else:
+            inputs = [(ids, tokens, kwargs) for tokens, ids, kwargs, _ in cuts]
+            traces = capture_batch(self.model, inputs, intervention, measures=measures)
+        for trace, cut in zip(traces, cuts, strict=True):
             self.check_intervention(intervention, trace.kind)  # a model built here without a kind: read now
-            trace.pieces = pieces
-            return trace
-
-        return run() if cache is None else cache.get((check_text(text), intervention), run)
+            trace.pieces = cut[3]
+        return traces
 
     def explain(
         self,
@@ -229,9 +289,9 @@ class Explainer:
                  baseline of an experiment costs no pass when the text was shown before
         lang     "zh" | "en": the language the views of this dict speak (doc["lang"]; None leaves it out)"""
         intervention = Intervention() if intervention is None else intervention
-        trace = self.trace(text, intervention, cache=cache)
+        trace, control = self.trace_pair(text, intervention, cache=cache)  # one forward pass for both
+        assert trace.pieces is not None  # attached by every trace of this explainer
         table, thumbs = summary.scan(trace)
-        control = self.control(trace, intervention, cache=cache)
         described = describe(trace, table, control, self.probe(cache=cache), self.user_words)
         *shown, why = experiment.opened(intervention, layer, head, ablate)
         selected = self.select(trace, table, described, *shown)
@@ -276,13 +336,11 @@ class Explainer:
         return doc | extra
 
     def control(self, trace: ModelTrace, intervention: Intervention | None = None, *, cache=None):
-        """The trace of the text's control sentence (`analysis.held.control_of`, its fillers the first ones this
-        tokenizer knows: `knows`) on this model, or None (no relation adjacent, no roles, or the control too long
-        for the model)."""
-        ctrl = held.control_of(trace, self.user_words, self.knows)
-        if ctrl is None or len(self.tokenize(ctrl.text)[1]) > self.max_len:
-            return None
-        return self.trace(ctrl.text, intervention, cache=cache)
+        """The trace of the text's control sentence (`control_text` of its pieces) on this model, or None (no
+        relation adjacent, no roles, or the control too long for the model). A forward pass of its own, or none
+        when `cache` holds it (`explain` runs it with the text: `trace_pair`)."""
+        other = None if trace.pieces is None else self.control_text(trace.pieces)
+        return None if other is None else self.trace(other, intervention, cache=cache)
 
     def probe(self, *, cache=None) -> list[list[dict]] | None:
         """Every head's measures on the induction probe (`probe.probe_measures`: 30 random ordinary tokens twice,

@@ -3,13 +3,16 @@ relation survives what a previous-word, self or first-token head would give.
 
     words_of(trace, user_words=())   -> [Word] of the trace's text with roles (`roles.word_roles`; [] without
                                         Chinese); user-given words (a list or {word: role}) win over the tagger
-    control_of(trace, user_words=()) -> `word_relations.Control` | None: the control sentence to run beside the text
+    control_of(pieces, user_words=(), known=None) -> `word_relations.Control` | None: the control sentence to run
+                                        beside the text, from the text's pieces alone (or a trace holding them):
+                                        known before the forward pass, so the two run as one batch
     held(trace, control_trace, user_words=()) -> [layer][head] {previous_word, relations {name: {…}}}
 
 In 一只蓝色怪兽走进森林 every link the tutorial draws is also "the previous word" (走进→怪兽: 怪兽 is the word
 before 走进), so the text alone cannot tell a grammar head from a previous-word head. The control sentence
 (`word_relations.control`: 一只蓝色的怪兽慢慢地走进了森林) keeps the words and relations but puts a word between
-each adjacent pair; the caller runs it on the same model with the same intervention and passes its trace.
+each adjacent pair; the caller runs it on the same model with the same intervention (`Explainer.trace_pair`: in
+the text's own forward pass, as a batch of two) and passes its trace.
 
 Per head, measured on the words (a word's query is its last piece, which has read all of it; its keys are every
 piece of the key words, `word_relations.piece_links`):
@@ -39,7 +42,7 @@ piece of the key words, `word_relations.piece_links`):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -50,6 +53,9 @@ from .relations import Link
 from .relations import links as corpus_links
 from .roles import Word, word_roles
 from .word_relations import Control, WordLink, control, piece_links, word_links, word_pieces
+
+if TYPE_CHECKING:
+    from ..pieces import Pieces
 
 __all__ = ["words_of", "control_of", "text_links", "held", "credited", "word_types"]
 
@@ -70,11 +76,16 @@ def words_of(trace: ModelTrace, user_words: UserWords = ()) -> list[Word]:
     return word_roles(trace.pieces.text, user_words)
 
 
-def control_of(trace: ModelTrace, user_words: UserWords = (), known=None) -> Control | None:
-    """The control sentence of the trace's text (None: no relation is adjacent, or no roles); known(word) -> bool:
-    whether the model's tokenizer knows a filler (`word_relations.control`: the first known one is used)."""
-    words = words_of(trace, user_words)
-    return control(words, trace.pieces.text, user_words, known) if words and trace.pieces is not None else None
+def control_of(source: ModelTrace | Pieces | None, user_words: UserWords = (), known=None) -> Control | None:
+    """The control sentence of a text (None: no relation is adjacent, or no roles). source: the text's
+    `pieces.Pieces` (what the tokenizer gives: the control depends on the words, not on a forward pass) or a
+    ModelTrace holding them (None: no pieces, no control); known(word) -> bool: whether the model's tokenizer knows
+    a filler (`word_relations.control`: the first known one is used)."""
+    pieces = source.pieces if isinstance(source, ModelTrace) else source
+    if pieces is None:
+        return None
+    words = word_roles(pieces.text, user_words)
+    return control(words, pieces.text, user_words, known) if words else None
 
 
 def text_links(trace: ModelTrace, words: Sequence[Word] | None = None) -> list[Link]:
