@@ -77,7 +77,9 @@ WEIGHTED_DIGITS = 6
 LAYER_ARRAYS = ("x", "attn_out", "output")
 HEAD_ARRAYS = ("q", "k", "v", "lse")
 REQUIRED = ("tokens", "model", "experiment", "selected", "summaries", "prediction", "layers")
-ZLIB_LEVEL = 6
+ZLIB_LEVEL = 1
+"""zlib level 1: a page of the 0.5B configuration at 512 tokens packs in 0.49 s against level 6's 0.77 s, 2 % larger
+(22.4 vs 21.9 MB): its arrays are float bytes, which more effort hardly shrinks."""
 I32_NEG_INF, I32_POS_INF = -(2**31), 2**31 - 1
 DTYPES = {"f32": "<f4", "f64": "<f8", "u16": "<u2", "u32": "<u4", "i32": "<i4"}
 
@@ -234,7 +236,10 @@ def _fixed(a: np.ndarray, digits: int, code: str) -> dict:
 
 
 def _floats(values, where: str) -> np.ndarray:
-    a = np.array(restore_inf(values), dtype=np.float64)
+    a = np.asarray(values)  # nested lists of numbers: read in C, no walk over every element in Python
+    if a.dtype.kind not in "fiu":  # strings ("inf" / "-inf", `export._list`) or anything else: the strict reader
+        a = np.array(restore_inf(values), dtype=np.float64)
+    a = a.astype(np.float64, copy=False)
     if a.ndim == 0:
         raise ValueError(f"{where} is not a numeric array")
     if np.isnan(a).any():
