@@ -11,7 +11,8 @@ handed back, the peak reset through /proc/self/clear_refs, then one timed call):
     eager      model(ids, output_attentions=True): transformers' own attention weights, every layer × head
     explain    Explainer.explain(text): capture, summaries, head descriptions, the export dict (what
                `selfattn explain` computes before it prints), model attn_implementation "selfattn"; then,
-               timed apart (tables_seconds), the terminal tables drawn into a console that discards them
+               timed apart, the terminal tables drawn into a console that discards them (tables_seconds) and
+               the page of `--html` rendered (page_seconds, page_bytes)
 
 Both modes build the same weights (one seed). Ratios are explain's over eager's; the targets of issue 17
 are ≤ TARGET_RATIO in time and in peak memory. With `--load N` the busy processes run throughout.
@@ -76,6 +77,7 @@ def run_explain_case(quick: bool = False, *, threads: int | None = None, rounds:
         ratios = {
             "time": explain["seconds"] / eager["seconds"],
             "time_with_tables": (explain["seconds"] + explain["tables_seconds"]) / eager["seconds"],
+            "time_with_page": (explain["seconds"] + explain["page_seconds"]) / eager["seconds"],
             "peak": explain["peak_bytes"] / eager["peak_bytes"],
             "extra": explain["extra_bytes"] / max(1, eager["extra_bytes"]),
         }
@@ -246,6 +248,12 @@ def child_main() -> None:
         start = time.perf_counter()
         render(out)
         row["tables_seconds"] = time.perf_counter() - start
+        from ..explainer.views import report
+
+        start = time.perf_counter()
+        page = report.render_html(out)
+        row["page_seconds"] = time.perf_counter() - start
+        row["page_bytes"] = len(page.encode())
         row["json_bytes"] = len(json.dumps(out, ensure_ascii=False, allow_nan=False).encode())
     print(json.dumps(row))
 
@@ -284,4 +292,8 @@ def render_explain(result: dict, console) -> None:
         console.print(
             f"  tables drawn in {explain['tables_seconds']:.2f} s more (× eager with them: "
             f"{r['time_with_tables']:.2f}); --json of this explanation: {explain['json_bytes'] / 2**20:.1f} MiB"
+        )
+        console.print(
+            f"  the page (--html) written in {explain['page_seconds']:.2f} s more (× eager with it: "
+            f"{r['time_with_page']:.2f}), {explain['page_bytes'] / 1e6:.1f} MB"
         )
