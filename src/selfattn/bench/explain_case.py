@@ -251,6 +251,7 @@ def child_main() -> None:
         from ..explainer.views import report
 
         start = time.perf_counter()
+        assert isinstance(out, dict)  # explain's export dict
         page = report.render_html(out)
         row["page_seconds"] = time.perf_counter() - start
         row["page_bytes"] = len(page.encode())
