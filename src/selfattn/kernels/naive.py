@@ -71,7 +71,7 @@ class NaiveBackend(Backend):
             peak = s.new_full((B, Hq, Lq, 1), float("-inf"))
         else:
             peak = s.amax(dim=-1, keepdim=True)  # (B, Hq, Lq, 1)
-        alive = torch.isfinite(peak)  # False: the row may look at nothing
+        alive = peak != float("-inf")  # False: the row sees nothing (a NaN or +inf row stays NaN, as the spec)
         e = torch.softmax(s, dim=-1) if s.shape[-1] else s.exp()  # one fused pass (NaN on a row that sees nothing)
         e = e.masked_fill(~alive, 0.0) if e.requires_grad else e.masked_fill_(~alive, 0.0)  # backward reads e
         # the weight of a row's largest score is exp(peak − lse): its log-sum-exp without a second pass of exp
