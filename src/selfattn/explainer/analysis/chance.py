@@ -103,8 +103,8 @@ class RowStats:
 
 def row_stats(weights, visible) -> RowStats:
     """`RowStats` of weights (H, R, L) (float32 or float64) over visible (R, L) bool: computed once for a layer's
-    heads and shared by every pattern measured on them (`evidence`). In torch, in the weights' own float dtype:
-    three passes over them, on every core."""
+    heads and shared by every pattern measured on them (`evidence`). In torch, in the weights' own float dtype, on
+    every core (NumPy's took one)."""
     w = torch.as_tensor(weights)
     w = w if w.dtype in (torch.float32, torch.float64) else w.to(torch.float64)  # float32 kept (`heads.MEASURE_DTYPE`)
     v = torch.as_tensor(np.asarray(visible, dtype=bool))
