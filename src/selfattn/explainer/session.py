@@ -180,11 +180,16 @@ class Explainer:
         """The ModelTrace of `text` with `intervention` (default none), its `pieces` attached: one forward
         pass, or none when `cache` (the server's `TraceCache`) holds it already."""
         intervention = self._intervention(intervention)
+        text = check_text(text)
+        return self._alone(text, lambda: self._cut(text), intervention, cache)
+
+    def _alone(self, text: str, cut, intervention: Intervention, cache: TraceCache | None) -> ModelTrace:
+        """The trace of `text` by its own pass, cut (`cut()`, `_cut`'s) only when it runs; or `cache`'s."""
 
         def run() -> ModelTrace:
-            return self._traced([self._cut(check_text(text))], intervention)[0]
+            return self._traced([cut()], intervention)[0]
 
-        return run() if cache is None else cache.get((check_text(text), intervention), run)
+        return run() if cache is None else cache.get((text, intervention), run)
 
     def trace_pair(
         self, text: str, intervention: Intervention | None = None, *, cache: TraceCache | None = None
@@ -199,8 +204,8 @@ class Explainer:
         text = check_text(text)
         cut = self._cut(text)
         other = self.control_text(cut[3])
-        if other is None:
-            return self.trace(text, intervention, cache=cache), None
+        if other is None:  # the text alone, from the cut made here (not cut again)
+            return self._alone(text, lambda: cut, intervention, cache), None
         c_cut = self._cut(check_text(other))
         ran: list[ModelTrace] = []
 
