@@ -1,11 +1,11 @@
-"""Issue 27: the control sentence runs in ONE forward pass with the text (`Explainer.trace_pair`, a batch of two
-by `capture.trace.capture_batch`). On tiny transformers models built from their Config classes — a Llama (RoPE,
-GQA), a GPT-2 (learned positions), a Mistral (a sliding window) and a BERT (an encoder: padded keys must stay
-hidden) — and on the bundled default model, each input's trace from the batched pass equals the trace of that
-input alone, and equals what plain transformers eager attention (`output_attentions=True`) gives that input
-alone — for the default model `selfattn.reference` in float64 (`truth.stages`) — never the explainer's own path.
-The explain of the tutorial sentence makes one forward pass for text and control; the held numbers on the
-control are those of the control alone."""
+"""Issue 27: the control and contrast sentences run in ONE forward pass with the text (`Explainer.trace_with_controls`,
+one batch by `capture.trace.capture_batch`). On tiny transformers models built from their Config classes — a Llama
+(RoPE, GQA), a GPT-2 (learned positions), a Mistral (a sliding window) and a BERT (an encoder: padded keys must stay
+hidden) — and on the bundled default model, each input's trace from the batched pass equals the trace of that input
+alone, and equals what plain transformers eager attention (`output_attentions=True`) gives that input alone — for the
+default model `selfattn.reference` in float64 (`truth.stages`) — never the explainer's own path. The explain of the
+tutorial sentence makes one forward pass for text and controls; the held numbers on the control are those of the control
+alone."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from selfattn.explainer.analysis import held
+from selfattn.explainer.analysis import held, word_relations
 from selfattn.explainer.analysis.word_relations import word_links, word_pieces
 from selfattn.explainer.capture.cache import TraceCache
 from selfattn.explainer.capture.interventions import Intervention
@@ -177,17 +177,19 @@ def _independent(name: str, ex: Explainer, eager, ids: list[int]) -> list[np.nda
 def test_each_input_of_the_one_pass_is_its_trace_alone_and_eager_attention(any_model):
     name, ex, eager = any_model
     with _passes(ex.model) as seen:
-        trace, control = ex.trace_pair(TEXT)
-    assert control is not None
+        trace, controls = ex.trace_with_controls(TEXT)
+    assert controls
+    control = controls[0]
     ids, c_ids = _ids(ex, TEXT), _ids(ex, control.pieces.text)
-    assert len(c_ids) > len(ids)  # the text is the padded row
-    assert [s.shape for s in seen] == [torch.Size([2, len(c_ids)])]  # one forward pass, both rows
-    assert seen[0][0, : len(ids)].tolist() == ids and seen[0][1].tolist() == c_ids
+    every = [ids] + [_ids(ex, c.pieces.text) for c in controls]
+    assert len(c_ids) > len(ids)  # the text is a padded row
+    assert [s.shape for s in seen] == [torch.Size([len(every), max(map(len, every))])]  # one forward pass, every row
+    assert all(seen[0][i, : len(row)].tolist() == row for i, row in enumerate(every))
     assert control.pieces.text == held.control_of(trace.pieces, ex.user_words, ex.knows).text
     with _passes(ex.model) as alone_passes:
-        alone = ex.trace(TEXT), ex.trace(control.pieces.text)
-    assert [s.shape[0] for s in alone_passes] == [1, 1]
-    for got, want in zip((trace, control), alone, strict=True):
+        alone = [ex.trace(TEXT)] + [ex.trace(c.pieces.text) for c in controls]
+    assert [s.shape[0] for s in alone_passes] == [1] * len(every)
+    for got, want in zip([trace, *controls], alone, strict=True):
         _same_trace(got, want)
     for got, row in ((trace, ids), (control, c_ids)):  # the independent check: each input run alone elsewhere
         want = _independent(name, ex, eager, row)
@@ -216,47 +218,52 @@ def test_an_intervention_applies_to_both_rows_as_to_each_alone(kind, applied):
     name, ex, _ = kind
     if name == "bert" and "no_causal" in applied.applied:
         with pytest.raises(ValueError, match="no causal mask to switch off"):
-            ex.trace_pair(TEXT, applied)
+            ex.trace_with_controls(TEXT, applied)
         return
-    trace, control = ex.trace_pair(TEXT, applied)
-    assert control is not None
+    trace, controls = ex.trace_with_controls(TEXT, applied)
+    assert controls
     _same_trace(trace, ex.trace(TEXT, applied))
-    _same_trace(control, ex.trace(control.pieces.text, applied))
-    assert trace.intervention == control.intervention == applied
+    for control in controls:
+        _same_trace(control, ex.trace(control.pieces.text, applied))
+        assert trace.intervention == control.intervention == applied
 
 
 def test_the_explain_of_the_tutorial_runs_text_and_control_in_one_pass(default):
     cache = TraceCache(max_bytes=64 << 20)
     default.probe(cache=cache)  # the probe's own pass, before passes are counted
     ids, c_ids = _ids(default, TEXT), _ids(default, DEFAULT_CONTROL)
+    others = default.control_texts(default.trace(TEXT).pieces)
+    assert others[0] == DEFAULT_CONTROL and len(others) == word_relations.MAX_CONTRASTS
+    every = [ids] + [_ids(default, t) for t in others]
     with _passes(default.model) as seen:
         doc = default.explain(TEXT, cache=cache)
-    assert [s.shape for s in seen] == [torch.Size([2, len(c_ids)])]
-    assert seen[0][0, : len(ids)].tolist() == ids and seen[0][1].tolist() == c_ids
+    assert [s.shape for s in seen] == [torch.Size([len(every), max(map(len, every))])]
+    assert all(seen[0][i, : len(row)].tolist() == row for i, row in enumerate(every))
     assert doc["descriptions"][0][3]["relation"] == "verb>noun"
-    with _passes(default.model) as again:  # either text alone is read back from the cache
+    with _passes(default.model) as again:  # each text alone is read back from the cache
         text, control = default.trace(TEXT, cache=cache), default.trace(DEFAULT_CONTROL, cache=cache)
-    assert again == [] and len(text.tokens) == len(ids) and len(control.tokens) == len(c_ids)
-    with _passes(default.model) as uncached:  # no cache: the pair and the probe, two passes
+        rest = [default.trace(t, cache=cache) for t in others[1:]]
+    assert again == [] and len(text.tokens) == len(ids) and len(control.tokens) == len(c_ids) and len(rest) == 7
+    with _passes(default.model) as uncached:  # no cache: the batch and the probe, two passes
         default.explain(TEXT)
-    assert sorted(s.shape[0] for s in uncached) == [1, 2]
+    assert sorted(s.shape[0] for s in uncached) == [1, len(every)]
 
 
 def test_a_held_text_runs_its_control_alone_and_a_held_pair_runs_nothing(tiny):
     cache = TraceCache(max_bytes=64 << 20)
     tiny.trace(TEXT, cache=cache)  # the text alone, as a baseline or an earlier request keeps it
     with _passes(tiny.model) as seen:
-        trace, control = tiny.trace_pair(TEXT, cache=cache)
-    assert control is not None and [s.shape[0] for s in seen] == [1]  # the control alone: the text was held
+        trace, controls = tiny.trace_with_controls(TEXT, cache=cache)
+    assert controls and [s.shape[0] for s in seen] == [len(controls)]  # the controls alone: the text was held
     with _passes(tiny.model) as seen:
-        again = tiny.trace_pair(TEXT, cache=cache)
-    assert seen == [] and again[0] is trace and again[1] is control
+        again = tiny.trace_with_controls(TEXT, cache=cache)
+    assert seen == [] and again[0] is trace and all(a is b for a, b in zip(again[1], controls, strict=True))
 
 
-def _control_numbers(weights: np.ndarray, words, spans, relation: str, seen) -> tuple[float, float]:
+def _control_numbers(weights: np.ndarray, words, spans, relation: str, seen, sees) -> tuple[float, float]:
     """(weight, chance) of `relation` on one sentence from one head's independent weights (L, L): the mean over
     its links of the weight the query word's last piece puts on every piece of the key words, and of the share
-    uniform attention over the keys it sees (seen(q): how many) would give them."""
+    uniform attention over the keys it sees (seen(q): how many; sees(q, k): whether it sees k) would give them."""
     pieces = word_pieces(words, spans)
     weight, chance = [], []
     for link in word_links(words):
@@ -265,27 +272,28 @@ def _control_numbers(weights: np.ndarray, words, spans, relation: str, seen) -> 
             continue
         q = pieces[link.query][-1]
         weight.append(weights[q, keys].sum())
-        chance.append(len(keys) / seen(q))
+        chance.append(sum(sees(q, k) for k in keys) / seen(q))
     return float(np.mean(weight)), float(np.mean(chance))
 
 
 def _seen(name: str, length: int):
-    """How many keys query q of a `length`-token input sees, from the model's config: every one (BERT), the
-    causal past, cut to the sliding window (Mistral)."""
+    """(how many keys query q of a `length`-token input sees, whether q sees key k), from the model's config: every
+    one (BERT), the causal past, cut to the sliding window (Mistral)."""
     if name == "bert":
-        return lambda q: length
+        return (lambda q: length), (lambda q, k: True)
     window = models.WINDOW if name == "mistral" else length
-    return lambda q: min(q + 1, window)
+    return (lambda q: min(q + 1, window)), (lambda q, k: 0 <= q - k < window)
 
 
 def test_the_held_numbers_on_the_control_are_those_of_the_control_alone(any_model):
     name, ex, eager = any_model
-    trace, control = ex.trace_pair(TEXT)
-    found = held.held(trace, control, ex.user_words)
+    trace, controls = ex.trace_with_controls(TEXT)
+    control = controls[0]  # the one whose numbers the sentences quote
+    found = held.held(trace, controls, ex.user_words)
     ids = _ids(ex, control.pieces.text)
     want = _independent(name, ex, eager, ids)
     words = held.words_of(control, ex.user_words)
-    seen = _seen(name, len(ids))
+    seen, sees = _seen(name, len(ids))
     checked = 0
     for l, row in enumerate(found):
         for h, per_head in enumerate(row):
@@ -294,7 +302,7 @@ def test_the_held_numbers_on_the_control_are_those_of_the_control_alone(any_mode
                 if c is None:
                     continue
                 assert c["pair_weight"] == pytest.approx(want[l][h][c["query"], c["key"]], abs=TOL["float32"])
-                weight, chance = _control_numbers(want[l][h], words, control.pieces.spans, relation, seen)
+                weight, chance = _control_numbers(want[l][h], words, control.pieces.spans, relation, seen, sees)
                 assert c["weight"] == pytest.approx(weight, abs=TOL["float32"]), (l, h, relation)
                 assert c["chance"] == pytest.approx(chance, abs=TOL["float64"]), (l, h, relation)
                 checked += 1
@@ -320,8 +328,8 @@ def test_a_control_longer_than_the_model_reads_is_skipped(tiny):
     n = len(_ids(tiny, TEXT))
     short = dataclasses.replace(tiny, max_len=n)  # reads the text, not its longer control
     with _passes(short.model) as seen:
-        trace, control = short.trace_pair(TEXT)
-    assert control is None and short.control(trace) is None and [s.shape[0] for s in seen] == [1]
+        trace, controls = short.trace_with_controls(TEXT)
+    assert controls == [] and short.controls(trace) == [] and [s.shape[0] for s in seen] == [1]
     doc = short.explain(TEXT)
     assert doc["tokens"] == trace.tokens
 
@@ -397,8 +405,7 @@ def test_a_model_that_cannot_be_cut_per_input_runs_each_sentence_alone(tiny):
     c_tokens, c_ids, _ = rows.tokenize(TEXT + "。")
     with pytest.raises(Unbatchable, match=r"call 0 has B=1, Lq=\d+"):
         capture_batch(rows.model, [(ids, tokens, kwargs), (c_ids, c_tokens, kwargs)])
-    trace, control = rows.trace_pair(TEXT)  # two passes instead, each the sentence alone
-    assert control is not None
+    trace, (control, *_) = rows.trace_with_controls(TEXT)  # a pass each instead, each sentence alone
     _same_trace(trace, tiny.trace(TEXT))
     _same_trace(control, tiny.trace(control.pieces.text))
 
@@ -435,9 +442,11 @@ def test_the_batch_on_the_real_smollm2_gguf():
     folder = _smollm2_folder()
     ex = Explainer.load(folder / SMOLLM2_GGUF)
     with _passes(ex.model) as seen:
-        trace, control = ex.trace_pair(TEXT)
-    assert control is not None and control.pieces.text == "一只蓝色的怪兽慢慢地走进了森林"
-    assert [s.shape for s in seen] == [torch.Size([2, len(control.tokens)])] and len(trace.tokens) < len(control.tokens)
+        trace, controls = ex.trace_with_controls(TEXT)
+    control = controls[0]
+    assert control.pieces.text == "一只蓝色的怪兽慢慢地走进了森林" and len(controls) == word_relations.MAX_CONTRASTS
+    longest = max(len(c.tokens) for c in controls)
+    assert [s.shape for s in seen] == [torch.Size([1 + len(controls), longest])] and len(trace.tokens) < longest
     # 30 layers: the batch's GEMMs (projections, MLPs) round otherwise than one input's, and 30 layers carry that
     # to ~1e-5 of the numbers' scale: the table's tolerance for a real model against itself batched
     _same_trace(trace, ex.trace(TEXT), TOL["float32_real_model"])

@@ -59,10 +59,11 @@ def test_a_planted_previous_token_head_is_described_as_one_never_as_a_relation(p
     assert not d.get("link_credited") and "relation" not in d["types"]
     assert "看前一个词" in d["text"]["zh"] and "looks at the previous word" in d["text"]["en"]
     assert "在这句里恰好也是" in d["text"]["zh"]
-    # the share it states: the weight on the previous word, over the words of the text and of the control
+    # the share it states: the weight on the previous word, over the words of the text and of its controls
     shares, chances = [], []
-    control = planted.control(planted.trace(TEXT)).pieces.text  # the fillers the tiny vocabulary knows
-    for text in (TEXT, control):
+    controls = [c.pieces.text for c in planted.controls(planted.trace(TEXT))]  # the words the tiny vocabulary knows
+    assert controls  # the control (the tiny vocabulary knows no other scene: no contrast sentence)
+    for text in (TEXT, *controls):
         w = truth.stages(planted.model, _ids(planted, text), 0, 0)["weights"]
         for q, before in _previous_word_rows(planted, text):
             shares.append(sum(w[q, k] for k in before))
@@ -189,7 +190,7 @@ def test_the_control_names_the_fillers_the_model_does_not_know(default):
     ctrl = control_of(trace, default.user_words, default.knows)
     assert ctrl.text == DEFAULT_CONTROL and ctrl.unknown == ("的",)
     assert [w for w in ("在", "这个") if w not in tokenizer.tokens] == []
-    found = held_of(trace, default.trace(ctrl.text), default.user_words)
+    found = held_of(trace, [default.trace(ctrl.text)], default.user_words)
     c = found[0][3]["relations"]["noun>qm+colour"]["control"]
     assert c["between"] == "的" and c["between_unknown"] == ["的"]
     from selfattn.explainer.views.head_words import _kept

@@ -10,7 +10,8 @@ from tests.explainer.tiny import tiny_explainer
 LINK_INSIDE = "一只蓝色怪兽走进森林。它在森林里睡觉。"
 """On the tiny model the shown head's sentence names 怪兽 → 蓝色 (position 3 of 20): a row with later keys."""
 LINK_LAST = "一只蓝色怪兽走进森林"
-"""…and here 森林 → 怪兽, from the last token, which sees every key."""
+"""…and here L1H1's 森林 → 怪兽, from the last token, which sees every key (its strongest link, not measurable on
+one control sentence: the tiny vocabulary makes no contrast sentence)."""
 
 
 def _described(doc):
@@ -33,9 +34,10 @@ def test_the_opened_row_is_the_described_links_query():
 
 
 def test_a_link_from_the_last_token_opens_the_middle_row_and_says_why():
-    doc = tiny_explainer().explain(LINK_LAST)
+    doc = tiny_explainer().explain(LINK_LAST, layer=1, head=1)
     d, L = _described(doc), len(doc["tokens"])
     assert d["query"] == L - 1  # the described link starts at the last token, whose row has no masked key
+    assert "fewer than 8), not measurable" in d["text"]["en"] and "测不出" in d["text"]["zh"]
     middle = (L - 1) // 2
     opened = doc["opened"]
     assert opened["row"] == middle and opened["hidden"] == L - 1 - middle

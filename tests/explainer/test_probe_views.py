@@ -85,7 +85,7 @@ def test_a_probe_only_type_is_the_same_label_in_every_view(planted, monkeypatch,
 def test_the_probe_runs_once_per_cache_whatever_the_text(planted):
     ex, _ = planted
     other = "两条红色鱼游进大海"
-    control = ex.control(ex.trace(other))  # whether it has a control sentence, before passes are counted
+    control = ex.controls(ex.trace(other))  # whether it has control sentences, before passes are counted
     passes = []
     hook = ex.model.register_forward_hook(lambda *_: passes.append(1))
     try:
@@ -95,7 +95,7 @@ def test_the_probe_runs_once_per_cache_whatever_the_text(planted):
         ex.explain(TEXT, cache=cache)
         assert len(passes) == first  # the text, its control and the probe all read back
         ex.explain(other, cache=cache)
-        assert control is not None and len(passes) - first == 1  # the new text and its control: one batch; no probe
+        assert control and len(passes) - first == 1  # the new text and its controls: one batch; no probe
         without = len(passes)
         ex.explain(TEXT)  # no cache: the text, its control and the probe again
         assert len(passes) - without == first

@@ -203,7 +203,7 @@ def test_relations_on_smollm2_are_held_against_the_control_with_eager_numbers(mo
     control = ex.trace(ctrl.text)
     att = _attentions(eager, [int(i) for i in ex.tokenize(TUTORIAL)[1]])
     att_c = _attentions(eager, [int(i) for i in ex.tokenize(ctrl.text)[1]])
-    found = held.held(trace, control)
+    found = held.held(trace, [control])
     assert {"noun>qm+colour", "verb>noun", "place>verb+noun"} <= set(found[0][0]["relations"])
     for l, row in enumerate(found):
         for h, per_head in enumerate(row):
@@ -233,7 +233,7 @@ def test_a_relation_whose_key_is_the_first_token_must_beat_the_heads_first_token
     trace = ex.trace(TUTORIAL)
     control = ex.trace(held.control_of(trace).text)
     att_c = _attentions(eager, [int(i) for i in ex.tokenize(control.pieces.text)[1]])
-    found = held.held(trace, control)
+    found = held.held(trace, [control])
     r = found[18][6]["relations"]["noun>qm+colour"]
     c = r["control"]
     L = att_c[18].shape[-1]

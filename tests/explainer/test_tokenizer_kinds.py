@@ -100,8 +100,9 @@ def test_roles_reach_every_piece_and_the_relations_are_eager_attentions(kind, te
         assert inside and all(per_piece[i] == w.role for i in inside), (w, inside)
     assert any(len([1 for s, e in spans if s >= 0 and e > s and w.start <= s < w.end]) > 1 for w in words)
     # the tutorial's relations, on the pieces, with the weights of plain eager attention
-    control = ex.control(trace)
-    found = held.held(trace, control, ex.user_words)
+    controls = ex.controls(trace)  # the control first, then the contrast sentences
+    found = held.held(trace, controls, ex.user_words)
+    control = controls[0] if controls else None
     names = set(found[0][0]["relations"])
     assert {"noun>qm+colour", "verb>noun", "place>verb+noun"} <= names, names
     att = _eager(eager, ids)

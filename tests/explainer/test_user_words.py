@@ -52,8 +52,8 @@ def test_the_explainer_reads_its_user_words_before_the_tagger():
     trace = ex.trace(TEXT)
     words = held.words_of(trace, ex.user_words)
     assert [(w.text, w.role) for w in words][3] == ("跑进", "verb")
-    ctrl = ex.control(trace)
-    assert ctrl is not None and "跑进" in [w.text for w in held.control_of(trace, ex.user_words).words]
+    ctrl = ex.controls(trace)
+    assert ctrl and "跑进" in [w.text for w in held.control_of(trace, ex.user_words).words]
     doc = selfattn.explain(TEXT, model=tiny_explainer(), user_words={"跑进": "verb"})
     assert doc.explainer.user_words == {"跑进": "verb"}
     # the relations measured are the user's words': verb → noun reads 跑进's query, the last piece of 跑进

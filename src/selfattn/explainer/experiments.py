@@ -95,7 +95,7 @@ def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, 
     if text is not None:
         shown = explainer.trace(text, cache=cache)
         described = describe(
-            shown, summary.summaries(shown), explainer.control(shown, cache=cache), on_probe, explainer.user_words
+            shown, summary.summaries(shown), explainer.controls(shown, cache=cache), on_probe, explainer.user_words
         )
     out = _taxonomy.merge(on_probe, described)
     bos = probe_bos(explainer)

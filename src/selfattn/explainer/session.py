@@ -18,6 +18,7 @@ attributes set on the model, so one Explainer may serve several requests at once
 
 from __future__ import annotations
 
+import functools
 import os
 import unicodedata
 from collections.abc import Callable
@@ -191,46 +192,53 @@ class Explainer:
 
         return run() if cache is None else cache.get((text, intervention), run)
 
-    def trace_pair(
+    def trace_with_controls(
         self, text: str, intervention: Intervention | None = None, *, cache: TraceCache | None = None
-    ) -> tuple[ModelTrace, ModelTrace | None]:
-        """(the trace of `text`, the trace of its control sentence or None): both from ONE forward pass, a batch
-        of two (`capture.trace.capture_batch`: each trace equals that sentence's alone; two passes for a model it
-        cannot cut per input, `Unbatchable`), the control found from the text's pieces before it (`control_text`).
-        With `cache`, each is kept under its own (text, intervention) key, so a later `trace` of either reads it
-        back; one already held is not run again (the other then runs alone; where only the control is held, the
-        pair runs and the kept control stays)."""
+    ) -> tuple[ModelTrace, list[ModelTrace]]:
+        """(the trace of `text`, the traces of its control and contrast sentences, `control_texts`): all from ONE
+        forward pass, a batch (`capture.trace.capture_batch`: each trace equals that sentence's alone; a pass each
+        for a model it cannot cut per input, `Unbatchable`), the sentences found from the text's pieces before it.
+        With `cache`, each is kept under its own (text, intervention) key, so a later `trace` of any reads it back;
+        when every one is held, none runs again; else the batch runs and the ones held stay (`_batch`)."""
         intervention = self._intervention(intervention)
         text = check_text(text)
         cut = self._cut(text)
-        other = self.control_text(cut[3])
-        if other is None:  # the text alone, from the cut made here (not cut again)
-            return self._alone(text, lambda: cut, intervention, cache), None
-        c_cut = self._cut(check_text(other))
-        ran: list[ModelTrace] = []
+        others = self.control_texts(cut[3])
+        if not others:  # the text alone, from the cut made here (not cut again)
+            return self._alone(text, lambda: cut, intervention, cache), []
+        traces = self._batch([text, *others], {text: cut}, intervention, cache)
+        return traces[0], traces[1:]
 
-        def both() -> ModelTrace:
-            try:
-                ran.extend(self._traced([cut, c_cut], intervention))
-            except Unbatchable:  # a model whose calls cannot be cut per input: each sentence alone
-                ran.extend([self._traced([cut], intervention)[0], self._traced([c_cut], intervention)[0]])
-            return ran[0]
+    def _batch(self, texts: list[str], cut: dict, intervention: Intervention, cache: TraceCache | None):
+        """The traces of `texts` (checked): the ones `cache` does not hold from one forward pass (a pass each for
+        a model that is `Unbatchable`), the others read back; cut: the texts already cut ({text: `_cut`'s})."""
+        missing = [t for t in texts if cache is None or not cache.holds((t, intervention))]
+        ran: dict[str, ModelTrace] = {}
 
-        def control() -> ModelTrace:
-            return ran[1] if ran else self._traced([c_cut], intervention)[0]
+        def run(text: str) -> ModelTrace:
+            if text not in ran:  # the batch of every missing one, or this one alone if it went missing since
+                todo = [t for t in missing if t not in ran] if text in missing else [text]
+                cuts = [cut[t] if t in cut else self._cut(check_text(t)) for t in todo]
+                try:
+                    traces = self._traced(cuts, intervention)
+                except Unbatchable:  # a model whose calls cannot be cut per input: each sentence alone
+                    traces = [self._traced([c], intervention)[0] for c in cuts]
+                ran.update(zip(todo, traces, strict=True))
+            return ran[text]
 
         if cache is None:
-            return both(), control()
-        return cache.get((text, intervention), both), cache.get((other, intervention), control)
+            return [run(t) for t in texts]
+        return [cache.get((t, intervention), functools.partial(run, t)) for t in texts]
 
-    def control_text(self, pieces: P.Pieces) -> str | None:
-        """The control sentence of a text from its pieces (`analysis.held.control_of`, its fillers the first
-        ones this tokenizer knows: `knows`), or None (no relation adjacent, no roles, or the control longer
-        than the model reads)."""
-        ctrl = held.control_of(pieces, self.user_words, self.knows)
-        if ctrl is None or len(self.tokenize(ctrl.text)[1]) > self.max_len:
-            return None
-        return ctrl.text
+    def control_texts(self, pieces: P.Pieces) -> list[str]:
+        """The control and contrast sentences of a text from its pieces (`analysis.held.contrasts_of`, their words
+        and fillers ones this tokenizer knows: `knows`), each no longer than the model reads; [] where the text
+        has no relation (no roles)."""
+        return [
+            c.text
+            for c in held.contrasts_of(pieces, self.user_words, self.knows)
+            if len(self.tokenize(c.text)[1]) <= self.max_len
+        ]
 
     def _intervention(self, intervention: Intervention | None) -> Intervention:
         intervention = Intervention() if intervention is None else intervention
@@ -294,10 +302,10 @@ class Explainer:
                  baseline of an experiment costs no pass when the text was shown before
         lang     "zh" | "en": the language the views of this dict speak (doc["lang"]; None leaves it out)"""
         intervention = Intervention() if intervention is None else intervention
-        trace, control = self.trace_pair(text, intervention, cache=cache)  # one forward pass for both
+        trace, controls = self.trace_with_controls(text, intervention, cache=cache)  # one forward pass for all
         assert trace.pieces is not None  # attached by every trace of this explainer
         table, thumbs = summary.scan(trace)
-        described = describe(trace, table, control, self.probe(cache=cache), self.user_words)
+        described = describe(trace, table, controls, self.probe(cache=cache), self.user_words)
         *shown, why = experiment.opened(intervention, layer, head, ablate)
         selected = self.select(trace, table, described, *shown)
         if why is not None and selected["rule"] is None:  # shown because it was changed or ablated
@@ -340,12 +348,12 @@ class Explainer:
             doc["experiment"] |= compared | {"text": experiment_words.sentences(compared, trace.tokens)}
         return doc | extra
 
-    def control(self, trace: ModelTrace, intervention: Intervention | None = None, *, cache=None):
-        """The trace of the text's control sentence (`control_text` of its pieces) on this model, or None (no
-        relation adjacent, no roles, or the control too long for the model). A forward pass of its own, or none
-        when `cache` holds it (`explain` runs it with the text: `trace_pair`)."""
-        other = None if trace.pieces is None else self.control_text(trace.pieces)
-        return None if other is None else self.trace(other, intervention, cache=cache)
+    def controls(self, trace: ModelTrace, intervention: Intervention | None = None, *, cache=None):
+        """The traces of the text's control and contrast sentences (`control_texts` of its pieces) on this model:
+        [] where it has none. One forward pass, a batch, or none when `cache` holds them (`explain` runs them with
+        the text: `trace_with_controls`)."""
+        others = [] if trace.pieces is None else self.control_texts(trace.pieces)
+        return self._batch(others, {}, self._intervention(intervention), cache) if others else []
 
     def probe(self, *, cache=None) -> list[list[dict]] | None:
         """Every head's measures on the induction probe (`probe.probe_measures`: 30 random ordinary tokens twice,

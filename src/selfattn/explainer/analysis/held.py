@@ -6,34 +6,45 @@ relation survives what a previous-word, self or first-token head would give.
     control_of(pieces, user_words=(), known=None) -> `word_relations.Control` | None: the control sentence to run
                                         beside the text, from the text's pieces alone (or a trace holding them):
                                         known before the forward pass, so the two run as one batch
-    held(trace, control_trace, user_words=()) -> [layer][head] {previous_word, relations {name: {…}}}
+    contrasts_of(pieces, user_words=(), known=None) -> [Control]: the control first (where one is needed), then
+                                        contrast sentences of the same shape with other words of each role, as
+                                        many as give each relation MIN_ROWS rows apart from the previous word
+    held(trace, controls, user_words=()) -> [layer][head] {previous_word, relations {name: {…}}}
 
 In 一只蓝色怪兽走进森林 every link the tutorial draws is also "the previous word" (走进→怪兽: 怪兽 is the word
 before 走进), so the text alone cannot tell a grammar head from a previous-word head. The control sentence
 (`word_relations.control`: 一只蓝色的怪兽慢慢地走进了森林) keeps the words and relations but puts a word between
-each adjacent pair; the caller runs it on the same model with the same intervention (`Explainer.trace_pair`: in
-the text's own forward pass, as a batch of two) and passes its trace.
+each adjacent pair. A relation is a statistic like any head type: it is credited only on MIN_ROWS rows or more, by
+the same test against uniform attention (`chance.against_chance`), and one sentence holds one or two links of it;
+so the contrast sentences (`word_relations.contrasts`: 一只蓝色的猫慢慢地走进了城堡, 两只红色的兔子…) keep the
+text's shape and relations with other words of each role, until every relation has MIN_ROWS rows where its key
+is not the previous word. The caller runs them on the same model with the same intervention
+(`Explainer.trace_with_controls`: in the text's own forward pass, one batch) and passes their traces.
 
 Per head, measured on the words (a word's query is its last piece, which has read all of it; its keys are every
 piece of the key words, `word_relations.piece_links`):
 
     previous_word  the weight each word's query puts on the pieces of the word just before it, over every word
-                   of the text and of the control that has one: {score, chance, rows, p, credited} by
+                   of the text and of its controls that has one: {score, chance, rows, p, credited} by
                    `chance.against_chance` (≥ MIN_ROWS rows) and `head_types.above_chance`
     relations      for each relation the text holds: `heads.relation_weights`' numbers on the text, plus
                    adjacent   whether a key word is the word just before the query word on the text
                    previous   the same query's weight on the previous word, on the text
-                   control    the relation on the control: {weight, chance, previous, self, first (where a key
-                              is the first token itself: the head's mean weight on it from the other rows, what a
-                              first-token head would give the key anyway), between
-                              (the text between the pair's words), between_unknown (its words the model reads as
-                              <unk>), query, key, pair_weight, pair_chance} or None
-                   held       credited: above chance on the text (`heads.link_credited`), and on the sentence
-                              where the key is not the previous word (the control when adjacent, else the text)
-                              still above chance and above the weight on the previous word, on the query itself
-                              and on the first token; where a key is the first token itself, never for a head
-                              that gives the first token CREDIT_MIN or more from the other rows (a first-token
-                              head: SmolLM2's L18H6 gives 一, token 0, 94 % from every row, 98 % from 兽)
+                   control    the relation on the control sentence (what the sentences quote): {weight, chance,
+                              previous, self, first (where a key is the first token itself: the head's mean
+                              weight on it from the other rows, what a first-token head would give the key
+                              anyway), between (the text between the pair's words), between_unknown (its words
+                              the model reads as <unk>), query, key, pair_weight, pair_chance} or None
+                   test       the relation pooled over every row where its key is not the previous word (the
+                              text's links apart from it, every link of every control): {weight, chance, previous,
+                              self, first, first_is_key, rows, p, credited, sentences} (`chance.against_chance`)
+                   measurable whether the test has MIN_ROWS rows (else the views say "not measurable")
+                   held       credited: above chance on the text (`heads.link_credited`), and on the test's rows
+                              measurable, p < ALPHA, above chance by the share rule and above the weight on the
+                              previous word, on the query itself and on the first token; where a key is the first
+                              token itself, never for a head that gives the first token CREDIT_MIN or more from the
+                              other rows (a first-token head: SmolLM2's L18H6 gives 一, token 0, 94 % from every
+                              row, 98 % from 兽)
                    explained  "previous" when it was above chance on the text but the control shows the weight
                               follows the previous word instead (the head's previous_word credited), "first" when
                               the key is the first token and the head parks there anyway, else None
@@ -42,6 +53,7 @@ piece of the key words, `word_relations.piece_links`):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -52,12 +64,12 @@ from .heads import link_credited, relation_weights
 from .relations import Link
 from .relations import links as corpus_links
 from .roles import Word, word_roles
-from .word_relations import Control, WordLink, control, piece_links, word_links, word_pieces
+from .word_relations import Control, WordLink, contrasts, control, piece_links, word_links, word_pieces
 
 if TYPE_CHECKING:
     from ..pieces import Pieces
 
-__all__ = ["words_of", "control_of", "text_links", "held", "credited", "word_types"]
+__all__ = ["words_of", "control_of", "contrasts_of", "text_links", "held", "credited", "word_types"]
 
 CLAUSE2 = "clause2>clause1"
 """The one relation read from the corpus grammar's tokens (`relations.links`), not from the tagger's roles."""
@@ -88,6 +100,18 @@ def control_of(source: ModelTrace | Pieces | None, user_words: UserWords = (), k
     return control(words, pieces.text, user_words, known) if words else None
 
 
+def contrasts_of(source: ModelTrace | Pieces | None, user_words: UserWords = (), known=None) -> list[Control]:
+    """The sentences a text's relations are measured on beside it (`word_relations.contrasts`: the control first,
+    where the text has one, then sentences of its shape with other words of each role, until every relation has
+    MIN_ROWS rows whose key is not the previous word); [] without pieces, roles or relations. source, known:
+    `control_of`'s."""
+    pieces = source.pieces if isinstance(source, ModelTrace) else source
+    if pieces is None:
+        return []
+    words = word_roles(pieces.text, user_words)
+    return contrasts(words, pieces.text, user_words, known) if words else []
+
+
 def text_links(trace: ModelTrace, words: Sequence[Word] | None = None) -> list[Link]:
     """The relations on the trace's pieces from its words' roles (`word_relations.piece_links`)."""
     words = words_of(trace) if words is None else words
@@ -108,18 +132,22 @@ def _word_rows(trace: ModelTrace, words: Sequence[Word]) -> tuple[list[int], lis
     return queries, before, own
 
 
+def _stacked(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """(ΣR, max L) the (R, L) arrays of sentences of several lengths one under another, each padded on the right
+    with 0 / False (a key no row sees)."""
+    out = np.zeros((sum(a.shape[0] for a in arrays), max(a.shape[1] for a in arrays)), dtype=arrays[0].dtype)
+    at = 0
+    for a in arrays:
+        out[at : at + a.shape[0], : a.shape[1]] = a
+        at += a.shape[0]
+    return out
+
+
 def _previous_word(rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict:
     """{score, chance, rows, p, credited} of the previous-word pattern over (weights, targets, visible) rows."""
     if not rows:
         return {"score": None, "chance": None, "rows": 0, "p": None, "credited": False}
-    width = max(w.shape[1] for w, _, _ in rows)
-
-    def pad(a: np.ndarray, fill) -> np.ndarray:
-        return np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=fill)
-
-    w = np.concatenate([pad(w, 0.0) for w, _, _ in rows])
-    t = np.concatenate([pad(t, False) for _, t, _ in rows])
-    v = np.concatenate([pad(v, False) for _, _, v in rows])
+    w, t, v = (_stacked([r[i] for r in rows]) for i in range(3))
     share = (w * t).sum(1)
     uniform = t.sum(1) / np.maximum(v.sum(1), 1)
     score, base = float(share.mean()), float(uniform.mean())
@@ -128,10 +156,25 @@ def _previous_word(rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dic
     return {"score": score, "chance": base, "rows": ev.rows, "p": ev.p, "credited": bool(credited)}
 
 
-def _rows_of(layer, h: int, queries: list[int], before: list[list[int]]):
-    """(weights (R, L), previous-word targets (R, L), visible (R, L)) of one head at those query pieces."""
-    w = layer.stages(h, queries, weighted=False)["weights"].numpy()
-    vis = layer.head_rule(h)[2][queries].numpy().astype(bool)
+def _layer_weights(layer) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(every head's weights (H, L, L) float64, each head's visibility (L, L) bool) of one layer: the heads an
+    intervention left alone computed together (`LayerTrace.weights`), the others each by its own rule. `held` reads
+    every row it measures from these, one layer at a time."""
+    plain = [h for h in range(layer.n_heads) if h not in layer.changed]
+    w = np.zeros((layer.n_heads, layer.length, layer.length))
+    if plain:
+        w[plain] = layer.weights(plain).numpy()
+    for h in layer.changed:
+        w[h] = layer.stages(h, weighted=False)["weights"].numpy()
+    shared = layer.visible.numpy().astype(bool)
+    vis = [shared if h not in layer.changed else layer.head_rule(h)[2].numpy().astype(bool) for h in range(len(w))]
+    return w, vis
+
+
+def _rows_of(head: tuple[np.ndarray, np.ndarray], queries: list[int], before: list[list[int]]):
+    """(weights (R, L), previous-word targets (R, L), visible (R, L)) of one head ((weights, visible), each (L, L))
+    at those query pieces."""
+    w, vis = head[0][queries], head[1][queries]
     t = np.zeros_like(vis)
     for r, keys in enumerate(before):
         t[r, keys] = True
@@ -152,45 +195,71 @@ def _unknown_spans(trace: ModelTrace) -> list[tuple[int, int]]:
     return [span for span, u in zip(trace.pieces.spans, trace.pieces.unknown, strict=True) if u and span[0] >= 0]
 
 
+@dataclass(frozen=True)
+class _Sentence:
+    """One sentence a relation is measured on (the text, the control, a contrast): its trace, tagged words, their
+    links and pieces, its text and its unknown pieces' spans."""
+
+    trace: ModelTrace
+    words: list[Word]
+    links: list[WordLink]
+    pieces: list[list[int]]
+    text: str
+    unknown: list[tuple[int, int]]
+
+
+def _sentence(trace: ModelTrace, user_words: UserWords) -> _Sentence:
+    words = words_of(trace, user_words)
+    pieces = word_pieces(words, trace.pieces.spans) if words and trace.pieces is not None else []
+    text = trace.pieces.text if trace.pieces is not None else ""
+    return _Sentence(trace, words, word_links(words), pieces, text, _unknown_spans(trace))
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One measured row of a relation: the query piece, the key pieces, and the pieces a simpler head would look
+    at instead (the word before the query word, the query word itself)."""
+
+    query: int
+    keys: list[int]
+    previous: list[int]
+    own: list[int]
+
+
+def _word_rows_of(s: _Sentence, name: str, apart: bool) -> list[_Row]:
+    """The rows of relation `name` on a sentence's words (apart: only links whose keys hold not the word just
+    before the query word)."""
+    out = []
+    for link, q, keys in _by_word(s.links, s.pieces, name):
+        if q and keys and not (apart and link.query - 1 in link.keys):
+            out.append(_Row(q[-1], keys, s.pieces[link.query - 1] if link.query >= 1 else [], q))
+    return out
+
+
 def _on_sentence(
-    layer, h: int, found, words: Sequence[Word], pieces: list[list[int]], text: str, unknown=()
+    head: tuple[np.ndarray, np.ndarray], found, words: Sequence[Word], pieces: list[list[int]], text: str, unknown=()
 ) -> dict | None:
     """A relation's numbers on one sentence: weight on the keys, chance, and the competing weights (the previous
     word, the query word itself, the first token), the largest link's pair; None when no link has pieces.
-    unknown: the spans of the sentence's unknown pieces (`between_unknown`: the words between the pair read as
-    <unk>)."""
+    head: the head's (weights, visible) on the sentence, each (L, L); unknown: the spans of the sentence's unknown
+    pieces (`between_unknown`: the words between the pair read as <unk>)."""
     found = [(link, q, k) for link, q, k in found if q and k]
     if not found:
         return None
-    qs = [q[-1] for _, q, _ in found]
-    w = layer.stages(h, qs, weighted=False)["weights"].numpy()
-    seen = layer.head_rule(h)[2][qs].sum(-1).numpy()
-    habit = None  # the head's weight on the first token from the other rows: what a first-token head gives a key
-    if any(0 in keys for _, _, keys in found):  # that holds it (the key's own rows would count the relation in)
-        others = [i for i in range(1, layer.length) if i not in qs]
-        habit = float(layer.stages(h, others, weighted=False)["weights"][:, 0].mean()) if others else 1.0
-    weight, base, previous, own, first, pairs = [], [], [], [], [], []
-    for r, (link, q, keys) in enumerate(found):
-        prev = pieces[link.query - 1] if link.query >= 1 else []
-        weight.append(float(w[r, keys].sum()))
-        base.append(len(keys) / max(int(seen[r]), 1))
-        previous.append(float(w[r, prev].sum()) if prev else 0.0)
-        own.append(float(w[r, q].sum()))
-        first.append(float(w[r, 0]) if 0 not in keys else cast(float, habit))
+    rows = [_Row(q[-1], k, pieces[link.query - 1] if link.query >= 1 else [], q) for link, q, k in found]
+    m = _tested([(head, rows)])
+    w = head[0][[r.query for r in rows]]
+    seen = head[1][[r.query for r in rows]].sum(-1)
+    pairs = []
+    for r, (link, _, _) in enumerate(found):
         for kw in link.keys:
-            pairs += [(float(w[r, k]), qs[r], k, 1 / max(int(seen[r]), 1), link.query, kw) for k in pieces[kw]]
+            pairs += [(float(w[r, k]), rows[r].query, k, 1 / max(int(seen[r]), 1), link.query, kw) for k in pieces[kw]]
     best = max(pairs, key=lambda p: p[:3])
     lo, hi = words[best[5]].end, words[best[4]].start
     between = text[lo:hi]  # what stands between the pair's words
     unread = [w.text for w in words if lo <= w.start < hi and any(w.start < e and s < w.end for s, e in unknown)]
-    n = len(found)
-    return {
-        "weight": sum(weight) / n,
-        "chance": sum(base) / n,
-        "previous": sum(previous) / n,
-        "self": sum(own) / n,
-        "first": sum(first) / n,
-        "first_is_key": habit is not None,
+    keep = ("weight", "chance", "previous", "self", "first", "first_is_key", "offset")
+    return {k: m[k] for k in keep} | {
         "query": best[1],
         "key": best[2],
         "pair_weight": best[0],
@@ -200,60 +269,135 @@ def _on_sentence(
     }
 
 
+def _tested(parts: Sequence[tuple]) -> dict:
+    """A relation's rows on several sentences [((weights, visible) of the head on it, [_Row])], pooled: the mean weight
+    on the keys and its chance (`chance.against_chance`: rows, p, credited), and what the simpler heads would give on
+    the same rows: the mean weight on the previous word, on the query word itself and on the first token (where a key is
+    the first token itself: the head's mean weight on it from the sentence's other rows, what a first-token head gives
+    the key anyway), and at the same distance back (`_offset_habit`: what a head that looks a fixed distance back
+    gives the keys). {weight, chance, previous, self, first, first_is_key, offset, rows, p, credited, sentences}."""
+    ws, ts, vs, previous, own, first, offset = [], [], [], [], [], [], []
+    first_is_key, sentences = False, 0
+    for head, rows in parts:
+        if not rows:
+            continue
+        sentences += 1
+        qs = [r.query for r in rows]
+        w, vis = head[0][qs], head[1][qs]
+        habit = None
+        if any(0 in r.keys for r in rows):
+            first_is_key = True
+            others = [i for i in range(1, head[0].shape[0]) if i not in qs]
+            habit = float(head[0][others, 0].mean()) if others else 1.0
+        t = np.zeros_like(vis)
+        for i, r in enumerate(rows):
+            t[i, r.keys] = True
+            previous.append(float(w[i, r.previous].sum()) if r.previous else 0.0)
+            own.append(float(w[i, r.own].sum()))
+            first.append(float(w[i, 0]) if 0 not in r.keys else cast(float, habit))
+            offset.append(sum(_offset_habit(head[0], r.query, r.query - k) for k in r.keys))
+        ws.append(w)
+        ts.append(t)
+        vs.append(vis)
+    if not ws:
+        return {"weight": None, "chance": None, "rows": 0, "p": None, "credited": False, "sentences": 0}
+    w, t, v = _stacked(ws), _stacked(ts), _stacked(vs)
+    ev = chance.against_chance(w, t, v)
+    n = len(previous)
+    return {
+        "weight": float((w * (t & v)).sum(1).mean()),
+        "chance": float(((t & v).sum(1) / np.maximum(v.sum(1), 1)).mean()),
+        "previous": sum(previous) / n,
+        "self": sum(own) / n,
+        "first": sum(first) / n,
+        "first_is_key": first_is_key,
+        "offset": sum(offset) / n,
+        "rows": ev.rows,
+        "p": ev.p,
+        "credited": ev.credited,
+        "sentences": sentences,
+    }
+
+
+def _offset_habit(w: np.ndarray, query: int, back: int) -> float:
+    """The head's mean weight (w (L, L)) on the key `back` positions before the query, over the sentence's rows other
+    than `query` that have one: what a head that looks a fixed distance back would give that key anyway (1 for a
+    planted two-back head where the key is two back; the previous token is back = 1)."""
+    diagonal = np.diagonal(w, offset=-back)  # w[i, i − back], i = back … L − 1
+    if diagonal.size <= 1:
+        return 0.0
+    return float((diagonal.sum() - w[query, query - back]) / (diagonal.size - 1))
+
+
 def _beats_simpler(m: dict) -> bool:
     if m["first_is_key"] and m["first"] >= head_types.CREDIT_MIN:  # a first-token head: it gives the key that anyway
         return False
-    return link_credited(m) and m["weight"] > max(m["previous"], m["self"], m["first"])
+    simpler = max(m["previous"], m["self"], m["first"], m.get("offset", 0.0))
+    return link_credited(m) and m["weight"] > simpler
 
 
-def held(trace: ModelTrace, control_trace: ModelTrace | None = None, user_words: UserWords = ()) -> list[list[dict]]:
-    """[layer][head] {previous_word, relations}: the module's doc. `control_trace`: the trace of
-    `control_of(trace, user_words).text` on the same model (None: no control, a relation adjacent on the text is
-    not held); user_words: `words_of`'s."""
+def _held(m: dict) -> bool:
+    """Whether a relation's pooled rows (`_tested`) credit it: at least MIN_ROWS rows, above chance by the test
+    (p < ALPHA) and by the share rule, and above what the previous word, the query itself, the first token and the
+    same distance back get."""
+    return bool(m["credited"]) and m["rows"] >= head_types.MIN_ROWS and _beats_simpler(m)
+
+
+def held(trace: ModelTrace, controls: Sequence[ModelTrace] = (), user_words: UserWords = ()) -> list[list[dict]]:
+    """[layer][head] {previous_word, relations}: the module's doc. `controls`: the traces of
+    `contrasts_of(trace, user_words)`'s sentences on the same model, in that order (the control first where the
+    text has one; none: a relation is measured on the text alone, and one adjacent there is not held);
+    user_words: `words_of`'s."""
+    if isinstance(controls, ModelTrace):
+        raise TypeError("controls must be a sequence of ModelTrace (held(trace, [control])), got one ModelTrace")
     words = words_of(trace, user_words)
     links = word_links(words)
     text = trace.pieces.text if trace.pieces is not None else ""
     pieces = word_pieces(words, trace.pieces.spans) if words and trace.pieces is not None else []
-    adjacent_somewhere = control_trace is not None and control_of(trace, user_words) is not None
-    other = control_trace if adjacent_somewhere else None  # the control's trace, when there is a control
-    c_words = words_of(other, user_words) if other is not None else []  # its own text: whichever fillers it took
-    c_text = other.pieces.text if other is not None and other.pieces is not None else ""
-    c_unknown = _unknown_spans(other) if other is not None else []
-    c_links = word_links(c_words)
-    c_pieces = word_pieces(c_words, other.pieces.spans) if other is not None and other.pieces is not None else []
+    mine_s = _Sentence(trace, words, links, pieces, text, _unknown_spans(trace))
+    others = [_sentence(c, user_words) for c in controls]
+    plain = others[0] if others and control_of(trace, user_words) is not None else None  # the control sentence
     clause2 = [lk for lk in corpus_links(trace.tokens) if lk.relation == CLAUSE2]  # the corpus grammar's own
     on_text = relation_weights(trace, text_links(trace, words) + clause2)
     queries, before, _ = _word_rows(trace, words)
-    c_queries, c_before, _ = _word_rows(other, c_words) if other is not None else ([], [], [])
+    o_rows = [_word_rows(o.trace, o.words) for o in others]
     out = []
     for l, layer in enumerate(trace.layers):
         row = []
+        mine_w = _layer_weights(layer)  # one layer of every sentence at a time: (H, L, L) each
+        other_w = [_layer_weights(o.trace.layers[l]) for o in others]
         for h in range(layer.n_heads):
-            rows = [_rows_of(layer, h, queries, before)] if queries else []
-            if c_queries and other is not None:
-                rows.append(_rows_of(other.layers[l], h, c_queries, c_before))
+            here = (mine_w[0][h], mine_w[1][h])
+            there = [(w[h], v[h]) for w, v in other_w]
+            rows = [_rows_of(here, queries, before)] if queries else []
+            rows += [_rows_of(t, q, b) for t, (q, b, _) in zip(there, o_rows, strict=True) if q]
             prev = _previous_word(rows)
             relations = {}
             for name, r in on_text[l][h].items():
                 mine = [lk for lk in links if lk.relation == name]
                 adjacent = any(lk.query - 1 in lk.keys for lk in mine)
-                text_side = _on_sentence(layer, h, _by_word(links, pieces, name), words, pieces, text)
+                text_side = _on_sentence(here, _by_word(links, pieces, name), words, pieces, text)
                 c = None
-                if other is not None:
-                    found = _by_word(c_links, c_pieces, name)
-                    c = _on_sentence(other.layers[l], h, found, c_words, c_pieces, c_text, c_unknown)
-                judged = c if adjacent else text_side
-                if mine:
-                    ok = link_credited(r) and judged is not None and _beats_simpler(judged)
-                else:  # clause 2 → clause 1: its keys lie a clause back, never the previous word
-                    ok = link_credited(r)
+                if plain is not None:  # others[0]
+                    found = _by_word(plain.links, plain.pieces, name)
+                    c = _on_sentence(there[0], found, plain.words, plain.pieces, plain.text, plain.unknown)
+                if mine:  # measured where its key is not the previous word: the text's links apart, every contrast's
+                    parts = [(here, _word_rows_of(mine_s, name, apart=True))]
+                    parts += [(t, _word_rows_of(o, name, apart=True)) for t, o in zip(there, others, strict=True)]
+                else:  # clause 2 → clause 1: its keys lie a clause back, never the previous word; the text's rows
+                    links2 = [lk for lk in clause2 if lk.relation == name]
+                    parts = [(here, [_Row(lk.query, list(lk.keys), [lk.query - 1], [lk.query]) for lk in links2])]
+                test = _tested(parts)
+                ok = link_credited(r) and _held(test)
                 explained = "previous" if link_credited(r) and not ok and prev["credited"] else None
-                if link_credited(r) and not ok and judged is not None and judged["first_is_key"]:
-                    explained = explained or ("first" if judged["first"] >= head_types.CREDIT_MIN else None)
+                if link_credited(r) and not ok and test["rows"] and test["first_is_key"]:
+                    explained = explained or ("first" if test["first"] >= head_types.CREDIT_MIN else None)
                 relations[name] = r | {
                     "adjacent": adjacent,
                     "previous": text_side["previous"] if text_side else 0.0,
                     "control": c,
+                    "test": test,
+                    "measurable": test["rows"] >= head_types.MIN_ROWS,
                     "held": bool(ok),
                     "explained": explained,
                 }
@@ -264,7 +408,8 @@ def held(trace: ModelTrace, control_trace: ModelTrace | None = None, user_words:
 
 def credited(per_head: dict) -> list[dict]:
     """One head's held relations as `verdicts.verdict` lists them: {relation, score, chance, rows, control,
-    adjacent} (score: the mean weight on the keys, on the text)."""
+    adjacent, tested} (score: the mean weight on the keys, on the text; tested: the pooled test that credits it,
+    {weight, chance, rows, p, sentences})."""
     return [
         {
             "relation": name,
@@ -273,6 +418,7 @@ def credited(per_head: dict) -> list[dict]:
             "rows": r["n"],
             "adjacent": r["adjacent"],
             "control": None if r["control"] is None else r["control"]["weight"],
+            "tested": {k: r["test"][k] for k in ("weight", "chance", "rows", "p", "sentences")},
         }
         for name, r in per_head["relations"].items()
         if r["held"]

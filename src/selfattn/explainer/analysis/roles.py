@@ -34,7 +34,17 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["ROLES", "Word", "word_roles", "given_roles", "piece_roles", "has_roles", "CLAUSE_ENDS"]
+__all__ = [
+    "ROLES",
+    "PRONOUNS",
+    "Word",
+    "word_roles",
+    "in_dictionary",
+    "given_roles",
+    "piece_roles",
+    "has_roles",
+    "CLAUSE_ENDS",
+]
 
 ROLES = ("qm", "colour", "noun", "verb", "place")
 """Every role a word can have, in the walkthrough's order of meanings."""
@@ -48,7 +58,7 @@ _NOUN_TAGS = frozenset({"n", "nr", "nz", "ng", "nrt", "nrfg", "vn"})
 _PLACE_TAGS = frozenset({"s", "ns", "nt"})
 _VERB_TAGS = frozenset({"v", "vd", "vi", "vq", "vg"})
 _PLACE_PREPOSITIONS = frozenset({"在", "到", "从", "向", "往", "进"})
-_PRONOUNS = frozenset({"他", "她", "它", "他们", "她们", "它们"})
+PRONOUNS = frozenset({"他", "她", "它", "他们", "她们", "它们"})
 _COLOUR_CHARS = frozenset("红橙黄绿青蓝紫黑白灰棕粉金银")
 _CHINESE = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 
@@ -78,6 +88,14 @@ def _tagger(user_words: tuple[str, ...]):
     for w in user_words:
         tk.add_word(w, freq=USER_WORD_FREQ)
     return jieba.posseg.POSTokenizer(tk)
+
+
+def in_dictionary(word: str, user_words: Sequence[str] | Mapping[str, str | None] = ()) -> bool:
+    """Whether the tagger's dictionary (jieba's, with `user_words`) holds `word`, so that it keeps it whole where
+    the text allows (jieba's holds 走进 and 潜入, not 跑进 or 游进: it cuts those into 跑 / 进)."""
+    tk = _tagger(tuple(sorted(given_roles(user_words)))).tokenizer
+    tk.check_initialized()
+    return bool(tk.FREQ.get(word))
 
 
 def _is_colour(word: str, tag: str) -> bool:
@@ -138,7 +156,7 @@ def word_roles(text: str, user_words: Sequence[str] | Mapping[str, str | None] =
             seen_verb = True
         elif tag in _PLACE_TAGS or ((seen_verb or after_preposition) and tag in _NOUN_TAGS):
             role = "place"
-        elif tag in _NOUN_TAGS or word in _PRONOUNS:
+        elif tag in _NOUN_TAGS or word in PRONOUNS:
             role = "noun"
         elif tag == "f" and words and words[-1].role == "noun":  # 森林 in 森林里: a place
             words[-1] = Word(words[-1].start, words[-1].end, words[-1].text, words[-1].tag, "place")

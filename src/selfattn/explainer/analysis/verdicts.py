@@ -6,10 +6,10 @@ same label everywhere.
     verdicts(text, probe=None, relations=None)   -> [layer][head] verdict
 
 text, probe  one head's `head_types.measure` on the text and on the induction probe (either may be None)
-words        types measured on the text's words and its control sentence (`held`'s previous_word, as
-             {"previous": …}), since a short sentence has too few pieces for MIN_ROWS but text + control may not
+words        types measured on the words of the text and its control sentences (`held`'s previous_word, as
+             {"previous": …}), since a short sentence has too few pieces for MIN_ROWS but text + controls may not
 relations    the relations credited to the head on the text (`held.held`'s credited entries), each
-             {relation, score, chance, rows, …}
+             {relation, score, chance, rows, tested {weight, chance, rows, p, sentences}, …}
 
     types       [{type, score, chance, rows, p, on}]: every type credited on the text, its words or the probe
                 (`on`: "text" | "words" | "probe"; where several credit it, the one with the larger share ÷
@@ -20,9 +20,10 @@ relations    the relations credited to the head on the text (`held.held`'s credi
     measurable  whether any type was measured on at least `head_types.MIN_ROWS` rows: when False the views say
                 "not measurable on this text" instead of a type
 
-A type comes only from MIN_ROWS rows or more (`head_types.measure` credits nothing below); a relation is one
-named link held against its control (`held`), a claim about these words rather than a statistic over positions,
-so it is listed apart from the types.
+A type comes only from MIN_ROWS rows or more (`head_types.measure` credits nothing below); so does a relation
+(`held`: MIN_ROWS rows where its key is not the previous word, over the text and its control and contrast
+sentences, by the same test against uniform attention), listed apart from the types because it names the text's
+own words.
 """
 
 from __future__ import annotations

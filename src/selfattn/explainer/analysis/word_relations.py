@@ -7,6 +7,11 @@
                                  -> Control(text, words, moved, unknown): the sentence with a modifier inserted
                                     before each query word whose key is the word just before it (FILLERS: the
                                     first the model knows, `known(word) -> bool`)
+    contrasts(words, text, user_words=(), known=None, need=MIN_ROWS)
+                                 -> [Control]: the control first (where a link is adjacent), then sentences of
+                                    the same shape with other words of each role (SUBSTITUTES) and the same
+                                    fillers, until every relation has `need` rows where its key is not the
+                                    previous word (at most MAX_CONTRASTS sentences)
 
 Why controls: in 一只蓝色怪兽走进森林 every link the tutorial draws (蓝色←怪兽, 怪兽←走进, 走进←森林) is also
 "the previous word", so a head that only ever looks one word back would seem to know grammar. The control
@@ -14,19 +19,38 @@ sentence keeps the words and their relations but puts a word between each adjace
 怪兽慢慢地走进, 走进了森林): a previous-word head now looks at the modifier, a relation head still at the
 key. A relation is credited to a head only where it holds on the control too (`heads` says which).
 
+Why more than one control: a relation is a statistic like any head type, so it is tested on at least MIN_ROWS
+rows (`held`). One sentence holds one or two links of each relation; the contrast sentences (一条红色的金鱼慢慢地
+游进了大海 …) keep the sentence's shape and relations with other words of the same roles, so the rows are other
+prefixes, not the same row again.
+
 The relations (`relations.RELATIONS`' claims): noun → its measure word and colour, verb → the noun that
 acts, place → the verb and the noun; each key is the nearest earlier word of that role in the same clause.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ...model.corpus import COLOURS, CREATURES, MOVES, Creature, places_for
+from .chance import MIN_ROWS
 from .relations import RELATIONS, Link
-from .roles import CLAUSE_ENDS, Word, word_roles
+from .roles import CLAUSE_ENDS, PRONOUNS, Word, in_dictionary, word_roles
 
-__all__ = ["WordLink", "Control", "word_links", "word_pieces", "piece_links", "control", "FILLERS"]
+__all__ = [
+    "WordLink",
+    "Control",
+    "word_links",
+    "word_pieces",
+    "piece_links",
+    "control",
+    "contrasts",
+    "FILLERS",
+    "SUBSTITUTES",
+    "MAX_CONTRASTS",
+]
 
 FILLERS = {
     "noun": ("的",),
@@ -38,6 +62,32 @@ tried: each changes no relation (的 joins a modifier to its noun; 慢慢地, �
 在 mark it going on; 了 marks the verb done, 这片, 这个 point at the place). `control` takes the first one the
 model's tokenizer knows that the tagger gives no role in the sentence (a role would make it a key itself), else
 the first, and says which fillers the model does not know (`Control.unknown`)."""
+
+
+def _scene(i: int, c: Creature) -> dict[str, tuple[str, ...]]:
+    """Scene i of SUBSTITUTES: creature c's measure word, a colour, the verbs of its first way of moving and the
+    places of that way in its zones."""
+    kind = c.moves[0]
+    return {
+        "qm": ("一两三"[i % 3] + c.measure,),
+        "colour": (COLOURS[i % len(COLOURS)],),
+        "noun": (c.noun,),
+        "verb": MOVES[kind],
+        "place": tuple(places_for(c, kind)),
+    }
+
+
+SUBSTITUTES: tuple[dict[str, tuple[str, ...]], ...] = tuple(_scene(i, c) for i, c in enumerate(CREATURES))
+"""The words a contrast sentence puts in place of a text's words of each role: one scene per creature of the
+corpus grammar (一只 蓝色 猫 走进 城堡, 两只 红色 兔子 …, 一条 … 鱼 游进 大海), so a measure word fits its noun
+and a verb its place (a text's second verb takes the scene's second, …). The default model knows them all; a
+real model reads them as any Chinese. `contrasts` keeps a sentence only where the tagger gives it the same
+relations again, every substitute a word of its own (without the default model's words jieba cuts 游进 into
+游 / 进: that scene is left out)."""
+
+MAX_CONTRASTS = 8
+"""Most sentences run beside the text to measure its relations (`contrasts`): with one link of a relation per
+sentence, the control and seven more give MIN_ROWS rows."""
 
 
 @dataclass(frozen=True)
@@ -171,3 +221,85 @@ def control(
     new_text, _ = _build(words, text, moved, chosen)
     unknown = tuple(f for f in chosen.values() if known is not None and not known(f))
     return Control(new_text, word_roles(new_text, user_words), tuple(moved), unknown)
+
+
+def _relations(words: Sequence[Word]) -> Counter:
+    """How many links of each relation the words hold, and (relation, "apart") how many of them have no key
+    that is the word just before the query."""
+    out: Counter = Counter()
+    for link in word_links(words):
+        out[link.relation] += 1
+        out[link.relation, "apart"] += link.query - 1 not in link.keys
+    return out
+
+
+def _substituted(
+    words: Sequence[Word], text: str, j: int, known: Callable[[str], bool] | None, user_words=()
+) -> tuple[str, list[str]] | None:
+    """(the text with each word of a role, pronouns aside, replaced by scene j's (SUBSTITUTES) word of that role,
+    the n-th word of the role taking the scene's n-th of those the tagger's dictionary holds (`in_dictionary`: it
+    would cut the others), the words put in); None where one is a word the tokenizer does not know, or a role of
+    the scene has no word in the dictionary."""
+    scene = SUBSTITUTES[j % len(SUBSTITUTES)]
+    parts: list[str] = []
+    put: list[str] = []
+    cursor, seen = 0, Counter[str]()
+    for w in words:
+        if w.role is None or w.text in PRONOUNS:
+            continue
+        bank = [b for b in scene[w.role] if in_dictionary(b, user_words)]
+        if not bank:
+            return None
+        new = bank[seen[w.role] % len(bank)]
+        seen[w.role] += 1
+        if known is not None and not known(new):
+            return None
+        parts += [text[cursor : w.start], new]
+        put.append(new)
+        cursor = w.end
+    return "".join(parts) + text[cursor:], put
+
+
+def contrasts(
+    words: Sequence[Word],
+    text: str,
+    user_words: Sequence[str] | Mapping[str, str | None] = (),
+    known: Callable[[str], bool] | None = None,
+    need: int = MIN_ROWS,
+) -> list[Control]:
+    """The sentences a relation of `text` is measured on beside the text itself: the control (`control`, where a
+    link is adjacent), then the text with other words of each role (`_substituted`) and the same fillers, each
+    kept only where the tagger finds the same relations with no key the previous word of its query; as many as
+    make every relation's rows apart from the previous word (the text's own included) reach `need`, at most
+    MAX_CONTRASTS. [] where the text has no relation."""
+    have = _relations(words)
+    names = [r for r in have if isinstance(r, str)]
+    if not names:
+        return []
+    rows = Counter({r: have[r, "apart"] for r in names})
+    out: list[Control] = []
+
+    def add(c: Control) -> None:
+        out.append(c)
+        got = _relations(c.words)
+        rows.update({r: got[r, "apart"] for r in names})
+
+    first = control(words, text, user_words, known)
+    if first is not None:
+        add(first)
+    for j in range(len(SUBSTITUTES)):
+        if all(rows[r] >= need for r in names) or len(out) >= MAX_CONTRASTS:
+            break
+        made = _substituted(words, text, j, known, user_words)
+        if made is None:
+            continue
+        other, put = made
+        o_words = word_roles(other, user_words)
+        c = control(o_words, other, user_words, known) or Control(other, o_words, ())
+        got = _relations(c.words)
+        same = {r: n for r, n in got.items() if isinstance(r, str)} == {r: have[r] for r in names}
+        whole = Counter(put) <= Counter(w.text for w in c.words)  # no substitute cut or joined by the tagger
+        fresh = c.text != text and all(c.text != o.text for o in out)
+        if same and whole and fresh and all(got[r, "apart"] == got[r] for r in names):
+            add(c)
+    return out

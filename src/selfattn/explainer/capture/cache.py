@@ -52,7 +52,7 @@ class _Slot:
 class TraceCache:
     """Traces by key (the server's: (text, Intervention)), least recently used evicted first."""
 
-    def __init__(self, *, max_bytes: int, max_entries: int = 16, size: Callable[[Any], int] = trace_bytes):
+    def __init__(self, *, max_bytes: int, max_entries: int = 64, size: Callable[[Any], int] = trace_bytes):
         """size(value) -> bytes: what one kept value costs (default `trace_bytes`; the server also keeps the
         results of its experiments, small dicts, in one of these with a size of their own)."""
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
@@ -84,6 +84,12 @@ class TraceCache:
             if slot.trace is not None:
                 return slot.trace
             # the thread computing it failed (and removed the slot): try again, raising our own error
+
+    def holds(self, key: Hashable) -> bool:
+        """Whether `key` is kept or being computed now (a `get` of it would not compute it, unless it is evicted
+        or its computation fails first)."""
+        with self._lock:
+            return key in self._slots
 
     def _fill(self, key: Hashable, slot: _Slot, compute: Callable[[], T]) -> T:
         try:

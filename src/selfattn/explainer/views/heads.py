@@ -10,6 +10,8 @@ answer every view reads); every share is given with its chance level.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..analysis import held
 from ..analysis.heads import measures
 from ..analysis.verdicts import verdicts
@@ -27,23 +29,22 @@ PICK_RULE = TEXTS["pick_rule"]
 def describe(
     trace: ModelTrace,
     table: list[list[dict]],
-    control: ModelTrace | None = None,
+    controls: Sequence[ModelTrace] = (),
     probe: list[list[dict]] | None = None,
     user_words=(),
 ) -> list[list[dict]]:
-    """One description per head (`head_words.sentence`): {kind, text {zh, en}, weight, chance, types,
-    scores, verdict, …}; `table` is `summary.summaries(trace)`; `control` the trace of the control sentence
-    (`held.control_of`), run on the same model; `probe` every head's measures on the induction probe
-    (`probe.probe_measures`: what `selfattn heads` reads too, so the verdict is the same in every view; None: the
-    text's types only); `user_words` the explainer's (`held.words_of`). Tokens are named as in every view
-    (`pieces.names`)."""
-    h = held.held(trace, control, user_words)
+    """One description per head (`head_words.sentence`): {kind, text {zh, en}, weight, chance, types, scores, verdict,
+    …}; `table` is `summary.summaries(trace)`; `controls` the traces of the control and contrast sentences
+    (`held.contrasts_of`, in its order), run on the same model; `probe` every head's measures on the induction probe
+    (`probe.probe_measures`: what `selfattn heads` reads too, so the verdict is the same in every view; None: the text's
+    types only); `user_words` the explainer's (`held.words_of`). Tokens are named as in every view (`pieces.names`)."""
+    h = held.held(trace, controls, user_words)
     types = measures(trace)
     relations = [[held.credited(x) for x in row] for row in h]
     words = [[held.word_types(x) for x in row] for row in h]
     answers = verdicts(types, probe, relations, words)
     shown = names(trace.tokens)  # 金鱼@5 where a token repeats, as every view writes it
-    c_shown = names(control.tokens) if control is not None else []
+    c_shown = names(controls[0].tokens) if controls else []  # the control's: the sentences quote its pair
     return [
         [sentence(shown, s, h[l][k], types[l][k], answers[l][k], c_shown) for k, s in enumerate(heads)]
         for l, heads in enumerate(table)

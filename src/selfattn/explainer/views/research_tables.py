@@ -23,7 +23,7 @@ from ...terminal import printable
 from ..analysis.head_types import REGISTRY
 from ..analysis.relations import WORDS as RELATION_WORDS
 from ..pieces import shown_text
-from .head_words import percent, type_words
+from .head_words import p_words, percent, type_words
 from .tables import number
 from .texts import TEXTS
 
@@ -121,6 +121,15 @@ def relation_lines(t: dict, lang: str) -> list[str]:
             control = "" if kept is None else WORDS["relation_control"][lang].format(share=percent(kept))
             name = f"L{c['layer']}H{c['head']}"
             words = RELATION_WORDS[r["relation"]][lang]
+            tested = r.get("tested")
+            if tested and tested.get("rows"):
+                control += WORDS["relation_tested"][lang].format(
+                    sentences=tested["sentences"],
+                    rows=tested["rows"],
+                    share=percent(tested["weight"]),
+                    c=percent(tested["chance"]),
+                    p=p_words(tested["p"], lang),
+                )
             line = WORDS["relation"][lang].format(
                 head=name, relation=words, share=percent(r["score"]), c=percent(r["chance"]), control=control
             )

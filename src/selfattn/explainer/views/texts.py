@@ -669,6 +669,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "{head} {relation} {share} (uniform {c}){control}",
     },
     "research.relation_control": {"zh": "，对照句 {share}", "en": ", control sentence {share}"},
+    "research.relation_tested": {
+        "zh": "；{sentences} 句 {rows} 行 {share}（均匀 {c}，{p}）",
+        "en": "; {rows} rows of {sentences} sentences {share} (uniform {c}, {p})",
+    },
     "research.no_relation": {
         "zh": "没有哪个 head 的教程关系经得起对照（前一个词、自己、第一个 token）",
         "en": "no head holds a tutorial relation against the controls (previous word, itself, first token)",
@@ -788,6 +792,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": ", still {share} with {between} in between (the model does not know {unknown}: it reads <unk>)",
     },
     "heads.words.join_words": {"zh": "、", "en": ", "},
+    "heads.words.tested": {
+        "zh": "；在 {sentences} 句话里键不紧挨着的 {rows} 行上，{share}，{p}",
+        "en": "; on {rows} rows of {sentences} sentences where the key is not the previous word, {share}, {p}",
+    },
+    "heads.words.p_below": {"zh": "p < {p}", "en": "p < {p}"},
+    "heads.words.p": {"zh": "p = {p}", "en": "p = {p}"},
     "heads.words.unmeasurable": {
         "zh": "这句话上测不出类型（不到 {n} 行可测）：平均熵 {bits} bit",
         "en": "not measurable on this text (fewer than {n} rows to measure): mean entropy {bits} bits",
@@ -795,6 +805,11 @@ TEXTS: dict[str, dict[str, str]] = {
     "heads.words.strongest": {
         "zh": "最强的教程链接 {link}：不算明显高于均匀",
         "en": "its strongest tutorial link {link}: not clearly above",
+    },
+    "heads.words.strongest_unmeasured": {
+        "zh": "最强的教程链接 {link}：键不紧挨着的只有 {rows} 行（不到 {n} 行），测不出",
+        "en": "its strongest tutorial link {link}: only {rows} rows where the key is not the previous word (fewer "
+        "than {n}), not measurable",
     },
     "heads.words.join": {"zh": "；", "en": "; "},
     "heads.words.on_probe": {

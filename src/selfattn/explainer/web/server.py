@@ -96,7 +96,9 @@ KEEP_ALIVE_SECONDS = 5
 """An idle keep-alive connection is closed after this long."""
 TRACE_CACHE_BYTES = 128 << 20
 """Most bytes of traces the app keeps for reuse (`TraceCache`): a few dozen short texts of a small model."""
-TRACE_CACHE_ENTRIES = 16
+TRACE_CACHE_ENTRIES = 64
+"""Most traces the app keeps: a text brings up to 1 + `word_relations.MAX_CONTRASTS` (its control and contrast
+sentences), so a few texts and their changes."""
 RESULT_CACHE_BYTES = 16 << 20
 """Most bytes (as JSON) of experiment results kept: a patching run of 30 layers × 128 positions is ~100 KB."""
 RESULT_CACHE_ENTRIES = 64
