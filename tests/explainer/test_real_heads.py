@@ -192,18 +192,19 @@ TUTORIAL = "一只蓝色怪兽走进森林"
 
 def test_relations_on_smollm2_are_held_against_the_control_with_eager_numbers(models):
     """On SmolLM2's byte-level pieces the tutorial's relations are measured from the tagger's roles, on the text
-    and on its control sentence; every pair weight (text and control) equals plain eager attention's, and the
-    words say which heads only look at the previous word."""
+    and on its control and contrast sentences; every pair weight (text and control) equals plain eager attention's,
+    and the words say which heads only look at the previous word."""
     from selfattn.explainer.analysis import held
 
     ex, eager, _ = models
     trace = ex.trace(TUTORIAL)
     ctrl = held.control_of(trace)
     assert ctrl is not None and ctrl.text == "一只蓝色的怪兽慢慢地走进了森林"
-    control = ex.trace(ctrl.text)
+    controls = ex.controls(trace)  # the control first, then the contrast sentences, as explain runs them
+    assert controls[0].pieces.text == ctrl.text and len(controls) == 8
     att = _attentions(eager, [int(i) for i in ex.tokenize(TUTORIAL)[1]])
     att_c = _attentions(eager, [int(i) for i in ex.tokenize(ctrl.text)[1]])
-    found = held.held(trace, [control])
+    found = held.held(trace, controls)
     assert {"noun>qm+colour", "verb>noun", "place>verb+noun"} <= set(found[0][0]["relations"])
     for l, row in enumerate(found):
         for h, per_head in enumerate(row):
@@ -211,7 +212,8 @@ def test_relations_on_smollm2_are_held_against_the_control_with_eager_numbers(mo
                 assert r["pair_weight"] == pytest.approx(att[l][h][r["query"], r["key"]], abs=1e-4)
                 c = r["control"]
                 assert c is not None and c["pair_weight"] == pytest.approx(att_c[l][h][c["query"], c["key"]], abs=1e-4)
-                assert r["held"] <= (c["weight"] > c["previous"])  # held only where the control beats the previous word
+                t = r["test"]  # held only on 8 rows apart from the previous word, where they beat it
+                assert r["held"] <= (t["rows"] >= 8 and t["weight"] > t["previous"])
     doc = ex.explain(TUTORIAL)
     for l, row in enumerate(doc["descriptions"]):
         for h, d in enumerate(row):

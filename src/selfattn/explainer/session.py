@@ -195,40 +195,36 @@ class Explainer:
     def trace_with_controls(
         self, text: str, intervention: Intervention | None = None, *, cache: TraceCache | None = None
     ) -> tuple[ModelTrace, list[ModelTrace]]:
-        """(the trace of `text`, the traces of its control and contrast sentences, `control_texts`): all from ONE
-        forward pass, a batch (`capture.trace.capture_batch`: each trace equals that sentence's alone; a pass each
-        for a model it cannot cut per input, `Unbatchable`), the sentences found from the text's pieces before it.
-        With `cache`, each is kept under its own (text, intervention) key, so a later `trace` of any reads it back;
-        when every one is held, none runs again; else the batch runs and the ones held stay (`_batch`)."""
+        """(the trace of `text`, the traces of its control and contrast sentences, `control_texts`): the text by its
+        own pass, the sentences beside it by ONE more, a batch (`_batch`), found from the text's pieces. The text is
+        never in the batch: its numbers are those of the text alone whichever way it was traced (a batch's GEMMs
+        round differently), so the CLI, the app and the API, cached or not, show the same numbers. With `cache`,
+        each is kept under its own (text, intervention) key, so a later `trace` of any reads it back."""
         intervention = self._intervention(intervention)
         text = check_text(text)
         cut = self._cut(text)
+        trace = self._alone(text, lambda: cut, intervention, cache)  # the cut made here, not cut again
         others = self.control_texts(cut[3])
-        if not others:  # the text alone, from the cut made here (not cut again)
-            return self._alone(text, lambda: cut, intervention, cache), []
-        traces = self._batch([text, *others], {text: cut}, intervention, cache)
-        return traces[0], traces[1:]
+        return trace, self._batch(others, intervention, cache) if others else []
 
-    def _batch(self, texts: list[str], cut: dict, intervention: Intervention, cache: TraceCache | None):
-        """The traces of `texts` (checked): the ones `cache` does not hold from one forward pass (a pass each for
-        a model that is `Unbatchable`), the others read back; cut: the texts already cut ({text: `_cut`'s})."""
-        missing = [t for t in texts if cache is None or not cache.holds((t, intervention))]
-        ran: dict[str, ModelTrace] = {}
+    def _batch(self, texts: list[str], intervention: Intervention, cache: TraceCache | None) -> list[ModelTrace]:
+        """The traces of `texts` (checked) from one forward pass of them all (a pass each for a model that is
+        `Unbatchable`), or `cache`'s: a text not held runs the whole batch again, so each trace's rounding is the
+        same batch's whichever were kept."""
+        ran: list[ModelTrace] = []
 
-        def run(text: str) -> ModelTrace:
-            if text not in ran:  # the batch of every missing one, or this one alone if it went missing since
-                todo = [t for t in missing if t not in ran] if text in missing else [text]
-                cuts = [cut[t] if t in cut else self._cut(check_text(t)) for t in todo]
+        def run(i: int) -> ModelTrace:
+            if not ran:
+                cuts = [self._cut(check_text(t)) for t in texts]
                 try:
-                    traces = self._traced(cuts, intervention)
+                    ran.extend(self._traced(cuts, intervention))
                 except Unbatchable:  # a model whose calls cannot be cut per input: each sentence alone
-                    traces = [self._traced([c], intervention)[0] for c in cuts]
-                ran.update(zip(todo, traces, strict=True))
-            return ran[text]
+                    ran.extend(self._traced([c], intervention)[0] for c in cuts)
+            return ran[i]
 
         if cache is None:
-            return [run(t) for t in texts]
-        return [cache.get((t, intervention), functools.partial(run, t)) for t in texts]
+            return [run(i) for i in range(len(texts))]
+        return [cache.get((t, intervention), functools.partial(run, i)) for i, t in enumerate(texts)]
 
     def control_texts(self, pieces: P.Pieces) -> list[str]:
         """The control and contrast sentences of a text from its pieces (`analysis.held.contrasts_of`, their words
@@ -302,7 +298,7 @@ class Explainer:
                  baseline of an experiment costs no pass when the text was shown before
         lang     "zh" | "en": the language the views of this dict speak (doc["lang"]; None leaves it out)"""
         intervention = Intervention() if intervention is None else intervention
-        trace, controls = self.trace_with_controls(text, intervention, cache=cache)  # one forward pass for all
+        trace, controls = self.trace_with_controls(text, intervention, cache=cache)  # the text, then its controls
         assert trace.pieces is not None  # attached by every trace of this explainer
         table, thumbs = summary.scan(trace)
         described = describe(trace, table, controls, self.probe(cache=cache), self.user_words)
@@ -353,7 +349,7 @@ class Explainer:
         [] where it has none. One forward pass, a batch, or none when `cache` holds them (`explain` runs them with
         the text: `trace_with_controls`)."""
         others = [] if trace.pieces is None else self.control_texts(trace.pieces)
-        return self._batch(others, {}, self._intervention(intervention), cache) if others else []
+        return self._batch(others, self._intervention(intervention), cache) if others else []
 
     def probe(self, *, cache=None) -> list[list[dict]] | None:
         """Every head's measures on the induction probe (`probe.probe_measures`: 30 random ordinary tokens twice,

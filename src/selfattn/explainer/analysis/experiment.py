@@ -27,7 +27,7 @@ from ..capture.interventions import Intervention
 from ..capture.trace import ModelTrace
 from .summary import head_summary
 
-__all__ = ["compare", "same", "opened", "loss", "kl_bits"]
+__all__ = ["compare", "opened", "loss", "kl_bits"]
 
 
 def loss(trace: ModelTrace) -> float | None:
@@ -61,21 +61,6 @@ def opened(
     return None, None, None
 
 
-SAME_RTOL = 1e-5
-"""How far two traces' tensors may differ, at the tensor's scale, and still be "the same" (`same`): a text traced
-in one batch with its control sentences differs from it traced alone by float32's GEMM rounding, about 1e-6 of
-the scale; a change upstream moves them by far more."""
-
-
-def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors are equal but for rounding (SAME_RTOL of the larger one's largest magnitude, or 1)."""
-    if a.shape != b.shape:
-        return False
-    a, b = a.double(), b.double()
-    scale = max(1.0, float(a.abs().max()) if a.numel() else 0.0, float(b.abs().max()) if b.numel() else 0.0)
-    return bool(((a - b).abs() <= SAME_RTOL * scale).all())
-
-
 def compare(
     base: ModelTrace,
     changed: ModelTrace,
@@ -101,7 +86,7 @@ def compare(
         "layer": layer,
         "head": head,
         "scope": "model" if changed.intervention.layer is None else "layer",
-        "same_x": same(base.layers[layer].x, changed.layers[layer].x),
+        "same_x": bool(torch.equal(base.layers[layer].x, changed.layers[layer].x)),
         "entropy": [before["entropy"], after["entropy"]],
         "future": [float(f0.mean()), float(f1.mean())],
         "future_row": {"query": row, "weight": float(f1[row]), "keys": reached},

@@ -5,7 +5,7 @@ relation survives what a previous-word, self or first-token head would give.
                                         Chinese); user-given words (a list or {word: role}) win over the tagger
     control_of(pieces, user_words=(), known=None) -> `word_relations.Control` | None: the control sentence to run
                                         beside the text, from the text's pieces alone (or a trace holding them):
-                                        known before the forward pass, so the two run as one batch
+                                        known before any forward pass
     contrasts_of(pieces, user_words=(), known=None) -> [Control]: the control first (where one is needed), then
                                         contrast sentences of the same shape with other words of each role, as
                                         many as give each relation MIN_ROWS rows apart from the previous word
@@ -19,7 +19,7 @@ the same test against uniform attention (`chance.against_chance`), and one sente
 so the contrast sentences (`word_relations.contrasts`: 一只蓝色的猫慢慢地走进了城堡, 两只红色的兔子…) keep the
 text's shape and relations with other words of each role, until every relation has MIN_ROWS rows where its key
 is not the previous word. The caller runs them on the same model with the same intervention
-(`Explainer.trace_with_controls`: in the text's own forward pass, one batch) and passes their traces.
+(`Explainer.trace_with_controls`: one batch beside the text's own pass) and passes their traces.
 
 Per head, measured on the words (a word's query is its last piece, which has read all of it; its keys are every
 piece of the key words, `word_relations.piece_links`):
@@ -247,7 +247,7 @@ def _on_sentence(
     if not found:
         return None
     rows = [_Row(q[-1], k, pieces[link.query - 1] if link.query >= 1 else [], q) for link, q, k in found]
-    m = _tested([(head, rows)])
+    m = _tested([(head, rows)], test=False)
     w = head[0][[r.query for r in rows]]
     seen = head[1][[r.query for r in rows]].sum(-1)
     pairs = []
@@ -269,13 +269,14 @@ def _on_sentence(
     }
 
 
-def _tested(parts: Sequence[tuple]) -> dict:
+def _tested(parts: Sequence[tuple], *, test: bool = True) -> dict:
     """A relation's rows on several sentences [((weights, visible) of the head on it, [_Row])], pooled: the mean weight
     on the keys and its chance (`chance.against_chance`: rows, p, credited), and what the simpler heads would give on
     the same rows: the mean weight on the previous word, on the query word itself and on the first token (where a key is
     the first token itself: the head's mean weight on it from the sentence's other rows, what a first-token head gives
     the key anyway), and at the same distance back (`_offset_habit`: what a head that looks a fixed distance back
-    gives the keys). {weight, chance, previous, self, first, first_is_key, offset, rows, p, credited, sentences}."""
+    gives the keys). {weight, chance, previous, self, first, first_is_key, offset, rows, p, credited, sentences}
+    (test=False: rows, p and credited None, the means alone)."""
     ws, ts, vs, previous, own, first, offset = [], [], [], [], [], [], []
     first_is_key, sentences = False, 0
     for head, rows in parts:
@@ -302,7 +303,7 @@ def _tested(parts: Sequence[tuple]) -> dict:
     if not ws:
         return {"weight": None, "chance": None, "rows": 0, "p": None, "credited": False, "sentences": 0}
     w, t, v = _stacked(ws), _stacked(ts), _stacked(vs)
-    ev = chance.against_chance(w, t, v)
+    ev = chance.against_chance(w, t, v) if test else None  # test=False: the means alone (one sentence's numbers)
     n = len(previous)
     return {
         "weight": float((w * (t & v)).sum(1).mean()),
@@ -312,9 +313,9 @@ def _tested(parts: Sequence[tuple]) -> dict:
         "first": sum(first) / n,
         "first_is_key": first_is_key,
         "offset": sum(offset) / n,
-        "rows": ev.rows,
-        "p": ev.p,
-        "credited": ev.credited,
+        "rows": ev.rows if ev else None,
+        "p": ev.p if ev else None,
+        "credited": ev.credited if ev else None,
         "sentences": sentences,
     }
 

@@ -85,12 +85,6 @@ class TraceCache:
                 return slot.trace
             # the thread computing it failed (and removed the slot): try again, raising our own error
 
-    def holds(self, key: Hashable) -> bool:
-        """Whether `key` is kept or being computed now (a `get` of it would not compute it, unless it is evicted
-        or its computation fails first)."""
-        with self._lock:
-            return key in self._slots
-
     def _fill(self, key: Hashable, slot: _Slot, compute: Callable[[], T]) -> T:
         try:
             trace = compute()

@@ -25,7 +25,7 @@ interceptor (no ÷√d_k, no causal rule, a softmax temperature, a blocked link 
 every head or one, so the next-token prediction changes too. Nothing is set on the model, so one
 model can be explained from several threads at once (each thread has its own interceptor).
 
-A batch (`capture_batch`: the text and its control sentence) runs as ONE forward pass, each input right-padded
+A batch (`capture_batch`: a text's control and contrast sentences) runs as ONE forward pass, each input right-padded
 to the longest, so its positions stay 0 … n−1 (learned positions, RoPE) and a causal row never reaches the
 padding. Each attention call is then split at the interceptor into one request per input, cut to that input's
 own length (its q, k, v, its rows and keys of the mask, its segments, its window clamped to its length), and
