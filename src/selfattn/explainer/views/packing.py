@@ -29,7 +29,8 @@ q, k, v, lse and the residual vectors travel as before, in float32 when that hol
 N×N `stages` are left out (the page's arrays above replace them).
 
 One packed array: {"dtype", "shape", "b64", "digits"?}: the little-endian bytes split into byte
-planes (byte 0 of every element, then byte 1, …), compressed with zlib (RFC 1950), base64. dtype is
+planes (byte 0 of every element, then byte 1, …), compressed with zlib (RFC 1950: one stream, in which a
+plane zlib cannot shrink, such as float mantissas' low bytes, is stored as it is; `_zlib`), base64. dtype is
 "f32" | "f64" | "u16" | "u32" | "i32" | "bits" (np.packbits, row-major, first element = high bit);
 with "digits" d an integer n stands for n / 10^d, and in "i32" −2³¹ / 2³¹−1 stand for −inf / +inf.
 """
