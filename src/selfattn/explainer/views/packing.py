@@ -29,7 +29,8 @@ q, k, v, lse and the residual vectors travel as before, in float32 when that hol
 N×N `stages` are left out (the page's arrays above replace them).
 
 One packed array: {"dtype", "shape", "b64", "digits"?}: the little-endian bytes split into byte
-planes (byte 0 of every element, then byte 1, …), compressed with zlib (RFC 1950), base64. dtype is
+planes (byte 0 of every element, then byte 1, …), compressed with zlib (RFC 1950: one stream, in which a
+plane zlib cannot shrink, such as float mantissas' low bytes, is stored as it is; `_zlib`), base64. dtype is
 "f32" | "f64" | "u16" | "u32" | "i32" | "bits" (np.packbits, row-major, first element = high bit);
 with "digits" d an integer n stands for n / 10^d, and in "i32" −2³¹ / 2³¹−1 stand for −inf / +inf.
 """
@@ -37,7 +38,10 @@ with "digits" d an integer n stands for n / 10^d, and in "i32" −2³¹ / 2³¹�
 from __future__ import annotations
 
 import base64
+import os
 import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -93,9 +97,12 @@ def pack(doc: dict) -> dict:
         raise ValueError(f"doc lacks {missing}: pass the dict of Explainer.explain / export.to_dict")
     ids = [int(i) for i in doc["token_ids"]] if "token_ids" in doc else _ids_of(doc["tokens"])
     described = doc.get("descriptions")
+    batch: list = []  # every array's bytes, compressed together at the end (`_compress`)
     layers = [
-        _pack_layer(layer, l, ids, None if described is None else described[l]) for l, layer in enumerate(doc["layers"])
+        _pack_layer(layer, l, ids, None if described is None else described[l], batch)
+        for l, layer in enumerate(doc["layers"])
     ]
+    _compress(batch)
     iv = doc["experiment"]["applied"]
     return {
         **doc,
@@ -105,16 +112,15 @@ def pack(doc: dict) -> dict:
     }
 
 
-def _pack_layer(layer: dict, l: int, ids: list[int], described: list[dict] | None) -> dict:
+def _pack_layer(layer: dict, l: int, ids: list[int], described: list[dict] | None, batch: list) -> dict:
     if layer.get("omitted"):  # asked without this layer's arrays
         return dict(layer)
     out = {k: v for k, v in layer.items() if k not in LAYER_ARRAYS + ("visible", "heads")}
     for name in LAYER_ARRAYS:
-        out[name] = _encode_floats(_floats(layer[name], f"layers[{l}].{name}"))
+        out[name] = _encode_floats(_floats(layer[name], f"layers[{l}].{name}"), batch)
     visible = _visible(layer["visible"], f"layers[{l}].visible")
-    out["visible"] = _bits(visible)
-    out["heads"] = []
-    weights = []
+    out["visible"] = _bits(visible, batch)
+    heads = []
     for h, head in enumerate(layer["heads"]):
         where = f"layers[{l}].heads[{h}]"
         packed = {k: v for k, v in head.items() if k not in HEAD_ARRAYS + ("stages", "visible", "sink")}
@@ -122,13 +128,15 @@ def _pack_layer(layer: dict, l: int, ids: list[int], described: list[dict] | Non
         own = visible
         if "visible" in head:  # a head an intervention changed apart from its layer
             own = _visible(head["visible"], f"{where}.visible")
-            packed["visible"] = _bits(own)
-        rule = head_rule(layer, h)
-        packed |= {name: _encode_floats(a) for name, a in arrays.items()}
-        shown, weights_h = _page_arrays(arrays, own, rule)
-        packed |= shown
-        weights.append(weights_h)
-        out["heads"].append(packed)
+            packed["visible"] = _bits(own, batch)
+        packed |= {name: _encode_floats(a, batch) for name, a in arrays.items()}
+        heads.append(_Head(packed, arrays, own, head_rule(layer, h), apart="visible" in head))
+    weights: list[torch.Tensor] = [torch.empty(0)] * len(heads)
+    for group in _groups(heads):
+        for h, (shown, weights_h) in zip(group, _page_arrays([heads[h] for h in group], batch), strict=True):
+            heads[h].packed |= shown
+            weights[h] = weights_h
+    out["heads"] = [head.packed for head in heads]
     if described is not None and all("verdict" in d for d in described):
         out["types"] = [d["verdict"]["type"] for d in described]  # the explain sentences' own answer
     else:
@@ -153,45 +161,136 @@ def pack_weights(weights: np.ndarray) -> dict:
     return _fixed(np.asarray(weights, dtype=np.float64), WEIGHT_DIGITS, "u16")
 
 
-def _page_arrays(arrays: dict[str, np.ndarray], visible: np.ndarray, rule: dict) -> tuple[dict, torch.Tensor]:
-    """What the page shows of one head: its stages (`trace.head_stages`, float64), at the shown precision;
-    and its float64 weights (L, L)."""
-    q, k, v, lse = (torch.from_numpy(arrays[name]) for name in HEAD_ARRAYS)
-    st = head_stages(q, k, lse, visible=torch.from_numpy(visible), v=v, **rule)  # rows 0 … L − 1
-    weights = st["weights"]  # (L, L)
-    keys = shown_keys(weights)  # (L, K)
-    index = keys.clamp(max=weights.shape[1] - 1)
-    stages = torch.stack([st[name].gather(1, index) for name in ("scores", "scaled", "masked")])  # (3, L, K)
-    key_dtype = "u16" if weights.shape[1] < 2**16 - 1 else "u32"
-    sentinel = np.iinfo(DTYPES[key_dtype]).max
-    keys_np = np.where(keys.numpy() >= weights.shape[1], sentinel, keys.numpy())
-    shown = {
-        "weights": _fixed(weights.numpy(), WEIGHT_DIGITS, "u16"),
-        "keys": _encode(keys_np, key_dtype),
-        "key_stages": _fixed(stages.numpy(), STAGE_DIGITS, "i32"),
-        "key_weights": _fixed(weights.gather(1, index).numpy(), EXACT_DIGITS, "u32"),
-        "weighted": _fixed(st["weighted"].numpy(), WEIGHTED_DIGITS, "i32"),
-        "sums": _fixed(weights.sum(-1).numpy(), EXACT_DIGITS, "u32"),
-    }
-    if "sink" in st:
-        shown["sink"] = _fixed(st["sink"].numpy(), EXACT_DIGITS, "u32")
-    return shown, weights
+@dataclass
+class _Head:
+    """One head of a layer being packed: its packed fields so far, its float64 arrays (q, k, v, lse), the
+    visibility its stages use (the layer's, or its own: `apart`) and its `head_rule`."""
+
+    packed: dict
+    arrays: dict[str, np.ndarray]
+    visible: np.ndarray
+    rule: dict
+    apart: bool
+
+
+STACK_ROWS = 4096
+"""At most this many query rows (heads × L) go through one `head_stages` call. The heads of a key/value group
+read one K and V, so their rows stack into one product and one pass of each stage: a few large tensor operations
+instead of many small ones (on busy cores each small parallel operation waits for a core). 4096 rows × 512 keys:
+16 MB per stage."""
+
+
+def _groups(heads: list[_Head]) -> list[list[int]]:
+    """The heads (indices, ascending) whose stages are computed together: those with the same K, V, scale and
+    softcap, the layer's visibility and no per-head score feature (a feature's value differs by head), at most
+    STACK_ROWS rows together; every other head alone."""
+    out: list[list[int]] = []
+    open_groups: dict[tuple, list[int]] = {}
+    for h, head in enumerate(heads):
+        rows = head.arrays["q"].shape[0]
+        featured = any(v is not None for name, v in head.rule.items() if name not in ("scale", "softcap"))
+        if head.apart or featured or "kv_head" not in head.packed:
+            out.append([h])
+            continue
+        key = (head.packed["kv_head"], head.rule["scale"], head.rule["softcap"])
+        group = open_groups.get(key)
+        if group is not None and (len(group) + 1) * rows <= STACK_ROWS and _same_kv(heads[group[0]], head):
+            group.append(h)
+        else:
+            open_groups[key] = [h]
+            out.append(open_groups[key])
+    return out
+
+
+def _same_kv(a: _Head, b: _Head) -> bool:
+    """Whether two heads read the same K and V (and have as many query rows): their rows may stack."""
+    same = a.arrays["q"].shape == b.arrays["q"].shape
+    return same and all(np.array_equal(a.arrays[name], b.arrays[name]) for name in ("k", "v"))
+
+
+def _page_arrays(group: list[_Head], batch: list) -> list[tuple[dict, torch.Tensor]]:
+    """What the page shows of each head of a group (`_groups`: one K, V, rule and visibility): its stages
+    (`trace.head_stages`, float64, the group's query rows stacked) at the shown precision; and its float64
+    weights (L, L)."""
+    first = group[0]
+    R = first.arrays["q"].shape[0]
+    rows = np.tile(np.arange(R), len(group))  # each stacked row's query position
+    q, lse = (torch.from_numpy(np.concatenate([head.arrays[name] for head in group])) for name in ("q", "lse"))
+    k, v = (torch.from_numpy(first.arrays[name]) for name in ("k", "v"))
+    visible = torch.from_numpy(np.tile(first.visible, (len(group), 1)))
+    st = head_stages(
+        q, k, lse, visible=visible, v=v, rows=torch.from_numpy(rows) if len(group) > 1 else None, **first.rule
+    )  # (G·R, L): the group's rows, head after head
+    weights = st["weights"]
+    L = weights.shape[1]
+    keys = _shown_keys(weights.numpy(), rows)  # (G·R, K)
+    index = np.minimum(keys, L - 1)
+    stages = np.stack([np.take_along_axis(st[name].numpy(), index, 1) for name in ("scores", "scaled", "masked")])
+    key_weights = np.take_along_axis(weights.numpy(), index, 1)
+    sums = weights.sum(-1).numpy()
+    key_dtype = "u16" if L < 2**16 - 1 else "u32"
+    keys = np.where(keys >= L, np.iinfo(DTYPES[key_dtype]).max, keys)
+    out = []
+    for g in range(len(group)):
+        part = slice(g * R, (g + 1) * R)
+        shown = {
+            "weights": _fixed(weights[part].numpy(), WEIGHT_DIGITS, "u16", batch),
+            "keys": _encode(keys[part], key_dtype, batch),
+            "key_stages": _fixed(stages[:, part], STAGE_DIGITS, "i32", batch),
+            "key_weights": _fixed(key_weights[part], EXACT_DIGITS, "u32", batch),
+            "weighted": _fixed(st["weighted"][part].numpy(), WEIGHTED_DIGITS, "i32", batch),
+            "sums": _fixed(sums[part], EXACT_DIGITS, "u32", batch),
+        }
+        if "sink" in st:
+            shown["sink"] = _fixed(st["sink"][part].numpy(), EXACT_DIGITS, "u32", batch)
+        out.append((shown, weights[part]))
+    return out
 
 
 def shown_keys(weights: torch.Tensor) -> torch.Tensor:
     """(L, K) int64: per row the keys the stepper shows, ascending; unused slots hold L.
 
-    L <= SHOWN_ALL: every key. Beyond: the TOP_KEYS largest weights (ties: the lower position first),
-    key 0 and the row's own position."""
-    L = weights.shape[1]
-    rows = torch.arange(weights.shape[0])
+    L <= SHOWN_ALL: every key. Beyond: the TOP_KEYS largest weights (ties: the lower position first; NaN counts
+    as the largest, as in a descending sort), key 0 and the row's own position."""
+    w = weights.detach().cpu().double().numpy()
+    return torch.from_numpy(_shown_keys(w, np.arange(w.shape[0])))
+
+
+def _shown_keys(w: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """`shown_keys` of weights (R, L) whose row r is query position rows[r]; without sorting every row: the
+    TOP_KEYS largest are those above the row's TOP_KEYS-th largest weight and, of those equal to it, the first."""
+    R, L = w.shape
     if L <= SHOWN_ALL:
-        return torch.arange(L).expand(weights.shape[0], L).clone()
-    top = torch.sort(weights, dim=1, descending=True, stable=True).indices[:, :TOP_KEYS]
-    keys = torch.cat([top, torch.zeros_like(rows)[:, None], rows[:, None]], dim=1).sort(dim=1).values
-    repeated = torch.zeros_like(keys, dtype=torch.bool)
-    repeated[:, 1:] = keys[:, 1:] == keys[:, :-1]
-    return keys.masked_fill(repeated, L).sort(dim=1).values
+        return np.broadcast_to(np.arange(L), (R, L)).copy()
+    take = np.zeros((R, L), dtype=bool)
+    nan_rows = np.isnan(w).any(axis=1)
+    if nan_rows.any():  # NaN ranks first in a descending sort, and compares with nothing: sort those rows
+        some = torch.from_numpy(w[nan_rows])
+        top = torch.sort(some, dim=1, descending=True, stable=True).indices[:, :TOP_KEYS].numpy()
+        take[nan_rows] = _marked(top, L)
+    plain = ~nan_rows
+    if plain.any():
+        v = w[plain]
+        kth = np.partition(v, L - TOP_KEYS, axis=1)[:, L - TOP_KEYS, None]  # (R', 1): the TOP_KEYS-th largest
+        above, tied = v > kth, v == kth
+        wanted = TOP_KEYS - above.sum(axis=1)  # how many of the tied ones, the lowest positions first
+        many = np.flatnonzero(tied.sum(axis=1) > wanted)  # rows where not every tied one is taken
+        tied[many] &= np.cumsum(tied[many], axis=1) <= wanted[many, None]
+        take[plain] = above | tied
+    take[:, 0] = True
+    take[np.arange(R), rows] = True
+    r, c = np.nonzero(take)  # row-major: each row's keys ascending
+    counts = take.sum(axis=1)
+    out = np.full((R, TOP_KEYS + 2), L, dtype=np.int64)
+    out[r, np.arange(len(r)) - (np.cumsum(counts) - counts)[r]] = c
+    return out
+
+
+def _marked(columns: np.ndarray, L: int) -> np.ndarray:
+    """(R, L) bool, True at each row's `columns`."""
+    m = np.zeros((columns.shape[0], L), dtype=bool)
+    np.put_along_axis(m, columns, True, 1)
+    return m
 
 
 # --- the encoding ----------------------------------------------------------------------------
@@ -216,23 +315,28 @@ def unpack(packed) -> np.ndarray:
     return out
 
 
-def _encode(a: np.ndarray, code: str, **extra) -> dict:
+def _encode(a: np.ndarray, code: str, batch: list | None = None, **extra) -> dict:
+    """{"dtype", "shape", **extra, "b64"}; with `batch`, "b64" is filled by `_compress(batch)`."""
     a = np.ascontiguousarray(a, dtype=DTYPES[code])
     planes = a.reshape(-1).view(np.uint8).reshape(-1, a.itemsize).T.tobytes()
-    return {"dtype": code, "shape": list(a.shape), **extra, "b64": _b64(planes)}
+    return _put({"dtype": code, "shape": list(a.shape), **extra}, planes, a.itemsize, batch)
 
 
-def _fixed(a: np.ndarray, digits: int, code: str) -> dict:
+def _fixed(a: np.ndarray, digits: int, code: str, batch: list | None = None) -> dict:
     """a rounded to `digits` decimals as integers (float64 where a finite value does not fit `code`)."""
     info = np.iinfo(DTYPES[code])
-    finite = np.isfinite(a)
-    n = np.round(np.where(finite, a, 0.0) * 10**digits)
     low, high = (info.min + 1, info.max - 1) if code == "i32" else (info.min, info.max)
-    if n.min(initial=0) < low or n.max(initial=0) > high or (code != "i32" and not finite.all()):
-        return _encode(a, "f64")
-    if code == "i32":
-        n = np.where(finite, n, np.where(a > 0, I32_POS_INF, I32_NEG_INF))
-    return _encode(n, code, digits=digits)
+    unit = 10**digits
+    least, most = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+    if np.isfinite(least) and np.isfinite(most):  # every value finite: round(x · unit) rises with x
+        if min(round(least * unit), 0) < low or max(round(most * unit), 0) > high:
+            return _encode(a, "f64", batch)
+        return _encode(np.rint(a * unit), code, batch, digits=digits)
+    finite = np.isfinite(a)
+    n = np.round(np.where(finite, a, 0.0) * unit)
+    if n.min(initial=0) < low or n.max(initial=0) > high or code != "i32":
+        return _encode(a, "f64", batch)
+    return _encode(np.where(finite, n, np.where(a > 0, I32_POS_INF, I32_NEG_INF)), code, batch, digits=digits)
 
 
 def _floats(values, where: str) -> np.ndarray:
@@ -247,23 +351,80 @@ def _floats(values, where: str) -> np.ndarray:
     return a
 
 
-def _encode_floats(a: np.ndarray) -> dict:
+def _encode_floats(a: np.ndarray, batch: list | None = None) -> dict:
     """float32 where that holds every value exactly (a float32 capture), else float64: nothing rounded."""
     with np.errstate(over="ignore"):
         exact32 = bool(np.array_equal(a.astype(np.float32).astype(np.float64), a))
-    return _encode(a, "f32" if exact32 else "f64")
+    return _encode(a, "f32" if exact32 else "f64", batch)
 
 
 def _visible(values, where: str) -> np.ndarray:
     a = np.asarray(values)
-    if a.ndim != 2 or not np.isin(a, (0, 1)).all():
+    if a.ndim != 2 or not ((a == 0) | (a == 1)).all():
         raise ValueError(f"{where} must be an L×L matrix of 0/1")
     return a.astype(bool)
 
 
-def _bits(a: np.ndarray) -> dict:
-    return {"dtype": "bits", "shape": list(a.shape), "b64": _b64(np.packbits(a.ravel()).tobytes())}
+def _bits(a: np.ndarray, batch: list | None = None) -> dict:
+    return _put({"dtype": "bits", "shape": list(a.shape)}, np.packbits(a.ravel()).tobytes(), 1, batch)
 
 
-def _b64(raw: bytes) -> str:
-    return base64.b64encode(zlib.compress(raw, ZLIB_LEVEL)).decode("ascii")
+def _put(packed: dict, raw: bytes, itemsize: int, batch: list | None) -> dict:
+    """packed with its "b64": now, or (with `batch`) when `_compress(batch)` runs."""
+    if batch is None:
+        packed["b64"] = _b64(raw, itemsize)
+    else:
+        packed["b64"] = ""
+        batch.append((packed, raw, itemsize))
+    return packed
+
+
+MAX_WORKERS = 8
+
+
+def _compress(batch: list) -> None:
+    """Fill the "b64" of every array in batch: zlib releases the GIL, so the arrays are compressed on threads
+    (one per core, at most MAX_WORKERS), each result written into its own array's dict."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = max(1, min(MAX_WORKERS, cores, len(batch)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        done = list(pool.map(lambda job: _b64(job[1], job[2]), batch))
+    for (packed, _, _), b64 in zip(batch, done, strict=True):
+        packed["b64"] = b64
+    batch.clear()
+
+
+def _b64(raw: bytes, itemsize: int = 1) -> str:
+    return base64.b64encode(_zlib(raw, itemsize)).decode("ascii")
+
+
+STORED_RATIO = 0.97
+"""A byte plane whose sample zlib shrinks by less than 3 % is stored as it is (deflate's stored blocks): the low
+bytes of float32 mantissas are noise, which level 1 spends most of its time on and does not shrink."""
+SAMPLE_PARTS, SAMPLE_BYTES = 4, 4096
+ZLIB_HEADER = b"\x78\x01"  # deflate, 32 KiB window, the "fastest" level flag (RFC 1950 §2.2)
+FINAL_BLOCK = b"\x03\x00"  # an empty last block (fixed Huffman codes: just the end-of-block code)
+
+
+def _zlib(raw: bytes, itemsize: int) -> bytes:
+    """One zlib stream (RFC 1950) of raw, `itemsize` byte planes of equal length: each run of planes that
+    compress compressed at ZLIB_LEVEL, each that does not (`STORED_RATIO`) stored; `zlib.decompress` and the
+    page's DecompressionStream read it as any other."""
+    n = len(raw) // itemsize if itemsize > 1 else len(raw)
+    view = memoryview(raw)
+    planes = [view[p * n : (p + 1) * n] for p in range(len(raw) // n)] if n else [view]
+    body = []
+    for plane in planes:
+        level = 0 if _noise(plane) else ZLIB_LEVEL
+        deflate = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+        body += [deflate.compress(plane), deflate.flush(zlib.Z_SYNC_FLUSH)]  # ends on a byte: the next run follows
+    return b"".join([ZLIB_HEADER, *body, FINAL_BLOCK, zlib.adler32(raw).to_bytes(4, "big")])
+
+
+def _noise(plane: memoryview) -> bool:
+    """Whether zlib would hardly shrink this plane, judged on SAMPLE_PARTS pieces spread over it."""
+    if len(plane) <= SAMPLE_PARTS * SAMPLE_BYTES:
+        return False  # small: compressing it costs little
+    step = len(plane) // SAMPLE_PARTS
+    sample = b"".join(plane[i * step : i * step + SAMPLE_BYTES] for i in range(SAMPLE_PARTS))
+    return len(zlib.compress(sample, ZLIB_LEVEL)) >= STORED_RATIO * len(sample)

@@ -44,6 +44,7 @@ import html
 import json
 import os
 import re
+import secrets
 from pathlib import Path
 
 from ... import checks
@@ -263,9 +264,48 @@ def _page(data: dict, *, live: bool, page: str = PAGE, entry: str = ENTRY) -> st
 
 
 def _json_for_script(data) -> str:
-    """JSON that cannot end its <script> element: <, > and & become \\u escapes (JSON.parse reads them back)."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    """JSON that cannot end its <script> element: <, > and & become \\u escapes (JSON.parse reads them back).
+
+    The packed arrays' base64 (most of a page's bytes, and only A–Z a–z 0–9 + / =: nothing to escape) is left
+    out of the encoding and the escaping and joined back in afterwards, at a placeholder no text can hold (a
+    random one per call)."""
+    mark = f"selfattn-b64-{secrets.token_hex(16)}"
+    blobs: list[str] = []
+    light = _without_blobs(data, mark, blobs)
+    text = json.dumps(light, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    parts = text.split(f'"{mark}"')
+    if len(parts) != len(blobs) + 1:  # cannot happen: the mark is random
+        raise RuntimeError("a packed array's placeholder occurs in the page's data")
+    joined = (piece for part, blob in zip(parts, blobs, strict=False) for piece in (part, '"', blob, '"'))
+    return "".join(joined) + parts[-1]
+
+
+BLOB_CHARS = 256
+"""Base64 strings at least this long are joined in after the encoding (`_json_for_script`); shorter ones are
+encoded as any string."""
+_BASE64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+
+
+def _is_base64(value: str) -> bool:
+    return value.isascii() and not value.encode("ascii").translate(None, _BASE64)
+
+
+def _without_blobs(x, mark: str, blobs: list[str]):
+    """x with every long base64 string under a "b64" key replaced by `mark` (appended to `blobs`, in the order
+    `json.dumps` writes them: dicts and lists in their own order)."""
+    if isinstance(x, dict):
+        out = {}
+        for key, value in x.items():
+            if key == "b64" and isinstance(value, str) and len(value) >= BLOB_CHARS and _is_base64(value):
+                blobs.append(value)
+                out[key] = mark
+            else:
+                out[key] = _without_blobs(value, mark, blobs)
+        return out
+    if isinstance(x, (list, tuple)):
+        return [_without_blobs(v, mark, blobs) for v in x]
+    return x
 
 
 def _sha256(text: str) -> str:
