@@ -217,9 +217,9 @@ class Explainer:
             if not ran:
                 cuts = [self._cut(check_text(t)) for t in texts]
                 try:
-                    ran.extend(self._traced(cuts, intervention))
+                    ran.extend(self._traced(cuts, intervention, measure=False))
                 except Unbatchable:  # a model whose calls cannot be cut per input: each sentence alone
-                    ran.extend(self._traced([c], intervention)[0] for c in cuts)
+                    ran.extend(self._traced([c], intervention, measure=False)[0] for c in cuts)
             return ran[i]
 
         if cache is None:
@@ -250,10 +250,12 @@ class Explainer:
             raise ValueError(f"the text has {len(cut[1])} tokens; {self.name} reads at most {self.max_len}")
         return cut
 
-    def _traced(self, cuts: list, intervention: Intervention) -> list[ModelTrace]:
+    def _traced(self, cuts: list, intervention: Intervention, *, measure: bool = True) -> list[ModelTrace]:
         """One forward pass of these cut texts (`pieces_of`'s), their pieces attached: `capture` for one,
-        `capture_batch` for several; the head types of each read from its call's own weights (`heads.measurer`)."""
-        measures = [heads.measurer(ids.reshape(-1).tolist()) for _, ids, _, _ in cuts]
+        `capture_batch` for several; the head types of each read from its call's own weights (`heads.measurer`),
+        unless measure=False (control sentences: only their relations' rows are read; `heads.measures` computes the
+        types of such a trace later if a view asks)."""
+        measures = [heads.measurer(ids.reshape(-1).tolist()) if measure else None for _, ids, _, _ in cuts]
         if len(cuts) == 1:
             tokens, ids, kwargs, _ = cuts[0]
             traces = [capture(self.model, ids, tokens, intervention, measure=measures[0], **kwargs)]

@@ -52,6 +52,7 @@ piece of the key words, `word_relations.piece_links`):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
@@ -109,6 +110,7 @@ def contrasts_of(source: ModelTrace | Pieces | None, user_words: UserWords = (),
     if pieces is None:
         return []
     words = word_roles(pieces.text, user_words)
+    known = None if known is None else functools.cache(known)  # each candidate word is asked about many times
     return contrasts(words, pieces.text, user_words, known) if words else []
 
 
