@@ -250,10 +250,13 @@ def test_the_explain_of_the_tutorial_runs_its_controls_in_one_pass(default):
     assert [s.shape for s in seen] == [torch.Size([1, len(ids)]), torch.Size([len(every), max(map(len, every))])]
     assert seen[0][0].tolist() == ids and all(seen[1][i, : len(row)].tolist() == row for i, row in enumerate(every))
     assert doc["descriptions"][0][3]["relation"] == "verb>noun"
-    with _passes(default.model) as again:  # each text alone is read back from the cache
-        text, control = default.trace(TEXT, cache=cache), default.trace(DEFAULT_CONTROL, cache=cache)
-        rest = [default.trace(t, cache=cache) for t in others[1:]]
+    with _passes(default.model) as again:  # the text and its controls are read back from the cache
+        text = default.trace(TEXT, cache=cache)
+        control, *rest = default.controls(text, cache=cache)
     assert again == [] and len(text.tokens) == len(ids) and len(control.tokens) == len(c_ids) and len(rest) == 7
+    with _passes(default.model) as alone:  # a control explained by a reader: its own pass, not the batch's trace
+        own = default.trace(DEFAULT_CONTROL, cache=cache)
+    assert [s.shape for s in alone] == [torch.Size([1, len(c_ids)])] and own is not control
     with _passes(default.model) as uncached:  # no cache: the text, the batch and the probe, three passes
         default.explain(TEXT)
     assert sorted(s.shape[0] for s in uncached) == [1, 1, len(every)]

@@ -51,6 +51,9 @@ DEFAULT_NAME = "selfattn default model"
 NO_CAUSAL = "no_causal"
 """The intervention an encoder refuses: it has no causal mask to switch off."""
 
+BATCHED = "batched"
+"""The third part of a `TraceCache` key of a trace from a batch of control sentences (`Explainer._batch`)."""
+
 
 @dataclass
 class Explainer:
@@ -199,7 +202,7 @@ class Explainer:
         own pass, the sentences beside it by ONE more, a batch (`_batch`), found from the text's pieces. The text is
         never in the batch: its numbers are those of the text alone whichever way it was traced (a batch's GEMMs
         round differently), so the CLI, the app and the API, cached or not, show the same numbers. With `cache`,
-        each is kept under its own (text, intervention) key, so a later `trace` of any reads it back."""
+        each is kept under its own key, so a second call runs nothing (`_batch`)."""
         intervention = self._intervention(intervention)
         text = check_text(text)
         cut = self._cut(text)
@@ -210,7 +213,8 @@ class Explainer:
     def _batch(self, texts: list[str], intervention: Intervention, cache: TraceCache | None) -> list[ModelTrace]:
         """The traces of `texts` (checked) from one forward pass of them all (a pass each for a model that is
         `Unbatchable`), or `cache`'s: a text not held runs the whole batch again, so each trace's rounding is the
-        same batch's whichever were kept."""
+        same batch's whichever were kept. They are kept under (text, intervention, BATCHED), apart from the traces
+        of texts run alone: a text a reader explains shows its own numbers even where it was once a control."""
         ran: list[ModelTrace] = []
 
         def run(i: int) -> ModelTrace:
@@ -224,7 +228,7 @@ class Explainer:
 
         if cache is None:
             return [run(i) for i in range(len(texts))]
-        return [cache.get((t, intervention), functools.partial(run, i)) for i, t in enumerate(texts)]
+        return [cache.get((t, intervention, BATCHED), functools.partial(run, i)) for i, t in enumerate(texts)]
 
     def control_texts(self, pieces: P.Pieces) -> list[str]:
         """The control and contrast sentences of a text from its pieces (`analysis.held.contrasts_of`, their words
