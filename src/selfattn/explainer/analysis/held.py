@@ -365,7 +365,11 @@ def held(trace: ModelTrace, controls: Sequence[ModelTrace] = (), user_words: Use
     queries, before, _ = _word_rows(trace, words)
     o_rows = [_word_rows(o.trace, o.words) for o in others]
     out = []
+    measured = bool(queries) or any(q for q, _, _ in o_rows)  # a word with a previous word, in some sentence
     for l, layer in enumerate(trace.layers):
+        if not (measured or any(on_text[l])):  # no row to read (a text without Chinese): no weights computed
+            out.append([{"previous_word": _previous_word([]), "relations": {}} for _ in range(layer.n_heads)])
+            continue
         row = []
         mine_w = _layer_weights(layer)  # one layer of every sentence at a time: (H, L, L) each
         other_w = [_layer_weights(o.trace.layers[l]) for o in others]
