@@ -257,3 +257,16 @@ def test_a_relation_whose_key_is_the_first_token_must_beat_the_heads_first_token
             assert rel["held"] <= (rel["control"]["weight"] > first and first < head_types.CREDIT_MIN)
             checked += 1
     assert checked >= 1
+
+
+def test_a_one_word_text_is_explained_though_its_types_are_credited_on_the_probe_alone(models):
+    """一只 is one word of two pieces: the text has no rows for the local type that the probe credits on some heads,
+    and the head shown first was picked by that missing share (a TypeError before)."""
+    ex = models[0]
+    doc = ex.explain("一只")
+    described = [d for row in doc["descriptions"] for d in row]
+    assert any(
+        e["on"] == "probe" and d["scores"][e["type"]]["score"] is None for d in described for e in d["verdict"]["types"]
+    ), "the case this test is for: a type credited on the probe with no share on the text"
+    shown = doc["selected"]
+    assert 0 <= shown["layer"] < 30 and 0 <= shown["head"] < 9

@@ -165,12 +165,20 @@ def pick(table: list[list[dict]], descriptions: list[list[dict]]) -> tuple[int, 
     typed, teaching = [], head_types.teaching()
     for l, h in allowed:
         d = descriptions[l][h]
-        shares = [d["scores"][t]["score"] for t in d.get("types", []) if t in teaching]
+        credited = {e["type"]: e["score"] for e in d.get("verdict", {}).get("types", [])}
+        # the type's share on the text; where the text has no rows for it (a type credited on the probe, say, of
+        # a one-word text) the share that credited it
+        shares = [_share(d["scores"][t]["score"], credited.get(t)) for t in d.get("types", []) if t in teaching]
         if shares:
             typed.append(key(l, h, max(shares)))
     plain = [key(l, h, 0.0) for l, h in allowed]
     _, _, l, h = min(linked or typed or plain)
     return l, h
+
+
+def _share(on_text: float | None, credited: float | None) -> float:
+    """A teaching type's share for `pick`: on the text, else where it was credited, else 0."""
+    return on_text if on_text is not None else credited if credited is not None else 0.0
 
 
 def search(trace: ModelTrace, query, key) -> dict:
