@@ -44,14 +44,17 @@ def inline(page: str, tag: str) -> str:
     return m.group(1)
 
 
-def test_pack_is_lossless(doc):
+def test_pack_keeps_every_array_at_the_precision_the_page_shows_it(doc):
     packed = report.pack(doc)
     for l, layer in enumerate(doc["layers"]):
-        for name in ("x", "attn_out", "output"):
-            np.testing.assert_array_equal(report.unpack(packed["layers"][l][name]), np.array(layer[name]))
+        for name in ("x", "attn_out", "output"):  # shown with 4 decimals; each row's length from the exact vector
+            exact = np.array(layer[name])
+            np.testing.assert_array_equal(report.unpack(packed["layers"][l][name]), np.round(exact, 4))
+            norms = report.unpack(packed["layers"][l]["norms"][name])
+            np.testing.assert_array_equal(norms, np.round(np.sqrt((exact.astype(np.float64) ** 2).sum(-1)), 4))
         np.testing.assert_array_equal(report.unpack(packed["layers"][l]["visible"]), np.array(layer["visible"], bool))
         for h, head in enumerate(layer["heads"]):
-            for name in ("q", "k", "v", "lse"):
+            for name in ("q", "k", "v", "lse"):  # exact: the page sums their products into the shown scores
                 got = report.unpack(packed["layers"][l]["heads"][h][name])
                 np.testing.assert_array_equal(got, np.array(head[name]), err_msg=f"layer {l} head {h} {name}")
             assert "stages" not in packed["layers"][l]["heads"][h]
@@ -61,13 +64,34 @@ def test_pack_is_lossless(doc):
         assert packed[key] == doc[key]
 
 
+def test_heads_that_share_a_key_value_head_carry_its_k_and_v_once():
+    doc = tiny_explainer(n_heads=4, n_kv_heads=2).explain(TEXT)
+    packed = report.pack(doc)
+    for l, layer in enumerate(doc["layers"]):
+        heads = packed["layers"][l]["heads"]
+        first: dict[int, int] = {}
+        for h, head in enumerate(layer["heads"]):
+            kv = head["kv_head"]
+            owner = first.setdefault(kv, h)
+            for name in ("k", "v"):
+                if owner == h:
+                    got = report.unpack(heads[h][name])
+                else:  # a reference to the first head of its kv head, whose arrays are this head's
+                    assert heads[h][name] == {"of_head": owner}, (l, h, name)
+                    got = report.unpack(heads[owner][name])
+                np.testing.assert_array_equal(got, np.array(head[name]), err_msg=f"layer {l} head {h} {name}")
+        assert sorted(first) == [0, 1] and len(heads) == 4
+
+
 def test_pack_keeps_float64_and_infinities_exactly(doc):
     d = json.loads(json.dumps(doc))
-    d["layers"][0]["x"][0][0] = 0.1  # not a float32 value: the array goes as float64
+    d["layers"][0]["heads"][0]["q"][0][0] = 0.1  # not a float32 value: the array goes as float64
     d["layers"][0]["heads"][0]["lse"][0] = "-inf"  # a row that may look at nothing
+    d["layers"][0]["x"][0][0] = 3e5  # beyond 2^31 at 4 decimals: the vector goes as float64
     packed = report.pack(d)
-    assert packed["layers"][0]["x"]["dtype"] == "f64"
-    assert report.unpack(packed["layers"][0]["x"])[0, 0] == 0.1
+    assert packed["layers"][0]["heads"][0]["q"]["dtype"] == "f64"
+    assert report.unpack(packed["layers"][0]["heads"][0]["q"])[0, 0] == 0.1
+    assert packed["layers"][0]["x"]["dtype"] == "f64" and report.unpack(packed["layers"][0]["x"])[0, 0] == 3e5
     assert report.unpack(packed["layers"][0]["heads"][0]["lse"])[0] == -np.inf
 
 

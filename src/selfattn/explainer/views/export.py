@@ -272,17 +272,21 @@ def layer_json_bytes(layer: LayerTrace, with_stages: bool) -> int:
 
 def layer_page_bytes(layer: LayerTrace) -> int:
     """At most how many bytes one layer's arrays take in the page (`packing.pack`, before compression, which
-    only shrinks them), as base64: the vectors and q/k/v/lse in float32 (float64 for a float64 capture), and per
-    head the shown weights (u16), per row at most STAGES_MAX_LEN keys (the page stores every key of a short
-    input, fewer of a long one) with their three stages and weights (4 bytes each), Σ w·V, Σ w and the sink."""
+    only shrinks them), as base64: the vectors to 4 decimals (i32) and their norms; q/lse per head and k/v per
+    key/value head in float32 (float64 for a float64 capture); per head the shown weights (u16), per row the keys
+    the stepper shows (`packing.shown_key_count`) with their three stages and weights (4 bytes each), Σ w·V, Σ w and
+    the sink."""
+    from .packing import shown_key_count  # packing reads this module's rules
+
     L, H = layer.length, layer.n_heads
     f = 8 if layer.q.dtype == torch.float64 else 4
-    K = min(L, STAGES_MAX_LEN)
+    K = shown_key_count(L)
     width = layer.x.shape[-1] + layer.attn_out.shape[-1] + layer.output.shape[-1]
     D, Dv = layer.q.shape[-1], layer.v.shape[-1]
-    per_head = f * L * (2 * D + Dv + 1) + 2 * L * L + 4 * L * K * 5 + 4 * L * (Dv + 2) + L * L / 8
-    raw = f * L * width + L * L / 8 + H * per_head
-    return int(raw * 4 / 3 * PACKED_MARGIN) + ARRAY_BYTES * (4 + 11 * H)
+    per_head = f * L * (D + 1) + 2 * L * L + 18 * L * K + 4 * L * (Dv + 2) + L * L / 8
+    kv_heads = layer.k.shape[0] + len(layer.changed)  # a head changed apart may carry its own
+    raw = 4 * L * (width + 3) + L * L / 8 + H * per_head + kv_heads * f * L * (D + Dv)
+    return int(raw * 4 / 3 * PACKED_MARGIN) + ARRAY_BYTES * (7 + 11 * H)
 
 
 def _wanted_layers(trace: ModelTrace, layers, shown: int, with_stages: bool) -> tuple[set[int], dict | None]:

@@ -22,13 +22,19 @@ class PageArray(TypedDict):
     digits: NotRequired[int]
 
 
+class SameAs(TypedDict):
+    """K or V of a head that reads the same key/value head as an earlier head of its layer: that head's (GQA)."""
+
+    of_head: int
+
+
 class PageHead(TypedDict):
     """A head as the page holds it: Q/K/V/lse packed, and what the page shows computed by Python."""
 
     kv_head: int
     q: PageArray
-    k: PageArray
-    v: PageArray
+    k: PageArray | SameAs
+    v: PageArray | SameAs
     lse: PageArray
     weights: PageArray
     keys: PageArray
@@ -53,6 +59,7 @@ class PageLayer(PerHeadValues):
     x: NotRequired[PageArray]
     attn_out: NotRequired[PageArray]
     output: NotRequired[PageArray]
+    norms: NotRequired[dict[str, PageArray]]
     heads: NotRequired[list[PageHead]]
     types: NotRequired[list[str | None]]
 

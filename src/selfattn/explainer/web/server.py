@@ -18,7 +18,7 @@ text's trace from the trace cache. A request with `patch` runs in the heavy lane
 layers batched passes).
 
 `format` is "json" (default: the dict of `Explainer.explain`, exactly what `selfattn explain --json`
-prints) or "packed" (its float arrays as float32/float64 base64, what the page reads: `report.pack`).
+prints) or "packed" (its arrays packed as the page reads them: `report.pack`).
 
 Responses are sized by what the view needs: `layers` names the layers whose arrays are sent (the
 others keep their scalars; summaries, descriptions and predictions always cover every layer). Its

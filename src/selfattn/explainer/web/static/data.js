@@ -3,7 +3,9 @@
  * A packed array is {dtype, shape, b64, digits?}: little-endian bytes in byte planes, zlib-compressed,
  * base64. The page reads what Python computed and never recomputes a stage: the weights of every
  * cell at 0.01 % (`weights`), and for each query row the stored keys with their scores, scaled and
- * masked scores (`key_stages`), weights to 1e-8 (`key_weights`), Σ w·V (`weighted`) and Σ w (`sums`). */
+ * masked scores (`key_stages`), weights to 1e-8 (`key_weights`), Σ w·V (`weighted`) and Σ w (`sums`).
+ * A layer's vectors (x, attn_out, output) come to the 4 decimals they are shown with, their lengths in `norms`;
+ * a head's k and v may be {of_head: h}: the arrays of head h, which reads the same key/value head (GQA). */
 
 const TYPED = { f32: Float32Array, f64: Float64Array, u16: Uint16Array, u32: Uint32Array, i32: Int32Array };
 const I32_NEG_INF = -(2 ** 31), I32_POS_INF = 2 ** 31 - 1;
@@ -91,13 +93,24 @@ function half(bits) {
 export async function loadLayer(layer) {
   if (layer.omitted) return layer;
   const out = await unpackFields(layer, LAYER_ARRAYS);
+  out.norms = layer.norms ? await unpackFields(layer.norms, Object.keys(layer.norms)) : undefined;
   out.heads = await Promise.all(layer.heads.map(async (head) => {
-    const h = await unpackFields(head, HEAD_ARRAYS);
+    const h = await unpackFields(head, HEAD_ARRAYS.filter((name) => !(head[name] && "of_head" in head[name])));
     h.visible = head.visible ? await unpack(head.visible) : undefined; // only a head an intervention changed apart
     h.slots = slotsOf(h.keys, h.weights.shape[1]);
     return h;
   }));
+  for (const h of out.heads) { // K, V sent once per key/value head: {of_head} names the head that holds them
+    for (const name of ["k", "v"]) if (h[name] && "of_head" in h[name]) h[name] = out.heads[h[name].of_head][name];
+  }
   return out;
+}
+
+/** The length of row i of one of a layer's vectors (x, attn_out, output): from the exact vector where the layer
+ * carries it (the vector itself travels to the 4 decimals it is shown with), else of the row. */
+export function normOf(layer, name, i) {
+  const norms = layer.norms && layer.norms[name];
+  return norms ? norms.data[i] : undefined;
 }
 
 /** Per query row, a Map key → its column in `key_stages` / `key_weights` (unused slots left out). */

@@ -3,7 +3,7 @@
  * the masked row and the row's share of it in the weights row, both as Python shipped them. */
 
 import { $, el } from "../dom.js";
-import { exactWeight, row, shownWeight } from "../data.js";
+import { exactWeight, normOf, row, shownWeight } from "../data.js";
 import { sinkShare } from "./heatmap.js";
 import { num, pct, rgb, shade } from "../format.js";
 import { comparable } from "../state.js";
@@ -40,7 +40,7 @@ function renderPanel(state, t) {
   const head = layer.heads[h];
   panel.replaceChildren(el("h3", {}, t("step", { n: state.stage + 1, total: STAGES.length, name: stageTitle(state, t, state.stage) })));
   panel.append(el("p", { class: "explain", "data-testid": "stage-explain" }, explanation(state, t, name, st)));
-  if (name === "x") panel.append(vector(t, "x", t("vec_x") + `[${i}]`, row(layer.x, i)));
+  if (name === "x") panel.append(vector(t, "x", t("vec_x") + `[${i}]`, row(layer.x, i), normOf(layer, "x", i)));
   if (name === "scores") panel.append(qkProducts(t, row(head.q, i), row(head.k, state.focus), keyValue(st, "scores", state.focus)));
   if (name === "qkv") {
     const j = state.focus;
@@ -62,8 +62,8 @@ function renderPanel(state, t) {
       meaningBars(t, doc, head, i));
   }
   if (name === "output") {
-    panel.append(vector(t, "attn_out", `${t("vec_attn_out")}[${i}]`, row(layer.attn_out, i)),
-      vector(t, "output", `${t("vec_output")}[${i}]`, row(layer.output, i)));
+    panel.append(vector(t, "attn_out", `${t("vec_attn_out")}[${i}]`, row(layer.attn_out, i), normOf(layer, "attn_out", i)),
+      vector(t, "output", `${t("vec_output")}[${i}]`, row(layer.output, i), normOf(layer, "output", i)));
   }
   for (const j of [i, state.focus]) { // keep the query's own column and the focused key in view
     const cell = panel.querySelector(`.keys th[data-key="${j}"]`);

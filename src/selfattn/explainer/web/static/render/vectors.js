@@ -20,15 +20,16 @@ const MEANINGS = [ // the roles of selfattn.explainer.relations, then the first 
   { role: null, text: "meaning_other", colour: "#d1d5db" },
 ];
 
-/** A labelled vector: its length and largest dimensions, every number one click away (each carries
- * its dimension in data-dim). */
-export function vector(t, name, label, values) {
+/** A labelled vector: its length (`norm`, else of `values`) and largest dimensions, every number one click away
+ * (each carries its dimension in data-dim). */
+export function vector(t, name, label, values, norm = undefined) {
   const box = el("div", { class: "vec", "data-testid": `vec-${name}` });
   box.append(el("div", { class: "label" }, `${label} (${values.length})`));
   const order = Array.from(values.keys()).sort((a, b) => Math.abs(values[b]) - Math.abs(values[a]));
   const top = order.slice(0, VECTOR_TOP).map((d) => `d${d} = ${num(values[d])}`).join(" · ");
+  const length = norm === undefined ? Math.hypot(...values) : norm; // the exact vector's, where Python sent it
   box.append(el("div", { class: "summary", "data-testid": `vec-${name}-summary` },
-    t("norm", { norm: num(Math.hypot(...values)), top })));
+    t("norm", { norm: num(length), top })));
   const details = el("details", {});
   details.append(el("summary", {}, t("all_numbers")));
   const nums = el("div", { class: "nums" });
