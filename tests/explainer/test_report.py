@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from selfattn.explainer.capture.interventions import REGISTRY, Intervention
-from selfattn.explainer.views import bundle, controls, packing, report
+from selfattn.explainer.views import bundle, controls, export, packing, report
 from selfattn.explainer.views.texts import TEXTS, text
 from selfattn.limits import TEMPERATURE_RANGE
 from tests.explainer import truth
@@ -81,6 +81,22 @@ def test_heads_that_share_a_key_value_head_carry_its_k_and_v_once():
                     got = report.unpack(heads[owner][name])
                 np.testing.assert_array_equal(got, np.array(head[name]), err_msg=f"layer {l} head {h} {name}")
         assert sorted(first) == [0, 1] and len(heads) == 4
+
+
+def test_the_page_estimate_counts_vectors_that_go_as_float64():
+    ex = tiny_explainer()
+    layer = ex.trace(TEXT).layers[0]
+    d = json.loads(json.dumps(ex.explain(TEXT)))
+    before, estimated = len(json.dumps(report.pack(d)["layers"][0])), export.layer_page_bytes(layer)
+    for name in ("x", "attn_out", "output"):  # beyond i32 at 4 decimals: 8 bytes a value, not 4
+        big = getattr(layer, name) * 1e6
+        setattr(layer, name, big)
+        d["layers"][0][name] = big.tolist()
+    packed = report.pack(d)["layers"][0]
+    assert all(packed[name]["dtype"] == "f64" for name in ("x", "attn_out", "output"))
+    grown = len(json.dumps(packed)) - before
+    assert export.layer_page_bytes(layer) - estimated >= grown > 0  # the bound grows with what the page holds
+    assert len(json.dumps(packed)) <= export.layer_page_bytes(layer)
 
 
 def test_pack_keeps_float64_and_infinities_exactly(doc):

@@ -272,20 +272,21 @@ def layer_json_bytes(layer: LayerTrace, with_stages: bool) -> int:
 
 def layer_page_bytes(layer: LayerTrace) -> int:
     """At most how many bytes one layer's arrays take in the page (`packing.pack`, before compression, which
-    only shrinks them), as base64: the vectors to 4 decimals (i32) and their norms; q/lse per head and k/v per
-    key/value head in float32 (float64 for a float64 capture); per head the shown weights (u16), per row the keys
-    the stepper shows (`packing.shown_key_count`) with their three stages and weights (4 bytes each), Σ w·V, Σ w and
-    the sink."""
-    from .packing import shown_key_count  # packing reads this module's rules
+    only shrinks them), as base64: the vectors to 4 decimals (i32; float64 where a value does not fit) and their
+    norms; q/lse per head and k/v per key/value head in float32 (float64 for a float64 capture); per head the shown
+    weights (u16), per row the keys the stepper shows (`packing.shown_key_count`) with their three stages and weights
+    (4 bytes each), Σ w·V, Σ w and the sink."""
+    from .packing import VECTOR_DIGITS, fixed_fits, shown_key_count  # packing reads this module's rules
 
     L, H = layer.length, layer.n_heads
     f = 8 if layer.q.dtype == torch.float64 else 4
     K = shown_key_count(L)
-    width = layer.x.shape[-1] + layer.attn_out.shape[-1] + layer.output.shape[-1]
+    vectors = (layer.x, layer.attn_out, layer.output)  # float64 where a value is beyond i32 at VECTOR_DIGITS
+    width = sum((4 if fixed_fits(float(a.abs().max()), VECTOR_DIGITS) else 8) * a.shape[-1] for a in vectors)
     D, Dv = layer.q.shape[-1], layer.v.shape[-1]
     per_head = f * L * (D + 1) + 2 * L * L + 18 * L * K + 4 * L * (Dv + 2) + L * L / 8
     kv_heads = layer.k.shape[0] + len(layer.changed)  # a head changed apart may carry its own
-    raw = 4 * L * (width + 3) + L * L / 8 + H * per_head + kv_heads * f * L * (D + Dv)
+    raw = L * (width + 4 * 3) + L * L / 8 + H * per_head + kv_heads * f * L * (D + Dv)
     return int(raw * 4 / 3 * PACKED_MARGIN) + ARRAY_BYTES * (7 + 11 * H)
 
 

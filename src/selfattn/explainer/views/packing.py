@@ -62,6 +62,8 @@ __all__ = [
     "unpack",
     "shown_keys",
     "shown_key_count",
+    "fixed_fits",
+    "VECTOR_DIGITS",
     "SHOWN_ALL",
     "TOP_KEYS",
     "WEIGHT_DIGITS",
@@ -350,10 +352,21 @@ def _encode(a: np.ndarray, code: str, batch: list | None = None, **extra) -> dic
     return _put({"dtype": code, "shape": list(a.shape), **extra}, planes, a.itemsize, batch)
 
 
+def _int_range(code: str) -> tuple[int, int]:
+    """The integers `_fixed` stores in `code` (i32 keeps its two extremes for ±inf)."""
+    info = np.iinfo(DTYPES[code])
+    return (info.min + 1, info.max - 1) if code == "i32" else (info.min, info.max)
+
+
+def fixed_fits(largest: float, digits: int, code: str = "i32") -> bool:
+    """Whether `_fixed` stores values of magnitude up to `largest` as `code` integers (not as float64)."""
+    low, high = _int_range(code)
+    return bool(np.isfinite(largest)) and round(largest * 10**digits) <= min(high, -low)
+
+
 def _fixed(a: np.ndarray, digits: int, code: str, batch: list | None = None) -> dict:
     """a rounded to `digits` decimals as integers (float64 where a finite value does not fit `code`)."""
-    info = np.iinfo(DTYPES[code])
-    low, high = (info.min + 1, info.max - 1) if code == "i32" else (info.min, info.max)
+    low, high = _int_range(code)
     unit = 10**digits
     least, most = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
     if np.isfinite(least) and np.isfinite(most):  # every value finite: round(x · unit) rises with x
