@@ -69,6 +69,7 @@ from ..capture import interventions
 from ..capture.trace import LayerTrace, ModelTrace, head_stages
 from ..pieces import AGGREGATION_RULE, aggregate, names, shown_piece
 from . import texts
+from .page_budget import layer_page_bytes
 from .schema import SCHEMA_VERSION
 from .type_legend import legend
 
@@ -256,10 +257,6 @@ others and how to get them (`--layers`, `layers=[…]`, the app). With the thumb
 64 × 64 f16 each) and the script, a page stays under 25 MB."""
 JSON_NUMBER_BYTES = 21
 """What one float costs in JSON, about (sign, 17 digits, point, exponent, comma); a 0/1 of `visible`: 2."""
-PACKED_MARGIN = 1.02
-"""zlib's own framing on bytes it cannot shrink: 2 % over the raw bytes."""
-ARRAY_BYTES = 160
-"""The JSON around one packed array ({"dtype", "shape", "digits", "b64"}, its key) and a head's other fields."""
 
 
 def layer_json_bytes(layer: LayerTrace, with_stages: bool) -> int:
@@ -268,26 +265,6 @@ def layer_json_bytes(layer: LayerTrace, with_stages: bool) -> int:
     width = layer.x.shape[-1] + layer.attn_out.shape[-1] + layer.output.shape[-1]
     per_head = L * (layer.q.shape[-1] + layer.k.shape[-1] + layer.v.shape[-1] + 1) + (5 * L * L if with_stages else 0)
     return (L * width + H * per_head) * JSON_NUMBER_BYTES + 2 * L * L * (1 + len(layer.changed))
-
-
-def layer_page_bytes(layer: LayerTrace) -> int:
-    """At most how many bytes one layer's arrays take in the page (`packing.pack`, before compression, which
-    only shrinks them), as base64: the vectors to 4 decimals (i32; float64 where a value does not fit) and their
-    norms; q/lse per head and k/v per key/value head in float32 (float64 for a float64 capture); per head the shown
-    weights (u16), per row the keys the stepper shows (`packing.shown_key_count`) with their three stages and weights
-    (4 bytes each), Σ w·V, Σ w and the sink."""
-    from .packing import VECTOR_DIGITS, fixed_fits, shown_key_count  # packing reads this module's rules
-
-    L, H = layer.length, layer.n_heads
-    f = 8 if layer.q.dtype == torch.float64 else 4
-    K = shown_key_count(L)
-    vectors = (layer.x, layer.attn_out, layer.output)  # float64 where a value is beyond i32 at VECTOR_DIGITS
-    width = sum((4 if fixed_fits(float(a.abs().max()), VECTOR_DIGITS) else 8) * a.shape[-1] for a in vectors)
-    D, Dv = layer.q.shape[-1], layer.v.shape[-1]
-    per_head = f * L * (D + 1) + 2 * L * L + 18 * L * K + 4 * L * (Dv + 2) + L * L / 8
-    kv_heads = layer.k.shape[0] + len(layer.changed)  # a head changed apart may carry its own
-    raw = L * (width + 4 * 3) + L * L / 8 + H * per_head + kv_heads * f * L * (D + Dv)
-    return int(raw * 4 / 3 * PACKED_MARGIN) + ARRAY_BYTES * (7 + 11 * H)
 
 
 def _wanted_layers(trace: ModelTrace, layers, shown: int, with_stages: bool) -> tuple[set[int], dict | None]:

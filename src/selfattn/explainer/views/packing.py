@@ -54,6 +54,7 @@ from ..analysis.verdicts import verdict
 from ..capture.trace import head_stages
 from .controls import scale_words
 from .export import head_rule, restore_inf
+from .page_budget import SHOWN_ALL, TOP_KEYS, VECTOR_DIGITS, int_range, shown_key_count
 
 __all__ = [
     "pack",
@@ -61,19 +62,12 @@ __all__ = [
     "head_type_names",
     "unpack",
     "shown_keys",
-    "shown_key_count",
-    "fixed_fits",
-    "VECTOR_DIGITS",
     "SHOWN_ALL",
     "TOP_KEYS",
     "WEIGHT_DIGITS",
     "STAGE_DIGITS",
 ]
 
-SHOWN_ALL = 64
-"""Up to this many tokens the stepper's table shows (and the page holds the stages of) every key."""
-TOP_KEYS = 20
-"""Beyond: the keys with the largest weights, plus the first token and the query itself."""
 WEIGHT_DIGITS = 4
 """Weights are shown as percentages with 2 decimals: 4 decimals of the weight."""
 STAGE_DIGITS = 4
@@ -83,9 +77,6 @@ EXACT_DIGITS = 8
 to 1e-8, finer than float32 holds a weight near 1."""
 WEIGHTED_DIGITS = 6
 """Σ w·V is shown with 4 decimals; 6 keep it within 1e-6 of Python's, as the ·V bars that add up to it."""
-VECTOR_DIGITS = 4
-"""x, attn_out and output are shown with 4 decimals: at 128 tokens of a 30-layer model of width 576 they take 20 MB
-of the page so against 30 MB in float32."""
 
 LAYER_ARRAYS = ("x", "attn_out", "output")
 HEAD_ARRAYS = ("q", "k", "v", "lse")
@@ -272,11 +263,6 @@ def _page_arrays(group: list[_Head], batch: list) -> list[tuple[dict, torch.Tens
     return out
 
 
-def shown_key_count(L: int) -> int:
-    """How many keys per query row the page holds the stages of (`shown_keys`) at L tokens."""
-    return L if L <= SHOWN_ALL else TOP_KEYS + 2
-
-
 def shown_keys(weights: torch.Tensor) -> torch.Tensor:
     """(L, K) int64: per row the keys the stepper shows, ascending; unused slots hold L.
 
@@ -352,21 +338,9 @@ def _encode(a: np.ndarray, code: str, batch: list | None = None, **extra) -> dic
     return _put({"dtype": code, "shape": list(a.shape), **extra}, planes, a.itemsize, batch)
 
 
-def _int_range(code: str) -> tuple[int, int]:
-    """The integers `_fixed` stores in `code` (i32 keeps its two extremes for ±inf)."""
-    info = np.iinfo(DTYPES[code])
-    return (info.min + 1, info.max - 1) if code == "i32" else (info.min, info.max)
-
-
-def fixed_fits(largest: float, digits: int, code: str = "i32") -> bool:
-    """Whether `_fixed` stores values of magnitude up to `largest` as `code` integers (not as float64)."""
-    low, high = _int_range(code)
-    return bool(np.isfinite(largest)) and round(largest * 10**digits) <= min(high, -low)
-
-
 def _fixed(a: np.ndarray, digits: int, code: str, batch: list | None = None) -> dict:
     """a rounded to `digits` decimals as integers (float64 where a finite value does not fit `code`)."""
-    low, high = _int_range(code)
+    low, high = int_range(DTYPES[code])
     unit = 10**digits
     least, most = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
     if np.isfinite(least) and np.isfinite(most):  # every value finite: round(x · unit) rises with x

@@ -1,0 +1,73 @@
+"""How much of a layer the page holds, and what that costs: the rules `packing` packs a layer by and the bound
+`export` fits a page's layers to (`layer_page_bytes`), in one place for both.
+
+    shown_key_count(L)   keys per query row whose stages the page holds
+    fixed_fits(x, d)     whether values up to |x| go as i32 at d decimals (else float64)
+    layer_page_bytes(l)  at most how many bytes one layer's arrays take in the page
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..capture.trace import LayerTrace
+
+__all__ = [
+    "SHOWN_ALL",
+    "TOP_KEYS",
+    "VECTOR_DIGITS",
+    "PACKED_MARGIN",
+    "ARRAY_BYTES",
+    "int_range",
+    "fixed_fits",
+    "shown_key_count",
+    "layer_page_bytes",
+]
+
+SHOWN_ALL = 64
+"""Up to this many tokens the stepper's table shows (and the page holds the stages of) every key."""
+TOP_KEYS = 20
+"""Beyond: the keys with the largest weights, plus the first token and the query itself."""
+VECTOR_DIGITS = 4
+"""x, attn_out and output are shown with 4 decimals: at 128 tokens of a 30-layer model of width 576 they take 20 MB
+of the page so against 30 MB in float32."""
+PACKED_MARGIN = 1.02
+"""zlib's own framing on bytes it cannot shrink: 2 % over the raw bytes."""
+ARRAY_BYTES = 160
+"""The JSON around one packed array ({"dtype", "shape", "digits", "b64"}, its key) and a head's other fields."""
+
+
+def int_range(dtype: str) -> tuple[int, int]:
+    """The integers a packed integer array of NumPy `dtype` stores (i32 keeps its two extremes for ±inf)."""
+    info = np.iinfo(np.dtype(dtype))
+    return (info.min + 1, info.max - 1) if info.min == np.iinfo(np.int32).min else (info.min, info.max)
+
+
+def fixed_fits(largest: float, digits: int, dtype: str = "<i4") -> bool:
+    """Whether values of magnitude up to `largest` go as `dtype` integers at `digits` decimals (not as float64)."""
+    low, high = int_range(dtype)
+    return bool(np.isfinite(largest)) and round(largest * 10**digits) <= min(high, -low)
+
+
+def shown_key_count(L: int) -> int:
+    """How many keys per query row the page holds the stages of (`packing.shown_keys`) at L tokens."""
+    return L if L <= SHOWN_ALL else TOP_KEYS + 2
+
+
+def layer_page_bytes(layer: LayerTrace) -> int:
+    """At most how many bytes one layer's arrays take in the page (`packing.pack`, before compression, which
+    only shrinks them), as base64: the vectors to 4 decimals (i32; float64 where a value does not fit) and their
+    norms; q/lse per head and k/v per key/value head in float32 (float64 for a float64 capture); per head the shown
+    weights (u16), per row the keys the stepper shows (`shown_key_count`) with their three stages and weights
+    (4 bytes each), Σ w·V, Σ w and the sink."""
+    L, H = layer.length, layer.n_heads
+    f = 8 if layer.q.dtype == torch.float64 else 4
+    K = shown_key_count(L)
+    vectors = (layer.x, layer.attn_out, layer.output)  # float64 where a value is beyond i32 at VECTOR_DIGITS
+    width = sum((4 if fixed_fits(float(a.abs().max()), VECTOR_DIGITS) else 8) * a.shape[-1] for a in vectors)
+    D, Dv = layer.q.shape[-1], layer.v.shape[-1]
+    per_head = f * L * (D + 1) + 2 * L * L + 18 * L * K + 4 * L * (Dv + 2) + L * L / 8
+    kv_heads = layer.k.shape[0] + len(layer.changed)  # a head changed apart may carry its own
+    raw = L * (width + 4 * 3) + L * L / 8 + H * per_head + kv_heads * f * L * (D + Dv)
+    return int(raw * 4 / 3 * PACKED_MARGIN) + ARRAY_BYTES * (7 + 11 * H)
