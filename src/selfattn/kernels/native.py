@@ -44,7 +44,7 @@ from . import cpu
 from .base import EVERY_FEATURE, Backend, Cost, Request, Result, Work, streaming
 from .cost import request_pairs, visible_pairs
 from .cpu import HALF_DTYPES
-from .native_build import build, build_dir, is_built, unavailable_reason
+from .native_build import ARCH_FLAGS, build, build_dir, is_built, unavailable_reason
 from .native_op import TILE_ARGUMENTS, native_attention, unit_stride
 
 __all__ = [
@@ -65,6 +65,7 @@ __all__ = [
     "SPLIT_TASKS",
     "MIN_SPLIT_CHUNK",
     "STACK_ROWS",
+    "FEW_ROWS",
 ]
 
 BLOCK_Q = 128
@@ -108,6 +109,12 @@ STACK_ROWS = 64
 """Under GQA, a query block whose G heads × rows are at most this many runs them as one GEMM per key tile
 (csrc/attention.cpp `stacked_pass`): one decoding step with 8 query heads per kv head over 16,384 keys took
 0.39× SDPA's time stacked against 0.55× head by head (each head a matrix-vector product rereading the tile)."""
+
+FEW_ROWS = 8
+"""A float32 GEMM of at most this many rows (a decoding step's query rows, or a GQA group stacked) runs in the
+kernel's own AVX2 loops (csrc/attention.cpp `few_rows_abt` / `few_rows_ab`), not BLAS, which packs its operands
+for what is a matrix-vector product: one decoding step over 16,384 keys (H = 8, D = 64, 2 threads) took 1.7× the
+time of reading K and V once through sgemm, about SDPA's time, and 1.3× with the loops."""
 
 MIN_SPLIT_CHUNK = 256
 """Fewest keys per split-K chunk `SPLIT_TASKS` may cut to: below it a chunk's merge costs more than it saves."""
@@ -281,7 +288,19 @@ class NativeBackend(Backend):
                 f"; the {request.G} query heads of each kv head stacked into one GEMM of {self._stacked_rows(request)}"
                 " rows per key tile"
             )
+        rows = self.few_rows(request)
+        if rows is not None:
+            path += f"; q·kᵀ and P·V of {rows} rows in the kernel's own AVX2 loops (FEW_ROWS), not BLAS"
         return path
+
+    def few_rows(self, r: Request) -> int | None:
+        """The rows of each GEMM where they are few enough for the kernel's own AVX2 loops (`FEW_ROWS`: float32 on
+        a CPU the kernel is built for with AVX2), else None."""
+        vector = torch.backends.cpu.get_cpu_capability() in ARCH_FLAGS
+        if self._operand_dtype(r.q.dtype) != torch.float32 or not vector:
+            return None
+        rows = self._stacked_rows(r) if self.stacks(r) else min(r.Lq, self.blocks(r)[0])
+        return rows if rows <= FEW_ROWS else None
 
     def stacks(self, r: Request) -> bool:
         """True when the kernel runs the G query heads of a kv head as one GEMM (`STACK_ROWS`): GQA whose query

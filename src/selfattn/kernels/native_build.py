@@ -24,7 +24,7 @@ from ..dirs import cache_dir
 from ..scores import constant_when_compiled
 from .notice import Notice, emit, warn_unheard
 
-__all__ = ["SOURCE", "build", "build_dir", "is_built", "unavailable_reason"]
+__all__ = ["SOURCE", "ARCH_FLAGS", "build", "build_dir", "is_built", "unavailable_reason"]
 
 SOURCE = Path(__file__).with_name("csrc") / "attention.cpp"
 """The kernel's C++ source."""

@@ -96,6 +96,101 @@ void loop_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
   }
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+// A few query rows (decoding: one new token, or a GQA group of them) make BLAS's GEMM a matrix-vector product
+// that packs its operands for nothing: one query over 16,384 keys took 1.7× the time of reading K and V once.
+// These loops read each K and V row once per block of KEY_BLOCK keys, kept in L1 across the rows.
+constexpr int64_t FEW_ROWS = 8;    // native.py's FEW_ROWS: at most this many rows of A take the loops below
+constexpr int64_t KEY_BLOCK = 64;  // keys per block: 16 KB of a 64-wide K or V
+
+// The sum of the eight lanes.
+inline float lanes_sum(__m256 x) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// C (M×N) = alpha · A (M×K) · Bᵀ, B's N rows of K (the scores of M ≤ FEW_ROWS query rows against N keys):
+// four keys at a time, their four sums reduced together.
+void few_rows_abt(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
+                  int64_t ldb, float* C, int64_t ldc) {
+  const int64_t K8 = K / 8 * 8;
+  for (int64_t j0 = 0; j0 < N; j0 += KEY_BLOCK) {
+    const int64_t j1 = std::min(N, j0 + KEY_BLOCK);
+    for (int64_t i = 0; i < M; ++i) {
+      const float* a = A + i * lda;
+      float* c = C + i * ldc;
+      int64_t j = j0;
+      for (; j + 4 <= j1; j += 4) {
+        const float* b[4] = {B + j * ldb, B + (j + 1) * ldb, B + (j + 2) * ldb, B + (j + 3) * ldb};
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        for (int64_t d = 0; d < K8; d += 8) {
+          const __m256 x = _mm256_loadu_ps(a + d);
+          s0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b[0] + d), s0);
+          s1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b[1] + d), s1);
+          s2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b[2] + d), s2);
+          s3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b[3] + d), s3);
+        }
+        // hadd twice: lanes 0–3 hold s0..s3's low halves, 4–7 their high halves
+        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
+        float sums[4];
+        _mm_storeu_ps(sums, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+        for (int t = 0; t < 4; ++t) {
+          for (int64_t d = K8; d < K; ++d) sums[t] += a[d] * b[t][d];
+          c[j + t] = alpha * sums[t];
+        }
+      }
+      for (; j < j1; ++j) {
+        const float* bj = B + j * ldb;
+        __m256 s = _mm256_setzero_ps();
+        for (int64_t d = 0; d < K8; d += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(bj + d), s);
+        float sum = lanes_sum(s);
+        for (int64_t d = K8; d < K; ++d) sum += a[d] * bj[d];
+        c[j] = alpha * sum;
+      }
+    }
+  }
+}
+
+// C (M×N) = alpha · A (M×K) · B (K×N) + beta · C, M ≤ FEW_ROWS (a few rows of P times V's K rows of N):
+// 32 columns of a row in four registers over a block of keys, then 8, then one at a time.
+void few_rows_ab(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
+                 int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (beta != 1.0f)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t n = 0; n < N; ++n) C[i * ldc + n] = beta == 0.0f ? 0.0f : beta * C[i * ldc + n];
+  for (int64_t k0 = 0; k0 < K; k0 += KEY_BLOCK) {
+    const int64_t k1 = std::min(K, k0 + KEY_BLOCK);
+    for (int64_t i = 0; i < M; ++i) {
+      const float* a = A + i * lda;
+      float* c = C + i * ldc;
+      int64_t n = 0;
+      for (; n + 32 <= N; n += 32) {
+        __m256 c0 = _mm256_loadu_ps(c + n), c1 = _mm256_loadu_ps(c + n + 8), c2 = _mm256_loadu_ps(c + n + 16),
+               c3 = _mm256_loadu_ps(c + n + 24);
+        for (int64_t k = k0; k < k1; ++k) {
+          const __m256 p = _mm256_set1_ps(alpha * a[k]);
+          const float* bk = B + k * ldb + n;
+          c0 = _mm256_fmadd_ps(p, _mm256_loadu_ps(bk), c0);
+          c1 = _mm256_fmadd_ps(p, _mm256_loadu_ps(bk + 8), c1);
+          c2 = _mm256_fmadd_ps(p, _mm256_loadu_ps(bk + 16), c2);
+          c3 = _mm256_fmadd_ps(p, _mm256_loadu_ps(bk + 24), c3);
+        }
+        _mm256_storeu_ps(c + n, c0), _mm256_storeu_ps(c + n + 8, c1), _mm256_storeu_ps(c + n + 16, c2),
+            _mm256_storeu_ps(c + n + 24, c3);
+      }
+      for (; n + 8 <= N; n += 8) {
+        __m256 c0 = _mm256_loadu_ps(c + n);
+        for (int64_t k = k0; k < k1; ++k) c0 = _mm256_fmadd_ps(_mm256_set1_ps(alpha * a[k]), _mm256_loadu_ps(B + k * ldb + n), c0);
+        _mm256_storeu_ps(c + n, c0);
+      }
+      for (; n < N; ++n)
+        for (int64_t k = k0; k < k1; ++k) c[n] += alpha * a[k] * B[k * ldb + n];
+    }
+  }
+}
+#endif
+
 template <typename T, typename In>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const In* A, int64_t lda, const In* B,
           int64_t ldb, T beta, T* C, int64_t ldc) {
@@ -122,6 +217,11 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const In* 
   const int m = static_cast<int>(N), n = static_cast<int>(M), k = static_cast<int>(K);
   const int la = static_cast<int>(ldb), lb = static_cast<int>(lda), lc = static_cast<int>(ldc);
   if constexpr (std::is_same_v<T, float>) {
+#if defined(__AVX2__) && defined(__FMA__)
+    if (!ta && M <= FEW_ROWS && (!tb || beta == 0.0f))   // a few query rows: no packing (few_rows_abt / _ab)
+      return tb ? few_rows_abt(M, N, K, alpha, A, lda, B, ldb, C, ldc)
+                : few_rows_ab(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
     if (sgemm_) return sgemm_(&opa, &opb, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc);
   } else {
     if (dgemm_) return dgemm_(&opa, &opb, &m, &n, &k, &alpha, B, &la, A, &lb, &beta, C, &lc);
