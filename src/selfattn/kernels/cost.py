@@ -51,7 +51,8 @@ request's shape. Off the CPU the rates say nothing, and "auto" keeps a fixed pre
 
 The decoding rows were refitted on a grid of one decoding step (Lk = 512–16384, Hkv = 8 and 1) and small
 prefills (`scripts/measure_auto.py`), every backend side by side, idle and with one busy process (`--load 1`):
-the same bytes of K and V read at the same rate by SDPA and native, native's fixed cost 40 µs the larger,
+the same bytes of K and V read at the same rate by SDPA and native (since native's few-row loops, `native.FEW_ROWS`,
+it reads them faster, which changes no choice: `native.CALL_SECONDS`), native's fixed cost 40 µs the larger,
 SDPA rereading K and V per query head only once a kv head's outgrow the cache (`Cost.cached_kv_bytes`), and
 SDPA's `busy_factor` 1.1 against native's 1.0. Idle, auto's choice was within 1.1× of the fastest in every grid
 case (1.09× at worst, one step over 2048 keys, where native holds up busy); in the bench's cases it took the

@@ -96,8 +96,11 @@ SPLIT_KEYS = 2048
 
 CALL_SECONDS = 80e-6
 """A call's fixed cost: 40 µs more than SDPA's (its inputs laid out, the tile's arguments, the parallel region;
-one decoding step over 512 keys: 0.26 against 0.21 ms). K and V are read at SDPA's rate (the same memory): for
-one decoding step without GQA SDPA is the faster by that fixed cost (1.05–1.2× at Lk = 512–16384)."""
+one decoding step over 512 keys: 0.26 against 0.21 ms). The estimate reads K and V at SDPA's rate: float32's
+few-row loops (`FEW_ROWS`) read them faster (one step over 16,384 keys: 0.71× SDPA's time, 0.57× with Hkv = 1),
+but where the estimates cross (about 2,048 keys) the two are even, so one rate serves. Side by side, one step of
+8 query heads, Hkv 8 and 1, Lk 512 / 2048 / 16384, 2 threads: auto took SDPA below 2,048 keys (native 1.13–1.15×
+its time there), native at 16,384, and either at 2,048 (within 1.01×)."""
 
 SPLIT_TASKS = 8
 """Tasks a split-K request gets at least, where its keys allow chunks of MIN_SPLIT_CHUNK: with few kv heads (GQA,
