@@ -54,7 +54,7 @@ from ..analysis.verdicts import verdict
 from ..capture.trace import head_stages
 from .controls import scale_words
 from .export import head_rule, restore_inf
-from .page_budget import SHOWN_ALL, TOP_KEYS, VECTOR_DIGITS, int_range, shown_key_count
+from .page_budget import SHOWN_ALL, TOP_KEYS, VECTOR_DIGITS, fixed_fits, int_range, shown_key_count
 
 __all__ = [
     "pack",
@@ -343,8 +343,8 @@ def _fixed(a: np.ndarray, digits: int, code: str, batch: list | None = None) -> 
     low, high = int_range(DTYPES[code])
     unit = 10**digits
     least, most = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
-    if np.isfinite(least) and np.isfinite(most):  # every value finite: round(x · unit) rises with x
-        if min(round(least * unit), 0) < low or max(round(most * unit), 0) > high:
+    if np.isfinite(least) and np.isfinite(most):  # every value finite
+        if not fixed_fits(least, most, digits, DTYPES[code]):
             return _encode(a, "f64", batch)
         return _encode(np.rint(a * unit), code, batch, digits=digits)
     finite = np.isfinite(a)

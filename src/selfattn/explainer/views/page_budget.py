@@ -1,9 +1,9 @@
 """How much of a layer the page holds, and what that costs: the rules `packing` packs a layer by and the bound
 `export` fits a page's layers to (`layer_page_bytes`), in one place for both.
 
-    shown_key_count(L)   keys per query row whose stages the page holds
-    fixed_fits(x, d)     whether values up to |x| go as i32 at d decimals (else float64)
-    layer_page_bytes(l)  at most how many bytes one layer's arrays take in the page
+    shown_key_count(L)     keys per query row whose stages the page holds
+    fixed_fits(lo, hi, d)  whether values in [lo, hi] go as i32 at d decimals (else float64)
+    layer_page_bytes(l)    at most how many bytes one layer's arrays take in the page
 """
 
 from __future__ import annotations
@@ -44,10 +44,13 @@ def int_range(dtype: str) -> tuple[int, int]:
     return (info.min + 1, info.max - 1) if info.min == np.iinfo(np.int32).min else (info.min, info.max)
 
 
-def fixed_fits(largest: float, digits: int, dtype: str = "<i4") -> bool:
-    """Whether values of magnitude up to `largest` go as `dtype` integers at `digits` decimals (not as float64)."""
+def fixed_fits(least: float, most: float, digits: int, dtype: str = "<i4") -> bool:
+    """Whether finite values in [least, most] go as `dtype` integers at `digits` decimals (else as float64):
+    round(x · 10^digits) rises with x, so the two ends decide."""
     low, high = int_range(dtype)
-    return bool(np.isfinite(largest)) and round(largest * 10**digits) <= min(high, -low)
+    unit = 10**digits
+    finite = bool(np.isfinite(least) and np.isfinite(most))
+    return finite and min(round(least * unit), 0) >= low and max(round(most * unit), 0) <= high
 
 
 def shown_key_count(L: int) -> int:
@@ -65,7 +68,8 @@ def layer_page_bytes(layer: LayerTrace) -> int:
     f = 8 if layer.q.dtype == torch.float64 else 4
     K = shown_key_count(L)
     vectors = (layer.x, layer.attn_out, layer.output)  # float64 where a value is beyond i32 at VECTOR_DIGITS
-    width = sum((4 if fixed_fits(float(a.abs().max()), VECTOR_DIGITS) else 8) * a.shape[-1] for a in vectors)
+    fits = [fixed_fits(float(a.min()), float(a.max()), VECTOR_DIGITS) for a in vectors]
+    width = sum((4 if ok else 8) * a.shape[-1] for ok, a in zip(fits, vectors, strict=True))
     D, Dv = layer.q.shape[-1], layer.v.shape[-1]
     per_head = f * L * (D + 1) + 2 * L * L + 18 * L * K + 4 * L * (Dv + 2) + L * L / 8
     kv_heads = layer.k.shape[0] + len(layer.changed)  # a head changed apart may carry its own

@@ -93,7 +93,7 @@ function half(bits) {
 export async function loadLayer(layer) {
   if (layer.omitted) return layer;
   const out = await unpackFields(layer, LAYER_ARRAYS);
-  out.norms = layer.norms ? await unpackFields(layer.norms, Object.keys(layer.norms)) : undefined;
+  out.norms = await unpackFields(layer.norms, Object.keys(layer.norms));
   out.heads = await Promise.all(layer.heads.map(async (head) => {
     const h = await unpackFields(head, HEAD_ARRAYS.filter((name) => !(head[name] && "of_head" in head[name])));
     h.visible = head.visible ? await unpack(head.visible) : undefined; // only a head an intervention changed apart
@@ -106,11 +106,10 @@ export async function loadLayer(layer) {
   return out;
 }
 
-/** The length of row i of one of a layer's vectors (x, attn_out, output): from the exact vector where the layer
- * carries it (the vector itself travels to the 4 decimals it is shown with), else of the row. */
+/** The length of row i of one of a layer's vectors (x, attn_out, output), of the exact vector: the vector itself
+ * travels to the 4 decimals it is shown with. */
 export function normOf(layer, name, i) {
-  const norms = layer.norms && layer.norms[name];
-  return norms ? norms.data[i] : undefined;
+  return layer.norms[name].data[i];
 }
 
 /** Per query row, a Map key → its column in `key_stages` / `key_weights` (unused slots left out). */
