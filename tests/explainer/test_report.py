@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import subprocess
+import zlib
 
 import numpy as np
 import pytest
@@ -88,7 +89,7 @@ def test_the_page_estimate_counts_vectors_that_go_as_float64():
     layer = ex.trace(TEXT).layers[0]
     d = json.loads(json.dumps(ex.explain(TEXT)))
     before, estimated = len(json.dumps(report.pack(d)["layers"][0])), export.layer_page_bytes(layer)
-    for name in ("x", "attn_out", "output"):  # beyond i32 at 4 decimals: 8 bytes a value, not 4
+    for name in ("x", "attn_out", "output"):  # beyond int32 at 4 decimals: 8 bytes a value, not 4
         big = getattr(layer, name) * 1e6
         setattr(layer, name, big)
         d["layers"][0][name] = big.tolist()
@@ -261,11 +262,17 @@ def test_a_long_row_ships_its_top_keys_the_first_token_and_itself():
 def test_every_packed_dtype_round_trips():
     a = np.array([[0.5, -1.25], [3.0, 7.0]])
     assert report.unpack(packing._encode(a, "f32")).tolist() == a.tolist()
-    fixed = packing._fixed(np.array([[0.123456, -np.inf], [np.inf, -2.5]]), 4, "i32")
-    assert fixed["dtype"] == "i32" and fixed["digits"] == 4
+    fixed = packing._fixed(np.array([[0.123456, -np.inf], [np.inf, -2.5]]), 4, "z32")
+    assert fixed["dtype"] == "z32" and fixed["digits"] == 4
     assert report.unpack(fixed).tolist() == [[0.1235, -np.inf], [np.inf, -2.5]]
+    ends = np.array([-(2**31 - 1), -(2**31 - 2), -1, 0, 1, 2**31 - 3, 2**31 - 2]) / 1e4  # int32's, less ±inf's
+    assert report.unpack(packing._fixed(ends, 4, "z32")).tolist() == ends.tolist()
+    assert packing._fixed(np.array([2**31 - 1]) / 1e4, 4, "z32")["dtype"] == "f64"  # +inf's word: not a number
+    small = packing._fixed(np.array([-0.0001, 0.0001, -0.0128, 0.0127]), 4, "z32")  # words 1, 2, 255, 254
+    raw = zlib.decompress(base64.b64decode(small["b64"]))
+    assert list(raw) == [1, 2, 255, 254] + [0] * 12  # a sign is no longer in every byte plane
     assert report.unpack(packing._fixed(np.array([0.0, 0.00004, 0.99996, 1.0]), 4, "u16")).tolist() == [0, 0, 1, 1]
-    too_big = packing._fixed(np.array([1e6, 0.5]), 4, "i32")  # 1e10 does not fit an int32: float64, exact
+    too_big = packing._fixed(np.array([1e6, 0.5]), 4, "z32")  # 1e10 does not fit an int32: float64, exact
     assert too_big["dtype"] == "f64" and report.unpack(too_big).tolist() == [1e6, 0.5]
     assert packing._fixed(np.array([-0.5]), 4, "u16")["dtype"] == "f64"  # no negative u16
     bits = np.array([[1, 0, 1], [0, 0, 1]], dtype=bool)

@@ -2,7 +2,7 @@
 `export` fits a page's layers to (`layer_page_bytes`), in one place for both.
 
     shown_key_count(L)     keys per query row whose stages the page holds
-    fixed_fits(lo, hi, d)  whether values in [lo, hi] go as i32 at d decimals (else float64)
+    fixed_fits(lo, hi, d)  whether values in [lo, hi] go as z32 (int32) at d decimals (else float64)
     layer_page_bytes(l)    at most how many bytes one layer's arrays take in the page
 """
 
@@ -39,7 +39,7 @@ ARRAY_BYTES = 160
 
 
 def int_range(dtype: str) -> tuple[int, int]:
-    """The integers a packed integer array of NumPy `dtype` stores (i32 keeps its two extremes for ±inf)."""
+    """The integers a packed integer array of NumPy `dtype` stores (int32 keeps its two extremes: z32's ±inf)."""
     info = np.iinfo(np.dtype(dtype))
     return (info.min + 1, info.max - 1) if info.min == np.iinfo(np.int32).min else (info.min, info.max)
 
@@ -60,14 +60,14 @@ def shown_key_count(L: int) -> int:
 
 def layer_page_bytes(layer: LayerTrace) -> int:
     """At most how many bytes one layer's arrays take in the page (`packing.pack`, before compression, which
-    only shrinks them), as base64: the vectors to 4 decimals (i32; float64 where a value does not fit) and their
+    only shrinks them), as base64: the vectors to 4 decimals (z32; float64 where a value does not fit) and their
     norms; q/lse per head and k/v per key/value head in float32 (float64 for a float64 capture); per head the shown
     weights (u16), per row the keys the stepper shows (`shown_key_count`) with their three stages and weights
     (4 bytes each), Σ w·V, Σ w and the sink."""
     L, H = layer.length, layer.n_heads
     f = 8 if layer.q.dtype == torch.float64 else 4
     K = shown_key_count(L)
-    vectors = (layer.x, layer.attn_out, layer.output)  # float64 where a value is beyond i32 at VECTOR_DIGITS
+    vectors = (layer.x, layer.attn_out, layer.output)  # float64 where a value is beyond int32 at VECTOR_DIGITS
     fits = [fixed_fits(float(a.min()), float(a.max()), VECTOR_DIGITS) for a in vectors]
     width = sum((4 if ok else 8) * a.shape[-1] for ok, a in zip(fits, vectors, strict=True))
     D, Dv = layer.q.shape[-1], layer.v.shape[-1]

@@ -16,7 +16,7 @@ __all__ = ["PageDoc", "OPAQUE"]
 class PageArray(TypedDict):
     """One array packed for the page (`packing._encode`): byte planes, zlib, base64; digits: fixed point."""
 
-    dtype: Literal["f32", "f64", "u16", "u32", "i32", "bits"]
+    dtype: Literal["f32", "f64", "u16", "u32", "z32", "bits"]
     shape: list[int]
     b64: str
     digits: NotRequired[int]

@@ -7,8 +7,8 @@
  * A layer's vectors (x, attn_out, output) come to the 4 decimals they are shown with, their lengths in `norms`;
  * a head's k and v may be {of_head: h}: the arrays of head h, which reads the same key/value head (GQA). */
 
-const TYPED = { f32: Float32Array, f64: Float64Array, u16: Uint16Array, u32: Uint32Array, i32: Int32Array };
-const I32_NEG_INF = -(2 ** 31), I32_POS_INF = 2 ** 31 - 1;
+const TYPED = { f32: Float32Array, f64: Float64Array, u16: Uint16Array, u32: Uint32Array, z32: Uint32Array };
+const Z32_NEG_INF = 2 ** 32 - 2, Z32_POS_INF = 2 ** 32 - 1; // "z32": signed integers zigzag-coded (packing.py)
 
 /** The JSON block the server or report.py put into the page. */
 export function readPageData() {
@@ -44,12 +44,19 @@ export async function unpack(p) {
   const unit = 10 ** p.digits;
   if (p.dtype === "u16") return { shape: p.shape, data, unit };
   const out = new Float64Array(n);
-  const infinities = p.dtype === "i32";
-  for (let e = 0; e < n; e++) {
-    const v = data[e];
-    out[e] = infinities && v === I32_NEG_INF ? -Infinity : infinities && v === I32_POS_INF ? Infinity : v / unit;
+  if (p.dtype !== "z32") {
+    for (let e = 0; e < n; e++) out[e] = data[e] / unit;
+  } else {
+    for (let e = 0; e < n; e++) out[e] = unzigzag(data[e], unit);
   }
   return { shape: p.shape, data: out };
+}
+
+/** One "z32" word as the number it stands for: 2n → n, 2n + 1 → −(n + 1), over 10^digits; ±inf kept. */
+function unzigzag(word, unit) {
+  if (word === Z32_NEG_INF) return -Infinity;
+  if (word === Z32_POS_INF) return Infinity;
+  return (word % 2 === 0 ? word / 2 : -(word + 1) / 2) / unit;
 }
 
 const LAYER_ARRAYS = ["x", "attn_out", "output", "visible"];
