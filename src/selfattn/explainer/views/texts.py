@@ -604,9 +604,9 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "Opened on token {i} “{token}”: nothing is masked here, every token sees every token.",
     },
     "export.omitted": {
-        "zh": "所有层的数组约有 {mb} MB，超过一页 {limit} MB 的上限：这里完整写出层 {held}；"
+        "zh": "所有层的数组最多占 {mb} MB，超过一页 {limit} MB 的上限：这里完整写出层 {held}；"
         "其他层用 --layers（例如 --layers 3,18）或 Python 的 layers=[3, 18] 来要，或在 selfattn serve 的网页里点那一层",
-        "en": "every layer's arrays would take about {mb} MB, over the {limit} MB a page may hold: layers {held} are "
+        "en": "every layer's arrays may take up to {mb} MB, over the {limit} MB a page may hold: layers {held} are "
         "written in full; ask for others with --layers (e.g. --layers 3,18), layers=[3, 18] in Python, or pick the "
         "layer in the app (selfattn serve)",
     },
