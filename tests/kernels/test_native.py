@@ -67,6 +67,31 @@ def test_a_failed_build_is_one_stated_reason(monkeypatch, tmp_path):
     assert "using 'tiled' instead" in NativeBackend().refuse(build_request(q, k, v))  # remembered, not retried
 
 
+def test_auto_asks_the_disk_whether_the_library_is_there_at_most_once_a_look(monkeypatch, tmp_path):
+    """ "auto" asks every backend's state on every call: while the kernel is not loaded that was two stats a call.
+    One look holds LOOK_SECONDS (per path); a library another process builds is then seen."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(native_build, "_STATE", {"ops": None, "error": None})
+    monkeypatch.setattr(native_build, "_LOOK", [])
+    clock = [1000.0]
+    monkeypatch.setattr(native_build.time, "monotonic", lambda: clock[0])
+    looks = []
+    real = type(tmp_path).is_file
+    monkeypatch.setattr(type(tmp_path), "is_file", lambda self: looks.append(self) or real(self))
+    q, k, v = make_inputs(1, 2, 2, 1, 64, 8, dtype=torch.float32)
+    for _ in range(20):
+        selfattn.attention(q, k, v, causal=True)
+    assert len(looks) == 1 and not native.is_built()
+    path = native_build._library_path()
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")  # another process built it
+    assert not native.is_built()  # within the look
+    clock[0] += native_build.LOOK_SECONDS + 0.01
+    assert native.is_built() and native.unavailable_reason() is None and len(looks) == 2
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "other"))  # another cache: looked at afresh
+    assert not native.is_built() and len(looks) == 3
+
+
 def test_import_never_compiles(tmp_path):
     code = (
         "import selfattn, selfattn.kernels.native as n; import torch;"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -98,8 +99,10 @@ FINITE_CHECK_CHUNK = 1 << 20
 def all_finite(t: torch.Tensor) -> bool:
     """No NaN or ±inf in `t`, in O(1) extra memory: a finite sum proves it at once (NaN and inf reach
     the sum); only when the sum is not finite (it may just have overflowed) are the elements checked,
-    FINITE_CHECK_CHUNK at a time — `torch.isfinite(t).all()` would allocate several copies of t."""
-    if bool(torch.isfinite(t.detach().sum())):
+    FINITE_CHECK_CHUNK at a time — `torch.isfinite(t).all()` would allocate several copies of t. The sum is read
+    as a Python float: `torch.isfinite` of the 0-d sum is four small operations, ~20 µs of a decoding step's
+    `attention` call, against ~5 µs for the sum alone."""
+    if math.isfinite(float(t.detach().sum())):
         return True
     flat = t.detach().reshape(-1)
     return all(

@@ -73,10 +73,27 @@ def _library_path_for(xdg_cache_home: str | None, home: str) -> Path:
     return build_dir() / name / f"{name}.so"
 
 
+LOOK_SECONDS = 1.0
+"""How long one look at whether the library is in the cache holds (per path). "auto" asks on every call
+(`NativeBackend.state`), and while the kernel is not loaded two stats a call were ~40 µs of a decoding step's
+`attention` (SDPA's own step at 64 keys: ~25 µs); a library another process builds is seen within this time."""
+_LOOK: list[tuple[Path, float, bool]] = []  # the last look: (path, when, whether the library was there)
+
+
+def _library_exists() -> bool:
+    """Whether the compiled library is in the cache, as seen at most LOOK_SECONDS ago (at this path)."""
+    path, now = _library_path(), time.monotonic()
+    last = _LOOK[0] if _LOOK else None
+    if last is not None and last[0] == path and now - last[1] <= LOOK_SECONDS:
+        return last[2]
+    _LOOK[:] = [(path, now, path.is_file())]
+    return _LOOK[0][2]
+
+
 @constant_when_compiled  # read once when compiled, as a constant of the graph
 def is_built() -> bool:
     """True when the kernel is loaded or its compiled library is in the cache: using it costs no compile."""
-    return _STATE["ops"] is not None or _library_path().is_file()
+    return _STATE["ops"] is not None or _library_exists()
 
 
 @functools.lru_cache(maxsize=1)
@@ -98,7 +115,7 @@ def unavailable_reason() -> str | None:
     """Why the kernel cannot be used here (no compiler, a failed build), or None. Never compiles."""
     if _STATE["error"] is not None:
         return str(_STATE["error"])
-    if _STATE["ops"] is not None or _library_path().is_file():
+    if _STATE["ops"] is not None or _library_exists():
         return None
     return _missing_tools()
 

@@ -324,8 +324,8 @@ def unpack(packed) -> np.ndarray:
     raw = zlib.decompress(base64.b64decode(packed["b64"]))
     shape = tuple(packed["shape"])
     if packed["dtype"] == "bits":
-        n = int(np.prod(shape))
-        return np.unpackbits(np.frombuffer(raw, dtype=np.uint8))[:n].astype(bool).reshape(shape)
+        count = int(np.prod(shape))
+        return np.unpackbits(np.frombuffer(raw, dtype=np.uint8))[:count].astype(bool).reshape(shape)
     dtype = np.dtype(DTYPES[packed["dtype"]])
     planes = np.frombuffer(raw, dtype=np.uint8).reshape(dtype.itemsize, -1)
     a = np.ascontiguousarray(planes.T).view(dtype).reshape(shape)
