@@ -4,6 +4,7 @@ size and fonts (issue 17, items 3, 5 and 6)."""
 
 import json
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from rich.console import Console
 from selfattn.cli import main
 from selfattn.explainer import pieces as P
 from selfattn.explainer.analysis import summary
-from selfattn.explainer.views import export, plots, tables
+from selfattn.explainer.views import export, plots, report, tables
 from selfattn.explainer.web import server
 from tests.explainer.tiny import tiny_explainer
 from tests.tolerances import TOL
@@ -116,6 +117,36 @@ def test_the_page_budget_holds_the_shown_layer_and_its_neighbours_and_says_how_t
     tables.render(doc, console, lang="zh")
     assert doc["omitted"]["text"]["zh"] in console.export_text().replace("\n", "")
     assert "heads" in ex.explain("一只蓝色怪兽走进森林", layers=None)["layers"][0]  # all, when asked
+
+
+def test_the_page_budget_counts_the_layers_packed_not_their_bound(monkeypatch):
+    """The bound (`layer_page_bytes`) is what a layer could take before compression; a page holds the layers
+    whose packed arrays fit: here both, where the bound lets one in; one byte less, only the shown one."""
+    ex = tiny_explainer()
+    text = "一只蓝色怪兽走进森林"
+    bound = export.layer_page_bytes(ex.trace(text).layers[0])
+    full = report.pack(ex.explain(text, layers=None))["layers"]
+    packed = [len(json.dumps(layer, ensure_ascii=False, separators=(",", ":")).encode()) for layer in full]
+    assert bound < sum(packed) < 2 * bound
+    monkeypatch.setattr(export, "MAX_PAGE_BYTES", sum(packed) + 50)  # with room for the labels (`types`)
+    doc = ex.explain(text, layer=1, head=0)
+    assert "omitted" not in doc and all("heads" in layer for layer in doc["layers"])
+    assert export.fit_layers([bound, bound], 1, sum(packed) + 50) == {1}  # what the bound alone held
+    monkeypatch.setattr(export, "MAX_PAGE_BYTES", sum(packed) - 100)
+    doc = ex.explain(text, layer=1, head=0)
+    assert doc["layers"][0]["omitted"] and doc["omitted"]["held"] == [1] and doc["omitted"]["bytes"] == 2 * bound
+
+
+def test_the_layers_get_what_the_thumbnails_and_words_of_every_head_leave_of_a_page():
+    def budget(n_layers, n_heads, display_bytes):
+        trace = SimpleNamespace(layers=[SimpleNamespace(n_heads=n_heads)] * n_layers)
+        return export.layers_budget(trace, {"thumbnails": "x" * display_bytes})
+
+    assert budget(30, 9, 3_000_000) == export.MAX_PAGE_BYTES  # SmolLM2: its 270 heads leave the page 21 MB
+    many = budget(32, 32, 11_000_000)  # 1,024 heads of 64 × 64 thumbnails: 11 MB of the page
+    thumbnails = len(json.dumps({"thumbnails": "x" * 11_000_000}, separators=(",", ":")))
+    assert many == export.PAGE_BYTES - thumbnails - export.PAGE_FIXED_BYTES - 1024 * export.HEAD_WORDS_BYTES
+    assert budget(32, 32, 30_000_000) == 0  # the shown layer alone, whatever it takes
 
 
 @pytest.mark.parametrize("text", ["一只蓝色怪兽走进森林", "一只蓝色怪兽走进森林。" * 12])

@@ -35,7 +35,7 @@ from .analysis import experiment, heads, held, relations, summary
 from .capture.cache import TraceCache
 from .capture.interventions import Intervention
 from .capture.trace import ModelTrace, Unbatchable, capture, capture_batch
-from .views import experiment_words, export
+from .views import experiment_words, export, packing
 from .views.heads import describe
 
 __all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report", "dtype_name"]
@@ -339,6 +339,7 @@ class Explainer:
             unknown=unknown_report(trace.pieces, self.unknown_hint),
             thumbnails=thumbs,
             link=_link(described[selected["layer"]][selected["head"]]),
+            page_bytes=packing.layer_bytes,
         )
         if lang is not None:
             doc["lang"] = _lang(lang)

@@ -57,6 +57,8 @@ stays standard.
 from __future__ import annotations
 
 import base64
+import json
+from collections.abc import Callable
 from typing import cast
 
 import numpy as np
@@ -162,17 +164,25 @@ def to_dict(
     layers="auto",
     thumbnails=None,
     link: tuple[int, int] | None = None,
+    page_bytes: Callable[[dict, int], int] | None = None,
 ) -> dict:
     """Everything captured, as JSON-ready lists. `unknown`: {count, positions, message} of the tokens
     the tokenizer could not represent (never left out, so no view can hide them). `layers`: the layer
     indices whose arrays are written; None: all; "selected": the shown one; "auto": all unless that is
     over MAX_PAGE_BYTES in the page, then the shown one and the nearest that fit (doc["omitted"] says which,
     with the size, and how to get the others). The others keep their scalars only. `thumbnails`: `summary.scan`'s,
-    for doc["display"]."""
+    for doc["display"]. `page_bytes(layer_dict, l)`: what a layer takes in the page once packed (`packing.layer_bytes`),
+    which "auto" fits the layers to (without it: the bound `layer_page_bytes`, which compression only undercuts)."""
     with_stages = trace.layers[0].length <= STAGES_MAX_LEN if stages is None else stages
-    wanted, omitted = _wanted_layers(trace, layers, selected["layer"], with_stages)
+    shown_display = None if thumbnails is None else display(trace, selected["layer"], selected["head"], thumbnails)
+    limit = layers_budget(trace, shown_display)
+    wanted, omitted, made = _wanted_layers(trace, layers, selected["layer"], with_stages, page_bytes, limit)
     out_layers = [
-        _layer_dict(layer, with_stages) if index in wanted else _rule(layer) | {"omitted": True}
+        made[index]
+        if index in made
+        else _layer_dict(layer, with_stages)
+        if index in wanted
+        else _rule(layer) | {"omitted": True}
         for index, layer in enumerate(trace.layers)
     ]
     pieces = trace.pieces
@@ -197,8 +207,8 @@ def to_dict(
         doc["pieces"] = pieces.as_dict()
         doc["levels"] = levels(trace, selected["layer"], selected["head"])
     doc["opened"] = opened_query(trace.layers[selected["layer"]], selected["head"], names(trace.tokens), link)
-    if thumbnails is not None:
-        doc["display"] = display(trace, selected["layer"], selected["head"], thumbnails)
+    if shown_display is not None:
+        doc["display"] = shown_display
     if omitted is not None:
         doc["omitted"] = omitted
     return doc
@@ -254,7 +264,14 @@ MAX_PAGE_BYTES = 21_000_000
 """Most bytes the layers' arrays may take in the page (`report.pack`: packed, base64) when `layers="auto"`:
 beyond, the dict holds the shown layer and the layers nearest it that fit, and doc["omitted"] names the
 others and how to get them (`--layers`, `layers=[…]`, the app). With the thumbnails of every head (at most
-64 × 64 f16 each) and the script, a page stays under 25 MB."""
+64 × 64 f16 each) and the script, a page stays under PAGE_BYTES (`layers_budget`)."""
+PAGE_BYTES = 25_000_000
+"""The most a page of layers="auto" takes: the layers' arrays, every head's thumbnail (doc["display"]: 3.0 MB for
+SmolLM2's 30 × 9 heads), the words of every head (descriptions, summaries: ~1.6 KB a head) and the script."""
+PAGE_FIXED_BYTES = 400_000
+"""The page's script and styles (~0.14 MB), its texts and the doc's fields that do not grow with heads or layers."""
+HEAD_WORDS_BYTES = 2_000
+"""A head's words in the doc (`descriptions`, `summaries`): 1.6 KB each on the 131-token SmolLM2 page."""
 JSON_NUMBER_BYTES = 21
 """What one float costs in JSON, about (sign, 17 digits, point, exponent, comma); a 0/1 of `visible`: 2."""
 
@@ -267,17 +284,68 @@ def layer_json_bytes(layer: LayerTrace, with_stages: bool) -> int:
     return (L * width + H * per_head) * JSON_NUMBER_BYTES + 2 * L * L * (1 + len(layer.changed))
 
 
-def _wanted_layers(trace: ModelTrace, layers, shown: int, with_stages: bool) -> tuple[set[int], dict | None]:
-    """(indices of the layers whose arrays are written, doc["omitted"] or None) for `layers` (see `to_dict`)."""
+def layers_budget(trace: ModelTrace, shown_display: dict | None) -> int:
+    """How many bytes the layers' arrays may take in a page of layers="auto": MAX_PAGE_BYTES, less where the
+    thumbnails and words of a model with many heads would take the page over PAGE_BYTES."""
+    heads = sum(layer.n_heads for layer in trace.layers)
+    shown = 0 if shown_display is None else len(json.dumps(shown_display, separators=(",", ":")))
+    return max(0, min(MAX_PAGE_BYTES, PAGE_BYTES - shown - PAGE_FIXED_BYTES - HEAD_WORDS_BYTES * heads))
+
+
+def _wanted_layers(
+    trace: ModelTrace,
+    layers,
+    shown: int,
+    with_stages: bool,
+    page_bytes: Callable[[dict, int], int] | None,
+    limit: int,
+) -> tuple[set[int], dict | None, dict[int, dict]]:
+    """(indices of the layers whose arrays are written, doc["omitted"] or None, the dicts of those already made)
+    for `layers` (see `to_dict`); "auto" fits them to `limit` bytes."""
     if isinstance(layers, str) and layers == "selected":
-        return {shown}, None
+        return {shown}, None, {}
     if not (isinstance(layers, str) and layers == "auto"):
-        return check_layers(layers, trace.n_layers), None
+        return check_layers(layers, trace.n_layers), None, {}
     sizes = [layer_page_bytes(layer) for layer in trace.layers]
-    if sum(sizes) <= MAX_PAGE_BYTES:
-        return set(range(trace.n_layers)), None
-    held = fit_layers(sizes, shown, MAX_PAGE_BYTES)
-    return held, omitted_note(trace.n_layers, held, sum(sizes), MAX_PAGE_BYTES)
+    if sum(sizes) <= limit:
+        return set(range(trace.n_layers)), None, {}
+    if page_bytes is None:
+        held, made = fit_layers(sizes, shown, limit), {}
+    else:
+        made = measured_layers(trace, sizes, shown, with_stages, page_bytes, limit)
+        held = set(made)
+        if len(held) == trace.n_layers:  # packed, every layer fits
+            return held, None, made
+    return held, omitted_note(trace.n_layers, held, sum(sizes), limit), made
+
+
+def measured_layers(
+    trace: ModelTrace,
+    bounds: list[int],
+    shown: int,
+    with_stages: bool,
+    page_bytes: Callable[[dict, int], int],
+    limit: int,
+) -> dict[int, dict]:
+    """{index: its dict} of the layers a page of `limit` bytes holds, by their packed size (`page_bytes`): the shown
+    one always, then the nearest to it (the lower first) until one does not fit. Measuring a layer costs packing it
+    (0.4–0.6 s a layer of the 0.5B configuration at 512 tokens), so a layer is measured only where the shown one's
+    share of its bound (`bounds`: each layer's `layer_page_bytes`; what compression left of it) applied to this
+    layer's bound fits."""
+    order = sorted(range(trace.n_layers), key=lambda l: (abs(l - shown), l))
+    made: dict[int, dict] = {}
+    used, share = 0, 1.0
+    for l in order:
+        if made and used + share * bounds[l] > limit:
+            break
+        layer = _layer_dict(trace.layers[l], with_stages)
+        size = page_bytes(layer, l)
+        if not made:
+            share = size / max(1, bounds[l])
+        elif used + size > limit:
+            break
+        made[l], used = layer, used + size
+    return made
 
 
 def fit_layers(sizes: list[int], shown: int, limit: int) -> set[int]:

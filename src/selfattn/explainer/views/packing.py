@@ -44,6 +44,7 @@ the 131-token SmolLM2 page's vectors 16 % smaller); 2³² − 2 / 2³² − 1 st
 from __future__ import annotations
 
 import base64
+import json
 import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -61,6 +62,7 @@ from .page_budget import SHOWN_ALL, TOP_KEYS, VECTOR_DIGITS, fixed_fits, int_ran
 
 __all__ = [
     "pack",
+    "layer_bytes",
     "pack_weights",
     "head_type_names",
     "unpack",
@@ -118,9 +120,28 @@ def pack(doc: dict) -> dict:
     }
 
 
+def layer_bytes(layer: dict, l: int = 0) -> int:
+    """How many bytes one layer of the export dict (`layers[l]`) takes in the page once packed: its JSON as the
+    page writes it (`report`), but for `types` (a short label per head). What `export` fits a page's layers to."""
+    batch: list = []
+    out, _ = _layer_arrays(layer, l, batch)
+    _compress(batch)
+    return len(json.dumps(out, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode())
+
+
 def _pack_layer(layer: dict, l: int, ids: list[int], described: list[dict] | None, batch: list) -> dict:
     if layer.get("omitted"):  # asked without this layer's arrays
         return dict(layer)
+    out, weights = _layer_arrays(layer, l, batch)
+    if described is not None and all("verdict" in d for d in described):
+        out["types"] = [d["verdict"]["type"] for d in described]  # the explain sentences' own answer
+    else:
+        out["types"] = head_type_names(torch.stack(weights).numpy(), ids, causal=bool(layer.get("causal", False)))
+    return out
+
+
+def _layer_arrays(layer: dict, l: int, batch: list) -> tuple[dict, list[torch.Tensor]]:
+    """One layer packed, but for its `types`; and each head's float64 weights (L, L)."""
     out = {k: v for k, v in layer.items() if k not in LAYER_ARRAYS + ("visible", "heads")}
     out["norms"] = {}
     for name in LAYER_ARRAYS:
@@ -149,11 +170,7 @@ def _pack_layer(layer: dict, l: int, ids: list[int], described: list[dict] | Non
             heads[h].packed |= shown
             weights[h] = weights_h
     out["heads"] = [head.packed for head in heads]
-    if described is not None and all("verdict" in d for d in described):
-        out["types"] = [d["verdict"]["type"] for d in described]  # the explain sentences' own answer
-    else:
-        out["types"] = head_type_names(torch.stack(weights).numpy(), ids, causal=bool(layer.get("causal", False)))
-    return out
+    return out, weights
 
 
 def head_type_names(weights: np.ndarray, ids: list[int], *, causal: bool) -> list[str | None]:
