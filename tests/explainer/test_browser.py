@@ -275,6 +275,22 @@ def test_report_shows_the_numbers_of_the_json_export_for_every_head(watched, tmp
     assert_clean(watched, {url})
 
 
+def test_why_the_page_opened_on_a_row_is_said_under_the_head_it_opened_on_only(watched, tmp_path):
+    """export.opened_query's sentence names the shown head's link ("its sentence is about … → …"): under
+    another head, whose sentence names other links, it would be a stale line under a new label."""
+    page = watched.page
+    doc = tiny_explainer(n_heads=4, n_kv_heads=2).explain(TEXT)
+    url = open_report(watched, doc, tmp_path)
+    l, h = doc["selected"]["layer"], doc["selected"]["head"]
+    assert page.inner_text("#opened") == doc["opened"]["text"]["zh"] and page.is_visible("#opened")
+    for other in [(l, (h + 1) % 4), (1 - l, h)]:
+        page.click(f"[data-testid=head-cell][data-layer='{other[0]}'][data-head='{other[1]}']")
+        assert int(state(page)["row"]) == doc["opened"]["row"] and not page.is_visible("#opened"), other
+    page.click(f"[data-testid=head-cell][data-layer='{l}'][data-head='{h}']")
+    assert page.inner_text("#opened") == doc["opened"]["text"]["zh"]
+    assert_clean(watched, {url})
+
+
 def test_report_hover_shows_what_a_token_attends_to(watched, explainer, tmp_path):
     page = watched.page
     doc = explainer.explain(TEXT, layer=0, head=0)

@@ -65,7 +65,11 @@ export function renderHeadText(state, t) {
   $("experiment").hidden = !shown;
   const ft = doc.first_token;
   const s = doc.summaries[state.layer][state.head];
-  const opened = doc.opened && doc.opened.row === state.row ? doc.opened.text[state.lang] : "";
+  // why the page opened on this row (export.opened_query): a sentence about the head it opened on, shown with
+  // that head only; another head's description names other links
+  const sel = doc.selected;
+  const own = !!sel && sel.layer === state.layer && sel.head === state.head;
+  const opened = own && doc.opened && doc.opened.row === state.row ? doc.opened.text[state.lang] : "";
   $("opened").textContent = opened;
   $("opened").hidden = !opened;
   $("bos-note").textContent = ft && s.rows
