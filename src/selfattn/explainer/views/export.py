@@ -169,7 +169,7 @@ def to_dict(
     """Everything captured, as JSON-ready lists. `unknown`: {count, positions, message} of the tokens
     the tokenizer could not represent (never left out, so no view can hide them). `layers`: the layer
     indices whose arrays are written; None: all; "selected": the shown one; "auto": all unless that is
-    over MAX_PAGE_BYTES in the page, then the shown one and the nearest that fit (doc["omitted"] says which,
+    over what a page holds (`layers_budget`), then the shown one and the nearest that fit (doc["omitted"] says which,
     with the size, and how to get the others). The others keep their scalars only. `thumbnails`: `summary.scan`'s,
     for doc["display"]. `page_bytes(layer_dict, l)`: what a layer takes in the page once packed (`packing.layer_bytes`),
     which "auto" fits the layers to (without it: the bound `layer_page_bytes`, which compression only undercuts)."""

@@ -1,5 +1,6 @@
 """How much of a layer the page holds, and what that costs: the rules `packing` packs a layer by and the bound
-`export` fits a page's layers to (`layer_page_bytes`), in one place for both.
+`export` checks a page's layers against (`layer_page_bytes`: when every layer's bound fits, nothing is measured;
+else the layers are fitted by their packed size, `packing.layer_bytes`), in one place for both.
 
     shown_key_count(L)     keys per query row whose stages the page holds
     fixed_fits(lo, hi, d)  whether values in [lo, hi] go as z32 (int32) at d decimals (else float64)
