@@ -193,6 +193,8 @@ def test_model_view_colours_heads_by_type(watched, tmp_path):
     types = page.eval_on_selector_all("[data-testid=mv-thumb]", "bs => bs.map(b => b.dataset.type || null)")
     assert types == [t for layer in report.pack(doc)["layers"] for t in layer["types"]]  # Python's head types
     assert any(types), "no head of the default model has a type"
+    assert page.query_selector("[data-testid=mv-held]") is None  # every layer held: nothing to say
+    assert page.query_selector("[data-testid=mv-grid] th.mv-not-held") is None
     shot(page, "model-view-zh.png", "[data-testid=view-model]")
     page.click("[data-testid=lang-toggle]")
     wait_ready(page)

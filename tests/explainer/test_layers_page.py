@@ -68,9 +68,26 @@ def test_the_model_view_draws_every_head_held_or_not(page):
         "[data-testid=mv-thumb]", "bs => bs.map(b => b.dataset.layer + '.' + b.dataset.head + ':' + b.dataset.held)"
     )
     assert thumbs == ["0.0:0", "0.1:0", "1.0:1", "1.1:1"]
+    types = pg.eval_on_selector_all("[data-testid=mv-thumb]", "bs => bs.map(b => b.dataset.type || null)")
+    assert types == [d["verdict"]["type"] for layer in doc["descriptions"] for d in layer]  # held or not
+    assert pg.inner_text("[data-testid=mv-held]").startswith("这一页完整包含层 1；")  # which layers, before a click
+    greyed = pg.eval_on_selector_all("[data-testid=mv-grid] th.mv-not-held", "ths => ths.map(th => th.textContent)")
+    assert greyed == ["层 0"]
     pg.click("[data-testid=mv-thumb][data-layer='0'][data-head='1']")
     assert (state(pg)["layer"], state(pg)["head"], state(pg)["held"]) == ("0", "1", "0")
     assert errors == []
+
+
+def test_a_layer_not_held_keeps_its_heads_labels_for_the_model_view():
+    """The model view colours every thumbnail by its head's label (the explain sentences' verdicts, which every
+    layer has): a layer whose arrays are left out keeps them."""
+    from selfattn.explainer.session import Explainer
+
+    doc = Explainer.load().explain(TEXT, layers=[0], layer=0, head=0)
+    packed = report.pack(doc)["layers"]
+    want = [[d["verdict"]["type"] for d in layer] for layer in doc["descriptions"]]
+    assert packed[1]["omitted"] and packed[1]["types"] == want[1] and any(want[1]), want
+    assert packed[0]["types"] == want[0]
 
 
 def test_explain_help_documents_layers_and_a_bad_value_is_one_line(capsys):

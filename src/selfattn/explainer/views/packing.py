@@ -19,9 +19,10 @@ what the page shows, at the precision it shows it:
     sink      (L,)      only for a layer with attention sinks: each row's weight on the sink,
                         exp(sink_h − lse) = 1 − sums, to 8 decimals (the page draws it as its own column)
 
-and per layer `types`: each head's label, what the model view colours its thumbnails by: the verdict of the
-explain sentences (`descriptions[l][h].verdict.type`, `analysis.verdicts`), so the page and the words agree
-(`head_type_names` on the float64 weights where the doc has no descriptions). `pack_weights` packs an
+and per layer `types` (a layer left out too, where the doc has descriptions): each head's label, what the model
+view colours its thumbnails by: the verdict of the explain sentences (`descriptions[l][h].verdict.type`,
+`analysis.verdicts`), so the page and the words agree (`head_type_names` on the float64 weights where the doc has
+no descriptions). `pack_weights` packs an
 attention tensor given directly (the attention page of `views.notebook`) the same way.
 
 q, k, v and lse travel in float32 when that holds them exactly (float64 otherwise): the page prints their
@@ -130,10 +131,11 @@ def layer_bytes(layer: dict, l: int = 0) -> int:
 
 
 def _pack_layer(layer: dict, l: int, ids: list[int], described: list[dict] | None, batch: list) -> dict:
-    if layer.get("omitted"):  # asked without this layer's arrays
-        return dict(layer)
+    verdicts = described is not None and all("verdict" in d for d in described)
+    if layer.get("omitted"):  # asked without this layer's arrays: its heads' labels still colour the model view
+        return dict(layer) | ({"types": [d["verdict"]["type"] for d in described]} if verdicts and described else {})
     out, weights = _layer_arrays(layer, l, batch)
-    if described is not None and all("verdict" in d for d in described):
+    if verdicts and described is not None:
         out["types"] = [d["verdict"]["type"] for d in described]  # the explain sentences' own answer
     else:
         out["types"] = head_type_names(torch.stack(weights).numpy(), ids, causal=bool(layer.get("causal", False)))

@@ -467,6 +467,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "en": "{n} tokens: each thumbnail pixel is the largest weight of a {block}×{block} block.",
     },
     "mv_omitted": {"zh": "（未包含这一层的数据）", "en": "(this layer's arrays are not held)"},
+    "mv_held": {
+        "zh": "这一页完整包含层 {held}；其他层（灰色的层号）只画缩略图：点开一个，页面会说怎样取得它的各步"
+        "（selfattn serve 的网页会直接取来）。",
+        "en": "This page holds layers {held} in full; the others (greyed numbers) are drawn from their thumbnails: "
+        "open one and the page says how to get its steps (the selfattn serve app fetches them).",
+    },
     "mv_not_held": {
         "zh": "这一层只有缩略图（它的各步数组不在这一页里）",
         "en": "thumbnail only (this layer's arrays are not in this page)",

@@ -78,7 +78,12 @@ export function renderModelView(root, src, current, t) {
   let block = 1, mean = false;
   for (let l = 0; l < src.nLayers; l++) {
     const tr = el("tr");
-    tr.append(el("th", {}, t("layer_n", { layer: src.layerName(l) })));
+    const name = el("th", {}, t("layer_n", { layer: src.layerName(l) }));
+    if (!src.held(l)) {
+      name.classList.add("mv-not-held");
+      name.title = t("mv_not_held");
+    }
+    tr.append(name);
     for (let h = 0; h < src.nHeads; h++) {
       const td = el("td", { "data-layer": l, "data-head": h });
       if (!src.held(l) && !src.thumb(l, h)) {
@@ -105,6 +110,8 @@ export function renderModelView(root, src, current, t) {
     table.append(tr);
   }
   const parts = [table];
+  const held = heldNames(src);
+  if (held !== null) parts.unshift(el("p", { class: "hint", "data-testid": "mv-held" }, t("mv_held", { held })));
   if (block > 1) {
     const words = mean ? t("mv_pooled_mean", { n: L, block: block.toFixed(1).replace(/\.0$/, "") }) : t("mv_pooled", { n: L, block });
     parts.unshift(el("p", { class: "hint", "data-testid": "mv-pooled" }, words));
@@ -119,4 +126,17 @@ export function renderModelView(root, src, current, t) {
   }
   parts.push(key);
   root.replaceChildren(...parts);
+}
+
+/** The layers a page holds in full as ranges of their names ("14–24"), or null when it holds every one. */
+function heldNames(src) {
+  const held = Array.from({ length: src.nLayers }, (_, l) => l).filter((l) => src.held(l));
+  if (held.length === src.nLayers) return null;
+  const runs = [];
+  for (const l of held) {
+    const last = runs[runs.length - 1];
+    if (last && last[1] === l - 1) last[1] = l;
+    else runs.push([l, l]);
+  }
+  return runs.map(([a, b]) => (a === b ? `${src.layerName(a)}` : `${src.layerName(a)}–${src.layerName(b)}`)).join(", ");
 }
