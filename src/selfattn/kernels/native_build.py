@@ -75,8 +75,8 @@ def _library_path_for(xdg_cache_home: str | None, home: str) -> Path:
 
 LOOK_SECONDS = 1.0
 """How long one look at whether the library is in the cache holds (per path). "auto" asks on every call
-(`NativeBackend.state`), and while the kernel is not loaded two stats a call were ~40 µs of a decoding step's
-`attention` (SDPA's own step at 64 keys: ~25 µs); a library another process builds is seen within this time."""
+(`NativeBackend.state`), and while the kernel is not loaded two stats a call were ~30 µs of a decoding step's
+`attention` (SDPA's own step at 64 keys: ~15 µs); a library another process builds is seen within this time."""
 _LOOK: list[tuple[Path, float, bool]] = []  # the last look: (path, when, whether the library was there)
 
 

@@ -22,8 +22,8 @@ what the page shows, at the precision it shows it:
 and per layer `types` (a layer left out too, where the doc has descriptions): each head's label, what the model
 view colours its thumbnails by: the verdict of the explain sentences (`descriptions[l][h].verdict.type`,
 `analysis.verdicts`), so the page and the words agree (`head_type_names` on the float64 weights where the doc has
-no descriptions). `pack_weights` packs an
-attention tensor given directly (the attention page of `views.notebook`) the same way.
+no descriptions). `pack_weights` packs an attention tensor given directly (the attention page of
+`views.notebook`) the same way.
 
 q, k, v and lse travel in float32 when that holds them exactly (float64 otherwise): the page prints their
 q[d]·k[d] products and w_j·V_j[d] parts, whose sums must be the scores and Σ w·V above. A head that reads the same

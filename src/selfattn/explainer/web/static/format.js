@@ -42,3 +42,14 @@ export function diverging(d) {
 export function rgb(c) {
   return `rgb(${c[0]}, ${c[1]}, ${c[2]})`;
 }
+
+/** Sorted layer indices as ranges, as Python's export.layer_ranges writes them: "0–2, 5". */
+export function layerRanges(layers) {
+  const parts = [];
+  for (const l of layers) {
+    const last = parts[parts.length - 1];
+    if (last && l === last[1] + 1) last[1] = l;
+    else parts.push([l, l]);
+  }
+  return parts.map(([a, b]) => (a === b ? String(a) : `${a}–${b}`)).join(", ");
+}

@@ -4,7 +4,7 @@
  * types, views/head_types.py), so the page holds no list of types. */
 
 import { el } from "../dom.js";
-import { HIDDEN_RGB, shade } from "../format.js";
+import { HIDDEN_RGB, layerRanges, shade } from "../format.js";
 
 export const THUMB_PX = 72; // the side of a thumbnail, in CSS pixels
 export const THUMB_MAX = 128; // beyond this many tokens a thumbnail pixel is the largest weight of a block
@@ -128,15 +128,8 @@ export function renderModelView(root, src, current, t) {
   root.replaceChildren(...parts);
 }
 
-/** The layers a page holds in full as ranges of their names ("14–24"), or null when it holds every one. */
+/** The layers a page holds in full as ranges ("14–24"), or null when it holds every one. */
 function heldNames(src) {
   const held = Array.from({ length: src.nLayers }, (_, l) => l).filter((l) => src.held(l));
-  if (held.length === src.nLayers) return null;
-  const runs = [];
-  for (const l of held) {
-    const last = runs[runs.length - 1];
-    if (last && last[1] === l - 1) last[1] = l;
-    else runs.push([l, l]);
-  }
-  return runs.map(([a, b]) => (a === b ? `${src.layerName(a)}` : `${src.layerName(a)}–${src.layerName(b)}`)).join(", ");
+  return held.length === src.nLayers ? null : layerRanges(held.map((l) => src.layerName(l)));
 }

@@ -4,21 +4,11 @@
  * heatmap, its legend and the stepper are marked .arrays in the template and hidden while #app[data-held="0"]. */
 
 import { $, el } from "../dom.js";
+import { layerRanges } from "../format.js";
 import { docSource } from "../sources.js";
 import { thumbnail } from "./modelview.js";
 
 const NOTE_THUMB_PX = 240; // the side of the thumbnail drawn in the note, in CSS pixels
-
-/** Sorted layer indices as ranges, as Python's export.layer_ranges writes them: "0–2, 5". */
-export function layerRanges(layers) {
-  const parts = [];
-  for (const l of layers) {
-    const last = parts[parts.length - 1];
-    if (last && l === last[1] + 1) last[1] = l;
-    else parts.push([l, l]);
-  }
-  return parts.map(([a, b]) => (a === b ? String(a) : `${a}–${b}`)).join(", ");
-}
 
 /** The layers whose arrays the document holds. */
 export function heldLayers(doc) {
