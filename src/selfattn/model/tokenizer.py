@@ -11,7 +11,8 @@
   loaded tokenizer cuts text exactly as the one that was saved.
 
 jieba keeps a cache of its dictionary in `selfattn.dirs.cache_dir()` (on Linux `$XDG_CACHE_HOME/selfattn`,
-default `~/.cache/selfattn`); each tokenizer uses its own `jieba.Tokenizer` instance, never the global one.
+default `~/.cache/selfattn`), read once a process; each word list gets its own `jieba.Tokenizer` instance (a copy
+of that dictionary plus its words), never the global one.
 """
 
 from __future__ import annotations
@@ -52,14 +53,40 @@ def cache_dir() -> Path:
 
 @functools.lru_cache(maxsize=8)
 def _jieba(user_words: tuple[str, ...]):
-    """A private jieba.Tokenizer that knows `user_words` (built once per word list)."""
+    """A private jieba.Tokenizer that knows `user_words` (built once per word list; () is the default dictionary
+    itself, which no one adds words to)."""
+    if not user_words:
+        return _default_dictionary()
+    tk = _copy_of_default()
+    for w in user_words:
+        tk.add_word(w, freq=USER_WORD_FREQ)
+    return tk
+
+
+@functools.lru_cache(maxsize=1)
+def _default_dictionary():
+    """jieba's default dictionary in a private Tokenizer, loaded once: reading it (its cache in ours) takes ~1 s,
+    which every further Tokenizer would spend again."""
     import jieba
 
     jieba.setLogLevel(logging.WARNING)  # its "Building prefix dict" chatter goes to stderr otherwise
     tk = jieba.Tokenizer()
     tk.tmp_dir = str(cache_dir())
-    for w in user_words:
-        tk.add_word(w, freq=USER_WORD_FREQ)
+    tk.check_initialized()
+    return tk
+
+
+def _copy_of_default():
+    """A new private Tokenizer holding a copy of the default dictionary (what `initialize` would read again, a
+    dict copy instead of ~1 s), for words to be added to."""
+    import jieba
+
+    base = _default_dictionary()
+    tk = jieba.Tokenizer()
+    tk.tmp_dir = base.tmp_dir
+    with base.lock:
+        tk.FREQ, tk.total = dict(base.FREQ), base.total
+    tk.initialized = True
     return tk
 
 

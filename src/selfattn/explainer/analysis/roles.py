@@ -29,7 +29,6 @@ relation is found whatever the tokenizer cuts.
 from __future__ import annotations
 
 import functools
-import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -76,18 +75,26 @@ class Word:
 
 @functools.lru_cache(maxsize=8)
 def _tagger(user_words: tuple[str, ...]):
-    """A private jieba part-of-speech tagger that knows `user_words`, its dictionary cache in ours."""
-    import jieba
+    """A private jieba part-of-speech tagger that knows `user_words`: over the cutter the word tokenizer uses for
+    the same words (`tokenizer._jieba`: one dictionary in memory, read once), with jieba's tag table, read once."""
     import jieba.posseg
 
-    from ...model.tokenizer import USER_WORD_FREQ, cache_dir
+    from ...model.tokenizer import _jieba
 
-    jieba.setLogLevel(logging.WARNING)
-    tk = jieba.Tokenizer()
-    tk.tmp_dir = str(cache_dir())
-    for w in user_words:
-        tk.add_word(w, freq=USER_WORD_FREQ)
-    return jieba.posseg.POSTokenizer(tk)
+    tagger = jieba.posseg.POSTokenizer.__new__(jieba.posseg.POSTokenizer)  # its __init__ reads the table again
+    tagger.tokenizer = _jieba(user_words)
+    tagger.word_tag_tab = _word_tags()  # read only: words are added without tags (`makesure_userdict_loaded`)
+    return tagger
+
+
+@functools.lru_cache(maxsize=1)
+def _word_tags() -> dict[str, str]:
+    """jieba's part-of-speech tag of each word of its default dictionary (~0.5 s to read)."""
+    import jieba.posseg
+
+    from ...model.tokenizer import _jieba
+
+    return jieba.posseg.POSTokenizer(_jieba(())).word_tag_tab
 
 
 def in_dictionary(word: str, user_words: Sequence[str] | Mapping[str, str | None] = ()) -> bool:
