@@ -107,3 +107,28 @@ def test_one_dictionary_read_cuts_and_tags_as_fresh_jieba_instances_do(small_cor
     assert list(tokenizer_module._jieba(other).cut("怪兽走进森林", HMM=False))[0] == "怪兽走进"
     assert [p.word for p in roles._tagger(other).cut("怪兽走进森林")][0] == "怪兽走进"
     assert reads == []
+
+
+def test_the_tag_table_is_read_once_where_the_tagger_imports_jieba_posseg():
+    """In a fresh process the tagger takes a copy of the table the jieba.posseg import read (one read); its tags
+    are those of a table read afresh."""
+    import subprocess
+    import sys
+
+    script = (  # a fresh interpreter: jieba.posseg not imported before the tagger
+        "import sys\n"
+        "from selfattn.explainer.analysis import roles\n"
+        "assert 'jieba.posseg' not in sys.modules\n"
+        "reads = []\n"
+        "sys.setprofile(lambda f, e, a: e == 'call' and f.f_code.co_name == 'load_word_tag' and reads.append(1))\n"
+        "tagger = roles._tagger(())\n"
+        "sys.setprofile(None)\n"
+        "assert reads == [1], reads\n"
+        "import jieba, jieba.posseg as pseg\n"
+        "fresh = pseg.POSTokenizer(jieba.Tokenizer()).word_tag_tab\n"
+        "assert tagger.word_tag_tab == fresh and tagger.word_tag_tab is not pseg.dt.word_tag_tab\n"
+        "print(len(fresh))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) > 100_000

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -77,21 +78,27 @@ class Word:
 def _tagger(user_words: tuple[str, ...]):
     """A private jieba part-of-speech tagger that knows `user_words`: over the cutter the word tokenizer uses for
     the same words (`tokenizer._jieba`: one dictionary in memory, read once), with jieba's tag table, read once."""
+    tags = _word_tags()  # first: it may be what imports jieba.posseg
     import jieba.posseg
 
     from ...model.tokenizer import _jieba
 
     tagger = jieba.posseg.POSTokenizer.__new__(jieba.posseg.POSTokenizer)  # its __init__ reads the table again
     tagger.tokenizer = _jieba(user_words)
-    tagger.word_tag_tab = _word_tags()  # read only: words are added without tags (`makesure_userdict_loaded`)
+    tagger.word_tag_tab = tags  # read only: words are added without tags (`makesure_userdict_loaded`)
     return tagger
 
 
 @functools.lru_cache(maxsize=1)
 def _word_tags() -> dict[str, str]:
-    """jieba's part-of-speech tag of each word of its default dictionary (~0.5 s to read)."""
+    """jieba's part-of-speech tag of each word of its default dictionary (~0.5 s to read). Importing jieba.posseg
+    reads it for jieba's global tagger: where that import is this one, the table is as read and is copied; else
+    someone may have merged tags into it since (`makesure_userdict_loaded`), and it is read again."""
+    pristine = "jieba.posseg" not in sys.modules
     import jieba.posseg
 
+    if pristine:
+        return dict(jieba.posseg.dt.word_tag_tab)
     from ...model.tokenizer import _jieba
 
     return jieba.posseg.POSTokenizer(_jieba(())).word_tag_tab
