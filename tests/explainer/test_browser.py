@@ -246,6 +246,7 @@ def test_report_steps_through_the_reference_numbers(watched, explainer, tmp_path
 
     # another head through the summary grid: layer 1 head 0, softmax of the last token
     page.click("[data-testid=head-cell][data-layer='1'][data-head='0']")
+    wait_ready(page)
     page.click("[data-testid=token][data-index='5']")
     stage(page, "softmax")
     assert_row(page, "weights", truth.stages(explainer.model, ids, 1, 0)["weights"][5], TOL["page_weight"])
@@ -267,6 +268,7 @@ def test_report_shows_the_numbers_of_the_json_export_for_every_head(watched, tmp
     for l, layer in enumerate(doc["layers"]):
         for h, head in enumerate(layer["heads"]):
             page.click(f"[data-testid=head-cell][data-layer='{l}'][data-head='{h}']")
+            wait_ready(page)  # a layer is unpacked when first shown (data.js unpackLayers)
             st = {k: np.array(v, dtype=float) for k, v in head["stages"].items()}
             assert_row(page, "scaled", st["scaled"][i], 0.5e-4 + 1e-12)
             assert_row(page, "masked", st["masked"][i], 0.5e-4 + 1e-12)
@@ -285,8 +287,10 @@ def test_why_the_page_opened_on_a_row_is_said_under_the_head_it_opened_on_only(w
     assert page.inner_text("#opened") == doc["opened"]["text"]["zh"] and page.is_visible("#opened")
     for other in [(l, (h + 1) % 4), (1 - l, h)]:
         page.click(f"[data-testid=head-cell][data-layer='{other[0]}'][data-head='{other[1]}']")
+        wait_ready(page)
         assert int(state(page)["row"]) == doc["opened"]["row"] and not page.is_visible("#opened"), other
     page.click(f"[data-testid=head-cell][data-layer='{l}'][data-head='{h}']")
+    wait_ready(page)
     assert page.inner_text("#opened") == doc["opened"]["text"]["zh"]
     assert_clean(watched, {url})
 
@@ -588,6 +592,7 @@ def test_report_head_search_and_keyboard(watched, explainer, tmp_path):
     np.testing.assert_allclose([w for _, _, w in rows], [r["weight"] for r in want], rtol=0, atol=TOL["page_data"])
     shot(page, "search.png", "[data-testid=search]")
     page.click("[data-testid=search-row] button")
+    wait_ready(page)
     assert (int(state(page)["layer"]), int(state(page)["head"])) == (want[0]["layer"], want[0]["head"])
 
     # keyboard: a token is focused with Tab-reachable focus, chosen with Enter, moved with the arrows

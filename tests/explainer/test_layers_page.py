@@ -78,6 +78,29 @@ def test_the_model_view_draws_every_head_held_or_not(page):
     assert errors == []
 
 
+def test_the_head_search_of_a_page_without_every_layer_ranks_the_heads_it_holds_and_says_so(page):
+    """Offline, the layers left out are nowhere to ask for: the search ranks the held layers' heads (their weights
+    from the query to the key, as transformers-free float64 gives them) and says which layers it ranked, where it
+    used to ask a server the file does not have ("Failed to fetch")."""
+    pg, doc, ex, errors = page
+    pg.select_option("[data-testid=find-query]", "4")
+    pg.select_option("[data-testid=find-key]", "3")
+    pg.click("[data-testid=find-btn]")
+    pg.wait_for_selector("[data-testid=search-row]")
+    rows = pg.eval_on_selector_all(
+        "[data-testid=search-row]",
+        "rs => rs.map(r => [Number(r.dataset.layer), Number(r.dataset.head), Number(r.dataset.weight)])",
+    )
+    layer = ex.trace(TEXT).layers[1]
+    want = sorted(((1, h, float(layer.stages(h)["weights"][4, 3])) for h in range(2)), key=lambda r: (-r[2], r[1]))
+    assert [(l, h) for l, h, _ in rows] == [(l, h) for l, h, _ in want]
+    np.testing.assert_allclose([w for _, _, w in rows], [w for _, _, w in want], rtol=0, atol=1e-4)
+    note = pg.inner_text("[data-testid=search-note]")
+    assert "只排了这一页完整包含的层 1 的 head" in note and "--find" in note
+    assert pg.inner_text("#error") == "" and not pg.is_visible("#error")
+    assert errors == []
+
+
 def test_a_layer_not_held_keeps_its_heads_labels_for_the_model_view():
     """The model view colours every thumbnail by its head's label (the explain sentences' verdicts, which every
     layer has): a layer whose arrays are left out keeps them."""
@@ -100,3 +123,46 @@ def test_explain_help_documents_layers_and_a_bad_value_is_one_line(capsys):
     assert exit_info.value.code != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("expected layers such as 3,18 or 0-5, got '3,x' (at 'x')")
+
+
+def test_the_page_unpacks_a_held_layer_when_it_is_shown_once_and_as_python_packed_it(tmp_path):
+    """data.js (run in node): loadDoc unpacks each held layer's visibility (the model view's thumbnails read it)
+    and leaves its other arrays packed; unpackLayers unpacks the layers asked for, each once however often and
+    however concurrently it is asked, to Python's numbers; a layer left out stays left out."""
+    import json
+    import subprocess
+
+    from selfattn.explainer.views import packing
+
+    doc = tiny_explainer().explain(TEXT, layers=[0, 1], layer=1, head=0)
+    packed = packing.pack(doc)
+    assert "display" in packed and len(packed["layers"]) == 2
+    (tmp_path / "doc.json").write_text(json.dumps(packed), encoding="utf-8")
+    data_js = (report.STATIC_DIR / "data.js").resolve().as_uri()
+    script = f"""
+import {{ readFileSync }} from "node:fs";
+import {{ deferred, loadDoc, unpackLayers }} from "{data_js}";
+const doc = await loadDoc(JSON.parse(readFileSync({json.dumps(str(tmp_path / "doc.json"))}, "utf8")));
+const before = doc.layers.map((layer, l) => [deferred(doc, l), "b64" in layer.heads[0].q, !!layer.visible.bits]);
+const [a, b] = [unpackLayers(doc, [1]), unpackLayers(doc, [1, 1])];
+await Promise.all([a, b]);
+const one = doc.layers[1];
+await unpackLayers(doc, [1]);
+console.log(JSON.stringify({{
+  before, after: doc.layers.map((_, l) => deferred(doc, l)), same: doc.layers[1] === one,
+  weights: Array.from(one.heads[0].weights.data), unit: one.heads[0].weights.unit,
+  q: Array.from(one.heads[1].q.data), x: Array.from(one.x.data),
+}}));
+"""
+    out = subprocess.run(
+        ["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    got = json.loads(out.stdout)
+    assert got["before"] == [[True, True, True], [True, True, True]]  # packed but for the visibility
+    assert got["after"] == [True, False] and got["same"]  # layer 1 unpacked once, layer 0 still waits
+    layer = packed["layers"][1]
+    np.testing.assert_array_equal(
+        np.array(got["weights"]) / got["unit"], packing.unpack(layer["heads"][0]["weights"]).ravel()
+    )
+    np.testing.assert_array_equal(got["q"], packing.unpack(layer["heads"][1]["q"]).ravel())
+    np.testing.assert_allclose(got["x"], packing.unpack(layer["x"]).ravel(), rtol=0, atol=1e-12)

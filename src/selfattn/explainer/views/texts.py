@@ -186,6 +186,12 @@ TEXTS: dict[str, dict[str, str]] = {
     },
     "find": {"zh": "搜索", "en": "Search"},
     "search_row": {"zh": "层 {layer} · head {head}：{weight}", "en": "layer {layer} · head {head}: {weight}"},
+    "search_held": {
+        "zh": "只排了这一页完整包含的层 {held} 的 head；要排所有层，用 selfattn explain --find "
+        "或 selfattn serve 的网页。",
+        "en": "Ranked among the heads of the layers this page holds in full ({held}); to rank every layer, use "
+        "selfattn explain --find or the selfattn serve app.",
+    },
     "base_map": {"zh": "无干预", "en": "no intervention"},
     "now_map": {"zh": "有干预", "en": "with the intervention"},
     "diff_map": {

@@ -97,7 +97,7 @@ export async function request(state, hooks) {
     else if (base) state.baseline = base;
     else if (!keep) state.baseline = null;
     hooks.error(null);
-    hooks.show(doc, keep);
+    await hooks.show(doc, keep);
     $("status").textContent = t("status", { n_tokens: doc.tokens.length, ms: Math.round(performance.now() - started) });
   } catch (err) {
     if (seq === state.seq) {

@@ -6,7 +6,7 @@
  * self-contained file. This one owns the state, wires the events and starts the page. */
 
 import { $ } from "./dom.js";
-import { readPageData, loadDoc } from "./data.js";
+import { deferred, loadDoc, readPageData, unpackLayers } from "./data.js";
 import { relabel } from "./controls.js";
 import { fetchLayer, findRemote, setupLive } from "./live.js";
 import { applyWanted, createState, isIdentity, select, setDoc } from "./state.js";
@@ -20,6 +20,7 @@ import { renderAll, renderSelection } from "./render/page.js";
 import { paintTokens } from "./render/tokens.js";
 import { rankHeld, renderSearchResults, searchPair } from "./render/search.js";
 import { renderWords } from "./render/header.js";
+import { heldLayers } from "./render/notheld.js";
 
 function showError(message) {
   const box = $("error");
@@ -35,8 +36,13 @@ function controller(state) {
     else renderWords(state, t());
     relabel($("controls"), state.lang);
   };
-  const show = (doc, keep, wanted = []) => {
+  /** Show `doc` on the layer it opens on (its choice, or one `wanted` names, or the kept one), unpacked first. */
+  const show = async (doc, keep, wanted = []) => {
     const started = performance.now();
+    const mine = ++state.shows;
+    const opens = [doc.selected.layer, keep ? state.layer : undefined, ...wanted.map((want) => want.layer)];
+    await unpackShown(state, doc, opens.filter((l) => Number.isInteger(l) && l >= 0 && l < doc.layers.length));
+    if (mine !== state.shows) return; // a later answer is being shown
     setDoc(state, doc, keep);
     for (const want of wanted) applyWanted(state, want, viewsOf(state));
     redraw();
@@ -47,13 +53,18 @@ function controller(state) {
     renderSelection(state, t());
   };
 
-  /** Show head (l, h); in live mode a layer the answer left out is asked for first (once, however
-   * often it is picked meanwhile), and only the latest pick is shown when it arrives. */
+  /** Show head (l, h); its layer's arrays first: in live mode a layer the answer left out is asked for, and a
+   * held layer not unpacked yet is unpacked (`loadDoc`), once however often it is picked meanwhile; only the
+   * latest pick is shown when it arrives. */
   const pickHead = async (l, h) => {
     state.want = { layer: l, head: h };
-    if (state.doc.layers[l].omitted && state.mode === "live") { // offline, the page says it does not hold it
+    const fetch = state.doc.layers[l].omitted && state.mode === "live"; // offline, the page says it does not hold it
+    if (fetch || waiting(state, l)) {
       const doc = state.doc;
-      if (!state.loading[l]) state.loading[l] = fetchLayer(state, l).finally(() => delete state.loading[l]);
+      $("app").dataset.ready = "0";
+      if (!state.loading[l]) {
+        state.loading[l] = (fetch ? fetchLayer(state, l) : unpackShown(state, doc, [l])).finally(() => delete state.loading[l]);
+      }
       try {
         await state.loading[l];
       } catch (err) {
@@ -69,7 +80,23 @@ function controller(state) {
 
   const findHeads = async () => {
     const { i, j } = searchPair();
-    let ranked = rankHeld(state.doc, i, j);
+    const doc = state.doc;
+    let ranked = rankHeld(doc, i, j);
+    if (!ranked && doc.layers.some((layer, l) => !layer.omitted && deferred(doc, l))) { // every held layer's weights
+      $("app").dataset.busy = "1";
+      try {
+        await unpackLayers(doc, doc.layers.map((_, l) => l));
+      } finally {
+        $("app").dataset.busy = "0";
+      }
+      if (state.doc !== doc) return;
+      ranked = rankHeld(doc, i, j);
+    }
+    let held = null;
+    if (!ranked && state.mode !== "live") { // offline, the layers left out are nowhere to ask for
+      ranked = rankHeld(doc, i, j, true);
+      held = heldLayers(doc);
+    }
     if (!ranked) {
       $("app").dataset.busy = "1";
       try {
@@ -81,9 +108,24 @@ function controller(state) {
         $("app").dataset.busy = "0";
       }
     }
-    renderSearchResults(t(), ranked);
+    renderSearchResults(t(), ranked, held);
   };
   return { t, redraw, show, change, pickHead, findHeads };
+}
+
+/** The documents shown beside `doc`: the compare view's second text, the baseline of an intervention. */
+function besides(state, doc) {
+  return [state.other, state.baseline].filter((d) => d && d !== doc);
+}
+
+/** Layers `ls` unpacked in `doc` and in the documents shown beside it. */
+async function unpackShown(state, doc, ls) {
+  await Promise.all([doc, ...besides(state, doc)].map((d) => unpackLayers(d, ls)));
+}
+
+/** Whether layer l of the shown document, or of one beside it, is held but not unpacked yet. */
+function waiting(state, l) {
+  return [state.doc, ...besides(state, state.doc)].some((d) => d.layers[l] && !d.layers[l].omitted && deferred(d, l));
 }
 
 /** The nav of views, the head view's toggles, the model view's thumbnails, and the URL hash. */
@@ -231,7 +273,7 @@ async function start() {
   if (data.mode === "live") setupLive(state, data, { t: c.t, show: c.show, error: showError });
   renderWords(state, c.t());
   relabel($("controls"), state.lang);
-  if (data.doc) c.show(await loadDoc(data.doc), false, [data.start || {}, readHash(window.location.hash, viewsOf(state))]);
+  if (data.doc) await c.show(await loadDoc(data.doc), false, [data.start || {}, readHash(window.location.hash, viewsOf(state))]);
   else $("app").dataset.ready = "1";
   if (data.mode === "live" && data.doc && isIdentity(state.doc.experiment.applied)) state.baseline = state.doc;
   if (data.error) showError(data.error);

@@ -24,6 +24,7 @@ export function createState(data) {
     hover: null, // the query position under the mouse (token strip)
     picture: null, // {key: "layer/head", canvas} the heatmap's L×L picture of the shown head
     seq: 0, // live mode: number of the latest request
+    shows: 0, // number of the latest document being shown (`show` unpacks its layer first)
     want: null, // live mode: the (layer, head) last picked, while its layer is being fetched
     loading: {}, // live mode: layer → the request fetching its arrays
     views: data.views, // the page's views, in the order of its tabs (viewpanes.js: Python's views/registry.py)
