@@ -26,7 +26,7 @@ ALLOWED = {
     # terms the Chinese tutorial itself uses as they are
     *("Self-Attention", "token", "head", "mask", "logit", "bit", "ms", "MLP", "LayerNorm", "RMSNorm", "RoPE", "GQA"),
     # names: the package, the library, a file format, commands and flags the learner types, the language button
-    *("selfattn", "transformers", "PNG", "English", "explain", "serve", "html", "layers"),
+    *("selfattn", "transformers", "PNG", "English", "explain", "serve", "html", "layers", "find"),
 }
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'\-]*")
 DIM = re.compile(r"d\d+")
