@@ -76,7 +76,9 @@ def test_generate_text_with_a_trained_checkpoint(tiny_run):
     _, folder = tiny_run
     lm, tok, _ = load_checkpoint(folder)
     g = generate_text(lm, tok, "一只蓝色", 30, greedy=True)
-    assert g.prompt_tokens == ["一只", "蓝色"]
+    assert g.prompt_tokens == ["一只", "蓝色"] and g.unknown == []
+    odd = generate_text(lm, tok, "一只☃蓝色", 2, greedy=True)
+    assert odd.prompt_tokens == ["一只", "<unk>", "蓝色"] and odd.unknown == ["☃"]
     assert g.text.startswith("一只蓝色") and g.text == "一只蓝色" + g.continuation
     assert g.stopped in ("eos", "max_new_tokens")
     assert g.continuation == "".join(g.new_tokens)

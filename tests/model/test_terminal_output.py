@@ -64,6 +64,17 @@ def test_the_views_keep_ordinary_text_as_it_is():
         prompt_tokens = ["一只", "蓝色"]
         new_tokens = ["怪兽", "走进"]
         stopped = "eos"
+        unknown: list[str] = []
 
     assert format_generation(Gen) == "一只蓝色怪兽\n走进森林\n一只 / 蓝色 ‖ 怪兽 / 走进   (stopped: eos)"
     assert format_vocabulary(["<pad>", "一只", "。"]) == "3 tokens: <pad> 一只 。"
+
+
+def test_generate_says_which_characters_of_the_prompt_the_model_reads_as_unk(capsys):
+    """A prompt the default vocabulary does not hold is continued from <unk>s: the CLI says so and names them."""
+    assert main(["generate", "一只蓝色的猫x", "--greedy", "--max-new-tokens", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("一只 / 蓝色 / <unk> / 猫 / <unk> ‖ ")
+    assert lines[2].startswith("note: 2 of the prompt's 5 tokens are <unk> to this model (的 x): ")
+    assert main(["generate", "一只蓝色", "--greedy", "--max-new-tokens", "2"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2  # a prompt it knows: no note

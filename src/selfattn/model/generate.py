@@ -129,6 +129,7 @@ class Generation:
     greedy: bool
     temperature: float
     top_k: int | None
+    unknown: list[str]  # the prompt's characters the vocabulary reads as <unk>, in order
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -181,6 +182,7 @@ def generate_text(
     return Generation(
         prompt=text,
         prompt_tokens=[tokenizer.tokens[i] for i in prompt_ids[1:]],
+        unknown=tokenizer.unknown(text),
         new_tokens=[tokenizer.tokens[i] for i in new],
         continuation=continuation,
         text=text + continuation,

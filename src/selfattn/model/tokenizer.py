@@ -173,6 +173,10 @@ class WordTokenizer:
                 out.extend(ch if ch in self._index else "<unk>" for ch in w if not ch.isspace())
         return out
 
+    def unknown(self, text: str) -> list[str]:
+        """The characters of `text` this vocabulary reads as <unk>, in order (what `encode` gives unk_id)."""
+        return [ch for w in self.segment(text) if w not in self._index for ch in w if ch not in self._index]
+
     def encode_words(self, words: Sequence[str], *, bos: bool = True, eos: bool = False) -> list[int]:
         """Ids of words already cut (unknown ones fall back to characters, then <unk>)."""
         ids = [self.bos_id] if bos else []
