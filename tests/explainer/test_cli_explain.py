@@ -143,6 +143,7 @@ def test_interventions_from_the_command_line(capsys, tiny_checkpoint):
         (["--layer", "9"], 1, "layer must be in [0, 1], got 9"),
         (["--temperature", "0"], 2, "expected a finite number > 0, got '0'"),
         (["--model", "/nonexistent/model"], 1, "model folder not found: /nonexistent/model"),
+        (["--model", "/nonexistent/m.Q4_1.gguf"], 1, "GGUF file not found: /nonexistent/m.Q4_1.gguf"),
         ([""], 1, "text is empty"),
     ],
 )

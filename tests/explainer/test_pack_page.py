@@ -126,3 +126,36 @@ def test_the_data_block_joins_base64_back_exactly():
     assert "<" not in text and ">" not in text and "&" not in text
     want = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     assert text == want.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def test_a_layer_measured_by_export_is_read_back_by_the_page_and_one_changed_since_is_packed_afresh(monkeypatch):
+    """export measures a layer by packing it (`layer_bytes`); the page's `pack` reads that back: the bytes packing
+    afresh gives, without running the stages again. A number changed in place in between is packed afresh."""
+    import copy
+
+    from tests.explainer.tiny import tiny_explainer
+
+    doc = tiny_explainer().explain("一只蓝色怪兽走进森林", layers=[0, 1], layer=1, head=0)
+    runs = []
+    stages = packing.head_stages
+    monkeypatch.setattr(packing, "head_stages", lambda *a, **k: runs.append(1) or stages(*a, **k))
+    monkeypatch.setattr(packing, "_PACKED", packing._Packed(0))  # keeps nothing: every layer packed afresh
+    fresh = json.dumps(packing.pack(copy.deepcopy(doc)))
+    assert runs
+    monkeypatch.setattr(packing, "_PACKED", packing._Packed(packing.PACKED_BYTES))
+    sizes = [packing.layer_bytes(layer, l) for l, layer in enumerate(doc["layers"])]  # as export measures them
+    runs.clear()
+    page = packing.pack(doc)
+    assert json.dumps(page) == fresh and not runs  # the same page, the stages not run again
+    without_types = [{k: v for k, v in layer.items() if k != "types"} for layer in page["layers"]]
+    assert sizes == [
+        len(json.dumps(layer, ensure_ascii=False, separators=(",", ":")).encode()) for layer in without_types
+    ]
+    page["layers"][1]["heads"][0]["q"]["b64"] = "spoiled"  # a caller's copy: what is kept stays as it was
+    assert json.dumps(packing.pack(doc)) == fresh and not runs
+    doc["layers"][1]["heads"][0]["q"][0][0] += 1.0
+    changed = packing.pack(doc)
+    assert runs  # packed afresh
+    q = packing.unpack(changed["layers"][1]["heads"][0]["q"])
+    assert q[0, 0] == doc["layers"][1]["heads"][0]["q"][0][0]  # the number as it is now
+    assert json.dumps(changed["layers"][0]) == json.dumps(json.loads(fresh)["layers"][0])

@@ -99,7 +99,8 @@ def locate(source: str | os.PathLike) -> Source:
         return Source(path.parent, path.name, gguf=path.name)
     if is_hub_id(text):
         return Source(_snapshot(text), text)
-    raise FileNotFoundError(f"model folder not found: {path}")  # the path last, as the user typed it
+    what = "GGUF file" if path.suffix.lower() == GGUF_SUFFIX else "model folder"
+    raise FileNotFoundError(f"{what} not found: {path}")  # the path last, as the user typed it
 
 
 def resolve(source: str | os.PathLike) -> Path:

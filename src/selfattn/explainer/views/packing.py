@@ -45,8 +45,12 @@ the 131-token SmolLM2 page's vectors 16 % smaller); 2³² − 2 / 2³² − 1 st
 from __future__ import annotations
 
 import base64
+import collections
+import copy
+import hashlib
 import json
 import os
+import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -107,11 +111,14 @@ def pack(doc: dict) -> dict:
     ids = [int(i) for i in doc["token_ids"]] if "token_ids" in doc else _ids_of(doc["tokens"])
     described = doc.get("descriptions")
     batch: list = []  # every array's bytes, compressed together at the end (`_compress`)
+    made: list[tuple[bytes, dict]] = []  # the layers packed here, kept once compressed (`_PACKED`)
     layers = [
-        _pack_layer(layer, l, ids, None if described is None else described[l], batch)
+        _pack_layer(layer, l, ids, None if described is None else described[l], batch, made)
         for l, layer in enumerate(doc["layers"])
     ]
     _compress(batch)
+    for digest, out in made:
+        _PACKED.keep(digest, out)
     iv = doc["experiment"]["applied"]
     return {
         **doc,
@@ -123,45 +130,148 @@ def pack(doc: dict) -> dict:
 
 def layer_bytes(layer: dict, l: int = 0) -> int:
     """How many bytes one layer of the export dict (`layers[l]`) takes in the page once packed: its JSON as the
-    page writes it (`report`), but for `types` (a short label per head). What `export` fits a page's layers to."""
-    batch: list = []
-    out, _ = _layer_arrays(layer, l, batch)
-    _compress(batch)
+    page writes it (`report`), but for `types` (a short label per head). What `export` fits a page's layers to;
+    the layer packed is kept (`_PACKED`), so that the page of the same layer does not pack it again."""
+    read = _read_layer(layer, l)
+    out = _PACKED.get(read.digest)
+    if out is None:
+        batch: list = []
+        out, _ = _layer_arrays(read, batch)
+        _compress(batch)
+        _PACKED.keep(read.digest, out)
     return len(json.dumps(out, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode())
 
 
-def _pack_layer(layer: dict, l: int, ids: list[int], described: list[dict] | None, batch: list) -> dict:
+def _pack_layer(
+    layer: dict, l: int, ids: list[int], described: list[dict] | None, batch: list, made: list[tuple[bytes, dict]]
+) -> dict:
     verdicts = described is not None and all("verdict" in d for d in described)
     if layer.get("omitted"):  # asked without this layer's arrays: its heads' labels still colour the model view
         return dict(layer) | ({"types": [d["verdict"]["type"] for d in described]} if verdicts and described else {})
-    out, weights = _layer_arrays(layer, l, batch)
-    if verdicts and described is not None:
-        out["types"] = [d["verdict"]["type"] for d in described]  # the explain sentences' own answer
-    else:
-        out["types"] = head_type_names(torch.stack(weights).numpy(), ids, causal=bool(layer.get("causal", False)))
-    return out
+    read = _read_layer(layer, l)
+    if verdicts and described is not None:  # the explain sentences' own answer: no weights needed
+        out = _PACKED.get(read.digest)
+        if out is None:
+            out, _ = _layer_arrays(read, batch)
+            made.append((read.digest, out))
+        return out | {"types": [d["verdict"]["type"] for d in described]}
+    out, weights = _layer_arrays(read, batch)
+    made.append((read.digest, out))
+    types = head_type_names(torch.stack(weights).numpy(), ids, causal=bool(layer.get("causal", False)))
+    return out | {"types": types}
 
 
-def _layer_arrays(layer: dict, l: int, batch: list) -> tuple[dict, list[torch.Tensor]]:
-    """One layer packed, but for its `types`; and each head's float64 weights (L, L)."""
-    out = {k: v for k, v in layer.items() if k not in LAYER_ARRAYS + ("visible", "heads")}
-    out["norms"] = {}
-    for name in LAYER_ARRAYS:
-        vectors = _floats(layer[name], f"layers[{l}].{name}")
-        out[name] = _fixed(vectors, VECTOR_DIGITS, "z32", batch)
-        out["norms"][name] = _fixed(np.linalg.norm(vectors, axis=-1), VECTOR_DIGITS, "z32", batch)
-    visible = _visible(layer["visible"], f"layers[{l}].visible")
-    out["visible"] = _bits(visible, batch)
+PACKED_BYTES = 64 * 2**20
+"""At most this many bytes of packed layers are kept (`_PACKED`), the least recently used dropped first: a page's
+held layers (the 131-token SmolLM2 page holds 11 layers in 24 MB) and a few more."""
+
+
+class _Packed:
+    """Layers packed, by the digest of what packing read of them (`_Read.digest`): `export` measures a layer by
+    packing it (`layer_bytes`) and the page then packs the same layer (`pack`): it reads the first's result. Keyed
+    by content, so a layer changed in between (in place or replaced) is packed afresh, and what one request packed
+    is what another's equal layer packs; each caller gets its own copy."""
+
+    def __init__(self, limit: int):
+        self.limit, self.used = limit, 0
+        self.lock = threading.Lock()
+        self.layers: collections.OrderedDict[bytes, tuple[dict, int]] = collections.OrderedDict()
+
+    def get(self, digest: bytes) -> dict | None:
+        with self.lock:
+            found = self.layers.get(digest)
+            if found is None:
+                return None
+            self.layers.move_to_end(digest)
+        return copy.deepcopy(found[0])  # the strings are shared: a copy of some hundred dicts
+
+    def keep(self, digest: bytes, out: dict) -> None:
+        size = sum(len(a["b64"]) for a in _packed_arrays(out))
+        if size > self.limit:
+            return
+        kept = copy.deepcopy(out)
+        with self.lock:
+            if digest in self.layers:
+                return
+            self.layers[digest] = (kept, size)
+            self.used += size
+            while self.used > self.limit:
+                _, (_, dropped) = self.layers.popitem(last=False)
+                self.used -= dropped
+
+
+def _packed_arrays(x):
+    """Every packed array ({"b64", …}) in a packed layer."""
+    if isinstance(x, dict):
+        if "b64" in x:
+            yield x
+        else:
+            for v in x.values():
+                yield from _packed_arrays(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _packed_arrays(v)
+
+
+_PACKED = _Packed(PACKED_BYTES)
+
+
+@dataclass
+class _Read:
+    """One layer of the export dict read: its fields but the arrays (`fields`, as they are), the arrays as NumPy
+    (`vectors`: x, attn_out, output; the layer's `visible`; per head its other fields, its q, k, v, lse and its
+    own visibility or None), and `digest`, of everything packing reads of it (not the export's N×N `stages`)."""
+
+    fields: dict
+    vectors: dict[str, np.ndarray]
+    visible: np.ndarray
+    heads: list[tuple[dict, dict[str, np.ndarray], np.ndarray | None]]
+    digest: bytes
+
+
+def _read_layer(layer: dict, l: int) -> _Read:
+    """`layer` (`layers[l]` of the export dict) read and checked, its digest taken (`_PACKED` is keyed by it)."""
+    digest = hashlib.blake2b(digest_size=32)
+
+    def take(name: str, a: np.ndarray) -> np.ndarray:
+        digest.update(f"{name}{a.dtype}{a.shape}".encode())
+        digest.update(np.ascontiguousarray(a).tobytes())
+        return a
+
+    def plain(name: str, value) -> None:  # the fields packing copies or reads as they are (scale, kv_head…)
+        digest.update(name.encode() + json.dumps(value, sort_keys=True, allow_nan=True).encode())
+
+    fields = {k: v for k, v in layer.items() if k not in LAYER_ARRAYS + ("visible", "heads")}
+    plain("layer", fields)
+    vectors = {name: take(name, _floats(layer[name], f"layers[{l}].{name}")) for name in LAYER_ARRAYS}
+    visible = take("visible", _visible(layer["visible"], f"layers[{l}].visible"))
     heads = []
     for h, head in enumerate(layer["heads"]):
         where = f"layers[{l}].heads[{h}]"
-        packed = {k: v for k, v in head.items() if k not in HEAD_ARRAYS + ("stages", "visible", "sink")}
-        arrays = {name: _floats(head[name], f"{where}.{name}") for name in HEAD_ARRAYS}
-        own = visible
-        if "visible" in head:  # a head an intervention changed apart from its layer
-            own = _visible(head["visible"], f"{where}.visible")
-            packed["visible"] = _bits(own, batch)
-        heads.append(_Head(packed, arrays, own, head_rule(layer, h), apart="visible" in head))
+        own = {k: v for k, v in head.items() if k not in HEAD_ARRAYS + ("stages", "visible", "sink")}
+        plain(f"heads[{h}]", own)
+        arrays = {name: take(f"{h}.{name}", _floats(head[name], f"{where}.{name}")) for name in HEAD_ARRAYS}
+        apart = take(f"{h}.visible", _visible(head["visible"], f"{where}.visible")) if "visible" in head else None
+        heads.append((own, arrays, apart))
+    return _Read(fields, vectors, visible, heads, digest.digest())
+
+
+def _layer_arrays(read: _Read, batch: list) -> tuple[dict, list[torch.Tensor]]:
+    """One layer packed, but for its `types`; and each head's float64 weights (L, L)."""
+    out = dict(read.fields)
+    out["norms"] = {}
+    for name, vectors in read.vectors.items():
+        out[name] = _fixed(vectors, VECTOR_DIGITS, "z32", batch)
+        out["norms"][name] = _fixed(np.linalg.norm(vectors, axis=-1), VECTOR_DIGITS, "z32", batch)
+    out["visible"] = _bits(read.visible, batch)
+    layer = read.fields | {"heads": [fields for fields, _, _ in read.heads]}  # what head_rule reads
+    heads = []
+    for h, (fields, arrays, apart) in enumerate(read.heads):
+        packed = dict(fields)
+        if apart is not None:  # a head an intervention changed apart from its layer
+            packed["visible"] = _bits(apart, batch)
+        own = read.visible if apart is None else apart
+        heads.append(_Head(packed, arrays, own, head_rule(layer, h), apart=apart is not None))
         shared = _shared_kv(heads)
         for name, a in arrays.items():
             once = shared is not None and name in ("k", "v")
