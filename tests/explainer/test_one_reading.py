@@ -136,3 +136,23 @@ def test_the_notebook_head_view_reads_tokens_the_same_way(watched):  # noqa: F81
     frame = framed(watched, selfattn.head_view(w, tokens)._repr_html_())
     drawn = frame.eval_on_selector_all("[data-testid=hv-q]", "ts => ts.map(t => t.textContent)")
     assert drawn == ["a", "⟨U+00A0⟩", "⇥", "␣cat", "x⟨U+200D⟩y"]
+
+
+def test_a_links_keys_are_named_by_the_words_and_characters_they_make_up(folder):
+    """A head's sentence names a link's keys as the text reads them: "一只+蓝色", not the nine byte pieces
+    一(1/3)+一(2/3)+…; a character whose pieces are all keys by the character; other pieces by their own names."""
+    from selfattn.explainer.views.head_words import keys_named
+    from selfattn.explainer.views.heads import _groups
+
+    trace = Explainer.load(folder).trace("一只蓝色怪兽")
+    pieces = trace.pieces
+    tokens = P.names(trace.tokens)
+    words = {g.text: list(g.members) for g in pieces.group_of("words")}
+    chars = {g.text: list(g.members) for g in pieces.group_of("characters")}
+    assert list(words)[:2] == ["一只", "蓝色"] and len(words["一只"]) == 6  # three bytes a character
+    groups = _groups(pieces)
+    assert keys_named(tokens, words["一只"] + words["蓝色"], groups) == "一只+蓝色"
+    assert keys_named(tokens, chars["只"] + words["蓝色"], groups) == "只+蓝色"
+    part = chars["只"][1:] + chars["蓝"][:1]  # no whole character: the pieces
+    assert keys_named(tokens, part, groups) == "+".join(tokens[k] for k in part) == "只(2/3)+只(3/3)+蓝(1/3)"
+    assert keys_named(tokens, words["一只"]) == "+".join(tokens[k] for k in words["一只"])  # without groups

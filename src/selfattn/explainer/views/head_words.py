@@ -25,6 +25,8 @@ keys the query may see (the head's own visibility: causal rule, window, an inter
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..analysis.head_types import MIN_ROWS, REGISTRY
 from ..analysis.relations import WORDS
 from ..analysis.summary import SINK_LIMIT
@@ -56,7 +58,30 @@ def _colon(lang: str) -> str:
     return text("heads.words.colon", lang)
 
 
-def _link(tokens: list[str], name: str, r: dict, lang: str) -> str:
+Groups = Sequence[Sequence[tuple[Sequence[int], str]]]
+"""The text's words, then its characters (`pieces.Pieces.group_of`): each (its pieces' positions, its name)."""
+
+
+def keys_named(tokens: list[str], keys: Sequence[int], groups: Groups = ()) -> str:
+    """A link's keys as the text reads them: "一只+蓝色" where the keys hold every piece of those words (of a
+    byte-level BPE's 一 / 只(1/2) / 只(2/2) / 蓝(1/3) …), a character where they hold all of its pieces, else
+    the piece's own name; "+" between."""
+    keyset, done, out = set(keys), set[int](), []
+    for k in keys:
+        if k in done:
+            continue
+        name, members = tokens[k], [k]
+        for level in groups:
+            whole = next((g for g in level if k in g[0] and len(g[0]) > 1 and keyset.issuperset(g[0])), None)
+            if whole is not None:
+                members, name = list(whole[0]), whole[1]
+                break
+        out.append(name)
+        done.update(members)
+    return "+".join(out)
+
+
+def _link(tokens: list[str], name: str, r: dict, lang: str, groups: Groups = ()) -> str:
     """ "动词回看做动作的名词：走进→怪兽 86%，均匀注意力 20%" (+ the keys together, or the mean over links)."""
     pair = f"{tokens[r['query']]}→{tokens[r['key']]} {_share(lang, r['pair_weight'], r['pair_chance'])}"
     extra = ""
@@ -64,13 +89,13 @@ def _link(tokens: list[str], name: str, r: dict, lang: str) -> str:
     if r["n"] > 1:
         extra = text("heads.words.links_mean", lang, n=r["n"], share=share)
     elif len(r["keys"]) > 1:
-        extra = text("heads.words.keys_together", lang, keys="+".join(tokens[k] for k in r["keys"]), share=share)
+        extra = text("heads.words.keys_together", lang, keys=keys_named(tokens, r["keys"], groups), share=share)
     return f"{WORDS[name][lang]}{_colon(lang)}{pair}{extra}"
 
 
-def _link_short(tokens: list[str], r: dict, lang: str) -> str:
+def _link_short(tokens: list[str], r: dict, lang: str, groups: Groups = ()) -> str:
     """ "森林→走进+怪兽 43%，均匀注意力 33%": the link with all its keys, the share it is credited on."""
-    keys = "+".join(tokens[k] for k in r["keys"])
+    keys = keys_named(tokens, r["keys"], groups)
     many = text("heads.words.links_many", lang, n=r["n"]) if r["n"] > 1 else ""
     return f"{tokens[r['query']]}→{keys}{many} {_share(lang, r['weight'], r['chance'])}"
 
@@ -88,13 +113,20 @@ def _type(t: str, m: dict, first: str, lang: str) -> str:
 
 
 def sentence(
-    tokens: list[str], s: dict, held: dict, types: dict[str, dict], v: dict, control: list[str] | None = None
+    tokens: list[str],
+    s: dict,
+    held: dict,
+    types: dict[str, dict],
+    v: dict,
+    control: list[str] | None = None,
+    groups: Groups = (),
 ) -> dict:
     """One head's description: {kind, text {zh, en}, weight, chance (of the share named first), types
     (the verdict's types, strongest first), scores (`head_types.measure` on this text), verdict (`v`, the one
     answer every view reads: `analysis.verdicts`)} and, where a link is named, relation, query, key, mean,
     mean_chance, link_credited. `held`: the head's `analysis.held` entry; `control`: the control sentence's
-    token names. See the module doc for the order."""
+    token names; `groups`: the text's words and characters, which name a link's keys (`keys_named`). See the module
+    doc for the order."""
     first = tokens[0] if tokens else ""
     links = held["relations"]
     entries = {e["type"]: e for e in v["types"]}
@@ -117,7 +149,7 @@ def sentence(
             out |= {"kind": "relation", "weight": r["pair_weight"], "chance": r["pair_chance"]}
         out |= _link_fields(name, r, True)
         for lang in parts:
-            parts[lang].append(_link(tokens, name, r, lang) + _kept(r, control or [], lang) + _tested(r, lang))
+            parts[lang].append(_link(tokens, name, r, lang, groups) + _kept(r, control or [], lang) + _tested(r, lang))
     explained = [(n, r) for n, r in links.items() if r["explained"] == "previous"]
     said_previous = False
     if link is None and explained and "previous" in entries:
@@ -153,7 +185,7 @@ def sentence(
         rows = r.get("test", {}).get("rows", 0)
         said = "heads.words.strongest" if r.get("measurable", True) else "heads.words.strongest_unmeasured"
         for lang in parts:
-            parts[lang].append(text(said, lang, link=_link_short(tokens, r, lang), rows=rows, n=MIN_ROWS))
+            parts[lang].append(text(said, lang, link=_link_short(tokens, r, lang, groups), rows=rows, n=MIN_ROWS))
     out["text"] = {lang: text("heads.words.join", lang).join(parts[lang]) for lang in parts}
     return out
 

@@ -16,7 +16,7 @@ from ..analysis import held
 from ..analysis.heads import measures
 from ..analysis.verdicts import verdicts
 from ..capture.trace import ModelTrace
-from ..pieces import names
+from ..pieces import Pieces, names
 from .head_words import percent, sentence
 from .texts import TEXTS
 
@@ -45,7 +45,17 @@ def describe(
     answers = verdicts(types, probe, relations, words)
     shown = names(trace.tokens)  # 金鱼@5 where a token repeats, as every view writes it
     c_shown = names(controls[0].tokens) if controls else []  # the control's: the sentences quote its pair
+    groups = _groups(trace.pieces)
     return [
-        [sentence(shown, s, h[l][k], types[l][k], answers[l][k], c_shown) for k, s in enumerate(heads)]
+        [sentence(shown, s, h[l][k], types[l][k], answers[l][k], c_shown, groups) for k, s in enumerate(heads)]
         for l, heads in enumerate(table)
     ]
+
+
+def _groups(pieces: Pieces | None) -> list[list[tuple[tuple[int, ...], str]]]:
+    """The text's words, then its characters, each (its pieces' positions, its name): what names a link's keys
+    (`head_words.keys_named`); none for a tokenizer without pieces (the default model's tokens are words)."""
+    if pieces is None:
+        return []
+    levels = ("words", "characters")
+    return [list(zip((g.members for g in pieces.group_of(lv)), pieces.names(lv), strict=True)) for lv in levels]
