@@ -25,7 +25,7 @@ keys the query may see (the head's own visibility: causal rule, window, an inter
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..analysis.head_types import MIN_ROWS, REGISTRY
 from ..analysis.relations import WORDS
@@ -58,8 +58,9 @@ def _colon(lang: str) -> str:
     return text("heads.words.colon", lang)
 
 
-Groups = Sequence[Sequence[tuple[Sequence[int], str]]]
-"""The text's words, then its characters (`pieces.Pieces.group_of`): each (its pieces' positions, its name)."""
+Groups = Sequence[Mapping[int, tuple[Sequence[int], str]]]
+"""The text's words, then its characters (`pieces.Pieces.group_of`): each level maps a piece's position to its
+group, (the group's pieces' positions, its name)."""
 
 
 def keys_named(tokens: list[str], keys: Sequence[int], groups: Groups = ()) -> str:
@@ -72,9 +73,9 @@ def keys_named(tokens: list[str], keys: Sequence[int], groups: Groups = ()) -> s
             continue
         name, members = tokens[k], [k]
         for level in groups:
-            whole = next((g for g in level if k in g[0] and len(g[0]) > 1 and keyset.issuperset(g[0])), None)
-            if whole is not None:
-                members, name = list(whole[0]), whole[1]
+            group = level.get(k)
+            if group is not None and len(group[0]) > 1 and keyset.issuperset(group[0]):
+                members, name = list(group[0]), group[1]
                 break
         out.append(name)
         done.update(members)

@@ -52,10 +52,14 @@ def describe(
     ]
 
 
-def _groups(pieces: Pieces | None) -> list[list[tuple[tuple[int, ...], str]]]:
-    """The text's words, then its characters, each (its pieces' positions, its name): what names a link's keys
-    (`head_words.keys_named`); none for a tokenizer without pieces (the default model's tokens are words)."""
+def _groups(pieces: Pieces | None) -> list[dict[int, tuple[tuple[int, ...], str]]]:
+    """The text's words, then its characters, each a map from a piece's position to its group (the group's pieces'
+    positions, its name): what names a link's keys (`head_words.keys_named`); none for a tokenizer without pieces
+    (the default model's tokens are words)."""
     if pieces is None:
         return []
     levels = ("words", "characters")
-    return [list(zip((g.members for g in pieces.group_of(lv)), pieces.names(lv), strict=True)) for lv in levels]
+    return [
+        {m: (g.members, name) for g, name in zip(pieces.group_of(lv), pieces.names(lv), strict=True) for m in g.members}
+        for lv in levels
+    ]
