@@ -1,6 +1,7 @@
-"""Backend "native" with bfloat16/float16 inputs, both paths on any CPU: the half GEMM (MKL's
+"""Backend "native" with bfloat16/float16 inputs, every path on any CPU: the half GEMM (MKL's
 gemm_bf16bf16f32 / gemm_f16f16f32, float32 accumulation; forced with `half_gemm=True` where the CPU lacks
-the instructions, when MKL widens to float32 inside) and the fallback that converts to float32
+the instructions, when MKL widens to float32 inside), bfloat16's own VDPBF16PS tiles in the forward where the CPU
+has AVX512-BF16 (`bf16_tiles`, on by default; off: MKL's) and the fallback that converts to float32
 (`half_gemm=False`). Every score feature, forward and backward, against the float64 reference by the
 tolerance rule (tests/tolerances.py); `gemm_path` names the path the CPU takes."""
 
@@ -20,7 +21,13 @@ from ..test_score_features import FEATURE_NAMES, SHAPES, features
 from ..tolerances import assert_close_to_reference, max_error, tolerance
 
 HALF = [torch.bfloat16, torch.float16]
-PATHS = {"half-gemm": True, "float32": False}
+PATHS = {
+    "half-gemm": dict(half_gemm=True, bf16_tiles=True),
+    "mkl-tiles": dict(half_gemm=True, bf16_tiles=False),
+    "float32": dict(half_gemm=False),
+}
+"""The half path with bfloat16's own tiles (VDPBF16PS, where the CPU has AVX512-BF16; elsewhere MKL's), with MKL's
+GEMM on every tile, and the fallback to float32."""
 EXTRA = ["causal", "window-softcap", "mask-bool", "mask-additive"]
 
 
@@ -60,7 +67,7 @@ def test_forward_matches_reference_on_both_paths(path, dtype, feature, shape):
     q, k, v, kw = _case(shape, dtype, feature)
     ref_out, _, ref_lse = reference_of(q, k, v, **kw)
     naive = selfattn.attention(q, k, v, backend="naive", return_lse=True, **kw)
-    got = NativeBackend(half_gemm=PATHS[path]).forward(build_request(q, k, v, return_lse=True, **kw))
+    got = NativeBackend(**PATHS[path]).forward(build_request(q, k, v, return_lse=True, **kw))
     assert got.output.dtype == dtype and got.lse.dtype == torch.float32
     assert_close_to_reference(got.output, ref_out, naive.output, dtype=dtype)
     assert_close_to_reference(got.lse, ref_lse, naive.lse, dtype=dtype, what="lse")
@@ -91,7 +98,7 @@ def test_backward_matches_float64_on_both_paths(path, dtype, feature):
     q, k, v, kw = _case(SHAPES[0], torch.float64, feature)
     want = _grads("naive", q, k, v, kw, torch.float64)
     naive = _grads("naive", q, k, v, kw, dtype)
-    got = _grads(NativeBackend(half_gemm=PATHS[path]), q, k, v, kw, dtype)
+    got = _grads(NativeBackend(**PATHS[path]), q, k, v, kw, dtype)
     for name, g, w, n in zip("q k v sinks".split(), got, want, naive, strict=False):
         assert g.dtype == dtype, name
         scale = max(1.0, float(w.abs().max()))
@@ -108,7 +115,8 @@ def test_the_half_gemm_path_keeps_bf16_operands_and_rounds_p():
     converted = NativeBackend(half_gemm=False).forward(r).output
     assert half.dtype == converted.dtype == torch.bfloat16
     assert not torch.equal(half, converted)
-    out, lse = native_forward(q, k, v, *native.tile_arguments(r, native.BLOCK_Q, native.BLOCK_K))
+    tiles = NativeBackend(half_gemm=True).runs_bf16_tiles(r)
+    out, lse = native_forward(q, k, v, *native.tile_arguments(r, native.BLOCK_Q, native.BLOCK_K, tiles))
     assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
     assert torch.equal(out, half)  # the operator on the bfloat16 tensors themselves is what the backend ran
 
@@ -117,7 +125,7 @@ def test_the_operator_passes_opcheck_with_half_inputs():
     q, k, v = make_inputs(1, 2, 1, 20, 20, 8, dtype=torch.bfloat16)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     sinks = torch.tensor([0.5, -1.0])
-    args = (q, k, v, None, 4, 0, 8**-0.5, 0.0, sinks, None, None, None, 16, 16)
+    args = (q, k, v, None, 4, 0, 8**-0.5, 0.0, sinks, None, None, None, 16, 16, True)
     torch.library.opcheck(native_forward, args)
 
 
@@ -147,3 +155,68 @@ def test_gemm_path_of_full_precision_and_bad_arguments():
     with pytest.raises(TypeError, match="half_gemm must be None, True or False, got str 'yes'"):
         NativeBackend(half_gemm="yes")
     assert repr(NativeBackend(half_gemm=False)).endswith("half_gemm=False)")
+
+
+TILE_CASES = {
+    "odd-dims": ((1, 2, 2, 37, 37, 7, 5), dict(causal=True)),
+    "keys-past-a-group": ((2, 4, 2, 130, 130, 64, 64), dict(causal=True)),
+    "wide-heads": ((1, 2, 2, 129, 1031, 128, 128), dict(causal=True)),
+    "window-odd-edges": ((1, 4, 4, 300, 300, 33, 17), dict(window=37, causal=True)),
+    "two-sided": ((1, 3, 3, 200, 201, 16, 48), dict(window=(5, 9))),
+    "decode-split-k": ((1, 8, 1, 1, 3000, 64, 64), dict(causal=True)),
+    "gqa-stacked": ((1, 8, 2, 5, 700, 64, 64), dict(causal=True)),
+    "odd-dv-over-64": ((1, 2, 1, 3, 513, 64, 80), {}),
+}
+"""Shapes the packed tiles meet at their edges: D and Dv odd or past one vector, keys past a group of 16, tiles
+starting and ending on odd keys (windows), split-K chunks, GQA's stacked rows."""
+
+
+@pytest.mark.parametrize("case", TILE_CASES)
+@pytest.mark.parametrize("tiles", [True, False])
+def test_bf16_tiles_meet_the_rule(case, tiles):
+    """The forward on bfloat16's own tiles (VDPBF16PS, where the CPU has AVX512-BF16) and on MKL's per-tile GEMM,
+    against float64 by the tolerance rule; the compute path names the tiles where they run."""
+    shape, kw = TILE_CASES[case]
+    q, k, v = make_inputs(*shape[:6], shape[6], dtype=torch.bfloat16)
+    ref_out, _, ref_lse = reference_of(q, k, v, **kw)
+    naive = selfattn.attention(q, k, v, backend="naive", return_lse=True, **kw)
+    backend = NativeBackend(half_gemm=True, bf16_tiles=tiles)
+    r = build_request(q, k, v, return_lse=True, **kw)
+    got = backend.forward(r)
+    assert_close_to_reference(got.output, ref_out, naive.output, dtype=torch.bfloat16)
+    assert_close_to_reference(got.lse, ref_lse, naive.lse, dtype=torch.bfloat16, what="lse")
+    assert ("VDPBF16PS" in backend.compute_path(r)) == backend.runs_bf16_tiles(r)
+    here = native.cpu.has("avx512_bf16") and native.cpu.has("avx512")
+    assert backend.runs_bf16_tiles(r) == (tiles and here)
+    assert NativeBackend(half_gemm=True).runs_bf16_tiles(r) == (here and not native.cpu.has("amx_tile"))  # default
+
+
+def test_the_tiles_run_where_the_cpu_has_avx512_bf16_only():
+    """With AVX512-BF16 the tiles add the products in another order than MKL's GEMM: the scores differ in their
+    last bits somewhere; without it `bf16_tiles` changes nothing."""
+    q, k, v = make_inputs(2, 4, 2, 130, 130, 64, 64, dtype=torch.bfloat16)
+    r = build_request(q, k, v, causal=True, return_lse=True)
+    on, off = (NativeBackend(half_gemm=True, bf16_tiles=t).forward(r) for t in (True, False))
+    same = torch.equal(on.output, off.output) and torch.equal(on.lse, off.lse)
+    assert same != NativeBackend(half_gemm=True, bf16_tiles=True).runs_bf16_tiles(r)
+
+
+def test_bf16_tiles_multiply_no_key_outside_the_tile():
+    """An infinite value of a key no row of a tile sees reaches no output there. Under window=38 the query block
+    of rows 160–191 (32 rows high: `query_block`) reads keys from 123 on, an odd key: key 122 shares its pair of
+    packed values; the tiles add key 123 on its own, so rows 160–191 stay finite, as on MKL's per-tile GEMM."""
+    q, k, v = make_inputs(1, 2, 2, 300, 300, 32, 32, dtype=torch.bfloat16)
+    v = v.clone()
+    v[:, :, 122] = float("inf")
+    r = build_request(q, k, v, window=38, causal=True)
+    assert native.query_block(r, native.BLOCK_Q) == 32
+    tiles = NativeBackend(half_gemm=True, bf16_tiles=True).forward(r).output
+    mkl = NativeBackend(half_gemm=True, bf16_tiles=False).forward(r).output
+    assert torch.equal(tiles.isnan(), mkl.isnan()) and torch.equal(tiles.isinf(), mkl.isinf())
+    assert tiles[:, :, 160:192].isfinite().all() and not tiles[:, :, 122:160].isfinite().all()
+
+
+def test_bf16_tiles_is_a_bool():
+    with pytest.raises(TypeError, match="bf16_tiles must be None, True or False, got str 'yes'"):
+        NativeBackend(bf16_tiles="yes")
+    assert repr(NativeBackend(bf16_tiles=False)).endswith("bf16_tiles=False)")

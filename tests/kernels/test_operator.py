@@ -40,7 +40,7 @@ def test_opcheck_forward_and_backward():
     f = _features()
     rule = ScoreRule(scale=0.3, mask=f["mask"], sinks=f["sinks"], alibi=f["alibi"], segments=f["segments"])
     span, _ = rule.segment_spans
-    args = (f["mask"].expand(1, 4, 40, 40), 9, 4, 0.3, 5.0, f["sinks"], f["alibi"], span, f["segments"], 16, 16)
+    args = (f["mask"].expand(1, 4, 40, 40), 9, 4, 0.3, 5.0, f["sinks"], f["alibi"], span, f["segments"], 16, 16, True)
     torch.library.opcheck(native_forward, (q, k, v) + args)
     q, k, v = (t.detach() for t in (q, k, v))
     args = args[:5] + (f["sinks"].detach(),) + args[6:]

@@ -189,7 +189,9 @@ class Cost:
     hardware_dtype_speed, hardware_backward_dtype_speed
                           the same two, used instead for a half dtype this CPU runs GEMMs of in hardware
                           (`cpu.has_half_gemm`: AVX512-BF16, AMX), where they are listed: there SDPA's bfloat16
-                          forward runs several times its float32 rate (`kernels.cost` says how they were fitted)
+                          forward runs several times its float32 rate (`kernels.cost` says how they were fitted);
+                          keyed by the dtype, or by (dtype, the instructions `cpu.half_gemm_isa` names), which a
+                          CPU with those instructions reads first (AVX512-BF16 without AMX differs from AMX)
     """
 
     work: Callable[[Request], Work]
@@ -201,15 +203,17 @@ class Cost:
     cached_kv_bytes: int = 0
     dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
     backward_dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
-    hardware_dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
-    hardware_backward_dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
+    hardware_dtype_speed: Mapping[torch.dtype | tuple[torch.dtype, str], float] = field(default_factory=dict)
+    hardware_backward_dtype_speed: Mapping[torch.dtype | tuple[torch.dtype, str], float] = field(default_factory=dict)
 
     def speed(self, dtype: torch.dtype, *, backward: bool) -> float:
         """Its compute rate in `dtype` over its float32 rate on this CPU (forward, or forward + backward)."""
         if cpu.has_half_gemm(dtype):
             hardware = self.hardware_backward_dtype_speed if backward else self.hardware_dtype_speed
-            if dtype in hardware:
-                return hardware[dtype]
+            isa = cpu.half_gemm_isa(dtype) or ""  # not None: has_half_gemm
+            for key in ((dtype, isa), dtype):
+                if key in hardware:
+                    return hardware[key]
         return (self.backward_dtype_speed if backward else self.dtype_speed).get(dtype, 1.0)
 
 

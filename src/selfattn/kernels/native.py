@@ -28,6 +28,13 @@ softmax and sums are float32 and P (dS in the backward) is rounded to the input 
 FlashAttention does; elsewhere they are converted to float32 once (O(N) memory), computed in float32 and
 the output converted back. `NativeBackend(half_gemm=True/False)` forces one path (tests run both on any
 CPU: MKL's half GEMM also runs without the instructions, widening to float32 inside, at the float32 rate).
+
+On a CPU with AVX512-BF16 the bfloat16 forward runs its q·kᵀ and P·V on the kernel's own tiles instead (VDPBF16PS
+over K and V packed once a call; `runs_bf16_tiles`; not where it has AMX-BF16, whose MKL GEMM was measured and the
+tiles were not; `bf16_tiles=True / False` forces them): MKL's GEMM packs both operands
+on every tile and ran the attention's 128 × 512 × 64 tiles at ~90 GFLOP/s a core on an AVX512-BF16 EPYC, no
+faster than sgemm; there causal L=4096 (B=1, H=8, D=64, 2 threads) took 60 ms against MKL's 138, native float32's
+120 and SDPA bfloat16's 149. The backward keeps MKL's GEMMs.
 """
 
 from __future__ import annotations
@@ -222,8 +229,8 @@ class NativeBackend(Backend):
         busy_factor=1.0,
         dtype_speed={torch.bfloat16: 0.95, torch.float64: 0.35},
         backward_dtype_speed={torch.bfloat16: 0.98, torch.float64: 0.33},
-        hardware_dtype_speed={torch.bfloat16: 1.77},
-        hardware_backward_dtype_speed={torch.bfloat16: 1.74},
+        hardware_dtype_speed={torch.bfloat16: 1.77, (torch.bfloat16, "AVX512-BF16"): 1.84},
+        hardware_backward_dtype_speed={torch.bfloat16: 1.74, (torch.bfloat16, "AVX512-BF16"): 1.07},
     )
     """One `at::parallel_for` per pass: under load it loses about the share of the core it gives away."""
 
@@ -233,22 +240,31 @@ class NativeBackend(Backend):
         block_k: int = BLOCK_K,
         half_gemm: bool | None = None,
         split_keys: int | None = SPLIT_KEYS,
+        bf16_tiles: bool | None = None,
     ):
         """half_gemm: None (default) keeps bfloat16/float16 inputs in their dtype where the CPU has that
         GEMM (`has_half_gemm`) and converts them to float32 elsewhere; True / False force one path.
         split_keys: keys per split-K chunk at most (`chunk`) for a query of at most SPLIT_ROWS rows (None: never
-        split, one task per kv head)."""
+        split, one task per kv head).
+        bf16_tiles: the forward's q·kᵀ and P·V of bfloat16 inputs on VDPBF16PS, K and V packed once a call
+        (`runs_bf16_tiles`): None (default) where the CPU has AVX512-BF16 but no AMX-BF16 (whose MKL GEMM was
+        measured; the tiles were not, there), True wherever it has AVX512-BF16, False: MKL's gemm_bf16bf16f32 on
+        every tile."""
         self.block_q = checks.integer("block_q", block_q, low=1)
         self.block_k = checks.integer("block_k", block_k, low=1)
         if half_gemm is not None and not isinstance(half_gemm, bool):
             raise TypeError(f"half_gemm must be None, True or False, got {type(half_gemm).__name__} {half_gemm!r}")
         self.half_gemm = half_gemm
         self.split_keys = None if split_keys is None else checks.integer("split_keys", split_keys, low=1)
+        if bf16_tiles is not None and not isinstance(bf16_tiles, bool):
+            raise TypeError(f"bf16_tiles must be None, True or False, got {type(bf16_tiles).__name__} {bf16_tiles!r}")
+        self.bf16_tiles = bf16_tiles
 
     def __repr__(self) -> str:
         forced = "" if self.half_gemm is None else f", half_gemm={self.half_gemm}"
         split = "" if self.split_keys == SPLIT_KEYS else f", split_keys={self.split_keys}"
-        return f"NativeBackend(block_q={self.block_q}, block_k={self.block_k}{forced}{split})"
+        tiles = "" if self.bf16_tiles is None else f", bf16_tiles={self.bf16_tiles}"
+        return f"NativeBackend(block_q={self.block_q}, block_k={self.block_k}{forced}{split}{tiles})"
 
     def chunk(self, r: Request) -> int | None:
         """Keys per split-K chunk for `r` (None: splitting off): `split_keys`, or fewer where the batch's kv heads
@@ -291,10 +307,20 @@ class NativeBackend(Backend):
                 f"; the {request.G} query heads of each kv head stacked into one GEMM of {self._stacked_rows(request)}"
                 " rows per key tile"
             )
+        if self.runs_bf16_tiles(request):
+            path += "; the forward's q·kᵀ and P·V on VDPBF16PS (AVX512-BF16) over K and V packed once a call"
         rows = self.few_rows(request)
         if rows is not None:
             path += f"; q·kᵀ and P·V of {rows} rows in the kernel's own AVX2 loops (FEW_ROWS), not BLAS"
         return path
+
+    def runs_bf16_tiles(self, r: Request) -> bool:
+        """True when the forward of `r` runs its q·kᵀ and P·V on VDPBF16PS (the kernel's own tiles, csrc
+        `qk_bf16` / `pv_bf16`): bfloat16 operands and a CPU with AVX512-BF16 (the kernel checks cpuid too), and
+        `bf16_tiles` True, or None on a CPU without AMX-BF16; else MKL's gemm_bf16bf16f32 runs each tile."""
+        if self._operand_dtype(r.q.dtype) != torch.bfloat16 or not (cpu.has("avx512_bf16") and cpu.has("avx512")):
+            return False
+        return self.bf16_tiles if self.bf16_tiles is not None else not cpu.has("amx_tile")
 
     def few_rows(self, r: Request) -> int | None:
         """The rows of each GEMM where they are few enough for the kernel's own AVX2 loops (`FEW_ROWS`: float32 on
@@ -351,7 +377,7 @@ class NativeBackend(Backend):
     def forward(self, r: Request) -> Result:
         compute, operand = r.accumulate_dtype, self._operand_dtype(r.q.dtype)
         q, k, v = (_prepared(t, operand) for t in (r.q, r.k, r.v))
-        arguments = list(tile_arguments(r, *self.blocks(r)))
+        arguments = list(tile_arguments(r, *self.blocks(r), self.runs_bf16_tiles(r)))
         if r.rule.sinks is not None and r.rule.sinks.requires_grad and torch.is_grad_enabled():
             # differentiable: the operator's autograd gives its gradient
             arguments[_SINKS_AT] = r.rule.sinks.to(compute).contiguous()
@@ -359,12 +385,13 @@ class NativeBackend(Backend):
         return Result(out.to(r.q.dtype), None, lse if r.return_lse else None)
 
 
-def tile_arguments(r: Request, block_q: int, block_k: int) -> tuple:
+def tile_arguments(r: Request, block_q: int, block_k: int, bf16_tiles: bool = False) -> tuple:
     """The C++ tile's arguments after q, k, v, from the request's score rule — the one place its fields
     become the kernel's: (mask expanded to (B, Hq, Lq, Lk) — bool, or additive in the compute dtype,
     saturated — left, right (the rule's `bounds`, −1: unbounded), scale, softcap (0: none), each per-head
     feature ((Hq,) in the compute dtype, or None: `ScoreRule.per_head`), the segments' spans (2, B, L) and,
-    only where a segment is not one contiguous run, their ids (B, L), block_q, block_k)."""
+    only where a segment is not one contiguous run, their ids (B, L), block_q, block_k, and bf16_tiles: whether
+    a bfloat16 forward runs on VDPBF16PS (`NativeBackend.runs_bf16_tiles`; the kernel checks cpuid too))."""
     rule, acc = r.rule, r.accumulate_dtype
     mask = None
     if rule.mask is not None:
@@ -376,7 +403,7 @@ def tile_arguments(r: Request, block_q: int, block_k: int) -> tuple:
     if rule.segments is not None:
         span, contiguous = rule.segment_spans
         ids = None if contiguous else rule.segments.contiguous()
-    return (mask, left, right, rule.scale, rule.softcap or 0.0, *per_head, span, ids, block_q, block_k)
+    return (mask, left, right, rule.scale, rule.softcap or 0.0, *per_head, span, ids, block_q, block_k, bf16_tiles)
 
 
 _SINKS_AT = [name for name, _ in TILE_ARGUMENTS].index("sinks")

@@ -26,7 +26,8 @@
 // gemm_bf16bf16f32 / gemm_f16f16f32 (half operands, float32 accumulation: AVX512-BF16 or AMX where the CPU
 // has them); scores, the online softmax, lse, dq/dk/dv sums are float32, and P (forward) and dS (backward)
 // are rounded to the input dtype for their GEMM (once per tile; with AVX512-BF16's conversion where cpuid has it),
-// as FlashAttention does. Which dtype arrives here is
+// as FlashAttention does. Where cpuid has AVX512-BF16 the bfloat16 forward's Q·Kᵀ and P·V run on VDPBF16PS over
+// K and V packed once a call instead (`qk_bf16`, `pv_bf16`; bf16_tiles=false: MKL's). Which dtype arrives here is
 // the Python side's choice (native.py: where the CPU has no half GEMM it converts to float32 instead).
 //
 // Layouts: q (B, Hq, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv) with unit stride on the last
@@ -345,6 +346,178 @@ __attribute__((target("avx512f,avx512bf16"))) void round_bf16_avx512(const float
   }
   for (; i < n; ++i) out[i] = static_cast<at::BFloat16>(x[i]);
 }
+
+// --- bfloat16 tiles on VDPBF16PS --------------------------------------------------------------------------
+// MKL's gemm_bf16bf16f32 packs both operands on every call: on the attention's tiles (128 × 512 × 64, one
+// core) it ran at ~90 GFLOP/s on an AVX512-BF16 EPYC, no faster than float32's sgemm (~96), against the
+// ~220 its bfloat16 peak allows. Here K and V are packed once per forward call, in the pairs VDPBF16PS reads
+// (`pack_kv_bf16`), and Q·Kᵀ and P·V run on them in registers:
+//   K  groups of 16 keys; per pair of dims p, one vector holding (k[j][2p], k[j][2p+1]) for the group's 16 keys
+//   V  pairs of keys (2t, 2t + 1); per 16 dims, one vector holding (v[2t][d], v[2t+1][d]) for those 16 dims
+// zeros past Lk, D and Dv. A query's pair (q[2p], q[2p+1]) — or a row of P's (p[2t], p[2t+1]) — is broadcast
+// to the 16 lanes; each VDPBF16PS adds both products into float32 lanes, as the GEMM's float32 accumulation.
+constexpr int64_t BF16_KEYS = 16;   // keys per packed K group, dims per packed V vector: one vector of floats
+
+// 32 bits of bfloat16 pair (lo, hi) for a broadcast: (x[i], x[i + 1]), the second 0 where i + 1 is past n.
+inline uint32_t bf16_pair(const uint16_t* x, int64_t i, int64_t n) {
+  uint32_t pair = x[i];
+  if (i + 1 < n) pair |= static_cast<uint32_t>(x[i + 1]) << 16;
+  return pair;
+}
+
+// S rows [0, R) × keys [k0, k1): S[r][j − k0] = alpha · q_r · k_j, for the key groups [g0, g0 + NG) (`Kp`: one
+// (b, kv head)'s packed K, `D2` dim pairs); only the columns in [k0, k1) are written.
+template <int R, int NG>
+__attribute__((target("avx512f,avx512bf16"))) void qk_groups(const uint16_t* A, int64_t lda, int64_t D,
+                                                             const uint16_t* Kp, int64_t D2, int64_t g0, int64_t k0,
+                                                             int64_t k1, float alpha, float* S, int64_t lds) {
+  __m512 acc[R][NG];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NG; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < D2; ++p) {
+    __m512bh kv[NG];
+    for (int c = 0; c < NG; ++c) kv[c] = (__m512bh)_mm512_loadu_si512(Kp + ((g0 + c) * D2 + p) * 2 * BF16_KEYS);
+    for (int r = 0; r < R; ++r) {
+      const __m512bh qp = (__m512bh)_mm512_set1_epi32(static_cast<int>(bf16_pair(A + r * lda, 2 * p, D)));
+      for (int c = 0; c < NG; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], qp, kv[c]);
+    }
+  }
+  const __m512 a = _mm512_set1_ps(alpha);
+  for (int c = 0; c < NG; ++c) {
+    const int64_t j0 = (g0 + c) * BF16_KEYS, lo = std::max(j0, k0), hi = std::min(j0 + BF16_KEYS, k1);
+    if (lo >= hi) continue;
+    const __mmask16 keep = static_cast<__mmask16>(((1u << (hi - lo)) - 1) << (lo - j0));
+    for (int r = 0; r < R; ++r) {
+      alignas(64) float lanes[BF16_KEYS];
+      _mm512_store_ps(lanes, _mm512_mul_ps(acc[r][c], a));
+      if (keep == 0xFFFF) {
+        _mm512_storeu_ps(S + r * lds + (j0 - k0), _mm512_load_ps(lanes));
+      } else {
+        std::copy(lanes + (lo - j0), lanes + (hi - j0), S + r * lds + (lo - k0));
+      }
+    }
+  }
+}
+
+template <int R>
+void qk_rows(const uint16_t* A, int64_t lda, int64_t D, const uint16_t* Kp, int64_t D2, int64_t k0, int64_t k1,
+             float alpha, float* S, int64_t lds) {
+  int64_t g = k0 / BF16_KEYS;
+  const int64_t g1 = (k1 + BF16_KEYS - 1) / BF16_KEYS;
+  for (; g + 4 <= g1; g += 4) qk_groups<R, 4>(A, lda, D, Kp, D2, g, k0, k1, alpha, S, lds);
+  for (; g < g1; ++g) qk_groups<R, 1>(A, lda, D, Kp, D2, g, k0, k1, alpha, S, lds);
+}
+
+// S (M × (k1 − k0)) = alpha · A Kᵀ: M query rows of bfloat16 (stride lda) against keys [k0, k1) of the packed K.
+void qk_bf16(int64_t M, const at::BFloat16* Aq, int64_t lda, int64_t D, const uint16_t* Kp, int64_t k0, int64_t k1,
+             float alpha, float* S) {
+  const auto* A = reinterpret_cast<const uint16_t*>(Aq);
+  const int64_t D2 = (D + 1) / 2, lds = k1 - k0;
+  int64_t r = 0;
+  for (; r + 4 <= M; r += 4) qk_rows<4>(A + r * lda, lda, D, Kp, D2, k0, k1, alpha, S + r * lds, lds);
+  for (; r < M; ++r) qk_rows<1>(A + r * lda, lda, D, Kp, D2, k0, k1, alpha, S + r * lds, lds);
+}
+
+// C rows [0, R) += P · V over the pairs of keys [a, e) (a even, e − a even; P's row r at Pb + r · ldp, key j at
+// j − k0) and the dims of vectors [v0, v0 + NV) of 16 (`Vp`: one (b, kv head)'s packed V, Dv16 dims a pair of
+// keys); C's stride ldc, Dv its dims (the last vector masked where Dv is not a multiple of 16).
+template <int R, int NV>
+__attribute__((target("avx512f,avx512bf16"))) void pv_vectors(const uint16_t* Pb, int64_t ldp, int64_t k0, int64_t a,
+                                                              int64_t e, const uint16_t* Vp, int64_t Dv16, int64_t v0,
+                                                              float* C, int64_t ldc, int64_t Dv) {
+  __m512 acc[R][NV];
+  __mmask16 mask[NV];
+  for (int c = 0; c < NV; ++c) {
+    const int64_t d0 = (v0 + c) * BF16_KEYS, left = std::min<int64_t>(BF16_KEYS, Dv - d0);
+    mask[c] = static_cast<__mmask16>((1u << left) - 1);
+    for (int r = 0; r < R; ++r) acc[r][c] = _mm512_maskz_loadu_ps(mask[c], C + r * ldc + d0);
+  }
+  for (int64_t t = a / 2; t < e / 2; ++t) {
+    __m512bh vv[NV];
+    for (int c = 0; c < NV; ++c) vv[c] = (__m512bh)_mm512_loadu_si512(Vp + (t * Dv16 + (v0 + c) * BF16_KEYS) * 2);
+    for (int r = 0; r < R; ++r) {
+      uint32_t pair;
+      std::memcpy(&pair, Pb + r * ldp + (2 * t - k0), sizeof pair);   // (p[2t], p[2t + 1]), both in the tile
+      const __m512bh pp = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+      for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], pp, vv[c]);
+    }
+  }
+  for (int c = 0; c < NV; ++c)
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(C + r * ldc + (v0 + c) * BF16_KEYS, mask[c], acc[r][c]);
+}
+
+template <int R>
+void pv_rows(const uint16_t* Pb, int64_t ldp, int64_t k0, int64_t a, int64_t e, const uint16_t* Vp, int64_t Dv16,
+             float* C, int64_t ldc, int64_t Dv) {
+  const int64_t nv = Dv16 / BF16_KEYS;
+  int64_t v = 0;
+  for (; v + 4 <= nv; v += 4) pv_vectors<R, 4>(Pb, ldp, k0, a, e, Vp, Dv16, v, C, ldc, Dv);
+  for (; v < nv; ++v) pv_vectors<R, 1>(Pb, ldp, k0, a, e, Vp, Dv16, v, C, ldc, Dv);
+}
+
+inline float bf16_value(uint16_t x) {
+  const uint32_t bits = static_cast<uint32_t>(x) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// C (M × Dv, stride ldc) += P V: P's M rows of bfloat16 over keys [k0, k1) (stride k1 − k0), V packed. A key whose
+// pair partner is outside the tile (an odd k0, an odd k1) is added on its own, so that no key outside [k0, k1) is
+// multiplied, not even by 0 (an infinite value there would give NaN).
+void pv_bf16(int64_t M, const at::BFloat16* Pq, int64_t k0, int64_t k1, const uint16_t* Vp, int64_t Dv, float* C,
+             int64_t ldc) {
+  const auto* Pb = reinterpret_cast<const uint16_t*>(Pq);
+  const int64_t ldp = k1 - k0, Dv16 = (Dv + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS;
+  int64_t a = k0, e = k1;
+  auto alone = [&](int64_t j) {   // key j's products, one at a time, as VDPBF16PS forms them: in float32
+    const uint16_t* vj = Vp + (j / 2) * Dv16 * 2 + j % 2;
+    for (int64_t r = 0; r < M; ++r) {
+      const float p = bf16_value(Pb[r * ldp + j - k0]);
+      for (int64_t d = 0; d < Dv; ++d) C[r * ldc + d] += p * bf16_value(vj[2 * d]);
+    }
+  };
+  if (a < e && a % 2) alone(a++);
+  if (a < e && (e - a) % 2) alone(--e);
+  if (a >= e) return;
+  int64_t r = 0;
+  for (; r + 4 <= M; r += 4) pv_rows<4>(Pb + r * ldp, ldp, k0, a, e, Vp, Dv16, C + r * ldc, ldc, Dv);
+  for (; r < M; ++r) pv_rows<1>(Pb + r * ldp, ldp, k0, a, e, Vp, Dv16, C + r * ldc, ldc, Dv);
+}
+
+// K and V of every (batch, kv head) packed for qk_bf16 / pv_bf16 (layouts above): K (B·Hkv, groups, D2, 16, 2),
+// V (B·Hkv, pairs, Dv16, 2); zeros past Lk, D and Dv.
+struct PackedKV {
+  std::vector<uint16_t> k, v;
+  int64_t k_per_head = 0, v_per_head = 0;
+};
+
+template <typename KRow, typename VRow>
+PackedKV pack_kv_bf16(int64_t BH, int64_t Hkv, int64_t Lk, int64_t D, int64_t Dv, const KRow& krow, const VRow& vrow) {
+  PackedKV out;
+  const int64_t groups = (Lk + BF16_KEYS - 1) / BF16_KEYS, D2 = (D + 1) / 2, pairs = (Lk + 1) / 2;
+  const int64_t Dv16 = (Dv + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS;
+  out.k_per_head = groups * D2 * BF16_KEYS * 2;
+  out.v_per_head = pairs * Dv16 * 2;
+  out.k.assign(BH * out.k_per_head, 0);
+  out.v.assign(BH * out.v_per_head, 0);
+  at::parallel_for(0, BH, 1, [&](int64_t bh0, int64_t bh1) {
+    for (int64_t bh = bh0; bh < bh1; ++bh) {
+      const int64_t b = bh / Hkv, hk = bh % Hkv;
+      uint16_t* kp = out.k.data() + bh * out.k_per_head;
+      uint16_t* vp = out.v.data() + bh * out.v_per_head;
+      for (int64_t j = 0; j < Lk; ++j) {
+        const uint16_t* kj = reinterpret_cast<const uint16_t*>(krow(b, hk, j));
+        uint16_t* group = kp + (j / BF16_KEYS) * D2 * BF16_KEYS * 2 + (j % BF16_KEYS) * 2;
+        for (int64_t d = 0; d < D; ++d) group[(d / 2) * BF16_KEYS * 2 + d % 2] = kj[d];
+        const uint16_t* vj = reinterpret_cast<const uint16_t*>(vrow(b, hk, j));
+        uint16_t* pair = vp + (j / 2) * Dv16 * 2 + j % 2;
+        for (int64_t d = 0; d < Dv; ++d) pair[2 * d] = vj[d];
+      }
+    }
+  });
+  return out;
+}
 #endif
 
 // Which instructions the float softmax and P's rounding run in, for a CPU with these features: the one rule,
@@ -461,6 +634,9 @@ struct Problem {
   const int64_t* seg_hi = nullptr;   // (B, L): one past its last key
   const int64_t* seg_ids = nullptr;  // (B, L) ids, only when a segment is not one contiguous run
   int64_t block_q, block_k;
+  const uint16_t* kpack = nullptr;   // K and V packed for VDPBF16PS (`pack_kv_bf16`: bfloat16 on AVX512-BF16), or null
+  const uint16_t* vpack = nullptr;
+  int64_t kpack_head = 0, vpack_head = 0;
 
   bool limited() const { return left >= 0 || right >= 0; }
   int64_t shift() const { return Lk - Lq; }
@@ -505,12 +681,46 @@ template <typename T, typename In>
 void score_rule(const Problem<T, In>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t k0, int64_t k1, T* S,
                 T* tanh_out, std::vector<std::pair<int64_t, int64_t>>& span);
 
+// S (M × (k1 − k0)) = alpha · A Kᵀ on kv head hk's packed K where the problem has one (`Problem::kpack`); false:
+// it has none, the caller runs its GEMM.
+template <typename T, typename In>
+bool qk_packed(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t M, const In* A, int64_t lda, int64_t k0,
+               int64_t k1, T* S) {
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+  if constexpr (std::is_same_v<In, at::BFloat16>) {
+    if (P.kpack) {
+      qk_bf16(M, A, lda, P.D, P.kpack + (b * P.Hkv + hk) * P.kpack_head, k0, k1, P.gemm_alpha(), S);
+      return true;
+    }
+  }
+#endif
+  (void)P, (void)b, (void)hk, (void)M, (void)A, (void)lda, (void)k0, (void)k1, (void)S;
+  return false;
+}
+
+// C (M × Dv, stride ldc) += p V over keys [k0, k1) on kv head hk's packed V (`Problem::vpack`); false: none.
+template <typename T, typename In>
+bool pv_packed(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t M, const In* p, int64_t k0, int64_t k1, T* C,
+               int64_t ldc) {
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+  if constexpr (std::is_same_v<In, at::BFloat16>) {
+    if (P.vpack) {
+      pv_bf16(M, p, k0, k1, P.vpack + (b * P.Hkv + hk) * P.vpack_head, P.Dv, C, ldc);
+      return true;
+    }
+  }
+#endif
+  (void)P, (void)b, (void)hk, (void)M, (void)p, (void)k0, (void)k1, (void)C, (void)ldc;
+  return false;
+}
+
 template <typename T, typename In>
 void scores(const Problem<T, In>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t k0, int64_t k1, T* S,
             T* tanh_out, std::vector<std::pair<int64_t, int64_t>>& span) {
   const int64_t n = k1 - k0, hk = h / P.G;
-  gemm<T, In>(false, true, r1 - r0, n, P.D, P.gemm_alpha(), P.qrow(b, h, r0), P.qsl, P.krow(b, hk, k0), P.ksl, T(0), S,
-              n);
+  if (!qk_packed(P, b, hk, r1 - r0, P.qrow(b, h, r0), P.qsl, k0, k1, S))
+    gemm<T, In>(false, true, r1 - r0, n, P.D, P.gemm_alpha(), P.qrow(b, h, r0), P.qsl, P.krow(b, hk, k0), P.ksl, T(0),
+                S, n);
   score_rule(P, b, h, r0, r1, k0, k1, S, tanh_out, span);
 }
 
@@ -677,15 +887,17 @@ bool stacked_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
   for (int64_t k0 = lo; k0 < hi; k0 += width) {
     const int64_t k1 = std::min(hi, k0 + width), n = k1 - k0;
     if (std::max(q0, P.query_lo(b, k0, k1)) >= std::min(q1, P.query_hi(b, k0, k1))) continue;   // no row sees it
-    gemm<T, In>(false, true, rows, n, P.D, P.gemm_alpha(), ws.stacked_q.data(), P.D, P.krow(b, hk, k0), P.ksl, T(0),
-                S, n);
+    if (!qk_packed(P, b, hk, rows, ws.stacked_q.data(), P.D, k0, k1, S))
+      gemm<T, In>(false, true, rows, n, P.D, P.gemm_alpha(), ws.stacked_q.data(), P.D, P.krow(b, hk, k0), P.ksl, T(0),
+                  S, n);
     for (int64_t g = 0; g < P.G; ++g) {
       T* Sg = S + g * nq * n;
       score_rule(P, b, hk * P.G + g, q0, q1, k0, k1, Sg, static_cast<T*>(nullptr), ws.spans);
       online_rows(P, g, q0, q0, q1, n, Sg, ws.spans, st);
     }
     const In* p = as_operand<In>(S, ws.rounded.data(), rows * n);   // P in the GEMM's dtype
-    gemm<T, In>(false, false, rows, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), st.acc, P.Dv);
+    if (!pv_packed(P, b, hk, rows, p, k0, k1, st.acc, P.Dv))
+      gemm<T, In>(false, false, rows, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), st.acc, P.Dv);
   }
   return true;
 }
@@ -710,8 +922,9 @@ void softmax_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
       T* o = st.acc + g * st.rows * P.Dv;   // row i at (i − q0) · Dv
       online_rows(P, g, q0, r0, r1, n, S, ws.spans, st);
       const In* p = as_operand<In>(S, ws.rounded.data(), (r1 - r0) * n);   // P in the GEMM's dtype
-      gemm<T, In>(false, false, r1 - r0, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), o + (r0 - q0) * P.Dv,
-                  P.Dv);
+      if (!pv_packed(P, b, hk, r1 - r0, p, k0, k1, o + (r0 - q0) * P.Dv, P.Dv))
+        gemm<T, In>(false, false, r1 - r0, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), o + (r0 - q0) * P.Dv,
+                    P.Dv);
     }
   }
 }
@@ -979,7 +1192,7 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const 
                                                      const std::optional<at::Tensor>& alibi,
                                                      const std::optional<at::Tensor>& seg_span,
                                                      const std::optional<at::Tensor>& seg_ids, int64_t block_q,
-                                                     int64_t block_k) {
+                                                     int64_t block_k, bool bf16_tiles) {
   check_inputs(q, k, v, block_q, block_k);
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
   at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(compute_dtype(q.scalar_type())));
@@ -988,6 +1201,18 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const 
     using In = decltype(in);
     auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q,
                                  block_k);
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+    PackedKV packed;   // K and V in VDPBF16PS's pairs, read by every query block (`qk_bf16`, `pv_bf16`)
+    if constexpr (std::is_same_v<In, at::BFloat16>) {
+      if (bf16_tiles && softmax_isa().avx512_bf16 && P.Lk > 0 && P.D > 0) {
+        auto krow = [&](int64_t b, int64_t hk, int64_t j) { return P.krow(b, hk, j); };
+        auto vrow = [&](int64_t b, int64_t hk, int64_t j) { return P.vrow(b, hk, j); };
+        packed = pack_kv_bf16(P.B * P.Hkv, P.Hkv, P.Lk, P.D, P.Dv, krow, vrow);
+        P.kpack = packed.k.data(), P.vpack = packed.v.data();
+        P.kpack_head = packed.k_per_head, P.vpack_head = packed.v_per_head;
+      }
+    }
+#endif
     forward_impl<T, In>(P, out.data_ptr<In>(), lse.data_ptr<T>());
   });
   return {out, lse};
@@ -998,7 +1223,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     const at::Tensor& delta, const std::optional<at::Tensor>& mask, int64_t left, int64_t right, double scale,
     double softcap, const std::optional<at::Tensor>& sinks, const std::optional<at::Tensor>& alibi,
     const std::optional<at::Tensor>& seg_span, const std::optional<at::Tensor>& seg_ids, int64_t block_q,
-    int64_t block_k) {
+    int64_t block_k, bool bf16_tiles) {
+  (void)bf16_tiles;   // the backward's GEMMs are MKL's
   check_inputs(q, k, v, block_q, block_k);
   TORCH_CHECK(dout.size(3) <= 1 || dout.stride(3) == 1, "native attention: dout's last dim must have stride 1");
   TORCH_CHECK(lse.is_contiguous() && delta.is_contiguous(), "native attention: lse and delta must be contiguous");
@@ -1037,10 +1263,11 @@ TORCH_LIBRARY(selfattn_native, m) {
   m.def("softmax_path() -> str", &softmax_path);
   m.def("softmax_path_for(bool avx512f, bool avx512bf16) -> str", &softmax_path_for);
   m.def("forward(Tensor q, Tensor k, Tensor v, Tensor? mask, int left, int right, float scale, float softcap, "
-        "Tensor? sinks, Tensor? alibi, Tensor? seg_span, Tensor? seg_ids, int block_q, int block_k) -> (Tensor, Tensor)",
+        "Tensor? sinks, Tensor? alibi, Tensor? seg_span, Tensor? seg_ids, int block_q, int block_k, bool bf16_tiles) "
+        "-> (Tensor, Tensor)",
         &attention_forward);
   m.def("backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor lse, Tensor delta, Tensor? mask, int left, "
         "int right, float scale, float softcap, Tensor? sinks, Tensor? alibi, Tensor? seg_span, Tensor? seg_ids, "
-        "int block_q, int block_k) -> (Tensor, Tensor, Tensor)",
+        "int block_q, int block_k, bool bf16_tiles) -> (Tensor, Tensor, Tensor)",
         &attention_backward);
 }
