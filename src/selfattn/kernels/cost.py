@@ -38,10 +38,11 @@ estimate over native's equals the measured ratio, because the two backends' floa
 (where SDPA's fp32 is 1.5× native's time; on that Xeon they are equal). So bfloat16 forward goes to SDPA and
 forward + backward to native on such a CPU, as measured; other backends keep their converted-dtype ratios.
 A CPU with AVX512-BF16 but no AMX reads its own entries, keyed (bfloat16, "AVX512-BF16"), measured the same way
-on a 2-core EPYC with AVX512-BF16 (2 threads; forward causal L=4096: SDPA fp32 137 ms, bf16 138 ms — oneDNN gains
-nothing there — native 133 / 72 ms on its VDPBF16PS tiles; forward + backward L=2048: SDPA 143 / 112 ms, native
-126 / 118 ms): native's 1.84 and 1.07 its own, SDPA's 1.43 and 1.61 fitted as above. There bfloat16 forward goes to
-native and forward + backward to SDPA.
+on a 2-core EPYC with AVX512-BF16 (2 threads, best of 4, three runs; forward causal L=4096: SDPA fp32 126–148 ms,
+bf16 125–138 ms — oneDNN gains little there — native 120–133 / 64–72 ms on its VDPBF16PS tiles; forward + backward
+L=2048: SDPA 127–143 / 103–112 ms, native 121–126 / 88 ms with the backward's q·kᵀ, dO·Vᵀ and dS·K on the tiles):
+native's 1.86 and 1.39 its own, SDPA's 1.45 and 1.70 fitted as above. There bfloat16 goes to native, forward and
+forward + backward.
 
 The constants come from a calibration grid (causal / full / window / prefill / decoding / GQA
 / masks / softcap / forward+backward; B=1, H=8, D=64, fp32; torch 2.13 on a 2-core AMD EPYC

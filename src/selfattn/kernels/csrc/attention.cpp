@@ -27,7 +27,8 @@
 // has them); scores, the online softmax, lse, dq/dk/dv sums are float32, and P (forward) and dS (backward)
 // are rounded to the input dtype for their GEMM (once per tile; with AVX512-BF16's conversion where cpuid has it),
 // as FlashAttention does. Where cpuid has AVX512-BF16 the bfloat16 forward's Q·Kᵀ and P·V run on VDPBF16PS over
-// K and V packed once a call instead (`qk_bf16`, `pv_bf16`; bf16_tiles=false: MKL's). Which dtype arrives here is
+// K and V packed once a call instead (`qk_bf16`, `pv_bf16`; bf16_tiles=false: MKL's), and so do the backward's
+// Q·Kᵀ, dO·Vᵀ and dS·K (dK and dV, products of transposes, stay MKL's). Which dtype arrives here is
 // the Python side's choice (native.py: where the CPU has no half GEMM it converts to float32 instead).
 //
 // Layouts: q (B, Hq, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv) with unit stride on the last
@@ -424,13 +425,14 @@ void qk_bf16(int64_t M, const at::BFloat16* Aq, int64_t lda, int64_t D, const ui
 template <int R, int NV>
 __attribute__((target("avx512f,avx512bf16"))) void pv_vectors(const uint16_t* Pb, int64_t ldp, int64_t k0, int64_t a,
                                                               int64_t e, const uint16_t* Vp, int64_t Dv16, int64_t v0,
-                                                              float* C, int64_t ldc, int64_t Dv) {
+                                                              float* C, int64_t ldc, int64_t Dv, float alpha) {
   __m512 acc[R][NV];
   __mmask16 mask[NV];
   for (int c = 0; c < NV; ++c) {
     const int64_t d0 = (v0 + c) * BF16_KEYS, left = std::min<int64_t>(BF16_KEYS, Dv - d0);
     mask[c] = static_cast<__mmask16>((1u << left) - 1);
-    for (int r = 0; r < R; ++r) acc[r][c] = _mm512_maskz_loadu_ps(mask[c], C + r * ldc + d0);
+    for (int r = 0; r < R; ++r)   // alpha 1: the sums go on from C's; else C + alpha · (the tile's sums)
+      acc[r][c] = alpha == 1.0f ? _mm512_maskz_loadu_ps(mask[c], C + r * ldc + d0) : _mm512_setzero_ps();
   }
   for (int64_t t = a / 2; t < e / 2; ++t) {
     __m512bh vv[NV];
@@ -443,16 +445,21 @@ __attribute__((target("avx512f,avx512bf16"))) void pv_vectors(const uint16_t* Pb
     }
   }
   for (int c = 0; c < NV; ++c)
-    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(C + r * ldc + (v0 + c) * BF16_KEYS, mask[c], acc[r][c]);
+    for (int r = 0; r < R; ++r) {
+      float* out = C + r * ldc + (v0 + c) * BF16_KEYS;
+      const __m512 sum = alpha == 1.0f ? acc[r][c]
+                                       : _mm512_fmadd_ps(_mm512_set1_ps(alpha), acc[r][c], _mm512_maskz_loadu_ps(mask[c], out));
+      _mm512_mask_storeu_ps(out, mask[c], sum);
+    }
 }
 
 template <int R>
 void pv_rows(const uint16_t* Pb, int64_t ldp, int64_t k0, int64_t a, int64_t e, const uint16_t* Vp, int64_t Dv16,
-             float* C, int64_t ldc, int64_t Dv) {
+             float* C, int64_t ldc, int64_t Dv, float alpha) {
   const int64_t nv = Dv16 / BF16_KEYS;
   int64_t v = 0;
-  for (; v + 4 <= nv; v += 4) pv_vectors<R, 4>(Pb, ldp, k0, a, e, Vp, Dv16, v, C, ldc, Dv);
-  for (; v < nv; ++v) pv_vectors<R, 1>(Pb, ldp, k0, a, e, Vp, Dv16, v, C, ldc, Dv);
+  for (; v + 4 <= nv; v += 4) pv_vectors<R, 4>(Pb, ldp, k0, a, e, Vp, Dv16, v, C, ldc, Dv, alpha);
+  for (; v < nv; ++v) pv_vectors<R, 1>(Pb, ldp, k0, a, e, Vp, Dv16, v, C, ldc, Dv, alpha);
 }
 
 inline float bf16_value(uint16_t x) {
@@ -462,18 +469,18 @@ inline float bf16_value(uint16_t x) {
   return f;
 }
 
-// C (M × Dv, stride ldc) += P V: P's M rows of bfloat16 over keys [k0, k1) (stride k1 − k0), V packed. A key whose
-// pair partner is outside the tile (an odd k0, an odd k1) is added on its own, so that no key outside [k0, k1) is
-// multiplied, not even by 0 (an infinite value there would give NaN).
+// C (M × Dv, stride ldc) += alpha · P V: P's M rows of bfloat16 over keys [k0, k1) (stride k1 − k0), V packed. A key
+// whose pair partner is outside the tile (an odd k0, an odd k1) is added on its own, so that no key outside
+// [k0, k1) is multiplied, not even by 0 (an infinite value there would give NaN).
 void pv_bf16(int64_t M, const at::BFloat16* Pq, int64_t k0, int64_t k1, const uint16_t* Vp, int64_t Dv, float* C,
-             int64_t ldc) {
+             int64_t ldc, float alpha = 1.0f) {
   const auto* Pb = reinterpret_cast<const uint16_t*>(Pq);
   const int64_t ldp = k1 - k0, Dv16 = (Dv + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS;
   int64_t a = k0, e = k1;
   auto alone = [&](int64_t j) {   // key j's products, one at a time, as VDPBF16PS forms them: in float32
     const uint16_t* vj = Vp + (j / 2) * Dv16 * 2 + j % 2;
     for (int64_t r = 0; r < M; ++r) {
-      const float p = bf16_value(Pb[r * ldp + j - k0]);
+      const float p = alpha * bf16_value(Pb[r * ldp + j - k0]);
       for (int64_t d = 0; d < Dv; ++d) C[r * ldc + d] += p * bf16_value(vj[2 * d]);
     }
   };
@@ -481,8 +488,8 @@ void pv_bf16(int64_t M, const at::BFloat16* Pq, int64_t k0, int64_t k1, const ui
   if (a < e && (e - a) % 2) alone(--e);
   if (a >= e) return;
   int64_t r = 0;
-  for (; r + 4 <= M; r += 4) pv_rows<4>(Pb + r * ldp, ldp, k0, a, e, Vp, Dv16, C + r * ldc, ldc, Dv);
-  for (; r < M; ++r) pv_rows<1>(Pb + r * ldp, ldp, k0, a, e, Vp, Dv16, C + r * ldc, ldc, Dv);
+  for (; r + 4 <= M; r += 4) pv_rows<4>(Pb + r * ldp, ldp, k0, a, e, Vp, Dv16, C + r * ldc, ldc, Dv, alpha);
+  for (; r < M; ++r) pv_rows<1>(Pb + r * ldp, ldp, k0, a, e, Vp, Dv16, C + r * ldc, ldc, Dv, alpha);
 }
 
 // K and V of every (batch, kv head) packed for qk_bf16 / pv_bf16 (layouts above): K (B·Hkv, groups, D2, 16, 2),
@@ -637,6 +644,9 @@ struct Problem {
   const uint16_t* kpack = nullptr;   // K and V packed for VDPBF16PS (`pack_kv_bf16`: bfloat16 on AVX512-BF16), or null
   const uint16_t* vpack = nullptr;
   int64_t kpack_head = 0, vpack_head = 0;
+  const uint16_t* vgroups = nullptr;   // the backward's: V packed as K is, for dP = dO Vᵀ (`qk_bf16`), or null
+  const uint16_t* kpairs = nullptr;    // and K packed as V is, for dQ += s dS K (`pv_bf16`), or null
+  int64_t vgroups_head = 0, kpairs_head = 0;
 
   bool limited() const { return left >= 0 || right >= 0; }
   int64_t shift() const { return Lk - Lq; }
@@ -711,6 +721,38 @@ bool pv_packed(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t M, const 
   }
 #endif
   (void)P, (void)b, (void)hk, (void)M, (void)p, (void)k0, (void)k1, (void)C, (void)ldc;
+  return false;
+}
+
+// dP (M × (k1 − k0)) = dO Vᵀ on kv head hk's V packed as K is (`Problem::vgroups`, the backward's); false: none.
+template <typename T, typename In>
+bool dov_packed(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t M, const In* dO, int64_t ld, int64_t k0,
+                int64_t k1, T* dP) {
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+  if constexpr (std::is_same_v<In, at::BFloat16>) {
+    if (P.vgroups) {
+      qk_bf16(M, dO, ld, P.Dv, P.vgroups + (b * P.Hkv + hk) * P.vgroups_head, k0, k1, 1.0f, dP);
+      return true;
+    }
+  }
+#endif
+  (void)P, (void)b, (void)hk, (void)M, (void)dO, (void)ld, (void)k0, (void)k1, (void)dP;
+  return false;
+}
+
+// dQ (M × D) += scale · dS K on kv head hk's K packed as V is (`Problem::kpairs`, the backward's); false: none.
+template <typename T, typename In>
+bool dsk_packed(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t M, const In* dS, int64_t k0, int64_t k1,
+                T* dQ) {
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+  if constexpr (std::is_same_v<In, at::BFloat16>) {
+    if (P.kpairs) {
+      pv_bf16(M, dS, k0, k1, P.kpairs + (b * P.Hkv + hk) * P.kpairs_head, P.D, dQ, P.D, P.scale);
+      return true;
+    }
+  }
+#endif
+  (void)P, (void)b, (void)hk, (void)M, (void)dS, (void)k0, (void)k1, (void)dQ;
   return false;
 }
 
@@ -1081,7 +1123,8 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
         const In* dor = dout + b * dsb + h * dsh + q0 * dsl;
         const In* p = as_operand<In>(S, rounded[w].data(), nq * n);
         gemm<T, In>(true, false, n, P.Dv, nq, T(1), p, n, dor, dsl, T(1), dvb, P.Dv);        // dV += Pᵀ dO
-        gemm<T, In>(false, true, nq, n, P.Dv, T(1), dor, dsl, P.vrow(b, hk, k0), P.vsl, T(0), dP, n);  // dP = dO Vᵀ
+        if (!dov_packed(P, b, hk, nq, dor, dsl, k0, k1, dP))
+          gemm<T, In>(false, true, nq, n, P.Dv, T(1), dor, dsl, P.vrow(b, hk, k0), P.vsl, T(0), dP, n);  // dP = dO Vᵀ
         const T* drow = delta + (b * P.Hq + h) * P.Lq;
         for (int64_t i = q0; i < q1; ++i) {   // dS = P ∘ (dP − Δ) (∘ (1 − tanh²) under a softcap)
           T* ds = dP + (i - q0) * n;
@@ -1099,7 +1142,8 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
         const In* dsr = as_operand<In>(dP, rounded[w].data(), nq * n);   // dS in the GEMM's dtype (P is spent)
         gemm<T, In>(true, false, n, P.D, nq, P.scale, dsr, n, P.qrow(b, h, q0), P.qsl, T(1), dkb, P.D);  // dK += s dSᵀ Q
         T* dqb = dqw + ((b * P.Hq + h) * P.Lq + q0) * P.D;
-        gemm<T, In>(false, false, nq, P.D, n, P.scale, dsr, n, P.krow(b, hk, k0), P.ksl, T(1), dqb, P.D);  // dQ += s dS K
+        if (!dsk_packed(P, b, hk, nq, dsr, k0, k1, dqb))
+          gemm<T, In>(false, false, nq, P.D, n, P.scale, dsr, n, P.krow(b, hk, k0), P.ksl, T(1), dqb, P.D);  // dQ += s dS K
       }
     }
   }, at::globalContext().deterministicAlgorithms());
@@ -1224,7 +1268,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     double softcap, const std::optional<at::Tensor>& sinks, const std::optional<at::Tensor>& alibi,
     const std::optional<at::Tensor>& seg_span, const std::optional<at::Tensor>& seg_ids, int64_t block_q,
     int64_t block_k, bool bf16_tiles) {
-  (void)bf16_tiles;   // the backward's GEMMs are MKL's
   check_inputs(q, k, v, block_q, block_k);
   TORCH_CHECK(dout.size(3) <= 1 || dout.stride(3) == 1, "native attention: dout's last dim must have stride 1");
   TORCH_CHECK(lse.is_contiguous() && delta.is_contiguous(), "native attention: lse and delta must be contiguous");
@@ -1244,6 +1287,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     using In = decltype(in);
     auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q,
                                  block_k);
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+    PackedKV keys, values;   // S = Q Kᵀ, dP = dO Vᵀ and dQ += s dS K on VDPBF16PS (dK, dV: MKL's, of transposes)
+    if constexpr (std::is_same_v<In, at::BFloat16>) {
+      if (bf16_tiles && softmax_isa().avx512_bf16 && P.Lk > 0 && P.D > 0 && P.Dv > 0) {
+        auto krow = [&](int64_t b, int64_t hk, int64_t j) { return P.krow(b, hk, j); };
+        auto vrow = [&](int64_t b, int64_t hk, int64_t j) { return P.vrow(b, hk, j); };
+        keys = pack_kv_bf16(P.B * P.Hkv, P.Hkv, P.Lk, P.D, int64_t(0), krow, vrow);
+        values = pack_kv_bf16(P.B * P.Hkv, P.Hkv, P.Lk, P.Dv, P.D, vrow, krow);   // V as K is, K as V is
+        P.kpack = keys.k.data(), P.kpack_head = keys.k_per_head;
+        P.vgroups = values.k.data(), P.vgroups_head = values.k_per_head;
+        P.kpairs = values.v.data(), P.kpairs_head = values.v_per_head;
+      }
+    }
+#else
+    (void)bf16_tiles;
+#endif
     backward_impl<T, In>(P, dout.data_ptr<In>(), dout.stride(0), dout.stride(1), row_stride(dout), lse.data_ptr<T>(),
                          delta.data_ptr<T>(), dq.data_ptr<T>(), dk.data_ptr<T>(), dv.data_ptr<T>(), dq_extra);
   });
