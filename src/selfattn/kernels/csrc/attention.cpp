@@ -691,68 +691,42 @@ template <typename T, typename In>
 void score_rule(const Problem<T, In>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t k0, int64_t k1, T* S,
                 T* tanh_out, std::vector<std::pair<int64_t, int64_t>>& span);
 
-// S (M × (k1 − k0)) = alpha · A Kᵀ on kv head hk's packed K where the problem has one (`Problem::kpack`); false:
-// it has none, the caller runs its GEMM.
+// One (batch, kv head)'s part of operands packed for VDPBF16PS (`Problem::kpack` …, `per_head` apart), or null.
+inline const uint16_t* packed_head(const uint16_t* packed, int64_t per_head, int64_t bh) {
+  return packed ? packed + bh * per_head : nullptr;
+}
+
+// S (M × (k1 − k0)) = alpha · A Bᵀ on `packed`, B's rows [k0, k1) packed as qk_bf16 reads them (Q·Kᵀ, dO·Vᵀ), where
+// it is not null (bfloat16 on AVX512-BF16); false: the caller runs its GEMM.
 template <typename T, typename In>
-bool qk_packed(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t M, const In* A, int64_t lda, int64_t k0,
-               int64_t k1, T* S) {
+bool dots_packed(const In* A, int64_t lda, int64_t M, int64_t D, const uint16_t* packed, int64_t k0, int64_t k1,
+                 T alpha, T* S) {
 #ifdef SELFATTN_HAS_AVX512_VARIANT
   if constexpr (std::is_same_v<In, at::BFloat16>) {
-    if (P.kpack) {
-      qk_bf16(M, A, lda, P.D, P.kpack + (b * P.Hkv + hk) * P.kpack_head, k0, k1, P.gemm_alpha(), S);
+    if (packed) {
+      qk_bf16(M, A, lda, D, packed, k0, k1, alpha, S);
       return true;
     }
   }
 #endif
-  (void)P, (void)b, (void)hk, (void)M, (void)A, (void)lda, (void)k0, (void)k1, (void)S;
+  (void)A, (void)lda, (void)M, (void)D, (void)packed, (void)k0, (void)k1, (void)alpha, (void)S;
   return false;
 }
 
-// C (M × Dv, stride ldc) += p V over keys [k0, k1) on kv head hk's packed V (`Problem::vpack`); false: none.
+// C (M × N, stride ldc) += alpha · p B over B's rows [k0, k1), packed as pv_bf16 reads them (P·V, dS·K), where
+// `packed` is not null; false: the caller runs its GEMM.
 template <typename T, typename In>
-bool pv_packed(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t M, const In* p, int64_t k0, int64_t k1, T* C,
-               int64_t ldc) {
+bool sums_packed(const In* p, int64_t M, const uint16_t* packed, int64_t k0, int64_t k1, int64_t N, T* C, int64_t ldc,
+                 T alpha) {
 #ifdef SELFATTN_HAS_AVX512_VARIANT
   if constexpr (std::is_same_v<In, at::BFloat16>) {
-    if (P.vpack) {
-      pv_bf16(M, p, k0, k1, P.vpack + (b * P.Hkv + hk) * P.vpack_head, P.Dv, C, ldc);
+    if (packed) {
+      pv_bf16(M, p, k0, k1, packed, N, C, ldc, alpha);
       return true;
     }
   }
 #endif
-  (void)P, (void)b, (void)hk, (void)M, (void)p, (void)k0, (void)k1, (void)C, (void)ldc;
-  return false;
-}
-
-// dP (M × (k1 − k0)) = dO Vᵀ on kv head hk's V packed as K is (`Problem::vgroups`, the backward's); false: none.
-template <typename T, typename In>
-bool dov_packed(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t M, const In* dO, int64_t ld, int64_t k0,
-                int64_t k1, T* dP) {
-#ifdef SELFATTN_HAS_AVX512_VARIANT
-  if constexpr (std::is_same_v<In, at::BFloat16>) {
-    if (P.vgroups) {
-      qk_bf16(M, dO, ld, P.Dv, P.vgroups + (b * P.Hkv + hk) * P.vgroups_head, k0, k1, 1.0f, dP);
-      return true;
-    }
-  }
-#endif
-  (void)P, (void)b, (void)hk, (void)M, (void)dO, (void)ld, (void)k0, (void)k1, (void)dP;
-  return false;
-}
-
-// dQ (M × D) += scale · dS K on kv head hk's K packed as V is (`Problem::kpairs`, the backward's); false: none.
-template <typename T, typename In>
-bool dsk_packed(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t M, const In* dS, int64_t k0, int64_t k1,
-                T* dQ) {
-#ifdef SELFATTN_HAS_AVX512_VARIANT
-  if constexpr (std::is_same_v<In, at::BFloat16>) {
-    if (P.kpairs) {
-      pv_bf16(M, dS, k0, k1, P.kpairs + (b * P.Hkv + hk) * P.kpairs_head, P.D, dQ, P.D, P.scale);
-      return true;
-    }
-  }
-#endif
-  (void)P, (void)b, (void)hk, (void)M, (void)dS, (void)k0, (void)k1, (void)dQ;
+  (void)p, (void)M, (void)packed, (void)k0, (void)k1, (void)N, (void)C, (void)ldc, (void)alpha;
   return false;
 }
 
@@ -760,7 +734,8 @@ template <typename T, typename In>
 void scores(const Problem<T, In>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t k0, int64_t k1, T* S,
             T* tanh_out, std::vector<std::pair<int64_t, int64_t>>& span) {
   const int64_t n = k1 - k0, hk = h / P.G;
-  if (!qk_packed(P, b, hk, r1 - r0, P.qrow(b, h, r0), P.qsl, k0, k1, S))
+  if (!dots_packed(P.qrow(b, h, r0), P.qsl, r1 - r0, P.D, packed_head(P.kpack, P.kpack_head, b * P.Hkv + hk), k0, k1,
+                   P.gemm_alpha(), S))
     gemm<T, In>(false, true, r1 - r0, n, P.D, P.gemm_alpha(), P.qrow(b, h, r0), P.qsl, P.krow(b, hk, k0), P.ksl, T(0),
                 S, n);
   score_rule(P, b, h, r0, r1, k0, k1, S, tanh_out, span);
@@ -929,7 +904,8 @@ bool stacked_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
   for (int64_t k0 = lo; k0 < hi; k0 += width) {
     const int64_t k1 = std::min(hi, k0 + width), n = k1 - k0;
     if (std::max(q0, P.query_lo(b, k0, k1)) >= std::min(q1, P.query_hi(b, k0, k1))) continue;   // no row sees it
-    if (!qk_packed(P, b, hk, rows, ws.stacked_q.data(), P.D, k0, k1, S))
+    if (!dots_packed(ws.stacked_q.data(), P.D, rows, P.D, packed_head(P.kpack, P.kpack_head, b * P.Hkv + hk), k0, k1,
+                     P.gemm_alpha(), S))
       gemm<T, In>(false, true, rows, n, P.D, P.gemm_alpha(), ws.stacked_q.data(), P.D, P.krow(b, hk, k0), P.ksl, T(0),
                   S, n);
     for (int64_t g = 0; g < P.G; ++g) {
@@ -938,7 +914,7 @@ bool stacked_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
       online_rows(P, g, q0, q0, q1, n, Sg, ws.spans, st);
     }
     const In* p = as_operand<In>(S, ws.rounded.data(), rows * n);   // P in the GEMM's dtype
-    if (!pv_packed(P, b, hk, rows, p, k0, k1, st.acc, P.Dv))
+    if (!sums_packed(p, rows, packed_head(P.vpack, P.vpack_head, b * P.Hkv + hk), k0, k1, P.Dv, st.acc, P.Dv, T(1)))
       gemm<T, In>(false, false, rows, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), st.acc, P.Dv);
   }
   return true;
@@ -964,7 +940,8 @@ void softmax_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
       T* o = st.acc + g * st.rows * P.Dv;   // row i at (i − q0) · Dv
       online_rows(P, g, q0, r0, r1, n, S, ws.spans, st);
       const In* p = as_operand<In>(S, ws.rounded.data(), (r1 - r0) * n);   // P in the GEMM's dtype
-      if (!pv_packed(P, b, hk, r1 - r0, p, k0, k1, o + (r0 - q0) * P.Dv, P.Dv))
+      const uint16_t* vpack = packed_head(P.vpack, P.vpack_head, b * P.Hkv + hk);
+      if (!sums_packed(p, r1 - r0, vpack, k0, k1, P.Dv, o + (r0 - q0) * P.Dv, P.Dv, T(1)))
         gemm<T, In>(false, false, r1 - r0, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), o + (r0 - q0) * P.Dv,
                     P.Dv);
     }
@@ -1123,7 +1100,7 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
         const In* dor = dout + b * dsb + h * dsh + q0 * dsl;
         const In* p = as_operand<In>(S, rounded[w].data(), nq * n);
         gemm<T, In>(true, false, n, P.Dv, nq, T(1), p, n, dor, dsl, T(1), dvb, P.Dv);        // dV += Pᵀ dO
-        if (!dov_packed(P, b, hk, nq, dor, dsl, k0, k1, dP))
+        if (!dots_packed(dor, dsl, nq, P.Dv, packed_head(P.vgroups, P.vgroups_head, bh), k0, k1, T(1), dP))
           gemm<T, In>(false, true, nq, n, P.Dv, T(1), dor, dsl, P.vrow(b, hk, k0), P.vsl, T(0), dP, n);  // dP = dO Vᵀ
         const T* drow = delta + (b * P.Hq + h) * P.Lq;
         for (int64_t i = q0; i < q1; ++i) {   // dS = P ∘ (dP − Δ) (∘ (1 − tanh²) under a softcap)
@@ -1142,7 +1119,7 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
         const In* dsr = as_operand<In>(dP, rounded[w].data(), nq * n);   // dS in the GEMM's dtype (P is spent)
         gemm<T, In>(true, false, n, P.D, nq, P.scale, dsr, n, P.qrow(b, h, q0), P.qsl, T(1), dkb, P.D);  // dK += s dSᵀ Q
         T* dqb = dqw + ((b * P.Hq + h) * P.Lq + q0) * P.D;
-        if (!dsk_packed(P, b, hk, nq, dsr, k0, k1, dqb))
+        if (!sums_packed(dsr, nq, packed_head(P.kpairs, P.kpairs_head, bh), k0, k1, P.D, dqb, P.D, P.scale))
           gemm<T, In>(false, false, nq, P.D, n, P.scale, dsr, n, P.krow(b, hk, k0), P.ksl, T(1), dqb, P.D);  // dQ += s dS K
       }
     }
