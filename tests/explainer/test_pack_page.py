@@ -159,3 +159,18 @@ def test_a_layer_measured_by_export_is_read_back_by_the_page_and_one_changed_sin
     q = packing.unpack(changed["layers"][1]["heads"][0]["q"])
     assert q[0, 0] == doc["layers"][1]["heads"][0]["q"][0][0]  # the number as it is now
     assert json.dumps(changed["layers"][0]) == json.dumps(json.loads(fresh)["layers"][0])
+
+
+def test_a_layer_packed_before_is_packed_afresh_through_another_stage_function(monkeypatch):
+    """The store is keyed by the stage function too: a page made while `head_stages` is replaced (the browser test
+    that shifts every stage in Python) shows the replaced numbers, not those of a page of the same layer before."""
+    from tests.explainer.tiny import tiny_explainer
+
+    doc = tiny_explainer().explain("一只蓝色怪兽走进森林", layers=[1], layer=1, head=0)
+    before = packing.unpack(packing.pack(doc)["layers"][1]["heads"][0]["key_stages"])
+    stages = packing.head_stages
+    monkeypatch.setattr(
+        packing, "head_stages", lambda *a, **k: stages(*a, **k) | {"scores": stages(*a, **k)["scores"] + 100}
+    )
+    after = packing.unpack(packing.pack(doc)["layers"][1]["heads"][0]["key_stages"])
+    np.testing.assert_allclose(after[0], before[0] + 100, rtol=0, atol=1e-9)

@@ -16,7 +16,7 @@ from selfattn.explainer.analysis import head_types
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import registry
 from tests.explainer.planted import plant
-from tests.explainer.test_browser import browser  # noqa: F401 (fixture)
+from tests.explainer.test_browser import browser, wait_ready  # noqa: F401 (fixture)
 from tests.explainer.test_notebook import assert_offline, framed, watched  # noqa: F401 (fixture)
 from tests.explainer.tiny import tiny_explainer
 from tests.tolerances import TOL
@@ -145,6 +145,7 @@ def test_the_page_draws_the_toy_view_and_type(toys, explainer, watched):  # noqa
     frame.click("[data-testid=view-btn-toy]")
     assert frame.eval_on_selector("#app", "a => a.dataset.view") == "toy"
     frame.click("#toy-body [data-testid=mv-thumb][data-layer='1'][data-head='0']")  # opens the head, as the model view
+    wait_ready(frame)  # its layer unpacked first, where the page had not shown it yet
     st = frame.eval_on_selector("#app", "a => ({...a.dataset})")
     assert (st["view"], st["layer"], st["head"]) == ("explore", "1", "0")
     assert_offline(watched)

@@ -230,8 +230,10 @@ class _Read:
 
 
 def _read_layer(layer: dict, l: int) -> _Read:
-    """`layer` (`layers[l]` of the export dict) read and checked, its digest taken (`_PACKED` is keyed by it)."""
+    """`layer` (`layers[l]` of the export dict) read and checked, its digest taken (`_PACKED` is keyed by it): of
+    every field and array packing reads, and of the `head_stages` it computes the stages with."""
     digest = hashlib.blake2b(digest_size=32)
+    digest.update(f"{id(head_stages)}".encode())  # and the stage function they go through (a test replaces it)
 
     def take(name: str, a: np.ndarray) -> np.ndarray:
         digest.update(f"{name}{a.dtype}{a.shape}".encode())
