@@ -191,6 +191,22 @@ def test_bf16_tiles_meet_the_rule(case, tiles):
     assert NativeBackend(half_gemm=True).runs_bf16_tiles(r) == (here and not native.cpu.has("amx_tile"))  # default
 
 
+@pytest.mark.parametrize("case", TILE_CASES)
+@pytest.mark.parametrize("tiles", [True, False])
+def test_bf16_tiles_backward_meets_the_rule(case, tiles):
+    """Gradients of q, k, v through the tiles (every product of the backward: q·kᵀ, dO·Vᵀ, dS·K, and dSᵀ·Q, Pᵀ·dO on
+    the transposes) and through MKL's GEMMs, against float64 autograd by the rule, at the tiles' edge shapes."""
+    shape, kw = TILE_CASES[case]
+    q, k, v = make_inputs(*shape[:6], shape[6], dtype=torch.float64)
+    want = _grads("naive", q, k, v, kw, torch.float64)
+    naive = _grads("naive", q, k, v, kw, torch.bfloat16)
+    got = _grads(NativeBackend(half_gemm=True, bf16_tiles=tiles), q, k, v, kw, torch.bfloat16)
+    for name, g, w, n in zip("q k v".split(), got, want, naive, strict=True):
+        scale = max(1.0, float(w.abs().max()))
+        err, tol = max_error(g, w) / scale, tolerance(torch.bfloat16, max_error(n, w) / scale)
+        assert err <= tol, f"d{name}: {err:.3g} > {tol:.3g} ({case}, tiles={tiles})"
+
+
 def test_the_tiles_run_where_the_cpu_has_avx512_bf16_only():
     """With AVX512-BF16 the tiles add the products in another order than MKL's GEMM: the scores differ in their
     last bits somewhere; without it `bf16_tiles` changes nothing."""

@@ -40,8 +40,8 @@ forward + backward to native on such a CPU, as measured; other backends keep the
 A CPU with AVX512-BF16 but no AMX reads its own entries, keyed (bfloat16, "AVX512-BF16"), measured the same way
 on a 2-core EPYC with AVX512-BF16 (2 threads, best of 4, three runs; forward causal L=4096: SDPA fp32 126–148 ms,
 bf16 125–138 ms — oneDNN gains little there — native 120–133 / 64–72 ms on its VDPBF16PS tiles; forward + backward
-L=2048: SDPA 127–143 / 103–112 ms, native 121–126 / 88 ms with the backward's q·kᵀ, dO·Vᵀ and dS·K on the tiles):
-native's 1.86 and 1.39 its own, SDPA's 1.45 and 1.70 fitted as above. There bfloat16 goes to native, forward and
+L=2048: SDPA 127–143 / 103–112 ms, native 117–126 / 71–72 ms with every product of the backward on the tiles):
+native's 1.86 and 1.63 its own, SDPA's 1.45 and 1.58 fitted as above. There bfloat16 goes to native, forward and
 forward + backward.
 
 The constants come from a calibration grid (causal / full / window / prefill / decoding / GQA

@@ -27,8 +27,9 @@
 // has them); scores, the online softmax, lse, dq/dk/dv sums are float32, and P (forward) and dS (backward)
 // are rounded to the input dtype for their GEMM (once per tile; with AVX512-BF16's conversion where cpuid has it),
 // as FlashAttention does. Where cpuid has AVX512-BF16 the bfloat16 forward's Q·Kᵀ and P·V run on VDPBF16PS over
-// K and V packed once a call instead (`qk_bf16`, `pv_bf16`; bf16_tiles=false: MKL's), and so do the backward's
-// Q·Kᵀ, dO·Vᵀ and dS·K (dK and dV, products of transposes, stay MKL's). Which dtype arrives here is
+// K and V packed once a call instead (`qk_bf16`, `pv_bf16`; bf16_tiles=false: MKL's), and so do the backward's five
+// products (Q·Kᵀ, dO·Vᵀ, dS·K; dSᵀ·Q and Pᵀ·dO on P and dS transposed per tile, Q and dO packed over the
+// queries). Which dtype arrives here is
 // the Python side's choice (native.py: where the CPU has no half GEMM it converts to float32 instead).
 //
 // Layouts: q (B, Hq, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv) with unit stride on the last
@@ -646,7 +647,9 @@ struct Problem {
   int64_t kpack_head = 0, vpack_head = 0;
   const uint16_t* vgroups = nullptr;   // the backward's: V packed as K is, for dP = dO Vᵀ (`qk_bf16`), or null
   const uint16_t* kpairs = nullptr;    // and K packed as V is, for dQ += s dS K (`pv_bf16`), or null
-  int64_t vgroups_head = 0, kpairs_head = 0;
+  const uint16_t* qpairs = nullptr;    // Q and dO (per query head) packed as V is, over the queries, for
+  const uint16_t* dopairs = nullptr;   // dK += s dSᵀ Q and dV += Pᵀ dO (`pv_bf16` on the transposes), or null
+  int64_t vgroups_head = 0, kpairs_head = 0, qpairs_head = 0, dopairs_head = 0;
 
   bool limited() const { return left >= 0 || right >= 0; }
   int64_t shift() const { return Lk - Lq; }
@@ -694,6 +697,16 @@ void score_rule(const Problem<T, In>& P, int64_t b, int64_t h, int64_t r0, int64
 // One (batch, kv head)'s part of operands packed for VDPBF16PS (`Problem::kpack` …, `per_head` apart), or null.
 inline const uint16_t* packed_head(const uint16_t* packed, int64_t per_head, int64_t bh) {
   return packed ? packed + bh * per_head : nullptr;
+}
+
+// out (n × m) = in (m × n)ᵀ, in blocks of 16 × 16 (each read and written a cache line at a time).
+template <typename In>
+void transpose(const In* in, int64_t m, int64_t n, In* out) {
+  constexpr int64_t BLOCK = 16;
+  for (int64_t i0 = 0; i0 < m; i0 += BLOCK)
+    for (int64_t j0 = 0; j0 < n; j0 += BLOCK)
+      for (int64_t i = i0; i < std::min(m, i0 + BLOCK); ++i)
+        for (int64_t j = j0; j < std::min(n, j0 + BLOCK); ++j) out[j * m + i] = in[i * n + j];
 }
 
 // S (M × (k1 − k0)) = alpha · A Bᵀ on `packed`, B's rows [k0, k1) packed as qk_bf16 reads them (Q·Kᵀ, dO·Vᵀ), where
@@ -1066,7 +1079,7 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
   const int64_t n_kb = (P.Lk + P.block_k - 1) / P.block_k, BH = P.B * P.Hkv;
   const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
   std::vector<std::vector<T>> bufs(workers);
-  std::vector<std::vector<In>> rounded(workers);
+  std::vector<std::vector<In>> rounded(workers), flipped(workers);   // P or dS in the GEMM's dtype; transposed
   std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(workers);
   std::vector<T*> dq_of(workers, nullptr);
   dq_of[0] = dq;
@@ -1078,6 +1091,7 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
     std::vector<T>& buf = bufs[w];
     buf.resize(3 * bq * bk);
     if (!std::is_same_v<T, In>) rounded[w].resize(bq * bk);
+    if (P.dopairs) flipped[w].resize(bq * bk);
     T *S = buf.data(), *dP = S + bq * bk, *Th = dP + bq * bk;
     const int64_t k0 = kb * bk, k1 = std::min(P.Lk, k0 + bk), n = k1 - k0;
     T* dkb = dk + ((b * P.Hkv + hk) * P.Lk + k0) * P.D;
@@ -1099,7 +1113,11 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
         }
         const In* dor = dout + b * dsb + h * dsh + q0 * dsl;
         const In* p = as_operand<In>(S, rounded[w].data(), nq * n);
-        gemm<T, In>(true, false, n, P.Dv, nq, T(1), p, n, dor, dsl, T(1), dvb, P.Dv);        // dV += Pᵀ dO
+        const int64_t bhq = b * P.Hq + h;   // the query head's packed Q and dO
+        if (P.dopairs) transpose(p, nq, n, flipped[w].data());
+        if (!sums_packed(flipped[w].data(), n, packed_head(P.dopairs, P.dopairs_head, bhq), q0, q1, P.Dv, dvb, P.Dv,
+                         T(1)))
+          gemm<T, In>(true, false, n, P.Dv, nq, T(1), p, n, dor, dsl, T(1), dvb, P.Dv);        // dV += Pᵀ dO
         if (!dots_packed(dor, dsl, nq, P.Dv, packed_head(P.vgroups, P.vgroups_head, bh), k0, k1, T(1), dP))
           gemm<T, In>(false, true, nq, n, P.Dv, T(1), dor, dsl, P.vrow(b, hk, k0), P.vsl, T(0), dP, n);  // dP = dO Vᵀ
         const T* drow = delta + (b * P.Hq + h) * P.Lq;
@@ -1117,7 +1135,10 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
           }
         }
         const In* dsr = as_operand<In>(dP, rounded[w].data(), nq * n);   // dS in the GEMM's dtype (P is spent)
-        gemm<T, In>(true, false, n, P.D, nq, P.scale, dsr, n, P.qrow(b, h, q0), P.qsl, T(1), dkb, P.D);  // dK += s dSᵀ Q
+        if (P.qpairs) transpose(dsr, nq, n, flipped[w].data());
+        if (!sums_packed(flipped[w].data(), n, packed_head(P.qpairs, P.qpairs_head, bhq), q0, q1, P.D, dkb, P.D,
+                         P.scale))
+          gemm<T, In>(true, false, n, P.D, nq, P.scale, dsr, n, P.qrow(b, h, q0), P.qsl, T(1), dkb, P.D);  // dK += s dSᵀ Q
         T* dqb = dqw + ((b * P.Hq + h) * P.Lq + q0) * P.D;
         if (!sums_packed(dsr, nq, packed_head(P.kpairs, P.kpairs_head, bh), k0, k1, P.D, dqb, P.D, P.scale))
           gemm<T, In>(false, false, nq, P.D, n, P.scale, dsr, n, P.krow(b, hk, k0), P.ksl, T(1), dqb, P.D);  // dQ += s dS K
@@ -1265,7 +1286,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q,
                                  block_k);
 #ifdef SELFATTN_HAS_AVX512_VARIANT
-    PackedKV keys, values;   // S = Q Kᵀ, dP = dO Vᵀ and dQ += s dS K on VDPBF16PS (dK, dV: MKL's, of transposes)
+    PackedKV keys, values, queries, grads;   // every product of the backward on VDPBF16PS
     if constexpr (std::is_same_v<In, at::BFloat16>) {
       if (bf16_tiles && softmax_isa().avx512_bf16 && P.Lk > 0 && P.D > 0 && P.Dv > 0) {
         auto krow = [&](int64_t b, int64_t hk, int64_t j) { return P.krow(b, hk, j); };
@@ -1275,6 +1296,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
         P.kpack = keys.k.data(), P.kpack_head = keys.k_per_head;
         P.vgroups = values.k.data(), P.vgroups_head = values.k_per_head;
         P.kpairs = values.v.data(), P.kpairs_head = values.v_per_head;
+        const In* dO = dout.data_ptr<In>();   // Q and dO per query head, packed over the queries
+        auto qrow = [&](int64_t b, int64_t h, int64_t i) { return P.qrow(b, h, i); };
+        auto dorow = [&](int64_t b, int64_t h, int64_t i) {
+          return dO + b * dout.stride(0) + h * dout.stride(1) + i * row_stride(dout);
+        };
+        queries = pack_kv_bf16(P.B * P.Hq, P.Hq, P.Lq, int64_t(0), P.D, qrow, qrow);
+        grads = pack_kv_bf16(P.B * P.Hq, P.Hq, P.Lq, int64_t(0), P.Dv, dorow, dorow);
+        P.qpairs = queries.v.data(), P.qpairs_head = queries.v_per_head;
+        P.dopairs = grads.v.data(), P.dopairs_head = grads.v_per_head;
       }
     }
 #else
