@@ -248,8 +248,8 @@ class NativeBackend(Backend):
         GEMM (`has_half_gemm`) and converts them to float32 elsewhere; True / False force one path.
         split_keys: keys per split-K chunk at most (`chunk`) for a query of at most SPLIT_ROWS rows (None: never
         split, one task per kv head).
-        bf16_tiles: the forward's q·kᵀ and P·V of bfloat16 inputs on VDPBF16PS, K and V packed once a call
-        (`runs_bf16_tiles`): None (default) where the CPU has AVX512-BF16 but no AMX-BF16 (whose MKL GEMM was
+        bf16_tiles: the products of bfloat16 inputs (forward and backward) on VDPBF16PS, their operands packed once
+        a call (`runs_bf16_tiles`): None (default) where the CPU has AVX512-BF16 but no AMX-BF16 (whose MKL GEMM was
         measured; the tiles were not, there), True wherever it has AVX512-BF16, False: MKL's gemm_bf16bf16f32 on
         every tile."""
         self.block_q = checks.integer("block_q", block_q, low=1)
@@ -310,16 +310,16 @@ class NativeBackend(Backend):
                 " rows per key tile"
             )
         if self.runs_bf16_tiles(request):
-            path += "; the forward's q·kᵀ and P·V on VDPBF16PS (AVX512-BF16) over K and V packed once a call"
+            path += "; q·kᵀ, P·V and the backward's products on VDPBF16PS (AVX512-BF16), operands packed once a call"
         rows = self.few_rows(request)
         if rows is not None:
             path += f"; q·kᵀ and P·V of {rows} rows in the kernel's own AVX2 loops (FEW_ROWS), not BLAS"
         return path
 
     def runs_bf16_tiles(self, r: Request) -> bool:
-        """True when the forward of `r` runs its q·kᵀ and P·V on VDPBF16PS (the kernel's own tiles, csrc
-        `qk_bf16` / `pv_bf16`): bfloat16 operands and a CPU with AVX512-BF16 (the kernel checks cpuid too), and
-        `bf16_tiles` True, or None on a CPU without AMX-BF16; else MKL's gemm_bf16bf16f32 runs each tile."""
+        """True when `r` runs its q·kᵀ and P·V (and its backward's products) on VDPBF16PS (the kernel's own tiles,
+        csrc `qk_bf16` / `pv_bf16`): bfloat16 operands and a CPU with AVX512-BF16 (the kernel checks cpuid too),
+        and `bf16_tiles` True, or None on a CPU without AMX-BF16; else MKL's gemm_bf16bf16f32 runs each tile."""
         if self._operand_dtype(r.q.dtype) != torch.bfloat16 or not (cpu.has("avx512_bf16") and cpu.has("avx512")):
             return False
         return self.bf16_tiles if self.bf16_tiles is not None else not cpu.has("amx_tile")
@@ -393,7 +393,8 @@ def tile_arguments(r: Request, block_q: int, block_k: int, bf16_tiles: bool = Fa
     saturated — left, right (the rule's `bounds`, −1: unbounded), scale, softcap (0: none), each per-head
     feature ((Hq,) in the compute dtype, or None: `ScoreRule.per_head`), the segments' spans (2, B, L) and,
     only where a segment is not one contiguous run, their ids (B, L), block_q, block_k, and bf16_tiles: whether
-    a bfloat16 forward runs on VDPBF16PS (`NativeBackend.runs_bf16_tiles`; the kernel checks cpuid too))."""
+    bfloat16 runs on VDPBF16PS, forward and backward (`NativeBackend.runs_bf16_tiles`; the kernel checks cpuid
+    too))."""
     rule, acc = r.rule, r.accumulate_dtype
     mask = None
     if rule.mask is not None:
