@@ -353,7 +353,7 @@ __attribute__((target("avx512f,avx512bf16"))) void round_bf16_avx512(const float
 // MKL's gemm_bf16bf16f32 packs both operands on every call: on the attention's tiles (128 × 512 × 64, one
 // core) it ran at ~90 GFLOP/s on an AVX512-BF16 EPYC, no faster than float32's sgemm (~96), against the
 // ~220 its bfloat16 peak allows. Here K and V are packed once per forward call, in the pairs VDPBF16PS reads
-// (`pack_kv_bf16`), and Q·Kᵀ and P·V run on them in registers:
+// (`pack_groups`, `pack_pairs`), and Q·Kᵀ and P·V run on them in registers:
 //   K  groups of 16 keys; per pair of dims p, one vector holding (k[j][2p], k[j][2p+1]) for the group's 16 keys
 //   V  pairs of keys (2t, 2t + 1); per 16 dims, one vector holding (v[2t][d], v[2t+1][d]) for those 16 dims
 // zeros past Lk, D and Dv. A query's pair (q[2p], q[2p+1]) — or a row of P's (p[2t], p[2t+1]) — is broadcast
@@ -493,38 +493,43 @@ void pv_bf16(int64_t M, const at::BFloat16* Pq, int64_t k0, int64_t k1, const ui
   for (; r < M; ++r) pv_rows<1>(Pb + r * ldp, ldp, k0, a, e, Vp, Dv16, C + r * ldc, ldc, Dv, alpha);
 }
 
-// K and V of every (batch, kv head) packed for qk_bf16 / pv_bf16 (layouts above): K (B·Hkv, groups, D2, 16, 2),
-// V (B·Hkv, pairs, Dv16, 2); zeros past Lk, D and Dv.
-struct PackedKV {
-  std::vector<uint16_t> k, v;
-  int64_t k_per_head = 0, v_per_head = 0;
+// One operand of every (batch, head) packed for qk_bf16 / pv_bf16 (layouts above), `per_head` values a head.
+struct Packed {
+  std::vector<uint16_t> data;
+  int64_t per_head = 0;
 };
 
-template <typename KRow, typename VRow>
-PackedKV pack_kv_bf16(int64_t BH, int64_t Hkv, int64_t Lk, int64_t D, int64_t Dv, const KRow& krow, const VRow& vrow) {
-  PackedKV out;
-  const int64_t groups = (Lk + BF16_KEYS - 1) / BF16_KEYS, D2 = (D + 1) / 2, pairs = (Lk + 1) / 2;
-  const int64_t Dv16 = (Dv + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS;
-  out.k_per_head = groups * D2 * BF16_KEYS * 2;
-  out.v_per_head = pairs * Dv16 * 2;
-  out.k.assign(BH * out.k_per_head, 0);
-  out.v.assign(BH * out.v_per_head, 0);
+// rows(b, h, j) (L rows of D bfloat16, for the BH = B·H heads) packed as `place(out, j, d)` puts each value;
+// `size`: values a head; zeros elsewhere.
+template <typename Rows, typename Place>
+Packed pack_bf16(int64_t BH, int64_t H, int64_t L, int64_t D, int64_t size, const Rows& rows, const Place& place) {
+  Packed out{std::vector<uint16_t>(BH * size, 0), size};
   at::parallel_for(0, BH, 1, [&](int64_t bh0, int64_t bh1) {
-    for (int64_t bh = bh0; bh < bh1; ++bh) {
-      const int64_t b = bh / Hkv, hk = bh % Hkv;
-      uint16_t* kp = out.k.data() + bh * out.k_per_head;
-      uint16_t* vp = out.v.data() + bh * out.v_per_head;
-      for (int64_t j = 0; j < Lk; ++j) {
-        const uint16_t* kj = reinterpret_cast<const uint16_t*>(krow(b, hk, j));
-        uint16_t* group = kp + (j / BF16_KEYS) * D2 * BF16_KEYS * 2 + (j % BF16_KEYS) * 2;
-        for (int64_t d = 0; d < D; ++d) group[(d / 2) * BF16_KEYS * 2 + d % 2] = kj[d];
-        const uint16_t* vj = reinterpret_cast<const uint16_t*>(vrow(b, hk, j));
-        uint16_t* pair = vp + (j / 2) * Dv16 * 2 + j % 2;
-        for (int64_t d = 0; d < Dv; ++d) pair[2 * d] = vj[d];
+    for (int64_t bh = bh0; bh < bh1; ++bh)
+      for (int64_t j = 0; j < L; ++j) {
+        const uint16_t* row = reinterpret_cast<const uint16_t*>(rows(bh / H, bh % H, j));
+        for (int64_t d = 0; d < D; ++d) out.data[bh * size + place(j, d)] = row[d];
       }
-    }
   });
   return out;
+}
+
+// As qk_bf16 reads K: (BH, groups of 16 rows, D2 pairs of dims, 16, 2).
+template <typename Rows>
+Packed pack_groups(int64_t BH, int64_t H, int64_t L, int64_t D, const Rows& rows) {
+  const int64_t groups = (L + BF16_KEYS - 1) / BF16_KEYS, D2 = (D + 1) / 2;
+  auto place = [&](int64_t j, int64_t d) {
+    return ((j / BF16_KEYS) * D2 + d / 2) * BF16_KEYS * 2 + (j % BF16_KEYS) * 2 + d % 2;
+  };
+  return pack_bf16(BH, H, L, D, groups * D2 * BF16_KEYS * 2, rows, place);
+}
+
+// As pv_bf16 reads V: (BH, pairs of rows, D16 dims, 2).
+template <typename Rows>
+Packed pack_pairs(int64_t BH, int64_t H, int64_t L, int64_t D, const Rows& rows) {
+  const int64_t pairs = (L + 1) / 2, D16 = (D + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS;
+  auto place = [&](int64_t j, int64_t d) { return ((j / 2) * D16 + d) * 2 + j % 2; };
+  return pack_bf16(BH, H, L, D, pairs * D16 * 2, rows, place);
 }
 #endif
 
@@ -642,7 +647,7 @@ struct Problem {
   const int64_t* seg_hi = nullptr;   // (B, L): one past its last key
   const int64_t* seg_ids = nullptr;  // (B, L) ids, only when a segment is not one contiguous run
   int64_t block_q, block_k;
-  const uint16_t* kpack = nullptr;   // K and V packed for VDPBF16PS (`pack_kv_bf16`: bfloat16 on AVX512-BF16), or null
+  const uint16_t* kpack = nullptr;   // K and V packed for VDPBF16PS (`pack_groups`, `pack_pairs`), or null
   const uint16_t* vpack = nullptr;
   int64_t kpack_head = 0, vpack_head = 0;
   const uint16_t* vgroups = nullptr;   // the backward's: V packed as K is, for dP = dO Vᵀ (`qk_bf16`), or null
@@ -1244,14 +1249,15 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const 
     auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q,
                                  block_k);
 #ifdef SELFATTN_HAS_AVX512_VARIANT
-    PackedKV packed;   // K and V in VDPBF16PS's pairs, read by every query block (`qk_bf16`, `pv_bf16`)
+    Packed keys, values;   // K and V in VDPBF16PS's pairs, read by every query block (`qk_bf16`, `pv_bf16`)
     if constexpr (std::is_same_v<In, at::BFloat16>) {
       if (bf16_tiles && softmax_isa().avx512_bf16 && P.Lk > 0 && P.D > 0) {
         auto krow = [&](int64_t b, int64_t hk, int64_t j) { return P.krow(b, hk, j); };
         auto vrow = [&](int64_t b, int64_t hk, int64_t j) { return P.vrow(b, hk, j); };
-        packed = pack_kv_bf16(P.B * P.Hkv, P.Hkv, P.Lk, P.D, P.Dv, krow, vrow);
-        P.kpack = packed.k.data(), P.vpack = packed.v.data();
-        P.kpack_head = packed.k_per_head, P.vpack_head = packed.v_per_head;
+        keys = pack_groups(P.B * P.Hkv, P.Hkv, P.Lk, P.D, krow);
+        values = pack_pairs(P.B * P.Hkv, P.Hkv, P.Lk, P.Dv, vrow);
+        P.kpack = keys.data.data(), P.kpack_head = keys.per_head;
+        P.vpack = values.data.data(), P.vpack_head = values.per_head;
       }
     }
 #endif
@@ -1286,25 +1292,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q,
                                  block_k);
 #ifdef SELFATTN_HAS_AVX512_VARIANT
-    PackedKV keys, values, queries, grads;   // every product of the backward on VDPBF16PS
+    Packed keys, v_groups, k_pairs, queries, grads;   // every product of the backward on VDPBF16PS
     if constexpr (std::is_same_v<In, at::BFloat16>) {
       if (bf16_tiles && softmax_isa().avx512_bf16 && P.Lk > 0 && P.D > 0 && P.Dv > 0) {
         auto krow = [&](int64_t b, int64_t hk, int64_t j) { return P.krow(b, hk, j); };
         auto vrow = [&](int64_t b, int64_t hk, int64_t j) { return P.vrow(b, hk, j); };
-        keys = pack_kv_bf16(P.B * P.Hkv, P.Hkv, P.Lk, P.D, int64_t(0), krow, vrow);
-        values = pack_kv_bf16(P.B * P.Hkv, P.Hkv, P.Lk, P.Dv, P.D, vrow, krow);   // V as K is, K as V is
-        P.kpack = keys.k.data(), P.kpack_head = keys.k_per_head;
-        P.vgroups = values.k.data(), P.vgroups_head = values.k_per_head;
-        P.kpairs = values.v.data(), P.kpairs_head = values.v_per_head;
+        keys = pack_groups(P.B * P.Hkv, P.Hkv, P.Lk, P.D, krow);
+        v_groups = pack_groups(P.B * P.Hkv, P.Hkv, P.Lk, P.Dv, vrow);   // V as K is, K as V is
+        k_pairs = pack_pairs(P.B * P.Hkv, P.Hkv, P.Lk, P.D, krow);
+        P.kpack = keys.data.data(), P.kpack_head = keys.per_head;
+        P.vgroups = v_groups.data.data(), P.vgroups_head = v_groups.per_head;
+        P.kpairs = k_pairs.data.data(), P.kpairs_head = k_pairs.per_head;
         const In* dO = dout.data_ptr<In>();   // Q and dO per query head, packed over the queries
         auto qrow = [&](int64_t b, int64_t h, int64_t i) { return P.qrow(b, h, i); };
         auto dorow = [&](int64_t b, int64_t h, int64_t i) {
           return dO + b * dout.stride(0) + h * dout.stride(1) + i * row_stride(dout);
         };
-        queries = pack_kv_bf16(P.B * P.Hq, P.Hq, P.Lq, int64_t(0), P.D, qrow, qrow);
-        grads = pack_kv_bf16(P.B * P.Hq, P.Hq, P.Lq, int64_t(0), P.Dv, dorow, dorow);
-        P.qpairs = queries.v.data(), P.qpairs_head = queries.v_per_head;
-        P.dopairs = grads.v.data(), P.dopairs_head = grads.v_per_head;
+        queries = pack_pairs(P.B * P.Hq, P.Hq, P.Lq, P.D, qrow);
+        grads = pack_pairs(P.B * P.Hq, P.Hq, P.Lq, P.Dv, dorow);
+        P.qpairs = queries.data.data(), P.qpairs_head = queries.per_head;
+        P.dopairs = grads.data.data(), P.dopairs_head = grads.per_head;
       }
     }
 #else
