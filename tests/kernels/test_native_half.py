@@ -166,9 +166,14 @@ TILE_CASES = {
     "decode-split-k": ((1, 8, 1, 1, 3000, 64, 64), dict(causal=True)),
     "gqa-stacked": ((1, 8, 2, 5, 700, 64, 64), dict(causal=True)),
     "odd-dv-over-64": ((1, 2, 1, 3, 513, 64, 80), {}),
+    "causal-many-blocks": ((1, 2, 2, 1100, 1100, 64, 64), dict(causal=True)),
+    "diagonal-odd-shift": ((1, 2, 1, 300, 777, 64, 64), dict(causal=True)),
 }
 """Shapes the packed tiles meet at their edges: D and Dv odd or past one vector, keys past a group of 16, tiles
-starting and ending on odd keys (windows), split-K chunks, GQA's stacked rows."""
+starting and ending on odd keys (windows), split-K chunks, GQA's stacked rows; in the backward, key blocks whose
+diagonal query blocks see only their first keys (each tile cut to the keys its rows see), and with Lk − Lq odd
+(477) query blocks that start on an odd row (35 for the second key block) and see up to an odd key, so that the
+transposed P and dS pair a row inside the block with one outside it."""
 
 
 @pytest.mark.parametrize("case", TILE_CASES)

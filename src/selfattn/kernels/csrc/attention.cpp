@@ -12,7 +12,8 @@
 // rule or the segments (packed sequences) hide are never read; inside a visited block each row only
 // touches its visible columns. ALiBi is one more term per visible score, a sink one more term per row.
 //
-// Backward: tasks are (batch, kv head, key block): dK and dV of the block are owned by the task;
+// Backward: tasks are (batch, kv head, key block): dK and dV of the block are owned by the task, which walks the
+// query blocks that see it, each tile cut to the keys of the block its rows see (on a causal diagonal, not all of it);
 // dQ is accumulated per worker (worker 0 writes into dq, the others into private buffers summed
 // at the end, in worker order), so there are no races and no atomics. Under
 // torch.use_deterministic_algorithms(True) the tasks are dealt to the workers in a fixed order, so dQ is
@@ -28,8 +29,8 @@
 // are rounded to the input dtype for their GEMM (once per tile; with AVX512-BF16's conversion where cpuid has it),
 // as FlashAttention does. Where cpuid has AVX512-BF16 the bfloat16 forward's Q·Kᵀ and P·V run on VDPBF16PS over
 // K and V packed once a call instead (`qk_bf16`, `pv_bf16`; bf16_tiles=false: MKL's), and so do the backward's five
-// products (Q·Kᵀ, dO·Vᵀ, dS·K; dSᵀ·Q and Pᵀ·dO on P and dS transposed per tile, Q and dO packed over the
-// queries). Which dtype arrives here is
+// products (Q·Kᵀ, dO·Vᵀ, dS·K; dSᵀ·Q and Pᵀ·dO on P and dS rounded straight into transposed pairs of query rows,
+// `round_pairs_bf16`, with Q and dO packed over the queries). Which dtype arrives here is
 // the Python side's choice (native.py: where the CPU has no half GEMM it converts to float32 instead).
 //
 // Layouts: q (B, Hq, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv) with unit stride on the last
@@ -360,11 +361,22 @@ __attribute__((target("avx512f,avx512bf16"))) void round_bf16_avx512(const float
 // to the 16 lanes; each VDPBF16PS adds both products into float32 lanes, as the GEMM's float32 accumulation.
 constexpr int64_t BF16_KEYS = 16;   // keys per packed K group, dims per packed V vector: one vector of floats
 
-// 32 bits of bfloat16 pair (lo, hi) for a broadcast: (x[i], x[i + 1]), the second 0 where i + 1 is past n.
-inline uint32_t bf16_pair(const uint16_t* x, int64_t i, int64_t n) {
-  uint32_t pair = x[i];
-  if (i + 1 < n) pair |= static_cast<uint32_t>(x[i + 1]) << 16;
-  return pair;
+// acc[r][c] += the products of dims (2p, 2p + 1) of query row r and key group g0 + c: the query's pair broadcast from
+// memory where both dims are in the row (a load, no shuffle on the vector ports), or the last dim alone (`whole`
+// false: D odd).
+template <int R, int NG>
+__attribute__((target("avx512f,avx512bf16"), always_inline)) inline void qk_pair(__m512 (&acc)[R][NG],
+                                                                                const uint16_t* A, int64_t lda,
+                                                                                const uint16_t* Kp, int64_t D2,
+                                                                                int64_t g0, int64_t p, bool whole) {
+  __m512bh kv[NG];
+  for (int c = 0; c < NG; ++c) kv[c] = (__m512bh)_mm512_loadu_si512(Kp + ((g0 + c) * D2 + p) * 2 * BF16_KEYS);
+  for (int r = 0; r < R; ++r) {
+    int32_t pair = A[r * lda + 2 * p];
+    if (whole) std::memcpy(&pair, A + r * lda + 2 * p, sizeof pair);
+    const __m512bh qp = (__m512bh)_mm512_set1_epi32(pair);
+    for (int c = 0; c < NG; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], qp, kv[c]);
+  }
 }
 
 // S rows [0, R) × keys [k0, k1): S[r][j − k0] = alpha · q_r · k_j, for the key groups [g0, g0 + NG) (`Kp`: one
@@ -376,14 +388,8 @@ __attribute__((target("avx512f,avx512bf16"))) void qk_groups(const uint16_t* A, 
   __m512 acc[R][NG];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < NG; ++c) acc[r][c] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < D2; ++p) {
-    __m512bh kv[NG];
-    for (int c = 0; c < NG; ++c) kv[c] = (__m512bh)_mm512_loadu_si512(Kp + ((g0 + c) * D2 + p) * 2 * BF16_KEYS);
-    for (int r = 0; r < R; ++r) {
-      const __m512bh qp = (__m512bh)_mm512_set1_epi32(static_cast<int>(bf16_pair(A + r * lda, 2 * p, D)));
-      for (int c = 0; c < NG; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], qp, kv[c]);
-    }
-  }
+  for (int64_t p = 0; p < D / 2; ++p) qk_pair<R, NG>(acc, A, lda, Kp, D2, g0, p, true);
+  if (D % 2) qk_pair<R, NG>(acc, A, lda, Kp, D2, g0, D / 2, false);
   const __m512 a = _mm512_set1_ps(alpha);
   for (int c = 0; c < NG; ++c) {
     const int64_t j0 = (g0 + c) * BF16_KEYS, lo = std::max(j0, k0), hi = std::min(j0 + BF16_KEYS, k1);
@@ -420,13 +426,26 @@ void qk_bf16(int64_t M, const at::BFloat16* Aq, int64_t lda, int64_t D, const ui
   for (; r < M; ++r) qk_rows<1>(A + r * lda, lda, D, Kp, D2, k0, k1, alpha, S + r * lds, lds);
 }
 
-// C rows [0, R) += P · V over the pairs of keys [a, e) (a even, e − a even; P's row r at Pb + r · ldp, key j at
-// j − k0) and the dims of vectors [v0, v0 + NV) of 16 (`Vp`: one (b, kv head)'s packed V, Dv16 dims a pair of
-// keys); C's stride ldc, Dv its dims (the last vector masked where Dv is not a multiple of 16).
+// Where pv_bf16 finds P's bfloat16 value of row r and key j (of keys [k0, k1)): at
+// r · row_step + (j − first) / 2 · pair_step + (j − first) % 2 − skew, `first` even, so that the keys of a pair
+// (2t, 2t + 1) sit side by side and VDPBF16PS reads them as one 32-bit broadcast.
+struct PairLayout {
+  int64_t row_step, pair_step, first, skew;
+  int64_t at(int64_t r, int64_t j) const { return r * row_step + ((j - first) >> 1) * pair_step + ((j - first) & 1) - skew; }
+  // P as the forward makes it: row r's keys in one run, k1 − k0 apart
+  static PairLayout rows(int64_t k0, int64_t k1) { return {k1 - k0, 2, k0 & ~int64_t(1), k0 & 1}; }
+  // a transposed operand of M rows as `round_pairs_bf16` writes it: for each pair of keys, the M rows' pairs
+  static PairLayout pairs(int64_t M, int64_t k0) { return {2, 2 * M, k0 & ~int64_t(1), 0}; }
+};
+
+// C rows [0, R) += P · V over the pairs of keys [a, e) (a even, e − a even; row r's pair (a + 2u, a + 2u + 1) at
+// Pa + r · row_step + u · pair_step) and the dims of vectors [v0, v0 + NV) of 16 (`Vp`: one (b, kv head)'s packed
+// V, Dv16 dims a pair of keys); C's stride ldc, Dv its dims (the last vector masked where Dv is not a multiple of 16).
 template <int R, int NV>
-__attribute__((target("avx512f,avx512bf16"))) void pv_vectors(const uint16_t* Pb, int64_t ldp, int64_t k0, int64_t a,
-                                                              int64_t e, const uint16_t* Vp, int64_t Dv16, int64_t v0,
-                                                              float* C, int64_t ldc, int64_t Dv, float alpha) {
+__attribute__((target("avx512f,avx512bf16"))) void pv_vectors(const uint16_t* Pa, int64_t row_step, int64_t pair_step,
+                                                              int64_t a, int64_t e, const uint16_t* Vp, int64_t Dv16,
+                                                              int64_t v0, float* C, int64_t ldc, int64_t Dv,
+                                                              float alpha) {
   __m512 acc[R][NV];
   __mmask16 mask[NV];
   for (int c = 0; c < NV; ++c) {
@@ -435,13 +454,14 @@ __attribute__((target("avx512f,avx512bf16"))) void pv_vectors(const uint16_t* Pb
     for (int r = 0; r < R; ++r)   // alpha 1: the sums go on from C's; else C + alpha · (the tile's sums)
       acc[r][c] = alpha == 1.0f ? _mm512_maskz_loadu_ps(mask[c], C + r * ldc + d0) : _mm512_setzero_ps();
   }
-  for (int64_t t = a / 2; t < e / 2; ++t) {
+  const uint16_t* pt = Pa;
+  for (int64_t t = a / 2; t < e / 2; ++t, pt += pair_step) {
     __m512bh vv[NV];
     for (int c = 0; c < NV; ++c) vv[c] = (__m512bh)_mm512_loadu_si512(Vp + (t * Dv16 + (v0 + c) * BF16_KEYS) * 2);
     for (int r = 0; r < R; ++r) {
-      uint32_t pair;
-      std::memcpy(&pair, Pb + r * ldp + (2 * t - k0), sizeof pair);   // (p[2t], p[2t + 1]), both in the tile
-      const __m512bh pp = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+      int32_t pair;
+      std::memcpy(&pair, pt + r * row_step, sizeof pair);   // (p[2t], p[2t + 1]), both in the tile
+      const __m512bh pp = (__m512bh)_mm512_set1_epi32(pair);
       for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], pp, vv[c]);
     }
   }
@@ -455,12 +475,12 @@ __attribute__((target("avx512f,avx512bf16"))) void pv_vectors(const uint16_t* Pb
 }
 
 template <int R>
-void pv_rows(const uint16_t* Pb, int64_t ldp, int64_t k0, int64_t a, int64_t e, const uint16_t* Vp, int64_t Dv16,
-             float* C, int64_t ldc, int64_t Dv, float alpha) {
+void pv_rows(const uint16_t* Pa, int64_t row_step, int64_t pair_step, int64_t a, int64_t e, const uint16_t* Vp,
+             int64_t Dv16, float* C, int64_t ldc, int64_t Dv, float alpha) {
   const int64_t nv = Dv16 / BF16_KEYS;
   int64_t v = 0;
-  for (; v + 4 <= nv; v += 4) pv_vectors<R, 4>(Pb, ldp, k0, a, e, Vp, Dv16, v, C, ldc, Dv, alpha);
-  for (; v < nv; ++v) pv_vectors<R, 1>(Pb, ldp, k0, a, e, Vp, Dv16, v, C, ldc, Dv, alpha);
+  for (; v + 4 <= nv; v += 4) pv_vectors<R, 4>(Pa, row_step, pair_step, a, e, Vp, Dv16, v, C, ldc, Dv, alpha);
+  for (; v < nv; ++v) pv_vectors<R, 1>(Pa, row_step, pair_step, a, e, Vp, Dv16, v, C, ldc, Dv, alpha);
 }
 
 inline float bf16_value(uint16_t x) {
@@ -470,27 +490,52 @@ inline float bf16_value(uint16_t x) {
   return f;
 }
 
-// C (M × Dv, stride ldc) += alpha · P V: P's M rows of bfloat16 over keys [k0, k1) (stride k1 − k0), V packed. A key
-// whose pair partner is outside the tile (an odd k0, an odd k1) is added on its own, so that no key outside
+// C (M × Dv, stride ldc) += alpha · P V: P's M rows of bfloat16 over keys [k0, k1), where `layout` says, V packed. A
+// key whose pair partner is outside the tile (an odd k0, an odd k1) is added on its own, so that no key outside
 // [k0, k1) is multiplied, not even by 0 (an infinite value there would give NaN).
-void pv_bf16(int64_t M, const at::BFloat16* Pq, int64_t k0, int64_t k1, const uint16_t* Vp, int64_t Dv, float* C,
-             int64_t ldc, float alpha = 1.0f) {
+void pv_bf16(int64_t M, const at::BFloat16* Pq, const PairLayout& layout, int64_t k0, int64_t k1, const uint16_t* Vp,
+             int64_t Dv, float* C, int64_t ldc, float alpha = 1.0f) {
   const auto* Pb = reinterpret_cast<const uint16_t*>(Pq);
-  const int64_t ldp = k1 - k0, Dv16 = (Dv + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS;
+  const int64_t Dv16 = (Dv + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS;
   int64_t a = k0, e = k1;
   auto alone = [&](int64_t j) {   // key j's products, one at a time, as VDPBF16PS forms them: in float32
     const uint16_t* vj = Vp + (j / 2) * Dv16 * 2 + j % 2;
     for (int64_t r = 0; r < M; ++r) {
-      const float p = alpha * bf16_value(Pb[r * ldp + j - k0]);
+      const float p = alpha * bf16_value(Pb[layout.at(r, j)]);
       for (int64_t d = 0; d < Dv; ++d) C[r * ldc + d] += p * bf16_value(vj[2 * d]);
     }
   };
   if (a < e && a % 2) alone(a++);
   if (a < e && (e - a) % 2) alone(--e);
   if (a >= e) return;
+  const uint16_t* Pa = Pb + layout.at(0, a);
   int64_t r = 0;
-  for (; r + 4 <= M; r += 4) pv_rows<4>(Pb + r * ldp, ldp, k0, a, e, Vp, Dv16, C + r * ldc, ldc, Dv, alpha);
-  for (; r < M; ++r) pv_rows<1>(Pb + r * ldp, ldp, k0, a, e, Vp, Dv16, C + r * ldc, ldc, Dv, alpha);
+  for (; r + 4 <= M; r += 4)
+    pv_rows<4>(Pa + r * layout.row_step, layout.row_step, layout.pair_step, a, e, Vp, Dv16, C + r * ldc, ldc, Dv, alpha);
+  for (; r < M; ++r)
+    pv_rows<1>(Pa + r * layout.row_step, layout.row_step, layout.pair_step, a, e, Vp, Dv16, C + r * ldc, ldc, Dv, alpha);
+}
+
+// Rows [i0, i1) of x (float32, n values a row, ldx apart) rounded to bfloat16 (as c10::BFloat16 rounds: to nearest
+// even) and written transposed in pairs of rows, as pv_bf16 reads `PairLayout::pairs(n, i0)`: for the rows
+// (e0 + 2t, e0 + 2t + 1), e0 = i0 rounded down to even, out[(t · n + j) · 2 + s] = x[e0 + 2t + s][j], 0 for a row
+// outside [i0, i1). The backward's Pᵀ and dSᵀ, each a single pass over the tile instead of a rounding and a
+// transpose.
+__attribute__((target("avx512f,avx512bf16"))) void round_pairs_bf16(const float* x, int64_t ldx, int64_t i0, int64_t i1,
+                                                                    int64_t n, uint16_t* out) {
+  const int64_t e0 = i0 & ~int64_t(1);
+  for (int64_t r = e0; r < i1; r += 2) {
+    const float* lo = r >= i0 ? x + (r - i0) * ldx : nullptr;
+    const float* hi = r + 1 < i1 ? x + (r + 1 - i0) * ldx : nullptr;
+    uint16_t* o = out + (r - e0) / 2 * n * 2;
+    for (int64_t j = 0; j < n; j += BF16_KEYS) {
+      const __mmask16 keep = static_cast<__mmask16>(n - j >= BF16_KEYS ? 0xFFFF : (1u << (n - j)) - 1);
+      const __m512 zero = _mm512_setzero_ps();
+      const __m512i a = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(lo ? _mm512_maskz_loadu_ps(keep, lo + j) : zero));
+      const __m512i b = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(hi ? _mm512_maskz_loadu_ps(keep, hi + j) : zero));
+      _mm512_mask_storeu_epi32(o + j * 2, keep, _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
+    }
+  }
 }
 
 // One operand of every (batch, head) packed for qk_bf16 / pv_bf16 (layouts above), `per_head` values a head.
@@ -704,16 +749,6 @@ inline const uint16_t* packed_head(const uint16_t* packed, int64_t per_head, int
   return packed ? packed + bh * per_head : nullptr;
 }
 
-// out (n × m) = in (m × n)ᵀ, in blocks of 16 × 16 (each read and written a cache line at a time).
-template <typename In>
-void transpose(const In* in, int64_t m, int64_t n, In* out) {
-  constexpr int64_t BLOCK = 16;
-  for (int64_t i0 = 0; i0 < m; i0 += BLOCK)
-    for (int64_t j0 = 0; j0 < n; j0 += BLOCK)
-      for (int64_t i = i0; i < std::min(m, i0 + BLOCK); ++i)
-        for (int64_t j = j0; j < std::min(n, j0 + BLOCK); ++j) out[j * m + i] = in[i * n + j];
-}
-
 // S (M × (k1 − k0)) = alpha · A Bᵀ on `packed`, B's rows [k0, k1) packed as qk_bf16 reads them (Q·Kᵀ, dO·Vᵀ), where
 // it is not null (bfloat16 on AVX512-BF16); false: the caller runs its GEMM.
 template <typename T, typename In>
@@ -739,12 +774,31 @@ bool sums_packed(const In* p, int64_t M, const uint16_t* packed, int64_t k0, int
 #ifdef SELFATTN_HAS_AVX512_VARIANT
   if constexpr (std::is_same_v<In, at::BFloat16>) {
     if (packed) {
-      pv_bf16(M, p, k0, k1, packed, N, C, ldc, alpha);
+      pv_bf16(M, p, PairLayout::rows(k0, k1), k0, k1, packed, N, C, ldc, alpha);
       return true;
     }
   }
 #endif
   (void)p, (void)M, (void)packed, (void)k0, (void)k1, (void)N, (void)C, (void)ldc, (void)alpha;
+  return false;
+}
+
+// C (M × N, stride ldc) += alpha · xᵀ B, x's rows [k0, k1) of M floats (P or dS of a backward tile: dV += Pᵀ dO,
+// dK += s dSᵀ Q) rounded into `scratch` ((k1 − k0 + 2) · M values) transposed in pairs of rows (`round_pairs_bf16`)
+// and B's rows [k0, k1) packed as pv_bf16 reads them, where `packed` is not null; false: the caller runs its GEMM.
+template <typename T, typename In>
+bool transposed_sums_packed(const T* x, int64_t M, In* scratch, const uint16_t* packed, int64_t k0, int64_t k1,
+                            int64_t N, T* C, int64_t ldc, T alpha) {
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+  if constexpr (std::is_same_v<In, at::BFloat16>) {
+    if (packed) {
+      round_pairs_bf16(x, M, k0, k1, M, reinterpret_cast<uint16_t*>(scratch));
+      pv_bf16(M, scratch, PairLayout::pairs(M, k0), k0, k1, packed, N, C, ldc, alpha);
+      return true;
+    }
+  }
+#endif
+  (void)x, (void)M, (void)scratch, (void)packed, (void)k0, (void)k1, (void)N, (void)C, (void)ldc, (void)alpha;
   return false;
 }
 
@@ -1084,7 +1138,7 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
   const int64_t n_kb = (P.Lk + P.block_k - 1) / P.block_k, BH = P.B * P.Hkv;
   const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
   std::vector<std::vector<T>> bufs(workers);
-  std::vector<std::vector<In>> rounded(workers), flipped(workers);   // P or dS in the GEMM's dtype; transposed
+  std::vector<std::vector<In>> rounded(workers), flipped(workers);   // P or dS in the GEMM's dtype; transposed (tiles)
   std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(workers);
   std::vector<T*> dq_of(workers, nullptr);
   dq_of[0] = dq;
@@ -1096,17 +1150,23 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
     std::vector<T>& buf = bufs[w];
     buf.resize(3 * bq * bk);
     if (!std::is_same_v<T, In>) rounded[w].resize(bq * bk);
-    if (P.dopairs) flipped[w].resize(bq * bk);
+    if (P.dopairs) flipped[w].resize((bq + 2) * bk);
     T *S = buf.data(), *dP = S + bq * bk, *Th = dP + bq * bk;
-    const int64_t k0 = kb * bk, k1 = std::min(P.Lk, k0 + bk), n = k1 - k0;
-    T* dkb = dk + ((b * P.Hkv + hk) * P.Lk + k0) * P.D;
-    T* dvb = dv + ((b * P.Hkv + hk) * P.Lk + k0) * P.Dv;
+    const int64_t k0 = kb * bk, k1 = std::min(P.Lk, k0 + bk);
     const int64_t lo = P.query_lo(b, k0, k1), hi = P.query_hi(b, k0, k1);
     for (int64_t q0 = lo; q0 < hi; q0 += bq) {
       const int64_t q1 = std::min(hi, q0 + bq), nq = q1 - q0;
+      // the block's keys any of these rows sees: a causal diagonal's first query block sees bq of the bk keys,
+      // and a tile over all of them computed 4× the visible scores there (a quarter of the backward's products
+      // at L = 2048)
+      const auto [seen_lo, seen_hi] = block_keys(P, b, q0, q1);
+      const int64_t ka = std::max(k0, seen_lo), kz = std::min(k1, seen_hi), n = kz - ka;
+      if (n <= 0) continue;
+      T* dkb = dk + ((b * P.Hkv + hk) * P.Lk + ka) * P.D;
+      T* dvb = dv + ((b * P.Hkv + hk) * P.Lk + ka) * P.Dv;
       for (int64_t g = 0; g < P.G; ++g) {
         const int64_t h = hk * P.G + g;
-        scores(P, b, h, q0, q1, k0, k1, S, P.softcap > 0 ? Th : static_cast<T*>(nullptr), spans[w]);
+        scores(P, b, h, q0, q1, ka, kz, S, P.softcap > 0 ? Th : static_cast<T*>(nullptr), spans[w]);
         const T* lrow = lse + (b * P.Hq + h) * P.Lq;
         for (int64_t i = q0; i < q1; ++i) {   // P = exp(S − lse): the forward's probabilities
           T* s = S + (i - q0) * n;
@@ -1117,14 +1177,13 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
           else exp_sub(s + a, e - a, lrow[i]);
         }
         const In* dor = dout + b * dsb + h * dsh + q0 * dsl;
-        const In* p = as_operand<In>(S, rounded[w].data(), nq * n);
         const int64_t bhq = b * P.Hq + h;   // the query head's packed Q and dO
-        if (P.dopairs) transpose(p, nq, n, flipped[w].data());
-        if (!sums_packed(flipped[w].data(), n, packed_head(P.dopairs, P.dopairs_head, bhq), q0, q1, P.Dv, dvb, P.Dv,
-                         T(1)))
-          gemm<T, In>(true, false, n, P.Dv, nq, T(1), p, n, dor, dsl, T(1), dvb, P.Dv);        // dV += Pᵀ dO
-        if (!dots_packed(dor, dsl, nq, P.Dv, packed_head(P.vgroups, P.vgroups_head, bh), k0, k1, T(1), dP))
-          gemm<T, In>(false, true, nq, n, P.Dv, T(1), dor, dsl, P.vrow(b, hk, k0), P.vsl, T(0), dP, n);  // dP = dO Vᵀ
+        if (!transposed_sums_packed(S, n, flipped[w].data(), packed_head(P.dopairs, P.dopairs_head, bhq), q0, q1, P.Dv,
+                                    dvb, P.Dv, T(1)))
+          gemm<T, In>(true, false, n, P.Dv, nq, T(1), as_operand<In>(S, rounded[w].data(), nq * n), n, dor, dsl, T(1),
+                      dvb, P.Dv);   // dV += Pᵀ dO
+        if (!dots_packed(dor, dsl, nq, P.Dv, packed_head(P.vgroups, P.vgroups_head, bh), ka, kz, T(1), dP))
+          gemm<T, In>(false, true, nq, n, P.Dv, T(1), dor, dsl, P.vrow(b, hk, ka), P.vsl, T(0), dP, n);  // dP = dO Vᵀ
         const T* drow = delta + (b * P.Hq + h) * P.Lq;
         for (int64_t i = q0; i < q1; ++i) {   // dS = P ∘ (dP − Δ) (∘ (1 − tanh²) under a softcap)
           T* ds = dP + (i - q0) * n;
@@ -1140,13 +1199,12 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
           }
         }
         const In* dsr = as_operand<In>(dP, rounded[w].data(), nq * n);   // dS in the GEMM's dtype (P is spent)
-        if (P.qpairs) transpose(dsr, nq, n, flipped[w].data());
-        if (!sums_packed(flipped[w].data(), n, packed_head(P.qpairs, P.qpairs_head, bhq), q0, q1, P.D, dkb, P.D,
-                         P.scale))
+        if (!transposed_sums_packed(dP, n, flipped[w].data(), packed_head(P.qpairs, P.qpairs_head, bhq), q0, q1, P.D,
+                                    dkb, P.D, P.scale))
           gemm<T, In>(true, false, n, P.D, nq, P.scale, dsr, n, P.qrow(b, h, q0), P.qsl, T(1), dkb, P.D);  // dK += s dSᵀ Q
         T* dqb = dqw + ((b * P.Hq + h) * P.Lq + q0) * P.D;
-        if (!sums_packed(dsr, nq, packed_head(P.kpairs, P.kpairs_head, bh), k0, k1, P.D, dqb, P.D, P.scale))
-          gemm<T, In>(false, false, nq, P.D, n, P.scale, dsr, n, P.krow(b, hk, k0), P.ksl, T(1), dqb, P.D);  // dQ += s dS K
+        if (!sums_packed(dsr, nq, packed_head(P.kpairs, P.kpairs_head, bh), ka, kz, P.D, dqb, P.D, P.scale))
+          gemm<T, In>(false, false, nq, P.D, n, P.scale, dsr, n, P.krow(b, hk, ka), P.ksl, T(1), dqb, P.D);  // dQ += s dS K
       }
     }
   }, at::globalContext().deterministicAlgorithms());
