@@ -7,6 +7,8 @@ tolerance rule (tests/tolerances.py); `gemm_path` names the path the CPU takes."
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 
@@ -193,7 +195,8 @@ def test_bf16_tiles_meet_the_rule(case, tiles):
     assert ("VDPBF16PS" in backend.compute_path(r)) == backend.runs_bf16_tiles(r)
     here = native.cpu.has("avx512_bf16") and native.cpu.has("avx512")
     assert backend.runs_bf16_tiles(r) == (tiles and here)
-    assert NativeBackend(half_gemm=True).runs_bf16_tiles(r) == (here and not native.cpu.has("amx_tile"))  # default
+    many_rows = r.G * r.Lq > native.FEW_ROWS  # fewer take the few-row loops: packing K and V would not pay
+    assert NativeBackend(half_gemm=True).runs_bf16_tiles(r) == (here and not native.cpu.has("amx_tile") and many_rows)
 
 
 @pytest.mark.parametrize("case", TILE_CASES)
@@ -241,3 +244,52 @@ def test_bf16_tiles_is_a_bool():
     with pytest.raises(TypeError, match="bf16_tiles must be None, True or False, got str 'yes'"):
         NativeBackend(bf16_tiles="yes")
     assert repr(NativeBackend(bf16_tiles=False)).endswith("bf16_tiles=False)")
+
+
+def _tiles_or_skip(r):
+    backend = NativeBackend(half_gemm=True, bf16_tiles=True)
+    if not backend.runs_bf16_tiles(r):
+        pytest.skip("the bfloat16 tiles run only where the CPU has AVX512-BF16")
+    return backend
+
+
+def test_a_packing_buffer_used_before_holds_nothing_of_that_call():
+    """Packed operands live in buffers the kernel keeps between calls (csrc `PackPool`). A call whose packing has
+    padding (D odd: the last pair's second dim; keys past a group of 16; Dv past a vector of 16) after one that
+    filled the same buffers with inf must write every value: an inf left as the second dim of D = 33's last pair
+    meets the query's 0 there, 0 · inf = NaN, in every score (keys and dims past the rest are summed in lanes
+    that are never stored). Fails if pack_group leaves that pair as it found it."""
+    inf = torch.full((1, 2, 64, 64), float("inf"), dtype=torch.bfloat16)
+    backend = _tiles_or_skip(build_request(inf, inf, inf, causal=True))
+    for _ in range(2):  # forward, then forward and backward: their buffers go back to the pool full of inf
+        leaves = [inf.clone().requires_grad_() for _ in range(3)]
+        out = backend.forward(build_request(*leaves, causal=True)).output
+        torch.autograd.grad(out.float().sum(), leaves)
+    shape, kw = (1, 2, 2, 40, 37, 33, 17), dict(causal=True)
+    q, k, v = make_inputs(*shape, dtype=torch.float64)
+    want, naive = _grads("naive", q, k, v, kw, torch.float64), _grads("naive", q, k, v, kw, torch.bfloat16)
+    got = _grads(backend, q, k, v, kw, torch.bfloat16)
+    for name, g, w, n in zip("q k v".split(), got, want, naive, strict=True):
+        scale = max(1.0, float(w.abs().max()))
+        assert g.isfinite().all(), name
+        assert max_error(g, w) / scale <= tolerance(torch.bfloat16, max_error(n, w) / scale), name
+    qb, kb, vb = (t.to(torch.bfloat16) for t in (q, k, v))
+    ref_out = reference_of(qb, kb, vb, **kw)[0]
+    naive_out = selfattn.attention(qb, kb, vb, backend="naive", **kw)
+    assert_close_to_reference(backend.forward(build_request(qb, kb, vb, **kw)).output, ref_out, naive_out)
+
+
+def test_concurrent_calls_pack_into_buffers_of_their_own():
+    """Calls from several threads at once (the app serves requests concurrently) each take their own buffers from
+    the pool: every result equals the one the same call gives alone, bit for bit."""
+    shapes = [(1, 4, 2, 300, 300, 64, 64), (2, 2, 2, 130, 517, 33, 17), (1, 8, 8, 64, 2000, 64, 64)]
+    requests = []
+    for i, shape in enumerate(shapes):
+        q, k, v = make_inputs(*shape, dtype=torch.bfloat16, seed=i)
+        requests.append(build_request(q, k, v, causal=True))
+    backend = _tiles_or_skip(requests[0])
+    alone = [backend.forward(r).output for r in requests]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        together = list(pool.map(lambda r: backend.forward(r).output, requests * 4))
+    for i, out in enumerate(together):
+        assert torch.equal(out, alone[i % len(requests)]), i

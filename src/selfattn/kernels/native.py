@@ -313,22 +313,28 @@ class NativeBackend(Backend):
             path += "; q·kᵀ, P·V and the backward's products on VDPBF16PS (AVX512-BF16), operands packed once a call"
         rows = self.few_rows(request)
         if rows is not None:
-            path += f"; q·kᵀ and P·V of {rows} rows in the kernel's own AVX2 loops (FEW_ROWS), not BLAS"
+            path += f"; q·kᵀ and P·V of {rows} rows in the kernel's own AVX2 loops (FEW_ROWS), not a packing GEMM"
         return path
 
     def runs_bf16_tiles(self, r: Request) -> bool:
         """True when `r` runs its q·kᵀ and P·V (and its backward's products) on VDPBF16PS (the kernel's own tiles,
         csrc `qk_bf16` / `pv_bf16`): bfloat16 operands and a CPU with AVX512-BF16 (the kernel checks cpuid too),
-        and `bf16_tiles` True, or None on a CPU without AMX-BF16; else MKL's gemm_bf16bf16f32 runs each tile."""
+        and `bf16_tiles` True, or None on a CPU without AMX-BF16 for a query whose G × Lq rows per kv head are more
+        than FEW_ROWS; else MKL's gemm_bf16bf16f32 runs each tile, or the few-row loops (`few_rows`). The tiles pack
+        K and V once a call, a pass over both that only many query rows pay back: one decoding step over 16,384
+        keys took 2.7× SDPA's time packed, 0.6× in the few-row loops."""
         if self._operand_dtype(r.q.dtype) != torch.bfloat16 or not (cpu.has("avx512_bf16") and cpu.has("avx512")):
             return False
-        return self.bf16_tiles if self.bf16_tiles is not None else not cpu.has("amx_tile")
+        if self.bf16_tiles is not None:
+            return self.bf16_tiles
+        return not cpu.has("amx_tile") and r.G * r.Lq > FEW_ROWS
 
     def few_rows(self, r: Request) -> int | None:
-        """The rows of each GEMM where they are few enough for the kernel's own AVX2 loops (`FEW_ROWS`: float32 on
-        a CPU the kernel is built for with AVX2), else None."""
+        """The rows of each GEMM where they are few enough for the kernel's own AVX2 loops (`FEW_ROWS`: float32, or
+        bfloat16 off the tiles, on a CPU the kernel is built for with AVX2), else None."""
         vector = torch.backends.cpu.get_cpu_capability() in ARCH_FLAGS
-        if self._operand_dtype(r.q.dtype) != torch.float32 or not vector:
+        operand = self._operand_dtype(r.q.dtype)
+        if operand not in (torch.float32, torch.bfloat16) or self.runs_bf16_tiles(r) or not vector:
             return None
         rows = self._stacked_rows(r) if self.stacks(r) else min(r.Lq, self.blocks(r)[0])
         return rows if rows <= FEW_ROWS else None

@@ -54,6 +54,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -102,10 +103,29 @@ void loop_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const
 
 #if defined(__AVX2__) && defined(__FMA__)
 // A few query rows (decoding: one new token, or a GQA group of them) make BLAS's GEMM a matrix-vector product
-// that packs its operands for nothing: one query over 16,384 keys took 1.7× the time of reading K and V once.
-// These loops read each K and V row once per block of KEY_BLOCK keys, kept in L1 across the rows.
+// that packs its operands for nothing: one query over 16,384 keys took 1.7× the time of reading K and V once (and
+// MKL's bfloat16 GEMM, or packing K and V for the bfloat16 tiles, more still). These loops read each K and V row
+// once per block of KEY_BLOCK keys, kept in L1 across the rows, float32 or bfloat16 (widened in registers: a
+// bfloat16 is a float32's high half, so the products are exact and summed in float32, as the half GEMMs do).
 constexpr int64_t FEW_ROWS = 8;    // native.py's FEW_ROWS: at most this many rows of A take the loops below
 constexpr int64_t KEY_BLOCK = 64;  // keys per block: 16 KB of a 64-wide K or V
+
+// Rows this far ahead of the one read are asked of memory (one prefetch per cache line of the row): a decoding
+// step streams K and V from DRAM, and without it the loops waited on every load (one step over 16,384 keys,
+// float32: 0.92× SDPA's time at 16 rows ahead, 0.86× at 32, 0.90× at 64, 1.00–1.05× without).
+constexpr int64_t PREFETCH_ROWS = 32;
+template <typename In>
+inline void prefetch_row(const In* row, int64_t n) {
+  const char* bytes = reinterpret_cast<const char*>(row);
+  for (int64_t d = 0; d < n * static_cast<int64_t>(sizeof(In)); d += 64) _mm_prefetch(bytes + d, _MM_HINT_T0);
+}
+
+// Eight values from x as float32 lanes.
+inline __m256 load8(const float* x) { return _mm256_loadu_ps(x); }
+inline __m256 load8(const at::BFloat16* x) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
 
 // The sum of the eight lanes.
 inline float lanes_sum(__m256 x) {
@@ -116,40 +136,43 @@ inline float lanes_sum(__m256 x) {
 
 // C (M×N) = alpha · A (M×K) · Bᵀ, B's N rows of K (the scores of M ≤ FEW_ROWS query rows against N keys):
 // four keys at a time, their four sums reduced together.
-void few_rows_abt(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
-                  int64_t ldb, float* C, int64_t ldc) {
+template <typename In>
+void few_rows_abt(int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda, const In* B, int64_t ldb,
+                  float* C, int64_t ldc) {
   const int64_t K8 = K / 8 * 8;
   for (int64_t j0 = 0; j0 < N; j0 += KEY_BLOCK) {
     const int64_t j1 = std::min(N, j0 + KEY_BLOCK);
     for (int64_t i = 0; i < M; ++i) {
-      const float* a = A + i * lda;
+      const In* a = A + i * lda;
       float* c = C + i * ldc;
       int64_t j = j0;
       for (; j + 4 <= j1; j += 4) {
-        const float* b[4] = {B + j * ldb, B + (j + 1) * ldb, B + (j + 2) * ldb, B + (j + 3) * ldb};
+        const In* b[4] = {B + j * ldb, B + (j + 1) * ldb, B + (j + 2) * ldb, B + (j + 3) * ldb};
+        if (i == 0 && j + PREFETCH_ROWS + 4 <= N)
+          for (int t = 0; t < 4; ++t) prefetch_row(B + (j + PREFETCH_ROWS + t) * ldb, K);
         __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
         for (int64_t d = 0; d < K8; d += 8) {
-          const __m256 x = _mm256_loadu_ps(a + d);
-          s0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b[0] + d), s0);
-          s1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b[1] + d), s1);
-          s2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b[2] + d), s2);
-          s3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b[3] + d), s3);
+          const __m256 x = load8(a + d);
+          s0 = _mm256_fmadd_ps(x, load8(b[0] + d), s0);
+          s1 = _mm256_fmadd_ps(x, load8(b[1] + d), s1);
+          s2 = _mm256_fmadd_ps(x, load8(b[2] + d), s2);
+          s3 = _mm256_fmadd_ps(x, load8(b[3] + d), s3);
         }
         // hadd twice: lanes 0–3 hold s0..s3's low halves, 4–7 their high halves
         const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
         float sums[4];
         _mm_storeu_ps(sums, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
         for (int t = 0; t < 4; ++t) {
-          for (int64_t d = K8; d < K; ++d) sums[t] += a[d] * b[t][d];
+          for (int64_t d = K8; d < K; ++d) sums[t] += static_cast<float>(a[d]) * static_cast<float>(b[t][d]);
           c[j + t] = alpha * sums[t];
         }
       }
       for (; j < j1; ++j) {
-        const float* bj = B + j * ldb;
+        const In* bj = B + j * ldb;
         __m256 s = _mm256_setzero_ps();
-        for (int64_t d = 0; d < K8; d += 8) s = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(bj + d), s);
+        for (int64_t d = 0; d < K8; d += 8) s = _mm256_fmadd_ps(load8(a + d), load8(bj + d), s);
         float sum = lanes_sum(s);
-        for (int64_t d = K8; d < K; ++d) sum += a[d] * bj[d];
+        for (int64_t d = K8; d < K; ++d) sum += static_cast<float>(a[d]) * static_cast<float>(bj[d]);
         c[j] = alpha * sum;
       }
     }
@@ -157,39 +180,41 @@ void few_rows_abt(int64_t M, int64_t N, int64_t K, float alpha, const float* A, 
 }
 
 // C (M×N) = alpha · A (M×K) · B (K×N) + beta · C, M ≤ FEW_ROWS (a few rows of P times V's K rows of N):
-// 32 columns of a row in four registers over a block of keys, then 8, then one at a time.
-void few_rows_ab(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
-                 int64_t ldb, float beta, float* C, int64_t ldc) {
+// 64 columns of a row in eight registers over a block of keys (V's rows read in order, one pass where Dv ≤ 64; with
+// 32 columns, V's rows were read half by half and a decoding step took 1.2× as long), then 8, then one at a time.
+template <typename In>
+void few_rows_ab(int64_t M, int64_t N, int64_t K, float alpha, const In* A, int64_t lda, const In* B, int64_t ldb,
+                 float beta, float* C, int64_t ldc) {
   if (beta != 1.0f)
     for (int64_t i = 0; i < M; ++i)
       for (int64_t n = 0; n < N; ++n) C[i * ldc + n] = beta == 0.0f ? 0.0f : beta * C[i * ldc + n];
   for (int64_t k0 = 0; k0 < K; k0 += KEY_BLOCK) {
     const int64_t k1 = std::min(K, k0 + KEY_BLOCK);
     for (int64_t i = 0; i < M; ++i) {
-      const float* a = A + i * lda;
+      const In* a = A + i * lda;
       float* c = C + i * ldc;
       int64_t n = 0;
-      for (; n + 32 <= N; n += 32) {
-        __m256 c0 = _mm256_loadu_ps(c + n), c1 = _mm256_loadu_ps(c + n + 8), c2 = _mm256_loadu_ps(c + n + 16),
-               c3 = _mm256_loadu_ps(c + n + 24);
+      for (; n + 64 <= N; n += 64) {
+        __m256 acc[8];
+        for (int t = 0; t < 8; ++t) acc[t] = _mm256_loadu_ps(c + n + 8 * t);
         for (int64_t k = k0; k < k1; ++k) {
-          const __m256 p = _mm256_set1_ps(alpha * a[k]);
-          const float* bk = B + k * ldb + n;
-          c0 = _mm256_fmadd_ps(p, _mm256_loadu_ps(bk), c0);
-          c1 = _mm256_fmadd_ps(p, _mm256_loadu_ps(bk + 8), c1);
-          c2 = _mm256_fmadd_ps(p, _mm256_loadu_ps(bk + 16), c2);
-          c3 = _mm256_fmadd_ps(p, _mm256_loadu_ps(bk + 24), c3);
+          if (i == 0 && n == 0 && k + PREFETCH_ROWS < K) prefetch_row(B + (k + PREFETCH_ROWS) * ldb, N);
+          const __m256 p = _mm256_set1_ps(alpha * static_cast<float>(a[k]));
+          const In* bk = B + k * ldb + n;
+          for (int t = 0; t < 8; ++t) acc[t] = _mm256_fmadd_ps(p, load8(bk + 8 * t), acc[t]);
         }
-        _mm256_storeu_ps(c + n, c0), _mm256_storeu_ps(c + n + 8, c1), _mm256_storeu_ps(c + n + 16, c2),
-            _mm256_storeu_ps(c + n + 24, c3);
+        for (int t = 0; t < 8; ++t) _mm256_storeu_ps(c + n + 8 * t, acc[t]);
       }
       for (; n + 8 <= N; n += 8) {
         __m256 c0 = _mm256_loadu_ps(c + n);
-        for (int64_t k = k0; k < k1; ++k) c0 = _mm256_fmadd_ps(_mm256_set1_ps(alpha * a[k]), _mm256_loadu_ps(B + k * ldb + n), c0);
+        for (int64_t k = k0; k < k1; ++k) {
+          if (i == 0 && n == 0 && k + PREFETCH_ROWS < K) prefetch_row(B + (k + PREFETCH_ROWS) * ldb, N);
+          c0 = _mm256_fmadd_ps(_mm256_set1_ps(alpha * static_cast<float>(a[k])), load8(B + k * ldb + n), c0);
+        }
         _mm256_storeu_ps(c + n, c0);
       }
       for (; n < N; ++n)
-        for (int64_t k = k0; k < k1; ++k) c[n] += alpha * a[k] * B[k * ldb + n];
+        for (int64_t k = k0; k < k1; ++k) c[n] += alpha * static_cast<float>(a[k]) * static_cast<float>(B[k * ldb + n]);
     }
   }
 }
@@ -206,6 +231,13 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const In* 
   }
   if constexpr (!std::is_same_v<T, In>) {   // half operands, float32 C: MKL's CBLAS half GEMM, row major
     static_assert(std::is_same_v<T, float>, "half GEMMs accumulate in float32");
+#if defined(__AVX2__) && defined(__FMA__)
+    if constexpr (std::is_same_v<In, at::BFloat16>) {
+      if (!ta && M <= FEW_ROWS && (!tb || beta == 0.0f))   // a few query rows: no packing (few_rows_abt / _ab)
+        return tb ? few_rows_abt(M, N, K, alpha, A, lda, B, ldb, C, ldc)
+                  : few_rows_ab(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
+#endif
     const auto gemm_half = std::is_same_v<In, at::BFloat16> ? cblas_gemm_bf16bf16f32 : cblas_gemm_f16f16f32;
     if (gemm_half) {
       constexpr int ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112;
@@ -538,43 +570,157 @@ __attribute__((target("avx512f,avx512bf16"))) void round_pairs_bf16(const float*
   }
 }
 
-// One operand of every (batch, head) packed for qk_bf16 / pv_bf16 (layouts above), `per_head` values a head.
-struct Packed {
-  std::vector<uint16_t> data;
-  int64_t per_head = 0;
+// Memory for packed operands, kept between calls: a fresh allocation of megabytes is page-faulted and zeroed by the
+// OS on first touch, and a bfloat16 forward + backward at L = 2048 packs 10 MB a call (causal forward L = 4096 at
+// 8 MB) — on this EPYC as long as the packing itself. Buffers come back here when a call is done and are handed
+// to the next call that fits in one; the pool keeps at most POOL_BYTES (shared by every thread, under a lock:
+// concurrent calls take different buffers), so a call with larger operands allocates and frees its own.
+constexpr size_t POOL_BYTES = size_t(64) << 20;
+
+class PackPool {
+ public:
+  static PackPool& get() {
+    static PackPool pool;
+    return pool;
+  }
+  // A buffer of at least n values (its capacity in `have`): the smallest kept one that fits, else a new one.
+  std::unique_ptr<uint16_t[]> take(size_t n, size_t& have) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      size_t best = kept_.size();
+      for (size_t i = 0; i < kept_.size(); ++i)
+        if (kept_[i].second >= n && (best == kept_.size() || kept_[i].second < kept_[best].second)) best = i;
+      if (best < kept_.size()) {
+        auto found = std::move(kept_[best]);
+        kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(best));
+        bytes_ -= found.second * sizeof(uint16_t);
+        have = found.second;
+        return std::move(found.first);
+      }
+    }
+    have = n;
+    return std::unique_ptr<uint16_t[]>(new uint16_t[n]);
+  }
+  void give(std::unique_ptr<uint16_t[]> data, size_t n) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (bytes_ + n * sizeof(uint16_t) > POOL_BYTES) return;   // freed here, as it goes out of scope
+    bytes_ += n * sizeof(uint16_t);
+    kept_.emplace_back(std::move(data), n);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<std::unique_ptr<uint16_t[]>, size_t>> kept_;
+  size_t bytes_ = 0;
 };
 
-// rows(b, h, j) (L rows of D bfloat16, for the BH = B·H heads) packed as `place(out, j, d)` puts each value;
-// `size`: values a head; zeros elsewhere.
-template <typename Rows, typename Place>
-Packed pack_bf16(int64_t BH, int64_t H, int64_t L, int64_t D, int64_t size, const Rows& rows, const Place& place) {
-  Packed out{std::vector<uint16_t>(BH * size, 0), size};
-  at::parallel_for(0, BH, 1, [&](int64_t bh0, int64_t bh1) {
-    for (int64_t bh = bh0; bh < bh1; ++bh)
-      for (int64_t j = 0; j < L; ++j) {
-        const uint16_t* row = reinterpret_cast<const uint16_t*>(rows(bh / H, bh % H, j));
-        for (int64_t d = 0; d < D; ++d) out.data[bh * size + place(j, d)] = row[d];
-      }
-  });
-  return out;
+// One operand of every (batch, head) packed for qk_bf16 / pv_bf16 (layouts above), `per_head` values a head, in a
+// buffer of the pool (given back when it goes); the packers write every value (zeros where no row or dim is).
+struct Packed {
+  std::unique_ptr<uint16_t[]> data;
+  size_t capacity = 0;
+  int64_t per_head = 0;
+  Packed() = default;
+  Packed(int64_t n, int64_t per_head_) : per_head(per_head_) {
+    data = PackPool::get().take(static_cast<size_t>(n), capacity);
+  }
+  Packed(Packed&&) = default;
+  Packed& operator=(Packed&&) = default;
+  ~Packed() {
+    if (data) PackPool::get().give(std::move(data), capacity);
+  }
+  const uint16_t* get() const { return data.get(); }
+};
+
+// r[i][j] ↔ r[j][i] for 16 vectors of 16 32-bit values: pairs, then pairs of pairs within each 128-bit lane, then
+// the lanes.
+__attribute__((target("avx512f"))) inline void transpose16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int h = 0; h < 16; h += 8)
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xdd);
+    }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
 }
 
-// As qk_bf16 reads K: (BH, groups of 16 rows, D2 pairs of dims, 16, 2).
+// A group of n ≤ 16 rows (D dims) as qk_bf16 reads it: for each pair of dims, the rows' pairs in one vector (16 rows
+// × 16 pairs loaded as 32-bit values and transposed in registers); zeros past n and past D.
+__attribute__((target("avx512f"))) void pack_group(const uint16_t* const* rows, int64_t n, int64_t D, uint16_t* out) {
+  const int64_t D2 = (D + 1) / 2, whole = D / 2;   // pairs; pairs whose both dims are in the row
+  for (int64_t p0 = 0; p0 < D2; p0 += BF16_KEYS) {
+    const int64_t m = std::max<int64_t>(0, std::min(BF16_KEYS, whole - p0));
+    const __mmask16 keep = static_cast<__mmask16>((1u << m) - 1);   // masked loads read nothing past the row
+    __m512i x[BF16_KEYS];
+    for (int64_t r = 0; r < BF16_KEYS; ++r)
+      x[r] = r < n ? _mm512_maskz_loadu_epi32(keep, rows[r] + 2 * p0) : _mm512_setzero_si512();
+    transpose16(x);
+    for (int64_t c = 0; c < std::min(BF16_KEYS, D2 - p0); ++c) _mm512_storeu_si512(out + (p0 + c) * 2 * BF16_KEYS, x[c]);
+  }
+  if (D % 2)   // the last dim alone: its pair partner would be past the row (past the tensor, for its last row)
+    for (int64_t r = 0; r < n; ++r) out[whole * 2 * BF16_KEYS + 2 * r] = rows[r][D - 1];
+}
+
+// Rows r0 and r1 (null: none, zeros) of D dims as pv_bf16 reads a pair: (r0[d], r1[d]) side by side, D16 dims (zeros
+// past D).
+__attribute__((target("avx512f"))) void pack_pair(const uint16_t* r0, const uint16_t* r1, int64_t D, int64_t D16,
+                                                  uint16_t* out) {
+  int64_t d = 0;
+  for (; d + BF16_KEYS <= D; d += BF16_KEYS) {
+    const __m512i a = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + d)));
+    const __m512i b = r1 ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + d)))
+                         : _mm512_setzero_si512();
+    _mm512_storeu_si512(out + 2 * d, _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
+  }
+  for (; d < D16; ++d) {
+    out[2 * d] = d < D ? r0[d] : 0;
+    out[2 * d + 1] = d < D && r1 ? r1[d] : 0;
+  }
+}
+
+// As qk_bf16 reads K: (BH, groups of 16 rows, D2 pairs of dims, 16, 2); rows(b, h, j): row j of head h of batch b.
 template <typename Rows>
 Packed pack_groups(int64_t BH, int64_t H, int64_t L, int64_t D, const Rows& rows) {
-  const int64_t groups = (L + BF16_KEYS - 1) / BF16_KEYS, D2 = (D + 1) / 2;
-  auto place = [&](int64_t j, int64_t d) {
-    return ((j / BF16_KEYS) * D2 + d / 2) * BF16_KEYS * 2 + (j % BF16_KEYS) * 2 + d % 2;
-  };
-  return pack_bf16(BH, H, L, D, groups * D2 * BF16_KEYS * 2, rows, place);
+  const int64_t groups = (L + BF16_KEYS - 1) / BF16_KEYS, size = groups * ((D + 1) / 2) * BF16_KEYS * 2;
+  Packed out(BH * size, size);
+  at::parallel_for(0, BH * groups, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t bh = t / groups, j0 = t % groups * BF16_KEYS, n = std::min(BF16_KEYS, L - j0);
+      const uint16_t* group[BF16_KEYS];
+      for (int64_t r = 0; r < n; ++r) group[r] = reinterpret_cast<const uint16_t*>(rows(bh / H, bh % H, j0 + r));
+      pack_group(group, n, D, out.data.get() + bh * size + t % groups * (size / groups));
+    }
+  });
+  return out;
 }
 
 // As pv_bf16 reads V: (BH, pairs of rows, D16 dims, 2).
 template <typename Rows>
 Packed pack_pairs(int64_t BH, int64_t H, int64_t L, int64_t D, const Rows& rows) {
-  const int64_t pairs = (L + 1) / 2, D16 = (D + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS;
-  auto place = [&](int64_t j, int64_t d) { return ((j / 2) * D16 + d) * 2 + j % 2; };
-  return pack_bf16(BH, H, L, D, pairs * D16 * 2, rows, place);
+  const int64_t pairs = (L + 1) / 2, D16 = (D + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS, size = pairs * D16 * 2;
+  Packed out(BH * size, size);
+  at::parallel_for(0, BH * pairs, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t bh = t / pairs, j = t % pairs * 2;
+      const auto* r0 = reinterpret_cast<const uint16_t*>(rows(bh / H, bh % H, j));
+      const auto* r1 = j + 1 < L ? reinterpret_cast<const uint16_t*>(rows(bh / H, bh % H, j + 1)) : nullptr;
+      pack_pair(r0, r1, D, D16, out.data.get() + bh * size + t % pairs * D16 * 2);
+    }
+  });
+  return out;
 }
 #endif
 
@@ -1314,8 +1460,8 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const 
         auto vrow = [&](int64_t b, int64_t hk, int64_t j) { return P.vrow(b, hk, j); };
         keys = pack_groups(P.B * P.Hkv, P.Hkv, P.Lk, P.D, krow);
         values = pack_pairs(P.B * P.Hkv, P.Hkv, P.Lk, P.Dv, vrow);
-        P.kpack = keys.data.data(), P.kpack_head = keys.per_head;
-        P.vpack = values.data.data(), P.vpack_head = values.per_head;
+        P.kpack = keys.get(), P.kpack_head = keys.per_head;
+        P.vpack = values.get(), P.vpack_head = values.per_head;
       }
     }
 #endif
@@ -1358,9 +1504,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
         keys = pack_groups(P.B * P.Hkv, P.Hkv, P.Lk, P.D, krow);
         v_groups = pack_groups(P.B * P.Hkv, P.Hkv, P.Lk, P.Dv, vrow);   // V as K is, K as V is
         k_pairs = pack_pairs(P.B * P.Hkv, P.Hkv, P.Lk, P.D, krow);
-        P.kpack = keys.data.data(), P.kpack_head = keys.per_head;
-        P.vgroups = v_groups.data.data(), P.vgroups_head = v_groups.per_head;
-        P.kpairs = k_pairs.data.data(), P.kpairs_head = k_pairs.per_head;
+        P.kpack = keys.get(), P.kpack_head = keys.per_head;
+        P.vgroups = v_groups.get(), P.vgroups_head = v_groups.per_head;
+        P.kpairs = k_pairs.get(), P.kpairs_head = k_pairs.per_head;
         const In* dO = dout.data_ptr<In>();   // Q and dO per query head, packed over the queries
         auto qrow = [&](int64_t b, int64_t h, int64_t i) { return P.qrow(b, h, i); };
         auto dorow = [&](int64_t b, int64_t h, int64_t i) {
@@ -1368,8 +1514,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
         };
         queries = pack_pairs(P.B * P.Hq, P.Hq, P.Lq, P.D, qrow);
         grads = pack_pairs(P.B * P.Hq, P.Hq, P.Lq, P.Dv, dorow);
-        P.qpairs = queries.data.data(), P.qpairs_head = queries.per_head;
-        P.dopairs = grads.data.data(), P.dopairs_head = grads.per_head;
+        P.qpairs = queries.get(), P.qpairs_head = queries.per_head;
+        P.dopairs = grads.get(), P.dopairs_head = grads.per_head;
       }
     }
 #else
