@@ -69,15 +69,16 @@ def test_auto_chooses_by_estimated_speed(kwargs, want):
         (dict(Lq=4096, Lk=4096, causal=True), "native"),  # measured 0.92× SDPA's time
         (dict(Lq=8192, Lk=8192, causal=True, window=256), "native"),  # 8× faster than flex, 25× than SDPA
         (dict(Lq=2048, Lk=2048, causal=True, grad=True), "native"),
-        # one decoding step without GQA: the same bytes read, SDPA's fixed cost 40 µs smaller, so SDPA over few
-        # keys (native 1.2× its time at Lk = 512); from Lk = 2048 the two are within CLOSE and native holds up
-        # on busy cores (1.1–1.2× faster there, 1.05–1.1× slower idle)
+        # one decoding step without GQA: native reads K and V faster (its few-row loops, 0.8× SDPA's time over
+        # 4,096 keys and more), SDPA's fixed cost is the smaller, so SDPA over few keys (native 1.05–1.12× its time
+        # at Lk = 512, 0.95–0.99× at 1,024)
         (dict(Lq=1, Lk=512, causal=True), "sdpa"),
+        (dict(Lq=1, Lk=1024, causal=True), "native"),
         (dict(Lq=1, Lk=4096, causal=True), "native"),
-        # under GQA native once a kv head's K and V outgrow the cache (SDPA rereads them per query head: 1.25×
-        # native's time at Lk = 16384, Hkv = 1), with chunks cut for few kv heads; SDPA while they fit
+        # under GQA native reads a kv head once for its G query heads, SDPA once per query head (from the cache
+        # while a kv head's K and V fit it): native 0.84× SDPA's time at Lk = 1024 with Hkv = 1, 0.47× at 16,384
         (dict(Lq=1, Lk=16384, Hkv=1, causal=True), "native"),
-        (dict(Lq=1, Lk=1024, Hkv=1, causal=True), "sdpa"),
+        (dict(Lq=1, Lk=1024, Hkv=1, causal=True), "native"),
         (dict(Lq=2048, Lk=2048, causal=True, return_lse=True), "native"),
         (dict(Lq=64, Lk=64, return_weights=True), "naive"),  # still the only one with weights
         (dict(Lq=2048, Lk=2048, causal=True, dtype=torch.float64), "native"),  # measured 0.90× SDPA

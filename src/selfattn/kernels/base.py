@@ -181,8 +181,9 @@ class Cost:
     call_seconds          fixed cost of one call (checks, small allocations, dispatch)
     backward_factor       (forward + backward time) / forward time
     busy_factor           how much slower it gets on cores another busy process shares, relative to native (1.0)
-    reads_per_query_head  it reads K and V once per query head (SDPA's CPU kernel), not once per kv head, where
-                          one kv head's K and V exceed `cached_kv_bytes` (below, the repeats hit the cache)
+    reads_per_query_head  it reads K and V once per query head (SDPA's CPU kernel), not once per kv head: a GQA
+                          group's further heads read them again, from memory where one kv head's K and V exceed
+                          `cached_kv_bytes`, else from the cache at `cached_read_gbps`
     dtype_speed           its forward's compute rate in a dtype over its float32 rate (1.0 where a dtype is not
                           listed): float64 runs at about a third; bfloat16 about as fast where it is converted
     backward_dtype_speed  the same for forward + backward (SDPA's bfloat16 backward runs at a fifth of its fp32)
@@ -201,6 +202,7 @@ class Cost:
     busy_factor: float
     reads_per_query_head: bool = False
     cached_kv_bytes: int = 0
+    cached_read_gbps: float = float("inf")
     dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
     backward_dtype_speed: Mapping[torch.dtype, float] = field(default_factory=dict)
     hardware_dtype_speed: Mapping[torch.dtype | tuple[torch.dtype, str], float] = field(default_factory=dict)

@@ -56,13 +56,14 @@ request's shape. Off the CPU the rates say nothing, and "auto" keeps a fixed pre
 (`kernels.dispatch`).
 
 The decoding rows were refitted on a grid of one decoding step (Lk = 512–16384, Hkv = 8 and 1) and small
-prefills (`scripts/measure_auto.py`), every backend side by side, idle and with one busy process (`--load 1`):
-the same bytes of K and V read at the same rate by SDPA and native (since native's few-row loops, `native.FEW_ROWS`,
-it reads them faster, which changes no choice: `native.CALL_SECONDS`), native's fixed cost 40 µs the larger,
-SDPA rereading K and V per query head only once a kv head's outgrow the cache (`Cost.cached_kv_bytes`), and
-SDPA's `busy_factor` 1.1 against native's 1.0. Idle, auto's choice was within 1.1× of the fastest in every grid
-case (1.09× at worst, one step over 2048 keys, where native holds up busy); in the bench's cases it took the
-fastest idle and busy.
+prefills (`scripts/measure_auto.py`), every backend side by side, idle and with one busy process (`--load 1`).
+Last on a 2-core AVX512 EPYC, once native's few-row loops read V's rows in one pass with a prefetch ahead: native
+reads K and V at 17 against SDPA's 14 (`native.READ_GBPS`), its fixed cost is 50 µs the larger
+(`native.CALL_SECONDS`), and SDPA reads a kv head once per query head, the repeats from the cache while one kv
+head's K and V fit it (`Cost.cached_kv_bytes`, `Cost.cached_read_gbps`: SDPA's 79 GB/s a repeat where DRAM gave
+it 23); SDPA's `busy_factor` is 1.1 against native's 1.0. Idle, auto's choice was within 1.1× of the fastest in
+every grid case (1.10× at worst, one step over 512 keys without GQA, where native holds up busy); in the bench's
+cases it took the fastest idle and busy.
 
 A backend without a `Cost` record gets no estimate (None), and "auto" never takes it (it says so
 among its reasons); it can still be asked for by name. How to add a backend: docs/architecture.md.
@@ -133,10 +134,12 @@ def estimate_seconds(backend: Backend, r: Request) -> float | None:
     pairs, rate, extra = cost.work(r)
     flops_per_pair = 2.0 * r.B * r.Hq * (r.D + r.Dv)
     one_head = r.Lk * (r.D + r.Dv) * r.k.element_size()  # one kv head's K and V
-    readers = r.Hq if cost.reads_per_query_head and one_head > cost.cached_kv_bytes else r.Hkv
-    kv_bytes = r.B * readers * r.Lk * (r.D + r.Dv) * r.k.element_size()
+    read = r.B * r.Hkv * one_head / (cost.read_gbps * 1e9)
+    if cost.reads_per_query_head:  # a GQA group's further heads read their kv head again: cached, or not
+        again = cost.cached_read_gbps if one_head <= cost.cached_kv_bytes else cost.read_gbps
+        read += r.B * (r.Hq - r.Hkv) * one_head / (again * 1e9)
     rate *= cost.speed(r.q.dtype, backward=r.needs_grad)
-    work = extra + max(pairs * flops_per_pair / (rate * 1e9), kv_bytes / (cost.read_gbps * 1e9))
+    work = extra + max(pairs * flops_per_pair / (rate * 1e9), read)
     if r.needs_grad:
         work *= cost.backward_factor
     return cost.call_seconds + work

@@ -103,13 +103,18 @@ SPLIT_ROWS (csrc/attention.cpp): it splits when Lq <= min(block_q, SPLIT_ROWS) a
 SPLIT_KEYS = 2048
 """Keys per split-K chunk at most (`split_keys`' default)."""
 
-CALL_SECONDS = 80e-6
-"""A call's fixed cost: 40 µs more than SDPA's (its inputs laid out, the tile's arguments, the parallel region;
-one decoding step over 512 keys: 0.26 against 0.21 ms). The estimate reads K and V at SDPA's rate: float32's
-few-row loops (`FEW_ROWS`) read them faster (one step over 16,384 keys: 0.71× SDPA's time, 0.57× with Hkv = 1),
-but where the estimates cross (about 2,048 keys) the two are even, so one rate serves. Side by side, one step of
-8 query heads, Hkv 8 and 1, Lk 512 / 2048 / 16384, 2 threads: auto took SDPA below 2,048 keys (native 1.13–1.15×
-its time there), native at 16,384, and either at 2,048 (within 1.01×)."""
+CALL_SECONDS = 90e-6
+"""A call's fixed cost in the cost model: 50 µs more than SDPA's (its inputs laid out, the tile's arguments, the
+parallel region). With READ_GBPS it puts the crossing with SDPA for one decoding step between 512 and 1,024 keys,
+as measured side by side (native over SDPA, median of 400 interleaved rounds, 2 threads, this AVX512 EPYC: 1.05–1.12×
+at 512 keys, 0.95–0.99× at 1,024; under GQA 8/1 1.09× and 0.84×, where auto takes native: within `cost.CLOSE`, and
+it holds up on busy cores)."""
+
+READ_GBPS = 17.0
+"""The rate at which one decoding step reads K and V, in the cost model's units (SDPA's 14): since the few-row loops
+read V's rows in one pass and prefetch 32 rows ahead (`FEW_ROWS`), one step over 16,384 keys (64 MiB of K and V,
+from DRAM) took 0.83× SDPA's time, over 2,048 keys 0.88×, over 512 keys (fixed costs) 1.10× (2 threads, this
+AVX512 EPYC, scripts/measure_auto.py): 17 with CALL_SECONDS fits them."""
 
 SPLIT_TASKS = 8
 """Tasks a split-K request gets at least, where its keys allow chunks of MIN_SPLIT_CHUNK: with few kv heads (GQA,
@@ -225,7 +230,7 @@ class NativeBackend(Backend):
     )
     cost = Cost(
         work=_work,
-        read_gbps=14.0,
+        read_gbps=READ_GBPS,
         call_seconds=CALL_SECONDS,
         backward_factor=3.9,
         busy_factor=1.0,

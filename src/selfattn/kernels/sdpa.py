@@ -34,8 +34,15 @@ RATE_GFLOPS = 60.0
 
 CACHED_KV_BYTES = 6 << 20
 """Under GQA SDPA reads a kv head's K and V once per query head; while they take at most this much the repeats
-hit the cache (one decoding step, 8 query heads on one kv head: as fast as native up to Lk = 4096, 2 MiB; 1.25×
-its time at Lk = 16384, 8 MiB; 2-core EPYC, scripts/measure_auto.py)."""
+hit the cache (`CACHED_READ_GBPS`), beyond it they come from memory again (one decoding step, 8 query heads on one
+kv head: 1.25× native's old time at Lk = 16384, 8 MiB; 2-core EPYC, scripts/measure_auto.py)."""
+
+CACHED_READ_GBPS = 48.0
+"""The rate of those repeats from the cache, in the cost model's units (its read_gbps of 14 is DRAM's): one step of
+8 query heads on one kv head took SDPA 101 µs more per MiB of K and V at Lk = 2048–4096 (1–2 MiB), 79 GB/s a
+repeat, against its 23 GB/s from DRAM at Lk = 16384 without GQA, which the model calls 14 (2 threads, this
+AVX512 EPYC, scripts/measure_auto.py). Counting the repeats as free made auto take SDPA for such a step where the
+native kernel's stacked few-row loops took 0.67–0.76× its time."""
 
 RATE_MASKED_GFLOPS = 52.0
 """With a dense attn_mask (window w=256, L=4096): 668 ms for all L² pairs."""
@@ -75,6 +82,7 @@ class SdpaBackend(Backend):
         busy_factor=1.1,
         reads_per_query_head=True,
         cached_kv_bytes=CACHED_KV_BYTES,
+        cached_read_gbps=CACHED_READ_GBPS,
         dtype_speed={torch.bfloat16: 0.97, torch.float64: 0.34},
         backward_dtype_speed={torch.bfloat16: 0.18, torch.float64: 0.31},
         hardware_dtype_speed={torch.bfloat16: 3.9, (torch.bfloat16, "AVX512-BF16"): 1.45},
