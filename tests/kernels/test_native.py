@@ -19,6 +19,7 @@ from selfattn.request import build_request
 
 from ..helpers import forward_with_lse, make_inputs, reference_of
 from ..tolerances import assert_close_to_reference
+from .test_native_half import TILE_CASES
 
 SMALL = NativeBackend(block_q=16, block_k=32)
 """Small blocks, so that lengths like 300 span many tasks."""
@@ -173,3 +174,36 @@ def test_the_softmax_runs_avx512_only_where_the_cpu_has_it(built):
     here = built.softmax_path_for(torch.cpu._is_avx512_supported(), torch.cpu._is_avx512_bf16_supported())
     assert built.softmax_path() == here == native.softmax_lanes()
     assert here in native.instruction_set()
+
+
+@pytest.mark.parametrize("case", TILE_CASES)
+@pytest.mark.parametrize("tiles", [True, False])
+def test_float32_tiles_meet_the_rule(case, tiles):
+    """The float32 forward on the kernel's own AVX512 tiles (K packed once a call, V's rows read in place; where the
+    CPU has AVX512F) and on MKL's sgemm per tile, against float64 by the tolerance rule, at the tiles' edge shapes;
+    the compute path names the tiles where they run."""
+    shape, kw = TILE_CASES[case]
+    q, k, v = make_inputs(*shape, dtype=torch.float32)
+    ref_out, _, ref_lse = reference_of(q, k, v, **kw)
+    naive = selfattn.attention(q, k, v, backend="naive", return_lse=True, **kw)
+    backend = NativeBackend(tiles=tiles)
+    r = build_request(q, k, v, return_lse=True, **kw)
+    got = backend.forward(r)
+    assert_close_to_reference(got.output, ref_out, naive.output)
+    assert_close_to_reference(got.lse, ref_lse, naive.lse, dtype=torch.float32, what="lse")
+    assert ("AVX512 tiles" in backend.compute_path(r)) == backend.runs_tiles(r) == (tiles and native.cpu.has("avx512"))
+    default = native.cpu.has("avx512") and not native.cpu.has("amx_tile") and r.G * r.Lq > native.FEW_ROWS
+    assert NativeBackend().runs_tiles(r) == default
+
+
+def test_float32_tiles_read_no_value_outside_the_tile():
+    """An infinite value of a key no row of a tile sees reaches no output there: the tiles read V's rows of the
+    tile's keys only (the query block of rows 160–191 under window=38 starts on key 123, beside key 122)."""
+    q, k, v = make_inputs(1, 2, 2, 300, 300, 32, 32, dtype=torch.float32)
+    v = v.clone()
+    v[:, :, 122] = float("inf")
+    r = build_request(q, k, v, window=38, causal=True)
+    tiles = NativeBackend(tiles=True).forward(r).output
+    mkl = NativeBackend(tiles=False).forward(r).output
+    assert torch.equal(tiles.isnan(), mkl.isnan()) and torch.equal(tiles.isinf(), mkl.isinf())
+    assert tiles[:, :, 160:192].isfinite().all() and not tiles[:, :, 122:160].isfinite().all()

@@ -1,7 +1,7 @@
 """Backend "native" with bfloat16/float16 inputs, every path on any CPU: the half GEMM (MKL's
 gemm_bf16bf16f32 / gemm_f16f16f32, float32 accumulation; forced with `half_gemm=True` where the CPU lacks
 the instructions, when MKL widens to float32 inside), bfloat16's own VDPBF16PS tiles in the forward where the CPU
-has AVX512-BF16 (`bf16_tiles`, on by default; off: MKL's) and the fallback that converts to float32
+has AVX512-BF16 (`tiles`, on by default; off: MKL's) and the fallback that converts to float32
 (`half_gemm=False`). Every score feature, forward and backward, against the float64 reference by the
 tolerance rule (tests/tolerances.py); `gemm_path` names the path the CPU takes."""
 
@@ -24,8 +24,8 @@ from ..tolerances import assert_close_to_reference, max_error, tolerance
 
 HALF = [torch.bfloat16, torch.float16]
 PATHS = {
-    "half-gemm": dict(half_gemm=True, bf16_tiles=True),
-    "mkl-tiles": dict(half_gemm=True, bf16_tiles=False),
+    "half-gemm": dict(half_gemm=True, tiles=True),
+    "mkl-tiles": dict(half_gemm=True, tiles=False),
     "float32": dict(half_gemm=False),
 }
 """The half path with bfloat16's own tiles (VDPBF16PS, where the CPU has AVX512-BF16; elsewhere MKL's), with MKL's
@@ -117,7 +117,7 @@ def test_the_half_gemm_path_keeps_bf16_operands_and_rounds_p():
     converted = NativeBackend(half_gemm=False).forward(r).output
     assert half.dtype == converted.dtype == torch.bfloat16
     assert not torch.equal(half, converted)
-    tiles = NativeBackend(half_gemm=True).runs_bf16_tiles(r)
+    tiles = NativeBackend(half_gemm=True).runs_tiles(r)
     out, lse = native_forward(q, k, v, *native.tile_arguments(r, native.BLOCK_Q, native.BLOCK_K, tiles))
     assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
     assert torch.equal(out, half)  # the operator on the bfloat16 tensors themselves is what the backend ran
@@ -180,35 +180,35 @@ transposed P and dS pair a row inside the block with one outside it."""
 
 @pytest.mark.parametrize("case", TILE_CASES)
 @pytest.mark.parametrize("tiles", [True, False])
-def test_bf16_tiles_meet_the_rule(case, tiles):
+def test_tiles_meet_the_rule(case, tiles):
     """The forward on bfloat16's own tiles (VDPBF16PS, where the CPU has AVX512-BF16) and on MKL's per-tile GEMM,
     against float64 by the tolerance rule; the compute path names the tiles where they run."""
     shape, kw = TILE_CASES[case]
     q, k, v = make_inputs(*shape[:6], shape[6], dtype=torch.bfloat16)
     ref_out, _, ref_lse = reference_of(q, k, v, **kw)
     naive = selfattn.attention(q, k, v, backend="naive", return_lse=True, **kw)
-    backend = NativeBackend(half_gemm=True, bf16_tiles=tiles)
+    backend = NativeBackend(half_gemm=True, tiles=tiles)
     r = build_request(q, k, v, return_lse=True, **kw)
     got = backend.forward(r)
     assert_close_to_reference(got.output, ref_out, naive.output, dtype=torch.bfloat16)
     assert_close_to_reference(got.lse, ref_lse, naive.lse, dtype=torch.bfloat16, what="lse")
-    assert ("VDPBF16PS" in backend.compute_path(r)) == backend.runs_bf16_tiles(r)
+    assert ("VDPBF16PS" in backend.compute_path(r)) == backend.runs_tiles(r)
     here = native.cpu.has("avx512_bf16") and native.cpu.has("avx512")
-    assert backend.runs_bf16_tiles(r) == (tiles and here)
+    assert backend.runs_tiles(r) == (tiles and here)
     many_rows = r.G * r.Lq > native.FEW_ROWS  # fewer take the few-row loops: packing K and V would not pay
-    assert NativeBackend(half_gemm=True).runs_bf16_tiles(r) == (here and not native.cpu.has("amx_tile") and many_rows)
+    assert NativeBackend(half_gemm=True).runs_tiles(r) == (here and not native.cpu.has("amx_tile") and many_rows)
 
 
 @pytest.mark.parametrize("case", TILE_CASES)
 @pytest.mark.parametrize("tiles", [True, False])
-def test_bf16_tiles_backward_meets_the_rule(case, tiles):
+def test_tiles_backward_meets_the_rule(case, tiles):
     """Gradients of q, k, v through the tiles (every product of the backward: q·kᵀ, dO·Vᵀ, dS·K, and dSᵀ·Q, Pᵀ·dO on
     the transposes) and through MKL's GEMMs, against float64 autograd by the rule, at the tiles' edge shapes."""
     shape, kw = TILE_CASES[case]
     q, k, v = make_inputs(*shape[:6], shape[6], dtype=torch.float64)
     want = _grads("naive", q, k, v, kw, torch.float64)
     naive = _grads("naive", q, k, v, kw, torch.bfloat16)
-    got = _grads(NativeBackend(half_gemm=True, bf16_tiles=tiles), q, k, v, kw, torch.bfloat16)
+    got = _grads(NativeBackend(half_gemm=True, tiles=tiles), q, k, v, kw, torch.bfloat16)
     for name, g, w, n in zip("q k v".split(), got, want, naive, strict=True):
         scale = max(1.0, float(w.abs().max()))
         err, tol = max_error(g, w) / scale, tolerance(torch.bfloat16, max_error(n, w) / scale)
@@ -217,15 +217,15 @@ def test_bf16_tiles_backward_meets_the_rule(case, tiles):
 
 def test_the_tiles_run_where_the_cpu_has_avx512_bf16_only():
     """With AVX512-BF16 the tiles add the products in another order than MKL's GEMM: the scores differ in their
-    last bits somewhere; without it `bf16_tiles` changes nothing."""
+    last bits somewhere; without it `tiles` changes nothing."""
     q, k, v = make_inputs(2, 4, 2, 130, 130, 64, 64, dtype=torch.bfloat16)
     r = build_request(q, k, v, causal=True, return_lse=True)
-    on, off = (NativeBackend(half_gemm=True, bf16_tiles=t).forward(r) for t in (True, False))
+    on, off = (NativeBackend(half_gemm=True, tiles=t).forward(r) for t in (True, False))
     same = torch.equal(on.output, off.output) and torch.equal(on.lse, off.lse)
-    assert same != NativeBackend(half_gemm=True, bf16_tiles=True).runs_bf16_tiles(r)
+    assert same != NativeBackend(half_gemm=True, tiles=True).runs_tiles(r)
 
 
-def test_bf16_tiles_multiply_no_key_outside_the_tile():
+def test_tiles_multiply_no_key_outside_the_tile():
     """An infinite value of a key no row of a tile sees reaches no output there. Under window=38 the query block
     of rows 160–191 (32 rows high: `query_block`) reads keys from 123 on, an odd key: key 122 shares its pair of
     packed values; the tiles add key 123 on its own, so rows 160–191 stay finite, as on MKL's per-tile GEMM."""
@@ -234,21 +234,21 @@ def test_bf16_tiles_multiply_no_key_outside_the_tile():
     v[:, :, 122] = float("inf")
     r = build_request(q, k, v, window=38, causal=True)
     assert native.query_block(r, native.BLOCK_Q) == 32
-    tiles = NativeBackend(half_gemm=True, bf16_tiles=True).forward(r).output
-    mkl = NativeBackend(half_gemm=True, bf16_tiles=False).forward(r).output
+    tiles = NativeBackend(half_gemm=True, tiles=True).forward(r).output
+    mkl = NativeBackend(half_gemm=True, tiles=False).forward(r).output
     assert torch.equal(tiles.isnan(), mkl.isnan()) and torch.equal(tiles.isinf(), mkl.isinf())
     assert tiles[:, :, 160:192].isfinite().all() and not tiles[:, :, 122:160].isfinite().all()
 
 
-def test_bf16_tiles_is_a_bool():
-    with pytest.raises(TypeError, match="bf16_tiles must be None, True or False, got str 'yes'"):
-        NativeBackend(bf16_tiles="yes")
-    assert repr(NativeBackend(bf16_tiles=False)).endswith("bf16_tiles=False)")
+def test_tiles_is_a_bool():
+    with pytest.raises(TypeError, match="tiles must be None, True or False, got str 'yes'"):
+        NativeBackend(tiles="yes")
+    assert repr(NativeBackend(tiles=False)).endswith("tiles=False)")
 
 
 def _tiles_or_skip(r):
-    backend = NativeBackend(half_gemm=True, bf16_tiles=True)
-    if not backend.runs_bf16_tiles(r):
+    backend = NativeBackend(half_gemm=True, tiles=True)
+    if not backend.runs_tiles(r):
         pytest.skip("the bfloat16 tiles run only where the CPU has AVX512-BF16")
     return backend
 

@@ -29,14 +29,18 @@ FlashAttention does; elsewhere they are converted to float32 once (O(N) memory),
 the output converted back. `NativeBackend(half_gemm=True/False)` forces one path (tests run both on any
 CPU: MKL's half GEMM also runs without the instructions, widening to float32 inside, at the float32 rate).
 
-On a CPU with AVX512-BF16 the bfloat16 forward runs its q·kᵀ and P·V on the kernel's own tiles instead (VDPBF16PS
-over K and V packed once a call; `runs_bf16_tiles`; not where it has AMX-BF16, whose MKL GEMM was measured and the
-tiles were not; `bf16_tiles=True / False` forces them): MKL's GEMM packs both operands
-on every tile and ran the attention's 128 × 512 × 64 tiles at ~90 GFLOP/s a core on an AVX512-BF16 EPYC, no
-faster than sgemm; there causal L=4096 (B=1, H=8, D=64, 2 threads) took 60 ms against MKL's 138, native float32's
-120 and SDPA bfloat16's 149. The backward's five products run on the tiles too (dK and dV on P and dS transposed
-per tile, Q and dO packed over the queries): forward + backward L=2048 71 ms against 118 with MKL's, native
-float32's 117 and SDPA bfloat16's 105.
+The kernel's own tiles (`runs_tiles`; not by default on a CPU with AMX, whose MKL GEMMs were measured and the tiles
+were not; `tiles=True / False` forces them): MKL's GEMMs pack both operands on every tile, which on an AVX512-BF16
+EPYC made its bfloat16 GEMM no faster than sgemm on the attention's 128 × 512 × 64 tiles (~90 GFLOP/s a core) and
+was 12% of a float32 window's forward. Where cpuid has AVX512-BF16, bfloat16's q·kᵀ and P·V run on VDPBF16PS over K
+and V packed once a call, and so do the backward's five products (dK and dV on P and dS rounded straight into
+transposed pairs, Q and dO packed over the queries); where it has AVX512F, float32's forward runs q·kᵀ on K packed
+once a call and P·V on V's rows where they are. The packing is written in parallel into buffers kept between calls
+(at most 64 MB), and only a query of more than FEW_ROWS rows per kv head pays it back: fewer (a decoding step) run
+the few-row loops, bfloat16 too. On that EPYC (B=1, H=8, D=64, 2 threads): bfloat16 causal L=4096 60 ms against
+MKL's 138, native float32's 118 and SDPA bfloat16's 125; forward + backward L=2048 58 ms against SDPA bfloat16's
+100; float32 causal L=4096 on the tiles 0.88× the time on MKL's sgemm, a two-sided window 0.88×, a sliding one
+0.83×.
 """
 
 from __future__ import annotations
@@ -247,30 +251,31 @@ class NativeBackend(Backend):
         block_k: int = BLOCK_K,
         half_gemm: bool | None = None,
         split_keys: int | None = SPLIT_KEYS,
-        bf16_tiles: bool | None = None,
+        tiles: bool | None = None,
     ):
         """half_gemm: None (default) keeps bfloat16/float16 inputs in their dtype where the CPU has that
         GEMM (`has_half_gemm`) and converts them to float32 elsewhere; True / False force one path.
         split_keys: keys per split-K chunk at most (`chunk`) for a query of at most SPLIT_ROWS rows (None: never
         split, one task per kv head).
-        bf16_tiles: the products of bfloat16 inputs (forward and backward) on VDPBF16PS, their operands packed once
-        a call (`runs_bf16_tiles`): None (default) where the CPU has AVX512-BF16 but no AMX-BF16 (whose MKL GEMM was
-        measured; the tiles were not, there), True wherever it has AVX512-BF16, False: MKL's gemm_bf16bf16f32 on
-        every tile."""
+        tiles: the products on the kernel's own tiles, operands packed once a call (`runs_tiles`): bfloat16's
+        (forward and backward) on VDPBF16PS where the CPU has AVX512-BF16, float32's forward on AVX512 FMAs where it
+        has AVX512F. None (default): where the CPU has no AMX (whose MKL GEMMs were measured; the tiles were not,
+        there) and a kv head has more than FEW_ROWS query rows; True: wherever the CPU has the instructions;
+        False: MKL's GEMM on every tile."""
         self.block_q = checks.integer("block_q", block_q, low=1)
         self.block_k = checks.integer("block_k", block_k, low=1)
         if half_gemm is not None and not isinstance(half_gemm, bool):
             raise TypeError(f"half_gemm must be None, True or False, got {type(half_gemm).__name__} {half_gemm!r}")
         self.half_gemm = half_gemm
         self.split_keys = None if split_keys is None else checks.integer("split_keys", split_keys, low=1)
-        if bf16_tiles is not None and not isinstance(bf16_tiles, bool):
-            raise TypeError(f"bf16_tiles must be None, True or False, got {type(bf16_tiles).__name__} {bf16_tiles!r}")
-        self.bf16_tiles = bf16_tiles
+        if tiles is not None and not isinstance(tiles, bool):
+            raise TypeError(f"tiles must be None, True or False, got {type(tiles).__name__} {tiles!r}")
+        self.tiles = tiles
 
     def __repr__(self) -> str:
         forced = "" if self.half_gemm is None else f", half_gemm={self.half_gemm}"
         split = "" if self.split_keys == SPLIT_KEYS else f", split_keys={self.split_keys}"
-        tiles = "" if self.bf16_tiles is None else f", bf16_tiles={self.bf16_tiles}"
+        tiles = "" if self.tiles is None else f", tiles={self.tiles}"
         return f"NativeBackend(block_q={self.block_q}, block_k={self.block_k}{forced}{split}{tiles})"
 
     def chunk(self, r: Request) -> int | None:
@@ -314,24 +319,35 @@ class NativeBackend(Backend):
                 f"; the {request.G} query heads of each kv head stacked into one GEMM of {self._stacked_rows(request)}"
                 " rows per key tile"
             )
-        if self.runs_bf16_tiles(request):
-            path += "; q·kᵀ, P·V and the backward's products on VDPBF16PS (AVX512-BF16), operands packed once a call"
+        if self.runs_tiles(request):
+            if self._operand_dtype(request.q.dtype) == torch.bfloat16:
+                tiles = "q·kᵀ, P·V and the backward's products on VDPBF16PS (AVX512-BF16), operands packed once a call"
+            else:
+                tiles = "q·kᵀ and P·V on the kernel's own AVX512 tiles, K packed once a call (the backward's: BLAS)"
+            path += f"; {tiles}"
         rows = self.few_rows(request)
         if rows is not None:
             path += f"; q·kᵀ and P·V of {rows} rows in the kernel's own AVX2 loops (FEW_ROWS), not a packing GEMM"
         return path
 
-    def runs_bf16_tiles(self, r: Request) -> bool:
-        """True when `r` runs its q·kᵀ and P·V (and its backward's products) on VDPBF16PS (the kernel's own tiles,
-        csrc `qk_bf16` / `pv_bf16`): bfloat16 operands and a CPU with AVX512-BF16 (the kernel checks cpuid too),
-        and `bf16_tiles` True, or None on a CPU without AMX-BF16 for a query whose G × Lq rows per kv head are more
-        than FEW_ROWS; else MKL's gemm_bf16bf16f32 runs each tile, or the few-row loops (`few_rows`). The tiles pack
-        K and V once a call, a pass over both that only many query rows pay back: one decoding step over 16,384
-        keys took 2.7× SDPA's time packed, 0.6× in the few-row loops."""
-        if self._operand_dtype(r.q.dtype) != torch.bfloat16 or not (cpu.has("avx512_bf16") and cpu.has("avx512")):
+    def runs_tiles(self, r: Request) -> bool:
+        """True when `r` runs its q·kᵀ and P·V on the kernel's own tiles, operands packed once a call: bfloat16 on
+        VDPBF16PS where the CPU has AVX512-BF16 (csrc `qk_bf16` / `pv_bf16`, the backward's products too), float32
+        on AVX512 FMAs where it has AVX512F (csrc `qk_f32` / `pv_f32`, the forward) — the kernel checks cpuid too —
+        with `tiles` True, or None on a CPU without AMX (whose MKL GEMMs were measured; the tiles were not, there)
+        for a query whose G × Lq rows per kv head are more than FEW_ROWS; else MKL's GEMM runs each tile, or the
+        few-row loops (`few_rows`). The tiles pack K (and bfloat16's V) once a call, a pass that only many query rows
+        pay back: one bfloat16 decoding step over 16,384 keys took 2.7× SDPA's time packed, 0.6× in the few-row
+        loops."""
+        operand = self._operand_dtype(r.q.dtype)
+        if operand == torch.bfloat16:
+            here = cpu.has("avx512_bf16") and cpu.has("avx512")
+        else:
+            here = operand == torch.float32 and cpu.has("avx512")
+        if not here:
             return False
-        if self.bf16_tiles is not None:
-            return self.bf16_tiles
+        if self.tiles is not None:
+            return self.tiles
         return not cpu.has("amx_tile") and r.G * r.Lq > FEW_ROWS
 
     def few_rows(self, r: Request) -> int | None:
@@ -339,7 +355,7 @@ class NativeBackend(Backend):
         bfloat16 off the tiles, on a CPU the kernel is built for with AVX2), else None."""
         vector = torch.backends.cpu.get_cpu_capability() in ARCH_FLAGS
         operand = self._operand_dtype(r.q.dtype)
-        if operand not in (torch.float32, torch.bfloat16) or self.runs_bf16_tiles(r) or not vector:
+        if operand not in (torch.float32, torch.bfloat16) or self.runs_tiles(r) or not vector:
             return None
         rows = self._stacked_rows(r) if self.stacks(r) else min(r.Lq, self.blocks(r)[0])
         return rows if rows <= FEW_ROWS else None
@@ -390,7 +406,7 @@ class NativeBackend(Backend):
     def forward(self, r: Request) -> Result:
         compute, operand = r.accumulate_dtype, self._operand_dtype(r.q.dtype)
         q, k, v = (_prepared(t, operand) for t in (r.q, r.k, r.v))
-        arguments = list(tile_arguments(r, *self.blocks(r), self.runs_bf16_tiles(r)))
+        arguments = list(tile_arguments(r, *self.blocks(r), self.runs_tiles(r)))
         if r.rule.sinks is not None and r.rule.sinks.requires_grad and torch.is_grad_enabled():
             # differentiable: the operator's autograd gives its gradient
             arguments[_SINKS_AT] = r.rule.sinks.to(compute).contiguous()
@@ -398,14 +414,13 @@ class NativeBackend(Backend):
         return Result(out.to(r.q.dtype), None, lse if r.return_lse else None)
 
 
-def tile_arguments(r: Request, block_q: int, block_k: int, bf16_tiles: bool = False) -> tuple:
+def tile_arguments(r: Request, block_q: int, block_k: int, tiles: bool = False) -> tuple:
     """The C++ tile's arguments after q, k, v, from the request's score rule — the one place its fields
     become the kernel's: (mask expanded to (B, Hq, Lq, Lk) — bool, or additive in the compute dtype,
     saturated — left, right (the rule's `bounds`, −1: unbounded), scale, softcap (0: none), each per-head
     feature ((Hq,) in the compute dtype, or None: `ScoreRule.per_head`), the segments' spans (2, B, L) and,
-    only where a segment is not one contiguous run, their ids (B, L), block_q, block_k, and bf16_tiles: whether
-    bfloat16 runs on VDPBF16PS, forward and backward (`NativeBackend.runs_bf16_tiles`; the kernel checks cpuid
-    too))."""
+    only where a segment is not one contiguous run, their ids (B, L), block_q, block_k, and tiles: whether the
+    products run on the kernel's own tiles (`NativeBackend.runs_tiles`; the kernel checks cpuid too))."""
     rule, acc = r.rule, r.accumulate_dtype
     mask = None
     if rule.mask is not None:
@@ -417,7 +432,7 @@ def tile_arguments(r: Request, block_q: int, block_k: int, bf16_tiles: bool = Fa
     if rule.segments is not None:
         span, contiguous = rule.segment_spans
         ids = None if contiguous else rule.segments.contiguous()
-    return (mask, left, right, rule.scale, rule.softcap or 0.0, *per_head, span, ids, block_q, block_k, bf16_tiles)
+    return (mask, left, right, rule.scale, rule.softcap or 0.0, *per_head, span, ids, block_q, block_k, tiles)
 
 
 _SINKS_AT = [name for name, _ in TILE_ARGUMENTS].index("sinks")

@@ -60,12 +60,13 @@ TILE_ARGUMENTS = (
     ("seg_ids", "Tensor?"),
     ("block_q", "int"),
     ("block_k", "int"),
-    ("bf16_tiles", "bool"),
+    ("tiles", "bool"),
 )
 """The C++ tile's arguments after q, k, v (`native.tile_arguments` builds them), with their schema types: the
 one list both operators' schemas are written from. The per-head score features follow the softcap in
-`scores.FEATURES` order, as the C++ takes them; bf16_tiles: bfloat16's products on VDPBF16PS, forward and
-backward, where the CPU has AVX512-BF16 (`NativeBackend.runs_bf16_tiles`)."""
+`scores.FEATURES` order, as the C++ takes them; tiles: the products on the kernel's own tiles (bfloat16's on
+VDPBF16PS, forward and backward, where the CPU has AVX512-BF16; float32's forward on AVX512F;
+`NativeBackend.runs_tiles`)."""
 
 _TILE = ", ".join(f"{kind} {name}" for name, kind in TILE_ARGUMENTS)
 _SINKS_AT = 3 + [name for name, _ in TILE_ARGUMENTS].index("sinks")

@@ -3,7 +3,9 @@
 // Forward: tasks are (batch, kv head, query block); a task serves the G query heads of its kv
 // head (GQA without copying K/V: one K/V block is read once for the whole group). Inside a task
 // everything is single-threaded: S = Q Kᵀ and acc += P V are BLAS GEMMs on cache-sized tiles
-// (sgemm_/dgemm_ of the BLAS PyTorch links, as PyTorch's own CPU flash kernel does), and the
+// (sgemm_/dgemm_ of the BLAS PyTorch links, as PyTorch's own CPU flash kernel does; float32 on the kernel's own
+// AVX512 tiles where cpuid has AVX512F and the caller asks, K packed once a call: `qk_f32`, `pv_f32`; a few query
+// rows in its own AVX2 loops: `few_rows_abt`, `few_rows_ab`), and the
 // online softmax (m, l, acc) runs row by row with an exp in vector lanes (float: our own polynomial, in 16
 // AVX512 lanes where cpuid says the CPU has AVX512F — a function-level target, chosen at run time, so a build
 // for AVX2 never executes it elsewhere — else 8 AVX2 lanes; double: SLEEF's, from libtorch_cpu, as SDPA uses;
@@ -28,7 +30,7 @@
 // has them); scores, the online softmax, lse, dq/dk/dv sums are float32, and P (forward) and dS (backward)
 // are rounded to the input dtype for their GEMM (once per tile; with AVX512-BF16's conversion where cpuid has it),
 // as FlashAttention does. Where cpuid has AVX512-BF16 the bfloat16 forward's Q·Kᵀ and P·V run on VDPBF16PS over
-// K and V packed once a call instead (`qk_bf16`, `pv_bf16`; bf16_tiles=false: MKL's), and so do the backward's five
+// K and V packed once a call instead (`qk_bf16`, `pv_bf16`; tiles=false: MKL's), and so do the backward's five
 // products (Q·Kᵀ, dO·Vᵀ, dS·K; dSᵀ·Q and Pᵀ·dO on P and dS rounded straight into transposed pairs of query rows,
 // `round_pairs_bf16`, with Q and dO packed over the queries). Which dtype arrives here is
 // the Python side's choice (native.py: where the CPU has no half GEMM it converts to float32 instead).
@@ -53,6 +55,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -393,6 +396,25 @@ __attribute__((target("avx512f,avx512bf16"))) void round_bf16_avx512(const float
 // to the 16 lanes; each VDPBF16PS adds both products into float32 lanes, as the GEMM's float32 accumulation.
 constexpr int64_t BF16_KEYS = 16;   // keys per packed K group, dims per packed V vector: one vector of floats
 
+// S[r][j − k0] = alpha · acc[r][c]'s lane j − 16 (g0 + c), for the keys j of the groups [g0, g0 + NG) that lie in
+// [k0, k1): the columns of keys outside the tile are never written.
+template <int R, int NG>
+__attribute__((target("avx512f"), always_inline)) inline void store_scores(const __m512 (&acc)[R][NG], int64_t g0,
+                                                                          int64_t k0, int64_t k1, float alpha,
+                                                                          float* S, int64_t lds) {
+  const __m512 a = _mm512_set1_ps(alpha);
+  for (int c = 0; c < NG; ++c) {
+    const int64_t j0 = (g0 + c) * BF16_KEYS, lo = std::max(j0, k0), hi = std::min(j0 + BF16_KEYS, k1);
+    if (lo >= hi) continue;
+    const __mmask16 run = static_cast<__mmask16>((1u << (hi - lo)) - 1), keep = static_cast<__mmask16>(run << (lo - j0));
+    for (int r = 0; r < R; ++r) {   // the kept lanes moved down to the tile's first column, lo − k0
+      const __m512 v = _mm512_mul_ps(acc[r][c], a);
+      if (keep == 0xFFFF) _mm512_storeu_ps(S + r * lds + (lo - k0), v);
+      else _mm512_mask_storeu_ps(S + r * lds + (lo - k0), run, _mm512_maskz_compress_ps(keep, v));
+    }
+  }
+}
+
 // acc[r][c] += the products of dims (2p, 2p + 1) of query row r and key group g0 + c: the query's pair broadcast from
 // memory where both dims are in the row (a load, no shuffle on the vector ports), or the last dim alone (`whole`
 // false: D odd).
@@ -422,21 +444,7 @@ __attribute__((target("avx512f,avx512bf16"))) void qk_groups(const uint16_t* A, 
     for (int c = 0; c < NG; ++c) acc[r][c] = _mm512_setzero_ps();
   for (int64_t p = 0; p < D / 2; ++p) qk_pair<R, NG>(acc, A, lda, Kp, D2, g0, p, true);
   if (D % 2) qk_pair<R, NG>(acc, A, lda, Kp, D2, g0, D / 2, false);
-  const __m512 a = _mm512_set1_ps(alpha);
-  for (int c = 0; c < NG; ++c) {
-    const int64_t j0 = (g0 + c) * BF16_KEYS, lo = std::max(j0, k0), hi = std::min(j0 + BF16_KEYS, k1);
-    if (lo >= hi) continue;
-    const __mmask16 keep = static_cast<__mmask16>(((1u << (hi - lo)) - 1) << (lo - j0));
-    for (int r = 0; r < R; ++r) {
-      alignas(64) float lanes[BF16_KEYS];
-      _mm512_store_ps(lanes, _mm512_mul_ps(acc[r][c], a));
-      if (keep == 0xFFFF) {
-        _mm512_storeu_ps(S + r * lds + (j0 - k0), _mm512_load_ps(lanes));
-      } else {
-        std::copy(lanes + (lo - j0), lanes + (hi - j0), S + r * lds + (lo - k0));
-      }
-    }
-  }
+  store_scores<R, NG>(acc, g0, k0, k1, alpha, S, lds);
 }
 
 template <int R>
@@ -583,8 +591,8 @@ class PackPool {
     static PackPool pool;
     return pool;
   }
-  // A buffer of at least n values (its capacity in `have`): the smallest kept one that fits, else a new one.
-  std::unique_ptr<uint16_t[]> take(size_t n, size_t& have) {
+  // A buffer of at least n bytes (its capacity in `have`): the smallest kept one that fits, else a new one.
+  std::unique_ptr<std::byte[]> take(size_t n, size_t& have) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       size_t best = kept_.size();
@@ -593,43 +601,44 @@ class PackPool {
       if (best < kept_.size()) {
         auto found = std::move(kept_[best]);
         kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(best));
-        bytes_ -= found.second * sizeof(uint16_t);
+        bytes_ -= found.second;
         have = found.second;
         return std::move(found.first);
       }
     }
     have = n;
-    return std::unique_ptr<uint16_t[]>(new uint16_t[n]);
+    return std::unique_ptr<std::byte[]>(new std::byte[n]);
   }
-  void give(std::unique_ptr<uint16_t[]> data, size_t n) {
+  void give(std::unique_ptr<std::byte[]> data, size_t n) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (bytes_ + n * sizeof(uint16_t) > POOL_BYTES) return;   // freed here, as it goes out of scope
-    bytes_ += n * sizeof(uint16_t);
+    if (bytes_ + n > POOL_BYTES) return;   // freed here, as it goes out of scope
+    bytes_ += n;
     kept_.emplace_back(std::move(data), n);
   }
 
  private:
   std::mutex mutex_;
-  std::vector<std::pair<std::unique_ptr<uint16_t[]>, size_t>> kept_;
+  std::vector<std::pair<std::unique_ptr<std::byte[]>, size_t>> kept_;
   size_t bytes_ = 0;
 };
 
-// One operand of every (batch, head) packed for qk_bf16 / pv_bf16 (layouts above), `per_head` values a head, in a
-// buffer of the pool (given back when it goes); the packers write every value (zeros where no row or dim is).
+// One operand of every (batch, head) packed for the tiles (layouts above and below), `per_head` values of E a head,
+// in a buffer of the pool (given back when it goes); the packers write every value (zeros where no row or dim is).
+template <typename E>
 struct Packed {
-  std::unique_ptr<uint16_t[]> data;
+  std::unique_ptr<std::byte[]> data;
   size_t capacity = 0;
   int64_t per_head = 0;
   Packed() = default;
   Packed(int64_t n, int64_t per_head_) : per_head(per_head_) {
-    data = PackPool::get().take(static_cast<size_t>(n), capacity);
+    data = PackPool::get().take(static_cast<size_t>(n) * sizeof(E), capacity);
   }
   Packed(Packed&&) = default;
   Packed& operator=(Packed&&) = default;
   ~Packed() {
     if (data) PackPool::get().give(std::move(data), capacity);
   }
-  const uint16_t* get() const { return data.get(); }
+  E* get() const { return reinterpret_cast<E*>(data.get()); }
 };
 
 // r[i][j] ↔ r[j][i] for 16 vectors of 16 32-bit values: pairs, then pairs of pairs within each 128-bit lane, then
@@ -693,15 +702,15 @@ __attribute__((target("avx512f"))) void pack_pair(const uint16_t* r0, const uint
 
 // As qk_bf16 reads K: (BH, groups of 16 rows, D2 pairs of dims, 16, 2); rows(b, h, j): row j of head h of batch b.
 template <typename Rows>
-Packed pack_groups(int64_t BH, int64_t H, int64_t L, int64_t D, const Rows& rows) {
+Packed<uint16_t> pack_groups(int64_t BH, int64_t H, int64_t L, int64_t D, const Rows& rows) {
   const int64_t groups = (L + BF16_KEYS - 1) / BF16_KEYS, size = groups * ((D + 1) / 2) * BF16_KEYS * 2;
-  Packed out(BH * size, size);
+  Packed<uint16_t> out(BH * size, size);
   at::parallel_for(0, BH * groups, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bh = t / groups, j0 = t % groups * BF16_KEYS, n = std::min(BF16_KEYS, L - j0);
       const uint16_t* group[BF16_KEYS];
       for (int64_t r = 0; r < n; ++r) group[r] = reinterpret_cast<const uint16_t*>(rows(bh / H, bh % H, j0 + r));
-      pack_group(group, n, D, out.data.get() + bh * size + t % groups * (size / groups));
+      pack_group(group, n, D, out.get() + bh * size + t % groups * (size / groups));
     }
   });
   return out;
@@ -709,18 +718,147 @@ Packed pack_groups(int64_t BH, int64_t H, int64_t L, int64_t D, const Rows& rows
 
 // As pv_bf16 reads V: (BH, pairs of rows, D16 dims, 2).
 template <typename Rows>
-Packed pack_pairs(int64_t BH, int64_t H, int64_t L, int64_t D, const Rows& rows) {
+Packed<uint16_t> pack_pairs(int64_t BH, int64_t H, int64_t L, int64_t D, const Rows& rows) {
   const int64_t pairs = (L + 1) / 2, D16 = (D + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS, size = pairs * D16 * 2;
-  Packed out(BH * size, size);
+  Packed<uint16_t> out(BH * size, size);
   at::parallel_for(0, BH * pairs, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bh = t / pairs, j = t % pairs * 2;
       const auto* r0 = reinterpret_cast<const uint16_t*>(rows(bh / H, bh % H, j));
       const auto* r1 = j + 1 < L ? reinterpret_cast<const uint16_t*>(rows(bh / H, bh % H, j + 1)) : nullptr;
-      pack_pair(r0, r1, D, D16, out.data.get() + bh * size + t % pairs * D16 * 2);
+      pack_pair(r0, r1, D, D16, out.get() + bh * size + t % pairs * D16 * 2);
     }
   });
   return out;
+}
+
+// --- float32 tiles on AVX512 ------------------------------------------------------------------------------------
+// MKL's sgemm packs both operands on every tile as well: its copy routines took 12% of a two-sided window's forward
+// (L = 4096, window (1024, 1024), this AVX512 EPYC), its kernel 52%. Where cpuid has AVX512F the float32 forward
+// packs K once a call in groups of 16 keys per dim (`pack_groups_f32`: Kp[(g·D + d)·16 + j] = k[16g + j][d], zeros
+// past Lk) and runs Q·Kᵀ in registers (`qk_f32`: a query's dim broadcast, one FMA per group of keys); P·V reads V's
+// rows where they are (`pv_f32`: a row of P's value broadcast, V's row in vectors of 16 dims, the last masked), so
+// only the keys [k0, k1) of a tile and the dims below Dv are read.
+
+// A group of n ≤ 16 rows (D dims) as qk_f32 reads it: for each dim, the 16 rows' values in one vector (16 × 16
+// blocks transposed in registers); zeros past n.
+__attribute__((target("avx512f"))) void pack_group_f32(const float* const* rows, int64_t n, int64_t D, float* out) {
+  for (int64_t d0 = 0; d0 < D; d0 += BF16_KEYS) {
+    const int64_t m = std::min(BF16_KEYS, D - d0);
+    const __mmask16 keep = static_cast<__mmask16>((1u << m) - 1);   // masked loads read nothing past the row
+    __m512i x[BF16_KEYS];
+    for (int64_t r = 0; r < BF16_KEYS; ++r)
+      x[r] = r < n ? _mm512_castps_si512(_mm512_maskz_loadu_ps(keep, rows[r] + d0)) : _mm512_setzero_si512();
+    transpose16(x);
+    for (int64_t c = 0; c < m; ++c) _mm512_storeu_si512(out + (d0 + c) * BF16_KEYS, x[c]);
+  }
+}
+
+// As qk_f32 reads K: (BH, groups of 16 rows, D, 16); rows(b, h, j): row j of head h of batch b.
+template <typename Rows>
+Packed<float> pack_groups_f32(int64_t BH, int64_t H, int64_t L, int64_t D, const Rows& rows) {
+  const int64_t groups = (L + BF16_KEYS - 1) / BF16_KEYS, per_group = D * BF16_KEYS, size = groups * per_group;
+  Packed<float> out(BH * size, size);
+  at::parallel_for(0, BH * groups, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t bh = t / groups, j0 = t % groups * BF16_KEYS, n = std::min(BF16_KEYS, L - j0);
+      const float* group[BF16_KEYS];
+      for (int64_t r = 0; r < n; ++r) group[r] = rows(bh / H, bh % H, j0 + r);
+      pack_group_f32(group, n, D, out.get() + bh * size + t % groups * per_group);
+    }
+  });
+  return out;
+}
+
+// S rows [0, R) × keys [k0, k1): S[r][j − k0] = alpha · q_r · k_j, for the key groups [g0, g0 + NG) of the packed K
+// (`Kp`: one (b, kv head)'s); only the columns in [k0, k1) are written.
+template <int R, int NG>
+__attribute__((target("avx512f"))) void qk_f32_groups(const float* A, int64_t lda, int64_t D, const float* Kp,
+                                                      int64_t g0, int64_t k0, int64_t k1, float alpha, float* S,
+                                                      int64_t lds) {
+  __m512 acc[R][NG];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < NG; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < D; ++d) {
+    __m512 kv[NG];
+    for (int c = 0; c < NG; ++c) kv[c] = _mm512_loadu_ps(Kp + ((g0 + c) * D + d) * BF16_KEYS);
+    for (int r = 0; r < R; ++r) {
+      const __m512 qd = _mm512_set1_ps(A[r * lda + d]);
+      for (int c = 0; c < NG; ++c) acc[r][c] = _mm512_fmadd_ps(qd, kv[c], acc[r][c]);
+    }
+  }
+  store_scores<R, NG>(acc, g0, k0, k1, alpha, S, lds);
+}
+
+template <int R>
+void qk_f32_rows(const float* A, int64_t lda, int64_t D, const float* Kp, int64_t k0, int64_t k1, float alpha,
+                 float* S, int64_t lds) {
+  int64_t g = k0 / BF16_KEYS;
+  const int64_t g1 = (k1 + BF16_KEYS - 1) / BF16_KEYS;
+  for (; g + 4 <= g1; g += 4) qk_f32_groups<R, 4>(A, lda, D, Kp, g, k0, k1, alpha, S, lds);
+  for (; g < g1; ++g) qk_f32_groups<R, 1>(A, lda, D, Kp, g, k0, k1, alpha, S, lds);
+}
+
+// S (M × (k1 − k0)) = alpha · A Kᵀ: M query rows (stride lda) against keys [k0, k1) of the packed K.
+void qk_f32(int64_t M, const float* A, int64_t lda, int64_t D, const float* Kp, int64_t k0, int64_t k1, float alpha,
+            float* S) {
+  const int64_t lds = k1 - k0;
+  int64_t r = 0;
+  for (; r + 4 <= M; r += 4) qk_f32_rows<4>(A + r * lda, lda, D, Kp, k0, k1, alpha, S + r * lds, lds);
+  for (; r < M; ++r) qk_f32_rows<1>(A + r * lda, lda, D, Kp, k0, k1, alpha, S + r * lds, lds);
+}
+
+// 16 floats at x, or only those under `mask` (the others 0) where `masked`.
+__attribute__((target("avx512f"), always_inline)) inline __m512 load16(const float* x, bool masked, __mmask16 mask) {
+  return masked ? _mm512_maskz_loadu_ps(mask, x) : _mm512_loadu_ps(x);
+}
+
+// C rows [0, R) += alpha · P V over the n keys of the tile (P's row r at P + r · ldp; V's row j at V + j · ldv) and
+// the dims of vectors [v0, v0 + NV) of 16; PART: the last of them holds the Dv % 16 dims past the others, read and
+// written under a mask (the others' loads unmasked: masked ones in the loop made GCC keep the sums in memory).
+template <int R, int NV, bool PART>
+__attribute__((target("avx512f"))) void pv_f32_vectors(const float* P, int64_t ldp, int64_t n, const float* V,
+                                                       int64_t ldv, int64_t v0, int64_t Dv, float* C, int64_t ldc,
+                                                       float alpha) {
+  const __mmask16 last = PART ? static_cast<__mmask16>((1u << (Dv % BF16_KEYS)) - 1) : 0xFFFF;
+  __m512 acc[R][NV];
+  for (int c = 0; c < NV; ++c)
+    for (int r = 0; r < R; ++r)   // alpha 1: the sums go on from C's; else C + alpha · (the tile's sums)
+      acc[r][c] = alpha == 1.0f ? load16(C + r * ldc + (v0 + c) * BF16_KEYS, PART && c == NV - 1, last) : _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    __m512 vv[NV];
+    for (int c = 0; c < NV; ++c) vv[c] = load16(V + j * ldv + (v0 + c) * BF16_KEYS, PART && c == NV - 1, last);
+    for (int r = 0; r < R; ++r) {
+      const __m512 pj = _mm512_set1_ps(P[r * ldp + j]);
+      for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_fmadd_ps(pj, vv[c], acc[r][c]);
+    }
+  }
+  for (int c = 0; c < NV; ++c)
+    for (int r = 0; r < R; ++r) {
+      float* out = C + r * ldc + (v0 + c) * BF16_KEYS;
+      const __m512 sum = alpha == 1.0f ? acc[r][c] : _mm512_fmadd_ps(_mm512_set1_ps(alpha), acc[r][c], load16(out, PART && c == NV - 1, last));
+      if (PART && c == NV - 1) _mm512_mask_storeu_ps(out, last, sum);
+      else _mm512_storeu_ps(out, sum);
+    }
+}
+
+template <int R>
+void pv_f32_rows(const float* P, int64_t ldp, int64_t n, const float* V, int64_t ldv, int64_t Dv, float* C,
+                 int64_t ldc, float alpha) {
+  const int64_t whole = Dv / BF16_KEYS;
+  int64_t v = 0;
+  for (; v + 4 <= whole; v += 4) pv_f32_vectors<R, 4, false>(P, ldp, n, V, ldv, v, Dv, C, ldc, alpha);
+  for (; v < whole; ++v) pv_f32_vectors<R, 1, false>(P, ldp, n, V, ldv, v, Dv, C, ldc, alpha);
+  if (Dv % BF16_KEYS) pv_f32_vectors<R, 1, true>(P, ldp, n, V, ldv, v, Dv, C, ldc, alpha);
+}
+
+// C (M × Dv, stride ldc) += alpha · P V: P's M rows over the n keys of a tile (stride n), V's n rows from V (stride
+// ldv) read in place.
+void pv_f32(int64_t M, const float* P, int64_t n, const float* V, int64_t ldv, int64_t Dv, float* C, int64_t ldc,
+            float alpha = 1.0f) {
+  int64_t r = 0;
+  for (; r + 4 <= M; r += 4) pv_f32_rows<4>(P + r * n, n, n, V, ldv, Dv, C + r * ldc, ldc, alpha);
+  for (; r < M; ++r) pv_f32_rows<1>(P + r * n, n, n, V, ldv, Dv, C + r * ldc, ldc, alpha);
 }
 #endif
 
@@ -838,9 +976,13 @@ struct Problem {
   const int64_t* seg_hi = nullptr;   // (B, L): one past its last key
   const int64_t* seg_ids = nullptr;  // (B, L) ids, only when a segment is not one contiguous run
   int64_t block_q, block_k;
-  const uint16_t* kpack = nullptr;   // K and V packed for VDPBF16PS (`pack_groups`, `pack_pairs`), or null
+  // K packed for the tiles (bfloat16: VDPBF16PS's pairs, `pack_groups`; float32: `pack_groups_f32`), or null; V
+  // packed for VDPBF16PS (`pack_pairs`), or null; vrows: the float32 tiles' P·V reads V's rows in place (`pv_f32`)
+  using Pack = std::conditional_t<std::is_same_v<In, float>, float, uint16_t>;
+  const Pack* kpack = nullptr;
   const uint16_t* vpack = nullptr;
   int64_t kpack_head = 0, vpack_head = 0;
+  bool vrows = false;
   const uint16_t* vgroups = nullptr;   // the backward's: V packed as K is, for dP = dO Vᵀ (`qk_bf16`), or null
   const uint16_t* kpairs = nullptr;    // and K packed as V is, for dQ += s dS K (`pv_bf16`), or null
   const uint16_t* qpairs = nullptr;    // Q and dO (per query head) packed as V is, over the queries, for
@@ -890,20 +1032,26 @@ template <typename T, typename In>
 void score_rule(const Problem<T, In>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t k0, int64_t k1, T* S,
                 T* tanh_out, std::vector<std::pair<int64_t, int64_t>>& span);
 
-// One (batch, kv head)'s part of operands packed for VDPBF16PS (`Problem::kpack` …, `per_head` apart), or null.
-inline const uint16_t* packed_head(const uint16_t* packed, int64_t per_head, int64_t bh) {
+// One (batch, kv head)'s part of operands packed for the tiles (`Problem::kpack` …, `per_head` apart), or null.
+template <typename E>
+inline const E* packed_head(const E* packed, int64_t per_head, int64_t bh) {
   return packed ? packed + bh * per_head : nullptr;
 }
 
 // S (M × (k1 − k0)) = alpha · A Bᵀ on `packed`, B's rows [k0, k1) packed as qk_bf16 reads them (Q·Kᵀ, dO·Vᵀ), where
 // it is not null (bfloat16 on AVX512-BF16); false: the caller runs its GEMM.
-template <typename T, typename In>
-bool dots_packed(const In* A, int64_t lda, int64_t M, int64_t D, const uint16_t* packed, int64_t k0, int64_t k1,
-                 T alpha, T* S) {
+template <typename T, typename In, typename E>
+bool dots_packed(const In* A, int64_t lda, int64_t M, int64_t D, const E* packed, int64_t k0, int64_t k1, T alpha,
+                 T* S) {
 #ifdef SELFATTN_HAS_AVX512_VARIANT
   if constexpr (std::is_same_v<In, at::BFloat16>) {
     if (packed) {
       qk_bf16(M, A, lda, D, packed, k0, k1, alpha, S);
+      return true;
+    }
+  } else if constexpr (std::is_same_v<In, float> && std::is_same_v<E, float>) {
+    if (packed) {
+      qk_f32(M, A, lda, D, packed, k0, k1, alpha, S);
       return true;
     }
   }
@@ -926,6 +1074,23 @@ bool sums_packed(const In* p, int64_t M, const uint16_t* packed, int64_t k0, int
   }
 #endif
   (void)p, (void)M, (void)packed, (void)k0, (void)k1, (void)N, (void)C, (void)ldc, (void)alpha;
+  return false;
+}
+
+// C (M × N, stride ldc) += alpha · p B: p's M rows over n keys (stride n), B's n rows read in place from `rows`
+// (stride ldr) on the float32 tiles, where `rows` is not null; false: the caller runs its GEMM.
+template <typename T, typename In>
+bool sums_of_rows(const In* p, int64_t M, const In* rows, int64_t ldr, int64_t n, int64_t N, T* C, int64_t ldc,
+                  T alpha) {
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+  if constexpr (std::is_same_v<In, float> && std::is_same_v<T, float>) {
+    if (rows) {
+      pv_f32(M, p, n, rows, ldr, N, C, ldc, alpha);
+      return true;
+    }
+  }
+#endif
+  (void)p, (void)M, (void)rows, (void)ldr, (void)n, (void)N, (void)C, (void)ldc, (void)alpha;
   return false;
 }
 
@@ -1132,7 +1297,8 @@ bool stacked_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
       online_rows(P, g, q0, q0, q1, n, Sg, ws.spans, st);
     }
     const In* p = as_operand<In>(S, ws.rounded.data(), rows * n);   // P in the GEMM's dtype
-    if (!sums_packed(p, rows, packed_head(P.vpack, P.vpack_head, b * P.Hkv + hk), k0, k1, P.Dv, st.acc, P.Dv, T(1)))
+    if (!sums_packed(p, rows, packed_head(P.vpack, P.vpack_head, b * P.Hkv + hk), k0, k1, P.Dv, st.acc, P.Dv, T(1)) &&
+        !sums_of_rows(p, rows, P.vrows ? P.vrow(b, hk, k0) : nullptr, P.vsl, n, P.Dv, st.acc, P.Dv, T(1)))
       gemm<T, In>(false, false, rows, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), st.acc, P.Dv);
   }
   return true;
@@ -1159,7 +1325,9 @@ void softmax_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
       online_rows(P, g, q0, r0, r1, n, S, ws.spans, st);
       const In* p = as_operand<In>(S, ws.rounded.data(), (r1 - r0) * n);   // P in the GEMM's dtype
       const uint16_t* vpack = packed_head(P.vpack, P.vpack_head, b * P.Hkv + hk);
-      if (!sums_packed(p, r1 - r0, vpack, k0, k1, P.Dv, o + (r0 - q0) * P.Dv, P.Dv, T(1)))
+      T* oi = o + (r0 - q0) * P.Dv;
+      if (!sums_packed(p, r1 - r0, vpack, k0, k1, P.Dv, oi, P.Dv, T(1)) &&
+          !sums_of_rows(p, r1 - r0, P.vrows ? P.vrow(b, hk, k0) : nullptr, P.vsl, n, P.Dv, oi, P.Dv, T(1)))
         gemm<T, In>(false, false, r1 - r0, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), o + (r0 - q0) * P.Dv,
                     P.Dv);
     }
@@ -1443,7 +1611,7 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const 
                                                      const std::optional<at::Tensor>& alibi,
                                                      const std::optional<at::Tensor>& seg_span,
                                                      const std::optional<at::Tensor>& seg_ids, int64_t block_q,
-                                                     int64_t block_k, bool bf16_tiles) {
+                                                     int64_t block_k, bool tiles) {
   check_inputs(q, k, v, block_q, block_k);
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
   at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(compute_dtype(q.scalar_type())));
@@ -1453,17 +1621,27 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const 
     auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q,
                                  block_k);
 #ifdef SELFATTN_HAS_AVX512_VARIANT
-    Packed keys, values;   // K and V in VDPBF16PS's pairs, read by every query block (`qk_bf16`, `pv_bf16`)
+    // K (and bfloat16's V) packed once for the tiles, read by every query block (`qk_bf16` / `pv_bf16`, `qk_f32`)
+    Packed<uint16_t> keys, values;
+    Packed<float> keys32;
+    auto krow = [&](int64_t b, int64_t hk, int64_t j) { return P.krow(b, hk, j); };
     if constexpr (std::is_same_v<In, at::BFloat16>) {
-      if (bf16_tiles && softmax_isa().avx512_bf16 && P.Lk > 0 && P.D > 0) {
-        auto krow = [&](int64_t b, int64_t hk, int64_t j) { return P.krow(b, hk, j); };
+      if (tiles && softmax_isa().avx512_bf16 && P.Lk > 0 && P.D > 0) {
         auto vrow = [&](int64_t b, int64_t hk, int64_t j) { return P.vrow(b, hk, j); };
         keys = pack_groups(P.B * P.Hkv, P.Hkv, P.Lk, P.D, krow);
         values = pack_pairs(P.B * P.Hkv, P.Hkv, P.Lk, P.Dv, vrow);
         P.kpack = keys.get(), P.kpack_head = keys.per_head;
         P.vpack = values.get(), P.vpack_head = values.per_head;
       }
+    } else if constexpr (std::is_same_v<In, float>) {
+      if (tiles && softmax_isa().avx512 && P.Lk > 0 && P.D > 0) {
+        keys32 = pack_groups_f32(P.B * P.Hkv, P.Hkv, P.Lk, P.D, krow);
+        P.kpack = keys32.get(), P.kpack_head = keys32.per_head;
+        P.vrows = true;
+      }
     }
+#else
+    (void)tiles;
 #endif
     forward_impl<T, In>(P, out.data_ptr<In>(), lse.data_ptr<T>());
   });
@@ -1475,7 +1653,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     const at::Tensor& delta, const std::optional<at::Tensor>& mask, int64_t left, int64_t right, double scale,
     double softcap, const std::optional<at::Tensor>& sinks, const std::optional<at::Tensor>& alibi,
     const std::optional<at::Tensor>& seg_span, const std::optional<at::Tensor>& seg_ids, int64_t block_q,
-    int64_t block_k, bool bf16_tiles) {
+    int64_t block_k, bool tiles) {
   check_inputs(q, k, v, block_q, block_k);
   TORCH_CHECK(dout.size(3) <= 1 || dout.stride(3) == 1, "native attention: dout's last dim must have stride 1");
   TORCH_CHECK(lse.is_contiguous() && delta.is_contiguous(), "native attention: lse and delta must be contiguous");
@@ -1496,9 +1674,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q,
                                  block_k);
 #ifdef SELFATTN_HAS_AVX512_VARIANT
-    Packed keys, v_groups, k_pairs, queries, grads;   // every product of the backward on VDPBF16PS
+    Packed<uint16_t> keys, v_groups, k_pairs, queries, grads;   // every product of the backward on VDPBF16PS
     if constexpr (std::is_same_v<In, at::BFloat16>) {
-      if (bf16_tiles && softmax_isa().avx512_bf16 && P.Lk > 0 && P.D > 0 && P.Dv > 0) {
+      if (tiles && softmax_isa().avx512_bf16 && P.Lk > 0 && P.D > 0 && P.Dv > 0) {
         auto krow = [&](int64_t b, int64_t hk, int64_t j) { return P.krow(b, hk, j); };
         auto vrow = [&](int64_t b, int64_t hk, int64_t j) { return P.vrow(b, hk, j); };
         keys = pack_groups(P.B * P.Hkv, P.Hkv, P.Lk, P.D, krow);
@@ -1519,7 +1697,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
       }
     }
 #else
-    (void)bf16_tiles;
+    (void)tiles;
 #endif
     backward_impl<T, In>(P, dout.data_ptr<In>(), dout.stride(0), dout.stride(1), row_stride(dout), lse.data_ptr<T>(),
                          delta.data_ptr<T>(), dq.data_ptr<T>(), dk.data_ptr<T>(), dv.data_ptr<T>(), dq_extra);
@@ -1540,11 +1718,11 @@ TORCH_LIBRARY(selfattn_native, m) {
   m.def("softmax_path() -> str", &softmax_path);
   m.def("softmax_path_for(bool avx512f, bool avx512bf16) -> str", &softmax_path_for);
   m.def("forward(Tensor q, Tensor k, Tensor v, Tensor? mask, int left, int right, float scale, float softcap, "
-        "Tensor? sinks, Tensor? alibi, Tensor? seg_span, Tensor? seg_ids, int block_q, int block_k, bool bf16_tiles) "
+        "Tensor? sinks, Tensor? alibi, Tensor? seg_span, Tensor? seg_ids, int block_q, int block_k, bool tiles) "
         "-> (Tensor, Tensor)",
         &attention_forward);
   m.def("backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor lse, Tensor delta, Tensor? mask, int left, "
         "int right, float scale, float softcap, Tensor? sinks, Tensor? alibi, Tensor? seg_span, Tensor? seg_ids, "
-        "int block_q, int block_k, bool bf16_tiles) -> (Tensor, Tensor, Tensor)",
+        "int block_q, int block_k, bool tiles) -> (Tensor, Tensor, Tensor)",
         &attention_backward);
 }
