@@ -293,3 +293,24 @@ def test_concurrent_calls_pack_into_buffers_of_their_own():
         together = list(pool.map(lambda r: backend.forward(r).output, requests * 4))
     for i, out in enumerate(together):
         assert torch.equal(out, alone[i % len(requests)]), i
+
+
+def test_operands_past_a_batch_are_packed_a_batch_of_heads_at_a_time():
+    """The tiles pack at most PACK_BATCH_BYTES of operands at once (csrc `in_head_batches`): 8 kv heads of 16,384
+    keys pack 6 MB each for the bfloat16 backward (2 heads a batch, 4 batches) and 4 MB each for the float32
+    forward at D = 128 (3, 3 and 2 heads): every head reads its own part of its batch's buffers, forward and
+    backward, against float64 by the rule (fails where a head's part ignores where its batch starts)."""
+    q, k, v = make_inputs(1, 8, 8, 16, 16384, 64, 64, dtype=torch.float64)
+    backend = _tiles_or_skip(build_request(*(t.to(torch.bfloat16) for t in (q, k, v))))
+    want, naive = _grads("naive", q, k, v, {}, torch.float64), _grads("naive", q, k, v, {}, torch.bfloat16)
+    for name, g, w, n in zip("q k v".split(), _grads(backend, q, k, v, {}, torch.bfloat16), want, naive, strict=True):
+        scale = max(1.0, float(w.abs().max()))
+        assert max_error(g, w) / scale <= tolerance(torch.bfloat16, max_error(n, w) / scale), name
+    q, k, v = make_inputs(1, 8, 8, 16, 8200, 128, 128, dtype=torch.float32)
+    r = build_request(q, k, v, return_lse=True)
+    if not NativeBackend(tiles=True).runs_tiles(r):
+        pytest.skip("the float32 tiles run only where the CPU has AVX512F")
+    ref_out, _, ref_lse = reference_of(q, k, v)
+    naive_out = selfattn.attention(q, k, v, backend="naive")
+    got = NativeBackend(tiles=True).forward(r)
+    assert_close_to_reference(got.output, ref_out, naive_out)

@@ -35,12 +35,12 @@ EPYC made its bfloat16 GEMM no faster than sgemm on the attention's 128 × 512 �
 was 12% of a float32 window's forward. Where cpuid has AVX512-BF16, bfloat16's q·kᵀ and P·V run on VDPBF16PS over K
 and V packed once a call, and so do the backward's five products (dK and dV on P and dS rounded straight into
 transposed pairs, Q and dO packed over the queries); where it has AVX512F, float32's forward runs q·kᵀ on K packed
-once a call and P·V on V's rows where they are. The packing is written in parallel into buffers kept between calls
-(at most 64 MB), and only a query of more than FEW_ROWS rows per kv head pays it back: fewer (a decoding step) run
-the few-row loops, bfloat16 too. On that EPYC (B=1, H=8, D=64, 2 threads): bfloat16 causal L=4096 60 ms against
-MKL's 138, native float32's 118 and SDPA bfloat16's 125; forward + backward L=2048 58 ms against SDPA bfloat16's
-100; float32 causal L=4096 on the tiles 0.88× the time on MKL's sgemm, a two-sided window 0.88×, a sliding one
-0.83×.
+once a call and P·V on V's rows where they are. The packing is written in parallel, a batch of heads at a time (at
+most 16 MiB of packed operands at once, or one head's: the extra memory of a call), into buffers the kernel keeps
+between calls (at most 32 MiB, for the process's life); only a query of more than FEW_ROWS rows per kv head pays it
+back: fewer (a decoding step) run the few-row loops, bfloat16 too. On that EPYC (B=1, H=8, D=64, 2 threads,
+`selfattn bench`): bfloat16 causal L=4096 60 ms against SDPA bfloat16's 123 (138 on MKL's GEMM); forward + backward
+L=2048 54 ms against SDPA bfloat16's 101; float32 causal L=4096 98 ms on the tiles, 108 on MKL's sgemm, SDPA 119.
 """
 
 from __future__ import annotations

@@ -582,8 +582,9 @@ __attribute__((target("avx512f,avx512bf16"))) void round_pairs_bf16(const float*
 // OS on first touch, and a bfloat16 forward + backward at L = 2048 packs 10 MB a call (causal forward L = 4096 at
 // 8 MB) — on this EPYC as long as the packing itself. Buffers come back here when a call is done and are handed
 // to the next call that fits in one; the pool keeps at most POOL_BYTES (shared by every thread, under a lock:
-// concurrent calls take different buffers), so a call with larger operands allocates and frees its own.
-constexpr size_t POOL_BYTES = size_t(64) << 20;
+// concurrent calls take different buffers): two batches of heads' operands (`PACK_BATCH_BYTES`), so two calls at
+// once keep theirs, and a head larger than a batch allocates and frees its own.
+constexpr size_t POOL_BYTES = size_t(32) << 20;
 
 class PackPool {
  public:
@@ -700,33 +701,39 @@ __attribute__((target("avx512f"))) void pack_pair(const uint16_t* r0, const uint
   }
 }
 
-// As qk_bf16 reads K: (BH, groups of 16 rows, D2 pairs of dims, 16, 2); rows(b, h, j): row j of head h of batch b.
+// Values a head takes packed as qk_bf16 reads K, as pv_bf16 reads V, as qk_f32 reads K (L rows of D dims).
+inline int64_t groups_size(int64_t L, int64_t D) { return (L + BF16_KEYS - 1) / BF16_KEYS * ((D + 1) / 2) * BF16_KEYS * 2; }
+inline int64_t pairs_size(int64_t L, int64_t D) { return (L + 1) / 2 * ((D + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS) * 2; }
+inline int64_t groups_f32_size(int64_t L, int64_t D) { return (L + BF16_KEYS - 1) / BF16_KEYS * D * BF16_KEYS; }
+
+// As qk_bf16 reads K, for the heads [bh0, bh1) of the B·H: (heads, groups of 16 rows, D2 pairs of dims, 16, 2);
+// rows(b, h, j): row j of head h of batch b.
 template <typename Rows>
-Packed<uint16_t> pack_groups(int64_t BH, int64_t H, int64_t L, int64_t D, const Rows& rows) {
-  const int64_t groups = (L + BF16_KEYS - 1) / BF16_KEYS, size = groups * ((D + 1) / 2) * BF16_KEYS * 2;
-  Packed<uint16_t> out(BH * size, size);
-  at::parallel_for(0, BH * groups, 1, [&](int64_t t0, int64_t t1) {
+Packed<uint16_t> pack_groups(int64_t bh0, int64_t bh1, int64_t H, int64_t L, int64_t D, const Rows& rows) {
+  const int64_t groups = (L + BF16_KEYS - 1) / BF16_KEYS, size = groups_size(L, D);
+  Packed<uint16_t> out((bh1 - bh0) * size, size);
+  at::parallel_for(0, (bh1 - bh0) * groups, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t bh = t / groups, j0 = t % groups * BF16_KEYS, n = std::min(BF16_KEYS, L - j0);
+      const int64_t bh = bh0 + t / groups, j0 = t % groups * BF16_KEYS, n = std::min(BF16_KEYS, L - j0);
       const uint16_t* group[BF16_KEYS];
       for (int64_t r = 0; r < n; ++r) group[r] = reinterpret_cast<const uint16_t*>(rows(bh / H, bh % H, j0 + r));
-      pack_group(group, n, D, out.get() + bh * size + t % groups * (size / groups));
+      pack_group(group, n, D, out.get() + t * (size / groups));
     }
   });
   return out;
 }
 
-// As pv_bf16 reads V: (BH, pairs of rows, D16 dims, 2).
+// As pv_bf16 reads V, for the heads [bh0, bh1): (heads, pairs of rows, D16 dims, 2).
 template <typename Rows>
-Packed<uint16_t> pack_pairs(int64_t BH, int64_t H, int64_t L, int64_t D, const Rows& rows) {
-  const int64_t pairs = (L + 1) / 2, D16 = (D + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS, size = pairs * D16 * 2;
-  Packed<uint16_t> out(BH * size, size);
-  at::parallel_for(0, BH * pairs, 1, [&](int64_t t0, int64_t t1) {
+Packed<uint16_t> pack_pairs(int64_t bh0, int64_t bh1, int64_t H, int64_t L, int64_t D, const Rows& rows) {
+  const int64_t pairs = (L + 1) / 2, D16 = (D + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS, size = pairs_size(L, D);
+  Packed<uint16_t> out((bh1 - bh0) * size, size);
+  at::parallel_for(0, (bh1 - bh0) * pairs, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t bh = t / pairs, j = t % pairs * 2;
+      const int64_t bh = bh0 + t / pairs, j = t % pairs * 2;
       const auto* r0 = reinterpret_cast<const uint16_t*>(rows(bh / H, bh % H, j));
       const auto* r1 = j + 1 < L ? reinterpret_cast<const uint16_t*>(rows(bh / H, bh % H, j + 1)) : nullptr;
-      pack_pair(r0, r1, D, D16, out.get() + bh * size + t % pairs * D16 * 2);
+      pack_pair(r0, r1, D, D16, out.get() + t * D16 * 2);
     }
   });
   return out;
@@ -754,17 +761,17 @@ __attribute__((target("avx512f"))) void pack_group_f32(const float* const* rows,
   }
 }
 
-// As qk_f32 reads K: (BH, groups of 16 rows, D, 16); rows(b, h, j): row j of head h of batch b.
+// As qk_f32 reads K, for the heads [bh0, bh1): (heads, groups of 16 rows, D, 16).
 template <typename Rows>
-Packed<float> pack_groups_f32(int64_t BH, int64_t H, int64_t L, int64_t D, const Rows& rows) {
-  const int64_t groups = (L + BF16_KEYS - 1) / BF16_KEYS, per_group = D * BF16_KEYS, size = groups * per_group;
-  Packed<float> out(BH * size, size);
-  at::parallel_for(0, BH * groups, 1, [&](int64_t t0, int64_t t1) {
+Packed<float> pack_groups_f32(int64_t bh0, int64_t bh1, int64_t H, int64_t L, int64_t D, const Rows& rows) {
+  const int64_t groups = (L + BF16_KEYS - 1) / BF16_KEYS, size = groups_f32_size(L, D);
+  Packed<float> out((bh1 - bh0) * size, size);
+  at::parallel_for(0, (bh1 - bh0) * groups, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t bh = t / groups, j0 = t % groups * BF16_KEYS, n = std::min(BF16_KEYS, L - j0);
+      const int64_t bh = bh0 + t / groups, j0 = t % groups * BF16_KEYS, n = std::min(BF16_KEYS, L - j0);
       const float* group[BF16_KEYS];
       for (int64_t r = 0; r < n; ++r) group[r] = rows(bh / H, bh % H, j0 + r);
-      pack_group_f32(group, n, D, out.get() + bh * size + t % groups * per_group);
+      pack_group_f32(group, n, D, out.get() + t * D * BF16_KEYS);
     }
   });
   return out;
@@ -983,6 +990,9 @@ struct Problem {
   const uint16_t* vpack = nullptr;
   int64_t kpack_head = 0, vpack_head = 0;
   bool vrows = false;
+  // The (batch · kv head)s b·Hkv + hk this pass serves: all of them, or a batch whose packed operands fit
+  // PACK_BATCH_BYTES (the packed operands above hold those heads only, in order).
+  int64_t bh0 = 0, bh1 = 0;
   const uint16_t* vgroups = nullptr;   // the backward's: V packed as K is, for dP = dO Vᵀ (`qk_bf16`), or null
   const uint16_t* kpairs = nullptr;    // and K packed as V is, for dQ += s dS K (`pv_bf16`), or null
   const uint16_t* qpairs = nullptr;    // Q and dO (per query head) packed as V is, over the queries, for
@@ -1021,6 +1031,16 @@ struct Problem {
   }
   bool spans() const { return limited() || seg_lo; }
   T gemm_alpha() const { return softcap > 0 ? scale / softcap : scale; }
+  // kv head bh's part of an operand packed for this pass's heads (`per_head` values a head), or null
+  template <typename E>
+  const E* kv_part(const E* packed, int64_t per_head, int64_t bh) const {
+    return packed ? packed + (bh - bh0) * per_head : nullptr;
+  }
+  // query head bhq's (b·Hq + h) part of an operand packed per query head for this pass's kv heads, or null
+  template <typename E>
+  const E* q_part(const E* packed, int64_t per_head, int64_t bhq) const {
+    return packed ? packed + (bhq - bh0 * G) * per_head : nullptr;
+  }
   const In* qrow(int64_t b, int64_t h, int64_t i) const { return q + b * qsb + h * qsh + i * qsl; }
   const In* krow(int64_t b, int64_t h, int64_t j) const { return k + b * ksb + h * ksh + j * ksl; }
   const In* vrow(int64_t b, int64_t h, int64_t j) const { return v + b * vsb + h * vsh + j * vsl; }
@@ -1031,12 +1051,6 @@ struct Problem {
 template <typename T, typename In>
 void score_rule(const Problem<T, In>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t k0, int64_t k1, T* S,
                 T* tanh_out, std::vector<std::pair<int64_t, int64_t>>& span);
-
-// One (batch, kv head)'s part of operands packed for the tiles (`Problem::kpack` …, `per_head` apart), or null.
-template <typename E>
-inline const E* packed_head(const E* packed, int64_t per_head, int64_t bh) {
-  return packed ? packed + bh * per_head : nullptr;
-}
 
 // S (M × (k1 − k0)) = alpha · A Bᵀ on `packed`, B's rows [k0, k1) packed as qk_bf16 reads them (Q·Kᵀ, dO·Vᵀ), where
 // it is not null (bfloat16 on AVX512-BF16); false: the caller runs its GEMM.
@@ -1117,7 +1131,7 @@ template <typename T, typename In>
 void scores(const Problem<T, In>& P, int64_t b, int64_t h, int64_t r0, int64_t r1, int64_t k0, int64_t k1, T* S,
             T* tanh_out, std::vector<std::pair<int64_t, int64_t>>& span) {
   const int64_t n = k1 - k0, hk = h / P.G;
-  if (!dots_packed(P.qrow(b, h, r0), P.qsl, r1 - r0, P.D, packed_head(P.kpack, P.kpack_head, b * P.Hkv + hk), k0, k1,
+  if (!dots_packed(P.qrow(b, h, r0), P.qsl, r1 - r0, P.D, P.kv_part(P.kpack, P.kpack_head, b * P.Hkv + hk), k0, k1,
                    P.gemm_alpha(), S))
     gemm<T, In>(false, true, r1 - r0, n, P.D, P.gemm_alpha(), P.qrow(b, h, r0), P.qsl, P.krow(b, hk, k0), P.ksl, T(0),
                 S, n);
@@ -1287,7 +1301,7 @@ bool stacked_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
   for (int64_t k0 = lo; k0 < hi; k0 += width) {
     const int64_t k1 = std::min(hi, k0 + width), n = k1 - k0;
     if (std::max(q0, P.query_lo(b, k0, k1)) >= std::min(q1, P.query_hi(b, k0, k1))) continue;   // no row sees it
-    if (!dots_packed(ws.stacked_q.data(), P.D, rows, P.D, packed_head(P.kpack, P.kpack_head, b * P.Hkv + hk), k0, k1,
+    if (!dots_packed(ws.stacked_q.data(), P.D, rows, P.D, P.kv_part(P.kpack, P.kpack_head, b * P.Hkv + hk), k0, k1,
                      P.gemm_alpha(), S))
       gemm<T, In>(false, true, rows, n, P.D, P.gemm_alpha(), ws.stacked_q.data(), P.D, P.krow(b, hk, k0), P.ksl, T(0),
                   S, n);
@@ -1297,7 +1311,7 @@ bool stacked_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
       online_rows(P, g, q0, q0, q1, n, Sg, ws.spans, st);
     }
     const In* p = as_operand<In>(S, ws.rounded.data(), rows * n);   // P in the GEMM's dtype
-    if (!sums_packed(p, rows, packed_head(P.vpack, P.vpack_head, b * P.Hkv + hk), k0, k1, P.Dv, st.acc, P.Dv, T(1)) &&
+    if (!sums_packed(p, rows, P.kv_part(P.vpack, P.vpack_head, b * P.Hkv + hk), k0, k1, P.Dv, st.acc, P.Dv, T(1)) &&
         !sums_of_rows(p, rows, P.vrows ? P.vrow(b, hk, k0) : nullptr, P.vsl, n, P.Dv, st.acc, P.Dv, T(1)))
       gemm<T, In>(false, false, rows, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), st.acc, P.Dv);
   }
@@ -1324,7 +1338,7 @@ void softmax_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
       T* o = st.acc + g * st.rows * P.Dv;   // row i at (i − q0) · Dv
       online_rows(P, g, q0, r0, r1, n, S, ws.spans, st);
       const In* p = as_operand<In>(S, ws.rounded.data(), (r1 - r0) * n);   // P in the GEMM's dtype
-      const uint16_t* vpack = packed_head(P.vpack, P.vpack_head, b * P.Hkv + hk);
+      const uint16_t* vpack = P.kv_part(P.vpack, P.vpack_head, b * P.Hkv + hk);
       T* oi = o + (r0 - q0) * P.Dv;
       if (!sums_packed(p, r1 - r0, vpack, k0, k1, P.Dv, oi, P.Dv, T(1)) &&
           !sums_of_rows(p, r1 - r0, P.vrows ? P.vrow(b, hk, k0) : nullptr, P.vsl, n, P.Dv, oi, P.Dv, T(1)))
@@ -1392,7 +1406,7 @@ constexpr int64_t SPLIT_ROWS = 8;   // native.py's SPLIT_ROWS
 
 template <typename T, typename In>
 void forward_split(const Problem<T, In>& P, int64_t width, In* out, T* lse) {
-  const int64_t BH = P.B * P.Hkv, n_chunks = (P.Lk + width - 1) / width, rows = P.Lq;
+  const int64_t BH = P.bh1 - P.bh0, n_chunks = (P.Lk + width - 1) / width, rows = P.Lq;
   const int64_t size = P.G * rows * (2 + P.Dv);
   std::vector<T> parts(BH * n_chunks * size);   // (bh, chunk): m, l, acc
   auto state = [&](int64_t bh, int64_t c) {
@@ -1406,7 +1420,7 @@ void forward_split(const Problem<T, In>& P, int64_t width, In* out, T* lse) {
   std::unique_ptr<std::atomic<int64_t>[]> done(new std::atomic<int64_t>[BH]);
   for (int64_t bh = 0; bh < BH; ++bh) done[bh].store(0, std::memory_order_relaxed);
   run_tasks(BH * n_chunks, [&](int64_t w, int64_t t) {
-    const int64_t bh = t / n_chunks, c = t % n_chunks, b = bh / P.Hkv, hk = bh % P.Hkv;
+    const int64_t bh = t / n_chunks, c = t % n_chunks, b = (P.bh0 + bh) / P.Hkv, hk = (P.bh0 + bh) % P.Hkv;
     RowState<T> st = state(bh, c);
     st.reset(P.G, P.Dv);
     const auto [lo, hi] = block_keys(P, b, 0, P.Lq);
@@ -1425,12 +1439,12 @@ void forward_split(const Problem<T, In>& P, int64_t width, In* out, T* lse) {
 template <typename T, typename In>
 void forward_impl(const Problem<T, In>& P, In* out, T* lse) {
   if (P.Lq <= std::min(P.block_q, SPLIT_ROWS) && P.Lk > P.block_k) return forward_split(P, P.block_k, out, lse);
-  const int64_t n_qb = (P.Lq + P.block_q - 1) / P.block_q, BH = P.B * P.Hkv;
+  const int64_t n_qb = (P.Lq + P.block_q - 1) / P.block_q, BH = P.bh1 - P.bh0;
   const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
   std::vector<ForwardScratch<T, In>> scratch(workers);
   std::vector<std::vector<T>> states(workers);
   run_tasks(BH * n_qb, [&](int64_t w, int64_t t) {
-    const int64_t qb = n_qb - 1 - t / BH, bh = t % BH, b = bh / P.Hkv, hk = bh % P.Hkv;  // last (costliest) first
+    const int64_t qb = n_qb - 1 - t / BH, bh = P.bh0 + t % BH, b = bh / P.Hkv, hk = bh % P.Hkv;  // costliest first
     const int64_t q0 = qb * P.block_q, q1 = std::min(P.Lq, q0 + P.block_q), nq = q1 - q0;
     std::vector<T>& buf = states[w];
     buf.resize(P.G * P.block_q * (2 + P.Dv));
@@ -1449,7 +1463,7 @@ void forward_impl(const Problem<T, In>& P, In* out, T* lse) {
 template <typename T, typename In>
 void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t dsh, int64_t dsl, const T* lse,
                    const T* delta, T* dq, T* dk, T* dv, std::vector<at::Tensor>& dq_extra) {
-  const int64_t n_kb = (P.Lk + P.block_k - 1) / P.block_k, BH = P.B * P.Hkv;
+  const int64_t n_kb = (P.Lk + P.block_k - 1) / P.block_k, BH = P.bh1 - P.bh0;
   const int64_t workers = std::max<int64_t>(1, at::get_num_threads());
   std::vector<std::vector<T>> bufs(workers);
   std::vector<std::vector<In>> rounded(workers), flipped(workers);   // P or dS in the GEMM's dtype; transposed (tiles)
@@ -1458,7 +1472,7 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
   dq_of[0] = dq;
   const int64_t bq = P.block_q, bk = P.block_k;
   run_tasks(BH * n_kb, [&](int64_t w, int64_t t) {
-    const int64_t kb = t / BH, bh = t % BH, b = bh / P.Hkv, hk = bh % P.Hkv;
+    const int64_t kb = t / BH, bh = P.bh0 + t % BH, b = bh / P.Hkv, hk = bh % P.Hkv;
     if (!dq_of[w]) dq_of[w] = dq_extra[w].template data_ptr<T>();   // zeroed by the caller
     T* dqw = dq_of[w];
     std::vector<T>& buf = bufs[w];
@@ -1492,11 +1506,11 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
         }
         const In* dor = dout + b * dsb + h * dsh + q0 * dsl;
         const int64_t bhq = b * P.Hq + h;   // the query head's packed Q and dO
-        if (!transposed_sums_packed(S, n, flipped[w].data(), packed_head(P.dopairs, P.dopairs_head, bhq), q0, q1, P.Dv,
+        if (!transposed_sums_packed(S, n, flipped[w].data(), P.q_part(P.dopairs, P.dopairs_head, bhq), q0, q1, P.Dv,
                                     dvb, P.Dv, T(1)))
           gemm<T, In>(true, false, n, P.Dv, nq, T(1), as_operand<In>(S, rounded[w].data(), nq * n), n, dor, dsl, T(1),
                       dvb, P.Dv);   // dV += Pᵀ dO
-        if (!dots_packed(dor, dsl, nq, P.Dv, packed_head(P.vgroups, P.vgroups_head, bh), ka, kz, T(1), dP))
+        if (!dots_packed(dor, dsl, nq, P.Dv, P.kv_part(P.vgroups, P.vgroups_head, bh), ka, kz, T(1), dP))
           gemm<T, In>(false, true, nq, n, P.Dv, T(1), dor, dsl, P.vrow(b, hk, ka), P.vsl, T(0), dP, n);  // dP = dO Vᵀ
         const T* drow = delta + (b * P.Hq + h) * P.Lq;
         for (int64_t i = q0; i < q1; ++i) {   // dS = P ∘ (dP − Δ) (∘ (1 − tanh²) under a softcap)
@@ -1513,15 +1527,30 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
           }
         }
         const In* dsr = as_operand<In>(dP, rounded[w].data(), nq * n);   // dS in the GEMM's dtype (P is spent)
-        if (!transposed_sums_packed(dP, n, flipped[w].data(), packed_head(P.qpairs, P.qpairs_head, bhq), q0, q1, P.D,
+        if (!transposed_sums_packed(dP, n, flipped[w].data(), P.q_part(P.qpairs, P.qpairs_head, bhq), q0, q1, P.D,
                                     dkb, P.D, P.scale))
           gemm<T, In>(true, false, n, P.D, nq, P.scale, dsr, n, P.qrow(b, h, q0), P.qsl, T(1), dkb, P.D);  // dK += s dSᵀ Q
         T* dqb = dqw + ((b * P.Hq + h) * P.Lq + q0) * P.D;
-        if (!sums_packed(dsr, nq, packed_head(P.kpairs, P.kpairs_head, bh), ka, kz, P.D, dqb, P.D, P.scale))
+        if (!sums_packed(dsr, nq, P.kv_part(P.kpairs, P.kpairs_head, bh), ka, kz, P.D, dqb, P.D, P.scale))
           gemm<T, In>(false, false, nq, P.D, n, P.scale, dsr, n, P.krow(b, hk, ka), P.ksl, T(1), dqb, P.D);  // dQ += s dS K
       }
     }
   }, at::globalContext().deterministicAlgorithms());
+}
+
+// Runs f(bh0, bh1) over batches [bh0, bh1) of the BH (batch · kv head)s whose packed operands (head_bytes a head;
+// 0: nothing packed, one batch) take at most PACK_BATCH_BYTES together — at least one head a batch, the batches as
+// even as they can be — so that the tiles add at most that much memory to a call (or one head's operands, where
+// they are larger), whatever B·H·L: a causal float32 forward at L = 32,768 packed 64 MiB of K at once, where the
+// kernel without tiles adds under 2 MiB. Each batch is one more parallel region; a head's tasks stay in one.
+constexpr int64_t PACK_BATCH_BYTES = int64_t(16) << 20;
+
+template <typename F>
+void in_head_batches(int64_t BH, int64_t head_bytes, const F& f) {
+  const int64_t per_batch = head_bytes > 0 ? std::max<int64_t>(1, PACK_BATCH_BYTES / head_bytes) : BH;
+  if (BH <= 0 || per_batch <= 0) return;
+  const int64_t batches = (BH + per_batch - 1) / per_batch, size = (BH + batches - 1) / batches;
+  for (int64_t bh0 = 0; bh0 < BH; bh0 += size) f(bh0, std::min(BH, bh0 + size));
 }
 
 int64_t row_stride(const at::Tensor& t) { return t.size(2) <= 1 ? std::max<int64_t>(t.size(3), 1) : t.stride(2); }
@@ -1620,30 +1649,41 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const 
     using In = decltype(in);
     auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q,
                                  block_k);
+    // K (and bfloat16's V) packed for the tiles (`qk_bf16` / `pv_bf16`, `qk_f32`), read by every query block of a
+    // head: a batch of heads at a time (`in_head_batches`)
+    bool bf16 = false, f32 = false;
 #ifdef SELFATTN_HAS_AVX512_VARIANT
-    // K (and bfloat16's V) packed once for the tiles, read by every query block (`qk_bf16` / `pv_bf16`, `qk_f32`)
-    Packed<uint16_t> keys, values;
-    Packed<float> keys32;
-    auto krow = [&](int64_t b, int64_t hk, int64_t j) { return P.krow(b, hk, j); };
-    if constexpr (std::is_same_v<In, at::BFloat16>) {
-      if (tiles && softmax_isa().avx512_bf16 && P.Lk > 0 && P.D > 0) {
-        auto vrow = [&](int64_t b, int64_t hk, int64_t j) { return P.vrow(b, hk, j); };
-        keys = pack_groups(P.B * P.Hkv, P.Hkv, P.Lk, P.D, krow);
-        values = pack_pairs(P.B * P.Hkv, P.Hkv, P.Lk, P.Dv, vrow);
-        P.kpack = keys.get(), P.kpack_head = keys.per_head;
-        P.vpack = values.get(), P.vpack_head = values.per_head;
-      }
-    } else if constexpr (std::is_same_v<In, float>) {
-      if (tiles && softmax_isa().avx512 && P.Lk > 0 && P.D > 0) {
-        keys32 = pack_groups_f32(P.B * P.Hkv, P.Hkv, P.Lk, P.D, krow);
-        P.kpack = keys32.get(), P.kpack_head = keys32.per_head;
-        P.vrows = true;
-      }
-    }
+    bf16 = std::is_same_v<In, at::BFloat16> && tiles && softmax_isa().avx512_bf16 && P.Lk > 0 && P.D > 0;
+    f32 = std::is_same_v<In, float> && tiles && softmax_isa().avx512 && P.Lk > 0 && P.D > 0;
 #else
     (void)tiles;
 #endif
-    forward_impl<T, In>(P, out.data_ptr<In>(), lse.data_ptr<T>());
+    const int64_t head_bytes = bf16 ? (groups_size(P.Lk, P.D) + pairs_size(P.Lk, P.Dv)) * 2
+                                    : (f32 ? groups_f32_size(P.Lk, P.D) * 4 : 0);
+    in_head_batches(P.B * P.Hkv, head_bytes, [&](int64_t bh0, int64_t bh1) {
+      P.bh0 = bh0, P.bh1 = bh1;
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+      auto krow = [&](int64_t b, int64_t hk, int64_t j) { return P.krow(b, hk, j); };
+      Packed<uint16_t> keys, values;
+      Packed<float> keys32;
+      if constexpr (std::is_same_v<In, at::BFloat16>) {
+        if (bf16) {
+          auto vrow = [&](int64_t b, int64_t hk, int64_t j) { return P.vrow(b, hk, j); };
+          keys = pack_groups(bh0, bh1, P.Hkv, P.Lk, P.D, krow);
+          values = pack_pairs(bh0, bh1, P.Hkv, P.Lk, P.Dv, vrow);
+          P.kpack = keys.get(), P.kpack_head = keys.per_head;
+          P.vpack = values.get(), P.vpack_head = values.per_head;
+        }
+      } else if constexpr (std::is_same_v<In, float>) {
+        if (f32) {
+          keys32 = pack_groups_f32(bh0, bh1, P.Hkv, P.Lk, P.D, krow);
+          P.kpack = keys32.get(), P.kpack_head = keys32.per_head;
+          P.vrows = true;
+        }
+      }
+#endif
+      forward_impl<T, In>(P, out.data_ptr<In>(), lse.data_ptr<T>());
+    });
   });
   return {out, lse};
 }
@@ -1673,34 +1713,48 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     using In = decltype(in);
     auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q,
                                  block_k);
+    // every product of the backward on VDPBF16PS: K, V (as K is) and K (as V is) per kv head, Q and dO per query
+    // head (over the queries) packed for a batch of kv heads at a time (`in_head_batches`)
+    bool bf16 = false;
 #ifdef SELFATTN_HAS_AVX512_VARIANT
-    Packed<uint16_t> keys, v_groups, k_pairs, queries, grads;   // every product of the backward on VDPBF16PS
-    if constexpr (std::is_same_v<In, at::BFloat16>) {
-      if (tiles && softmax_isa().avx512_bf16 && P.Lk > 0 && P.D > 0 && P.Dv > 0) {
-        auto krow = [&](int64_t b, int64_t hk, int64_t j) { return P.krow(b, hk, j); };
-        auto vrow = [&](int64_t b, int64_t hk, int64_t j) { return P.vrow(b, hk, j); };
-        keys = pack_groups(P.B * P.Hkv, P.Hkv, P.Lk, P.D, krow);
-        v_groups = pack_groups(P.B * P.Hkv, P.Hkv, P.Lk, P.Dv, vrow);   // V as K is, K as V is
-        k_pairs = pack_pairs(P.B * P.Hkv, P.Hkv, P.Lk, P.D, krow);
-        P.kpack = keys.get(), P.kpack_head = keys.per_head;
-        P.vgroups = v_groups.get(), P.vgroups_head = v_groups.per_head;
-        P.kpairs = k_pairs.get(), P.kpairs_head = k_pairs.per_head;
-        const In* dO = dout.data_ptr<In>();   // Q and dO per query head, packed over the queries
-        auto qrow = [&](int64_t b, int64_t h, int64_t i) { return P.qrow(b, h, i); };
-        auto dorow = [&](int64_t b, int64_t h, int64_t i) {
-          return dO + b * dout.stride(0) + h * dout.stride(1) + i * row_stride(dout);
-        };
-        queries = pack_pairs(P.B * P.Hq, P.Hq, P.Lq, P.D, qrow);
-        grads = pack_pairs(P.B * P.Hq, P.Hq, P.Lq, P.Dv, dorow);
-        P.qpairs = queries.get(), P.qpairs_head = queries.per_head;
-        P.dopairs = grads.get(), P.dopairs_head = grads.per_head;
-      }
-    }
+    bf16 = std::is_same_v<In, at::BFloat16> && tiles && softmax_isa().avx512_bf16 && P.Lk > 0 && P.D > 0 && P.Dv > 0;
 #else
     (void)tiles;
 #endif
-    backward_impl<T, In>(P, dout.data_ptr<In>(), dout.stride(0), dout.stride(1), row_stride(dout), lse.data_ptr<T>(),
-                         delta.data_ptr<T>(), dq.data_ptr<T>(), dk.data_ptr<T>(), dv.data_ptr<T>(), dq_extra);
+    const int64_t head_bytes =
+        bf16 ? (groups_size(P.Lk, P.D) + groups_size(P.Lk, P.Dv) + pairs_size(P.Lk, P.D) +
+                P.G * (pairs_size(P.Lq, P.D) + pairs_size(P.Lq, P.Dv))) * 2
+             : 0;
+    in_head_batches(P.B * P.Hkv, head_bytes, [&](int64_t bh0, int64_t bh1) {
+      P.bh0 = bh0, P.bh1 = bh1;
+#ifdef SELFATTN_HAS_AVX512_VARIANT
+      Packed<uint16_t> keys, v_groups, k_pairs, queries, grads;
+      if constexpr (std::is_same_v<In, at::BFloat16>) {
+        if (bf16) {
+          auto krow = [&](int64_t b, int64_t hk, int64_t j) { return P.krow(b, hk, j); };
+          auto vrow = [&](int64_t b, int64_t hk, int64_t j) { return P.vrow(b, hk, j); };
+          keys = pack_groups(bh0, bh1, P.Hkv, P.Lk, P.D, krow);
+          v_groups = pack_groups(bh0, bh1, P.Hkv, P.Lk, P.Dv, vrow);   // V as K is, K as V is
+          k_pairs = pack_pairs(bh0, bh1, P.Hkv, P.Lk, P.D, krow);
+          P.kpack = keys.get(), P.kpack_head = keys.per_head;
+          P.vgroups = v_groups.get(), P.vgroups_head = v_groups.per_head;
+          P.kpairs = k_pairs.get(), P.kpairs_head = k_pairs.per_head;
+          const In* dO = dout.data_ptr<In>();   // Q and dO of the batch's query heads, packed over the queries
+          auto qrow = [&](int64_t b, int64_t h, int64_t i) { return P.qrow(b, h, i); };
+          auto dorow = [&](int64_t b, int64_t h, int64_t i) {
+            return dO + b * dout.stride(0) + h * dout.stride(1) + i * row_stride(dout);
+          };
+          queries = pack_pairs(bh0 * P.G, bh1 * P.G, P.Hq, P.Lq, P.D, qrow);
+          grads = pack_pairs(bh0 * P.G, bh1 * P.G, P.Hq, P.Lq, P.Dv, dorow);
+          P.qpairs = queries.get(), P.qpairs_head = queries.per_head;
+          P.dopairs = grads.get(), P.dopairs_head = grads.per_head;
+        }
+      }
+#endif
+      backward_impl<T, In>(P, dout.data_ptr<In>(), dout.stride(0), dout.stride(1), row_stride(dout),
+                           lse.data_ptr<T>(), delta.data_ptr<T>(), dq.data_ptr<T>(), dk.data_ptr<T>(),
+                           dv.data_ptr<T>(), dq_extra);
+    });
   });
   for (const at::Tensor& extra : dq_extra)
     if (extra.defined()) dq.add_(extra);
