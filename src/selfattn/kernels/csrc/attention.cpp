@@ -706,21 +706,28 @@ inline int64_t groups_size(int64_t L, int64_t D) { return (L + BF16_KEYS - 1) / 
 inline int64_t pairs_size(int64_t L, int64_t D) { return (L + 1) / 2 * ((D + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS) * 2; }
 inline int64_t groups_f32_size(int64_t L, int64_t D) { return (L + BF16_KEYS - 1) / BF16_KEYS * D * BF16_KEYS; }
 
-// As qk_bf16 reads K, for the heads [bh0, bh1) of the B·H: (heads, groups of 16 rows, D2 pairs of dims, 16, 2);
-// rows(b, h, j): row j of head h of batch b.
-template <typename Rows>
-Packed<uint16_t> pack_groups(int64_t bh0, int64_t bh1, int64_t H, int64_t L, int64_t D, const Rows& rows) {
-  const int64_t groups = (L + BF16_KEYS - 1) / BF16_KEYS, size = groups_size(L, D);
-  Packed<uint16_t> out((bh1 - bh0) * size, size);
+// The L rows of the heads [bh0, bh1) of the B·H (rows(b, h, j): row j of head h of batch b), in groups of 16 rows,
+// each packed by pack(its rows, n ≤ 16 of them, D, out) into `per_group` values of E: (heads, groups, per_group).
+template <typename E, typename Rows, typename PackGroup>
+Packed<E> pack_in_groups(int64_t bh0, int64_t bh1, int64_t H, int64_t L, int64_t D, int64_t per_group,
+                         const Rows& rows, const PackGroup& pack) {
+  const int64_t groups = (L + BF16_KEYS - 1) / BF16_KEYS;
+  Packed<E> out((bh1 - bh0) * groups * per_group, groups * per_group);
   at::parallel_for(0, (bh1 - bh0) * groups, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bh = bh0 + t / groups, j0 = t % groups * BF16_KEYS, n = std::min(BF16_KEYS, L - j0);
-      const uint16_t* group[BF16_KEYS];
-      for (int64_t r = 0; r < n; ++r) group[r] = reinterpret_cast<const uint16_t*>(rows(bh / H, bh % H, j0 + r));
-      pack_group(group, n, D, out.get() + t * (size / groups));
+      const E* group[BF16_KEYS];
+      for (int64_t r = 0; r < n; ++r) group[r] = reinterpret_cast<const E*>(rows(bh / H, bh % H, j0 + r));
+      pack(group, n, D, out.get() + t * per_group);
     }
   });
   return out;
+}
+
+// As qk_bf16 reads K, for the heads [bh0, bh1): (heads, groups of 16 rows, D2 pairs of dims, 16, 2).
+template <typename Rows>
+Packed<uint16_t> pack_groups(int64_t bh0, int64_t bh1, int64_t H, int64_t L, int64_t D, const Rows& rows) {
+  return pack_in_groups<uint16_t>(bh0, bh1, H, L, D, groups_size(BF16_KEYS, D), rows, pack_group);
 }
 
 // As pv_bf16 reads V, for the heads [bh0, bh1): (heads, pairs of rows, D16 dims, 2).
@@ -764,17 +771,7 @@ __attribute__((target("avx512f"))) void pack_group_f32(const float* const* rows,
 // As qk_f32 reads K, for the heads [bh0, bh1): (heads, groups of 16 rows, D, 16).
 template <typename Rows>
 Packed<float> pack_groups_f32(int64_t bh0, int64_t bh1, int64_t H, int64_t L, int64_t D, const Rows& rows) {
-  const int64_t groups = (L + BF16_KEYS - 1) / BF16_KEYS, size = groups_f32_size(L, D);
-  Packed<float> out((bh1 - bh0) * size, size);
-  at::parallel_for(0, (bh1 - bh0) * groups, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t bh = bh0 + t / groups, j0 = t % groups * BF16_KEYS, n = std::min(BF16_KEYS, L - j0);
-      const float* group[BF16_KEYS];
-      for (int64_t r = 0; r < n; ++r) group[r] = rows(bh / H, bh % H, j0 + r);
-      pack_group_f32(group, n, D, out.get() + t * D * BF16_KEYS);
-    }
-  });
-  return out;
+  return pack_in_groups<float>(bh0, bh1, H, L, D, groups_f32_size(BF16_KEYS, D), rows, pack_group_f32);
 }
 
 // S rows [0, R) × keys [k0, k1): S[r][j − k0] = alpha · q_r · k_j, for the key groups [g0, g0 + NG) of the packed K
@@ -1074,37 +1071,26 @@ bool dots_packed(const In* A, int64_t lda, int64_t M, int64_t D, const E* packed
   return false;
 }
 
-// C (M × N, stride ldc) += alpha · p B over B's rows [k0, k1), packed as pv_bf16 reads them (P·V, dS·K), where
-// `packed` is not null; false: the caller runs its GEMM.
+// C (M × N, stride ldc) += alpha · p B over B's rows [k0, k1) (p's M rows, k1 − k0 apart) on the kernel's tiles:
+// bfloat16's B packed as pv_bf16 reads it (`packed`: P·V, dS·K), float32's read where it is (`rows`, B's row k0,
+// stride ldr: P·V); false where neither is given: the caller runs its GEMM.
 template <typename T, typename In>
-bool sums_packed(const In* p, int64_t M, const uint16_t* packed, int64_t k0, int64_t k1, int64_t N, T* C, int64_t ldc,
-                 T alpha) {
+bool sums_on_tiles(const In* p, int64_t M, const uint16_t* packed, const In* rows, int64_t ldr, int64_t k0, int64_t k1,
+                   int64_t N, T* C, int64_t ldc, T alpha) {
 #ifdef SELFATTN_HAS_AVX512_VARIANT
   if constexpr (std::is_same_v<In, at::BFloat16>) {
     if (packed) {
       pv_bf16(M, p, PairLayout::rows(k0, k1), k0, k1, packed, N, C, ldc, alpha);
       return true;
     }
-  }
-#endif
-  (void)p, (void)M, (void)packed, (void)k0, (void)k1, (void)N, (void)C, (void)ldc, (void)alpha;
-  return false;
-}
-
-// C (M × N, stride ldc) += alpha · p B: p's M rows over n keys (stride n), B's n rows read in place from `rows`
-// (stride ldr) on the float32 tiles, where `rows` is not null; false: the caller runs its GEMM.
-template <typename T, typename In>
-bool sums_of_rows(const In* p, int64_t M, const In* rows, int64_t ldr, int64_t n, int64_t N, T* C, int64_t ldc,
-                  T alpha) {
-#ifdef SELFATTN_HAS_AVX512_VARIANT
-  if constexpr (std::is_same_v<In, float> && std::is_same_v<T, float>) {
+  } else if constexpr (std::is_same_v<In, float> && std::is_same_v<T, float>) {
     if (rows) {
-      pv_f32(M, p, n, rows, ldr, N, C, ldc, alpha);
+      pv_f32(M, p, k1 - k0, rows, ldr, N, C, ldc, alpha);
       return true;
     }
   }
 #endif
-  (void)p, (void)M, (void)rows, (void)ldr, (void)n, (void)N, (void)C, (void)ldc, (void)alpha;
+  (void)p, (void)M, (void)packed, (void)rows, (void)ldr, (void)k0, (void)k1, (void)N, (void)C, (void)ldc, (void)alpha;
   return false;
 }
 
@@ -1311,8 +1297,8 @@ bool stacked_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
       online_rows(P, g, q0, q0, q1, n, Sg, ws.spans, st);
     }
     const In* p = as_operand<In>(S, ws.rounded.data(), rows * n);   // P in the GEMM's dtype
-    if (!sums_packed(p, rows, P.kv_part(P.vpack, P.vpack_head, b * P.Hkv + hk), k0, k1, P.Dv, st.acc, P.Dv, T(1)) &&
-        !sums_of_rows(p, rows, P.vrows ? P.vrow(b, hk, k0) : nullptr, P.vsl, n, P.Dv, st.acc, P.Dv, T(1)))
+    if (!sums_on_tiles(p, rows, P.kv_part(P.vpack, P.vpack_head, b * P.Hkv + hk), P.vrows ? P.vrow(b, hk, k0) : nullptr,
+                       P.vsl, k0, k1, P.Dv, st.acc, P.Dv, T(1)))
       gemm<T, In>(false, false, rows, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), st.acc, P.Dv);
   }
   return true;
@@ -1340,8 +1326,7 @@ void softmax_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
       const In* p = as_operand<In>(S, ws.rounded.data(), (r1 - r0) * n);   // P in the GEMM's dtype
       const uint16_t* vpack = P.kv_part(P.vpack, P.vpack_head, b * P.Hkv + hk);
       T* oi = o + (r0 - q0) * P.Dv;
-      if (!sums_packed(p, r1 - r0, vpack, k0, k1, P.Dv, oi, P.Dv, T(1)) &&
-          !sums_of_rows(p, r1 - r0, P.vrows ? P.vrow(b, hk, k0) : nullptr, P.vsl, n, P.Dv, oi, P.Dv, T(1)))
+      if (!sums_on_tiles(p, r1 - r0, vpack, P.vrows ? P.vrow(b, hk, k0) : nullptr, P.vsl, k0, k1, P.Dv, oi, P.Dv, T(1)))
         gemm<T, In>(false, false, r1 - r0, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), o + (r0 - q0) * P.Dv,
                     P.Dv);
     }
@@ -1531,7 +1516,8 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
                                     dkb, P.D, P.scale))
           gemm<T, In>(true, false, n, P.D, nq, P.scale, dsr, n, P.qrow(b, h, q0), P.qsl, T(1), dkb, P.D);  // dK += s dSᵀ Q
         T* dqb = dqw + ((b * P.Hq + h) * P.Lq + q0) * P.D;
-        if (!sums_packed(dsr, nq, P.kv_part(P.kpairs, P.kpairs_head, bh), ka, kz, P.D, dqb, P.D, P.scale))
+        if (!sums_on_tiles(dsr, nq, P.kv_part(P.kpairs, P.kpairs_head, bh), static_cast<const In*>(nullptr), 0, ka, kz,
+                           P.D, dqb, P.D, P.scale))
           gemm<T, In>(false, false, nq, P.D, n, P.scale, dsr, n, P.krow(b, hk, ka), P.ksl, T(1), dqb, P.D);  // dQ += s dS K
       }
     }
