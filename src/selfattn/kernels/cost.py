@@ -58,12 +58,12 @@ request's shape. Off the CPU the rates say nothing, and "auto" keeps a fixed pre
 The decoding rows were refitted on a grid of one decoding step (Lk = 512–16384, Hkv = 8 and 1) and small
 prefills (`scripts/measure_auto.py`), every backend side by side, idle and with one busy process (`--load 1`).
 Last on a 2-core AVX512 EPYC, once native's few-row loops read V's rows in one pass with a prefetch ahead: native
-reads K and V at 17 against SDPA's 14 (`native.READ_GBPS`), its fixed cost is 50 µs the larger
+reads K and V at 17 against SDPA's 14 (`native.READ_GBPS`), its fixed cost is 55 µs the larger
 (`native.CALL_SECONDS`), and SDPA reads a kv head once per query head, the repeats from the cache while one kv
 head's K and V fit it (`Cost.cached_kv_bytes`, `Cost.cached_read_gbps`: SDPA's 79 GB/s a repeat where DRAM gave
-it 23); SDPA's `busy_factor` is 1.1 against native's 1.0. Idle, auto's choice was within 1.1× of the fastest in
-every grid case (1.10× at worst, one step over 512 keys without GQA, where native holds up busy); in the bench's
-cases it took the fastest idle and busy.
+it 23); SDPA's `busy_factor` is 1.1 against native's 1.0. Auto's choice was the fastest in every grid case idle
+(1.00×) and within 1.01× of it with one busy process beside it; in the bench's cases it took the fastest idle and
+busy.
 
 A backend without a `Cost` record gets no estimate (None), and "auto" never takes it (it says so
 among its reasons); it can still be asked for by name. How to add a backend: docs/architecture.md.

@@ -107,12 +107,11 @@ SPLIT_ROWS (csrc/attention.cpp): it splits when Lq <= min(block_q, SPLIT_ROWS) a
 SPLIT_KEYS = 2048
 """Keys per split-K chunk at most (`split_keys`' default)."""
 
-CALL_SECONDS = 90e-6
-"""A call's fixed cost in the cost model: 50 µs more than SDPA's (its inputs laid out, the tile's arguments, the
+CALL_SECONDS = 95e-6
+"""A call's fixed cost in the cost model: 55 µs more than SDPA's (its inputs laid out, the tile's arguments, the
 parallel region). With READ_GBPS it puts the crossing with SDPA for one decoding step between 512 and 1,024 keys,
-as measured side by side (native over SDPA, median of 400 interleaved rounds, 2 threads, this AVX512 EPYC: 1.05–1.12×
-at 512 keys, 0.95–0.99× at 1,024; under GQA 8/1 1.09× and 0.84×, where auto takes native: within `cost.CLOSE`, and
-it holds up on busy cores)."""
+with or without GQA, as measured side by side (native over SDPA, median of 400 interleaved rounds, 2 threads, this
+AVX512 EPYC: 1.05–1.12× at 512 keys, 0.95–0.99× at 1,024; under GQA 8/1 1.07–1.11× and 0.84×)."""
 
 READ_GBPS = 17.0
 """The rate at which one decoding step reads K and V, in the cost model's units (SDPA's 14): since the few-row loops
