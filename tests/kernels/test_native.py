@@ -14,11 +14,12 @@ import torch
 
 import selfattn
 from selfattn.kernels import native, native_build
+from selfattn.kernels.naive import NaiveBackend
 from selfattn.kernels.native import NativeBackend
 from selfattn.request import build_request
 
 from ..helpers import forward_with_lse, make_inputs, reference_of
-from ..tolerances import assert_close_to_reference
+from ..tolerances import assert_close_to_reference, max_error, tolerance
 from .test_native_half import TILE_CASES
 
 SMALL = NativeBackend(block_q=16, block_k=32)
@@ -194,6 +195,33 @@ def test_float32_tiles_meet_the_rule(case, tiles):
     assert ("AVX512 tiles" in backend.compute_path(r)) == backend.runs_tiles(r) == (tiles and native.cpu.has("avx512"))
     default = native.cpu.has("avx512") and not native.cpu.has("amx_tile") and r.G * r.Lq > native.FEW_ROWS
     assert NativeBackend().runs_tiles(r) == default
+
+
+@pytest.mark.parametrize("case", TILE_CASES)
+@pytest.mark.parametrize("tiles", [True, False])
+def test_float32_tiles_backward_meets_the_rule(case, tiles):
+    """Gradients of q, k, v through the float32 tiles (q·kᵀ and dO·Vᵀ on K and V packed, dV, dK and dQ on P, dS read
+    transposed or as they are against dO's, Q's and K's rows) and through MKL's sgemm, against float64 autograd by the
+    rule, at the tiles' edge shapes."""
+    shape, kw = TILE_CASES[case]
+    q64, k64, v64 = make_inputs(*shape, dtype=torch.float64)
+    weights = None
+    grads = {}
+    for name, backend, dtype in (
+        ("native", NativeBackend(tiles=tiles), torch.float32),
+        ("naive", NaiveBackend(), torch.float32),
+        ("reference", NaiveBackend(), torch.float64),
+    ):
+        q, k, v = (t.to(dtype).requires_grad_() for t in (q64, k64, v64))
+        out = backend.forward(build_request(q, k, v, return_lse=True, **kw))
+        if weights is None:
+            weights = torch.randn(out.output.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+        loss = (out.output.double() * weights).sum() + out.lse.double().nan_to_num(neginf=0.0).sum()
+        grads[name] = torch.autograd.grad(loss, (q, k, v))
+    for label, got, naive, want in zip("qkv", grads["native"], grads["naive"], grads["reference"], strict=True):
+        scale = max(1.0, float(want.abs().max()))
+        err, tol = max_error(got, want) / scale, tolerance(torch.float32, max_error(naive, want) / scale)
+        assert err <= tol, f"d{label}: {err:.3g} > {tol:.3g} ({case}, tiles={tiles})"
 
 
 def test_float32_tiles_read_no_value_outside_the_tile():

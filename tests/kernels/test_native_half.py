@@ -297,9 +297,10 @@ def test_concurrent_calls_pack_into_buffers_of_their_own():
 
 def test_operands_past_a_batch_are_packed_a_batch_of_heads_at_a_time():
     """The tiles pack at most PACK_BATCH_BYTES of operands at once (csrc `in_head_batches`): 8 kv heads of 16,384
-    keys pack 6 MB each for the bfloat16 backward (2 heads a batch, 4 batches) and 4 MB each for the float32
-    forward at D = 128 (3, 3 and 2 heads): every head reads its own part of its batch's buffers, forward and
-    backward, against float64 by the rule (fails where a head's part ignores where its batch starts)."""
+    keys pack 6 MB each for the bfloat16 backward (2 heads a batch, 4 batches), 4 MB each for the float32 forward
+    at D = 128 (3, 3 and 2 heads) and 8 MB each for the float32 backward (one a batch): every head reads its own
+    part of its batch's buffers, forward and backward, against float64 by the rule (fails where a head's part
+    ignores where its batch starts)."""
     q, k, v = make_inputs(1, 8, 8, 16, 16384, 64, 64, dtype=torch.float64)
     backend = _tiles_or_skip(build_request(*(t.to(torch.bfloat16) for t in (q, k, v))))
     want, naive = _grads("naive", q, k, v, {}, torch.float64), _grads("naive", q, k, v, {}, torch.bfloat16)
@@ -314,3 +315,9 @@ def test_operands_past_a_batch_are_packed_a_batch_of_heads_at_a_time():
     naive_out = selfattn.attention(q, k, v, backend="naive")
     got = NativeBackend(tiles=True).forward(r)
     assert_close_to_reference(got.output, ref_out, naive_out)
+    q, k, v = make_inputs(1, 8, 8, 16, 16384, 64, 64, dtype=torch.float64)  # the float32 backward: 8 batches of one
+    want, naive = _grads("naive", q, k, v, {}, torch.float64), _grads("naive", q, k, v, {}, torch.float32)
+    got32 = _grads(NativeBackend(tiles=True), q, k, v, {}, torch.float32)
+    for name, g, w, n in zip("q k v".split(), got32, want, naive, strict=True):
+        scale = max(1.0, float(w.abs().max()))
+        assert max_error(g, w) / scale <= tolerance(torch.float32, max_error(n, w) / scale), name

@@ -34,13 +34,15 @@ were not; `tiles=True / False` forces them): MKL's GEMMs pack both operands on e
 EPYC made its bfloat16 GEMM no faster than sgemm on the attention's 128 × 512 × 64 tiles (~90 GFLOP/s a core) and
 was 12% of a float32 window's forward. Where cpuid has AVX512-BF16, bfloat16's q·kᵀ and P·V run on VDPBF16PS over K
 and V packed once a call, and so do the backward's five products (dK and dV on P and dS rounded straight into
-transposed pairs, Q and dO packed over the queries); where it has AVX512F, float32's forward runs q·kᵀ on K packed
-once a call and P·V on V's rows where they are. The packing is written in parallel, a batch of heads at a time (at
+transposed pairs, Q and dO packed over the queries); where it has AVX512F, float32's q·kᵀ runs on K packed once a
+call and P·V on V's rows where they are, and the backward's dO·Vᵀ on V packed as K is, its dV, dK and dQ on dO's, Q's
+and K's rows where they are. The packing is written in parallel, a batch of heads at a time (at
 most 16 MiB of packed operands at once, or one head's: the extra memory of a call), into buffers the kernel keeps
 between calls (at most 32 MiB, for the process's life); only a query of more than FEW_ROWS rows per kv head pays it
 back: fewer (a decoding step) run the few-row loops, bfloat16 too. On that EPYC (B=1, H=8, D=64, 2 threads,
 `selfattn bench`): bfloat16 causal L=4096 60 ms against SDPA bfloat16's 123 (138 on MKL's GEMM); forward + backward
-L=2048 54 ms against SDPA bfloat16's 101; float32 causal L=4096 98 ms on the tiles, 108 on MKL's sgemm, SDPA 119.
+L=2048 54 ms against SDPA bfloat16's 101; float32 causal L=4096 98 ms on the tiles, 108 on MKL's sgemm, SDPA 119;
+float32 forward + backward L=2048 87 ms on the tiles, 101 on MKL's sgemm, SDPA 119.
 """
 
 from __future__ import annotations
@@ -256,9 +258,9 @@ class NativeBackend(Backend):
         GEMM (`has_half_gemm`) and converts them to float32 elsewhere; True / False force one path.
         split_keys: keys per split-K chunk at most (`chunk`) for a query of at most SPLIT_ROWS rows (None: never
         split, one task per kv head).
-        tiles: the products on the kernel's own tiles, operands packed once a call (`runs_tiles`): bfloat16's
-        (forward and backward) on VDPBF16PS where the CPU has AVX512-BF16, float32's forward on AVX512 FMAs where it
-        has AVX512F. None (default): where the CPU has no AMX (whose MKL GEMMs were measured; the tiles were not,
+        tiles: the products on the kernel's own tiles, operands packed once a call (`runs_tiles`), forward and
+        backward: bfloat16's on VDPBF16PS where the CPU has AVX512-BF16, float32's on AVX512 FMAs where it has
+        AVX512F. None (default): where the CPU has no AMX (whose MKL GEMMs were measured; the tiles were not,
         there) and a kv head has more than FEW_ROWS query rows; True: wherever the CPU has the instructions;
         False: MKL's GEMM on every tile."""
         self.block_q = checks.integer("block_q", block_q, low=1)
@@ -322,7 +324,7 @@ class NativeBackend(Backend):
             if self._operand_dtype(request.q.dtype) == torch.bfloat16:
                 tiles = "q·kᵀ, P·V and the backward's products on VDPBF16PS (AVX512-BF16), operands packed once a call"
             else:
-                tiles = "q·kᵀ and P·V on the kernel's own AVX512 tiles, K packed once a call (the backward's: BLAS)"
+                tiles = "q·kᵀ, P·V and the backward's products on AVX512 tiles, K (and V) packed once a call"
             path += f"; {tiles}"
         rows = self.few_rows(request)
         if rows is not None:
@@ -331,8 +333,8 @@ class NativeBackend(Backend):
 
     def runs_tiles(self, r: Request) -> bool:
         """True when `r` runs its q·kᵀ and P·V on the kernel's own tiles, operands packed once a call: bfloat16 on
-        VDPBF16PS where the CPU has AVX512-BF16 (csrc `qk_bf16` / `pv_bf16`, the backward's products too), float32
-        on AVX512 FMAs where it has AVX512F (csrc `qk_f32` / `pv_f32`, the forward) — the kernel checks cpuid too —
+        VDPBF16PS where the CPU has AVX512-BF16 (csrc `qk_bf16` / `pv_bf16`), float32 on AVX512 FMAs where it has
+        AVX512F (csrc `qk_f32` / `pv_f32`), the backward's products too — the kernel checks cpuid too —
         with `tiles` True, or None on a CPU without AMX (whose MKL GEMMs were measured; the tiles were not, there)
         for a query whose G × Lq rows per kv head are more than FEW_ROWS; else MKL's GEMM runs each tile, or the
         few-row loops (`few_rows`). The tiles pack K (and bfloat16's V) once a call, a pass that only many query rows

@@ -64,9 +64,8 @@ TILE_ARGUMENTS = (
 )
 """The C++ tile's arguments after q, k, v (`native.tile_arguments` builds them), with their schema types: the
 one list both operators' schemas are written from. The per-head score features follow the softcap in
-`scores.FEATURES` order, as the C++ takes them; tiles: the products on the kernel's own tiles (bfloat16's on
-VDPBF16PS, forward and backward, where the CPU has AVX512-BF16; float32's forward on AVX512F;
-`NativeBackend.runs_tiles`)."""
+`scores.FEATURES` order, as the C++ takes them; tiles: the products on the kernel's own tiles, forward and
+backward (bfloat16's on VDPBF16PS where the CPU has AVX512-BF16; float32's on AVX512F; `NativeBackend.runs_tiles`)."""
 
 _TILE = ", ".join(f"{kind} {name}" for name, kind in TILE_ARGUMENTS)
 _SINKS_AT = 3 + [name for name, _ in TILE_ARGUMENTS].index("sinks")

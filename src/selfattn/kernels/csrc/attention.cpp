@@ -748,11 +748,12 @@ Packed<uint16_t> pack_pairs(int64_t bh0, int64_t bh1, int64_t H, int64_t L, int6
 
 // --- float32 tiles on AVX512 ------------------------------------------------------------------------------------
 // MKL's sgemm packs both operands on every tile as well: its copy routines took 12% of a two-sided window's forward
-// (L = 4096, window (1024, 1024), this AVX512 EPYC), its kernel 52%. Where cpuid has AVX512F the float32 forward
+// (L = 4096, window (1024, 1024), this AVX512 EPYC), its kernel 52%. Where cpuid has AVX512F the float32 kernel
 // packs K once a call in groups of 16 keys per dim (`pack_groups_f32`: Kp[(g·D + d)·16 + j] = k[16g + j][d], zeros
 // past Lk) and runs Q·Kᵀ in registers (`qk_f32`: a query's dim broadcast, one FMA per group of keys); P·V reads V's
 // rows where they are (`pv_f32`: a row of P's value broadcast, V's row in vectors of 16 dims, the last masked), so
-// only the keys [k0, k1) of a tile and the dims below Dv are read.
+// only the keys [k0, k1) of a tile and the dims below Dv are read. The backward: dO·Vᵀ on V packed as K is, dV += Pᵀ dO
+// and dK += s dSᵀ Q with pv_f32 reading P and dS transposed where they are, dQ += s dS K on K's rows.
 
 // A group of n ≤ 16 rows (D dims) as qk_f32 reads it: for each dim, the 16 rows' values in one vector (16 × 16
 // blocks transposed in registers); zeros past n.
@@ -817,11 +818,12 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 load16(const flo
   return masked ? _mm512_maskz_loadu_ps(mask, x) : _mm512_loadu_ps(x);
 }
 
-// C rows [0, R) += alpha · P V over the n keys of the tile (P's row r at P + r · ldp; V's row j at V + j · ldv) and
+// C rows [0, R) += alpha · P V over the n keys of the tile (P's value of row r, key j at P[r · rs + j · cs]; V's row j
+// at V + j · ldv) and
 // the dims of vectors [v0, v0 + NV) of 16; PART: the last of them holds the Dv % 16 dims past the others, read and
 // written under a mask (the others' loads unmasked: masked ones in the loop made GCC keep the sums in memory).
 template <int R, int NV, bool PART>
-__attribute__((target("avx512f"))) void pv_f32_vectors(const float* P, int64_t ldp, int64_t n, const float* V,
+__attribute__((target("avx512f"))) void pv_f32_vectors(const float* P, int64_t rs, int64_t cs, int64_t n, const float* V,
                                                        int64_t ldv, int64_t v0, int64_t Dv, float* C, int64_t ldc,
                                                        float alpha) {
   const __mmask16 last = PART ? static_cast<__mmask16>((1u << (Dv % BF16_KEYS)) - 1) : 0xFFFF;
@@ -833,7 +835,7 @@ __attribute__((target("avx512f"))) void pv_f32_vectors(const float* P, int64_t l
     __m512 vv[NV];
     for (int c = 0; c < NV; ++c) vv[c] = load16(V + j * ldv + (v0 + c) * BF16_KEYS, PART && c == NV - 1, last);
     for (int r = 0; r < R; ++r) {
-      const __m512 pj = _mm512_set1_ps(P[r * ldp + j]);
+      const __m512 pj = _mm512_set1_ps(P[r * rs + j * cs]);
       for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_fmadd_ps(pj, vv[c], acc[r][c]);
     }
   }
@@ -847,22 +849,23 @@ __attribute__((target("avx512f"))) void pv_f32_vectors(const float* P, int64_t l
 }
 
 template <int R>
-void pv_f32_rows(const float* P, int64_t ldp, int64_t n, const float* V, int64_t ldv, int64_t Dv, float* C,
-                 int64_t ldc, float alpha) {
+void pv_f32_rows(const float* P, int64_t rs, int64_t cs, int64_t n, const float* V, int64_t ldv, int64_t Dv,
+                 float* C, int64_t ldc, float alpha) {
   const int64_t whole = Dv / BF16_KEYS;
   int64_t v = 0;
-  for (; v + 4 <= whole; v += 4) pv_f32_vectors<R, 4, false>(P, ldp, n, V, ldv, v, Dv, C, ldc, alpha);
-  for (; v < whole; ++v) pv_f32_vectors<R, 1, false>(P, ldp, n, V, ldv, v, Dv, C, ldc, alpha);
-  if (Dv % BF16_KEYS) pv_f32_vectors<R, 1, true>(P, ldp, n, V, ldv, v, Dv, C, ldc, alpha);
+  for (; v + 4 <= whole; v += 4) pv_f32_vectors<R, 4, false>(P, rs, cs, n, V, ldv, v, Dv, C, ldc, alpha);
+  for (; v < whole; ++v) pv_f32_vectors<R, 1, false>(P, rs, cs, n, V, ldv, v, Dv, C, ldc, alpha);
+  if (Dv % BF16_KEYS) pv_f32_vectors<R, 1, true>(P, rs, cs, n, V, ldv, v, Dv, C, ldc, alpha);
 }
 
-// C (M × Dv, stride ldc) += alpha · P V: P's M rows over the n keys of a tile (stride n), V's n rows from V (stride
+// C (M × Dv, stride ldc) += alpha · P V: P's M rows over the n keys of a tile (row r's key j at P[r · rs + j · cs]:
+// rs = n, cs = 1 for P as it is; rs = 1, cs = M' for the transpose of an M' × M tile), V's n rows from V (stride
 // ldv) read in place.
-void pv_f32(int64_t M, const float* P, int64_t n, const float* V, int64_t ldv, int64_t Dv, float* C, int64_t ldc,
-            float alpha = 1.0f) {
+void pv_f32(int64_t M, const float* P, int64_t rs, int64_t cs, int64_t n, const float* V, int64_t ldv, int64_t Dv,
+            float* C, int64_t ldc, float alpha = 1.0f) {
   int64_t r = 0;
-  for (; r + 4 <= M; r += 4) pv_f32_rows<4>(P + r * n, n, n, V, ldv, Dv, C + r * ldc, ldc, alpha);
-  for (; r < M; ++r) pv_f32_rows<1>(P + r * n, n, n, V, ldv, Dv, C + r * ldc, ldc, alpha);
+  for (; r + 4 <= M; r += 4) pv_f32_rows<4>(P + r * rs, rs, cs, n, V, ldv, Dv, C + r * ldc, ldc, alpha);
+  for (; r < M; ++r) pv_f32_rows<1>(P + r * rs, rs, cs, n, V, ldv, Dv, C + r * ldc, ldc, alpha);
 }
 #endif
 
@@ -981,16 +984,17 @@ struct Problem {
   const int64_t* seg_ids = nullptr;  // (B, L) ids, only when a segment is not one contiguous run
   int64_t block_q, block_k;
   // K packed for the tiles (bfloat16: VDPBF16PS's pairs, `pack_groups`; float32: `pack_groups_f32`), or null; V
-  // packed for VDPBF16PS (`pack_pairs`), or null; vrows: the float32 tiles' P·V reads V's rows in place (`pv_f32`)
+  // packed for VDPBF16PS (`pack_pairs`), or null; in_place: the float32 tiles' P·V (and the backward's dV, dK, dQ)
+  // read V's (dO's, Q's, K's) rows where they are (`pv_f32`)
   using Pack = std::conditional_t<std::is_same_v<In, float>, float, uint16_t>;
   const Pack* kpack = nullptr;
   const uint16_t* vpack = nullptr;
   int64_t kpack_head = 0, vpack_head = 0;
-  bool vrows = false;
+  bool in_place = false;
   // The (batch · kv head)s b·Hkv + hk this pass serves: all of them, or a batch whose packed operands fit
   // PACK_BATCH_BYTES (the packed operands above hold those heads only, in order).
   int64_t bh0 = 0, bh1 = 0;
-  const uint16_t* vgroups = nullptr;   // the backward's: V packed as K is, for dP = dO Vᵀ (`qk_bf16`), or null
+  const Pack* vgroups = nullptr;       // the backward's: V packed as K is, for dP = dO Vᵀ (`qk_bf16`, `qk_f32`), or null
   const uint16_t* kpairs = nullptr;    // and K packed as V is, for dQ += s dS K (`pv_bf16`), or null
   const uint16_t* qpairs = nullptr;    // Q and dO (per query head) packed as V is, over the queries, for
   const uint16_t* dopairs = nullptr;   // dK += s dSᵀ Q and dV += Pᵀ dO (`pv_bf16` on the transposes), or null
@@ -1085,7 +1089,7 @@ bool sums_on_tiles(const In* p, int64_t M, const uint16_t* packed, const In* row
     }
   } else if constexpr (std::is_same_v<In, float> && std::is_same_v<T, float>) {
     if (rows) {
-      pv_f32(M, p, k1 - k0, rows, ldr, N, C, ldc, alpha);
+      pv_f32(M, p, k1 - k0, 1, k1 - k0, rows, ldr, N, C, ldc, alpha);
       return true;
     }
   }
@@ -1095,11 +1099,13 @@ bool sums_on_tiles(const In* p, int64_t M, const uint16_t* packed, const In* row
 }
 
 // C (M × N, stride ldc) += alpha · xᵀ B, x's rows [k0, k1) of M floats (P or dS of a backward tile: dV += Pᵀ dO,
-// dK += s dSᵀ Q) rounded into `scratch` ((k1 − k0 + 2) · M values) transposed in pairs of rows (`round_pairs_bf16`)
-// and B's rows [k0, k1) packed as pv_bf16 reads them, where `packed` is not null; false: the caller runs its GEMM.
+// dK += s dSᵀ Q) on the kernel's tiles: for bfloat16, x rounded into `scratch` ((k1 − k0 + 2) · M values) transposed
+// in pairs of rows (`round_pairs_bf16`) and B's rows [k0, k1) packed as pv_bf16 reads them (`packed`); for float32,
+// x read transposed where it is and B's row k0 on from `rows` (stride ldr) in place; false where neither is given:
+// the caller runs its GEMM.
 template <typename T, typename In>
-bool transposed_sums_packed(const T* x, int64_t M, In* scratch, const uint16_t* packed, int64_t k0, int64_t k1,
-                            int64_t N, T* C, int64_t ldc, T alpha) {
+bool transposed_sums_on_tiles(const T* x, int64_t M, In* scratch, const uint16_t* packed, const In* rows, int64_t ldr,
+                              int64_t k0, int64_t k1, int64_t N, T* C, int64_t ldc, T alpha) {
 #ifdef SELFATTN_HAS_AVX512_VARIANT
   if constexpr (std::is_same_v<In, at::BFloat16>) {
     if (packed) {
@@ -1107,9 +1113,15 @@ bool transposed_sums_packed(const T* x, int64_t M, In* scratch, const uint16_t* 
       pv_bf16(M, scratch, PairLayout::pairs(M, k0), k0, k1, packed, N, C, ldc, alpha);
       return true;
     }
+  } else if constexpr (std::is_same_v<In, float> && std::is_same_v<T, float>) {
+    if (rows) {
+      pv_f32(M, x, 1, M, k1 - k0, rows, ldr, N, C, ldc, alpha);
+      return true;
+    }
   }
 #endif
-  (void)x, (void)M, (void)scratch, (void)packed, (void)k0, (void)k1, (void)N, (void)C, (void)ldc, (void)alpha;
+  (void)x, (void)M, (void)scratch, (void)packed, (void)rows, (void)ldr, (void)k0, (void)k1, (void)N, (void)C, (void)ldc,
+      (void)alpha;
   return false;
 }
 
@@ -1297,7 +1309,7 @@ bool stacked_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
       online_rows(P, g, q0, q0, q1, n, Sg, ws.spans, st);
     }
     const In* p = as_operand<In>(S, ws.rounded.data(), rows * n);   // P in the GEMM's dtype
-    if (!sums_on_tiles(p, rows, P.kv_part(P.vpack, P.vpack_head, b * P.Hkv + hk), P.vrows ? P.vrow(b, hk, k0) : nullptr,
+    if (!sums_on_tiles(p, rows, P.kv_part(P.vpack, P.vpack_head, b * P.Hkv + hk), P.in_place ? P.vrow(b, hk, k0) : nullptr,
                        P.vsl, k0, k1, P.Dv, st.acc, P.Dv, T(1)))
       gemm<T, In>(false, false, rows, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), st.acc, P.Dv);
   }
@@ -1326,7 +1338,7 @@ void softmax_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
       const In* p = as_operand<In>(S, ws.rounded.data(), (r1 - r0) * n);   // P in the GEMM's dtype
       const uint16_t* vpack = P.kv_part(P.vpack, P.vpack_head, b * P.Hkv + hk);
       T* oi = o + (r0 - q0) * P.Dv;
-      if (!sums_on_tiles(p, r1 - r0, vpack, P.vrows ? P.vrow(b, hk, k0) : nullptr, P.vsl, k0, k1, P.Dv, oi, P.Dv, T(1)))
+      if (!sums_on_tiles(p, r1 - r0, vpack, P.in_place ? P.vrow(b, hk, k0) : nullptr, P.vsl, k0, k1, P.Dv, oi, P.Dv, T(1)))
         gemm<T, In>(false, false, r1 - r0, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), o + (r0 - q0) * P.Dv,
                     P.Dv);
     }
@@ -1491,8 +1503,8 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
         }
         const In* dor = dout + b * dsb + h * dsh + q0 * dsl;
         const int64_t bhq = b * P.Hq + h;   // the query head's packed Q and dO
-        if (!transposed_sums_packed(S, n, flipped[w].data(), P.q_part(P.dopairs, P.dopairs_head, bhq), q0, q1, P.Dv,
-                                    dvb, P.Dv, T(1)))
+        if (!transposed_sums_on_tiles(S, n, flipped[w].data(), P.q_part(P.dopairs, P.dopairs_head, bhq),
+                                      P.in_place ? dor : nullptr, dsl, q0, q1, P.Dv, dvb, P.Dv, T(1)))
           gemm<T, In>(true, false, n, P.Dv, nq, T(1), as_operand<In>(S, rounded[w].data(), nq * n), n, dor, dsl, T(1),
                       dvb, P.Dv);   // dV += Pᵀ dO
         if (!dots_packed(dor, dsl, nq, P.Dv, P.kv_part(P.vgroups, P.vgroups_head, bh), ka, kz, T(1), dP))
@@ -1512,12 +1524,12 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
           }
         }
         const In* dsr = as_operand<In>(dP, rounded[w].data(), nq * n);   // dS in the GEMM's dtype (P is spent)
-        if (!transposed_sums_packed(dP, n, flipped[w].data(), P.q_part(P.qpairs, P.qpairs_head, bhq), q0, q1, P.D,
-                                    dkb, P.D, P.scale))
+        if (!transposed_sums_on_tiles(dP, n, flipped[w].data(), P.q_part(P.qpairs, P.qpairs_head, bhq),
+                                      P.in_place ? P.qrow(b, h, q0) : nullptr, P.qsl, q0, q1, P.D, dkb, P.D, P.scale))
           gemm<T, In>(true, false, n, P.D, nq, P.scale, dsr, n, P.qrow(b, h, q0), P.qsl, T(1), dkb, P.D);  // dK += s dSᵀ Q
         T* dqb = dqw + ((b * P.Hq + h) * P.Lq + q0) * P.D;
-        if (!sums_on_tiles(dsr, nq, P.kv_part(P.kpairs, P.kpairs_head, bh), static_cast<const In*>(nullptr), 0, ka, kz,
-                           P.D, dqb, P.D, P.scale))
+        if (!sums_on_tiles(dsr, nq, P.kv_part(P.kpairs, P.kpairs_head, bh), P.in_place ? P.krow(b, hk, ka) : nullptr,
+                           P.ksl, ka, kz, P.D, dqb, P.D, P.scale))
           gemm<T, In>(false, false, nq, P.D, n, P.scale, dsr, n, P.krow(b, hk, ka), P.ksl, T(1), dqb, P.D);  // dQ += s dS K
       }
     }
@@ -1664,7 +1676,7 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const 
         if (f32) {
           keys32 = pack_groups_f32(bh0, bh1, P.Hkv, P.Lk, P.D, krow);
           P.kpack = keys32.get(), P.kpack_head = keys32.per_head;
-          P.vrows = true;
+          P.in_place = true;
         }
       }
 #endif
@@ -1701,20 +1713,35 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
                                  block_k);
     // every product of the backward on VDPBF16PS: K, V (as K is) and K (as V is) per kv head, Q and dO per query
     // head (over the queries) packed for a batch of kv heads at a time (`in_head_batches`)
-    bool bf16 = false;
+    // (float32: K and V packed as K is, per kv head; dO, Q and K read where they are)
+    bool bf16 = false, f32 = false;
 #ifdef SELFATTN_HAS_AVX512_VARIANT
-    bf16 = std::is_same_v<In, at::BFloat16> && tiles && softmax_isa().avx512_bf16 && P.Lk > 0 && P.D > 0 && P.Dv > 0;
+    const bool sized = P.Lk > 0 && P.D > 0 && P.Dv > 0;
+    bf16 = std::is_same_v<In, at::BFloat16> && tiles && softmax_isa().avx512_bf16 && sized;
+    f32 = std::is_same_v<In, float> && tiles && softmax_isa().avx512 && sized;
 #else
     (void)tiles;
 #endif
     const int64_t head_bytes =
         bf16 ? (groups_size(P.Lk, P.D) + groups_size(P.Lk, P.Dv) + pairs_size(P.Lk, P.D) +
                 P.G * (pairs_size(P.Lq, P.D) + pairs_size(P.Lq, P.Dv))) * 2
-             : 0;
+             : (f32 ? (groups_f32_size(P.Lk, P.D) + groups_f32_size(P.Lk, P.Dv)) * 4 : 0);
     in_head_batches(P.B * P.Hkv, head_bytes, [&](int64_t bh0, int64_t bh1) {
       P.bh0 = bh0, P.bh1 = bh1;
 #ifdef SELFATTN_HAS_AVX512_VARIANT
       Packed<uint16_t> keys, v_groups, k_pairs, queries, grads;
+      Packed<float> keys32, v_groups32;
+      if constexpr (std::is_same_v<In, float>) {
+        if (f32) {
+          auto krow = [&](int64_t b, int64_t hk, int64_t j) { return P.krow(b, hk, j); };
+          auto vrow = [&](int64_t b, int64_t hk, int64_t j) { return P.vrow(b, hk, j); };
+          keys32 = pack_groups_f32(bh0, bh1, P.Hkv, P.Lk, P.D, krow);
+          v_groups32 = pack_groups_f32(bh0, bh1, P.Hkv, P.Lk, P.Dv, vrow);
+          P.kpack = keys32.get(), P.kpack_head = keys32.per_head;
+          P.vgroups = v_groups32.get(), P.vgroups_head = v_groups32.per_head;
+          P.in_place = true;
+        }
+      }
       if constexpr (std::is_same_v<In, at::BFloat16>) {
         if (bf16) {
           auto krow = [&](int64_t b, int64_t hk, int64_t j) { return P.krow(b, hk, j); };
