@@ -36,10 +36,10 @@ was 12% of a float32 window's forward. Where cpuid has AVX512-BF16, bfloat16's q
 and V packed once a call, and so do the backward's five products (dK and dV on P and dS rounded straight into
 transposed pairs, Q and dO packed over the queries); where it has AVX512F, float32's q·kᵀ runs on K packed once a
 call and P·V on V's rows where they are, and the backward's dO·Vᵀ on V packed as K is, its dV, dK and dQ on dO's, Q's
-and K's rows where they are. The packing is written in parallel, a batch of heads at a time (at
-most 16 MiB of packed operands at once, or one head's: the extra memory of a call), into buffers the kernel keeps
-between calls (at most 32 MiB, for the process's life); only a query of more than FEW_ROWS rows per kv head pays it
-back: fewer (a decoding step) run the few-row loops, bfloat16 too. On that EPYC (B=1, H=8, D=64, 2 threads,
+and K's rows where they are. The packing is written in parallel, a batch of heads at a time (at most 16 MiB of
+packed operands at once, or one head's: the extra memory of a call), into buffers the kernel keeps between calls
+(at most 32 MiB, for the process's life); only a query of more than FEW_ROWS rows per kv head pays it back: fewer
+(a decoding step) run the few-row loops, bfloat16 too. On that EPYC (B=1, H=8, D=64, 2 threads,
 `selfattn bench`): bfloat16 causal L=4096 60 ms against SDPA bfloat16's 123 (138 on MKL's GEMM); forward + backward
 L=2048 54 ms against SDPA bfloat16's 101; float32 causal L=4096 98 ms on the tiles, 108 on MKL's sgemm, SDPA 119;
 float32 forward + backward L=2048 87 ms on the tiles, 101 on MKL's sgemm, SDPA 119.
@@ -337,9 +337,9 @@ class NativeBackend(Backend):
         AVX512F (csrc `qk_f32` / `pv_f32`), the backward's products too — the kernel checks cpuid too —
         with `tiles` True, or None on a CPU without AMX (whose MKL GEMMs were measured; the tiles were not, there)
         for a query whose G × Lq rows per kv head are more than FEW_ROWS; else MKL's GEMM runs each tile, or the
-        few-row loops (`few_rows`). The tiles pack K (and bfloat16's V) once a call, a pass that only many query rows
-        pay back: one bfloat16 decoding step over 16,384 keys took 2.7× SDPA's time packed, 0.6× in the few-row
-        loops."""
+        few-row loops (`few_rows`). The tiles pack their operands (K; V too for bfloat16 and for a backward) once a
+        call, a pass that only many query rows pay back: one bfloat16 decoding step over 16,384 keys took 2.7× SDPA's
+        time packed, 0.6× in the few-row loops."""
         operand = self._operand_dtype(r.q.dtype)
         if operand == torch.bfloat16:
             here = cpu.has("avx512_bf16") and cpu.has("avx512")

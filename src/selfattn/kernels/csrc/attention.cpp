@@ -394,7 +394,7 @@ __attribute__((target("avx512f,avx512bf16"))) void round_bf16_avx512(const float
 //   V  pairs of keys (2t, 2t + 1); per 16 dims, one vector holding (v[2t][d], v[2t+1][d]) for those 16 dims
 // zeros past Lk, D and Dv. A query's pair (q[2p], q[2p+1]) — or a row of P's (p[2t], p[2t+1]) — is broadcast
 // to the 16 lanes; each VDPBF16PS adds both products into float32 lanes, as the GEMM's float32 accumulation.
-constexpr int64_t BF16_KEYS = 16;   // keys per packed K group, dims per packed V vector: one vector of floats
+constexpr int64_t LANES = 16;   // float32 lanes of an AVX512 vector: keys per packed K group, dims per packed V vector
 
 // S[r][j − k0] = alpha · acc[r][c]'s lane j − 16 (g0 + c), for the keys j of the groups [g0, g0 + NG) that lie in
 // [k0, k1): the columns of keys outside the tile are never written.
@@ -404,9 +404,10 @@ __attribute__((target("avx512f"), always_inline)) inline void store_scores(const
                                                                           float* S, int64_t lds) {
   const __m512 a = _mm512_set1_ps(alpha);
   for (int c = 0; c < NG; ++c) {
-    const int64_t j0 = (g0 + c) * BF16_KEYS, lo = std::max(j0, k0), hi = std::min(j0 + BF16_KEYS, k1);
+    const int64_t j0 = (g0 + c) * LANES, lo = std::max(j0, k0), hi = std::min(j0 + LANES, k1);
     if (lo >= hi) continue;
-    const __mmask16 run = static_cast<__mmask16>((1u << (hi - lo)) - 1), keep = static_cast<__mmask16>(run << (lo - j0));
+    const __mmask16 run = static_cast<__mmask16>((1u << (hi - lo)) - 1);
+    const __mmask16 keep = static_cast<__mmask16>(run << (lo - j0));
     for (int r = 0; r < R; ++r) {   // the kept lanes moved down to the tile's first column, lo − k0
       const __m512 v = _mm512_mul_ps(acc[r][c], a);
       if (keep == 0xFFFF) _mm512_storeu_ps(S + r * lds + (lo - k0), v);
@@ -424,7 +425,7 @@ __attribute__((target("avx512f,avx512bf16"), always_inline)) inline void qk_pair
                                                                                 const uint16_t* Kp, int64_t D2,
                                                                                 int64_t g0, int64_t p, bool whole) {
   __m512bh kv[NG];
-  for (int c = 0; c < NG; ++c) kv[c] = (__m512bh)_mm512_loadu_si512(Kp + ((g0 + c) * D2 + p) * 2 * BF16_KEYS);
+  for (int c = 0; c < NG; ++c) kv[c] = (__m512bh)_mm512_loadu_si512(Kp + ((g0 + c) * D2 + p) * 2 * LANES);
   for (int r = 0; r < R; ++r) {
     int32_t pair = A[r * lda + 2 * p];
     if (whole) std::memcpy(&pair, A + r * lda + 2 * p, sizeof pair);
@@ -450,8 +451,8 @@ __attribute__((target("avx512f,avx512bf16"))) void qk_groups(const uint16_t* A, 
 template <int R>
 void qk_rows(const uint16_t* A, int64_t lda, int64_t D, const uint16_t* Kp, int64_t D2, int64_t k0, int64_t k1,
              float alpha, float* S, int64_t lds) {
-  int64_t g = k0 / BF16_KEYS;
-  const int64_t g1 = (k1 + BF16_KEYS - 1) / BF16_KEYS;
+  int64_t g = k0 / LANES;
+  const int64_t g1 = (k1 + LANES - 1) / LANES;
   for (; g + 4 <= g1; g += 4) qk_groups<R, 4>(A, lda, D, Kp, D2, g, k0, k1, alpha, S, lds);
   for (; g < g1; ++g) qk_groups<R, 1>(A, lda, D, Kp, D2, g, k0, k1, alpha, S, lds);
 }
@@ -471,7 +472,9 @@ void qk_bf16(int64_t M, const at::BFloat16* Aq, int64_t lda, int64_t D, const ui
 // (2t, 2t + 1) sit side by side and VDPBF16PS reads them as one 32-bit broadcast.
 struct PairLayout {
   int64_t row_step, pair_step, first, skew;
-  int64_t at(int64_t r, int64_t j) const { return r * row_step + ((j - first) >> 1) * pair_step + ((j - first) & 1) - skew; }
+  int64_t at(int64_t r, int64_t j) const {
+    return r * row_step + ((j - first) >> 1) * pair_step + ((j - first) & 1) - skew;
+  }
   // P as the forward makes it: row r's keys in one run, k1 − k0 apart
   static PairLayout rows(int64_t k0, int64_t k1) { return {k1 - k0, 2, k0 & ~int64_t(1), k0 & 1}; }
   // a transposed operand of M rows as `round_pairs_bf16` writes it: for each pair of keys, the M rows' pairs
@@ -489,7 +492,7 @@ __attribute__((target("avx512f,avx512bf16"))) void pv_vectors(const uint16_t* Pa
   __m512 acc[R][NV];
   __mmask16 mask[NV];
   for (int c = 0; c < NV; ++c) {
-    const int64_t d0 = (v0 + c) * BF16_KEYS, left = std::min<int64_t>(BF16_KEYS, Dv - d0);
+    const int64_t d0 = (v0 + c) * LANES, left = std::min<int64_t>(LANES, Dv - d0);
     mask[c] = static_cast<__mmask16>((1u << left) - 1);
     for (int r = 0; r < R; ++r)   // alpha 1: the sums go on from C's; else C + alpha · (the tile's sums)
       acc[r][c] = alpha == 1.0f ? _mm512_maskz_loadu_ps(mask[c], C + r * ldc + d0) : _mm512_setzero_ps();
@@ -497,7 +500,7 @@ __attribute__((target("avx512f,avx512bf16"))) void pv_vectors(const uint16_t* Pa
   const uint16_t* pt = Pa;
   for (int64_t t = a / 2; t < e / 2; ++t, pt += pair_step) {
     __m512bh vv[NV];
-    for (int c = 0; c < NV; ++c) vv[c] = (__m512bh)_mm512_loadu_si512(Vp + (t * Dv16 + (v0 + c) * BF16_KEYS) * 2);
+    for (int c = 0; c < NV; ++c) vv[c] = (__m512bh)_mm512_loadu_si512(Vp + (t * Dv16 + (v0 + c) * LANES) * 2);
     for (int r = 0; r < R; ++r) {
       int32_t pair;
       std::memcpy(&pair, pt + r * row_step, sizeof pair);   // (p[2t], p[2t + 1]), both in the tile
@@ -507,7 +510,7 @@ __attribute__((target("avx512f,avx512bf16"))) void pv_vectors(const uint16_t* Pa
   }
   for (int c = 0; c < NV; ++c)
     for (int r = 0; r < R; ++r) {
-      float* out = C + r * ldc + (v0 + c) * BF16_KEYS;
+      float* out = C + r * ldc + (v0 + c) * LANES;
       const __m512 sum = alpha == 1.0f ? acc[r][c]
                                        : _mm512_fmadd_ps(_mm512_set1_ps(alpha), acc[r][c], _mm512_maskz_loadu_ps(mask[c], out));
       _mm512_mask_storeu_ps(out, mask[c], sum);
@@ -517,7 +520,7 @@ __attribute__((target("avx512f,avx512bf16"))) void pv_vectors(const uint16_t* Pa
 template <int R>
 void pv_rows(const uint16_t* Pa, int64_t row_step, int64_t pair_step, int64_t a, int64_t e, const uint16_t* Vp,
              int64_t Dv16, float* C, int64_t ldc, int64_t Dv, float alpha) {
-  const int64_t nv = Dv16 / BF16_KEYS;
+  const int64_t nv = Dv16 / LANES;
   int64_t v = 0;
   for (; v + 4 <= nv; v += 4) pv_vectors<R, 4>(Pa, row_step, pair_step, a, e, Vp, Dv16, v, C, ldc, Dv, alpha);
   for (; v < nv; ++v) pv_vectors<R, 1>(Pa, row_step, pair_step, a, e, Vp, Dv16, v, C, ldc, Dv, alpha);
@@ -536,7 +539,7 @@ inline float bf16_value(uint16_t x) {
 void pv_bf16(int64_t M, const at::BFloat16* Pq, const PairLayout& layout, int64_t k0, int64_t k1, const uint16_t* Vp,
              int64_t Dv, float* C, int64_t ldc, float alpha = 1.0f) {
   const auto* Pb = reinterpret_cast<const uint16_t*>(Pq);
-  const int64_t Dv16 = (Dv + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS;
+  const int64_t Dv16 = (Dv + LANES - 1) / LANES * LANES;
   int64_t a = k0, e = k1;
   auto alone = [&](int64_t j) {   // key j's products, one at a time, as VDPBF16PS forms them: in float32
     const uint16_t* vj = Vp + (j / 2) * Dv16 * 2 + j % 2;
@@ -551,9 +554,11 @@ void pv_bf16(int64_t M, const at::BFloat16* Pq, const PairLayout& layout, int64_
   const uint16_t* Pa = Pb + layout.at(0, a);
   int64_t r = 0;
   for (; r + 4 <= M; r += 4)
-    pv_rows<4>(Pa + r * layout.row_step, layout.row_step, layout.pair_step, a, e, Vp, Dv16, C + r * ldc, ldc, Dv, alpha);
+    pv_rows<4>(Pa + r * layout.row_step, layout.row_step, layout.pair_step, a, e, Vp, Dv16, C + r * ldc, ldc, Dv,
+               alpha);
   for (; r < M; ++r)
-    pv_rows<1>(Pa + r * layout.row_step, layout.row_step, layout.pair_step, a, e, Vp, Dv16, C + r * ldc, ldc, Dv, alpha);
+    pv_rows<1>(Pa + r * layout.row_step, layout.row_step, layout.pair_step, a, e, Vp, Dv16, C + r * ldc, ldc, Dv,
+               alpha);
 }
 
 // Rows [i0, i1) of x (float32, n values a row, ldx apart) rounded to bfloat16 (as c10::BFloat16 rounds: to nearest
@@ -568,11 +573,13 @@ __attribute__((target("avx512f,avx512bf16"))) void round_pairs_bf16(const float*
     const float* lo = r >= i0 ? x + (r - i0) * ldx : nullptr;
     const float* hi = r + 1 < i1 ? x + (r + 1 - i0) * ldx : nullptr;
     uint16_t* o = out + (r - e0) / 2 * n * 2;
-    for (int64_t j = 0; j < n; j += BF16_KEYS) {
-      const __mmask16 keep = static_cast<__mmask16>(n - j >= BF16_KEYS ? 0xFFFF : (1u << (n - j)) - 1);
+    for (int64_t j = 0; j < n; j += LANES) {
+      const __mmask16 keep = static_cast<__mmask16>(n - j >= LANES ? 0xFFFF : (1u << (n - j)) - 1);
       const __m512 zero = _mm512_setzero_ps();
-      const __m512i a = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(lo ? _mm512_maskz_loadu_ps(keep, lo + j) : zero));
-      const __m512i b = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(hi ? _mm512_maskz_loadu_ps(keep, hi + j) : zero));
+      const __m512 x0 = lo ? _mm512_maskz_loadu_ps(keep, lo + j) : zero;
+      const __m512 x1 = hi ? _mm512_maskz_loadu_ps(keep, hi + j) : zero;
+      const __m512i a = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x0));
+      const __m512i b = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x1));
       _mm512_mask_storeu_epi32(o + j * 2, keep, _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
     }
   }
@@ -671,17 +678,17 @@ __attribute__((target("avx512f"))) inline void transpose16(__m512i (&r)[16]) {
 // × 16 pairs loaded as 32-bit values and transposed in registers); zeros past n and past D.
 __attribute__((target("avx512f"))) void pack_group(const uint16_t* const* rows, int64_t n, int64_t D, uint16_t* out) {
   const int64_t D2 = (D + 1) / 2, whole = D / 2;   // pairs; pairs whose both dims are in the row
-  for (int64_t p0 = 0; p0 < D2; p0 += BF16_KEYS) {
-    const int64_t m = std::max<int64_t>(0, std::min(BF16_KEYS, whole - p0));
+  for (int64_t p0 = 0; p0 < D2; p0 += LANES) {
+    const int64_t m = std::max<int64_t>(0, std::min(LANES, whole - p0));
     const __mmask16 keep = static_cast<__mmask16>((1u << m) - 1);   // masked loads read nothing past the row
-    __m512i x[BF16_KEYS];
-    for (int64_t r = 0; r < BF16_KEYS; ++r)
+    __m512i x[LANES];
+    for (int64_t r = 0; r < LANES; ++r)
       x[r] = r < n ? _mm512_maskz_loadu_epi32(keep, rows[r] + 2 * p0) : _mm512_setzero_si512();
     transpose16(x);
-    for (int64_t c = 0; c < std::min(BF16_KEYS, D2 - p0); ++c) _mm512_storeu_si512(out + (p0 + c) * 2 * BF16_KEYS, x[c]);
+    for (int64_t c = 0; c < std::min(LANES, D2 - p0); ++c) _mm512_storeu_si512(out + (p0 + c) * 2 * LANES, x[c]);
   }
   if (D % 2)   // the last dim alone: its pair partner would be past the row (past the tensor, for its last row)
-    for (int64_t r = 0; r < n; ++r) out[whole * 2 * BF16_KEYS + 2 * r] = rows[r][D - 1];
+    for (int64_t r = 0; r < n; ++r) out[whole * 2 * LANES + 2 * r] = rows[r][D - 1];
 }
 
 // Rows r0 and r1 (null: none, zeros) of D dims as pv_bf16 reads a pair: (r0[d], r1[d]) side by side, D16 dims (zeros
@@ -689,7 +696,7 @@ __attribute__((target("avx512f"))) void pack_group(const uint16_t* const* rows, 
 __attribute__((target("avx512f"))) void pack_pair(const uint16_t* r0, const uint16_t* r1, int64_t D, int64_t D16,
                                                   uint16_t* out) {
   int64_t d = 0;
-  for (; d + BF16_KEYS <= D; d += BF16_KEYS) {
+  for (; d + LANES <= D; d += LANES) {
     const __m512i a = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + d)));
     const __m512i b = r1 ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + d)))
                          : _mm512_setzero_si512();
@@ -702,21 +709,21 @@ __attribute__((target("avx512f"))) void pack_pair(const uint16_t* r0, const uint
 }
 
 // Values a head takes packed as qk_bf16 reads K, as pv_bf16 reads V, as qk_f32 reads K (L rows of D dims).
-inline int64_t groups_size(int64_t L, int64_t D) { return (L + BF16_KEYS - 1) / BF16_KEYS * ((D + 1) / 2) * BF16_KEYS * 2; }
-inline int64_t pairs_size(int64_t L, int64_t D) { return (L + 1) / 2 * ((D + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS) * 2; }
-inline int64_t groups_f32_size(int64_t L, int64_t D) { return (L + BF16_KEYS - 1) / BF16_KEYS * D * BF16_KEYS; }
+inline int64_t groups_size(int64_t L, int64_t D) { return (L + LANES - 1) / LANES * ((D + 1) / 2) * LANES * 2; }
+inline int64_t pairs_size(int64_t L, int64_t D) { return (L + 1) / 2 * ((D + LANES - 1) / LANES * LANES) * 2; }
+inline int64_t groups_f32_size(int64_t L, int64_t D) { return (L + LANES - 1) / LANES * D * LANES; }
 
 // The L rows of the heads [bh0, bh1) of the B·H (rows(b, h, j): row j of head h of batch b), in groups of 16 rows,
 // each packed by pack(its rows, n ≤ 16 of them, D, out) into `per_group` values of E: (heads, groups, per_group).
 template <typename E, typename Rows, typename PackGroup>
 Packed<E> pack_in_groups(int64_t bh0, int64_t bh1, int64_t H, int64_t L, int64_t D, int64_t per_group,
                          const Rows& rows, const PackGroup& pack) {
-  const int64_t groups = (L + BF16_KEYS - 1) / BF16_KEYS;
+  const int64_t groups = (L + LANES - 1) / LANES;
   Packed<E> out((bh1 - bh0) * groups * per_group, groups * per_group);
   at::parallel_for(0, (bh1 - bh0) * groups, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t bh = bh0 + t / groups, j0 = t % groups * BF16_KEYS, n = std::min(BF16_KEYS, L - j0);
-      const E* group[BF16_KEYS];
+      const int64_t bh = bh0 + t / groups, j0 = t % groups * LANES, n = std::min(LANES, L - j0);
+      const E* group[LANES];
       for (int64_t r = 0; r < n; ++r) group[r] = reinterpret_cast<const E*>(rows(bh / H, bh % H, j0 + r));
       pack(group, n, D, out.get() + t * per_group);
     }
@@ -727,13 +734,13 @@ Packed<E> pack_in_groups(int64_t bh0, int64_t bh1, int64_t H, int64_t L, int64_t
 // As qk_bf16 reads K, for the heads [bh0, bh1): (heads, groups of 16 rows, D2 pairs of dims, 16, 2).
 template <typename Rows>
 Packed<uint16_t> pack_groups(int64_t bh0, int64_t bh1, int64_t H, int64_t L, int64_t D, const Rows& rows) {
-  return pack_in_groups<uint16_t>(bh0, bh1, H, L, D, groups_size(BF16_KEYS, D), rows, pack_group);
+  return pack_in_groups<uint16_t>(bh0, bh1, H, L, D, groups_size(LANES, D), rows, pack_group);
 }
 
 // As pv_bf16 reads V, for the heads [bh0, bh1): (heads, pairs of rows, D16 dims, 2).
 template <typename Rows>
 Packed<uint16_t> pack_pairs(int64_t bh0, int64_t bh1, int64_t H, int64_t L, int64_t D, const Rows& rows) {
-  const int64_t pairs = (L + 1) / 2, D16 = (D + BF16_KEYS - 1) / BF16_KEYS * BF16_KEYS, size = pairs_size(L, D);
+  const int64_t pairs = (L + 1) / 2, D16 = (D + LANES - 1) / LANES * LANES, size = pairs_size(L, D);
   Packed<uint16_t> out((bh1 - bh0) * size, size);
   at::parallel_for(0, (bh1 - bh0) * pairs, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -758,21 +765,21 @@ Packed<uint16_t> pack_pairs(int64_t bh0, int64_t bh1, int64_t H, int64_t L, int6
 // A group of n ≤ 16 rows (D dims) as qk_f32 reads it: for each dim, the 16 rows' values in one vector (16 × 16
 // blocks transposed in registers); zeros past n.
 __attribute__((target("avx512f"))) void pack_group_f32(const float* const* rows, int64_t n, int64_t D, float* out) {
-  for (int64_t d0 = 0; d0 < D; d0 += BF16_KEYS) {
-    const int64_t m = std::min(BF16_KEYS, D - d0);
+  for (int64_t d0 = 0; d0 < D; d0 += LANES) {
+    const int64_t m = std::min(LANES, D - d0);
     const __mmask16 keep = static_cast<__mmask16>((1u << m) - 1);   // masked loads read nothing past the row
-    __m512i x[BF16_KEYS];
-    for (int64_t r = 0; r < BF16_KEYS; ++r)
+    __m512i x[LANES];
+    for (int64_t r = 0; r < LANES; ++r)
       x[r] = r < n ? _mm512_castps_si512(_mm512_maskz_loadu_ps(keep, rows[r] + d0)) : _mm512_setzero_si512();
     transpose16(x);
-    for (int64_t c = 0; c < m; ++c) _mm512_storeu_si512(out + (d0 + c) * BF16_KEYS, x[c]);
+    for (int64_t c = 0; c < m; ++c) _mm512_storeu_si512(out + (d0 + c) * LANES, x[c]);
   }
 }
 
 // As qk_f32 reads K, for the heads [bh0, bh1): (heads, groups of 16 rows, D, 16).
 template <typename Rows>
 Packed<float> pack_groups_f32(int64_t bh0, int64_t bh1, int64_t H, int64_t L, int64_t D, const Rows& rows) {
-  return pack_in_groups<float>(bh0, bh1, H, L, D, groups_f32_size(BF16_KEYS, D), rows, pack_group_f32);
+  return pack_in_groups<float>(bh0, bh1, H, L, D, groups_f32_size(LANES, D), rows, pack_group_f32);
 }
 
 // S rows [0, R) × keys [k0, k1): S[r][j − k0] = alpha · q_r · k_j, for the key groups [g0, g0 + NG) of the packed K
@@ -786,7 +793,7 @@ __attribute__((target("avx512f"))) void qk_f32_groups(const float* A, int64_t ld
     for (int c = 0; c < NG; ++c) acc[r][c] = _mm512_setzero_ps();
   for (int64_t d = 0; d < D; ++d) {
     __m512 kv[NG];
-    for (int c = 0; c < NG; ++c) kv[c] = _mm512_loadu_ps(Kp + ((g0 + c) * D + d) * BF16_KEYS);
+    for (int c = 0; c < NG; ++c) kv[c] = _mm512_loadu_ps(Kp + ((g0 + c) * D + d) * LANES);
     for (int r = 0; r < R; ++r) {
       const __m512 qd = _mm512_set1_ps(A[r * lda + d]);
       for (int c = 0; c < NG; ++c) acc[r][c] = _mm512_fmadd_ps(qd, kv[c], acc[r][c]);
@@ -798,8 +805,8 @@ __attribute__((target("avx512f"))) void qk_f32_groups(const float* A, int64_t ld
 template <int R>
 void qk_f32_rows(const float* A, int64_t lda, int64_t D, const float* Kp, int64_t k0, int64_t k1, float alpha,
                  float* S, int64_t lds) {
-  int64_t g = k0 / BF16_KEYS;
-  const int64_t g1 = (k1 + BF16_KEYS - 1) / BF16_KEYS;
+  int64_t g = k0 / LANES;
+  const int64_t g1 = (k1 + LANES - 1) / LANES;
   for (; g + 4 <= g1; g += 4) qk_f32_groups<R, 4>(A, lda, D, Kp, g, k0, k1, alpha, S, lds);
   for (; g < g1; ++g) qk_f32_groups<R, 1>(A, lda, D, Kp, g, k0, k1, alpha, S, lds);
 }
@@ -823,17 +830,19 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 load16(const flo
 // the dims of vectors [v0, v0 + NV) of 16; PART: the last of them holds the Dv % 16 dims past the others, read and
 // written under a mask (the others' loads unmasked: masked ones in the loop made GCC keep the sums in memory).
 template <int R, int NV, bool PART>
-__attribute__((target("avx512f"))) void pv_f32_vectors(const float* P, int64_t rs, int64_t cs, int64_t n, const float* V,
+__attribute__((target("avx512f"))) void pv_f32_vectors(const float* P, int64_t rs, int64_t cs, int64_t n,
+                                                       const float* V,
                                                        int64_t ldv, int64_t v0, int64_t Dv, float* C, int64_t ldc,
                                                        float alpha) {
-  const __mmask16 last = PART ? static_cast<__mmask16>((1u << (Dv % BF16_KEYS)) - 1) : 0xFFFF;
+  const __mmask16 last = PART ? static_cast<__mmask16>((1u << (Dv % LANES)) - 1) : 0xFFFF;
   __m512 acc[R][NV];
   for (int c = 0; c < NV; ++c)
     for (int r = 0; r < R; ++r)   // alpha 1: the sums go on from C's; else C + alpha · (the tile's sums)
-      acc[r][c] = alpha == 1.0f ? load16(C + r * ldc + (v0 + c) * BF16_KEYS, PART && c == NV - 1, last) : _mm512_setzero_ps();
+      acc[r][c] =
+          alpha == 1.0f ? load16(C + r * ldc + (v0 + c) * LANES, PART && c == NV - 1, last) : _mm512_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
     __m512 vv[NV];
-    for (int c = 0; c < NV; ++c) vv[c] = load16(V + j * ldv + (v0 + c) * BF16_KEYS, PART && c == NV - 1, last);
+    for (int c = 0; c < NV; ++c) vv[c] = load16(V + j * ldv + (v0 + c) * LANES, PART && c == NV - 1, last);
     for (int r = 0; r < R; ++r) {
       const __m512 pj = _mm512_set1_ps(P[r * rs + j * cs]);
       for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_fmadd_ps(pj, vv[c], acc[r][c]);
@@ -841,8 +850,10 @@ __attribute__((target("avx512f"))) void pv_f32_vectors(const float* P, int64_t r
   }
   for (int c = 0; c < NV; ++c)
     for (int r = 0; r < R; ++r) {
-      float* out = C + r * ldc + (v0 + c) * BF16_KEYS;
-      const __m512 sum = alpha == 1.0f ? acc[r][c] : _mm512_fmadd_ps(_mm512_set1_ps(alpha), acc[r][c], load16(out, PART && c == NV - 1, last));
+      float* out = C + r * ldc + (v0 + c) * LANES;
+      const __m512 sum = alpha == 1.0f ? acc[r][c]
+                                       : _mm512_fmadd_ps(_mm512_set1_ps(alpha), acc[r][c],
+                                                         load16(out, PART && c == NV - 1, last));
       if (PART && c == NV - 1) _mm512_mask_storeu_ps(out, last, sum);
       else _mm512_storeu_ps(out, sum);
     }
@@ -851,11 +862,11 @@ __attribute__((target("avx512f"))) void pv_f32_vectors(const float* P, int64_t r
 template <int R>
 void pv_f32_rows(const float* P, int64_t rs, int64_t cs, int64_t n, const float* V, int64_t ldv, int64_t Dv,
                  float* C, int64_t ldc, float alpha) {
-  const int64_t whole = Dv / BF16_KEYS;
+  const int64_t whole = Dv / LANES;
   int64_t v = 0;
   for (; v + 4 <= whole; v += 4) pv_f32_vectors<R, 4, false>(P, rs, cs, n, V, ldv, v, Dv, C, ldc, alpha);
   for (; v < whole; ++v) pv_f32_vectors<R, 1, false>(P, rs, cs, n, V, ldv, v, Dv, C, ldc, alpha);
-  if (Dv % BF16_KEYS) pv_f32_vectors<R, 1, true>(P, rs, cs, n, V, ldv, v, Dv, C, ldc, alpha);
+  if (Dv % LANES) pv_f32_vectors<R, 1, true>(P, rs, cs, n, V, ldv, v, Dv, C, ldc, alpha);
 }
 
 // C (M × Dv, stride ldc) += alpha · P V: P's M rows over the n keys of a tile (row r's key j at P[r · rs + j · cs]:
@@ -994,7 +1005,7 @@ struct Problem {
   // The (batch · kv head)s b·Hkv + hk this pass serves: all of them, or a batch whose packed operands fit
   // PACK_BATCH_BYTES (the packed operands above hold those heads only, in order).
   int64_t bh0 = 0, bh1 = 0;
-  const Pack* vgroups = nullptr;       // the backward's: V packed as K is, for dP = dO Vᵀ (`qk_bf16`, `qk_f32`), or null
+  const Pack* vgroups = nullptr;       // the backward's V packed as K is, for dP = dO Vᵀ (`qk_bf16`, `qk_f32`), or null
   const uint16_t* kpairs = nullptr;    // and K packed as V is, for dQ += s dS K (`pv_bf16`), or null
   const uint16_t* qpairs = nullptr;    // Q and dO (per query head) packed as V is, over the queries, for
   const uint16_t* dopairs = nullptr;   // dK += s dSᵀ Q and dV += Pᵀ dO (`pv_bf16` on the transposes), or null
@@ -1309,8 +1320,9 @@ bool stacked_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
       online_rows(P, g, q0, q0, q1, n, Sg, ws.spans, st);
     }
     const In* p = as_operand<In>(S, ws.rounded.data(), rows * n);   // P in the GEMM's dtype
-    if (!sums_on_tiles(p, rows, P.kv_part(P.vpack, P.vpack_head, b * P.Hkv + hk), P.in_place ? P.vrow(b, hk, k0) : nullptr,
-                       P.vsl, k0, k1, P.Dv, st.acc, P.Dv, T(1)))
+    const uint16_t* vpack = P.kv_part(P.vpack, P.vpack_head, b * P.Hkv + hk);
+    if (!sums_on_tiles(p, rows, vpack, P.in_place ? P.vrow(b, hk, k0) : nullptr, P.vsl, k0, k1, P.Dv, st.acc, P.Dv,
+                       T(1)))
       gemm<T, In>(false, false, rows, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), st.acc, P.Dv);
   }
   return true;
@@ -1338,7 +1350,8 @@ void softmax_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
       const In* p = as_operand<In>(S, ws.rounded.data(), (r1 - r0) * n);   // P in the GEMM's dtype
       const uint16_t* vpack = P.kv_part(P.vpack, P.vpack_head, b * P.Hkv + hk);
       T* oi = o + (r0 - q0) * P.Dv;
-      if (!sums_on_tiles(p, r1 - r0, vpack, P.in_place ? P.vrow(b, hk, k0) : nullptr, P.vsl, k0, k1, P.Dv, oi, P.Dv, T(1)))
+      const In* vrows = P.in_place ? P.vrow(b, hk, k0) : nullptr;
+      if (!sums_on_tiles(p, r1 - r0, vpack, vrows, P.vsl, k0, k1, P.Dv, oi, P.Dv, T(1)))
         gemm<T, In>(false, false, r1 - r0, P.Dv, n, T(1), p, n, P.vrow(b, hk, k0), P.vsl, T(1), o + (r0 - q0) * P.Dv,
                     P.Dv);
     }
