@@ -165,7 +165,7 @@ def test_the_python_api_and_attention_from_the_wheel(wheel_env, tmp_path):
         "import sys, numpy as np, torch, selfattn; d = np.load(sys.argv[1]);"
         "out = selfattn.attention(*(torch.from_numpy(d[n]) for n in 'qkv'), causal=True);"
         "np.save(sys.argv[2], out.numpy());"
-        "e = selfattn.explain('一只蓝色怪兽走进森林'); print(type(e).__name__, ' '.join(e.tokens))"
+        "e = selfattn.explain('一只蓝色怪兽走进森林'); print(type(e).__name__, ' '.join(e.labels))"
     )
     done = wheel_env.run(str(wheel_env.python), "-c", code, str(tmp_path / "qkv.npz"), str(tmp_path / "out.npy"))
     assert done.stdout.startswith("Explanation ") and "怪兽" in done.stdout

@@ -48,6 +48,8 @@ TOL = {
     "page_number": 0.5e-4 + 2e-5,  # shown with 4 decimals: half a unit of the last digit, plus float32 against float64
     "page_weight": 0.5e-4 + 1e-5,  # a weight shown as a percentage with 2 decimals, plus float32 against float64
     "page_data": 1e-6,  # a float32 value the page carries (JSON) against Python's
+    "terminal_percent": 0.05 + 1e-9,  # a percentage the terminal prints with 1 decimal: half a unit of it
+    "json_weights": 0.5e-6 + 1e-5,  # --json weights at 6 decimals, a float32 model against transformers' eager
     # float32 on a GPU against the float64 reference (no naive path to compare with there)
     "gpu_float32_lse": 1e-4,
     "gpu_float32_grad": 1e-2,  # gradients of a 300-position float32 head: sums over 300 keys

@@ -103,22 +103,22 @@ def _experiment_files(args) -> list[Path]:
 
 
 def _explain(args) -> int:
-    from .explainer.analysis import experiment
-    from .explainer.views import outputs
+    from .explainer.views import checkable, outputs
 
     request = _request(args)
     paths = {"npz": args.npz, "html": args.html, "plots_dir": args.plots}
-    shown = experiment.opened(request.intervention, request.layer, request.head, request.ablate)[:2]
+    shown = request.opened()[:2]
     chosen = cast("tuple[int, int] | None", shown if None not in shown else None)
     outputs.check(**paths, force=args.force, selected=chosen)  # before the model is loaded: nothing for nothing
     _check_pictures(_experiment_files(args), args.force)
-    from .explainer import run
+    from .explainer import pipeline
     from .explainer.session import Explainer
 
-    doc = run.run(
-        Explainer.load(args.model, dtype=args.dtype), request, layers="auto" if args.layers is None else args.layers
-    )
-    files = outputs.render(doc, **paths, force=args.force, lang=args.lang)
+    session = pipeline.Session(Explainer.load(args.model, dtype=args.dtype))
+    e = session.explain(request)
+    doc = session.document(e, layers="auto" if args.layers is None else args.layers)
+    arrays = None if args.npz is None else checkable.npz_arrays(e, layers=args.layers)
+    files = outputs.render(doc, **paths, force=args.force, lang=args.lang, arrays=arrays)
     if "patching" in doc and args.plots is not None:
         from .explainer.views import patching_plot
 
@@ -126,7 +126,7 @@ def _explain(args) -> int:
         files |= {path: pictures[path.name] for path in _experiment_files(args)}
     written = outputs.write_all(files, force=args.force)
     if args.json:
-        _print_json(doc)
+        _print_json(checkable.json_document(e, layers=args.layers))
         return 0
     from .explainer.views import research_tables, tables
 
@@ -146,13 +146,13 @@ def _check_pictures(paths: list[Path], force: bool) -> None:
 
 
 def _request(args):
-    """The `run.Request` the flags ask for: the text, the head, the interventions, --find and the experiments
+    """The `pipeline.Spec` the flags ask for: the text, the head, the interventions, --find and the experiments
     (--ablate, --patch, --logit-lens), as the app and the Python API build theirs."""
-    from .explainer.run import Lens, Patch, Request
+    from .explainer.pipeline import Lens, Patch, Spec
 
     intervention = _intervention(args)
     _check_needs(args)
-    return Request(
+    return Spec(
         args.text,
         layer=args.layer,
         head=args.head,

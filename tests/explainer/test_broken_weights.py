@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from selfattn.cli import main
 from selfattn.explainer.session import Explainer
+from tests.explainer.documents import explained
 from tests.hf.models import save
 
 Q = "model.layers.0.self_attn.q_proj.weight"
@@ -82,5 +83,5 @@ def test_a_missing_tensor_is_said_in_our_one_line_not_transformers_report(llama,
 
 
 def test_the_whole_folder_still_loads(llama):
-    doc = Explainer.load(llama).explain("a blue monster walks into the forest")
+    doc = explained(Explainer.load(llama), "a blue monster walks into the forest")
     assert doc["model"]["n_layers"] == 2 and doc["prediction"]

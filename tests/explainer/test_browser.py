@@ -34,6 +34,7 @@ from selfattn.explainer.views import heads as heads_module
 from selfattn.explainer.views import packing, report
 from selfattn.explainer.web import server
 from tests.explainer import truth
+from tests.explainer.documents import explained
 from tests.explainer.tiny import LONG_TEXT, MAX_LEN, slash_explainer, tiny_explainer
 from tests.tolerances import TOL
 
@@ -206,7 +207,7 @@ def assert_clean(w: Watched, allowed_requests: set[str]):
 
 def test_report_steps_through_the_reference_numbers(watched, explainer, tmp_path):
     page = watched.page
-    doc = explainer.explain(TEXT)
+    doc = explained(explainer, TEXT)
     url = open_report(watched, doc, tmp_path)
     _, ids, _ = explainer.tokenize(TEXT)
     assert page.eval_on_selector_all("[data-testid=token]", "ts => ts.map(t => t.textContent)") == doc["tokens"]
@@ -259,7 +260,7 @@ def test_report_shows_the_numbers_of_the_json_export_for_every_head(watched, tmp
     """One source, several views: for each layer × head (grouped-query attention: 4 query heads
     on 2 key/value heads), the page's stages equal the `stages` of the export dict."""
     page = watched.page
-    doc = tiny_explainer(n_heads=4, n_kv_heads=2).explain(TEXT)
+    doc = explained(tiny_explainer(n_heads=4, n_kv_heads=2), TEXT)
     url = open_report(watched, doc, tmp_path)
     assert (int(state(page)["layer"]), int(state(page)["head"])) == (doc["selected"]["layer"], doc["selected"]["head"])
     stage(page, "softmax")
@@ -281,7 +282,7 @@ def test_why_the_page_opened_on_a_row_is_said_under_the_head_it_opened_on_only(w
     """export.opened_query's sentence names the shown head's link ("its sentence is about … → …"): under
     another head, whose sentence names other links, it would be a stale line under a new label."""
     page = watched.page
-    doc = tiny_explainer(n_heads=4, n_kv_heads=2).explain(TEXT)
+    doc = explained(tiny_explainer(n_heads=4, n_kv_heads=2), TEXT)
     url = open_report(watched, doc, tmp_path)
     l, h = doc["selected"]["layer"], doc["selected"]["head"]
     assert page.inner_text("#opened") == doc["opened"]["text"]["zh"] and page.is_visible("#opened")
@@ -297,7 +298,7 @@ def test_why_the_page_opened_on_a_row_is_said_under_the_head_it_opened_on_only(w
 
 def test_report_hover_shows_what_a_token_attends_to(watched, explainer, tmp_path):
     page = watched.page
-    doc = explainer.explain(TEXT, layer=0, head=0)
+    doc = explained(explainer, TEXT, layer=0, head=0)
     url = open_report(watched, doc, tmp_path)
     _, ids, _ = explainer.tokenize(TEXT)
     weights = truth.stages(explainer.model, ids, 0, 0)["weights"]
@@ -330,7 +331,7 @@ def test_report_hover_shows_what_a_token_attends_to(watched, explainer, tmp_path
 def test_report_shows_markup_tokens_as_text(watched, tmp_path):
     page = watched.page
     evil = ["<script>window.__pwned=1</script>", "<img src=x onerror=window.__pwned=2>", "</script>"]
-    doc = slash_explainer().explain(" / ".join(["一只", *evil, "森林"]))
+    doc = explained(slash_explainer(), " / ".join(["一只", *evil, "森林"]))
     url = open_report(watched, doc, tmp_path)
     assert page.eval_on_selector_all("[data-testid=token]", "ts => ts.map(t => t.textContent)") == [
         "<bos>",
@@ -349,7 +350,7 @@ def test_report_shows_markup_tokens_as_text(watched, tmp_path):
 
 def test_report_draws_chinese_with_the_wenquanyi_font(watched, explainer, tmp_path):
     page = watched.page
-    open_report(watched, explainer.explain(TEXT), tmp_path)
+    open_report(watched, explained(explainer, TEXT), tmp_path)
     # the font Chromium actually used for the token 蓝色 (DevTools protocol), not just the CSS asked for
     cdp = page.context.new_cdp_session(page)
     cdp.send("DOM.enable")
@@ -379,7 +380,7 @@ def test_report_draws_chinese_with_the_wenquanyi_font(watched, explainer, tmp_pa
 
 def test_report_of_1000_tokens_renders_without_freezing(watched, explainer, tmp_path):
     page = watched.page
-    doc = explainer.explain(LONG_TEXT, layer=0, head=1)
+    doc = explained(explainer, LONG_TEXT, layer=0, head=1)
     L = len(doc["tokens"])
     assert L == 1001
     path = report.write_html(doc, tmp_path / "long.html")
@@ -425,13 +426,13 @@ def test_app_explains_a_typed_sentence_and_its_interventions(watched, explainer,
     tokens, ids, _ = explainer.tokenize(text)
     assert page.eval_on_selector_all("[data-testid=token]", "ts => ts.map(t => t.textContent)") == tokens
     last = int(state(page)["row"])  # the row the page opens on (export.opened_query), which the mask hides keys from
-    assert last == explainer.explain(text)["opened"]["row"] < len(tokens) - 1
+    assert last == explained(explainer, text)["opened"]["row"] < len(tokens) - 1
     page.select_option("[data-testid=layer-select]", "0")  # the answer held the shown layer: layer 0 is fetched
     page.select_option("[data-testid=head-select]", "0")
     wait_ready(page)
     stage(page, "softmax")
     assert_row(page, "weights", truth.stages(explainer.model, ids, 0, 0)["weights"][last], TOL["page_weight"])
-    assert_prediction(page, explainer.explain(text)["prediction"])
+    assert_prediction(page, explained(explainer, text)["prediction"])
 
     # switch off ÷√d_k: the weights and the prediction change, and the page says from what
     with page.expect_response(lambda r: r.url.endswith("/api/explain")):
@@ -442,8 +443,8 @@ def test_app_explains_a_typed_sentence_and_its_interventions(watched, explainer,
     assert_row(page, "scaled", no_scaling["scaled"][last], TOL["page_number"])
     assert_row(page, "weights", no_scaling["weights"][last], TOL["page_weight"])
     assert_row(page, "baseline", truth.stages(explainer.model, ids, 0, 0)["weights"][last], TOL["page_weight"])
-    assert_prediction(page, explainer.explain(text, intervention=Intervention(scaling=False))["prediction"])
-    assert_prediction(page, explainer.explain(text)["prediction"], testid="baseline-row")
+    assert_prediction(page, explained(explainer, text, intervention=Intervention(scaling=False))["prediction"])
+    assert_prediction(page, explained(explainer, text)["prediction"], testid="baseline-row")
     assert "关闭 ÷√d_k" in page.text_content("[data-testid=intervention]")  # the registry's words (said)
 
     # a temperature, and the causal mask off: row 0 now reads the future too
@@ -516,7 +517,7 @@ def data_values(page: Page, selector: str) -> list[float]:
 def test_default_view_of_the_default_model_names_a_tutorial_link(watched, tmp_path, lang):
     from selfattn.explainer.session import Explainer
 
-    doc = Explainer.load().explain(TEXT)
+    doc = explained(Explainer.load(), TEXT)
     open_report(watched, doc, tmp_path)
     page = watched.page
     if lang == "en":
@@ -540,7 +541,7 @@ def test_default_view_of_the_default_model_names_a_tutorial_link(watched, tmp_pa
 
 
 def test_report_stages_q_dot_k_and_v_mixing_equal_python(watched, explainer, tmp_path):
-    doc = explainer.explain(TEXT)
+    doc = explained(explainer, TEXT)
     open_report(watched, doc, tmp_path)
     page = watched.page
     trace = explainer.trace(TEXT)
@@ -577,7 +578,7 @@ def test_report_stages_q_dot_k_and_v_mixing_equal_python(watched, explainer, tmp
 
 
 def test_report_head_search_and_keyboard(watched, explainer, tmp_path):
-    doc = explainer.explain(TEXT, find=("走进", "怪兽"))
+    doc = explained(explainer, TEXT, find=("走进", "怪兽"))
     open_report(watched, doc, tmp_path)
     page = watched.page
     page.select_option("[data-testid=find-query]", "4")
@@ -639,8 +640,8 @@ def test_app_one_head_experiment_and_temperatures(watched, explainer, app_url):
         page.check("[data-testid=toggle-no_causal]")
     wait_ready(page)
     iv = Intervention(causal=False, layer=1, head=1)
-    doc = explainer.explain(TEXT, layer=1, head=1, intervention=iv)
-    base = explainer.explain(TEXT, layer=1, head=1)
+    doc = explained(explainer, TEXT, layer=1, head=1, intervention=iv)
+    base = explained(explainer, TEXT, layer=1, head=1)
     assert page.text_content("[data-testid=experiment]") == doc["experiment"]["text"]["zh"]
     page.click("[data-testid=token][data-index='2']")
     stage(page, "softmax")
@@ -663,7 +664,7 @@ def test_app_one_head_experiment_and_temperatures(watched, explainer, app_url):
     rows = page.eval_on_selector_all(
         "[data-testid=search-row]", "rs => rs.map(r => [Number(r.dataset.layer), Number(r.dataset.head)])"
     )
-    want = explainer.explain(TEXT, intervention=iv, find=(4, 3))["search"]["heads"]
+    want = explained(explainer, TEXT, intervention=iv, find=(4, 3))["search"]["heads"]
     assert [tuple(r) for r in rows] == [(r["layer"], r["head"]) for r in want]
     origin = app_url.rstrip("/")
     assert_clean(watched, {app_url, f"{origin}/api/explain"})
@@ -700,7 +701,7 @@ def test_report_policy_holds_and_refuses_what_it_does_not_know(watched, explaine
     know by hash, and any request, are refused."""
     page = watched.page
     page.add_init_script(VIOLATIONS)
-    url = open_report(watched, explainer.explain(TEXT), tmp_path)
+    url = open_report(watched, explained(explainer, TEXT), tmp_path)
     assert page.evaluate("window.__violations") == []
     page.evaluate("""() => { const s = document.createElement("script"); s.textContent = "window.__ran = 1";
         document.body.append(s); }""")
@@ -715,7 +716,7 @@ def test_report_policy_holds_and_refuses_what_it_does_not_know(watched, explaine
 def test_report_works_inside_a_sandboxed_iframe_srcdoc(watched, explainer):
     """How a notebook shows it: the whole page in <iframe sandbox="allow-scripts" srcdoc=…>."""
     page = watched.page
-    doc = explainer.explain(TEXT, layer=0, head=1)
+    doc = explained(explainer, TEXT, layer=0, head=1)
     framed = html.escape(report.render_html(doc), quote=True)
     page.set_content(f'<iframe sandbox="allow-scripts" srcdoc="{framed}" width="1300" height="900"></iframe>')
     frame = page.frames[1]
@@ -746,7 +747,7 @@ def test_report_shows_what_python_computed(watched, explainer, tmp_path, monkeyp
 
     monkeypatch.setattr(packing, "head_stages", changed)
     page = watched.page
-    url = open_report(watched, explainer.explain(TEXT, layer=1, head=0), tmp_path)
+    url = open_report(watched, explained(explainer, TEXT, layer=1, head=0), tmp_path)
     _, ids, _ = explainer.tokenize(TEXT)
     ref = truth.stages(explainer.model, ids, 1, 0)
     i = 3
@@ -766,7 +767,7 @@ def test_report_shows_what_python_computed(watched, explainer, tmp_path, monkeyp
 def test_the_modules_run_as_es_modules_and_show_what_the_bundle_shows(watched, explainer, tmp_path):
     """The same page with web/static's files loaded natively (<script type="module" src="main.js">, over
     http) shows the numbers of the bundled report: the bundle is those modules, nothing else."""
-    doc = explainer.explain(TEXT, layer=1, head=1)
+    doc = explained(explainer, TEXT, layer=1, head=1)
     bundled = report.render_html(doc)
     native = bundled.replace(f"<script>{report.script()}</script>", '<script type="module" src="main.js"></script>')
     native = re.sub(r"script-src &#x27;sha256-[^&]+&#x27;", "script-src &#x27;self&#x27;", native)  # the meta's policy
@@ -800,7 +801,7 @@ def test_a_long_row_shows_its_stored_keys_and_says_what_it_does_not_hold(watched
     """1,000 tokens: each row stores its top keys (packing.TOP_KEYS), the first token and itself; a key
     picked outside them shows its weight (0.01 %) and "…" for its scores, with the reason."""
     page = watched.page
-    doc = explainer.explain(LONG_TEXT, layer=0, head=1, layers=[0])
+    doc = explained(explainer, LONG_TEXT, layer=0, head=1, layers=[0])
     url = open_report(watched, doc, tmp_path)
     L = len(doc["tokens"])
     _, ids, _ = explainer.tokenize(LONG_TEXT)
@@ -832,7 +833,7 @@ def doc_texts(page: Page) -> dict:
 def test_report_opens_in_the_language_it_was_written_in(watched, explainer, tmp_path):
     """`selfattn explain --lang en --html`: the export says its language, and the page opens in it."""
     page = watched.page
-    doc = explainer.explain(TEXT) | {"lang": "en"}
+    doc = explained(explainer, TEXT) | {"lang": "en"}
     url = open_report(watched, doc, tmp_path)
     assert page.text_content("h1").startswith("What is Self-Attention") and state(page)["lang"] == "en"
     assert_clean(watched, {url})
@@ -840,7 +841,7 @@ def test_report_opens_in_the_language_it_was_written_in(watched, explainer, tmp_
 
 def test_a_repeated_token_carries_its_position_on_the_page(watched, tmp_path):
     page = watched.page
-    doc = slash_explainer().explain(" / ".join(["一只", "森林", "一只", "森林"]))
+    doc = explained(slash_explainer(), " / ".join(["一只", "森林", "一只", "森林"]))
     assert any("@" in name for name in doc["token_names"])  # Python's views name repeats by position
     url = open_report(watched, doc, tmp_path)
     shown = page.eval_on_selector_all("[data-testid=token]", "ts => ts.map(t => t.textContent)")

@@ -19,6 +19,7 @@ from selfattn.explainer import experiments
 from selfattn.explainer.views import report
 from selfattn.explainer.views.tables import number
 from tests.explainer import test_browser as base
+from tests.explainer.documents import explained
 from tests.explainer.test_browser import assert_clean, open_report, state, submit, value, wait_ready
 from tests.tolerances import TOL
 
@@ -37,7 +38,7 @@ def shot(page: Page, name: str, selector: str):
 def full_doc(explainer, **asked) -> dict:
     """The export dict with the experiments, as `selfattn explain --ablate --patch --logit-lens --json` makes it."""
     asked = asked or {"ablate": ABLATE, "patch": {"corrupted": CORRUPTED}, "lens": {"position": None}}
-    return explainer.explain(TEXT) | experiments.run(explainer, TEXT, **asked)
+    return explained(explainer, TEXT) | experiments.run(explainer, TEXT, **asked)
 
 
 def rows(page: Page, testid: str) -> list[tuple[str, float]]:
@@ -120,7 +121,7 @@ def test_report_shows_the_experiments_of_the_export(watched, explainer, tmp_path
 
 def test_report_without_experiments_hides_their_section(watched, explainer, tmp_path):
     page = watched.page
-    url = open_report(watched, explainer.explain(TEXT), tmp_path)
+    url = open_report(watched, explained(explainer, TEXT), tmp_path)
     assert page.is_hidden("[data-testid=experiments]")
     doc = full_doc(explainer, lens={"position": 2})  # only the lens, at 蓝色
     open_report(watched, doc, tmp_path, name="lens.html")
@@ -185,7 +186,7 @@ def test_model_view_colours_heads_by_type(watched, tmp_path):
     """The model view's grid of the bundled default model, its thumbnails bordered by type (screenshot)."""
     from selfattn.explainer.session import Explainer
 
-    doc = Explainer.load().explain(TEXT)
+    doc = explained(Explainer.load(), TEXT)
     page = watched.page
     open_report(watched, doc, tmp_path)
     page.click("[data-testid=view-btn-model]")

@@ -10,7 +10,10 @@ import pytest
 from rich.console import Console
 
 from selfattn.cli import main
-from selfattn.explainer.views import plots, tables
+from selfattn.explainer.pipeline import Session, Spec
+from selfattn.explainer.views import checkable, plots, tables
+from tests.explainer.documents import explained
+from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
 
@@ -20,20 +23,26 @@ def run_json(capsys, *args):
     return json.loads(capsys.readouterr().out)
 
 
-def test_json_is_the_explainer_dict(capsys, tiny, tiny_checkpoint):
+def test_json_is_the_pipelines_checkable_document(capsys, tiny, tiny_checkpoint):
     doc = run_json(capsys, TEXT, "--model", str(tiny_checkpoint))
-    assert doc == json.loads(json.dumps(tiny.explain(TEXT), ensure_ascii=False))
+    want = checkable.json_document(Session(tiny).explain(Spec(TEXT)))
+    assert doc == json.loads(json.dumps(want, ensure_ascii=False))
+    page = explained(tiny, TEXT)  # the page's dict: the same answers, with the arrays the JSON leaves to --npz
+    assert doc["descriptions"] == json.loads(json.dumps(page["descriptions"], ensure_ascii=False))
+    assert "x" in page["layers"][0] and "x" not in doc["layers"][0]
 
 
 def test_terminal_tables_show_the_json_numbers(capsys, tiny_checkpoint):
     doc = run_json(capsys, TEXT, "--model", str(tiny_checkpoint), "--layer", "1", "--head", "2")
     assert main(["explain", TEXT, "--model", str(tiny_checkpoint), "--layer", "1", "--head", "2", "--lang", "en"]) == 0
     text = capsys.readouterr().out
-    weights = doc["layers"][1]["heads"][2]["stages"]["weights"]
+    assert (doc["stages"]["layer"], doc["stages"]["head"]) == (1, 2)
+    weights = doc["stages"]["weights"]
+    np.testing.assert_allclose(weights, doc["layers"][1]["weights"][2], atol=TOL["json_weights"], rtol=0)
     for row in weights:
         for w in row:
             assert tables.number(w * 100, 1) in text
-    scores = doc["layers"][1]["heads"][2]["stages"]["scores"]
+    scores = doc["stages"]["scores"]
     assert tables.number(scores[5][3]) in text and "−inf" in text
     assert "Showing layer 1 · head 2 (chosen by you)" in text
     assert doc["descriptions"][1][2]["text"]["en"] in " ".join(text.split())  # wrapped at the console's width
@@ -121,7 +130,8 @@ def test_npz_and_refusal_to_overwrite(tmp_path, capsys, tiny_checkpoint):
     assert main(["explain", TEXT, "--model", str(tiny_checkpoint), "--npz", str(out)]) == 0
     data = np.load(out)
     assert list(data["tokens"]) == ["<bos>", "一只", "蓝色", "怪兽", "走进", "森林"]
-    assert data["layer0/head0/weights"].shape == (6, 6) and str(data["selfattn_version"])
+    assert data["layer0/weights"].shape[1:] == (6, 6) and data["layer0/head0/q"].shape[0] == 6
+    assert str(data["selfattn_version"])
     before = out.read_bytes()
     capsys.readouterr()
     assert main(["explain", "森林", "--model", str(tiny_checkpoint), "--npz", str(out)]) == 1
@@ -130,10 +140,13 @@ def test_npz_and_refusal_to_overwrite(tmp_path, capsys, tiny_checkpoint):
 
 def test_interventions_from_the_command_line(capsys, tiny_checkpoint):
     base = run_json(capsys, TEXT, "--model", str(tiny_checkpoint))
-    off = run_json(capsys, TEXT, "--model", str(tiny_checkpoint), "--no-causal", "--no-scaling", "--temperature", "2")
+    flags = ["--no-causal", "--no-scaling", "--temperature", "2", "--layers", "0"]
+    off = run_json(capsys, TEXT, "--model", str(tiny_checkpoint), *flags)
     applied = {"no_scaling": {}, "no_causal": {}, "temperature": {"t": 2.0}, "layer": None, "head": None}
     assert off["experiment"]["applied"] == applied
-    assert off["layers"][0]["scale"] == 0.5 and all(all(r) for r in off["layers"][0]["visible"])
+    assert off["layers"][0]["scale"] == 0.5 and off["layers"][0]["held"]
+    future = [row[i + 1 :] for head in off["layers"][0]["weights"] for i, row in enumerate(head)]
+    assert sum(map(sum, future)) > 0  # rows now see the keys after them
     assert off["prediction"] != base["prediction"]
 
 

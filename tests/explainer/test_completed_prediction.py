@@ -11,6 +11,7 @@ from transformers import AutoTokenizer
 
 from selfattn.explainer import pieces as P
 from selfattn.explainer.session import Explainer
+from tests.explainer.documents import explained
 from tests.explainer.test_real_model import GGUF, _folder
 
 TEXT = "我们今天去"
@@ -25,7 +26,7 @@ def smol():
 
 
 def test_a_partial_prediction_is_completed_as_greedy_generate_completes_it(smol):
-    doc = smol.explain(TEXT, layers="selected")
+    doc = explained(smol, TEXT, layers="selected")
     tok = AutoTokenizer.from_pretrained(str(_folder()), gguf_file=GGUF)
     context = tok(TEXT)["input_ids"]
     assert context == doc["token_ids"]
@@ -58,7 +59,7 @@ def test_no_completion_under_an_intervention_nor_for_a_whole_character(smol):
 
     changed = Intervention({"temperature": {"t": 1.01}}, layer=0, head=0)  # applied, changing next to nothing
     assert changed
-    doc = smol.explain(TEXT, layers="selected", intervention=changed)
+    doc = explained(smol, TEXT, layers="selected", intervention=changed)
     shown = [p["shown"] for p in doc["prediction"]]
     assert all(COMPLETED.match(s) is None and "\ufffd" not in s for s in shown)
     assert re.fullmatch(r"⟨E[0-9A-F]⟩", shown[1]), shown  # the bytes alone: the model under a change completes none

@@ -25,6 +25,7 @@ from selfattn.explainer.session import Explainer
 from selfattn.explainer.views.head_words import percent
 from selfattn.model import checkpoint
 from tests.explainer import truth
+from tests.explainer.documents import explained
 from tests.explainer.test_tokenizer_kinds import _sentencepiece, _wordpiece
 from tests.hf import models
 from tests.tolerances import TOL
@@ -246,7 +247,7 @@ def test_the_explain_of_the_tutorial_runs_its_controls_in_one_pass(default):
     assert others[0] == DEFAULT_CONTROL and len(others) == word_relations.MAX_CONTRASTS
     every = [_ids(default, t) for t in others]
     with _passes(default.model) as seen:
-        doc = default.explain(TEXT, cache=cache)
+        doc = explained(default, TEXT, cache=cache)
     assert [s.shape for s in seen] == [torch.Size([1, len(ids)]), torch.Size([len(every), max(map(len, every))])]
     assert seen[0][0].tolist() == ids and all(seen[1][i, : len(row)].tolist() == row for i, row in enumerate(every))
     assert doc["descriptions"][0][3]["relation"] == "verb>noun"
@@ -258,7 +259,7 @@ def test_the_explain_of_the_tutorial_runs_its_controls_in_one_pass(default):
         own = default.trace(DEFAULT_CONTROL, cache=cache)
     assert [s.shape for s in alone] == [torch.Size([1, len(c_ids)])] and own is not control
     with _passes(default.model) as uncached:  # no cache: the text, the batch and the probe, three passes
-        default.explain(TEXT)
+        explained(default, TEXT)
     assert sorted(s.shape[0] for s in uncached) == [1, 1, len(every)]
 
 
@@ -325,7 +326,7 @@ def test_the_held_numbers_on_the_control_are_those_of_the_control_alone(any_mode
 def test_the_tutorial_heads_sentence_states_the_control_alone(default):
     """The default model's L0H3 (走进→怪兽): the control weight its sentence prints is the reference weight of the
     control sentence run alone."""
-    doc = default.explain(TEXT)
+    doc = explained(default, TEXT)
     d = doc["descriptions"][0][3]
     (r,) = [r for r in d["verdict"]["relations"] if r["relation"] == "verb>noun"]
     model, tokenizer = checkpoint.load_default()[:2]
@@ -343,7 +344,7 @@ def test_a_control_longer_than_the_model_reads_is_skipped(tiny):
     with _passes(short.model) as seen:
         trace, controls = short.trace_with_controls(TEXT)
     assert controls == [] and short.controls(trace) == [] and [s.shape[0] for s in seen] == [1]
-    doc = short.explain(TEXT)
+    doc = explained(short, TEXT)
     assert doc["tokens"] == trace.tokens
 
 

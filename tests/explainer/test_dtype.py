@@ -11,6 +11,7 @@ from selfattn import limits
 from selfattn.cli import main
 from selfattn.explainer.session import Explainer, dtype_name
 from selfattn.explainer.views import export
+from tests.explainer.documents import explained
 from tests.hf.models import build, save, tokenizer
 from tests.tolerances import max_error, tolerance
 
@@ -32,7 +33,7 @@ def _eager(dtype: torch.dtype, ids: torch.Tensor):
 def test_half_weights_are_eagers_in_the_same_dtype_by_the_rule(llama, dtype):
     ex = Explainer.load(llama, dtype=str(dtype).removeprefix("torch."))
     assert ex.model.dtype == dtype and all(p.dtype == dtype for p in ex.model.parameters())
-    doc = ex.explain(TEXT)
+    doc = explained(ex, TEXT)
     assert doc["model"]["dtype"] == str(dtype).removeprefix("torch.")
     ids = ex.trace(TEXT).token_ids[None]
     half, exact = _eager(dtype, ids), _eager(torch.float64, ids)

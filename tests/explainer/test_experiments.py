@@ -21,6 +21,7 @@ from selfattn.explainer.analysis.chance import ALPHA, against_chance
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import findings
+from tests.explainer.documents import explained
 
 VOCAB = 97
 N_LAYERS, N_HEADS, N_KV = 3, 12, 4  # 12 query heads over 4 key/value heads: grouped-query attention
@@ -220,7 +221,7 @@ def test_ablation_equals_plain_hooks_and_the_registry(ex, llamas):
         assert f"{got['kl_bits']:.3f}" in got["text"][lang] and f"{got['after']['loss']:.3f}" in got["text"][lang]
     # one head: the registry's entry (the page's and the server's way) gives the same numbers
     one = X.ablation(ex, TEXT, [(1, 5)], "mean")
-    doc = ex.explain(TEXT, layer=1, head=5, intervention=Intervention({"ablate": {"mean": True}}, layer=1, head=5))
+    doc = explained(ex, TEXT, layer=1, head=5, intervention=Intervention({"ablate": {"mean": True}}, layer=1, head=5))
     assert doc["prediction"][0]["prob"] == pytest.approx(one["after"]["top"][0]["prob"], abs=1e-6)
     assert doc["experiment"]["kl_bits"] == pytest.approx(one["kl_bits"], abs=1e-6)
     assert doc["experiment"]["loss"] == pytest.approx([one["before"]["loss"], one["after"]["loss"]], abs=1e-6)
@@ -406,7 +407,7 @@ def test_the_server_takes_the_ablate_entry_from_the_registry(ex):
     assert r.status_code == 200, r.text
     got = r.json()
     iv = Intervention({"ablate": {"mean": True}}, layer=1, head=5)
-    want = json.loads(json.dumps(ex.explain(TEXT, layer=1, head=5, intervention=iv), ensure_ascii=False))
+    want = json.loads(json.dumps(explained(ex, TEXT, layer=1, head=5, intervention=iv), ensure_ascii=False))
     assert got["prediction"] == want["prediction"] and got["experiment"] == want["experiment"]
     assert got["experiment"]["applied"] == {"ablate": {"mean": True}, "layer": 1, "head": 5}
     bad = client.post("/api/explain", json={"text": TEXT, "interventions": {"ablate": {"mean": 1}}})

@@ -17,6 +17,7 @@ import torch
 import transformers
 
 from selfattn.explainer.api import from_loaded
+from tests.explainer.documents import explained as explained_doc
 from tests.hf.models import _COMMON, CONFIGS, build, tokenizer
 
 TEXT = "a blue monster walks into the forest"
@@ -48,7 +49,7 @@ def explained():
     for kind in KINDS:
         model = _model(kind)
         ex = from_loaded(model, tokenizer())
-        out[kind] = (model, ex.explain(TEXT, layers=None))
+        out[kind] = (model, explained_doc(ex, TEXT, layers=None))
     return out
 
 

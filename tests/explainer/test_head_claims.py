@@ -12,6 +12,7 @@ from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.model import checkpoint
 from tests.explainer import truth
+from tests.explainer.documents import explained
 
 TEXT = "一只蓝色怪兽走进森林"  # <bos> 一只 蓝色 怪兽 走进 森林
 LONG = "一只蓝色怪兽走进森林。它在森林里睡觉。这只怪兽很开心。"
@@ -29,7 +30,7 @@ def rule(score: float, chance: float) -> bool:
 
 
 def test_the_default_sentence_gives_the_link_and_its_chance(default):
-    doc = default.explain(TEXT)
+    doc = explained(default, TEXT)
     sel = doc["selected"]
     d = doc["descriptions"][sel["layer"]][sel["head"]]
     assert (sel["layer"], sel["head"]) == (0, 3) and d["kind"] == "relation" and d["link_credited"]
@@ -46,7 +47,7 @@ def test_layer_zero_claims_equal_the_reference(default):
     """Each layer-0 head's link share, its chance and its head types, from the reference weights."""
     model, tokenizer = checkpoint.load_default()[:2]
     ids = tokenizer.encode(TEXT, bos=True)
-    doc = default.explain(TEXT)
+    doc = explained(default, TEXT)
     for h in range(4):
         w = truth.stages(model, ids, 0, h)["weights"]
         d = doc["descriptions"][0][h]
@@ -67,7 +68,7 @@ def test_layer_zero_claims_equal_the_reference(default):
 
 @pytest.mark.parametrize("text", [TEXT, LONG])
 def test_temperature_10_credits_no_head_with_a_link(default, text):
-    doc = default.explain(text, intervention=Intervention(temperature=10.0))
+    doc = explained(default, text, intervention=Intervention(temperature=10.0))
     model, tokenizer = checkpoint.load_default()[:2]
     ids = tokenizer.encode(text, bos=True)
     for l, row in enumerate(doc["descriptions"]):
@@ -78,7 +79,7 @@ def test_temperature_10_credits_no_head_with_a_link(default, text):
     for h in range(4):  # near uniform indeed: the reference's weights at T = 10, layer 0
         w = truth.stages(model, ids, 0, h, temperature=10.0)["weights"]
         assert w[VERB, NOUN] < 0.3
-    plain = default.explain(text)
+    plain = explained(default, text)
     link = f"{plain['token_names'][VERB]}→{plain['token_names'][NOUN]}"  # 走进→怪兽, 走进→怪兽@3 where 怪兽 repeats
     said = plain["descriptions"][0][3]["text"]["zh"]
     if text == TEXT:
@@ -89,7 +90,7 @@ def test_temperature_10_credits_no_head_with_a_link(default, text):
 
 @pytest.mark.parametrize("options", [{}, {"intervention": Intervention(temperature=10.0)}, {"text": LONG}])
 def test_every_description_gives_its_chance_and_a_sink_says_so_first(default, options):
-    doc = default.explain(options.get("text", TEXT), intervention=options.get("intervention"))
+    doc = explained(default, options.get("text", TEXT), intervention=options.get("intervention"))
     for l, row in enumerate(doc["descriptions"]):
         for h, d in enumerate(row):
             zh, en = d["text"]["zh"], d["text"]["en"]
@@ -104,7 +105,7 @@ def test_every_description_gives_its_chance_and_a_sink_says_so_first(default, op
 
 def test_chance_follows_the_heads_own_visibility(default):
     """Without the causal rule 走进 sees all 6 tokens: uniform attention gives 怪兽 1/6."""
-    doc = default.explain(TEXT, intervention=Intervention(causal=False))
+    doc = explained(default, TEXT, intervention=Intervention(causal=False))
     for row in doc["descriptions"]:
         for d in row:
             if d.get("relation") == "verb>noun":

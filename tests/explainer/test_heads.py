@@ -11,6 +11,7 @@ from selfattn.explainer.views import export, heads
 from selfattn.model import checkpoint
 from selfattn.model.corpus import CREATURES, Sentence
 from selfattn.model.probe import attention_probe
+from tests.explainer.documents import explained
 from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
@@ -36,7 +37,7 @@ def test_links_follow_the_probe_claims_and_clause_two():
 
 
 def test_default_view_names_a_tutorial_link_that_the_probe_confirms(default):
-    doc = default.explain(TEXT)
+    doc = explained(default, TEXT)
     sel = doc["selected"]
     d = doc["descriptions"][sel["layer"]][sel["head"]]
     assert d["kind"] == "relation" and sel["rule"] == "auto"
@@ -68,7 +69,7 @@ def test_default_view_names_a_tutorial_link_that_the_probe_confirms(default):
 
 
 def test_search_ranks_heads_by_the_weight(default):
-    doc = default.explain(TEXT, find=("走进", "怪兽"))
+    doc = explained(default, TEXT, find=("走进", "怪兽"))
     s = doc["search"]
     assert (s["query"], s["key"]) == (4, 3)
     expected = sorted(
@@ -78,15 +79,15 @@ def test_search_ranks_heads_by_the_weight(default):
     assert [(r["layer"], r["head"]) for r in s["heads"]] == [(l, h) for _, l, h in expected]
     assert np.allclose([r["weight"] for r in s["heads"]], [w for w, _, _ in expected], atol=TOL["float32_weights"])
     with pytest.raises(ValueError, match="key '森林' is not among the tokens the query may look at"):
-        default.explain(TEXT, find=("走进", "森林"))
+        explained(default, TEXT, find=("走进", "森林"))
     with pytest.raises(TypeError, match="query must be a token string or a position"):
-        default.explain(TEXT, find=(1.5, "怪兽"))
+        explained(default, TEXT, find=(1.5, "怪兽"))
 
 
 def test_one_head_experiment_changes_only_that_step(default):
     iv = Intervention(causal=False, layer=0, head=3)
-    doc = default.explain(TEXT, layer=0, head=3, intervention=iv)
-    base = default.explain(TEXT, layer=0, head=3)
+    doc = explained(default, TEXT, layer=0, head=3, intervention=iv)
+    base = explained(default, TEXT, layer=0, head=3)
     e = doc["experiment"]
     assert e["same_x"] and e["scope"] == "layer"
     for h in range(4):  # the other heads of the layer: unchanged
@@ -106,7 +107,7 @@ def test_one_head_experiment_changes_only_that_step(default):
 
 
 def test_layers_selection_leaves_the_others_out(default):
-    doc = default.explain(TEXT, layers=[1])
+    doc = explained(default, TEXT, layers=[1])
     assert doc["layers"][0]["omitted"] and "heads" in doc["layers"][1]
     with pytest.raises(ValueError, match=r"layers must hold indices in \[0, 1\], got 5"):
-        default.explain(TEXT, layers=[5])
+        explained(default, TEXT, layers=[5])

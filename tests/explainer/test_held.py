@@ -16,6 +16,7 @@ from selfattn.explainer.session import Explainer
 from selfattn.explainer.views.head_words import percent
 from selfattn.model import checkpoint
 from tests.explainer import truth
+from tests.explainer.documents import explained
 from tests.explainer.planted import PLANTED_TOL, plant
 from tests.explainer.tiny import tiny_explainer
 
@@ -52,7 +53,7 @@ def test_the_control_sentence_puts_a_word_between_each_adjacent_pair(planted):
 
 
 def test_a_planted_previous_token_head_is_described_as_one_never_as_a_relation(planted):
-    doc = planted.explain(TEXT)
+    doc = explained(planted, TEXT)
     d = doc["descriptions"][0][0]
     v = d["verdict"]
     assert d["kind"] == "previous" and v["type"] == "previous" and v["relations"] == []
@@ -83,7 +84,7 @@ def test_a_planted_previous_token_head_is_described_as_one_never_as_a_relation(p
 
 
 def test_no_type_comes_from_fewer_than_min_rows(planted):
-    doc = planted.explain(TEXT)  # 6 tokens: 5 rows for the previous token, fewer than MIN_ROWS
+    doc = explained(planted, TEXT)  # 6 tokens: 5 rows for the previous token, fewer than MIN_ROWS
     for row in doc["descriptions"]:
         for d in row:
             for e in d["verdict"]["types"]:
@@ -98,7 +99,7 @@ def default():
 
 
 def test_the_tutorial_head_keeps_its_relation_on_the_control(default):
-    doc = default.explain(TEXT)
+    doc = explained(default, TEXT)
     sel = doc["selected"]
     assert (sel["layer"], sel["head"]) == (0, 3)
     d = doc["descriptions"][0][3]
@@ -187,7 +188,7 @@ def test_selfattn_heads_labels_the_tutorial_head_as_explain_does(default, monkey
     monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: default))
     assert main(["heads", TEXT, "--json", "--probe-length", "12"]) == 0
     t = json.loads(capsys.readouterr().out)
-    doc = default.explain(TEXT)
+    doc = explained(default, TEXT)
     for l, row in enumerate(t["heads"]):
         for h, c in enumerate(row):
             if c["relations"] or doc["descriptions"][l][h]["verdict"]["relations"]:

@@ -7,6 +7,7 @@ import transformers  # noqa: E402  a declared test dependency: fail, never skip
 
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import export
+from tests.explainer.documents import explained
 from tests.tolerances import TOL
 
 
@@ -41,7 +42,7 @@ def gpt2_folder(tmp_path_factory):
 def test_minilm_weights_equal_transformers(minilm_path):
     ex = Explainer.load(minilm_path)
     text = "The blue monster walks into the forest."
-    doc = ex.explain(text)
+    doc = explained(ex, text)
     assert doc["model"]["kind"] == "encoder" and doc["model"]["n_heads"] == 12 and doc["prediction"] == []
     assert doc["tokens"][0] == "[CLS]" and doc["tokens"][-1] == "[SEP]" and "monster" in doc["tokens"]
     hf_tok = transformers.AutoTokenizer.from_pretrained(minilm_path, local_files_only=True)
@@ -59,7 +60,7 @@ def test_minilm_weights_equal_transformers(minilm_path):
 def test_gpt2_weights_and_prediction_equal_transformers(gpt2_folder):
     ex = Explainer.load(gpt2_folder)
     text = "a blue monster walks"
-    doc = ex.explain(text)
+    doc = explained(ex, text)
     assert doc["model"]["kind"] == "decoder" and ex.max_len == 64
     hf_tok = transformers.AutoTokenizer.from_pretrained(gpt2_folder, local_files_only=True)
     hf = transformers.GPT2LMHeadModel.from_pretrained(gpt2_folder, attn_implementation="eager").eval()

@@ -16,6 +16,7 @@ from selfattn.explainer.views import export
 from selfattn.explainer.web import server
 from selfattn.limits import TEMPERATURE_RANGE
 from tests.explainer import truth
+from tests.explainer.documents import checked, explained
 from tests.explainer.tiny import tiny_explainer
 from tests.tolerances import TOL
 
@@ -27,7 +28,7 @@ WEIGHT_ATOL = 1e-5
 
 
 def test_the_registry_is_data_the_export_carries(tiny):
-    doc = tiny.explain(TEXT)
+    doc = explained(tiny, TEXT)
     assert doc["interventions"] == json.loads(json.dumps(as_data(), ensure_ascii=False))  # JSON as it is
     assert [e["name"] for e in doc["interventions"]] == ["no_scaling", "no_causal", "temperature", "block", "ablate"]
     for e in doc["interventions"]:
@@ -76,8 +77,8 @@ def test_block_cuts_one_link_as_the_reference_says(tiny):
     """Every head of layer 0: the weights are the reference's with (走进, 怪兽) hidden, which is the
     baseline's row renormalised without that key; nothing else of the layer's weights moves."""
     _, ids, _ = tiny.tokenize(TEXT)
-    doc = tiny.explain(TEXT, intervention=Intervention(BLOCK))
-    base = tiny.explain(TEXT)
+    doc = explained(tiny, TEXT, intervention=Intervention(BLOCK))
+    base = explained(tiny, TEXT)
     cut = []
     for h in range(doc["model"]["n_heads"]):
         want = truth.stages(tiny.model, ids, 0, h, blocked=(VERB, NOUN))["weights"]
@@ -98,8 +99,8 @@ def test_block_cuts_one_link_as_the_reference_says(tiny):
 
 
 def test_block_on_one_head_leaves_the_others(tiny):
-    doc = tiny.explain(TEXT, layer=1, head=2, intervention=Intervention(BLOCK, layer=1, head=2))
-    base = tiny.explain(TEXT, layer=1, head=2)
+    doc = explained(tiny, TEXT, layer=1, head=2, intervention=Intervention(BLOCK, layer=1, head=2))
+    base = explained(tiny, TEXT, layer=1, head=2)
     for h in range(4):
         same = np.allclose(export.head_weights(doc, 1, h), export.head_weights(base, 1, h), atol=TOL["float32_weights"])
         assert same == (h != 2)
@@ -138,7 +139,7 @@ def test_block_from_the_command_line(capsys, tiny, tiny_checkpoint):
     args = ["explain", TEXT, "--model", str(tiny_checkpoint), "--block", str(VERB), str(NOUN)]
     assert main([*args, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc == json.loads(json.dumps(tiny.explain(TEXT, intervention=Intervention(BLOCK)), ensure_ascii=False))
+    assert doc == checked(tiny, TEXT, intervention=Intervention(BLOCK))
     assert doc["experiment"]["applied"] == BLOCK | {"layer": None, "head": None}
     assert "intervention" not in doc  # one shape of an intervention: `as_applied`
     assert main([*args, "--only-layer", "1", "--lang", "en"]) == 0
@@ -193,9 +194,9 @@ def post(client, **body):
 
 def test_block_over_http_is_the_library_answer(client, explainer):
     got = post(client, text=TEXT, interventions=BLOCK | {"layer": 0}).json()
-    want = explainer.explain(TEXT, intervention=Intervention(BLOCK, layer=0))
-    assert got["layers"] == json.loads(json.dumps(want["layers"]))
-    assert got["experiment"] == json.loads(json.dumps(want["experiment"]))
+    want = checked(explainer, TEXT, intervention=Intervention(BLOCK, layer=0))
+    assert got["layers"] == want["layers"] and got["stages"] == want["stages"]
+    assert got["experiment"] == want["experiment"]
     assert got["experiment"]["applied"] == BLOCK | {"layer": 0, "head": None}
 
 
@@ -257,5 +258,5 @@ def test_one_forward_pass_per_change(explainer):
 
 def test_head_search_over_http_is_heads_search(client, explainer):
     doc = post(client, text=TEXT, find=[VERB, NOUN], layers=[]).json()
-    assert doc["search"] == explainer.explain(TEXT, find=(VERB, NOUN))["search"]
-    assert all(layer.get("omitted") for layer in doc["layers"])
+    assert doc["search"] == explained(explainer, TEXT, find=(VERB, NOUN))["search"]
+    assert not any(layer["held"] or "weights" in layer for layer in doc["layers"])  # no array was asked for

@@ -10,6 +10,7 @@ import pytest
 
 from selfattn.cli import main
 from selfattn.explainer.views import report
+from tests.explainer.documents import explained
 from tests.explainer.test_browser import CHROMIUM, CHROMIUM_ARGS, shown_row, stage, state, wait_ready
 from tests.explainer.tiny import tiny_explainer
 
@@ -21,7 +22,7 @@ def page(tmp_path_factory):
     from playwright.sync_api import sync_playwright
 
     ex = tiny_explainer()
-    doc = ex.explain(TEXT, layers=[1], layer=1, head=0)
+    doc = explained(ex, TEXT, layers=[1], layer=1, head=0)
     path = report.write_html(doc, tmp_path_factory.mktemp("layers") / "one.html")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -106,7 +107,7 @@ def test_a_layer_not_held_keeps_its_heads_labels_for_the_model_view():
     layer has): a layer whose arrays are left out keeps them."""
     from selfattn.explainer.session import Explainer
 
-    doc = Explainer.load().explain(TEXT, layers=[0], layer=0, head=0)
+    doc = explained(Explainer.load(), TEXT, layers=[0], layer=0, head=0)
     packed = report.pack(doc)["layers"]
     want = [[d["verdict"]["type"] for d in layer] for layer in doc["descriptions"]]
     assert packed[1]["omitted"] and packed[1]["types"] == want[1] and any(want[1]), want
@@ -134,7 +135,7 @@ def test_the_page_unpacks_a_held_layer_when_it_is_shown_once_and_as_python_packe
 
     from selfattn.explainer.views import packing
 
-    doc = tiny_explainer().explain(TEXT, layers=[0, 1], layer=1, head=0)
+    doc = explained(tiny_explainer(), TEXT, layers=[0, 1], layer=1, head=0)
     packed = packing.pack(doc)
     assert "display" in packed and len(packed["layers"]) == 2
     (tmp_path / "doc.json").write_text(json.dumps(packed), encoding="utf-8")

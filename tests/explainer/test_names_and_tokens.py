@@ -43,12 +43,13 @@ def test_tokens_keep_the_tokenizers_leading_space_and_labels_are_apart(folder): 
     e = selfattn.explain(TEXT, (model, tok))
     ids = tok(TEXT)["input_ids"]
     assert e.doc["token_ids"] == ids
-    assert e.tokens == [tok.decode([i]) for i in ids]
+    decoded = e.decoded()
+    assert decoded == [tok.decode([i]) for i in ids]
     raw = tok.convert_ids_to_tokens(ids)
     spaced = [i for i, r in enumerate(raw) if r.startswith("Ġ")]
-    assert spaced and all(e.tokens[i] == " " + raw[i][1:] for i in spaced)  # Ġ is GPT-2's written space
+    assert spaced and all(decoded[i] == " " + raw[i][1:] for i in spaced)  # Ġ is GPT-2's written space
     assert e.labels == e.doc["tokens"] and all(not e.labels[i].startswith(" ") for i in spaced)
-    assert e.labels == [t.strip(" ") or "␣" * len(t) for t in e.tokens]  # ASCII words: the piece unspaced
+    assert e.labels == [t.strip(" ") or "␣" * len(t) for t in decoded]  # ASCII words: the piece unspaced
     again = e.labels.index("the", 1)
     assert e.names == e.doc["token_names"] and [n for n in e.names if n.startswith("the")] == ["the@0", f"the@{again}"]
     assert str(e.table()).count("the@") == 2 * 2  # the repeated word named apart in the table's header and rows

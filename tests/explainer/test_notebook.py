@@ -84,7 +84,7 @@ def test_selfattn_explain_is_the_function_and_the_package(e, explainer):
     assert len(e.heads()) == 4 and {"layer", "head", "entropy", "type"} <= set(e.heads()[0])
     ranked = e.find("森林", "怪兽")
     assert ranked[0]["weight"] == pytest.approx(max(float(e.weights(l, h)[5, 3]) for l in range(2) for h in range(2)))
-    assert json.loads(e.to_json())["tokens"] == e.tokens
+    assert json.loads(e.to_json())["tokens"] == e.labels == list(e.tokens.labels)
 
 
 def test_intervene_and_compare_make_new_explanations(e, explainer):
@@ -104,7 +104,7 @@ def test_intervene_and_compare_make_new_explanations(e, explainer):
 
 def test_bad_options_are_named(e):
     with pytest.raises(TypeError, match="unknown option 'no_such'"):
-        selfattn.explain(TEXT, model=e.explainer, no_such={})
+        selfattn.explain(TEXT, model=e.session.explainer, no_such={})
     with pytest.raises(ValueError, match="layer must be in"):
         e.weights(5, 0)
     with pytest.raises(ValueError, match="needs its tokenizer"):

@@ -9,6 +9,7 @@ import pytest
 
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import report
+from tests.explainer.documents import explained
 from tests.explainer.test_browser import browser, open_report, watched  # noqa: F401  (fixtures)
 from tests.explainer.test_one_reading import folder  # noqa: F401  (a tiny transformers GPT-2)
 
@@ -53,7 +54,7 @@ def test_every_chinese_sentence_of_the_pages_is_chinese(entry, page):
 
 def test_the_chinese_page_of_a_transformers_model_says_its_class_in_chinese(folder, watched, tmp_path):  # noqa: F811
     ex = Explainer.load(folder)
-    doc = ex.explain("a blue cat sleeps", lang="zh")
+    doc = explained(ex, "a blue cat sleeps", lang="zh")
     cls = "GPT2LMHeadModel"
     assert doc["model"]["architecture"] == f"{cls} (transformers, attention by selfattn)"
     assert doc["model"]["architecture_zh"] == f"{cls}（transformers 的模型类，注意力由 selfattn 计算）"

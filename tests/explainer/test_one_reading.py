@@ -12,6 +12,7 @@ import transformers
 from selfattn.cli import main
 from selfattn.explainer import pieces as P
 from selfattn.explainer.session import Explainer
+from tests.explainer.documents import explained
 from tests.explainer.test_browser import browser, open_report, watched  # noqa: F401  (fixtures)
 
 TEXT = "a\u00a0blue\tcat\u200dsleeps 森"
@@ -100,7 +101,7 @@ def test_terminal_json_and_page_read_the_same(folder, capsys, monkeypatch, watch
     assert top["token"] == "\ufffd" and top["shown"] == f"⟨{BYTE:02X}⟩"
 
     ex = Explainer.load(folder)
-    page_doc = ex.explain(TEXT)
+    page_doc = explained(ex, TEXT)
     open_report(watched, page_doc, tmp_path)
     strip = watched.page.eval_on_selector_all("[data-testid=token]", "ts => ts.map(t => t.textContent)")
     assert strip == WANT

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.views import export
+from tests.explainer.documents import explained
 from tests.explainer.tiny import tiny_explainer
 
 LINK_INSIDE = "一只蓝色怪兽走进森林。它在森林里睡觉。"
@@ -20,7 +21,7 @@ def _described(doc):
 
 
 def test_the_opened_row_is_the_described_links_query():
-    doc = tiny_explainer().explain(LINK_INSIDE)
+    doc = explained(tiny_explainer(), LINK_INSIDE)
     d, L = _described(doc), len(doc["tokens"])
     q, k = d["query"], d["key"]
     assert q < L - 1  # the case this test is for: the link's query has later keys
@@ -34,7 +35,7 @@ def test_the_opened_row_is_the_described_links_query():
 
 
 def test_a_link_from_the_last_token_opens_the_middle_row_and_says_why():
-    doc = tiny_explainer().explain(LINK_LAST, layer=1, head=1)
+    doc = explained(tiny_explainer(), LINK_LAST, layer=1, head=1)
     d, L = _described(doc), len(doc["tokens"])
     assert d["query"] == L - 1  # the described link starts at the last token, whose row has no masked key
     assert "fewer than 8), not measurable" in d["text"]["en"] and "测不出" in d["text"]["zh"]

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from selfattn.explainer.views import packing, report
+from tests.explainer.documents import explained
 
 G, L, D = 3, 100, 8
 
@@ -135,7 +136,7 @@ def test_a_layer_measured_by_export_is_read_back_by_the_page_and_one_changed_sin
 
     from tests.explainer.tiny import tiny_explainer
 
-    doc = tiny_explainer().explain("一只蓝色怪兽走进森林", layers=[0, 1], layer=1, head=0)
+    doc = explained(tiny_explainer(), "一只蓝色怪兽走进森林", layers=[0, 1], layer=1, head=0)
     runs = []
     stages = packing.head_stages
     monkeypatch.setattr(packing, "head_stages", lambda *a, **k: runs.append(1) or stages(*a, **k))
@@ -166,7 +167,7 @@ def test_a_layer_packed_before_is_packed_afresh_through_another_stage_function(m
     that shifts every stage in Python) shows the replaced numbers, not those of a page of the same layer before."""
     from tests.explainer.tiny import tiny_explainer
 
-    doc = tiny_explainer().explain("一只蓝色怪兽走进森林", layers=[1], layer=1, head=0)
+    doc = explained(tiny_explainer(), "一只蓝色怪兽走进森林", layers=[1], layer=1, head=0)
     before = packing.unpack(packing.pack(doc)["layers"][1]["heads"][0]["key_stages"])
     stages = packing.head_stages
     monkeypatch.setattr(

@@ -10,11 +10,13 @@ import json
 import numpy as np
 import pytest
 
-from selfattn.explainer import api, probe
+from selfattn.explainer import probe
 from selfattn.explainer.capture.cache import TraceCache
+from selfattn.explainer.pipeline import Session, Spec
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views.packing import pack
 from tests.explainer import truth
+from tests.explainer.documents import explained
 from tests.explainer.planted import PLANTED_TOL, plant
 from tests.explainer.tiny import tiny_explainer
 
@@ -62,7 +64,7 @@ def test_a_probe_only_type_is_the_same_label_in_every_view(planted, monkeypatch,
     ex, _ = planted
     from selfattn.cli import main
 
-    doc = ex.explain(TEXT)
+    doc = explained(ex, TEXT)
     d = doc["descriptions"][0][0]
     assert d["verdict"]["type"] == "induction"
     on = {e["type"]: e["on"] for e in d["verdict"]["types"]}
@@ -71,7 +73,7 @@ def test_a_probe_only_type_is_the_same_label_in_every_view(planted, monkeypatch,
     labels = _labels(doc)
     packed = pack(doc)
     assert [layer["types"] for layer in packed["layers"]] == labels  # the model view
-    heads = api.Explanation(ex, api.Request(TEXT), cache=None).heads()
+    heads = Session(ex).explain(Spec(TEXT)).heads()
     assert [[r["type"] for r in heads if r["layer"] == l] for l in range(len(labels))] == labels
     monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: ex))
     assert main(["heads", TEXT, "--json"]) == 0
@@ -90,14 +92,14 @@ def test_the_probe_runs_once_per_cache_whatever_the_text(planted):
     hook = ex.model.register_forward_hook(lambda *_: passes.append(1))
     try:
         cache = TraceCache(max_bytes=64 << 20)
-        ex.explain(TEXT, cache=cache)
+        explained(ex, TEXT, cache=cache)
         first = len(passes)
-        ex.explain(TEXT, cache=cache)
+        explained(ex, TEXT, cache=cache)
         assert len(passes) == first  # the text, its control and the probe all read back
-        ex.explain(other, cache=cache)
+        explained(ex, other, cache=cache)
         assert control and len(passes) - first == 2  # the new text, and its controls in one batch; no probe
         without = len(passes)
-        ex.explain(TEXT)  # no cache: the text, its control and the probe again
+        explained(ex, TEXT)  # no cache: the text, its control and the probe again
         assert len(passes) - without == first
     finally:
         hook.remove()
@@ -110,5 +112,5 @@ def test_a_model_without_a_probe_still_explains(monkeypatch):
         raise probe.NoProbe("reads too few tokens")
 
     monkeypatch.setattr(probe, "probe_ids", refuse)
-    doc = ex.explain(TEXT)
+    doc = explained(ex, TEXT)
     assert all(e["on"] != "probe" for row in doc["descriptions"] for d in row for e in d["verdict"]["types"])

@@ -17,6 +17,7 @@ from selfattn.explainer import pieces as P
 from selfattn.explainer.analysis import summary
 from selfattn.explainer.views import export, plots, report, tables
 from selfattn.explainer.web import server
+from tests.explainer.documents import explained
 from tests.explainer.tiny import tiny_explainer
 from tests.tolerances import TOL
 
@@ -24,7 +25,7 @@ TWICE = "一只蓝色怪兽走进森林。它在森林里睡觉。"  # 森林 an
 
 
 def test_repeated_tokens_carry_their_position_everywhere(tiny, tiny_checkpoint, capsys):
-    doc = tiny.explain(TWICE)
+    doc = explained(tiny, TWICE)
     tokens = doc["tokens"]
     assert tokens.count("森林") == 2
     at = [i for i, t in enumerate(tokens) if t == "森林"]
@@ -40,14 +41,14 @@ def test_repeated_tokens_carry_their_position_everywhere(tiny, tiny_checkpoint, 
 
 
 def test_find_takes_positions_and_names(tiny):
-    doc = tiny.explain(TWICE, find=("9", "森林@5"))
+    doc = explained(tiny, TWICE, find=("9", "森林@5"))
     assert (doc["search"]["query"], doc["search"]["key"]) == (9, 5)
-    doc = tiny.explain(TWICE, find=(9, 5))
+    doc = explained(tiny, TWICE, find=(9, 5))
     assert (doc["search"]["query"], doc["search"]["key"]) == (9, 5)
-    same = tiny.explain(TWICE, find=("森林@9", "怪兽"))
+    same = explained(tiny, TWICE, find=("森林@9", "怪兽"))
     assert (same["search"]["query"], same["search"]["key"]) == (9, 3)
     with pytest.raises(ValueError, match="'森林@7' names no token"):
-        tiny.explain(TWICE, find=("森林@7", "怪兽"))
+        explained(tiny, TWICE, find=("森林@7", "怪兽"))
 
 
 def test_find_on_the_command_line_takes_positions(tiny_checkpoint, capsys):
@@ -58,7 +59,7 @@ def test_find_on_the_command_line_takes_positions(tiny_checkpoint, capsys):
 
 def test_the_heads_table_splits_at_80_columns_instead_of_dropping_heads():
     ex = tiny_explainer(n_heads=16, n_kv_heads=4)
-    doc = ex.explain("一只蓝色怪兽走进森林")
+    doc = explained(ex, "一只蓝色怪兽走进森林")
     console = Console(record=True, width=80)
     tables.render(doc, console, lang="en")
     out = console.export_text()
@@ -84,9 +85,9 @@ def test_html_carries_the_language_and_the_json_its_lang(tiny_checkpoint, tmp_pa
     capsys.readouterr()
     data = json.loads(re.search(r'id="selfattn-data">(.*?)</script>', page.read_text(), re.S).group(1))
     assert data["doc"]["lang"] == "en"
-    assert tiny_explainer().explain("一只", lang="zh")["lang"] == "zh"
+    assert explained(tiny_explainer(), "一只", lang="zh")["lang"] == "zh"
     with pytest.raises(ValueError, match="lang must be 'zh' or 'en', got 'fr'"):
-        tiny_explainer().explain("一只", lang="fr")
+        explained(tiny_explainer(), "一只", lang="fr")
 
 
 def test_server_errors_speak_the_pages_language():
@@ -105,18 +106,18 @@ def test_server_errors_speak_the_pages_language():
 
 def test_the_page_budget_holds_the_shown_layer_and_its_neighbours_and_says_how_to_get_the_others(monkeypatch, capsys):
     ex = tiny_explainer()
-    full = ex.explain("一只蓝色怪兽走进森林")
+    full = explained(ex, "一只蓝色怪兽走进森林")
     assert "omitted" not in full and all("heads" in layer for layer in full["layers"])
     one = export.layer_page_bytes(ex.trace("一只蓝色怪兽走进森林").layers[0])
     monkeypatch.setattr(export, "MAX_PAGE_BYTES", one)  # room for one layer only
-    doc = ex.explain("一只蓝色怪兽走进森林", layer=1, head=0)
+    doc = explained(ex, "一只蓝色怪兽走进森林", layer=1, head=0)
     assert doc["layers"][0]["omitted"] and "heads" in doc["layers"][1]
     assert doc["omitted"]["layers"] == [0] and doc["omitted"]["held"] == [1] and doc["omitted"]["bytes"] == 2 * one
     assert "layers 1 are written in full" in doc["omitted"]["message"] and "--layers" in doc["omitted"]["message"]
     console = Console(record=True, width=120)
     tables.render(doc, console, lang="zh")
     assert doc["omitted"]["text"]["zh"] in console.export_text().replace("\n", "")
-    assert "heads" in ex.explain("一只蓝色怪兽走进森林", layers=None)["layers"][0]  # all, when asked
+    assert "heads" in explained(ex, "一只蓝色怪兽走进森林", layers=None)["layers"][0]  # all, when asked
 
 
 def test_the_page_budget_counts_the_layers_packed_not_their_bound(monkeypatch):
@@ -125,15 +126,15 @@ def test_the_page_budget_counts_the_layers_packed_not_their_bound(monkeypatch):
     ex = tiny_explainer()
     text = "一只蓝色怪兽走进森林"
     bound = export.layer_page_bytes(ex.trace(text).layers[0])
-    full = report.pack(ex.explain(text, layers=None))["layers"]
+    full = report.pack(explained(ex, text, layers=None))["layers"]
     packed = [len(json.dumps(layer, ensure_ascii=False, separators=(",", ":")).encode()) for layer in full]
     assert bound < sum(packed) < 2 * bound
     monkeypatch.setattr(export, "MAX_PAGE_BYTES", sum(packed) + 50)  # with room for the labels (`types`)
-    doc = ex.explain(text, layer=1, head=0)
+    doc = explained(ex, text, layer=1, head=0)
     assert "omitted" not in doc and all("heads" in layer for layer in doc["layers"])
     assert export.fit_layers([bound, bound], 1, sum(packed) + 50) == {1}  # what the bound alone held
     monkeypatch.setattr(export, "MAX_PAGE_BYTES", sum(packed) - 100)
-    doc = ex.explain(text, layer=1, head=0)
+    doc = explained(ex, text, layer=1, head=0)
     assert doc["layers"][0]["omitted"] and doc["omitted"]["held"] == [1] and doc["omitted"]["bytes"] == 2 * bound
 
 
@@ -180,7 +181,7 @@ def test_summaries_read_at_the_capture_point_are_the_recomputed_ones(text):
 
 def test_display_weights_are_the_shown_heads_at_display_precision():
     ex = tiny_explainer()
-    doc = ex.explain("一只蓝色怪兽走进森林", layer=1, head=1)
+    doc = explained(ex, "一只蓝色怪兽走进森林", layer=1, head=1)
     shown = export.unpack_display(doc["display"]["selected"]["weights"])
     np.testing.assert_allclose(shown, export.head_weights(doc, 1, 1), atol=1 / export.WEIGHT_SCALE)
     thumbs = doc["display"]["thumbnails"]
@@ -190,7 +191,7 @@ def test_display_weights_are_the_shown_heads_at_display_precision():
 
 def test_the_first_token_note_only_for_a_special_first_token():
     ex = tiny_explainer()
-    assert "first_token" in ex.explain("一只蓝色怪兽走进森林")  # <bos>
+    assert "first_token" in explained(ex, "一只蓝色怪兽走进森林")  # <bos>
     p = P.from_strings("蓝色怪兽", ["蓝色", "怪兽"], [3, 4])
     assert not p.special[0]  # a text token at position 0: no note is made for it (export.starts_with_special)
 

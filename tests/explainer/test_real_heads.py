@@ -22,6 +22,7 @@ from selfattn.cli import main
 from selfattn.explainer import experiments as X
 from selfattn.explainer.analysis import head_types
 from selfattn.explainer.session import Explainer
+from tests.explainer.documents import explained
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CLEAN = "When Mary and John went to the store, John gave a drink to"
@@ -214,7 +215,7 @@ def test_relations_on_smollm2_are_held_against_the_control_with_eager_numbers(mo
                 assert c is not None and c["pair_weight"] == pytest.approx(att_c[l][h][c["query"], c["key"]], abs=1e-4)
                 t = r["test"]  # held only on 8 rows apart from the previous word, where they beat it
                 assert r["held"] <= (t["rows"] >= 8 and t["weight"] > t["previous"])
-    doc = ex.explain(TUTORIAL)
+    doc = explained(ex, TUTORIAL)
     for l, row in enumerate(doc["descriptions"]):
         for h, d in enumerate(row):
             seemed = [r for r in found[l][h]["relations"].values() if r["explained"] == "previous"]
@@ -263,7 +264,7 @@ def test_a_one_word_text_is_explained_though_its_types_are_credited_on_the_probe
     """一只 is one word of two pieces: the text has no rows for the local type that the probe credits on some heads,
     and the head shown first was picked by that missing share (a TypeError before)."""
     ex = models[0]
-    doc = ex.explain("一只")
+    doc = explained(ex, "一只")
     described = [d for row in doc["descriptions"] for d in row]
     assert any(
         e["on"] == "probe" and d["scores"][e["type"]]["score"] is None for d in described for e in d["verdict"]["types"]

@@ -20,6 +20,7 @@ from selfattn.cli import main
 from selfattn.explainer import sources
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import tables
+from tests.explainer.documents import explained
 from tests.tolerances import TOL, max_error, tolerance
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -81,7 +82,7 @@ def test_logits_with_selfattn_are_eagers_by_the_float32_rule(smol):
 
 
 def test_chinese_reads_as_characters_and_the_character_view_is_the_pieces(smol):
-    doc = smol.explain(CHINESE)
+    doc = explained(smol, CHINESE)
     assert len(doc["tokens"]) == 23 and doc["unknown"]["count"] == 0
     levels = doc["levels"]
     assert levels["characters"]["names"] == list(CHINESE)
@@ -121,8 +122,8 @@ def test_the_prediction_printed_is_transformers(smol, monkeypatch, capsys):
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if line.startswith("The model's next-token prediction:"))
     assert line.split(":", 1)[1].split()[0] == "␣Mary" and f"{float(probs.max()):.1%}" in line
-    doc = smol.explain(MARY)
+    doc = explained(smol, MARY)
     assert doc["prediction"][0]["token"] == best and doc["prediction"][0]["shown"] == "␣Mary"
     assert doc["token_names"][3] == "John@3" and doc["token_names"][9] == "John@9"
-    search = smol.explain(MARY, find=("John@9", "Mary"), layers="selected")["search"]
+    search = explained(smol, MARY, find=("John@9", "Mary"), layers="selected")["search"]
     assert (search["query"], search["key"]) == (9, 1)

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from selfattn.explainer import run
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import export, outputs, report
+from tests.explainer.documents import explained
 from tests.explainer.test_browser import CHROMIUM, CHROMIUM_ARGS, shown_row, stage, state, wait_ready
 from tests.explainer.test_real_model import CHINESE, GGUF, _eager, _folder
 from tests.tolerances import TOL
@@ -37,7 +37,7 @@ def smol():
 @pytest.fixture(scope="module")
 def eager(smol):
     """(doc, attentions (layers, heads, L, L) float64): the export of the sentence and transformers' eager weights."""
-    doc = smol.explain(CHINESE)
+    doc = explained(smol, CHINESE)
     ids = torch.tensor([doc["token_ids"]])
     att = _eager(smol.model, ids, output_attentions=True).attentions
     return doc, torch.stack([a[0] for a in att]).double().numpy()
@@ -133,7 +133,7 @@ def test_the_model_view_has_a_thumbnail_in_every_cell(page):
 
 
 def test_asked_layers_are_exactly_what_the_npz_holds(smol):
-    doc = run.run(smol, run.Request(CHINESE), layers=[3, 18])
+    doc = explained(smol, CHINESE, layers=[3, 18])
     held = [l for l, layer in enumerate(doc["layers"]) if not layer.get("omitted")]
     assert held == [3, 18]
     with np.load(io.BytesIO(outputs.npz_bytes(doc))) as z:

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from selfattn.explainer import api
+from selfattn.explainer.pipeline import Session, Spec
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views.packing import pack
 from tests.explainer.test_real_heads import _attentions, _folder, models  # noqa: F401  (models: the fixture)
@@ -25,7 +25,7 @@ def test_every_view_gives_every_head_the_same_label(models, monkeypatch, capsys)
     from selfattn.cli import main
 
     ex, eager, _ = models
-    e = api.Explanation(ex, api.Request(IOI), cache=None)
+    e = Session(ex).explain(Spec(IOI))
     doc = e.doc
     labels = [[d["verdict"]["type"] for d in row] for row in doc["descriptions"]]
     assert [layer["types"] for layer in pack(doc)["layers"]] == labels  # the model view

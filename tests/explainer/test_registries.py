@@ -15,6 +15,7 @@ from selfattn.cli import main
 from selfattn.explainer.analysis import head_types
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import registry
+from tests.explainer.documents import explained
 from tests.explainer.planted import plant
 from tests.explainer.test_browser import browser, wait_ready  # noqa: F401 (fixture)
 from tests.explainer.test_notebook import assert_offline, framed, watched  # noqa: F401 (fixture)
@@ -71,7 +72,7 @@ def _toy_heads(doc: dict) -> list[tuple[int, int]]:
 
 
 def test_a_toy_head_type_is_measured_named_and_coloured(toys, explainer):
-    doc = explainer.explain(TEXT)
+    doc = explained(explainer, TEXT)
     L = len(doc["tokens"])
     toy = _toy_heads(doc)
     assert toy, "the random tiny model has heads with no clearer type: they are the toy's"
@@ -105,7 +106,7 @@ def test_the_cli_tables_show_the_toy_type(toys, explainer, monkeypatch, capsys):
     assert any(line.startswith("toy heads: ") for line in out.splitlines())
     assert main(["heads", "--probe-length", "12", "--lang", "zh"]) == 0
     assert "玩具 100" in capsys.readouterr().out
-    l, h = _toy_heads(explainer.explain(TEXT))[0]
+    l, h = _toy_heads(explained(explainer, TEXT))[0]
     assert main(["explain", TEXT, "--layer", str(l), "--head", str(h), "--lang", "en"]) == 0
     assert "looks two tokens back" in " ".join(capsys.readouterr().out.split())
 
@@ -164,7 +165,7 @@ def test_the_attention_page_has_the_toy_view(toys, watched):  # noqa: F811
 
 def test_removed_entries_are_gone(explainer):
     assert "toy" not in head_types.REGISTRY and "toy" not in registry.VIEWS
-    doc = explainer.explain(TEXT)
+    doc = explained(explainer, TEXT)
     assert "toy" not in doc["head_types"]["types"] and not _toy_heads(doc)
     with pytest.raises(ValueError, match="already registered"):
         registry.register(registry.VIEWS["model"])

@@ -19,6 +19,7 @@ from selfattn.explainer.analysis.word_relations import MAX_CONTRASTS, contrasts,
 from selfattn.explainer.session import Explainer
 from selfattn.model import checkpoint
 from tests.explainer import truth
+from tests.explainer.documents import explained
 from tests.explainer.planted import plant
 from tests.explainer.tiny import tiny_explainer
 
@@ -74,7 +75,7 @@ def _p_value(w: np.ndarray, targets: list[list[int]], seen: list[int]) -> float:
 
 
 def test_the_tutorial_relation_is_credited_on_eight_rows_recomputed_from_the_reference(default):
-    doc = default.explain(TEXT)
+    doc = explained(default, TEXT)
     d = doc["descriptions"][0][3]
     (credited,) = [r for r in d["verdict"]["relations"] if r["relation"] == "verb>noun"]
     t = credited["tested"]

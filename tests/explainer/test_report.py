@@ -20,6 +20,7 @@ from selfattn.explainer.views import bundle, controls, export, packing, report
 from selfattn.explainer.views.texts import TEXTS, text
 from selfattn.limits import TEMPERATURE_RANGE
 from tests.explainer import truth
+from tests.explainer.documents import explained
 from tests.explainer.tiny import slash_explainer, tiny_explainer
 from tests.tolerances import TOL
 
@@ -29,7 +30,7 @@ TEXT = "一只蓝色怪兽走进森林"
 
 @pytest.fixture(scope="module")
 def doc():
-    return tiny_explainer().explain(TEXT)
+    return explained(tiny_explainer(), TEXT)
 
 
 def embedded(page: str) -> dict:
@@ -66,7 +67,7 @@ def test_pack_keeps_every_array_at_the_precision_the_page_shows_it(doc):
 
 
 def test_heads_that_share_a_key_value_head_carry_its_k_and_v_once():
-    doc = tiny_explainer(n_heads=4, n_kv_heads=2).explain(TEXT)
+    doc = explained(tiny_explainer(n_heads=4, n_kv_heads=2), TEXT)
     packed = report.pack(doc)
     for l, layer in enumerate(doc["layers"]):
         heads = packed["layers"][l]["heads"]
@@ -87,7 +88,7 @@ def test_heads_that_share_a_key_value_head_carry_its_k_and_v_once():
 def test_the_page_estimate_counts_vectors_that_go_as_float64():
     ex = tiny_explainer()
     layer = ex.trace(TEXT).layers[0]
-    d = json.loads(json.dumps(ex.explain(TEXT)))
+    d = json.loads(json.dumps(explained(ex, TEXT)))
     before, estimated = len(json.dumps(report.pack(d)["layers"][0])), export.layer_page_bytes(layer)
     for name in ("x", "attn_out", "output"):  # beyond int32 at 4 decimals: 8 bytes a value, not 4
         big = getattr(layer, name) * 1e6
@@ -150,7 +151,7 @@ def test_policy_allows_only_the_inline_script_and_style(doc):
 
 def test_token_text_cannot_close_the_data_script():
     ex = slash_explainer()
-    doc = ex.explain(f"一只 / {EVIL} / <img src=x onerror=alert(1)> / 森林")
+    doc = explained(ex, f"一只 / {EVIL} / <img src=x onerror=alert(1)> / 森林")
     page = report.render_html(doc)
     assert page.count("<script") == 2  # the data block and the explorer, nothing injected
     assert "</script><script>window" not in page and "<img src=x" not in page
@@ -161,7 +162,7 @@ def test_token_text_cannot_close_the_data_script():
 def test_slots_are_filled_once(doc):
     """A token that looks like a template slot stays a token."""
     ex = slash_explainer()
-    page = report.render_html(ex.explain("一只 / {{SCRIPT}} / {{DATA}}"))
+    page = report.render_html(explained(ex, "一只 / {{SCRIPT}} / {{DATA}}"))
     assert embedded(page)["doc"]["tokens"][2:4] == ["{{SCRIPT}}", "{{DATA}}"]
     assert page.count("selfattn explorer: one page for the HTML report") == 1
 
@@ -174,7 +175,7 @@ def test_write_html_refuses_to_overwrite(doc, tmp_path):
     with pytest.raises(FileExistsError, match=re.escape(str(path))):
         report.write_html(doc, path)
     assert path.read_text(encoding="utf-8") == first
-    other = tiny_explainer().explain("两条红色鱼游进大海")
+    other = explained(tiny_explainer(), "两条红色鱼游进大海")
     report.write_html(other, path, force=True)
     assert embedded(path.read_text(encoding="utf-8"))["doc"]["text"] == "两条红色鱼游进大海"
 
@@ -238,7 +239,7 @@ def test_a_long_row_ships_its_top_keys_the_first_token_and_itself():
     and itself, checked against weights NumPy computes from the dict's own q, k (a softmax, not the lse)."""
     ex = tiny_explainer()
     text = "一只蓝色怪兽走进森林" * 20  # 101 tokens
-    doc = ex.explain(text, layer=0, head=1, layers=[0])
+    doc = explained(ex, text, layer=0, head=1, layers=[0])
     head = report.pack(doc)["layers"][0]["heads"][1]
     layer = doc["layers"][0]
     q, k = np.array(layer["heads"][1]["q"]), np.array(layer["heads"][1]["k"])

@@ -13,6 +13,7 @@ from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import packing, page_schema, report, schema, schema_check
 from tests.explainer import sink_model
+from tests.explainer.documents import explained
 from tests.explainer.tiny import tiny_explainer
 from tests.hf import models
 
@@ -62,11 +63,11 @@ def test_every_model_kind_exports_what_the_schema_says(kind, folders, tiny):
 
     ex = _explainer(kind, folders, tiny)
     text, corrupted = (ZH, ZH_CORRUPTED) if kind in ("default", "tiny", "bare") else (EN, EN_CORRUPTED)
-    doc = ex.explain(text, find=(2, 1), lang="en")
+    doc = explained(ex, text, find=(2, 1), lang="en")
     _valid(doc, kind)
     kind_of = doc["model"]["kind"]
     assert kind_of == ("encoder" if kind in ("minilm", "bert") else "decoder")
-    _valid(ex.explain(text, layers="selected"), f"{kind}, one layer held")  # the others {…, omitted: true}
+    _valid(explained(ex, text, layers="selected"), f"{kind}, one layer held")  # the others {…, omitted: true}
     for iv in (
         Intervention({"temperature": {"t": 2.0}}, layer=0, head=1),
         Intervention({"block": {"query": 3, "key": 1}}),
@@ -74,9 +75,9 @@ def test_every_model_kind_exports_what_the_schema_says(kind, folders, tiny):
         Intervention({"ablate": {"mean": True}}, layer=1, head=0),
         Intervention({"temperature": {"t": 0.5}}),
     ):
-        _valid(ex.explain(text, intervention=iv), f"{kind}, {iv.applied}")
+        _valid(explained(ex, text, intervention=iv), f"{kind}, {iv.applied}")
     if kind_of == "decoder":
-        _valid(ex.explain(text, intervention=Intervention({"no_causal": {}})), f"{kind}, no_causal")
+        _valid(explained(ex, text, intervention=Intervention({"no_causal": {}})), f"{kind}, no_causal")
         tokens = doc["tokens"]
         found = experiments.run(
             ex, text, ablate=[(1, 0)], patch={"corrupted": corrupted, "target": tokens[1], "foil": tokens[2]}, lens={}
@@ -87,11 +88,11 @@ def test_every_model_kind_exports_what_the_schema_says(kind, folders, tiny):
 
 def test_a_head_apart_on_a_model_with_sinks(folders, tiny):
     ex = _explainer("sink", folders, tiny)
-    _valid(ex.explain(EN, intervention=Intervention({"temperature": {"t": 2.0}}, layer=0, head=1)), "sink, head 1")
+    _valid(explained(ex, EN, intervention=Intervention({"temperature": {"t": 2.0}}, layer=0, head=1)), "sink, head 1")
 
 
 def test_the_validator_names_what_is_wrong(tiny):
-    doc = tiny.explain(ZH)
+    doc = explained(tiny, ZH)
     bad = copy.deepcopy(doc)
     bad["model"]["n_heads"] = "4"
     bad["layers"][0]["heads"][1]["q"][2][0] = None

@@ -16,6 +16,7 @@ from selfattn.explainer.session import MAX_CHARS
 from selfattn.explainer.views import report
 from selfattn.explainer.web import server
 from tests.explainer import truth
+from tests.explainer.documents import explained
 from tests.explainer.tiny import MAX_LEN, slash_explainer, tiny_explainer
 
 TEXT = "一只蓝色怪兽走进森林"
@@ -50,7 +51,7 @@ def test_page_is_the_explorer_in_live_mode(client):
 def test_answer_is_the_export_dict_of_python(client, explainer):
     r = post(client, text=TEXT, layer=1, head=0)
     assert r.status_code == 200
-    assert r.json() == json.loads(json.dumps(explainer.explain(TEXT, layer=1, head=0)))
+    assert r.json() == json.loads(json.dumps(explained(explainer, TEXT, layer=1, head=0)))
     assert r.json()["tokens"] == ["<bos>", "一只", "蓝色", "怪兽", "走进", "森林"]  # jieba's words
 
 
@@ -93,7 +94,7 @@ def test_interventions_change_weights_and_prediction_as_the_reference_says(clien
         assert np.abs(got - before).max() > 1e-2, "the intervention did not change the weights"
     probs = {p["id"]: p["prob"] for p in doc["prediction"]}
     assert probs != {p["id"]: p["prob"] for p in base["prediction"]}
-    assert doc["prediction"] == explainer.explain(TEXT, intervention=intervention)["prediction"]
+    assert doc["prediction"] == explained(explainer, TEXT, intervention=intervention)["prediction"]
 
 
 LONG = "森林" * (MAX_LEN + 10)
@@ -205,7 +206,7 @@ def test_answers_are_sized_by_the_view(client, explainer, monkeypatch):
     one = client.post("/api/explain", json={"text": text, "format": "packed", "layers": [1 - shown]}).json()
     assert "heads" in one["layers"][1 - shown] and one["layers"][shown]["omitted"]
     found = client.post("/api/explain", json={"text": text, "find": [4, "怪兽"], "layers": [0]}).json()["search"]
-    assert found == explainer.explain(text, find=(4, 3))["search"]
+    assert found == explained(explainer, text, find=(4, 3))["search"]
     monkeypatch.setattr(server, "MAX_RESPONSE_BYTES", 10_000)
     r = client.post("/api/explain", json={"text": text})
     assert r.status_code == 422 and "over the" in r.json()["detail"] and "layers" in r.json()["detail"]

@@ -17,6 +17,7 @@ from selfattn.explainer.pieces import shown_piece
 from selfattn.explainer.session import MAX_CHARS
 from selfattn.explainer.web import server
 from selfattn.limits import MAX_ABLATED_HEADS, MAX_TOKEN_CHARS
+from tests.explainer.documents import explained
 from tests.explainer.tiny import tiny_explainer
 
 TEXT = "一只蓝色怪兽走进森林"
@@ -94,10 +95,10 @@ def test_the_head_shown_is_the_one_the_experiment_or_the_intervention_changed(cl
     assert post(client, interventions=scoped).json()["selected"] == {"layer": 1, "head": 0, "rule": "intervened"}
     ablated = {"ablate": {"mean": False}, "layer": 0, "head": 1}
     assert post(client, interventions=ablated).json()["selected"] == {"layer": 0, "head": 1, "rule": "ablated"}
-    # the Python API shows the same head (Explainer.explain: one path for the app, the API and the CLI)
+    # the Python API shows the same head (pipeline.explain: one path for the app, the API and the CLI)
     e = selfattn.explain(TEXT, model=explainer, temperature={"t": 3.0}, scope={"layer": 1, "head": 0})
-    assert e.shown == (1, 0) and e.doc["selected"]["rule"] == "intervened"
-    doc = explainer.explain(TEXT, intervention=Intervention(temperature=3.0, layer=1))
+    assert tuple(e.shown) == (1, 0) and e.shown.rule == e.doc["selected"]["rule"] == "intervened"
+    doc = explained(explainer, TEXT, intervention=Intervention(temperature=3.0, layer=1))
     assert doc["selected"]["layer"] == 1 and doc["selected"]["rule"] == "within layer"
 
 

@@ -20,6 +20,7 @@ from selfattn.explainer.capture.trace import capture
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import export, packing, plots, tables
 from selfattn.modules import MultiHeadSelfAttention
+from tests.explainer.documents import explained
 from tests.explainer.sink_model import TEXT, save
 from tests.explainer.tiny import tiny_explainer
 from tests.tolerances import TOL, max_error
@@ -35,7 +36,7 @@ def gpt_oss(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def doc(gpt_oss):
-    return gpt_oss.explain(TEXT, layer=SHOWN[0], head=SHOWN[1])
+    return explained(gpt_oss, TEXT, layer=SHOWN[0], head=SHOWN[1])
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +112,7 @@ def test_the_heatmap_draws_the_sink_as_a_column_apart(doc, eager):
 
 
 def test_a_model_without_sinks_shows_no_sink():
-    doc = tiny_explainer().explain("一只蓝色怪兽走进森林")
+    doc = explained(tiny_explainer(), "一只蓝色怪兽走进森林")
     assert all("sinks" not in layer and all("sink" not in h for h in layer["heads"]) for layer in doc["layers"])
     packed = packing.pack(doc)
     assert all("sink" not in h for layer in packed["layers"] for h in layer["heads"])

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from selfattn.explainer.session import Explainer
+from tests.explainer.documents import explained
 from tests.explainer.sink_model import TEXT, save
 from tests.explainer.test_browser import browser, open_report, stage, value, watched  # noqa: F401 - fixtures
 from tests.explainer.tiny import tiny_explainer
@@ -56,7 +57,7 @@ def _sink_tip(page, i: int) -> str:
 
 
 def test_the_page_shows_the_sink_column_with_pythons_numbers(gpt_oss, watched, tmp_path):  # noqa: F811
-    doc = gpt_oss.explain(TEXT, layer=LAYER, head=HEAD)
+    doc = explained(gpt_oss, TEXT, layer=LAYER, head=HEAD)
     want = _eager_sink(gpt_oss)
     page = watched.page
     open_report(watched, doc, tmp_path)
@@ -79,7 +80,7 @@ def test_the_page_shows_the_sink_column_with_pythons_numbers(gpt_oss, watched, t
 
 
 def test_a_page_without_sinks_has_no_sink_column(watched, tmp_path):  # noqa: F811
-    doc = tiny_explainer().explain("一只蓝色怪兽走进森林")
+    doc = explained(tiny_explainer(), "一只蓝色怪兽走进森林")
     page = watched.page
     open_report(watched, doc, tmp_path)
     stage(page, "softmax")

@@ -13,6 +13,7 @@ import torch
 from selfattn.explainer.analysis import held
 from selfattn.explainer.analysis.roles import has_roles, piece_roles
 from selfattn.explainer.session import Explainer
+from tests.explainer.documents import explained
 from tests.hf import models
 
 TUTORIAL = "一只蓝色怪兽走进森林"
@@ -115,7 +116,7 @@ def test_roles_reach_every_piece_and_the_relations_are_eager_attentions(kind, te
                 if c is not None:
                     assert c["pair_weight"] == pytest.approx(att_c[l][h][c["query"], c["key"]], abs=1e-5)
     # and the explain sentences read the same relations: every named link is one of these
-    doc = ex.explain(text)
+    doc = explained(ex, text)
     for l, row in enumerate(doc["descriptions"]):
         for h, d in enumerate(row):
             if d.get("relation"):

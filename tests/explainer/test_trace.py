@@ -11,6 +11,7 @@ from selfattn.explainer.analysis import summary
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.capture.trace import capture
 from selfattn.explainer.views import export
+from tests.explainer.documents import explained
 from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
@@ -96,7 +97,7 @@ def test_capture_refuses_bad_input(tiny):
 
 
 def test_export_is_standard_json_and_consistent(tiny):
-    doc = tiny.explain(TEXT)
+    doc = explained(tiny, TEXT)
     text = json.dumps(doc, allow_nan=False, ensure_ascii=False)  # -inf as strings: standard JSON
     assert json.loads(text)["tokens"] == doc["tokens"]
     assert doc["model"]["kind"] == "decoder" and doc["model"]["n_kv_heads"] == 2
@@ -113,7 +114,7 @@ def test_export_is_standard_json_and_consistent(tiny):
 
 
 def test_long_input_keeps_qkv_not_stages(tiny):
-    doc = tiny.explain("森林" * 900, layers=[0, 1])  # both held, whatever a page could hold (layers="auto")
+    doc = explained(tiny, "森林" * 900, layers=[0, 1])  # both held, whatever a page could hold (layers="auto")
     assert len(doc["tokens"]) == 901
     assert "stages" not in doc["layers"][0]["heads"][0]
     w = export.head_weights(doc, 1, 2)
@@ -121,7 +122,7 @@ def test_long_input_keeps_qkv_not_stages(tiny):
 
 
 def test_pick_rule_is_the_documented_one(tiny):
-    doc = tiny.explain(TEXT)
+    doc = explained(tiny, TEXT)
     table, described = doc["summaries"], doc["descriptions"]
     allowed = [
         (l, h)
@@ -140,9 +141,9 @@ def test_pick_rule_is_the_documented_one(tiny):
     ent = -np.sum(np.where(w > 0, w * np.log2(np.where(w > 0, w, 1)), 0), axis=1).mean()
     assert ent == pytest.approx(table[l][h]["entropy"], abs=TOL["float32_weights"])
     assert np.diag(w[:, 1:]).mean() == pytest.approx(table[l][h]["self"], abs=TOL["float32_weights"])
-    assert tiny.explain(TEXT, layer=1, head=0)["selected"] == {"layer": 1, "head": 0, "rule": None}
+    assert explained(tiny, TEXT, layer=1, head=0)["selected"] == {"layer": 1, "head": 0, "rule": None}
     with pytest.raises(ValueError, match=r"head must be in \[0, 3\], got 7"):
-        tiny.explain(TEXT, head=7)
+        explained(tiny, TEXT, head=7)
 
 
 @pytest.mark.parametrize(
@@ -156,4 +157,4 @@ def test_pick_rule_is_the_documented_one(tiny):
 )
 def test_bad_text_is_refused(tiny, text, match):
     with pytest.raises((ValueError, TypeError), match=match):
-        tiny.explain(text)
+        explained(tiny, text)

@@ -19,6 +19,7 @@ from selfattn.cli import main
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import export
+from tests.explainer.documents import explained
 from tests.hf.models import QK_GAIN, VOCAB, tokenizer
 from tests.tolerances import TOL
 
@@ -165,8 +166,8 @@ def test_an_encoder_has_no_causal_switch_and_no_prediction(folders, capsys):
     assert "is an encoder" in err and "no causal mask to switch off" in err and "Traceback" not in err
     ex = Explainer.load(folders["electra"])
     with pytest.raises(ValueError, match="no causal mask to switch off"):
-        ex.explain(TEXT, intervention=Intervention(causal=False))
-    entry = next(e for e in ex.explain(TEXT)["interventions"] if e["name"] == "no_causal")
+        explained(ex, TEXT, intervention=Intervention(causal=False))
+    entry = next(e for e in explained(ex, TEXT)["interventions"] if e["name"] == "no_causal")
     assert "no causal mask" in entry["unavailable"]["en"] and entry["unavailable"]["zh"]
 
 

@@ -13,6 +13,7 @@ from selfattn.explainer import pieces as P
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer, unknown_report
 from selfattn.explainer.views import export, tables
+from tests.explainer.documents import explained
 from tests.hf.models import CONFIGS, WINDOW, build, save
 from tests.tolerances import TOL
 
@@ -33,7 +34,7 @@ def explainers(folders):
 @pytest.mark.parametrize("kind", list(CONFIGS))
 def test_stages_are_the_reference_and_weights_are_eager(kind, explainers, folders):
     ex = explainers[kind]
-    doc = ex.explain(TEXT)
+    doc = explained(ex, TEXT)
     trace = ex.trace(TEXT)
     L = len(trace.tokens)
     assert doc["model"]["positions"] and "attention by selfattn" in doc["model"]["architecture"]
@@ -83,7 +84,7 @@ def test_per_head_intervention_changes_only_that_head_and_the_prediction(explain
     assert not bool(changed.visible.all())  # the other heads stay causal
     w = changed.stages(2)["weights"]
     assert float(w[0, 1:].sum()) > 0  # head 2 now sees the future
-    doc = ex.explain(TEXT, intervention=Intervention(causal=False, layer=1, head=2))
+    doc = explained(ex, TEXT, intervention=Intervention(causal=False, layer=1, head=2))
     assert doc["experiment"]["applied"] == {"no_causal": {}, "layer": 1, "head": 2}
     assert export.head_weights(doc, 1, 2)[0, 1:].sum() > 0 and export.head_weights(doc, 1, 1)[0, 1:].sum() == 0
     with pytest.raises(ValueError, match=r"intervention head must be in \[0, 3\], got 9"):
@@ -96,14 +97,14 @@ def test_two_threads_with_different_texts_and_interventions(explainers):
         ("a blue monster walks into the forest", Intervention()),
         ("the cat sleeps in the house", Intervention(scaling=False, head=1)),
     ]
-    alone = [ex.explain(text, intervention=iv) for text, iv in jobs]
+    alone = [explained(ex, text, intervention=iv) for text, iv in jobs]
     results = [[None] * 6 for _ in jobs]
     barrier = threading.Barrier(len(jobs))
 
     def run(i):
         barrier.wait()
         for r in range(6):
-            results[i][r] = ex.explain(jobs[i][0], intervention=jobs[i][1])
+            results[i][r] = explained(ex, jobs[i][0], intervention=jobs[i][1])
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
     for t in threads:
@@ -117,7 +118,7 @@ def test_two_threads_with_different_texts_and_interventions(explainers):
 
 def test_unknown_tokens_are_counted_and_marked(explainers):
     ex = explainers["llama"]
-    doc = ex.explain("a purple monster")  # "purple" is not in the word-level vocabulary
+    doc = explained(ex, "a purple monster")  # "purple" is not in the word-level vocabulary
     at = doc["unknown"]["positions"]
     assert doc["unknown"]["count"] == 1 and doc["pieces"]["pieces"][at[0]]["raw"] == "[UNK]"
     assert doc["tokens"][at[0]] == "<unk>:purple"  # a true <unk> shows the text it replaced

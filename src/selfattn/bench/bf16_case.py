@@ -76,12 +76,14 @@ def child_main() -> None:
     if mode == "eager":
         call = eager_call(model, ids)
     else:
+        from ..explainer.pipeline import Session, Spec
         from ..explainer.session import Explainer
 
         ex = Explainer.from_transformers(model, tok, name="Qwen2.5-3B configuration")
 
         def call(n=None):
-            return ex.explain(text if n is None else text[: n * 4])
+            session = Session(ex)
+            return session.document(session.explain(Spec(text if n is None else text[: n * 4])))
 
     call(WARM_UP)
     _, seconds, peak, extra = timed_peak(call)

@@ -9,7 +9,7 @@ in a fresh process (`memory`'s method: the model built and a short warm-up call 
 handed back, the peak reset through /proc/self/clear_refs, then one timed call):
 
     eager      model(ids, output_attentions=True): transformers' own attention weights, every layer × head
-    explain    Explainer.explain(text): capture, summaries, head descriptions, the export dict (what
+    explain    pipeline.explain(text) and its export dict: capture, summaries, head descriptions (what
                `selfattn explain` computes before it prints), model attn_implementation "selfattn"; then,
                timed apart, the terminal tables drawn into a console that discards them (tables_seconds) and
                the page of `--html` rendered (page_seconds, page_bytes)
@@ -226,13 +226,15 @@ def child_main() -> None:
     else:
         from rich.console import Console
 
+        from ..explainer.pipeline import Session, Spec
         from ..explainer.session import Explainer
         from ..explainer.views import tables
 
         ex = Explainer.from_transformers(model, tok, name="Qwen2.5-0.5B configuration")
 
         def call(n=None):
-            return ex.explain(text if n is None else " ".join(WORDS[:n]))
+            session = Session(ex)
+            return session.document(session.explain(Spec(text if n is None else " ".join(WORDS[:n]))))
 
         def render(doc):
             with open(os.devnull, "w") as sink:

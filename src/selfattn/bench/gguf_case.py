@@ -81,13 +81,15 @@ def child_main(argv: list[str]) -> None:
     import contextlib
     import io
 
+    from ..explainer.pipeline import Session, Spec
     from ..explainer.session import DEFAULT_TEXT, Explainer
 
     start = time.perf_counter()
     with contextlib.redirect_stderr(io.StringIO()):  # transformers' progress bars
         explainer = Explainer.load(argv[0])
     load = time.perf_counter() - start
-    explainer.explain(DEFAULT_TEXT)
+    session = Session(explainer)
+    session.document(session.explain(Spec(DEFAULT_TEXT)))
     print(json.dumps({"load_seconds": load}))
 
 

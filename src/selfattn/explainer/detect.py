@@ -51,7 +51,7 @@ def detect_head(
     """Each head's match with `detection_pattern` on `seq` (a prompt or a list of them): (layers, heads)
     float64, −1 for heads not asked for (see the module doc). `model` is what `selfattn.explain` takes
     (None: the bundled model; a path, a hub id, `(hf_model, tokenizer)`, or an Explainer)."""
-    from .api import explain
+    from .api import explainer_of
 
     prompts = [seq] if isinstance(seq, str) else list(seq)
     if not prompts or not all(isinstance(p, str) for p in prompts):
@@ -62,7 +62,7 @@ def detect_head(
     for name, flag in (("exclude_bos", exclude_bos), ("exclude_current_token", exclude_current_token)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be True or False, got {flag!r}")
-    explainer = explain(prompts[0], model, tokenizer=tokenizer).explainer
+    explainer = explainer_of(model, tokenizer)
     scores = []
     for prompt in prompts:
         trace = explainer.trace(prompt)

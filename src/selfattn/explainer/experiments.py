@@ -57,11 +57,11 @@ __all__ = [
 TOP_K = 5
 
 
-def _ids(explainer, text: str) -> tuple[list[str], torch.Tensor, dict]:
-    tokens, ids, extra = explainer.tokenize(_session.check_text(text))
-    if len(ids) > explainer.max_len:
-        raise ValueError(f"the text has {len(ids)} tokens; {explainer.name} reads at most {explainer.max_len}")
-    return tokens, torch.as_tensor(ids), extra
+def _ids(explainer, text: str, cut=None) -> tuple[list[str], torch.Tensor, dict]:
+    """(token labels, ids (L,), extra model kwargs) of `text`: `cut` (its `Explainer.cut`, made once by the
+    pipeline) when given, else cut here."""
+    tokens, ids, extra, _ = explainer.cut(_session.check_text(text)) if cut is None else cut
+    return list(tokens), torch.as_tensor(ids), extra
 
 
 def token_id(explainer, token) -> int:
@@ -175,30 +175,28 @@ def _top(explainer, logits: torch.Tensor, k: int = TOP_K) -> list[dict]:
     return [_entry(explainer, int(i), float(p)) for p, i in zip(top.values, top.indices, strict=True)]
 
 
-def _read(explainer, text: str) -> dict:
-    """{labels, names}: the tokens of `text` as a person reads them (`pieces` labels) and as every view names
-    them (`export` token_names: "金鱼@5", the position added to a repeated one)."""
-    labels = list(explainer.pieces_of(text)[0])
-    return {"labels": labels, "names": _pieces.names(labels)}
+def _read(explainer, text: str, labels: list[str]) -> dict:
+    """{labels, names}: the tokens of `text` as a person reads them (`pieces` labels, its cut's) and as every view
+    names them (`export` token_names: "金鱼@5", the position added to a repeated one)."""
+    return {"labels": list(labels), "names": _pieces.names(list(labels))}
 
 
-def _shape(explainer) -> tuple[int, int]:
-    trace = explainer.trace("a")
-    if trace.logits is None:
-        raise ValueError(f"{explainer.name} is an encoder: this experiment compares next-token predictions")
-    return trace.n_layers, trace.n_heads
+def _shape(explainer, what: str) -> tuple[int, int]:
+    """(layers, heads) of a decoder's model (`Explainer.shape`: read from its modules, no forward pass)."""
+    explainer.check_decoder(what)
+    return explainer.shape()
 
 
-def ablation(explainer, text: str, ablate, mode: str = "zero") -> dict:
+def ablation(explainer, text: str, ablate, mode: str = "zero", *, cut=None) -> dict:
     """Heads ablated (`patching.ablate`: their output set to zero, or to its mean over this text in the model
     as it is): the next-token prediction after the text and the mean next-token loss, before and after.
 
-    ablate  [(layer, head), …] or "L.H,L.H"
+    ablate  [(layer, head), …] or "L.H,L.H";  cut  the text's `Explainer.cut` where the caller has it
     Returns {heads, mode, before {top, loss}, after {top, loss}, kl_bits, target {token, id, before, after}, text}."""
     heads = pairs(ablate)
-    n_layers, n_heads = _shape(explainer)
+    n_layers, n_heads = _shape(explainer, "ablation")
     _check_heads(explainer, heads, n_layers, n_heads)
-    tokens, ids, _ = _ids(explainer, text)
+    tokens, ids, _ = _ids(explainer, text, cut)
     got = _patching.ablate(explainer.model, ids[None], heads, mode)
     before, after = got["before"]["logits"], got["after"]["logits"]
     top = int(before.argmax())
@@ -216,12 +214,13 @@ def ablation(explainer, text: str, ablate, mode: str = "zero") -> dict:
     return out
 
 
-def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None) -> dict:
+def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None, cut=None) -> dict:
     """Activation patching clean → corrupted (`patching.patch_heads`, `patching.patch_residual`): the share of
     the logit difference target − foil at the last position that each head's output, and each layer's
     residual at each position, recovers when taken from the clean run into the corrupted one.
 
     target, foil  tokens (text such as " Mary", or ids); default the clean and the corrupted top predictions
+    cut           the clean text's `Explainer.cut` where the caller has it
     Returns {clean {text, tokens, labels, names, top}, corrupted {…}, target, foil, clean_ld, corrupted_ld,
     heads [layer][head], residual [layer][position], differ [positions], top_heads [{layer, head, recovered}],
     display {limit, label_min, light_from} (the colour scale and labels of the picture and the page:
@@ -229,8 +228,8 @@ def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None) -
     Each text is at most MAX_PATCH_TOKENS tokens (the work grows as layers × L²)."""
     from .views import patching_plot
 
-    _shape(explainer)
-    c_tokens, c_ids, _ = _ids(explainer, clean)
+    _shape(explainer, "patching")
+    c_tokens, c_ids, _ = _ids(explainer, clean, cut)
     x_tokens, x_ids, _ = _ids(explainer, corrupted)
     if len(c_ids) > MAX_PATCH_TOKENS:
         raise ValueError(
@@ -262,13 +261,13 @@ def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None) -
         "clean": {
             "text": clean,
             "tokens": c_tokens,
-            **_read(explainer, clean),
+            **_read(explainer, clean, c_tokens),
             "top": _top(explainer, c_logits[0, -1]),
         },
         "corrupted": {
             "text": corrupted,
             "tokens": x_tokens,
-            **_read(explainer, corrupted),
+            **_read(explainer, corrupted, x_tokens),
             "top": _top(explainer, x_logits[0, -1]),
         },
         "target": _token(explainer, t),
@@ -293,12 +292,14 @@ def logit_lens(
     top_k: int = TOP_K,
     intervention: Intervention | None = None,
     cache=None,
+    trace=None,
 ) -> dict:
     """The logit lens (`lens.logit_lens`) at one position (default the last): the residual stream after every
     layer (`LayerTrace.output`, the block's output) read out by the model's final norm and unembedding.
-    cache: a `TraceCache` holding the text's trace (the server's), read instead of a new pass.
+    cache: a `TraceCache` holding the text's trace (the server's), read instead of a new pass; trace: the text's
+    trace with `intervention` where the caller has it (the pipeline's), read as it is.
     Returns {position, token, name, layers [{layer, top [{token, shown, id, prob}], entropy_bits}], settled, text}."""
-    trace = explainer.trace(text, intervention, cache=cache)
+    trace = explainer.trace(text, intervention, cache=cache) if trace is None else trace
     L = len(trace.tokens)
     p = L - 1 if position is None else position
     if isinstance(p, bool) or not isinstance(p, int):
@@ -331,20 +332,24 @@ def run(
     lens: dict | None = None,
     intervention: Intervention | None = None,
     cache=None,
+    cut=None,
+    trace=None,
 ) -> dict:
     """{"ablation", "patching", "lens"}: the experiments asked for on `text`, the keys the export dict carries
     them under (what `selfattn explain --ablate/--patch/--logit-lens` and the app's fields ask for).
 
     ablate  heads (`ablation`) or None; patch {corrupted, target?, foil?} or None; lens {position?} or None.
-    The lens reads the text with `intervention` (from `cache` when it holds the trace); ablation and patching
-    compare the model as it is."""
+    The lens reads the text with `intervention` (`trace` when given, from `cache` when it holds it); ablation and
+    patching compare the model as it is, on the text's `cut` when given."""
     out = {}
     if ablate is not None:
-        out["ablation"] = ablation(explainer, text, ablate, ablate_mode)
+        out["ablation"] = ablation(explainer, text, ablate, ablate_mode, cut=cut)
     if patch is not None:
         out["patching"] = patching(
-            explainer, text, patch["corrupted"], target=patch.get("target"), foil=patch.get("foil")
+            explainer, text, patch["corrupted"], target=patch.get("target"), foil=patch.get("foil"), cut=cut
         )
     if lens is not None:
-        out["lens"] = logit_lens(explainer, text, position=lens.get("position"), intervention=intervention, cache=cache)
+        out["lens"] = logit_lens(
+            explainer, text, position=lens.get("position"), intervention=intervention, cache=cache, trace=trace
+        )
     return out

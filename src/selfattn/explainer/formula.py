@@ -23,7 +23,7 @@ import torch
 
 from .views import texts
 
-__all__ = ["describe"]
+__all__ = ["describe", "shape"]
 
 PROJECTIONS = (("q_proj", "k_proj", "v_proj"), ("query", "key", "value"), ("w_q", "w_k", "w_v"))
 """The names of the Q/K/V projections in the attention modules we read (transformers, BERT, ours)."""
@@ -67,6 +67,30 @@ def describe(model: torch.nn.Module) -> dict:
         "n_kv_heads": n_kv,
     }
     return out | {"text": words(out)}
+
+
+def shape(model: torch.nn.Module) -> tuple[int, int]:
+    """(layers, query heads) of `model` as its modules and config say, without running it: the modules holding
+    Q/K/V projections (`PROJECTIONS`) are its attention layers; the heads are its config's (or the first attention
+    module's `n_heads`). A ValueError where either cannot be read."""
+    layers = sum(
+        1
+        for module in model.modules()
+        if any(all(isinstance(getattr(module, n, None), torch.nn.Module) for n in names) for names in PROJECTIONS)
+    )
+    heads = int(describe_heads(model))
+    if not layers or not heads:
+        raise ValueError(f"cannot read the number of attention layers and heads of {type(model).__name__}")
+    return layers, heads
+
+
+def describe_heads(model: torch.nn.Module) -> int:
+    """The query heads of `model`'s attention layers (its config's, else its first attention module's), or 0."""
+    config = getattr(model, "config", None)
+    text = getattr(config, "text_config", None) or config
+    n = getattr(text, "num_attention_heads", None) or getattr(text, "n_head", None) or getattr(text, "n_heads", None)
+    attn = _first_attention(model)[0]
+    return int(n or getattr(attn, "n_heads", 0) or 0)
 
 
 def _first_attention(model: torch.nn.Module) -> tuple[torch.nn.Module | None, torch.nn.Module | None]:

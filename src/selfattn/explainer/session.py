@@ -6,12 +6,12 @@
     ex = Explainer.load("SmolLM2.Q4_1.gguf")    # a GGUF file (or a folder holding one), tokenizer included
     ex = Explainer.load("Qwen/Qwen2.5-0.5B")    # a hub id: downloaded once, or from the local cache offline
     ex = Explainer.from_transformers(model, tokenizer)   # a model loaded with attn_implementation="selfattn"
-    doc = ex.explain("一只蓝色怪兽走进森林")        # the export dict of `selfattn.explainer.export`
+    e = pipeline.explain(ex, Spec("一只蓝色怪兽走进森林"))   # an `Explanation` (`result`)
 
 Any model transformers runs through its attention interface is explained, decoder or encoder
 (`loaders`: the class read from the config, a dry run that every layer calls selfattn). Tokens are
 shown as a person reads them (`pieces`): byte pieces as the characters they spell, a repeated token
-with its position. The CLI, the HTML report and the web app all go through `explain`, so they show one
+with its position. The CLI, the HTML report and the web app all go through `pipeline.explain`, so they show one
 set of numbers. Thread-safe: interventions travel in a context (`selfattn.intercept`), never as
 attributes set on the model, so one Explainer may serve several requests at once.
 """
@@ -31,12 +31,10 @@ from .. import checks
 from . import formula, sources
 from . import pieces as P
 from . import probe as _probe
-from .analysis import experiment, heads, held, relations, summary
+from .analysis import heads, held
 from .capture.cache import TraceCache
 from .capture.interventions import Intervention
 from .capture.trace import ModelTrace, Unbatchable, capture, capture_batch
-from .views import experiment_words, export, packing
-from .views.heads import describe
 
 __all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report", "dtype_name"]
 
@@ -185,7 +183,7 @@ class Explainer:
         pass, or none when `cache` (the server's `TraceCache`) holds it already."""
         intervention = self._intervention(intervention)
         text = check_text(text)
-        return self._alone(text, lambda: self._cut(text), intervention, cache)
+        return self._alone(text, lambda: self.cut(text), intervention, cache)
 
     def _alone(self, text: str, cut, intervention: Intervention, cache: TraceCache | None) -> ModelTrace:
         """The trace of `text` by its own pass, cut (`cut()`, `_cut`'s) only when it runs; or `cache`'s."""
@@ -196,7 +194,7 @@ class Explainer:
         return run() if cache is None else cache.get((text, intervention), run)
 
     def trace_with_controls(
-        self, text: str, intervention: Intervention | None = None, *, cache: TraceCache | None = None
+        self, text: str, intervention: Intervention | None = None, *, cache: TraceCache | None = None, cut=None
     ) -> tuple[ModelTrace, list[ModelTrace]]:
         """(the trace of `text`, the traces of its control and contrast sentences, `control_texts`): the text by its
         own pass, the sentences beside it by ONE more, a batch (`_batch`), found from the text's pieces. The text is
@@ -205,7 +203,7 @@ class Explainer:
         each is kept under its own key, so a second call runs nothing (`_batch`)."""
         intervention = self._intervention(intervention)
         text = check_text(text)
-        cut = self._cut(text)
+        cut = self.cut(text) if cut is None else cut  # `cut(text)`'s, made once by the caller
         trace = self._alone(text, lambda: cut, intervention, cache)  # the cut made here, not cut again
         others = self.control_texts(cut[3])
         return trace, self._batch(others, intervention, cache) if others else []
@@ -219,7 +217,7 @@ class Explainer:
 
         def run(i: int) -> ModelTrace:
             if not ran:
-                cuts = [self._cut(check_text(t)) for t in texts]
+                cuts = [self.cut(check_text(t)) for t in texts]
                 try:
                     ran.extend(self._traced(cuts, intervention, measure=False))
                 except Unbatchable:  # a model whose calls cannot be cut per input: each sentence alone
@@ -247,8 +245,9 @@ class Explainer:
         self.check_intervention(intervention, None)
         return intervention
 
-    def _cut(self, text: str) -> tuple[list[str], torch.Tensor, dict, P.Pieces]:
-        """`pieces_of(text)`, refused when longer than the model reads."""
+    def cut(self, text: str) -> tuple[list[str], torch.Tensor, dict, P.Pieces]:
+        """`pieces_of(text)` (token labels, ids (L,), extra model kwargs, pieces), refused when longer than the model
+        reads: the one tokenization of a text the pipeline and the experiments read."""
         cut = self.pieces_of(text)
         if len(cut[1]) > self.max_len:
             raise ValueError(f"the text has {len(cut[1])} tokens; {self.name} reads at most {self.max_len}")
@@ -271,86 +270,6 @@ class Explainer:
             trace.pieces = cut[3]
         return traces
 
-    def explain(
-        self,
-        text: str = DEFAULT_TEXT,
-        *,
-        layer: int | None = None,
-        head: int | None = None,
-        intervention: Intervention | None = None,
-        stages: bool | None = None,
-        find=None,
-        ablate=None,
-        layers="auto",
-        compare: bool = True,
-        cache: TraceCache | None = None,
-        lang: str | None = None,
-    ) -> dict:
-        """The whole export dict for `text`; the shown head is (layer, head); when neither is given, the head an
-        intervention is limited to (selected.rule "intervened", or "ablated" for the ablate entry), else the
-        first head of `ablate` ("ablated"), else picked by `heads.pick` (`experiment.opened`).
-
-        find     (query, key): each a token string, a position (an int, or digits), or a name as the views
-                 show a repeated token ("金鱼@5"): every head ranked by that weight (`heads.search`)
-        ablate   the heads [(layer, head), …] of an ablation experiment (`run.Request.ablate`): only which
-                 head is shown first; the experiment itself is `experiments.ablation`
-        layers   the layers whose arrays the dict carries: "auto" (default: all, unless that is more than
-                 `export.MAX_PAGE_BYTES` in the page: then the shown one and its neighbours that fit, and
-                 doc["omitted"] says which and how to get the others), None
-                 (all), "selected" (the shown one) or a list of indices (`export.to_dict`)
-        compare  with an intervention that `needs_baseline`, also trace the text without it and compare the two
-                 on the shown head (doc["experiment"] gains `experiment.compare`'s numbers); False skips it
-        cache    a `TraceCache` (the server's): traces it holds are read back instead of computed, so the
-                 baseline of an experiment costs no pass when the text was shown before
-        lang     "zh" | "en": the language the views of this dict speak (doc["lang"]; None leaves it out)"""
-        intervention = Intervention() if intervention is None else intervention
-        trace, controls = self.trace_with_controls(text, intervention, cache=cache)  # the text, then its controls
-        assert trace.pieces is not None  # attached by every trace of this explainer
-        table, thumbs = summary.scan(trace)
-        described = describe(trace, table, controls, self.probe(cache=cache), self.user_words)
-        *shown, why = experiment.opened(intervention, layer, head, ablate)
-        selected = self.select(trace, table, described, *shown)
-        if why is not None and selected["rule"] is None:  # shown because it was changed or ablated
-            selected["rule"] = why
-        card = export.model_info(
-            self.name,
-            trace,
-            architecture=self.architecture,
-            positions=self.positions,
-            architecture_zh=self.architecture_zh,
-        )
-        card |= {"tokenizer": self.tokenizer_kind, "loaded": dict(self.loaded), "formula": formula.describe(self.model)}
-        complete = None if intervention else self.complete  # completed by the model as it is, so not under a change
-        prediction = export.predictions(trace, self.decode, shown=self.shown, complete=complete)
-        extra = {"descriptions": described, "roles": relations.roles(trace.tokens)}
-        if export.starts_with_special(trace):  # the note on the first token: only when it is a special token
-            extra["first_token"] = heads.first_token_note(trace, table, (selected["layer"], selected["head"]))
-        if find is not None:
-            extra["search"] = heads.search(trace, *find_positions(trace, find))
-        doc = export.to_dict(
-            trace,
-            model=card,
-            text=text,
-            selected=selected,
-            summaries=table,
-            prediction=prediction,
-            stages=stages,
-            layers=layers,
-            unknown=unknown_report(trace.pieces, self.unknown_hint),
-            thumbnails=thumbs,
-            link=_link(described[selected["layer"]][selected["head"]]),
-            page_bytes=packing.layer_bytes,
-        )
-        if lang is not None:
-            doc["lang"] = _lang(lang)
-        if checks.boolean("compare", compare) and intervention.needs_baseline():
-            base = self.trace(text, cache=cache)
-            compared = experiment.compare(
-                base, trace, selected["layer"], selected["head"], export.predictions(base, self.decode), prediction
-            )
-            doc["experiment"] |= compared | {"text": experiment_words.sentences(compared, trace.tokens)}
-        return doc | extra
-
     def controls(self, trace: ModelTrace, intervention: Intervention | None = None, *, cache=None):
         """The traces of the text's control and contrast sentences (`control_texts` of its pieces) on this model:
         [] where it has none. One forward pass, a batch, or none when `cache` holds them (`explain` runs them with
@@ -367,6 +286,15 @@ class Explainer:
             return _probe.probe_measures(self, cache=cache)
         except _probe.NoProbe:
             return None
+
+    def shape(self) -> tuple[int, int]:
+        """(layers, query heads) of the model, read from its modules and config (`formula.shape`): no forward pass."""
+        return formula.shape(self.model)
+
+    def check_decoder(self, what: str) -> None:
+        """Refuse an experiment that compares next-token predictions (`what`) on an encoder."""
+        if self.kind == "encoder":
+            raise ValueError(f"{self.name} is an encoder: {what} compares next-token predictions")
 
     def knows(self, word: str) -> bool:
         """Whether this explainer's tokenizer reads `word` without an unknown token (`pieces.Pieces.unknown`)."""
@@ -424,12 +352,6 @@ def find_positions(trace: ModelTrace, find) -> tuple:
     return tuple(out)
 
 
-def _lang(lang) -> str:
-    if lang not in ("zh", "en"):
-        raise ValueError(f"lang must be 'zh' or 'en', got {lang!r}")
-    return lang
-
-
 def vocabulary(path: str | Path | None = None) -> list[str]:
     """The tokens a selfattn model knows, in id order: the bundled default model's corpus vocabulary
     (path None) or a checkpoint folder's. (CLI: `selfattn vocab [--model PATH]`.)"""
@@ -471,12 +393,6 @@ def check_text(text) -> str:
                 "how the tokens are displayed"
             )
     return text
-
-
-def _link(description: dict) -> tuple[int, int] | None:
-    """(query, key) of the link a head's sentence describes (`heads.describe`), or None when it names none."""
-    q, k = description.get("query"), description.get("key")
-    return (q, k) if isinstance(q, int) and isinstance(k, int) else None
 
 
 def check_tokens(text: str, cut: tuple, name: str) -> tuple:

@@ -59,7 +59,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -74,6 +74,9 @@ from . import texts
 from .page_budget import layer_page_bytes
 from .schema import SCHEMA_VERSION
 from .type_legend import legend
+
+if TYPE_CHECKING:
+    from ..result import Explanation, ModelCard
 
 STAGES_MAX_LEN = 64
 """Up to this many tokens the export holds every head's N×N stages; beyond, Q/K/V/lse (the stages
@@ -182,7 +185,7 @@ def to_dict(
         if index in made
         else _layer_dict(layer, with_stages)
         if index in wanted
-        else _rule(layer) | {"omitted": True}
+        else layer_rule(layer) | {"omitted": True}
         for index, layer in enumerate(trace.layers)
     ]
     pieces = trace.pieces
@@ -212,6 +215,69 @@ def to_dict(
     if omitted is not None:
         doc["omitted"] = omitted
     return doc
+
+
+def document(
+    e: Explanation,
+    *,
+    stages: bool | None = None,
+    layers="auto",
+    lang: str | None = None,
+    page_bytes: Callable[[dict, int], int] | None = None,
+) -> dict:
+    """The export dict of an Explanation (the layout in the module doc): what the page, the terminal tables and the
+    app read. stages, layers, page_bytes: as `to_dict`; lang "zh" | "en": the language its views speak
+    (doc["lang"]; None leaves it out). It changes no number of `e`."""
+    shown = e.shown
+    doc = to_dict(
+        e.trace,
+        model=card_dict(e.card),
+        text=e.tokens.text,
+        selected=shown.as_dict(),
+        summaries=[list(row) for row in e.answers.summaries],
+        prediction=[p.as_dict() for p in e.predictions],
+        stages=stages,
+        layers=layers,
+        unknown=dict(e.tokens.unknown),
+        thumbnails=e.answers.thumbnails,
+        link=shown.link,
+        page_bytes=page_bytes,
+    )
+    if lang is not None:
+        if lang not in texts.LANGS:
+            raise ValueError(f"lang must be 'zh' or 'en', got {lang!r}")
+        doc["lang"] = lang
+    if e.compared is not None:
+        doc["experiment"] |= dict(e.compared)
+    doc |= {"descriptions": [list(row) for row in e.answers.descriptions], "roles": list(e.roles)}
+    if e.first_token is not None:
+        doc["first_token"] = dict(e.first_token)
+    if e.search is not None:
+        doc["search"] = dict(e.search)
+    return doc | {name: dict(value) for name, value in e.experiments.items()}
+
+
+def card_dict(card: ModelCard) -> dict:
+    """The model card as every view shows it: its positional scheme written out in English and in Chinese
+    (`texts`), and for grouped-query attention which key/value head each query head reads (`gqa_words`)."""
+    out = {
+        "name": card.name,
+        "kind": card.kind,
+        "architecture": card.architecture,
+        "positions": texts.text(card.positions_key, "en"),
+        "positions_zh": texts.text(card.positions_key, "zh"),
+        "positions_key": card.positions_key,
+        "n_layers": card.n_layers,
+        "n_heads": card.n_heads,
+        "n_kv_heads": card.n_kv_heads,
+        "kv_of_head": list(card.kv_of_head),
+        "head_dim": card.head_dim,
+        "d_model": card.d_model,
+        "dtype": card.dtype,
+    }
+    if card.architecture_zh is not None:
+        out["architecture_zh"] = card.architecture_zh
+    return out | {"tokenizer": card.tokenizer, "loaded": dict(card.loaded), "formula": card.formula}
 
 
 def opened_query(layer: LayerTrace, head: int, tokens: list[str], link: tuple[int, int] | None = None) -> dict:
@@ -444,7 +510,7 @@ def unpack_display(packed: dict) -> np.ndarray:
     return a / WEIGHT_SCALE if packed["dtype"] == "u16" else a
 
 
-def _rule(layer: LayerTrace) -> dict:
+def layer_rule(layer: LayerTrace) -> dict:
     window = list(layer.window) if isinstance(layer.window, tuple) else layer.window
     out: dict = {"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": window}
     for name, values in layer.features.items():  # only where the layer has them: other models' dicts stay as they were
@@ -459,10 +525,10 @@ def _layer_dict(layer: LayerTrace, with_stages: bool) -> dict:
         kv = layer.kv_head(h)
         head = {
             "kv_head": kv,
-            "q": _list(layer.q[h]),
-            "k": _list(layer.k[kv]),
-            "v": _list(layer.v[kv]),
-            "lse": _list(layer.lse[h]),
+            "q": json_list(layer.q[h]),
+            "k": json_list(layer.k[kv]),
+            "v": json_list(layer.v[kv]),
+            "lse": json_list(layer.lse[h]),
         }
         change = layer.changed.get(h)
         if change is not None:
@@ -473,13 +539,15 @@ def _layer_dict(layer: LayerTrace, with_stages: bool) -> dict:
                 "visible": change.visible.int().tolist(),
             }
         if layer.sinks is not None:
-            head["sink"] = _list(cast(torch.Tensor, layer.sink(h)))  # not None: the layer has sinks
+            head["sink"] = json_list(cast(torch.Tensor, layer.sink(h)))  # not None: the layer has sinks
         if with_stages:
             st = layer.stages(h)
-            head["stages"] = {name: _list(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")}
+            head["stages"] = {
+                name: json_list(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")
+            }
         heads.append(head)
-    arrays = {"x": _list(layer.x), "attn_out": _list(layer.attn_out), "output": _list(layer.output)}
-    return _rule(layer) | {"visible": layer.visible.int().tolist()} | arrays | {"heads": heads}
+    arrays = {"x": json_list(layer.x), "attn_out": json_list(layer.attn_out), "output": json_list(layer.output)}
+    return layer_rule(layer) | {"visible": layer.visible.int().tolist()} | arrays | {"heads": heads}
 
 
 def check_layers(layers, n_layers: int) -> set[int]:
@@ -554,7 +622,7 @@ def head_rule(lay: dict, head: int) -> dict:
     }
 
 
-def _list(t: torch.Tensor):
+def json_list(t: torch.Tensor):
     """Nested lists of floats (float32 values kept exactly), ±inf as strings."""
     a = t.detach().cpu().double().numpy()
     if np.isfinite(a).all():

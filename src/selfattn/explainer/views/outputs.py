@@ -20,7 +20,7 @@ from ...files import check_writable
 from . import export, plots
 from .fileset import write_all
 
-__all__ = ["check", "render", "write_all", "npz_bytes"]
+__all__ = ["check", "render", "write_all", "npz_bytes", "arrays_bytes"]
 
 
 def _planned(npz, html, plots_dir, selected) -> list[tuple[str, Path]]:
@@ -54,14 +54,17 @@ def check(*, npz=None, html=None, plots_dir=None, force: bool = False, selected:
             check_writable(path, force=force)
 
 
-def render(doc: dict, *, npz=None, html=None, plots_dir=None, force: bool = False, lang: str = "zh") -> dict:
-    """{path: bytes} of every file asked for, drawn from `doc`; every path checked again (`check`), the
-    shown head's pictures included, before anything is drawn."""
+def render(
+    doc: dict, *, npz=None, html=None, plots_dir=None, force: bool = False, lang: str = "zh", arrays=None
+) -> dict:
+    """{path: bytes} of every file asked for, drawn from `doc` (the .npz from `arrays`, {name: array}, when given:
+    `checkable.npz_arrays`); every path checked again (`check`), the shown head's pictures included, before anything
+    is drawn."""
     selected = (doc["selected"]["layer"], doc["selected"]["head"])
     check(npz=npz, html=html, plots_dir=plots_dir, force=force, selected=selected)
     files: dict[Path, bytes] = {}
     if npz is not None:
-        files[Path(npz)] = npz_bytes(doc)
+        files[Path(npz)] = npz_bytes(doc) if arrays is None else arrays_bytes(arrays)
     if html is not None:
         from .report import render_html
 
@@ -74,8 +77,14 @@ def render(doc: dict, *, npz=None, html=None, plots_dir=None, force: bool = Fals
 def npz_bytes(doc: dict) -> bytes:
     """Every captured tensor of `doc` (`export.to_arrays`) as the bytes of a compressed .npz: written to the
     path given as it is (NumPy's savez would add ".npz" to a file name without it)."""
+
+    return arrays_bytes(export.to_arrays(doc))
+
+
+def arrays_bytes(arrays: dict) -> bytes:
+    """{name: array} as the bytes of a compressed .npz."""
     import numpy as np
 
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, **export.to_arrays(doc))  # type: ignore[arg-type]  # mypy matches ** to allow_pickle
+    np.savez_compressed(buffer, **arrays)
     return buffer.getvalue()

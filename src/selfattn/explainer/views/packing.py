@@ -507,7 +507,7 @@ def _zigzag(n: np.ndarray) -> np.ndarray:
 
 def _floats(values, where: str) -> np.ndarray:
     a = np.asarray(values)  # nested lists of numbers: read in C, no walk over every element in Python
-    if a.dtype.kind not in "fiu":  # strings ("inf" / "-inf", `export._list`) or anything else: the strict reader
+    if a.dtype.kind not in "fiu":  # strings ("inf" / "-inf", `export.json_list`) or anything else: the strict reader
         a = np.array(restore_inf(values), dtype=np.float64)
     a = a.astype(np.float64, copy=False)
     if a.ndim == 0:

@@ -18,8 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ...terminal import printable
-from ...walkthrough import FEATURES as MEANINGS  # the walkthrough's meanings, one per relations.MEANING_ROLES
-from ..analysis.relations import MEANING_ROLES, roles
+from ...walkthrough import FEATURES as MEANINGS  # the walkthrough's meanings, one per analysis.roles.ROLES
+from ..analysis.roles import ROLES as MEANING_ROLES
 from ..analysis.summary import SINK_LIMIT
 from ..capture.interventions import REGISTRY
 from . import texts
@@ -194,7 +194,7 @@ def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) 
     if sink is not None:
         console.print(t("sink_note"), markup=False, style="dim")
     _levels(doc, console, t, lang)
-    _meanings(console, t, lang, doc["tokens"], weights, tokens)
+    _meanings(console, t, lang, doc.get("roles") or [None] * len(tokens), weights, tokens)
     _vectors(console, t, layer, stages, doc)
     console.print(t("top"), markup=False)
     for q, row in zip(tokens, weights, strict=False):
@@ -223,9 +223,9 @@ def _levels(doc: dict, console: Console, t, lang: str) -> None:
         _matrix(console, title, t("corner"), labels, labels, rows, lambda x: number(x, 1))
 
 
-def _meanings(console: Console, t, lang: str, tokens: list[str], weights, labels: list[str]) -> None:
-    """The walkthrough's one-hot-V table on the real tokens: weights summed per meaning (role)."""
-    r = roles(tokens)
+def _meanings(console: Console, t, lang: str, r: list[str | None], weights, labels: list[str]) -> None:
+    """The walkthrough's one-hot-V table on the real tokens: weights summed per meaning (`r`: each token's role,
+    doc["roles"], the part-of-speech roles of the text's words)."""
     columns = list(MEANINGS[lang]) + [t("first"), t("other")]
     rows = []
     for row in weights:

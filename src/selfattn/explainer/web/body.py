@@ -6,7 +6,7 @@
      "format": "packed", "layers": [1], "find": [4, 3], "lang": "zh"}
 
 The experiments (`experiments`, the answer gains the export's doc["ablation"|"patching"|"lens"]); the body is
-read as one `run.Request` (`ExplainRequest.request`), the request `selfattn explain` and the Python API build:
+read as one `pipeline.Spec` (`ExplainRequest.request`), the request `selfattn explain` and the Python API build:
 
      "ablate": [[1, 0], [0, 1]], "ablate_mode": "zero" | "mean",   # heads ablated (layer, head), each once
      "patch": {"corrupted": "一只红色怪兽走进森林", "target": " Mary" | 12 | null, "foil": … | null},
@@ -44,7 +44,7 @@ from pydantic import (
 )
 
 from ...limits import MAX_ABLATED_HEADS, MAX_TOKEN_CHARS
-from .. import run
+from .. import pipeline
 from ..capture.interventions import REGISTRY, Entry, Intervention, Param, flat_fields
 from ..session import MAX_CHARS
 
@@ -151,18 +151,18 @@ class _Body(BaseModel):
     patch: PatchBody | None = None
     lens: Lens | None = None
 
-    def request(self) -> run.Request:
-        """The `run.Request` this body asks for (what `selfattn explain` and the Python API build too); `Needs`
+    def request(self) -> pipeline.Spec:
+        """The `pipeline.Spec` this body asks for (what `selfattn explain` and the Python API build too); `Needs`
         for ablate_mode without ablate, as the CLI refuses --ablate-mode alone."""
         if self.ablate_mode is not None and self.ablate is None:
             raise Needs("ablate_mode", "ablate")
-        patch = None if self.patch is None else run.Patch(**self.patch.model_dump())
+        patch = None if self.patch is None else pipeline.Patch(**self.patch.model_dump())
         lens = (
             None
             if self.lens is None or self.lens is False
-            else run.Lens(None if self.lens is True else self.lens.position)
+            else pipeline.Lens(None if self.lens is True else self.lens.position)
         )
-        return run.Request(
+        return pipeline.Spec(
             self.text,
             layer=self.layer,
             head=self.head,

@@ -9,10 +9,10 @@
                             head; the top-level layer / head name the head to show; without them the head an
                             intervention is limited to is shown, or the first head ablated: selected.rule says so)
 
-The body is a `run.Request` (`body.ExplainRequest.request`), answered by `run.run`, the one path of `selfattn
+The body is a `pipeline.Spec` (`body.ExplainRequest.request`), answered by `pipeline.explain`, the one path of `selfattn
 explain` and of the Python API, so the same request gives the same dict from all three. The experiments
 (`ablate`, `patch`, `lens`) add doc["ablation"], doc["patching"], doc["lens"], exactly the export's dicts. Their
-results are kept (`run.run`'s results: by experiment, text and arguments, and for the lens the intervention),
+results are kept (the pipeline's results: by experiment, text and arguments, and for the lens the intervention),
 so asking again — the page re-asks on every change of an intervention — costs nothing; the lens reads the
 text's trace from the trace cache. A request with `patch` runs in the heavy lane, whatever its length (2 ×
 layers batched passes).
@@ -64,10 +64,10 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from ... import checks
 from ...limits import TEMPERATURE_RANGE
-from .. import run
+from .. import pipeline
 from ..capture.cache import TraceCache
 from ..session import DEFAULT_TEXT, MAX_CHARS, Explainer
-from ..views import report, texts
+from ..views import checkable, report, texts
 from .body import ExplainRequest, Needs
 from .guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 
@@ -153,6 +153,7 @@ class _Work:
         self.traces = TraceCache(max_bytes=TRACE_CACHE_BYTES, max_entries=TRACE_CACHE_ENTRIES)
         self.results = TraceCache(max_bytes=RESULT_CACHE_BYTES, max_entries=RESULT_CACHE_ENTRIES, size=_json_bytes)
         self.explainer = explainer
+        self.session = pipeline.Session(explainer, cache=self.traces, results=self.results)
         self.lanes = {
             "light": threading.BoundedSemaphore(LIGHT_SLOTS),
             "heavy": threading.BoundedSemaphore(HEAVY_SLOTS),
@@ -171,10 +172,20 @@ class _Work:
             if lane == "heavy":
                 release_memory()
 
-    def explained(self, request: run.Request, fmt: str, **kwargs) -> dict:
-        """`run.run(request, **kwargs)` with the kept traces and results, refused (`TooLarge`) when its answer in
-        `fmt` would exceed MAX_RESPONSE_BYTES."""
-        doc = run.run(self.explainer, request, cache=self.traces, results=self.results, **kwargs)
+    def explained(
+        self, spec: pipeline.Spec, fmt: str, *, compare: bool = True, stages=None, layers="auto", lang=None
+    ) -> dict:
+        """The export dict of `spec`'s Explanation (`pipeline.explain` with the kept traces and results; `stages`,
+        `layers`, `lang`: what `Session.document` holds), refused (`TooLarge`) when its answer in `fmt` would exceed
+        MAX_RESPONSE_BYTES."""
+        e = self.session.explain(spec, compare=compare)
+        if fmt == "json":  # what `selfattn explain --json` prints (`checkable`); the page reads the packed arrays
+            held = None if layers == "auto" else layers
+            size = checkable.weights_bytes(e, layers=held)  # before the weights are computed
+            if size > MAX_RESPONSE_BYTES:
+                raise TooLarge(mb=f"{size / 2**20:.1f}", limit=MAX_RESPONSE_BYTES >> 20)
+            return checkable.json_document(e, layers=held, lang=lang)
+        doc = self.session.document(e, stages=stages, layers=layers, lang=lang)
         size = response_bytes(doc, fmt)
         if size > MAX_RESPONSE_BYTES:
             raise TooLarge(mb=f"{size / 2**20:.1f}", limit=MAX_RESPONSE_BYTES >> 20)
@@ -188,7 +199,7 @@ class _Work:
         for candidate in ([text] if text is not None else []) + [DEFAULT_TEXT]:
             try:
                 return self.explained(
-                    run.Request(candidate), "packed", stages=False, layers="selected", lang=lang
+                    pipeline.Spec(candidate), "packed", stages=False, layers="selected", lang=lang
                 ), error
             except (ValueError, TypeError) as exc:
                 error = error or _said(exc, lang or "zh")
@@ -206,9 +217,9 @@ class _Work:
             )
         except Needs as exc:
             return _error(422, "server.needs", body.lang, **exc.values)
-        except run.ExperimentValueError as exc:
+        except pipeline.ExperimentValueError as exc:
             return _error(422, "server.experiment", body.lang, reason=str(exc))
-        except run.ExperimentTypeError as exc:
+        except pipeline.ExperimentTypeError as exc:
             return _error(400, "server.experiment", body.lang, reason=str(exc))
         except TooLarge as exc:
             return _error(422, "server.too_large", body.lang, **exc.values)
@@ -293,7 +304,8 @@ except OSError:  # no C library to open (not a Unix)
 
 
 def response_bytes(doc: dict, fmt: str) -> int:
-    """About how many bytes `doc` takes as a response in format `fmt` ("json" or "packed": float32 base64)."""
+    """About how many bytes the page's dict `doc` takes as a response in format `fmt` ("json" or "packed": float32
+    base64)."""
     L = len(doc["tokens"])
     m = doc["model"]
     numbers = visible = 0

@@ -122,7 +122,7 @@ export function mixBars(t, doc, head, i, weighted) {
 }
 
 /** The walkthrough's one-hot-V "meaning" table on these tokens: the row's weights summed per meaning
- * (the roles of selfattn.explainer.relations, doc.roles), as one stacked bar. */
+ * (doc.roles: each piece's part-of-speech role, selfattn.explainer.analysis.roles), as one stacked bar. */
 export function meaningBars(t, doc, head, i) {
   const roles = doc.roles || [];
   const sums = MEANINGS.map(() => 0);

@@ -1,0 +1,407 @@
+"""The explainer's one pipeline: an explain `Spec` → an `Explanation` (`result`).
+
+    e = explain(Explainer.load(), Spec("一只蓝色怪兽走进森林", layer=1, head=0, ablate=((1, 0),), lens=Lens()))
+
+The steps, in order, each once:
+1. the text checked and cut into tokens (`Explainer.cut`): the experiments read the same cut;
+2. an ablation's heads checked against the model's shape (`Explainer.shape`, read at load: no forward pass);
+3. one forward pass of the text (`Explainer.trace_with_controls`), and ONE batched pass of its control and
+   contrast sentences beside it, read back from `cache` where it holds them;
+4. analysis: every head's numbers and thumbnail (`summary.scan`), its sentence and verdicts (`views.heads.describe`),
+   the head shown first (`experiment.opened`, `Explainer.select`), the predictions, each piece's role (the one role
+   system: the part-of-speech roles of the text's own words, `analysis.roles`), the search, and
+   with an intervention that needs one, the comparison with the text unchanged;
+5. the experiments asked (ablation, patching, logit lens), read back from `results` where it holds them.
+
+`selfattn explain` (cli.py), the app (web/server.py; web/body.py builds the Spec from a POST body) and the Python
+API (api.py) each build a Spec and call `explain` through a `Session`; none of them changes the result, so the same
+Spec gives the same Explanation, and the same export, bit for bit, from all three (tests: test_run_path.py). The
+views (`views.export.document`, the page, the terminal, the notebook) serialize it.
+
+The head shown first: the head asked for; else the one a limited intervention changes ("intervened", "ablated" for
+the ablate entry); else the first head of an ablation ("ablated"); else the head `heads.pick` picks ("auto").
+An experiment that refuses its arguments raises `ExperimentValueError` / `ExperimentTypeError` (a ValueError /
+TypeError: the app answers them with its "server.experiment" sentence, the CLI and the API as any other refusal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import checks
+from . import experiments, formula
+from .analysis import experiment, heads, held, summary
+from .analysis.roles import piece_roles
+from .capture.cache import TraceCache
+from .capture.interventions import REGISTRY, SCOPE, Intervention
+from .result import Experiments, Explanation, HeadAnswers, ModelCard, Prediction, Shown, Tokens
+from .session import DEFAULT_TEXT, Explainer, check_text, find_positions, unknown_report
+from .views import experiment_words, export, packing
+from .views.heads import describe
+
+__all__ = [
+    "Spec",
+    "Patch",
+    "Lens",
+    "Session",
+    "explain",
+    "ExperimentValueError",
+    "ExperimentTypeError",
+    "ABLATE_MODES",
+    "CACHE_BYTES",
+]
+
+ABLATE_MODES = ("zero", "mean")
+CACHE_BYTES = 256 << 20
+"""Traces kept per Session of the Python API (one `selfattn.explain` call and the Explanations made from it)."""
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Activation patching: the Spec's text is the clean prompt, `corrupted` the other one.
+
+    target, foil  tokens (text such as " Mary", or ids); None: the clean and the corrupted top predictions"""
+
+    corrupted: str
+    target: str | int | None = None
+    foil: str | int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.corrupted, str):
+            raise TypeError(f"patch's corrupted text must be a str, got {type(self.corrupted).__name__}")
+        for name in ("target", "foil"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int))):
+                raise TypeError(f"patch's {name} must be a token's text or id, got {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class Lens:
+    """The logit lens at `position` (None: the last token)."""
+
+    position: int | None = None
+
+    def __post_init__(self):
+        checks.optional_integer("lens position", self.position, low=0)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One explanation asked for.
+
+    text          the text (checked by `session.check_text` when it is read)
+    layer, head   the head shown first (None: see the module doc)
+    intervention  registry values and their scope (`capture.interventions.Intervention`)
+    find          (query, key): every head ranked by that weight (`heads.search`)
+    ablate        heads ((layer, head), …), given as pairs or "L.H,L.H" (None: no ablation); ablate_mode
+                  "zero" | "mean" (only with ablate)
+    patch, lens   `Patch`, `Lens` or None"""
+
+    text: str = DEFAULT_TEXT
+    layer: int | None = None
+    head: int | None = None
+    intervention: Intervention = field(default_factory=Intervention)
+    find: tuple | None = None
+    ablate: tuple[tuple[int, int], ...] | None = None
+    ablate_mode: str | None = None
+    patch: Patch | None = None
+    lens: Lens | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.intervention, Intervention):
+            raise TypeError(f"intervention must be an Intervention, got {type(self.intervention).__name__}")
+        for name in ("layer", "head"):
+            checks.optional_integer(name, getattr(self, name), low=0)
+        if self.find is not None:
+            if not isinstance(self.find, (tuple, list)) or len(self.find) != 2:
+                raise ValueError(f"find must be (query, key), got {self.find!r}")
+            object.__setattr__(self, "find", tuple(self.find))
+        if self.ablate is not None:
+            object.__setattr__(self, "ablate", tuple(experiments.pairs(self.ablate)))
+        if self.ablate_mode is not None:
+            if self.ablate is None:
+                raise ValueError("ablate_mode goes with ablate: give the heads to ablate too")
+            if self.ablate_mode not in ABLATE_MODES:
+                raise ValueError(f"ablate_mode must be one of {', '.join(ABLATE_MODES)}, got {self.ablate_mode!r}")
+        for name, kind in (("patch", Patch), ("lens", Lens)):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                raise TypeError(f"{name} must be a {kind.__name__} or None, got {type(value).__name__}")
+
+    def opened(self) -> tuple[int | None, int | None, str | None]:
+        """(layer, head, rule) of the head shown first as far as the Spec decides it (`experiment.opened`)."""
+        return experiment.opened(self.intervention, self.layer, self.head, self.ablate)
+
+
+class ExperimentValueError(ValueError):
+    """An experiment refused a value of its Spec (the ValueError it raised, as its cause)."""
+
+
+class ExperimentTypeError(TypeError):
+    """An experiment refused the type of a value of its Spec (the TypeError it raised, as its cause)."""
+
+
+def explain(
+    explainer: Explainer,
+    spec: Spec,
+    *,
+    cache: TraceCache | None = None,
+    results: TraceCache | None = None,
+    compare: bool = True,
+    session: Session | None = None,
+) -> Explanation:
+    """The `Explanation` of `spec` on `explainer` (the module doc lists the steps).
+
+    cache    a `TraceCache` of traces (the app's, a Session's): traces it holds are read back
+    results  a `TraceCache` of experiments' results (the app's): one asked before is read back
+    compare  with an intervention that needs a baseline, also trace the text without it and compare the two on the
+             shown head (`Explanation.compared`); False skips it (the app's requests for more arrays)
+    session  the Session the Explanation answers through (default: a new one over `explainer` and `cache`)"""
+    if not isinstance(explainer, Explainer):
+        raise TypeError(f"explainer must be an Explainer, got {type(explainer).__name__}")
+    if not isinstance(spec, Spec):
+        raise TypeError(f"spec must be a pipeline.Spec, got {type(spec).__name__}")
+    session = Session(explainer, cache=cache, results=results) if session is None else session
+    intervention = spec.intervention
+    text = check_text(spec.text)
+    cut = explainer.cut(text)  # the one tokenization of the text: the trace and the experiments read it
+    ablation = None
+    if spec.ablate is not None:  # first: it checks the heads against the model before anything is drawn
+        asked: dict[str, Any] = {"ablate": list(spec.ablate), "ablate_mode": spec.ablate_mode or ABLATE_MODES[0]}
+        ablation = _kept(explainer, text, cut, "ablation", asked, results)
+    trace, controls = explainer.trace_with_controls(text, intervention, cache=cache, cut=cut)
+    table, thumbs = summary.scan(trace)
+    described = describe(trace, table, controls, explainer.probe(cache=cache), explainer.user_words)
+    *asked_head, why = spec.opened()
+    picked = explainer.select(trace, table, described, *asked_head)
+    shown = Shown(
+        layer=picked["layer"],
+        head=picked["head"],
+        rule=why if why is not None and picked["rule"] is None else picked["rule"],
+        link=_link(described[picked["layer"]][picked["head"]]),
+    )
+    complete = None if intervention else explainer.complete  # completed by the model as it is, not under a change
+    predictions = tuple(
+        Prediction(**p) for p in export.predictions(trace, explainer.decode, shown=explainer.shown, complete=complete)
+    )
+    compared = None
+    if checks.boolean("compare", compare) and intervention.needs_baseline():
+        base = explainer.trace(text, cache=cache)
+        before = export.predictions(base, explainer.decode)
+        numbers = experiment.compare(base, trace, shown.layer, shown.head, before, [p.as_dict() for p in predictions])
+        compared = numbers | {"text": experiment_words.sentences(numbers, trace.tokens)}
+    patching = lens = None
+    if spec.patch is not None:
+        p = spec.patch
+        asked = {"patch": {"corrupted": p.corrupted, "target": p.target, "foil": p.foil}}
+        patching = _kept(explainer, text, cut, "patching", asked, results)
+    if spec.lens is not None:
+        asked = {"lens": {"position": spec.lens.position}, "intervention": intervention, "trace": trace}
+        lens = _kept(explainer, text, cut, "lens", asked, results)
+    assert trace.pieces is not None  # attached by every trace of an explainer
+    return Explanation(
+        spec=spec,
+        card=card_of(explainer, trace),
+        tokens=Tokens(
+            text=text,
+            labels=tuple(trace.tokens),
+            names=tuple(export.names(trace.tokens)),
+            ids=trace.token_ids,
+            pieces=trace.pieces,
+            unknown=unknown_report(trace.pieces, explainer.unknown_hint),
+        ),
+        trace=trace,
+        answers=HeadAnswers(
+            summaries=tuple(tuple(row) for row in table),
+            descriptions=tuple(tuple(row) for row in described),
+            thumbnails=thumbs,
+        ),
+        shown=shown,
+        predictions=predictions,
+        compared=compared,
+        search=None if spec.find is None else heads.search(trace, *find_positions(trace, spec.find)),
+        first_token=(
+            heads.first_token_note(trace, table, (shown.layer, shown.head))
+            if export.starts_with_special(trace)  # the note on the first token: only for a special token
+            else None
+        ),
+        roles=tuple(piece_roles(trace.pieces.spans, held.words_of(trace, explainer.user_words))),
+        experiments=Experiments(ablation=ablation, patching=patching, lens=lens),
+        session=session,
+    )
+
+
+def card_of(explainer: Explainer, trace) -> ModelCard:
+    """The model card of `explainer` as the trace shows its sizes."""
+    first = trace.layers[0]
+    n_heads, n_kv = first.n_heads, int(first.k.shape[0])
+    return ModelCard(
+        name=explainer.name,
+        kind=trace.kind,
+        architecture=explainer.architecture,
+        architecture_zh=explainer.architecture_zh,
+        positions_key=explainer.positions,
+        n_layers=trace.n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        kv_of_head=tuple(first.kv_head(h) for h in range(n_heads)),
+        head_dim=int(first.q.shape[-1]),
+        d_model=int(first.x.shape[-1]),
+        dtype=str(first.q.dtype).removeprefix("torch."),
+        tokenizer=explainer.tokenizer_kind,
+        loaded=dict(explainer.loaded),
+        formula=formula.describe(explainer.model),
+    )
+
+
+def _link(description: Mapping) -> tuple[int, int] | None:
+    """(query, key) of the link a head's sentence describes (`heads.describe`), or None when it names none."""
+    q, k = description.get("query"), description.get("key")
+    return (q, k) if isinstance(q, int) and isinstance(k, int) else None
+
+
+def _kept(explainer: Explainer, text: str, cut, name: str, asked: dict, results: TraceCache | None) -> dict:
+    """`experiments.run(**asked)[name]` on the text (read from `results` when it holds the same one: the lens's with
+    the same intervention); a refusal raised as an Experiment*Error."""
+
+    def compute() -> dict:
+        try:
+            return experiments.run(explainer, text, cut=cut, **asked)[name]
+        except ValueError as exc:
+            raise ExperimentValueError(str(exc)) from exc
+        except TypeError as exc:
+            raise ExperimentTypeError(str(exc)) from exc
+
+    if results is None:
+        return compute()
+    key = (name, text, repr(sorted((k, v) for k, v in asked.items() if k != "trace")))
+    return results.get(key, compute)
+
+
+class Session:
+    """An explainer with the traces it keeps (`cache`) and the experiments' results (`results`): what an Explanation
+    answers its questions through (a new Explanation, the head types, the page). The Python API makes one per
+    `selfattn.explain` call; the app one for its life. Thread-safe as its caches are.
+
+    layers  the layers whose arrays the page and `doc` hold in full ("auto", None, "selected" or indices:
+            `views.export.document`)"""
+
+    def __init__(
+        self,
+        explainer: Explainer,
+        *,
+        cache: TraceCache | None = None,
+        results: TraceCache | None = None,
+        layers: Any = "auto",
+    ):
+        if not isinstance(explainer, Explainer):
+            raise TypeError(f"explainer must be an Explainer, got {type(explainer).__name__}")
+        self.explainer = explainer
+        self.cache = TraceCache(max_bytes=CACHE_BYTES) if cache is None else cache
+        self.results = results
+        self.layers = layers
+
+    def explain(self, spec: Spec, *, compare: bool = True) -> Explanation:
+        return explain(self.explainer, spec, cache=self.cache, results=self.results, compare=compare, session=self)
+
+    # --- views of an Explanation --------------------------------------------------------------
+
+    def document(
+        self, e: Explanation, *, stages: bool | None = None, layers: Any = None, lang: str | None = None
+    ) -> dict:
+        """The export dict of `e` (`views.export.document`), holding `layers` (default: this Session's), fitted to
+        a page by their packed size (`packing.layer_bytes`)."""
+        layers = self.layers if layers is None else layers
+        return export.document(e, stages=stages, layers=layers, lang=lang, page_bytes=packing.layer_bytes)
+
+    def to_json(self, e: Explanation) -> str:
+        import json
+
+        from .views import checkable
+
+        doc = checkable.json_document(e)
+        if e.other is not None:
+            doc["compare"] = checkable.json_document(e.other)
+        return json.dumps(doc, ensure_ascii=False, allow_nan=False)
+
+    def html(self, e: Explanation, view: str | None = None, *, layer=None, head=None, query=None) -> str:
+        from .views import report
+
+        start = {k: v for k, v in (("view", view), ("layer", layer), ("head", head), ("query", query)) if v is not None}
+        if e.other is not None and "view" not in start:
+            start["view"] = "compare"
+        if layer is not None or head is not None:
+            e.check_head(layer if layer is not None else e.shown.layer, head if head is not None else e.shown.head)
+        compare = None if e.other is None else e.other.doc
+        return report.render_html(e.doc, compare=compare, start=start or None)
+
+    @staticmethod
+    def inline(html: str):
+        from .views.notebook import Inline
+
+        return Inline(html)
+
+    # --- questions that need the model again ------------------------------------------------------
+
+    def search(self, e: Explanation, query, key) -> list[dict]:
+        return heads.search(e.trace, query, key)["heads"]
+
+    def heads(self, e: Explanation) -> list[dict]:
+        typed = experiments.taxonomy(self.explainer, e.text, cache=self.cache)["heads"]
+        out = []
+        for l, row in enumerate(e.answers.summaries):
+            for h, s in enumerate(row):
+                d = e.answers.descriptions[l][h]
+                item = {"layer": l, "head": h} | {k: s[k] for k in ("entropy", "max_weight", "first_token") if k in s}
+                item |= {"description": d.get("text") if d else None}
+                out.append(item | {"type": typed[l][h]["type"], "types": typed[l][h]["types"]})
+        return out
+
+    def intervene(self, e: Explanation, *, layer=None, head=None, scope=None, values: Mapping) -> Explanation:
+        iv = intervention_of(dict(values) | ({"scope": scope} if scope is not None else {}))
+        shown = (e.shown.layer, e.shown.head) if layer is None and head is None else (layer, head)
+        return self.explain(Spec(e.text, layer=shown[0], head=shown[1], intervention=iv))
+
+    def run(self, e: Explanation, *, ablate, ablate_mode, patch, target, foil, lens) -> Explanation:
+        if patch is None and (target is not None or foil is not None):
+            raise ValueError("target and foil go with patch: give the corrupted text too")
+        if lens is not None and not isinstance(lens, (bool, int)):
+            raise TypeError(f"lens must be True, False or a position, got {type(lens).__name__}")
+        spec = dataclasses.replace(
+            e.spec,
+            ablate=ablate,
+            ablate_mode=ablate_mode,
+            patch=None if patch is None else Patch(patch, target=target, foil=foil),
+            lens=None if lens is None or lens is False else Lens(None if lens is True else lens),
+        )
+        return self.explain(spec)
+
+    def compare(self, e: Explanation, other) -> Explanation:
+        if isinstance(other, str):
+            other = self.explain(Spec(other, layer=e.shown.layer, head=e.shown.head, intervention=e.intervention))
+        if not isinstance(other, Explanation):
+            raise TypeError(f"other must be a text or an Explanation, got {type(other).__name__}")
+        if (other.card.n_layers, other.card.n_heads) != (e.card.n_layers, e.card.n_heads):
+            raise ValueError(
+                "the two explanations come from models of different sizes: nothing to compare head by head"
+            )
+        return dataclasses.replace(e, other=other)
+
+
+def intervention_of(values: Mapping) -> Intervention:
+    """The Intervention of registry entries given by name ({"no_causal": {}, "temperature": {"t": 2.0}}), limited by
+    "scope" {"layer": L, "head": H}; an unknown name is a TypeError naming it."""
+    values = dict(values)
+    scope = values.pop("scope", None) or {}
+    if not isinstance(scope, Mapping) or set(scope) - set(SCOPE):
+        raise ValueError(f"scope must be {{'layer': L, 'head': H}}, got {scope!r}")
+    unknown = sorted(set(values) - set(REGISTRY))
+    if unknown:
+        raise TypeError(
+            f"unknown option {unknown[0]!r}: the options are tokenizer, layer, head, scope and the interventions "
+            f"{', '.join(REGISTRY)}"
+        )
+    return Intervention(values, layer=scope.get("layer"), head=scope.get("head"))

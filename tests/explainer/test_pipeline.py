@@ -1,0 +1,138 @@
+"""The one pipeline (`pipeline.explain` → `result.Explanation`) and the serializers of its result.
+
+- the text is cut once: the trace, the controls and the experiments read one tokenization of it;
+- an ablation learns the model's shape from its modules, not from a forward pass;
+- `--json` holds what the command prints plus the numbers to check it: every held layer's weights equal plain
+  transformers eager attention (`output_attentions`, an independent computation), the shown head's stages are that
+  head's; `--npz` holds every captured tensor of the layers asked;
+- at the Qwen2.5-0.5B configuration and 32 tokens the JSON is under 2 MB, and the app answers an ablation on that
+  model within its response limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from selfattn.explainer.api import from_loaded
+from selfattn.explainer.pipeline import Lens, Patch, Session, Spec
+from selfattn.explainer.result import Explanation
+from selfattn.explainer.session import Explainer
+from selfattn.explainer.views import checkable, outputs
+from tests.hf import models
+from tests.tolerances import TOL
+
+TEXT = "a blue monster walks into the forest"
+
+
+@pytest.fixture(scope="module")
+def llama():
+    """(eager model, Explainer over the same weights switched to selfattn)."""
+    eager = models.build("llama", attn="eager")
+    explained = models.build("llama", attn="eager")
+    return eager, from_loaded(explained, models.tokenizer())
+
+
+def _eager_weights(model, ids: torch.Tensor) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return [a[0].double() for a in model(ids[None], output_attentions=True).attentions]
+
+
+def test_the_text_is_cut_once_and_the_experiments_read_that_cut(llama):
+    _, ex = llama
+    seen = []
+
+    def counting(fn):
+        def wrapped(text):
+            seen.append(text)
+            return fn(text)
+
+        return wrapped
+
+    counted = dataclasses.replace(ex, tokenize=counting(ex.tokenize), segment=counting(ex.segment))
+    e = Session(counted).explain(
+        Spec(TEXT, ablate=((1, 0),), patch=Patch(TEXT.replace("blue", "red"), target=5, foil=6), lens=Lens())
+    )
+    assert isinstance(e, Explanation) and None not in (e.experiments.ablation, e.experiments.patching)
+    assert seen.count(TEXT) == 1, seen  # the controls and the corrupted text are other texts; the text itself once
+
+
+def test_an_ablation_learns_the_shape_without_a_forward_pass(llama, monkeypatch):
+    _, ex = llama
+    assert ex.shape() == (2, 4)
+    calls = []
+    forward = type(ex.model).forward
+
+    def counted(self, *args, **kwargs):
+        calls.append(args[0].shape if args else kwargs.get("input_ids").shape)
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(ex.model), "forward", counted)
+    from selfattn.explainer import experiments
+
+    experiments.ablation(ex, TEXT, [(1, 0)])
+    # the ablation's own runs (before, after; with the text's ids), never a one-token run to learn the shape
+    n = len(ex.cut(TEXT)[1])
+    assert calls and all(shape[-1] == n for shape in calls), calls
+
+
+def test_json_holds_the_held_layers_weights_as_eager_attention_gives_them(llama):
+    eager, ex = llama
+    e = Session(ex).explain(Spec(TEXT, layer=1, head=2))
+    want = _eager_weights(eager, e.tokens.ids)
+    doc = json.loads(json.dumps(checkable.json_document(e, layers=[0, 1]), allow_nan=False))
+    assert doc["schema"] == checkable.JSON_SCHEMA and [layer["held"] for layer in doc["layers"]] == [True, True]
+    for l in (0, 1):
+        got = torch.tensor(doc["layers"][l]["weights"], dtype=torch.float64)
+        torch.testing.assert_close(got, want[l], atol=TOL["json_weights"], rtol=0)
+    stages = doc["stages"]
+    assert (stages["layer"], stages["head"]) == (1, 2)
+    torch.testing.assert_close(
+        torch.tensor(stages["weights"], dtype=torch.float64), want[1][2], atol=TOL["json_weights"], rtol=0
+    )
+    only_shown = checkable.json_document(e)
+    assert [layer["held"] for layer in only_shown["layers"]] == [False, True]
+    assert "weights" not in only_shown["layers"][0] and "display" not in only_shown
+    assert len(only_shown["descriptions"]) == 2 and all(len(row) == 4 for row in only_shown["descriptions"])
+
+
+def test_npz_holds_every_tensor_of_the_layers_asked(llama, tmp_path):
+    eager, ex = llama
+    e = Session(ex).explain(Spec(TEXT))
+    want = _eager_weights(eager, e.tokens.ids)
+    data = outputs.arrays_bytes(checkable.npz_arrays(e, layers=[1]))
+    with np.load(io.BytesIO(data)) as z:
+        names = set(z.files)
+        assert "layer0/x" not in names and list(z["layers"]) == [1]
+        L = len(e.tokens)
+        assert z["layer1/x"].shape == (L, 32) and z["layer1/visible"].shape == (L, L)
+        for h in range(4):
+            for name, shape in (("q", (L, 8)), ("k", (L, 8)), ("v", (L, 8)), ("lse", (L,))):
+                assert z[f"layer1/head{h}/{name}"].shape == shape
+        np.testing.assert_allclose(z["layer1/weights"], want[1].numpy(), atol=TOL["json_weights"], rtol=0)
+    every = checkable.npz_arrays(e)
+    assert {"layer0/weights", "layer1/weights"} <= set(every)
+
+
+@pytest.mark.slow
+def test_json_of_the_qwen_05b_configuration_at_32_tokens_is_under_2_mb_and_the_app_answers_an_ablation():
+    from selfattn.bench.explain_case import QWEN_05B, _model, _tokenizer_and_text
+    from selfattn.explainer.web import server
+
+    model = _model(QWEN_05B, "selfattn")
+    tok, text = _tokenizer_and_text(32)
+    ex = Explainer.from_transformers(model, tok, name="Qwen2.5-0.5B configuration")
+    e = Session(ex).explain(Spec(text))
+    size = len(json.dumps(checkable.json_document(e), ensure_ascii=False, allow_nan=False).encode("utf-8"))
+    assert size < 2_000_000, size
+    client = TestClient(server.create_app(ex))
+    r = client.post("/api/explain", json={"text": text, "ablate": [[3, 1]]})
+    assert r.status_code == 200, r.text[:300]
+    answer = r.json()
+    assert answer["ablation"]["heads"] == [[3, 1]] and len(r.content) < server.MAX_RESPONSE_BYTES
