@@ -35,7 +35,7 @@ from .analysis import experiment, heads, held, relations, summary
 from .capture.cache import TraceCache
 from .capture.interventions import Intervention
 from .capture.trace import ModelTrace, Unbatchable, capture, capture_batch
-from .views import experiment_words, export, packing
+from .views import experiment_words, export, packing, texts
 from .views.heads import describe
 
 __all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report", "dtype_name"]
@@ -137,13 +137,11 @@ class Explainer:
             )
             return list(p.labels), torch.tensor(ids), {}, p
 
-        who = {"en": name if bundled else "this checkpoint", "zh": name if bundled else "这个模型"}
+        who = {lang: name for lang in texts.LANGS} if bundled else texts.both("model.this_checkpoint")
         words = len(tokenizer.tokens)
         hint = {
-            "en": f"{who['en']} knows only the {words} tokens of its corpus (list them: selfattn vocab); for free "
-            f"text use a real model, e.g. --model {SUGGESTED_MODEL}",
-            "zh": f"{who['zh']} 只认识语料里的 {words} 个 token（用 selfattn vocab 列出）；任意文本请用真实模型，"
-            f"例如 --model {SUGGESTED_MODEL}",
+            lang: texts.text("model.corpus_only", lang, who=who[lang], words=words, model=SUGGESTED_MODEL)
+            for lang in texts.LANGS
         }
         return cls(
             model=model.eval(),
