@@ -5,7 +5,7 @@
 
     text("tables.selected", "en", layer=1, head=2, reason="chosen by you")  -> "Showing layer 1 · head 2 (…)"
     both("tables.selected", layer=1, ...)                                    -> {"zh": "…", "en": "…"}
-    sentences("interventions.block.said")        -> {"zh": "切断 {query} → {key}", "en": …}: fields left to fill
+    sentences("interventions.block.said")                                    -> {"zh": "切断 {query} → {key}", …}
     TEXTS["tables.selected"]                                                 -> {"zh": "…", "en": "…"}
 
 A key is its view's prefix (PREFIXES) and a name; a sentence has one key (two keys never hold the same words in
