@@ -820,7 +820,9 @@ def test_a_long_row_shows_its_stored_keys_and_says_what_it_does_not_hold(watched
         page.keyboard.press("ArrowLeft")
     assert int(page.eval_on_selector(".keys th.focus", "th => th.dataset.key")) == outside
     cell = f"[data-testid=row-scores] td[data-key='{outside}']"
-    assert page.text_content(cell) == "…" and page.get_attribute(cell, "title") == doc_texts(page)["not_stored"]["zh"]
+    assert (
+        page.text_content(cell) == "…" and page.get_attribute(cell, "title") == doc_texts(page)["page.not_stored"]["zh"]
+    )
     weight = page.text_content(f"[data-testid=row-weights] td[data-key='{outside}']")
     assert value(weight) == pytest.approx(ref["weights"][i][outside], abs=TOL["page_weight"])
     assert_clean(watched, {url})

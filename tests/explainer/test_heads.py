@@ -6,6 +6,7 @@ import pytest
 
 from selfattn.explainer.analysis import relations
 from selfattn.explainer.capture.interventions import Intervention
+from selfattn.explainer.catalogue import TEXTS
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import export, heads
 from selfattn.model import checkpoint
@@ -42,7 +43,7 @@ def test_default_view_names_a_tutorial_link_that_the_probe_confirms(default):
     d = doc["descriptions"][sel["layer"]][sel["head"]]
     assert d["kind"] == "relation" and sel["rule"] == "auto"
     name = relations.RELATIONS[d["relation"]]
-    words = relations.WORDS[d["relation"]]
+    words = TEXTS[relations.WORDS[d["relation"]]]
     assert d["text"]["zh"].startswith(words["zh"]) and d["text"]["en"].startswith(words["en"])
     pair = f"{doc['tokens'][d['query']]}→{doc['tokens'][d['key']]} {heads.percent(d['weight'])}"
     assert pair in d["text"]["zh"] and pair in d["text"]["en"]

@@ -117,7 +117,7 @@ def test_the_data_block_joins_base64_back_exactly():
     data = {
         "doc": {
             "layers": [{"x": blob, "heads": [blob, {"b64": "</script>&" * 100}]}],
-            "text": report.text("page_title", "zh"),
+            "text": report.text("page.page_title", "zh"),
         },
         "evil": "</script><script>x()</script>",
         "short": {"b64": "QUJD"},

@@ -312,18 +312,18 @@ def test_texts_have_both_languages_and_only_name_placeholders():
         for lang, s in entry.items():
             assert re.sub(r"\{\w+\}", "", s).count("{") == 0 and "}" not in re.sub(r"\{\w+\}", "", s), (key, lang)
         assert sorted(re.findall(r"\{(\w+)\}", entry["zh"])) == sorted(re.findall(r"\{(\w+)\}", entry["en"])), key
-    assert text("search_row", "en", layer=0, head=1, weight="42.00%") == "layer 0 · head 1: 42.00%"
+    assert text("page.search_row", "en", layer=0, head=1, weight="42.00%") == "layer 0 · head 1: 42.00%"
     with pytest.raises(KeyError, match="nosuchkey"):
         text("nosuchkey", "zh")
     with pytest.raises(ValueError, match="'fr'"):
-        text("title", "fr")
+        text("page.title", "fr")
 
 
 def test_every_text_the_page_names_is_shipped():
     script = report.script()
     template = report.template(report.PAGE)
-    named = set(re.findall(r'\bt\("(\w+)"', script)) | set(re.findall(r'\btext: "(\w+)"', script))
-    named |= set(re.findall(r'data-i18n="(\w+)"', template))
+    named = set(re.findall(r'\bt\("([\w.]+)"', script)) | set(re.findall(r'\btext: "([\w.]+)"', script))
+    named |= set(re.findall(r'data-i18n="([\w.]+)"', template))
     assert named and named <= set(report.page_texts()), named - set(report.page_texts())
 
 

@@ -143,6 +143,10 @@ def _rope(get, head_dim: int) -> dict | None:
     return {"dims": int(head_dim * factor), "head_dim": head_dim}
 
 
+NORM_KEYS = {"layer": "formula.norm_layer", "rms": "formula.norm_rms", "unknown": "formula.norm_unknown"}
+"""Each kind of norm (`_kind`), in words."""
+
+
 def _norm(layer: torch.nn.Module | None, get) -> tuple[str, bool]:
     """(the kind of norm X comes out of, whether it is the previous layer's post-norm)."""
     for name in NORMS if layer is not None else ():
@@ -167,7 +171,7 @@ def words(f: dict) -> dict:
     """The X and Q/K/V steps in words, zh and en, from the parts (`texts` "formula.*")."""
     out: dict = {"x": {}, "qkv": {}}
     for lang in texts.LANGS:
-        norm = texts.text(f"formula.norm_{f['norm']}", lang)
+        norm = texts.text(NORM_KEYS[f["norm"]], lang)
         out["x"][lang] = texts.text("formula.x_post" if f["post_norm"] else "formula.x", lang, norm=norm)
         parts = [_projection(f, name, lang) for name in ("Q", "K", "V")]
         notes = []

@@ -39,10 +39,7 @@ COMPLETION_STEPS = 3
 """At most this many forward steps complete a predicted piece that begins a character (UTF-8: 4 bytes at most)."""
 DEFAULT_CONTEXT = 4096
 """Context assumed for a config that states none (a few encoders): the text limit still applies."""
-UNKNOWN_HINT = {
-    "en": "the tokenizer's vocabulary has no piece for these characters; each <unk> shows the text it replaced",
-    "zh": "分词器的词表里没有这些字符；每个 <unk> 后面写着它代替的文字",
-}
+UNKNOWN_HINT = texts.both("model.unknown_hint")
 
 
 def load(source: sources.Source, config: dict, dtype: torch.dtype = torch.float32) -> dict:
@@ -213,8 +210,8 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
         "shown": shown,
         **({"complete": complete} if decoder else {}),
         "max_len": max_len,
-        "architecture": texts.text("architecture.transformers", "en", arch=arch),
-        "architecture_zh": texts.text("architecture.transformers", "zh", arch=arch),
+        "architecture": texts.text("model.transformers", "en", arch=arch),
+        "architecture_zh": texts.text("model.transformers", "zh", arch=arch),
         "positions": sources.position_scheme(text, model),
         "kind": kind,
         "tokenizer_kind": P.tokenizer_kind(tokenizer),

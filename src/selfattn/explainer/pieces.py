@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .catalogue import both
+
 __all__ = [
     "Group",
     "Pieces",
@@ -52,10 +54,7 @@ __all__ = [
 UNKNOWN_STRINGS = ("<unk>", "[UNK]", "<|unk|>")
 """How an unknown token is written by the tokenizers `from_strings` meets without knowing their unknown id."""
 
-AGGREGATION_RULE = {
-    "en": "a group's weight = the mean over its query pieces of the sum over the key group's pieces",
-    "zh": "组的权重 = 查询片段的平均，键片段的加和",
-}
+AGGREGATION_RULE = both("model.pieces_rule")
 
 
 @dataclass(frozen=True)

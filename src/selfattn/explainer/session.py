@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from .. import checks
+from . import catalogue as texts
 from . import formula, sources
 from . import pieces as P
 from . import probe as _probe
@@ -135,13 +136,11 @@ class Explainer:
             )
             return list(p.labels), torch.tensor(ids), {}, p
 
-        who = {"en": name if bundled else "this checkpoint", "zh": name if bundled else "这个模型"}
+        who = {lang: name for lang in texts.LANGS} if bundled else texts.both("model.this_checkpoint")
         words = len(tokenizer.tokens)
         hint = {
-            "en": f"{who['en']} knows only the {words} tokens of its corpus (list them: selfattn vocab); for free "
-            f"text use a real model, e.g. --model {SUGGESTED_MODEL}",
-            "zh": f"{who['zh']} 只认识语料里的 {words} 个 token（用 selfattn vocab 列出）；任意文本请用真实模型，"
-            f"例如 --model {SUGGESTED_MODEL}",
+            lang: texts.text("model.corpus_only", lang, who=who[lang], words=words, model=SUGGESTED_MODEL)
+            for lang in texts.LANGS
         }
         return cls(
             model=model.eval(),

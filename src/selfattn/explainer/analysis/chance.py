@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-__all__ = ["MIN_ROWS", "ALPHA", "CREDIT_MIN", "Evidence", "against_chance", "RowStats", "row_stats", "evidence", "NULL"]
+__all__ = ["MIN_ROWS", "ALPHA", "CREDIT_MIN", "Evidence", "against_chance", "RowStats", "row_stats", "evidence"]
 
 ROUNDING_ULPS = 16
 """A row whose weights spread around their mean by no more than this many units of their dtype's precision is
@@ -46,11 +46,6 @@ ALPHA = 0.01
 """The one-sided significance level a credited pattern clears."""
 CREDIT_MIN = 0.3
 """Least mean share on the targets a credited pattern has."""
-NULL = {
-    "en": "the same number of target keys drawn at random among each row's visible keys (normal approximation)",
-    "zh": "每一行在可见的键中随机抽取同样数量的目标（正态近似）",
-}
-"""The null hypothesis, in words, for the views and --json."""
 
 
 @dataclass(frozen=True)

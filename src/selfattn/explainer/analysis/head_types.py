@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from ..capture.digest import row_nats
+from ..catalogue import both, sentences
 from . import chance
 
 __all__ = [
@@ -110,7 +111,7 @@ class HeadType:
     targets   Keys -> (L, L) bool: the keys whose weight is its score, only on the rows where it is measured
               (see the module's table); None for a type found another way (relation: a tutorial link on the
               text, `analysis.held`; broad: the entropy, in `measure`)
-    words     {kind: {zh, en}} for each of WORD_KINDS
+    words     {kind: {zh, en}} for each of WORD_KINDS (the built-in types': the catalogue's, "heads.type.…")
     colour    its border in the page's model view and its key in the legend (CSS), None: not drawn there
     style     its look in the terminal's taxonomy table (rich style), "" for none
     teaching  whether it shows attention at work, so that `heads.pick` opens such a head first"""
@@ -140,14 +141,6 @@ def _induction(k: Keys) -> np.ndarray:
     after = np.zeros_like(k.earlier)
     after[:, 1:] = k.earlier[:, :-1]  # key j + 1 for each earlier occurrence j
     return after & (k.j < k.i) & k.rows
-
-
-def _words(short, label, does, heads) -> dict[str, dict[str, str]]:
-    """(zh, en) pairs as {kind: {zh, en}}."""
-    return {
-        kind: dict(zip(("zh", "en"), pair, strict=True))
-        for kind, pair in zip(WORD_KINDS, (short, label, does, heads), strict=True)
-    }
 
 
 REGISTRY: dict[str, HeadType] = {}
@@ -191,12 +184,12 @@ for _entry in (
     HeadType(
         "previous",
         lambda k: (k.j == k.i - 1) & k.rows,
-        _words(
-            ("前一", "prev"),
-            ("前一个 token", "previous token"),
-            ("看前一个 token", "looks at the token just before"),
-            ("前一个 token 的 head", "previous-token heads"),
-        ),
+        {
+            "short": sentences("heads.type.previous.short"),
+            "label": sentences("heads.type.previous.label"),
+            "does": sentences("heads.type.previous.does"),
+            "heads": sentences("heads.type.previous.heads"),
+        },
         colour="#2563eb",
         style="bold cyan",
         teaching=True,
@@ -204,47 +197,47 @@ for _entry in (
     HeadType(
         "next",
         lambda k: (k.j == k.i + 1) & k.rows,
-        _words(
-            ("后一", "next"),
-            ("后一个 token", "next token"),
-            ("看后一个 token", "looks at the token just after"),
-            ("后一个 token 的 head", "next-token heads"),
-        ),
+        {
+            "short": sentences("heads.type.next.short"),
+            "label": sentences("heads.type.next.label"),
+            "does": sentences("heads.type.next.does"),
+            "heads": sentences("heads.type.next.heads"),
+        },
         colour="#0891b2",
         teaching=True,
     ),
     HeadType(
         "self",
         lambda k: (k.j == k.i) & k.rows,
-        _words(
-            ("自己", "self"),
-            ("自己", "itself"),
-            ("主要看自己", "mostly looks at itself"),
-            ("看自己的 head", "self heads"),
-        ),
+        {
+            "short": sentences("heads.type.self.short"),
+            "label": sentences("heads.type.self.label"),
+            "does": sentences("heads.type.self.does"),
+            "heads": sentences("heads.type.self.heads"),
+        },
         colour="#7c3aed",
     ),
     HeadType(
         "first",
         lambda k: (k.j == 0) & (k.i >= 1) & k.rows,
-        _words(
-            ("首", "sink"),
-            ("第一个 token", "first token"),
-            ("偏向第一个 token {first}", "leans on the first token {first}"),
-            ("停在第一个 token 上的 head", "first-token (sink) heads"),
-        ),
+        {
+            "short": sentences("heads.type.first.short"),
+            "label": sentences("heads.type.first.label"),
+            "does": sentences("heads.type.first.does"),
+            "heads": sentences("heads.type.first.heads"),
+        },
         colour="#6b7280",
         style="dim",
     ),
     HeadType(
         "duplicate",
         lambda k: k.earlier,
-        _words(
-            ("重复", "dup"),
-            ("重复的 token", "duplicate token"),
-            ("看前面出现过的同一个 token", "looks at earlier copies of the same token"),
-            ("重复 token 的 head", "duplicate-token heads"),
-        ),
+        {
+            "short": sentences("heads.type.duplicate.short"),
+            "label": sentences("heads.type.duplicate.label"),
+            "does": sentences("heads.type.duplicate.does"),
+            "heads": sentences("heads.type.duplicate.heads"),
+        },
         colour="#db2777",
         style="bold yellow",
         teaching=True,
@@ -252,15 +245,12 @@ for _entry in (
     HeadType(
         "induction",
         _induction,
-        _words(
-            ("归纳", "ind"),
-            ("归纳（induction）", "induction"),
-            (
-                "归纳头：看同一个 token 上次出现时后面的那个 token",
-                "induction: looks at the token that followed the same token's earlier occurrence",
-            ),
-            ("归纳头", "induction heads"),
-        ),
+        {
+            "short": sentences("heads.type.induction.short"),
+            "label": sentences("heads.type.induction.label"),
+            "does": sentences("heads.type.induction.does"),
+            "heads": sentences("heads.type.induction.heads"),
+        },
         colour="#dc2626",
         style="bold magenta",
         teaching=True,
@@ -268,35 +258,35 @@ for _entry in (
     HeadType(
         "local",
         _local,
-        _words(
-            ("局部", "local"),
-            ("附近", "local"),
-            (f"看附近 ±{LOCAL_SPAN} 个 token", f"looks within ±{LOCAL_SPAN} tokens"),
-            ("局部的 head", "local heads"),
-        ),
+        {
+            "short": sentences("heads.type.local.short"),
+            "label": sentences("heads.type.local.label"),
+            "does": both("heads.type.local.does", span=LOCAL_SPAN),
+            "heads": sentences("heads.type.local.heads"),
+        },
         colour="#16a34a",
         teaching=True,
     ),
     HeadType(
         "relation",
         None,
-        _words(
-            ("链接", "link"),
-            ("教程链接", "tutorial link"),
-            ("教程链接", "a tutorial link"),
-            ("教程链接的 head", "tutorial-link heads"),
-        ),
+        {
+            "short": sentences("heads.type.relation.short"),
+            "label": sentences("heads.type.relation.label"),
+            "does": sentences("heads.type.relation.does"),
+            "heads": sentences("heads.type.relation.heads"),
+        },
         style="bold green",
     ),
     HeadType(
         "broad",
         None,
-        _words(
-            ("均匀", "broad"),
-            ("很分散", "broad"),
-            ("接近均匀", "close to uniform"),
-            ("接近均匀的 head", "broad heads"),
-        ),
+        {
+            "short": sentences("heads.type.broad.short"),
+            "label": sentences("heads.type.broad.label"),
+            "does": sentences("heads.type.broad.does"),
+            "heads": sentences("heads.type.broad.heads"),
+        },
         colour="#d97706",
         style="dim",
     ),

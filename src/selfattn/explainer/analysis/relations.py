@@ -39,12 +39,12 @@ are the probe's claims (noun → measure word and colour, verb → noun, place �
 is clause 2 → clause 1 (它 / 这只 怪兽 / 在 森林 point back at the creature and place of clause 1)."""
 
 WORDS = {
-    "noun>qm+colour": {"zh": "名词回看它的量词和颜色", "en": "the noun looks back at its measure word and colour"},
-    "verb>noun": {"zh": "动词回看做动作的名词", "en": "the verb looks back at the noun that moves"},
-    "place>verb+noun": {"zh": "地点回看动词和名词", "en": "the place looks back at the verb and the noun"},
-    "clause2>clause1": {"zh": "第二句回指第一句", "en": "clause 2 refers back to clause 1"},
+    "noun>qm+colour": "relations.noun_qm_colour",
+    "verb>noun": "relations.verb_noun",
+    "place>verb+noun": "relations.place_verb_noun",
+    "clause2>clause1": "relations.clause2_clause1",
 }
-"""How each relation is said in words (zh, en)."""
+"""How each relation is said in words: its key in the catalogue (`selfattn.explainer.catalogue`)."""
 
 MEANING_ROLES = ("qm", "colour", "noun", "verb", "place")
 """The roles of the walkthrough's one-hot "meanings" (数量 · 颜色 · 角色 · 动作 · 地点), in its order."""

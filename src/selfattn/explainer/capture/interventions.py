@@ -5,8 +5,8 @@
     Intervention.of({name: {param: value}, "layer": L, "head": H})   the same, from the JSON shape
     as_data()                     the registry as JSON: doc["interventions"], what the page builds its controls from
 
-An entry declares its `name`, its `params` (name, type bool/int/float, min, max, default, zh/en label), its
-zh/en `label`, whether the experiment compares it with a pass without it (`needs_baseline`), and
+An entry declares its `name`, its `params` (name, type bool/int/float, min, max, default, label), its
+`label`, whether the experiment compares it with a pass without it (`needs_baseline`), and
 `apply(request, values) -> Request`: the request as the changed model computes it. The CLI flags of
 `selfattn explain`, the HTTP model of `selfattn serve`, the words of the tables and the page's controls are
 all generated from the registry, so a new intervention is one entry here (and its tests).
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, cast
 
 from ... import checks
 from ...limits import TEMPERATURE_RANGE
+from ..catalogue import LANGS, both, sentences
 
 if TYPE_CHECKING:  # the registry is read without torch: `selfattn walkthrough` builds the CLI without it
     from ...request import Request
@@ -75,6 +76,7 @@ class Entry:
     label           {zh, en}: its name in every view
     help            {zh, en}: one sentence on what it does (the CLI's --help, the page's tooltip)
     said            {zh, en}: how a view says it is applied, `{param}` placeholders filled by str.format
+                    (the built-in entries' words are the catalogue's, `selfattn.explainer.catalogue`)
     params          what it takes; none: a switch
     needs_baseline  the experiment compares it with the same text without it (`session.Explainer.explain`)
     neutral         the values at which it changes nothing (such an entry is dropped): None if there are none
@@ -228,70 +230,66 @@ def _ablate(r: Request, values: dict, head: int | None) -> Request:
 
 LOW_T, HIGH_T = TEMPERATURE_RANGE
 
+
+def _shown(off: str, on: str) -> dict[str, tuple[str, str]]:
+    """A bool param's words in each language (`Param.shown`), from the catalogue keys for False and for True."""
+    words = sentences(off), sentences(on)
+    return {lang: (words[0][lang], words[1][lang]) for lang in LANGS}
+
+
 REGISTRY: dict[str, Entry] = {
     e.name: e
     for e in (
         Entry(
             name="no_scaling",
-            label={"zh": "关闭 ÷√d_k", "en": "no ÷√d_k"},
-            help={"zh": "干预：分数不除以 √d_k", "en": "intervene: do not divide the scores by √d_k"},
-            said={"zh": "关闭 ÷√d_k", "en": "÷√d_k switched off"},
+            label=sentences("interventions.no_scaling.label"),
+            help=sentences("interventions.no_scaling.help"),
+            said=sentences("interventions.no_scaling.said"),
             apply=_no_scaling,
             flat="scaling",
         ),
         Entry(
             name="no_causal",
-            label={"zh": "关闭因果 mask", "en": "no causal mask"},
-            help={"zh": "干预：让解码器看到未来的 token", "en": "intervene: let a decoder look at future tokens"},
-            said={"zh": "关闭因果 mask", "en": "causal mask switched off"},
+            label=sentences("interventions.no_causal.label"),
+            help=sentences("interventions.no_causal.help"),
+            said=sentences("interventions.no_causal.said"),
             apply=_no_causal,
             flat="causal",
         ),
         Entry(
             name="temperature",
-            label={"zh": "softmax 温度 T", "en": "softmax temperature T"},
-            help={
-                "zh": f"干预：softmax 温度，{LOW_T:g} 到 {HIGH_T:g}（默认 1）",
-                "en": f"intervene: softmax temperature, {LOW_T:g} to {HIGH_T:g} (default 1)",
-            },
-            said={"zh": "softmax 温度 T = {t}", "en": "softmax temperature T = {t}"},
+            label=sentences("interventions.temperature.label"),
+            help=both("interventions.temperature.help", low=f"{LOW_T:g}", high=f"{HIGH_T:g}"),
+            said=sentences("interventions.temperature.said"),
             apply=_temperature,
-            params=(Param("t", float, 1.0, {"zh": "T", "en": "T"}, min=LOW_T, max=HIGH_T),),
+            params=(Param("t", float, 1.0, sentences("interventions.temperature.t"), min=LOW_T, max=HIGH_T),),
             neutral={"t": 1.0},
             flat="temperature",
         ),
         Entry(
             name="block",
-            label={"zh": "切断一条连接（查询 → 键）", "en": "block one link (query → key)"},
-            help={
-                "zh": "干预：位置 QUERY 的查询不能再看位置 KEY 的键（它的权重变成 0，其余重新归一化）",
-                "en": "intervene: the query at position QUERY may no longer look at the key at position KEY "
-                "(its weight becomes 0, the others are renormalised)",
-            },
-            said={"zh": "切断 {query} → {key}", "en": "link {query} → {key} blocked"},
+            label=sentences("interventions.block.label"),
+            help=sentences("interventions.block.help"),
+            said=sentences("interventions.block.said"),
             apply=_block,
             params=(
-                Param("query", int, 0, {"zh": "查询位置", "en": "query position"}, min=0),
-                Param("key", int, 0, {"zh": "键位置", "en": "key position"}, min=0),
+                Param("query", int, 0, sentences("interventions.block.query"), min=0),
+                Param("key", int, 0, sentences("interventions.block.key"), min=0),
             ),
         ),
         Entry(
             name="ablate",
-            label={"zh": "消融 head（输出换成 0 或平均值）", "en": "ablate heads (output set to zero or its mean)"},
-            help={
-                "zh": "干预：被限定的 head（或层、或全部）的输出换成 0，或换成它在这句话上的平均输出；权重不变",
-                "en": "intervene: the output of the head it is limited to (or the layer's, or every head's) is "
-                "replaced by zero, or by its mean output over the text; its weights stay as they were",
-            },
-            said={"zh": "消融（输出换成{mean}）", "en": "ablated (output set to {mean})"},
+            label=sentences("interventions.ablate.label"),
+            help=sentences("interventions.ablate.help"),
+            said=sentences("interventions.ablate.said"),
             apply=_ablate,
             params=(
                 Param(
                     "mean",
                     bool,
                     False,
-                    {"zh": "换成平均输出（否则 0）", "en": "mean output (else zero)"},
-                    shown={"zh": ("0", "平均值"), "en": ("zero", "its mean")},
+                    sentences("experiments.ablate_mean"),
+                    shown=_shown("common.zero", "interventions.ablate.mean"),
                 ),
             ),
             scoped=True,
@@ -301,10 +299,7 @@ REGISTRY: dict[str, Entry] = {
 }
 """Every intervention, in the order they are applied (a temperature divides the scale that no_scaling set)."""
 
-SCOPE = {
-    "layer": {"zh": "只在层", "en": "only in layer"},
-    "head": {"zh": "只在 head", "en": "only in head"},
-}
+SCOPE = {"layer": sentences("interventions.scope.layer"), "head": sentences("interventions.scope.head")}
 """The two options that limit an intervention (Intervention.layer / .head), with their labels."""
 
 

@@ -6,13 +6,17 @@
 
 from __future__ import annotations
 
-from .texts import LANGS, text
+from .texts import both
 
 __all__ = ["scale_words"]
 
 
-def _words(key: str, **values) -> dict[str, str]:
-    return {lang: text(key, lang, **values) for lang in LANGS}
+SCALE_KEYS = {  # (÷√d_k kept, T ≠ 1) -> what the scale is
+    (True, False): "page.scale_on",
+    (True, True): "page.scale_on_t",
+    (False, False): "page.scale_off",
+    (False, True): "page.scale_off_t",
+}
 
 
 def scale_words(applied: dict, head_dim: int) -> dict[str, dict[str, str]]:
@@ -20,11 +24,10 @@ def scale_words(applied: dict, head_dim: int) -> dict[str, dict[str, str]]:
     and the table row's name, and what the scale is (1/√d_k, 1/(√d_k·T), 1, 1/T)."""
     scaling = "no_scaling" not in applied
     t = float(applied.get("temperature", {}).get("t", 1.0))
-    how = ("scale_on" if scaling else "scale_off") + ("" if t == 1 else "_t")
     return {
-        "stage": _words("st_scaled" if scaling else "st_scaled_off"),
-        "row": _words("row_scaled" if scaling else "row_scaled_off"),
-        "how": _words(how, d=head_dim, t=_number(t)),
+        "stage": both("page.scaled" if scaling else "page.st_scaled_off"),
+        "row": both("page.scaled" if scaling else "page.row_scaled_off"),
+        "how": both(SCALE_KEYS[scaling, t != 1], d=head_dim, t=_number(t)),
     }
 
 

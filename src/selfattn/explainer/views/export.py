@@ -89,7 +89,7 @@ def model_info(
     name: str, trace: ModelTrace, *, architecture: str, positions: str, architecture_zh: str | None = None
 ) -> dict:
     """The model card every view shows: name, decoder/encoder, architecture, positional scheme (`positions`:
-    its key in `texts.TEXTS`, written out in English and in Chinese), sizes, and for grouped-query attention
+    its key in the catalogue, written out in English and in Chinese), sizes, and for grouped-query attention
     which key/value head each query head reads (`kv_of_head`, and `texts` "gqa" in words)."""
     first = trace.layers[0]
     n_heads, n_kv = first.n_heads, int(first.k.shape[0])

@@ -39,6 +39,10 @@ SMALL_GAP = 0.5
 """A clean − corrupted logit difference below this (in logits) makes every share unsteady: the sentence says so."""
 NAMED_PER_TYPE = 5
 """Heads of one type a taxonomy line names at most (the clearest)."""
+ON_KEYS = {"probe": "findings.on_probe", "text": "findings.on_text", "words": "findings.on_words"}
+"""Where a verdict was measured (`verdicts`' "on"), in words."""
+MODE_KEYS = {"zero": "common.zero", "mean": "findings.mode_mean"}
+"""What an ablated head's output was set to, in words."""
 
 
 def name(layer: int, head: int) -> str:
@@ -50,12 +54,12 @@ def quote(token: str) -> str:
 
 
 def _join(lang: str, items: list[str]) -> str:
-    return text("findings.list", lang).join(items)
+    return text("common.list", lang).join(items)
 
 
 def _sentence(lang: str, parts: list[str]) -> str:
     """Parts joined as one sentence: "a；b。" / "a; b."."""
-    return text("findings.join", lang).join(parts) + text("findings.end", lang)
+    return text("common.join", lang).join(parts) + text("findings.end", lang)
 
 
 def taxonomy_words(t: dict) -> dict[str, list[str]]:
@@ -92,7 +96,7 @@ def _entry(c: dict, k: str) -> dict:
 
 def _score(lang: str, e: dict) -> str:
     """ "82%（均匀 3%，探针）" / "82% (uniform 3%, probe)"; a broad head's normalised entropy "0.95"."""
-    on = text(f"findings.on_{e['on']}", lang)
+    on = text(ON_KEYS[e["on"]], lang)
     if e["type"] == "broad":
         return text("findings.entropy", lang, e=f"{e['score']:.2f}", on=on)
     return text("findings.score", lang, p=percent(e["score"]), c=percent(e["chance"]), on=on)
@@ -108,7 +112,7 @@ def ablation_words(a: dict) -> dict[str, str]:
     out = {}
     for lang in LANGS:
         heads = _join(lang, [name(l, h) for l, h in a["heads"]])
-        mode = text(f"findings.mode_{a['mode']}", lang)
+        mode = text(MODE_KEYS[a["mode"]], lang)
         before, after = _prob(t["before"]), _prob(t["after"])
         parts = [
             text("findings.ablated", lang, heads=heads, mode=mode, token=quote(t["shown"]), before=before, after=after)

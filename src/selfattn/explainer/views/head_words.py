@@ -91,7 +91,7 @@ def _link(tokens: list[str], name: str, r: dict, lang: str, groups: Groups = ())
         extra = text("heads.words.links_mean", lang, n=r["n"], share=share)
     elif len(r["keys"]) > 1:
         extra = text("heads.words.keys_together", lang, keys=keys_named(tokens, r["keys"], groups), share=share)
-    return f"{WORDS[name][lang]}{_colon(lang)}{pair}{extra}"
+    return f"{text(WORDS[name], lang)}{_colon(lang)}{pair}{extra}"
 
 
 def _link_short(tokens: list[str], r: dict, lang: str, groups: Groups = ()) -> str:
@@ -187,7 +187,7 @@ def sentence(
         said = "heads.words.strongest" if r.get("measurable", True) else "heads.words.strongest_unmeasured"
         for lang in parts:
             parts[lang].append(text(said, lang, link=_link_short(tokens, r, lang, groups), rows=rows, n=MIN_ROWS))
-    out["text"] = {lang: text("heads.words.join", lang).join(parts[lang]) for lang in parts}
+    out["text"] = {lang: text("common.join", lang).join(parts[lang]) for lang in parts}
     return out
 
 
@@ -198,7 +198,7 @@ def _kept(r: dict, control: list[str], lang: str) -> str:
         return ""
     share = _share(lang, c["pair_weight"], c["pair_chance"])
     if c.get("between_unknown"):  # the model reads those words as <unk>: say so, not only their text
-        unread = text("heads.words.join_words", lang).join(c["between_unknown"])
+        unread = text("common.list", lang).join(c["between_unknown"])
         return text("heads.words.control_unknown", lang, between=c["between"], unknown=unread, share=share)
     return text("heads.words.control", lang, between=c["between"], share=share)
 

@@ -22,7 +22,7 @@ from .texts import TEXTS
 
 __all__ = ["PICK_RULE", "describe", "percent"]
 
-PICK_RULE = TEXTS["pick_rule"]
+PICK_RULE = TEXTS["heads.pick_rule"]
 """How the shown head is picked, {zh, en} (`analysis.heads.pick`): the text table's entry."""
 
 

@@ -22,7 +22,7 @@ from .plots import rc
 from .tables import number
 from .texts import TEXTS
 
-__all__ = ["FILES", "render", "display", "WORDS", "LABEL_MIN", "LEAST_LIMIT", "LIGHT_FROM"]
+__all__ = ["FILES", "render", "display", "LABEL_MIN", "LEAST_LIMIT", "LIGHT_FROM"]
 
 FILES = ("patching.png", "patching.svg")
 DPI = 150
@@ -35,7 +35,6 @@ LEAST_LIMIT = 0.2
 """The colour scale reaches at least ±20 %, so that shares near 0 stay pale."""
 LIGHT_FROM = 0.6
 """A label is white on cells darker than this share of the scale."""
-WORDS = {key.removeprefix("patching."): words for key, words in TEXTS.items() if key.startswith("patching.")}
 
 
 def _has_cjk(labels) -> bool:
@@ -94,29 +93,29 @@ def _draw(p: dict, lang: str):
     _panel(right, residual, vmax, True)
     for x in p["top_heads"]:
         left.add_patch(Rectangle((x["head"] - 0.5, x["layer"] - 0.5), 1, 1, fill=False, lw=2, ec=FRAME))
-    left.set_title(WORDS["heads"][lang], fontsize=9)
-    right.set_title(WORDS["residual"][lang], fontsize=9)
+    left.set_title(TEXTS["patching.heads"][lang], fontsize=9)
+    right.set_title(TEXTS["patching.residual"][lang], fontsize=9)
     left.set_xticks(range(n_heads), [str(h) for h in range(n_heads)], fontsize=7)
-    left.set_xlabel(WORDS["head"][lang])
+    left.set_xlabel(TEXTS["common.head"][lang])
     for ax in (left, right):
         ax.set_yticks(range(n_layers), [str(l) for l in range(n_layers)], fontsize=6)
-        ax.set_ylabel(WORDS["layer"][lang])
+        ax.set_ylabel(TEXTS["common.layer"][lang])
     shown = p["clean"].get("labels") or [shown_text(t.strip(" ") or t) for t in p["clean"]["tokens"]]
     ticks = [f"{i} {tok}" for i, tok in enumerate(shown)]  # as every view reads them (`pieces.shown_text`)
     right.set_xticks(range(L), ticks, rotation=90, fontsize=7)
     for q in p["differ"]:
         right.get_xticklabels()[q].set_color(CHANGED)
-    right.set_xlabel(WORDS["position"][lang])
-    cb = fig.colorbar(im, cax=bar, label=WORDS["share"][lang])
+    right.set_xlabel(TEXTS["patching.position"][lang])
+    cb = fig.colorbar(im, cax=bar, label=TEXTS["patching.share"][lang])
     cb.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: number(100 * v, 0) + "%"))
     t, f = quote(p["target"]["token"]), quote(p["foil"]["token"])
-    title = WORDS["title"][lang].format(
+    title = TEXTS["patching.title"][lang].format(
         model=p.get("model", ""), t=t, f=f, c=number(p["clean_ld"]), x=number(p["corrupted_ld"])
     )
     names = ("、" if lang == "zh" else ", ").join(
         f"{name(x['layer'], x['head'])} {100 * x['recovered']:.0f}%" for x in p["top_heads"]
     )
-    fig.suptitle(title + ("\n" + WORDS["top"][lang].format(names=names) if names else ""), fontsize=10)
+    fig.suptitle(title + ("\n" + TEXTS["patching.top"][lang].format(names=names) if names else ""), fontsize=10)
     fig.subplots_adjust(left=0.06, right=0.94, bottom=0.14, top=0.88)
     return fig
 

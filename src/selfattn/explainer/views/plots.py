@@ -138,7 +138,7 @@ SHOWN_COLOUR = "#dc2626"
 
 
 def _say(lang: str, key: str, **values) -> str:
-    return texts.text("plots." + key, lang, **values)
+    return texts.text(key, lang, **values)
 
 
 def _minus(x: str) -> str:
@@ -207,13 +207,13 @@ def _heatmap(doc: dict, layer: int, head: int, lang: str):
                         fontsize=8,
                         color="white" if w[i, j] > 0.5 else "black",
                     )
-    ax.set_xlabel(t("key"))
-    ax.set_ylabel(t("query"))
-    title = t("title", name=doc["model"]["name"], layer=layer, head=head)
-    ax.set_title(title + (t("zoom", n=n) if start else ""))
+    ax.set_xlabel(t("plots.key"))
+    ax.set_ylabel(t("plots.query"))
+    title = t("plots.title", name=doc["model"]["name"], layer=layer, head=head)
+    ax.set_title(title + (t("plots.zoom", n=n) if start else ""))
     sink = lay["heads"][head].get("sink")
     if sink is None:
-        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label=t("weight"))
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label=t("plots.weight"))
     else:
         _sink_column(fig, ax, im, np.array(restore_inf(sink), dtype=np.float64)[start:], t)
     fig.tight_layout()
@@ -229,13 +229,13 @@ def _sink_column(fig, ax, im, sink: np.ndarray, t) -> None:
     divider = make_axes_locatable(ax)
     sax = divider.append_axes("right", size=f"{100 / n:.2f}%", pad=SINK_GAP_INCHES, sharey=ax)
     sax.imshow(sink[:, None], cmap=matplotlib_cmap(), norm=_norm(), interpolation="nearest", aspect="auto")
-    sax.set_xticks([0], [t("sink_col")], fontsize=10)
+    sax.set_xticks([0], [t("common.sink")], fontsize=10)
     sax.tick_params(axis="y", left=False, labelleft=False)
     if n <= 12:
         for i, x in enumerate(sink):
             sax.text(0, i, f"{x:.0%}", ha="center", va="center", fontsize=8, color="white" if x > 0.5 else "black")
     cax = divider.append_axes("right", size="4%", pad=SINK_GAP_INCHES)
-    fig.colorbar(im, cax=cax, label=t("weight"))
+    fig.colorbar(im, cax=cax, label=t("plots.weight"))
 
 
 SINK_GAP_INCHES = 0.3
@@ -272,7 +272,7 @@ def _grid(doc: dict, lang: str):
     cell = min(GRID_CELL_INCHES, room / n_h, room / n_l)
     start = 0 if "display" in doc else max(0, len(doc["tokens"]) - ZOOM)
     t = partial(_say, lang)
-    title = t("grid", name=m["name"]) + (t("zoom", n=len(doc["tokens"]) - start) if start else "")
+    title = t("plots.grid", name=m["name"]) + (t("plots.zoom", n=len(doc["tokens"]) - start) if start else "")
     if cell >= TITLED_CELL_INCHES:
         fig = _grid_cells(doc, t, cell, start)
     else:
@@ -305,8 +305,8 @@ def _grid_cells(doc: dict, t, cell: float, start: int):
             shown = (l, h) == (sel["layer"], sel["head"])
             s = doc["summaries"][l][h]
             ax.set_title(
-                t("cell", layer=l, head=h, entropy=f"{s['entropy']:.2f}", first=f"{s['first_token']:.0%}")
-                + (t("shown") if shown else ""),
+                t("plots.cell", layer=l, head=h, entropy=f"{s['entropy']:.2f}", first=f"{s['first_token']:.0%}")
+                + (t("plots.shown") if shown else ""),
                 fontsize=7,
                 color=SHOWN_COLOUR if shown else "black",
             )

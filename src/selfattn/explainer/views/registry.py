@@ -111,9 +111,16 @@ def as_data(page: str = "explorer") -> list[dict]:
 NO_HINT = {"zh": "", "en": ""}
 
 for _view in (
-    View("explore", TEXTS["view_explore"], TEXTS["view_explore"], NO_HINT, render="explore"),
-    View("head", TEXTS["view_head"], TEXTS["view_head"], TEXTS["hv_hint"], render="head", pages=PAGES),
-    View("model", TEXTS["view_model"], TEXTS["mv_title"], TEXTS["mv_hint"], render="model", pages=PAGES),
-    View("compare", TEXTS["view_compare"], TEXTS["view_compare"], TEXTS["cmp_hint"], render="compare", needs="other"),
+    View("explore", TEXTS["page.view_explore"], TEXTS["page.view_explore"], NO_HINT, render="explore"),
+    View("head", TEXTS["page.view_head"], TEXTS["page.view_head"], TEXTS["page.hv_hint"], render="head", pages=PAGES),
+    View("model", TEXTS["page.view_model"], TEXTS["page.mv_title"], TEXTS["page.mv_hint"], render="model", pages=PAGES),
+    View(
+        "compare",
+        TEXTS["page.view_compare"],
+        TEXTS["page.view_compare"],
+        TEXTS["page.cmp_hint"],
+        render="compare",
+        needs="other",
+    ),
 ):
     register(_view)

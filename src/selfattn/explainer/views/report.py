@@ -27,7 +27,7 @@ head view and the model view of weights given directly (no Q/K/V, so no stages):
      "types": [[type | None per head] per layer], "head_types": legend(), "start": {...}, "texts": {...}}
 
 `pack` (views/packing.py) gives every number the page shows, computed by Python at the precision it
-is shown; `texts` holds the sentences the page's modules and template name (views/texts.py), so the
+is shown; `texts` holds the sentences the page's modules and template name (the catalogue, explainer/locale), so the
 JS holds no sentence; `interventions` describes the controls the live page builds (contract 3).
 
 Token text never becomes markup: the JSON is embedded with `<`, `>` and `&` escaped as
@@ -78,7 +78,7 @@ SHELL, BODY_MARK = "page.html", "\n<!-- body -->\n"
 TITLE_CHARS = 40
 
 _SLOT = re.compile(r"\{\{(TITLE|CSP|STYLE|SCRIPT|DATA|NOSCRIPT)\}\}")
-_TEXT_KEY = re.compile(r"""["'](\w+)["']""")
+_TEXT_KEY = re.compile(r"""["']([a-z_]+\.[\w.]+)["']""")
 
 
 # --- the page ------------------------------------------------------------------------------
@@ -219,7 +219,7 @@ def script(entry: str = ENTRY) -> str:
 def page_texts(entry: str = ENTRY, page: str = PAGE) -> dict[str, dict[str, str]]:
     """The texts the page names: every TEXTS key written as a string in its modules or
     as a data-i18n attribute of its template (the JS passes keys only as string literals)."""
-    named = set(_TEXT_KEY.findall(script(entry))) | set(re.findall(r'data-i18n="(\w+)"', template(page)))
+    named = set(_TEXT_KEY.findall(script(entry))) | set(re.findall(r'data-i18n="([\w.]+)"', template(page)))
     return {key: TEXTS[key] for key in sorted(named & TEXTS.keys())}
 
 
@@ -247,7 +247,7 @@ def _page(data: dict, *, live: bool, page: str = PAGE, entry: str = ENTRY) -> st
         "pick_rule": PICK_RULE,
         "views": registry.as_data("explorer" if page == PAGE else "attention"),
     }
-    title = text("page_title", "zh") if page == PAGE else TEXTS["aw_title"]["zh"]
+    title = text("page.page_title", "zh") if page == PAGE else TEXTS["page.attention_weights"]["zh"]
     if doc:
         shown = str(doc.get("text", ""))
         title = f"{shown[:TITLE_CHARS]}{'…' if len(shown) > TITLE_CHARS else ''} · {title}"
@@ -257,7 +257,7 @@ def _page(data: dict, *, live: bool, page: str = PAGE, entry: str = ENTRY) -> st
         "STYLE": style,
         "SCRIPT": script(entry),
         "DATA": _json_for_script(data),
-        "NOSCRIPT": html.escape(" / ".join(text("noscript", lang) for lang in ("zh", "en"))),
+        "NOSCRIPT": html.escape(" / ".join(text("page.noscript", lang) for lang in ("zh", "en"))),
     }
     # One pass: text put into a slot is never searched for further slots.
     return _SLOT.sub(lambda m: slots[m.group(1)], template(page))

@@ -29,8 +29,6 @@ from .texts import TEXTS
 
 __all__ = ["taxonomy", "experiments", "grid"]
 
-WORDS = {key.removeprefix("research."): words for key, words in TEXTS.items() if key.startswith("research.")}
-
 
 def _say(console: Console, *parts: str, **kw) -> None:
     console.print(*(printable(p, keep="\n") for p in parts), markup=False, **kw)
@@ -67,7 +65,7 @@ def _cell(c: dict, lang: str) -> str:
     if not c["types"] and c.get("relations"):  # a relation held on the text, and no type
         return f"{type_words('relation', 'short', lang)} {percent(c['relations'][0]['score']).rstrip('%')}"
     if not c["types"]:
-        return "·" if c.get("measurable", True) else WORDS["unmeasurable"][lang]
+        return "·" if c.get("measurable", True) else TEXTS["research.unmeasurable"][lang]
     e = c["types"][0]
     share = f"{e['score']:.2f}" if e["type"] == "broad" else percent(e["score"]).rstrip("%")
     return f"{type_words(e['type'], 'short', lang)} {share}"
@@ -82,10 +80,9 @@ UNTYPED_STYLE = "dim"
 
 def taxonomy(t: dict, console: Console, lang: str = "zh") -> None:
     """The taxonomy (`experiments.taxonomy`): the table, one line per type naming its clearest heads, the rule."""
-    w = WORDS
-    text = w["with_text"][lang] if t.get("text") else ""
+    text = TEXTS["research.with_text"][lang] if t.get("text") else ""
     probe = t["probe"]
-    header = w["taxonomy"][lang].format(
+    header = TEXTS["research.taxonomy"][lang].format(
         model=t["model"], n=probe["length"], seed=probe["seed"], bos=_bos(probe.get("bos"), lang), text=text
     )
     _say(console, header)
@@ -94,7 +91,7 @@ def taxonomy(t: dict, console: Console, lang: str = "zh") -> None:
     columns = [f"H{h}" for h in range(len(heads[0]))] if heads else []
     cells = [[_cell(c, lang) for c in row] for row in heads]
     styles = [[REGISTRY[c["type"]].style if c["type"] else UNTYPED_STYLE for c in row] for row in heads]
-    grid(console, w["layer"][lang], rows, columns, cells, styles)
+    grid(console, TEXTS["common.layer"][lang], rows, columns, cells, styles)
     for line in t["findings"][lang]:
         _say(console, line)
     if t.get("text"):
@@ -105,42 +102,44 @@ def taxonomy(t: dict, console: Console, lang: str = "zh") -> None:
 
 def _bos(bos: dict | None, lang: str) -> str:
     if bos is None:
-        return WORDS["bos_none"][lang]
-    return WORDS["bos_added" if bos["added"] else "bos_frame"][lang].format(token=printable(bos["token"]))
+        return TEXTS["research.bos_none"][lang]
+    return TEXTS["research.bos_added" if bos["added"] else "research.bos_frame"][lang].format(
+        token=printable(bos["token"])
+    )
 
 
 def relation_lines(t: dict, lang: str) -> list[str]:
     """The relations held on the text, one line per head that holds one (`verdicts.verdict`'s relations), or why
     there are none: the text has no roles, or no relation survives its controls."""
     if t.get("roles") is False:
-        return [WORDS["no_roles"][lang]]
+        return [TEXTS["research.no_roles"][lang]]
     lines = []
     for c in (c for row in t["heads"] for c in row):
         for r in c.get("relations", ()):
             kept = r.get("control")
-            control = "" if kept is None else WORDS["relation_control"][lang].format(share=percent(kept))
+            control = "" if kept is None else TEXTS["research.relation_control"][lang].format(share=percent(kept))
             name = f"L{c['layer']}H{c['head']}"
-            words = RELATION_WORDS[r["relation"]][lang]
+            words = TEXTS[RELATION_WORDS[r["relation"]]][lang]
             tested = r.get("tested")
             if tested and tested.get("rows"):
-                control += WORDS["relation_tested"][lang].format(
+                control += TEXTS["research.relation_tested"][lang].format(
                     sentences=tested["sentences"],
                     rows=tested["rows"],
                     share=percent(tested["weight"]),
                     c=percent(tested["chance"]),
                     p=p_words(tested["p"], lang),
                 )
-            line = WORDS["relation"][lang].format(
+            line = TEXTS["research.relation"][lang].format(
                 head=name, relation=words, share=percent(r["score"]), c=percent(r["chance"]), control=control
             )
             lines.append(line)
-    return [WORDS["relations"][lang], *lines] if lines else [WORDS["no_relation"][lang]]
+    return [TEXTS["research.relations"][lang], *lines] if lines else [TEXTS["research.no_relation"][lang]]
 
 
 def experiments(doc: dict, console: Console, lang: str = "zh") -> None:
     """Whatever of doc["ablation"], doc["patching"], doc["lens"] the command asked for."""
     if "ablation" in doc:
-        _say(console, WORDS["ablation"][lang] + doc["ablation"]["text"][lang], style="bold")
+        _say(console, TEXTS["research.ablation"][lang] + doc["ablation"]["text"][lang], style="bold")
     if "patching" in doc:
         _patching(doc["patching"], console, lang)
     if "lens" in doc:
@@ -148,25 +147,25 @@ def experiments(doc: dict, console: Console, lang: str = "zh") -> None:
 
 
 def _patching(p: dict, console: Console, lang: str) -> None:
-    _say(console, WORDS["patching"][lang] + p["text"][lang], style="bold")
+    _say(console, TEXTS["research.patching"][lang] + p["text"][lang], style="bold")
     top = {(x["layer"], x["head"]) for x in p["top_heads"]}
-    _say(console, WORDS["heads"][lang])
+    _say(console, TEXTS["research.heads"][lang])
     heads = p["heads"]
     cells = [[number(100 * r, 0) for r in row] for row in heads]
     styles = [["reverse" if (l, h) in top else "" for h in range(len(row))] for l, row in enumerate(heads)]
     grid(
         console,
-        WORDS["layer"][lang],
+        TEXTS["common.layer"][lang],
         [str(l) for l in range(len(heads))],
         [f"H{h}" for h in range(len(heads[0]))],
         cells,
         styles,
     )
-    _say(console, WORDS["residual"][lang])
+    _say(console, TEXTS["research.residual"][lang])
     tokens = p["clean"].get("labels") or p["clean"]["tokens"]  # as a person reads them (`pieces` labels)
     columns = [f"{i} {_cut(tok)}" for i, tok in enumerate(tokens)]
     cells = [[number(100 * r, 0) for r in row] for row in p["residual"]]
-    grid(console, WORDS["layer"][lang], [str(l) for l in range(len(cells))], columns, cells)
+    grid(console, TEXTS["common.layer"][lang], [str(l) for l in range(len(cells))], columns, cells)
 
 
 def _cut(token: str, width: int = 6) -> str:
@@ -175,13 +174,13 @@ def _cut(token: str, width: int = 6) -> str:
 
 
 def _lens(lens: dict, console: Console, lang: str) -> None:
-    _say(console, WORDS["lens"][lang] + lens["text"][lang], style="bold")
-    _say(console, WORDS["lens_table"][lang].format(p=lens["position"], tok=f"“{lens['token']}”"))
+    _say(console, TEXTS["research.lens"][lang] + lens["text"][lang], style="bold")
+    _say(console, TEXTS["research.lens_table"][lang].format(p=lens["position"], tok=f"“{lens['token']}”"))
     k = min(LENS_SHOWN, len(lens["layers"][0]["top"]))
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
-    table.add_column(Text(WORDS["layer"][lang]), justify="right", no_wrap=True)
-    table.add_column(Text(WORDS["top"][lang].format(k=k)))
-    table.add_column(Text(WORDS["entropy"][lang]), justify="right", no_wrap=True)
+    table.add_column(Text(TEXTS["common.layer"][lang]), justify="right", no_wrap=True)
+    table.add_column(Text(TEXTS["research.top"][lang].format(k=k)))
+    table.add_column(Text(TEXTS["common.entropy_bits"][lang]), justify="right", no_wrap=True)
     final = lens["layers"][-1]["top"][0]["id"]
     for row in lens["layers"]:
         items = "  ".join(f"“{printable(e['token'])}” {100 * e['prob']:.1f}%" for e in row["top"][:k])

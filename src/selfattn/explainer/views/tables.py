@@ -34,6 +34,17 @@ TOP_DIMENSIONS = 3
 """A long vector is summarised by its norm and its largest dimensions (the JSON holds all of them)."""
 LABEL_WIDTH = 8
 """Characters of a row label (a query token) before it is cut."""
+KIND_KEYS = {"decoder": "common.decoder", "encoder": "common.encoder"}
+"""The catalogue's word for each kind of model."""
+RULE_KEYS = {
+    "within layer": "tables.within_layer",
+    "within head": "tables.within_head",
+    "intervened": "tables.intervened",
+    "ablated": "tables.ablated",
+}
+"""How the shown head was picked (`doc["selected"]["rule"]`, but "auto" and None), as the catalogue's key."""
+LEVEL_KEYS = {"characters": "tables.level_characters", "words": "tables.level_words"}
+"""The name of each level of `export.levels`."""
 
 
 def number(x, digits: int = 2) -> str:
@@ -50,7 +61,7 @@ def number(x, digits: int = 2) -> str:
 
 def render(doc: dict, console: Console, lang: str = "zh") -> None:
     def t(key: str, **values) -> str:
-        return texts.text("tables." + key, lang, **values)
+        return texts.text(key, lang, **values)
 
     def say(*parts, **kw):
         return console.print(
@@ -63,59 +74,59 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
         )  # never markup, never ESC
 
     m = doc["model"]
-    say(t("model", **(m | {"kind": t(m["kind"])})))
+    say(t("tables.model", **(m | {"kind": t(KIND_KEYS[m["kind"]])})))
     if m.get("architecture"):
         positions = m["positions_zh" if lang == "zh" else "positions"]  # both written by export.model_info
         arch = m.get("architecture_zh", m["architecture"]) if lang == "zh" else m["architecture"]
-        say(t("card", **(m | {"positions": positions, "architecture": arch})))
+        say(t("tables.card", **(m | {"positions": positions, "architecture": arch})))
     _model_words(doc, say, t, lang)
-    say(t("numbering"))
+    say(t("common.numbering"))
     tokens = names_of(doc)
     unknown = doc.get("unknown") or {"count": 0, "positions": [], "message": ""}
     unknown_at = set(unknown["positions"])
     marked = [f"{tok}⟨?⟩" if i in unknown_at else tok for i, tok in enumerate(tokens)]
-    say(t("tokens", n=len(tokens)), " / ".join(marked))
+    say(t("tables.tokens", n=len(tokens)), " / ".join(marked))
     if unknown["count"]:
-        say(t("unknown", n=len(tokens), count=unknown["count"], hint=unknown["hint"][lang]), style="yellow")
+        say(t("tables.unknown", n=len(tokens), count=unknown["count"], hint=unknown["hint"][lang]), style="yellow")
     _token_notes(doc, say, t)
     if doc.get("omitted"):
         say(doc["omitted"]["text"][lang], style="dim")
     _intervention(doc, say, t, lang)
     sel = doc["selected"]
     if sel["rule"] == "auto":  # the rule is a paragraph: under the head, not wrapped into its name
-        say(t("selected", layer=sel["layer"], head=sel["head"], reason=t("auto_short")))
-        say("  " + texts.text("pick_rule", lang), style="dim")
+        say(t("tables.selected", layer=sel["layer"], head=sel["head"], reason=t("tables.auto_short")))
+        say("  " + texts.text("heads.pick_rule", lang), style="dim")
     else:
-        reason = t("chosen") if sel["rule"] is None else t(sel["rule"].replace(" ", "_"))
-        say(t("selected", layer=sel["layer"], head=sel["head"], reason=reason))
+        reason = t("tables.chosen") if sel["rule"] is None else t(RULE_KEYS[sel["rule"]])
+        say(t("tables.selected", layer=sel["layer"], head=sel["head"], reason=reason))
     described = doc.get("descriptions")
     if described:
-        say(t("does", text=described[sel["layer"]][sel["head"]]["text"][lang]), style="bold")
+        say(t("common.does", text=described[sel["layer"]][sel["head"]]["text"][lang]), style="bold")
     if "text" in doc.get("experiment", {}):  # compared with the text without the intervention
-        say(t("experiment", text=doc["experiment"]["text"][lang]))
+        say(t("tables.experiment", text=doc["experiment"]["text"][lang]))
     if kv_words(doc, sel["head"], lang):
         say("  " + kv_words(doc, sel["head"], lang), style="dim")
     if doc["prediction"]:
-        say(t("predict"), "  ".join(f"{p.get('shown', p['token'])} {p['prob']:.1%}" for p in doc["prediction"]))
+        say(t("tables.predict"), "  ".join(f"{p.get('shown', p['token'])} {p['prob']:.1%}" for p in doc["prediction"]))
     _summary_grid(doc, console, t)
     if described:
-        say(t("heads"))
+        say(t("tables.heads"))
         for l, heads in enumerate(described):
             for h, d in enumerate(heads):
-                say(t("head_line", layer=l, head=h, text=d["text"][lang]))
+                say(t("tables.head_line", layer=l, head=h, text=d["text"][lang]))
     if doc.get("search"):
         s = doc["search"]
         tokens = names_of(doc)
-        say(t("search", q=tokens[s["query"]], i=s["query"], k=tokens[s["key"]], j=s["key"]))
+        say(t("tables.search", q=tokens[s["query"]], i=s["query"], k=tokens[s["key"]], j=s["key"]))
         for r in s["heads"]:
-            say(t("search_line", layer=r["layer"], head=r["head"], w=f"{100 * r['weight']:.1f}%"))
+            say(t("tables.search_line", layer=r["layer"], head=r["head"], w=f"{100 * r['weight']:.1f}%"))
     if doc.get("first_token") and doc["summaries"][sel["layer"]][sel["head"]]["rows"]:
         ft = doc["first_token"]
-        say(t("bos", token=ft["token"], selected=percent(ft["selected"]), mean=percent(ft["mean"])))
+        say(t("tables.bos", token=ft["token"], selected=percent(ft["selected"]), mean=percent(ft["mean"])))
     layer = doc["layers"][sel["layer"]]
     head = layer.get("heads", [{}] * (sel["head"] + 1))[sel["head"]]
     if len(tokens) > MAX_TABLE_TOKENS or "stages" not in head:
-        say(t("too_long", n=len(tokens), limit=MAX_TABLE_TOKENS))
+        say(t("tables.too_long", n=len(tokens), limit=MAX_TABLE_TOKENS))
         _levels(doc, console, t, lang)
         return
     _stages(doc, console, t, lang, layer, head)
@@ -143,7 +154,7 @@ def _model_words(doc: dict, say, t, lang: str) -> None:
     if gqa:
         say(gqa)
     if m.get("tokenizer"):
-        say(t("tokenizer", how=texts.text(m["tokenizer"], lang)))
+        say(t("tables.tokenizer", how=texts.text(m["tokenizer"], lang)))
 
 
 def _token_notes(doc: dict, say, t) -> None:
@@ -151,11 +162,11 @@ def _token_notes(doc: dict, say, t) -> None:
     names, tokens = names_of(doc), doc["tokens"]
     repeated = next((i for i, n in enumerate(names) if n != tokens[i]), None)
     if repeated is not None:
-        say(t("repeated", example=names[repeated], token=tokens[repeated], at=repeated), style="dim")
+        say(t("tables.repeated", example=names[repeated], token=tokens[repeated], at=repeated), style="dim")
     levels = doc.get("levels")
     if levels and not levels["characters"]["same"]:
         n_chars, n_words = len(levels["characters"]["names"]), len(levels["words"]["names"])
-        say(t("levels", n=len(tokens), chars=n_chars, words=n_words), style="dim")
+        say(t("tables.levels", n=len(tokens), chars=n_chars, words=n_words), style="dim")
 
 
 def _intervention(doc: dict, say, t, lang: str) -> None:
@@ -164,12 +175,12 @@ def _intervention(doc: dict, say, t, lang: str) -> None:
     layer, head = applied.pop("layer", None), applied.pop("head", None)
     changes = [REGISTRY[name].words(lang, values) for name, values in applied.items()]
     if changes and layer is not None:
-        where = t("where", layer=layer) + (t("where_head", head=head) if head is not None else "")
-        changes.append(t("only", where=where))
+        where = t("common.layer_n", layer=layer) + (t("tables.where_head", head=head) if head is not None else "")
+        changes.append(t("tables.only", where=where))
     elif changes and head is not None:
-        changes.append(t("only_head", head=head))
+        changes.append(t("tables.only_head", head=head))
     if changes:
-        say(t("intervention", items="，".join(changes) if lang == "zh" else ", ".join(changes)))
+        say(t("tables.intervention", items="，".join(changes) if lang == "zh" else ", ".join(changes)))
 
 
 def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) -> None:
@@ -179,28 +190,30 @@ def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) 
     visible = head.get("visible", layer["visible"])
     causal = head.get("causal", layer.get("causal", True))
     scaled_title = scaled_label(doc, lang, number(scale, 4))
-    _matrix(console, t("scores"), t("corner"), tokens, tokens, stages["scores"], number)
-    _matrix(console, scaled_title, t("corner"), tokens, tokens, stages["scaled"], number)
-    _matrix(console, t("mask" if causal else "mask_off"), t("corner"), tokens, tokens, visible, str)
-    _matrix(console, t("masked"), t("corner"), tokens, tokens, stages["masked"], number)
+    _matrix(console, t("tables.scores"), t("tables.corner"), tokens, tokens, stages["scores"], number)
+    _matrix(console, scaled_title, t("tables.corner"), tokens, tokens, stages["scaled"], number)
+    _matrix(
+        console, t("tables.mask" if causal else "tables.mask_off"), t("tables.corner"), tokens, tokens, visible, str
+    )
+    _matrix(console, t("tables.masked"), t("tables.corner"), tokens, tokens, stages["masked"], number)
     if doc.get("opened"):
         console.print(doc["opened"]["text"][lang], markup=False, style="dim")
     weights = stages["weights"]
     sink = head.get("sink")  # a layer with attention sinks: each row's remainder, its own last column
-    columns = tokens + ([f"⟨{t('sink_col')}⟩"] if sink is not None else [])
+    columns = tokens + ([f"⟨{t('common.sink')}⟩"] if sink is not None else [])
     extra = [[100 * float(x)] for x in sink] if sink is not None else [[] for _ in weights]
     rows = [[100 * w for w in row] + more for row, more in zip(weights, extra, strict=True)]
-    _matrix(console, t("weights"), t("corner"), tokens, columns, rows, lambda x: number(x, 1))
+    _matrix(console, t("tables.weights"), t("tables.corner"), tokens, columns, rows, lambda x: number(x, 1))
     if sink is not None:
-        console.print(t("sink_note"), markup=False, style="dim")
+        console.print(t("tables.sink_note"), markup=False, style="dim")
     _levels(doc, console, t, lang)
     _meanings(console, t, lang, doc.get("roles") or [None] * len(tokens), weights, tokens)
     _vectors(console, t, layer, stages, doc)
-    console.print(t("top"), markup=False)
+    console.print(t("tables.top"), markup=False)
     for q, row in zip(tokens, weights, strict=False):
         best = sorted(range(len(row)), key=lambda j: -row[j])[:3]
         items = ", ".join(f"{tokens[j]} {percent(row[j])}" for j in best if row[j] > 0)
-        console.print("  " + t("row", q=q, items=items), markup=False)
+        console.print("  " + t("tables.row", q=q, items=items), markup=False)
 
 
 def _levels(doc: dict, console: Console, t, lang: str) -> None:
@@ -217,16 +230,16 @@ def _levels(doc: dict, console: Console, t, lang: str) -> None:
         if previous is not None and entry["pieces"] == previous:
             continue  # the words are the characters: one table says it
         previous = entry["pieces"]
-        title = t("level_weights", level=t("level_" + level), rule=levels["rule"][lang])
+        title = t("tables.level_weights", level=t(LEVEL_KEYS[level]), rule=levels["rule"][lang])
         labels = entry["names"]
         rows = [[100 * w for w in row] for row in entry["weights"]]
-        _matrix(console, title, t("corner"), labels, labels, rows, lambda x: number(x, 1))
+        _matrix(console, title, t("tables.corner"), labels, labels, rows, lambda x: number(x, 1))
 
 
 def _meanings(console: Console, t, lang: str, r: list[str | None], weights, labels: list[str]) -> None:
     """The walkthrough's one-hot-V table on the real tokens: weights summed per meaning (`r`: each token's role,
     doc["roles"], the part-of-speech roles of the text's words)."""
-    columns = list(MEANINGS[lang]) + [t("first"), t("other")]
+    columns = list(MEANINGS[lang]) + [t("common.first_token"), t("common.other")]
     rows = []
     for row in weights:
         sums = [0.0] * len(columns)
@@ -235,16 +248,28 @@ def _meanings(console: Console, t, lang: str, r: list[str | None], weights, labe
             sums[col] += 100 * w
         rows.append(sums)
     _matrix(
-        console, t("meaning"), t("corner_meaning"), labels, columns, rows, lambda x: number(x, 1), cut_columns=False
+        console,
+        t("tables.meaning"),
+        t("tables.corner_meaning"),
+        labels,
+        columns,
+        rows,
+        lambda x: number(x, 1),
+        cut_columns=False,
     )
 
 
 def _vectors(console: Console, t, layer: dict, stages: dict, doc: dict) -> None:
     if "weighted" not in stages or "attn_out" not in layer:
         return
-    console.print(t("vectors", k=TOP_DIMENSIONS), markup=False)
+    console.print(t("tables.vectors", k=TOP_DIMENSIONS), markup=False)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for header in (t("corner").split(" ")[0], t("col_weighted"), t("col_attn"), t("col_output")):
+    for header in (
+        t("tables.corner").split(" ")[0],
+        t("common.weighted"),
+        t("common.attn_out"),
+        t("common.layer_output"),
+    ):
         table.add_column(Text(header))
     for i, q in enumerate(names_of(doc)):
         table.add_row(
@@ -305,7 +330,7 @@ def _cell(text: str) -> Text:
 
 def _summary_grid(doc: dict, console: Console, t) -> None:
     """The entropy of every layer × head, split into blocks of heads so every head fits the console width."""
-    console.print(t("summary"), markup=False)
+    console.print(t("tables.summary"), markup=False)
     n_heads = doc["model"]["n_heads"]
     sel = doc["selected"]
     cells = [
@@ -317,7 +342,7 @@ def _summary_grid(doc: dict, console: Console, t) -> None:
         ]
         for l, heads in enumerate(doc["summaries"])
     ]
-    label = max(cell_len(t("layer")), len(str(len(cells) - 1)))
+    label = max(cell_len(t("common.layer")), len(str(len(cells) - 1)))
     width = max([4] + [len(f"H{n_heads - 1}")] + [len(c) for row in cells for c in row])
     per_block = max(1, (console.width - label - 2) // (width + 2))  # each column: its cells, a space, a rule
     for a in range(0, n_heads, per_block):
@@ -325,7 +350,7 @@ def _summary_grid(doc: dict, console: Console, t) -> None:
         if n_heads > per_block:
             console.print(f"[H{a}–H{b - 1}]", markup=False, style="dim")
         table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
-        for name in [t("layer"), *(f"H{h}" for h in range(a, b))]:
+        for name in [t("common.layer"), *(f"H{h}" for h in range(a, b))]:
             table.add_column(name, no_wrap=True, justify="right", min_width=4)
         for l, row in enumerate(cells):
             shown = [Text(c, style="reverse" if c.startswith(">") else "") for c in row[a:b]]

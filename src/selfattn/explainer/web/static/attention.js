@@ -15,7 +15,7 @@ import { renderModelView } from "./render/modelview.js";
 /** render name → draw(body, title, state, t): what this page can draw (no Q/K/V, so no stepper, one text). */
 const RENDERERS = {
   head: (body, title, state, t) => {
-    title.textContent = t("hv_title", { layer: state.src.layerName(state.layer) });
+    title.textContent = t("page.hv_title", { layer: state.src.layerName(state.layer) });
     renderHeadView(body, state.src, { layer: state.layer, heads: state.heads, current: state.head }, t);
   },
   model: (body, title, state, t) => renderModelView(body, state.src, { layer: state.layer, head: state.head }, t),
@@ -26,8 +26,8 @@ function render(state) {
   const src = state.src;
   document.documentElement.lang = state.lang === "zh" ? "zh-CN" : "en";
   for (const e of document.querySelectorAll("[data-i18n]")) e.textContent = t(e.dataset.i18n);
-  $("lang").textContent = t("lang");
-  $("source").textContent = t("aw_source", { layers: src.nLayers, heads: src.nHeads, n: src.tokens.length });
+  $("lang").textContent = t("page.lang");
+  $("source").textContent = t("page.aw_source", { layers: src.nLayers, heads: src.nHeads, n: src.tokens.length });
   const view = showViews(state.views, state.view, state.names, state.lang);
   const layerSelect = $("layer");
   if (layerSelect.options.length !== src.nLayers) {

@@ -1,7 +1,7 @@
 /* Live mode: the experiment fields of a request (web/body.py) read from the form's experiment controls —
  * "ablate" [[layer, head], …] and "ablate_mode", "patch" {corrupted, target, foil}, "lens" {position}.
  * An empty control asks for nothing; what cannot be a field (a head not written layer.head, a position that
- * is not a whole number) is returned as `bad`, {key, values}: a text of views/texts.py to show instead. */
+ * is not a whole number) is returned as `bad`, {key, values}: a key of the catalogue to show instead. */
 
 import { $ } from "./dom.js";
 
@@ -12,7 +12,7 @@ export function experimentFields() {
   const fields = {};
   const heads = $("ablate").value.split(",").map((item) => item.trim()).filter((item) => item);
   for (const item of heads) {
-    if (!HEAD.test(item)) return { fields, bad: { key: "exp_bad_heads", values: { item } } };
+    if (!HEAD.test(item)) return { fields, bad: { key: "experiments.bad_heads", values: { item } } };
   }
   if (heads.length) {
     fields.ablate = heads.map((item) => item.match(HEAD).slice(1).map(Number));
@@ -25,7 +25,7 @@ export function experimentFields() {
   }
   if ($("lens").checked) {
     const p = $("lens-position").value.trim();
-    if (p && !/^\d+$/.test(p)) return { fields, bad: { key: "exp_bad_position", values: { value: p } } };
+    if (p && !/^\d+$/.test(p)) return { fields, bad: { key: "experiments.bad_position", values: { value: p } } };
     fields.lens = { position: p ? Number(p) : null };
   }
   return { fields, bad: null };

@@ -68,7 +68,7 @@ export async function request(state, hooks) {
   const text = $("text").value;
   const { applied, bad } = asked(state);
   if (bad) {
-    hooks.error(t("error_range", { name: bad.label[state.lang], min: bad.min, max: bad.max }));
+    hooks.error(t("page.error_range", { name: bad.label[state.lang], min: bad.min, max: bad.max }));
     return;
   }
   const wanted = experimentFields();
@@ -87,7 +87,7 @@ export async function request(state, hooks) {
     !state.baseline.layers[keep ? state.layer : 0].omitted);
   const seq = ++state.seq;
   $("app").dataset.busy = "1";
-  $("status").textContent = t("busy");
+  $("status").textContent = t("page.busy");
   const started = performance.now();
   try {
     const asks = [post(state, body), needBaseline ? post(state, Object.assign({ text, format: "packed" }, shown)) : null];
@@ -98,7 +98,7 @@ export async function request(state, hooks) {
     else if (!keep) state.baseline = null;
     hooks.error(null);
     await hooks.show(doc, keep);
-    $("status").textContent = t("status", { n_tokens: doc.tokens.length, ms: Math.round(performance.now() - started) });
+    $("status").textContent = t("page.status", { n_tokens: doc.tokens.length, ms: Math.round(performance.now() - started) });
   } catch (err) {
     if (seq === state.seq) {
       hooks.error(err.message);

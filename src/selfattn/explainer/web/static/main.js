@@ -1,6 +1,6 @@
 /* selfattn explorer: one page for the HTML report (data inline) and the local web app (`selfattn serve`,
  * data from POST /api/explain). It walks through the tutorial's stages on the real numbers of a model,
- * every number as Python computed it (views/packing.py), every sentence from the data (views/texts.py).
+ * every number as Python computed it (views/packing.py), every sentence from the data (the catalogue, explainer/locale).
  *
  * The page is ES modules, one job each; report.py inlines them, in dependency order, into the one
  * self-contained file. This one owns the state, wires the events and starts the page. */

@@ -9,24 +9,24 @@ import { bit, row, visibleOf } from "./data.js";
 
 /** The steps, in order, and the text naming each (the ÷√d_k step is named by the data: doc.scale_words). */
 export const STAGES = [
-  { name: "x", text: "st_x" },
-  { name: "qkv", text: "st_qkv" },
-  { name: "scores", text: "st_scores" },
+  { name: "x", text: "page.x" },
+  { name: "qkv", text: "page.st_qkv" },
+  { name: "scores", text: "page.qkt" },
   { name: "scaled", text: null },
-  { name: "mask", text: "st_mask" },
-  { name: "softmax", text: "st_softmax" },
-  { name: "weighted", text: "st_weighted" },
-  { name: "output", text: "st_output" },
+  { name: "mask", text: "page.st_mask" },
+  { name: "softmax", text: "page.st_softmax" },
+  { name: "weighted", text: "page.st_weighted" },
+  { name: "output", text: "page.st_output" },
 ];
 export const STAGE_NAMES = STAGES.map((s) => s.name);
 
 /** Rows of the key table (one number per key j), the step from which each is shown, and its text. */
 export const KEY_ROWS = [
-  { name: "scores", from: "scores", text: "row_scores" },
+  { name: "scores", from: "scores", text: "page.qkt" },
   { name: "scaled", from: "scaled", text: null },
-  { name: "visible", from: "mask", text: "row_visible" },
-  { name: "masked", from: "mask", text: "row_masked" },
-  { name: "weights", from: "softmax", text: "row_weights" },
+  { name: "visible", from: "mask", text: "page.row_visible" },
+  { name: "masked", from: "mask", text: "page.row_masked" },
+  { name: "weights", from: "softmax", text: "page.row_weights" },
 ];
 
 const STAGE_ROWS = { scores: 0, scaled: 1, masked: 2 }; // the planes of a head's `key_stages` (3, L, K)

@@ -1,7 +1,7 @@
-/* The page's words: every sentence comes from the page data (`texts`: report.page_texts, from the table of
- * selfattn.explainer.views.texts); this module only fills their `{name}` placeholders. */
+/* The page's words: every sentence comes from the page data (`texts`: report.page_texts, from the catalogue
+ * selfattn/explainer/locale); this module only fills their `{name}` placeholders. */
 
-/** `template` with each `{name}` replaced by String(values[name]): the one rule of views/texts.py. */
+/** `template` with each `{name}` replaced by String(values[name]): the one rule of explainer/catalogue.py. */
 export function fill(template, values = {}) {
   return template.replace(/\{(\w+)\}/g, (_, name) => {
     if (!(name in values)) throw new Error(`fill: {${name}}`);

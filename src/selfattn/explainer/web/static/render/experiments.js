@@ -3,7 +3,7 @@
  * each head's output and each layer's residual per position recovers, as two tables of coloured cells: blue
  * recovers, red works against, one scale ±display.limit; the heads the sentence names framed) and doc.lens
  * (the top next tokens after every layer, the layer where the answer settles marked). Every sentence is
- * Python's (`text` {zh, en}) or a key of views/texts.py; this module only lays out and colours. */
+ * Python's (`text` {zh, en}) or a key of the catalogue; this module only lays out and colours. */
 
 import { $, el } from "../dom.js";
 import { HIGH_RGB, LOW_RGB, num, pct, rgb, shade } from "../format.js";
@@ -29,9 +29,9 @@ const shown = (p) => p.shown || p.token;
 
 function renderAblation(box, a, lang, t) {
   const preds = el("div", { class: "preds" });
-  preds.append(predictionList("ablation-before", t("exp_before"), a.before.top, shown),
-    predictionList("ablation-after", t("exp_after"), a.after.top, shown));
-  box.replaceChildren(el("h3", {}, t("exp_ablation")),
+  preds.append(predictionList("ablation-before", t("experiments.before"), a.before.top, shown),
+    predictionList("ablation-after", t("experiments.after"), a.after.top, shown));
+  box.replaceChildren(el("h3", {}, t("experiments.ablation")),
     el("p", { class: "exp-text", "data-testid": "ablation-text" }, a.text[lang]), preds);
 }
 
@@ -59,10 +59,10 @@ function renderPatching(box, p, lang, t) {
   heads.append(top);
   p.heads.forEach((row, l) => {
     const tr = el("tr");
-    tr.append(el("th", {}, t("layer_n", { layer: l })));
+    tr.append(el("th", {}, t("common.layer_n", { layer: l })));
     row.forEach((v, h) => {
       const td = shareCell(v, d, { "data-testid": "patch-head", "data-layer": l, "data-head": h },
-        t("exp_head_cell", { layer: l, head: h, share: pct(v) }));
+        t("experiments.head_cell", { layer: l, head: h, share: pct(v) }));
       if (framed.has(`${l}/${h}`)) td.classList.add("named");
       tr.append(td);
     });
@@ -81,29 +81,29 @@ function renderPatching(box, p, lang, t) {
   residual.append(cols);
   p.residual.forEach((row, l) => {
     const tr = el("tr");
-    tr.append(el("th", {}, t("layer_n", { layer: l })));
+    tr.append(el("th", {}, t("common.layer_n", { layer: l })));
     row.forEach((v, q) => tr.append(shareCell(v, d, { "data-testid": "patch-cell", "data-layer": l, "data-position": q },
-      t("exp_residual_cell", { layer: l, position: q, token: names[q], share: pct(v) }))));
+      t("experiments.residual_cell", { layer: l, position: q, token: names[q], share: pct(v) }))));
     residual.append(tr);
   });
   const scale = el("div", { class: "legend pscale", "data-testid": "patch-scale" });
   const bar = el("span", { class: "legend-bar" });
   bar.style.background = `linear-gradient(to right, ${rgb(AGAINST_RGB)}, ${rgb(LOW_RGB)}, ${rgb(HIGH_RGB)})`;
   scale.append(el("span"), bar, el("span"),
-    el("span", { class: "legend-mid" }, t("exp_scale", { low: pct(-d.limit), high: pct(d.limit) })));
+    el("span", { class: "legend-mid" }, t("experiments.scale", { low: pct(-d.limit), high: pct(d.limit) })));
   const quote = (x) => `“${shown(x)}”`;
   box.replaceChildren(
-    el("h3", {}, t("exp_patching")),
+    el("h3", {}, t("experiments.patching")),
     el("p", { class: "exp-text", "data-testid": "patching-text" }, p.text[lang]),
-    el("p", { class: "hint" }, t("exp_patch_texts", { clean: p.clean.text, corrupted: p.corrupted.text,
+    el("p", { class: "hint" }, t("experiments.patch_texts", { clean: p.clean.text, corrupted: p.corrupted.text,
       target: quote(p.target), foil: quote(p.foil) })),
-    el("p", { class: "hint" }, t("exp_patch_hint")),
+    el("p", { class: "hint" }, t("experiments.patch_hint")),
     el("div", { class: "pmaps" }),
   );
   const left = el("figure", {}), right = el("figure", {});
-  left.append(el("figcaption", {}, t("exp_heads_map")), el("div", { class: "scroll" }));
+  left.append(el("figcaption", {}, t("experiments.heads_map")), el("div", { class: "scroll" }));
   left.lastChild.append(heads);
-  right.append(el("figcaption", {}, t("exp_residual_map")), el("div", { class: "scroll" }));
+  right.append(el("figcaption", {}, t("experiments.residual_map")), el("div", { class: "scroll" }));
   right.lastChild.append(residual);
   box.lastChild.append(left, right);
   box.append(scale);
@@ -113,8 +113,8 @@ function renderLens(box, lens, lang, t) {
   const k = lens.layers[0].top.length;
   const table = el("table", { class: "lens", "data-testid": "lens-table" });
   const top = el("tr");
-  top.append(el("th", {}, t("exp_layer")), ...Array.from({ length: k }, (_, r) => el("th", {}, t("exp_top", { k: r + 1 }))),
-    el("th", {}, t("exp_entropy")), el("th"));
+  top.append(el("th", {}, t("common.layer")), ...Array.from({ length: k }, (_, r) => el("th", {}, t("experiments.top", { k: r + 1 }))),
+    el("th", {}, t("common.entropy_bits")), el("th"));
   table.append(top);
   for (const row of lens.layers) {
     const tr = el("tr", { "data-testid": "lens-row", "data-layer": row.layer });
@@ -128,12 +128,12 @@ function renderLens(box, lens, lang, t) {
     }
     tr.append(el("td", { class: "num", "data-testid": "lens-entropy" }, num(row.entropy_bits, 2)));
     const settled = row.layer === lens.settled;
-    tr.append(el("td", { class: "mark" }, settled ? t("exp_settled") : ""));
+    tr.append(el("td", { class: "mark" }, settled ? t("experiments.settled") : ""));
     if (settled) tr.classList.add("settled");
     table.append(tr);
   }
   const wrap = el("div", { class: "scroll" });
   wrap.append(table);
-  box.replaceChildren(el("h3", {}, t("exp_lens_title", { position: lens.position, token: lens.name || lens.token })),
+  box.replaceChildren(el("h3", {}, t("experiments.lens_title", { position: lens.position, token: lens.name || lens.token })),
     el("p", { class: "exp-text", "data-testid": "lens-text" }, lens.text[lang]), wrap);
 }

@@ -4,12 +4,12 @@ import { $ } from "../dom.js";
 import { fill } from "../text.js";
 import { wholePct } from "../format.js";
 
-/** Every element with data-i18n="key" gets texts[key]; the language button and the limits line too. */
+/** Every element with data-i18n="page.key" gets texts[key]; the language button and the limits line too. */
 export function renderWords(state, t) {
   document.documentElement.lang = state.lang === "zh" ? "zh-CN" : "en";
   for (const e of document.querySelectorAll("[data-i18n]")) e.textContent = t(e.dataset.i18n);
-  $("lang").textContent = t("lang");
-  if (state.limits) $("limits").textContent = t("limits", { chars: state.limits.max_chars, tokens: state.limits.max_tokens });
+  $("lang").textContent = t("page.lang");
+  if (state.limits) $("limits").textContent = t("page.limits", { chars: state.limits.max_chars, tokens: state.limits.max_tokens });
 }
 
 export function renderModel(state, t) {
@@ -18,16 +18,16 @@ export function renderModel(state, t) {
   const L = doc.tokens.length;
   const positions = state.lang === "zh" && m.positions_zh ? m.positions_zh : m.positions;
   const architecture = state.lang === "zh" && m.architecture_zh ? m.architecture_zh : m.architecture;
-  const kind = m.kind === "decoder" || m.kind === "encoder" ? t(m.kind) : m.kind;
-  $("model-info").textContent = t("model", Object.assign({}, m, { kind, n_tokens: L })) +
-    (m.architecture ? t("model_architecture", { architecture, positions }) : "");
+  const kind = m.kind === "decoder" ? t("common.decoder") : m.kind === "encoder" ? t("common.encoder") : m.kind;
+  $("model-info").textContent = t("page.model", Object.assign({}, m, { kind, n_tokens: L })) +
+    (m.architecture ? t("page.model_architecture", { architecture, positions }) : "");
   const unknown = doc.unknown || { count: 0, hint: { en: "", zh: "" } };
   $("unknown").textContent = unknown.count
-    ? t("unknown", { n: unknown.count, n_tokens: L, hint: unknown.hint[state.lang] }) : "";
+    ? t("page.unknown", { n: unknown.count, n_tokens: L, hint: unknown.hint[state.lang] }) : "";
   $("unknown").hidden = !unknown.count;
   const parts = interventionParts(state, doc.experiment.applied, t);
   const badge = $("intervention");
-  badge.textContent = parts.length ? t("intervention", { parts: parts.join(t("list_sep")) }) : t("no_intervention");
+  badge.textContent = parts.length ? t("page.intervention", { parts: parts.join(t("page.list_sep")) }) : t("page.no_intervention");
   badge.classList.toggle("on", parts.length > 0);
 }
 
@@ -38,19 +38,19 @@ function interventionParts(state, applied, t) {
     .map((iv) => fill(iv.said[state.lang], applied[iv.name]));
   if (parts.length && applied.layer !== null && applied.layer !== undefined) {
     const head = applied.head !== null && applied.head !== undefined;
-    parts.push(head ? t("scope_head", { layer: applied.layer, head: applied.head }) : t("scope_layer", { layer: applied.layer }));
+    parts.push(head ? t("page.layer_head", { layer: applied.layer, head: applied.head }) : t("common.layer_n", { layer: applied.layer }));
   }
   return parts;
 }
 
 export function renderRule(state, t) {
   const rule = state.rule;
-  let text = t("rule_user");
+  let text = t("page.rule_user");
   if (rule === "auto") text = state.pickRule[state.lang] || "";
-  else if (rule === "within layer") text = t("rule_layer");
-  else if (rule === "within head") text = t("rule_head");
-  else if (rule === "intervened") text = t("rule_intervened");
-  else if (rule === "ablated") text = t("rule_ablated");
+  else if (rule === "within layer") text = t("page.rule_layer");
+  else if (rule === "within head") text = t("page.rule_head");
+  else if (rule === "intervened") text = t("page.rule_intervened");
+  else if (rule === "ablated") text = t("page.rule_ablated");
   $("rule").textContent = text;
 }
 
@@ -58,7 +58,7 @@ export function renderRule(state, t) {
 export function renderHeadText(state, t) {
   const doc = state.doc;
   const d = doc.descriptions ? doc.descriptions[state.layer][state.head] : null;
-  $("head-description").textContent = d ? t("does", { text: d.text[state.lang] }) : "";
+  $("head-description").textContent = d ? t("common.does", { text: d.text[state.lang] }) : "";
   const e = doc.experiment;
   const shown = !!e && e.layer === state.layer && e.head === state.head;
   $("experiment").textContent = shown ? e.text[state.lang] : "";
@@ -73,5 +73,5 @@ export function renderHeadText(state, t) {
   $("opened").textContent = opened;
   $("opened").hidden = !opened;
   $("bos-note").textContent = ft && s.rows
-    ? t("bos", { token: ft.token, mine: wholePct(s.first_token), all: wholePct(ft.mean) }) : "";
+    ? t("page.bos", { token: ft.token, mine: wholePct(s.first_token), all: wholePct(ft.mean) }) : "";
 }

@@ -57,7 +57,7 @@ export function renderHeadView(root, src, view, t) {
   for (let h = 0; h < src.nHeads; h++) {
     const on = view.heads.has(h);
     const b = el("button", { type: "button", class: on ? "hv-head on" : "hv-head", "data-head": h,
-      "data-testid": "hv-toggle", "aria-pressed": on, title: t("hv_toggle", { head: h }) }, t("head_n", { head: h }));
+      "data-testid": "hv-toggle", "aria-pressed": on, title: t("page.hv_toggle", { head: h }) }, t("page.head_n", { head: h }));
     b.style.borderColor = headColour(h);
     if (on) b.style.backgroundColor = headColour(h);
     if (h === view.current) b.classList.add("current");
@@ -65,7 +65,7 @@ export function renderHeadView(root, src, view, t) {
   }
   const { lines, threshold, total, limited } = headLines(src, view.layer, [...view.heads].sort((a, b) => a - b));
   const note = el("p", { class: "hint", "data-testid": "hv-note" },
-    t(limited ? "hv_note_long" : "hv_note", { drawn: lines.length, total, threshold: pct(threshold) }));
+    t(limited ? "page.hv_note_long" : "page.hv_note", { drawn: lines.length, total, threshold: pct(threshold) }));
   const row = L >= LONG ? LONG_ROW_PX : ROW_PX;
   const height = row * L + row;
   const svg = svgEl("svg", { width: WIDTH_PX, height, viewBox: `0 0 ${WIDTH_PX} ${height}`, "data-testid": "hv-svg",

@@ -49,9 +49,9 @@ export function headPicture(doc, l, h) {
 export function renderLegend(t) {
   $("legend-bar").style.background = `linear-gradient(to right, ${rgb(LOW_RGB)}, ${rgb(HIGH_RGB)})`;
   $("legend-low").textContent = pct(0);
-  $("legend-mid").textContent = t("legend_mid", { weight: pct(1 / 4) });
+  $("legend-mid").textContent = t("page.legend_mid", { weight: pct(1 / 4) });
   $("legend-high").textContent = pct(1);
-  $("legend-note").textContent = t("legend");
+  $("legend-note").textContent = t("page.legend");
 }
 
 /** Row i's share of the sink, as Python shipped it (a head without sinks: undefined). */
@@ -110,7 +110,7 @@ export function drawHeatmap(state, t) {
   }
   const j = state.focus === null ? state.row : state.focus;
   const w = shownWeight(doc.layers[state.layer].heads[state.head], state.row, j);
-  canvas.setAttribute("aria-label", t("map_label",
+  canvas.setAttribute("aria-label", t("page.map_label",
     { i: state.row, query: doc.tokens[state.row], j, key: doc.tokens[j], weight: pct(w) }));
 }
 
@@ -128,7 +128,7 @@ function drawSink(ctx, t, head, g) {
   ctx.translate(g.sinkLeft + g.sinkWidth / 2, g.margin - 6);
   if (g.labelled) ctx.rotate(-Math.PI / 3);
   ctx.textAlign = g.labelled ? "left" : "center";
-  ctx.fillText(t("sink_col"), 0, 0, g.margin);
+  ctx.fillText(t("common.sink"), 0, 0, g.margin);
   ctx.restore();
 }
 
@@ -211,7 +211,7 @@ export function showTip(state, t, event) {
   const c = s ? null : cellAt(state, event);
   if (s) {
     const value = pct(sinkShare(doc.layers[state.layer].heads[state.head], s.i));
-    tip.textContent = t("sink_tip", { i: s.i, query: doc.tokens[s.i], value });
+    tip.textContent = t("page.sink_tip", { i: s.i, query: doc.tokens[s.i], value });
     tip.style.left = `${s.x + 14}px`;
     tip.style.top = `${s.y + 14}px`;
     tip.hidden = false;
@@ -223,8 +223,8 @@ export function showTip(state, t, event) {
   }
   const layer = doc.layers[state.layer];
   const visible = bit(visibleOf(layer, state.head), c.i, c.j);
-  const value = visible ? pct(shownWeight(layer.heads[state.head], c.i, c.j)) : t("tip_hidden");
-  tip.textContent = t("tip", { i: c.i, query: doc.tokens[c.i], j: c.j, key: doc.tokens[c.j], value });
+  const value = visible ? pct(shownWeight(layer.heads[state.head], c.i, c.j)) : t("page.tip_hidden");
+  tip.textContent = t("page.tip", { i: c.i, query: doc.tokens[c.i], j: c.j, key: doc.tokens[c.j], value });
   tip.style.left = `${c.x + 14}px`;
   tip.style.top = `${c.y + 14}px`;
   tip.hidden = false;

@@ -73,21 +73,21 @@ export function renderModelView(root, src, current, t) {
   const table = el("table", { class: "mv-grid", "data-testid": "mv-grid" });
   const top = el("tr");
   top.append(el("th"));
-  for (let h = 0; h < src.nHeads; h++) top.append(el("th", {}, t("head_n", { head: h })));
+  for (let h = 0; h < src.nHeads; h++) top.append(el("th", {}, t("page.head_n", { head: h })));
   table.append(top);
   let block = 1, mean = false;
   for (let l = 0; l < src.nLayers; l++) {
     const tr = el("tr");
-    const name = el("th", {}, t("layer_n", { layer: src.layerName(l) }));
+    const name = el("th", {}, t("common.layer_n", { layer: src.layerName(l) }));
     if (!src.held(l)) {
       name.classList.add("mv-not-held");
-      name.title = t("mv_not_held");
+      name.title = t("page.mv_not_held");
     }
     tr.append(name);
     for (let h = 0; h < src.nHeads; h++) {
       const td = el("td", { "data-layer": l, "data-head": h });
       if (!src.held(l) && !src.thumb(l, h)) {
-        td.append(el("span", { class: "hint" }, t("mv_omitted")));
+        td.append(el("span", { class: "hint" }, t("page.mv_omitted")));
         tr.append(td);
         continue;
       }
@@ -95,10 +95,10 @@ export function renderModelView(root, src, current, t) {
       const thumb = thumbnail(src, l, h);
       block = thumb.block;
       mean = !!thumb.mean;
-      const held = src.held(l) ? "" : ` · ${t("mv_not_held")}`;
+      const held = src.held(l) ? "" : ` · ${t("page.mv_not_held")}`;
       const button = el("button", { type: "button", class: "mv-thumb", "data-testid": "mv-thumb", "data-layer": l,
         "data-head": h, "data-type": type || "", "data-held": src.held(l) ? "1" : "0",
-        title: `${t("mv_cell", { layer: src.layerName(l), head: h })} · ${type ? typeLabel(legend, type, t.lang) : t("mv_untyped")}${held}` });
+        title: `${t("page.layer_head", { layer: src.layerName(l), head: h })} · ${type ? typeLabel(legend, type, t.lang) : t("page.mv_untyped")}${held}` });
       thumb.canvas.style.width = thumb.canvas.style.height = `${THUMB_PX}px`;
       thumb.canvas.dataset.testid = "mv-canvas";
       button.style.borderColor = (type && legend.colours[type]) || "transparent";
@@ -111,9 +111,9 @@ export function renderModelView(root, src, current, t) {
   }
   const parts = [table];
   const held = heldNames(src);
-  if (held !== null) parts.unshift(el("p", { class: "hint", "data-testid": "mv-held" }, t("mv_held", { held })));
+  if (held !== null) parts.unshift(el("p", { class: "hint", "data-testid": "mv-held" }, t("page.mv_held", { held })));
   if (block > 1) {
-    const words = mean ? t("mv_pooled_mean", { n: L, block: block.toFixed(1).replace(/\.0$/, "") }) : t("mv_pooled", { n: L, block });
+    const words = mean ? t("page.mv_pooled_mean", { n: L, block: block.toFixed(1).replace(/\.0$/, "") }) : t("page.mv_pooled", { n: L, block });
     parts.unshift(el("p", { class: "hint", "data-testid": "mv-pooled" }, words));
   }
   const key = el("p", { class: "mv-legend hint", "data-testid": "mv-legend" });

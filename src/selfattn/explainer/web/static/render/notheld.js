@@ -20,14 +20,14 @@ export function notHeldNote(state, t) {
   const doc = state.doc;
   const box = el("div", { class: "not-held", "data-testid": "not-held", "data-layer": state.layer });
   const live = state.mode === "live";
-  box.append(el("p", { class: "warn" }, t(live ? "not_held_live" : "not_held", { layer: state.layer,
+  box.append(el("p", { class: "warn" }, t(live ? "page.not_held_live" : "page.not_held", { layer: state.layer,
     head: state.head, held: layerRanges(heldLayers(doc)) || "—" })));
   const src = docSource(doc);
   if (src.thumb(state.layer, state.head)) {
     const { canvas } = thumbnail(src, state.layer, state.head);
     canvas.style.width = canvas.style.height = `${NOTE_THUMB_PX}px`;
     canvas.dataset.testid = "not-held-thumb";
-    box.append(canvas, el("p", { class: "hint" }, t("not_held_thumb", { layer: state.layer, head: state.head })));
+    box.append(canvas, el("p", { class: "hint" }, t("page.not_held_thumb", { layer: state.layer, head: state.head })));
   }
   return box;
 }

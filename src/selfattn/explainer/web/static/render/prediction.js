@@ -8,12 +8,12 @@ export function renderPrediction(state, t) {
   const box = $("prediction");
   const doc = state.doc;
   if (!doc.prediction.length) {
-    box.replaceChildren(el("p", { class: "hint" }, t("no_prediction")));
+    box.replaceChildren(el("p", { class: "hint" }, t("page.no_prediction")));
     return;
   }
   const base = comparable(state);
-  const lists = [predictionList("prediction-row", base ? t("pred_now") : null, doc.prediction)];
-  if (base) lists.push(predictionList("baseline-row", t("pred_base"), base.prediction));
+  const lists = [predictionList("prediction-row", base ? t("page.pred_now") : null, doc.prediction)];
+  if (base) lists.push(predictionList("baseline-row", t("page.baseline"), base.prediction));
   box.replaceChildren(el("div", { class: "preds" }));
   box.firstChild.append(...lists);
 }

@@ -39,11 +39,11 @@ export function rankHeld(doc, i, j, heldOnly = false) {
 /** The ranking, and where it leaves layers out (`held`: the layers ranked) a line saying which it ranked. */
 export function renderSearchResults(t, ranked, held = null) {
   $("search-note").hidden = held === null;
-  $("search-note").textContent = held === null ? "" : t("search_held", { held: layerRanges(held) });
+  $("search-note").textContent = held === null ? "" : t("page.search_held", { held: layerRanges(held) });
   $("search-results").replaceChildren(...ranked.map((r) => {
     const li = el("li", { "data-testid": "search-row", "data-layer": r.layer, "data-head": r.head, "data-weight": r.weight });
     li.append(el("button", { type: "button", "data-layer": r.layer, "data-head": r.head },
-      t("search_row", { layer: r.layer, head: r.head, weight: pct(r.weight) })));
+      t("page.search_row", { layer: r.layer, head: r.head, weight: pct(r.weight) })));
     return li;
   }));
 }

@@ -29,12 +29,12 @@ function figure(caption, canvas, testid) {
 function rowTable(t, docs, l, h, i) {
   const [a, b] = docs;
   const table = el("table", { class: "cmp-rows", "data-testid": "cmp-rows" });
-  const names = [["cmp_which_a", a], ["cmp_which_b", b]];
+  const names = [["page.cmp_which_a", a], ["page.cmp_which_b", b]];
   for (const [key, doc] of names) {
-    const tr = el("tr", { "data-testid": key === "cmp_which_a" ? "cmp-row-a" : "cmp-row-b" });
+    const tr = el("tr", { "data-testid": key === "page.cmp_which_a" ? "cmp-row-a" : "cmp-row-b" });
     tr.append(el("th", {}, t(key)));
     if (i >= doc.tokens.length) {
-      tr.append(el("td", { class: "hint" }, t("cmp_no_row", { i })));
+      tr.append(el("td", { class: "hint" }, t("page.cmp_no_row", { i })));
     } else {
       doc.tokens.forEach((tok, j) => {
         const td = el("td", { "data-key": j, title: tok }, pct(shownWeight(doc.layers[l].heads[h], i, j)));
@@ -46,7 +46,7 @@ function rowTable(t, docs, l, h, i) {
   }
   if (a.tokens.length === b.tokens.length) {
     const tr = el("tr", { "data-testid": "cmp-row-d" });
-    tr.append(el("th", {}, t("cmp_which_d")));
+    tr.append(el("th", {}, t("page.difference")));
     a.tokens.forEach((_, j) => {
       const d = shownWeight(b.layers[l].heads[h], i, j) - shownWeight(a.layers[l].heads[h], i, j);
       tr.append(el("td", { "data-key": j }, pct(d)));
@@ -61,22 +61,22 @@ function rowTable(t, docs, l, h, i) {
 export function renderSideBySide(root, title, state, t) {
   const a = state.doc, b = state.other;
   const { layer: l, head: h, row: i } = state;
-  title.textContent = t("cmp_title", { layer: l, head: h });
+  title.textContent = t("page.cmp_title", { layer: l, head: h });
   if (a.layers[l].omitted || b.layers[l].omitted) {
-    root.replaceChildren(el("p", { class: "hint" }, t("mv_omitted")));
+    root.replaceChildren(el("p", { class: "hint" }, t("page.mv_omitted")));
     return;
   }
   const pictures = el("div", { class: "cmp-pictures" });
-  pictures.append(figure(t("cmp_a", { text: a.text }), paint(headPicture(a, l, h)), "cmp-a"),
-    figure(t("cmp_b", { text: b.text }), paint(headPicture(b, l, h)), "cmp-b"));
+  pictures.append(figure(t("page.cmp_a", { text: a.text }), paint(headPicture(a, l, h)), "cmp-a"),
+    figure(t("page.cmp_b", { text: b.text }), paint(headPicture(b, l, h)), "cmp-b"));
   const parts = [pictures];
   if (a.tokens.length === b.tokens.length) {
     const L = a.tokens.length;
     const delta = (p, q) => shownWeight(b.layers[l].heads[h], p, q) - shownWeight(a.layers[l].heads[h], p, q);
-    pictures.append(figure(t("cmp_diff"), paint(picture(L, visibleOf(a.layers[l], h), delta, diverging)), "cmp-diff"));
+    pictures.append(figure(t("page.cmp_diff"), paint(picture(L, visibleOf(a.layers[l], h), delta, diverging)), "cmp-diff"));
   } else {
-    parts.push(el("p", { class: "hint", "data-testid": "cmp-lengths" }, t("cmp_lengths", { a: a.tokens.length, b: b.tokens.length })));
+    parts.push(el("p", { class: "hint", "data-testid": "cmp-lengths" }, t("page.cmp_lengths", { a: a.tokens.length, b: b.tokens.length })));
   }
-  parts.push(el("h3", {}, t("cmp_row", { i })), rowTable(t, [a, b], l, h, i));
+  parts.push(el("h3", {}, t("page.cmp_row", { i })), rowTable(t, [a, b], l, h, i));
   root.replaceChildren(...parts);
 }

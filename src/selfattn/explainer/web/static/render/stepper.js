@@ -38,32 +38,32 @@ function renderPanel(state, t) {
   const panel = $("panel");
   const layer = doc.layers[l];
   const head = layer.heads[h];
-  panel.replaceChildren(el("h3", {}, t("step", { n: state.stage + 1, total: STAGES.length, name: stageTitle(state, t, state.stage) })));
+  panel.replaceChildren(el("h3", {}, t("page.step", { n: state.stage + 1, total: STAGES.length, name: stageTitle(state, t, state.stage) })));
   panel.append(el("p", { class: "explain", "data-testid": "stage-explain" }, explanation(state, t, name, st)));
-  if (name === "x") panel.append(vector(t, "x", t("vec_x") + `[${i}]`, row(layer.x, i), normOf(layer, "x", i)));
+  if (name === "x") panel.append(vector(t, "x", t("page.x") + `[${i}]`, row(layer.x, i), normOf(layer, "x", i)));
   if (name === "scores") panel.append(qkProducts(t, row(head.q, i), row(head.k, state.focus), keyValue(st, "scores", state.focus)));
   if (name === "qkv") {
     const j = state.focus;
-    panel.append(vector(t, "q", `${t("vec_q")}[${i}]`, row(head.q, i)),
-      vector(t, "k", `${t("vec_k")}[${j}] “${doc.tokens[j]}”`, row(head.k, j)),
-      vector(t, "v", `${t("vec_v")}[${j}] “${doc.tokens[j]}”`, row(head.v, j)));
+    panel.append(vector(t, "q", `${t("page.vec_q")}[${i}]`, row(head.q, i)),
+      vector(t, "k", `${t("page.vec_k")}[${j}] “${doc.tokens[j]}”`, row(head.k, j)),
+      vector(t, "v", `${t("page.vec_v")}[${j}] “${doc.tokens[j]}”`, row(head.v, j)));
   }
   if (state.stage >= STAGE_NAMES.indexOf("qkv")) panel.append(keyTable(state, t, st));
   if (name === "softmax" || name === "weighted") {
-    panel.append(el("p", { class: "hint", "data-testid": "weights-sum" }, t("sum", { sum: pct(st.sum) })));
+    panel.append(el("p", { class: "hint", "data-testid": "weights-sum" }, t("page.sum", { sum: pct(st.sum) })));
     const sink = sinkShare(head, i);
     if (sink !== undefined) {
-      const words = t("sink_sum", { sink: pct(sink), logit: num(layer.sinks[h]) });
+      const words = t("page.sink_sum", { sink: pct(sink), logit: num(layer.sinks[h]) });
       panel.append(el("p", { class: "hint", "data-testid": "sink-sum", "data-value": String(sink) }, words));
     }
   }
   if (name === "weighted") {
-    panel.append(vector(t, "weighted", `${t("vec_weighted")}[${i}]`, st.weighted), mixBars(t, doc, head, i, st.weighted),
+    panel.append(vector(t, "weighted", `${t("common.weighted")}[${i}]`, st.weighted), mixBars(t, doc, head, i, st.weighted),
       meaningBars(t, doc, head, i));
   }
   if (name === "output") {
-    panel.append(vector(t, "attn_out", `${t("vec_attn_out")}[${i}]`, row(layer.attn_out, i), normOf(layer, "attn_out", i)),
-      vector(t, "output", `${t("vec_output")}[${i}]`, row(layer.output, i), normOf(layer, "output", i)));
+    panel.append(vector(t, "attn_out", `${t("common.attn_out")}[${i}]`, row(layer.attn_out, i), normOf(layer, "attn_out", i)),
+      vector(t, "output", `${t("common.layer_output")}[${i}]`, row(layer.output, i), normOf(layer, "output", i)));
   }
   for (const j of [i, state.focus]) { // keep the query's own column and the focused key in view
     const cell = panel.querySelector(`.keys th[data-key="${j}"]`);
@@ -79,15 +79,15 @@ function explanation(state, t, name, st) {
   const i = state.row;
   const layer = doc.layers[state.layer];
   switch (name) {
-    case "x": return t("ex_x", { i, token: doc.tokens[i], d_model: doc.model.d_model, norm: formulaText(state, t, "x") });
-    case "qkv": return t("ex_qkv", { head: state.head, formula: formulaText(state, t, "qkv") });
-    case "scores": return t("ex_scores");
-    case "scaled": return t("ex_scaled", { scale: num(layer.scale), how: doc.scale_words.how[state.lang] });
-    case "mask": return layer.causal ? t("ex_mask_on") : t("ex_mask_off");
-    case "softmax": return layer.sinks ? t("ex_softmax_sink", { lse: num(st.lse), sink: num(layer.sinks[state.head]) })
-      : t("ex_softmax", { lse: num(st.lse) });
-    case "weighted": return t("ex_weighted", { head: state.head });
-    default: return t("ex_output");
+    case "x": return t("page.ex_x", { i, token: doc.tokens[i], d_model: doc.model.d_model, norm: formulaText(state, t, "x") });
+    case "qkv": return t("page.ex_qkv", { head: state.head, formula: formulaText(state, t, "qkv") });
+    case "scores": return t("page.ex_scores");
+    case "scaled": return t("page.ex_scaled", { scale: num(layer.scale), how: doc.scale_words.how[state.lang] });
+    case "mask": return layer.causal ? t("page.ex_mask_on") : t("page.ex_mask_off");
+    case "softmax": return layer.sinks ? t("page.ex_softmax_sink", { lse: num(st.lse), sink: num(layer.sinks[state.head]) })
+      : t("page.ex_softmax", { lse: num(st.lse) });
+    case "weighted": return t("page.ex_weighted", { head: state.head });
+    default: return t("page.ex_output");
   }
 }
 
@@ -95,7 +95,7 @@ function explanation(state, t, name, st) {
 function formulaText(state, t, step) {
   const f = state.doc.model.formula;
   if (f) return f.text[step][state.lang];
-  return step === "x" ? t("formula_x_unknown") : t("formula_qkv_unknown");
+  return step === "x" ? t("page.formula_x_unknown") : t("page.formula_qkv_unknown");
 }
 
 /** The key columns: the keys the row stores (all of a short input; the top ones of a long one) and the focus. */
@@ -112,7 +112,7 @@ function keyTable(state, t, st) {
   const wrap = el("div", { class: "scroll" });
   const table = el("table", { class: "keys", "data-testid": "key-table" });
   const top = el("tr");
-  top.append(el("th", {}, t("key")));
+  top.append(el("th", {}, t("page.key")));
   for (const j of keys) {
     const th = el("th", { "data-key": j, class: "keyhead" });
     th.append(el("span", { class: "idx" }, j), el("span", { class: "word" }, doc.tokens[j]));
@@ -121,7 +121,7 @@ function keyTable(state, t, st) {
   }
   const head = doc.layers[state.layer].heads[state.head];
   const withSink = sinkShare(head, state.row) !== undefined;
-  if (withSink) top.append(setApart(el("th", { "data-testid": "sink-head", class: "keyhead" }, t("sink_col"))));
+  if (withSink) top.append(setApart(el("th", { "data-testid": "sink-head", class: "keyhead" }, t("common.sink"))));
   table.append(top);
   for (const { name, from, text } of KEY_ROWS) {
     if (state.stage < STAGE_NAMES.indexOf(from)) continue;
@@ -137,16 +137,16 @@ function keyTable(state, t, st) {
   const base = comparable(state);
   if (base && !base.layers[state.layer].omitted && state.stage >= STAGE_NAMES.indexOf("softmax")) {
     const before = base.layers[state.layer].heads[state.head];
-    table.append(keyRow(state, t, "baseline", t("row_baseline"), weightCells(before, state.row, keys)));
+    table.append(keyRow(state, t, "baseline", t("page.baseline"), weightCells(before, state.row, keys)));
     const delta = keys.map((j) => {
       const v = exactWeight(head, state.row, j) - exactWeight(before, state.row, j);
       return { j, value: v, text: pct(v) };
     });
-    table.append(keyRow(state, t, "delta", t("row_delta"), delta));
+    table.append(keyRow(state, t, "delta", t("page.difference"), delta));
   }
   wrap.append(table);
   const box = el("div", {});
-  if (keys.length < L) box.append(el("p", { class: "hint" }, t("shown_keys", { n: keys.length, n_keys: L, top: doc.shown_keys.top })));
+  if (keys.length < L) box.append(el("p", { class: "hint" }, t("page.shown_keys", { n: keys.length, n_keys: L, top: doc.shown_keys.top })));
   box.append(wrap);
   return box;
 }
@@ -188,7 +188,7 @@ function keyRow(state, t, name, label, cells) {
   for (const { j, value, text, shade: w } of cells) {
     const td = el("td", { "data-key": j }, text);
     if (value !== undefined) td.dataset.value = String(value);
-    else td.title = t("not_stored");
+    else td.title = t("page.not_stored");
     if (w !== undefined) td.style.backgroundColor = rgb(shade(w));
     if (w !== undefined && w > 0.3) td.style.color = "#fff";
     if (name === "visible" && !value) td.classList.add("hidden");

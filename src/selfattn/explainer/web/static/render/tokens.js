@@ -12,7 +12,7 @@ export function renderTokens(state, t) {
   const unknownAt = new Set(state.doc.unknown ? state.doc.unknown.positions : []);
   state.doc.tokens.forEach((tok, i) => {
     const span = el("span", { class: "tok", "data-testid": "token", "data-index": i, tabindex: 0, role: "button",
-      "aria-label": t("tok_label", { i, token: tok }) }, tok);
+      "aria-label": t("page.tok_label", { i, token: tok }) }, tok);
     if (/^<[^<>]*>$/.test(tok)) span.classList.add("special");
     if (unknownAt.has(i)) span.classList.add("unk");
     box.append(span);
@@ -52,5 +52,5 @@ export function paintTokens(state, t, i) {
   }
   const top = Array.from(w.keys()).sort((a, b) => w[b] - w[a]).slice(0, TOP_ATTENDED).filter((j) => w[j] > 0);
   const list = top.map((j) => `${doc.tokens[j]} ${pct(w[j])}`).join(" · ");
-  $("attends").textContent = t("attends", { token: doc.tokens[i], list });
+  $("attends").textContent = t("page.attends", { token: doc.tokens[i], list });
 }

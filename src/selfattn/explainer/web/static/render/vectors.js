@@ -11,13 +11,13 @@ const LEGEND_KEYS = 24; // keys named under the ·V bars
 const MIX_DIMS = 32; // a longer V (d_k 256) draws the bars of its MIX_DIMS dims with the largest |Σ w·V|
 const PALETTE = ["#1d4ed8", "#f97316", "#059669", "#a21caf", "#dc2626", "#0891b2", "#ca8a04", "#4b5563"];
 const MEANINGS = [ // the roles of selfattn.explainer.relations, then the first token, then the rest
-  { role: "qm", text: "meaning_qm", colour: "#1d4ed8" },
-  { role: "colour", text: "meaning_colour", colour: "#f97316" },
-  { role: "noun", text: "meaning_noun", colour: "#059669" },
-  { role: "verb", text: "meaning_verb", colour: "#a21caf" },
-  { role: "place", text: "meaning_place", colour: "#dc2626" },
-  { role: null, text: "meaning_first", colour: "#9ca3af" },
-  { role: null, text: "meaning_other", colour: "#d1d5db" },
+  { role: "qm", text: "page.meaning_qm", colour: "#1d4ed8" },
+  { role: "colour", text: "page.meaning_colour", colour: "#f97316" },
+  { role: "noun", text: "page.meaning_noun", colour: "#059669" },
+  { role: "verb", text: "page.meaning_verb", colour: "#a21caf" },
+  { role: "place", text: "page.meaning_place", colour: "#dc2626" },
+  { role: null, text: "common.first_token", colour: "#9ca3af" },
+  { role: null, text: "common.other", colour: "#d1d5db" },
 ];
 
 /** A labelled vector: its length (`norm`, else of `values`) and largest dimensions, every number one click away
@@ -29,9 +29,9 @@ export function vector(t, name, label, values, norm = undefined) {
   const top = order.slice(0, VECTOR_TOP).map((d) => `d${d} = ${num(values[d])}`).join(" · ");
   const length = norm === undefined ? Math.hypot(...values) : norm; // the exact vector's, where Python sent it
   box.append(el("div", { class: "summary", "data-testid": `vec-${name}-summary` },
-    t("norm", { norm: num(length), top })));
+    t("page.norm", { norm: num(length), top })));
   const details = el("details", {});
-  details.append(el("summary", {}, t("all_numbers")));
+  details.append(el("summary", {}, t("page.all_numbers")));
   const nums = el("div", { class: "nums" });
   values.forEach((v, d) => nums.append(el("span", { "data-dim": d }, num(v))));
   details.append(nums);
@@ -42,7 +42,7 @@ export function vector(t, name, label, values, norm = undefined) {
 /** q·k as D products q[d]·k[d] (one cell each, data-value exact), their sum, and the score of the data. */
 export function qkProducts(t, q, k, score) {
   const box = el("div", { class: "qk", "data-testid": "qk-products" });
-  box.append(el("div", { class: "label" }, t("qk", { n: q.length })));
+  box.append(el("div", { class: "label" }, t("page.qk", { n: q.length })));
   const table = el("table", { class: "keys" });
   const head = el("tr"), prod = el("tr");
   head.append(el("th", {}, "d"));
@@ -57,7 +57,7 @@ export function qkProducts(t, q, k, score) {
       : `rgba(220, 38, 38, ${Math.min(0.5, Math.abs(p) / 4)})`;
     prod.append(td);
   }
-  head.append(el("th", {}, t("qk_sum")));
+  head.append(el("th", {}, t("page.qk_sum")));
   const shown = score === undefined ? "…" : num(score);
   prod.append(el("td", { "data-testid": "qk-sum", "data-value": sum }, `${num(sum)} = ${shown}`));
   table.append(head, prod);
@@ -71,7 +71,7 @@ export function qkProducts(t, q, k, score) {
  * of the axis, negative to the left) beside the data's Σ_j w_j·V_j[d]. */
 export function mixBars(t, doc, head, i, weighted) {
   const box = el("div", { class: "mix", "data-testid": "mix-bars" });
-  box.append(el("div", { class: "label" }, t("mix")));
+  box.append(el("div", { class: "label" }, t("page.mix")));
   const L = doc.tokens.length, dv = weighted.length;
   const w = Array.from({ length: L }, (_, j) => exactWeight(head, i, j));
   const keys = Array.from(w.keys()).filter((j) => w[j] > 0);
@@ -90,7 +90,7 @@ export function mixBars(t, doc, head, i, weighted) {
     dims.sort((a, b) => Math.abs(weighted[b]) - Math.abs(weighted[a]));
     dims.length = MIX_DIMS;
     dims.sort((a, b) => a - b);
-    box.append(el("p", { class: "hint", "data-testid": "mix-some" }, t("mix_some", { n: MIX_DIMS, dv })));
+    box.append(el("p", { class: "hint", "data-testid": "mix-some" }, t("page.mix_some", { n: MIX_DIMS, dv })));
   }
   for (const d of dims) {
     const bar = el("div", { class: "mixrow", "data-testid": "mix-row", "data-dim": d, "data-value": weighted[d] });
@@ -132,7 +132,7 @@ export function meaningBars(t, doc, head, i) {
     sums[k >= 0 ? k : j === 0 ? first : other] += exactWeight(head, i, j);
   }
   const box = el("div", { class: "meaning", "data-testid": "meaning" });
-  box.append(el("div", { class: "label" }, t("meaning")));
+  box.append(el("div", { class: "label" }, t("page.meaning")));
   const bar = el("div", { class: "stack" });
   const key = el("div", { class: "mixlegend", "data-testid": "meaning-legend" }); // every label whole, below
   MEANINGS.forEach((m, k) => {

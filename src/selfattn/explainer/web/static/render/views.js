@@ -15,7 +15,7 @@ import { renderSideBySide } from "./sidebyside.js";
 export const RENDERERS = {
   explore: () => {},
   head: (body, title, state, src, t) => {
-    title.textContent = t("hv_title", { layer: state.layer });
+    title.textContent = t("page.hv_title", { layer: state.layer });
     if (src.held(state.layer)) renderHeadView(body, src, { layer: state.layer, heads: state.hvHeads, current: state.head }, t);
     else body.replaceChildren(notHeldNote(state, t));
   },
