@@ -179,7 +179,7 @@ def _independent(name: str, ex: Explainer, eager, ids: list[int]) -> list[np.nda
 def _batch(ex: Explainer, texts: list[str], intervention=None):
     """The traces of `texts` from one batch (`Explainer._traced`, what traces a text's controls), the head types
     measured at the capture point too."""
-    return ex._traced([ex._cut(t) for t in texts], Intervention() if intervention is None else intervention)
+    return ex._traced([ex.cut(t) for t in texts], Intervention() if intervention is None else intervention)
 
 
 def test_each_input_of_the_one_pass_is_its_trace_alone_and_eager_attention(any_model):
