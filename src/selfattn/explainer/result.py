@@ -183,6 +183,11 @@ class Explanation:
         return self.tokens.text
 
     @property
+    def explainer(self):
+        """The `session.Explainer` (model, tokenizer, card) it was made with."""
+        return self.session.explainer
+
+    @property
     def intervention(self) -> Intervention:
         return self.spec.intervention
 
