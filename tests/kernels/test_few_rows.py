@@ -123,4 +123,4 @@ def test_a_nan_key_or_value_reaches_its_rows(dtype):
 
 
 def test_the_kernel_agrees_on_the_row_limit():
-    assert re.search(rf"constexpr int64_t FEW_ROWS = {FEW_ROWS};", native_build.SOURCE.read_text())
+    assert re.search(rf"constexpr int64_t FEW_ROWS = {FEW_ROWS};", native_build.source_text())

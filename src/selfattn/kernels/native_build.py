@@ -1,8 +1,9 @@
-"""Building and loading the native kernel (csrc/attention.cpp): compiled on first use, cached, never at import.
+"""Building and loading the native kernel (csrc/attention.cpp and its headers): compiled on first use, cached, never at
+import.
 
 The C++ is compiled with `torch.utils.cpp_extension.load` (ninja) and cached under
-`$XDG_CACHE_HOME/selfattn/torch_extensions/<torch version>/`; the library's name carries a hash of
-the source, the compiler flags and the CPU capability, so a cached build never goes stale and a
+`$XDG_CACHE_HOME/selfattn/torch_extensions/<torch version>/`; the library's name carries a hash of the sources (the
+.cpp and every header of csrc/), the compiler flags and the CPU capability, so a cached build never goes stale and a
 build for another CPU is never loaded. `build()` compiles if needed, loads the library (its ops are
 `torch.ops.selfattn_native`) and says so through `selfattn.kernels.notices`; without a compiler, or
 when the build fails, it raises once with the reason and remembers it.
@@ -24,10 +25,35 @@ from ..dirs import cache_dir
 from ..scores import constant_when_compiled
 from .notice import Notice, emit, warn_unheard
 
-__all__ = ["SOURCE", "ARCH_FLAGS", "build", "build_dir", "is_built", "unavailable_reason"]
+__all__ = [
+    "SOURCE",
+    "CSRC",
+    "headers",
+    "source_text",
+    "ARCH_FLAGS",
+    "build",
+    "build_dir",
+    "is_built",
+    "unavailable_reason",
+]
 
-SOURCE = Path(__file__).with_name("csrc") / "attention.cpp"
-"""The kernel's C++ source."""
+CSRC = Path(__file__).with_name("csrc")
+"""The kernel's C++: one translation unit, attention.cpp, which includes the headers beside it."""
+
+SOURCE = CSRC / "attention.cpp"
+"""The one file compiled: it checks, dispatches and binds; the kernel itself is in its headers (`headers()`)."""
+
+
+def headers() -> tuple[Path, ...]:
+    """Every header of csrc/, sorted by name: each is part of the library's name (a change to any one rebuilds) and
+    of the package's data."""
+    return tuple(sorted(CSRC.glob("*.h")))
+
+
+def source_text() -> str:
+    """The kernel's whole C++ text: attention.cpp, then each header in `headers()` order."""
+    return "\n".join(path.read_text() for path in (SOURCE, *headers()))
+
 
 BASE_FLAGS = ("-O3", "-std=c++17", "-fno-math-errno", "-fopenmp")
 """-fopenmp: at::parallel_for is a header template over `#pragma omp parallel`; without it, it runs serially."""
@@ -50,9 +76,13 @@ def _flags() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=1)
 def _name() -> str:
-    """The library's name: changes with the source, the flags, the CPU capability and torch."""
+    """The library's name: changes with the sources (the .cpp and each header, by name and content), the flags,
+    the CPU capability and torch."""
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(_flags() + LINK_FLAGS).encode(), torch.__version__.encode()):
+    key.update(SOURCE.read_bytes())
+    for header in headers():
+        key.update(header.name.encode() + b"\0" + header.read_bytes())
+    for part in (" ".join(_flags() + LINK_FLAGS).encode(), torch.__version__.encode()):
         key.update(part)
     return f"selfattn_native_{key.hexdigest()[:12]}"
 
@@ -163,6 +193,7 @@ def _compile(path: Path) -> None:
             name=path.stem,
             sources=[str(SOURCE)],
             extra_cflags=list(_flags()),
+            extra_include_paths=[str(CSRC)],
             extra_ldflags=list(LINK_FLAGS),
             build_directory=str(path.parent),
             is_python_module=False,
