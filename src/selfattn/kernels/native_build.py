@@ -65,9 +65,6 @@ ARCH_FLAGS = {"AVX512": ("-mavx2", "-mfma", "-mavx512f"), "AVX2": ("-mavx2", "-m
 BUILD_AHEAD = "10 to 60 s on idle cores, once per machine; `python -m selfattn.kernels build` does it ahead"
 """What the first build's warning adds: how long, and how to build ahead."""
 
-_LOCK = threading.Lock()
-_STATE: dict[str, object] = {"ops": None, "error": None}
-
 
 @functools.lru_cache(maxsize=1)
 def _flags() -> tuple[str, ...]:
@@ -107,23 +104,6 @@ LOOK_SECONDS = 1.0
 """How long one look at whether the library is in the cache holds (per path). "auto" asks on every call
 (`NativeBackend.state`), and while the kernel is not loaded two stats a call were ~30 µs of a decoding step's
 `attention` (SDPA's own step at 64 keys: ~15 µs); a library another process builds is seen within this time."""
-_LOOK: list[tuple[Path, float, bool]] = []  # the last look: (path, when, whether the library was there)
-
-
-def _library_exists() -> bool:
-    """Whether the compiled library is in the cache, as seen at most LOOK_SECONDS ago (at this path)."""
-    path, now = _library_path(), time.monotonic()
-    last = _LOOK[0] if _LOOK else None
-    if last is not None and last[0] == path and now - last[1] <= LOOK_SECONDS:
-        return last[2]
-    _LOOK[:] = [(path, now, path.is_file())]
-    return _LOOK[0][2]
-
-
-@constant_when_compiled  # read once when compiled, as a constant of the graph
-def is_built() -> bool:
-    """True when the kernel is loaded or its compiled library is in the cache: using it costs no compile."""
-    return _STATE["ops"] is not None or _library_exists()
 
 
 @functools.lru_cache(maxsize=1)
@@ -140,14 +120,80 @@ def _missing_tools() -> str | None:
     return None
 
 
+class _Library:
+    """The native kernel's library as this process holds it: its loaded ops, or the reason it could not be built
+    or loaded (kept: not retried), and the last look at whether it is in the cache. One per process (`_LIBRARY`);
+    safe from any thread: loading runs under its lock, and a look is one tuple, read and replaced whole."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.ops = None  # torch.ops.selfattn_native once loaded
+        self.error: str | None = None  # why it cannot be built or loaded, once that happened
+        self._look: tuple[Path, float, bool] | None = None  # (path, when, whether the library was there)
+
+    def exists(self) -> bool:
+        """Whether the compiled library is in the cache, as seen at most LOOK_SECONDS ago (at this path)."""
+        path, now = _library_path(), time.monotonic()
+        last = self._look
+        if last is not None and last[0] == path and now - last[1] <= LOOK_SECONDS:
+            return last[2]
+        look = (path, now, path.is_file())
+        self._look = look
+        return look[2]
+
+    def is_built(self) -> bool:
+        """True when the kernel is loaded or its compiled library is in the cache: using it costs no compile."""
+        return self.ops is not None or self.exists()
+
+    def unavailable_reason(self) -> str | None:
+        """Why the kernel cannot be used here (no compiler, a failed build), or None. Never compiles."""
+        if self.error is not None:
+            return self.error
+        if self.ops is not None or self.exists():
+            return None
+        return _missing_tools()
+
+    def load(self, stacklevel: int):
+        """`build()`: the ops, compiled first if needed; RuntimeError with the reason, kept, where that fails.
+        `stacklevel`: the frame the first build's warning names, counted as `warnings.warn` counts from this
+        method's caller (1: the caller)."""
+        with self._lock:
+            if self.ops is not None:
+                return self.ops
+            if self.error is not None:
+                raise RuntimeError(self.error)
+            path = _library_path()
+            try:
+                if not path.is_file():
+                    missing = _missing_tools()
+                    if missing is not None:
+                        raise RuntimeError(f"cannot build the native kernel: {missing}; using 'tiled' instead")
+                    _compile(path, stacklevel + 1)
+                torch.ops.load_library(str(path))
+            except Exception as error:  # noqa: BLE001 - any build failure becomes one stated reason
+                message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                if not message.startswith("cannot build"):
+                    message = f"the native kernel failed to build or load ({message}); using 'tiled' instead"
+                self.error = message
+                raise RuntimeError(message) from error
+            self.ops = torch.ops.selfattn_native
+            return self.ops
+
+
+_LIBRARY = _Library()
+"""This process's native library (`Library`): what `build`, `is_built` and `unavailable_reason` read."""
+
+
+@constant_when_compiled  # read once when compiled, as a constant of the graph
+def is_built() -> bool:
+    """True when the kernel is loaded or its compiled library is in the cache: using it costs no compile."""
+    return _LIBRARY.is_built()
+
+
 @constant_when_compiled
 def unavailable_reason() -> str | None:
     """Why the kernel cannot be used here (no compiler, a failed build), or None. Never compiles."""
-    if _STATE["error"] is not None:
-        return str(_STATE["error"])
-    if _STATE["ops"] is not None or _library_exists():
-        return None
-    return _missing_tools()
+    return _LIBRARY.unavailable_reason()
 
 
 def build():
@@ -157,35 +203,17 @@ def build():
     `selfattn.kernels.Notice`.
     Raises RuntimeError with the reason if there is no compiler or the build fails (and remembers
     it: the backend then refuses with that reason instead of retrying)."""
-    with _LOCK:
-        if _STATE["ops"] is not None:
-            return _STATE["ops"]
-        if _STATE["error"] is not None:
-            raise RuntimeError(str(_STATE["error"]))
-        path = _library_path()
-        try:
-            if not path.is_file():
-                missing = _missing_tools()
-                if missing is not None:
-                    raise RuntimeError(f"cannot build the native kernel: {missing}; using 'tiled' instead")
-                _compile(path)
-            torch.ops.load_library(str(path))
-        except Exception as error:  # noqa: BLE001 - any build failure becomes one stated reason
-            message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            if not message.startswith("cannot build"):
-                message = f"the native kernel failed to build or load ({message}); using 'tiled' instead"
-            _STATE["error"] = message
-            raise RuntimeError(message) from error
-        _STATE["ops"] = torch.ops.selfattn_native
-        return _STATE["ops"]
+    return _LIBRARY.load(stacklevel=2)
 
 
-def _compile(path: Path) -> None:
+def _compile(path: Path, stacklevel: int = 2) -> None:
+    """Compile the library into `path`, with its notices; `stacklevel`: the frame the first build's warning names,
+    counted as `warnings.warn` counts from this function's caller (2: the caller's caller, `build`'s)."""
     from torch.utils.cpp_extension import load
 
     path.parent.mkdir(parents=True, exist_ok=True)
     what = f"compiling the native attention kernel (once, about a minute) into {path.parent}"
-    warn_unheard(Notice("native", what, "start"), BUILD_AHEAD, stacklevel=4)
+    warn_unheard(Notice("native", what, "start"), BUILD_AHEAD, stacklevel=stacklevel + 2)
     emit(Notice("native", what, "start"))
     start = time.perf_counter()
     try:
