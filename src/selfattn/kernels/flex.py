@@ -18,8 +18,10 @@ never waits on its compile.
 
 On the CPU (torch 2.13) the compiled kernel is forward-only and has no log-sum-exp, so requests
 that need gradients or lse are refused with that reason; so are problems under one block
-(MIN_CPU_LENGTH positions), where the compile can never pay for itself. On CUDA flex serves
-windows, softcap, lse and backward.
+(MIN_CPU_LENGTH positions), where the compile can never pay for itself, and calls under a torch.func transform
+(vmap, grad: FlexAttention's eager call compiles, which fails on the transform's tensors). Inside a graph being
+compiled (torch.compile, torch.export) flex_attention is traced into that graph, without our compiled wrapper or
+bookkeeping. On CUDA flex serves windows, softcap, lse and backward.
 """
 
 from __future__ import annotations
@@ -235,6 +237,12 @@ class FlexBackend(Backend):
                 )
             if not _compiler_on_path():
                 reasons.append("torch.compile needs a C++ compiler on the CPU and none is on PATH")
+            if torch._C._are_functorch_transforms_active():
+                reasons.append(
+                    f"FlexAttention cannot run under a torch.func transform (vmap, grad) on the CPU (torch "
+                    f"{torch.__version__}: its eager call compiles, and Dynamo fails on the transform's tensors); use "
+                    f"backend='native' or 'tiled'"
+                )
         return reasons
 
     def auto_reasons(self, r: Request) -> list[str]:
@@ -263,6 +271,11 @@ class FlexBackend(Backend):
         block_mask = None
         if mask_mod is not None:
             block_mask = _block_mask(r, create_block_mask, mask_mod, bm, hm)
+        arguments = dict(score_mod=score_mod, block_mask=block_mask, scale=r.scale, enable_gqa=r.G > 1)
+        if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+            # inside a graph being compiled, flex_attention is traced into it (our compiled wrapper and the
+            # bookkeeping's lock cannot be); under vmap or grad it runs as the transform's operator
+            return _result(r, flex_attention(r.q, r.k, r.v, return_lse=r.return_lse, **arguments))
         key = signature(r)
         compiled, first = _COMPILES.begin(key, flex_attention)
         what = f"compiling FlexAttention for {_describe(r)}"
@@ -270,16 +283,7 @@ class FlexBackend(Backend):
             emit(Notice("flex", what, "start"))
         start = time.perf_counter()
         try:
-            out = compiled(
-                r.q,
-                r.k,
-                r.v,
-                score_mod=score_mod,
-                block_mask=block_mask,
-                scale=r.scale,
-                enable_gqa=r.G > 1,
-                return_lse=r.return_lse,
-            )
+            out = compiled(r.q, r.k, r.v, return_lse=r.return_lse, **arguments)
         except Exception:
             if first:
                 _COMPILES.failed(key)
@@ -289,10 +293,15 @@ class FlexBackend(Backend):
             seconds = time.perf_counter() - start
             _COMPILES.done(key, seconds)
             emit(Notice("flex", what, "done", seconds, "cached for this signature"))
-        if r.return_lse:
-            out, lse = out
-            return Result(out, None, lse.to(r.accumulate_dtype))
-        return Result(out, None, None)
+        return _result(r, out)
+
+
+def _result(r: Request, out) -> Result:
+    """flex_attention's answer (out, or (out, lse) where `r` asks the lse) as a Result."""
+    if r.return_lse:
+        out, lse = out
+        return Result(out, None, lse.to(r.accumulate_dtype))
+    return Result(out, None, None)
 
 
 def _block_mask_key(r: Request) -> tuple | None:
