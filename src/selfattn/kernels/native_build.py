@@ -18,6 +18,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -127,7 +128,7 @@ class _Library:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.ops = None  # torch.ops.selfattn_native once loaded
+        self.ops: Any = None  # torch.ops.selfattn_native once loaded
         self.error: str | None = None  # why it cannot be built or loaded, once that happened
         self._look: tuple[Path, float, bool] | None = None  # (path, when, whether the library was there)
 
