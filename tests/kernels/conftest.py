@@ -12,3 +12,8 @@ def native_built():
     if missing is not None and not native.is_built():
         pytest.skip(f"the native kernel cannot be built here: {missing}")
     return native.build()
+
+
+def pytest_configure(config):
+    """The `slow` marker (a test of minutes: fresh processes that each compile), until pyproject registers it."""
+    config.addinivalue_line("markers", "slow: minutes, not seconds (deselect with -m 'not slow')")

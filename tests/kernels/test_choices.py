@@ -175,7 +175,7 @@ def test_flex_builds_a_block_mask_once_per_shape_and_rule(monkeypatch):
         return real(r, create_counted, mask_mod, batch, heads)
 
     monkeypatch.setattr(flex, "_block_mask", counted)
-    monkeypatch.setattr(flex, "_BLOCK_MASKS", type(flex._BLOCK_MASKS)())
+    monkeypatch.setattr(flex, "_COMPILES", flex._Compiles())
     if flex.FlexBackend().not_supported_reasons(shaped_request(Lq=128, Lk=128, causal=True)):
         pytest.skip("flex cannot serve here")
     q, k, v = make_inputs(1, 2, 2, 128, 128, 16, 16, dtype=torch.float32)

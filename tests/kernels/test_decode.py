@@ -147,7 +147,7 @@ def test_gradients_of_a_split_decode_step():
 
 
 def test_which_requests_split_and_the_kernel_agrees_on_the_row_limit():
-    source = native_build.SOURCE.read_text()
+    source = native_build.source_text()
     assert re.search(rf"constexpr int64_t SPLIT_ROWS = {SPLIT_ROWS};", source)
     default = NativeBackend()
     one = torch.zeros(())
@@ -186,7 +186,7 @@ def test_gqa_heads_stacked_into_one_gemm_match_the_reference(Hq, Lq, feature):
 
 
 def test_the_kernel_agrees_on_the_stack_limit():
-    assert re.search(rf"constexpr int64_t STACK_ROWS = {STACK_ROWS};", native_build.SOURCE.read_text())
+    assert re.search(rf"constexpr int64_t STACK_ROWS = {STACK_ROWS};", native_build.source_text())
     one = torch.zeros(())
     r = build_request(one.expand(1, 8, 1, 64), one.expand(1, 8, 16, 64), one.expand(1, 8, 16, 64))
     assert not NativeBackend().stacks(r)  # no GQA: nothing to stack

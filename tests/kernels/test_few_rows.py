@@ -1,4 +1,4 @@
-"""The native kernel's own loops for a GEMM of a few rows (csrc/attention.cpp `few_rows_abt` / `few_rows_ab`:
+"""The native kernel's own loops for a GEMM of a few rows (csrc/few_rows.h `few_rows_abt` / `few_rows_ab`:
 float32, or bfloat16 widened in registers, with AVX2), which a decoding step's q·kᵀ and P·V take instead of BLAS,
 MKL's bfloat16 GEMM or the bfloat16 tiles (whose packing of K and V a few rows do not pay back). A GEMM of at most
 FEW_ROWS rows takes them, one of more goes to BLAS or the tiles: both sides of the limit (query rows, and GQA heads
@@ -123,4 +123,4 @@ def test_a_nan_key_or_value_reaches_its_rows(dtype):
 
 
 def test_the_kernel_agrees_on_the_row_limit():
-    assert re.search(rf"constexpr int64_t FEW_ROWS = {FEW_ROWS};", native_build.SOURCE.read_text())
+    assert re.search(rf"constexpr int64_t FEW_ROWS = {FEW_ROWS};", native_build.source_text())

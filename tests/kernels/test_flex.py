@@ -2,7 +2,6 @@
 named, and nothing compiled before the first call. Every compile costs seconds, so the CPU cases are few
 and each covers several features at once; the GPU cases are marked `gpu` and skip without CUDA."""
 
-import collections
 import math
 
 import pytest
@@ -103,8 +102,9 @@ def eager_flex(monkeypatch):
     from torch.nn.attention.flex_attention import flex_attention
 
     cpu_compiles()
-    monkeypatch.setattr(flex, "_COMPILED", [flex_attention])
-    monkeypatch.setattr(flex, "compile_seconds", collections.OrderedDict())
+    fresh = flex._Compiles(function=flex_attention)
+    monkeypatch.setattr(flex, "_COMPILES", fresh)
+    monkeypatch.setattr(flex, "compile_seconds", fresh.seconds)
     return flex_attention
 
 

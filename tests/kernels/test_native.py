@@ -59,7 +59,7 @@ def test_refusals_say_why(monkeypatch):
 
 def test_a_failed_build_is_one_stated_reason(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing built there
-    monkeypatch.setattr(native_build, "_STATE", {"ops": None, "error": None})
+    monkeypatch.setattr(native_build, "_LIBRARY", native_build._Library())
     monkeypatch.setattr(native_build, "_missing_tools", lambda: "no C++ compiler ('c++' is not on PATH)")
     assert not native.is_built()
     q, k, v = make_inputs(1, 1, 1, 4, 4, 8, 8)
@@ -73,8 +73,7 @@ def test_auto_asks_the_disk_whether_the_library_is_there_at_most_once_a_look(mon
     """ "auto" asks every backend's state on every call: while the kernel is not loaded that was two stats a call.
     One look holds LOOK_SECONDS (per path); a library another process builds is then seen."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(native_build, "_STATE", {"ops": None, "error": None})
-    monkeypatch.setattr(native_build, "_LOOK", [])
+    monkeypatch.setattr(native_build, "_LIBRARY", native_build._Library())
     clock = [1000.0]
     monkeypatch.setattr(native_build.time, "monotonic", lambda: clock[0])
     looks = []
@@ -97,7 +96,7 @@ def test_auto_asks_the_disk_whether_the_library_is_there_at_most_once_a_look(mon
 def test_import_never_compiles(tmp_path):
     code = (
         "import selfattn, selfattn.kernels.native as n; import torch;"
-        "assert not n.is_built(); assert selfattn.kernels.native_build._STATE['ops'] is None;"
+        "assert not n.is_built(); assert selfattn.kernels.native_build._LIBRARY.ops is None;"
         "q = torch.zeros(1, 1, 4, 8); from selfattn.request import build_request;"
         "n.NativeBackend().refuse(build_request(q, q, q));"  # asking costs no compile
         "assert not n.is_built(); print('ok')"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +35,25 @@ __all__ = [
 DEFAULT_TIMEOUT_S = 300.0
 """How long one wait for another rank may take when neither the caller nor `init` said otherwise."""
 
-_timeout_s = DEFAULT_TIMEOUT_S
-"""Seconds one wait may take, on any group: as `init` last set it, else DEFAULT_TIMEOUT_S."""
+
+class _WaitTimeout:
+    """Seconds one wait may take, on any group: as `init` last set it, else DEFAULT_TIMEOUT_S. One per process
+    (`_WAIT_TIMEOUT`), set by `init` and read by every wait, from any thread (under its lock)."""
+
+    def __init__(self, seconds: float = DEFAULT_TIMEOUT_S) -> None:
+        self._lock = threading.Lock()
+        self._seconds = float(seconds)
+
+    def get(self) -> float:
+        with self._lock:
+            return self._seconds
+
+    def set(self, seconds: float) -> None:
+        with self._lock:
+            self._seconds = float(seconds)
+
+
+_WAIT_TIMEOUT = _WaitTimeout()
 
 JOIN_PREFIX = "selfattn/joined/"
 
@@ -50,7 +68,7 @@ class RankFailure(RuntimeError):
 
 def wait_timeout_s() -> float:
     """Seconds one wait (on any group) may take: as `init` set it, else DEFAULT_TIMEOUT_S."""
-    return _timeout_s
+    return _WAIT_TIMEOUT.get()
 
 
 def group_ranks(group) -> tuple[int, int, list[int]]:
@@ -221,6 +239,5 @@ def init(
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank % max(1, torch.cuda.device_count()))))
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
-    global _timeout_s
-    _timeout_s = float(timeout_s)
+    _WAIT_TIMEOUT.set(timeout_s)
     return store

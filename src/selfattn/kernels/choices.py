@@ -3,10 +3,10 @@
 Weighing is every backend's reasons and estimate (`dispatch._pick`): about 200 µs of Python, as long as a whole
 decoding step's kernel at a few hundred keys. A choice follows from the request's form — device, dtypes, shapes,
 strides, the rule's scalars (causal, window, scale, softcap), which score features it sets, dropout, the return
-flags, whether it needs gradients, the materialisation budget — and from what each backend says may change
-during a run (`Backend.state`: the native kernel built, a flex signature compiled; a backend's `Cost` record
-replaced counts too), as long as every backend's
-reasons read no tensor values for it (`Backend.form_decides`: SDPA looks for NaN keys under a mask; a backend
+flags, whether it needs gradients, the materialisation budget, the CPU's instructions as `cpu` answers (a forced
+answer, `cpu.forced`) — and from what each backend says may change during a run (`Backend.state`: the native kernel
+built, a flex signature compiled; a backend's `Cost` record replaced counts too), as long as every backend's reasons
+read no tensor values for it (`Backend.form_decides`: SDPA looks for NaN keys under a mask; a backend
 registered at run time is assumed to read values). Only such requests are remembered; a mask or segments (whose
 values decide visible pairs) always weigh afresh. `kernels.explain` always weighs afresh, and says the same.
 
@@ -23,6 +23,7 @@ from collections.abc import Hashable, Mapping
 
 import torch
 
+from . import cpu
 from .base import Backend, Request, budget_bytes
 
 __all__ = ["remembered", "remember", "forget", "MAX_CHOICES"]
@@ -51,6 +52,8 @@ def _key(request: Request, backends: Mapping[str, Backend]) -> Hashable | None:
         (rule.causal, rule.window, rule.scale, rule.softcap, features),
         (request.dropout_p, request.return_weights, request.return_lse, request.needs_grad),
         budget_bytes(),
+        cpu.name(),  # a forced instruction set (`cpu.forced`) changes what native runs and what each costs
+        torch._C._are_functorch_transforms_active(),  # flex refuses vmap and grad on the CPU
         tuple((name, id(backend), id(backend.cost), backend.state()) for name, backend in backends.items()),
     )
 

@@ -18,8 +18,10 @@ never waits on its compile.
 
 On the CPU (torch 2.13) the compiled kernel is forward-only and has no log-sum-exp, so requests
 that need gradients or lse are refused with that reason; so are problems under one block
-(MIN_CPU_LENGTH positions), where the compile can never pay for itself. On CUDA flex serves
-windows, softcap, lse and backward.
+(MIN_CPU_LENGTH positions), where the compile can never pay for itself, and calls under a torch.func transform
+(vmap, grad: FlexAttention's eager call compiles, which fails on the transform's tensors). Inside a graph being
+compiled (torch.compile, torch.export) flex_attention is traced into that graph, without our compiled wrapper or
+bookkeeping. On CUDA flex serves windows, softcap, lse and backward.
 """
 
 from __future__ import annotations
@@ -56,19 +58,83 @@ RATE_GFLOPS = 60.0
 RATE_WINDOW_GFLOPS = 9.0
 """Window w = 256, L = 8192, per visible pair (its CPU kernel visits more)."""
 
-_LOCK = threading.Lock()
-_COMPILED: list = []  # [the compiled flex_attention], made on the first call
-compile_seconds: collections.OrderedDict[tuple, float] = collections.OrderedDict()
+
+class _Compiles:
+    """flex_attention compiled for this process and what it has compiled: one per process (`_COMPILES`), every
+    change under its lock (calls come from any thread).
+
+    function      torch.compile(flex_attention), made on the first call (or given: the tests' eager kernel)
+    seconds       seconds each remembered signature's first (compiling) call took, by `signature(request)`, least
+                  recently used first; at most WARM_SIGNATURES entries (`compile_seconds` is this dict)
+    pending       the signatures being compiled now (not in `seconds` yet)
+    count         signatures compiled so far: a change of `seconds`' keys, for `FlexBackend.state`
+    block_masks   block masks of rules that positions alone decide (causal, windows), by `_block_mask_key`, least
+                  recently used first; at most WARM_SIGNATURES. Building one evaluates the mask on every (query,
+                  key) pair (4 s at L = 8192 on a 2-core CPU): a user of FlexAttention builds it once per shape,
+                  and so do we."""
+
+    def __init__(self, function=None) -> None:
+        self.lock = threading.Lock()
+        self.function = function
+        self.seconds: collections.OrderedDict[tuple, float] = collections.OrderedDict()
+        self.pending: set[tuple] = set()
+        self.count = 0
+        self.block_masks: collections.OrderedDict[tuple, object] = collections.OrderedDict()
+
+    def is_warm(self, key: tuple) -> bool:
+        """Whether the signature `key` is compiled already."""
+        with self.lock:
+            return key in self.seconds
+
+    def begin(self, key: tuple, flex_attention):
+        """(the compiled function, whether this call compiles `key`: it is neither warm nor being compiled, and is
+        marked as being compiled now); a warm `key` becomes the most recently used."""
+        with self.lock:
+            if self.function is None:
+                self.function = torch.compile(flex_attention, dynamic=False)
+            first = key not in self.seconds and key not in self.pending
+            if first:
+                self.pending.add(key)
+            elif key in self.seconds:
+                self.seconds.move_to_end(key)
+            return self.function, first
+
+    def failed(self, key: tuple) -> None:
+        """The compiling call of `key` failed: it is no longer being compiled."""
+        with self.lock:
+            self.pending.discard(key)
+
+    def done(self, key: tuple, seconds: float) -> None:
+        """The compiling call of `key` took `seconds`: remembered, the least recently used forgotten past
+        WARM_SIGNATURES."""
+        with self.lock:
+            self.pending.discard(key)
+            self.seconds[key] = seconds
+            self.count += 1
+            while len(self.seconds) > WARM_SIGNATURES:
+                self.seconds.popitem(last=False)
+
+    def block_mask(self, key: tuple):
+        """The block mask remembered for `key` (now the most recently used), or None."""
+        with self.lock:
+            found = self.block_masks.get(key)
+            if found is not None:
+                self.block_masks.move_to_end(key)
+            return found
+
+    def keep_block_mask(self, key: tuple, made) -> None:
+        """Remember `made` for `key`, the least recently used forgotten past WARM_SIGNATURES."""
+        with self.lock:
+            self.block_masks[key] = made
+            while len(self.block_masks) > WARM_SIGNATURES:
+                self.block_masks.popitem(last=False)
+
+
+_COMPILES = _Compiles()
+
+compile_seconds = _COMPILES.seconds
 """Seconds each remembered signature's first (compiling) call took, by `signature(request)`, least recently
 used first; at most WARM_SIGNATURES entries. A signature being compiled is not in it yet."""
-
-_PENDING: set[tuple] = set()
-_COMPILES = [0]  # signatures compiled so far: a change of `compile_seconds`' keys, for `FlexBackend.state`
-
-_BLOCK_MASKS: collections.OrderedDict[tuple, object] = collections.OrderedDict()
-"""Block masks of rules that positions alone decide (causal, windows), by `_block_mask_key`, least recently
-used first; at most WARM_SIGNATURES. Building one evaluates the mask on every (query, key) pair (4 s at
-L = 8192 on a 2-core CPU): a user of FlexAttention builds it once per shape, and so do we."""
 
 
 def _work(r: Request) -> Work:
@@ -124,8 +190,7 @@ def _compiler_on_path() -> bool:
 
 def is_warm(r: Request) -> bool:
     """True when this request's signature is compiled already (a call costs no compile)."""
-    with _LOCK:
-        return signature(r) in compile_seconds
+    return _COMPILES.is_warm(signature(r))
 
 
 class FlexBackend(Backend):
@@ -172,6 +237,12 @@ class FlexBackend(Backend):
                 )
             if not _compiler_on_path():
                 reasons.append("torch.compile needs a C++ compiler on the CPU and none is on PATH")
+            if torch._C._are_functorch_transforms_active():
+                reasons.append(
+                    f"FlexAttention cannot run under a torch.func transform (vmap, grad) on the CPU (torch "
+                    f"{torch.__version__}: its eager call compiles, and Dynamo fails on the transform's tensors); use "
+                    f"backend='native' or 'tiled'"
+                )
         return reasons
 
     def auto_reasons(self, r: Request) -> list[str]:
@@ -192,7 +263,7 @@ class FlexBackend(Backend):
 
     def state(self) -> Hashable:
         """The signatures compiled (`auto_reasons` takes flex only for one of them)."""
-        return _COMPILES[0]
+        return _COMPILES.count
 
     def forward(self, r: Request) -> Result:
         (flex_attention, create_block_mask), _ = _flex_api()
@@ -200,50 +271,37 @@ class FlexBackend(Backend):
         block_mask = None
         if mask_mod is not None:
             block_mask = _block_mask(r, create_block_mask, mask_mod, bm, hm)
+        arguments = dict(score_mod=score_mod, block_mask=block_mask, scale=r.scale, enable_gqa=r.G > 1)
+        if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+            # inside a graph being compiled, flex_attention is traced into it (our compiled wrapper and the
+            # bookkeeping's lock cannot be); under vmap or grad it runs as the transform's operator
+            return _result(r, flex_attention(r.q, r.k, r.v, return_lse=r.return_lse, **arguments))
         key = signature(r)
-        with _LOCK:
-            if not _COMPILED:
-                _COMPILED.append(torch.compile(flex_attention, dynamic=False))
-            compiled = _COMPILED[0]
-            first = key not in compile_seconds and key not in _PENDING
-            if first:
-                _PENDING.add(key)
-            elif key in compile_seconds:
-                compile_seconds.move_to_end(key)
+        compiled, first = _COMPILES.begin(key, flex_attention)
         what = f"compiling FlexAttention for {_describe(r)}"
         if first:
             emit(Notice("flex", what, "start"))
         start = time.perf_counter()
         try:
-            out = compiled(
-                r.q,
-                r.k,
-                r.v,
-                score_mod=score_mod,
-                block_mask=block_mask,
-                scale=r.scale,
-                enable_gqa=r.G > 1,
-                return_lse=r.return_lse,
-            )
+            out = compiled(r.q, r.k, r.v, return_lse=r.return_lse, **arguments)
         except Exception:
             if first:
-                with _LOCK:
-                    _PENDING.discard(key)
+                _COMPILES.failed(key)
                 emit(Notice("flex", what, "failed", time.perf_counter() - start))
             raise
         if first:
             seconds = time.perf_counter() - start
-            with _LOCK:
-                _PENDING.discard(key)
-                compile_seconds[key] = seconds
-                _COMPILES[0] += 1
-                while len(compile_seconds) > WARM_SIGNATURES:
-                    compile_seconds.popitem(last=False)
+            _COMPILES.done(key, seconds)
             emit(Notice("flex", what, "done", seconds, "cached for this signature"))
-        if r.return_lse:
-            out, lse = out
-            return Result(out, None, lse.to(r.accumulate_dtype))
-        return Result(out, None, None)
+        return _result(r, out)
+
+
+def _result(r: Request, out) -> Result:
+    """flex_attention's answer (out, or (out, lse) where `r` asks the lse) as a Result."""
+    if r.return_lse:
+        out, lse = out
+        return Result(out, None, lse.to(r.accumulate_dtype))
+    return Result(out, None, None)
 
 
 def _block_mask_key(r: Request) -> tuple | None:
@@ -255,20 +313,15 @@ def _block_mask_key(r: Request) -> tuple | None:
 
 
 def _block_mask(r: Request, create_block_mask, mask_mod, batch, heads):
-    """The block mask of `mask_mod` for `r`: remembered (`_BLOCK_MASKS`) where positions alone decide it."""
+    """The block mask of `mask_mod` for `r`: remembered (`_Compiles.block_masks`) where positions alone decide it."""
     key = _block_mask_key(r)
     if key is None or torch.compiler.is_compiling():  # a lock and a dict cannot be traced
         return create_block_mask(mask_mod, batch, heads, r.Lq, r.Lk, device=r.q.device)
-    with _LOCK:
-        found = _BLOCK_MASKS.get(key)
-        if found is not None:
-            _BLOCK_MASKS.move_to_end(key)
-            return found
+    found = _COMPILES.block_mask(key)
+    if found is not None:
+        return found
     made = create_block_mask(mask_mod, batch, heads, r.Lq, r.Lk, device=r.q.device)
-    with _LOCK:
-        _BLOCK_MASKS[key] = made
-        while len(_BLOCK_MASKS) > WARM_SIGNATURES:
-            _BLOCK_MASKS.popitem(last=False)
+    _COMPILES.keep_block_mask(key, made)
     return made
 
 

@@ -1,4 +1,4 @@
-"""Backend "native": FlashAttention-2 as one compiled CPU kernel (csrc/attention.cpp).
+"""Backend "native": FlashAttention-2 as one compiled CPU kernel (csrc/: attention.cpp and its headers).
 
 Why it exists: the "tiled" kernel runs ~10 multi-threaded PyTorch ops per tile, so a call starts
 and joins the thread pool hundreds of times; on cores shared with another busy process every join
@@ -104,7 +104,7 @@ MIN_WINDOW_BLOCK_Q = 32
 SPLIT_ROWS = 8
 """A query of at most this many rows (and at most block_q) over more than `split_keys` keys runs split-K
 (flash-decoding): the keys are cut into chunks of `split_keys`, one task each, merged by their lse. The kernel's
-SPLIT_ROWS (csrc/attention.cpp): it splits when Lq <= min(block_q, SPLIT_ROWS) and Lk > the block_k it gets."""
+SPLIT_ROWS (csrc/split_k.h): it splits when Lq <= min(block_q, SPLIT_ROWS) and Lk > the block_k it gets."""
 
 SPLIT_KEYS = 2048
 """Keys per split-K chunk at most (`split_keys`' default)."""
@@ -129,12 +129,12 @@ thread count."""
 
 STACK_ROWS = 64
 """Under GQA, a query block whose G heads × rows are at most this many runs them as one GEMM per key tile
-(csrc/attention.cpp `stacked_pass`): one decoding step with 8 query heads per kv head over 16,384 keys took
+(csrc/forward_pass.h `stacked_pass`): one decoding step with 8 query heads per kv head over 16,384 keys took
 0.39× SDPA's time stacked against 0.55× head by head (each head a matrix-vector product rereading the tile)."""
 
 FEW_ROWS = 8
 """A float32 GEMM of at most this many rows (a decoding step's query rows, or a GQA group stacked) runs in the
-kernel's own AVX2 loops (csrc/attention.cpp `few_rows_abt` / `few_rows_ab`), not BLAS, which packs its operands
+kernel's own AVX2 loops (csrc/few_rows.h `few_rows_abt` / `few_rows_ab`), not BLAS, which packs its operands
 for what is a matrix-vector product: one decoding step over 16,384 keys (H = 8, D = 64, 2 threads) took 1.7× the
 time of reading K and V once through sgemm, about SDPA's time, and 1.3× with the loops."""
 
@@ -158,8 +158,9 @@ def instruction_set() -> str:
     half-precision GEMM instructions (for `selfattn bench`'s header)."""
     halves = [name for name, feature in cpu.HALF_ISA if cpu.has(feature)]
     has = ", ".join(halves) if halves else "no AVX512-BF16, no AMX"
-    capability = torch.backends.cpu.get_cpu_capability()
-    return f"{capability} (torch's CPU capability); {has}; native softmax in {softmax_lanes()}"
+    capability = cpu.capability()
+    forced = "" if cpu.name() == "this CPU" else f" (forced: {cpu.ENVIRONMENT} or cpu.forced)"
+    return f"{capability}{forced} (torch's CPU capability); {has}; native softmax in {softmax_lanes()}"
 
 
 def softmax_lanes() -> str:
@@ -354,7 +355,7 @@ class NativeBackend(Backend):
     def few_rows(self, r: Request) -> int | None:
         """The rows of each GEMM where they are few enough for the kernel's own AVX2 loops (`FEW_ROWS`: float32, or
         bfloat16 off the tiles, on a CPU the kernel is built for with AVX2), else None."""
-        vector = torch.backends.cpu.get_cpu_capability() in ARCH_FLAGS
+        vector = cpu.capability() in ARCH_FLAGS
         operand = self._operand_dtype(r.q.dtype)
         if operand not in (torch.float32, torch.bfloat16) or self.runs_tiles(r) or not vector:
             return None
