@@ -179,6 +179,13 @@ def test_explain_refuses_a_fifo_in_the_plots_folder(tmp_path):
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
+def test_a_fifo_given_as_the_plots_folder_is_named_as_a_fifo(tmp_path):
+    fifo = _fifo(tmp_path / "plots")
+    with pytest.raises(ValueError, match="FIFO"):
+        outputs.check(plots_dir=fifo, force=True)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
 def test_train_refuses_a_fifo_as_its_picture_or_its_config(tmp_path):
     out = tmp_path / "model"
     out.mkdir()
