@@ -186,8 +186,8 @@ def range_cases(tally: Tally) -> None:
     def layers(text):
         try:
             return _layers_list(text)
-        except argparse.ArgumentTypeError as e:
-            raise ValueError(str(e)) from None
+        except argparse.ArgumentTypeError as e:  # argparse's refusal as the library's, raised where it was
+            raise ValueError(str(e)).with_traceback(e.__traceback__) from None
 
     for text in ["0-99999999", "0-" + "9" * 40, "512", "0-512", "3,600", "²", "٣", "1-0", "0-5," * 10 + "999999"]:
         call(tally, f"--layers {text[:40]!r}", timed(lambda t=text: layers(t)), expect="error")
