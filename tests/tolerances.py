@@ -59,6 +59,14 @@ TOL = {
     "init_scale_rel": 1e-3,  # relative: the RMS of 98,304 drawn position values against the init scale
     "fourier_gram": 1e-4,  # the gram of Fourier positions: the same at one offset anywhere, 1 on its diagonal
     "loss_from_perplexity_rel": 1e-5,  # relative: a loss rebuilt from bucket perplexities (float32 log and exp)
+    # the hostile campaign (tests/adversarial): per unit of the largest |reference value| (at least 1), for calls
+    # whose arguments are drawn anywhere in their valid range (scales to 1e6, softcaps to 1e-3, magnitudes 1e3)
+    "hostile_float64": 1e-9,
+    "hostile_float32": 2e-4,
+    "hostile_float16": 3e-2,
+    "hostile_bfloat16": 8e-2,
+    "float64_decode_vs_full": 1e-10,  # float64 logits of a cached decoding step against the full pass
+    "float32_long_window_row": 1e-4,  # one float32 row of a 65,536-key windowed attention against float64 softmax
 }
 """Named tolerances for comparisons that are not "fast path against float64": absolute, except the
 entries whose names end in `_rel`, which are relative."""

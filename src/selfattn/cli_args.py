@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any, cast
 
 from . import __version__, checks
-from .limits import DTYPE_BYTES, MAX_LOAD, MAX_SEED, MAX_THREADS, TEMPERATURE_RANGE
+from .limits import DTYPE_BYTES, MAX_LOAD, MAX_SEED, MAX_THREADS, SIZES, TEMPERATURE_RANGE
 
 __all__ = ["build_parser", "intervention_args", "dest", "flag_usage"]
 
@@ -197,14 +197,28 @@ def _heads_list(text: str) -> list[tuple[int, int]]:
 
 
 def _layers_list(text: str) -> list[int]:
-    """--layers 3,18 or 0-5,9: the layer indices (each ≥ 0; the model's own count is checked once loaded)."""
-    out: list[int] = []
+    """--layers 3,18 or 0-5,9: the layer indices (each in [0, SIZES["layers"]): no model has more; the model's
+    own count is checked once loaded). Each range is bounded before it is expanded."""
+    out: set[int] = set()
+    top = SIZES["layers"] - 1
     for part in text.split(","):
         low, _, high = part.strip().partition("-")
-        if not low.isdigit() or (high and not high.isdigit()) or (high and int(high) < int(low)):
-            raise argparse.ArgumentTypeError(f"expected layers such as 3,18 or 0-5, got {text!r} (at {part!r})")
-        out.extend(range(int(low), int(high or low) + 1))
-    return sorted(set(out))
+        if not _decimal(low) or (high and not _decimal(high)):
+            raise argparse.ArgumentTypeError(f"expected layers such as 3,18 or 0-5, got {text!r:.80} (at {part!r:.40})")
+        for end in (low, high):
+            if end and (len(end) > len(str(top)) or int(end) > top):
+                raise argparse.ArgumentTypeError(
+                    f"layer {end:.40} is past any model's: at most {SIZES['layers']} layers (0-{top}), in {text!r:.80}"
+                )
+        if high and int(high) < int(low):
+            raise argparse.ArgumentTypeError(f"expected layers such as 3,18 or 0-5, got {text!r:.80} (at {part!r:.40})")
+        out.update(range(int(low), int(high or low) + 1))
+    return sorted(out)
+
+
+def _decimal(text: str) -> bool:
+    """Whether `text` is written in the digits 0-9 only (not "²", "٣" or "")."""
+    return text.isascii() and text.isdecimal()
 
 
 def _heads_args(commands, runs) -> None:

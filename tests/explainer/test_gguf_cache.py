@@ -114,12 +114,14 @@ def test_the_identity_follows_the_file_and_the_dtype(tmp_path):
     path.write_bytes(b"GGUF" + b"\1" * 100)
     one = gguf_cache.identity(path, torch.float32)
     assert gguf_cache.identity(path, torch.bfloat16)["dtype"] == "bfloat16" != one["dtype"]
-    os.utime(path, ns=(one["mtime_ns"] + 10**9, one["mtime_ns"] + 10**9))
-    assert gguf_cache._key(gguf_cache.identity(path, torch.float32)) != gguf_cache._key(one)
+    mtime = path.stat().st_mtime_ns
+    os.utime(path, ns=(mtime + 10**9, mtime + 10**9))  # touched, the same bytes: the same entry (the content's)
+    assert gguf_cache._key(gguf_cache.identity(path, torch.float32)) == gguf_cache._key(one)
     path.write_bytes(b"GGUF" + b"\2" * 100)
-    os.utime(path, ns=(one["mtime_ns"], one["mtime_ns"]))  # same size and time, other bytes
+    os.utime(path, ns=(mtime, mtime))  # same size and time, other bytes
     again = gguf_cache.identity(path, torch.float32)
-    assert (again["size"], again["mtime_ns"]) == (one["size"], one["mtime_ns"]) and again != one
+    assert path.stat().st_mtime_ns == mtime and again["size"] == one["size"]
+    assert gguf_cache._key(again) != gguf_cache._key(one)
 
 
 def test_eviction_removes_the_oldest_entries_beyond_the_limit(tmp_path):

@@ -82,7 +82,7 @@ def test_a_full_disk_during_the_pictures_leaves_no_partial_set(tmp_path, capsys,
     """The third file fails (a full disk): no picture, no --html, no temporary file is left behind."""
     from selfattn.explainer.views import fileset
 
-    real, calls = fileset.write_atomic, []
+    real, calls = fileset.stage, []
 
     def full(path, data, **kwargs):
         calls.append(path)
@@ -90,14 +90,14 @@ def test_a_full_disk_during_the_pictures_leaves_no_partial_set(tmp_path, capsys,
             raise OSError(28, "No space left on device")
         return real(path, data, **kwargs)
 
-    monkeypatch.setattr(fileset, "write_atomic", full)
+    monkeypatch.setattr(fileset, "stage", full)
     out = tmp_path / "out"
     out.mkdir()
     args = ["explain", TEXT, "--model", str(tiny_checkpoint), "--html", str(out / "r.html"), "--plots", str(out)]
     assert main(args) == 1
     assert "No space left on device" in one_line(capsys.readouterr().err)
     assert len(calls) == 3 and [p for p in out.rglob("*") if p.is_file()] == []
-    monkeypatch.setattr(fileset, "write_atomic", real)
+    monkeypatch.setattr(fileset, "stage", real)
     assert main(args) == 0  # with room, the whole set
     names = sorted(p.name for p in out.iterdir())
     assert len(names) == 5 and "r.html" in names and "grid.svg" in names

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from .. import checks
-from ..limits import MAX_ABLATED_HEADS, MAX_PATCH_TOKENS
+from ..limits import MAX_ABLATED_HEADS, MAX_PATCH_TOKENS, SIZES
 from . import pieces as _pieces
 from . import probe as _probe
 from . import session as _session
@@ -111,17 +111,26 @@ def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, 
 
 
 def parse_heads(spec: str) -> list[tuple[int, int]]:
-    """ "3.1,5.2" → [(3, 1), (5, 2)] (layer.head, counted from 0); a ValueError naming a bad item."""
+    """ "3.1,5.2" → [(3, 1), (5, 2)] (layer.head, counted from 0); a ValueError naming a bad item. Bounded before it
+    is read: at most MAX_ABLATED_HEADS items, each layer below SIZES["layers"] and head below SIZES["heads"]."""
     if not isinstance(spec, str):
         raise TypeError(f"heads must be a string such as '3.1,5.2', got {type(spec).__name__}")
-    out = []
-    for item in spec.split(","):
+    items = spec.split(",", MAX_ABLATED_HEADS)  # at most one piece more than the limit: the rest is not split
+    if len(items) > MAX_ABLATED_HEADS:
+        raise ValueError(f"ablate names more than {MAX_ABLATED_HEADS} heads; at most {MAX_ABLATED_HEADS} at once")
+    out: list[tuple[int, int]] = []
+    seen: set[tuple[int, int]] = set()
+    for item in items:
         parts = item.strip().split(".")
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"a head is LAYER.HEAD, counted from 0 (e.g. 3.1), got {item.strip()!r}")
+        if len(parts) != 2 or not all(p.isascii() and p.isdecimal() for p in parts):
+            raise ValueError(f"a head is LAYER.HEAD, counted from 0 (e.g. 3.1), got {item.strip()!r:.80}")
+        for text, (what, most) in zip(parts, (("layer", SIZES["layers"]), ("head", SIZES["heads"])), strict=True):
+            if len(text) > len(str(most)) or int(text) >= most:
+                raise ValueError(f"{what} {text:.20} of head {item.strip():.50} is past any model's: at most {most}")
         pair = (int(parts[0]), int(parts[1]))
-        if pair in out:
+        if pair in seen:
             raise ValueError(f"head {item.strip()} is given twice")
+        seen.add(pair)
         out.append(pair)
     return out
 
@@ -136,12 +145,14 @@ def pairs(ablate) -> list[tuple[int, int]]:
     if len(ablate) > MAX_ABLATED_HEADS:
         raise ValueError(f"ablate names {len(ablate)} heads; at most {MAX_ABLATED_HEADS} at once")
     out: list[tuple[int, int]] = []
+    seen: set[tuple[int, int]] = set()
     for k, pair in enumerate(ablate):
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
             raise TypeError(f"ablate[{k}] must be [layer, head], got {pair!r:.80}")
         item = (checks.integer(f"ablate[{k}] layer", pair[0]), checks.integer(f"ablate[{k}] head", pair[1]))
-        if item in out:
+        if item in seen:
             raise ValueError(f"head {item[0]}.{item[1]} is given twice")
+        seen.add(item)
         out.append(item)
     return out
 

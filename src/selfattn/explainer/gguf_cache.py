@@ -12,10 +12,14 @@ from the GGUF metadata), model.safetensors (the state dict as loaded, tied tenso
 files, and manifest.json, written last, naming the identity and each file's size and CRC-32. It is built in
 a temporary folder and renamed into place, so a reader sees a whole entry or none.
 
-Identity: the file's size and mtime_ns, the SHA-256 of its first HEAD_BYTES (the header and the metadata:
-config, tokenizer, tensor table — and the start of the data), the dtype, and the versions of transformers,
-gguf and torch (which dequantize and convert), with this module's FORMAT. A file replaced or touched, or a
-new transformers, gets a new entry.
+Identity: the SHA-256 of every byte of the file (read once, in CHUNK pieces: a 98 MB file in about 0.1 s, where
+dequantizing it takes seconds) and its size, the dtype, and the versions of transformers, gguf and torch (which
+dequantize and convert), with this module's FORMAT. A byte changed anywhere in the file, whatever its size and
+mtime say (`touch -r`, `cp -p` and `rsync -t` put an old mtime back), or a new transformers, gets a new entry;
+the same bytes under another name or time find the entry they made. Within one process a file is hashed once
+while its inode, size, mtime and ctime stay the same (a write changes the ctime, which no one can set back);
+an entry is stored only if the file did not change since it was first hashed (it may have changed under the
+load), so the key always names the bytes the weights came from.
 
 Verified on read: every file of the manifest is there with its size and CRC-32; a missing, truncated or
 changed file, or an unreadable manifest, and the entry is removed, never trusted. The CRC catches a disk's
@@ -32,6 +36,8 @@ import hashlib
 import json
 import os
 import shutil
+import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -44,7 +50,6 @@ from ..limits import GGUF_CACHE_BYTES
 
 __all__ = [
     "FORMAT",
-    "HEAD_BYTES",
     "root",
     "identity",
     "find",
@@ -56,12 +61,12 @@ __all__ = [
     "MANIFEST",
 ]
 
-FORMAT = "selfattn-gguf-cache-1"
-HEAD_BYTES = 32 << 20
-"""Bytes at the start of a GGUF file that are hashed: its header and metadata (the tokenizer of a 256k-token
-vocabulary takes a few MiB) and the first tensors."""
+FORMAT = "selfattn-gguf-cache-2"
+"""Version 2: the key hashes the whole file (version 1 hashed its first 32 MiB, with its mtime)."""
 CHUNK = 8 << 20
 """Bytes read at a time when hashing."""
+HASHED_FILES = 16
+"""Files whose hash one process remembers (by inode, size, mtime and ctime)."""
 WEIGHTS = "model.safetensors"
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 1 << 20
@@ -85,17 +90,59 @@ def _versions() -> dict[str, str]:
     return found
 
 
+_hashed: dict[Path, tuple[tuple[int, ...], int, str]] = {}
+"""{resolved path: (its stat when hashed, when it was hashed (ns), the SHA-256 of its bytes)}."""
+_hashed_lock = threading.Lock()
+RACY_NS = 2 * 10**9
+"""A file whose ctime is this close to the time it was hashed is hashed again: file times tick in steps of a
+few milliseconds, so a write just after the hash can leave them as they were (git's "racy" files)."""
+
+
+def _stamp(stat: os.stat_result) -> tuple[int, ...]:
+    """What changes when a file's bytes do: a write sets the ctime to now (utime cannot set it back)."""
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+def _remembered(path: Path) -> str | None:
+    """The SHA-256 this process last computed for `path`, or None."""
+    with _hashed_lock:
+        known = _hashed.get(Path(os.path.realpath(path)))
+    return None if known is None else known[2]
+
+
+def _content_hash(path: Path) -> tuple[int, str]:
+    """(size, SHA-256 of every byte) of the regular file `path`; a file hashed before by this process and not
+    changed since (`_stamp`, and not within RACY_NS of that hash) is not read again."""
+    with open_regular(path, what="GGUF file") as f:
+        before = os.fstat(f.fileno())
+        key = Path(os.path.realpath(path))
+        with _hashed_lock:
+            known = _hashed.get(key)
+        if known is not None and known[0] == _stamp(before) and before.st_ctime_ns < known[1] - RACY_NS:
+            return before.st_size, known[2]
+        hashed_at = time.time_ns()
+        digest = hashlib.sha256()
+        size = 0
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+        after = os.fstat(f.fileno())
+    if _stamp(after) != _stamp(before) or size != before.st_size:
+        raise ValueError(f"{path} changed while it was being read ({size:,} bytes read); load it again")
+    with _hashed_lock:
+        if len(_hashed) >= HASHED_FILES and key not in _hashed:
+            _hashed.pop(next(iter(_hashed)))
+        _hashed[key] = (_stamp(after), hashed_at, digest.hexdigest())
+    return size, digest.hexdigest()
+
+
 def identity(path: Path, dtype: torch.dtype) -> dict:
     """What names the entry of the GGUF file `path` loaded in `dtype` (see the module's docstring)."""
-    with open_regular(path, what="GGUF file") as f:
-        stat = os.fstat(f.fileno())
-        head = hashlib.sha256(f.read(HEAD_BYTES)).hexdigest()
+    size, sha = _content_hash(Path(path))
     return {
         "format": FORMAT,
-        "size": stat.st_size,
-        "mtime_ns": stat.st_mtime_ns,
-        "head_sha256": head,
-        "head_bytes": HEAD_BYTES,
+        "size": size,
+        "sha256": sha,
         "dtype": str(dtype).removeprefix("torch."),
         **_versions(),
     }
@@ -209,7 +256,11 @@ def store(path: Path, dtype: torch.dtype, model: torch.nn.Module, tokenizer, con
 
     from ..model.safetensors_io import _tied_names
 
+    first_seen = _remembered(path)  # hashed by `find` before the load, when it ran in this process
     ident = identity(path, dtype)
+    if first_seen is not None and first_seen != ident["sha256"]:  # the weights may be of other bytes
+        LOGGER.info("selfattn: %s is not cached: it changed while it was loaded", path.name)
+        return None
     first, _ = _tied_names(model)
     size = sum(t.numel() * t.element_size() for t in first.values())
     if size > GGUF_CACHE_BYTES:

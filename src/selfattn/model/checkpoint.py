@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..files import check_writable, open_regular, read_json, sync_folder, temp_folder, write_atomic
+from ..files import check_target, check_writable, open_regular, read_json, sync_folder, temp_folder, write_atomic
 from .decoder import DecoderConfig, DecoderLM
 from .safetensors_io import assign, read_safetensors, save_weights
 from .tokenizer import WordTokenizer
@@ -95,6 +95,7 @@ def save_checkpoint(
         if existed:
             check_checkpoint_folder(out, force=force)  # a checkpoint that appeared meanwhile is kept
             for name in MANIFEST_FILES + ("config.json",):  # config.json last: the manifest commits the unit
+                check_target(out / name)  # checked again at the rename: never a device or a FIFO replaced
                 os.replace(staging / name, out / name)
             shutil.rmtree(staging, ignore_errors=True)  # empty now; the checkpoint is saved either way
         else:
@@ -174,15 +175,19 @@ def _recovery(folder: Path) -> str:
 
 
 def check_checkpoint_folder(out_dir: str | os.PathLike, *, force: bool = False) -> Path:
-    """`out_dir` as a Path if a checkpoint may be saved there: not a file, and (unless `force`) holding
-    none of the checkpoint's FILES; else NotADirectoryError / FileExistsError naming it."""
+    """`out_dir` as a Path if a checkpoint may be saved there: not a file, none of the checkpoint's FILES
+    there anything but a regular file (a FIFO, a device: ValueError, even with `force`), and (unless `force`)
+    holding none of them; else NotADirectoryError / FileExistsError / ValueError naming it."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
+        check_target(out)  # a FIFO or a device is named as what it is
         raise NotADirectoryError(f"checkpoint path {out} exists and is not a folder")
-    if not force:
-        for name in FILES:
-            if (out / name).exists():
-                raise FileExistsError(f"{out / name} already exists; pass force=True (--force) to overwrite")
+    for name in FILES:
+        if (out / name).is_dir():
+            raise IsADirectoryError(f"{out / name} is a folder; a checkpoint file goes there")
+        check_target(out / name)
+        if not force and (out / name).exists():
+            raise FileExistsError(f"{out / name} already exists; pass force=True (--force) to overwrite")
     return out
 
 

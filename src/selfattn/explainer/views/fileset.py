@@ -7,34 +7,33 @@ target, and only when all of them are on disk are they renamed, one after the ot
 
 from __future__ import annotations
 
-import os
-import secrets
 from pathlib import Path
 
-from ...files import check_writable, write_atomic
+from ...files import Staged, check_target, check_writable, commit, discard, stage
 
 __all__ = ["write_all"]
 
 
 def write_all(files: dict, *, force: bool = False) -> list[Path]:
     """Write every {path: bytes} as one set: first each to a temporary name beside it (where a full disk
-    fails, and then every temporary file is removed and no target touched), then each renamed onto its
-    path. An existing path is replaced only with `force`. Returns the paths, in order."""
-    parts: list[tuple[Path, Path]] = []
+    fails, and then every temporary file is removed and no target touched), then, once every target is
+    checked again (none turned into a FIFO or a device meanwhile, none appeared without `force`), each renamed
+    onto its path. An existing path is replaced only with `force`, and never what is not a regular file
+    (`files.check_target`). Returns the paths, in order."""
+    staged: list[Staged] = []
     try:
         for path, data in files.items():
             path = Path(path)
             path.parent.mkdir(parents=True, exist_ok=True)
             check_writable(path, force=force)
-            part = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
-            write_atomic(part, data)
-            parts.append((part, path))
-        for _, path in parts:
-            if path.exists() and not force:  # appeared while we wrote
-                raise FileExistsError(f"{path} already exists; pass --force to overwrite")
-        for part, path in parts:
-            os.replace(part, path)
+            staged.append(stage(path, data))
+        for part in staged:
+            check_target(part.path)
+            if part.path.exists() and not force:  # appeared while we wrote
+                raise FileExistsError(f"{part.path} already exists; pass --force to overwrite")
+        for part in staged:
+            commit(part, force=force)
     finally:
-        for part, _ in parts:
-            part.unlink(missing_ok=True)
+        for part in staged:
+            discard(part)
     return [Path(p) for p in files]

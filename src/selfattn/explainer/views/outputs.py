@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from ...files import check_writable
+from ...files import check_target, check_writable
 from . import export, plots
 from .fileset import write_all
 
@@ -37,6 +37,7 @@ def check(*, npz=None, html=None, plots_dir=None, force: bool = False, selected:
     from ...model.checkpoint import check_creatable  # plots are written into a folder made when missing
 
     if plots_dir is not None and Path(plots_dir).exists() and not Path(plots_dir).is_dir():
+        check_target(plots_dir)  # a FIFO or a device is named as what it is
         raise NotADirectoryError(f"--plots {plots_dir} is a file; give a folder")
     seen: dict[Path, str] = {}
     planned = _planned(npz, html, plots_dir, selected)

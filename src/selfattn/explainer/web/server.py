@@ -69,7 +69,7 @@ from ..capture.cache import TraceCache
 from ..session import DEFAULT_TEXT, MAX_CHARS, Explainer
 from ..views import checkable, report, texts
 from .body import ExplainRequest, Needs
-from .guard import MAX_HEADER_BYTES, HttpGuard, allowed_hosts
+from .guard import BODY_SECONDS, MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 
 __all__ = ["create_app", "serve", "ExplainRequest", "MAX_BODY_BYTES", "MIN_TEMPERATURE", "MAX_TEMPERATURE"]
 
@@ -111,15 +111,16 @@ class Busy(Exception):
 
 def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> FastAPI:
     """The web app for one explainer (a model and its tokenizer), behind an `HttpGuard`: bodies over
-    MAX_BODY_BYTES (streamed or not), oversized headers and, when `hosts` is given, a Host header that
-    does not name this server are refused before any endpoint runs (`serve` passes the bound address)."""
+    MAX_BODY_BYTES (streamed or not) or not whole within BODY_SECONDS (408, the connection closed), oversized
+    headers and, when `hosts` is given, a Host header that does not name this server's address and port are
+    refused before any endpoint runs (`serve` passes the bound address)."""
     if not isinstance(explainer, Explainer):
         raise TypeError(f"explainer must be a selfattn.explainer.session.Explainer, got {type(explainer).__name__}")
     app = FastAPI(title="selfattn explorer", docs_url=None, redoc_url=None, openapi_url=None)
     work = _Work(explainer)
     app.state.traces = work.traces
     app.state.results = work.results
-    app.add_middleware(HttpGuard, max_body=MAX_BODY_BYTES, hosts=hosts)
+    app.add_middleware(HttpGuard, max_body=MAX_BODY_BYTES, hosts=hosts, body_seconds=BODY_SECONDS)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):

@@ -2,7 +2,7 @@
 
 Hostile JSON bodies (wrong types, `"temperature": true`, huge numbers, NaN literals, deep nesting,
 invalid UTF-8), hostile framing (100 KB headers, a foreign or missing Host, absurd Content-Length,
-broken chunks), then the measurements of issue 11 (`measure`). A request ends as: ok (200 with strict
+broken chunks), then the measurements (`measure`). A request ends as: ok (200 with strict
 JSON or the page), a clear error (4xx with a one-line `detail`, or h11's own 400/431 for broken
 framing), wrong (a 200 for what must be refused, a 4xx for what is valid), or a traceback (a 5xx, a
 dropped connection, or "Traceback" in the server's output).
@@ -16,7 +16,7 @@ import time
 
 from tests.live_server import HOST, Server, raw, request
 
-from .tally import Tally, strict_json
+from ..tally import Tally, strict_json
 
 SHORT = "一只蓝色怪兽走进森林"
 LONG = "一只蓝色怪兽走进森林。" * 169
@@ -149,6 +149,10 @@ def run(server: Server) -> Tally:
         ("Host evil:port", "error", "POST", "/api/explain", f"evil.example:{port}"),
         ("no Host", "error", "POST", "/api/explain", ""),
         ("Host localhost", "ok", "POST", "/api/explain", f"localhost:{port}"),
+        ("Host 127.0.0.1:1 (another port)", "error", "POST", "/api/explain", f"{HOST}:1"),
+        ("Host 127.0.0.1:port+1", "error", "POST", "/api/explain", f"{HOST}:{port + 1}"),
+        ("Host 127.0.0.1 (no port)", "error", "POST", "/api/explain", HOST),
+        ("Host LOCALHOST:port", "ok", "POST", "/api/explain", f"LOCALHOST:{port}"),
     ]
     for label, expect, method, path, host in page_cases:
         _judge(
@@ -190,7 +194,8 @@ def run(server: Server) -> Tally:
         *raw(port, head + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + ok_chunked),
     )
     slowloris(tally, port)
-    return tally  # the server's log is read for tracebacks once, after the measurements (hostile_run)
+    short_bodies(tally, port)
+    return tally  # the server's log is read for tracebacks once, after the measurements (scripts/hostile_run.py)
 
 
 SLOW_CLIENTS = 8
@@ -229,12 +234,52 @@ def slowloris(tally: Tally, port: int) -> None:
         tally.record("wrong", label, f"status {status} after {seconds:.1f} s")
 
 
-def unicode_cases(server: Server) -> Tally:
-    """Issue 18 item 14 over HTTP: ordinary Unicode in the text is text (200 with strict JSON), real control
-    characters are refused (4xx with a detail); the same characters as the CLI's (scripts/hostile/cli18.py)."""
-    from .cli18 import CONTROLS, ORDINARY, ORDINARY_TOO
+SHORT_BODY_LIMIT_S = 20
+"""A body that never arrives in full must be answered (408) and its connection closed within this long."""
 
-    tally = Tally("HTTP18 (real selfattn serve)")
+
+def short_bodies(tally: Tally, port: int) -> None:
+    """Bodies that do not arrive: a Content-Length larger than what is sent, a chunked body left open, and one
+    byte a second; each must be answered 408 (or 400) and closed within SHORT_BODY_LIMIT_S, never held."""
+    head = f"POST /api/explain HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n".encode()
+    for label, headers, sent, trickle in [
+        ("Content-Length 1000, 10 bytes sent", b"Content-Length: 1000\r\n", b'{"text": "', False),
+        ("chunked body never ended", b"Transfer-Encoding: chunked\r\n", b'5\r\n{"tex\r\n', False),
+        ("a body trickled one byte a second", b"Content-Length: 60\r\n", b'{"text": "', True),
+    ]:
+        start = time.monotonic()
+        data = b""
+        try:
+            with socket.create_connection((HOST, port), timeout=SHORT_BODY_LIMIT_S + 5) as s:
+                s.sendall(head + headers + b"\r\n" + sent)
+                s.settimeout(1.0 if trickle else SHORT_BODY_LIMIT_S + 5)
+                while time.monotonic() - start < SHORT_BODY_LIMIT_S + 5:
+                    try:
+                        part = s.recv(65536)
+                    except TimeoutError:
+                        s.sendall(b"a")  # the trickle: one more byte, never the whole body
+                        continue
+                    if not part:
+                        break
+                    data += part
+        except OSError as e:
+            data = data or str(e).encode()
+        waited = time.monotonic() - start
+        status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.") else None
+        if status in (400, 408) and waited < SHORT_BODY_LIMIT_S:
+            tally.record("ok" if b"detail" in data else "wrong", label, "" if b"detail" in data else "no detail")
+        elif status is None:
+            tally.record("hang", label, f"no answer, connection held {waited:.1f} s")
+        else:
+            tally.record("wrong", label, f"status {status} after {waited:.1f} s")
+
+
+def unicode_cases(server: Server) -> Tally:
+    """Ordinary Unicode in the text is text (200 with strict JSON), real control characters are refused (4xx
+    with a detail); the same characters as the CLI's (`cli.text_and_files`)."""
+    from ..cli.text_and_files import CONTROLS, ORDINARY, ORDINARY_TOO
+
+    tally = Tally("HTTP: Unicode and control characters")
     for name, ch in {**ORDINARY, **ORDINARY_TOO}.items():
         for text in (f"一只{ch}蓝色怪兽", f"{ch}一只蓝色怪兽{ch}"):
             body = json.dumps({"text": text, "format": "packed"}).encode()

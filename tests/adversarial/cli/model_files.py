@@ -1,46 +1,29 @@
-"""Surfaces "files28" and "http28": the findings of issue 28 and their neighbours.
+"""Model files and experiments over the CLI (a subprocess each, judged like `cli.cases`).
 
-files28 (the CLI, a subprocess each, judged like cli_cases)
-    GGUF files          4 bytes, the first 1 MiB of a real one, a token count of 2⁴⁰, the metadata whole but
-                        the tensors cut short, a text file named .gguf: refused in one line, exit 1
-    transformers folders a hidden size not a multiple of the heads, NaN / negative / infinite config numbers,
-                        float weights stored as integers, a tokenizer that deletes the text: refused naming it;
-                        the intact folder explained
-    experiments         --ablate, --patch, --logit-lens with good and bad values on the default model
-http28 (two real `selfattn serve` processes of the default model)
-    concurrency         patch and explain requests sent together, in rounds, to one server; each answer must
-                        equal, byte for byte, the same request sent alone to the other ("wrong" otherwise,
-                        "traceback" for a 5xx). Two servers, since each keeps its answers.
+GGUF files          4 bytes, the first 1 MiB of a real one, a token count of 2⁴⁰, the metadata whole but
+                    the tensors cut short, a text file named .gguf: refused in one line, exit 1
+transformers folders a hidden size not a multiple of the heads, NaN / negative / infinite config numbers,
+                    float weights stored as integers, a tokenizer that deletes the text: refused naming it;
+                    the intact folder explained
+experiments         --ablate, --patch, --logit-lens with good and bad values on the default model
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import struct
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .cli_cases import WORKERS, Case, _json_ok, _run_one
-from .tally import Tally
+from ..tally import Tally
+from .cases import WORKERS, Case, _json_ok, _run_one
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TIMEOUT_S = 180
-"""A run of files28 longer than this is a hang (a GGUF read or a tiny transformers model, on busy cores)."""
-HTTP_TIMEOUT_S = 300
+"""A run of these cases longer than this is a hang (a GGUF read or a tiny transformers model, on busy cores)."""
 Q = "model.layers.0.self_attn.q_proj.weight"
 TEXT = "一只蓝色怪兽走进"
 CORRUPTED = "两条红色鱼游进"
-ROUNDS = 3
-PAIRS = [
-    ("一只蓝色怪兽走进", "两条红色鱼游进"),
-    ("一只红色怪兽走进", "一只蓝色小鸟飞进"),
-    ("两只蓝色怪兽走进", "一条红色鱼游进"),
-    ("小鸟飞进", "鱼游进"),
-]
-"""Clean and corrupted texts of one token length for the default model; patched for "森林" against "大海"."""
-SHORT = ["一只蓝色怪兽", "小鸟飞进森林", "红色鱼游进大海", "一只怪兽走进森林", "两条鱼"]
 
 
 def _gguf() -> Path | None:
@@ -138,75 +121,8 @@ def cases(work: Path) -> list[Case]:
 
 def run(work: Path) -> Tally:
     prepare(work)
-    tally = Tally("files and experiments (issue 28, CLI)")
+    tally = Tally("model files and experiments (CLI)")
     with ThreadPoolExecutor(WORKERS) as pool:
         for _, outcome, label, detail in pool.map(lambda case: _run_one(case, work), cases(work)):
             tally.record(outcome, label, detail)
-    return tally
-
-
-def _ask(port: int, payload: dict) -> tuple[int | None, bytes]:
-    from tests.live_server import request
-
-    try:
-        return request(port, json.dumps(payload).encode(), timeout=HTTP_TIMEOUT_S)
-    except OSError as e:
-        return None, str(e).encode()
-
-
-def _rounds() -> list[list[dict]]:
-    rounds = []
-    for r in range(ROUNDS):
-        pairs = (PAIRS[r], PAIRS[r + 1][::-1])
-        patches = [{"text": c, "patch": {"corrupted": x, "target": "森林", "foil": "大海"}} for c, x in pairs]
-        rounds.append(patches + [{"text": t + "。" * r} for t in SHORT])
-    return rounds
-
-
-def _together(port: int, payloads: list[dict]) -> list:
-    """Every payload sent at once, one thread each released by a barrier; None for one not answered in time."""
-    got: list = [None] * len(payloads)
-    start = threading.Barrier(len(payloads))
-
-    def send(k: int) -> None:
-        start.wait()
-        got[k] = _ask(port, payloads[k])
-
-    threads = [threading.Thread(target=send, args=(k,), daemon=True) for k in range(len(payloads))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(HTTP_TIMEOUT_S)
-    return got
-
-
-def run_http(work: Path) -> Tally:
-    """Each round's requests sent together (a barrier releases the threads) to one server, then one at a time
-    to the other; every answer compared byte for byte."""
-    from tests.live_server import Server
-
-    tally = Tally("concurrency over HTTP (issue 28)")
-    (work / "alone").mkdir(parents=True)
-    (work / "together").mkdir()
-    with Server(work / "alone") as alone, Server(work / "together") as together:
-        for n, payloads in enumerate(_rounds()):
-            got = _together(together.port, payloads)
-            for payload, answer in zip(payloads, got, strict=True):
-                label = f"round {n}: {'patch' if 'patch' in payload else 'explain'} {payload['text']}"
-                if answer is None:
-                    tally.record("hang", label, f"no answer within {HTTP_TIMEOUT_S} s")
-                    continue
-                status, body = answer
-                want_status, want = _ask(alone.port, payload)
-                if status is None or status >= 500:
-                    tally.record("traceback", label, f"together: {status} {body[:200]!r}")
-                elif want_status != 200 or status != 200:
-                    tally.record("wrong", label, f"together {status}, alone {want_status}: {body[:200]!r}")
-                elif body != want:
-                    tally.record("wrong", label, "together the answer differs from the same request alone")
-                else:
-                    tally.record("ok", label)
-        for server in (alone, together):
-            if "Traceback" in server.log.read_text(errors="replace"):
-                tally.record("traceback", "server log", "Traceback in its output")
     return tally

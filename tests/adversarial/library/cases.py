@@ -22,13 +22,14 @@ import torch
 import selfattn
 from tests.helpers import make_inputs, reference_of
 
-from .tally import Tally, raised_outside
+from ...tolerances import FLOOR, TOL
+from ..tally import Tally, raised_outside
 
 SEED = 11
 ATTENTION_CASES = 420
-"""Random hostile attention calls (plus the named regressions of issue 11)."""
-TOL = {torch.float64: 1e-9, torch.float32: 2e-4, torch.float16: 3e-2, torch.bfloat16: 8e-2}
-"""Largest |output - float64 reference| accepted per input dtype (scaled by the values' size)."""
+"""Random hostile attention calls (plus the named regressions)."""
+HOSTILE_TOL = {dtype: TOL[f"hostile_{str(dtype).removeprefix('torch.')}"] for dtype in FLOOR}
+"""Largest |output - float64 reference| accepted per input dtype (scaled by the values' size): tests/tolerances.py."""
 
 HOSTILE_SHARE = 0.15
 """Chance that each argument of a random call is drawn from its hostile list (else from its valid one), so
@@ -141,7 +142,7 @@ def _check_attention(q, k, v, kw, dropout_p, *, nan_inputs: bool):
         if not nan_inputs and not np.isfinite(got).all():
             return f"non-finite output (reference finite: {bool(np.isfinite(ref).all())})"
         size = max(1.0, float(np.nanmax(np.abs(ref), initial=0.0)))
-        tol = TOL[q.dtype] * size
+        tol = HOSTILE_TOL[q.dtype] * size
         if not np.allclose(got, ref, atol=tol, rtol=0, equal_nan=True):
             err = float(np.nanmax(np.abs(got - ref), initial=0.0))
             return f"output differs from the float64 reference by {err:.3g} (tolerance {tol:.3g})"
@@ -154,36 +155,68 @@ def _check_attention(q, k, v, kw, dropout_p, *, nan_inputs: bool):
 
 
 def attention_cases(tally: Tally) -> None:
+    """ATTENTION_CASES random calls drawn from random.Random(SEED) (the run's table), then the named ones."""
     rng = random.Random(SEED)
     for i in range(ATTENTION_CASES):
-        Hkv, G = rng.randint(1, 2), rng.randint(1, 2)
-        B, Hq, Lq, Lk, D = rng.randint(1, 2), Hkv * G, rng.randint(0, 9), rng.randint(0, 9), rng.randint(1, 5)
-        Dv = D if rng.random() < 0.8 else rng.randint(1, 6)
-        dtype, magnitude = _draw(rng, "dtype"), _draw(rng, "magnitude")
-        q, k, v = make_inputs(B, Hq, Hkv, Lq, Lk, D, Dv, dtype=dtype, seed=i, magnitude=magnitude)
-        kw = {
-            "causal": _draw(rng, "causal"),
-            "mask": _mask(_draw(rng, "mask"), rng, B, Hq, Lq, Lk, seed=i),
-            "window": _draw(rng, "window"),
-            "scale": _draw(rng, "scale"),
-            "softcap": _draw(rng, "softcap"),
-        }
-        dropout_p, backend = _draw(rng, "dropout_p"), _draw(rng, "backend")
-        flags = {"return_lse": True} if rng.random() < 0.3 else {}
-        if rng.random() < 0.15 and dtype.is_floating_point and Lk > 1:
-            k[..., Lk - 1, :] = math.nan  # a NaN in the last key: causal-hidden from every row but the last
-        nan_inputs = dtype.is_floating_point and bool(torch.isnan(k).any())
-        label = (
-            f"attention#{i} {tuple(q.shape)} k{tuple(k.shape)} v{tuple(v.shape)} {dtype} x{magnitude:g} "
-            f"backend={backend!r} dropout={dropout_p!r} " + " ".join(f"{n}={_short(x)}" for n, x in kw.items())
-        )
-        call(
-            tally,
-            label,
-            lambda: selfattn.attention(q, k, v, **kw, dropout_p=dropout_p, backend=backend, **flags),
-            _check_attention(q, k, v, kw, dropout_p, nan_inputs=nan_inputs),
-        )
+        attention_case(tally, rng, i)
     named_attention_cases(tally)
+
+
+def attention_case(tally: Tally, rng, i: int) -> str:
+    """One random attention call, its arguments drawn from `rng` (random.Random, or `Drawn` for hypothesis):
+    equal to the float64 reference, or refused with a clear error. Returns its outcome."""
+    Hkv, G = rng.randint(1, 2), rng.randint(1, 2)
+    B, Hq, Lq, Lk, D = rng.randint(1, 2), Hkv * G, rng.randint(0, 9), rng.randint(0, 9), rng.randint(1, 5)
+    Dv = D if rng.random() < 0.8 else rng.randint(1, 6)
+    dtype, magnitude = _draw(rng, "dtype"), _draw(rng, "magnitude")
+    q, k, v = make_inputs(B, Hq, Hkv, Lq, Lk, D, Dv, dtype=dtype, seed=i, magnitude=magnitude)
+    kw = {
+        "causal": _draw(rng, "causal"),
+        "mask": _mask(_draw(rng, "mask"), rng, B, Hq, Lq, Lk, seed=i),
+        "window": _draw(rng, "window"),
+        "scale": _draw(rng, "scale"),
+        "softcap": _draw(rng, "softcap"),
+    }
+    dropout_p, backend = _draw(rng, "dropout_p"), _draw(rng, "backend")
+    flags = {"return_lse": True} if rng.random() < 0.3 else {}
+    if rng.random() < 0.15 and dtype.is_floating_point and Lk > 1:
+        k[..., Lk - 1, :] = math.nan  # a NaN in the last key: causal-hidden from every row but the last
+    nan_inputs = dtype.is_floating_point and bool(torch.isnan(k).any())
+    label = (
+        f"attention#{i} {tuple(q.shape)} k{tuple(k.shape)} v{tuple(v.shape)} {dtype} x{magnitude:g} "
+        f"backend={backend!r} dropout={dropout_p!r} " + " ".join(f"{n}={_short(x)}" for n, x in kw.items())
+    )
+    return call(
+        tally,
+        label,
+        lambda: selfattn.attention(q, k, v, **kw, dropout_p=dropout_p, backend=backend, **flags),
+        _check_attention(q, k, v, kw, dropout_p, nan_inputs=nan_inputs),
+    )
+
+
+class Drawn:
+    """The few methods of random.Random that `attention_case` uses, drawn from a hypothesis `data` object, so
+    that hypothesis chooses (and shrinks) every argument."""
+
+    def __init__(self, data):
+        from hypothesis import strategies as st
+
+        self._data, self._st = data, st
+
+    def randint(self, a: int, b: int) -> int:
+        return self._data.draw(self._st.integers(a, b))
+
+    def randrange(self, n: int) -> int:
+        return self._data.draw(self._st.integers(0, n - 1))
+
+    def random(self) -> float:
+        """In [0, 1), its simplest value (where hypothesis starts and shrinks to) 1 - 2⁻³², not 0: the plain side
+        of every `rng.random() < share` (a valid argument, no NaN key), so a failure shrinks to its fewest
+        hostile arguments and most calls stay valid enough to be checked against the reference."""
+        return 1.0 - self._data.draw(self._st.integers(1, 2**32)) / 2**32
+
+    def choice(self, seq):
+        return self._data.draw(self._st.sampled_from(list(seq)))
 
 
 def _short(x) -> str:
@@ -193,7 +226,7 @@ def _short(x) -> str:
 
 
 def named_attention_cases(tally: Tally) -> None:
-    """The attention findings of issue 11, each on every backend."""
+    """Attention calls once answered wrong, each on every backend."""
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, 5, 4, generator=g, dtype=torch.float32) for _ in range(3))
     hidden_nan = k.clone()
@@ -280,7 +313,7 @@ def attention_weights_cases(tally: Tally) -> None:
                 except (TypeError, ValueError):
                     return "accepted rows that are not integers"
             want = res.weights[:, :, index]
-            if w.shape != want.shape or not torch.allclose(w, want, atol=1e-12):
+            if w.shape != want.shape or not torch.allclose(w, want, atol=TOL["float64"]):
                 return "weights differ from attention's"
             return None
 

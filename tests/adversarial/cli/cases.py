@@ -15,13 +15,14 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .tally import Tally, strict_json
+from ..tally import Tally, strict_json
 
 WORKERS = 2
 """CLI runs at once (each imports torch: two keep this 2-core machine busy without thrashing)."""
@@ -59,8 +60,12 @@ class Case:
 
 
 def _snapshot(path: Path):
-    if not path.exists():
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
         return None
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):  # a FIFO, a device: never read (it blocks)
+        return ("special", stat.S_IFMT(info.st_mode), info.st_ino, info.st_rdev)
     if path.is_dir():
         return sorted(
             (p.relative_to(path).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "")
@@ -319,11 +324,71 @@ def cases() -> list[Case]:
         Case("serve --host unroutable", ["serve", "--host", "256.0.0.1", "--port", "8765"], "error"),
         Case("serve --model missing", ["serve", "--model", f"gone/{MARKUP}", "--port", "8766"], "error"),
     ]
+    return c + special_file_cases() + range_cases()
+
+
+SPECIALS = {"fifo": "a FIFO", "full": "a character device", "link_full": "a symlink to a character device"}
+"""The special files `prepare` makes (name: what the refusal says): never replaced, even with --force."""
+
+
+def special_file_cases() -> list[Case]:
+    """Every output path aimed at a FIFO, a private /dev/full (mknod c 1 7) or a symlink to it, with --force:
+    refused in one line naming it, the file left what it was ("lost" otherwise)."""
+    c = []
+    for name, says in SPECIALS.items():
+        for flag in ("--html", "--npz"):
+            argv = ["explain", "一只蓝色怪兽", flag, f"special/{name}", "--force"]
+            c.append(Case(f"explain {flag} {name} --force", argv, "error", keep=[f"special/{name}"], error_says=says))
+        c.append(
+            Case(
+                f"train --plot {name} --force",
+                ["train", "--preset", "tiny", "--out", f"special_out_{name}", "--plot", f"special/{name}", "--force"],
+                "error",
+                keep=[f"special/{name}"],
+                absent=[f"special_out_{name}"],
+                error_says=says,
+            )
+        )
+    c.append(
+        Case(
+            "explain --plots into a folder holding a FIFO named grid.png",
+            ["explain", "一只蓝色怪兽", "--plots", "special_plots", "--force"],
+            "error",
+            keep=["special_plots/grid.png"],
+            error_says="FIFO",
+        )
+    )
+    c.append(
+        Case(
+            "train --out a folder whose config.json is a device, --force",
+            ["train", "--preset", "tiny", "--out", "special_ckpt", "--force"],
+            "error",
+            keep=["special_ckpt/config.json"],
+            error_says="character device",
+        )
+    )
+    return c
+
+
+def range_cases() -> list[Case]:
+    """Ranges and lists bounded before they are expanded: one line, at once, whatever the numbers."""
+    fast = 60
+    c = [
+        Case(f"explain --layers {v[:30]!r}", ["explain", "--layers", v], "error", timeout_s=fast)
+        for v in ["0-99999999", "0-" + "9" * 40, "3,600", "²", "0-5,6-", "5-3", "-1"]
+    ]
+    many = ",".join(f"{i}.{j}" for i in range(40) for j in range(40))
+    c += [
+        Case("explain --ablate 1,600 heads", ["explain", "--ablate", many], "error", timeout_s=fast, error_says="1024"),
+        Case("explain --ablate 5,000-digit layer", ["explain", "--ablate", "9" * 5000 + ".1"], "error", timeout_s=fast),
+        Case("explain --ablate 512.0", ["explain", "--ablate", "512.0"], "error", timeout_s=fast, error_says="512"),
+        Case("explain --layers 0-511 (the largest)", ["explain", "--layers", "0-511"], "error", error_says="layer"),
+    ]
     return c
 
 
 def _env() -> dict:
-    src = str(Path(__file__).resolve().parents[2] / "src")
+    src = str(Path(__file__).resolve().parents[3] / "src")
     return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": src, "COLUMNS": "120", "TERM": "xterm-256color"}
 
 
@@ -348,6 +413,20 @@ def prepare(work: Path) -> None:
     (work / "pickles").mkdir()
     (work / "pickles" / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 1}))
     (work / "pickles" / "pytorch_model.bin").write_bytes(b"\x80\x04cos\nsystem\n(S'echo pwned'\ntR.")
+    _special_files(work)
+
+
+def _special_files(work: Path) -> None:
+    """A FIFO, a private /dev/full and a symlink to it, a FIFO where --plots writes, a device as a checkpoint's
+    config.json (mknod: the campaign runs as root, as the attacker did)."""
+    (work / "special").mkdir()
+    os.mkfifo(work / "special" / "fifo")
+    (work / "special_plots").mkdir()
+    os.mkfifo(work / "special_plots" / "grid.png")
+    (work / "special_ckpt").mkdir()
+    for path in (work / "special" / "full", work / "special_ckpt" / "config.json"):
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 7))
+    (work / "special" / "link_full").symlink_to("full")
 
 
 def _run_one(case: Case, work: Path) -> tuple[Case, str, str, str]:

@@ -1,4 +1,4 @@
-"""Surface "ring": ring attention in real process groups of 2 … 5 ranks (issue 18, items 1 and 7; issue 20).
+"""Surface "ring": ring attention in real process groups of 2 … 5 ranks (windows, padding, sinks, ALiBi).
 
 Random calls with sliding windows from one position to past the whole sequence (so a window spans
 0 … W − 1 ranks) and two-sided windows (left, right) (either side unbounded, up to past the sequence),
@@ -22,7 +22,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from .tally import Tally
+from ...tolerances import TOL
+from ..tally import Tally
 
 WORLDS = (2, 3, 4, 5)
 CASES_PER_WORLD = 48
@@ -36,22 +37,22 @@ MAX_RESTARTS = 6
 """Fresh groups per world size after broken ones; the cases left after that are counted as hangs."""
 BROKE = "(left the ring) "
 """Starts the detail of a wrong result after which a rank stops: it raised mid-call, the others may wait."""
-TOL = {"float64": 1e-9, "float32": 2e-4}
-"""Largest |got − spec| per dtype (scaled by the size of the spec's values, at least 1)."""
+RING_TOL = {dtype: TOL[f"hostile_{dtype}"] for dtype in ("float64", "float32")}
+"""Largest |got − spec| per dtype (scaled by the size of the spec's values, at least 1): tests/tolerances.py."""
 
 NAMED = [
-    # issue 18 item 1: windows wider than one rank's chunk (wrong outputs, no error)
+    # windows wider than one rank's chunk (wrong outputs, no error)
     dict(world=2, layout="contiguous", L=8, causal=True, window=5),
     dict(world=3, layout="contiguous", L=6, causal=True, window=3),
     dict(world=3, layout="zigzag", L=12, causal=True, window=5),
     dict(world=4, layout="zigzag", L=16, causal=True, window=6),
-    # issue 18 item 7: mostly padding, windows on 5 ranks (crashes, then hangs)
+    # mostly padding, windows on 5 ranks (crashes, then hangs)
     dict(world=3, layout="zigzag", L=2, causal=False, window=None),
     dict(world=5, layout="zigzag", L=7, causal=True, window=2),
     dict(world=5, layout="contiguous", L=7, causal=False, window=2),
     dict(world=5, layout="zigzag", L=1, causal=False, window=None),
     dict(world=4, layout="contiguous", L=3, causal=True, window=100),
-    # issue 20: two-sided windows make blocks after a rank's rows visible; sinks once per row; ALiBi globally
+    # two-sided windows make blocks after a rank's rows visible; sinks once per row; ALiBi globally
     dict(world=2, layout="contiguous", L=8, causal=False, window=(1, 4), sinks=True),
     dict(world=3, layout="zigzag", L=12, causal=False, window=(None, 2), alibi=True),
     dict(world=4, layout="zigzag", L=5, causal=False, window=(0, 0), sinks=True, alibi=True),
@@ -69,7 +70,7 @@ BAD_ARGS = [
     ("seq_len=True", {"seq_len": True}),
     ("layout='diagonal'", {"layout": "diagonal"}),
     ("causal='yes'", {"causal": "yes"}),
-    ("window=(2, -2)", {"window": (2, -2)}),  # -1 is unbounded (FlashAttention's convention, issue 29)
+    ("window=(2, -2)", {"window": (2, -2)}),  # -1 is unbounded (FlashAttention's convention)
     ("window=(-3, 0)", {"window": (-3, 0)}),
     ("window=(1, 2, 3)", {"window": (1, 2, 3)}),
     ("window=(1.5, 2)", {"window": (1.5, 2)}),
@@ -173,7 +174,7 @@ def run(work: Path) -> Tally:
                 for case in todo[first:]:
                     tally.record("hang", label(case), "not run: too many broken groups before it")
                 break
-            procs, results = start(world, f"{__package__}.ring_worker:work", args=(first,), timeout_s=GROUP_TIMEOUT_S)
+            procs, results = start(world, f"{__package__}.worker:work", args=(first,), timeout_s=GROUP_TIMEOUT_S)
             got = collect(procs, results, world, wait_s=GROUP_WAIT_S)
             per_rank = [got[r][1] if r in got and got[r][0] == "ok" else [] for r in range(world)]
             errors = {r: got[r][1] for r in got if got[r][0] == "error"}

@@ -13,7 +13,7 @@ from selfattn.distributed import RankFailure, padded_length, ring_attention, sha
 from tests.distributed.spec_grads import spec_with_grads
 from tests.helpers import make_inputs
 
-from .ring_cases import BROKE, TENSOR, TOL, cases
+from .cases import BROKE, RING_TOL, TENSOR, cases
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -75,7 +75,7 @@ def _attention(rank: int, world: int, c: dict, seed: int) -> tuple[str, str]:
         got = got.detach().double().numpy() if isinstance(got, torch.Tensor) else got
         if not np.isfinite(got).all():
             return "wrong", f"non-finite {name}"
-        tol = TOL[c.get("dtype", "float64")] * max(1.0, float(np.max(np.abs(ref), initial=0.0)))
+        tol = RING_TOL[c.get("dtype", "float64")] * max(1.0, float(np.max(np.abs(ref), initial=0.0)))
         err = float(np.max(np.abs(got - ref), initial=0.0))
         if not err <= tol:
             return "wrong", f"{name} off the float64 spec by {err:.3g} (tolerance {tol:.3g})"
@@ -127,7 +127,7 @@ def _model(world: int, L: int) -> tuple[str, str]:
         return "traceback", f"{type(e).__name__}: {str(e)[:250]}"
     for layout, logits in got.items():
         err = float((logits - want).abs().max())
-        if not err <= TOL["float64"]:
+        if not err <= RING_TOL["float64"]:
             return "wrong", f"{layout}: logits differ from one process's by {err:.3g}"
     return "ok", ""
 

@@ -1,4 +1,4 @@
-"""Issue 11's measurements against a real `selfattn serve`: peak RSS under a 300 MB chunked body and under
+"""Measurements against a real `selfattn serve`: peak RSS under a 300 MB chunked body and under
 ten clients that never read, the size of a 1,015-token answer, and the latency of short requests
 while long ones run (20 clients). Every loop is bounded in count and in time.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tests.live_server import request
 
-from .http_cases import HOST, LONG, SHORT, Server
+from .cases import HOST, LONG, SHORT, Server
 
 CHUNKED_TOTAL = 300 << 20
 CHUNK = 1 << 20

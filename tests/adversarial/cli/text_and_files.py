@@ -1,4 +1,5 @@
-"""Surface "cli18": the CLI findings of issue 18 and their neighbours, run like cli_cases (a subprocess each).
+"""Surface "cli-texts": the CLI's texts, files and configs once handled wrong, and their neighbours, run like
+`cli.cases` (a subprocess each).
 
 output paths      checked before any work: --plots into a folder holding the user's grid.svg or a head
                   picture, --npz X --html X, train --plot onto a file of the checkpoint it writes
@@ -20,8 +21,8 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .cli_cases import WORKERS, Case, _json_ok, _run_one
-from .tally import Tally
+from ..tally import Tally
+from .cases import WORKERS, Case, _json_ok, _run_one
 
 TIMEOUT_S = 60
 """A run of this surface longer than this is a hang (a FIFO that blocks; the slowest valid run, a tiny
@@ -286,7 +287,7 @@ def prepare(work: Path) -> None:
     import torch
     import transformers
 
-    from .library18 import _hf_folder
+    from ..library.edges import _hf_folder
 
     transformers.logging.disable_progress_bar()
 
@@ -316,7 +317,7 @@ def prepare(work: Path) -> None:
 
 def run(work: Path) -> Tally:
     prepare(work)
-    tally = Tally("CLI18 (subprocesses)")
+    tally = Tally("CLI: texts and files")
     with ThreadPoolExecutor(WORKERS) as pool:
         for _, outcome, label, detail in pool.map(lambda case: _run_one(case, work), cases()):
             tally.record(outcome, label, detail)

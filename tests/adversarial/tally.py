@@ -93,3 +93,14 @@ def format_table(rows: list[dict]) -> str:
         )
 
     return "\n".join([line(keys), line("-" * w for w in widths), *(line(r[k] for k in keys) for r in rows)])
+
+
+def assert_clean(tallies: list[Tally]) -> None:
+    """Fail (AssertionError with the table and every note) when any tally has a wrong result, a traceback, a
+    hang or a lost file; print the table either way (pytest -s shows it)."""
+    rows = [t.row() for t in tallies]
+    table = format_table(rows)
+    print(table)
+    bad = [n for t in tallies for n in t.notes]
+    if any(t.counts[o] for t in tallies for o in BAD):
+        raise AssertionError(table + "\n" + "\n".join(bad))

@@ -1,4 +1,5 @@
-"""Surface "library18": the library findings of issue 18 and their neighbours, each with its expected outcome.
+"""Surface "library-edges": the library's edge cases once found wrong and their neighbours, each with its expected
+outcome.
 
     huge finite masks      a row masked with finfo(float32).min, ±3e38 entries, a float64 −1e300 mask with
                            float32 q, float16 q with a 7e4 mask: equal to the float64 spec on every backend
@@ -14,7 +15,7 @@
     auto and flex          a transposed q must not make "auto" compile flex again (the warm check)
 
 Cases that may hang or take the machine run in a child process with a timeout and resource limits
-(library18_child.py): FIFO / device files as config.json or tokenizer.json, sdpa with a window at
+(edges_child.py): FIFO / device files as config.json or tokenizer.json, sdpa with a window at
 L = 65536, and a save over an existing checkpoint that fails (file size limit): the old one must survive.
 """
 
@@ -33,10 +34,11 @@ import torch
 import selfattn
 from selfattn.kernels.base import Result
 
-from .judge import named
-from .library import _check_attention, call
-from .library18_child import run_children
-from .tally import Tally
+from ...tolerances import TOL
+from ..judge import named
+from ..tally import Tally
+from .cases import _check_attention, call
+from .edges_child import run_children
 
 BACKENDS = ("naive", "sdpa", "tiled", "native", "auto")
 TEXT_EN = "a blue monster walks into the forest"
@@ -122,7 +124,9 @@ def cache_cases(tally: Tally) -> None:
             model(ids[:, :3], cache=cache)
             return model(ids[:, 3:5], cache=[cache[0], cache[0]])
 
-        near = lambda out: None if float((out - full[:, 4:]).abs().max()) < 1e-10 else "logits differ"  # noqa: E731
+        def near(out):
+            return None if float((out - full[:, 4:]).abs().max()) < TOL["float64_decode_vs_full"] else "logits differ"
+
         call(tally, "DecoderLM cache in sync (control)", in_sync, near, expect="ok")
         call(tally, "DecoderLM caches out of sync (lengths [6, 4])", out_of_sync, expect="error")
         call(tally, "DecoderLM one cache for two layers (empty)", shared, expect="error")
@@ -338,7 +342,7 @@ def run(work: Path) -> list[Tally]:
     ]
     tallies = []
     for name, fn in parts:
-        tally = Tally(f"library18: {name}")
+        tally = Tally(f"library edges: {name}")
         fn(tally)
         tallies.append(tally)
     return tallies

@@ -1,0 +1,1 @@
+"""The hostile campaign's cli surface (`tests.adversarial`)."""

@@ -1,0 +1,1 @@
+"""The hostile campaign's files surface (`tests.adversarial`)."""

@@ -1,0 +1,1 @@
+"""The hostile campaign's library surface (`tests.adversarial`)."""

@@ -1,0 +1,1 @@
+"""The hostile campaign's ring surface (`tests.adversarial`)."""

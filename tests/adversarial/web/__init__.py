@@ -1,0 +1,1 @@
+"""The hostile campaign's web surface (`tests.adversarial`)."""
