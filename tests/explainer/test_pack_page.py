@@ -140,22 +140,23 @@ def test_a_layer_measured_by_export_is_read_back_by_the_page_and_one_changed_sin
     runs = []
     stages = packing.head_stages
     monkeypatch.setattr(packing, "head_stages", lambda *a, **k: runs.append(1) or stages(*a, **k))
-    monkeypatch.setattr(packing, "_PACKED", packing._Packed(0))  # keeps nothing: every layer packed afresh
-    fresh = json.dumps(packing.pack(copy.deepcopy(doc)))
+    fresh = json.dumps(packing.pack(copy.deepcopy(doc)))  # no store: every layer packed afresh
     assert runs
-    monkeypatch.setattr(packing, "_PACKED", packing._Packed(packing.PACKED_BYTES))
-    sizes = [packing.layer_bytes(layer, l) for l, layer in enumerate(doc["layers"])]  # as export measures them
+    store = packing.PackedLayers()  # a Session's
+    sizes = [packing.layer_bytes(layer, l, store) for l, layer in enumerate(doc["layers"])]  # as export measures
     runs.clear()
-    page = packing.pack(doc)
+    page = packing.pack(doc, store)
     assert json.dumps(page) == fresh and not runs  # the same page, the stages not run again
     without_types = [{k: v for k, v in layer.items() if k != "types"} for layer in page["layers"]]
     assert sizes == [
         len(json.dumps(layer, ensure_ascii=False, separators=(",", ":")).encode()) for layer in without_types
     ]
     page["layers"][1]["heads"][0]["q"]["b64"] = "spoiled"  # a caller's copy: what is kept stays as it was
-    assert json.dumps(packing.pack(doc)) == fresh and not runs
+    assert json.dumps(packing.pack(doc, store)) == fresh and not runs
+    assert json.dumps(packing.pack(doc, packing.PackedLayers())) == fresh and runs  # another owner's store: packed
+    runs.clear()
     doc["layers"][1]["heads"][0]["q"][0][0] += 1.0
-    changed = packing.pack(doc)
+    changed = packing.pack(doc, store)
     assert runs  # packed afresh
     q = packing.unpack(changed["layers"][1]["heads"][0]["q"])
     assert q[0, 0] == doc["layers"][1]["heads"][0]["q"][0][0]  # the number as it is now
@@ -168,10 +169,11 @@ def test_a_layer_packed_before_is_packed_afresh_through_another_stage_function(m
     from tests.explainer.tiny import tiny_explainer
 
     doc = explained(tiny_explainer(), "一只蓝色怪兽走进森林", layers=[1], layer=1, head=0)
-    before = packing.unpack(packing.pack(doc)["layers"][1]["heads"][0]["key_stages"])
+    store = packing.PackedLayers()
+    before = packing.unpack(packing.pack(doc, store)["layers"][1]["heads"][0]["key_stages"])
     stages = packing.head_stages
     monkeypatch.setattr(
         packing, "head_stages", lambda *a, **k: stages(*a, **k) | {"scores": stages(*a, **k)["scores"] + 100}
     )
-    after = packing.unpack(packing.pack(doc)["layers"][1]["heads"][0]["key_stages"])
+    after = packing.unpack(packing.pack(doc, store)["layers"][1]["heads"][0]["key_stages"])
     np.testing.assert_allclose(after[0], before[0] + 100, rtol=0, atol=1e-9)

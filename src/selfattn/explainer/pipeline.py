@@ -27,6 +27,7 @@ TypeError: the app answers them with its "server.experiment" sentence, the CLI a
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -287,7 +288,9 @@ class Session:
     `selfattn.explain` call; the app one for its life. Thread-safe as its caches are.
 
     layers  the layers whose arrays the page and `doc` hold in full ("auto", None, "selected" or indices:
-            `views.export.document`)"""
+            `views.export.document`)
+    packed  the page's layers packed for this Session (`packing.PackedLayers`): export measures a layer by packing it,
+            the page reads it back"""
 
     def __init__(
         self,
@@ -303,6 +306,7 @@ class Session:
         self.cache = TraceCache(max_bytes=CACHE_BYTES) if cache is None else cache
         self.results = results
         self.layers = layers
+        self.packed = packing.PackedLayers()  # the page's layers packed once: measured by export, read by the page
 
     def explain(self, spec: Spec, *, compare: bool = True) -> Explanation:
         return explain(self.explainer, spec, cache=self.cache, results=self.results, compare=compare, session=self)
@@ -315,7 +319,8 @@ class Session:
         """The export dict of `e` (`views.export.document`), holding `layers` (default: this Session's), fitted to
         a page by their packed size (`packing.layer_bytes`)."""
         layers = self.layers if layers is None else layers
-        return export.document(e, stages=stages, layers=layers, lang=lang, page_bytes=packing.layer_bytes)
+        measure = functools.partial(packing.layer_bytes, store=self.packed)  # the page then reads them back
+        return export.document(e, stages=stages, layers=layers, lang=lang, page_bytes=measure)
 
     def to_json(self, e: Explanation) -> str:
         import json
@@ -336,7 +341,7 @@ class Session:
         if layer is not None or head is not None:
             e.check_head(layer if layer is not None else e.shown.layer, head if head is not None else e.shown.head)
         compare = None if e.other is None else e.other.doc
-        return report.render_html(e.doc, compare=compare, start=start or None)
+        return report.render_html(e.doc, compare=compare, start=start or None, store=self.packed)
 
     @staticmethod
     def inline(html: str):

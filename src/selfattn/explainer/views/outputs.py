@@ -56,10 +56,19 @@ def check(*, npz=None, html=None, plots_dir=None, force: bool = False, selected:
 
 
 def render(
-    doc: dict, *, npz=None, html=None, plots_dir=None, force: bool = False, lang: str = "zh", arrays=None
+    doc: dict,
+    *,
+    npz=None,
+    html=None,
+    plots_dir=None,
+    force: bool = False,
+    lang: str = "zh",
+    arrays=None,
+    store=None,
 ) -> dict:
     """{path: bytes} of every file asked for, drawn from `doc` (the .npz from `arrays`, {name: array}, when given:
-    `checkable.npz_arrays`); every path checked again (`check`), the shown head's pictures included, before anything
+    `checkable.npz_arrays`; the page's layers packed before read back from `store`, a `packing.PackedLayers`); every
+    path checked again (`check`), the shown head's pictures included, before anything
     is drawn."""
     selected = (doc["selected"]["layer"], doc["selected"]["head"])
     check(npz=npz, html=html, plots_dir=plots_dir, force=force, selected=selected)
@@ -69,7 +78,7 @@ def render(
     if html is not None:
         from .report import render_html
 
-        files[Path(html)] = render_html(doc | {"lang": lang}).encode("utf-8")  # the page speaks --lang
+        files[Path(html)] = render_html(doc | {"lang": lang}, store=store).encode("utf-8")  # it speaks --lang
     if plots_dir is not None:
         files |= {Path(plots_dir) / name: data for name, data in plots.render(doc, lang=lang).items()}
     return files

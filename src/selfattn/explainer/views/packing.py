@@ -67,6 +67,8 @@ from .page_budget import SHOWN_ALL, TOP_KEYS, VECTOR_DIGITS, fixed_fits, int_ran
 
 __all__ = [
     "pack",
+    "PackedLayers",
+    "PACKED_BYTES",
     "layer_bytes",
     "pack_weights",
     "head_type_names",
@@ -101,8 +103,10 @@ INTEGERS = {"u16": "<u2", "u32": "<u4", "z32": "<i4"}
 """The integers each fixed-point code holds (`page_budget.int_range`): z32 holds int32's, less its two extremes."""
 
 
-def pack(doc: dict) -> dict:
-    """A copy of the export dict with its arrays packed and the page's arrays added (see the module doc)."""
+def pack(doc: dict, store: PackedLayers | None = None) -> dict:
+    """A copy of the export dict with its arrays packed and the page's arrays added (see the module doc). store: the
+    layers packed before (a `PackedLayers` of the caller's: its Session's), read back instead of packed again and
+    given the layers packed here; None packs every layer afresh."""
     if not isinstance(doc, dict):
         raise TypeError(f"doc must be the export dict of Explainer.explain, got {type(doc).__name__}")
     missing = [k for k in REQUIRED if k not in doc]
@@ -111,14 +115,15 @@ def pack(doc: dict) -> dict:
     ids = [int(i) for i in doc["token_ids"]] if "token_ids" in doc else _ids_of(doc["tokens"])
     described = doc.get("descriptions")
     batch: list = []  # every array's bytes, compressed together at the end (`_compress`)
-    made: list[tuple[bytes, dict]] = []  # the layers packed here, kept once compressed (`_PACKED`)
+    made: list[tuple[bytes, dict]] = []  # the layers packed here, kept once compressed (`store`)
     layers = [
-        _pack_layer(layer, l, ids, None if described is None else described[l], batch, made)
+        _pack_layer(layer, l, ids, None if described is None else described[l], batch, made, store)
         for l, layer in enumerate(doc["layers"])
     ]
     _compress(batch)
-    for digest, out in made:
-        _PACKED.keep(digest, out)
+    if store is not None:
+        for digest, out in made:
+            store.keep(digest, out)
     iv = doc["experiment"]["applied"]
     return {
         **doc,
@@ -128,29 +133,36 @@ def pack(doc: dict) -> dict:
     }
 
 
-def layer_bytes(layer: dict, l: int = 0) -> int:
+def layer_bytes(layer: dict, l: int = 0, store: PackedLayers | None = None) -> int:
     """How many bytes one layer of the export dict (`layers[l]`) takes in the page once packed: its JSON as the
     page writes it (`report`), but for `types` (a short label per head). What `export` fits a page's layers to;
-    the layer packed is kept (`_PACKED`), so that the page of the same layer does not pack it again."""
+    the layer packed is kept in `store` (the caller's), so that the page of the same layer does not pack it again."""
     read = _read_layer(layer, l)
-    out = _PACKED.get(read.digest)
+    out = None if store is None else store.get(read.digest)
     if out is None:
         batch: list = []
         out, _ = _layer_arrays(read, batch)
         _compress(batch)
-        _PACKED.keep(read.digest, out)
+        if store is not None:
+            store.keep(read.digest, out)
     return len(json.dumps(out, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode())
 
 
 def _pack_layer(
-    layer: dict, l: int, ids: list[int], described: list[dict] | None, batch: list, made: list[tuple[bytes, dict]]
+    layer: dict,
+    l: int,
+    ids: list[int],
+    described: list[dict] | None,
+    batch: list,
+    made: list[tuple[bytes, dict]],
+    store: PackedLayers | None,
 ) -> dict:
     verdicts = described is not None and all("verdict" in d for d in described)
     if layer.get("omitted"):  # asked without this layer's arrays: its heads' labels still colour the model view
         return dict(layer) | ({"types": [d["verdict"]["type"] for d in described]} if verdicts and described else {})
     read = _read_layer(layer, l)
     if verdicts and described is not None:  # the explain sentences' own answer: no weights needed
-        out = _PACKED.get(read.digest)
+        out = None if store is None else store.get(read.digest)
         if out is None:
             out, _ = _layer_arrays(read, batch)
             made.append((read.digest, out))
@@ -162,17 +174,18 @@ def _pack_layer(
 
 
 PACKED_BYTES = 64 * 2**20
-"""At most this many bytes of packed layers are kept (`_PACKED`), the least recently used dropped first: a page's
+"""At most this many bytes of packed layers a `PackedLayers` keeps, the least recently used dropped first: a page's
 held layers (the 131-token SmolLM2 page holds 11 layers in 24 MB) and a few more."""
 
 
-class _Packed:
-    """Layers packed, by the digest of what packing read of them (`_Read.digest`): `export` measures a layer by
-    packing it (`layer_bytes`) and the page then packs the same layer (`pack`): it reads the first's result. Keyed
-    by content, so a layer changed in between (in place or replaced) is packed afresh, and what one request packed
-    is what another's equal layer packs; each caller gets its own copy."""
+class PackedLayers:
+    """Layers packed, by the digest of what packing read of them (`_Read.digest`), for one owner (a
+    `pipeline.Session`: the CLI's command, the app, an Explanation family): `export` measures a layer by packing it
+    (`layer_bytes`) and the page then packs the same layer (`pack`): it reads the first's result. Keyed by content,
+    so a layer changed in between (in place or replaced) is packed afresh, and what one request packed is what
+    another's equal layer packs; each caller gets its own copy. Thread-safe."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int = PACKED_BYTES):
         self.limit, self.used = limit, 0
         self.lock = threading.Lock()
         self.layers: collections.OrderedDict[bytes, tuple[dict, int]] = collections.OrderedDict()
@@ -213,9 +226,6 @@ def _packed_arrays(x):
             yield from _packed_arrays(v)
 
 
-_PACKED = _Packed(PACKED_BYTES)
-
-
 @dataclass
 class _Read:
     """One layer of the export dict read: its fields but the arrays (`fields`, as they are), the arrays as NumPy
@@ -230,7 +240,7 @@ class _Read:
 
 
 def _read_layer(layer: dict, l: int) -> _Read:
-    """`layer` (`layers[l]` of the export dict) read and checked, its digest taken (`_PACKED` is keyed by it): of
+    """`layer` (`layers[l]` of the export dict) read and checked, its digest taken (`PackedLayers` is keyed by it): of
     every field and array packing reads, and of the `head_stages` it computes the stages with."""
     digest = hashlib.blake2b(digest_size=32)
     digest.update(f"{id(head_stages)}".encode())  # and the stage function they go through (a test replaces it)

@@ -53,7 +53,7 @@ from ..capture import interventions
 from . import registry
 from .bundle import bundle
 from .heads import PICK_RULE
-from .packing import head_type_names, pack, pack_weights, unpack
+from .packing import PackedLayers, head_type_names, pack, pack_weights, unpack
 from .texts import TEXTS, text
 from .type_legend import legend
 
@@ -84,14 +84,18 @@ _TEXT_KEY = re.compile(r"""["']([a-z_]+\.[\w.]+)["']""")
 # --- the page ------------------------------------------------------------------------------
 
 
-def render_html(doc: dict, *, compare: dict | None = None, start: dict | None = None) -> str:
+def render_html(
+    doc: dict, *, compare: dict | None = None, start: dict | None = None, store: PackedLayers | None = None
+) -> str:
     """The self-contained report for one export dict (no network request, ever).
 
     compare  a second export dict (another text, same model): the compare view shows both on one head
-    start    {"view", "layer", "head", "query"} (any of them): what the page opens on (see `check_start`)"""
-    data = {"mode": "report", "doc": pack(doc)}
+    start    {"view", "layer", "head", "query"} (any of them): what the page opens on (see `check_start`)
+    store    the layers packed before for this owner (`packing.PackedLayers`, its Session's): read back, not packed
+             again (export packs a layer to measure it)"""
+    data = {"mode": "report", "doc": pack(doc, store)}
     if compare is not None:
-        data["compare"] = pack(compare)
+        data["compare"] = pack(compare, store)
     if start is not None:
         data["start"] = check_start(start, registry.names("explorer", other=compare is not None))
     return _page(data, live=False)

@@ -228,7 +228,7 @@ class _Work:
             return _error(422, "server.refused", body.lang, reason=str(exc))
         except TypeError as exc:
             return _error(400, "server.refused", body.lang, reason=str(exc))
-        return JSONResponse(report.pack(doc) if body.format == "packed" else doc)
+        return JSONResponse(report.pack(doc, self.session.packed) if body.format == "packed" else doc)
 
 
 class TooLarge(ValueError):
