@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from selfattn.explainer import pipeline
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import MAX_CHARS
 from selfattn.explainer.views import report
 from selfattn.explainer.web import server
 from tests.explainer import truth
-from tests.explainer.documents import explained
+from tests.explainer.documents import checked, explained
 from tests.explainer.tiny import MAX_LEN, slash_explainer, tiny_explainer
+from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
 WEIGHT_ATOL = 1e-5
@@ -51,17 +53,17 @@ def test_page_is_the_explorer_in_live_mode(client):
 def test_answer_is_the_export_dict_of_python(client, explainer):
     r = post(client, text=TEXT, layer=1, head=0)
     assert r.status_code == 200
-    assert r.json() == json.loads(json.dumps(explained(explainer, TEXT, layer=1, head=0)))
+    assert r.json() == checked(explainer, TEXT, layer=1, head=0)  # what `selfattn explain --json` prints
     assert r.json()["tokens"] == ["<bos>", "一只", "蓝色", "怪兽", "走进", "森林"]  # jieba's words
 
 
-def test_packed_answer_holds_the_same_numbers(client):
+def test_packed_answer_holds_the_same_numbers(client, explainer):
     plain = post(client, text=TEXT, layer=1, head=1).json()
     packed = post(client, text=TEXT, layer=1, head=1, format="packed").json()  # the shown layer's arrays are held
-    for name in ("q", "k", "v", "lse"):
-        np.testing.assert_array_equal(
-            report.unpack(packed["layers"][1]["heads"][1][name]), np.array(plain["layers"][1]["heads"][1][name])
-        )
+    layer = explainer.trace(TEXT).layers[1]
+    kv = layer.kv_head(1)
+    for name, want in (("q", layer.q[1]), ("k", layer.k[kv]), ("v", layer.v[kv]), ("lse", layer.lse[1])):
+        np.testing.assert_array_equal(report.unpack(packed["layers"][1]["heads"][1][name]), want.numpy())
     assert packed["prediction"] == plain["prediction"] and packed["summaries"] == plain["summaries"]
 
 
@@ -79,18 +81,18 @@ def test_interventions_change_weights_and_prediction_as_the_reference_says(clien
     applied = intervention.applied  # the flat fields: {scaling, causal, temperature}
     body = {"scaling": "no_scaling" not in applied, "causal": "no_causal" not in applied}
     body["temperature"] = applied.get("temperature", {"t": 1.0})["t"]
-    base = post(client, text=TEXT).json()
-    doc = post(client, text=TEXT, **body).json()
+    base = post(client, text=TEXT, layers=[0]).json()
+    doc = post(client, text=TEXT, layers=[0], **body).json()
     assert Intervention(**body) == intervention and "intervention" not in doc
-    same = post(client, text=TEXT, interventions=intervention.as_applied()).json()  # the registry's shape
+    same = post(client, text=TEXT, layers=[0], interventions=intervention.as_applied()).json()  # the registry's
     assert same["layers"] == doc["layers"] and same["experiment"] == doc["experiment"]
     assert doc["experiment"]["applied"] == intervention.as_applied()
     _, ids, _ = explainer.tokenize(TEXT)
     for h in range(2):
         want = truth.stages(explainer.model, ids, 0, h, **body)["weights"]
-        got = np.array(doc["layers"][0]["heads"][h]["stages"]["weights"])
-        np.testing.assert_allclose(got, want, rtol=0, atol=WEIGHT_ATOL, err_msg=f"layer 0 head {h}")
-        before = np.array(base["layers"][0]["heads"][h]["stages"]["weights"])
+        got = np.array(doc["layers"][0]["weights"][h])  # at 6 decimals
+        np.testing.assert_allclose(got, want, rtol=0, atol=TOL["json_weights"], err_msg=f"layer 0 head {h}")
+        before = np.array(base["layers"][0]["weights"][h])
         assert np.abs(got - before).max() > 1e-2, "the intervention did not change the weights"
     probs = {p["id"]: p["prob"] for p in doc["prediction"]}
     assert probs != {p["id"]: p["prob"] for p in base["prediction"]}
@@ -207,7 +209,7 @@ def test_answers_are_sized_by_the_view(client, explainer, monkeypatch):
     assert "heads" in one["layers"][1 - shown] and one["layers"][shown]["omitted"]
     found = client.post("/api/explain", json={"text": text, "find": [4, "怪兽"], "layers": [0]}).json()["search"]
     assert found == explained(explainer, text, find=(4, 3))["search"]
-    monkeypatch.setattr(server, "MAX_RESPONSE_BYTES", 10_000)
+    monkeypatch.setattr(server, "MAX_RESPONSE_BYTES", 1_000)  # the JSON's weights and stages: 4,500 bytes
     r = client.post("/api/explain", json={"text": text})
     assert r.status_code == 422 and "over the" in r.json()["detail"] and "layers" in r.json()["detail"]
     r = client.post("/api/explain", json={"text": text, "layers": [7]})
@@ -223,10 +225,10 @@ def test_long_texts_take_the_heavy_lane_and_short_ones_never_wait_behind_them(ex
 
     started, release, running, most = threading.Event(), threading.Event(), [0], [0]
     lock = threading.Lock()
-    real = explainer.explain
+    real = pipeline.explain
 
-    def explain(text, **kw):
-        if len(text) > server.LIGHT_CHARS:
+    def explain(ex, spec, **kw):
+        if ex is blocking and len(spec.text) > server.LIGHT_CHARS:
             with lock:
                 running[0] += 1
                 most[0] = max(most[0], running[0])
@@ -235,11 +237,11 @@ def test_long_texts_take_the_heavy_lane_and_short_ones_never_wait_behind_them(ex
             release.wait(timeout=60)
             with lock:
                 running[0] -= 1
-            text = text[:5]
-        return real(text, **kw)
+            spec = dataclasses.replace(spec, text=spec.text[:5])
+        return real(ex, spec, **kw)
 
     blocking = dataclasses.replace(explainer)
-    monkeypatch.setattr(blocking, "explain", explain)
+    monkeypatch.setattr(pipeline, "explain", explain)
     client = TestClient(server.create_app(blocking))
     long_text = "a" * (server.LIGHT_CHARS + 1)
     answers = []

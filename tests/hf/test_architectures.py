@@ -18,7 +18,6 @@ import transformers
 from selfattn.cli import main
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import export
 from tests.explainer.documents import explained
 from tests.hf.models import QK_GAIN, VOCAB, tokenizer
 from tests.tolerances import TOL
@@ -112,7 +111,7 @@ def test_at_least_six_architectures_beyond_the_first_seven():
 @pytest.mark.parametrize("kind", [*DECODERS, *ENCODERS])
 def test_explain_folder_weights_are_eagers(kind, folders, capsys):
     folder = folders[kind]
-    doc = _json(capsys, "--model", str(folder))
+    doc = _json(capsys, "--model", str(folder), "--layers", "0,1")  # both layers' weights in the JSON
     decoder = kind in DECODERS
     assert doc["model"]["kind"] == ("decoder" if decoder else "encoder")
     assert doc["model"]["loaded"]["class"].startswith("AutoModelForCausalLM" if decoder else "AutoModel ")
@@ -124,14 +123,15 @@ def test_explain_folder_weights_are_eagers(kind, folders, capsys):
     for l, att in enumerate(out.attentions):
         for h in range(att.shape[1]):
             np.testing.assert_allclose(
-                export.head_weights(doc, l, h), att[0, h].numpy(), atol=TOL["float32_vs_transformers"]
+                np.array(doc["layers"][l]["weights"][h]), att[0, h].numpy(), atol=TOL["json_weights"], rtol=0
             )
     if decoder:
         probs = torch.softmax(out.logits[0, -1].double(), -1)
         assert doc["prediction"][0]["id"] == int(probs.argmax())
         assert doc["prediction"][0]["prob"] == pytest.approx(float(probs.max()), abs=TOL["float32_vs_transformers"])
     else:
-        assert doc["prediction"] == [] and all(all(v == 1 for v in row) for row in doc["layers"][0]["visible"])
+        later = sum(w for head in doc["layers"][0]["weights"] for i, row in enumerate(head) for w in row[i + 1 :])
+        assert doc["prediction"] == [] and not doc["layers"][0]["causal"] and later > 0  # keys after the query seen
     want = (
         "positions.learned"
         if kind in ENCODERS and kind != "modernbert"

@@ -70,14 +70,19 @@ def describe(model: torch.nn.Module) -> dict:
 
 
 def shape(model: torch.nn.Module) -> tuple[int, int]:
-    """(layers, query heads) of `model` as its modules and config say, without running it: the modules holding
-    Q/K/V projections (`PROJECTIONS`) are its attention layers; the heads are its config's (or the first attention
-    module's `n_heads`). A ValueError where either cannot be read."""
-    layers = sum(
-        1
-        for module in model.modules()
-        if any(all(isinstance(getattr(module, n, None), torch.nn.Module) for n in names) for names in PROJECTIONS)
-    )
+    """(layers, query heads) of `model` as its config says (num_hidden_layers / n_layer / n_layers, the text config's
+    for a multimodal model), else as its modules do (those holding Q/K/V projections, `PROJECTIONS`), without
+    running it; the heads are its config's (or the first attention module's `n_heads`). A ValueError where either
+    cannot be read."""
+    config = getattr(model, "config", None)
+    text = getattr(config, "text_config", None) or config
+    layers = next((getattr(text, n) for n in ("num_hidden_layers", "n_layer", "n_layers") if hasattr(text, n)), None)
+    if not isinstance(layers, int):  # no config that says: the modules holding Q/K/V projections
+        layers = sum(
+            1
+            for module in model.modules()
+            if any(all(isinstance(getattr(module, n, None), torch.nn.Module) for n in names) for names in PROJECTIONS)
+        )
     heads = int(describe_heads(model))
     if not layers or not heads:
         raise ValueError(f"cannot read the number of attention layers and heads of {type(model).__name__}")
