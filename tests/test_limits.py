@@ -133,3 +133,32 @@ def test_a_transformers_config_over_the_budget_is_refused_before_the_model_is_bu
     assert f"describes about {estimate:,} parameters" in text
     assert "more than this machine can hold" in text and "of the 16.0 GiB of memory available" in text, text
     assert str(folder / "config.json") in text
+
+
+def test_every_budget_in_bytes_is_defined_in_limits_alone():
+    """Every `*_BYTES` constant of the package is assigned in selfattn/limits.py and imported where it is used, so a
+    reader finds every budget in one file (an AST scan of every module's top-level assignments)."""
+    import ast
+    from pathlib import Path
+
+    import selfattn
+
+    root = Path(selfattn.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "limits.py" and path.parent == root:
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
+            found += [
+                f"{path.relative_to(root)}: {t.id}"
+                for t in targets
+                if isinstance(t, ast.Name) and t.id.endswith("_BYTES")
+            ]
+    assert found == [], found

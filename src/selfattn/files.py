@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from .limits import MAX_JSON_BYTES
+
 try:
     import fcntl
 except ImportError:  # not a Unix: no locks, and no temporary file is ever taken for a killed write's
@@ -58,8 +60,6 @@ __all__ = [
     "json_float",
 ]
 
-MAX_JSON_BYTES = 64 << 20
-"""Largest JSON file read by default (64 MiB): a tokenizer of a real model is a few MiB."""
 
 NEW_FILE_MODE = 0o666
 NEW_FOLDER_MODE = 0o777

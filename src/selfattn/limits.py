@@ -34,6 +34,26 @@ __all__ = [
     "available_memory",
     "parameter_budget",
     "check_parameters",
+    "ARRAY_BYTES",
+    "BACKWARD_TILE_BYTES",
+    "CACHED_KV_BYTES",
+    "CACHE_BYTES",
+    "DEFAULT_BUDGET_BYTES",
+    "DIGEST_WEIGHTS_BYTES",
+    "HEAD_WORDS_BYTES",
+    "JSON_NUMBER_BYTES",
+    "MAX_BODY_BYTES",
+    "MAX_HEADER_BYTES",
+    "MAX_JSON_BYTES",
+    "MAX_MANIFEST_BYTES",
+    "MAX_PAGE_BYTES",
+    "MAX_RESPONSE_BYTES",
+    "PACKED_BYTES",
+    "PAGE_BYTES",
+    "PAGE_FIXED_BYTES",
+    "RESULT_CACHE_BYTES",
+    "TILE_BUDGET_BYTES",
+    "TRACE_CACHE_BYTES",
 ]
 
 MAX_SEED = 2**63 - 1
@@ -224,3 +244,74 @@ TEMPERATURE_RANGE = (0.01, 100.0)
 """Lowest and highest softmax temperature, of sampling (`selfattn.model.generate`) and of the explainer's
 intervention: logits / 0.01 stay finite in float32 for any logit a model gives (a temperature like 1e-300
 turns them into ±inf and the probabilities into NaN), and at 100 the distribution is all but uniform."""
+
+
+# --- budgets in bytes: every *_BYTES of the package (a test holds that none is defined elsewhere) ---
+
+BACKWARD_TILE_BYTES = 8 << 20
+"""Most bytes one score tile (B, Hq, rows, block keys) of the backward may take: the strip's rows are
+chosen so, whatever the block's length, so a rank's peak memory follows its O(Lr) tensors, not Lr²."""
+
+DIGEST_WEIGHTS_BYTES = 256 << 20
+"""A call whose weights (B·H·L·L, in its dtype) fit this is asked for them at the capture point."""
+
+MAX_MANIFEST_BYTES = 1 << 20
+
+CACHE_BYTES = 256 << 20
+"""Traces kept per Session of the Python API (one `selfattn.explain` call and the Explanations made from it)."""
+
+MAX_PAGE_BYTES = 21_000_000
+"""Most bytes the layers' arrays may take in the page (`report.pack`: packed, base64) when `layers="auto"`:
+beyond, the dict holds the shown layer and the layers nearest it that fit, and doc["omitted"] names the
+others and how to get them (`--layers`, `layers=[…]`, the app). With the thumbnails of every head (at most
+64 × 64 f16 each) and the script, a page stays under PAGE_BYTES (`layers_budget`)."""
+
+PAGE_BYTES = 25_000_000
+"""The most a page of layers="auto" takes: the layers' arrays, every head's thumbnail (doc["display"]: 3.0 MB for
+SmolLM2's 30 × 9 heads), the words of every head (descriptions, summaries: ~1.6 KB a head) and the script."""
+
+PAGE_FIXED_BYTES = 400_000
+"""The page's script and styles (~0.14 MB), its texts and the doc's fields that do not grow with heads or layers."""
+
+HEAD_WORDS_BYTES = 2_000
+"""A head's words in the doc (`descriptions`, `summaries`): 1.6 KB each on the 131-token SmolLM2 page."""
+
+JSON_NUMBER_BYTES = 21
+"""What one float costs in JSON, about (sign, 17 digits, point, exponent, comma); a 0/1 of `visible`: 2."""
+
+PACKED_BYTES = 64 * 2**20
+"""At most this many bytes of packed layers a `PackedLayers` keeps, the least recently used dropped first: a page's
+held layers (the 131-token SmolLM2 page holds 11 layers in 24 MB) and a few more."""
+
+ARRAY_BYTES = 160
+"""The JSON around one packed array ({"dtype", "shape", "digits", "b64"}, its key) and a head's other fields."""
+
+MAX_HEADER_BYTES = 16 * 1024
+"""Most bytes of request headers (names and values together) accepted: browsers send 1-2 KB."""
+
+MAX_RESPONSE_BYTES = 16 << 20
+"""Largest response sent (estimated before it is encoded): 16 MiB."""
+
+MAX_BODY_BYTES = 64 * 1024
+"""Largest request body accepted: MAX_CHARS characters, JSON-escaped, fit with room to spare."""
+
+TRACE_CACHE_BYTES = 128 << 20
+"""Most bytes of traces the app keeps for reuse (`TraceCache`): a few dozen short texts of a small model."""
+
+RESULT_CACHE_BYTES = 16 << 20
+"""Most bytes (as JSON) of experiment results kept: a patching run of 30 layers × 128 positions is ~100 KB."""
+
+MAX_JSON_BYTES = 64 << 20
+"""Largest JSON file read by default (64 MiB): a tokenizer of a real model is a few MiB."""
+
+DEFAULT_BUDGET_BYTES = 1 << 30
+"""Most bytes a backend may materialise beyond its O(L) tensors (naive's weight matrix, SDPA's dense
+mask) unless `budget(...)` says otherwise: 1 GiB."""
+
+CACHED_KV_BYTES = 6 << 20
+"""Under GQA SDPA reads a kv head's K and V once per query head; while they take at most this much the repeats
+hit the cache (`CACHED_READ_GBPS`), beyond it they come from memory again (one decoding step, 8 query heads on one
+kv head: 1.25× native's old time at Lk = 16384, 8 MiB; 2-core EPYC, scripts/measure_auto.py)."""
+
+TILE_BUDGET_BYTES = 8 << 20
+"""Most bytes one score tile (heads × rows × keys) may take; more heads are split into chunks."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from ..functional import attention
+from ..limits import BACKWARD_TILE_BYTES
 from ..request import accumulate_dtype
 from ..scores import ScoreRule
 from ..weights import weights_from_lse
@@ -38,9 +39,6 @@ from .plan import Box, Rule
 
 __all__ = ["BACKWARD_TILE_BYTES", "block_backward", "block_forward", "merge"]
 
-BACKWARD_TILE_BYTES = 8 << 20
-"""Most bytes one score tile (B, Hq, rows, block keys) of the backward may take: the strip's rows are
-chosen so, whatever the block's length, so a rank's peak memory follows its O(Lr) tensors, not Lr²."""
 
 MIN_BACKWARD_ROWS = 16
 """Fewest query rows per strip (very long blocks): a strip of fewer rows would be all overhead."""

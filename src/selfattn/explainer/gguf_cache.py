@@ -46,7 +46,7 @@ import torch
 from ..dirs import cache_dir
 from ..files import NEW_FILE_MODE, open_regular, sync_folder, temp_folder
 from ..kernels.notice import LOGGER
-from ..limits import GGUF_CACHE_BYTES
+from ..limits import GGUF_CACHE_BYTES, MAX_MANIFEST_BYTES
 
 __all__ = [
     "FORMAT",
@@ -69,7 +69,6 @@ HASHED_FILES = 16
 """Files whose hash one process remembers (by inode, size, mtime and ctime)."""
 WEIGHTS = "model.safetensors"
 MANIFEST = "manifest.json"
-MAX_MANIFEST_BYTES = 1 << 20
 
 
 def root() -> Path:

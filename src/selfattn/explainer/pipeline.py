@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import checks
+from ..limits import CACHE_BYTES
 from . import experiments, formula
 from .analysis import experiment, heads, held, summary
 from .analysis.roles import piece_roles
@@ -56,8 +57,6 @@ __all__ = [
 ]
 
 ABLATE_MODES = ("zero", "mean")
-CACHE_BYTES = 256 << 20
-"""Traces kept per Session of the Python API (one `selfattn.explain` call and the Explanations made from it)."""
 
 
 @dataclass(frozen=True)

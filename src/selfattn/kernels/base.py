@@ -31,6 +31,7 @@ import torch
 
 from .. import checks
 from ..compiling import constant_when_compiled
+from ..limits import DEFAULT_BUDGET_BYTES
 from ..request import ALL_DTYPES, Request
 from ..scores import FEATURES
 from . import cpu
@@ -61,9 +62,6 @@ __all__ = [
     "looped_vmap",
 ]
 
-DEFAULT_BUDGET_BYTES = 1 << 30
-"""Most bytes a backend may materialise beyond its O(L) tensors (naive's weight matrix, SDPA's dense
-mask) unless `budget(...)` says otherwise: 1 GiB."""
 
 _BUDGET: contextvars.ContextVar[int] = contextvars.ContextVar("selfattn_budget_bytes", default=DEFAULT_BUDGET_BYTES)
 

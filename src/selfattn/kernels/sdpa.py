@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..limits import CACHED_KV_BYTES
 from ..scores import additive_in, values_readable
 from .base import Backend, Capabilities, Cost, Request, Result, Work, all_finite, budget_bytes, size_text
 from .cost import visible_pairs
@@ -32,10 +33,6 @@ __all__ = ["SdpaBackend", "fused_causal", "dense_mask", "dense_mask_bytes"]
 RATE_GFLOPS = 60.0
 """Full and square-causal forward, L = 4096: 571 ms / 301 ms, 1 thread (`kernels.cost`)."""
 
-CACHED_KV_BYTES = 6 << 20
-"""Under GQA SDPA reads a kv head's K and V once per query head; while they take at most this much the repeats
-hit the cache (`CACHED_READ_GBPS`), beyond it they come from memory again (one decoding step, 8 query heads on one
-kv head: 1.25× native's old time at Lk = 16384, 8 MiB; 2-core EPYC, scripts/measure_auto.py)."""
 
 CACHED_READ_GBPS = 48.0
 """The rate of those repeats from the cache, in the cost model's units (its read_gbps of 14 is DRAM's): one step of

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import masks
+from ..limits import TILE_BUDGET_BYTES
 from ..scores import LOG2_E, ScoreRule, once
 from .base import Request
 
@@ -31,8 +32,6 @@ from its tile, so a tall block costs no extra work on the causal diagonal."""
 BLOCK_K = 256
 """Default key/value positions per block: the width of the causal diagonal's masked tiles."""
 
-TILE_BUDGET_BYTES = 8 << 20
-"""Most bytes one score tile (heads × rows × keys) may take; more heads are split into chunks."""
 
 Tile = tuple[int, int, int, int]
 """(q0, q1, k0, k1): queries [q0, q1) × keys [k0, k1)."""

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ...limits import DIGEST_WEIGHTS_BYTES
+
 __all__ = ["Digest", "digest", "row_nats", "THUMBNAIL", "ROW_BLOCK", "DIGEST_WEIGHTS_BYTES", "STATISTICS"]
 
 THUMBNAIL = 64
 """Cells per side of a head's thumbnail: what the grid picture and the page's overview show."""
 ROW_BLOCK = 256
-DIGEST_WEIGHTS_BYTES = 256 << 20
-"""A call whose weights (B·H·L·L, in its dtype) fit this is asked for them at the capture point."""
 STATISTICS = ("entropy", "max_weight", "first_token", "previous", "self")
 
 

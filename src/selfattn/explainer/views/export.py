@@ -66,6 +66,7 @@ import torch
 
 from ... import __version__, checks
 from ...files import json_float
+from ...limits import HEAD_WORDS_BYTES, JSON_NUMBER_BYTES, MAX_PAGE_BYTES, PAGE_BYTES, PAGE_FIXED_BYTES
 from ...scores import PER_HEAD
 from ..capture import interventions
 from ..capture.trace import LayerTrace, ModelTrace, head_stages
@@ -324,22 +325,6 @@ def _interventions(kind: str) -> list[dict]:
             if entry["name"] == "no_causal":
                 entry["unavailable"] = {lang: texts.text("encoder.no_causal", lang) for lang in texts.LANGS}
     return entries
-
-
-MAX_PAGE_BYTES = 21_000_000
-"""Most bytes the layers' arrays may take in the page (`report.pack`: packed, base64) when `layers="auto"`:
-beyond, the dict holds the shown layer and the layers nearest it that fit, and doc["omitted"] names the
-others and how to get them (`--layers`, `layers=[…]`, the app). With the thumbnails of every head (at most
-64 × 64 f16 each) and the script, a page stays under PAGE_BYTES (`layers_budget`)."""
-PAGE_BYTES = 25_000_000
-"""The most a page of layers="auto" takes: the layers' arrays, every head's thumbnail (doc["display"]: 3.0 MB for
-SmolLM2's 30 × 9 heads), the words of every head (descriptions, summaries: ~1.6 KB a head) and the script."""
-PAGE_FIXED_BYTES = 400_000
-"""The page's script and styles (~0.14 MB), its texts and the doc's fields that do not grow with heads or layers."""
-HEAD_WORDS_BYTES = 2_000
-"""A head's words in the doc (`descriptions`, `summaries`): 1.6 KB each on the 131-token SmolLM2 page."""
-JSON_NUMBER_BYTES = 21
-"""What one float costs in JSON, about (sign, 17 digits, point, exponent, comma); a 0/1 of `visible`: 2."""
 
 
 def layer_json_bytes(layer: LayerTrace, with_stages: bool) -> int:

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ...limits import PACKED_BYTES
 from ..analysis.head_types import measure
 from ..analysis.verdicts import verdict
 from ..capture.trace import head_stages
@@ -171,11 +172,6 @@ def _pack_layer(
     made.append((read.digest, out))
     types = head_type_names(torch.stack(weights).numpy(), ids, causal=bool(layer.get("causal", False)))
     return out | {"types": types}
-
-
-PACKED_BYTES = 64 * 2**20
-"""At most this many bytes of packed layers a `PackedLayers` keeps, the least recently used dropped first: a page's
-held layers (the 131-token SmolLM2 page holds 11 layers in 24 MB) and a few more."""
 
 
 class PackedLayers:

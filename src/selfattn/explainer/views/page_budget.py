@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...limits import ARRAY_BYTES
 from ..capture.trace import LayerTrace
 
 __all__ = [
@@ -35,8 +36,6 @@ VECTOR_DIGITS = 4
 of the page so against 30 MB in float32."""
 PACKED_MARGIN = 1.02
 """zlib's own framing on bytes it cannot shrink: 2 % over the raw bytes."""
-ARRAY_BYTES = 160
-"""The JSON around one packed array ({"dtype", "shape", "digits", "b64"}, its key) and a head's other fields."""
 
 
 def int_range(dtype: str) -> tuple[int, int]:

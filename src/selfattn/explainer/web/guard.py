@@ -22,10 +22,10 @@ from __future__ import annotations
 import asyncio
 import json
 
+from ...limits import MAX_HEADER_BYTES
+
 __all__ = ["HttpGuard", "MAX_HEADER_BYTES", "BODY_SECONDS", "allowed_hosts"]
 
-MAX_HEADER_BYTES = 16 * 1024
-"""Most bytes of request headers (names and values together) accepted: browsers send 1-2 KB."""
 BODY_SECONDS = 5.0
 """Seconds a request body may take to arrive in full: the largest body accepted (64 KiB) takes
 milliseconds on a loopback connection."""

@@ -63,7 +63,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from ... import checks
-from ...limits import TEMPERATURE_RANGE
+from ...limits import (
+    JSON_NUMBER_BYTES,
+    MAX_BODY_BYTES,
+    MAX_RESPONSE_BYTES,
+    RESULT_CACHE_BYTES,
+    TEMPERATURE_RANGE,
+    TRACE_CACHE_BYTES,
+)
 from .. import pipeline
 from ..capture.cache import TraceCache
 from ..session import DEFAULT_TEXT, MAX_CHARS, Explainer
@@ -73,12 +80,6 @@ from .guard import BODY_SECONDS, MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 
 __all__ = ["create_app", "serve", "ExplainRequest", "MAX_BODY_BYTES", "MIN_TEMPERATURE", "MAX_TEMPERATURE"]
 
-MAX_RESPONSE_BYTES = 16 << 20
-"""Largest response sent (estimated before it is encoded): 16 MiB."""
-JSON_NUMBER_BYTES = 21
-"""What one float64 costs in the "json" format, about (sign, 17 digits, point, exponent, comma)."""
-MAX_BODY_BYTES = 64 * 1024
-"""Largest request body accepted: MAX_CHARS characters, JSON-escaped, fit with room to spare."""
 MIN_TEMPERATURE, MAX_TEMPERATURE = TEMPERATURE_RANGE
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_CONNECTIONS = 64
@@ -94,13 +95,9 @@ LISTEN_BACKLOG = 2048
 """Pending connections the kernel queues (uvicorn's own default)."""
 KEEP_ALIVE_SECONDS = 5
 """An idle keep-alive connection is closed after this long."""
-TRACE_CACHE_BYTES = 128 << 20
-"""Most bytes of traces the app keeps for reuse (`TraceCache`): a few dozen short texts of a small model."""
 TRACE_CACHE_ENTRIES = 64
 """Most traces the app keeps: a text brings up to 1 + `word_relations.MAX_CONTRASTS` (its control and contrast
 sentences), so a few texts and their changes."""
-RESULT_CACHE_BYTES = 16 << 20
-"""Most bytes (as JSON) of experiment results kept: a patching run of 30 layers × 128 positions is ~100 KB."""
 RESULT_CACHE_ENTRIES = 64
 BUSY = texts.text("server.busy", "en")
 
