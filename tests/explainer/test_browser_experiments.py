@@ -96,7 +96,10 @@ def assert_experiments(page: Page, doc: dict, lang: str):
             "cs => cs.map(c => [c.querySelector('.word').textContent, c.querySelector('.prob').textContent])",
         )
         assert_top([(w, value(x)) for w, x in cells], row["top"])
-        assert abs(value(page.text_content(f"{sel} [data-testid=lens-entropy]")) - row["entropy_bits"]) <= 0.005 + 1e-9
+        assert (
+            abs(value(page.text_content(f"{sel} [data-testid=lens-entropy]")) - row["entropy_bits"])
+            <= TOL["rounded_to_2_decimals"]
+        )
     settled = page.eval_on_selector_all("[data-testid=lens-row].settled", "rs => rs.map(r => Number(r.dataset.layer))")
     assert settled == [lens["settled"]]
 

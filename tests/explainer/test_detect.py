@@ -7,8 +7,10 @@ import torch
 
 import selfattn
 from selfattn.explainer import detect
+from tests.tolerances import TOL
 
 transformers = pytest.importorskip("transformers")
+
 from ..hf import models  # noqa: E402 - needs transformers
 
 PROMPT = "a blue monster walks into the forest a blue monster walks"
@@ -60,8 +62,10 @@ def test_named_heads_score_as_transformer_lens_on_eager_weights(tok, name):
     expected = np.array([[_mul(w[l, h], p) for h in range(w.shape[1])] for l in range(w.shape[0])])
     got = _ours(tok, PROMPT, name)
     assert got.shape == (2, 4) and got.dtype == torch.float64
-    np.testing.assert_allclose(got.numpy(), expected, atol=1e-5)
-    assert np.ptp(expected) > 100 * 1e-5  # the heads differ far beyond the tolerance: a swap would be noticed
+    np.testing.assert_allclose(got.numpy(), expected, atol=TOL["float32_vs_transformers"])
+    assert (
+        np.ptp(expected) > 100 * TOL["float32_vs_transformers"]
+    )  # the heads differ far beyond the tolerance: a swap would be noticed
 
 
 def test_a_pattern_of_ones_own_with_the_options(tok):
@@ -74,10 +78,12 @@ def test_a_pattern_of_ones_own_with_the_options(tok):
     np.fill_diagonal(kept, False)
     by_hand = np.array([[_mul(np.where(kept, w[l, h], 0.0), mine) for h in range(4)] for l in range(2)])
     got = _ours(tok, PROMPT, torch.tensor(mine), exclude_bos=True, exclude_current_token=True)
-    np.testing.assert_allclose(got.numpy(), by_hand, atol=1e-5)
+    np.testing.assert_allclose(got.numpy(), by_hand, atol=TOL["float32_vs_transformers"])
     abs_by_hand = np.array([[1 - round(np.abs(w[l, h] - mine).mean() * L, 3) for h in range(4)] for l in range(2)])
     got = _ours(tok, PROMPT, mine, error_measure="abs")
-    np.testing.assert_allclose(got.numpy(), abs_by_hand, atol=2e-3)  # TransformerLens rounds to 3 places
+    np.testing.assert_allclose(
+        got.numpy(), abs_by_hand, atol=TOL["transformer_lens_rounding"]
+    )  # TransformerLens rounds to 3 places
 
 
 def test_chosen_heads_and_several_prompts(tok):
@@ -85,7 +91,7 @@ def test_chosen_heads_and_several_prompts(tok):
     expected = np.mean(
         [_mul(w[1, 2], _patterns(ids)["previous_token_head"]) for ids, w in (_eager(tok, p) for p in (PROMPT, OTHER))]
     )
-    assert got[1, 2].item() == pytest.approx(expected, abs=1e-5)
+    assert got[1, 2].item() == pytest.approx(expected, abs=TOL["float32_vs_transformers"])
     others = torch.ones(2, 4, dtype=torch.bool)
     others[1, 2] = False
     assert (got[others] == -1).all()

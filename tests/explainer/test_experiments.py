@@ -21,6 +21,7 @@ from selfattn.explainer.analysis.chance import ALPHA, against_chance
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import findings
+from tests.tolerances import TOL
 
 VOCAB = 97
 N_LAYERS, N_HEADS, N_KV = 3, 12, 4  # 12 query heads over 4 key/value heads: grouped-query attention
@@ -147,15 +148,17 @@ def test_taxonomy_scores_equal_plain_output_attentions(ex, llamas):
             chance = np.mean([1 / (i + 1) for i in second])
             previous = np.mean([w[i, i - 1] for i in range(1, len(ids))])
             m = t["heads"][l][h]["probe"]
-            assert m["induction"]["score"] == pytest.approx(induction, abs=1e-5)
-            assert m["induction"]["chance"] == pytest.approx(chance, abs=1e-12)
-            assert m["previous"]["score"] == pytest.approx(previous, abs=1e-5)
+            assert m["induction"]["score"] == pytest.approx(induction, abs=TOL["float32_weight_mean"])
+            assert m["induction"]["chance"] == pytest.approx(chance, abs=TOL["float64"])
+            assert m["previous"]["score"] == pytest.approx(previous, abs=TOL["float32_weight_mean"])
             # the permutation test on the eager weights: the targets built here, row by row
             targets = np.zeros((n, len(ids)), dtype=bool)
             targets[np.arange(n), [i - n + 1 for i in second]] = True
             seen = np.tril(np.ones((len(ids), len(ids)), dtype=bool))[list(second)]
             ev = against_chance(w[list(second)], targets, seen)
-            assert m["induction"]["p"] == pytest.approx(ev.p, rel=1e-4, abs=1e-12)
+            assert m["induction"]["p"] == pytest.approx(
+                ev.p, rel=TOL["p_value_same_weights_rel"], abs=TOL["p_value_floor"]
+            )
             credited = (
                 n >= head_types.MIN_ROWS
                 and ev.p < ALPHA
@@ -197,9 +200,9 @@ def test_ablate_entry_equals_plain_hooks(ex, llamas, mean, head):
     trace = ex.trace(TEXT, Intervention({"ablate": {"mean": mean}}, layer=1, head=head))
     heads = [(1, head)] if head is not None else [(1, h) for h in range(N_HEADS)]
     want = eager_ablated(eager, ids_of(TEXT), heads, "mean" if mean else "zero")[0]
-    torch.testing.assert_close(trace.logits, want, atol=1e-4, rtol=0)
+    torch.testing.assert_close(trace.logits, want, atol=TOL["float32_logits"], rtol=0)
     base = ex.trace(TEXT)
-    assert not torch.allclose(trace.logits, base.logits, atol=1e-3)
+    assert not torch.allclose(trace.logits, base.logits, atol=TOL["must_differ_logits"])
     for h in range(N_HEADS):  # an ablated head still looks where it looked
         torch.testing.assert_close(trace.layers[1].stages(h)["weights"], base.layers[1].stages(h)["weights"])
 
@@ -210,20 +213,22 @@ def test_ablation_equals_plain_hooks_and_the_registry(ex, llamas):
     want = eager_ablated(eager, ids_of(TEXT), [(1, 5), (2, 0)], "mean")[0]
     clean = o_proj_inputs(eager, ids_of(TEXT))[0][0]
     p, q = clean[-1].double().softmax(-1), want[-1].double().softmax(-1)
-    assert got["kl_bits"] == pytest.approx(float((p * (p.log() - q.log())).sum() / np.log(2)), abs=1e-5)
+    assert got["kl_bits"] == pytest.approx(float((p * (p.log() - q.log())).sum() / np.log(2)), abs=TOL["float32_loss"])
     loss = torch.nn.functional.cross_entropy(want[:-1].double(), ids_of(TEXT)[0, 1:])
-    assert got["after"]["loss"] == pytest.approx(float(loss), abs=1e-5)
+    assert got["after"]["loss"] == pytest.approx(float(loss), abs=TOL["float32_loss"])
     assert got["after"]["top"][0]["id"] == int(want[-1].argmax())
-    assert got["target"]["after"] == pytest.approx(float(q[got["target"]["id"]]), abs=1e-6)
+    assert got["target"]["after"] == pytest.approx(float(q[got["target"]["id"]]), abs=TOL["float32_probability"])
     for lang in ("zh", "en"):
         assert "L1H5" in got["text"][lang] and "L2H0" in got["text"][lang]
         assert f"{got['kl_bits']:.3f}" in got["text"][lang] and f"{got['after']['loss']:.3f}" in got["text"][lang]
     # one head: the registry's entry (the page's and the server's way) gives the same numbers
     one = X.ablation(ex, TEXT, [(1, 5)], "mean")
     doc = ex.explain(TEXT, layer=1, head=5, intervention=Intervention({"ablate": {"mean": True}}, layer=1, head=5))
-    assert doc["prediction"][0]["prob"] == pytest.approx(one["after"]["top"][0]["prob"], abs=1e-6)
-    assert doc["experiment"]["kl_bits"] == pytest.approx(one["kl_bits"], abs=1e-6)
-    assert doc["experiment"]["loss"] == pytest.approx([one["before"]["loss"], one["after"]["loss"]], abs=1e-6)
+    assert doc["prediction"][0]["prob"] == pytest.approx(one["after"]["top"][0]["prob"], abs=TOL["float32_same_model"])
+    assert doc["experiment"]["kl_bits"] == pytest.approx(one["kl_bits"], abs=TOL["float32_same_model"])
+    assert doc["experiment"]["loss"] == pytest.approx(
+        [one["before"]["loss"], one["after"]["loss"]], abs=TOL["float32_same_model"]
+    )
     assert "weights stay as they were" in doc["experiment"]["text"]["en"]
 
 
@@ -253,7 +258,7 @@ def test_patching_names_heads_that_plain_hooks_confirm(ex, llamas):
     )
     t, f = p["target"]["id"], p["foil"]["id"]
     ld = [float(x[0, -1, t] - x[0, -1, f]) for x in (clean_logits, corr_logits)]
-    assert (p["clean_ld"], p["corrupted_ld"]) == pytest.approx(ld, abs=1e-4)
+    assert (p["clean_ld"], p["corrupted_ld"]) == pytest.approx(ld, abs=TOL["float32_logits"])
     assert p["differ"] == [6] and len(p["heads"]) == N_LAYERS and len(p["residual"][0]) == 9
     assert p["top_heads"] and all(x["recovered"] >= findings.NAMED_MIN for x in p["top_heads"])
     for x in p["top_heads"]:
@@ -271,7 +276,7 @@ def test_patching_names_heads_that_plain_hooks_confirm(ex, llamas):
         finally:
             hook.remove()
         share = (float(out[0, -1, t] - out[0, -1, f]) - ld[1]) / (ld[0] - ld[1])
-        assert x["recovered"] == pytest.approx(share, abs=1e-4)
+        assert x["recovered"] == pytest.approx(share, abs=TOL["float32_logit_ratio"])
         for lang in ("zh", "en"):
             assert f"L{l}H{h} {round(100 * share)}%" in p["text"][lang]
 
@@ -307,7 +312,9 @@ def test_lens_equals_the_norm_and_unembedding_of_each_layer_output(ex, llamas):
             probs = eager.lm_head(eager.model.norm(outs[l][0, 4])).double().softmax(-1)
         top = probs.topk(3)
         assert [e["id"] for e in row["top"]] == top.indices.tolist()
-        assert [e["prob"] for e in row["top"]] == pytest.approx(top.values.tolist(), abs=1e-5)
+        assert [e["prob"] for e in row["top"]] == pytest.approx(
+            top.values.tolist(), abs=TOL["float32_lens_probability"]
+        )
     assert got["layers"][-1]["top"][0]["id"] == int(final[0, 4].argmax())
     assert got["token"] == "w3" and got["position"] == 4
     with pytest.raises(ValueError, match=r"position must be in \[0, 8\]"):

@@ -12,6 +12,7 @@ from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.model import checkpoint
 from tests.explainer import truth
+from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"  # <bos> 一只 蓝色 怪兽 走进 森林
 LONG = "一只蓝色怪兽走进森林。它在森林里睡觉。这只怪兽很开心。"
@@ -53,13 +54,15 @@ def test_layer_zero_claims_equal_the_reference(default):
         types = head_types.measure(w, ids, causal=True)[0]
         for t, m in types.items():
             if m["score"] is not None:
-                assert d["scores"][t]["score"] == pytest.approx(m["score"], abs=1e-5), (h, t)
-                assert d["scores"][t]["chance"] == pytest.approx(m["chance"], abs=1e-12)
+                assert d["scores"][t]["score"] == pytest.approx(m["score"], abs=TOL["float32_weight_mean"]), (h, t)
+                assert d["scores"][t]["chance"] == pytest.approx(m["chance"], abs=TOL["float64"])
         if "relation" in d:  # the link the words name: its keys together, against |keys| / |visible|
             (link,) = [k for k in relations.links(doc["tokens"]) if k.relation == d["relation"]]  # one each here
-            assert d["mean"] == pytest.approx(sum(w[link.query, k] for k in link.keys), abs=1e-5)
+            assert d["mean"] == pytest.approx(sum(w[link.query, k] for k in link.keys), abs=TOL["float32_weight_mean"])
             assert d["mean_chance"] == pytest.approx(len(link.keys) / (link.query + 1))
-            assert d["pair_weight"] == pytest.approx(max(w[link.query, k] for k in link.keys), abs=1e-5)
+            assert d["pair_weight"] == pytest.approx(
+                max(w[link.query, k] for k in link.keys), abs=TOL["float32_weight_mean"]
+            )
             assert d["link_credited"] == rule(d["mean"], d["mean_chance"])
     # the case: layer 0 · head 1 gives 怪兽 → 一只 + 蓝色 50 %, which uniform attention gives too
     assert not doc["descriptions"][0][1].get("link_credited")

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from selfattn.explainer.analysis import head_types as T
+from tests.tolerances import TOL
 
 
 def _loop_reference(w: np.ndarray, ids: list[int], causal: bool) -> dict[str, tuple[float, float, int]]:
@@ -59,8 +60,8 @@ def test_scores_and_chance_equal_the_loop_reference(causal):
             s, c, n = want[t]
             assert got[h][t]["rows"] == n, t
             if n:
-                assert got[h][t]["score"] == pytest.approx(s, abs=1e-12), t
-                assert got[h][t]["chance"] == pytest.approx(c, abs=1e-12), t
+                assert got[h][t]["score"] == pytest.approx(s, abs=TOL["float64"]), t
+                assert got[h][t]["chance"] == pytest.approx(c, abs=TOL["float64"]), t
             else:
                 assert got[h][t]["score"] is None
     if causal:
@@ -81,7 +82,7 @@ def test_a_previous_token_head_is_credited_and_uniform_attention_is_not():
     for t in T.measured():
         m = heads[1][t]
         if m["rows"]:
-            assert m["score"] == pytest.approx(m["chance"], abs=1e-12)
+            assert m["score"] == pytest.approx(m["chance"], abs=TOL["float64"])
             assert not m["credited"]
     assert T.credited(heads[1]) == ["broad"] and heads[1]["broad"]["score"] == pytest.approx(1.0)
 

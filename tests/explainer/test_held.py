@@ -18,6 +18,7 @@ from selfattn.model import checkpoint
 from tests.explainer import truth
 from tests.explainer.planted import PLANTED_TOL, plant
 from tests.explainer.tiny import tiny_explainer
+from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
 CONTROL = "一只蓝色的怪兽慢慢地走进了森林"
@@ -73,7 +74,7 @@ def test_a_planted_previous_token_head_is_described_as_one_never_as_a_relation(p
     (e,) = [e for e in v["types"] if e["type"] == "previous"]
     assert e["on"] in ("words", "probe") and e["rows"] >= head_types.MIN_ROWS and e["p"] < 1e-6
     assert d["weight"] == pytest.approx(np.mean(shares), abs=PLANTED_TOL)
-    assert d["chance"] == pytest.approx(np.mean(chances), abs=1e-12)
+    assert d["chance"] == pytest.approx(np.mean(chances), abs=TOL["float64"])
     assert len(shares) >= head_types.MIN_ROWS
     assert f"{percent(np.mean(shares))}，均匀注意力 {percent(np.mean(chances))}" in d["text"]["zh"]
     # every relation it seemed to hold on the text fails on the control, where the key is not the previous word
@@ -122,7 +123,9 @@ def test_the_tutorial_head_keeps_its_relation_on_the_control(default):
     kept = f"中间隔着 在 时仍有 {percent(wc[verb, noun])}，均匀注意力 {percent(1 / (verb + 1))}"
     assert kept in d["text"]["zh"], d["text"]["zh"]
     assert wc[verb, noun] > max(wc[verb, verb - 1], wc[verb, 0], wc[verb, verb])  # beats the simpler ones
-    assert held["control"] == pytest.approx(wc[verb, noun], abs=1e-5)  # one key: the pair is the link
+    assert held["control"] == pytest.approx(
+        wc[verb, noun], abs=TOL["float32_weight_mean"]
+    )  # one key: the pair is the link
 
 
 IOI = "When Mary and John went to the store, John gave a drink to"

@@ -22,7 +22,7 @@ from tests.tolerances import TOL
 TEXT = "一只蓝色怪兽走进森林"  # <bos> 一只 蓝色 怪兽 走进 森林
 VERB, NOUN = 4, 3  # 走进 → 怪兽: the verb looks back at the noun that moves
 BLOCK = {"block": {"query": VERB, "key": NOUN}}
-WEIGHT_ATOL = 1e-5
+WEIGHT_ATOL = TOL["float32_model_weights"]
 """float32 model against the float64 reference, for attention weights (as in test_server)."""
 
 

@@ -12,6 +12,7 @@ from selfattn.cli import main
 from selfattn.explainer.views import report
 from tests.explainer.test_browser import CHROMIUM, CHROMIUM_ARGS, shown_row, stage, state, wait_ready
 from tests.explainer.tiny import tiny_explainer
+from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
 
@@ -40,7 +41,7 @@ def test_a_layer_not_held_is_said_under_its_own_name_by_the_menu_and_the_hash(pa
     i = int(state(pg)["row"])
     held = ex.trace(TEXT).layers[1].stages(0)["weights"][i].numpy()
     got = shown_row(pg, "weights")
-    np.testing.assert_allclose([got[j] for j in sorted(got)], held, atol=1e-4)
+    np.testing.assert_allclose([got[j] for j in sorted(got)], held, atol=TOL["layers_page_weight"])
     pg.select_option("[data-testid=layer-select]", "0")
     s = state(pg)
     assert (s["layer"], s["held"]) == ("0", "0")
@@ -54,7 +55,7 @@ def test_a_layer_not_held_is_said_under_its_own_name_by_the_menu_and_the_hash(pa
     assert (s["layer"], s["head"], s["row"], s["held"]) == ("1", "1", "2", "1")
     got = shown_row(pg, "weights")
     want = ex.trace(TEXT).layers[1].stages(1)["weights"][2].numpy()
-    np.testing.assert_allclose([got[j] for j in sorted(got)], want, atol=1e-4)
+    np.testing.assert_allclose([got[j] for j in sorted(got)], want, atol=TOL["layers_page_weight"])
     pg.evaluate("window.location.hash = '#view=head&layer=0&head=1&query=2'")
     pg.wait_for_function("() => document.getElementById('app').dataset.layer === '0'")
     assert "层 0 的数组不在这一页里" in pg.inner_text("[data-testid=head-body]")
@@ -94,7 +95,7 @@ def test_the_head_search_of_a_page_without_every_layer_ranks_the_heads_it_holds_
     layer = ex.trace(TEXT).layers[1]
     want = sorted(((1, h, float(layer.stages(h)["weights"][4, 3])) for h in range(2)), key=lambda r: (-r[2], r[1]))
     assert [(l, h) for l, h, _ in rows] == [(l, h) for l, h, _ in want]
-    np.testing.assert_allclose([w for _, _, w in rows], [w for _, _, w in want], rtol=0, atol=1e-4)
+    np.testing.assert_allclose([w for _, _, w in rows], [w for _, _, w in want], rtol=0, atol=TOL["layers_page_weight"])
     note = pg.inner_text("[data-testid=search-note]")
     assert "只排了这一页完整包含的层 1 的 head" in note and "--find" in note
     assert pg.inner_text("#error") == "" and not pg.is_visible("#error")
@@ -165,4 +166,4 @@ console.log(JSON.stringify({{
         np.array(got["weights"]) / got["unit"], packing.unpack(layer["heads"][0]["weights"]).ravel()
     )
     np.testing.assert_array_equal(got["q"], packing.unpack(layer["heads"][1]["q"]).ravel())
-    np.testing.assert_allclose(got["x"], packing.unpack(layer["x"]).ravel(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got["x"], packing.unpack(layer["x"]).ravel(), rtol=0, atol=TOL["float64"])

@@ -6,6 +6,7 @@ import torch
 
 from selfattn.explainer.capture import lens
 from selfattn.model import load_default
+from tests.tolerances import TOL
 
 
 def _block_outputs(model, blocks, ids):
@@ -33,7 +34,7 @@ def test_default_model_last_layer_is_its_prediction():
     assert len(layers) == len(model.blocks)
     want = logits.double().softmax(-1).topk(3)
     assert layers[-1]["ids"] == want.indices.tolist()
-    assert layers[-1]["probs"] == pytest.approx(want.values.tolist(), abs=1e-6)
+    assert layers[-1]["probs"] == pytest.approx(want.values.tolist(), abs=TOL["float32_probability"])
     # an earlier layer: unembed(final_norm(h)) by hand
     by_hand = model.lm_head(model.ln_f(residuals[0])).double().softmax(-1).topk(3)
     assert layers[0]["ids"] == by_hand.indices.tolist()
@@ -58,7 +59,7 @@ def test_transformers_llama_last_layer_is_its_prediction():
     layers = lens.logit_lens(model, residuals, top_k=4)
     want = logits.double().softmax(-1).topk(4)
     assert layers[-1]["ids"] == want.indices.tolist()
-    assert layers[-1]["probs"] == pytest.approx(want.values.tolist(), abs=1e-6)
+    assert layers[-1]["probs"] == pytest.approx(want.values.tolist(), abs=TOL["float32_probability"])
 
 
 def test_an_encoder_has_no_lens():

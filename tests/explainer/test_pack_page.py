@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from selfattn.explainer.views import packing, report
+from tests.tolerances import TOL
 
 G, L, D = 3, 100, 8
 
@@ -173,4 +174,4 @@ def test_a_layer_packed_before_is_packed_afresh_through_another_stage_function(m
         packing, "head_stages", lambda *a, **k: stages(*a, **k) | {"scores": stages(*a, **k)["scores"] + 100}
     )
     after = packing.unpack(packing.pack(doc)["layers"][1]["heads"][0]["key_stages"])
-    np.testing.assert_allclose(after[0], before[0] + 100, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(after[0], before[0] + 100, rtol=0, atol=TOL["float64_short_sum"])

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from selfattn.explainer import pieces as P
+from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林。When Mary and John went"
 
@@ -137,10 +138,10 @@ def test_aggregate_is_mean_over_query_pieces_of_sum_over_key_pieces():
         for a, ga in enumerate(groups):
             for c, gc in enumerate(groups):
                 want[b, a, c] = sum(sum(w[b, i, j] for j in gc.members) for i in ga.members) / len(ga.members)
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
-    np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-12)
+    np.testing.assert_allclose(got, want, rtol=0, atol=TOL["float64_one_op"])
+    np.testing.assert_allclose(got.sum(-1), 1.0, atol=TOL["float64"])
     t = P.aggregate(torch.from_numpy(w), groups)
-    assert isinstance(t, torch.Tensor) and torch.allclose(t, torch.from_numpy(want), atol=1e-12)
+    assert isinstance(t, torch.Tensor) and torch.allclose(t, torch.from_numpy(want), atol=TOL["float64"])
 
 
 def test_bad_inputs_are_named():

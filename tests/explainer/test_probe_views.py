@@ -17,6 +17,7 @@ from selfattn.explainer.views.packing import pack
 from tests.explainer import truth
 from tests.explainer.planted import PLANTED_TOL, plant
 from tests.explainer.tiny import tiny_explainer
+from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
 
@@ -55,7 +56,7 @@ def test_the_planted_head_is_an_induction_head_on_the_probe_by_float64_weights(p
     measured = probe.probe_measures(ex)[0][0]["induction"]
     assert measured["rows"] == len(keys) and measured["score"] == pytest.approx(share, abs=PLANTED_TOL)
     chance = np.mean([1 / (q + 1) for q in keys])  # one key of the q + 1 a causal query sees
-    assert measured["chance"] == pytest.approx(chance, abs=1e-9)
+    assert measured["chance"] == pytest.approx(chance, abs=TOL["float64_short_sum"])
 
 
 def test_a_probe_only_type_is_the_same_label_in_every_view(planted, monkeypatch, capsys):

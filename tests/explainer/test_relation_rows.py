@@ -21,6 +21,7 @@ from selfattn.model import checkpoint
 from tests.explainer import truth
 from tests.explainer.planted import plant
 from tests.explainer.tiny import tiny_explainer
+from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
 NEW = "一条黑色小狗跑进花园"
@@ -99,9 +100,9 @@ def test_the_tutorial_relation_is_credited_on_eight_rows_recomputed_from_the_ref
         previous.append(w[q, q - 1])
     w = np.array(weights)
     share = [w[r, keys].sum() for r, keys in enumerate(targets)]
-    assert t["weight"] == pytest.approx(np.mean(share), abs=1e-5)
-    assert t["chance"] == pytest.approx(np.mean([1 / m for m in seen]), abs=1e-12)
-    assert t["p"] == pytest.approx(_p_value(w, targets, seen), rel=1e-3, abs=1e-12)
+    assert t["weight"] == pytest.approx(np.mean(share), abs=TOL["float32_weight_mean"])
+    assert t["chance"] == pytest.approx(np.mean([1 / m for m in seen]), abs=TOL["float64"])
+    assert t["p"] == pytest.approx(_p_value(w, targets, seen), rel=TOL["p_value_rel"], abs=TOL["p_value_floor"])
     assert t["p"] < 1e-3 and np.mean(share) > max(np.mean(previous), 0.3)
     assert "8 rows of 8 sentences where the key is not the previous word" in d["text"]["en"]
     assert f"在 8 句话里键不紧挨着的 8 行上，平均 {round(100 * np.mean(share))}%" in d["text"]["zh"]

@@ -17,9 +17,10 @@ from selfattn.explainer.views import report
 from selfattn.explainer.web import server
 from tests.explainer import truth
 from tests.explainer.tiny import MAX_LEN, slash_explainer, tiny_explainer
+from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
-WEIGHT_ATOL = 1e-5
+WEIGHT_ATOL = TOL["float32_model_weights"]
 """float32 model against the float64 reference, for attention weights (observed: < 1e-6)."""
 
 
@@ -90,7 +91,7 @@ def test_interventions_change_weights_and_prediction_as_the_reference_says(clien
         got = np.array(doc["layers"][0]["heads"][h]["stages"]["weights"])
         np.testing.assert_allclose(got, want, rtol=0, atol=WEIGHT_ATOL, err_msg=f"layer 0 head {h}")
         before = np.array(base["layers"][0]["heads"][h]["stages"]["weights"])
-        assert np.abs(got - before).max() > 1e-2, "the intervention did not change the weights"
+        assert np.abs(got - before).max() > TOL["must_differ_weights"], "the intervention did not change the weights"
     probs = {p["id"]: p["prob"] for p in doc["prediction"]}
     assert probs != {p["id"]: p["prob"] for p in base["prediction"]}
     assert doc["prediction"] == explainer.explain(TEXT, intervention=intervention)["prediction"]

@@ -90,7 +90,7 @@ def test_the_terminal_shows_the_sink_as_the_last_column(doc, eager, lang, name):
     header, _, *rows = [line for line in text.split(title, 1)[1].splitlines() if line.strip()][: 2 + len(want)]
     assert header.split()[-1] == f"⟨{name}⟩"
     for row, share in zip(rows, want, strict=True):
-        assert float(row.split()[-1]) == pytest.approx(100 * share, abs=0.05 + 1e-4)
+        assert float(row.split()[-1]) == pytest.approx(100 * share, abs=TOL["percent_rounded_to_1_decimal"])
     assert ("1 − the sum of the row's weights" if lang == "en" else "1 − 这一行的权重之和") in text
 
 
@@ -105,7 +105,9 @@ def test_the_heatmap_draws_the_sink_as_a_column_apart(doc, eager):
     assert [tick.get_text() for tick in sink.get_xticklabels()] == ["sink"]
     fig.canvas.draw()  # the divider places the axes when drawn
     left, right = matrix.get_window_extent(), sink.get_window_extent()
-    assert right.x0 > left.x1 and abs(right.y0 - left.y0) < 1 and abs(right.y1 - left.y1) < 1  # apart, rows aligned
+    assert (
+        right.x0 > left.x1 and abs(right.y0 - left.y0) < TOL["pixel"] and abs(right.y1 - left.y1) < TOL["pixel"]
+    )  # apart, rows aligned
     assert matrix.images[0].get_array().shape == (len(doc["tokens"]),) * 2
     assert plots.render(doc, formats=("png",), lang="en")  # the file views draw it too
 

@@ -14,6 +14,7 @@ from selfattn.explainer.analysis import held
 from selfattn.explainer.analysis.roles import has_roles, piece_roles
 from selfattn.explainer.session import Explainer
 from tests.hf import models
+from tests.tolerances import TOL
 
 TUTORIAL = "一只蓝色怪兽走进森林"
 NEVER_SHIPPED = "一条黑色小狗跑进花园"
@@ -110,14 +111,20 @@ def test_roles_reach_every_piece_and_the_relations_are_eager_attentions(kind, te
     for l, row in enumerate(found):
         for h, per_head in enumerate(row):
             for r in per_head["relations"].values():
-                assert r["pair_weight"] == pytest.approx(att[l][h][r["query"], r["key"]], abs=1e-5)
+                assert r["pair_weight"] == pytest.approx(
+                    att[l][h][r["query"], r["key"]], abs=TOL["float32_weight_mean"]
+                )
                 c = r["control"]
                 if c is not None:
-                    assert c["pair_weight"] == pytest.approx(att_c[l][h][c["query"], c["key"]], abs=1e-5)
+                    assert c["pair_weight"] == pytest.approx(
+                        att_c[l][h][c["query"], c["key"]], abs=TOL["float32_weight_mean"]
+                    )
     # and the explain sentences read the same relations: every named link is one of these
     doc = ex.explain(text)
     for l, row in enumerate(doc["descriptions"]):
         for h, d in enumerate(row):
             if d.get("relation"):
                 assert d["relation"] in found[l][h]["relations"]
-                assert d["pair_weight"] == pytest.approx(att[l][h][d["query"], d["key"]], abs=1e-5)
+                assert d["pair_weight"] == pytest.approx(
+                    att[l][h][d["query"], d["key"]], abs=TOL["float32_weight_mean"]
+                )
