@@ -62,9 +62,9 @@ def test_the_conftest_marks_each_item_by_the_tables(monkeypatch):
             self.marks.append(mark)
 
     items = [
-        Item("tests/explainer/test_schema.py", "test_every_model_kind_exports_what_the_schema_says[minilm]", ()),
-        Item("tests/explainer/test_schema.py", "test_every_model_kind_exports_what_the_schema_says[tiny]", ()),
-        Item("tests/explainer/test_notebook.py", "test_head_view_draws", ("watched", "browser", "e")),
+        Item("tests/explainer/views/test_schema.py", "test_every_model_kind_exports_what_the_schema_says[minilm]", ()),
+        Item("tests/explainer/views/test_schema.py", "test_every_model_kind_exports_what_the_schema_says[tiny]", ()),
+        Item("tests/explainer/views/test_notebook.py", "test_head_view_draws", ("watched", "browser", "e")),
     ]
     conftest.pytest_collection_modifyitems(items)
     assert [item.marks for item in items] == [["real_model"], [], ["browser"]]

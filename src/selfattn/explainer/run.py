@@ -6,7 +6,7 @@
 `selfattn explain` (cli.py), the app (web/server.py; web/body.py builds the Request from a POST body) and
 the Python API (api.py: `explain`, `Explanation.run`, `Explanation.intervene`) each build a Request and
 call `run`; none of them changes the dict afterwards, so the same Request gives the same export, bit for
-bit, from all three (tests/explainer/test_run_path.py).
+bit, from all three (tests/explainer/pipeline/test_run_path.py).
 
 The head shown first is decided once, by `Explainer.explain` (`experiment.opened`): the head asked for;
 else the one a limited intervention changes ("intervened", "ablated" for the ablate entry); else the first

@@ -9,7 +9,7 @@ before the app sees the request.
              read; a smaller body is handed to the app whole (Starlette has no such bound)
     headers  more than `max_header_bytes` in all: 431. uvicorn's `h11_max_incomplete_event_size`
              (set by `server.serve`) bounds only a header block still incomplete when a read ends:
-             100 KB of headers arriving in one read pass it (tests/explainer/test_server_process.py)
+             100 KB of headers arriving in one read pass it (tests/explainer/web/test_server_process.py)
 
 Every refusal is a JSON `{"detail": "..."}` with a one-line message, like the app's own.
 """

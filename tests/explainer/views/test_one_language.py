@@ -9,8 +9,8 @@ import pytest
 
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import report
-from tests.explainer.test_browser import browser, open_report, watched  # noqa: F401  (fixtures)
-from tests.explainer.test_one_reading import folder  # noqa: F401  (a tiny transformers GPT-2)
+from tests.explainer.views.test_one_reading import folder  # noqa: F401  (a tiny transformers GPT-2)
+from tests.explainer.web.test_browser import browser, open_report, watched  # noqa: F401  (fixtures)
 
 ALLOWED = {
     # symbols and formula names: Q/K/V, X, W_Q…, q·k, d_k, softmax, the stages' variables

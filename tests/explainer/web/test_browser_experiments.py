@@ -1,6 +1,6 @@
 """The experiments on the page, in real headless Chromium: the ablation's next-token distribution before →
 after, the patching maps (layers × heads, layers × positions) and the logit-lens table show exactly the
-numbers of Python's export (`experiments.run`, whose own numbers tests/explainer/test_experiments.py and
+numbers of Python's export (`experiments.run`, whose own numbers tests/explainer/pipeline/test_experiments.py and
 test_real_heads.py check against plain hooks), in the HTML report and in the app; zh and en.
 
 Screenshots (SELFATTN_SHOTS, default /tmp/selfattn-shots) of the patching maps, the lens and the model view.
@@ -18,8 +18,8 @@ from playwright.sync_api import Page
 from selfattn.explainer import experiments
 from selfattn.explainer.views import report
 from selfattn.explainer.views.tables import number
-from tests.explainer import test_browser as base
-from tests.explainer.test_browser import assert_clean, open_report, state, submit, value, wait_ready
+from tests.explainer.web import test_browser as base
+from tests.explainer.web.test_browser import assert_clean, open_report, state, submit, value, wait_ready
 from tests.tolerances import TOL
 
 browser, watched, explainer, app_url = base.browser, base.watched, base.explainer, base.app_url  # the fixtures

@@ -21,12 +21,12 @@ import selfattn
 from selfattn.explainer.views import notebook
 from selfattn.explainer.views.packing import head_type_names
 from tests.explainer import truth
-from tests.explainer.test_browser import CHROMIUM_ARGS, SCREENSHOTS, Watched, browser  # noqa: F401 (fixture)
 from tests.explainer.tiny import LONG_TEXT, tiny_explainer
+from tests.explainer.web.test_browser import CHROMIUM_ARGS, SCREENSHOTS, Watched, browser  # noqa: F401 (fixture)
 from tests.tolerances import TOL
 
 TEXT, OTHER = "一只蓝色怪兽走进森林", "一只红色怪兽走进森林"
-NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "tutorial.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[3] / "examples" / "tutorial.ipynb"
 HIGH, LOW, HIDDEN = np.array([29, 78, 216]), np.array([255, 255, 255]), np.array([156, 163, 175])
 """The page's colour scale (format.js): white = 0 … blue = 1, shade ∝ √weight; grey = hidden."""
 

@@ -15,8 +15,8 @@ import torch
 
 from selfattn.explainer.session import Explainer
 from tests.explainer.sink_model import TEXT, save
-from tests.explainer.test_browser import browser, open_report, stage, value, watched  # noqa: F401 - fixtures
 from tests.explainer.tiny import tiny_explainer
+from tests.explainer.web.test_browser import browser, open_report, stage, value, watched  # noqa: F401 - fixtures
 from tests.tolerances import TOL
 
 LAYER, HEAD = 1, 2

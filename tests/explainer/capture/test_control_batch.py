@@ -25,7 +25,7 @@ from selfattn.explainer.session import Explainer
 from selfattn.explainer.views.head_words import percent
 from selfattn.model import checkpoint
 from tests.explainer import truth
-from tests.explainer.test_tokenizer_kinds import _sentencepiece, _wordpiece
+from tests.explainer.analysis.test_tokenizer_kinds import _sentencepiece, _wordpiece
 from tests.hf import models
 from tests.tolerances import TOL
 

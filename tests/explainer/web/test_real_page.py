@@ -22,8 +22,8 @@ import torch
 from selfattn.explainer import run
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import export, outputs, report
-from tests.explainer.test_browser import CHROMIUM, CHROMIUM_ARGS, shown_row, stage, state, wait_ready
-from tests.explainer.test_real_model import CHINESE, GGUF, _eager, _folder
+from tests.explainer.source.test_real_model import CHINESE, GGUF, _eager, _folder
+from tests.explainer.web.test_browser import CHROMIUM, CHROMIUM_ARGS, shown_row, stage, state, wait_ready
 from tests.tolerances import TOL
 
 PAGE_LIMIT = 25_000_000

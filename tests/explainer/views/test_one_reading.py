@@ -12,7 +12,7 @@ import transformers
 from selfattn.cli import main
 from selfattn.explainer import pieces as P
 from selfattn.explainer.session import Explainer
-from tests.explainer.test_browser import browser, open_report, watched  # noqa: F401  (fixtures)
+from tests.explainer.web.test_browser import browser, open_report, watched  # noqa: F401  (fixtures)
 
 TEXT = "a\u00a0blue\tcat\u200dsleeps 森"
 """A no-break space (2 bytes, 2 pieces), a tab, a zero-width joiner (3 bytes), and 森 (3 bytes, 3 pieces)."""
@@ -129,7 +129,7 @@ def test_shown_text_marks_what_cannot_be_seen(text, want):
 def test_the_notebook_head_view_reads_tokens_the_same_way(watched):  # noqa: F811
     """head_view's tokens (bertviz's form: the tokenizer's strings) in the same notation as the other views."""
     import selfattn
-    from tests.explainer.test_notebook import framed
+    from tests.explainer.views.test_notebook import framed
 
     tokens = ["a", "\u00a0", "\t", "Ġcat", "x\u200dy"]
     w = torch.softmax(torch.randn(1, 2, 5, 5), -1).double()

@@ -16,9 +16,9 @@ from selfattn.explainer.analysis import head_types
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import registry
 from tests.explainer.planted import plant
-from tests.explainer.test_browser import browser, wait_ready  # noqa: F401 (fixture)
-from tests.explainer.test_notebook import assert_offline, framed, watched  # noqa: F401 (fixture)
 from tests.explainer.tiny import tiny_explainer
+from tests.explainer.views.test_notebook import assert_offline, framed, watched  # noqa: F401 (fixture)
+from tests.explainer.web.test_browser import browser, wait_ready  # noqa: F401 (fixture)
 from tests.tolerances import TOL
 
 TEXT = "。" * 12  # 13 tokens, no word with a role: the planted head's toy pattern is measured on 11 rows

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ..live_server import Server, request
+from ...live_server import Server, request
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TIMEOUT_S = 900

@@ -10,8 +10,8 @@ import pytest
 
 from selfattn.cli import main
 from selfattn.explainer.views import report
-from tests.explainer.test_browser import CHROMIUM, CHROMIUM_ARGS, shown_row, stage, state, wait_ready
 from tests.explainer.tiny import tiny_explainer
+from tests.explainer.web.test_browser import CHROMIUM, CHROMIUM_ARGS, shown_row, stage, state, wait_ready
 from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"

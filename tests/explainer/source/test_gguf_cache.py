@@ -16,7 +16,7 @@ import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
 from selfattn.explainer import gguf_cache
 from selfattn.explainer.session import Explainer
-from tests.explainer.test_real_model import CHINESE, GGUF, MARY, _folder
+from tests.explainer.source.test_real_model import CHINESE, GGUF, MARY, _folder
 
 
 @pytest.fixture

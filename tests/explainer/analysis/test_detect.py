@@ -11,7 +11,7 @@ from tests.tolerances import TOL
 
 transformers = pytest.importorskip("transformers")
 
-from ..hf import models  # noqa: E402 - needs transformers
+from ...hf import models  # noqa: E402 - needs transformers
 
 PROMPT = "a blue monster walks into the forest a blue monster walks"
 OTHER = "the cat sleeps in the house the cat sleeps"

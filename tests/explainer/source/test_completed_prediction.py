@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 
 from selfattn.explainer import pieces as P
 from selfattn.explainer.session import Explainer
-from tests.explainer.test_real_model import GGUF, _folder
+from tests.explainer.source.test_real_model import GGUF, _folder
 
 TEXT = "我们今天去"
 """SmolLM2's top five after it hold four pieces that begin a Chinese character (看 … as one byte E7)."""

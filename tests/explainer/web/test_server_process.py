@@ -15,7 +15,7 @@ import pytest
 
 from selfattn.explainer.web.server import MAX_BODY_BYTES
 
-from ..live_server import Server, raw, request
+from ...live_server import Server, raw, request
 
 LONG_TEXT = "一只蓝色怪兽走进森林。" * 90  # ~ 550 tokens of the default model
 

