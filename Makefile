@@ -1,6 +1,9 @@
-# The two commands of the README. Each sets up everything it needs on a fresh machine.
+# The commands of the README. Each sets up everything it needs on a fresh machine.
 #   make demo   the main job on its built-in default: selfattn explain on 一只蓝色怪兽走进森林
-#   make test   the linters (make lint), then the whole test suite
+#   make test   the linters (make lint), then the whole test suite: every tier, no marker deselects anything
+#   make test-fast  the inner loop: the suite but its slow, browser, real_model and hostile tiers, no linters
+#                   (the markers: pyproject.toml; which tests carry them: tests/tiers.py); about 2 min on this
+#                   2-core machine (1 min 56 s with other processes beside it; longer when they are busier)
 #   make lint   ruff (lint + format check) and mypy (make typecheck) on the Python, ESLint 9 on the page's JavaScript
 #   make typecheck  mypy on src (its configuration: pyproject.toml)
 PYTHON ?= python3
@@ -14,7 +17,7 @@ TORCH  := torch==2.13.0
 ESLINT := npx --yes eslint@9
 JS     := src/selfattn/explainer/web/static
 
-.PHONY: demo test lint typecheck setup setup-test clean
+.PHONY: demo test test-fast lint typecheck setup setup-test clean
 
 setup: $(VENV)/.installed
 setup-test: $(VENV)/.installed-test
@@ -50,6 +53,11 @@ typecheck: setup-test
 test: lint
 	bash scripts/setup-browser.sh   # Debian chromium + fonts-wqy-microhei for the browser tests
 	$(BIN)/python -m pytest -q
+
+FAST := not slow and not browser and not real_model and not hostile
+
+test-fast: setup-test
+	$(BIN)/python -m pytest -q -m "$(FAST)"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the browser tests (tests/explainer/test_browser.py) need from the system: Debian's
+# What the browser tests (tests/explainer/web/test_browser.py) need from the system: Debian's
 # Chromium and the WenQuanYi Micro Hei font. Installs only what is missing, so running it
 # again costs nothing; `apt-get update` runs only when something is to be installed.
 # The Python side (playwright, driving this Chromium through executable_path) comes with

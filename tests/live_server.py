@@ -1,7 +1,7 @@
 """A real `selfattn serve` process on a free loopback port (`Server`), a raw HTTP/1.1 client over one
 socket (`raw`) for hostile requests a normal client will not send (chunked bodies far over the limit,
 100 KB headers, a foreign Host), and `request`: one whole request with a body, built on `raw`.
-Used by tests/explainer/test_server_process.py and scripts/hostile_run.py; everything stays on 127.0.0.1."""
+Used by tests/explainer/web/test_server_process.py and scripts/hostile_run.py; everything stays on 127.0.0.1."""
 
 from __future__ import annotations
 

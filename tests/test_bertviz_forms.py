@@ -2,7 +2,7 @@
 meaning; what the page cannot show is a ValueError that says what to pass instead.
 
 The weights come from a tiny transformers BERT run with eager attention (a sentence pair, bertviz's
-encoder example). That the selfattn forms draw those weights is tested in tests/explainer/test_notebook.py
+encoder example). That the selfattn forms draw those weights is tested in tests/explainer/views/test_notebook.py
 (in a browser); here each bertviz form is compared with its selfattn form, page for page.
 """
 
@@ -66,7 +66,7 @@ def test_the_readme_head_view_forms(attention):
     )
     assert _page(selfattn.head_view(attention, TOKENS, layer=2, heads=[3, 1])) == _page(  # the README's form
         selfattn.head_view(attention, TOKENS, layer=2, heads=[1, 3])
-    )  # what the page draws of those heads: tests/explainer/test_notebook.py, in Chromium
+    )  # what the page draws of those heads: tests/explainer/views/test_notebook.py, in Chromium
     returned = selfattn.head_view(attention, TOKENS, html_action="return")
     assert returned.data == plain and returned.data.startswith("<!DOCTYPE html>")
 

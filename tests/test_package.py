@@ -25,6 +25,7 @@ import pytest
 
 import selfattn
 from selfattn import extras
+from tests.tolerances import TOL
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "src")
@@ -175,7 +176,9 @@ def test_the_python_api_and_attention_from_the_wheel(wheel_env, tmp_path):
             scores = q[b, h] @ k[b, h].T / np.sqrt(8)
             scores[np.triu(np.ones((5, 5), dtype=bool), 1)] = -np.inf
             w = np.exp(scores - scores.max(-1, keepdims=True))
-            np.testing.assert_allclose(out[b, h], (w / w.sum(-1, keepdims=True)) @ v[b, h], rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(
+                out[b, h], (w / w.sum(-1, keepdims=True)) @ v[b, h], rtol=TOL["float64_rel"], atol=TOL["float64"]
+            )
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from selfattn.distributed import ring
 from selfattn.kernels.base import EVERY_FEATURE, Capabilities
 from selfattn.request import REQUEST_DEFAULTS, REQUEST_KEYWORDS, build_request
 from selfattn.scores import FEATURES, PER_HEAD, POSITIONAL, ScoreRule
+from tests.tolerances import TOL
 
 from .helpers import make_inputs
 
@@ -113,6 +114,6 @@ def test_feature_terms_of_the_rule_against_the_reference():
     assert rule.biased and rule.parted
     weights = torch.softmax(rule.logits(q @ k.transpose(-1, -2)), dim=-1)
     _, want, _ = reference.attention(q, k, v, scale=0.5, alibi=slopes, segments=segments, causal=True)
-    assert np.allclose(weights.numpy(), want, rtol=0, atol=1e-12)
+    assert np.allclose(weights.numpy(), want, rtol=0, atol=TOL["float64"])
     assert ScoreRule(scale=1.0).bias(None, None, L, L, dtype=torch.float64, device="cpu") is None
     assert ScoreRule(scale=1.0).apart() is None

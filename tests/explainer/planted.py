@@ -15,6 +15,7 @@ import math
 import torch
 
 from selfattn.model.decoder import DecoderLM
+from tests.tolerances import TOL
 
 PERIOD = 64
 """Positions per turn of the phase: a text up to this long has one key at the largest logit."""
@@ -22,7 +23,7 @@ AMPLITUDE = 100.0
 """The position embedding's size in the four phase dimensions: it outweighs the rest of the residual stream."""
 GAP = 14.0
 """Logits between the planted key and its neighbours."""
-PLANTED_TOL = 1e-3
+PLANTED_TOL = TOL["planted_head"]
 """How far a planted head's float32 weights (and the means of them) may lie from float64's."""
 
 

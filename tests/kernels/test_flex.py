@@ -163,7 +163,7 @@ def test_mods_are_the_score_rule():
                 if mask_mod(*index):
                     got[0, h, i, j] = score_mod(raw[0, h, i, j] * r.scale, *index)
     assert torch.equal(torch.isinf(got), torch.isinf(want))
-    assert torch.allclose(got, want, atol=1e-12, rtol=0)
+    assert torch.allclose(got, want, atol=TOL["float64"], rtol=0)
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -8,6 +8,7 @@ import torch
 import selfattn
 from selfattn.kernels.native_op import DOUBLE_BACKWARD, native_backward, native_forward
 from selfattn.scores import ScoreRule
+from tests.tolerances import TOL
 
 from ..helpers import make_inputs, reference_of
 from ..tolerances import assert_close_to_reference
@@ -95,11 +96,11 @@ def _check_compiled(features, backend):
     eager = _Block("naive", features)
     out = compiled(x)
     expected = eager(x)
-    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(out, expected, rtol=TOL["float64_compiled_rel"], atol=TOL["float64_compiled"])
     params = list(compiled.parameters()) + ([features["sinks"]] if features else [])
     expected_params = list(eager.parameters()) + ([features["sinks"]] if features else [])
     for got, want in zip(_grads(out, params), _grads(expected, expected_params), strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+        torch.testing.assert_close(got, want, rtol=TOL["float64_grad_rel"], atol=TOL["float64_grad"])
 
 
 def test_export_records_the_operator():
@@ -170,4 +171,4 @@ def test_deterministic_mode_gives_one_dq_bit_pattern():
     assert len(patterns) == 1
     qg = q.detach().double().requires_grad_()
     expected = _grads(selfattn.attention(qg, k.double(), v.double(), causal=True, backend="naive"), [qg])[0]
-    torch.testing.assert_close(dq.double(), expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(dq.double(), expected, rtol=TOL["float32_grad_rel"], atol=TOL["float32_grad"])

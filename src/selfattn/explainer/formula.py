@@ -13,7 +13,7 @@
      "text": {"x": {zh, en}, "qkv": {zh, en}}}
 
 Every part is read from the module that computes it (the projection's own bias, the norm's class, the
-q_norm module), and `tests/explainer/test_formula.py` recomputes each exported Q and K from X by the formula
+q_norm module), and `tests/explainer/source/test_formula.py` recomputes each exported Q and K from X by the formula
 shown, so a formula printed is the model's own.
 """
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 import selfattn
+from tests.explainer.documents import explained
 from tests.helpers import make_inputs, reference_of
 
 from ...tolerances import FLOOR, TOL
@@ -584,7 +585,7 @@ def model_folder_cases(tally: Tally, work: Path) -> None:
         folders[f"transformers {name}"] = (d, "error")
 
     def loaded_right(ex):
-        doc = ex.explain("一只蓝色怪兽走进森林")
+        doc = explained(ex, "一只蓝色怪兽走进森林")
         try:
             json.dumps(doc, allow_nan=False)
         except ValueError as e:

@@ -16,7 +16,7 @@ replacement, with
 
 (the sampling-without-replacement variance), and the mean over R independent rows has mean
 `chance` = (1/R) Σ k_r/m_r and variance (1/R²) Σ Var[S_r]. The one-sided p-value is that of the
-normal approximation, P(Z ≥ z), z = (score − chance) / sd; `tests/explainer/test_chance.py` checks it
+normal approximation, P(Z ≥ z), z = (score − chance) / sd; `tests/explainer/analysis/test_chance.py` checks it
 against a Monte Carlo permutation of the targets. A row whose targets are all or none of its visible keys
 carries no information and is not counted; rows of uniform weights count (their share is the chance share,
 with no variance), and a head whose every row is uniform has p = 1.

@@ -6,7 +6,7 @@
 What `export.to_dict` builds and `Explainer.explain` / `experiments.run` add (descriptions, roles, search,
 ablation, patching, lens, …). A key marked NotRequired is present only in some docs (see each type); a key
 not in the schema is a problem, so a new field is written here first. The page reads fields this schema
-names (tests/explainer/test_schema.py checks the JS against `schema_check.paths()`).
+names (tests/explainer/views/test_schema.py checks the JS against `schema_check.paths()`).
 
 Numbers: `Num` is a float or an int; arrays that may hold ±inf (`Arr`) hold the strings "inf" / "-inf"
 there (`selfattn.files.json_float`). Maps keyed by a name (a head type, an intervention) are `dict[str, …]`.

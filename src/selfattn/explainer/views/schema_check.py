@@ -110,7 +110,7 @@ def _shown(value) -> str:
 
 def paths(schema=Doc, prefix: str = "") -> dict[str, bool]:
     """Every field path the schema names, list levels written "[]": "layers[].heads[].q", "model.n_heads",
-    a map's items "head_types.colours.*" (what the page's JS may read; tests/explainer/test_schema.py);
+    a map's items "head_types.colours.*" (what the page's JS may read; tests/explainer/views/test_schema.py);
     each mapped to whether it is OPAQUE (a packed array: what is read from it is the decoder's)."""
     out: dict[str, bool] = {}
     _paths(schema, prefix, out)

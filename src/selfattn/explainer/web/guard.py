@@ -12,7 +12,7 @@ before the app sees the request.
              more than it sends, or trickles it, is answered 408 and its connection closed
     headers  more than `max_header_bytes` in all: 431. uvicorn's `h11_max_incomplete_event_size`
              (set by `server.serve`) bounds only a header block still incomplete when a read ends:
-             100 KB of headers arriving in one read pass it (tests/explainer/test_server_process.py)
+             100 KB of headers arriving in one read pass it (tests/explainer/web/test_server_process.py)
 
 Every refusal is a JSON `{"detail": "..."}` with a one-line message, like the app's own.
 """

@@ -1,0 +1,249 @@
+"""What a learner reads: repeated tokens told apart, --find by position, the heads table at 80 columns, the
+page's language, errors in zh, a bounded --json, the summaries read at the capture point, the pictures'
+size and fonts (issue 17, items 3, 5 and 6)."""
+
+import json
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from rich.console import Console
+
+from selfattn.cli import main
+from selfattn.explainer import pieces as P
+from selfattn.explainer.analysis import summary
+from selfattn.explainer.views import export, plots, report, tables
+from selfattn.explainer.web import server
+from tests.explainer.documents import explained
+from tests.explainer.tiny import tiny_explainer
+from tests.tolerances import TOL, one_step
+
+TWICE = "一只蓝色怪兽走进森林。它在森林里睡觉。"  # 森林 and 。 each twice
+
+
+def test_repeated_tokens_carry_their_position_everywhere(tiny, tiny_checkpoint, capsys):
+    doc = explained(tiny, TWICE)
+    tokens = doc["tokens"]
+    assert tokens.count("森林") == 2
+    at = [i for i, t in enumerate(tokens) if t == "森林"]
+    assert [doc["token_names"][i] for i in at] == [f"森林@{i}" for i in at]
+    assert doc["token_names"][1] == "一只"  # a token seen once keeps its text
+    assert doc["pieces"]["names"] == doc["token_names"]
+    assert main(["explain", TWICE, "--model", str(tiny_checkpoint), "--lang", "en"]) == 0
+    out = capsys.readouterr().out
+    assert f'A repeated token carries its position: 森林@{at[0]} is the "森林" at position {at[0]}.' in out
+    assert f"森林@{at[0]}" in out and f"森林@{at[1]}" in out
+    top = [line for line in out.splitlines() if line.startswith(f'  "森林@{at[1]}" →')]
+    assert len(top) == 1  # each query row is named apart
+
+
+def test_find_takes_positions_and_names(tiny):
+    doc = explained(tiny, TWICE, find=("9", "森林@5"))
+    assert (doc["search"]["query"], doc["search"]["key"]) == (9, 5)
+    doc = explained(tiny, TWICE, find=(9, 5))
+    assert (doc["search"]["query"], doc["search"]["key"]) == (9, 5)
+    same = explained(tiny, TWICE, find=("森林@9", "怪兽"))
+    assert (same["search"]["query"], same["search"]["key"]) == (9, 3)
+    with pytest.raises(ValueError, match="'森林@7' names no token"):
+        explained(tiny, TWICE, find=("森林@7", "怪兽"))
+
+
+def test_find_on_the_command_line_takes_positions(tiny_checkpoint, capsys):
+    assert main(["explain", TWICE, "--model", str(tiny_checkpoint), "--find", "9", "森林@5", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["search"]["query"], doc["search"]["key"]) == (9, 5)
+
+
+def test_the_heads_table_splits_at_80_columns_instead_of_dropping_heads():
+    ex = tiny_explainer(n_heads=16, n_kv_heads=4)
+    doc = explained(ex, "一只蓝色怪兽走进森林")
+    console = Console(record=True, width=80)
+    tables.render(doc, console, lang="en")
+    out = console.export_text()
+    grid = out[out.index("Heads at a glance") : out.index("What each head does")]
+    for h in range(16):
+        assert re.search(rf"\bH{h}\b", grid), f"H{h} missing"
+    assert all(len(line) <= 80 for line in out.splitlines())
+    assert "[H0–" in grid  # said as blocks of heads
+    # every entropy of the JSON is in the grid
+    for row in doc["summaries"]:
+        for s in row:
+            assert f"{s['entropy']:.1f}" in grid
+    flat = " ".join(out.split())  # the console wraps long sentences
+    assert "grouped-query attention (GQA): 16 query heads share 4 key/value heads, 4 per group" in flat
+
+
+def test_html_carries_the_language_and_the_json_its_lang(tiny_checkpoint, tmp_path, capsys):
+    page = tmp_path / "r.html"
+    assert (
+        main(["explain", "一只蓝色怪兽走进森林", "--model", str(tiny_checkpoint), "--html", str(page), "--lang", "en"])
+        == 0
+    )
+    capsys.readouterr()
+    data = json.loads(re.search(r'id="selfattn-data">(.*?)</script>', page.read_text(), re.S).group(1))
+    assert data["doc"]["lang"] == "en"
+    assert explained(tiny_explainer(), "一只", lang="zh")["lang"] == "zh"
+    with pytest.raises(ValueError, match="lang must be 'zh' or 'en', got 'fr'"):
+        explained(tiny_explainer(), "一只", lang="fr")
+
+
+def test_server_errors_speak_the_pages_language():
+    client = TestClient(server.create_app(tiny_explainer()))
+    r = client.post("/api/explain", json={"text": "  ", "lang": "zh"})
+    assert r.status_code == 422 and r.json()["detail"].startswith("无法解释这段文字：text is empty")
+    assert r.json()["messages"]["en"].startswith("text is empty")
+    r = client.post("/api/explain", json={"text": "一只", "layer": "1", "lang": "zh"})
+    assert r.status_code == 422 and r.json()["detail"].startswith("请求无效：layer")
+    r = client.post("/api/explain", json={"text": "  "})
+    assert r.json()["detail"].startswith("text is empty")  # English without a lang, as before
+    page = client.get("/", params={"text": "一只\x07怪兽", "lang": "zh"}).text
+    data = json.loads(re.search(r'id="selfattn-data">(.*?)</script>', page, re.S).group(1))
+    assert data["error"].startswith("无法解释这段文字：") and data["doc"]["lang"] == "zh"
+
+
+def test_the_page_budget_holds_the_shown_layer_and_its_neighbours_and_says_how_to_get_the_others(monkeypatch, capsys):
+    ex = tiny_explainer()
+    full = explained(ex, "一只蓝色怪兽走进森林")
+    assert "omitted" not in full and all("heads" in layer for layer in full["layers"])
+    one = export.layer_page_bytes(ex.trace("一只蓝色怪兽走进森林").layers[0])
+    monkeypatch.setattr(export, "MAX_PAGE_BYTES", one)  # room for one layer only
+    doc = explained(ex, "一只蓝色怪兽走进森林", layer=1, head=0)
+    assert doc["layers"][0]["omitted"] and "heads" in doc["layers"][1]
+    assert doc["omitted"]["layers"] == [0] and doc["omitted"]["held"] == [1] and doc["omitted"]["bytes"] == 2 * one
+    assert "layers 1 are written in full" in doc["omitted"]["message"] and "--layers" in doc["omitted"]["message"]
+    console = Console(record=True, width=120)
+    tables.render(doc, console, lang="zh")
+    assert doc["omitted"]["text"]["zh"] in console.export_text().replace("\n", "")
+    assert "heads" in explained(ex, "一只蓝色怪兽走进森林", layers=None)["layers"][0]  # all, when asked
+
+
+def test_the_page_budget_counts_the_layers_packed_not_their_bound(monkeypatch):
+    """The bound (`layer_page_bytes`) is what a layer could take before compression; a page holds the layers
+    whose packed arrays fit: here both, where the bound lets one in; one byte less, only the shown one."""
+    ex = tiny_explainer()
+    text = "一只蓝色怪兽走进森林"
+    bound = export.layer_page_bytes(ex.trace(text).layers[0])
+    full = report.pack(explained(ex, text, layers=None))["layers"]
+    packed = [len(json.dumps(layer, ensure_ascii=False, separators=(",", ":")).encode()) for layer in full]
+    assert bound < sum(packed) < 2 * bound
+    monkeypatch.setattr(export, "MAX_PAGE_BYTES", sum(packed) + 50)  # with room for the labels (`types`)
+    doc = explained(ex, text, layer=1, head=0)
+    assert "omitted" not in doc and all("heads" in layer for layer in doc["layers"])
+    assert export.fit_layers([bound, bound], 1, sum(packed) + 50) == {1}  # what the bound alone held
+    monkeypatch.setattr(export, "MAX_PAGE_BYTES", sum(packed) - 100)
+    doc = explained(ex, text, layer=1, head=0)
+    assert doc["layers"][0]["omitted"] and doc["omitted"]["held"] == [1] and doc["omitted"]["bytes"] == 2 * bound
+
+
+def test_the_layers_get_what_the_thumbnails_and_words_of_every_head_leave_of_a_page():
+    def budget(n_layers, n_heads, display_bytes):
+        trace = SimpleNamespace(layers=[SimpleNamespace(n_heads=n_heads)] * n_layers)
+        return export.layers_budget(trace, {"thumbnails": "x" * display_bytes})
+
+    assert budget(30, 9, 3_000_000) == export.MAX_PAGE_BYTES  # SmolLM2: its 270 heads leave the page 21 MB
+    many = budget(32, 32, 11_000_000)  # 1,024 heads of 64 × 64 thumbnails: 11 MB of the page
+    thumbnails = len(json.dumps({"thumbnails": "x" * 11_000_000}, separators=(",", ":")))
+    assert many == export.PAGE_BYTES - thumbnails - export.PAGE_FIXED_BYTES - 1024 * export.HEAD_WORDS_BYTES
+    assert budget(32, 32, 30_000_000) == 0  # the shown layer alone, whatever it takes
+
+
+@pytest.mark.parametrize("text", ["一只蓝色怪兽走进森林", "一只蓝色怪兽走进森林。" * 12])
+def test_summaries_read_at_the_capture_point_are_the_recomputed_ones(text):
+    ex = tiny_explainer(n_heads=4, n_kv_heads=2)
+    trace = ex.trace(text)
+    for layer in trace.layers:
+        digested = layer.digest
+        assert digested is not None
+        layer.digest = None  # the other way: recomputed from Q, K and the lse
+        again = summary.layer_digest(layer)
+        layer.digest = digested
+        np.testing.assert_allclose(digested.means.numpy(), again.means.numpy(), atol=TOL["float32_weight_statistics"])
+        assert torch.equal(digested.rows, again.rows)
+        L = layer.length
+        T = min(L, summary.THUMBNAIL)
+        for h in range(layer.n_heads):
+            w = layer.stages(h)["weights"].numpy()  # float64
+            bins = np.arange(L) * T // L
+            want = np.zeros((T, T))
+            for i in range(L):
+                for j in range(L):
+                    want[bins[i], bins[j]] += w[i, j]
+            count = np.bincount(bins, minlength=T)
+            want /= count[:, None] * count[None, :]
+            np.testing.assert_allclose(
+                digested.thumbnails[h].float().numpy(),
+                want,
+                atol=TOL["float16_thumbnail"],
+                rtol=TOL["float16_thumbnail_rel"],
+            )
+            rows = [i for i in range(L) if layer.visible[i].sum() >= 2]
+            entropy = np.mean([-(w[i][w[i] > 0] * np.log2(w[i][w[i] > 0])).sum() for i in rows])
+            assert digested.summary(h)["entropy"] == pytest.approx(entropy, abs=TOL["float32_weight_statistics"])
+
+
+def test_display_weights_are_the_shown_heads_at_display_precision():
+    ex = tiny_explainer()
+    doc = explained(ex, "一只蓝色怪兽走进森林", layer=1, head=1)
+    shown = export.unpack_display(doc["display"]["selected"]["weights"])
+    np.testing.assert_allclose(shown, export.head_weights(doc, 1, 1), atol=one_step(export.WEIGHT_SCALE))
+    thumbs = doc["display"]["thumbnails"]
+    assert len(thumbs) == 2 and len(thumbs[0]) == 2 and thumbs[0][0]["dtype"] == "f16"
+    np.testing.assert_allclose(
+        export.unpack_display(thumbs[1][1]), export.head_weights(doc, 1, 1), atol=TOL["float16_thumbnail"]
+    )
+
+
+def test_the_first_token_note_only_for_a_special_first_token():
+    ex = tiny_explainer()
+    assert "first_token" in explained(ex, "一只蓝色怪兽走进森林")  # <bos>
+    p = P.from_strings("蓝色怪兽", ["蓝色", "怪兽"], [3, 4])
+    assert not p.special[0]  # a text token at position 0: no note is made for it (export.starts_with_special)
+
+
+def _big_doc(n_layers=24, n_heads=14, L=80):
+    """An export dict of the shape the grid reads, for a model of the Qwen2.5-0.5B size (no model run)."""
+    T = min(L, summary.THUMBNAIL)
+    rng = np.random.default_rng(0)
+    thumb = {"b64": "", "shape": [T, T], "dtype": "f16"}
+    import base64
+
+    cells = np.tril(rng.random((T, T))).astype("<f2")
+    thumb["b64"] = base64.b64encode(cells.tobytes()).decode()
+    s = {"entropy": 1.0, "max_weight": 0.5, "first_token": 0.1, "previous": 0.2, "self": 0.1, "rows": L - 1}
+    return {
+        "model": {"name": "big", "n_layers": n_layers, "n_heads": n_heads},
+        "tokens": [f"t{i}" for i in range(L)],
+        "selected": {"layer": 3, "head": 5, "rule": None},
+        "summaries": [[s] * n_heads for _ in range(n_layers)],
+        "layers": [{"scale": 0.125, "causal": True, "softcap": None, "window": None, "omitted": True}] * n_layers,
+        "display": {"thumbnails": [[thumb] * n_heads for _ in range(n_layers)]},
+    }
+
+
+def test_the_grid_fits_a_screen_and_its_title_sits_above_the_first_row():
+    import matplotlib
+
+    doc = _big_doc()
+    with matplotlib.rc_context(plots.rc(False)):
+        fig = plots._grid(doc, "en")
+        fig.canvas.draw()
+        width, height = fig.canvas.get_width_height()
+        assert max(width, height) <= plots.MAX_PIXELS * fig.dpi / plots.DPI + 1
+        renderer = fig.canvas.get_renderer()
+        title = fig._suptitle.get_window_extent(renderer)
+        first_row = max(ax.get_tightbbox(renderer).y1 for ax in fig.axes[: doc["model"]["n_heads"]])
+        assert title.y0 >= first_row, (title.y0, first_row)
+
+
+def test_no_cjk_font_names_every_font_looked_for(monkeypatch):
+    for family in ("Noto Sans CJK SC", "WenQuanYi Micro Hei", "PingFang SC", "Hiragino Sans GB", "Heiti SC"):
+        assert family in plots.CJK_FONTS
+    assert {"Microsoft YaHei", "SimHei"} <= set(plots.CJK_FONTS)
+    monkeypatch.setattr(plots, "CJK_FONTS", ("No Such Font CJK", "Another Missing Font"))
+    monkeypatch.setattr(plots, "FONT_FILES", ())
+    with pytest.raises(ValueError, match="looked for No Such Font CJK, Another Missing Font"):
+        plots.fonts(True)
+    assert plots.fonts(False) == ["DejaVu Sans"]
