@@ -15,8 +15,7 @@ import time
 import pytest
 
 from selfattn.explainer.web.guard import BODY_SECONDS, HttpGuard, allowed_hosts
-
-from ..live_server import HOST, Server
+from tests.live_server import HOST, Server
 
 PORT = 8123
 
