@@ -162,6 +162,7 @@ def _request(args):
         ablate_mode=args.ablate_mode,
         patch=None if args.patch is None else Patch(args.patch, target=args.target, foil=args.foil),
         lens=Lens(args.position) if args.logit_lens else None,
+        among=tuple(args.layers) if args.layers else None,  # a page opens on a layer it holds
     )
 
 

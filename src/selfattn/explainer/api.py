@@ -65,7 +65,8 @@ def explain(
     explainer = explainer_of(model, tokenizer, dtype)
     if user_words is not None:
         explainer = explainer.with_words(user_words)
-    spec = Spec(text, layer=layer, head=head, intervention=intervention_of(interventions), find=find)
+    among = tuple(layers) if isinstance(layers, (list, tuple)) and layers else None  # a page opens on one it holds
+    spec = Spec(text, layer=layer, head=head, intervention=intervention_of(interventions), find=find, among=among)
     return Session(explainer, layers=layers).explain(spec)
 
 

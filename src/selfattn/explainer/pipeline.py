@@ -98,7 +98,8 @@ class Spec:
     find          (query, key): every head ranked by that weight (`heads.search`)
     ablate        heads ((layer, head), …), given as pairs or "L.H,L.H" (None: no ablation); ablate_mode
                   "zero" | "mean" (only with ablate)
-    patch, lens   `Patch`, `Lens` or None"""
+    patch, lens   `Patch`, `Lens` or None
+    among         the layers a page holds (--layers): a head picked (no layer asked) is picked among them"""
 
     text: str = DEFAULT_TEXT
     layer: int | None = None
@@ -109,6 +110,7 @@ class Spec:
     ablate_mode: str | None = None
     patch: Patch | None = None
     lens: Lens | None = None
+    among: tuple[int, ...] | None = None
 
     def __post_init__(self):
         if not isinstance(self.intervention, Intervention):
@@ -126,6 +128,10 @@ class Spec:
                 raise ValueError("ablate_mode goes with ablate: give the heads to ablate too")
             if self.ablate_mode not in ABLATE_MODES:
                 raise ValueError(f"ablate_mode must be one of {', '.join(ABLATE_MODES)}, got {self.ablate_mode!r}")
+        if self.among is not None:
+            if isinstance(self.among, (str, bytes)) or not hasattr(self.among, "__iter__"):
+                raise TypeError(f"among must be layer indices, got {type(self.among).__name__}")
+            object.__setattr__(self, "among", tuple(checks.integer("a layer index", l, low=0) for l in self.among))
         for name, kind in (("patch", Patch), ("lens", Lens)):
             value = getattr(self, name)
             if value is not None and not isinstance(value, kind):
@@ -175,8 +181,8 @@ def explain(
     trace, controls = explainer.trace_with_controls(text, intervention, cache=cache, cut=cut)
     table, thumbs = summary.scan(trace)
     described = describe(trace, table, controls, explainer.probe(cache=cache), explainer.user_words)
-    *asked_head, why = spec.opened()
-    picked = explainer.select(trace, table, described, *asked_head)
+    layer_asked, head_asked, why = spec.opened()
+    picked = explainer.select(trace, table, described, layer_asked, head_asked, among=spec.among)
     shown = Shown(
         layer=picked["layer"],
         head=picked["head"],

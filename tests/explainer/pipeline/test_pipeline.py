@@ -136,3 +136,27 @@ def test_json_of_the_qwen_05b_configuration_at_32_tokens_is_under_2_mb_and_the_a
     assert r.status_code == 200, r.text[:300]
     answer = r.json()
     assert answer["ablation"]["heads"] == [[3, 1]] and len(r.content) < server.MAX_RESPONSE_BYTES
+
+
+@pytest.mark.parametrize("held", [0, 1])
+def test_a_page_of_some_layers_opens_on_a_layer_it_holds(held, tiny_checkpoint, capsys):
+    """--layers L without --layer: the head shown first is picked among the layers the page holds, so the page never
+    opens on a layer it does not hold (it threw on load); the JSON and the page say the same head."""
+    from selfattn.cli import main
+
+    assert (
+        main(["explain", "一只蓝色怪兽走进森林", "--model", str(tiny_checkpoint), "--layers", str(held), "--json"]) == 0
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["selected"]["layer"] == held and doc["layers"][held]["held"]
+    assert [layer["held"] for layer in doc["layers"]] == [l == held for l in range(2)]
+    e = Session(Explainer.load(tiny_checkpoint)).explain(Spec("一只蓝色怪兽走进森林", among=(held,)))
+    assert e.shown.layer == held and e.doc["layers"][held].get("omitted") is None
+
+
+def test_layers_out_of_the_model_are_refused_by_name(llama):
+    _, ex = llama
+    with pytest.raises(ValueError, match=r"layers must hold indices in \[0, 1\], got \[5\]"):
+        Session(ex).explain(Spec(TEXT, among=(5,)))
+    with pytest.raises(ValueError, match="a layer index must be >= 0"):
+        Spec(TEXT, among=(-1,))
