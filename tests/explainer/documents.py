@@ -29,9 +29,8 @@ def explained(
     lang=None,
 ) -> dict:
     """The export dict of `text` on `explainer` (`views.export.document` of its Explanation)."""
-    spec = Spec(text, layer=layer, head=head, find=find, ablate=ablate)
-    if intervention is not None:
-        spec = Spec(text, layer=layer, head=head, intervention=intervention, find=find, ablate=ablate)
+    changed = {} if intervention is None else {"intervention": intervention}
+    spec = Spec(text, layer=layer, head=head, find=find, ablate=ablate, **changed)
     session = Session(explainer, cache=cache)
     return session.document(session.explain(spec, compare=compare), stages=stages, layers=layers, lang=lang)
 

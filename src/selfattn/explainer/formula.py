@@ -40,7 +40,7 @@ def describe(model: torch.nn.Module) -> dict:
         get = lambda name, default=None: getattr(text_config, name, default)  # noqa: E731 - a multimodal model's text part
     attn, layer = _first_attention(model)
     bias = _biases(attn)
-    n_heads = int(get("num_attention_heads", get("n_head", 0)) or getattr(attn, "n_heads", 0) or 0)
+    n_heads = describe_heads(model, attn)
     hidden = int(get("hidden_size", get("n_embd", 0)) or 0)
     head_dim = int(get("head_dim", 0) or getattr(attn, "head_dim", 0) or (hidden // n_heads if n_heads else 0))
     n_kv = int(get("num_key_value_heads", 0) or getattr(attn, "n_kv_heads", 0) or n_heads)
@@ -89,13 +89,16 @@ def shape(model: torch.nn.Module) -> tuple[int, int]:
     return layers, heads
 
 
-def describe_heads(model: torch.nn.Module) -> int:
-    """The query heads of `model`'s attention layers (its config's, else its first attention module's), or 0."""
+def describe_heads(model: torch.nn.Module, attn: torch.nn.Module | None = None) -> int:
+    """The query heads of `model`'s attention layers (its config's, else its first attention module's `attn`, found
+    when not given), or 0."""
     config = getattr(model, "config", None)
     text = getattr(config, "text_config", None) or config
     n = getattr(text, "num_attention_heads", None) or getattr(text, "n_head", None) or getattr(text, "n_heads", None)
-    attn = _first_attention(model)[0]
-    return int(n or getattr(attn, "n_heads", 0) or 0)
+    if n:
+        return int(n)
+    attn = _first_attention(model)[0] if attn is None else attn
+    return int(getattr(attn, "n_heads", 0) or 0)
 
 
 def _first_attention(model: torch.nn.Module) -> tuple[torch.nn.Module | None, torch.nn.Module | None]:

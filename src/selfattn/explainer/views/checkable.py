@@ -42,9 +42,7 @@ def json_document(e: Explanation, *, layers=None, lang: str | None = None) -> di
     """The --json answer of `e` (see the module doc). layers: the indices whose weights it holds (None: the shown
     layer); lang: the language its sentences are read in (doc["lang"]; both languages' are in it either way)."""
     held = {e.shown.layer} if layers is None else export.check_layers(layers, e.card.n_layers)
-    doc = export.document(e, stages=False, layers=[e.shown.layer], lang=lang)
-    doc.pop("display", None)  # the page's thumbnails and packed weights
-    doc.pop("omitted", None)
+    doc = export.document(e, stages=False, layers=[], lang=lang, display=False)  # every layer's rule, no array
     doc["schema"] = JSON_SCHEMA
     doc["layers"] = [_layer(e, l, l in held) for l in range(e.card.n_layers)]
     if len(e.tokens) <= export.STAGES_MAX_LEN:

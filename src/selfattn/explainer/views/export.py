@@ -86,31 +86,6 @@ follow from them: `LayerTrace.stages`)."""
 TOP_PREDICTIONS = 5
 
 
-def model_info(
-    name: str, trace: ModelTrace, *, architecture: str, positions: str, architecture_zh: str | None = None
-) -> dict:
-    """The model card every view shows: name, decoder/encoder, architecture, positional scheme (`positions`:
-    its key in the catalogue, written out in English and in Chinese), sizes, and for grouped-query attention
-    which key/value head each query head reads (`kv_of_head`, and `texts` "gqa" in words)."""
-    first = trace.layers[0]
-    n_heads, n_kv = first.n_heads, int(first.k.shape[0])
-    return {
-        "name": name,
-        "kind": trace.kind,
-        "architecture": architecture,
-        "positions": texts.text(positions, "en"),
-        "positions_zh": texts.text(positions, "zh"),
-        "positions_key": positions,
-        "n_layers": trace.n_layers,
-        "n_heads": n_heads,
-        "n_kv_heads": n_kv,
-        "kv_of_head": [first.kv_head(h) for h in range(n_heads)],
-        "head_dim": int(first.q.shape[-1]),
-        "d_model": int(first.x.shape[-1]),
-        "dtype": str(first.q.dtype).removeprefix("torch."),
-    } | ({"architecture_zh": architecture_zh} if architecture_zh is not None else {})
-
-
 def gqa_words(model: dict, lang: str) -> str:
     """Which key/value head each query head reads, in words ("" without grouped-query attention)."""
     H, Hkv = model["n_heads"], model["n_kv_heads"]
@@ -225,10 +200,12 @@ def document(
     layers="auto",
     lang: str | None = None,
     page_bytes: Callable[[dict, int], int] | None = None,
+    display: bool = True,
 ) -> dict:
     """The export dict of an Explanation (the layout in the module doc): what the page, the terminal tables and the
     app read. stages, layers, page_bytes: as `to_dict`; lang "zh" | "en": the language its views speak
-    (doc["lang"]; None leaves it out). It changes no number of `e`."""
+    (doc["lang"]; None leaves it out); display False: without the page's thumbnails and packed weights
+    (doc["display"]), which only the page draws. It changes no number of `e`."""
     shown = e.shown
     doc = to_dict(
         e.trace,
@@ -240,7 +217,7 @@ def document(
         stages=stages,
         layers=layers,
         unknown=dict(e.tokens.unknown),
-        thumbnails=e.answers.thumbnails,
+        thumbnails=e.answers.thumbnails if display else None,
         link=shown.link,
         page_bytes=page_bytes,
     )

@@ -41,7 +41,7 @@ the call form."""
 
 
 class Model(TypedDict):
-    """The model card (`export.model_info`, with the explainer's tokenizer and how it was loaded)."""
+    """The model card (`export.card_dict` of the Explanation's `ModelCard`)."""
 
     name: str
     kind: Literal["decoder", "encoder"]

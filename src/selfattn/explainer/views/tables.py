@@ -76,7 +76,7 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
     m = doc["model"]
     say(t("tables.model", **(m | {"kind": t(KIND_KEYS[m["kind"]])})))
     if m.get("architecture"):
-        positions = m["positions_zh" if lang == "zh" else "positions"]  # both written by export.model_info
+        positions = m["positions_zh" if lang == "zh" else "positions"]  # both written by export.card_dict
         arch = m.get("architecture_zh", m["architecture"]) if lang == "zh" else m["architecture"]
         say(t("tables.card", **(m | {"positions": positions, "architecture": arch})))
     _model_words(doc, say, t, lang)
