@@ -174,3 +174,27 @@ def test_the_upward_check_finds_a_planted_import(tmp_path):
     graph = import_graph() | {planted: imports_of(planted, path, names | {planted})}
     assert upward_imports(graph) == [(planted, "selfattn.explainer.views.texts")]
     assert upward_imports({"selfattn.explainer.views.tables": {"selfattn.explainer.analysis.summary"}}) == []
+
+
+def imports_from(
+    graph: dict[str, set[str]], rooms: tuple[str, ...], forbidden: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """(module, what it imports) for every import of a `forbidden` room's module by a module of `rooms`."""
+    return sorted((m, d) for m, deps in graph.items() if _inside(m, rooms) for d in deps if _inside(d, forbidden))
+
+
+def test_analysis_reads_no_model_module():
+    """The analysis reads what it is given: the default model's grammar comes as data (`Explainer.grammar`), never by
+    importing `selfattn.model` (its corpus, its probe)."""
+    bad = imports_from(import_graph(), ("selfattn.explainer.analysis",), ("selfattn.model",))
+    assert not bad, "; ".join(f"{m} imports {d}" for m, d in bad)
+
+
+def test_the_tutorial_relations_are_the_probes_claims():
+    """`analysis.relations.RELATIONS` writes the tutorial's claims out (it imports no model): the default model's probe
+    measures the same ones."""
+    from selfattn.explainer.analysis.relations import RELATIONS
+    from selfattn.model.probe import CLAIMS
+
+    written = [(r["query"], r["targets"]) for name, r in RELATIONS.items() if name != "clause2>clause1"]
+    assert written == list(CLAIMS)

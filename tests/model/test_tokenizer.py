@@ -81,30 +81,30 @@ def test_one_dictionary_read_cuts_and_tags_as_fresh_jieba_instances_do(small_cor
     import jieba
     import jieba.posseg
 
+    from selfattn import jieba_words
     from selfattn.explainer.analysis import roles
-    from selfattn.model import tokenizer as tokenizer_module
 
     words = ("蓝色怪兽", "走进", "一只")  # 蓝色怪兽: not jieba's word, and a longer word over two of its own
     fresh = jieba.Tokenizer()
     fresh.tmp_dir = str(cache_dir())
     for w in words:
-        fresh.add_word(w, freq=tokenizer_module.USER_WORD_FREQ)
+        fresh.add_word(w, freq=jieba_words.USER_WORD_FREQ)
     fresh_tagger = jieba.posseg.POSTokenizer(fresh)
     texts = [s.text for s in small_corpus.test[:50]]
     texts += ["一只蓝色怪兽走进森林，它看见一棵大树。", "Mary 去了 store 2 次"]
-    ours = tokenizer_module._jieba(words)
-    assert ours is not tokenizer_module._jieba(()) and roles._tagger(words).tokenizer is ours
+    ours = jieba_words.dictionary(words)
+    assert ours is not jieba_words.dictionary(()) and roles._tagger(words).tokenizer is ours
     for text in texts:
         assert list(ours.cut(text, HMM=False)) == list(fresh.cut(text, HMM=False))
         tagged = [(p.word, p.flag) for p in roles._tagger(words).cut(text, HMM=True)]
         assert tagged == [(p.word, p.flag) for p in fresh_tagger.cut(text, HMM=True)]
-    assert "蓝色怪兽" not in tokenizer_module._jieba(()).FREQ  # the default dictionary got no word
+    assert "蓝色怪兽" not in jieba_words.dictionary(()).FREQ  # the default dictionary got no word
 
     reads = []
     monkeypatch.setattr(jieba.Tokenizer, "initialize", lambda self, *a: reads.append("initialize"))
     monkeypatch.setattr(jieba.posseg.POSTokenizer, "load_word_tag", lambda self, f: reads.append("load_word_tag"))
     other = ("怪兽走进",)
-    assert list(tokenizer_module._jieba(other).cut("怪兽走进森林", HMM=False))[0] == "怪兽走进"
+    assert list(jieba_words.dictionary(other).cut("怪兽走进森林", HMM=False))[0] == "怪兽走进"
     assert [p.word for p in roles._tagger(other).cut("怪兽走进森林")][0] == "怪兽走进"
     assert reads == []
 

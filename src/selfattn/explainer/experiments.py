@@ -30,6 +30,7 @@ from . import probe as _probe
 from . import session as _session
 from .analysis import heads, held, summary
 from .analysis import taxonomy as _taxonomy
+from .analysis.answers import head_answers
 from .analysis.roles import has_roles
 from .capture import lens as _lens
 from .capture import patching as _patching
@@ -94,8 +95,8 @@ def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, 
     described = None
     if text is not None:
         shown = explainer.trace(text, cache=cache)
-        described = describe(
-            shown, summary.summaries(shown), explainer.controls(shown, cache=cache), on_probe, explainer.user_words
+        described = described_heads(
+            explainer, shown, summary.summaries(shown), explainer.controls(shown, cache=cache), on_probe
         )
     out = _taxonomy.merge(on_probe, described)
     bos = probe_bos(explainer)
@@ -108,6 +109,15 @@ def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, 
     }
     out["findings"] = findings.taxonomy_words(out)
     return out
+
+
+def described_heads(explainer, trace, table, controls, probe) -> list[list[dict]]:
+    """Every head of `trace` answered (`analysis.answers.head_answers`, with the explainer's words and grammar) and put
+    in words (`views.heads.describe`): [layer][head] {kind, text {zh, en}, types, scores, verdict, …}. table:
+    `summary.summaries(trace)`; controls: `explainer.controls(trace)`; probe: every head's measures on the induction
+    probe (None: the text's types only)."""
+    answers = head_answers(trace, controls, probe, explainer.user_words, explainer.grammar)
+    return describe(trace.tokens, trace.pieces, table, answers, controls[0].tokens if controls else ())
 
 
 def parse_heads(spec: str) -> list[tuple[int, int]]:

@@ -304,9 +304,9 @@ def _shares_character(spans, members: tuple[int, ...]) -> bool:
 
 def word_spans(text: str) -> list[tuple[int, int]]:
     """jieba's cut of `text` as (start, end) spans (it keeps Latin words and numbers whole)."""
-    from ..model.tokenizer import _jieba
+    from ..jieba_words import dictionary
 
-    return [(start, end) for _, start, end in _jieba(()).tokenize(text, HMM=False)]
+    return [(start, end) for _, start, end in dictionary(()).tokenize(text, HMM=False)]
 
 
 def from_tokenizer(tokenizer, text: str, *, add_special_tokens: bool = True) -> Pieces:

@@ -42,7 +42,6 @@ from .capture.interventions import REGISTRY, SCOPE, Intervention
 from .result import Experiments, Explanation, HeadAnswers, ModelCard, Prediction, Shown, Tokens
 from .session import DEFAULT_TEXT, Explainer, check_text, find_positions, unknown_report
 from .views import experiment_words, export, packing
-from .views.heads import describe
 
 __all__ = [
     "Spec",
@@ -180,7 +179,7 @@ def explain(
         ablation = _kept(explainer, text, cut, "ablation", asked, results)
     trace, controls = explainer.trace_with_controls(text, intervention, cache=cache, cut=cut)
     table, thumbs = summary.scan(trace)
-    described = describe(trace, table, controls, explainer.probe(cache=cache), explainer.user_words)
+    described = experiments.described_heads(explainer, trace, table, controls, explainer.probe(cache=cache))
     layer_asked, head_asked, why = spec.opened()
     picked = explainer.select(trace, table, described, layer_asked, head_asked, among=spec.among)
     shown = Shown(

@@ -21,13 +21,14 @@ from __future__ import annotations
 import functools
 import os
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from .. import checks
+from ..model import corpus
 from . import catalogue as texts
 from . import formula, sources
 from . import pieces as P
@@ -68,7 +69,11 @@ class Explainer:
     tokenizer_kind, positions   keys of `views.texts` (how the text is cut; the positional scheme)
     unknown_hint  what the model knows and what to use for free text; loaded: how it was built
     user_words    {word: role | None}: words the part-of-speech tagger keeps whole, a given role winning over
-                  its tag (`analysis.held.words_of`): our tokenizer's own words, or a reader's (`with_words`)"""
+                  its tag (`analysis.held.words_of`): our tokenizer's own words, or a reader's (`with_words`)
+    grammar       {word: role}: the words whose clause-2 references the tutorial relations measure
+                  (`analysis.relations.links`); the default model's grammar (`model.corpus.grammar`) for every model
+    scenes        the words the contrast sentences put in place of the text's (`analysis.word_relations.Scenes`):
+                  the default model's grammar's scenes (`model.corpus.scenes`) for every model"""
 
     model: torch.nn.Module
     name: str
@@ -86,6 +91,8 @@ class Explainer:
     loaded: dict = field(default_factory=dict)
     segment: Callable[[str], tuple[list[str], torch.Tensor, dict, P.Pieces]] | None = None
     user_words: dict[str, str | None] = field(default_factory=dict)
+    grammar: Mapping[str, str] = field(default_factory=corpus.grammar)
+    scenes: tuple[Mapping[str, tuple[str, ...]], ...] = field(default_factory=corpus.scenes)
 
     def with_words(self, user_words) -> Explainer:
         """A copy whose tagger also keeps `user_words` whole: a list of words, or {word: role} (one of
@@ -233,7 +240,7 @@ class Explainer:
         has no relation (no roles)."""
         return [
             c.text
-            for c in held.contrasts_of(pieces, self.user_words, self.knows)
+            for c in held.contrasts_of(pieces, self.user_words, self.knows, self.scenes)
             if len(self.tokenize(c.text)[1]) <= self.max_len
         ]
 

@@ -75,6 +75,8 @@ __all__ = [
     "distinct_sentences",
     "log_prob",
     "all_words",
+    "grammar",
+    "scenes",
     "with_measure",
 ]
 
@@ -327,3 +329,36 @@ def all_words() -> list[str]:
     for kind, verbs in MOVES.items():
         words |= set(verbs) | set(PLACES[kind]) | {post for post, _ in PLACES[kind].values()}
     return sorted(words)
+
+
+def grammar() -> dict[str, str]:
+    """{word: role}: the grammar's words by the role they play in its sentences ("qm" 一只, "colour" 蓝色, "noun"
+    怪兽, "verb" 走进, "place" 森林, "ref" 它 / 它们, "ref_measure" 这只 / 这些, "punct" 。): the data the explainer's
+    tutorial relations read (`explainer.analysis.relations.links`)."""
+    out = {q + m: "qm" for q in QUANTITIES for m in MEASURES}
+    out |= dict.fromkeys(COLOURS, "colour")
+    out |= {c.noun: "noun" for c in CREATURES}
+    out |= {v: "verb" for verbs in MOVES.values() for v in verbs}
+    out |= {p: "place" for places in PLACES.values() for p in places}
+    out |= {c.pronoun + s: "ref" for c in CREATURES for s in ("", "们")}
+    out |= {"这" + m: "ref_measure" for m in MEASURES} | {"这些": "ref_measure", "。": "punct"}
+    return out
+
+
+def scenes() -> tuple[dict[str, tuple[str, ...]], ...]:
+    """One scene per creature, {role: words}: its measure word, a colour, the verbs of its first way of moving and the
+    places of that way in its zones (一只 蓝色 猫 走进 城堡, 两只 红色 兔子 …): the words the explainer's contrast
+    sentences put in place of a text's words of each role (`explainer.analysis.word_relations.contrasts`)."""
+    out = []
+    for i, c in enumerate(CREATURES):
+        kind = c.moves[0]
+        out.append(
+            {
+                "qm": ("一两三"[i % 3] + c.measure,),
+                "colour": (COLOURS[i % len(COLOURS)],),
+                "noun": (c.noun,),
+                "verb": MOVES[kind],
+                "place": tuple(places_for(c, kind)),
+            }
+        )
+    return tuple(out)

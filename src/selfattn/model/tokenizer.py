@@ -10,84 +10,27 @@
 - `save(path)` writes one JSON file holding the vocabulary *and* the user words, so a
   loaded tokenizer cuts text exactly as the one that was saved.
 
-jieba keeps a cache of its dictionary in `selfattn.dirs.cache_dir()` (on Linux `$XDG_CACHE_HOME/selfattn`,
-default `~/.cache/selfattn`), read once a process; each word list gets its own `jieba.Tokenizer` instance (a copy
-of that dictionary plus its words), never the global one.
+jieba's dictionary is read once a process and shared with the explainer's part-of-speech tagger
+(`selfattn.jieba_words`); each word list gets its own `jieba.Tokenizer` instance, never the global one.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import logging
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..dirs import cache_dir as selfattn_cache_dir
 from ..files import read_json, write_atomic
+from ..jieba_words import USER_WORD_FREQ, cache_dir, dictionary
 
 __all__ = ["WordTokenizer", "SPECIAL_TOKENS", "USER_WORD_FREQ", "FORMAT", "cache_dir"]
 
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<bos>", "<eos>")
 """Ids 0, 1, 2, 3 in every vocabulary."""
 
-USER_WORD_FREQ = 1_000_000
-"""jieba frequency given to each user word: high enough that the corpus is always cut as written."""
-
 FORMAT = "selfattn.word-tokenizer"
 VERSION = 1
-
-
-def cache_dir() -> Path:
-    """Where jieba's dictionary cache lives: `selfattn.dirs.cache_dir()` (created), or a temporary folder."""
-    path = selfattn_cache_dir()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        path = Path(tempfile.gettempdir()) / "selfattn-cache"
-        path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@functools.lru_cache(maxsize=8)
-def _jieba(user_words: tuple[str, ...]):
-    """A private jieba.Tokenizer that knows `user_words` (built once per word list; () is the default dictionary
-    itself, which no one adds words to)."""
-    if not user_words:
-        return _default_dictionary()
-    tk = _copy_of_default()
-    for w in user_words:
-        tk.add_word(w, freq=USER_WORD_FREQ)
-    return tk
-
-
-@functools.lru_cache(maxsize=1)
-def _default_dictionary():
-    """jieba's default dictionary in a private Tokenizer, loaded once: reading it (its cache in ours) takes ~1 s,
-    which every further Tokenizer would spend again."""
-    import jieba
-
-    jieba.setLogLevel(logging.WARNING)  # its "Building prefix dict" chatter goes to stderr otherwise
-    tk = jieba.Tokenizer()
-    tk.tmp_dir = str(cache_dir())
-    tk.check_initialized()
-    return tk
-
-
-def _copy_of_default():
-    """A new private Tokenizer holding a copy of the default dictionary (what `initialize` would read again, a
-    dict copy instead of ~1 s), for words to be added to."""
-    import jieba
-
-    base = _default_dictionary()
-    tk = jieba.Tokenizer()
-    tk.tmp_dir = base.tmp_dir
-    with base.lock:
-        tk.FREQ, tk.total = dict(base.FREQ), base.total
-    tk.initialized = True
-    return tk
 
 
 class WordTokenizer:
@@ -161,7 +104,7 @@ class WordTokenizer:
         """jieba's words for `text` (whitespace dropped), before any vocabulary lookup."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return [w for w in _jieba(self.user_words).cut(text, HMM=False) if w.strip()]
+        return [w for w in dictionary(self.user_words).cut(text, HMM=False) if w.strip()]
 
     def tokenize(self, text: str) -> list[str]:
         """Vocabulary tokens for `text`: words, else their characters, else <unk>."""

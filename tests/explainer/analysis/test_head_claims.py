@@ -10,7 +10,7 @@ from selfattn.cli import main
 from selfattn.explainer.analysis import head_types, heads, relations
 from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.session import Explainer
-from selfattn.model import checkpoint
+from selfattn.model import checkpoint, corpus
 from tests.explainer import truth
 from tests.explainer.documents import explained
 from tests.tolerances import TOL
@@ -58,7 +58,9 @@ def test_layer_zero_claims_equal_the_reference(default):
                 assert d["scores"][t]["score"] == pytest.approx(m["score"], abs=TOL["float32_weight_mean"]), (h, t)
                 assert d["scores"][t]["chance"] == pytest.approx(m["chance"], abs=TOL["float64"])
         if "relation" in d:  # the link the words name: its keys together, against |keys| / |visible|
-            (link,) = [k for k in relations.links(doc["tokens"]) if k.relation == d["relation"]]  # one each here
+            (link,) = [
+                k for k in relations.links(doc["tokens"], corpus.grammar()) if k.relation == d["relation"]
+            ]  # one each here
             assert d["mean"] == pytest.approx(sum(w[link.query, k] for k in link.keys), abs=TOL["float32_weight_mean"])
             assert d["mean_chance"] == pytest.approx(len(link.keys) / (link.query + 1))
             assert d["pair_weight"] == pytest.approx(

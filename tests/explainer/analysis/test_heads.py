@@ -9,7 +9,7 @@ from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.catalogue import TEXTS
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import export, heads
-from selfattn.model import checkpoint
+from selfattn.model import checkpoint, corpus
 from selfattn.model.corpus import CREATURES, Sentence
 from selfattn.model.probe import attention_probe
 from tests.explainer.documents import explained
@@ -25,7 +25,7 @@ def default():
 
 def test_links_follow_the_probe_claims_and_clause_two():
     tokens = "<bos> 一只 蓝色 怪兽 走进 森林 。 它 在 森林 里 睡觉 。 这只 怪兽 很 开心 。".split()
-    found = {(link.relation, link.query, link.keys) for link in relations.links(tokens)}
+    found = {(link.relation, link.query, link.keys) for link in relations.links(tokens, corpus.grammar())}
     assert found == {
         ("noun>qm+colour", 3, (1, 2)),
         ("verb>noun", 4, (3,)),
@@ -34,7 +34,7 @@ def test_links_follow_the_probe_claims_and_clause_two():
         ("clause2>clause1", 9, (5,)),
         ("clause2>clause1", 14, (3,)),
     }
-    assert relations.links(["<bos>", "hello", "world"]) == []
+    assert relations.links(["<bos>", "hello", "world"], corpus.grammar()) == []
 
 
 def test_default_view_names_a_tutorial_link_that_the_probe_confirms(default):

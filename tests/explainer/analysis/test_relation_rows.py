@@ -17,7 +17,7 @@ from selfattn.explainer.analysis import head_types, held
 from selfattn.explainer.analysis.roles import word_roles
 from selfattn.explainer.analysis.word_relations import MAX_CONTRASTS, contrasts, word_links
 from selfattn.explainer.session import Explainer
-from selfattn.model import checkpoint
+from selfattn.model import checkpoint, corpus
 from tests.explainer import truth
 from tests.explainer.documents import explained
 from tests.explainer.planted import plant
@@ -41,7 +41,7 @@ def _relations(words) -> Counter:
 @pytest.mark.parametrize("text", [TEXT, NEW, "两只红色小鸟飞过天空，它们很开心。"])
 def test_contrast_sentences_keep_the_shape_and_put_every_key_apart(text):
     words = word_roles(text)
-    got = contrasts(words, text)
+    got = contrasts(words, text, scenes=corpus.scenes())
     assert 2 <= len(got) <= MAX_CONTRASTS
     assert len({c.text for c in got} | {text}) == len(got) + 1  # each a sentence of its own
     want = _relations(words)

@@ -3,7 +3,7 @@ first, and every head ranked by one weight. The words for them are `views.heads`
 
     measures(trace)               -> [layer][head] `head_types.measure` of each head on this text
     measurer(ids)                 -> the `capture` callback that measures each call's own weights at the capture point
-    relation_weights(trace)       -> [layer][head] {relation: {weight, chance, …}}: the tutorial links' weights
+    relation_weights(trace, found) -> [layer][head] {relation: {weight, chance, …}}: the tutorial links' weights
     pick(table, descriptions)     -> (layer, head): the head to show first (`views.heads.PICK_RULE` in words)
     search(trace, query, key)     -> {query, key, heads [{layer, head, weight}]}: heads ranked by one weight
     first_token_note(trace, table)-> {token, selected?, mean}: how much weight parks on the first token
@@ -20,7 +20,7 @@ import torch
 
 from ..capture.trace import LayerTrace, Measure, ModelTrace
 from . import head_types
-from .relations import RELATIONS, Link, links
+from .relations import RELATIONS, Link
 from .summary import SINK_LIMIT
 
 __all__ = [
@@ -47,13 +47,12 @@ against float64 to 1e-6; float32 holds them to about 1e-7 and takes a quarter of
 exp), the largest part of an explanation at 512 tokens."""
 
 
-def relation_weights(trace: ModelTrace, found: list[Link] | None = None) -> list[list[dict[str, dict]]]:
+def relation_weights(trace: ModelTrace, found: list[Link]) -> list[list[dict[str, dict]]]:
     """[layer][head] {relation: {weight, chance, n, keys, query, key, pair_weight, pair_chance}}: the mean over
     the relation's links of the weight the query gives its keys together (`weight`) and what uniform attention
     over the keys the query may see gives them (`chance`: |keys| / |visible|); the single (query, key) with
     the largest weight, its weight and chance (1 / |visible|), and the keys of its link. `found`: the links to
-    measure (default `relations.links` of the tokens, the corpus grammar's)."""
-    found = links(trace.tokens) if found is None else found
+    measure (`held.text_links`, `relations.links`)."""
     rows = sorted({link.query for link in found})
     at = {r: i for i, r in enumerate(rows)}  # query position -> its row in the weights
     by_relation = {name: [link for link in found if link.relation == name] for name in RELATIONS}

@@ -62,10 +62,10 @@ import numpy as np
 from ..capture.trace import ModelTrace
 from . import chance, head_types
 from .heads import link_credited, relation_weights
-from .relations import Link
-from .relations import links as corpus_links
+from .relations import Grammar, Link
+from .relations import links as grammar_links
 from .roles import Word, word_roles
-from .word_relations import Control, WordLink, contrasts, control, piece_links, word_links, word_pieces
+from .word_relations import Control, Scenes, WordLink, contrasts, control, piece_links, word_links, word_pieces
 
 if TYPE_CHECKING:
     from ..pieces import Pieces
@@ -73,7 +73,8 @@ if TYPE_CHECKING:
 __all__ = ["words_of", "control_of", "contrasts_of", "text_links", "held", "credited", "word_types"]
 
 CLAUSE2 = "clause2>clause1"
-"""The one relation read from the corpus grammar's tokens (`relations.links`), not from the tagger's roles."""
+"""The one relation read from a grammar's tokens (`relations.links`: the explainer's `grammar`), not from the tagger's
+roles."""
 
 
 UserWords = Sequence[str] | Mapping[str, str | None]
@@ -101,17 +102,19 @@ def control_of(source: ModelTrace | Pieces | None, user_words: UserWords = (), k
     return control(words, pieces.text, user_words, known) if words else None
 
 
-def contrasts_of(source: ModelTrace | Pieces | None, user_words: UserWords = (), known=None) -> list[Control]:
+def contrasts_of(
+    source: ModelTrace | Pieces | None, user_words: UserWords = (), known=None, scenes: Scenes = ()
+) -> list[Control]:
     """The sentences a text's relations are measured on beside it (`word_relations.contrasts`: the control first,
     where the text has one, then sentences of its shape with other words of each role, until every relation has
     MIN_ROWS rows whose key is not the previous word); [] without pieces, roles or relations. source, known:
-    `control_of`'s."""
+    `control_of`'s; scenes: the words put in the contrasts (`word_relations.Scenes`, an `Explainer`'s)."""
     pieces = source.pieces if isinstance(source, ModelTrace) else source
     if pieces is None:
         return []
     words = word_roles(pieces.text, user_words)
     known = None if known is None else functools.cache(known)  # each candidate word is asked about many times
-    return contrasts(words, pieces.text, user_words, known) if words else []
+    return contrasts(words, pieces.text, user_words, known, scenes=scenes) if words else []
 
 
 def text_links(trace: ModelTrace, words: Sequence[Word] | None = None) -> list[Link]:
@@ -346,11 +349,14 @@ def _held(m: dict) -> bool:
     return bool(m["credited"]) and m["rows"] >= head_types.MIN_ROWS and _beats_simpler(m)
 
 
-def held(trace: ModelTrace, controls: Sequence[ModelTrace] = (), user_words: UserWords = ()) -> list[list[dict]]:
+def held(
+    trace: ModelTrace, controls: Sequence[ModelTrace] = (), user_words: UserWords = (), grammar: Grammar | None = None
+) -> list[list[dict]]:
     """[layer][head] {previous_word, relations}: the module's doc. `controls`: the traces of
     `contrasts_of(trace, user_words)`'s sentences on the same model, in that order (the control first where the
     text has one; none: a relation is measured on the text alone, and one adjacent there is not held);
-    user_words: `words_of`'s."""
+    user_words: `words_of`'s; grammar: {word: role} whose clause-2 references are measured too (`relations.links`;
+    an `Explainer`'s `grammar`; None: none)."""
     if isinstance(controls, ModelTrace):
         raise TypeError("controls must be a sequence of ModelTrace (held(trace, [control])), got one ModelTrace")
     words = words_of(trace, user_words)
@@ -360,7 +366,7 @@ def held(trace: ModelTrace, controls: Sequence[ModelTrace] = (), user_words: Use
     mine_s = _Sentence(trace, words, links, pieces, text, _unknown_spans(trace))
     others = [_sentence(c, user_words) for c in controls]
     plain = others[0] if others and control_of(trace, user_words) is not None else None  # the control sentence
-    clause2 = [lk for lk in corpus_links(trace.tokens) if lk.relation == CLAUSE2]  # the corpus grammar's own
+    clause2 = [lk for lk in grammar_links(trace.tokens, grammar or {}) if lk.relation == CLAUSE2]  # the grammar's own
     on_text = relation_weights(trace, text_links(trace, words) + clause2)
     queries, before, _ = _word_rows(trace, words)
     o_rows = [_word_rows(o.trace, o.words) for o in others]

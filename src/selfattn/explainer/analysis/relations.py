@@ -1,42 +1,37 @@
 """The tutorial's links between words, found in a text: which token should look at which.
 
-    roles(tokens)      -> one grammar role per token ("qm", "colour", "noun", …, or None)
-    links(tokens)      -> [Link(relation, query, keys)]: for each word the tutorial names, the earlier
-                          words it depends on, by the probe's claims (`selfattn.model.probe.CLAIMS`)
-                          and the corpus grammar's clause-2 references (clause 2 → clause 1)
+    roles(tokens, grammar)   -> one grammar role per token ("qm", "colour", "noun", …, or None)
+    links(tokens, grammar)   -> [Link(relation, query, keys)]: for each word the tutorial names, the earlier
+                                words it depends on, by the tutorial's claims (RELATIONS: noun → measure word
+                                and colour, verb → noun, place → verb and noun) and the grammar's clause-2
+                                references (clause 2 → clause 1)
 
-The word classes come from the corpus (`selfattn.model.corpus`): a token is a measure word if the
-corpus makes it one (一只, 两条 …), a colour if it is one of COLOURS, and so on. A text that is not
-in the corpus grammar simply has fewer links (a free English text has none).
+`grammar` is data, {word: role} with the roles "qm", "colour", "noun", "verb", "place", "ref" (a pronoun)
+and "ref_measure" (这只, 这些): the default model's is `selfattn.model.corpus.grammar()`, given by the
+explainer that holds it (`Explainer.grammar`); this module reads no corpus. A text whose words the grammar
+does not hold simply has fewer links (a free English text has none; an empty grammar gives none).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ...model.corpus import COLOURS, CREATURES, MEASURES, MOVES, PLACES, QUANTITIES
-from ...model.probe import CLAIMS
+__all__ = ["RELATIONS", "Grammar", "Link", "roles", "links", "MEANING_ROLES"]
 
-__all__ = ["RELATIONS", "Link", "roles", "links", "MEANING_ROLES"]
-
-_WORD_ROLES: dict[str, str] = {}
-for _q in QUANTITIES:
-    for _m in MEASURES:
-        _WORD_ROLES[_q + _m] = "qm"
-_WORD_ROLES |= {c: "colour" for c in COLOURS}
-_WORD_ROLES |= {c.noun: "noun" for c in CREATURES}
-_WORD_ROLES |= {v: "verb" for verbs in MOVES.values() for v in verbs}
-_WORD_ROLES |= {p: "place" for places in PLACES.values() for p in places}
-_WORD_ROLES |= {c.pronoun + s: "ref" for c in CREATURES for s in ("", "们")}
-_WORD_ROLES |= {"这" + m: "ref_measure" for m in MEASURES} | {"这些": "ref_measure", "。": "punct"}
+Grammar = Mapping[str, str]
+"""{word: role}: the words a grammar names and their roles (the module doc)."""
 
 RELATIONS: dict[str, dict] = {
-    **{f"{query}>{'+'.join(targets)}": {"query": query, "targets": targets} for query, targets in CLAIMS},
+    "noun>qm+colour": {"query": "noun", "targets": ("qm", "colour")},
+    "verb>noun": {"query": "verb", "targets": ("noun",)},
+    "place>verb+noun": {"query": "place", "targets": ("verb", "noun")},
     "clause2>clause1": {"query": "ref", "targets": ("noun",)},
 }
 """Each relation: the query role and the roles of the earlier words it should look at. The first three
-are the probe's claims (noun → measure word and colour, verb → noun, place → verb and noun); the last
-is clause 2 → clause 1 (它 / 这只 怪兽 / 在 森林 point back at the creature and place of clause 1)."""
+are the tutorial's claims, the ones the default model's probe measures (`selfattn.model.probe.CLAIMS`, held
+equal by a test); the last is clause 2 → clause 1 (它 / 这只 怪兽 / 在 森林 point back at the creature and
+place of clause 1)."""
 
 WORDS = {
     "noun>qm+colour": "relations.noun_qm_colour",
@@ -59,14 +54,14 @@ class Link:
     keys: tuple[int, ...]
 
 
-def roles(tokens: list[str]) -> list[str | None]:
-    """The corpus role of each token (None for a token the grammar does not name, <bos> included).
+def roles(tokens: list[str], grammar: Grammar) -> list[str | None]:
+    """The grammar's role of each token (None for a token the grammar does not name, <bos> included).
     A noun right after 这只 / 这些, and a place right after 在, belong to clause 2 ("ref")."""
     out: list[str | None] = []
     for i, tok in enumerate(tokens):
-        role = _WORD_ROLES.get(tok.strip())
+        role = grammar.get(tok.strip())
         before = tokens[i - 1].strip() if i else ""
-        if role == "noun" and _WORD_ROLES.get(before) == "ref_measure":
+        if role == "noun" and grammar.get(before) == "ref_measure":
             role = "ref"
         elif role == "place" and before == "在":
             role = "ref"
@@ -74,11 +69,11 @@ def roles(tokens: list[str]) -> list[str | None]:
     return out
 
 
-def links(tokens: list[str]) -> list[Link]:
+def links(tokens: list[str], grammar: Grammar) -> list[Link]:
     """Every link the text holds: for each word of a relation's query role, the nearest earlier word of
     each target role within its sentence (clause-1 relations), or the nearest earlier clause-1 word of
     the same kind (clause 2 → clause 1: a pronoun or 这只 → the noun; 在 PLACE → the place)."""
-    r = roles(tokens)
+    r = roles(tokens, grammar)
     out: list[Link] = []
     start = 0  # first position of the current sentence's clause 1
     for i, role in enumerate(r):
@@ -94,12 +89,12 @@ def links(tokens: list[str]) -> list[Link]:
                 out.append(Link(name, i, keys))
         if role == "ref":
             word = tokens[i].strip()
-            want = "place" if _WORD_ROLES.get(word) == "place" else "noun"
+            want = "place" if grammar.get(word) == "place" else "noun"
             key = next(
                 (
                     k
                     for k in range(i - 1, -1, -1)
-                    if r[k] == want and (want != "noun" or tokens[k].strip() == word or _WORD_ROLES.get(word) == "ref")
+                    if r[k] == want and (want != "noun" or tokens[k].strip() == word or grammar.get(word) == "ref")
                 ),
                 None,
             )

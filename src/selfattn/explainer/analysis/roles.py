@@ -77,14 +77,15 @@ class Word:
 @functools.lru_cache(maxsize=8)
 def _tagger(user_words: tuple[str, ...]):
     """A private jieba part-of-speech tagger that knows `user_words`: over the cutter the word tokenizer uses for
-    the same words (`tokenizer._jieba`: one dictionary in memory, read once), with jieba's tag table, read once."""
+    the same words (`jieba_words.dictionary`: one dictionary in memory, read once), with jieba's tag table, read
+    once."""
     tags = _word_tags()  # first: it may be what imports jieba.posseg
     import jieba.posseg
 
-    from ...model.tokenizer import _jieba
+    from ...jieba_words import dictionary
 
     tagger = jieba.posseg.POSTokenizer.__new__(jieba.posseg.POSTokenizer)  # its __init__ reads the table again
-    tagger.tokenizer = _jieba(user_words)
+    tagger.tokenizer = dictionary(user_words)
     tagger.word_tag_tab = tags  # read only: words are added without tags (`makesure_userdict_loaded`)
     return tagger
 
@@ -99,9 +100,9 @@ def _word_tags() -> dict[str, str]:
 
     if pristine:
         return dict(jieba.posseg.dt.word_tag_tab)
-    from ...model.tokenizer import _jieba
+    from ...jieba_words import dictionary
 
-    return jieba.posseg.POSTokenizer(_jieba(())).word_tag_tab
+    return jieba.posseg.POSTokenizer(dictionary(())).word_tag_tab
 
 
 def in_dictionary(word: str, user_words: Sequence[str] | Mapping[str, str | None] = ()) -> bool:

@@ -7,9 +7,9 @@
                                  -> Control(text, words, moved, unknown): the sentence with a modifier inserted
                                     before each query word whose key is the word just before it (FILLERS: the
                                     first the model knows, `known(word) -> bool`)
-    contrasts(words, text, user_words=(), known=None, need=MIN_ROWS)
+    contrasts(words, text, user_words=(), known=None, need=MIN_ROWS, scenes=())
                                  -> [Control]: the control first (where a link is adjacent), then sentences of
-                                    the same shape with other words of each role (SUBSTITUTES) and the same
+                                    the same shape with other words of each role (`Scenes`) and the same
                                     fillers, until every relation has `need` rows where its key is not the
                                     previous word (at most MAX_CONTRASTS sentences)
 
@@ -34,7 +34,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ...model.corpus import COLOURS, CREATURES, MOVES, Creature, places_for
 from .chance import MIN_ROWS
 from .relations import RELATIONS, Link
 from .roles import CLAUSE_ENDS, PRONOUNS, Word, in_dictionary, word_roles
@@ -48,7 +47,7 @@ __all__ = [
     "control",
     "contrasts",
     "FILLERS",
-    "SUBSTITUTES",
+    "Scenes",
     "MAX_CONTRASTS",
 ]
 
@@ -64,26 +63,13 @@ model's tokenizer knows that the tagger gives no role in the sentence (a role wo
 the first, and says which fillers the model does not know (`Control.unknown`)."""
 
 
-def _scene(i: int, c: Creature) -> dict[str, tuple[str, ...]]:
-    """Scene i of SUBSTITUTES: creature c's measure word, a colour, the verbs of its first way of moving and the
-    places of that way in its zones."""
-    kind = c.moves[0]
-    return {
-        "qm": ("一两三"[i % 3] + c.measure,),
-        "colour": (COLOURS[i % len(COLOURS)],),
-        "noun": (c.noun,),
-        "verb": MOVES[kind],
-        "place": tuple(places_for(c, kind)),
-    }
-
-
-SUBSTITUTES: tuple[dict[str, tuple[str, ...]], ...] = tuple(_scene(i, c) for i, c in enumerate(CREATURES))
-"""The words a contrast sentence puts in place of a text's words of each role: one scene per creature of the
-corpus grammar (一只 蓝色 猫 走进 城堡, 两只 红色 兔子 …, 一条 … 鱼 游进 大海), so a measure word fits its noun
-and a verb its place (a text's second verb takes the scene's second, …). The default model knows them all; a
-real model reads them as any Chinese. `contrasts` keeps a sentence only where the tagger gives it the same
-relations again, every substitute a word of its own (without the default model's words jieba cuts 游进 into
-游 / 进: that scene is left out)."""
+Scenes = Sequence[Mapping[str, Sequence[str]]]
+"""The words a contrast sentence puts in place of a text's words of each role: one scene per entry, {role: words}
+(一只 蓝色 猫 走进 城堡, 两只 红色 兔子 …, 一条 … 鱼 游进 大海), so a measure word fits its noun and a verb its place
+(a text's second verb takes the scene's second, …). Data given by the explainer (`Explainer.scenes`: the default
+model's grammar's, `model.corpus.scenes`); a real model reads them as any Chinese. `contrasts` keeps a sentence only
+where the tagger gives it the same relations again, every substitute a word of its own (without the default model's
+words jieba cuts 游进 into 游 / 进: that scene is left out)."""
 
 MAX_CONTRASTS = 8
 """Most sentences run beside the text to measure its relations (`contrasts`): with one link of a relation per
@@ -234,20 +220,23 @@ def _relations(words: Sequence[Word]) -> Counter:
 
 
 def _substituted(
-    words: Sequence[Word], text: str, j: int, known: Callable[[str], bool] | None, user_words=()
+    words: Sequence[Word],
+    text: str,
+    scene: Mapping[str, Sequence[str]],
+    known: Callable[[str], bool] | None,
+    user_words=(),
 ) -> tuple[str, list[str]] | None:
-    """(the text with each word of a role, pronouns aside, replaced by scene j's (SUBSTITUTES) word of that role,
+    """(the text with each word of a role, pronouns aside, replaced by `scene`'s (`Scenes`) word of that role,
     the n-th word of the role taking the scene's n-th of those the tagger's dictionary holds (`in_dictionary`: it
     would cut the others), the words put in); None where one is a word the tokenizer does not know, or a role of
     the scene has no word in the dictionary."""
-    scene = SUBSTITUTES[j % len(SUBSTITUTES)]
     parts: list[str] = []
     put: list[str] = []
     cursor, seen = 0, Counter[str]()
     for w in words:
         if w.role is None or w.text in PRONOUNS:
             continue
-        bank = [b for b in scene[w.role] if in_dictionary(b, user_words)]
+        bank = [b for b in scene.get(w.role, ()) if in_dictionary(b, user_words)]
         if not bank:
             return None
         new = bank[seen[w.role] % len(bank)]
@@ -266,9 +255,11 @@ def contrasts(
     user_words: Sequence[str] | Mapping[str, str | None] = (),
     known: Callable[[str], bool] | None = None,
     need: int = MIN_ROWS,
+    scenes: Scenes = (),
 ) -> list[Control]:
     """The sentences a relation of `text` is measured on beside the text itself: the control (`control`, where a
-    link is adjacent), then the text with other words of each role (`_substituted`) and the same fillers, each
+    link is adjacent), then the text with other words of each role (`_substituted`: each of `scenes` in turn) and
+    the same fillers, each
     kept only where the tagger finds the same relations with no key the previous word of its query; as many as
     make every relation's rows apart from the previous word (the text's own included) reach `need`, at most
     MAX_CONTRASTS. [] where the text has no relation."""
@@ -287,10 +278,10 @@ def contrasts(
     first = control(words, text, user_words, known)
     if first is not None:
         add(first)
-    for j in range(len(SUBSTITUTES)):
+    for scene in scenes:
         if all(rows[r] >= need for r in names) or len(out) >= MAX_CONTRASTS:
             break
-        made = _substituted(words, text, j, known, user_words)
+        made = _substituted(words, text, scene, known, user_words)
         if made is None:
             continue
         other, put = made

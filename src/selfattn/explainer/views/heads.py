@@ -12,10 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..analysis import held
-from ..analysis.heads import measures
-from ..analysis.verdicts import verdicts
-from ..capture.trace import ModelTrace
+from ..analysis.answers import Answers
 from ..pieces import Pieces, names
 from .head_words import percent, sentence
 from .texts import TEXTS
@@ -27,27 +24,22 @@ PICK_RULE = TEXTS["heads.pick_rule"]
 
 
 def describe(
-    trace: ModelTrace,
+    tokens: Sequence[str],
+    pieces: Pieces | None,
     table: list[list[dict]],
-    controls: Sequence[ModelTrace] = (),
-    probe: list[list[dict]] | None = None,
-    user_words=(),
+    answers: Answers,
+    control_tokens: Sequence[str] = (),
 ) -> list[list[dict]]:
     """One description per head (`head_words.sentence`): {kind, text {zh, en}, weight, chance, types, scores, verdict,
-    …}; `table` is `summary.summaries(trace)`; `controls` the traces of the control and contrast sentences
-    (`held.contrasts_of`, in its order), run on the same model; `probe` every head's measures on the induction probe
-    (`probe.probe_measures`: what `selfattn heads` reads too, so the verdict is the same in every view; None: the text's
-    types only); `user_words` the explainer's (`held.words_of`). Tokens are named as in every view (`pieces.names`)."""
-    h = held.held(trace, controls, user_words)
-    types = measures(trace)
-    relations = [[held.credited(x) for x in row] for row in h]
-    words = [[held.word_types(x) for x in row] for row in h]
-    answers = verdicts(types, probe, relations, words)
-    shown = names(trace.tokens)  # 金鱼@5 where a token repeats, as every view writes it
-    c_shown = names(controls[0].tokens) if controls else []  # the control's: the sentences quote its pair
-    groups = _groups(trace.pieces)
+    …}; `tokens`, `pieces` the text's; `table` is `summary.summaries` of its trace; `answers` every head's numbers
+    (`analysis.answers.head_answers`); `control_tokens` the control sentence's tokens (the first of
+    `held.contrasts_of`'s; the sentences quote its pair). Tokens are named as in every view (`pieces.names`)."""
+    shown = names(list(tokens))  # 金鱼@5 where a token repeats, as every view writes it
+    c_shown = names(list(control_tokens)) if control_tokens else []
+    groups = _groups(pieces)
+    h, types, verdict = answers.held, answers.types, answers.verdicts
     return [
-        [sentence(shown, s, h[l][k], types[l][k], answers[l][k], c_shown, groups) for k, s in enumerate(heads)]
+        [sentence(shown, s, h[l][k], types[l][k], verdict[l][k], c_shown, groups) for k, s in enumerate(heads)]
         for l, heads in enumerate(table)
     ]
 
