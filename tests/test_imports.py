@@ -198,3 +198,41 @@ def test_the_tutorial_relations_are_the_probes_claims():
 
     written = [(r["query"], r["targets"]) for name, r in RELATIONS.items() if name != "clause2>clause1"]
     assert written == list(CLAIMS)
+
+
+def test_views_import_neither_capture_nor_the_model():
+    """Views serialize an Explanation: they read its types (`trace_types`, `stages`, `interventions`: the registry as
+    data), never the capture that made it or a model module."""
+    bad = imports_from(import_graph(), ("selfattn.explainer.views",), ("selfattn.explainer.capture", "selfattn.model"))
+    assert not bad, "; ".join(f"{m} imports {d}" for m, d in bad)
+
+
+CAPTURE_ENTRIES = ("capture", "capture_batch")
+"""The capture point's functions (`capture.trace`): a forward pass recorded."""
+
+
+def callers_of(names: tuple[str, ...], module: str) -> set[str]:
+    """The package's modules (outside `module` itself) that import one of `names` from `module` or call
+    `<module's last part>.<name>(…)`."""
+    last = module.rsplit(".", 1)[-1]
+    found = set()
+    for name, path in module_names().items():
+        if name == module:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                source = _resolve(name, is_package, node)
+                if source == module and any(a.name in names for a in node.names):
+                    found.add(name)
+            elif isinstance(node, ast.Attribute) and node.attr in names:
+                if isinstance(node.value, ast.Name) and node.value.id == last:
+                    found.add(name)
+    return found
+
+
+def test_only_the_explainers_runner_calls_the_capture_point():
+    """One place runs a model to record it: `Explainer.traced` (session.py), which the pipeline's traces, the
+    controls' batch and the induction probe all go through."""
+    assert callers_of(CAPTURE_ENTRIES, "selfattn.explainer.capture.trace") == {"selfattn.explainer.session"}

@@ -21,7 +21,7 @@ from .helpers import make_inputs
 
 SRC = pathlib.Path(selfattn.__file__).parent
 
-GENERIC = ("kernels/naive.py", "kernels/tiled.py", "distributed/blocks.py", "explainer/capture/stages.py")
+GENERIC = ("kernels/naive.py", "kernels/tiled.py", "distributed/blocks.py", "explainer/stages.py")
 """Files that build scores generically: they name no feature that changes the scores themselves (the sinks,
 a term of the softmax's denominator, stay named where that denominator is computed)."""
 

@@ -71,7 +71,7 @@ class _UsageError(Exception):
 
 def _intervention(args):
     """The Intervention the flags ask for (one flag per registry entry, then --only-layer / --only-head)."""
-    from .explainer.capture.interventions import REGISTRY, Intervention
+    from .explainer.interventions import REGISTRY, Intervention
 
     given = {name: getattr(args, cli_args.dest(name)) for name, entry in REGISTRY.items() if entry.cli}
     applied = {name: ({} if value is True else value) for name, value in given.items() if value not in (None, False)}
@@ -139,7 +139,7 @@ def _explain(args) -> int:
 
 
 def _check_pictures(paths: list[Path], force: bool) -> None:
-    from .model.checkpoint import check_creatable
+    from .files import check_creatable
 
     for path in paths:
         check_creatable(path, force=force)

@@ -3,7 +3,7 @@
     build_parser(runs) -> argparse parser; `runs` maps a command name to the function that runs it (`cli`)
 
 The flags of the interventions (`selfattn explain --no-scaling --temperature T --block QUERY KEY ...`) are
-generated from the interventions' registry (`selfattn.explainer.capture.interventions`): one flag per entry,
+generated from the interventions' registry (`selfattn.explainer.interventions`): one flag per entry,
 one argument per parameter, each parsed with the entry's type and range. The CLI checks the type and range
 of every argument itself (`_number`), so the library only ever sees values of the right type.
 """
@@ -114,7 +114,7 @@ def _explain_args(commands, runs) -> None:
 def intervention_args(p) -> None:
     """One flag per entry of the interventions' registry (a switch: --no-scaling; with parameters:
     --temperature T, --block QUERY KEY), then the two that limit them to one layer / head."""
-    from .explainer.capture.interventions import REGISTRY  # no torch: the walkthrough starts without it
+    from .explainer.interventions import REGISTRY
 
     for entry in REGISTRY.values():
         if not entry.cli:  # the CLI has a flag of its own for it (--ablate L.H,…: `_experiment_args`)

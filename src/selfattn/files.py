@@ -57,6 +57,7 @@ __all__ = [
     "temp_folder",
     "sync_folder",
     "check_writable",
+    "check_creatable",
     "json_float",
 ]
 
@@ -320,3 +321,20 @@ def json_float(x: float) -> float | str:
     if math.isnan(x):
         raise ValueError("NaN cannot be written to JSON")
     return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+
+def check_creatable(path: str | os.PathLike, *, force: bool = False) -> Path:
+    """`path` as a Path if a file may be written there by a writer that creates the missing folders
+    (a checkpoint save, the loss curve, `selfattn explain --plots`): `files.check_writable(path)` once its
+    folder exists; before that, the nearest existing folder above it must be a writable folder."""
+    path = Path(path)
+    if path.parent.is_dir():
+        return check_writable(path, force=force)
+    above = path.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise NotADirectoryError(f"cannot create {path.parent}: {above} is not a folder")
+    if not os.access(above, os.W_OK):
+        raise PermissionError(f"cannot create {path.parent}: folder {above} is not writable")
+    return path

@@ -16,7 +16,7 @@ import torch
 import transformers
 
 from selfattn.cli import main
-from selfattn.explainer.capture.interventions import Intervention
+from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from tests.explainer.documents import explained
 from tests.hf.models import QK_GAIN, VOCAB, tokenizer

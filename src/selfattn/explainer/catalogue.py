@@ -41,7 +41,7 @@ PREFIXES = {
     "findings": "what an experiment found, in a sentence (views/findings.py)",
     "research": "the terminal's research tables (views/research_tables.py)",
     "patching": "the patching picture (views/patching_plot.py)",
-    "interventions": "each intervention's label, help and sentence (capture/interventions.py REGISTRY)",
+    "interventions": "each intervention's label, help and sentence (interventions.py REGISTRY)",
     "relations": "the tutorial relations (analysis/relations.py)",
     "server": "the app's answers over HTTP (web/server.py)",
     "model": "a model card: architecture, tokens the model does not know, how pieces are grouped",

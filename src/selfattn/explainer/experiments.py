@@ -34,7 +34,7 @@ from .analysis.answers import head_answers
 from .analysis.roles import has_roles
 from .capture import lens as _lens
 from .capture import patching as _patching
-from .capture.interventions import Intervention
+from .interventions import Intervention
 from .probe import PROBE_LENGTH, PROBE_TRIES, frame, own_ids, probe_bos, probe_ids, vocab_size
 from .views import findings
 from .views.heads import describe
@@ -94,10 +94,8 @@ def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, 
     on_probe = heads.measures(trace)
     described = None
     if text is not None:
-        shown = explainer.trace(text, cache=cache)
-        described = described_heads(
-            explainer, shown, summary.summaries(shown), explainer.controls(shown, cache=cache), on_probe
-        )
+        shown, controls = explainer.trace_with_controls(text, cache=cache)  # as `explain` traces it: one batch
+        described = described_heads(explainer, shown, summary.summaries(shown), controls, on_probe)
     out = _taxonomy.merge(on_probe, described)
     bos = probe_bos(explainer)
     added = sum(len(part) for part in frame(explainer)) + int(bos is not None and bos["added"])

@@ -38,7 +38,7 @@ from . import experiments, formula
 from .analysis import experiment, heads, held, summary
 from .analysis.roles import piece_roles
 from .capture.cache import TraceCache
-from .capture.interventions import REGISTRY, SCOPE, Intervention
+from .interventions import REGISTRY, SCOPE, Intervention
 from .result import Experiments, Explanation, HeadAnswers, ModelCard, Prediction, Shown, Tokens
 from .session import DEFAULT_TEXT, Explainer, check_text, find_positions, unknown_report
 from .views import experiment_words, export, packing
@@ -93,7 +93,7 @@ class Spec:
 
     text          the text (checked by `session.check_text` when it is read)
     layer, head   the head shown first (None: see the module doc)
-    intervention  registry values and their scope (`capture.interventions.Intervention`)
+    intervention  registry values and their scope (`interventions.Intervention`)
     find          (query, key): every head ranked by that weight (`heads.search`)
     ablate        heads ((layer, head), …), given as pairs or "L.H,L.H" (None: no ablation); ablate_mode
                   "zero" | "mean" (only with ablate)
@@ -194,7 +194,7 @@ def explain(
     )
     compared = None
     if checks.boolean("compare", compare) and intervention.needs_baseline():
-        base = explainer.trace(text, cache=cache)
+        base = explainer.trace_with_controls(text, cache=cache, cut=cut)[0]  # traced as the text was: one batch
         before = export.predictions(base, explainer.decode)
         numbers = experiment.compare(base, trace, shown.layer, shown.head, before, [p.as_dict() for p in predictions])
         compared = numbers | {"text": experiment_words.sentences(numbers, trace.tokens)}

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from .analysis import head_types, heads
-from .capture.trace import ModelTrace, capture
+from .interventions import Intervention
+from .trace_types import ModelTrace
 
 __all__ = [
     "PROBE_LENGTH",
@@ -159,7 +160,7 @@ def probe_trace(explainer, length: int = PROBE_LENGTH, *, seed: int = 0, cache=N
         ids = probe_ids(explainer, length, seed=seed)
         tokens = [explainer.decode(i) for i in ids]
         extra = _extra_for(explainer, len(ids))
-        return capture(explainer.model, torch.tensor(ids), tokens, measure=heads.measurer(ids), **extra)
+        return explainer.traced([(tokens, torch.tensor(ids), extra, None)], Intervention())[0]  # no pieces: random ids
 
     return run() if cache is None else cache.get(probe_key(length, seed), run)
 

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .capture.interventions import Intervention
-from .capture.trace import ModelTrace
+from .interventions import Intervention
 from .pieces import Pieces
+from .trace_types import ModelTrace
 
 if TYPE_CHECKING:
     from .pipeline import Session, Spec

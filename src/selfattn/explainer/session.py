@@ -35,8 +35,9 @@ from . import pieces as P
 from . import probe as _probe
 from .analysis import heads, held
 from .capture.cache import TraceCache
-from .capture.interventions import Intervention
-from .capture.trace import ModelTrace, Unbatchable, capture, capture_batch
+from .capture.trace import Unbatchable, capture, capture_batch
+from .interventions import Intervention
+from .trace_types import ModelTrace
 
 __all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report", "dtype_name"]
 
@@ -195,44 +196,54 @@ class Explainer:
         """The trace of `text` by its own pass, cut (`cut()`, `_cut`'s) only when it runs; or `cache`'s."""
 
         def run() -> ModelTrace:
-            return self._traced([cut()], intervention)[0]
+            return self.traced([cut()], intervention)[0]
 
         return run() if cache is None else cache.get((text, intervention), run)
 
     def trace_with_controls(
         self, text: str, intervention: Intervention | None = None, *, cache: TraceCache | None = None, cut=None
     ) -> tuple[ModelTrace, list[ModelTrace]]:
-        """(the trace of `text`, the traces of its control and contrast sentences, `control_texts`): the text by its
-        own pass, the sentences beside it by ONE more, a batch (`_batch`), found from the text's pieces. The text is
-        never in the batch: its numbers are those of the text alone whichever way it was traced (a batch's GEMMs
-        round differently), so the CLI, the app and the API, cached or not, show the same numbers. With `cache`,
-        each is kept under its own key, so a second call runs nothing (`_batch`)."""
+        """(the trace of `text`, the traces of its control and contrast sentences, `control_texts`): ONE forward pass,
+        a batch with the text first and its sentences after it (`_batch`), found from the text's pieces; the text by
+        its own pass where it has no such sentence. The text's numbers are this batch's whichever way it is asked
+        (the explanation, its baseline without an intervention, `selfattn heads` with a text), so the CLI, the app and
+        the API, cached or not, show the same numbers; `trace(text)` alone may differ from them by the rounding of a
+        batch's GEMMs. With `cache`, each is kept under its own key, so a second call runs nothing."""
         intervention = self._intervention(intervention)
         text = check_text(text)
         cut = self.cut(text) if cut is None else cut  # `cut(text)`'s, made once by the caller
-        trace = self._alone(text, lambda: cut, intervention, cache)  # the cut made here, not cut again
         others = self.control_texts(cut[3])
-        return trace, self._batch(others, intervention, cache) if others else []
+        if not others:
+            return self._alone(text, lambda: cut, intervention, cache), []
+        traces = self._batch([text, *others], intervention, cache, first=cut)
+        return traces[0], traces[1:]
 
-    def _batch(self, texts: list[str], intervention: Intervention, cache: TraceCache | None) -> list[ModelTrace]:
-        """The traces of `texts` (checked) from one forward pass of them all (a pass each for a model that is
-        `Unbatchable`), or `cache`'s: a text not held runs the whole batch again, so each trace's rounding is the
-        same batch's whichever were kept. They are kept under (text, intervention, BATCHED), apart from the traces
-        of texts run alone: a text a reader explains shows its own numbers even where it was once a control."""
+    def _batch(
+        self, texts: list[str], intervention: Intervention, cache: TraceCache | None, *, first=None
+    ) -> list[ModelTrace]:
+        """The traces of `texts` (a text, then its control and contrast sentences) from one forward pass of them all
+        (a pass each for a model that is `Unbatchable`), or `cache`'s: one not held runs the whole batch again, so
+        each trace's rounding is the same batch's whichever were kept. `first`: the first text's cut (`cut`), made
+        once by the caller; only the first text's head types are measured at the call (the sentences' relations
+        rows are read later). They are kept under (text, intervention, BATCHED, the batch's first text), apart from
+        the traces of texts run alone."""
         ran: list[ModelTrace] = []
 
         def run(i: int) -> ModelTrace:
             if not ran:
-                cuts = [self.cut(check_text(t)) for t in texts]
+                cuts = [first if j == 0 and first is not None else self.cut(check_text(t)) for j, t in enumerate(texts)]
+                measure = [j == 0 for j in range(len(cuts))]
                 try:
-                    ran.extend(self._traced(cuts, intervention, measure=False))
+                    ran.extend(self.traced(cuts, intervention, measure=measure))
                 except Unbatchable:  # a model whose calls cannot be cut per input: each sentence alone
-                    ran.extend(self._traced([c], intervention, measure=False)[0] for c in cuts)
+                    ran.extend(
+                        self.traced([c], intervention, measure=[m])[0] for c, m in zip(cuts, measure, strict=True)
+                    )
             return ran[i]
 
         if cache is None:
             return [run(i) for i in range(len(texts))]
-        return [cache.get((t, intervention, BATCHED), functools.partial(run, i)) for i, t in enumerate(texts)]
+        return [cache.get((t, intervention, BATCHED, texts[0]), functools.partial(run, i)) for i, t in enumerate(texts)]
 
     def control_texts(self, pieces: P.Pieces) -> list[str]:
         """The control and contrast sentences of a text from its pieces (`analysis.held.contrasts_of`, their words
@@ -259,12 +270,17 @@ class Explainer:
             raise ValueError(f"the text has {len(cut[1])} tokens; {self.name} reads at most {self.max_len}")
         return cut
 
-    def _traced(self, cuts: list, intervention: Intervention, *, measure: bool = True) -> list[ModelTrace]:
-        """One forward pass of these cut texts (`pieces_of`'s), their pieces attached: `capture` for one,
+    def traced(self, cuts: list, intervention: Intervention, *, measure: list[bool] | None = None) -> list[ModelTrace]:
+        """One forward pass of these cut texts (`pieces_of`'s: labels, ids, model keywords, pieces or None), their
+        pieces attached: the one caller of the capture functions (`capture.trace`), `capture` for one,
         `capture_batch` for several; the head types of each read from its call's own weights (`heads.measurer`),
-        unless measure=False (control sentences: only their relations' rows are read; `heads.measures` computes the
-        types of such a trace later if a view asks)."""
-        measures = [heads.measurer(ids.reshape(-1).tolist()) if measure else None for _, ids, _, _ in cuts]
+        except where `measure` (one flag per cut, default all) says False (control sentences: only their relations'
+        rows are read; `heads.measures` computes the types of such a trace later if a view asks)."""
+        measure = [True] * len(cuts) if measure is None else measure
+        measures = [
+            heads.measurer(ids.reshape(-1).tolist()) if m else None
+            for (_, ids, _, _), m in zip(cuts, measure, strict=True)
+        ]
         if len(cuts) == 1:
             tokens, ids, kwargs, _ = cuts[0]
             traces = [capture(self.model, ids, tokens, intervention, measure=measures[0], **kwargs)]
@@ -278,10 +294,11 @@ class Explainer:
 
     def controls(self, trace: ModelTrace, intervention: Intervention | None = None, *, cache=None):
         """The traces of the text's control and contrast sentences (`control_texts` of its pieces) on this model:
-        [] where it has none. One forward pass, a batch, or none when `cache` holds them (`explain` runs them with
-        the text: `trace_with_controls`)."""
-        others = [] if trace.pieces is None else self.control_texts(trace.pieces)
-        return self._batch(others, self._intervention(intervention), cache) if others else []
+        [] where it has none; the batch `trace_with_controls` runs them in, with the text first (none when `cache`
+        holds them)."""
+        if trace.pieces is None:
+            return []
+        return self.trace_with_controls(trace.pieces.text, intervention, cache=cache, cut=None)[1]
 
     def probe(self, *, cache=None) -> list[list[dict]] | None:
         """Every head's measures on the induction probe (`probe.probe_measures`: 30 random ordinary tokens twice,

@@ -29,7 +29,14 @@ from typing import NamedTuple
 
 import torch
 
-from ..files import check_target, check_writable, open_regular, read_json, sync_folder, temp_folder, write_atomic
+from ..files import (
+    check_target,
+    open_regular,
+    read_json,
+    sync_folder,
+    temp_folder,
+    write_atomic,
+)
 from .decoder import DecoderConfig, DecoderLM
 from .safetensors_io import assign, read_safetensors, save_weights
 from .tokenizer import WordTokenizer
@@ -40,7 +47,6 @@ __all__ = [
     "load_checkpoint",
     "load_default",
     "check_checkpoint_folder",
-    "check_creatable",
     "DEFAULT_DIR",
     "FILES",
     "FORMAT",
@@ -189,23 +195,6 @@ def check_checkpoint_folder(out_dir: str | os.PathLike, *, force: bool = False) 
         if not force and (out / name).exists():
             raise FileExistsError(f"{out / name} already exists; pass force=True (--force) to overwrite")
     return out
-
-
-def check_creatable(path: str | os.PathLike, *, force: bool = False) -> Path:
-    """`path` as a Path if a file may be written there by a writer that creates the missing folders
-    (a checkpoint save, the loss curve, `selfattn explain --plots`): `files.check_writable(path)` once its
-    folder exists; before that, the nearest existing folder above it must be a writable folder."""
-    path = Path(path)
-    if path.parent.is_dir():
-        return check_writable(path, force=force)
-    above = path.parent
-    while not above.exists() and above != above.parent:
-        above = above.parent
-    if not above.is_dir():
-        raise NotADirectoryError(f"cannot create {path.parent}: {above} is not a folder")
-    if not os.access(above, os.W_OK):
-        raise PermissionError(f"cannot create {path.parent}: folder {above} is not writable")
-    return path
 
 
 def load_checkpoint(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> Checkpoint:

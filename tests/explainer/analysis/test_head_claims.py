@@ -8,7 +8,7 @@ import pytest
 
 from selfattn.cli import main
 from selfattn.explainer.analysis import head_types, heads, relations
-from selfattn.explainer.capture.interventions import Intervention
+from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.model import checkpoint, corpus
 from tests.explainer import truth

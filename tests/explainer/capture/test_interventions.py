@@ -11,7 +11,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from selfattn.cli import main
-from selfattn.explainer.capture.interventions import Intervention, as_data
+from selfattn.explainer.interventions import Intervention, as_data
 from selfattn.explainer.views import export
 from selfattn.explainer.web import server
 from selfattn.limits import TEMPERATURE_RANGE

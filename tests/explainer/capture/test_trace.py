@@ -8,8 +8,8 @@ import selfattn
 from selfattn import reference
 from selfattn.explainer.analysis import heads as heads_module
 from selfattn.explainer.analysis import summary
-from selfattn.explainer.capture.interventions import Intervention
 from selfattn.explainer.capture.trace import capture
+from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.views import export
 from tests.explainer.documents import explained
 from tests.tolerances import TOL

@@ -18,7 +18,7 @@ from selfattn.cli import main
 from selfattn.explainer import experiments as X
 from selfattn.explainer.analysis import head_types
 from selfattn.explainer.analysis.chance import ALPHA, against_chance
-from selfattn.explainer.capture.interventions import Intervention
+from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import findings
 from tests.explainer.documents import explained

@@ -160,3 +160,27 @@ def test_layers_out_of_the_model_are_refused_by_name(llama):
         Session(ex).explain(Spec(TEXT, among=(5,)))
     with pytest.raises(ValueError, match="a layer index must be >= 0"):
         Spec(TEXT, among=(-1,))
+
+
+def test_a_text_and_its_controls_are_one_forward_pass(llama, monkeypatch):
+    """The text runs in ONE batch with its control and contrast sentences (the text first): no pass of the text
+    alone; its baseline without an intervention is that batch's too, so compare reads like with like."""
+    _, ex = llama
+    text = "一只蓝色怪兽走进森林"
+    cut = ex.cut(text)
+    others = ex.control_texts(cut[3])
+    assert others, "the text has control sentences"
+    ids = cut[1].reshape(-1)
+    calls = []
+    forward = type(ex.model).forward
+
+    def counted(self, *args, **kwargs):
+        x = args[0] if args else kwargs.get("input_ids")
+        calls.append(x.reshape(-1, x.shape[-1]))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(ex.model), "forward", counted)
+    e = Session(ex).explain(Spec(text))
+    with_text = [x for x in calls if any(row[: len(ids)].equal(ids) for row in x)]
+    assert len(with_text) == 1 and with_text[0].shape[0] == 1 + len(others), [tuple(x.shape) for x in calls]
+    assert e.trace.token_ids.equal(ids) and len(e.trace.layers) == 2

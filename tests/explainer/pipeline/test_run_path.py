@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 import selfattn
 from selfattn.cli import main
-from selfattn.explainer.capture.interventions import REGISTRY
+from selfattn.explainer.interventions import REGISTRY
 from selfattn.explainer.session import DEFAULT_TEXT, Explainer
 from selfattn.explainer.web import server
 from tests.hf import models

@@ -55,7 +55,7 @@ def test_a_partial_prediction_is_completed_as_greedy_generate_completes_it(smol)
 
 
 def test_no_completion_under_an_intervention_nor_for_a_whole_character(smol):
-    from selfattn.explainer.capture.interventions import Intervention
+    from selfattn.explainer.interventions import Intervention
 
     changed = Intervention({"temperature": {"t": 1.01}}, layer=0, head=0)  # applied, changing next to nothing
     assert changed

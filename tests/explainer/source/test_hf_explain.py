@@ -12,7 +12,7 @@ import transformers  # noqa: E402  a declared test dependency: fail, never skip
 
 from selfattn import reference
 from selfattn.explainer import pieces as P
-from selfattn.explainer.capture.interventions import Intervention
+from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer, unknown_report
 from selfattn.explainer.views import export, tables
 from tests.explainer.documents import explained

@@ -3,7 +3,7 @@ mask hides keys from it; else another row, saying why (issue 26 item 5)."""
 
 from __future__ import annotations
 
-from selfattn.explainer.capture.interventions import Intervention
+from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.views import export
 from tests.explainer.documents import explained
 from tests.explainer.tiny import tiny_explainer

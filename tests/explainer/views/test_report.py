@@ -15,7 +15,7 @@ import zlib
 import numpy as np
 import pytest
 
-from selfattn.explainer.capture.interventions import REGISTRY, Intervention
+from selfattn.explainer.interventions import REGISTRY, Intervention
 from selfattn.explainer.views import bundle, controls, export, packing, report
 from selfattn.explainer.views.texts import TEXTS, text
 from selfattn.limits import TEMPERATURE_RANGE

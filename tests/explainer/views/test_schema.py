@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from selfattn.explainer.capture.interventions import Intervention
+from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import packing, page_schema, report, schema, schema_check
 from tests.explainer import sink_model

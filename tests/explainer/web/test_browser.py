@@ -29,7 +29,7 @@ import pytest
 import uvicorn
 from playwright.sync_api import Page, sync_playwright
 
-from selfattn.explainer.capture.interventions import Intervention
+from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.views import heads as heads_module
 from selfattn.explainer.views import packing, report
 from selfattn.explainer.web import server

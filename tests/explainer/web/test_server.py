@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from selfattn.explainer import pipeline
-from selfattn.explainer.capture.interventions import Intervention
+from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import MAX_CHARS
 from selfattn.explainer.views import report
 from selfattn.explainer.web import server

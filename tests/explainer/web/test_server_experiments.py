@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 import selfattn
 from selfattn.explainer import experiments
-from selfattn.explainer.capture.interventions import Intervention
+from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.pieces import shown_piece
 from selfattn.explainer.session import MAX_CHARS
 from selfattn.explainer.web import server

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..capture.trace import ModelTrace
+from ..trace_types import ModelTrace
 from . import held
 from .heads import measures
 from .relations import Grammar

@@ -23,8 +23,8 @@ import math
 
 import torch
 
-from ..capture.interventions import Intervention
-from ..capture.trace import ModelTrace
+from ..interventions import Intervention
+from ..trace_types import ModelTrace
 from .summary import head_summary
 
 __all__ = ["compare", "opened", "loss", "kl_bits"]

@@ -18,7 +18,7 @@ from typing import cast
 
 import torch
 
-from ..capture.trace import LayerTrace, Measure, ModelTrace
+from ..trace_types import LayerTrace, Measure, ModelTrace
 from . import head_types
 from .relations import RELATIONS, Link
 from .summary import SINK_LIMIT

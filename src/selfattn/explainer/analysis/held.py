@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from ..capture.trace import ModelTrace
+from ..trace_types import ModelTrace
 from . import chance, head_types
 from .heads import link_credited, relation_weights
 from .relations import Grammar, Link

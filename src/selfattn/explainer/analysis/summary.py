@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..capture.digest import THUMBNAIL, Digest, digest
-from ..capture.trace import LayerTrace, ModelTrace
+from ..trace_types import LayerTrace, ModelTrace
 
 __all__ = ["head_summary", "summaries", "scan", "layer_digest", "SINK_LIMIT", "THUMBNAIL"]
 

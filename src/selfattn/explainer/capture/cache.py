@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from .trace import ModelTrace
+from ..trace_types import ModelTrace
 
 T = TypeVar("T")
 

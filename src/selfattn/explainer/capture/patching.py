@@ -35,19 +35,17 @@ import torch
 from ...functional import intercept
 from ...kernels.base import Result
 from ...limits import batch_rows
+from ..interventions import ablation_value
 
 __all__ = [
     "head_outputs",
     "run_patched",
-    "ablation_value",
     "ablate",
     "patch_heads",
     "patch_residual",
     "Patching",
     "blocks_of",
 ]
-
-ABLATIONS = ("zero", "mean")
 
 
 def _logits(out) -> torch.Tensor:
@@ -95,17 +93,6 @@ def run_patched(
     if patches and max(l for l, _ in patches) >= layer:
         raise ValueError(f"layer must be in [0, {layer - 1}], got {max(l for l, _ in patches)}")
     return logits
-
-
-def ablation_value(out: torch.Tensor, mode: str) -> torch.Tensor:
-    """What every position of an ablated head's output (…, L, Dv) becomes, (…, 1, Dv): zero, or ("mean") the
-    head's mean output over the L positions. The one rule of both ablations: `ablate` here, which replaces the
-    output, and the "ablate" intervention (`interventions._ablate`), which makes every value this."""
-    if mode not in ABLATIONS:
-        raise ValueError(f"ablation mode must be one of {', '.join(ABLATIONS)}, got {mode!r}")
-    if mode == "zero":
-        return torch.zeros_like(out[..., :1, :])
-    return out.mean(dim=-2, keepdim=True)
 
 
 def ablate(model: torch.nn.Module, ids: torch.Tensor, heads: Iterable[tuple[int, int]], mode: str = "zero") -> dict:

@@ -25,8 +25,8 @@ from ...scores import PER_HEAD
 from . import export
 
 if TYPE_CHECKING:
-    from ..capture.trace import LayerTrace
     from ..result import Explanation
+    from ..trace_types import LayerTrace
 
 __all__ = ["JSON_SCHEMA", "WEIGHT_DIGITS", "json_document", "npz_arrays", "layer_weights", "weights_bytes"]
 

@@ -1,5 +1,5 @@
 """The words of the page's ÷√d_k step for an intervention (the controls themselves come from the registry,
-`capture.interventions.as_data()`, which `report.page_data` ships as the page's `interventions`).
+`interventions.as_data()`, which `report.page_data` ships as the page's `interventions`).
 
     scale_words(doc["experiment"]["applied"], head_dim) -> {stage, row, how}: {zh, en} each
 """

@@ -68,9 +68,10 @@ from ... import __version__, checks
 from ...files import json_float
 from ...limits import HEAD_WORDS_BYTES, JSON_NUMBER_BYTES, MAX_PAGE_BYTES, PAGE_BYTES, PAGE_FIXED_BYTES
 from ...scores import PER_HEAD
-from ..capture import interventions
-from ..capture.trace import LayerTrace, ModelTrace, head_stages
+from .. import interventions
 from ..pieces import AGGREGATION_RULE, aggregate, names, shown_piece
+from ..stages import head_stages
+from ..trace_types import LayerTrace, ModelTrace
 from . import texts
 from .page_budget import layer_page_bytes
 from .schema import SCHEMA_VERSION

@@ -34,7 +34,7 @@ def _planned(npz, html, plots_dir, selected) -> list[tuple[str, Path]]:
 def check(*, npz=None, html=None, plots_dir=None, force: bool = False, selected: tuple[int, int] | None = None) -> None:
     """Refuse (OSError/ValueError) what the writes would refuse: an existing file without `force`, a folder
     that does not exist or cannot be written, a --plots path that is a file, one path named twice."""
-    from ...model.checkpoint import check_creatable  # plots are written into a folder made when missing
+    from ...files import check_creatable  # plots are written into a folder made when missing
 
     if plots_dir is not None and Path(plots_dir).exists() and not Path(plots_dir).is_dir():
         check_target(plots_dir)  # a FIFO or a device is named as what it is

@@ -61,7 +61,7 @@ import torch
 from ...limits import PACKED_BYTES
 from ..analysis.head_types import measure
 from ..analysis.verdicts import verdict
-from ..capture.trace import head_stages
+from ..stages import head_stages
 from .controls import scale_words
 from .export import head_rule, restore_inf
 from .page_budget import SHOWN_ALL, TOP_KEYS, VECTOR_DIGITS, fixed_fits, int_range, shown_key_count

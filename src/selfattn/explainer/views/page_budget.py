@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ...limits import ARRAY_BYTES
-from ..capture.trace import LayerTrace
+from ..trace_types import LayerTrace
 
 __all__ = [
     "SHOWN_ALL",

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from ... import checks
 from ...files import check_writable, write_atomic
-from ..capture import interventions
+from .. import interventions
 from . import registry
 from .bundle import bundle
 from .heads import PICK_RULE

@@ -21,7 +21,7 @@ from ...terminal import printable
 from ...walkthrough import FEATURES as MEANINGS  # the walkthrough's meanings, one per analysis.roles.ROLES
 from ..analysis.roles import ROLES as MEANING_ROLES
 from ..analysis.summary import SINK_LIMIT
-from ..capture.interventions import REGISTRY
+from ..interventions import REGISTRY
 from . import texts
 from .experiment_words import scaled_label
 from .export import gqa_words

@@ -45,7 +45,7 @@ from pydantic import (
 
 from ...limits import MAX_ABLATED_HEADS, MAX_TOKEN_CHARS
 from .. import pipeline
-from ..capture.interventions import REGISTRY, Entry, Intervention, Param, flat_fields
+from ..interventions import REGISTRY, Entry, Intervention, Param, flat_fields
 from ..session import MAX_CHARS
 
 __all__ = ["ExplainRequest", "InterventionsBody", "PatchBody", "LensBody", "Needs"]

@@ -15,8 +15,9 @@ from pathlib import Path
 import torch
 
 from ... import checks
+from ...files import check_creatable
 from ...limits import MAX_SEED, MAX_THREADS
-from ..checkpoint import FILES, check_checkpoint_folder, check_creatable, save_checkpoint
+from ..checkpoint import FILES, check_checkpoint_folder, save_checkpoint
 from ..loss_curve import save_loss_curve
 from ..probe import attention_probe, paragraph_probe
 from .loop import loop

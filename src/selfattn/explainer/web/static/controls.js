@@ -1,5 +1,5 @@
 /* The intervention controls, built from the data (`interventions`: the registry of
- * capture/interventions.py, `as_data()`): one input per parameter — a checkbox for a bool, a slider and a
+ * interventions.py, `as_data()`): one input per parameter — a checkbox for a bool, a slider and a
  * number box for an int or float — and a checkbox `toggle-NAME` for an intervention without parameters or
  * without neutral values. An intervention with neutral values (a temperature of 1) is applied when one
  * of its parameters differs from them; any other is applied when its box is ticked. */

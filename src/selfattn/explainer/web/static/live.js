@@ -10,7 +10,7 @@ import { bindExperimentFields, experimentFields } from "./experimentfields.js";
 const DELAY_MS = 250; // a slider waits this long before asking the server
 
 /** The request field of the interventions `applied` ({name: {param: value}, layer, head}): the registry's
- * own shape (capture/interventions.py: `Intervention.as_applied`), which web/body.py reads. The top-level
+ * own shape (interventions.py: `Intervention.as_applied`), which web/body.py reads. The top-level
  * `layer` / `head` of a request name the head to show; the intervention's scope travels inside. */
 export function interventionFields(applied) {
   return { interventions: applied };

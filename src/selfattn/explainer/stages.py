@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from ...scores import ScoreRule
-from ...weights import weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
+from ..scores import ScoreRule
+from ..weights import weights_from_lse  # the one formula: exp(s − lse), 0 for a row that sees nothing
 
 __all__ = ["head_stages", "heads_weights", "sink_share"]
 

@@ -25,14 +25,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
-from ... import checks
-from ...limits import TEMPERATURE_RANGE
-from ..catalogue import LANGS, both, sentences
+from .. import checks
+from ..limits import TEMPERATURE_RANGE
+from .catalogue import LANGS, both, sentences
 
 if TYPE_CHECKING:  # the registry is read without torch: `selfattn walkthrough` builds the CLI without it
-    from ...request import Request
+    import torch
 
-__all__ = ["Param", "Entry", "REGISTRY", "SCOPE", "Intervention", "as_data", "flat_fields"]
+    from ..request import Request
+
+__all__ = [
+    "Param",
+    "Entry",
+    "REGISTRY",
+    "SCOPE",
+    "Intervention",
+    "as_data",
+    "flat_fields",
+    "ABLATIONS",
+    "ablation_value",
+]
 
 TYPES = {bool: "bool", int: "int", float: "float"}
 
@@ -169,7 +181,7 @@ def _block(r: Request, values: dict) -> Request:
     """
     import torch  # here, not at the top: the registry's declarations are read without torch
 
-    from ...masks import visibility
+    from ..masks import visibility
 
     i, j = values["query"], values["key"]
     if i >= r.Lq:
@@ -208,8 +220,7 @@ def _ablate(r: Request, values: dict, head: int | None) -> Request:
     """
     import torch
 
-    from ...weights import masked_scores
-    from .patching import ablation_value
+    from ..weights import masked_scores
 
     mean = values["mean"]
     if not mean:
@@ -407,3 +418,17 @@ def _from_flat(flat: dict):
         else:
             (param,) = entry.params
             yield entry.name, {param.name: value}
+
+
+ABLATIONS = ("zero", "mean")
+
+
+def ablation_value(out: torch.Tensor, mode: str) -> torch.Tensor:
+    """What every position of an ablated head's output (…, L, Dv) becomes, (…, 1, Dv): zero, or ("mean") the
+    head's mean output over the L positions. The one rule of both ablations: `ablate` here, which replaces the
+    output, and the "ablate" intervention (`interventions._ablate`), which makes every value this."""
+    if mode not in ABLATIONS:
+        raise ValueError(f"ablation mode must be one of {', '.join(ABLATIONS)}, got {mode!r}")
+    if mode == "zero":
+        return out.new_zeros(out[..., :1, :].shape)
+    return out.mean(dim=-2, keepdim=True)
