@@ -415,6 +415,14 @@ def test_memory_efficient_attention_adds_a_tensor_bias_and_reads_three_dims():
     close(compat.memory_efficient_attention(q3, k3, v3), dense(q3[:, None], k3[:, None], v3[:, None])[0][:, 0])
 
 
+@pytest.mark.parametrize("Mq, Mk", [(5, 5), (3, 6), (6, 3)])
+def test_a_lower_triangular_mask_with_a_tensor_bias_adds_it_top_left(Mq, Mk):
+    q, k, v = rand(2, Mq, 3, 8, seed=37), rand(2, Mk, 3, 8, seed=38), rand(2, Mk, 3, 8, seed=39)
+    bias = rand(2, 3, Mq, Mk, seed=40)
+    out = compat.memory_efficient_attention(q, k, v, attn_bias=compat.LowerTriangularMask().add_bias(bias))
+    close(out, dense(*blh(q, k, v), _top_left(Mq, Mk), bias=bias)[0].transpose(1, 2))
+
+
 def test_memory_efficient_attention_refuses_by_name():
     q = rand(2, 4, 2, 8)
     with pytest.raises(TypeError, match="attn_bias tensor is additive .* got torch.bool"):
@@ -423,6 +431,8 @@ def test_memory_efficient_attention_refuses_by_name():
         compat.memory_efficient_attention(q, q, q, attn_bias="causal")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"q_seqlen \[2, 2\] .* needs B = 1, Mq = 4, Mk = 4; got B = 2"):
         compat.memory_efficient_attention(q, q, q, attn_bias=compat.BlockDiagonalMask.from_seqlens([2, 2]))
+    with pytest.raises(TypeError, match="add_bias takes an additive float tensor, got torch.bool"):
+        compat.LowerTriangularMask().add_bias(torch.ones(4, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"q_seqlen has 2 blocks and kv_seqlen 3"):
         compat.BlockDiagonalMask.from_seqlens([2, 2], [1, 1, 2])
     with pytest.raises(ValueError, match=r"q_seqlen must hold lengths >= 0, got \[2, -1\]"):

@@ -35,6 +35,7 @@ __all__ = [
     "memory_efficient_attention",
     "AttentionBias",
     "LowerTriangularMask",
+    "LowerTriangularMaskWithTensorBias",
     "LowerTriangularFromBottomRightMask",
     "BlockDiagonalMask",
     "BlockDiagonalCausalMask",
@@ -429,6 +430,27 @@ class LowerTriangularMask(AttentionBias):
             return {"causal": True}
         return {"mask": torch.ones(Mq, Mk, dtype=torch.bool, device=device).tril()}
 
+    def add_bias(self, bias: torch.Tensor) -> LowerTriangularMaskWithTensorBias:
+        """This mask with an additive float `bias` (broadcastable to (B, H, Mq, Mk)) added to the scaled scores."""
+        return LowerTriangularMaskWithTensorBias(bias)
+
+
+class LowerTriangularMaskWithTensorBias(LowerTriangularMask):
+    """xFormers' `LowerTriangularMask().add_bias(bias)`: the additive `bias` where the TOP-LEFT causal rule lets a
+    query look (j <= i), −inf elsewhere."""
+
+    def __init__(self, bias: torch.Tensor) -> None:
+        if not isinstance(bias, torch.Tensor) or not bias.dtype.is_floating_point:
+            got = bias.dtype if isinstance(bias, torch.Tensor) else type(bias).__name__
+            raise TypeError(f"add_bias takes an additive float tensor, got {got}")
+        self.bias = bias
+
+    def terms(self, B: int, Mq: int, Mk: int, device: torch.device) -> dict[str, Any]:
+        if Mq == Mk:
+            return {"causal": True, "mask": self.bias}
+        hidden = ~torch.ones(Mq, Mk, dtype=torch.bool, device=device).tril()
+        return {"mask": self.bias.masked_fill(hidden, -math.inf)}
+
 
 class LowerTriangularFromBottomRightMask(AttentionBias):
     """xFormers' causal mask aligned BOTTOM-RIGHT: query i sees keys j <= i + Mk − Mq — selfattn's causal=True."""
@@ -497,7 +519,8 @@ def memory_efficient_attention(
     returns (B, Mq, H, Kv) (3-D in, 3-D out)
 
     attn_bias: None; a float tensor added to the scaled scores, broadcastable to (B, H, Mq, Mk); or one of the
-    classes mirrored here — `LowerTriangularMask` (causal TOP-LEFT), `LowerTriangularFromBottomRightMask`,
+    classes mirrored here — `LowerTriangularMask` (causal TOP-LEFT) and its `.add_bias(tensor)`,
+    `LowerTriangularFromBottomRightMask`,
     `BlockDiagonalMask.from_seqlens(q_seqlen, kv_seqlen)` and its `.make_causal()` (`BlockDiagonalCausalMask`,
     each block top-left). p: dropout on the weights. scale: default 1/√K.
     """
