@@ -204,6 +204,26 @@ def test_varlen_with_other_key_lengths_attends_each_sequence_alone():
     close(compat.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 5, 6, causal=True, alibi_slopes=slopes), out)
 
 
+@pytest.mark.parametrize("lengths_k", [[3, 1, 6], [5, 2, 2]], ids=["one cu_seqlens", "other key lengths"])
+def test_varlen_gradients_equal_each_sequence_alone(lengths_k):
+    """Both paths (segments, and one call per sequence written into one output) carry the gradient."""
+    lengths_q = [3, 1, 6]
+    q, k, v, cu_q, cu_k = _packed(lengths_q, lengths_k)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out = compat.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), causal=True)
+    grads = torch.autograd.grad((out * out).sum(), (q, k, v))
+    sq, sk = cu_q.tolist(), cu_k.tolist()
+    ref = []
+    for s in range(len(lengths_q)):
+        (q0, q1), (k0, k1) = sq[s : s + 2], sk[s : s + 2]
+        one = (q[q0:q1].transpose(0, 1)[None], k[k0:k1].transpose(0, 1)[None], v[k0:k1].transpose(0, 1)[None])
+        ref.append(dense(*one, flash_visible(q1 - q0, k1 - k0, causal=True))[0][0].transpose(0, 1))
+    ref_out = torch.cat(ref)
+    ref_grads = torch.autograd.grad((ref_out * ref_out).sum(), (q, k, v))
+    for got, expected in zip(grads, ref_grads, strict=True):
+        close(got, expected, TOL["float64_grad"])
+
+
 BAD_CU = {
     "float": (torch.tensor([0.0, 3.0]), TypeError, "cu_seqlens_q must be int32 or int64, got torch.float32"),
     "2-D": (torch.tensor([[0, 3]]), ValueError, r"cu_seqlens_q must be 1-D .* got shape \(1, 2\)"),
