@@ -358,9 +358,10 @@ def scaled_dot_product_attention(
     scale defaults to 1/√E; dropout_p drops weights (selfattn draws its own dropout mask, not SDPA's random stream).
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, torch.Tensor) or t.dim() < 2:
-            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"scaled_dot_product_attention: {name} must be a tensor of >= 2 dims, got {got}")
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"scaled_dot_product_attention: {name} must be a tensor, got {type(t).__name__}")
+        if t.dim() < 2:
+            raise ValueError(f"scaled_dot_product_attention: {name} must have >= 2 dims, got shape {tuple(t.shape)}")
     _check_flags(is_causal=is_causal, enable_gqa=enable_gqa)
     if is_causal and attn_mask is not None:
         raise ValueError(
@@ -557,7 +558,7 @@ def memory_efficient_attention(
 
 
 def _check_layout(function: str, layout: str, dims: int, **tensors: object) -> None:
-    """Each tensor has `dims` dims (the anchor's `layout`), and they agree on the batch and the head size."""
+    """Each tensor has `dims` dims (the anchor's `layout`); `attention` checks how their sizes agree."""
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{function}: {name} must be a tensor {layout}, got {type(t).__name__}")
