@@ -103,6 +103,7 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_json_escapes_characters_that_reorder_or_hide_text",
     ),
     "test_cli_explain.py": EVERY,
+    "test_compat_hf.py": EVERY,
     "test_concurrency.py": ("test_default_model_patch_and_explain_together_equal_alone",),
     "test_control_batch.py": EVERY,
     "test_conventions.py": ("test_flash_forms_mean_what_they_mean_in_flash[softcap-on-tiled]",),
@@ -468,6 +469,7 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_compile_fullgraph[",
         "test_export[",
     ),
+    "test_typing_strict.py": EVERY,
     "test_user_words.py": (
         "test_a_listed_user_word_is_never_split",
         "test_the_explainer_reads_its_user_words_before_the_tagger",

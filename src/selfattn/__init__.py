@@ -4,6 +4,7 @@
     out = selfattn.attention(q, k, v, causal=True)          # (B, H, L, D)
     trace = selfattn.reference.self_attention(x, wq, wk, wv) # every step, float64
     e = selfattn.explain("一只蓝色怪兽走进森林")              # an Explanation: inline in a notebook
+    selfattn.compat.flash_attn_func(q, k, v, causal=True)     # other libraries' calls, their semantics
 
 Only NumPy is imported eagerly (`selfattn.reference`); the PyTorch parts load on first use,
 so `selfattn walkthrough` starts without torch.
@@ -15,6 +16,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the names below load on first use (`__getattr__`); a type checker sees them here
+    from . import compat
     from .explainer.api import Explanation, explain
     from .explainer.detect import detect_head
     from .explainer.views.notebook import head_view, model_view
@@ -24,7 +26,7 @@ if TYPE_CHECKING:  # the names below load on first use (`__getattr__`); a type c
 
 __version__ = "0.1.0"
 
-_LAZY = {
+_LAZY: dict[str, tuple[str, str | None]] = {
     "attention": ("selfattn.functional", "attention"),
     "AttentionOutput": ("selfattn.functional", "AttentionOutput"),
     "intercept": ("selfattn.functional", "intercept"),
@@ -39,7 +41,9 @@ _LAZY = {
     "head_view": ("selfattn.explainer.views.notebook", "head_view"),
     "model_view": ("selfattn.explainer.views.notebook", "model_view"),
     "detect_head": ("selfattn.explainer.detect", "detect_head"),  # TransformerLens' head detector
+    "compat": ("selfattn.compat", None),  # a module: FlashAttention's, SDPA's and xFormers' calls (docs/compat.md)
 }
+"""Each public name: (the module it lives in, its name there; None: the module itself)."""
 
 __all__ = [
     "__version__",
@@ -57,17 +61,19 @@ __all__ = [
     "head_view",
     "model_view",
     "detect_head",
+    "compat",
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(module), attr)
+        loaded = importlib.import_module(module)
+        value = loaded if attr is None else getattr(loaded, attr)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'selfattn' has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))

@@ -10,6 +10,7 @@ import contextlib
 import contextvars
 import functools
 from collections.abc import Callable
+from typing import Literal, overload
 
 import torch
 
@@ -45,6 +46,9 @@ not a RecursionError. (A `with intercept(other):` inside it routes such calls to
 returns is checked: a `Result` with the output (and the weights / lse asked for) of the request's
 shape, else a TypeError / ValueError that says what came back."""
 
+Window = int | tuple[int | None, int | None]
+"""`attention`'s window: w (keys p − w < j <= p), or (left, right) with None or −1 for an unbounded side."""
+
 _INTERCEPTOR: contextvars.ContextVar[Interceptor | None] = contextvars.ContextVar("selfattn_interceptor", default=None)
 _DEFAULT_BACKEND: contextvars.ContextVar[str] = contextvars.ContextVar("selfattn_backend", default="auto")
 
@@ -74,25 +78,101 @@ def use_backend(name: str):
         _DEFAULT_BACKEND.reset(token)
 
 
+@overload
 def attention(
-    q,
-    k,
-    v,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
     *,
-    causal=False,
-    mask=None,
-    window=None,
-    scale=None,
-    softcap=None,
-    dropout_p=0.0,
-    return_weights=False,
-    return_lse=False,
-    sinks=None,
-    alibi=None,
-    segments=None,
-    backend="auto",
-    **foreign,
-):
+    causal: bool = ...,
+    mask: torch.Tensor | None = ...,
+    window: Window | None = ...,
+    scale: float | None = ...,
+    softcap: float | None = ...,
+    dropout_p: float = ...,
+    return_weights: Literal[False] = ...,
+    return_lse: Literal[False] = ...,
+    sinks: torch.Tensor | None = ...,
+    alibi: torch.Tensor | None = ...,
+    segments: torch.Tensor | None = ...,
+    backend: str = ...,
+) -> torch.Tensor: ...
+@overload
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = ...,
+    mask: torch.Tensor | None = ...,
+    window: Window | None = ...,
+    scale: float | None = ...,
+    softcap: float | None = ...,
+    dropout_p: float = ...,
+    return_weights: Literal[True],
+    return_lse: bool = ...,
+    sinks: torch.Tensor | None = ...,
+    alibi: torch.Tensor | None = ...,
+    segments: torch.Tensor | None = ...,
+    backend: str = ...,
+) -> AttentionOutput: ...
+@overload
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = ...,
+    mask: torch.Tensor | None = ...,
+    window: Window | None = ...,
+    scale: float | None = ...,
+    softcap: float | None = ...,
+    dropout_p: float = ...,
+    return_weights: bool = ...,
+    return_lse: Literal[True],
+    sinks: torch.Tensor | None = ...,
+    alibi: torch.Tensor | None = ...,
+    segments: torch.Tensor | None = ...,
+    backend: str = ...,
+) -> AttentionOutput: ...
+@overload
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = ...,
+    mask: torch.Tensor | None = ...,
+    window: Window | None = ...,
+    scale: float | None = ...,
+    softcap: float | None = ...,
+    dropout_p: float = ...,
+    return_weights: bool = ...,
+    return_lse: bool = ...,
+    sinks: torch.Tensor | None = ...,
+    alibi: torch.Tensor | None = ...,
+    segments: torch.Tensor | None = ...,
+    backend: str = ...,
+) -> torch.Tensor | AttentionOutput: ...
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    mask: torch.Tensor | None = None,
+    window: Window | None = None,
+    scale: float | None = None,
+    softcap: float | None = None,
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
+    return_lse: bool = False,
+    sinks: torch.Tensor | None = None,
+    alibi: torch.Tensor | None = None,
+    segments: torch.Tensor | None = None,
+    backend: str = "auto",
+    **foreign: object,
+) -> torch.Tensor | AttentionOutput:
     """softmax(Q Kᵀ / √d_k, masked) · V — the tutorial's formula, batched and multi-head.
 
     q     (B, Hq, Lq, D)    queries
@@ -121,8 +201,10 @@ def attention(
     (B, L, H, D): pass q.transpose(1, 2) and transpose the output back); window=(-1, -1) (−1: that side
     unbounded) and softcap=0.0 (no cap) mean what they mean there; alibi takes flash's alibi_slopes, (Hq,) or
     (B, Hq) (the latter becomes an additive mask of (B, Hq, Lq, Lk)). Each argument has one name: SDPA's and
-    FlashAttention's names (attn_mask, is_causal, enable_gqa, softmax_scale, window_size, alibi_slopes) get a
-    TypeError naming the selfattn one (`FOREIGN_KEYWORDS`).
+    FlashAttention's names (attn_mask, is_causal, enable_gqa, softmax_scale, window_size, alibi_slopes, ...) get a
+    TypeError naming the selfattn one (`FOREIGN_KEYWORDS`). `selfattn.compat` has their functions with their
+    signatures and semantics (flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention,
+    memory_efficient_attention): docs/compat.md.
 
     A query row that may look at nothing gets output 0, weights 0, lse −inf: never NaN. Finite inputs
     whose scores overflow the compute dtype get a ValueError (on the CPU: `check_overflow`).
@@ -175,6 +257,46 @@ FOREIGN_KEYWORDS = {
     "softmax_scale": ("FlashAttention", "scale=", "multiplies q·kᵀ, default 1/√D"),
     "window_size": ("FlashAttention", "window=(left, right)", "-1 = that side unbounded, as in FlashAttention"),
     "alibi_slopes": ("FlashAttention", "alibi=", "slopes of shape (Hq,) or (B, Hq)"),
+    "deterministic": (
+        "FlashAttention",
+        "nothing",
+        "its backward's order of sums; selfattn.compat.flash_attn_func takes it, with flash's signature",
+    ),
+    "return_attn_probs": ("FlashAttention", "return_weights=True, return_lse=True", "an AttentionOutput"),
+    "cu_seqlens_q": (
+        "FlashAttention",
+        "segments=",
+        "(B, L) ids of packed sequences; selfattn.compat.flash_attn_varlen_func takes cu_seqlens as they are",
+    ),
+    "cu_seqlens_k": (
+        "FlashAttention",
+        "segments=",
+        "(B, L) ids of packed sequences; selfattn.compat.flash_attn_varlen_func takes cu_seqlens as they are",
+    ),
+    "max_seqlen_q": ("FlashAttention", "nothing", "the lengths come from the tensors"),
+    "max_seqlen_k": ("FlashAttention", "nothing", "the lengths come from the tensors"),
+    "attn_bias": (
+        "xFormers",
+        "mask=",
+        "an additive float tensor; selfattn.compat.memory_efficient_attention takes xFormers' bias classes",
+    ),
+    "p": ("xFormers", "dropout_p=", "dropout on the weights"),
+    "dropout": ("transformers", "dropout_p=", "dropout on the weights"),
+    "scaling": ("transformers", "scale=", "multiplies q·kᵀ, default 1/√D"),
+    "sliding_window": ("transformers", "window=", "w: keys p − w < j <= p"),
+    "attention_mask": (
+        "transformers",
+        "mask=",
+        "bool True = may look, or additive, broadcastable to (B, Hq, Lq, Lk); selfattn.hf takes transformers' call",
+    ),
+    "cu_seq_lens_q": ("transformers", "segments=", "(B, L) ids of packed sequences"),
+    "cu_seq_lens_k": ("transformers", "segments=", "(B, L) ids of packed sequences"),
+    "key_padding_mask": (
+        "torch.nn.MultiheadAttention",
+        "mask=~key_padding_mask[:, None, None, :]",
+        "its True hides a key; selfattn's bool mask is True where a query may look",
+    ),
+    "need_weights": ("torch.nn.MultiheadAttention", "return_weights=True", "an AttentionOutput"),
 }
 """Other libraries' names for `attention`'s arguments: (whose, what to write here, a note) — each answered."""
 

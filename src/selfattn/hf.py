@@ -18,6 +18,7 @@ What transformers passes, and where it goes:
     scaling, dropout, softcap, sliding_window  -> scale, dropout_p, softcap, window
     s_aux (gpt-oss's attention sinks, (Hq,))   -> sinks
     position_ids that restart (a packed batch) -> segments (one id per packed sequence)
+    cu_seq_lens_q/k, max_length_q/k           -> segments (transformers' packed-sequence keywords, B = 1)
     output_attentions=True                    -> the weights are returned as transformers expects
 
 A bool mask that is exactly the causal (and sliding-window) pattern is turned back into
@@ -36,13 +37,15 @@ from __future__ import annotations
 
 import functools
 import threading
+from typing import Any
 
 import torch
 
-from .functional import attention
+from .compat import check_cu_seqlens, segments_of
+from .functional import AttentionOutput, attention
 from .masks import visibility
 
-__all__ = ["NAME", "register", "attention_forward", "split_mask", "with_bias"]
+__all__ = ["NAME", "register", "attention_forward", "split_mask", "with_bias", "cu_segments"]
 
 NAME = "selfattn"
 """The `attn_implementation` name this module registers."""
@@ -57,6 +60,10 @@ HANDLED = (
     "s_aux",
     "position_ids",
     "position_bias",
+    "cu_seq_lens_q",
+    "cu_seq_lens_k",
+    "max_length_q",
+    "max_length_k",
 )
 IGNORED = (
     "cache_position",
@@ -123,8 +130,11 @@ def attention_forward(
         if not causal and window is not None:
             window = (window - 1, window - 1)  # bidirectional: flash's inclusive sliding_window, both sides
         causal, window, mask = split_mask(attention_mask, Lq, Lk, causal=causal, window=window)
-    segments = None
-    if mask is not None:  # transformers draws a packed batch's mask only without a cache: the mask decides
+    segments = cu_segments(kwargs, Lq, Lk, query.shape[0], query.device)
+    if segments is not None:  # packed sequences given by their boundaries: a mask keeps only what hides more
+        if mask is not None:
+            mask = _segments_of_mask(mask, segments, causal, window)[0]
+    elif mask is not None:  # transformers draws a packed batch's mask only without a cache: the mask decides
         segments = packed_segments(kwargs.get("position_ids"), Lq, Lk, query.shape[0])
         if segments is not None:
             mask, segments = _segments_of_mask(mask, segments, causal, window)
@@ -132,22 +142,22 @@ def attention_forward(
     if bias is not None:
         mask = with_bias(mask, bias)
     want = bool(kwargs.get("output_attentions", False)) or _recording_attentions()
-    out = attention(
-        query,
-        key,
-        value,
+    keywords: dict[str, Any] = dict(
         causal=causal,
         mask=mask,
         window=window,
         scale=scaling,
         softcap=kwargs.get("softcap"),
         dropout_p=float(dropout or 0.0),
-        return_weights=want,
         sinks=kwargs.get("s_aux"),
         segments=segments,
     )
-    output, weights = (out.output, out.weights.to(query.dtype)) if want else (out, None)
-    return output.transpose(1, 2).contiguous(), weights
+    if want:
+        result = attention(query, key, value, return_weights=True, **keywords)
+    else:
+        result = AttentionOutput(attention(query, key, value, **keywords), None, None)
+    weights = None if result.weights is None else result.weights.to(query.dtype)
+    return result.output.transpose(1, 2).contiguous(), weights
 
 
 def split_mask(mask: torch.Tensor, n_q: int, n_k: int, *, causal: bool, window):
@@ -195,6 +205,27 @@ def packed_segments(position_ids, n_q: int, n_k: int, batch: int) -> torch.Tenso
         return None
     starts = torch.cat([torch.zeros_like(ids[:, :1]), (step != 1).long()], dim=1)
     return starts.cumsum(dim=1)
+
+
+def cu_segments(kwargs: dict, n_q: int, n_k: int, batch: int, device: torch.device) -> torch.Tensor | None:
+    """(1, L) segment ids from transformers' packed-sequence keywords (`cu_seq_lens_q`, `cu_seq_lens_k`: the
+    cumulative lengths DataCollatorWithFlattening(return_flash_attn_kwargs=True) gives, with `max_length_q/k`),
+    checked as FlashAttention's cu_seqlens are; None when they are not given."""
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_q is None and cu_k is None:
+        return None
+    if cu_q is None or cu_k is None:
+        given = "cu_seq_lens_q" if cu_k is None else "cu_seq_lens_k"
+        raise ValueError(f"cu_seq_lens_q and cu_seq_lens_k go together; only {given} was given")
+    if batch != 1 or n_q != n_k:
+        raise ValueError(
+            f"packed sequences (cu_seq_lens_q/k) are one row of Lq = Lk tokens; got B = {batch}, Lq = {n_q}, Lk = {n_k}"
+        )
+    starts_q = check_cu_seqlens("cu_seq_lens_q", cu_q, n_q, kwargs.get("max_length_q"), "max_length_q")
+    starts_k = check_cu_seqlens("cu_seq_lens_k", cu_k, n_k, kwargs.get("max_length_k"), "max_length_k")
+    if starts_q != starts_k:
+        raise ValueError(f"cu_seq_lens_q {starts_q} and cu_seq_lens_k {starts_k} differ: selfattn packs Lq = Lk")
+    return segments_of(starts_q, device)
 
 
 def _segments_of_mask(mask: torch.Tensor, segments: torch.Tensor, causal: bool, window):

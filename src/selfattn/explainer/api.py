@@ -24,8 +24,9 @@ from one trace per (text, intervention), kept by the `pipeline.Session` an Expla
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import torch
 
@@ -33,21 +34,25 @@ from .pipeline import Session, Spec, intervention_of
 from .result import Explanation, HeadTable
 from .session import DEFAULT_TEXT, Explainer, dtype_name
 
-__all__ = ["explain", "Explanation", "HeadTable"]
+__all__ = ["explain", "Explanation", "HeadTable", "ModelSource"]
+
+ModelSource = str | os.PathLike[str] | torch.nn.Module | Explainer | tuple[Any, Any] | None
+"""What `explain` reads a model from: None (the bundled default), a folder, hub id or GGUF file, a loaded
+transformers model (with tokenizer=), (model, tokenizer), or an Explainer."""
 
 
 def explain(
     text: str = DEFAULT_TEXT,
-    model=None,
+    model: ModelSource = None,
     *,
-    tokenizer=None,
-    layer=None,
-    head=None,
-    find=None,
-    layers="auto",
-    dtype=None,
-    user_words=None,
-    **interventions,
+    tokenizer: Any = None,
+    layer: int | None = None,
+    head: int | None = None,
+    find: tuple[str, str] | None = None,
+    layers: Literal["auto"] | Sequence[int] = "auto",
+    dtype: str | torch.dtype | None = None,
+    user_words: Sequence[str] | Mapping[str, str | None] | None = None,
+    **interventions: Mapping[str, Any],
 ) -> Explanation:
     """Explain `text` on `model`: an `Explanation` (shown inline in a notebook).
 
