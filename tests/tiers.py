@@ -338,6 +338,7 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_head_search_over_http_is_heads_search",
     ),
     "test_layers_page.py": EVERY,
+    "test_page_unpack.py": EVERY,
     "test_lens.py": ("test_default_model_last_layer_is_its_prediction",),
     "test_model_hooks.py": EVERY,
     "test_modules.py": ("test_self_attention_is_the_tutorial_head", "test_kv_cache_decoding_equals_full_pass["),

@@ -267,7 +267,7 @@ others and how to get them (`--layers`, `layers=[…]`, the app). With the thumb
 64 × 64 f16 each) and the script, a page stays under PAGE_BYTES (`layers_budget`)."""
 
 PAGE_BYTES = 25_000_000
-"""The most a page of layers="auto" takes: the layers' arrays, every head's thumbnail (doc["display"]: 3.0 MB for
+"""The most a page of layers="auto" takes: the layers' arrays, every head's thumbnail (doc["display"]: 1.4 MB for
 SmolLM2's 30 × 9 heads), the words of every head (descriptions, summaries: ~1.6 KB a head) and the script."""
 
 PAGE_FIXED_BYTES = 400_000

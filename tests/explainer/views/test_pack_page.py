@@ -1,16 +1,16 @@
-"""The page's packing when it is made fast: heads computed together, arrays compressed on threads, byte planes
-stored, long base64 joined in after the JSON encoding — each gives the numbers and bytes the slow way gave."""
+"""The page's packing when it is made fast: heads computed together, long base64 joined in after the JSON encoding
+— each gives the numbers and bytes the slow way gave (the arrays compressed on threads and byte planes stored:
+test_codec.py)."""
 
 from __future__ import annotations
 
 import json
-import zlib
 
 import numpy as np
 import pytest
 import torch
 
-from selfattn.explainer.views import packing, report
+from selfattn.explainer.views import codec, packing, report
 from tests.explainer.documents import explained
 from tests.tolerances import TOL
 
@@ -40,7 +40,7 @@ def test_heads_of_a_group_are_packed_as_each_alone():
     assert packing._groups(heads) == [list(range(G))]
     batch: list = []
     together = packing._page_arrays(heads, batch)
-    packing._compress(batch)
+    codec.compress(batch)
     for head, (shown, weights) in zip(heads, together, strict=True):
         [(alone, alone_weights)] = packing._page_arrays([head], None)
         assert torch.equal(weights, alone_weights)
@@ -60,32 +60,6 @@ def test_a_head_with_its_own_rule_or_other_keys_is_not_stacked():
     heads[1].apart = True
     heads[2].rule = dict(heads[2].rule, sinks=0.5)
     assert packing._groups(heads) == [[0], [1], [2]]
-
-
-def test_threaded_compression_writes_each_array_into_its_own_dict():
-    g = np.random.default_rng(1)
-    arrays = [g.normal(size=(n, 7)).astype(np.float32) for n in range(1, 300, 7)]
-    batch: list = []
-    packed = [packing._encode(a, "f32", batch) for a in arrays]
-    assert all(p["b64"] == "" for p in packed)
-    packing._compress(batch)
-    for a, p in zip(arrays, packed, strict=True):
-        np.testing.assert_array_equal(packing.unpack(p), a)
-        assert p == packing._encode(a, "f32")  # the same bytes as compressed at once
-
-
-@pytest.mark.parametrize("itemsize", [1, 2, 4, 8])
-def test_a_stream_of_stored_and_compressed_planes_is_plain_zlib(itemsize):
-    """Noise planes stored, the others compressed, in one zlib stream that zlib (as the browser) reads back."""
-    g = np.random.default_rng(itemsize)
-    n = 50_000
-    noise = g.integers(0, 256, size=n * (itemsize // 2 or 1), dtype=np.uint8).tobytes()
-    raw = noise + bytes(n * itemsize - len(noise))  # the low planes noise, the high ones zeros
-    stream = packing._zlib(raw, itemsize)
-    assert zlib.decompress(stream) == raw
-    assert len(stream) < len(raw) * 0.6 if itemsize > 1 else len(stream) <= len(raw) * 1.01
-    assert packing._noise(memoryview(noise)[: n // 2]) and not packing._noise(memoryview(bytes(n)))
-    assert zlib.decompress(packing._zlib(b"", itemsize)) == b""
 
 
 def _sorted_keys(w: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -114,7 +88,7 @@ def test_shown_keys_are_the_top_keys_of_a_stable_sort(kind):
 
 
 def test_the_data_block_joins_base64_back_exactly():
-    blob = packing._encode(np.arange(4000, dtype=np.float32), "f32")
+    blob = codec.encode(np.arange(4000, dtype=np.float32), "f32")
     data = {
         "doc": {
             "layers": [{"x": blob, "heads": [blob, {"b64": "</script>&" * 100}]}],

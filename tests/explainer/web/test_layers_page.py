@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from selfattn.cli import main
-from selfattn.explainer.views import report
+from selfattn.explainer.views import export, report
 from tests.explainer.documents import explained
 from tests.explainer.tiny import tiny_explainer
 from tests.explainer.web.test_browser import CHROMIUM, CHROMIUM_ARGS, shown_row, stage, state, wait_ready
@@ -154,6 +154,9 @@ console.log(JSON.stringify({{
   before, after: doc.layers.map((_, l) => deferred(doc, l)), same: doc.layers[1] === one,
   weights: Array.from(one.heads[0].weights.data), unit: one.heads[0].weights.unit,
   q: Array.from(one.heads[1].q.data), x: Array.from(one.x.data),
+  thumbs: doc.display.thumbnails.map((row) => row.map((t) => [t.shape, t.data.constructor.name, Array.from(t.data)])),
+  selected: [doc.display.selected.weights.shape, Array.from(doc.display.selected.weights.data),
+    doc.display.selected.weights.unit],
 }}));
 """
     out = subprocess.run(
@@ -168,3 +171,25 @@ console.log(JSON.stringify({{
     )
     np.testing.assert_array_equal(got["q"], packing.unpack(layer["heads"][1]["q"]).ravel())
     np.testing.assert_allclose(got["x"], packing.unpack(layer["x"]).ravel(), rtol=0, atol=TOL["float64"])
+    # doc.display through the same unpack: each thumbnail the float16 cells Python keeps (exact in float32), the
+    # shown head's weights to 4 decimals; both within their tolerance of the float64 weights of Q, K and the lse
+    for l, row in enumerate(got["thumbs"]):
+        for h, (shape, kind, data) in enumerate(row):
+            packed_thumb = packed["display"]["thumbnails"][l][h]
+            assert shape == packed_thumb["shape"] and kind == "Float32Array"
+            np.testing.assert_array_equal(data, packing.unpack(packed_thumb).ravel())
+            np.testing.assert_allclose(
+                np.reshape(data, shape),
+                export.head_weights(doc, l, h),
+                atol=TOL["float16_thumbnail"],
+                rtol=TOL["float16_thumbnail_rel"],
+                err_msg=f"layer {l} head {h}",
+            )
+    shape, data, unit = got["selected"]
+    shown = packed["display"]["selected"]
+    np.testing.assert_allclose(
+        np.reshape(data, shape) / unit,
+        export.head_weights(doc, shown["layer"], shown["head"]),
+        rtol=0,
+        atol=TOL["rounded_to_4_decimals"],
+    )

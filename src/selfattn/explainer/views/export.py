@@ -19,8 +19,9 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
     levels {rule, characters / words {names, pieces [[i]], same, weights [G][G] | None}} (the shown head per
             character and per word: `pieces.aggregate`, mean over the query group's pieces of the sum over the
             key group's pieces; weights None beyond LEVEL_MAX_GROUPS groups),
-    display {thumbnail_size, thumbnails [layer][head] {b64, shape, dtype "f16"}, selected {layer, head, scale,
-             weights {b64, shape [L, L], dtype "u16"}}} (what the page draws, at the precision it draws it),
+    display {thumbnail_size, thumbnails [layer][head] (T, T) "f16", selected {layer, head, weights (L, L) "u16"
+             digits 4}} (what the page draws, at the precision it draws it; each array packed by `codec`, the
+             page's one encoding: {dtype, shape, b64, digits?}, byte planes, zlib, base64),
     opened {row, hidden, text {zh, en}, link? {query, key}} (the query row the views open on and why: the query of
            the link the shown head's sentence describes when the mask hides keys from it; `opened_query`),
     omitted? {layers, held, bytes, limit, message, text {zh, en}} (layers="auto" over MAX_PAGE_BYTES: which
@@ -56,7 +57,6 @@ stays standard.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
@@ -72,7 +72,7 @@ from .. import interventions
 from ..pieces import AGGREGATION_RULE, aggregate, names, shown_piece
 from ..stages import head_stages
 from ..trace_types import LayerTrace, ModelTrace
-from . import texts
+from . import codec, texts
 from .page_budget import layer_page_bytes
 from .schema import SCHEMA_VERSION
 from .type_legend import legend
@@ -443,34 +443,25 @@ def levels(trace: ModelTrace, layer: int, head: int) -> dict:
 
 
 def display(trace: ModelTrace, layer: int, head: int, thumbnails) -> dict:
-    """What the page's overview and the shown head's matrix draw, at the precision they draw it, packed as
-    `report.pack` packs arrays ({b64, shape, dtype}, little-endian):
+    """What the page's overview and the shown head's matrix draw, at the precision they draw it, each array packed
+    by `codec` (the page's one encoding: byte planes, zlib, base64; `codec.unpack` reads it back):
 
-        thumbnails [layer][head]  f16 (T, T): `summary.scan`'s cells (the exact weights when L <= T)
-        weights                   u16 (L, L) of the shown head: round(weight × 65535) (±7.6e-6)"""
+        thumbnails [layer][head]  "f16" (T, T): `summary.scan`'s cells, as the capture keeps them (the exact
+                                  weights when L <= T, to float16's 11 bits)
+        weights                   "u16" (L, L) with digits WEIGHT_DIGITS: the shown head's weights at 0.01 %"""
     w = trace.layers[layer].stages(head, weighted=False)["weights"].numpy()
-    scaled = np.rint(np.clip(w, 0.0, 1.0) * WEIGHT_SCALE).astype("<u2")
-    return {
+    batch: list = []  # every array compressed at once, on threads
+    packed = {
         "thumbnail_size": int(thumbnails[0][0].shape[-1]) if thumbnails and thumbnails[0] else 0,
-        "thumbnails": [[_packed(t.numpy().astype("<f2"), "f16") for t in row] for row in thumbnails],
-        "selected": {"layer": layer, "head": head, "scale": WEIGHT_SCALE, "weights": _packed(scaled, "u16")},
+        "thumbnails": [[codec.encode(t.numpy(), "f16", batch) for t in row] for row in thumbnails],
+        "selected": {"layer": layer, "head": head, "weights": codec.fixed(w, WEIGHT_DIGITS, "u16", batch)},
     }
+    codec.compress(batch)
+    return packed
 
 
-WEIGHT_SCALE = 65535
-"""The shown head's weights travel as uint16: weight × WEIGHT_SCALE, rounded."""
-
-
-def _packed(a: np.ndarray, dtype: str) -> dict:
-    return {"b64": base64.b64encode(a.tobytes()).decode("ascii"), "shape": list(a.shape), "dtype": dtype}
-
-
-def unpack_display(packed: dict) -> np.ndarray:
-    """One array of doc["display"] back as float64 (a u16 weight matrix divided by WEIGHT_SCALE)."""
-    raw = base64.b64decode(packed["b64"])
-    a = np.frombuffer(raw, dtype={"f16": "<f2", "u16": "<u2"}[packed["dtype"]]).astype(np.float64)
-    a = a.reshape(packed["shape"])
-    return a / WEIGHT_SCALE if packed["dtype"] == "u16" else a
+WEIGHT_DIGITS = 4
+"""Weights are shown as percentages with 2 decimals: they travel to 4 decimals of the weight (u16, `codec.fixed`)."""
 
 
 def layer_rule(layer: LayerTrace) -> dict:

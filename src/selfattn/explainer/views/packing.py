@@ -32,27 +32,16 @@ The layer's vectors x, attn_out and output are only shown, to 4 decimals (`VECTO
 each row's length from the exact vector (`norms`). The export's own N×N `stages` are left out (the page's arrays
 above replace them).
 
-One packed array: {"dtype", "shape", "b64", "digits"?}: the little-endian bytes split into byte
-planes (byte 0 of every element, then byte 1, …), compressed with zlib (RFC 1950: one stream, in which a
-plane zlib cannot shrink, such as float mantissas' low bytes, is stored as it is; `_zlib`), base64. dtype is
-"f32" | "f64" | "u16" | "u32" | "z32" | "bits" (np.packbits, row-major, first element = high bit);
-with "digits" d an integer n stands for n / 10^d. "z32" holds signed integers (|n| < 2³¹ − 1) zigzag-coded
-as uint32, n ≥ 0 as 2n and n < 0 as −2n − 1, so that the high byte planes of small numbers of either sign
-are zeros, which zlib shrinks to almost nothing (int32's −1 is 0xFFFFFFFF: a sign in every plane; zigzag made
-the 131-token SmolLM2 page's vectors 16 % smaller); 2³² − 2 / 2³² − 1 stand for −inf / +inf.
+Every array is packed by `codec` (views/codec.py: its one encoding, and its `unpack`).
 """
 
 from __future__ import annotations
 
-import base64
 import collections
 import copy
 import hashlib
 import json
-import os
 import threading
-import zlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,9 +51,11 @@ from ...limits import PACKED_BYTES
 from ..analysis.head_types import measure
 from ..analysis.verdicts import verdict
 from ..stages import head_stages
+from . import codec
+from .codec import unpack
 from .controls import scale_words
-from .export import head_rule, restore_inf
-from .page_budget import SHOWN_ALL, TOP_KEYS, VECTOR_DIGITS, fixed_fits, int_range, shown_key_count
+from .export import WEIGHT_DIGITS, head_rule, restore_inf
+from .page_budget import SHOWN_ALL, TOP_KEYS, VECTOR_DIGITS, shown_key_count
 
 __all__ = [
     "pack",
@@ -81,8 +72,6 @@ __all__ = [
     "STAGE_DIGITS",
 ]
 
-WEIGHT_DIGITS = 4
-"""Weights are shown as percentages with 2 decimals: 4 decimals of the weight."""
 STAGE_DIGITS = 4
 """Scores, scaled and masked scores are shown with 4 decimals."""
 EXACT_DIGITS = 8
@@ -94,14 +83,6 @@ WEIGHTED_DIGITS = 6
 LAYER_ARRAYS = ("x", "attn_out", "output")
 HEAD_ARRAYS = ("q", "k", "v", "lse")
 REQUIRED = ("tokens", "model", "experiment", "selected", "summaries", "prediction", "layers")
-ZLIB_LEVEL = 1
-"""zlib level 1: a page of the 0.5B configuration at 512 tokens packs in 0.49 s against level 6's 0.77 s, 2 % larger
-(22.4 vs 21.9 MB): its arrays are float bytes, which more effort hardly shrinks."""
-Z32_NEG_INF, Z32_POS_INF = 2**32 - 2, 2**32 - 1
-DTYPES = {"f32": "<f4", "f64": "<f8", "u16": "<u2", "u32": "<u4", "z32": "<u4"}
-"""How each code's words are stored."""
-INTEGERS = {"u16": "<u2", "u32": "<u4", "z32": "<i4"}
-"""The integers each fixed-point code holds (`page_budget.int_range`): z32 holds int32's, less its two extremes."""
 
 
 def pack(doc: dict, store: PackedLayers | None = None) -> dict:
@@ -115,13 +96,13 @@ def pack(doc: dict, store: PackedLayers | None = None) -> dict:
         raise ValueError(f"doc lacks {missing}: pass the dict of Explainer.explain / export.to_dict")
     ids = [int(i) for i in doc["token_ids"]] if "token_ids" in doc else _ids_of(doc["tokens"])
     described = doc.get("descriptions")
-    batch: list = []  # every array's bytes, compressed together at the end (`_compress`)
+    batch: list = []  # every array's bytes, compressed together at the end (`codec.compress`)
     made: list[tuple[bytes, dict]] = []  # the layers packed here, kept once compressed (`store`)
     layers = [
         _pack_layer(layer, l, ids, None if described is None else described[l], batch, made, store)
         for l, layer in enumerate(doc["layers"])
     ]
-    _compress(batch)
+    codec.compress(batch)
     if store is not None:
         for digest, out in made:
             store.keep(digest, out)
@@ -143,7 +124,7 @@ def layer_bytes(layer: dict, l: int = 0, store: PackedLayers | None = None) -> i
     if out is None:
         batch: list = []
         out, _ = _layer_arrays(read, batch)
-        _compress(batch)
+        codec.compress(batch)
         if store is not None:
             store.keep(read.digest, out)
     return len(json.dumps(out, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode())
@@ -269,21 +250,21 @@ def _layer_arrays(read: _Read, batch: list) -> tuple[dict, list[torch.Tensor]]:
     out = dict(read.fields)
     out["norms"] = {}
     for name, vectors in read.vectors.items():
-        out[name] = _fixed(vectors, VECTOR_DIGITS, "z32", batch)
-        out["norms"][name] = _fixed(np.linalg.norm(vectors, axis=-1), VECTOR_DIGITS, "z32", batch)
-    out["visible"] = _bits(read.visible, batch)
+        out[name] = codec.fixed(vectors, VECTOR_DIGITS, "z32", batch)
+        out["norms"][name] = codec.fixed(np.linalg.norm(vectors, axis=-1), VECTOR_DIGITS, "z32", batch)
+    out["visible"] = codec.bits(read.visible, batch)
     layer = read.fields | {"heads": [fields for fields, _, _ in read.heads]}  # what head_rule reads
     heads = []
     for h, (fields, arrays, apart) in enumerate(read.heads):
         packed = dict(fields)
         if apart is not None:  # a head an intervention changed apart from its layer
-            packed["visible"] = _bits(apart, batch)
+            packed["visible"] = codec.bits(apart, batch)
         own = read.visible if apart is None else apart
         heads.append(_Head(packed, arrays, own, head_rule(layer, h), apart=apart is not None))
         shared = _shared_kv(heads)
         for name, a in arrays.items():
             once = shared is not None and name in ("k", "v")
-            packed[name] = {"of_head": shared} if once else _encode_floats(a, batch)
+            packed[name] = {"of_head": shared} if once else codec.exact(a, batch)
     weights: list[torch.Tensor] = [torch.empty(0)] * len(heads)
     for group in _groups(heads):
         for h, (shown, weights_h) in zip(group, _page_arrays([heads[h] for h in group], batch), strict=True):
@@ -307,7 +288,7 @@ def _ids_of(tokens: list[str]) -> list[int]:
 
 def pack_weights(weights: np.ndarray) -> dict:
     """Weights (any shape, values in [0, 1]) packed as the page reads them: at 0.01 % (`WEIGHT_DIGITS`)."""
-    return _fixed(np.asarray(weights, dtype=np.float64), WEIGHT_DIGITS, "u16")
+    return codec.fixed(np.asarray(weights, dtype=np.float64), WEIGHT_DIGITS, "u16")
 
 
 @dataclass
@@ -388,20 +369,20 @@ def _page_arrays(group: list[_Head], batch: list) -> list[tuple[dict, torch.Tens
     key_weights = np.take_along_axis(weights.numpy(), index, 1)
     sums = weights.sum(-1).numpy()
     key_dtype = "u16" if L < 2**16 - 1 else "u32"
-    keys = np.where(keys >= L, np.iinfo(DTYPES[key_dtype]).max, keys)
+    keys = np.where(keys >= L, np.iinfo(codec.DTYPES[key_dtype]).max, keys)
     out = []
     for g in range(len(group)):
         part = slice(g * R, (g + 1) * R)
         shown = {
-            "weights": _fixed(weights[part].numpy(), WEIGHT_DIGITS, "u16", batch),
-            "keys": _encode(keys[part], key_dtype, batch),
-            "key_stages": _fixed(stages[:, part], STAGE_DIGITS, "z32", batch),
-            "key_weights": _fixed(key_weights[part], EXACT_DIGITS, "u32", batch),
-            "weighted": _fixed(st["weighted"][part].numpy(), WEIGHTED_DIGITS, "z32", batch),
-            "sums": _fixed(sums[part], EXACT_DIGITS, "u32", batch),
+            "weights": codec.fixed(weights[part].numpy(), WEIGHT_DIGITS, "u16", batch),
+            "keys": codec.encode(keys[part], key_dtype, batch),
+            "key_stages": codec.fixed(stages[:, part], STAGE_DIGITS, "z32", batch),
+            "key_weights": codec.fixed(key_weights[part], EXACT_DIGITS, "u32", batch),
+            "weighted": codec.fixed(st["weighted"][part].numpy(), WEIGHTED_DIGITS, "z32", batch),
+            "sums": codec.fixed(sums[part], EXACT_DIGITS, "u32", batch),
         }
         if "sink" in st:
-            shown["sink"] = _fixed(st["sink"][part].numpy(), EXACT_DIGITS, "u32", batch)
+            shown["sink"] = codec.fixed(st["sink"][part].numpy(), EXACT_DIGITS, "u32", batch)
         out.append((shown, weights[part]))
     return out
 
@@ -452,63 +433,7 @@ def _marked(columns: np.ndarray, L: int) -> np.ndarray:
     return m
 
 
-# --- the encoding ----------------------------------------------------------------------------
-
-
-def unpack(packed) -> np.ndarray:
-    """One packed array back as NumPy: float64 (integers with "digits" divided back, ±inf restored),
-    int64 for integers without digits, bool for "bits"."""
-    raw = zlib.decompress(base64.b64decode(packed["b64"]))
-    shape = tuple(packed["shape"])
-    if packed["dtype"] == "bits":
-        count = int(np.prod(shape))
-        return np.unpackbits(np.frombuffer(raw, dtype=np.uint8))[:count].astype(bool).reshape(shape)
-    dtype = np.dtype(DTYPES[packed["dtype"]])
-    planes = np.frombuffer(raw, dtype=np.uint8).reshape(dtype.itemsize, -1)
-    a = np.ascontiguousarray(planes.T).view(dtype).reshape(shape)
-    if dtype.kind == "f":
-        return a.astype(np.float64)
-    n = a.astype(np.int64)
-    if packed["dtype"] == "z32":
-        n = (n >> 1) ^ -(n & 1)
-    if "digits" not in packed:
-        return n
-    out = n / 10 ** packed["digits"]
-    if packed["dtype"] == "z32":
-        out[a == Z32_NEG_INF], out[a == Z32_POS_INF] = -np.inf, np.inf
-    return out
-
-
-def _encode(a: np.ndarray, code: str, batch: list | None = None, **extra) -> dict:
-    """{"dtype", "shape", **extra, "b64"}; with `batch`, "b64" is filled by `_compress(batch)`."""
-    a = np.ascontiguousarray(a, dtype=DTYPES[code])
-    planes = a.reshape(-1).view(np.uint8).reshape(-1, a.itemsize).T.tobytes()
-    return _put({"dtype": code, "shape": list(a.shape), **extra}, planes, a.itemsize, batch)
-
-
-def _fixed(a: np.ndarray, digits: int, code: str, batch: list | None = None) -> dict:
-    """a rounded to `digits` decimals as integers of `code` (float64 where a finite value does not fit it, or
-    where it is unsigned and a value is infinite)."""
-    low, high = int_range(INTEGERS[code])
-    finite = np.isfinite(a)
-    if finite.all():
-        least, most = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
-        if not fixed_fits(least, most, digits, INTEGERS[code]):
-            return _encode(a, "f64", batch)
-        n = np.rint(a * 10**digits)
-    else:
-        n = np.rint(np.where(finite, a, 0.0) * 10**digits)
-        if n.min(initial=0) < low or n.max(initial=0) > high or code != "z32":
-            return _encode(a, "f64", batch)
-    if code == "z32":
-        n = np.where(finite, _zigzag(n), np.where(a > 0, Z32_POS_INF, Z32_NEG_INF))
-    return _encode(n, code, batch, digits=digits)
-
-
-def _zigzag(n: np.ndarray) -> np.ndarray:
-    """Signed integers (as floats, |n| < 2³¹) → their zigzag codes: 0, −1, 1, −2, … → 0, 1, 2, 3, …"""
-    i = n.astype(np.int64)
-    return (i << 1) ^ (i >> 63)
+# --- reading the export dict ---------------------------------------------------------------
 
 
 def _floats(values, where: str) -> np.ndarray:
@@ -523,80 +448,8 @@ def _floats(values, where: str) -> np.ndarray:
     return a
 
 
-def _encode_floats(a: np.ndarray, batch: list | None = None) -> dict:
-    """float32 where that holds every value exactly (a float32 capture), else float64: nothing rounded."""
-    with np.errstate(over="ignore"):
-        exact32 = bool(np.array_equal(a.astype(np.float32).astype(np.float64), a))
-    return _encode(a, "f32" if exact32 else "f64", batch)
-
-
 def _visible(values, where: str) -> np.ndarray:
     a = np.asarray(values)
     if a.ndim != 2 or not ((a == 0) | (a == 1)).all():
         raise ValueError(f"{where} must be an L×L matrix of 0/1")
     return a.astype(bool)
-
-
-def _bits(a: np.ndarray, batch: list | None = None) -> dict:
-    return _put({"dtype": "bits", "shape": list(a.shape)}, np.packbits(a.ravel()).tobytes(), 1, batch)
-
-
-def _put(packed: dict, raw: bytes, itemsize: int, batch: list | None) -> dict:
-    """packed with its "b64": now, or (with `batch`) when `_compress(batch)` runs."""
-    if batch is None:
-        packed["b64"] = _b64(raw, itemsize)
-    else:
-        packed["b64"] = ""
-        batch.append((packed, raw, itemsize))
-    return packed
-
-
-MAX_WORKERS = 8
-
-
-def _compress(batch: list) -> None:
-    """Fill the "b64" of every array in batch: zlib releases the GIL, so the arrays are compressed on threads
-    (one per core, at most MAX_WORKERS), each result written into its own array's dict."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    workers = max(1, min(MAX_WORKERS, cores, len(batch)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        done = list(pool.map(lambda job: _b64(job[1], job[2]), batch))
-    for (packed, _, _), b64 in zip(batch, done, strict=True):
-        packed["b64"] = b64
-    batch.clear()
-
-
-def _b64(raw: bytes, itemsize: int = 1) -> str:
-    return base64.b64encode(_zlib(raw, itemsize)).decode("ascii")
-
-
-STORED_RATIO = 0.97
-"""A byte plane whose sample zlib shrinks by less than 3 % is stored as it is (deflate's stored blocks): the low
-bytes of float32 mantissas are noise, which level 1 spends most of its time on and does not shrink."""
-SAMPLE_PARTS, SAMPLE_BYTES = 4, 4096
-ZLIB_HEADER = b"\x78\x01"  # deflate, 32 KiB window, the "fastest" level flag (RFC 1950 §2.2)
-FINAL_BLOCK = b"\x03\x00"  # an empty last block (fixed Huffman codes: just the end-of-block code)
-
-
-def _zlib(raw: bytes, itemsize: int) -> bytes:
-    """One zlib stream (RFC 1950) of raw, `itemsize` byte planes of equal length: each run of planes that
-    compress compressed at ZLIB_LEVEL, each that does not (`STORED_RATIO`) stored; `zlib.decompress` and the
-    page's DecompressionStream read it as any other."""
-    n = len(raw) // itemsize if itemsize > 1 else len(raw)
-    view = memoryview(raw)
-    planes = [view[p * n : (p + 1) * n] for p in range(len(raw) // n)] if n else [view]
-    body = []
-    for plane in planes:
-        level = 0 if _noise(plane) else ZLIB_LEVEL
-        deflate = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
-        body += [deflate.compress(plane), deflate.flush(zlib.Z_SYNC_FLUSH)]  # ends on a byte: the next run follows
-    return b"".join([ZLIB_HEADER, *body, FINAL_BLOCK, zlib.adler32(raw).to_bytes(4, "big")])
-
-
-def _noise(plane: memoryview) -> bool:
-    """Whether zlib would hardly shrink this plane, judged on SAMPLE_PARTS pieces spread over it."""
-    if len(plane) <= SAMPLE_PARTS * SAMPLE_BYTES:
-        return False  # small: compressing it costs little
-    step = len(plane) // SAMPLE_PARTS
-    sample = b"".join(plane[i * step : i * step + SAMPLE_BYTES] for i in range(SAMPLE_PARTS))
-    return len(zlib.compress(sample, ZLIB_LEVEL)) >= STORED_RATIO * len(sample)

@@ -3,7 +3,7 @@
 schema_check.validate(packing.pack(doc), PageDoc)   [] or the problems
 """
 
-from typing import Literal, TypedDict
+from typing import TypedDict
 
 from typing_extensions import NotRequired  # typing has it from Python 3.11; the package runs on 3.10
 
@@ -13,13 +13,8 @@ from .schema import Doc, Num, Packed, Words
 __all__ = ["PageDoc", "OPAQUE"]
 
 
-class PageArray(TypedDict):
-    """One array packed for the page (`packing._encode`): byte planes, zlib, base64; digits: fixed point."""
-
-    dtype: Literal["f32", "f64", "u16", "u32", "z32", "bits"]
-    shape: list[int]
-    b64: str
-    digits: NotRequired[int]
+PageArray = Packed
+"""One array packed for the page (`codec`): the display's arrays and the layers' are one kind."""
 
 
 class SameAs(TypedDict):
@@ -83,5 +78,5 @@ class PageDoc(Doc):
     shown_keys: ShownKeys
 
 
-OPAQUE = (PageArray, Packed)
+OPAQUE = (Packed,)
 """Types the page reads through its own decoder (data.js): their fields are the decoder's, not the doc's."""

@@ -24,7 +24,8 @@ import numpy as np
 from ...files import check_writable, write_atomic
 from ...masks import visibility
 from . import texts
-from .export import head_weights, restore_inf, unpack_display
+from .codec import unpack
+from .export import head_weights, restore_inf
 from .fileset import write_all
 
 CJK_FONTS = (
@@ -375,7 +376,7 @@ def _grid_image(doc: dict, layer: int, head: int, start: int):
     if "display" not in doc:
         visible = np.array(lay["heads"][head].get("visible", lay["visible"]), dtype=bool)[start:, start:]
         return np.ma.masked_where(~visible, head_weights(doc, layer, head)[start:, start:])
-    thumb = unpack_display(doc["display"]["thumbnails"][layer][head])
+    thumb = unpack(doc["display"]["thumbnails"][layer][head])
     L, T = len(doc["tokens"]), thumb.shape[0]
     if "visible" in lay:
         heads = lay.get("heads") or []

@@ -37,7 +37,6 @@ writes token text with `textContent` only.
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import html
@@ -52,6 +51,7 @@ from ...files import check_writable, write_atomic
 from .. import interventions
 from . import registry
 from .bundle import bundle
+from .codec import base64_text
 from .heads import PICK_RULE
 from .packing import PackedLayers, head_type_names, pack, pack_weights, unpack
 from .texts import TEXTS, text
@@ -313,7 +313,7 @@ def _without_blobs(x, mark: str, blobs: list[str]):
 
 
 def _sha256(text: str) -> str:
-    return "sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii")
+    return "sha256-" + base64_text(hashlib.sha256(text.encode("utf-8")).digest())
 
 
 @functools.cache

@@ -108,15 +108,17 @@ class Levels(TypedDict):
 
 
 class Packed(TypedDict):
-    b64: str
+    """One array packed for the page (`codec`, the one encoding): byte planes, zlib, base64; digits: fixed point."""
+
+    dtype: Literal["f16", "f32", "f64", "u16", "u32", "z32", "bits"]
     shape: list[int]
-    dtype: Literal["f16", "u16"]
+    b64: str
+    digits: NotRequired[int]
 
 
 class DisplaySelected(TypedDict):
     layer: int
     head: int
-    scale: int
     weights: Packed
 
 

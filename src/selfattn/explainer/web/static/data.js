@@ -1,14 +1,19 @@
-/* The data: the page's JSON block, and packed arrays (selfattn.explainer.views.packing) → typed arrays.
+/* The data: the page's JSON block, and packed arrays (selfattn.explainer.views.codec) → typed arrays.
  *
  * A packed array is {dtype, shape, b64, digits?}: little-endian bytes in byte planes, zlib-compressed,
- * base64. The page reads what Python computed and never recomputes a stage: the weights of every
- * cell at 0.01 % (`weights`), and for each query row the stored keys with their scores, scaled and
- * masked scores (`key_stages`), weights to 1e-8 (`key_weights`), Σ w·V (`weighted`) and Σ w (`sums`).
+ * base64; every array of the page (the layers', the attention page's weights, doc.display's thumbnails and
+ * shown weights) is read by the one `unpack` below. The page reads what Python computed and never recomputes a
+ * stage: the weights of every cell at 0.01 % (`weights`), and for each query row the stored keys with their
+ * scores, scaled and masked scores (`key_stages`), weights to 1e-8 (`key_weights`), Σ w·V (`weighted`) and Σ w
+ * (`sums`).
  * A layer's vectors (x, attn_out, output) come to the 4 decimals they are shown with, their lengths in `norms`;
  * a head's k and v may be {of_head: h}: the arrays of head h, which reads the same key/value head (GQA). */
 
-const TYPED = { f32: Float32Array, f64: Float64Array, u16: Uint16Array, u32: Uint32Array, z32: Uint32Array };
-const Z32_NEG_INF = 2 ** 32 - 2, Z32_POS_INF = 2 ** 32 - 1; // "z32": signed integers zigzag-coded (packing.py)
+// each code's words; "f16" words are binary16 bit patterns, read as numbers by `half`
+const TYPED = {
+  f16: Uint16Array, f32: Float32Array, f64: Float64Array, u16: Uint16Array, u32: Uint32Array, z32: Uint32Array,
+};
+const Z32_NEG_INF = 2 ** 32 - 2, Z32_POS_INF = 2 ** 32 - 1; // "z32": signed integers zigzag-coded (codec.py)
 
 /** The JSON block the server or report.py put into the page. */
 export function readPageData() {
@@ -29,17 +34,20 @@ async function inflate(bytes) {
 }
 
 /** One packed array: {shape, bits} for "bits"; {shape, data} otherwise, with `data` a Float64Array
- * when the integers stand for decimals (except "u16" weights: {data: Uint16Array, unit: 10^digits}). */
+ * when the integers stand for decimals (except "u16" weights: {data: Uint16Array, unit: 10^digits}) and a
+ * Float32Array for "f16" (IEEE 754 binary16, every value exact in float32). */
 export async function unpack(p) {
   const bytes = await inflate(bytesOf(p.b64));
   if (p.dtype === "bits") return { shape: p.shape, bits: bytes };
   const Typed = TYPED[p.dtype];
+  if (!Typed) throw new Error(`unpack: dtype ${JSON.stringify(p.dtype)}`);
   const size = Typed.BYTES_PER_ELEMENT, n = bytes.length / size;
   const joined = new Uint8Array(bytes.length);
   for (let b = 0; b < size; b++) {
     for (let e = 0, at = b * n; e < n; e++) joined[e * size + b] = bytes[at + e];
   }
   const data = new Typed(joined.buffer);
+  if (p.dtype === "f16") return { shape: p.shape, data: Float32Array.from(data, half) };
   if (p.digits === undefined) return { shape: p.shape, data };
   const unit = 10 ** p.digits;
   if (p.dtype === "u16") return { shape: p.shape, data, unit };
@@ -68,28 +76,27 @@ async function unpackFields(obj, names) {
   return out;
 }
 
-/** A packed export dict ready to show: its thumbnails decoded and, where it has them (every head's, drawn by the
+/** A packed export dict ready to show: its thumbnails unpacked and, where it has them (every head's, drawn by the
  * model view), each held layer's visibility unpacked and its other arrays left packed until a view shows the
  * layer (`unpackLayers`): unpacking all 11 layers of the 24 MB page of 131 tokens on SmolLM2 took half of the 3 s
  * it took to open. Without thumbnails every layer is unpacked now. A layer left out keeps only its scalars. */
 export async function loadDoc(packed) {
-  const layers = await Promise.all(packed.layers.map(packed.display ? deferLayer : loadLayer));
+  const [layers, display] = await Promise.all([
+    Promise.all(packed.layers.map(packed.display ? deferLayer : loadLayer)),
+    packed.display ? loadDisplay(packed.display) : undefined,
+  ]);
   // the tokens as every view shows them: a repeated token carries its position ("the@8"), as in Python's views
   const tokens = Array.isArray(packed.token_names) ? packed.token_names : packed.tokens;
-  // every head's thumbnail decoded in place ({shape, data}), as the model view and a layer not held draw them
-  const display = packed.display
-    ? Object.assign({}, packed.display, { thumbnails: packed.display.thumbnails.map((row) => row.map(halves)) }) : undefined;
   return Object.assign({}, packed, { layers, tokens, display });
 }
 
-/** One thumbnail of doc.display ({b64, shape [T, T], dtype "f16"}: raw little-endian float16, no zlib) as
- * {shape, data: Float32Array}: every head's weights pooled into T × T cells (Python's capture/digest.py). */
-export function halves(p) {
-  const bytes = bytesOf(p.b64);
-  const n = bytes.length / 2;
-  const data = new Float32Array(n);
-  for (let e = 0; e < n; e++) data[e] = half(bytes[2 * e] | (bytes[2 * e + 1] << 8));
-  return { shape: p.shape, data };
+/** doc.display unpacked: every head's thumbnail ({shape [T, T], data: Float32Array}: its weights pooled into
+ * T × T cells, Python's capture/digest.py), as the model view and a layer not held draw them, and the shown
+ * head's weights ({shape [L, L], data: Uint16Array, unit}). */
+async function loadDisplay(display) {
+  const thumbnails = await Promise.all(display.thumbnails.map((row) => Promise.all(row.map(unpack))));
+  const selected = Object.assign({}, display.selected, { weights: await unpack(display.selected.weights) });
+  return Object.assign({}, display, { thumbnails, selected });
 }
 
 /** An IEEE 754 binary16 bit pattern as a number. */
