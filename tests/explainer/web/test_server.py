@@ -60,7 +60,7 @@ def test_answer_is_the_export_dict_of_python(client, explainer):
 def test_packed_answer_holds_the_same_numbers(client, explainer):
     plain = post(client, text=TEXT, layer=1, head=1).json()
     packed = post(client, text=TEXT, layer=1, head=1, format="packed").json()  # the shown layer's arrays are held
-    layer = explainer.trace(TEXT).layers[1]
+    layer = explainer.trace_with_controls(TEXT)[0].layers[1]  # as explain traces the text: with its controls
     kv = layer.kv_head(1)
     for name, want in (("q", layer.q[1]), ("k", layer.k[kv]), ("v", layer.v[kv]), ("lse", layer.lse[1])):
         np.testing.assert_array_equal(report.unpack(packed["layers"][1]["heads"][1][name]), want.numpy())
