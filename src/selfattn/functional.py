@@ -90,6 +90,9 @@ def attention(
     sinks=None,
     alibi=None,
     segments=None,
+    mask_mod=None,
+    score_mod=None,
+    block_mask=None,
     backend="auto",
     **foreign,
 ):
@@ -115,6 +118,15 @@ def attention(
     alibi      (Hq,) or (B, Hq) ALiBi slopes: s_ij −= slope_h · |p − j| (constants)
     segments   (B, L) integer ids of packed sequences (Lq = Lk = L): key j is visible to query i only with
                the same id, together with causal / window / mask
+    mask_mod   FlexAttention's mask_mod(b, h, q_idx, kv_idx) -> bool tensor (True = may look), together with the
+               rest; evaluated once per shape into a block mask (on broadcast index tensors b (B,1,1,1), h (1,Hq,1,1),
+               q_idx (1,1,Lq,1), kv_idx (1,1,1,Lk), or FlexAttention's vmap where that fails) and kept
+               (`selfattn.masks.cached_block_mask`); "native" skips its empty blocks and masks only its partial ones
+    score_mod  FlexAttention's score_mod(score, b, h, q_idx, kv_idx) -> score, on the scaled score after the softcap
+               and ALiBi, before the masks: "flex" natively, "tiled" and "naive" on a tile with broadcast index
+               tensors; gradients reach q, k, v ("tiled": not the tensors score_mod holds — refused by name)
+    block_mask a `selfattn.masks.BlockMask` (`selfattn.masks.block_mask(mask_mod, B, H, Lq, Lk)`): a mask_mod
+               evaluated ahead, for calls that share it (FlexAttention's block_mask=)
     backend    "auto" (fastest that can serve the request), or one of "naive", "sdpa", …
 
     FlashAttention's and SDPA's conventions: the layout is (B, H, L, D), as SDPA's (flash_attn_func takes
