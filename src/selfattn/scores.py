@@ -218,11 +218,11 @@ def _score_mod(fn, mask, shape: Shape, device, acc: torch.dtype) -> Checked:
 @dataclass(frozen=True)
 class Feature:
     """One tensor score feature: `attention`'s keyword and the rule's field of that name, the words a backend
-        without it is refused with ("it has no <words>"), its check (value, 4-D mask or None, (B, Hq, Lq, Lk),
-        q's device, the accumulation dtype) → `Checked`, whether it holds one value per query head (cut by `one_head`, sent
-        to the C++ tile, exported per head), whether a batched form of it folds into the mask, and, for a per-head
-        one, a typical value drawn for a benchmark (Hq, a generator, the dtype of q); `mod`: a user's function (or what
-    was made of one), not a tensor — in the rule's data only where set."""
+    without it is refused with ("it has no <words>"), its check (value, 4-D mask or None, (B, Hq, Lq, Lk),
+    q's device, the accumulation dtype) → `Checked`, whether it holds one value per query head (cut by `one_head`,
+    sent to the C++ tile, exported per head), whether a batched form of it folds into the mask, for a per-head
+    one a typical value drawn for a benchmark (Hq, a generator, the dtype of q), and `mod`: a user's function (or
+    what was made of one), not a tensor — in the rule's data only where set."""
 
     name: str
     words: str
