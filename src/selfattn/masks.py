@@ -325,9 +325,10 @@ def _evaluated(mask_mod, B: int, H: int, q0: int, q1: int, Lk: int, device) -> t
         out = mask_mod(b[:, None, None, None], h[None, :, None, None], q[None, None, :, None], kv[None, None, None, :])
     except Exception as error:  # a mod written for 0-d indices (vmap): evaluated the way FlexAttention does
         out, first = None, f"{type(error).__name__}: {error}"
+    misfit = None
     if out is not None and not _fits(out, full):
         first = f"it returned {_what(out)} on broadcast indices, which does not broadcast to {full}"
-        out = None
+        misfit, out = out, None
     if out is None:
         try:
             out = _vmapped(mask_mod, b, h, q, kv)
@@ -339,7 +340,8 @@ def _evaluated(mask_mod, B: int, H: int, q0: int, q1: int, Lk: int, device) -> t
     if not isinstance(out, torch.Tensor) or out.dtype != torch.bool:
         raise TypeError(f"mask_mod {name} must return a bool tensor (True = may look), got {_what(out)}")
     if not _fits(out, full):
-        raise ValueError(f"mask_mod {name} returned shape {tuple(out.shape)}, which does not broadcast to {full}")
+        shape = tuple((out if misfit is None else misfit).shape)  # the broadcast call's answer, where it gave one
+        raise ValueError(f"mask_mod {name} returned shape {shape}, which does not broadcast to {full}")
     return out.reshape((1,) * (4 - out.dim()) + tuple(out.shape))
 
 

@@ -217,6 +217,8 @@ def _work(r: Request) -> Work:
     per row (measured at the same rate)."""
     if isinstance(r.window, int):
         return r.Lq * min(r.Lk, query_block(r, BLOCK_Q) + r.window), RATE_GFLOPS, 0.0
+    if r.rule.block_mask is not None:  # the visible blocks' pairs (empty blocks are skipped)
+        return request_pairs(r), RATE_GFLOPS, 0.0
     if r.window is not None or r.rule.segments is not None:  # pairs per row, and a block's ragged edge
         return request_pairs(r) / r.B + r.Lq * query_block(r, BLOCK_Q), RATE_GFLOPS, 0.0
     return visible_pairs(r.Lq, r.Lk, causal=r.causal), RATE_GFLOPS, 0.0

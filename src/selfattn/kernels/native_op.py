@@ -212,9 +212,7 @@ def _looped(op, segments_at: tuple[int, ...]):
 
     def rule(info, in_dims, *args):
         if any(in_dims[i] is not None for i in segments_at):
-            raise RuntimeError(
-                "vmap over the segments or the block map of native attention is not supported; vmap q, k, v instead"
-            )
+            raise RuntimeError("vmap over the segments of native attention is not supported; vmap q, k, v instead")
         return looped_vmap(op, info, in_dims, args)
 
     return rule
