@@ -9,7 +9,7 @@ as cases of `selfattn bench` (`cases(Case)`, registered in `cases.CASES`: every 
 
 times, in one run and in turns (`timing.best_seconds_interleaved`), `selfattn.attention(q, k, v, mask_mod=mod,
 backend="native")` and FlexAttention itself — `torch.compile(flex_attention)` called with the block mask of its
-own `create_block_mask(mod, None, None, L, L)` — and prints each row's native / flex ratio. FlexAttention's
+own `create_block_mask(mod, None, None, L, L, _compile=True)` — and prints each row's native / flex ratio. FlexAttention's
 create_block_mask and its compile are announced with their seconds and not counted in its per-call time (as
 native's block map is made once per shape, then kept: its first call is the warm-up). Benchmarks are not tests.
 """
@@ -101,7 +101,7 @@ def cases(case_type: type) -> dict[str, tuple[Any, Any]]:
     given by the registry so that this module does not import it back) whose masking is the mask_mod alone."""
 
     @dataclass(frozen=True)
-    class ModCase(case_type):  # type: ignore[valid-type, misc]
+    class ModCase(case_type):
         """A bench case whose mask is a mask_mod (`mask`: document, prefix_lm or dilated), not causal/window."""
 
         mask: str = "document"
@@ -128,7 +128,7 @@ def _flex_call(mod: Callable, q, k, v) -> tuple[Callable[[], torch.Tensor], floa
 
     L = q.shape[2]
     start = time.perf_counter()
-    block_mask = create_block_mask(mod, None, None, L, L, device=q.device)
+    block_mask = create_block_mask(mod, None, None, L, L, device=q.device, _compile=True)  # vmap: minutes at 8192
     made = time.perf_counter() - start
     compiled = torch.compile(flex_attention, dynamic=False)
 
