@@ -380,6 +380,7 @@ class BlockMask:
         self.kinds = kinds
         self.index = index
         self.partial = partial
+        self._fraction: float | None = None
 
     def __repr__(self) -> str:
         counts = self.counts()
@@ -405,14 +406,15 @@ class BlockMask:
         }
 
     def visible_fraction(self) -> float:
-        """The share of (query, key) pairs the mask leaves visible (full blocks whole, partial ones counted)."""
-        B, H, Lq, Lk = self.shape
-        Bm, Hm = self.kinds.shape[:2]
-        if Lq * Lk == 0:
-            return 0.0
-        full = self._block_sizes() * (self.kinds == FULL)
-        seen = float(full.sum()) + float(self.partial.sum())
-        return seen / (Bm * Hm * Lq * Lk)
+        """The share of (query, key) pairs the mask leaves visible (full blocks whole, partial ones counted), counted
+        once ("auto" weighs every call with it)."""
+        if self._fraction is None:
+            _, _, Lq, Lk = self.shape
+            Bm, Hm = self.kinds.shape[:2]
+            full = self._block_sizes() * (self.kinds == FULL)
+            seen = float(full.sum()) + float(self.partial.sum())
+            self._fraction = seen / (Bm * Hm * Lq * Lk) if Lq * Lk else 0.0
+        return self._fraction
 
     def _block_sizes(self) -> torch.Tensor:
         """(nq, nk) the number of real (query, key) pairs in each block (edge blocks are cut by Lq, Lk)."""
@@ -500,10 +502,14 @@ def block_mask(mask_mod, B: int | None, H: int | None, Lq: int, Lk: int, device=
     for q0, out in zip(range(0, Lq, step), evaluated, strict=True):
         q1 = min(Lq, q0 + step)
         rows = -(-(q1 - q0) // n) * n
-        grid = torch.zeros(Bm, Hm, rows, nk * n, dtype=torch.bool, device=device)
-        grid[:, :, : q1 - q0, :Lk] = out.expand(Bm, Hm, q1 - q0, Lk)
-        blocks = grid.view(Bm, Hm, rows // n, n, nk, n).transpose(3, 4)  # (Bm, Hm, nq', nk, n, n)
-        seen = blocks.sum(dim=(4, 5))
+        if rows == q1 - q0 and nk * n == Lk:  # no edge to pad: the answer as it is (copied only where broadcast)
+            grid = out.expand(Bm, Hm, rows, Lk).contiguous()
+        else:
+            grid = torch.zeros(Bm, Hm, rows, nk * n, dtype=torch.bool, device=device)
+            grid[:, :, : q1 - q0, :Lk] = out.expand(Bm, Hm, q1 - q0, Lk)
+        split = grid.view(Bm, Hm, rows // n, n, nk, n)
+        seen = split.sum(dim=5, dtype=torch.int32).sum(dim=3)  # the contiguous axis first: (Bm, Hm, nq', nk)
+        blocks = split.transpose(3, 4)  # (Bm, Hm, nq', nk, n, n)
         size = _sizes(q0, q1, Lk, n, device)  # (nq', nk) real pairs per block
         kinds = torch.where(seen == 0, EMPTY, torch.where(seen == size, FULL, PARTIAL)).to(torch.uint8)
         where = kinds == PARTIAL
