@@ -10,8 +10,9 @@ as cases of `selfattn bench` (`cases(Case)`, registered in `cases.CASES`: every 
 times, in one run and in turns (`timing.best_seconds_interleaved`), `selfattn.attention(q, k, v, mask_mod=mod,
 backend="native")` and FlexAttention itself — `torch.compile(flex_attention)` called with the block mask of its
 own `create_block_mask(mod, None, None, L, L, _compile=True)` — and prints each row's native / flex ratio.
-FlexAttention's create_block_mask and its compile are announced with their seconds and not counted in its per-call time (as
-native's block map is made once per shape, then kept: its first call is the warm-up). Benchmarks are not tests.
+FlexAttention's create_block_mask and its compile are announced with their seconds and not counted in its per-call
+time (as native's block map is made once per shape, then kept: its first call is the warm-up). Benchmarks are not
+tests.
 """
 
 from __future__ import annotations
