@@ -128,7 +128,7 @@ def test_gradients_through_a_mask_mod(native_built, backend, name):
 
 
 @pytest.mark.parametrize("tiles", [True, False])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("isa", cpu.ISA_NAMES)
 def test_native_on_each_answer_of_the_probe(native_built, isa, dtype, tiles):
     """Every path of the native kernel the probe's answer picks (half GEMM, its own tiles, few-row loops), forward
