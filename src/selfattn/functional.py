@@ -121,7 +121,8 @@ def attention(
     mask_mod   FlexAttention's mask_mod(b, h, q_idx, kv_idx) -> bool tensor (True = may look), together with the
                rest; evaluated once per shape into a block mask (on broadcast index tensors b (B,1,1,1), h (1,Hq,1,1),
                q_idx (1,1,Lq,1), kv_idx (1,1,1,Lk), or FlexAttention's vmap where that fails) and kept
-               (`selfattn.masks.cached_block_mask`); "native" skips its empty blocks and masks only its partial ones
+               (`selfattn.masks.cached_block_mask`); "native" skips its empty blocks and masks only its partial ones.
+               Under torch.compile the evaluation breaks the graph (fullgraph=True refuses it): pass block_mask=
     score_mod  FlexAttention's score_mod(score, b, h, q_idx, kv_idx) -> score, on the scaled score after the softcap
                and ALiBi, before the masks: "flex" natively, "tiled" and "naive" on a tile with broadcast index
                tensors; gradients reach q, k, v ("tiled": not the tensors score_mod holds — refused by name)
