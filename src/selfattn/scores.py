@@ -8,9 +8,11 @@ applies, to one tile of raw scores (raw = q·kᵀ of query rows × key cols, in 
     s = raw · scale                         the tutorial's ÷√d_k (or any scale)
     s = c · tanh(s / c)                     with a softcap c
     s = s − slope_h · |p − j|               ALiBi slopes (p = i + Lk − Lq, bottom-right)
+    s = score_mod(s, b, h, i, j)            FlexAttention's score_mod (`modify`), on natural-unit scores
     s = s + mask                            an additive mask (its −inf hides, even where s is NaN or +inf)
     s = −inf where hidden                   a bool mask, the causal rule, the window (`masks.visibility`),
-                                            another segment (packed sequences: segments[b, i] ≠ segments[b, j])
+                                            another segment (packed sequences: segments[b, i] ≠ segments[b, j]),
+                                            a mask_mod's block mask (`blocked_out`: False in its empty blocks)
 
 and a sink logit per head joins each row's softmax denominator (gpt-oss): w_ij = exp(s_ij) / (Σ_j exp(s_ij)
 + exp(sink_h)), the row's lse includes it (`join_sinks`, `sink_grad`).
