@@ -18,6 +18,7 @@ from . import kernels
 from .compiling import constant_when_compiled, values_readable
 from .kernels.base import AttentionOutput, Result, all_finite
 from .kernels.dispatch import check_backend
+from .masks import BlockMask
 from .request import MAX_SCALE, MAX_SOFTCAP, MIN_SOFTCAP, REQUEST_KEYWORDS, Request, build_request
 
 __all__ = [
@@ -32,6 +33,11 @@ __all__ = [
     "MAX_SOFTCAP",
     "MIN_SOFTCAP",
 ]
+
+MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""FlexAttention's mask_mod(b, h, q_idx, kv_idx) -> bool tensor: True = may look."""
+ScoreMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""FlexAttention's score_mod(score, b, h, q_idx, kv_idx) -> the score."""
 
 Interceptor = Callable[[Request, Callable[[Request], "kernels.Result"]], "kernels.Result"]
 """`interceptor(request, compute) -> Result`: sees every `attention` call made inside
@@ -95,6 +101,9 @@ def attention(
     sinks: torch.Tensor | None = ...,
     alibi: torch.Tensor | None = ...,
     segments: torch.Tensor | None = ...,
+    mask_mod: MaskMod | None = ...,
+    score_mod: ScoreMod | None = ...,
+    block_mask: BlockMask | None = ...,
     backend: str = ...,
 ) -> torch.Tensor: ...
 @overload
@@ -114,6 +123,9 @@ def attention(
     sinks: torch.Tensor | None = ...,
     alibi: torch.Tensor | None = ...,
     segments: torch.Tensor | None = ...,
+    mask_mod: MaskMod | None = ...,
+    score_mod: ScoreMod | None = ...,
+    block_mask: BlockMask | None = ...,
     backend: str = ...,
 ) -> AttentionOutput: ...
 @overload
@@ -133,6 +145,9 @@ def attention(
     sinks: torch.Tensor | None = ...,
     alibi: torch.Tensor | None = ...,
     segments: torch.Tensor | None = ...,
+    mask_mod: MaskMod | None = ...,
+    score_mod: ScoreMod | None = ...,
+    block_mask: BlockMask | None = ...,
     backend: str = ...,
 ) -> AttentionOutput: ...
 @overload
@@ -152,6 +167,9 @@ def attention(
     sinks: torch.Tensor | None = ...,
     alibi: torch.Tensor | None = ...,
     segments: torch.Tensor | None = ...,
+    mask_mod: MaskMod | None = ...,
+    score_mod: ScoreMod | None = ...,
+    block_mask: BlockMask | None = ...,
     backend: str = ...,
 ) -> torch.Tensor | AttentionOutput: ...
 def attention(
@@ -170,6 +188,9 @@ def attention(
     sinks: torch.Tensor | None = None,
     alibi: torch.Tensor | None = None,
     segments: torch.Tensor | None = None,
+    mask_mod: MaskMod | None = None,
+    score_mod: ScoreMod | None = None,
+    block_mask: BlockMask | None = None,
     backend: str = "auto",
     **foreign: object,
 ) -> torch.Tensor | AttentionOutput:
@@ -195,6 +216,16 @@ def attention(
     alibi      (Hq,) or (B, Hq) ALiBi slopes: s_ij −= slope_h · |p − j| (constants)
     segments   (B, L) integer ids of packed sequences (Lq = Lk = L): key j is visible to query i only with
                the same id, together with causal / window / mask
+    mask_mod   FlexAttention's mask_mod(b, h, q_idx, kv_idx) -> bool tensor (True = may look), together with the
+               rest; evaluated once per shape into a block mask (on broadcast index tensors b (B,1,1,1), h (1,Hq,1,1),
+               q_idx (1,1,Lq,1), kv_idx (1,1,1,Lk), or FlexAttention's vmap where that fails) and kept
+               (`selfattn.masks.cached_block_mask`); "native" skips its empty blocks and masks only its partial ones.
+               Under torch.compile the evaluation breaks the graph (fullgraph=True refuses it): pass block_mask=
+    score_mod  FlexAttention's score_mod(score, b, h, q_idx, kv_idx) -> score, on the scaled score after the softcap
+               and ALiBi, before the masks: "flex" natively, "tiled" and "naive" on a tile with broadcast index
+               tensors; gradients reach q, k, v ("tiled": not the tensors score_mod holds — refused by name)
+    block_mask a `selfattn.masks.BlockMask` (`selfattn.masks.block_mask(mask_mod, B, H, Lq, Lk)`): a mask_mod
+               evaluated ahead, for calls that share it (FlexAttention's block_mask=)
     backend    "auto" (fastest that can serve the request), or one of "naive", "sdpa", …
 
     FlashAttention's and SDPA's conventions: the layout is (B, H, L, D), as SDPA's (flash_attn_func takes

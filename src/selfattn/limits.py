@@ -36,6 +36,7 @@ __all__ = [
     "check_parameters",
     "ARRAY_BYTES",
     "BACKWARD_TILE_BYTES",
+    "BLOCK_MASK_CACHE_BYTES",
     "CACHED_KV_BYTES",
     "CACHE_BYTES",
     "DEFAULT_BUDGET_BYTES",
@@ -315,3 +316,8 @@ kv head: 1.25× native's old time at Lk = 16384, 8 MiB; 2-core EPYC, scripts/mea
 
 TILE_BUDGET_BYTES = 8 << 20
 """Most bytes one score tile (heads × rows × keys) may take; more heads are split into chunks."""
+
+BLOCK_MASK_CACHE_BYTES = 256 << 20
+"""Most bytes of block masks `selfattn.attention(mask_mod=...)` keeps, one per (mask_mod, shape), the least recently
+used dropped first (`masks.cached_block_mask`): a document mask at L = 8192 holds a few hundred KiB, a dilated one
+(every block partial) the whole L² bools, 64 MiB."""

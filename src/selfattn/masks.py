@@ -16,12 +16,15 @@ keeps p - left <= j <= p + right (FlashAttention's `window_size`; w is (w - 1, 0
 
 from __future__ import annotations
 
+import collections
 import enum
+import threading
 
 import torch
 
 from . import checks
 from .compiling import values_readable
+from .limits import BLOCK_MASK_CACHE_BYTES, TILE_BUDGET_BYTES
 
 __all__ = [
     "EXTENT_CHUNK",
@@ -36,6 +39,15 @@ __all__ = [
     "draw_blocks",
     "padding_mask",
     "draw",
+    "MASK_BLOCK",
+    "EMPTY",
+    "PARTIAL",
+    "FULL",
+    "BlockMask",
+    "block_mask",
+    "cached_block_mask",
+    "held_tensors",
+    "BLOCK_MASKS",
 ]
 
 
@@ -271,3 +283,330 @@ def segment_spans(seg: torch.Tensor) -> tuple[torch.Tensor, bool]:
         return span, False
     runs = 1 + (seg[:, 1:] != seg[:, :-1]).sum(dim=1)
     return span, bool((runs == starts.sum(dim=1)).all())
+
+
+# --- mask_mod: FlexAttention's mask function, evaluated once per shape into a block map ------------------------
+
+MASK_BLOCK = 128
+"""Query and key positions per block of a `BlockMask` (FlexAttention's default BLOCK_SIZE, and the native kernel's
+query block): the native kernel skips an empty block and masks only a partial one."""
+
+EMPTY, PARTIAL, FULL = 0, 1, 2
+"""A block's kind in `BlockMask.kinds`: nothing visible (skipped), some (its dense mask applied), all (no mask)."""
+
+KIND_CHARS = {FULL: "F", PARTIAL: "P", EMPTY: "."}
+"""How `BlockMask.draw` draws a block (as `draw_blocks` and FlexAttention's `BlockMask.to_string`)."""
+
+
+def _describe_mod(mask_mod) -> str:
+    return getattr(mask_mod, "__qualname__", None) or type(mask_mod).__name__
+
+
+def _vmapped(mask_mod, b, h, q, kv) -> torch.Tensor:
+    """mask_mod called as FlexAttention's create_mask calls it: on 0-d index tensors, vmapped over kv, q, h, b."""
+    fn = mask_mod
+    for dims in ((None, None, None, 0), (None, None, 0, None), (None, 0, None, None), (0, None, None, None)):
+        fn = torch.func.vmap(fn, in_dims=dims, out_dims=0)
+    return fn(b, h, q, kv)
+
+
+def _evaluated(mask_mod, B: int, H: int, q0: int, q1: int, Lk: int, device) -> torch.Tensor:
+    """mask_mod on batch items [0, B), heads [0, H), queries [q0, q1), keys [0, Lk): bool (B|1, H|1, n|1, Lk|1),
+    broadcast index tensors first (b (B,1,1,1), h (1,H,1,1), q (1,1,n,1), kv (1,1,1,Lk): one call), FlexAttention's
+    vmap over each index where that call raises or gives a shape that does not broadcast."""
+    full = (B, H, q1 - q0, Lk)
+    name = _describe_mod(mask_mod)
+    b = torch.arange(B, device=device)
+    h = torch.arange(H, device=device)
+    q = torch.arange(q0, q1, device=device)
+    kv = torch.arange(Lk, device=device)
+    first: str | None = None
+    try:
+        out = mask_mod(b[:, None, None, None], h[None, :, None, None], q[None, None, :, None], kv[None, None, None, :])
+    except Exception as error:  # a mod written for 0-d indices (vmap): evaluated the way FlexAttention does
+        out, first = None, f"{type(error).__name__}: {error}"
+    misfit = None
+    if out is not None and not _fits(out, full):
+        first = f"it returned {_what(out)} on broadcast indices, which does not broadcast to {full}"
+        misfit, out = out, None
+    if out is None:
+        try:
+            out = _vmapped(mask_mod, b, h, q, kv)
+        except Exception as error:
+            raise ValueError(
+                f"mask_mod {name} failed on index tensors ({first}) and under vmap as FlexAttention calls it "
+                f"({type(error).__name__}: {error}); it must map (b, h, q_idx, kv_idx) to a bool tensor"
+            ) from error
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.bool:
+        raise TypeError(f"mask_mod {name} must return a bool tensor (True = may look), got {_what(out)}")
+    if not _fits(out, full):
+        shape = tuple((out if misfit is None else misfit).shape)  # the broadcast call's answer, where it gave one
+        raise ValueError(f"mask_mod {name} returned shape {shape}, which does not broadcast to {full}")
+    return out.reshape((1,) * (4 - out.dim()) + tuple(out.shape))
+
+
+def _fits(out, full: tuple[int, ...]) -> bool:
+    if not isinstance(out, torch.Tensor) or out.dim() > 4:
+        return False
+    try:
+        return torch.broadcast_shapes(out.shape, full) == torch.Size(full)
+    except RuntimeError:
+        return False
+
+
+def _what(out) -> str:
+    if isinstance(out, torch.Tensor):
+        return f"a {str(out.dtype).removeprefix('torch.')} tensor of shape {tuple(out.shape)}"
+    return f"{type(out).__name__} {out!r}"
+
+
+class BlockMask:
+    """A mask_mod evaluated once for one shape: which (MASK_BLOCK × MASK_BLOCK) blocks of (query × key) positions
+    it leaves full, partial or empty, and the dense mask of each partial block (FlexAttention's BlockMask, built
+    without a compile). Made by `block_mask`; passed to `selfattn.attention(..., block_mask=)`.
+
+    mask_mod  the function it was evaluated from: mask_mod(b, h, q_idx, kv_idx) -> bool tensor, True = may look
+    shape     (B, H, Lq, Lk) it was evaluated for
+    kinds     uint8 (Bm, Hm, nq, nk): EMPTY / PARTIAL / FULL per block; Bm is 1 where the mask is the same for every
+              batch item (else B), Hm likewise for heads
+    index     int32 (Bm, Hm, nq, nk): a partial block's row of `partial`, −1 elsewhere
+    partial   bool (P, MASK_BLOCK, MASK_BLOCK): each partial block's mask (False past Lq or Lk)
+    """
+
+    def __init__(self, mask_mod, shape, kinds: torch.Tensor, index: torch.Tensor, partial: torch.Tensor):
+        self.mask_mod = mask_mod
+        self.shape = tuple(shape)
+        self.block = MASK_BLOCK
+        self.kinds = kinds
+        self.index = index
+        self.partial = partial
+        self._fraction: float | None = None
+
+    def __repr__(self) -> str:
+        counts = self.counts()
+        return (
+            f"BlockMask({_describe_mod(self.mask_mod)}, shape={self.shape}, blocks of {self.block}: "
+            f"{counts['full']} full, {counts['partial']} partial, {counts['empty']} empty)"
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.kinds.device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes it holds (the block map and the partial blocks' masks)."""
+        return sum(t.numel() * t.element_size() for t in (self.kinds, self.index, self.partial))
+
+    def counts(self) -> dict[str, int]:
+        """How many blocks of each kind it holds (over its Bm × Hm maps)."""
+        return {
+            name: int((self.kinds == code).sum())
+            for name, code in (("full", FULL), ("partial", PARTIAL), ("empty", EMPTY))
+        }
+
+    def visible_fraction(self) -> float:
+        """The share of (query, key) pairs the mask leaves visible (full blocks whole, partial ones counted), counted
+        once ("auto" weighs every call with it)."""
+        if self._fraction is None:
+            _, _, Lq, Lk = self.shape
+            Bm, Hm = self.kinds.shape[:2]
+            full = self._block_sizes() * (self.kinds == FULL)
+            seen = float(full.sum()) + float(self.partial.sum())
+            self._fraction = seen / (Bm * Hm * Lq * Lk) if Lq * Lk else 0.0
+        return self._fraction
+
+    def _block_sizes(self) -> torch.Tensor:
+        """(nq, nk) the number of real (query, key) pairs in each block (edge blocks are cut by Lq, Lk)."""
+        _, _, Lq, Lk = self.shape
+        rows = (Lq - torch.arange(self.kinds.shape[2]) * self.block).clamp(max=self.block)
+        cols = (Lk - torch.arange(self.kinds.shape[3]) * self.block).clamp(max=self.block)
+        return (rows[:, None] * cols[None, :]).to(self.kinds.device)
+
+    def dense(self, rows: torch.Tensor | None = None, cols: torch.Tensor | None = None) -> torch.Tensor:
+        """bool (Bm, Hm, R, C), True = may look, on query indices `rows` × key indices `cols` (None: all), read
+        from the block map: True in full blocks, the stored mask in partial ones, False in empty ones."""
+        _, _, Lq, Lk = self.shape
+        rows = torch.arange(Lq, device=self.device) if rows is None else rows.to(self.device)
+        cols = torch.arange(Lk, device=self.device) if cols is None else cols.to(self.device)
+        bq, bk = rows // self.block, cols // self.block
+        kinds = self.kinds[:, :, bq][:, :, :, bk]  # (Bm, Hm, R, C)
+        visible = kinds == FULL
+        if self.partial.shape[0]:
+            index = self.index[:, :, bq][:, :, :, bk].long()
+            inner = self.partial[index.clamp(min=0), (rows % self.block)[:, None], (cols % self.block)[None, :]]
+            visible = visible | ((kinds == PARTIAL) & inner)
+        return visible
+
+    def hidden_blocks(self, q0: int, q1: int, k0: int, k1: int) -> bool:
+        """Whether every query of [q0, q1) and key of [k0, k1) lies in an empty block (for every batch item and
+        head): such a tile may be skipped."""
+        part = self.kinds[:, :, q0 // self.block : -(-q1 // self.block), k0 // self.block : -(-k1 // self.block)]
+        return bool((part == EMPTY).all())
+
+    def one_head(self, head: int) -> BlockMask:
+        """This block mask for query head `head` alone (its map when it differs by head; its mask_mod reading
+        head `head` where it is asked for head 0)."""
+        if self.kinds.shape[1] == 1:
+            return self
+        B, _, Lq, Lk = self.shape
+        kinds, index = self.kinds[:, head : head + 1], self.index[:, head : head + 1]
+        used = index[index >= 0].long()
+        remap = torch.full((self.partial.shape[0],), -1, dtype=torch.int32, device=self.device)
+        remap[used] = torch.arange(used.numel(), dtype=torch.int32, device=self.device)
+        index = torch.where(index >= 0, remap[index.long().clamp(min=0)], index)
+        return BlockMask(HeadShifted(self.mask_mod, head), (B, 1, Lq, Lk), kinds, index, self.partial[used])
+
+    def draw(self, b: int = 0, h: int = 0) -> str:
+        """Batch item b's, head h's blocks: one row per query block, F full, P partial, . empty."""
+        kinds = self.kinds[min(b, self.kinds.shape[0] - 1), min(h, self.kinds.shape[1] - 1)]
+        return "\n".join(" ".join(KIND_CHARS[int(x)] for x in row) for row in kinds.tolist())
+
+
+class HeadShifted:
+    """A FlexAttention mod read for one head: called with head index h, it asks `mod` for head h + `head`
+    (`ScoreRule.one_head` keeps a mask_mod's or score_mod's heads right)."""
+
+    def __init__(self, mod, head: int):
+        self.mod, self.head = mod, head
+        self.__qualname__ = f"{_describe_mod(mod)} (head {head})"
+
+    def __call__(self, *args):
+        *lead, h, q, kv = args
+        return self.mod(*lead, h + self.head, q, kv)
+
+
+def block_mask(mask_mod, B: int | None, H: int | None, Lq: int, Lk: int, device=None) -> BlockMask:
+    """mask_mod evaluated once into a `BlockMask` for (B, H, Lq, Lk) (None for B or H: evaluated for item/head 0
+    and used for all, as FlexAttention's create_block_mask takes it). The call is vectorised — mask_mod(b, h,
+    q_idx, kv_idx) on broadcast index tensors, a chunk of query rows at a time (TILE_BUDGET_BYTES) — and falls back
+    to FlexAttention's vmap over each index where that raises. A TypeError / ValueError names a mask_mod that is not
+    callable, returns no bool tensor or a shape that does not broadcast."""
+    if not callable(mask_mod):
+        raise TypeError(f"mask_mod must be callable as mask_mod(b, h, q_idx, kv_idx), got {type(mask_mod).__name__}")
+    B = 1 if B is None else checks.integer("B", B, low=1)
+    H = 1 if H is None else checks.integer("H", H, low=1)
+    Lq, Lk = checks.integer("Lq", Lq, low=0), checks.integer("Lk", Lk, low=0)
+    device = torch.device("cpu") if device is None else torch.device(device)
+    n = MASK_BLOCK
+    nq, nk = -(-Lq // n), -(-Lk // n)
+    # query rows per evaluation: B·H·rows·Lk bools within one tile's budget (a whole (Lq, Lk) at 32,768 is 1 GiB)
+    step = max(1, TILE_BUDGET_BYTES // max(1, B * H * n * max(Lk, 1))) * n
+    kinds_parts, index_parts, partial_parts, Bm, Hm, count = [], [], [], 1, 1, 0
+    evaluated = []
+    for q0 in range(0, Lq, step):
+        q1 = min(Lq, q0 + step)
+        out = _evaluated(mask_mod, B, H, q0, q1, Lk, device)
+        evaluated.append(out)
+        Bm, Hm = max(Bm, out.shape[0]), max(Hm, out.shape[1])
+    for q0, out in zip(range(0, Lq, step), evaluated, strict=True):
+        q1 = min(Lq, q0 + step)
+        rows = -(-(q1 - q0) // n) * n
+        if rows == q1 - q0 and nk * n == Lk:  # no edge to pad: the answer as it is (copied only where broadcast)
+            grid = out.expand(Bm, Hm, rows, Lk).contiguous()
+        else:
+            grid = torch.zeros(Bm, Hm, rows, nk * n, dtype=torch.bool, device=device)
+            grid[:, :, : q1 - q0, :Lk] = out.expand(Bm, Hm, q1 - q0, Lk)
+        split = grid.view(Bm, Hm, rows // n, n, nk, n)
+        seen = split.sum(dim=5, dtype=torch.int32).sum(dim=3)  # the contiguous axis first: (Bm, Hm, nq', nk)
+        blocks = split.transpose(3, 4)  # (Bm, Hm, nq', nk, n, n)
+        size = _sizes(q0, q1, Lk, n, device)  # (nq', nk) real pairs per block
+        kinds = torch.where(seen == 0, EMPTY, torch.where(seen == size, FULL, PARTIAL)).to(torch.uint8)
+        where = kinds == PARTIAL
+        index = torch.full(kinds.shape, -1, dtype=torch.int32, device=device)
+        index[where] = torch.arange(count, count + int(where.sum()), dtype=torch.int32, device=device)
+        count += int(where.sum())
+        kinds_parts.append(kinds)
+        index_parts.append(index)
+        partial_parts.append(blocks[where])  # in the order of `index`: (b, h, query block, key block)
+    if not kinds_parts:
+        kinds = torch.zeros(Bm, Hm, nq, nk, dtype=torch.uint8, device=device)
+        return BlockMask(mask_mod, (B, H, Lq, Lk), kinds, kinds.int() - 1, torch.zeros(0, n, n, dtype=torch.bool))
+    return BlockMask(
+        mask_mod,
+        (B, H, Lq, Lk),
+        torch.cat(kinds_parts, dim=2),
+        torch.cat(index_parts, dim=2),
+        torch.cat(partial_parts).contiguous(),
+    )
+
+
+def _sizes(q0: int, q1: int, Lk: int, n: int, device) -> torch.Tensor:
+    rows = (q1 - q0 - torch.arange(0, q1 - q0, n, device=device)).clamp(max=n)
+    cols = (Lk - torch.arange(0, Lk, n, device=device)).clamp(max=n)
+    return rows[:, None] * cols[None, :]
+
+
+class _BlockMaskCache:
+    """Block masks made for `selfattn.attention(mask_mod=...)`, by (mask_mod, the versions of the tensors its
+    closure and defaults hold, B, H, Lq, Lk, device), the least recently used dropped first past
+    BLOCK_MASK_CACHE_BYTES; every change under its lock (calls come from any thread)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.lock = threading.Lock()
+        self.kept: collections.OrderedDict[tuple, BlockMask] = collections.OrderedDict()
+        self.bytes = 0
+
+    def get(self, key: tuple) -> BlockMask | None:
+        with self.lock:
+            found = self.kept.get(key)
+            if found is not None:
+                self.kept.move_to_end(key)
+            return found
+
+    def put(self, key: tuple, made: BlockMask) -> None:
+        if made.nbytes > self.limit:
+            return
+        with self.lock:
+            old = self.kept.pop(key, None)
+            self.bytes -= 0 if old is None else old.nbytes
+            self.kept[key] = made
+            self.bytes += made.nbytes
+            while self.bytes > self.limit:
+                _, dropped = self.kept.popitem(last=False)
+                self.bytes -= dropped.nbytes
+
+    def clear(self) -> None:
+        with self.lock:
+            self.kept.clear()
+            self.bytes = 0
+
+
+BLOCK_MASKS = _BlockMaskCache(BLOCK_MASK_CACHE_BYTES)
+"""The block masks `cached_block_mask` keeps (at most BLOCK_MASK_CACHE_BYTES)."""
+
+
+def held_tensors(mask_mod) -> tuple:
+    """(id, version) of each tensor mask_mod's closure and defaults hold: a document-id tensor changed in place
+    (its version moves) makes a new key, so a kept block mask is never stale for it."""
+    cells = [c.cell_contents for c in (getattr(mask_mod, "__closure__", None) or ()) if _filled(c)]
+    held = cells + list(getattr(mask_mod, "__defaults__", None) or ())
+    return tuple((id(t), t._version) for t in held if isinstance(t, torch.Tensor))
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+def cached_block_mask(mask_mod, B: int, H: int, Lq: int, Lk: int, device) -> BlockMask:
+    """`block_mask(mask_mod, B, H, Lq, Lk, device)`, kept for the next call with the same mask_mod (the same
+    object, holding the same tensors unchanged) and shape. A mask_mod that reads a global which changes is not
+    seen to change: give it as a new function, or build `block_mask` yourself and pass block_mask=."""
+    if not callable(mask_mod):
+        raise TypeError(f"mask_mod must be callable as mask_mod(b, h, q_idx, kv_idx), got {type(mask_mod).__name__}")
+    try:
+        key = (mask_mod, held_tensors(mask_mod), B, H, Lq, Lk, str(device))
+        hash(key)
+    except TypeError:  # an unhashable callable: evaluated every call
+        return block_mask(mask_mod, B, H, Lq, Lk, device)
+    found = BLOCK_MASKS.get(key)
+    if found is not None:
+        return found
+    made = block_mask(mask_mod, B, H, Lq, Lk, device)
+    BLOCK_MASKS.put(key, made)
+    return made

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import checks
+from . import checks, masks
 from .compiling import values_readable
 from .scores import FEATURES, ScoreRule, check_dense
 
@@ -33,6 +33,7 @@ __all__ = [
     "build_request",
     "check_dense",
     "check_mask",
+    "check_mask_mod",
     "check_softcap",
     "check_window",
 ]
@@ -252,7 +253,10 @@ def build_request(
     dropout_p = checks.real("dropout_p", dropout_p, low=0, high=1, high_open=True)
     if mask is not None:
         mask = check_mask(mask, (B, Hq, Lq, Lk), q.device)
-    checked: dict[str, torch.Tensor] = {}
+    given["mask_mod"], given["block_mask"] = check_mask_mod(
+        given["mask_mod"], given["block_mask"], (B, Hq, Lq, Lk), q.device
+    )
+    checked: dict[str, Any] = {"mask_mod": given["mask_mod"]}
     for name, feature in FEATURES.items():
         value = given[name]
         if value is not None:
@@ -261,6 +265,30 @@ def build_request(
                 checked[name] = value
     rule = ScoreRule(scale=scale, softcap=softcap, mask=mask, causal=causal, window=window, **checked)
     return Request(q, k, v, rule, dropout_p, return_weights, return_lse)
+
+
+def check_mask_mod(mask_mod, block_mask, shape: tuple[int, int, int, int], device: torch.device):
+    """(mask_mod, block_mask), each given or made from the other: a mask_mod alone is evaluated once per shape
+    (`masks.cached_block_mask`), a block_mask alone brings its mask_mod; both must be one (the block mask made
+    from that mask_mod). The block mask's shape is checked with the features (`scores.check_block_mask`)."""
+    if mask_mod is not None and not callable(mask_mod):
+        raise TypeError(f"mask_mod must be callable as mask_mod(b, h, q_idx, kv_idx), got {type(mask_mod).__name__}")
+    if block_mask is not None and not isinstance(block_mask, masks.BlockMask):
+        raise TypeError(
+            f"block_mask must be a selfattn.masks.BlockMask (selfattn.masks.block_mask(mask_mod, B, H, Lq, Lk)), "
+            f"got {type(block_mask).__name__}"
+        )
+    if mask_mod is None:
+        return (None, None) if block_mask is None else (block_mask.mask_mod, block_mask)
+    if block_mask is None:
+        B, Hq, Lq, Lk = shape
+        return mask_mod, masks.cached_block_mask(mask_mod, B, Hq, Lq, Lk, device)
+    if block_mask.mask_mod is not mask_mod:
+        raise ValueError(
+            f"block_mask was made from mask_mod {block_mask.mask_mod!r}, not the mask_mod given ({mask_mod!r}): "
+            f"pass one of them"
+        )
+    return mask_mod, block_mask
 
 
 def check_softcap(softcap) -> float | None:

@@ -8,9 +8,11 @@ applies, to one tile of raw scores (raw = q·kᵀ of query rows × key cols, in 
     s = raw · scale                         the tutorial's ÷√d_k (or any scale)
     s = c · tanh(s / c)                     with a softcap c
     s = s − slope_h · |p − j|               ALiBi slopes (p = i + Lk − Lq, bottom-right)
+    s = score_mod(s, b, h, i, j)            FlexAttention's score_mod (`modify`), on natural-unit scores
     s = s + mask                            an additive mask (its −inf hides, even where s is NaN or +inf)
     s = −inf where hidden                   a bool mask, the causal rule, the window (`masks.visibility`),
-                                            another segment (packed sequences: segments[b, i] ≠ segments[b, j])
+                                            another segment (packed sequences: segments[b, i] ≠ segments[b, j]),
+                                            a mask_mod's block mask (`blocked_out`: False in its empty blocks)
 
 and a sink logit per head joins each row's softmax denominator (gpt-oss): w_ij = exp(s_ij) / (Σ_j exp(s_ij)
 + exp(sink_h)), the row's lse includes it (`join_sinks`, `sink_grad`).
@@ -22,6 +24,11 @@ row may not see never reaches that row. Every Python path that scores — the na
 mask_mod and the C++ tile's arguments are derived from its fields in one function each
 (`kernels.flex.mods`, `kernels.native.tile_arguments`). `selfattn.reference` stays the independent
 NumPy spec, on purpose.
+
+FlexAttention's programmability joins the rule as two more features: a `mask_mod` evaluated once per shape into a
+block mask (`masks.BlockMask`: hidden where it says False; the native kernel skips its empty blocks and masks only
+its partial ones) and a `score_mod(score, b, h, q_idx, kv_idx)` applied after the softcap and ALiBi, before the
+masks (`modify`; a vectorised call on a tile with broadcast index tensors).
 
 A tensor score feature is data: one `Feature` entry in `FEATURES` (its keyword, words, check, whether it is
 per head) and the rule's field of that name with the method that applies it (`bias`, `apart`, `join_sinks`);
@@ -146,7 +153,7 @@ def check_segments(t, B: int, Lq: int, Lk: int, device: torch.device) -> torch.T
     return t.to(torch.int64)
 
 
-Checked = tuple[torch.Tensor | None, torch.Tensor | None]
+Checked = tuple[Any, torch.Tensor | None]
 """(the feature's checked value, or None where it became part of the mask; the 4-D mask, joined or as it was)."""
 
 
@@ -180,13 +187,44 @@ def _segments(t, mask, shape: Shape, device, acc: torch.dtype) -> Checked:
     return check_segments(t, B, Lq, Lk, device), mask
 
 
+def check_block_mask(bm, shape: Shape, device: torch.device) -> masks.BlockMask:
+    """`bm` checked as a `masks.BlockMask` for a request of (B, Hq, Lq, Lk) = shape on `device`: its Lq and Lk are
+    the request's, its map holds one batch item or B, one head or Hq."""
+    B, Hq, Lq, Lk = shape
+    if not isinstance(bm, masks.BlockMask):
+        raise TypeError(
+            f"block_mask must be a selfattn.masks.BlockMask (selfattn.masks.block_mask(mask_mod, B, H, Lq, Lk)), "
+            f"got {type(bm).__name__}"
+        )
+    Bm, Hm = bm.kinds.shape[:2]
+    if bm.shape[2:] != (Lq, Lk) or Bm not in (1, B) or Hm not in (1, Hq) or bm.shape[0] not in (1, B):
+        raise ValueError(
+            f"block_mask was made for (B, H, Lq, Lk) = {bm.shape} (a map of {Bm} batch item(s), {Hm} head(s)), "
+            f"which does not fit the request's (B, Hq, Lq, Lk) = {shape}"
+        )
+    if bm.device != device:
+        raise ValueError(f"block_mask is on {bm.device} but q is on {device}")
+    return bm
+
+
+def _block_mask(bm, mask, shape: Shape, device, acc: torch.dtype) -> Checked:
+    return check_block_mask(bm, shape, device), mask
+
+
+def _score_mod(fn, mask, shape: Shape, device, acc: torch.dtype) -> Checked:
+    if not callable(fn):
+        raise TypeError(f"score_mod must be callable as score_mod(score, b, h, q_idx, kv_idx), got {type(fn).__name__}")
+    return fn, mask
+
+
 @dataclass(frozen=True)
 class Feature:
     """One tensor score feature: `attention`'s keyword and the rule's field of that name, the words a backend
     without it is refused with ("it has no <words>"), its check (value, 4-D mask or None, (B, Hq, Lq, Lk),
-    q's device, the accumulation dtype) → `Checked`, whether it holds one value per query head (cut by `one_head`, sent
-    to the C++ tile, exported per head), whether a batched form of it folds into the mask, and, for a per-head
-    one, a typical value drawn for a benchmark (Hq, a generator, the dtype of q)."""
+    q's device, the accumulation dtype) → `Checked`, whether it holds one value per query head (cut by `one_head`,
+    sent to the C++ tile, exported per head), whether a batched form of it folds into the mask, for a per-head
+    one a typical value drawn for a benchmark (Hq, a generator, the dtype of q), and `mod`: a user's function (or
+    what was made of one), not a tensor — in the rule's data only where set."""
 
     name: str
     words: str
@@ -194,6 +232,7 @@ class Feature:
     per_head: bool = False
     folds: bool = False
     draw: Callable[[int, torch.Generator, torch.dtype], torch.Tensor] | None = None
+    mod: bool = False
 
 
 FEATURES: dict[str, Feature] = {
@@ -202,6 +241,8 @@ FEATURES: dict[str, Feature] = {
         Feature("sinks", "attention sinks", _sinks, per_head=True, draw=_draw_sinks),
         Feature("alibi", "ALiBi slopes", _slopes, per_head=True, folds=True, draw=_draw_slopes),
         Feature("segments", "segments (packed sequences)", _segments),
+        Feature("block_mask", "mask_mod (block mask)", _block_mask, mod=True),
+        Feature("score_mod", "score_mod", _score_mod, mod=True),
     )
 }
 """The tensor score features in their one order (the rule's fields, the C++ tile's arguments, the export's
@@ -235,6 +276,11 @@ class ScoreRule:
     sinks    (Hq,) sink logits joining each row's denominator (not part of `logits`: `join_sinks`)
     alibi    (Hq,) slopes: score −= slope_h · |p − j|, after the softcap
     segments (B, L) integer ids: key j hidden from query i unless segments[b, i] == segments[b, j]
+    mask_mod   FlexAttention's mask_mod(b, h, q_idx, kv_idx) -> bool (True = may look), or None; always with
+               its block_mask (`build_request` evaluates one from the other)
+    block_mask a `masks.BlockMask`: mask_mod evaluated once for this shape (empty, partial, full blocks)
+    score_mod  FlexAttention's score_mod(score, b, h, q_idx, kv_idx) -> score, on the scaled score after the
+               softcap and ALiBi, before the masks; or None
     """
 
     scale: float
@@ -245,6 +291,9 @@ class ScoreRule:
     sinks: torch.Tensor | None = None
     alibi: torch.Tensor | None = None
     segments: torch.Tensor | None = None
+    mask_mod: Callable | None = None
+    block_mask: masks.BlockMask | None = None
+    score_mod: Callable | None = None
 
     def __post_init__(self):
         if self.mask is not None and self.mask.dim() != 4:
@@ -289,6 +338,11 @@ class ScoreRule:
         for name, value in self.features().items():
             if FEATURES[name].per_head and value.dim() == 1 and value.numel() == Hq:
                 cut[name] = value[head : head + 1]
+        if Hq > 1 and self.block_mask is not None:  # the mods asked for head 0 answer for head `head`
+            cut["block_mask"] = self.block_mask.one_head(head)
+            cut["mask_mod"] = cut["block_mask"].mask_mod
+        if Hq > 1 and self.score_mod is not None:
+            cut["score_mod"] = masks.HeadShifted(self.score_mod, head)
         return self.replace(**cut)
 
     @once
@@ -394,6 +448,58 @@ class ScoreRule:
         """(B, 1, R, C) True where ids hide key j from query i (another segment); None for a rule without ids."""
         return None if self.segments is None else self.segment_hidden(rows, cols)
 
+    @property
+    def blocked(self) -> bool:
+        """Whether a block mask (a mask_mod evaluated per block) hides keys (`blocked_out`)."""
+        return self.block_mask is not None
+
+    def blocked_out(self, rows=None, cols=None) -> torch.Tensor | None:
+        """(Bm, Hm, R, C) True where the block mask hides key j from query i (Bm, Hm: 1 where it is the same for
+        every batch item / head); None for a rule without one."""
+        return None if self.block_mask is None else ~self.block_mask.dense(rows, cols)
+
+    def tile_hidden(self, q0: int, q1: int, k0: int, k1: int) -> bool:
+        """Whether the block mask hides the whole tile of queries [q0, q1) × keys [k0, k1) (every item and head):
+        a kernel skips it. False for a rule without a block mask."""
+        return self.block_mask is not None and self.block_mask.hidden_blocks(q0, q1, k0, k1)
+
+    @property
+    def modded(self) -> bool:
+        """Whether a user's function of the score joins the rule (`modify`)."""
+        return self.score_mod is not None
+
+    def modify(self, s: torch.Tensor, b, h, q, kv, *, unit: float = 1.0) -> torch.Tensor:
+        """score_mod(s, b, h, q_idx, kv_idx) on a tile of scaled scores s in `unit`s (called on natural ones), the
+        index tensors broadcasting to s; its answer checked (a floating tensor of s's shape, or broadcasting to it)."""
+        fn = self.score_mod
+        if fn is None:
+            return s
+        x = s if unit == 1.0 else s / unit
+        y = fn(x, b, h, q, kv)
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        if not isinstance(y, torch.Tensor) or not y.dtype.is_floating_point:
+            what = f"dtype {y.dtype}" if isinstance(y, torch.Tensor) else f"{type(y).__name__} {y!r}"
+            raise TypeError(f"score_mod {name} must return a floating tensor of the score's shape, got {what}")
+        try:
+            y = torch.broadcast_to(y, s.shape)
+        except RuntimeError:
+            raise ValueError(
+                f"score_mod {name} returned shape {tuple(y.shape)}, which does not broadcast to the scores' "
+                f"{tuple(s.shape)}"
+            ) from None
+        y = y.to(s.dtype)
+        return y if unit == 1.0 else y * unit
+
+    def mods_holding_grad(self) -> list[str]:
+        """The words of each user function of the rule whose answer requires grad on scores that do not (it holds
+        a tensor that requires grad): a kernel whose backward is its own cannot take that gradient. One call on a
+        one-element tile."""
+        if self.score_mod is None or not torch.is_grad_enabled():
+            return []
+        zero = torch.zeros((), dtype=torch.int64)
+        y = self.modify(torch.zeros(1, 1, 1, 1), zero, zero, zero, zero)
+        return [FEATURES["score_mod"].words] if y.requires_grad else []
+
     def alibi_bias(self, rows, cols, n_q: int, n_k: int, *, dtype, device, unit: float = 1.0) -> torch.Tensor:
         """−slope_h · |p − j| · unit for query indices `rows` × key indices `cols` (None: all): (Hq, R, C) in
         `dtype`, p = i + n_k − n_q. Only for a rule with `alibi`."""
@@ -469,8 +575,14 @@ class ScoreRule:
         apart = self.apart(rows, cols) if self.parted else None  # (B, 1, R, C): raw's leading dim is the batch
         if apart is not None:
             hidden = apart if hidden is None else apart | hidden
+        blocked = self.blocked_out(rows, cols) if self.blocked else None  # (Bm, Hm, R, C)
+        if blocked is not None:
+            hidden = blocked if hidden is None else blocked | hidden
         bias = self.bias(rows, cols, n_q, n_k, dtype=scaled.dtype, device=raw.device, unit=unit)
         biased = scaled if bias is None else scaled + bias
+        if self.modded:  # raw is (B, Hq, R, C) (or one head's (B, 1, R, C): `one_head` shifts the mod's heads)
+            index = _indices(raw, rows, cols)
+            biased = self.modify(biased, *index, unit=unit)
         masked = self.hide(biased, self.mask_tile(rows, cols), hidden, unit=unit)
         out = {"scaled": scaled, "masked": masked}
         return out | {"tanh": tanh} if keep_tanh else out
@@ -490,14 +602,35 @@ class ScoreRule:
             "causal": bool(self.causal),
             "window": self.window if not isinstance(self.window, tuple) else list(self.window),
             "mask": mask,
-        } | {name: _feature_data(f, getattr(self, name)) for name, f in FEATURES.items()}
+        } | {
+            name: _feature_data(f, getattr(self, name))
+            for name, f in FEATURES.items()
+            if not f.mod or getattr(self, name) is not None
+        }
 
 
-def _feature_data(feature: Feature, t: torch.Tensor | None) -> list | None:
-    """A feature as JSON-ready data: None where unset, a per-head one's values, another's shape."""
+def _feature_data(feature: Feature, t) -> list | str | None:
+    """A feature as JSON-ready data: None where unset, a per-head one's values, another's shape (a function's
+    name: a score_mod)."""
     if t is None:
         return None
-    return [float(x) for x in t.detach().double().tolist()] if feature.per_head else list(t.shape)
+    if feature.per_head:
+        return [float(x) for x in t.detach().double().tolist()]
+    return list(t.shape) if hasattr(t, "shape") else getattr(t, "__qualname__", type(t).__name__)
+
+
+def _indices(raw: torch.Tensor, rows, cols) -> tuple[torch.Tensor, ...]:
+    """(b, h, q_idx, kv_idx) broadcasting to a tile `raw` of (B, H, R, C) (fewer leading dims: batch item and
+    head 0) for query indices `rows` and key indices `cols` (None: all)."""
+    device = raw.device
+    R, C = raw.shape[-2], raw.shape[-1]
+    B = raw.shape[-4] if raw.dim() >= 4 else 1
+    H = raw.shape[-3] if raw.dim() >= 3 else 1
+    q = torch.arange(R, device=device) if rows is None else rows
+    kv = torch.arange(C, device=device) if cols is None else cols
+    b = torch.arange(B, device=device)[:, None, None, None]
+    h = torch.arange(H, device=device)[None, :, None, None]
+    return b, h, q[None, None, :, None], kv[None, None, None, :]
 
 
 _FIELDS = tuple(f.name for f in fields(ScoreRule))

@@ -127,7 +127,7 @@ def test_the_operator_passes_opcheck_with_half_inputs():
     q, k, v = make_inputs(1, 2, 1, 20, 20, 8, dtype=torch.bfloat16)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     sinks = torch.tensor([0.5, -1.0])
-    args = (q, k, v, None, 4, 0, 8**-0.5, 0.0, sinks, None, None, None, 16, 16, True)
+    args = (q, k, v, None, 4, 0, 8**-0.5, 0.0, sinks, None, None, None, None, None, None, 16, 16, True)
     torch.library.opcheck(native_forward, args)
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import selfattn
+from selfattn import masks
 from selfattn.kernels.native_op import DOUBLE_BACKWARD, native_backward, native_forward
 from selfattn.scores import ScoreRule
 from tests.tolerances import TOL
@@ -41,7 +42,10 @@ def test_opcheck_forward_and_backward():
     f = _features()
     rule = ScoreRule(scale=0.3, mask=f["mask"], sinks=f["sinks"], alibi=f["alibi"], segments=f["segments"])
     span, _ = rule.segment_spans
-    args = (f["mask"].expand(1, 4, 40, 40), 9, 4, 0.3, 5.0, f["sinks"], f["alibi"], span, f["segments"], 16, 16, True)
+    bm = masks.block_mask(lambda b, h, qi, kv: (qi + kv + h) % 5 != 0, 1, 4, 40, 40)  # a mask_mod's block map
+    blocks = (bm.kinds, bm.index, bm.partial)
+    args = (f["mask"].expand(1, 4, 40, 40), 9, 4, 0.3, 5.0, f["sinks"], f["alibi"], span, f["segments"], *blocks)
+    args += (16, 16, True)
     torch.library.opcheck(native_forward, (q, k, v) + args)
     q, k, v = (t.detach() for t in (q, k, v))
     args = args[:5] + (f["sinks"].detach(),) + args[6:]

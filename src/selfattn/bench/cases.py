@@ -16,6 +16,7 @@ from ..functional import attention
 from ..kernels.cost import request_pairs
 from ..request import build_request
 from ..scores import FEATURES, PER_HEAD
+from . import mask_mod_cases
 
 __all__ = ["Case", "CASES", "EXTRA_CASES", "SEED", "BACKWARD_FLOPS_FACTOR", "select", "split_names", "request_of"]
 
@@ -229,7 +230,9 @@ def _cases() -> tuple[tuple[Case, Case], ...]:
     return tuple((full, replace(full, **(quick or quick_features))) for full, quick in pairs)
 
 
-CASES: dict[str, tuple[Case, Case]] = {full.name: (full, quick) for full, quick in _cases()}
+CASES: dict[str, tuple[Case, Case]] = {full.name: (full, quick) for full, quick in _cases()} | mask_mod_cases.cases(
+    Case
+)
 """name → (full-size case, quick case)."""
 
 

@@ -42,6 +42,8 @@ def _key(request: Request, backends: Mapping[str, Backend]) -> Hashable | None:
     rule = request.rule
     if torch.compiler.is_compiling() or rule.mask is not None or rule.segments is not None:
         return None
+    if not all(isinstance(t, torch.Tensor) for t in rule.features().values()):  # a mask_mod's or score_mod's values
+        return None
     if not all(backend.form_decides(request) for backend in backends.values()):
         return None
     q, k, v = request.q, request.k, request.v

@@ -102,7 +102,11 @@ def visible_pairs(n_q: int, n_k: int, *, causal: bool = False, window: int | Non
 def request_pairs(r: Request) -> int:
     """The (query, key) pairs `r`'s position rules let through: `visible_pairs` in O(1) for causal and a window
     of w; for a two-sided window or segments, counted per query row in O(B·Lq) (segments: a query row sees at
-    most its segment's span)."""
+    most its segment's span). A mask_mod's block mask keeps its share of them (`BlockMask.visible_fraction`: exact
+    for a mask_mod alone, its share of the position rule's pairs otherwise)."""
+    bm = r.rule.block_mask
+    if bm is not None:
+        return round(request_pairs(r.with_rule(block_mask=None, mask_mod=None)) * bm.visible_fraction())
     if r.rule.segments is None and not isinstance(r.window, tuple):
         return visible_pairs(r.Lq, r.Lk, causal=r.causal, window=r.window)
     import torch

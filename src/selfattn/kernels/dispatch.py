@@ -170,7 +170,8 @@ def explain(request_or_kwargs: Request | Mapping, backend: str = "auto") -> dict
                        dtype, device, requires_grad and the masking arguments (causal, window, …)
 
     Returns {"request": {...}, "backends": {name: {"supported", "seconds", "reasons"}},
-    "choice": name or None, "why": str, "plan": the tiled block plan or None}.
+    "choice": name or None, "why": str, "plan": the tiled block plan or None, "block_map": a mask_mod's block map
+    drawn, or None}.
     """
     request = _as_request(request_or_kwargs)
     check_backend(backend)
@@ -199,7 +200,17 @@ def explain(request_or_kwargs: Request | Mapping, backend: str = "auto") -> dict
         "choice": choice,
         "why": why,
         "plan": _plan(request, cast(TiledBackend, BACKENDS["tiled"])),
+        "block_map": _block_map(request),
     }
+
+
+def _block_map(r: Request) -> str | None:
+    """A mask_mod's block map as `masks.BlockMask.draw` draws it (batch item 0, head 0), or None (no mask_mod, or
+    more than MAX_DRAWN_BLOCKS blocks a side)."""
+    bm = r.rule.block_mask
+    if bm is None or max(bm.kinds.shape[2:]) > MAX_DRAWN_BLOCKS:
+        return None
+    return bm.draw()
 
 
 def render(explanation: Mapping) -> str:
@@ -213,7 +224,11 @@ def render(explanation: Mapping) -> str:
     ]
     if r["mask"] is not None:
         options.append(f"mask={r['mask']['kind']} {tuple(r['mask']['shape'])}")
-    options += [f"{key}={tuple(r[key])}" for key in FEATURES if key != "segments" and r.get(key) is not None]
+    options += [
+        f"{key}={r[key] if isinstance(r[key], str) else tuple(r[key])}"
+        for key in FEATURES
+        if key != "segments" and r.get(key) is not None
+    ]
     if r.get("segments") is not None:
         options.append("segments=" + "+".join(map(str, r["segments"])) + " per batch item")
     options += [key for key in ("return_weights", "return_lse", "requires_grad") if r[key]]
@@ -246,6 +261,10 @@ def render(explanation: Mapping) -> str:
             if plan["drawing"]
             else [f"  (not drawn: more than {MAX_DRAWN_BLOCKS} blocks a side)"]
         )
+    block_map = explanation.get("block_map")
+    if block_map is not None:
+        lines += ["", "mask_mod block map (128 × 128, batch item 0, head 0): native never reads a '.' block, masks a P"]
+        lines += ["  " + line for line in block_map.splitlines()]
     return "\n".join(lines)
 
 
@@ -314,10 +333,13 @@ def _describe(r: Request) -> dict:
     }
 
 
-def _feature(name: str, t: torch.Tensor | None):
-    """A score feature as `explain` shows it: None, its shape (per-head tensors), or the segments' sizes."""
+def _feature(name: str, t):
+    """A score feature as `explain` shows it: None, its shape (per-head tensors, a block mask), the segments' sizes,
+    or a function's name (a score_mod)."""
     if t is None:
         return None
+    if not hasattr(t, "shape"):
+        return getattr(t, "__qualname__", type(t).__name__)
     return _segment_counts(t) if name == "segments" else list(t.shape)
 
 

@@ -36,6 +36,7 @@ from collections.abc import Hashable
 
 import torch
 
+from ..masks import held_tensors
 from ..scores import additive_in, constant_when_compiled
 from .base import EVERY_FEATURE, Backend, Cost, Request, Result, Work, streaming
 from .cost import request_pairs
@@ -171,6 +172,8 @@ def signature(r: Request) -> tuple:
         mask,
         rule.alibi is not None,
         None if rule.segments is None else tuple(rule.segments.shape),
+        rule.mask_mod,
+        rule.score_mod,
         r.return_lse,
         r.needs_grad,
     )
@@ -305,11 +308,13 @@ def _result(r: Request, out) -> Result:
 
 
 def _block_mask_key(r: Request) -> tuple | None:
-    """What a block mask depends on when positions alone decide it (no user mask, no segments); None otherwise
-    (a tensor's values decide it: built per call)."""
-    if r.rule.mask is not None or r.rule.segments is not None:
+    """What a block mask depends on when positions (and a mask_mod, with the tensors it holds) alone decide it (no
+    user mask, no segments); None otherwise (a tensor's values decide it: built per call)."""
+    rule = r.rule
+    if rule.mask is not None or rule.segments is not None:
         return None
-    return (str(r.q.device), r.Lq, r.Lk, r.rule.bounds)
+    mod = None if rule.mask_mod is None else (rule.mask_mod, held_tensors(rule.mask_mod), r.B, r.Hq)
+    return (str(r.q.device), r.Lq, r.Lk, rule.bounds, mod)
 
 
 def _block_mask(r: Request, create_block_mask, mask_mod, batch, heads):
@@ -351,8 +356,9 @@ def mods(r: Request):
     mask_mod = score_mod = None
     seg = rule.segments
     slopes = None if rule.alibi is None else rule.alibi.detach().to(r.q.dtype)
+    users_mask, users_score = rule.mask_mod, rule.score_mod  # FlexAttention's own: called as they are
 
-    if rule.limited or user is not None or seg is not None:
+    if rule.limited or user is not None or seg is not None or users_mask is not None:
 
         def mask_mod(b, h, q_idx, kv_idx):
             visible = rule.visible_at(q_idx + shift, kv_idx) if rule.limited else kv_idx >= 0
@@ -360,14 +366,18 @@ def mods(r: Request):
                 visible = visible & user[b if user.shape[0] > 1 else 0, h if user.shape[1] > 1 else 0, q_idx, kv_idx]
             if seg is not None:  # a document mask: the block mask skips the blocks of other segments
                 visible = visible & (seg[b, q_idx] == seg[b, kv_idx])
+            if users_mask is not None:
+                visible = visible & users_mask(b, h, q_idx, kv_idx)
             return visible
 
-    if rule.softcap is not None or add is not None or slopes is not None:
+    if rule.softcap is not None or add is not None or slopes is not None or users_score is not None:
 
         def score_mod(score, b, h, q_idx, kv_idx):
             score = rule.cap(score)
             if slopes is not None:
                 score = score - slopes[h] * (q_idx + shift - kv_idx).abs()
+            if users_score is not None:
+                score = users_score(score, b, h, q_idx, kv_idx)
             if add is not None:
                 score = rule.hide(score, add[b if add.shape[0] > 1 else 0, h if add.shape[1] > 1 else 0, q_idx, kv_idx])
             return score
@@ -377,4 +387,7 @@ def mods(r: Request):
         batch_heads = (r.B if user.shape[0] > 1 else None, r.Hq if user.shape[1] > 1 else None)
     if seg is not None:
         batch_heads = (r.B, batch_heads[1])
+    if rule.block_mask is not None:  # the mask_mod's own map says whether it differs by batch item / head
+        Bm, Hm = rule.block_mask.kinds.shape[:2]
+        batch_heads = (r.B if Bm > 1 else batch_heads[0], r.Hq if Hm > 1 else batch_heads[1])
     return score_mod, mask_mod, batch_heads

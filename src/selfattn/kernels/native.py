@@ -217,6 +217,8 @@ def _work(r: Request) -> Work:
     per row (measured at the same rate)."""
     if isinstance(r.window, int):
         return r.Lq * min(r.Lk, query_block(r, BLOCK_Q) + r.window), RATE_GFLOPS, 0.0
+    if r.rule.block_mask is not None:  # the visible blocks' pairs (empty blocks are skipped)
+        return request_pairs(r), RATE_GFLOPS, 0.0
     if r.window is not None or r.rule.segments is not None:  # pairs per row, and a block's ragged edge
         return request_pairs(r) / r.B + r.Lq * query_block(r, BLOCK_Q), RATE_GFLOPS, 0.0
     return visible_pairs(r.Lq, r.Lk, causal=r.causal), RATE_GFLOPS, 0.0
@@ -228,9 +230,11 @@ class NativeBackend(Backend):
     name = "native"
     capabilities = streaming(
         devices=frozenset({"cpu"}),
-        features=EVERY_FEATURE,
+        features=EVERY_FEATURE - {"score_mod"},
         notes={
             "weights": "use backend='naive', or selfattn.attention_weights(q, k, lse, rows=...) for chosen rows",
+            "score_mod": "a compiled kernel cannot call a Python function per tile; use backend='tiled' or 'naive' "
+            "(or 'flex'), or give a position term as alibi= or an additive mask=",
             "device": "on a GPU use 'sdpa' or 'flex'",
         },
     )
@@ -421,7 +425,8 @@ def tile_arguments(r: Request, block_q: int, block_k: int, tiles: bool = False) 
     become the kernel's: (mask expanded to (B, Hq, Lq, Lk) — bool, or additive in the compute dtype,
     saturated — left, right (the rule's `bounds`, −1: unbounded), scale, softcap (0: none), each per-head
     feature ((Hq,) in the compute dtype, or None: `ScoreRule.per_head`), the segments' spans (2, B, L) and,
-    only where a segment is not one contiguous run, their ids (B, L), block_q, block_k, and tiles: whether the
+    only where a segment is not one contiguous run, their ids (B, L), a mask_mod's block map (kinds, index, partial
+    of `masks.BlockMask`, or three None), block_q, block_k, and tiles: whether the
     products run on the kernel's own tiles (`NativeBackend.runs_tiles`; the kernel checks cpuid too))."""
     rule, acc = r.rule, r.accumulate_dtype
     mask = None
@@ -434,7 +439,11 @@ def tile_arguments(r: Request, block_q: int, block_k: int, tiles: bool = False) 
     if rule.segments is not None:
         span, contiguous = rule.segment_spans
         ids = None if contiguous else rule.segments.contiguous()
-    return (mask, left, right, rule.scale, rule.softcap or 0.0, *per_head, span, ids, block_q, block_k, tiles)
+    blocks: tuple[torch.Tensor | None, ...] = (None, None, None)
+    if rule.block_mask is not None:  # a mask_mod's block map: empty blocks skipped, partial ones masked
+        bm = rule.block_mask
+        blocks = (bm.kinds.contiguous(), bm.index.contiguous(), bm.partial.contiguous())
+    return (mask, left, right, rule.scale, rule.softcap or 0.0, *per_head, span, ids, *blocks, block_q, block_k, tiles)
 
 
 _SINKS_AT = [name for name, _ in TILE_ARGUMENTS].index("sinks")

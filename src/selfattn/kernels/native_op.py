@@ -8,7 +8,7 @@ forward with its autograd formula (`native_backward`) and both with a vmap rule.
 one graph, `torch.export` records the operator, and `torch.library.opcheck` passes.
 
     native_forward(q, k, v, mask, left, right, scale, softcap, <each per-head feature>, seg_span, seg_ids,
-                   block_q, block_k) -> (out (B, Hq, Lq, Dv), lse (B, Hq, Lq))
+                   blk_kinds, blk_index, blk_partial, block_q, block_k, tiles) -> (out (B, Hq, Lq, Dv), lse (B, Hq, Lq))
     native_backward(dout, q, k, v, lse, delta, <the same arguments after v>) -> (dq, dk, dv)
 
 q, k, v in float32/float64, or bfloat16/float16 for the half-GEMM path (`native.gemm_path`), with unit
@@ -58,6 +58,9 @@ TILE_ARGUMENTS = (
     *((name, "Tensor?") for name in PER_HEAD),
     ("seg_span", "Tensor?"),
     ("seg_ids", "Tensor?"),
+    ("blk_kinds", "Tensor?"),
+    ("blk_index", "Tensor?"),
+    ("blk_partial", "Tensor?"),
     ("block_q", "int"),
     ("block_k", "int"),
     ("tiles", "bool"),
@@ -69,7 +72,7 @@ backward (bfloat16's on VDPBF16PS where the CPU has AVX512-BF16; float32's on AV
 
 _TILE = ", ".join(f"{kind} {name}" for name, kind in TILE_ARGUMENTS)
 _SINKS_AT = 3 + [name for name, _ in TILE_ARGUMENTS].index("sinks")
-_SEGMENTS_AT = tuple(3 + i for i, (name, _) in enumerate(TILE_ARGUMENTS) if name.startswith("seg_"))
+_SEGMENTS_AT = tuple(3 + i for i, (name, _) in enumerate(TILE_ARGUMENTS) if name.startswith(("seg_", "blk_")))
 
 # torch.library.define + impl rather than custom_op: custom_op wraps the kernel in torch._disable_dynamo, whose
 # first call imports torch._dynamo (the compiler stack, ~1 s), and a plain eager call must not pay for it.

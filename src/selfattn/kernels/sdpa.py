@@ -61,7 +61,7 @@ class SdpaBackend(Backend):
         returns_lse=False,
         softcap=False,
         dropout=True,
-        features=frozenset({"segments"}),
+        features=frozenset({"segments", "block_mask"}),
         notes={
             "weights": "use backend='naive', or selfattn.attention_weights for chosen rows",
             "lse": "use backend='naive' or 'tiled'",
@@ -69,6 +69,7 @@ class SdpaBackend(Backend):
             "sinks": "SDPA's softmax has no extra term in its denominator; use backend='native', 'tiled' or 'naive'",
             "alibi": "SDPA would add the slopes as a dense mask in q's dtype, not exactly; use backend='native', "
             "'tiled' or 'naive'",
+            "score_mod": "SDPA takes no function of the score; use backend='tiled' or 'naive' (or 'flex')",
         },
     )
     cost = Cost(
@@ -146,13 +147,22 @@ def fused_causal(r: Request) -> bool:
     """Whether SDPA's own causal kernel serves `r` (no dense mask): causal only, Lq == Lk (where
     its top-left alignment agrees with ours), and a positive scale (its CPU kernel returns NaN
     for scale <= 0)."""
-    return r.causal and r.window is None and r.rule.segments is None and r.mask is None and r.Lq == r.Lk and r.scale > 0
+    return (
+        r.causal
+        and r.window is None
+        and r.rule.segments is None
+        and r.rule.block_mask is None
+        and r.mask is None
+        and r.Lq == r.Lk
+        and r.scale > 0
+    )
 
 
 def _position_mask(r: Request) -> bool:
-    """Whether the causal/window rule or the segments need a drawn (Lq, Lk) mask (one decoding step sees the
-    whole cache)."""
-    return r.window is not None or r.rule.segments is not None or (r.causal and r.Lq > 1)
+    """Whether the causal/window rule, the segments or a mask_mod's block mask need a drawn (Lq, Lk) mask (one
+    decoding step sees the whole cache)."""
+    rule = r.rule
+    return r.window is not None or rule.segments is not None or rule.block_mask is not None or (r.causal and r.Lq > 1)
 
 
 def dense_mask_bytes(r: Request) -> int:
@@ -164,7 +174,9 @@ def dense_mask_bytes(r: Request) -> int:
         return 0
     shape = r.mask.shape if r.mask is not None else (1, 1, 1, 1)
     numel = 1
-    drawn_shape = (r.B if r.rule.segments is not None else 1, 1, r.Lq, r.Lk)
+    bm = r.rule.block_mask
+    Bm, Hm = (1, 1) if bm is None else bm.kinds.shape[:2]
+    drawn_shape = (r.B if r.rule.segments is not None else Bm, Hm, r.Lq, r.Lk)
     for size in torch.broadcast_shapes(shape, drawn_shape if drawn else shape):
         numel *= size
     item = r.q.element_size()
@@ -182,6 +194,8 @@ def dense_mask(r: Request) -> torch.Tensor | None:
         visible = r.rule.visible(None, None, r.Lq, r.Lk, device=r.q.device)
         if r.rule.segments is not None:  # (B, 1, Lq, Lk): the dense document mask
             visible = visible & ~r.rule.segment_hidden()
+        if r.rule.block_mask is not None:  # (Bm, Hm, Lq, Lk): the mask_mod, read from its block mask
+            visible = visible & r.rule.block_mask.dense()
     if r.mask is None:
         return visible
     if r.mask.dtype == torch.bool:

@@ -126,6 +126,18 @@ class TiledBackend(Backend):
         """True: its reasons and estimate read no tensor values (`Backend.form_decides`)."""
         return True
 
+    def not_supported_reasons(self, r: Request) -> list[str]:
+        """Capabilities' reasons, and a function of the score that holds a tensor requiring grad: the backward
+        takes the gradient through it to q, k, v only."""
+        reasons = super().not_supported_reasons(r)
+        if r.needs_grad or torch.is_grad_enabled():
+            reasons += [
+                f"its {words} holds a tensor that requires grad, and its backward differentiates q, k, v only; use "
+                f"backend='naive' (or detach it)"
+                for words in r.rule.mods_holding_grad()
+            ]
+        return reasons
+
     def forward(self, r: Request) -> Result:
         plan = Plan.of(r, self.block_q, self.block_k)
         sinks_grad = r.rule.sinks is not None and r.rule.sinks.requires_grad and torch.is_grad_enabled()
@@ -196,7 +208,9 @@ def _scores(
     """One tile of logits by the request's score rule, in `plan.unit`s (base 2: s = q·k · scale · log₂e),
     softcapped and masked: (heads, n·G, bk), in scratch buffer 0 (the rule's alpha rides on the matmul).
     With keep_tanh (the backward, under a softcap) also tanh(q·k · scale/c), which the softcap's
-    derivative needs; then s is a new tensor and buffer 0 holds the tanh."""
+    derivative needs; then s is a new tensor and buffer 0 holds the tanh. Returns (s, tanh or None, pull or None):
+    pull(ds) takes a gradient of the logits back through the rule's function of the score (`ScoreRule.modify`,
+    by autograd; only with keep_tanh), in place."""
     q0, q1, k0, k1 = tile
     b0, b1, h0, h1 = chunk
     rule = plan.rule
@@ -207,19 +221,63 @@ def _scores(
     else:
         s, capped = rule.scaled(s, unit=plan.unit, folded=True), None
     s5 = s.view(b1 - b0, h1 - h0, q1 - q0, plan.G, k1 - k0)
-    by_position = rule.biased or rule.parted
+    by_position = rule.biased or rule.parted or rule.blocked or rule.modded
     span = (torch.arange(q0, q1, device=s.device), torch.arange(k0, k1, device=s.device)) if by_position else None
     bias = None if span is None else rule.bias(*span, plan.Lq, plan.Lk, dtype=s.dtype, device=s.device, unit=plan.unit)
     if bias is not None:  # (Hq, n, bk) → (h, n, G, bk): the chunk's kv heads, each group's terms
         s5.add_(bias.view(plan.Hkv, plan.G, q1 - q0, k1 - k0)[h0:h1].transpose(1, 2))
+    pull = None
+    if span is not None and rule.modded:
+        pull = _modified(plan, chunk, s5, *span, keep_grad=keep_tanh)
     mask = None if plan.mask is None else _mask_tile(plan, chunk, q0, q1, k0, k1)
     hidden = tiles.hidden(q0, q1, k0, k1)[:, None] if masked else None  # (n, 1, bk): the same for the group
     apart = None if span is None else rule.apart(*span)
     if apart is not None:  # (b, 1, n, 1, bk): hidden by ids, per batch (tiles are not skipped for them)
         apart = apart[b0:b1, :, :, None]
         hidden = apart if hidden is None else apart | hidden
+    blocked = None if span is None else rule.blocked_out(*span)
+    if blocked is not None:  # (Bm, Hm, n, bk) → (b|1, h|1, n, G|1, bk)
+        blocked = _by_group(blocked, plan, chunk)
+        hidden = blocked if hidden is None else blocked | hidden
     rule.hide(s5, mask, hidden, unit=plan.unit, inplace=True)
-    return s, capped
+    return s, capped, pull
+
+
+def _by_group(t: torch.Tensor, plan: Plan, chunk) -> torch.Tensor:
+    """A (Bm, Hm, n, bk) tile of the rule (Bm, Hm: 1 or all) laid out like the scores s5 (b|1, h|1, n, G|1, bk)."""
+    b0, b1, h0, h1 = chunk
+    if t.shape[0] > 1:
+        t = t[b0:b1]
+    if t.shape[1] == 1:
+        return t[:, :, :, None]
+    return t.view(t.shape[0], plan.Hkv, plan.G, t.shape[2], t.shape[3])[:, h0:h1].transpose(2, 3)
+
+
+def _modified(plan: Plan, chunk, s5: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, *, keep_grad: bool):
+    """The rule's function of the score (`ScoreRule.modify`) on s5 (b, h, n, G, bk), in place, called with index
+    tensors broadcasting to it: b (b,1,1,1,1), h (1,h,1,G,1) (query heads), q_idx (1,1,n,1,1), kv_idx (1,1,1,1,bk).
+    With keep_grad, returns pull(ds): ds (the logits' gradient, s5's layout) → the gradient of its input, by
+    autograd, in place; else None."""
+    b0, b1, h0, h1 = chunk
+    device, G = s5.device, plan.G
+    b = torch.arange(b0, b1, device=device)[:, None, None, None, None]
+    h = (torch.arange(h0, h1, device=device)[:, None] * G + torch.arange(G, device=device)[None, :])[
+        None, :, None, :, None
+    ]
+    index = (b, h, rows[None, None, :, None, None], cols[None, None, None, None, :])
+    if not keep_grad:
+        s5.copy_(plan.rule.modify(s5, *index, unit=plan.unit))
+        return None
+    with torch.enable_grad():
+        x = (s5 / plan.unit).requires_grad_(True)  # natural units: the gradients are the logits' own
+        y = plan.rule.modify(x, *index)
+    s5.copy_(y.detach() * plan.unit)
+
+    def pull(ds: torch.Tensor) -> torch.Tensor:
+        (grad,) = torch.autograd.grad(y, x, ds.view(s5.shape))
+        return ds.copy_(grad.view(ds.shape))
+
+    return pull
 
 
 def _grouped(x: torch.Tensor, plan: Plan) -> torch.Tensor:
@@ -263,8 +321,10 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan):
             for blocks, masked in ((full, False), (partial, True)):  # off-band first, then the diagonal
                 for tile in blocks:
                     r0, r1, k0, k1 = tile
+                    if plan.rule.tile_hidden(r0, r1, k0, k1):
+                        continue
                     rows = slice((r0 - q0) * G, (r1 - q0) * G)  # the rows that see this key block
-                    s, _ = _scores(plan, chunk, tiles, qb[:, rows], k3[heads, k0:k1], tile, masked)
+                    s, _, _ = _scores(plan, chunk, tiles, qb[:, rows], k3[heads, k0:k1], tile, masked)
                     _online_softmax_step(s, v3[heads, k0:k1], m[:, rows], l[:, rows], acc[:, rows], plan.base2)
             if plan.rule.sinks is not None:
                 _join_sink(plan, heads, q1 - q0, m, l, acc)
@@ -328,8 +388,10 @@ def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
             for blocks, masked in ((full, False), (partial, True)):
                 for tile in blocks:
                     q0, q1 = tile[:2]
+                    if plan.rule.tile_hidden(*tile):
+                        continue
                     qt, do = _rows(q4, heads, q0, q1), _rows(do4, heads, q0, q1)
-                    s, capped = _scores(plan, chunk, tiles, qt, kb, tile, masked, keep_tanh=True)
+                    s, capped, pull = _scores(plan, chunk, tiles, qt, kb, tile, masked, keep_tanh=True)
                     p = weights_from_lse(
                         s, _rows(lse4, heads, q0, q1)[..., 0], base2=plan.base2, inplace=True
                     )  # the forward's probabilities
@@ -337,6 +399,8 @@ def _backward(q, k, v, out, lse2, d_out, d_lse, plan: Plan):
                     ds = tiles.scratch(1, *p.shape)
                     torch.bmm(do, vb.transpose(1, 2), out=ds)  # dP = dO Vᵀ
                     ds.sub_(_rows(delta4, heads, q0, q1)).mul_(p)  # dS = p ∘ (dP − Δ)
+                    if pull is not None:
+                        pull(ds)  # back through the rule's function of the score
                     if capped is not None:
                         ds.mul_(capped.square_().neg_().add_(1.0))  # d/dx c·tanh(x/c) = 1 − tanh² (chain rule)
                     dk_acc.baddbmm_(ds.transpose(1, 2), qt, alpha=plan.scale)  # dK += scale · dSᵀ Q

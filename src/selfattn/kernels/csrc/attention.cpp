@@ -11,7 +11,7 @@
 // for AVX2 never executes it elsewhere — else 8 AVX2 lanes; double: SLEEF's, from libtorch_cpu, as SDPA uses;
 // scalar without AVX2). A query of at most SPLIT_ROWS rows over more than block_k keys runs split-K
 // (flash-decoding): one task per key chunk, the chunks' (m, l, acc) merged by their lse. Blocks the causal/window
-// rule or the segments (packed sequences) hide are never read; inside a visited block each row only
+// rule, the segments (packed sequences) or a mask_mod's block map hide are never read; inside a visited block each row only
 // touches its visible columns. ALiBi is one more term per visible score, a sink one more term per row.
 //
 // Backward: tasks are (batch, kv head, key block): dK and dV of the block are owned by the task, which walks the
@@ -77,7 +77,8 @@ Problem<T, In> make_problem(const at::Tensor& q, const at::Tensor& k, const at::
                         const std::optional<at::Tensor>& mask, int64_t left, int64_t right, double scale,
                         double softcap, const std::optional<at::Tensor>& sinks, const std::optional<at::Tensor>& alibi,
                         const std::optional<at::Tensor>& seg_span, const std::optional<at::Tensor>& seg_ids,
-                        int64_t block_q, int64_t block_k) {
+                        const std::optional<at::Tensor>& blk_kinds, const std::optional<at::Tensor>& blk_index,
+                        const std::optional<at::Tensor>& blk_partial, int64_t block_q, int64_t block_k) {
   Problem<T, In> P;
   P.B = q.size(0); P.Hq = q.size(1); P.Lq = q.size(2); P.D = q.size(3);
   P.Hkv = k.size(1); P.Lk = k.size(2); P.Dv = v.size(3); P.G = P.Hq / P.Hkv;
@@ -120,6 +121,25 @@ Problem<T, In> make_problem(const at::Tensor& q, const at::Tensor& k, const at::
                     seg_ids->numel() == P.B * P.Lq, "segments: contiguous int64 (B, L) ids with their span");
     P.seg_ids = seg_ids->data_ptr<int64_t>();
   }
+  if (blk_kinds.has_value()) {
+    TORCH_CHECK(blk_index.has_value() && blk_partial.has_value(), "block map: kinds, index and partial together");
+    const at::Tensor &kinds = *blk_kinds, &index = *blk_index, &partial = *blk_partial;
+    TORCH_CHECK(kinds.dim() == 4 && kinds.is_contiguous() && kinds.scalar_type() == at::kByte &&
+                    index.sizes() == kinds.sizes() && index.is_contiguous() && index.scalar_type() == at::kInt &&
+                    partial.dim() == 3 && partial.is_contiguous() && partial.scalar_type() == at::kBool &&
+                    partial.size(1) == partial.size(2) && partial.size(1) > 0,
+                "block map: contiguous uint8 kinds and int32 index (Bm, Hm, nq, nk), bool partial (P, n, n)");
+    const int64_t n = partial.size(1);
+    TORCH_CHECK((kinds.size(0) == 1 || kinds.size(0) == P.B) && (kinds.size(1) == 1 || kinds.size(1) == P.Hq) &&
+                    kinds.size(2) == (P.Lq + n - 1) / n && kinds.size(3) == (P.Lk + n - 1) / n,
+                "block map: its (Bm, Hm, nq, nk) does not fit (B, Hq, Lq, Lk)");
+    P.blk_kinds = kinds.data_ptr<uint8_t>();
+    P.blk_index = index.data_ptr<int32_t>();
+    P.blk_partial = partial.data_ptr<bool>();
+    P.blk = n, P.blk_nq = kinds.size(2), P.blk_nk = kinds.size(3);
+    P.blk_sh = kinds.size(1) > 1 ? P.blk_nq * P.blk_nk : 0;
+    P.blk_sb = kinds.size(0) > 1 ? kinds.size(1) * P.blk_nq * P.blk_nk : 0;
+  }
   return P;
 }
 
@@ -156,7 +176,10 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const 
                                                      const std::optional<at::Tensor>& sinks,
                                                      const std::optional<at::Tensor>& alibi,
                                                      const std::optional<at::Tensor>& seg_span,
-                                                     const std::optional<at::Tensor>& seg_ids, int64_t block_q,
+                                                     const std::optional<at::Tensor>& seg_ids,
+                                                     const std::optional<at::Tensor>& blk_kinds,
+                                                     const std::optional<at::Tensor>& blk_index,
+                                                     const std::optional<at::Tensor>& blk_partial, int64_t block_q,
                                                      int64_t block_k, bool tiles) {
   check_inputs(q, k, v, block_q, block_k);
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
@@ -164,8 +187,8 @@ std::tuple<at::Tensor, at::Tensor> attention_forward(const at::Tensor& q, const 
   dispatch(q.scalar_type(), [&](auto t, auto in) {
     using T = decltype(t);
     using In = decltype(in);
-    auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q,
-                                 block_k);
+    auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids,
+                                 blk_kinds, blk_index, blk_partial, block_q, block_k);
     // K (and bfloat16's V) packed for the tiles (`qk_bf16` / `pv_bf16`, `qk_f32`), read by every query block of a
     // head: a batch of heads at a time (`in_head_batches`)
     bool bf16 = false, f32 = false;
@@ -209,8 +232,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& lse,
     const at::Tensor& delta, const std::optional<at::Tensor>& mask, int64_t left, int64_t right, double scale,
     double softcap, const std::optional<at::Tensor>& sinks, const std::optional<at::Tensor>& alibi,
-    const std::optional<at::Tensor>& seg_span, const std::optional<at::Tensor>& seg_ids, int64_t block_q,
-    int64_t block_k, bool tiles) {
+    const std::optional<at::Tensor>& seg_span, const std::optional<at::Tensor>& seg_ids,
+    const std::optional<at::Tensor>& blk_kinds, const std::optional<at::Tensor>& blk_index,
+    const std::optional<at::Tensor>& blk_partial, int64_t block_q, int64_t block_k, bool tiles) {
   check_inputs(q, k, v, block_q, block_k);
   TORCH_CHECK(dout.size(3) <= 1 || dout.stride(3) == 1, "native attention: dout's last dim must have stride 1");
   TORCH_CHECK(lse.is_contiguous() && delta.is_contiguous(), "native attention: lse and delta must be contiguous");
@@ -228,8 +252,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
   dispatch(q.scalar_type(), [&](auto t, auto in) {
     using T = decltype(t);
     using In = decltype(in);
-    auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids, block_q,
-                                 block_k);
+    auto P = make_problem<T, In>(q, k, v, mask, left, right, scale, softcap, sinks, alibi, seg_span, seg_ids,
+                                 blk_kinds, blk_index, blk_partial, block_q, block_k);
     // every product of the backward on VDPBF16PS: K, V (as K is) and K (as V is) per kv head, Q and dO per query
     // head (over the queries) packed for a batch of kv heads at a time (`in_head_batches`)
     // (float32: K and V packed as K is, per kv head; dO, Q and K read where they are)
@@ -304,11 +328,12 @@ TORCH_LIBRARY(selfattn_native, m) {
   m.def("softmax_path() -> str", &softmax_path);
   m.def("softmax_path_for(bool avx512f, bool avx512bf16) -> str", &softmax_path_for);
   m.def("forward(Tensor q, Tensor k, Tensor v, Tensor? mask, int left, int right, float scale, float softcap, "
-        "Tensor? sinks, Tensor? alibi, Tensor? seg_span, Tensor? seg_ids, int block_q, int block_k, bool tiles) "
-        "-> (Tensor, Tensor)",
+        "Tensor? sinks, Tensor? alibi, Tensor? seg_span, Tensor? seg_ids, Tensor? blk_kinds, Tensor? blk_index, "
+        "Tensor? blk_partial, int block_q, int block_k, bool tiles) -> (Tensor, Tensor)",
         &attention_forward);
   m.def("backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor lse, Tensor delta, Tensor? mask, int left, "
         "int right, float scale, float softcap, Tensor? sinks, Tensor? alibi, Tensor? seg_span, Tensor? seg_ids, "
-        "int block_q, int block_k, bool tiles) -> (Tensor, Tensor, Tensor)",
+        "Tensor? blk_kinds, Tensor? blk_index, Tensor? blk_partial, int block_q, int block_k, bool tiles) "
+        "-> (Tensor, Tensor, Tensor)",
         &attention_backward);
 }

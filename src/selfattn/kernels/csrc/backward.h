@@ -39,7 +39,13 @@ void backward_impl(const Problem<T, In>& P, const In* dout, int64_t dsb, int64_t
       // and a tile over all of them computed 4× the visible scores there (a quarter of the backward's products
       // at L = 2048)
       const auto [seen_lo, seen_hi] = block_keys(P, b, q0, q1);
-      const int64_t ka = std::max(k0, seen_lo), kz = std::min(k1, seen_hi), n = kz - ka;
+      int64_t ka = std::max(k0, seen_lo), kz = std::min(k1, seen_hi);
+      if (P.blk_kinds && ka < kz) {   // a mask_mod's block map: the blocks it hides at either end are not computed
+        ka = P.skip_hidden(b, hk, q0, q1, ka, kz);
+        while (kz > ka && P.blk_empty(b, hk, q0, q1, (kz - 1) / P.blk)) kz = (kz - 1) / P.blk * P.blk;
+        kz = std::max(kz, ka);
+      }
+      const int64_t n = kz - ka;
       if (n <= 0) continue;
       T* dkb = dk + ((b * P.Hkv + hk) * P.Lk + ka) * P.D;
       T* dvb = dv + ((b * P.Hkv + hk) * P.Lk + ka) * P.Dv;

@@ -41,8 +41,9 @@ bool stacked_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
   if (static_cast<int64_t>(ws.tile.size()) < tile) ws.tile.resize(tile);
   if (!std::is_same_v<T, In> && static_cast<int64_t>(ws.rounded.size()) < tile) ws.rounded.resize(tile);
   T* S = ws.tile.data();
-  for (int64_t k0 = lo; k0 < hi; k0 += width) {
-    const int64_t k1 = std::min(hi, k0 + width), n = k1 - k0;
+  for (int64_t k0 = lo, k1; (k0 = P.skip_hidden(b, hk, q0, q1, k0, hi)) < hi; k0 = k1) {   // blocks a map hides: never read
+    k1 = P.tile_end(b, hk, q0, q1, k0, hi, width);
+    const int64_t n = k1 - k0;
     if (std::max(q0, P.query_lo(b, k0, k1)) >= std::min(q1, P.query_hi(b, k0, k1))) continue;   // no row sees it
     if (!dots_packed(ws.stacked_q.data(), P.D, rows, P.D, P.kv_part(P.kpack, P.kpack_head, b * P.Hkv + hk), k0, k1,
                      P.gemm_alpha(), S))
@@ -72,8 +73,9 @@ void softmax_pass(const Problem<T, In>& P, int64_t b, int64_t hk, int64_t q0, in
   if (static_cast<int64_t>(ws.tile.size()) < tile) ws.tile.resize(tile);
   if (!std::is_same_v<T, In> && static_cast<int64_t>(ws.rounded.size()) < tile) ws.rounded.resize(tile);
   T* S = ws.tile.data();
-  for (int64_t k0 = lo; k0 < hi; k0 += width) {
-    const int64_t k1 = std::min(hi, k0 + width), n = k1 - k0;
+  for (int64_t k0 = lo, k1; (k0 = P.skip_hidden(b, hk, q0, q1, k0, hi)) < hi; k0 = k1) {   // blocks a map hides: never read
+    k1 = P.tile_end(b, hk, q0, q1, k0, hi, width);
+    const int64_t n = k1 - k0;
     const int64_t r0 = std::max(q0, P.query_lo(b, k0, k1)), r1 = std::min(q1, P.query_hi(b, k0, k1));
     if (r1 <= r0) continue;
     for (int64_t g = 0; g < P.G; ++g) {

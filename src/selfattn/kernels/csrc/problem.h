@@ -24,6 +24,13 @@ struct Problem {
   const int64_t* seg_lo = nullptr;   // (B, L): first key of query i's segment (Lq = Lk)
   const int64_t* seg_hi = nullptr;   // (B, L): one past its last key
   const int64_t* seg_ids = nullptr;  // (B, L) ids, only when a segment is not one contiguous run
+  // A mask_mod's block map (`masks.BlockMask`): kinds (Bm, Hm, nq, nk) 0 empty / 1 partial / 2 full per block of
+  // blk × blk positions, index (the same shape) a partial block's row of `blk_partial` (P, blk, blk) bools; Bm, Hm
+  // are 1 where the map is the same for every batch item / head (stride 0)
+  const uint8_t* blk_kinds = nullptr;
+  const int32_t* blk_index = nullptr;
+  const bool* blk_partial = nullptr;
+  int64_t blk = 0, blk_nq = 0, blk_nk = 0, blk_sb = 0, blk_sh = 0;
   int64_t block_q, block_k;
   // K packed for the tiles (bfloat16: VDPBF16PS's pairs, `pack_groups`; float32: `pack_groups_f32`), or null; V
   // packed for VDPBF16PS (`pack_pairs`), or null; in_place: the float32 tiles' P·V (and the backward's dV, dK, dQ)
@@ -73,6 +80,32 @@ struct Problem {
     return hi;
   }
   bool spans() const { return limited() || seg_lo; }
+  // the block map's row of query block qb for head h of batch b (kinds; `blk_index` at the same offset)
+  int64_t blk_row(int64_t b, int64_t h, int64_t qb) const { return b * blk_sb + h * blk_sh + qb * blk_nk; }
+  // whether the block map hides key block kb from every query of [q0, q1), for each of kv head hk's G heads
+  bool blk_empty(int64_t b, int64_t hk, int64_t q0, int64_t q1, int64_t kb) const {
+    const int64_t heads = blk_sh ? G : 1;
+    for (int64_t g = 0; g < heads; ++g)
+      for (int64_t qb = q0 / blk; qb <= (q1 - 1) / blk; ++qb)
+        if (blk_kinds[blk_row(b, hk * G + g, qb) + kb] != 0) return false;
+    return true;
+  }
+  // the first key of [k0, hi) in a block the map leaves visible to some query of [q0, q1) (hi: none); k0 without
+  // a map
+  int64_t skip_hidden(int64_t b, int64_t hk, int64_t q0, int64_t q1, int64_t k0, int64_t hi) const {
+    if (!blk_kinds || q1 <= q0) return k0;
+    while (k0 < hi && blk_empty(b, hk, q0, q1, k0 / blk)) k0 = (k0 / blk + 1) * blk;
+    return std::min(k0, hi);
+  }
+  // the end of the tile starting at k0: width keys, or hi, or the first block after k0 the map hides from all of
+  // [q0, q1)
+  int64_t tile_end(int64_t b, int64_t hk, int64_t q0, int64_t q1, int64_t k0, int64_t hi, int64_t width) const {
+    const int64_t k1 = std::min(hi, k0 + width);
+    if (!blk_kinds) return k1;
+    for (int64_t j = (k0 / blk + 1) * blk; j < k1; j += blk)
+      if (blk_empty(b, hk, q0, q1, j / blk)) return j;
+    return k1;
+  }
   T gemm_alpha() const { return softcap > 0 ? scale / softcap : scale; }
   // kv head bh's part of an operand packed for this pass's heads (`per_head` values a head), or null
   template <typename E>

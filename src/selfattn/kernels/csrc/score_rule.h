@@ -56,6 +56,22 @@ void score_rule(const Problem<T, In>& P, int64_t b, int64_t h, int64_t r0, int64
       for (int64_t j = a; j < e; ++j)
         if (!m[j * P.msk]) s[j - k0] = T(NEG_INF);
     }
+    if (P.blk_kinds && e > a) {   // a mask_mod's block map: a full block as it is, a partial one by its mask
+      const int64_t row = P.blk_row(b, h, i / P.blk);
+      const uint8_t* kinds = P.blk_kinds + row;
+      const int32_t* index = P.blk_index + row;
+      for (int64_t j0 = a; j0 < e;) {
+        const int64_t kb = j0 / P.blk, j1 = std::min(e, (kb + 1) * P.blk);
+        if (kinds[kb] == 0) {
+          std::fill(s + (j0 - k0), s + (j1 - k0), T(NEG_INF));
+        } else if (kinds[kb] == 1) {
+          const bool* m = P.blk_partial + (int64_t(index[kb]) * P.blk + i % P.blk) * P.blk;   // the row's bools
+          for (int64_t j = j0; j < j1; ++j)
+            if (!m[j - kb * P.blk]) s[j - k0] = T(NEG_INF);
+        }
+        j0 = j1;
+      }
+    }
   }
 }
 
