@@ -5,8 +5,8 @@
     trace = selfattn.reference.self_attention(x, wq, wk, wv) # every step, float64
     e = selfattn.explain("一只蓝色怪兽走进森林")              # an Explanation: inline in a notebook
 
-Only NumPy is imported eagerly (`selfattn.reference`); the PyTorch parts load on first use,
-so `selfattn walkthrough` starts without torch.
+`import selfattn` imports neither NumPy nor torch: each name below loads its module on first use
+(`selfattn.reference` needs only NumPy), so `selfattn walkthrough` starts without torch.
 """
 
 from __future__ import annotations
@@ -63,6 +63,10 @@ __all__ = [
 def __getattr__(name: str):
     if name in _LAZY:
         module, attr = _LAZY[name]
+        if module.startswith("selfattn.explainer."):  # the explainer's names: the extra named for the name asked
+            from .extras import require
+
+            require("explain", f"selfattn.{name}")
         value = getattr(importlib.import_module(module), attr)
         globals()[name] = value
         return value
