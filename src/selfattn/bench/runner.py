@@ -69,12 +69,11 @@ def run(
 ) -> dict:
     """Run the benchmark cases named in `cases` (all when None) and return the numbers as a dict.
 
-    quick           small sizes, and no memory column unless measure_memory=True: the whole suite in about 30 s
-                    where FlexAttention's compiles are not cached yet (each announced with its time through
-                    `selfattn.kernels.notices`), 10 s where they are (measured on a busy 2-core AMD EPYC)
+    quick           small sizes, and no memory column unless measure_memory=True: seconds, plus FlexAttention's
+                    compiles where they are not cached (each announced with its time through `kernels.notices`)
     threads         torch threads to run on (default: torch.get_num_threads())
-    measure_memory  measure peak extra memory (one fresh process per row: with --quick's sizes, 2 minutes of
-                    starting processes); else those fields are None. None: measured at full size only
+    measure_memory  measure peak extra memory (one fresh process per row, which dwarfs quick's sizes); else those
+                    fields are None. None: measured at full size, not with quick
     load            run this many busy processes (one core each, `selfattn.bench.load`) during the whole
                     run, GEMM peaks included, and stop them after
     progress        called with (case name, what it measures) before each case (the CLI shows "measuring …")
