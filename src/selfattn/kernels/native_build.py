@@ -14,7 +14,8 @@ when the build fails, it raises once with the reason and remembers it.
 A first build nobody hears (no `notices` callback, no handler of the "selfattn" logger) is said out loud: one
 `SlowStartWarning` attributed to the caller's own line (the first frame outside selfattn, torch and the standard
 library), a line on stderr every TICK_SECONDS with the seconds so far, and a last line saying it is done and how
-long it took. It takes about 20 s (18.4 s measured on a busy 2-core AMD EPYC, torch 2.13): `BUILD_TIME`.
+long it took. It takes about 20 s on 2 idle cores, about a minute on busy ones (measured: 18.4 s and 66 s,
+AMD EPYC, torch 2.13): `BUILD_TIME`.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ LINK_FLAGS = ("-fopenmp",)
 ARCH_FLAGS = {"AVX512": ("-mavx2", "-mfma", "-mavx512f"), "AVX2": ("-mavx2", "-mfma")}
 """Vector flags by PyTorch's detected CPU capability: what this CPU runs, part of the cache key."""
 
-BUILD_TIME = "about 20 s (18.4 s measured on a busy 2-core AMD EPYC, torch 2.13)"
+BUILD_TIME = "about 20 s on 2 idle cores, about a minute on busy ones (measured: 18.4 s and 66 s, AMD EPYC, torch 2.13)"
 """How long the first build takes: the one figure the warning, README.md and docs/api.md give (a test holds them to
 it). Measured with `XDG_CACHE_HOME=<empty folder> python -m selfattn.kernels build`."""
 
@@ -272,9 +273,10 @@ def build():
     """Compile the kernel if needed and load it; returns its ops (`torch.ops.selfattn_native`).
 
     Where the installed wheel carries a library built for this torch, ABI and CPU, it is loaded and nothing
-    compiles. Otherwise the first compile takes about 20 s (18.4 s measured on a busy 2-core AMD EPYC, torch 2.13)
-    and reports itself as a start and a done (or failed) `selfattn.kernels.Notice`; nobody hearing those, it warns
-    once at the caller's line, ticks its seconds on stderr and says when it is done.
+    compiles. Otherwise the first compile takes about 20 s on 2 idle cores, about a minute on busy ones
+    (measured: 18.4 s and 66 s, AMD EPYC, torch 2.13) and reports itself as a start and a done (or failed)
+    `selfattn.kernels.Notice`; nobody hearing those, it warns once at the caller's line, ticks its seconds on
+    stderr and says when it is done.
     Raises RuntimeError with the reason if there is no compiler or the build fails (and remembers
     it: the backend then refuses with that reason instead of retrying)."""
     return _LIBRARY.load()
