@@ -17,12 +17,8 @@ import sys
 from pathlib import Path
 
 from setuptools import Distribution, setup
+from setuptools.command.bdist_wheel import bdist_wheel  # setuptools >= 70.1 (pyproject.toml asks for 77)
 from setuptools.command.build_py import build_py
-
-try:
-    from setuptools.command.bdist_wheel import bdist_wheel
-except ImportError:  # setuptools < 70.1: the wheel package's
-    from wheel.bdist_wheel import bdist_wheel  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parent
 SWITCH = "SELFATTN_PREBUILD"
