@@ -28,7 +28,20 @@ from selfattn import extras
 from tests.tolerances import TOL
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "src")
+SHIPPED = (
+    "pyproject.toml",
+    "setup.py",
+    "README.md",
+    "LICENSE",
+    "MANIFEST.in",
+    "src",
+    "tests",
+    "docs",
+    "examples",
+    "scripts",
+    "Makefile",
+    "eslint.config.js",
+)
 """What a build reads from the tree (copied, so the build leaves nothing in it)."""
 
 HEAVY = ("transformers", "matplotlib", "fastapi", "uvicorn", "gguf", "accelerate", "huggingface-hub", "jieba")
@@ -140,13 +153,71 @@ def test_a_core_install_pulls_no_explainer_or_server_package(wheel_env):
         assert {m.replace("_", "-") for m in modules} <= named, (extra, modules, named)
 
 
-def test_the_sdist_ships_no_tests_and_builds_the_same_package(wheel_env):
+def test_the_sdist_ships_the_tests_and_pytest_runs_them(wheel_env, tmp_path):
     with tarfile.open(wheel_env.sdist) as t:
         names = [n.split("/", 1)[1] for n in t.getnames() if "/" in n]
-    assert not [n for n in names if n.startswith("tests/")]  # they need the repository: none shipped
-    assert {"LICENSE", "pyproject.toml", "src/selfattn/py.typed", "src/selfattn/kernels/csrc/attention.cpp"} <= set(
-        names
+        t.extractall(tmp_path, filter="data")
+    shipped = {
+        "LICENSE",
+        "pyproject.toml",
+        "setup.py",
+        "src/selfattn/py.typed",
+        "src/selfattn/kernels/csrc/attention.cpp",
+    }
+    assert shipped <= set(names)
+    assert {"tests/conftest.py", "tests/test_reference.py", "tests/tolerances.py"} <= set(names)
+    assert not [n for n in names if "/prebuilt/" in n or n.endswith((".pyc", ".so"))]
+    (unpacked,) = tmp_path.iterdir()
+    done = subprocess.run(
+        [str(wheel_env.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_reference.py"],
+        cwd=unpacked,
+        env=wheel_env.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]  # 5 was "no tests collected"
+    assert re.search(r"\d+ passed", done.stdout), done.stdout[-2000:]
+
+
+def test_the_wheel_carries_the_kernel_and_native_runs_without_compiling(wheel_env, tmp_path):
+    """A wheel built here carries the compiled kernel (setup.py's build step) for this torch and CPU: with an empty
+    cache, backend="native" loads it and compiles nothing (every notice is logged: none says "compiling")."""
+    with zipfile.ZipFile(wheel_env.wheel) as z:
+        carried = [n for n in z.namelist() if n.startswith("selfattn/kernels/prebuilt/")]
+    assert sorted(Path(n).suffix for n in carried) == [".json", ".so"], carried
+    assert not wheel_env.wheel.name.endswith("-any.whl"), wheel_env.wheel.name  # a platform's wheel
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 2, 7, 8)).astype(np.float32) for _ in range(3))
+    np.savez(tmp_path / "qkv.npz", q=q, k=k, v=v)
+    code = (
+        "import json, logging, sys, warnings, numpy as np, torch, selfattn;"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stderr); warnings.simplefilter('error');"
+        "from selfattn.kernels import native_build as nb; d = np.load(sys.argv[1]);"
+        "out = selfattn.attention(*(torch.from_numpy(d[n]) for n in 'qkv'), causal=True, backend='native');"
+        "np.save(sys.argv[2], out.numpy()); print(json.dumps({'library': str(nb._library_path())}))"
+    )
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    done = subprocess.run(
+        [str(wheel_env.python), "-c", code, str(tmp_path / "qkv.npz"), str(tmp_path / "out.npy")],
+        cwd=wheel_env.empty,
+        env={**wheel_env.env, "XDG_CACHE_HOME": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "compiling" not in done.stderr and "SlowStartWarning" not in done.stderr, done.stderr
+    library = Path(json.loads(done.stdout)["library"])
+    assert library.is_relative_to(wheel_env.root / "venv") and library.parent.name == "prebuilt", library
+    assert not any(cache.rglob("*.so"))
+    out = np.load(tmp_path / "out.npy").astype(np.float64)
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(8)  # (1, 2, 7, 7): the independent spec, float64 NumPy
+    scores[..., np.triu(np.ones((7, 7), dtype=bool), 1)] = -np.inf
+    w = np.exp(scores - scores.max(-1, keepdims=True))
+    np.testing.assert_allclose(out, (w / w.sum(-1, keepdims=True)) @ v, rtol=0, atol=TOL["float32"])
 
 
 def test_selfattn_explain_runs_from_an_empty_folder(wheel_env):

@@ -73,6 +73,8 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_busy_processes_run_during_the_block_and_stop_after",
         "test_a_run_under_load_says_so",
         "test_extra_cases_run_only_when_named_and_render",
+        "test_the_cli_writes_whole_numbers_into_a_file",
+        "test_quick_measures_no_memory_unless_asked",
     ),
     "test_bertviz_forms.py": (
         "test_the_readme_head_view_forms",
@@ -84,7 +86,13 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_a_missing_tensor_is_said_in_our_one_line_not_transformers_report",
         "test_the_whole_folder_still_loads",
     ),
-    "test_build_ahead.py": ("test_build_ahead_and_status", "test_status_of_an_empty_cache_never_compiles"),
+    "test_build_ahead.py": (
+        "test_build_ahead_and_status",
+        "test_status_of_an_empty_cache_never_compiles",
+        "test_the_warning_names_the_users_line_and_the_build_ticks_and_ends",
+    ),
+    "test_api_docs.py": ("test_the_reference_is_what_the_docstrings_say_now", "test_every_public_name_is_there"),
+    "test_extras.py": EVERY,
     "test_cache.py": (
         "test_trace_bytes_counts_every_tensor",
         "test_one_computation_per_key_at_once_and_errors_are_not_kept",

@@ -6,8 +6,8 @@
     e = selfattn.explain("一只蓝色怪兽走进森林")              # an Explanation: inline in a notebook
     selfattn.compat.flash_attn_func(q, k, v, causal=True)     # other libraries' calls, their semantics
 
-Only NumPy is imported eagerly (`selfattn.reference`); the PyTorch parts load on first use,
-so `selfattn walkthrough` starts without torch.
+`import selfattn` imports neither NumPy nor torch: each name below loads its module on first use
+(`selfattn.reference` needs only NumPy), so `selfattn walkthrough` starts without torch.
 """
 
 from __future__ import annotations
@@ -68,6 +68,10 @@ __all__ = [
 def __getattr__(name: str) -> object:
     if name in _LAZY:
         module, attr = _LAZY[name]
+        if module.startswith("selfattn.explainer."):  # the explainer's names: the extra named for the name asked
+            from .extras import require
+
+            require("explain", f"selfattn.{name}")
         loaded = importlib.import_module(module)
         value = loaded if attr is None else getattr(loaded, attr)
         globals()[name] = value

@@ -266,7 +266,7 @@ def _bench(args) -> int:
         args.case,
         quick=args.quick,
         threads=args.threads,
-        measure_memory=not args.no_memory,
+        measure_memory=False if args.no_memory else None,  # None: measured at full size, not --quick
         load=args.load,
         progress=None if args.json else progress,
     )

@@ -339,7 +339,11 @@ def _bench_args(commands, runs) -> None:
         help="run only this case (repeatable; default: every kernel case; 'hf' (a transformers model) "
         "and 'ring' (several processes) run only when named; an unknown name lists the cases)",
     )
-    p.add_argument("--quick", action="store_true", help="small sizes: the whole suite in well under a minute")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes, no memory column: seconds, plus any Flex compile not cached yet",
+    )
     p.add_argument("--threads", type=_threads, help="torch threads (default: torch's default)")
     p.add_argument(
         "--load",

@@ -52,9 +52,15 @@ def _importable(name: str) -> bool:
         return False
 
 
-def require(extra: str, feature: str) -> None:
-    """Raise MissingExtra, naming the extra to install, if any module of `extra` is missing."""
+def require(extra: str, feature: str, modules: tuple[str, ...] | None = None) -> None:
+    """Raise MissingExtra, naming the extra to install, if any module of `extra` is missing (or, with `modules`,
+    any of those: the ones `feature` imports, each a module of the extra)."""
     absent = missing(extra)
+    if modules is not None:
+        unknown = [m for m in modules if m not in EXTRAS[extra]]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not a module of the [{extra}] extra: one of {EXTRAS[extra]}")
+        absent = [m for m in absent if m in modules]
     if absent:
         verb = "is" if len(absent) == 1 else "are"
         raise MissingExtra(

@@ -88,7 +88,11 @@ _LOCK = threading.Lock()
 
 def register() -> str:
     """Register "selfattn" with transformers' AttentionInterface and AttentionMaskInterface; returns
-    the name. Idempotent and thread-safe."""
+    the name. Idempotent and thread-safe. Without transformers: `extras.MissingExtra` (an ImportError) naming
+    the [explain] extra."""
+    from .extras import require
+
+    require("explain", "selfattn.hf.register()", modules=("transformers",))
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
 

@@ -226,7 +226,8 @@ def test_targets_are_ratios_of_the_runs_own_rows(quick_result):
             assert t["met"] == (t["ratio"] <= AUTO_IDLE) and t["needed"] == f"≤ {AUTO_IDLE}"
     out = io.StringIO()
     bench.render(quick_result, Console(file=out, width=160))
-    assert "targets (idle; instruction set:" in out.getvalue()
+    words = "idle" if not quick_result["warnings"] else "busy: other processes shared the cores (see the warning)"
+    assert f"targets ({words}; instruction set:" in out.getvalue()
 
 
 def test_bf16_targets_are_judged_only_where_the_cpu_has_a_bf16_gemm():
@@ -241,3 +242,73 @@ def test_bf16_targets_are_judged_only_where_the_cpu_has_a_bf16_gemm():
         rows = targets({"machine": {"bf16_gemm": has}, "cases": cases})
         assert [r["ratio"] for r in rows] == [2.0, 1.6] and [r["met"] for r in rows] == want
         assert ("no bf16 GEMM" in rows[0]["note"]) is not has
+
+
+def _with_long_numbers(result: dict) -> dict:
+    """`result` with its first case's times in the hundreds of ms, as a full-size run's (\"108.25\")."""
+    result = json.loads(json.dumps(result))
+    for row in result["cases"][0]["rows"]:
+        if row["ms"] is not None:
+            row["ms"] *= 1000.0
+    return result
+
+
+def test_every_number_is_printed_whole_into_a_file_and_a_narrow_terminal(quick_result):
+    """A file gets the tables at their own width (rich cut them to 80 columns: "108.…"); a terminal narrower than a
+    table folds its cells onto more lines rather than cut them."""
+    result = _with_long_numbers(quick_result)
+    numbers = [f"{r['ms']:.2f}" for r in result["cases"][0]["rows"] if r["ms"] is not None]
+    assert all(len(n) >= 6 for n in numbers), numbers
+    to_file = io.StringIO()
+    bench.render(result, Console(file=to_file, width=40))  # not a terminal: what `selfattn bench > f.txt` gets
+    text = to_file.getvalue()
+    assert "…" not in text and all(n in text for n in numbers), text
+    on_terminal = io.StringIO()
+    bench.render(result, Console(file=on_terminal, width=40, force_terminal=True, color_system=None))
+    assert "…" not in on_terminal.getvalue()
+    assert max(len(line) for line in on_terminal.getvalue().splitlines()) <= 40
+
+
+def test_the_cli_writes_whole_numbers_into_a_file(tmp_path):
+    """`selfattn bench --quick > f.txt`, as a user runs it: every time in the JSON twin appears in the file."""
+    import os
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "selfattn", "bench", "--quick", "--case", "decode", "--threads", "1"]
+    env = dict(os.environ, COLUMNS="40", PYTHONPATH=os.pathsep.join(sys.path))
+    with open(tmp_path / "f.txt", "w") as out:
+        done = subprocess.run(args, stdout=out, stderr=subprocess.PIPE, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "f.txt").read_text()
+    assert "…" not in text.replace("measuring decode (1×8×1×64, Lk=512)…", ""), text
+    assert "memory: not measured with --quick" in text
+    for line in text.splitlines():
+        if line.startswith("│ sdpa"):
+            cells = [c.strip() for c in line.strip("│").split("│")]
+            assert len(cells) == 7 and float(cells[2]) > 0 and cells[6] == "—", line
+
+
+def test_the_targets_header_says_the_load_measured(quick_result):
+    """A run that warned of a busy machine is not called idle in the targets' header."""
+    busy = json.loads(json.dumps(quick_result))
+    busy["warnings"] = ["the machine was busy (load average 3.1 on 2 CPUs before the run): ..."]
+    busy["machine"]["busy_processes"] = 0
+    out = io.StringIO()
+    bench.render(busy, Console(file=out, width=200))
+    title = next(line for line in out.getvalue().splitlines() if line.startswith("targets ("))
+    assert "idle" not in title and "busy: other processes shared the cores" in title, title
+    busy["warnings"] = []
+    out = io.StringIO()
+    bench.render(busy, Console(file=out, width=200))
+    assert any(line.startswith("targets (idle;") for line in out.getvalue().splitlines())
+    busy["machine"]["busy_processes"], busy["warnings"] = 2, ["the machine was busy (...)"]
+    from selfattn.bench.render import load_words
+
+    assert load_words(busy) == "under load 2, and other processes shared the cores (see the warning)"
+
+
+def test_quick_measures_no_memory_unless_asked():
+    result = bench.run(cases=["decode"], quick=True, threads=1)
+    assert all(row["extra_mib"] is None for row in result["cases"][0]["rows"])
+    assert result["method"]["memory"].startswith("not measured with --quick")

@@ -136,12 +136,30 @@ def test_a_forced_answer_is_what_every_probe_says_and_ends_with_its_block():
 
 
 def test_this_cpus_answer_is_torchs():
-    """Unforced, the probe answers what torch says of this CPU (its public capability; its private probes)."""
+    """Unforced, the probe answers what torch says of this CPU: AVX2 and AVX512 from its public capability, the
+    extensions no public API answers from its private probes."""
     assert cpu.name() == "this CPU"
-    assert cpu.capability() == torch.backends.cpu.get_cpu_capability()
-    for probe in cpu.PROBES:
+    capability = torch.backends.cpu.get_cpu_capability()
+    assert cpu.capability() == capability
+    assert set(cpu.PROBES) == set(cpu.PRIVATE_PROBES) | {"avx2", "avx512"}
+    assert cpu.has("avx2") is (capability in ("AVX2", "AVX512"))
+    assert cpu.has("avx512") is (capability == "AVX512")
+    for probe in cpu.PRIVATE_PROBES:
         fn = getattr(torch.cpu, f"_is_{probe}_supported", None)
         assert cpu.has(probe) is (fn is not None and bool(fn()))
+
+
+def test_a_capability_lowered_for_torch_is_lowered_here():
+    """ATEN_CPU_CAPABILITY=avx2 makes torch run its AVX2 kernels (and native is then built with AVX2 flags): the
+    public capability says so, and the probe follows it (torch.cpu's private probe still answers the hardware)."""
+    if torch.backends.cpu.get_cpu_capability() != "AVX512":
+        pytest.skip("needs a CPU torch runs at AVX512")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]), ATEN_CPU_CAPABILITY="avx2")
+    env.pop(cpu.ENVIRONMENT, None)
+    code = "from selfattn.kernels import cpu; print(cpu.capability(), cpu.has('avx2'), cpu.has('avx512'))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["AVX2", "True", "False"]
 
 
 def test_a_wrong_environment_answer_is_named(tmp_path):

@@ -12,6 +12,7 @@ peak     the machine's fp32 GEMM rate: the yardstick for "% peak"
 memory   peak extra memory of one call, in a fresh process
 load     N busy processes during the run (`--load N`), so busy-core ratios are reproducible
 render   the tables (called by the CLI; `run` prints nothing)
+tables   show(): a table printed whole, into a file at its own width, folded on a narrow terminal
 """
 
 from __future__ import annotations

@@ -112,7 +112,9 @@ def render_bf16(result: dict, console) -> None:
             f"{row['peak_bytes'] / 2**20:.0f}",
             f"{row['extra_bytes'] / 2**20:.0f}",
         )
-    console.print(table)
+    from .tables import show
+
+    show(console, table)
     r = result["ratios"]
     if r:
         console.print(f"explain / eager: time {r['time']:.2f}×, peak {r['peak']:.2f}×")

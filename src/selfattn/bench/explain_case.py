@@ -289,7 +289,9 @@ def render_explain(result: dict, console) -> None:
             f"{r['time']:.2f}" if mine else "—",
             f"{r['peak']:.2f}" if mine else "—",
         )
-    console.print(table)
+    from .tables import show
+
+    show(console, table)
     explain = next((row for row in result["rows"] if row["mode"] == "explain" and not row.get("error")), None)
     if explain is not None and r:
         console.print(

@@ -72,7 +72,9 @@ def render_gguf(result: dict, console) -> None:
         table.add_column(column)
     for row in result["rows"]:
         table.add_row(row["run"], f"{row['load_seconds']:.1f}", f"{row['command_seconds']:.1f}")
-    console.print(table)
+    from .tables import show
+
+    show(console, table)
     console.print(f"first load / second load: {result['ratio']:.1f}×")
 
 

@@ -1,7 +1,9 @@
 """The bench's tables, drawn with rich: one per case (called by the CLI; `selfattn.bench.run` prints nothing).
 
 Text that comes from the machine or from errors (the CPU name, a refusal, a failed measurement) is
-printed as text, never read as rich markup."""
+printed as text, never read as rich markup. Every table is printed whole (`show`): into a file or a pipe at its
+own width (rich would cut it to 80 columns, "108.…"), and on a terminal narrower than a table its cells fold
+onto a second line rather than lose their last digits."""
 
 from __future__ import annotations
 
@@ -9,7 +11,19 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["render_header", "render_case", "render_targets", "render_hf", "render_ring", "render"]
+from .tables import show
+
+__all__ = ["render_header", "render_case", "render_targets", "render_hf", "render_ring", "render", "show", "load_words"]
+
+
+def load_words(result: dict) -> str:
+    """The load the run measured, in words: "idle", "under load N" (`--load`), "busy" where other processes shared
+    the cores (the run's busy-machine warning), or both."""
+    busy = result["machine"].get("busy_processes", 0)
+    others = "other processes shared the cores (see the warning)" if result.get("warnings") else ""
+    if busy:
+        return f"under load {busy}" + (f", and {others}" if others else "")
+    return f"busy: {others}" if others else "idle"
 
 
 def render_header(result: dict, console: Console) -> None:
@@ -66,7 +80,7 @@ def render_case(case: dict, console: Console) -> None:
             "—" if row["vs_sdpa"] is None else f"{row['vs_sdpa']:.2f}",
             "—" if row["extra_mib"] is None else f"{row['extra_mib']:.1f}",
         )
-    console.print(table)
+    show(console, table)
     for row in case["rows"]:
         if row["skipped"]:
             console.print(Text(f"  {row['backend']} skipped: {row['skipped']}", style="dim"))
@@ -76,10 +90,8 @@ def render_case(case: dict, console: Console) -> None:
 
 def render_targets(result: dict, console: Console) -> None:
     """The speed targets (`bench.targets`): each ratio of two rows of this run, the bound, met or not."""
-    busy = result["machine"].get("busy_processes", 0)
     table = Table(
-        title=f"targets ({'under load ' + str(busy) if busy else 'idle'}; instruction set: "
-        f"{result['machine'].get('instruction_set', '?')})",
+        title=f"targets ({load_words(result)}; instruction set: {result['machine'].get('instruction_set', '?')})",
         title_justify="left",
     )
     for column in ("target", "case", "ratio", "needed", "met", "note"):
@@ -88,7 +100,7 @@ def render_targets(result: dict, console: Console) -> None:
     for row in result["targets"]:
         ratio = "—" if row["ratio"] is None else f"{row['ratio']:.2f}×"
         table.add_row(row["target"], row["cases"], ratio, row["needed"], marks[row["met"]], Text(row["note"]))
-    console.print(table)
+    show(console, table)
 
 
 def render_hf(hf: dict, console: Console) -> None:
@@ -104,7 +116,7 @@ def render_hf(hf: dict, console: Console) -> None:
         table.add_column(column, justify="left" if column == "attn_implementation" else "right", no_wrap=True)
     for name, seconds in hf["seconds"].items():
         table.add_row(name, f"{seconds * 1e3:.1f}", f"{hf['ratio_to_sdpa'][name]:.2f}")
-    console.print(table)
+    show(console, table)
 
 
 def render_ring(ring: dict, console: Console) -> None:
@@ -125,7 +137,7 @@ def render_ring(ring: dict, console: Console) -> None:
         formula = max(sum(r["bytes_formula"].values()) for r in ranks) / 1e6
         peak = max(r["peak_extra_bytes"] for r in ranks) / 2**20
         table.add_row(str(m["world"]), f"{m['seconds_per_step']:.3f}", f"{sent:.2f} / {formula:.2f}", f"{peak:.1f}")
-    console.print(table)
+    show(console, table)
     simulated = (ring.get("simulated") or {}).get("long")
     if simulated:
         sim = Table(
@@ -145,7 +157,7 @@ def render_ring(ring: dict, console: Console) -> None:
                 row["bound"],
                 f"{row['bytes_sent_per_rank'] / 1e6:.1f}",
             )
-        console.print(sim)
+        show(console, sim)
 
 
 def render(result: dict, console: Console | None = None) -> None:

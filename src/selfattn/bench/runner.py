@@ -48,6 +48,12 @@ BUSY_LOAD_BEFORE = 2.0
 PEAK_SPREAD = 1.25
 """The GEMM peak is timed before and after the cases; one this much below the other marks a busy machine."""
 
+NOT_MEASURED = {
+    True: "not measured with --quick (one process per row: minutes); run a case without --quick to measure it",
+    False: "not measured (--no-memory)",
+}
+"""What the method line says of the +MiB column where memory was not measured, by `quick`."""
+
 PROBE_SIZE, SLOW_GFLOPS = 256, 10.0
 """A half-precision GEMM is first timed at PROBE_SIZE²; below SLOW_GFLOPS it is not timed at full size."""
 
@@ -57,16 +63,17 @@ def run(
     quick: bool = False,
     *,
     threads: int | None = None,
-    measure_memory: bool = True,
+    measure_memory: bool | None = None,
     load: int = 0,
     progress: Callable[[str, str], None] | None = None,
 ) -> dict:
     """Run the benchmark cases named in `cases` (all when None) and return the numbers as a dict.
 
-    quick           small sizes: the whole suite in about a minute (most of it starting the memory
-                    processes; measure_memory=False: seconds)
+    quick           small sizes, and no memory column unless measure_memory=True: seconds, plus FlexAttention's
+                    compiles where they are not cached (each announced with its time through `kernels.notices`)
     threads         torch threads to run on (default: torch.get_num_threads())
-    measure_memory  measure peak extra memory (one fresh process per row); else those fields are None
+    measure_memory  measure peak extra memory (one fresh process per row, which dwarfs quick's sizes); else those
+                    fields are None. None: measured at full size, not with quick
     load            run this many busy processes (one core each, `selfattn.bench.load`) during the whole
                     run, GEMM peaks included, and stop them after
     progress        called with (case name, what it measures) before each case (the CLI shows "measuring …")
@@ -75,6 +82,8 @@ def run(
     chosen = select(kernel_names, quick)
     checks.optional_integer("threads", threads, low=1, high=MAX_THREADS)
     checks.boolean("quick", quick)
+    if measure_memory is None:
+        measure_memory = not quick
     checks.boolean("measure_memory", measure_memory)
     if progress is not None and not callable(progress):
         raise TypeError(f"progress must be callable or None, got {type(progress).__name__}")
@@ -199,7 +208,7 @@ def _run(
                 f"that at least {min_seconds:g} s is spent"
             ),
             "flops": "4·D per visible (query, key) pair and head; forward+backward counts 3.5× the forward",
-            "memory": memory.METHOD if measure_memory else "not measured",
+            "memory": memory.METHOD if measure_memory else NOT_MEASURED[quick],
         },
         "cases": entries,
     }

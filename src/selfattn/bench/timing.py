@@ -1,7 +1,12 @@
 """Wall-clock timing: one warm-up call, then the best of several (the least disturbed by other work).
 
 The backends of one case are timed in rounds (one call of each per round), so that a burst
-of other work on a shared machine hits all of them alike and the ratios stay fair."""
+of other work on a shared machine hits all of them alike and the ratios stay fair.
+
+Not `torch.utils.benchmark.Timer`: it times one statement at a time (its blocks of one backend would meet a busy
+moment that the next backend's do not: the interleaved rounds are the point here), reports a median where the
+bench wants the least disturbed call, and runs the statement at its own `num_threads` (1 by default) where the bench
+measures on the caller's threads (`--threads`)."""
 
 from __future__ import annotations
 

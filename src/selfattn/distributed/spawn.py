@@ -5,7 +5,8 @@
 Each process joins a gloo group on 127.0.0.1 (a free port, found by binding to port 0) through
 `init`, calls `work(rank, world, *args)` and sends back its return value (which must pickle);
 `run_local` returns them in rank order, or raises RuntimeError with every failed rank's
-traceback. For real jobs use torchrun (docs/distributed.md).
+traceback. The processes are started by `torch.multiprocessing.start_processes` (spawn). For real jobs use
+torchrun (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -50,19 +51,25 @@ def _entry(rank: int, world: int, port: int, target: str, timeout_s: float, thre
 
 
 def start(world: int, target: str, *, args: tuple = (), timeout_s: float = 60.0, threads: int = 1):
-    """Start `world` processes running `target` ("module:function"); returns (processes, answer queue)."""
+    """Start `world` processes running `target` ("module:function"); returns (processes, answer queue).
+
+    Started by `torch.multiprocessing.start_processes` (spawn, daemons, rank as the first argument), not joined:
+    `collect` waits on the answers, so a rank that hangs or dies is named instead of waited on forever."""
     if ":" not in target:
         raise ValueError(f"target must be 'module:function', got {target!r}")
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
+    import torch.multiprocessing
+
+    results = mp.get_context("spawn").Queue()
     port = free_port()
-    procs = [
-        ctx.Process(target=_entry, args=(r, world, port, target, timeout_s, threads, args, results), daemon=True)
-        for r in range(world)
-    ]
-    for p in procs:
-        p.start()
-    return procs, results
+    context = torch.multiprocessing.start_processes(
+        _entry,
+        args=(world, port, target, timeout_s, threads, args, results),
+        nprocs=world,
+        join=False,
+        daemon=True,
+        start_method="spawn",
+    )
+    return list(context.processes), results
 
 
 def collect(procs, results, expect: int, wait_s: float) -> dict[int, tuple[str, object]]:

@@ -1,7 +1,8 @@
-"""What this CPU runs in hardware, as the kernels and the cost model ask it: torch's CPU capability, torch.cpu's
-instruction-set probes, and whether a half-precision (bfloat16/float16) GEMM with float32 accumulation runs in
-hardware (AVX512-BF16, AMX-BF16, AMX-FP16), the fact that decides both native's half path and how fast each backend
-runs a half dtype (`Cost.hardware_dtype_speed`). Never times anything.
+"""What this CPU runs in hardware, as the kernels and the cost model ask it: torch's CPU capability (its public
+`torch.backends.cpu.get_cpu_capability()`, which answers AVX2 and AVX512), torch.cpu's probes of the extensions
+no public API answers (AVX512-BF16, AMX), and whether a half-precision (bfloat16/float16) GEMM with float32
+accumulation runs in hardware (AVX512-BF16, AMX-BF16, AMX-FP16), the fact that decides both native's half path and
+how fast each backend runs a half dtype (`Cost.hardware_dtype_speed`). Never times anything.
 
 Probed once per process, outside any traced region: the functions a traced call reaches (`has`, `capability`,
 `half_gemm_isa`, `name`) are marked constant when compiled, so torch.compile and torch.export call them eagerly
@@ -43,6 +44,8 @@ __all__ = [
     "Isa",
     "ISA_NAMES",
     "ENVIRONMENT",
+    "CAPABILITY_FEATURES",
+    "PRIVATE_PROBES",
     "HALF_DTYPES",
     "HALF_ISA",
 ]
@@ -53,7 +56,15 @@ HALF_ISA = (("AVX512-BF16", "avx512_bf16"), ("AMX-BF16", "amx_tile"), ("AMX-FP16
 """(name, torch.cpu probe) of the instructions that run half-precision GEMMs with float32 accumulation."""
 
 PROBES = ("avx2", "avx512", "avx512_bf16", "amx_tile", "amx_fp16")
-"""The torch.cpu probes (`torch.cpu._is_<probe>_supported`) the kernels ask about."""
+"""The features the kernels ask about (`has`), named as torch.cpu's probes name them."""
+
+CAPABILITY_FEATURES = {"AVX2": ("avx2",), "AVX512": ("avx2", "avx512")}
+"""The features torch's public CPU capability answers, by capability: what torch's own vectorised kernels run (it
+follows ATEN_CPU_CAPABILITY, as the native kernel's flags do). "DEFAULT" and the others: none of them."""
+
+PRIVATE_PROBES = ("avx512_bf16", "amx_tile", "amx_fp16")
+"""The features no public API answers (torch.backends.cpu reports one capability, not its extensions): asked of
+torch.cpu's private `_is_<probe>_supported`, False where this torch lacks one."""
 
 ENVIRONMENT = "SELFATTN_CPU_ISA"
 """The environment variable that forces the probe's answer for the whole process (one of ISA_NAMES)."""
@@ -95,13 +106,14 @@ def _answer(isa_name: str) -> Isa:
 
 
 def _this_cpu() -> Isa:
-    """This CPU's answer: torch's capability and torch.cpu's private probes (False where this torch lacks one)."""
-    features = set()
-    for probe in PROBES:
+    """This CPU's answer: torch's public capability (AVX2, AVX512), and torch.cpu's private probes for what it does
+    not answer (PRIVATE_PROBES; False where this torch lacks one)."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    features = set(CAPABILITY_FEATURES.get(capability, ()))
+    for probe in PRIVATE_PROBES:
         fn = getattr(torch.cpu, f"_is_{probe}_supported", None)
         if fn is not None and fn():
             features.add(probe)
-    capability = torch.backends.cpu.get_cpu_capability()
     return Isa("this CPU", capability, frozenset(features), torch.backends.mkl.is_available())
 
 
@@ -146,8 +158,8 @@ def forced(isa_name: str) -> Iterator[Isa]:
 
 @constant_when_compiled  # read once when compiled, as a constant of the graph
 def has(feature: str) -> bool:
-    """Whether the CPU answers yes to one of torch.cpu's probes (PROBES: "avx2", "avx512", "avx512_bf16",
-    "amx_tile", "amx_fp16"; False for any other name)."""
+    """Whether the CPU has one of PROBES: "avx2", "avx512" (torch's public capability), "avx512_bf16", "amx_tile",
+    "amx_fp16" (torch.cpu's probes); False for any other name."""
     return feature in isa().features
 
 

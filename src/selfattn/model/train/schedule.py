@@ -26,7 +26,11 @@ CLIP_NORM = 1.0
 
 
 def lr_at(step: int, total: int, preset: Preset) -> float:
-    """Linear warmup to preset.lr, then cosine decay to MIN_LR_FRACTION · lr."""
+    """Linear warmup to preset.lr, then cosine decay to MIN_LR_FRACTION · lr.
+
+    Not `torch.optim.lr_scheduler` (SequentialLR of LinearLR and CosineAnnealingLR): its cosine is recursive, each
+    step's rate computed from the last, so its floats drift from this closed form, and the bundled model is rebuilt
+    bit for bit from these rates; the loop sets each step's rate from the step alone (`loop.train_epoch`)."""
     if step < preset.warmup_steps:
         return preset.lr * (step + 1) / preset.warmup_steps
     progress = (step - preset.warmup_steps) / max(1, total - preset.warmup_steps)
