@@ -5,8 +5,8 @@ Each case is checked on the whole sequence (`unshard`) against the float64 spec 
 dtype: output, lse, dq, dk, dv, and dsinks — each rank's sinks.grad is its rows' share, so the
 all_reduce of it is the whole. Layouts zigzag and contiguous (zigzag puts late chunks before early ones
 in a rank's rows, so a block that scored with local positions would be wrong), lengths that leave padding,
-GQA and MQA, float64, float32 and bfloat16. Then the refusals: segments by name, and ranks that disagree
-on the sinks or the slopes.
+GQA and MQA, float64, float32 and bfloat16. Then the refusals: segments and the mods (mask_mod, score_mod) by
+name, and ranks that disagree on the sinks or the slopes.
 """
 
 from __future__ import annotations
@@ -123,6 +123,8 @@ def _refusals(rank: int) -> list[str]:
         ("slopes that differ across ranks", dict(alibi=torch.tensor([0.5, 0.25 * (rank + 1)])), "alibi[1]"),
         ("a window side < 0", dict(window=(2, -2)), "window right"),  # (-1: unbounded, as flash)
         ("per-batch slopes", dict(alibi=torch.full((2, 2), 0.5, dtype=torch.float64)), "slopes of shape (Hq,)"),
+        ("a mask_mod", dict(mask_mod=lambda b, h, q, kv: q >= kv), "mask_mod="),
+        ("a score_mod", dict(score_mod=lambda s, b, h, q, kv: s - (q - kv).abs()), "score_mod="),
     )
     for what, kwargs, named in checks:
         try:

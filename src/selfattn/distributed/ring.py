@@ -280,6 +280,13 @@ def ring_attention(
             "ring_attention does not take segments= (packed sequences are not split across ranks): "
             "run each packed batch with selfattn.attention, or pass one sequence per call"
         )
+    mods = [name for name in ("mask_mod", "score_mod", "block_mask") if features.get(name) is not None]
+    if mods:  # each rank holds its own rows and keys: a mod would be called with this rank's local positions
+        raise ValueError(
+            f"ring_attention does not take {', '.join(m + '=' for m in mods)} (a mod reads positions, and each rank "
+            "holds only its own rows and keys): pass the rule as causal=, window= or a score feature, or run "
+            "selfattn.attention on the whole sequence"
+        )
     sharded = None
     if any(isinstance(t, Sharded) for t in (q, k, v)):
         if not all(isinstance(t, Sharded) for t in (q, k, v)):
