@@ -316,9 +316,11 @@ def logit_lens(
     """The logit lens (`lens.logit_lens`) at one position (default the last): the residual stream after every
     layer (`LayerTrace.output`, the block's output) read out by the model's final norm and unembedding.
     cache: a `TraceCache` holding the text's trace (the server's), read instead of a new pass; trace: the text's
-    trace with `intervention` where the caller has it (the pipeline's), read as it is.
+    trace with `intervention` where the caller has it (the pipeline's), read as it is; else the text is traced as
+    `explain` traces it (`Explainer.trace_with_controls`).
     Returns {position, token, name, layers [{layer, top [{token, shown, id, prob}], entropy_bits}], settled, text}."""
-    trace = explainer.trace(text, intervention, cache=cache) if trace is None else trace
+    if trace is None:  # the text as `explain` traces it (one batch with its controls), so the numbers agree
+        trace = explainer.trace_with_controls(text, intervention, cache=cache)[0]
     L = len(trace.tokens)
     p = L - 1 if position is None else position
     if isinstance(p, bool) or not isinstance(p, int):

@@ -228,7 +228,7 @@ def test_a_scope_with_nothing_to_apply_changes_nothing(client):
 
 
 def test_one_forward_pass_per_change(explainer):
-    """The page shows a text, then changes the intervention twice: each change costs two passes, the changed text
+    """The page shows a text, then changes the intervention twice: each change costs ONE pass, the changed text
     and its control and contrast sentences in one batch (analysis.held: the tutorial's relations measured where
     they are not adjacent, under the same change; `Explainer.trace_with_controls`), no more (the experiment's
     baseline is never rerun); the first text also costs the induction
@@ -239,12 +239,12 @@ def test_one_forward_pass_per_change(explainer):
     try:
         client = TestClient(server.create_app(explainer))
         asks = [
-            ({}, 3),  # the text shown, its controls (one batch), and the induction probe (once per cache)
-            ({"interventions": {"no_causal": {}}}, 2),  # a change: the changed text and its controls; baseline kept
+            ({}, 2),  # the text shown with its controls (one batch), and the induction probe (once per cache)
+            ({"interventions": {"no_causal": {}}}, 1),  # a change: the changed text with its controls; baseline kept
             ({}, 0),  # the page's baseline
             ({"interventions": {"no_causal": {}}, "layers": [1]}, 0),  # another layer of the changed text
             ({"layers": [1]}, 0),  # and of its baseline
-            ({"interventions": BLOCK}, 2),  # the next change
+            ({"interventions": BLOCK}, 1),  # the next change
             ({"find": [VERB, NOUN], "layers": []}, 0),  # a head search on the shown text
         ]
         for body, cost in asks:

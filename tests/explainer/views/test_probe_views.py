@@ -98,7 +98,7 @@ def test_the_probe_runs_once_per_cache_whatever_the_text(planted):
         explained(ex, TEXT, cache=cache)
         assert len(passes) == first  # the text, its control and the probe all read back
         explained(ex, other, cache=cache)
-        assert control and len(passes) - first == 2  # the new text, and its controls in one batch; no probe
+        assert control and len(passes) - first == 1  # the new text with its controls, one batch; no probe
         without = len(passes)
         explained(ex, TEXT)  # no cache: the text, its control and the probe again
         assert len(passes) - without == first
