@@ -112,7 +112,7 @@ def render_bf16(result: dict, console) -> None:
             f"{row['peak_bytes'] / 2**20:.0f}",
             f"{row['extra_bytes'] / 2**20:.0f}",
         )
-    from .tables import show
+    from .table_output import show
 
     show(console, table)
     r = result["ratios"]

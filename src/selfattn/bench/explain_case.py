@@ -289,7 +289,7 @@ def render_explain(result: dict, console) -> None:
             f"{r['time']:.2f}" if mine else "—",
             f"{r['peak']:.2f}" if mine else "—",
         )
-    from .tables import show
+    from .table_output import show
 
     show(console, table)
     explain = next((row for row in result["rows"] if row["mode"] == "explain" and not row.get("error")), None)

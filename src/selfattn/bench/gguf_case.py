@@ -72,7 +72,7 @@ def render_gguf(result: dict, console) -> None:
         table.add_column(column)
     for row in result["rows"]:
         table.add_row(row["run"], f"{row['load_seconds']:.1f}", f"{row['command_seconds']:.1f}")
-    from .tables import show
+    from .table_output import show
 
     show(console, table)
     console.print(f"first load / second load: {result['ratio']:.1f}×")

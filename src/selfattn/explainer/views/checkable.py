@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ... import __version__
+from ...limits import JSON_NUMBER_BYTES
 from ...scores import PER_HEAD
 from . import export
 
@@ -58,7 +59,7 @@ def weights_bytes(e: Explanation, *, layers=None) -> int:
     characters), its shown head's stages included: its bound, known before a weight is computed."""
     held = 1 if layers is None else len(export.check_layers(layers, e.card.n_layers))
     L = len(e.tokens)
-    stages = 5 * L * L * export.JSON_NUMBER_BYTES if L <= export.STAGES_MAX_LEN else 0
+    stages = 5 * L * L * JSON_NUMBER_BYTES if L <= export.STAGES_MAX_LEN else 0
     return held * e.card.n_heads * L * L * (WEIGHT_DIGITS + 4) + stages
 
 

@@ -25,7 +25,7 @@ from ..interventions import REGISTRY
 from . import texts
 from .experiment_words import scaled_label
 from .export import gqa_words
-from .heads import percent
+from .head_sentences import percent
 
 MAX_TABLE_TOKENS = 24
 """Longer inputs get the summaries only (tables of hundreds of columns help nobody): use --html."""
