@@ -34,8 +34,9 @@ from . import formula
 from . import induction_probe as _probe
 from . import pieces as P
 from .analysis import heads, held
+from .capture.batching import Unbatchable
 from .capture.cache import TraceCache
-from .capture.trace import Unbatchable, capture, capture_batch
+from .capture.trace import capture, capture_batch
 from .interventions import Intervention
 from .source import resolve as sources
 from .trace_types import ModelTrace

@@ -188,7 +188,9 @@ def test_the_first_token_note_only_for_a_special_first_token():
     ex = tiny_explainer()
     assert "first_token" in explained(ex, "一只蓝色怪兽走进森林")  # <bos>
     p = P.from_strings("蓝色怪兽", ["蓝色", "怪兽"], [3, 4])
-    assert not p.special[0]  # a text token at position 0: no note is made for it (analysis.predictions.starts_with_special)
+    assert not p.special[
+        0
+    ]  # a text token at position 0: no note is made for it (analysis.predictions.starts_with_special)
 
 
 def _big_doc(n_layers=24, n_heads=14, L=80):
