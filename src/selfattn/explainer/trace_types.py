@@ -142,7 +142,6 @@ class LayerTrace:
         return head_stages(
             self.q[head, index].to(dtype),
             self.k[kv].to(dtype),
-            self.lse[head, index].to(dtype),
             scale=scale,
             softcap=softcap,
             visible=visible[index],

@@ -490,13 +490,13 @@ def to_arrays(doc: dict) -> dict[str, np.ndarray]:
 
 
 def head_weights(doc: dict, layer: int, head: int) -> np.ndarray:
-    """Weights (L, L) of one head from the dict's q, k, lse, scale, softcap and visibility (the head's
+    """Weights (L, L) of one head from the dict's q, k, scale, softcap and visibility (the head's
     own, when an intervention changed it apart): `trace.head_stages`, the formula of `LayerTrace.stages`."""
     lay = doc["layers"][layer]
     h = lay["heads"][head]
-    q, k, lse = (torch.from_numpy(_array(h[name])) for name in ("q", "k", "lse"))
+    q, k = (torch.from_numpy(_array(h[name])) for name in ("q", "k"))
     visible = torch.tensor(h.get("visible", lay["visible"]), dtype=torch.bool)
-    return head_stages(q, k, lse, visible=visible, **head_rule(lay, head))["weights"].numpy()
+    return head_stages(q, k, visible=visible, **head_rule(lay, head))["weights"].numpy()
 
 
 def head_rule(lay: dict, head: int) -> dict:
