@@ -14,7 +14,7 @@ handed back, the peak reset through /proc/self/clear_refs, then one timed call):
                timed apart, the terminal tables drawn into a console that discards them (tables_seconds) and
                the page of `--html` rendered (page_seconds, page_bytes)
 
-Both modes build the same weights (one seed). Ratios are explain's over eager's; the targets of issue 17
+Both modes build the same weights (one seed). Ratios are explain's over eager's; the targets
 are ≤ TARGET_RATIO in time and in peak memory. With `--load N` the busy processes run throughout.
 """
 
