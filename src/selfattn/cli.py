@@ -118,7 +118,7 @@ def _explain(args) -> int:
     e = session.explain(request)
     doc = session.document(e, layers="auto" if args.layers is None else args.layers)
     arrays = None if args.npz is None else checkable.npz_arrays(e, layers=args.layers)
-    files = outputs.render(doc, **paths, force=args.force, lang=args.lang, arrays=arrays, store=session.packed)
+    files = outputs.render(e, doc, **paths, force=args.force, lang=args.lang, arrays=arrays, store=session.packed)
     if "patching" in doc and args.plots is not None:
         from .explainer.views import patching_plot
 

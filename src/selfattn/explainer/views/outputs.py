@@ -1,7 +1,7 @@
 """The files of `selfattn explain` (--npz, --html, --plots) as one set: checked before the work, written whole.
 
     check(npz=, html=, plots=, force=, selected=)     before the model is loaded: every path known so far
-    files = render(doc, npz=, html=, plots=, lang=)   {Path: bytes}: every file drawn in memory, every path checked
+    files = render(e, doc, npz=, html=, plots=, lang=)   {Path: bytes}: every file drawn in memory, every path checked
     write_all(files, force=)                          each to a temporary name, then all renamed (`fileset`)
 
 A refusal (an existing file without --force, the same path given twice, a folder where a file goes) comes
@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...files import check_target, check_writable
 from . import export, plots
 from .fileset import write_all
+
+if TYPE_CHECKING:
+    from ..result import Explanation
 
 __all__ = ["check", "render", "write_all", "npz_bytes", "arrays_bytes"]
 
@@ -56,6 +60,7 @@ def check(*, npz=None, html=None, plots_dir=None, force: bool = False, selected:
 
 
 def render(
+    e: Explanation,
     doc: dict,
     *,
     npz=None,
@@ -66,11 +71,11 @@ def render(
     arrays=None,
     store=None,
 ) -> dict:
-    """{path: bytes} of every file asked for, drawn from `doc` (the .npz from `arrays`, {name: array}, when given:
-    `checkable.npz_arrays`; the page's layers packed before read back from `store`, a `packing.PackedLayers`); every
-    path checked again (`check`), the shown head's pictures included, before anything
-    is drawn."""
-    selected = (doc["selected"]["layer"], doc["selected"]["head"])
+    """{path: bytes} of every file asked for: the pictures drawn from `e` (`plots.render`), the page from `doc`
+    (its payload, `export.document`; the page's layers packed before read back from `store`, a
+    `packing.PackedLayers`), the .npz from `arrays` ({name: array}, `checkable.npz_arrays`; default every tensor of
+    `doc`); every path checked again (`check`), the shown head's pictures included, before anything is drawn."""
+    selected = (e.shown.layer, e.shown.head)
     check(npz=npz, html=html, plots_dir=plots_dir, force=force, selected=selected)
     files: dict[Path, bytes] = {}
     if npz is not None:
@@ -80,7 +85,7 @@ def render(
 
         files[Path(html)] = render_html(doc | {"lang": lang}, store=store).encode("utf-8")  # it speaks --lang
     if plots_dir is not None:
-        files |= {Path(plots_dir) / name: data for name, data in plots.render(doc, lang=lang).items()}
+        files |= {Path(plots_dir) / name: data for name, data in plots.render(e, lang=lang).items()}
     return files
 
 
