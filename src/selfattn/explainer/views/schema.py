@@ -1,7 +1,7 @@
 """The export dict's schema, written once: `Doc` and the TypedDicts it nests (as the page holds it: `page_schema`).
 
     doc["schema"] == SCHEMA_VERSION      every export says which schema it follows (`export.to_dict`)
-    schema_check.validate(doc)           [] or the problems: "doc.layers[0].heads[1].q: expected list, got str"
+    tests/explainer/views/schema_check.validate(doc)   [] or the problems: "doc.layers[0].heads[1].q: expected list, …"
 
 What `export.to_dict` builds and `Explainer.explain` / `experiments.run` add (descriptions, roles, search,
 ablation, patching, lens, …). A key marked NotRequired is present only in some docs (see each type); a key
