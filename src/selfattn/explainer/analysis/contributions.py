@@ -13,17 +13,38 @@ out_proj[:, h·Dv:(h+1)·Dv]ᵀ, (Dv, d_model), the model's own output projectio
     norms(layer, head)          (L,)   ‖v_j W_O^h‖ per key
     contributions(layer, head)  (L, L) C_ij, rows = queries (0 where the key is not visible)
     shares(c)                   (L, L) each row of C divided by its sum: the share of the row's contribution
+    first_token(layer, head)    {weight, share, oversold}: the first token's mean weight and contribution share
+    first_type(layer, ids)      [H] the head type "first" (`head_types.measure`) measured on each head's shares
 
 Computed for one head on demand: O(L·d_model) memory for the norms, O(L²) for the one head's matrix.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from ..trace_types import LayerTrace
+from . import head_types
 
-__all__ = ["available", "norms", "contributions", "shares", "first_token_share"]
+__all__ = [
+    "available",
+    "norms",
+    "contributions",
+    "shares",
+    "first_token_share",
+    "first_token",
+    "first_type",
+    "OVERSOLD_WEIGHT",
+    "OVERSOLD_RATIO",
+]
+
+OVERSOLD_WEIGHT = 0.3
+"""A head whose rows put at least this mean weight on the first token is read as looking at it (a sink)."""
+OVERSOLD_RATIO = 0.5
+"""... and its weight oversells the first token when the token's mean share of the contribution is at most this
+fraction of its mean weight (62 % of the weight, under 31 % of what the head moves)."""
 
 
 def available(layer: LayerTrace) -> bool:
@@ -66,3 +87,36 @@ def first_token_share(weights: torch.Tensor, c: torch.Tensor) -> tuple[float, fl
     if weights.shape[0] < 2:
         return None
     return float(weights[1:, 0].mean()), float(shares(c[1:])[:, 0].mean())
+
+
+def first_token(layer: LayerTrace, head: int, weights: torch.Tensor | None = None) -> dict | None:
+    """{"weight", "share", "oversold"} of head `head`: the mean weight its rows i ≥ 1 put on the first token, the
+    mean share of their contribution that comes from it, and whether the weight oversells it (weight ≥
+    OVERSOLD_WEIGHT and share ≤ OVERSOLD_RATIO × weight); None with one token or no output projection."""
+    if not available(layer):
+        return None
+    if weights is None:
+        weights = layer.stages(head, weighted=False)["weights"]
+    measured = first_token_share(weights, contributions(layer, head, weights))
+    if measured is None:
+        return None
+    weight, share = measured
+    return {
+        "weight": weight,
+        "share": share,
+        "oversold": weight >= OVERSOLD_WEIGHT and share <= OVERSOLD_RATIO * weight,
+    }
+
+
+def first_type(layer: LayerTrace, ids: Sequence[int], weights: torch.Tensor | None = None) -> list[dict] | None:
+    """[H] the head type "first" (`head_types.measure`: score, chance, rows, p, credited) measured on each head's
+    contribution shares instead of its weights: whether a first-token head stays one when what each key moves is
+    counted. weights: the layer's (H, L, L) weights when already computed. None without an output projection."""
+    if not available(layer):
+        return None
+    out = []
+    for h in range(layer.n_heads):
+        w = layer.stages(h, weighted=False)["weights"] if weights is None else weights[h]
+        s = shares(contributions(layer, h, w))
+        out.append(head_types.measure(s, ids, causal=layer.causal, visible=layer.visible)[0]["first"])
+    return out

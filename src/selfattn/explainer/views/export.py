@@ -34,6 +34,9 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
     selected {layer, head, rule}, summaries [layer][head] {entropy, max_weight, first_token, previous, self, rows},
     descriptions [layer][head] {kind, text {zh, en}, …} (`heads.describe`), first_token? {token, selected, mean}
     (only when the first token is a special token: <bos>, [CLS]),
+    contributions? {layer, head, norms [H][L], first [H], first_type [H], text, shares?, packed?} (what each key
+                   contributes to the shown head, ‖α_ij · v_j W_O^h‖: `views.contributions`; absent without an
+                   output projection),
     search? {query, key, heads [{layer, head, weight}]} (asked with find),
     prediction [{token, shown, id, prob}] (decoders: the next token after the text, `shown` as a person reads
                it: "␣Mary", a piece that begins a character with the character greedy decoding completes,
@@ -73,6 +76,7 @@ from ..pieces import AGGREGATION_RULE, aggregate, names, shown_piece
 from ..stages import head_stages
 from ..trace_types import LayerTrace, ModelTrace
 from . import texts
+from .contributions import field as contribution_field
 from .page_budget import layer_page_bytes
 from .schema import SCHEMA_VERSION
 from .type_legend import legend
@@ -231,6 +235,9 @@ def document(
     doc |= {"descriptions": [list(row) for row in e.answers.descriptions], "roles": list(e.roles)}
     if e.first_token is not None:
         doc["first_token"] = dict(e.first_token)
+    contributions = contribution_field(e, max_len=STAGES_MAX_LEN, packed=display)
+    if contributions is not None:
+        doc["contributions"] = contributions
     if e.search is not None:
         doc["search"] = dict(e.search)
     return doc | {name: dict(value) for name, value in e.experiments.items()}

@@ -453,6 +453,39 @@ class Lens(TypedDict):
     text: Words
 
 
+class FirstContribution(TypedDict):
+    """A head's first token: its rows' mean weight there, their mean share of the contribution from there, and
+    whether the weight oversells it (`analysis.contributions.first_token`)."""
+
+    weight: Num
+    share: Num
+    oversold: bool
+
+
+class PackedShares(TypedDict):
+    """The shown head's shares packed as the page's arrays (`packing.pack_weights`: byte planes, zlib, base64; an
+    integer n stands for n / 10^digits; float64 where they do not fit)."""
+
+    dtype: Literal["u16", "f64"]
+    shape: list[int]
+    b64: str
+    digits: NotRequired[int]
+
+
+class Contributions(TypedDict):
+    """What each key contributes to the shown head, ‖α_ij · v_j W_O^h‖ (`views.contributions`)."""
+
+    layer: int
+    head: int
+    norms: list[list[Num]]
+    first: list[FirstContribution | None]
+    first_type: list[Measured] | None
+    text: Words | None
+    shares: NotRequired[list[list[Num]]]
+    packed: NotRequired[PackedShares]
+    values: NotRequired[list[list[Num]]]
+
+
 class Doc(TypedDict):
     """The export dict (`export.to_dict`, completed by `Explainer.explain` and `experiments.run`)."""
 
@@ -480,6 +513,7 @@ class Doc(TypedDict):
     descriptions: NotRequired[list[list[Description]]]
     roles: NotRequired[list[str | None]]
     first_token: NotRequired[FirstToken]
+    contributions: NotRequired[Contributions]
     search: NotRequired[Search]
     ablation: NotRequired[Ablation]
     patching: NotRequired[Patching]

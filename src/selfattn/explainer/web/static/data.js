@@ -79,7 +79,10 @@ export async function loadDoc(packed) {
   // every head's thumbnail decoded in place ({shape, data}), as the model view and a layer not held draw them
   const display = packed.display
     ? Object.assign({}, packed.display, { thumbnails: packed.display.thumbnails.map((row) => row.map(halves)) }) : undefined;
-  return Object.assign({}, packed, { layers, tokens, display });
+  // the shown head's contribution shares (views/contributions.py), unpacked once: the heatmap's second measure
+  const c = packed.contributions;
+  const contributions = c && c.packed ? Object.assign({}, c, { packed: await unpack(c.packed) }) : c;
+  return Object.assign({}, packed, { layers, tokens, display, contributions });
 }
 
 /** One thumbnail of doc.display ({b64, shape [T, T], dtype "f16"}: raw little-endian float16, no zlib) as
