@@ -42,8 +42,8 @@ def _ln_inputs(ex, ids):
     return seen["x"][0]
 
 
-@pytest.fixture(scope="module")
-def planted():
+def sink_explainer():
+    """The tiny DecoderLM (2 heads) with the planted sink on head 0 of layer 0 (module doc)."""
     ex = tiny_explainer(n_heads=2)
     _, ids, _ = ex.tokenize(TEXT)
     x = _ln_inputs(ex, ids)  # (L, d)
@@ -57,8 +57,14 @@ def planted():
         a.k_proj.weight[:D] = SINK_GAIN * u[:, None] * x0[None, :]  # k_j = gain · u (x_j · x̂_0): largest at j = 0
         a.k_proj.bias[:D].zero_()
         a.v_proj.bias[:D] = -(a.v_proj.weight[:D] @ x[0])  # v_0 = 0 exactly (up to rounding)
-    e = Session(ex).explain(Spec(TEXT, layer=0, head=0))
-    return ex, ids, e
+    return ex
+
+
+@pytest.fixture(scope="module")
+def planted():
+    ex = sink_explainer()
+    _, ids, _ = ex.tokenize(TEXT)
+    return ex, ids, Session(ex).explain(Spec(TEXT, layer=0, head=0))
 
 
 def _reference(ex, ids, head: int) -> torch.Tensor:
