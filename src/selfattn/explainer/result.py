@@ -5,6 +5,7 @@
     e.trace.layers[1].q                                # (H, L, D): every captured tensor, as tensors
     e.answers.describe(1, 0)["text"]["en"]             # one head's answer in words
     e.weights(1, 0)                                    # (L, L) float64 weights of one head
+    e.contributions(1, 0)                              # (L, L) float64 ‖α_ij · v_j W_O^h‖: what each key moves
     e.intervene(no_causal={}); e.run(ablate="1.0"); e.compare("一只红色怪兽走进森林")   # new Explanations
     e.show("head"); e.save_html("page.html"); e.to_json()                             # views of it
 
