@@ -119,7 +119,7 @@ def test_the_terminal_prints_the_shares_and_the_sentence(planted):
     console = Console(width=200, record=True)
     tables.render(doc, console, "zh")
     out = console.export_text()
-    assert "⑥′ 贡献 ‖α·vW_O‖" in out
+    assert "⑥′ 贡献 ‖α·v·W_O‖" in out
     assert doc["contributions"]["text"]["zh"] in out.replace("\n", "")
     shares = doc["contributions"]["shares"]
     last = out[out.index("⑥′") :].split("\n")
