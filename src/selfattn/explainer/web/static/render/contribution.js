@@ -30,10 +30,20 @@ export function renderMeasure(state, t) {
   if (box.hidden || state.measure !== "contributions") return;
   if (!sharesOf(state.doc, state.layer, state.head)) {
     note.textContent = t("page.contribution_head_only", { layer: c.layer, head: c.head });
-  } else if (c.text) {
-    note.textContent = c.text[state.lang];
   } else {
-    return;
+    note.textContent = [c.text ? c.text[state.lang] : "", typeWords(state, t)].filter((s) => s).join(" · ");
   }
-  note.hidden = false;
+  note.hidden = !note.textContent;
+}
+
+/** Whether the shown head's first-token type holds on the weights and on the contribution shares (Python's
+ * head_types measured on each), or "" where either was not measured. */
+function typeWords(state, t) {
+  const c = state.doc.contributions;
+  const described = state.doc.descriptions;
+  const onShares = c.first_type ? c.first_type[c.head] : null;
+  const onWeights = described ? described[c.layer][c.head].scores.first : null;
+  if (!onShares || !onWeights || !onShares.rows || !onWeights.rows) return "";
+  const word = (m) => t(m.credited ? "page.type_credited" : "page.type_not_credited");
+  return t("page.contribution_type", { on_weights: word(onWeights), on_shares: word(onShares) });
 }
