@@ -27,6 +27,8 @@ SINK_GAIN = 1.0
 """How far head 0's keys are scaled toward <bos>'s input: enough that its rows put most weight on <bos>."""
 JSON_ROUNDING = 0.5 * 10.0**-checkable.WEIGHT_DIGITS
 SHARE_ROUNDING = 0.5 * 10.0**-SHARE_DIGITS
+U16_ROUNDING = 0.5 / export.WEIGHT_SCALE
+"""The page's shares: round(share × WEIGHT_SCALE)."""
 
 
 def _ln_inputs(ex, ids):
@@ -133,10 +135,11 @@ def test_the_page_holds_the_packed_shares(planted):
     packed = packing.pack(doc)
     assert schema_check.validate(packed, page_schema.PageDoc) == []
     c = packed["contributions"]
-    shares = packing.unpack(c["packed"])
+    assert c["scale"] == export.WEIGHT_SCALE
+    shares = export.unpack_display(c["packed"])  # round(share × scale) as uint16
     assert shares.shape == (len(e.tokens), len(e.tokens))
     ref = contrib.shares(e.contributions(0, 0)).numpy()
-    assert np.abs(shares - ref).max() <= SHARE_ROUNDING
+    assert np.abs(shares - ref).max() <= U16_ROUNDING + TOL["float64"]
 
 
 def test_no_output_projection_no_field():

@@ -7,7 +7,8 @@ dict's `contributions` field, and its one sentence.
                    first_type [H] {score, chance, rows, p, credited}   the head type "first" on the shares
                    text {zh, en} | null          the shown head's sentence, where its first token is looked at
                    shares? [L][L]                the shown head's per-row shares, 4 decimals (L <= STAGES_MAX_LEN)
-                   packed? {dtype, shape, b64, digits}   the same shares packed for the page (`packing.pack_weights`)}
+                   packed? {b64, shape, dtype "u16"}, scale   the same shares for the page: round(share × scale)
+                                                 (`export.packed_weights`, as the shown head's weights)}
 
 Absent where the capture found no output projection for the shown layer. Computed for the shown layer only: the
 norms of one layer cost H·L numbers, the shares of one head L².
@@ -15,6 +16,7 @@ norms of one layer cost H·L numbers, the shares of one head L².
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,9 +37,10 @@ NORM_DIGITS = 6
 """Significant digits of each ‖v_j W_O^h‖."""
 
 
-def field(e: Explanation, *, max_len: int, packed: bool) -> dict | None:
+def field(e: Explanation, *, max_len: int, pack: Callable[[np.ndarray], dict] | None = None) -> dict | None:
     """The export's `contributions` (module doc) of `e`'s shown head, or None without an output projection.
-    max_len: the longest text whose shares go as lists; packed: add the page's packed shares."""
+    max_len: the longest text whose shares go as lists; pack(shares (L, L)) -> {"packed", "scale"}: the page's
+    packing of numbers in [0, 1] (`export.packed_weights`); None leaves them out."""
     layer_index, head = e.shown.layer, e.shown.head
     layer = e.trace.layers[layer_index]
     if not contrib.available(layer):
@@ -58,10 +61,8 @@ def field(e: Explanation, *, max_len: int, packed: bool) -> dict | None:
     }
     if len(e.tokens) <= max_len:
         out["shares"] = np.round(share.numpy(), SHARE_DIGITS).tolist()
-    if packed:
-        from .packing import pack_weights  # packing reads export, which this module serves
-
-        out["packed"] = pack_weights(share.numpy())
+    if pack is not None:
+        out |= pack(share.numpy())
     return out
 
 

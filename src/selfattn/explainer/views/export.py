@@ -235,7 +235,8 @@ def document(
     doc |= {"descriptions": [list(row) for row in e.answers.descriptions], "roles": list(e.roles)}
     if e.first_token is not None:
         doc["first_token"] = dict(e.first_token)
-    contributions = contribution_field(e, max_len=STAGES_MAX_LEN, packed=display)
+    page = (lambda a: {"packed": packed_weights(a), "scale": WEIGHT_SCALE}) if display else None  # noqa: E731
+    contributions = contribution_field(e, max_len=STAGES_MAX_LEN, pack=page)
     if contributions is not None:
         doc["contributions"] = contributions
     if e.search is not None:
@@ -456,12 +457,16 @@ def display(trace: ModelTrace, layer: int, head: int, thumbnails) -> dict:
         thumbnails [layer][head]  f16 (T, T): `summary.scan`'s cells (the exact weights when L <= T)
         weights                   u16 (L, L) of the shown head: round(weight × 65535) (±7.6e-6)"""
     w = trace.layers[layer].stages(head, weighted=False)["weights"].numpy()
-    scaled = np.rint(np.clip(w, 0.0, 1.0) * WEIGHT_SCALE).astype("<u2")
     return {
         "thumbnail_size": int(thumbnails[0][0].shape[-1]) if thumbnails and thumbnails[0] else 0,
         "thumbnails": [[_packed(t.numpy().astype("<f2"), "f16") for t in row] for row in thumbnails],
-        "selected": {"layer": layer, "head": head, "scale": WEIGHT_SCALE, "weights": _packed(scaled, "u16")},
+        "selected": {"layer": layer, "head": head, "scale": WEIGHT_SCALE, "weights": packed_weights(w)},
     }
+
+
+def packed_weights(w: np.ndarray) -> dict:
+    """Numbers in [0, 1] (weights, shares) as the page draws them: u16 round(x × WEIGHT_SCALE) (±7.6e-6), packed."""
+    return _packed(np.rint(np.clip(w, 0.0, 1.0) * WEIGHT_SCALE).astype("<u2"), "u16")
 
 
 WEIGHT_SCALE = 65535

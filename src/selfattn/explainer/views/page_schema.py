@@ -8,7 +8,7 @@ from typing import Literal, TypedDict
 from typing_extensions import NotRequired  # typing has it from Python 3.11; the package runs on 3.10
 
 from ...scores import PerHeadValues
-from .schema import Doc, Num, Packed, PackedShares, Words
+from .schema import Doc, Num, Packed, Words
 
 __all__ = ["PageDoc", "OPAQUE"]
 
@@ -83,5 +83,5 @@ class PageDoc(Doc):
     shown_keys: ShownKeys
 
 
-OPAQUE = (PageArray, Packed, PackedShares)
+OPAQUE = (PageArray, Packed)
 """Types the page reads through its own decoder (data.js): their fields are the decoder's, not the doc's."""

@@ -462,16 +462,6 @@ class FirstContribution(TypedDict):
     oversold: bool
 
 
-class PackedShares(TypedDict):
-    """The shown head's shares packed as the page's arrays (`packing.pack_weights`: byte planes, zlib, base64; an
-    integer n stands for n / 10^digits; float64 where they do not fit)."""
-
-    dtype: Literal["u16", "f64"]
-    shape: list[int]
-    b64: str
-    digits: NotRequired[int]
-
-
 class Contributions(TypedDict):
     """What each key contributes to the shown head, ‖α_ij · v_j W_O^h‖ (`views.contributions`)."""
 
@@ -482,7 +472,8 @@ class Contributions(TypedDict):
     first_type: list[Measured] | None
     text: Words | None
     shares: NotRequired[list[list[Num]]]
-    packed: NotRequired[PackedShares]
+    packed: NotRequired[Packed]
+    scale: NotRequired[int]
     values: NotRequired[list[list[Num]]]
 
 

@@ -81,8 +81,17 @@ export async function loadDoc(packed) {
     ? Object.assign({}, packed.display, { thumbnails: packed.display.thumbnails.map((row) => row.map(halves)) }) : undefined;
   // the shown head's contribution shares (views/contributions.py), unpacked once: the heatmap's second measure
   const c = packed.contributions;
-  const contributions = c && c.packed ? Object.assign({}, c, { packed: await unpack(c.packed) }) : c;
+  const contributions = c && c.packed ? Object.assign({}, c, { packed: rawWeights(c.packed, c.scale) }) : c;
   return Object.assign({}, packed, { layers, tokens, display, contributions });
+}
+
+/** Numbers in [0, 1] packed as uint16 round(x × scale) ({b64, shape, dtype "u16"}: raw little-endian, no zlib;
+ * Python's export.packed_weights) as {shape, data: Uint16Array, unit: scale}, the form `unpack` gives weights. */
+export function rawWeights(p, scale) {
+  const bytes = bytesOf(p.b64);
+  const data = new Uint16Array(bytes.length / 2);
+  for (let e = 0; e < data.length; e++) data[e] = bytes[2 * e] | (bytes[2 * e + 1] << 8);
+  return { shape: p.shape, data, unit: scale };
 }
 
 /** One thumbnail of doc.display ({b64, shape [T, T], dtype "f16"}: raw little-endian float16, no zlib) as
