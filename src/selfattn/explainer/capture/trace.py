@@ -222,7 +222,32 @@ def _layer(call: Call, b: int = 0, batch: tuple[int, int] | None = None) -> Laye
         digest=item.digest,
         measured=item.measured,
         features={name: t.detach()[: r.Hq].clone() for name, t in r.rule.features().items() if name in PER_HEAD},
+        out_proj=out_projection(call.caller, call.holder, r.Hq * r.Dv),
     )
+
+
+OUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "output.dense")
+"""Where the output projection W_O sits: on the module that made the attention call (Llama, Qwen, Gemma: o_proj;
+ours: out_proj; GPT-2: c_proj, a Conv1D), or on the module holding it (BERT: attention.output.dense)."""
+
+
+def out_projection(caller, holder, width: int) -> torch.Tensor | None:
+    """(d_model, width) the weight of the first `OUT_PROJECTIONS` module on `caller`, then on `holder`, that takes
+    `width` = H·Dv inputs (the heads side by side): a Linear's weight as it is, a Conv1D's (GPT-2: x @ W, W (width,
+    d_model)) transposed; detached, not copied. None where neither holds one."""
+    for module in (caller, holder):
+        for path in OUT_PROJECTIONS if module is not None else ():
+            proj = module
+            for part in path.split("."):
+                proj = getattr(proj, part, None)
+            weight = getattr(proj, "weight", None)
+            if not isinstance(proj, torch.nn.Module) or not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+                continue
+            conv1d = isinstance(getattr(proj, "nf", None), int)  # transformers' Conv1D: weight (nx, nf)
+            w = weight.detach().T if conv1d else weight.detach()
+            if w.shape[1] == width:
+                return w
+    return None
 
 
 def _logits(out) -> torch.Tensor:

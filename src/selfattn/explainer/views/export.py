@@ -35,6 +35,9 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
     selected {layer, head, rule}, summaries [layer][head] {entropy, max_weight, first_token, previous, self, rows},
     descriptions [layer][head] {kind, text {zh, en}, …} (`heads.describe`), first_token? {token, selected, mean}
     (only when the first token is a special token: <bos>, [CLS]),
+    contributions? {layer, head, norms [H][L], first [H], first_type [H], text, shares?, packed?} (what each key
+                   contributes to the shown head, ‖α_ij · v_j W_O^h‖: `views.contributions`; absent without an
+                   output projection),
     search? {query, key, heads [{layer, head, weight}]} (asked with find),
     prediction [{token, shown, id, prob}] (decoders: the next token after the text, `shown` as a person reads
                it: "␣Mary", a piece that begins a character with the character greedy decoding completes,
@@ -74,6 +77,7 @@ from ..pieces import AGGREGATION_RULE, aggregate, names
 from ..stages import head_stages
 from ..trace_types import LayerTrace, ModelTrace
 from . import codec, texts
+from .contributions import field as contribution_field
 from .page_budget import layer_page_bytes
 from .schema import SCHEMA_VERSION
 from .type_legend import legend
@@ -199,6 +203,10 @@ def document(
     doc |= {"descriptions": [list(row) for row in e.answers.descriptions], "roles": list(e.roles)}
     if e.first_token is not None:
         doc["first_token"] = dict(e.first_token)
+    page = (lambda a: {"packed": packed_weights(a)}) if display else None  # noqa: E731
+    contributions = contribution_field(e, max_len=STAGES_MAX_LEN, pack=page)
+    if contributions is not None:
+        doc["contributions"] = contributions
     if e.search is not None:
         doc["search"] = dict(e.search)
     return doc | {name: dict(value) for name, value in e.experiments.items()}
@@ -397,6 +405,11 @@ def display(trace: ModelTrace, layer: int, head: int, thumbnails) -> dict:
 
 WEIGHT_DIGITS = 4
 """Weights are shown as percentages with 2 decimals: they travel to 4 decimals of the weight (u16, `codec.fixed`)."""
+
+
+def packed_weights(w: np.ndarray) -> dict:
+    """Numbers in [0, 1] (weights, shares) as the page draws them: u16 to WEIGHT_DIGITS decimals (`codec.fixed`)."""
+    return codec.fixed(np.clip(w, 0.0, 1.0), WEIGHT_DIGITS, "u16")
 
 
 def layer_rule(layer: LayerTrace) -> dict:

@@ -455,6 +455,29 @@ class Lens(TypedDict):
     text: Words
 
 
+class FirstContribution(TypedDict):
+    """A head's first token: its rows' mean weight there, their mean share of the contribution from there, and
+    whether the weight oversells it (`analysis.contributions.first_token`)."""
+
+    weight: Num
+    share: Num
+    oversold: bool
+
+
+class Contributions(TypedDict):
+    """What each key contributes to the shown head, ‖α_ij · v_j W_O^h‖ (`views.contributions`)."""
+
+    layer: int
+    head: int
+    norms: list[list[Num]]
+    first: list[FirstContribution | None]
+    first_type: list[Measured] | None
+    text: Words | None
+    shares: NotRequired[list[list[Num]]]
+    packed: NotRequired[Packed]
+    values: NotRequired[list[list[Num]]]
+
+
 class Doc(TypedDict):
     """The export dict (`export.to_dict`, completed by `Explainer.explain` and `experiments.run`)."""
 
@@ -482,6 +505,7 @@ class Doc(TypedDict):
     descriptions: NotRequired[list[list[Description]]]
     roles: NotRequired[list[str | None]]
     first_token: NotRequired[FirstToken]
+    contributions: NotRequired[Contributions]
     search: NotRequired[Search]
     ablation: NotRequired[Ablation]
     patching: NotRequired[Patching]
