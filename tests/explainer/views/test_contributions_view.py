@@ -1,4 +1,4 @@
-"""The contributions field (`views.contributions`) in every view: --json, the terminal, the page's packed shares.
+"""The contributions field (`views.contribution_words`) in every view: --json, the terminal, the page's packed shares.
 
 A planted sink on the tiny DecoderLM: head 0 of layer 0 reads <bos> with most of its weight (its keys are the
 inputs' similarity to <bos>'s, scaled up) while <bos>'s value is exactly 0 (the value bias cancels it), so the
@@ -18,7 +18,7 @@ from rich.console import Console
 from selfattn.explainer.analysis import contributions as contrib
 from selfattn.explainer.pipeline import Session, Spec
 from selfattn.explainer.views import checkable, codec, export, packing, page_schema, tables
-from selfattn.explainer.views.contributions import SHARE_DIGITS
+from selfattn.explainer.views.contribution_words import SHARE_DIGITS
 from tests.explainer.tiny import tiny_explainer
 from tests.explainer.views import schema_check
 from tests.tolerances import TOL

@@ -9,7 +9,7 @@ layers asked. Both serialize an `Explanation` (`result`); docs/json.md documents
 The JSON is the export dict of the page (`export.document`) without its arrays: each layer keeps its rule (scale,
 causal, softcap, window, per-head features) and, where held, every head's weights [H][L][L] rounded to
 WEIGHT_DIGITS; the shown head's stages (scores, scaled, masked, weights, weighted) up to `export.STAGES_MAX_LEN`
-tokens; the shown head's contributions ‖α_ij · v_j W_O^h‖ [L][L] (`views.contributions`) rounded to WEIGHT_DIGITS;
+tokens; the shown head's contributions ‖α_ij · v_j W_O^h‖ [L][L] (`views.contribution_words`) rounded to WEIGHT_DIGITS;
 every head's summary and sentence; the predictions, the experiments. Infinite values are the strings
 "-inf"/"inf", so it stays standard JSON.
 """
@@ -25,7 +25,7 @@ from ... import __version__
 from ...limits import JSON_NUMBER_BYTES
 from ...scores import PER_HEAD
 from . import export
-from .contributions import values as contribution_values
+from .contribution_words import values as contribution_values
 
 if TYPE_CHECKING:
     from ..result import Explanation

@@ -36,7 +36,7 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
     descriptions [layer][head] {kind, text {zh, en}, …} (`heads.describe`), first_token? {token, selected, mean}
     (only when the first token is a special token: <bos>, [CLS]),
     contributions? {layer, head, norms [H][L], first [H], first_type [H], text, shares?, packed?} (what each key
-                   contributes to the shown head, ‖α_ij · v_j W_O^h‖: `views.contributions`; absent without an
+                   contributes to the shown head, ‖α_ij · v_j W_O^h‖: `views.contribution_words`; absent without an
                    output projection),
     search? {query, key, heads [{layer, head, weight}]} (asked with find),
     prediction [{token, shown, id, prob}] (decoders: the next token after the text, `shown` as a person reads
@@ -77,7 +77,7 @@ from ..pieces import AGGREGATION_RULE, aggregate, names
 from ..stages import head_stages
 from ..trace_types import LayerTrace, ModelTrace
 from . import codec, texts
-from .contributions import field as contribution_field
+from .contribution_words import field as contribution_field
 from .page_budget import layer_page_bytes
 from .schema import SCHEMA_VERSION
 from .type_legend import legend

@@ -465,7 +465,7 @@ class FirstContribution(TypedDict):
 
 
 class Contributions(TypedDict):
-    """What each key contributes to the shown head, ‖α_ij · v_j W_O^h‖ (`views.contributions`)."""
+    """What each key contributes to the shown head, ‖α_ij · v_j W_O^h‖ (`views.contribution_words`)."""
 
     layer: int
     head: int

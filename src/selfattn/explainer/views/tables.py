@@ -262,7 +262,7 @@ def _meanings(console: Console, t, lang: str, r: list[str | None], weights, labe
 
 def _contributions(doc: dict, console: Console, t, lang: str) -> None:
     """Beside the ·V step: the shown head's contribution ‖α·v·W_O‖ per key as a share of each row (doc
-    ["contributions"], `views.contributions`), its sentence where its first token is looked at, and whether the
+    ["contributions"], `views.contribution_words`), its sentence where its first token is looked at, and whether the
     first-token type holds on the shares for each head of the layer."""
     c = doc.get("contributions")
     sel = doc["selected"]

@@ -87,7 +87,7 @@ export async function loadDoc(packed) {
   ]);
   // the tokens as every view shows them: a repeated token carries its position ("the@8"), as in Python's views
   const tokens = Array.isArray(packed.token_names) ? packed.token_names : packed.tokens;
-  // the shown head's contribution shares (views/contributions.py), unpacked once: the heatmap's second measure
+  // the shown head's contribution shares (views/contribution_words.py), unpacked once: the heatmap's second measure
   const c = packed.contributions;
   const contributions = c && c.packed ? Object.assign({}, c, { packed: await unpack(c.packed) }) : c;
   return Object.assign({}, packed, { layers, tokens, display, contributions });

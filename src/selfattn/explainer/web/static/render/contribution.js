@@ -1,5 +1,5 @@
 /* The heatmap's two measures: the weights α_ij, or what each key contributes to the head's output,
- * ‖α_ij · v_j W_O^h‖ as a share of its row (Python's views/contributions.py, for the head shown first only).
+ * ‖α_ij · v_j W_O^h‖ as a share of its row (Python's views/contribution_words.py, for the head shown first only).
  * The page computes neither: it shows the shares Python shipped (doc.contributions.packed, 0.01 %). */
 
 import { $ } from "../dom.js";
