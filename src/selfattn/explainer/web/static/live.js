@@ -59,7 +59,13 @@ export function setupLive(state, data, hooks) {
 function asked(state) {
   const { applied, bad } = readControls($("controls"), state.interventions);
   const one = $("only-head").checked && state.doc;
-  return { applied: Object.assign(applied, { layer: one ? state.layer : null, head: one ? state.head : null }), bad };
+  const at = shownHead(state);
+  return { applied: Object.assign(applied, { layer: one ? at.layer : null, head: one ? at.head : null }), bad };
+}
+
+/** The head the page shows, or the one it is fetching the layer of (`state.pending`): what a request asks for. */
+function shownHead(state) {
+  return state.pending ? { layer: state.pending.layer, head: state.pending.head } : { layer: state.layer, head: state.head };
 }
 
 /** Explain the text box's text with the controls' interventions (and, when needed, without them). */
@@ -80,7 +86,7 @@ export async function request(state, hooks) {
   const ablated = state.doc && state.doc.ablation ? JSON.stringify(state.doc.ablation.heads) : null;
   const newAblation = !!wanted.fields.ablate && JSON.stringify(wanted.fields.ablate) !== ablated;
   const keep = !!state.doc && state.doc.text === text && !newAblation;
-  const shown = keep ? { layer: state.layer, head: state.head } : {};
+  const shown = keep ? shownHead(state) : {};
   const body = Object.assign({ text, format: "packed" }, interventionFields(applied), wanted.fields, shown);
   const identity = isIdentity(applied);
   const needBaseline = !identity && needsBaseline(state, applied) && !(state.baseline && state.baseline.text === text &&
@@ -97,7 +103,7 @@ export async function request(state, hooks) {
     else if (base) state.baseline = base;
     else if (!keep) state.baseline = null;
     hooks.error(null);
-    await hooks.show(doc, keep);
+    await hooks.show(doc, keep, keep && state.pending ? [shownHead(state)] : []); // a head whose layer was loading
     $("status").textContent = t("page.status", { n_tokens: doc.tokens.length, ms: Math.round(performance.now() - started) });
   } catch (err) {
     if (seq === state.seq) {

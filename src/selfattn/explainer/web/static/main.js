@@ -62,6 +62,7 @@ function controller(state) {
     if (fetch || waiting(state, l)) {
       const doc = state.doc;
       $("app").dataset.ready = "0";
+      if (fetch) showLoading(state, l, h, t()); // the numbers of the head shown so far are hidden meanwhile
       if (!state.loading[l]) {
         state.loading[l] = (fetch ? fetchLayer(state, l) : unpackShown(state, doc, [l])).finally(() => delete state.loading[l]);
       }
@@ -71,6 +72,8 @@ function controller(state) {
         showError(err.message);
         $("app").dataset.ready = "1";
         return;
+      } finally {
+        if (!Object.keys(state.loading).length) showLoading(state, null);
       }
       if (state.doc !== doc) return; // a new answer replaced the page meanwhile (and drew itself)
     }
@@ -111,6 +114,23 @@ function controller(state) {
     renderSearchResults(t(), ranked, held);
   };
   return { t, redraw, show, change, pickHead, findHeads };
+}
+
+/** While layer l is fetched for head (l, h): the page says so and hides every number of the head shown so far (its
+ * sentence, its arrays, the stepper), and a request sent meanwhile asks for (l, h) (`state.pending`, read by
+ * live.js). l null: the wait is over. */
+function showLoading(state, l, h, t) {
+  const box = $("loading");
+  if (l === null) {
+    state.pending = null;
+    delete $("app").dataset.loading;
+    box.hidden = true;
+    return;
+  }
+  state.pending = { layer: l, head: h };
+  $("app").dataset.loading = String(l);
+  box.textContent = t("page.loading_layer", { layer: l, head: h });
+  box.hidden = false;
 }
 
 /** The documents shown beside `doc`: the compare view's second text, the baseline of an intervention. */

@@ -28,6 +28,7 @@ export function createState(data) {
     shows: 0, // number of the latest document being shown (`show` unpacks its layer first)
     want: null, // live mode: the (layer, head) last picked, while its layer is being fetched
     loading: {}, // live mode: layer → the request fetching its arrays
+    pending: null, // live mode: the head {layer, head} whose layer is being fetched (main.js showLoading)
     views: data.views, // the page's views, in the order of its tabs (viewpanes.js: Python's views/registry.py)
     view: data.views[0].name, // the open view's name: explore, head, model, compare, … (render/views.js)
     other: null, // the compare view's second document, arrays unpacked
