@@ -9,7 +9,9 @@ layers asked. Both serialize an `Explanation` (`result`); docs/json.md documents
 The JSON is the export dict of the page (`export.document`) without its arrays: each layer keeps its rule (scale,
 causal, softcap, window, per-head features) and, where held, every head's weights [H][L][L] rounded to
 WEIGHT_DIGITS; the shown head's stages (scores, scaled, masked, weights, weighted) up to `export.STAGES_MAX_LEN`
-tokens; every head's summary and sentence; the predictions, the experiments. Infinite values are the strings
+tokens; every head's summary and sentence; every relation credited to a head with the evidence it rests on (`relations`:
+the text's, its control's and contrast sentences' query word, key word, weight and what the other words give the
+key); the predictions, the experiments. Infinite values are the strings
 "-inf"/"inf", so it stays standard JSON.
 """
 
@@ -23,6 +25,7 @@ import torch
 from ... import __version__
 from ...limits import JSON_NUMBER_BYTES
 from ...scores import PER_HEAD
+from ..analysis.verdicts import every_relation
 from . import export
 
 if TYPE_CHECKING:
@@ -46,6 +49,7 @@ def json_document(e: Explanation, *, layers=None, lang: str | None = None) -> di
     doc = export.document(e, stages=False, layers=[], lang=lang, display=False)  # every layer's rule, no array
     doc["schema"] = JSON_SCHEMA
     doc["layers"] = [_layer(e, l, l in held) for l in range(e.card.n_layers)]
+    doc["relations"] = every_relation(e.answers.descriptions)  # each credited relation with its evidence
     if len(e.tokens) <= export.STAGES_MAX_LEN:
         stages = e.trace.layers[e.shown.layer].stages(e.shown.head)
         doc["stages"] = {"layer": e.shown.layer, "head": e.shown.head} | {
