@@ -14,10 +14,17 @@ import numpy as np
 import pytest
 import torch
 
+import selfattn
+from selfattn.cli import main
 from selfattn.explainer.analysis import chance, held
 from selfattn.explainer.analysis.word_relations import word_pieces
 from selfattn.explainer.session import Explainer
-from tests.explainer.documents import explained
+from selfattn.explainer.views import findings
+from selfattn.explainer.views.head_words import percent
+from selfattn.model import checkpoint
+from tests.explainer import truth
+from tests.explainer.documents import checked, explained
+from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
 EVERY, VERB_ONLY = 0, 1
@@ -131,3 +138,67 @@ def test_the_default_tutorial_head_keeps_verb_to_noun_and_names_its_baseline(def
     assert b["rows"] >= chance.MIN_ROWS and b["p"] < chance.ALPHA and b["query"] > b["weight"]
     assert f"其他词看「怪兽」平均 {round(100 * b['weight'])}%" in d["text"]["zh"]
     assert f"other words give 怪兽 {round(100 * b['weight'])}% on average" in d["text"]["en"]
+
+
+def _reference_weights(text: str, layer: int, head: int) -> tuple[list[str], np.ndarray]:
+    """(the default model's tokens of `text`, head (layer, head)'s weights (L, L)) from `selfattn.reference`."""
+    model, tokenizer = checkpoint.load_default()[:2]
+    ids = tokenizer.encode(text, bos=True)
+    return [tokenizer.decode([i]) for i in ids], truth.stages(model, ids, layer, head)["weights"]
+
+
+def test_every_claim_shows_its_evidence_in_the_terminal_the_json_and_the_api(default, capsys):
+    """`selfattn explain --evidence` prints, for L0H3's verb → noun, each sentence's row: on the control sentence the
+    weight 走进 → 怪兽 and the mean the other later words give 怪兽, recomputed from the reference weights; --json's
+    `relations` and `Explanation.evidence()` hold the same rows; the findings line names every credited relation."""
+    e = selfattn.explain(TEXT)
+    (r,) = e.evidence(0, 3)
+    control = next(x for x in r["evidence"] if x["kind"] == "control")
+    tokens, w = _reference_weights(control["text"], 0, 3)
+    q, k = tokens.index("走进"), tokens.index("怪兽")
+    later = [i for i in range(k + 1, len(tokens)) if i != q]
+    assert control["weight"] == pytest.approx(w[q, k], abs=TOL["float32_weight_mean"])
+    assert control["baseline"] == pytest.approx(np.mean(w[later, k]), abs=TOL["float32_weight_mean"])
+    assert control["others"] == len(later) and control["tested"]
+    assert e.evidence() == [dict(x) for x in checked(default, TEXT)["relations"]]
+    assert main(["explain", TEXT, "--evidence", "--lang", "en"]) == 0
+    out = capsys.readouterr().out.replace("\n", "")  # rich wraps the long lines
+    row = f"[control] {control['text']}: 走进→怪兽 {percent(w[q, k])}, other words {percent(np.mean(w[later, k]))} ("
+    assert row in out
+    assert "L0H3 the verb looks back at the noun that moves" in out
+    assert main(["explain", TEXT, "--lang", "en"]) == 0
+    assert "[control]" not in capsys.readouterr().out  # behind the flag only
+    with pytest.raises(ValueError, match="layer and head"):
+        e.evidence(0)
+
+
+def test_the_findings_name_every_credited_relation_whatever_the_heads_label():
+    """A head labelled by a type (previous, here) that also holds a relation is named in the summary's relation
+    line (the issue: "link 2: L0H6, L12H10" left out relations filed under their head's main type)."""
+    relation = {"relation": "verb>noun", "score": 0.8, "chance": 0.2, "baseline": {"weight": 0.25}}
+    relation["evidence"] = [{"kind": "text", "query": "走进", "key": "怪兽"}]
+    typed = {"layer": 2, "head": 1, "type": "previous", "relations": [relation]}
+    typed["types"] = [{"type": "previous", "score": 0.9, "chance": 0.2, "on": "words"}]
+    linked = {"layer": 0, "head": 3, "type": "relation", "types": [], "relations": [relation | {"score": 0.7}]}
+    lines = findings.taxonomy_words({"heads": [[linked], [typed]]})
+    (line,) = [x for x in lines["en"] if x.startswith("credited tutorial relations")]
+    assert "L2H1 走进→怪兽 80% (uniform 20%, other words 25%)" in line and "L0H3 走进→怪兽 70%" in line
+
+
+@pytest.mark.parametrize("on", ["probe", "text"])
+def test_a_first_token_claim_names_the_token_it_was_measured_on(on):
+    """A first-token type credited on the probe (random tokens) is the probe's first token, never the text's 一只."""
+    from selfattn.explainer.views.head_words import sentence
+
+    entry = {"type": "first", "score": 0.9, "chance": 0.1, "rows": 60, "p": 1e-9, "on": on}
+    verdict = {"type": "first", "types": [entry], "relations": [], "measurable": True}
+    summary = {"rows": 9, "first_token": 0.2, "max_weight": 0.6, "entropy": 1.5}
+    d = sentence(["一只", "蓝色", "怪兽"], summary, {"relations": {}}, {}, verdict)
+    if on == "probe":
+        assert (
+            "偏向探针的第一个 token（不是这句话的 一只）" in d["text"]["zh"]
+            and "偏向第一个 token 一只" not in d["text"]["zh"]
+        )
+        assert "the probe's first token (not this text's 一只)" in d["text"]["en"]
+    else:
+        assert "偏向第一个 token 一只" in d["text"]["zh"]

@@ -45,9 +45,16 @@ piece of the key words, `word_relations.piece_links`):
                               token itself, never for a head that gives the first token CREDIT_MIN or more from the
                               other rows (a first-token head: SmolLM2's L18H6 gives 一, token 0, 94 % from every
                               row, 98 % from 兽)
+                              and above what the OTHER words give the same keys (the test's `baseline`: on the
+                              same rows, each row's query against every later word's query of its sentence, the
+                              permutation test of `chance` on its side, MIN_ROWS rows, p < ALPHA): a head where
+                              every later token looks at the noun (the key-salience explanation) holds no verb→noun
                    explained  "previous" when it was above chance on the text but the control shows the weight
                               follows the previous word instead (the head's previous_word credited), "first" when
-                              the key is the first token and the head parks there anyway, else None
+                              the key is the first token and the head parks there anyway, "key" when only the
+                              baseline refuses it (every word looks at the key), else None
+                   evidence   every sentence's row of the relation (`_evidence`: the query and key words, the
+                              weight, the other words' mean weight on the same keys, whether the test counts it)
 """
 
 from __future__ import annotations

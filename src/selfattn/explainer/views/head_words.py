@@ -10,11 +10,14 @@ What a head is said to do, in this order (a later part is added after a "；" on
               `head_types.above_chance`, and, where its key is the previous word, still above chance and above
               the previous word on the control sentence: "走进→怪兽 86%，均匀注意力 20%，中间隔着 慢慢地 时仍有
               50%，均匀注意力 11%")
+              and what the other words give the same key ("；其他词看「怪兽」平均 26%（8 行，p < 0.001）")
+    key       a relation above chance that only the other words' weight on its key refuses: "「怪兽」谁都看：…"
     previous  a relation above chance on the text that the control shows to be the previous word's, the
               head's previous-word share credited on the words of text and control ("看前一个词：…（在这句里
               恰好也是 森林→走进）")
     a type    its clearest credited head type on this text (`head_types.measure`): previous, next, self,
-              first, duplicate, induction, local, broad
+              first, duplicate, induction, local, broad (a first-token type credited on the probe says it is
+              the probe's first token, not the text's: "偏向探针的第一个 token（不是这句话的 一只）")
     spread    nothing credited: its mean entropy, and its strongest link with the chance level it failed
 
 A relation is one named claim (this query → those keys), so its links are enough to credit it once it holds

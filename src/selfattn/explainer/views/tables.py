@@ -142,9 +142,9 @@ def render(doc: dict, console: Console, lang: str = "zh", *, evidence: bool = Fa
 
 
 EVIDENCE_KINDS = {
-    "text": "tables.evidence_text",
-    "control": "tables.evidence_control",
-    "contrast": "tables.evidence_contrast",
+    "text": "common.evidence_text",
+    "control": "common.evidence_control",
+    "contrast": "common.evidence_contrast",
 }
 """Which sentence an evidence row is on (`held._evidence`'s kind), in words."""
 
@@ -177,7 +177,7 @@ def evidence_lines(doc: dict, lang: str) -> list[str]:
         for e in r.get("evidence", ()):
             out.append(
                 texts.text(
-                    "tables.evidence_row",
+                    "common.evidence_row",
                     lang,
                     kind=texts.text(EVIDENCE_KINDS[e["kind"]], lang),
                     text=e["text"],
@@ -186,7 +186,7 @@ def evidence_lines(doc: dict, lang: str) -> list[str]:
                     weight=percent(e["weight"]),
                     base=_maybe_percent(e["baseline"]),
                     n=e["others"],
-                    note="" if e["tested"] else texts.text("tables.evidence_adjacent", lang),
+                    note="" if e["tested"] else texts.text("common.evidence_adjacent", lang),
                 )
             )
     return out
