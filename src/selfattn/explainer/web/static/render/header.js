@@ -79,10 +79,10 @@ export function renderHeadText(state, t) {
 
 const EVIDENCE_KINDS = { text: "common.evidence_text", control: "common.evidence_control", contrast: "common.evidence_contrast" };
 
-/** "p = 0.004" / "p < 0.001", as Python's head_words.p_words writes it. */
-function pWords(p, t) {
-  if (p === null || p === undefined) return "–";
-  return p < 0.001 ? t("heads.words.p_below", { p: "0.001" }) : t("heads.words.p", { p: p.toFixed(3) });
+/** {op, p}: "< 0.001" below Python's head_words.P_FLOOR, else "= 0.004", as head_words.p_words writes it. */
+function pParts(p) {
+  if (p === null || p === undefined) return { op: "=", p: "–" };
+  return p < 0.001 ? { op: "<", p: "0.001" } : { op: "=", p: p.toFixed(3) };
 }
 
 function maybePct(x) {
@@ -101,9 +101,9 @@ function renderEvidence(d, t) {
     const b = r.baseline || {};
     const mine = r.evidence.find((e) => e.kind === "text") || r.evidence[0];
     const pair = `${mine.query}→${mine.key}`;
-    parts.push(el("p", {}, t("page.evidence_head", {
-      pair, base: maybePct(b.weight), mine: maybePct(b.query), rows: b.rows || 0, p: pWords(b.p, t),
-    })));
+    parts.push(el("p", {}, t("page.evidence_head", Object.assign({
+      pair, base: maybePct(b.weight), mine: maybePct(b.query), rows: b.rows || 0,
+    }, pParts(b.p)))));
     const list = el("ul", {});
     for (const e of r.evidence) {
       list.append(el("li", {}, t("common.evidence_row", {
