@@ -131,7 +131,7 @@ def _explain(args) -> int:
     from .explainer.views import research_tables, tables
 
     console = _console()
-    tables.render(doc, console, lang=args.lang)
+    tables.render(doc, console, lang=args.lang, evidence=args.evidence)
     research_tables.experiments(doc, console, lang=args.lang)
     for path in written:
         console.print(f"→ {printable(str(path))}", markup=False)

@@ -104,6 +104,12 @@ def _explain_args(commands, runs) -> None:
     )
     experiment_args(p)
     _json_flag(p, "print every captured tensor as JSON instead of tables")
+    p.add_argument(
+        "--evidence",
+        action="store_true",
+        help="also print, for every credited tutorial relation, the sentences it rests on (text, control, contrasts) "
+        "with the query word, key word, weight and what the other words give that key",
+    )
     p.add_argument("--npz", metavar="FILE", help="also save every captured tensor to FILE (.npz)")
     p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report to FILE")
     p.add_argument("--plots", metavar="DIR", help="also save heatmaps (PNG and SVG) into DIR")

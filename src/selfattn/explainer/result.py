@@ -239,6 +239,22 @@ class Explanation:
         """Every head ranked by the weight of (query, key): token strings or positions (`analysis.heads.search`)."""
         return self.session.search(self, query, key)
 
+    def evidence(self, layer: int | None = None, head: int | None = None) -> list[dict]:
+        """Every tutorial relation credited to a head (all heads, or the one given), the largest share first, with
+        what it rests on: [{layer, head, relation, score, chance, rows, tested {weight, chance, rows, p, sentences},
+        baseline {weight, query, rows, p} (what the other words give the same keys), evidence [{sentence, kind
+        ("text" | "control" | "contrast"), text, query, key, weight, baseline, others, previous, tested}]}]: the
+        text's, its control's and its contrast sentences' rows (`analysis.held`)."""
+        from .analysis.verdicts import every_relation
+
+        found = every_relation(self.answers.descriptions)
+        if layer is None and head is None:
+            return found
+        if layer is None or head is None:
+            raise ValueError(f"give both layer and head, or neither: got layer={layer!r}, head={head!r}")
+        layer, head = self.check_head(layer, head)
+        return [r for r in found if (r["layer"], r["head"]) == (layer, head)]
+
     def heads(self) -> list[dict]:
         """Every head: {layer, head, entropy, max_weight, first_token, description {zh, en}, type, types}, layer by
         layer: the numbers of this text (with its interventions), the types `selfattn heads` gives (the induction

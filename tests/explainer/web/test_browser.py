@@ -540,6 +540,39 @@ def test_default_view_of_the_default_model_names_a_tutorial_link(watched, tmp_pa
     assert_clean(watched, {page.url})
 
 
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_the_tutorial_heads_evidence_folds_out_under_its_sentence(watched, tmp_path, lang):
+    """The fold under the head's sentence lists, for each relation credited to it, every sentence's row: the query
+    word, the key word, the weight and what the other words give that key (the held analysis' evidence); a head
+    holding no relation shows no fold."""
+    from selfattn.explainer.session import Explainer
+
+    doc = explained(Explainer.load(), TEXT)
+    open_report(watched, doc, tmp_path)
+    page = watched.page
+    if lang == "en":
+        page.click("[data-testid=lang-toggle]")
+        wait_ready(page)
+    sel = doc["selected"]
+    (r,) = doc["descriptions"][sel["layer"]][sel["head"]]["verdict"]["relations"]
+    assert page.is_hidden("[data-testid=evidence] li")  # folded until opened
+    page.click("[data-testid=evidence] summary")
+    rows = page.eval_on_selector_all("[data-testid=evidence] li", "ls => ls.map(l => l.textContent)")
+    assert len(rows) == len(r["evidence"]) >= 8
+    for shown, e in zip(rows, r["evidence"], strict=True):
+        assert e["text"] in shown and f"{e['query']}→{e['key']} {heads_module.percent(e['weight'])}" in shown
+        assert heads_module.percent(e["baseline"]) in shown
+    head = page.text_content("[data-testid=evidence] p")
+    assert heads_module.percent(r["baseline"]["weight"]) in head
+    bare = [
+        (l, h) for l, row in enumerate(doc["descriptions"]) for h, d in enumerate(row) if not d["verdict"]["relations"]
+    ]
+    page.select_option("[data-testid=layer-select]", str(bare[0][0]))
+    page.select_option("[data-testid=head-select]", str(bare[0][1]))
+    assert page.is_hidden("[data-testid=evidence]")
+    assert_clean(watched, {page.url})
+
+
 def test_report_stages_q_dot_k_and_v_mixing_equal_python(watched, explainer, tmp_path):
     doc = explained(explainer, TEXT)
     open_report(watched, doc, tmp_path)

@@ -45,9 +45,16 @@ piece of the key words, `word_relations.piece_links`):
                               token itself, never for a head that gives the first token CREDIT_MIN or more from the
                               other rows (a first-token head: SmolLM2's L18H6 gives 一, token 0, 94 % from every
                               row, 98 % from 兽)
+                              and above what the OTHER words give the same keys (the test's `baseline`: on the
+                              same rows, each row's query against every later word's query of its sentence, the
+                              permutation test of `chance` on its side, MIN_ROWS rows, p < ALPHA): a head where
+                              every later token looks at the noun (the key-salience explanation) holds no verb→noun
                    explained  "previous" when it was above chance on the text but the control shows the weight
                               follows the previous word instead (the head's previous_word credited), "first" when
-                              the key is the first token and the head parks there anyway, else None
+                              the key is the first token and the head parks there anyway, "key" when only the
+                              baseline refuses it (every word looks at the key), else None
+                   evidence   every sentence's row of the relation (`_evidence`: the query and key words, the
+                              weight, the other words' mean weight on the same keys, whether the test counts it)
 """
 
 from __future__ import annotations
@@ -223,12 +230,22 @@ def _sentence(trace: ModelTrace, user_words: UserWords) -> _Sentence:
 @dataclass(frozen=True)
 class _Row:
     """One measured row of a relation: the query piece, the key pieces, and the pieces a simpler head would look
-    at instead (the word before the query word, the query word itself)."""
+    at instead (the word before the query word, the query word itself); the query and key words' text and whether
+    the key is the word just before the query word (what the evidence quotes)."""
 
     query: int
     keys: list[int]
     previous: list[int]
     own: list[int]
+    query_word: str = ""
+    key_word: str = ""
+    adjacent: bool = False
+
+
+def _queries(pieces: list[list[int]], length: int) -> list[int]:
+    """The query pieces of a sentence's words (each word's last piece, which has read all of it); every position
+    where the sentence has no words."""
+    return [p[-1] for p in pieces if p] if pieces else list(range(length))
 
 
 def _word_rows_of(s: _Sentence, name: str, apart: bool) -> list[_Row]:
@@ -236,8 +253,11 @@ def _word_rows_of(s: _Sentence, name: str, apart: bool) -> list[_Row]:
     before the query word)."""
     out = []
     for link, q, keys in _by_word(s.links, s.pieces, name):
-        if q and keys and not (apart and link.query - 1 in link.keys):
-            out.append(_Row(q[-1], keys, s.pieces[link.query - 1] if link.query >= 1 else [], q))
+        adjacent = link.query - 1 in link.keys
+        if q and keys and not (apart and adjacent):
+            before = s.pieces[link.query - 1] if link.query >= 1 else []
+            key_word = "+".join(s.words[k].text for k in link.keys)
+            out.append(_Row(q[-1], keys, before, q, s.words[link.query].text, key_word, adjacent))
     return out
 
 
@@ -252,7 +272,7 @@ def _on_sentence(
     if not found:
         return None
     rows = [_Row(q[-1], k, pieces[link.query - 1] if link.query >= 1 else [], q) for link, q, k in found]
-    m = _tested([(head, rows)], test=False)
+    m = _tested([(head, rows, _queries(pieces, head[0].shape[0]))], test=False)
     w = head[0][[r.query for r in rows]]
     seen = head[1][[r.query for r in rows]].sum(-1)
     pairs = []
@@ -265,6 +285,7 @@ def _on_sentence(
     unread = [w.text for w in words if lo <= w.start < hi and any(w.start < e and s < w.end for s, e in unknown)]
     keep = ("weight", "chance", "previous", "self", "first", "first_is_key", "offset")
     return {k: m[k] for k in keep} | {
+        "baseline": m["baseline"]["weight"],
         "query": best[1],
         "key": best[2],
         "pair_weight": best[0],
@@ -280,11 +301,14 @@ def _tested(parts: Sequence[tuple], *, test: bool = True) -> dict:
     the same rows: the mean weight on the previous word, on the query word itself and on the first token (where a key is
     the first token itself: the head's mean weight on it from the sentence's other rows, what a first-token head gives
     the key anyway), and at the same distance back (`_offset_habit`: what a head that looks a fixed distance back
-    gives the keys). {weight, chance, previous, self, first, first_is_key, offset, rows, p, credited, sentences}
+    gives the keys); and what the sentence's other words give the same keys (`_baseline`: the key-salience
+    explanation, a key every query looks at). Each part: (head, rows, the sentence's query pieces (`_queries`)).
+    {weight, chance, previous, self, first, first_is_key, offset, rows, p, credited, sentences, baseline}
     (test=False: rows, p and credited None, the means alone)."""
     ws, ts, vs, previous, own, first, offset = [], [], [], [], [], [], []
     first_is_key, sentences = False, 0
-    for head, rows in parts:
+    baseline = _baseline(parts, test=test)
+    for head, rows, _ in parts:
         if not rows:
             continue
         sentences += 1
@@ -306,7 +330,9 @@ def _tested(parts: Sequence[tuple], *, test: bool = True) -> dict:
         ts.append(t)
         vs.append(vis)
     if not ws:
-        return {"weight": None, "chance": None, "rows": 0, "p": None, "credited": False, "sentences": 0}
+        return {"weight": None, "chance": None, "rows": 0, "p": None, "credited": False, "sentences": 0} | {
+            "baseline": baseline
+        }
     w, t, v = _stacked(ws), _stacked(ts), _stacked(vs)
     ev = chance.against_chance(w, t, v) if test else None  # test=False: the means alone (one sentence's numbers)
     n = len(previous)
@@ -322,7 +348,78 @@ def _tested(parts: Sequence[tuple], *, test: bool = True) -> dict:
         "p": ev.p if ev else None,
         "credited": ev.credited if ev else None,
         "sentences": sentences,
+        "baseline": baseline,
     }
+
+
+def _others(head: tuple[np.ndarray, np.ndarray], row: _Row, queries: Sequence[int]) -> list[int]:
+    """The sentence's other query pieces that read the row's keys from after them: every word's query after the
+    last key piece but the row's own query word, each seeing a key."""
+    last = max(row.keys)
+    own = set(row.own) | {row.query}
+    return [q for q in queries if q > last and q not in own and bool(head[1][q, row.keys].any())]
+
+
+def _salience(head: tuple[np.ndarray, np.ndarray], row: _Row, queries: Sequence[int]) -> tuple[float, list[float]]:
+    """(the row's query's weight on its keys, each other query's weight on the same keys (`_others`))."""
+    w = head[0]
+    return float(w[row.query, row.keys].sum()), [float(w[q, row.keys].sum()) for q in _others(head, row, queries)]
+
+
+def _baseline(parts: Sequence[tuple], *, test: bool = True) -> dict:
+    """Is it the query that looks at the key, or the key that every query looks at? Over the rows of `parts` whose
+    sentence has another query after the keys (`_others`): {weight (the mean over those rows of the other queries'
+    mean weight on the row's keys), query (the row's own query's, the same rows), rows, p, credited}. The test is
+    `chance.against_chance` turned on its side: each row's candidates are its query and the other queries, the
+    target is its query, and the null draws which of them is the relation's at random (p of the row's query getting
+    as much more than the others by chance); credited on MIN_ROWS rows or more, p < ALPHA and the query's weight
+    above the others' (test=False: rows, p and credited None)."""
+    found = [_salience(head, r, queries) for head, rows, queries in parts for r in rows]
+    found = [(mine, others) for mine, others in found if others]
+    if not found:
+        return {"weight": None, "query": None, "rows": 0, "p": None, "credited": False}
+    weight = float(np.mean([np.mean(o) for _, o in found]))
+    query = float(np.mean([m for m, _ in found]))
+    if not test:
+        return {"weight": weight, "query": query, "rows": None, "p": None, "credited": None}
+    width = 1 + max(len(o) for _, o in found)
+    values = np.zeros((len(found), width))
+    seen = np.zeros((len(found), width), dtype=bool)
+    for i, (mine, others) in enumerate(found):
+        values[i, : 1 + len(others)] = [mine, *others]
+        seen[i, : 1 + len(others)] = True
+    target = np.zeros_like(seen)
+    target[:, 0] = True
+    ev = chance.against_chance(values, target, seen)
+    credited = ev.measurable and ev.p is not None and ev.p < chance.ALPHA and query > weight
+    return {"weight": weight, "query": query, "rows": ev.rows, "p": ev.p, "credited": bool(credited)}
+
+
+def _evidence(every: Sequence[tuple], kinds: Sequence[str], texts: Sequence[str]) -> list[dict]:
+    """The rows a relation rests on, one per link of every sentence (the text first, then its control and contrast
+    sentences in order): {sentence (its index: 0 the text), kind ("text" | "control" | "contrast"), text, query,
+    key (the words), weight (the query's on the keys), baseline (the mean of the other words' weight on the same
+    keys, `_others`; None where no other word reads them), others (how many), previous (the query's weight on the
+    word before it), tested (whether the row is one of the pooled test's: its key not the previous word)}."""
+    out = []
+    for i, (head, rows, queries) in enumerate(every):
+        for r in rows:
+            mine, others = _salience(head, r, queries)
+            out.append(
+                {
+                    "sentence": i,
+                    "kind": kinds[i],
+                    "text": texts[i],
+                    "query": r.query_word,
+                    "key": r.key_word,
+                    "weight": mine,
+                    "baseline": float(np.mean(others)) if others else None,
+                    "others": len(others),
+                    "previous": float(head[0][r.query, r.previous].sum()) if r.previous else 0.0,
+                    "tested": not r.adjacent,
+                }
+            )
+    return out
 
 
 def _offset_habit(w: np.ndarray, query: int, back: int) -> float:
@@ -344,9 +441,11 @@ def _beats_simpler(m: dict) -> bool:
 
 def _held(m: dict) -> bool:
     """Whether a relation's pooled rows (`_tested`) credit it: at least MIN_ROWS rows, above chance by the test
-    (p < ALPHA) and by the share rule, and above what the previous word, the query itself, the first token and the
-    same distance back get."""
-    return bool(m["credited"]) and m["rows"] >= head_types.MIN_ROWS and _beats_simpler(m)
+    (p < ALPHA) and by the share rule, above what the previous word, the query itself, the first token and the
+    same distance back get, and above what the sentences' other words give the same keys (`_baseline`: its own
+    MIN_ROWS rows and p < ALPHA)."""
+    key_only = not m["baseline"]["credited"]  # the other words give the key as much: the key, not the query
+    return bool(m["credited"]) and m["rows"] >= head_types.MIN_ROWS and _beats_simpler(m) and not key_only
 
 
 def held(
@@ -370,6 +469,10 @@ def held(
     on_text = relation_weights(trace, text_links(trace, words) + clause2)
     queries, before, _ = _word_rows(trace, words)
     o_rows = [_word_rows(o.trace, o.words) for o in others]
+    mine_q = _queries(pieces, trace.layers[0].length if trace.layers else 0)
+    o_q = [_queries(o.pieces, o.trace.layers[0].length if o.trace.layers else 0) for o in others]
+    texts = [text] + [o.text for o in others]
+    kinds = ["text"] + ["control" if plain is not None and i == 0 else "contrast" for i in range(len(others))]
     out = []
     measured = bool(queries) or any(q for q, _, _ in o_rows)  # a word with a previous word, in some sentence
     for l, layer in enumerate(trace.layers):
@@ -395,17 +498,35 @@ def held(
                     found = _by_word(plain.links, plain.pieces, name)
                     c = _on_sentence(there[0], found, plain.words, plain.pieces, plain.text, plain.unknown)
                 if mine:  # measured where its key is not the previous word: the text's links apart, every contrast's
-                    parts = [(here, _word_rows_of(mine_s, name, apart=True))]
-                    parts += [(t, _word_rows_of(o, name, apart=True)) for t, o in zip(there, others, strict=True)]
+                    every = [(here, _word_rows_of(mine_s, name, apart=False), mine_q)]
+                    every += [
+                        (t, _word_rows_of(o, name, apart=False), q) for t, o, q in zip(there, others, o_q, strict=True)
+                    ]
+                    parts = [(h_, [x for x in rows_ if not x.adjacent], q) for h_, rows_, q in every]
                 else:  # clause 2 → clause 1: its keys lie a clause back, never the previous word; the text's rows
                     links2 = [lk for lk in clause2 if lk.relation == name]
-                    parts = [(here, [_Row(lk.query, list(lk.keys), [lk.query - 1], [lk.query]) for lk in links2])]
+                    tk = trace.tokens
+                    rows2 = [
+                        _Row(
+                            lk.query,
+                            list(lk.keys),
+                            [lk.query - 1],
+                            [lk.query],
+                            tk[lk.query],
+                            "+".join(tk[k] for k in lk.keys),
+                        )
+                        for lk in links2
+                    ]
+                    parts = every = [(here, rows2, mine_q)]
                 test = _tested(parts)
                 ok = link_credited(r) and _held(test)
                 explained = "previous" if link_credited(r) and not ok and prev["credited"] else None
                 if link_credited(r) and not ok and test["rows"] and test["first_is_key"]:
                     explained = explained or ("first" if test["first"] >= head_types.CREDIT_MIN else None)
+                if link_credited(r) and not ok and _held(test | {"baseline": {"credited": True}}):
+                    explained = explained or "key"  # all but the baseline: every word looks at the key
                 relations[name] = r | {
+                    "evidence": _evidence(every, kinds, texts),
                     "adjacent": adjacent,
                     "previous": text_side["previous"] if text_side else 0.0,
                     "control": c,
@@ -421,8 +542,9 @@ def held(
 
 def credited(per_head: dict) -> list[dict]:
     """One head's held relations as `verdicts.verdict` lists them: {relation, score, chance, rows, control,
-    adjacent, tested} (score: the mean weight on the keys, on the text; tested: the pooled test that credits it,
-    {weight, chance, rows, p, sentences})."""
+    adjacent, tested, baseline, evidence} (score: the mean weight on the keys, on the text; tested: the pooled test
+    that credits it, {weight, chance, rows, p, sentences}; baseline: what the other words give the same keys on the
+    test's rows, {weight, query, rows, p}; evidence: every sentence's row, `_evidence`)."""
     return [
         {
             "relation": name,
@@ -432,6 +554,8 @@ def credited(per_head: dict) -> list[dict]:
             "adjacent": r["adjacent"],
             "control": None if r["control"] is None else r["control"]["weight"],
             "tested": {k: r["test"][k] for k in ("weight", "chance", "rows", "p", "sentences")},
+            "baseline": {k: r["test"]["baseline"][k] for k in ("weight", "query", "rows", "p")},
+            "evidence": r["evidence"],
         }
         for name, r in per_head["relations"].items()
         if r["held"]

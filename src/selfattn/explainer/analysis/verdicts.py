@@ -4,6 +4,7 @@ same label everywhere.
 
     verdict(text=None, probe=None, relations=()) -> {type, types, relations, measurable}
     verdicts(text, probe=None, relations=None)   -> [layer][head] verdict
+    every_relation(grid)                         -> every credited relation of [layer][head] verdicts, with its head
 
 text, probe  one head's `head_types.measure` on the text and on the induction probe (either may be None)
 words        types measured on the words of the text and its control sentences (`held`'s previous_word, as
@@ -28,11 +29,12 @@ own words.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from . import head_types
 
-__all__ = ["verdict", "verdicts", "lift"]
+__all__ = ["verdict", "verdicts", "lift", "every_relation"]
 
 
 def lift(e: dict) -> float:
@@ -98,3 +100,15 @@ def verdicts(
         ]
         for l, row in enumerate(shape)
     ]
+
+
+def every_relation(grid: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict]:
+    """Every relation credited to any head of [layer][head] `verdict`s (or descriptions holding one as "verdict"),
+    whatever the head's label: [{layer, head, relation, score, chance, rows, tested, baseline, evidence, …}] (`held.
+    credited`'s entries with their head), the largest share first (ties: layer, head)."""
+    out = []
+    for l, row in enumerate(grid):
+        for h, d in enumerate(row):
+            v = d.get("verdict", d) if d else {}
+            out += [{"layer": l, "head": h} | dict(r) for r in v.get("relations", ())]
+    return sorted(out, key=lambda r: (-r["score"], r["layer"], r["head"]))

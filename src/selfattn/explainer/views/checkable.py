@@ -10,7 +10,9 @@ The JSON is the export dict of the page (`export.document`) without its arrays: 
 causal, softcap, window, per-head features) and, where held, every head's weights [H][L][L] rounded to
 WEIGHT_DIGITS; the shown head's stages (scores, scaled, masked, weights, weighted) up to `export.STAGES_MAX_LEN`
 tokens; the shown head's contributions ‖α_ij · v_j W_O^h‖ [L][L] (`views.contribution_words`) rounded to WEIGHT_DIGITS;
-every head's summary and sentence; the predictions, the experiments. Infinite values are the strings
+every head's summary and sentence; every relation credited to a head with the evidence it rests on (`relations`:
+the text's, its control's and contrast sentences' query word, key word, weight and what the other words give the
+key); the predictions, the experiments. Infinite values are the strings
 "-inf"/"inf", so it stays standard JSON.
 """
 
@@ -24,6 +26,7 @@ import torch
 from ... import __version__
 from ...limits import JSON_NUMBER_BYTES
 from ...scores import PER_HEAD
+from ..analysis.verdicts import every_relation
 from . import export
 from .contribution_words import values as contribution_values
 
@@ -50,6 +53,7 @@ def json_document(e: Explanation, *, layers=None, lang: str | None = None) -> di
     doc["layers"] = [_layer(e, l, l in held) for l in range(e.card.n_layers)]
     if "contributions" in doc:  # the shown head's ‖α_ij · v_j W_O^h‖, beside its weights
         doc["contributions"]["values"] = contribution_values(e, WEIGHT_DIGITS)
+    doc["relations"] = every_relation(e.answers.descriptions)  # each credited relation with its evidence
     if len(e.tokens) <= export.STAGES_MAX_LEN:
         stages = e.trace.layers[e.shown.layer].stages(e.shown.head)
         doc["stages"] = {"layer": e.shown.layer, "head": e.shown.head} | {

@@ -64,7 +64,8 @@ def _sentence(lang: str, parts: list[str]) -> str:
 
 def taxonomy_words(t: dict) -> dict[str, list[str]]:
     """One line per type that some head has as its clearest (in the registry's order, `head_types.REGISTRY`),
-    its clearest heads named with share and chance."""
+    its clearest heads named with share and chance; in the tutorial link's place, every relation credited to any
+    head (`_relations`)."""
     cells = [c for row in t["heads"] for c in row]
     out: dict[str, list[str]] = {lang: [] for lang in LANGS}
     counts = {k: sum(c["type"] == k for c in cells) for k in REGISTRY}
@@ -73,7 +74,13 @@ def taxonomy_words(t: dict) -> dict[str, list[str]]:
         parts = [f"{type_words(k, 'short', lang)} {n}" for k, n in counts.items() if n]
         parts.append(text("findings.untyped", lang, n=untyped))
         out[lang].append(text("findings.count", lang, n=len(cells), parts=_join(lang, parts)))
+    relations = _relations(cells)
     for k in REGISTRY:
+        if k == "relation":  # every credited relation, whatever the head's label (`_relations`)
+            for lang in out:
+                if relations[lang]:
+                    out[lang].append(text("findings.relations", lang, named=_join(lang, relations[lang])))
+            continue
         mine = [(c, _entry(c, k)) for c in cells if c["type"] == k]
         if not mine:
             continue
@@ -84,6 +91,32 @@ def taxonomy_words(t: dict) -> dict[str, list[str]]:
             tail = "" if more <= 0 else text("findings.more", lang, n=len(mine) if lang == "zh" else more)
             heads = type_words(k, "heads", lang)
             out[lang].append(text("findings.line", lang, heads=heads, named=_join(lang, named), more=tail))
+    return out
+
+
+def _relations(cells: list[dict]) -> dict[str, list[str]]:
+    """Every relation credited to any head (`verdicts.verdict`'s relations: a head labelled by a type may hold one
+    too), largest share first: "L0H3 走进→怪兽 86%（均匀 20%，其他词 26%）", the pair as the text's words (its
+    evidence's text row) and what the other words give the same keys (`held`'s baseline)."""
+    found = [(c, r) for c in cells for r in c.get("relations", ())]
+    found.sort(key=lambda cr: (-cr[1]["score"], cr[0]["layer"], cr[0]["head"]))
+    out: dict[str, list[str]] = {lang: [] for lang in LANGS}
+    for c, r in found:
+        on_text = [e for e in r.get("evidence", ()) if e["kind"] == "text"]
+        pair = f"{on_text[0]['query']}→{on_text[0]['key']}" if on_text else r["relation"].replace(">", "→")
+        base = (r.get("baseline") or {}).get("weight")
+        for lang in out:
+            out[lang].append(
+                text(
+                    "findings.relation",
+                    lang,
+                    head=name(c["layer"], c["head"]),
+                    pair=pair,
+                    p=percent(r["score"]),
+                    c=percent(r["chance"]),
+                    base="–" if base is None else percent(base),
+                )
+            )
     return out
 
 

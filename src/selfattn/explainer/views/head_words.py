@@ -10,11 +10,14 @@ What a head is said to do, in this order (a later part is added after a "；" on
               `head_types.above_chance`, and, where its key is the previous word, still above chance and above
               the previous word on the control sentence: "走进→怪兽 86%，均匀注意力 20%，中间隔着 慢慢地 时仍有
               50%，均匀注意力 11%")
+              and what the other words give the same key ("；其他词看「怪兽」平均 26%（8 行，p < 0.001）")
+    key       a relation above chance that only the other words' weight on its key refuses: "「怪兽」谁都看：…"
     previous  a relation above chance on the text that the control shows to be the previous word's, the
               head's previous-word share credited on the words of text and control ("看前一个词：…（在这句里
               恰好也是 森林→走进）")
     a type    its clearest credited head type on this text (`head_types.measure`): previous, next, self,
-              first, duplicate, induction, local, broad
+              first, duplicate, induction, local, broad (a first-token type credited on the probe says it is
+              the probe's first token, not the text's: "偏向探针的第一个 token（不是这句话的 一只）")
     spread    nothing credited: its mean entropy, and its strongest link with the chance level it failed
 
 A relation is one named claim (this query → those keys), so its links are enough to credit it once it holds
@@ -105,12 +108,11 @@ def _type(t: str, m: dict, first: str, lang: str) -> str:
     if t == "broad":
         return text("heads.words.broad", lang, e=f"{m['score']:.2f}")
     where = text("heads.words.on_probe", lang) if m.get("on") == "probe" else ""  # not this text's rows
-    return (
-        type_words(t, "does", lang).format(first=first)
-        + _colon(lang)
-        + _share(lang, m["score"], m["chance"], average=True)
-        + where
-    )
+    if t == "first" and m.get("on") == "probe":  # measured on the probe's first token, not the text's
+        does = text("heads.words.first_on_probe", lang, first=first)
+    else:
+        does = type_words(t, "does", lang).format(first=first)
+    return does + _colon(lang) + _share(lang, m["score"], m["chance"], average=True) + where
 
 
 def sentence(
@@ -150,7 +152,8 @@ def sentence(
             out |= {"kind": "relation", "weight": r["pair_weight"], "chance": r["pair_chance"]}
         out |= _link_fields(name, r, True)
         for lang in parts:
-            parts[lang].append(_link(tokens, name, r, lang, groups) + _kept(r, control or [], lang) + _tested(r, lang))
+            said = _link(tokens, name, r, lang, groups) + _kept(r, control or [], lang) + _tested(r, lang)
+            parts[lang].append(said + _baseline(tokens, r, lang, groups))
     explained = [(n, r) for n, r in links.items() if r["explained"] == "previous"]
     said_previous = False
     if link is None and explained and "previous" in entries:
@@ -180,6 +183,16 @@ def sentence(
         said = "heads.words.spread" if v["measurable"] else "heads.words.unmeasurable"
         for lang in parts:
             parts[lang].append(text(said, lang, bits=f"{s['entropy']:.2f}", n=MIN_ROWS))
+    salient = [(n, r) for n, r in links.items() if r["explained"] == "key"]
+    if link is None and not said_previous and salient and len(parts["zh"]) < 2:
+        name, r = max(salient, key=lambda kv: kv[1]["weight"])
+        out |= {} if "relation" in out else _link_fields(name, r, False)
+        b = r["test"]["baseline"]
+        for lang in parts:
+            key = keys_named(tokens, r["keys"], groups)
+            pair = f"{tokens[r['query']]}→{key} {percent(r['weight'])}"
+            parts[lang].append(text("heads.words.key_salient", lang, word=key, pair=pair, share=percent(b["weight"])))
+        said_previous = True  # the strongest link is said: not again below
     if link is None and not said_previous and best is not None and out["kind"] in ("spread", "broad"):
         name, r = best
         out |= _link_fields(name, r, False)
@@ -225,6 +238,18 @@ def _tested(r: dict, lang: str) -> str:
     share = _share(lang, t["weight"], t["chance"], average=True)
     p = p_words(t["p"], lang)
     return text("heads.words.tested", lang, sentences=t["sentences"], rows=t["rows"], share=share, p=p)
+
+
+def _baseline(tokens: list[str], r: dict, lang: str, groups: Groups = ()) -> str:
+    """ "；其他词看「怪兽」平均 26%（8 行，p < 0.001）": what the other words of the text and its control and contrast
+    sentences give the relation's keys on the test's rows (`analysis.held`'s test baseline: a key every word looks at
+    would give it as much); "" where it was not measured."""
+    b = (r.get("test") or {}).get("baseline") or {}
+    if b.get("weight") is None or not b.get("rows"):
+        return ""
+    key = keys_named(tokens, r["keys"], groups)
+    share = percent(b["weight"])
+    return text("heads.words.baseline", lang, word=key, share=share, rows=b["rows"], p=p_words(b["p"], lang))
 
 
 def _link_fields(name: str, r: dict, good: bool) -> dict:

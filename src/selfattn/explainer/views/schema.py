@@ -268,6 +268,31 @@ class TypeFound(TypedDict):
     on: str
 
 
+class RelationBaseline(TypedDict):
+    """What the other words of the text and its control and contrast sentences give a credited relation's keys
+    (`held._baseline`): their mean weight, the relation's own query's on the same rows, the rows, the p-value."""
+
+    weight: Num | None
+    query: Num | None
+    rows: int
+    p: Num | None
+
+
+class EvidenceRow(TypedDict):
+    """One sentence's row a credited relation rests on (`held._evidence`)."""
+
+    sentence: int
+    kind: str
+    text: str
+    query: str
+    key: str
+    weight: Num
+    baseline: Num | None
+    others: int
+    previous: Num
+    tested: bool
+
+
 class HeldRelation(TypedDict):
     """One relation credited to a head (`verdicts.verdict`); the measures beside it (control, previous word)
     are the `held` analysis' own keys."""
@@ -276,6 +301,8 @@ class HeldRelation(TypedDict):
     score: Num
     chance: Num
     rows: int
+    baseline: NotRequired[RelationBaseline]
+    evidence: NotRequired[list[EvidenceRow]]
 
 
 setattr(HeldRelation, EXTRA, Any)

@@ -19,13 +19,16 @@ from rich.text import Text
 
 from ...terminal import printable
 from ...walkthrough import FEATURES as MEANINGS  # the walkthrough's meanings, one per analysis.roles.ROLES
+from ..analysis.relations import WORDS as RELATION_WORDS
 from ..analysis.roles import ROLES as MEANING_ROLES
 from ..analysis.summary import SINK_LIMIT
+from ..analysis.verdicts import every_relation
 from ..interventions import REGISTRY
 from . import texts
 from .experiment_words import scaled_label
 from .export import gqa_words
 from .head_sentences import percent
+from .head_words import p_words
 
 MAX_TABLE_TOKENS = 24
 """Longer inputs get the summaries only (tables of hundreds of columns help nobody): use --html."""
@@ -59,7 +62,10 @@ def number(x, digits: int = 2) -> str:
     return text.replace("-", MINUS)
 
 
-def render(doc: dict, console: Console, lang: str = "zh") -> None:
+def render(doc: dict, console: Console, lang: str = "zh", *, evidence: bool = False) -> None:
+    """The explanation as terminal tables; evidence: also every credited relation's sentences and weights
+    (`evidence_lines`, `selfattn explain --evidence`)."""
+
     def t(key: str, **values) -> str:
         return texts.text(key, lang, **values)
 
@@ -114,6 +120,9 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
         for l, heads in enumerate(described):
             for h, d in enumerate(heads):
                 say(t("tables.head_line", layer=l, head=h, text=d["text"][lang]))
+        if evidence:
+            for line in evidence_lines(doc, lang):
+                say(line)
     if doc.get("search"):
         s = doc["search"]
         tokens = names_of(doc)
@@ -130,6 +139,61 @@ def render(doc: dict, console: Console, lang: str = "zh") -> None:
         _levels(doc, console, t, lang)
         return
     _stages(doc, console, t, lang, layer, head)
+
+
+EVIDENCE_KINDS = {
+    "text": "common.evidence_text",
+    "control": "common.evidence_control",
+    "contrast": "common.evidence_contrast",
+}
+"""Which sentence an evidence row is on (`held._evidence`'s kind), in words."""
+
+
+def evidence_lines(doc: dict, lang: str) -> list[str]:
+    """Every relation credited to a head (`verdicts.every_relation` of doc["descriptions"]), the largest share first:
+    its head, its share and what the other words give the same keys (`held`'s baseline), then one line per sentence
+    it rests on (the text, its control and contrast sentences): the query word, the key word, the weight, the
+    other words' mean weight on that key."""
+    found = every_relation(doc.get("descriptions") or [])
+    if not found:
+        return [texts.text("tables.evidence_none", lang)]
+    out = [texts.text("tables.evidence", lang)]
+    for r in found:
+        b = r.get("baseline") or {}
+        out.append(
+            texts.text(
+                "tables.evidence_head",
+                lang,
+                head=f"L{r['layer']}H{r['head']}",
+                relation=texts.text(RELATION_WORDS[r["relation"]], lang),
+                share=percent(r["score"]),
+                c=percent(r["chance"]),
+                base=_maybe_percent(b.get("weight")),
+                mine=_maybe_percent(b.get("query")),
+                rows=b.get("rows", 0),
+                p=p_words(b.get("p"), lang) or "–",
+            )
+        )
+        for e in r.get("evidence", ()):
+            out.append(
+                texts.text(
+                    "common.evidence_row",
+                    lang,
+                    kind=texts.text(EVIDENCE_KINDS[e["kind"]], lang),
+                    text=e["text"],
+                    query=e["query"],
+                    to=e["key"],
+                    weight=percent(e["weight"]),
+                    base=_maybe_percent(e["baseline"]),
+                    n=e["others"],
+                    note="" if e["tested"] else texts.text("common.evidence_adjacent", lang),
+                )
+            )
+    return out
+
+
+def _maybe_percent(x: float | None) -> str:
+    return "–" if x is None else percent(x)
 
 
 def names_of(doc: dict) -> list[str]:

@@ -1,6 +1,6 @@
 /* The words of the page, the model card, the intervention badge and the shown head in words. */
 
-import { $ } from "../dom.js";
+import { $, el } from "../dom.js";
 import { fill } from "../text.js";
 import { wholePct } from "../format.js";
 
@@ -59,6 +59,7 @@ export function renderHeadText(state, t) {
   const doc = state.doc;
   const d = doc.descriptions ? doc.descriptions[state.layer][state.head] : null;
   $("head-description").textContent = d ? t("common.does", { text: d.text[state.lang] }) : "";
+  renderEvidence(d, t);
   const e = doc.experiment;
   const shown = !!e && e.layer === state.layer && e.head === state.head;
   $("experiment").textContent = shown ? e.text[state.lang] : "";
@@ -74,4 +75,43 @@ export function renderHeadText(state, t) {
   $("opened").hidden = !opened;
   $("bos-note").textContent = ft && s.rows
     ? t("page.bos", { token: ft.token, mine: wholePct(s.first_token), all: wholePct(ft.mean) }) : "";
+}
+
+const EVIDENCE_KINDS = { text: "common.evidence_text", control: "common.evidence_control", contrast: "common.evidence_contrast" };
+
+/** {op, p}: "< 0.001" below Python's head_words.P_FLOOR, else "= 0.004", as head_words.p_words writes it. */
+function pParts(p) {
+  if (p === null || p === undefined) return { op: "=", p: "–" };
+  return p < 0.001 ? { op: "<", p: "0.001" } : { op: "=", p: p.toFixed(3) };
+}
+
+function maybePct(x) {
+  return x === null || x === undefined ? "–" : wholePct(x);
+}
+
+/** The fold under the head's sentence: every relation credited to the head (its verdict's relations), what the
+ * other words give the same key, and each sentence's row it rests on (Python's held._evidence). Hidden when the
+ * head holds none. */
+function renderEvidence(d, t) {
+  const box = $("evidence");
+  const relations = d && d.verdict ? d.verdict.relations.filter((r) => r.evidence && r.evidence.length) : [];
+  box.hidden = relations.length === 0;
+  const parts = [];
+  for (const r of relations) {
+    const b = r.baseline || {};
+    const mine = r.evidence.find((e) => e.kind === "text") || r.evidence[0];
+    const pair = `${mine.query}→${mine.key}`;
+    parts.push(el("p", {}, t("page.evidence_head", Object.assign({
+      pair, base: maybePct(b.weight), mine: maybePct(b.query), rows: b.rows || 0,
+    }, pParts(b.p)))));
+    const list = el("ul", {});
+    for (const e of r.evidence) {
+      list.append(el("li", {}, t("common.evidence_row", {
+        kind: t(EVIDENCE_KINDS[e.kind]), text: e.text, query: e.query, to: e.key, weight: wholePct(e.weight),
+        base: maybePct(e.baseline), n: e.others, note: e.tested ? "" : t("common.evidence_adjacent"),
+      }).trim()));
+    }
+    parts.push(list);
+  }
+  $("evidence-rows").replaceChildren(...parts);
 }
