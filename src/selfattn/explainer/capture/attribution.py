@@ -1,0 +1,120 @@
+"""Attribution patching (Nanda 2023; Syed, Rager & Conmy 2023): the first-order estimate of activation patching,
+every head and every (layer, position) of the residual stream from three passes instead of one per patch.
+
+Exact patching (`patching.patch_heads`, `patching.patch_residual`) reruns the corrupted prompt once per head
+(per layer and position) with that activation taken from the clean run. Attribution patching replaces each rerun
+by the linear term of its Taylor expansion around the corrupted run:
+
+    LD(corrupted with a ← a_clean) − LD_corrupted  ≈  (a_clean − a_corrupted) · ∂LD/∂a |corrupted
+
+summed over the activation's positions and dimensions, where LD = logit(target) − logit(foil) at the last
+position. The passes: one clean forward (the clean activations), one corrupted forward that keeps its graph,
+one backward from LD to every activation at once. The estimate is then divided by LD_clean − LD_corrupted, so it
+is in the unit of `Patching.recovered` ("share of the logit difference recovered") and sits beside it.
+
+The activations, as exact patching replaces them:
+- a head's **z**: what attention returns for that query head, (L, Dv) — the weighted sum of the values, *before*
+  the heads are joined and multiplied by W_O (TransformerLens' `hook_z`);
+- a layer's **residual** at one position: the block's output there, (d_model,).
+
+The gradient is the derivative of LD through the whole model (later heads, MLPs, norms): each activation gets
+a zero tensor added on the way out (`a + δ`, δ = 0) and the gradient is taken with respect to δ
+(`torch.autograd.grad`, so nothing accumulates in the model's parameters' `.grad`, and nothing is set on it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...functional import intercept
+from ...kernels.base import Result
+from .patching import _check_pair, _first, _ld, _logits, _on_blocks, _share, _with_residuals, blocks_of
+
+__all__ = ["Attribution", "attribute"]
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Attribution patching clean → corrupted.
+
+    clean_ld, corrupted_ld  logit differences target − foil at the last position (float64)
+    heads     (n_layers, n_heads) each head's estimated share of LD_clean − LD_corrupted recovered
+    residual  (n_layers, L) each layer's residual at each position, the same
+    heads_ld, residual_ld   the same estimates in logits (before the division)
+    """
+
+    clean_ld: float
+    corrupted_ld: float
+    heads: torch.Tensor
+    residual: torch.Tensor
+    heads_ld: torch.Tensor
+    residual_ld: torch.Tensor
+
+
+def attribute(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch.Tensor, target: int, foil: int):
+    """Every head's and every residual position's attribution (the module's doc): one clean forward, one corrupted
+    forward with its graph, one backward.
+
+    clean, corrupted  (1, L) token ids of the same length;  target, foil  token ids
+    Returns `Attribution`."""
+    _check_pair(clean, corrupted)
+    clean_logits, clean_z, clean_resid = _with_residuals(model, clean)
+    blocks = blocks_of(model, len(clean_z))
+    deltas: list[torch.Tensor] = []  # per layer δ (1, H, L, Dv) on z
+    corrupted_z: list[torch.Tensor] = []  # per layer the corrupted z (1, H, L, Dv)
+    residuals: list[torch.Tensor] = []  # per layer the corrupted block output (1, L, d_model)
+    resid_deltas: list[torch.Tensor] = []
+
+    def on_z(request, compute):
+        result = compute(request)
+        delta = torch.zeros_like(result.output, requires_grad=True)
+        deltas.append(delta)
+        corrupted_z.append(result.output.detach())
+        return Result(result.output + delta, result.weights, result.lse)
+
+    def on_block(layer, output):
+        hidden = _first(output)
+        delta = torch.zeros_like(hidden, requires_grad=True)
+        resid_deltas.append(delta)
+        residuals.append(hidden.detach())
+        hidden = hidden + delta
+        return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+    with torch.enable_grad(), _on_blocks(blocks, on_block), intercept(on_z):
+        logits = _logits(model(corrupted))
+        ld = _ld(logits, target, foil)[0]
+    if len(deltas) != len(clean_z) or len(resid_deltas) != len(blocks):
+        raise ValueError(
+            f"{type(model).__name__} made {len(deltas)} attention calls and {len(resid_deltas)} block calls on the "
+            f"corrupted prompt, {len(clean_z)} and {len(blocks)} on the clean one"
+        )
+    grads = torch.autograd.grad(ld, deltas + resid_deltas, allow_unused=True)
+    z_grads, r_grads = grads[: len(deltas)], grads[len(deltas) :]
+    heads_ld = torch.stack(
+        [
+            _dot(c[0] - x[0], g, dims=(-2, -1)) if g is not None else torch.zeros(c.shape[1], dtype=torch.float64)
+            for c, x, g in zip(clean_z, corrupted_z, z_grads, strict=True)
+        ]
+    )  # (n_layers, H): summed over positions and the head's dims
+    residual_ld = torch.stack(
+        [
+            _dot(c[0] - x[0], g, dims=(-1,)) if g is not None else torch.zeros(c.shape[1], dtype=torch.float64)
+            for c, x, g in zip(clean_resid, residuals, r_grads, strict=True)
+        ]
+    )  # (n_layers, L)
+    clean_ld, corrupted_ld = float(_ld(clean_logits, target, foil)), float(ld.detach())
+    return Attribution(
+        clean_ld,
+        corrupted_ld,
+        _share(heads_ld + corrupted_ld, clean_ld, corrupted_ld),
+        _share(residual_ld + corrupted_ld, clean_ld, corrupted_ld),
+        heads_ld,
+        residual_ld,
+    )
+
+
+def _dot(diff: torch.Tensor, grad: torch.Tensor, *, dims: tuple[int, ...]) -> torch.Tensor:
+    """Σ over `dims` of diff · grad[0], in float64."""
+    return (diff.double() * grad[0].double()).sum(dim=dims)
