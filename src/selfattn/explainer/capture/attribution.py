@@ -32,7 +32,7 @@ from ...functional import intercept
 from ...kernels.base import Result
 from .patching import _check_pair, _first, _ld, _logits, _on_blocks, _share, _with_residuals, blocks_of
 
-__all__ = ["Attribution", "attribute"]
+__all__ = ["Attribution", "attribute", "rank_agreement", "TOP_HEADS"]
 
 
 @dataclass(frozen=True)
@@ -118,3 +118,26 @@ def attribute(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch.Tens
 def _dot(diff: torch.Tensor, grad: torch.Tensor, *, dims: tuple[int, ...]) -> torch.Tensor:
     """Σ over `dims` of diff · grad[0], in float64."""
     return (diff.double() * grad[0].double()).sum(dim=dims)
+
+
+TOP_HEADS = 10
+"""How many heads (the largest by exact patching) the rank agreement is measured on."""
+
+
+def rank_agreement(exact: torch.Tensor, estimate: torch.Tensor, top: int = TOP_HEADS) -> dict:
+    """How well `estimate` ranks the heads `exact` ranks first: on the `top` heads with the largest exact value
+    (n_layers, n_heads → flattened), the Spearman correlation of the two values (the Pearson correlation of their
+    ranks; ties broken by position), and how many of those heads are also among the estimate's `top`.
+
+    Returns {top, spearman, shared}; spearman None with fewer than two heads."""
+    if exact.shape != estimate.shape:
+        raise ValueError(f"exact has shape {tuple(exact.shape)} but estimate {tuple(estimate.shape)}")
+    e, a = exact.reshape(-1).double(), estimate.reshape(-1).double()
+    top = min(top, e.numel())
+    chosen = torch.argsort(e, descending=True, stable=True)[:top]
+    ranks = [torch.argsort(torch.argsort(x[chosen], stable=True), stable=True).double() for x in (e, a)]
+    centred = [r - r.mean() for r in ranks]
+    norm = float(centred[0].norm() * centred[1].norm())
+    spearman = None if norm == 0 else float((centred[0] * centred[1]).sum()) / norm
+    theirs = set(torch.argsort(a, descending=True, stable=True)[:top].tolist())
+    return {"top": top, "spearman": spearman, "shared": len(theirs & set(chosen.tolist()))}
