@@ -273,6 +273,15 @@ class Explanation:
             target, foil, exact = ran["target"]["id"], ran["foil"]["id"], ran
         return experiments.attribution(self.explainer, self.text, corrupted, target=target, foil=foil, exact=exact)
 
+    def run_with_hooks(self, text: str | None = None, *, fwd_hooks) -> torch.Tensor:
+        """The logits (1, L, V) of the model on `text` (default this text) with `fwd_hooks` [(name, fn)] on named
+        activations: fn(tensor, name) reads the tensor in `cache`'s layout and may return a replacement
+        (`capture.named_hooks.run_with_hooks`: q, k, v, pattern, z, resid_post). Nothing stays on the model."""
+        from .capture.named_hooks import run_with_hooks
+
+        _, ids, extra, _ = self.explainer.cut(self.text if text is None else text)
+        return run_with_hooks(self.explainer.model, torch.as_tensor(ids), fwd_hooks, **extra)
+
     @functools.cached_property
     def cache(self):
         """Every captured activation under a TransformerLens-like name (`named_cache.NamedCache`, docs/cache.md):
