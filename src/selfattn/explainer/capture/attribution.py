@@ -8,9 +8,12 @@ by the linear term of its Taylor expansion around the corrupted run:
     LD(corrupted with a ← a_clean) − LD_corrupted  ≈  (a_clean − a_corrupted) · ∂LD/∂a |corrupted
 
 summed over the activation's positions and dimensions, where LD = logit(target) − logit(foil) at the last
-position. The passes: one clean forward (the clean activations), one corrupted forward that keeps its graph,
-one backward from LD to every activation at once. The estimate is then divided by LD_clean − LD_corrupted, so it
-is in the unit of `Patching.recovered` ("share of the logit difference recovered") and sits beside it.
+position. The passes: the clean and the corrupted prompt as one batch of two in one forward pass that keeps its
+graph (the clean row gives the clean activations and LD_clean, the corrupted row the point the gradient is taken
+at), one backward from the corrupted row's LD to every activation at once (and, before, a run of one token that
+counts the layers). Only the last position's logits are computed where the model allows it (`logits_to_keep`).
+The estimate is then divided by LD_clean − LD_corrupted, so it is in the unit of `Patching.recovered` ("share of
+the logit difference recovered") and sits beside it.
 
 The activations, as exact patching replaces them:
 - a head's **z**: what attention returns for that query head, (L, Dv) — the weighted sum of the values, *before*
@@ -30,7 +33,7 @@ import torch
 
 from ...functional import intercept
 from ...kernels.base import Result
-from .patching import _check_pair, _first, _ld, _logits, _on_blocks, _share, _with_residuals, blocks_of
+from .patching import _check_pair, _first, _last_logits, _ld, _on_blocks, _share, blocks_of
 
 __all__ = ["Attribution", "attribute", "rank_agreement", "TOP_HEADS"]
 
@@ -54,57 +57,48 @@ class Attribution:
 
 
 def attribute(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch.Tensor, target: int, foil: int):
-    """Every head's and every residual position's attribution (the module's doc): one clean forward, one corrupted
-    forward with its graph, one backward.
+    """Every head's and every residual position's attribution (the module's doc): one forward of the clean and the
+    corrupted prompt together with its graph, one backward.
 
     clean, corrupted  (1, L) token ids of the same length;  target, foil  token ids
     Returns `Attribution`."""
     _check_pair(clean, corrupted)
-    clean_logits, clean_z, clean_resid = _with_residuals(model, clean)
-    blocks = blocks_of(model, len(clean_z))
-    deltas: list[torch.Tensor] = []  # per layer δ (1, H, L, Dv) on z
-    corrupted_z: list[torch.Tensor] = []  # per layer the corrupted z (1, H, L, Dv)
-    residuals: list[torch.Tensor] = []  # per layer the corrupted block output (1, L, d_model)
+    blocks = blocks_of(model, _n_layers(model, clean))
+    z: list[torch.Tensor] = []  # per layer z (2, H, L, Dv): row 0 clean, row 1 corrupted
+    z_deltas: list[torch.Tensor] = []  # per layer δ on z, the same shape
+    residuals: list[torch.Tensor] = []  # per layer the block output (2, L, d_model)
     resid_deltas: list[torch.Tensor] = []
 
     def on_z(request, compute):
         result = compute(request)
         delta = torch.zeros_like(result.output, requires_grad=True)
-        deltas.append(delta)
-        corrupted_z.append(result.output.detach())
+        z.append(result.output.detach())
+        z_deltas.append(delta)
         return Result(result.output + delta, result.weights, result.lse)
 
     def on_block(layer, output):
         hidden = _first(output)
         delta = torch.zeros_like(hidden, requires_grad=True)
-        resid_deltas.append(delta)
         residuals.append(hidden.detach())
+        resid_deltas.append(delta)
         hidden = hidden + delta
         return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
 
     with torch.enable_grad(), _on_blocks(blocks, on_block), intercept(on_z):
-        logits = _logits(model(corrupted))
-        ld = _ld(logits, target, foil)[0]
-    if len(deltas) != len(clean_z) or len(resid_deltas) != len(blocks):
+        lds = _ld(_last_logits(model, torch.cat([clean, corrupted])), target, foil)  # (2,) clean, corrupted
+    if len(z) != len(blocks) or len(residuals) != len(blocks):
         raise ValueError(
-            f"{type(model).__name__} made {len(deltas)} attention calls and {len(resid_deltas)} block calls on the "
-            f"corrupted prompt, {len(clean_z)} and {len(blocks)} on the clean one"
+            f"{type(model).__name__} made {len(z)} attention calls and {len(residuals)} block calls on a run of its "
+            f"{len(blocks)} layers"
         )
-    grads = torch.autograd.grad(ld, deltas + resid_deltas, allow_unused=True)
-    z_grads, r_grads = grads[: len(deltas)], grads[len(deltas) :]
+    grads = torch.autograd.grad(lds[1], z_deltas + resid_deltas, allow_unused=True)  # ∂LD_corrupted / ∂·
     heads_ld = torch.stack(
-        [
-            _dot(c[0] - x[0], g, dims=(-2, -1)) if g is not None else torch.zeros(c.shape[1], dtype=torch.float64)
-            for c, x, g in zip(clean_z, corrupted_z, z_grads, strict=True)
-        ]
+        [_dot(a, g, dims=(-2, -1)) for a, g in zip(z, grads[: len(z)], strict=True)]
     )  # (n_layers, H): summed over positions and the head's dims
     residual_ld = torch.stack(
-        [
-            _dot(c[0] - x[0], g, dims=(-1,)) if g is not None else torch.zeros(c.shape[1], dtype=torch.float64)
-            for c, x, g in zip(clean_resid, residuals, r_grads, strict=True)
-        ]
+        [_dot(a, g, dims=(-1,)) for a, g in zip(residuals, grads[len(z) :], strict=True)]
     )  # (n_layers, L)
-    clean_ld, corrupted_ld = float(_ld(clean_logits, target, foil)), float(ld.detach())
+    clean_ld, corrupted_ld = float(lds[0].detach()), float(lds[1].detach())
     return Attribution(
         clean_ld,
         corrupted_ld,
@@ -115,9 +109,29 @@ def attribute(model: torch.nn.Module, clean: torch.Tensor, corrupted: torch.Tens
     )
 
 
-def _dot(diff: torch.Tensor, grad: torch.Tensor, *, dims: tuple[int, ...]) -> torch.Tensor:
-    """Σ over `dims` of diff · grad[0], in float64."""
-    return (diff.double() * grad[0].double()).sum(dim=dims)
+def _n_layers(model, ids: torch.Tensor) -> int:
+    """How many attention calls the model makes: one run of the first token (the last position's logits only)."""
+    calls = 0
+
+    def count(request, compute):
+        nonlocal calls
+        calls += 1
+        return compute(request)
+
+    with torch.no_grad(), intercept(count):
+        _last_logits(model, ids[:, :1])
+    if not calls:
+        raise ValueError(f"{type(model).__name__} made no selfattn.attention call: nothing to attribute")
+    return calls
+
+
+def _dot(both: torch.Tensor, grad: torch.Tensor | None, *, dims: tuple[int, ...]) -> torch.Tensor:
+    """Σ over `dims` of (clean − corrupted) · the corrupted row's gradient, in float64: `both` (2, …) holds the clean
+    row then the corrupted one; a gradient None (the activation does not reach LD) gives zeros."""
+    diff = (both[0] - both[1]).double()
+    if grad is None:
+        return torch.zeros(diff.sum(dim=dims).shape, dtype=torch.float64)
+    return (diff * grad[1].double()).sum(dim=dims)
 
 
 TOP_HEADS = 10
