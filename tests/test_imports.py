@@ -194,7 +194,7 @@ def test_the_tutorial_relations_are_the_probes_claims():
     """`analysis.relations.RELATIONS` writes the tutorial's claims out (it imports no model): the default model's probe
     measures the same ones."""
     from selfattn.explainer.analysis.relations import RELATIONS
-    from selfattn.model.probe import CLAIMS
+    from selfattn.model.tutorial_probe import CLAIMS
 
     written = [(r["query"], r["targets"]) for name, r in RELATIONS.items() if name != "clause2>clause1"]
     assert written == list(CLAIMS)
@@ -236,3 +236,14 @@ def test_only_the_explainers_runner_calls_the_capture_point():
     """One place runs a model to record it: `Explainer.traced` (session.py), which the pipeline's traces, the
     controls' batch and the induction probe all go through."""
     assert callers_of(CAPTURE_ENTRIES, "selfattn.explainer.capture.trace") == {"selfattn.explainer.session"}
+
+
+def test_one_basename_one_meaning():
+    """A module's file name says its room's job once: no two modules of the package share a base name (a package's
+    `__init__` and `__main__` aside), so `probe.py` or `heads.py` never means two things."""
+    seen: dict[str, list[str]] = {}
+    for name, path in module_names().items():
+        if path.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(path.name, []).append(name)
+    twice = {base: names for base, names in seen.items() if len(names) > 1}
+    assert not twice, twice

@@ -19,7 +19,7 @@ GIB = 1 << 30
 
 
 def test_one_table_of_sizes_under_both_families_of_field_names():
-    from selfattn.explainer import sources
+    from selfattn.explainer.source import resolve as sources
     from selfattn.model import decoder, encoder
 
     assert sources.LIMITS is limits.TRANSFORMERS_LIMITS

@@ -44,14 +44,15 @@ def test_generic_scorers_name_no_feature(path):
     assert named == [], f"{path} names {named}: ask the rule (bias, apart, features) instead"
 
 
-def test_at_most_eight_files_name_alibi():
-    """The issue's bound: the rule entry, the reference, the C++ branch, the flex mod, the public signature,
-    SDPA's refusal note, and the model-card reading of a transformers config (sources, its text)."""
+def test_at_most_nine_files_name_alibi():
+    """The bound: the rule entry, the reference, the C++ branch, the flex mod, the public signature, SDPA's refusal
+    note, the model-card reading of a transformers config (source/resolve, its text), and FlashAttention's drop-in
+    (`compat.flash_attn_func`'s alibi_slopes, FlashAttention's own name)."""
     files = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*") if p.is_file() and p.suffix in (".py", ".cpp", ".h"))
     naming = {f for f in files if "alibi" in (SRC / f).read_text(errors="replace")}
     # the C++ is one translation unit (attention.cpp and the csrc/ headers it includes): one branch, one place
     units = {"kernels/csrc" if f.startswith("kernels/csrc/") else f for f in naming}
-    assert len(units) <= 8, sorted(units)
+    assert len(units) <= 9, sorted(units)
 
 
 def test_a_backend_refuses_what_its_capabilities_leave_out_by_the_rule():

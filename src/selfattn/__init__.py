@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the names below load on first use (`__getattr__`); a type c
     from .weights import attention_weights, weights_from_lse
 
 __version__ = "0.1.0"
+"""The package's version (PEP 440), read by the exports (--json's selfattn_version) and the wheel's metadata."""
 
 _LAZY: dict[str, tuple[str, str | None]] = {
     "attention": ("selfattn.functional", "attention"),

@@ -59,7 +59,7 @@ def _walkthrough(args) -> int:
     if args.json:
         _print_json(doc, indent=2)
     else:
-        from .render.walkthrough import render
+        from .render.print_walkthrough import render
 
         render(doc, _console())
     return 0
@@ -125,7 +125,7 @@ def _explain(args) -> int:
 
         table = csv_table.rows(e, attribution)
     files = outputs.render(
-        doc, **paths, force=args.force, lang=args.lang, arrays=arrays, store=session.packed, table=table
+        e, doc, **paths, force=args.force, lang=args.lang, arrays=arrays, store=session.packed, table=table
     )
     if "patching" in doc and args.plots is not None:
         from .explainer.views import patching_plot
@@ -209,7 +209,7 @@ def _check_train_outputs(args) -> None:
 
 def _train(args) -> int:
     from .model.train import run_training
-    from .render.train import format_train_summary
+    from .render.print_train import format_train_summary
 
     _check_train_outputs(args)
     summary = run_training(
@@ -235,7 +235,7 @@ def _generate(args) -> int:
     from .explainer.session import check_text  # generate refuses the texts explain refuses
     from .model.checkpoint import load_checkpoint, load_default
     from .model.generate import generate_text
-    from .render.generate import format_generation
+    from .render.print_generate import format_generation
 
     text = check_text(args.text)
     lm, tokenizer, _ = load_default() if args.model is None else load_checkpoint(args.model)
@@ -262,7 +262,7 @@ def _bench(args) -> int:
 
     if args.explain:
         from .bench.cases import EXTRA_CASES, select, split_names
-        from .bench.dispatch import explain_case
+        from .bench.dispatch_report import explain_case
 
         kernel_names, extra_names = split_names(args.case)
         parts = [explain_case(case) for case in select(kernel_names, args.quick)]
@@ -292,7 +292,7 @@ def _bench(args) -> int:
 
 def _vocab(args) -> int:
     from .explainer.session import vocabulary
-    from .render.vocab import format_vocabulary
+    from .render.print_vocab import format_vocabulary
 
     words = vocabulary(args.model)
     if args.json:

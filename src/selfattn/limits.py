@@ -311,8 +311,7 @@ mask) unless `budget(...)` says otherwise: 1 GiB."""
 
 CACHED_KV_BYTES = 6 << 20
 """Under GQA SDPA reads a kv head's K and V once per query head; while they take at most this much the repeats
-hit the cache (`CACHED_READ_GBPS`), beyond it they come from memory again (one decoding step, 8 query heads on one
-kv head: 1.25× native's old time at Lk = 16384, 8 MiB; 2-core EPYC, scripts/measure_auto.py)."""
+hit the cache (`CACHED_READ_GBPS`), beyond it they come from memory again (measured: docs/calibration.md)."""
 
 TILE_BUDGET_BYTES = 8 << 20
 """Most bytes one score tile (heads × rows × keys) may take; more heads are split into chunks."""

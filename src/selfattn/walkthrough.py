@@ -1,7 +1,7 @@
 """`selfattn walkthrough`: the tutorial "Self-Attention 是什么", executed step by step.
 
 `build(lang, d_k, seed)` computes every number with `selfattn.reference` and returns one
-plain dict (the content); `selfattn.render.walkthrough.render(doc, console)` draws it with rich,
+plain dict (the content); `selfattn.render.print_walkthrough.render(doc, console)` draws it with rich,
 and `--json` prints the same dict. One source, two views. Imports no torch.
 """
 

@@ -2,6 +2,7 @@
 (`pipeline.explain`) serialized by `views.export.document` through a `pipeline.Session`.
 
     doc = explained(explainer, "一只蓝色怪兽走进森林", layer=1, head=0, intervention=Intervention(...))
+    e = explanation(explainer, "一只蓝色怪兽走进森林", layer=1, head=0)   # the Explanation itself (plots read it)
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ def explained(
     spec = Spec(text, layer=layer, head=head, find=find, ablate=ablate, **changed)
     session = Session(explainer, cache=cache)
     return session.document(session.explain(spec, compare=compare), stages=stages, layers=layers, lang=lang)
+
+
+def explanation(explainer, text: str = DEFAULT_TEXT, **spec):
+    """The `Explanation` of `text` on `explainer` (`pipeline.explain` through a Session). spec: the `pipeline.Spec`
+    fields (layer, head, intervention, find, ablate, …)."""
+    return Session(explainer).explain(Spec(text, **spec))
 
 
 def checked(explainer, text: str = DEFAULT_TEXT, *, layers=None, **spec) -> dict:

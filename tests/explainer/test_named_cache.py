@@ -1,17 +1,19 @@
 """`Explanation.cache` (`named_cache.NamedCache`): every name's tensor equals what plain transformers hooks read
 from the same weights run by transformers' own eager attention (tiny Llama with RoPE and GQA, tiny GPT-2):
 forward hooks on the projections, the attention module and the decoder layers, `output_attentions=True` for
-the pattern, transformers' own `apply_rotary_pos_emb` for Llama's rotated queries and keys."""
+the pattern, each head alone through the output projection for hook_result, transformers' own
+`apply_rotary_pos_emb` for Llama's rotated queries and keys."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
 import selfattn
-from selfattn.explainer.named_cache import ATTENTION_HOOKS, BLOCK_HOOKS, act_name
+from selfattn.explainer.named_cache import ATTENTION_HOOKS, BLOCK_HOOKS, NamedCache, act_name
 from tests.hf import models
 from tests.tolerances import TOL
 
@@ -79,7 +81,16 @@ def _reference(kind: str, ids: torch.Tensor) -> list[dict]:
             cos, sin = model.model.rotary_emb(q[None], torch.arange(L)[None])
             rq, rk = apply_rotary_pos_emb(q.transpose(0, 1)[None], k.transpose(0, 1)[None], cos, sin)
             s["q"], s["k"] = rq[0].transpose(0, 1), rk[0].transpose(0, 1)
-        s["z"] = s.pop("joined").reshape(L, n_heads, D)
+        joined = s.pop("joined")  # (L, H·D)
+        s["z"] = joined.reshape(L, n_heads, D)
+        w_o = blocks[l].attn.c_proj if kind == "gpt2" else blocks[l].self_attn.o_proj
+        with torch.no_grad():  # head h alone through W_O, its bias taken off: (L, H, d)
+            heads = []
+            for h in range(n_heads):
+                alone = torch.zeros_like(joined)
+                alone[:, h * D : (h + 1) * D] = joined[:, h * D : (h + 1) * D]
+                heads.append(w_o(alone) - w_o(torch.zeros_like(joined)))
+            s["result"] = torch.stack(heads, dim=1)
         s["pattern"] = got.attentions[l][0]
         s["scale"] = 1 / math.sqrt(D)
     return seen
@@ -90,10 +101,12 @@ def test_every_name_is_what_plain_hooks_read(kind):
     e = selfattn.explain(TEXT, (models.build(kind, seed=0), models.tokenizer()))
     cache = e.cache
     ref = _reference(kind, e.tokens.ids)
+    held = [layer.out_proj is not None for layer in e.trace.layers]
+    assert all(held)  # both models' output projections are found by the capture
     assert len(cache) == len(list(cache.keys())) == len(ref) * (len(ATTENTION_HOOKS) + len(BLOCK_HOOKS))
     L = len(e.tokens)
     for l, r in enumerate(ref):
-        for short in ("input", "q", "k", "v", "z", "pattern", "attn_out", "resid_post"):
+        for short in ("input", "q", "k", "v", "z", "result", "pattern", "attn_out", "resid_post"):
             mine = cache[act_name(short, l)]
             assert mine.shape == r[short].shape, (short, l)
             assert torch.allclose(mine.double(), r[short].double(), atol=CLOSE), (short, l)
@@ -114,7 +127,17 @@ def test_unknown_names_are_refused_naming_the_forms():
     e = selfattn.explain(TEXT, (models.build("gpt2", seed=0), models.tokenizer()))
     cache = e.cache
     assert "blocks.1.attn.hook_pattern" in cache and ("resid_post", 0) in cache
-    for bad in ("blocks.0.attn.hook_result", "blocks.9.attn.hook_q", "pattern", ("pattern", "0"), 3):
+    for bad in ("blocks.0.attn.hook_rezult", "blocks.9.attn.hook_q", "pattern", ("pattern", "0"), 3):
         assert bad not in cache
         with pytest.raises(KeyError, match="no activation named|layer must be|named by a str"):
             cache[bad]
+
+
+def test_hook_result_is_absent_where_the_capture_holds_no_output_projection():
+    e = selfattn.explain(TEXT, (models.build("llama", seed=0), models.tokenizer()))
+    first = dataclasses.replace(e.trace.layers[0], out_proj=None)
+    cache = NamedCache(dataclasses.replace(e.trace, layers=[first, *e.trace.layers[1:]]))
+    assert "blocks.0.attn.hook_result" not in cache and "blocks.1.attn.hook_result" in cache
+    assert len(cache) == len(list(cache)) == len(list(e.cache)) - 1
+    with pytest.raises(KeyError, match="no output projection W_O for layer 0"):
+        cache["result", 0]

@@ -11,8 +11,8 @@ from selfattn.model.data import paragraphs
 from selfattn.model.evaluate import lm_metrics, measure_agreement, paragraph_metrics, ref_agreement
 from selfattn.model.generate import generate_text
 from selfattn.model.grammar import grammar_errors
-from selfattn.model.probe import attention_maps, attention_probe
 from selfattn.model.train import PRESETS, default_command, fourier_positions
+from selfattn.model.tutorial_probe import attention_maps, attention_probe
 from tests.tolerances import TOL
 
 MAX_BYTES = 5 * 1024 * 1024

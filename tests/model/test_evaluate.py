@@ -9,7 +9,7 @@ from selfattn.model.corpus import MEASURES, with_measure
 from selfattn.model.data import paragraphs
 from selfattn.model.decoder import DecoderConfig, DecoderLM
 from selfattn.model.evaluate import paragraph_loss, paragraph_metrics
-from selfattn.model.probe import CLAIMS, paragraph_probe
+from selfattn.model.tutorial_probe import CLAIMS, paragraph_probe
 from tests.tolerances import TOL
 
 MAX_LEN = 96

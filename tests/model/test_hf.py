@@ -10,7 +10,7 @@ from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel, 
 from selfattn.model.decoder import DecoderLM
 from selfattn.model.encoder import Encoder
 from selfattn.model.generate import generate
-from selfattn.model.hf import load_bert, load_gpt2
+from selfattn.model.hf_checkpoints import load_bert, load_gpt2
 from tests.tolerances import TOL
 
 SENTENCES = [

@@ -11,7 +11,7 @@ import torch
 import selfattn
 from selfattn.functional import use_backend
 from selfattn.model.decoder import DecoderConfig, DecoderLM
-from selfattn.model.probe import attention_maps
+from selfattn.model.tutorial_probe import attention_maps
 from tests.tolerances import TOL
 
 V = 37

@@ -13,8 +13,8 @@ from selfattn.cli import main
 from selfattn.model.checkpoint import save_checkpoint
 from selfattn.model.decoder import DecoderConfig, DecoderLM
 from selfattn.model.tokenizer import SPECIAL_TOKENS, WordTokenizer
-from selfattn.render.generate import format_generation
-from selfattn.render.vocab import format_vocabulary
+from selfattn.render.print_generate import format_generation
+from selfattn.render.print_vocab import format_vocabulary
 
 LINK = "\x1b]8;;https://evil.example\x07click\x1b]8;;\x07"
 CLEAR = "\x1b[2J\x1b[H"

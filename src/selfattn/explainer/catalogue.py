@@ -45,7 +45,7 @@ PREFIXES = {
     "relations": "the tutorial relations (analysis/relations.py)",
     "server": "the app's answers over HTTP (web/server.py)",
     "model": "a model card: architecture, tokens the model does not know, how pieces are grouped",
-    "positions": "a model's positional scheme (explainer/sources.py position_scheme)",
+    "positions": "a model's positional scheme (explainer/source/resolve.py position_scheme)",
     "tokenizer": "a tokenizer's kind (explainer/pieces.py tokenizer_kind)",
     "gqa": "grouped-query attention's sharing of keys and values",
     "encoder": "what an encoder cannot do",

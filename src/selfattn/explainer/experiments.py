@@ -25,8 +25,8 @@ import torch
 
 from .. import checks
 from ..limits import MAX_ABLATED_HEADS, MAX_PATCH_TOKENS, SIZES
+from . import induction_probe as _probe
 from . import pieces as _pieces
-from . import probe as _probe
 from . import session as _session
 from .analysis import heads, held, summary
 from .analysis import taxonomy as _taxonomy
@@ -34,10 +34,10 @@ from .analysis.answers import head_answers
 from .analysis.roles import has_roles
 from .capture import lens as _lens
 from .capture import patching as _patching
+from .induction_probe import PROBE_LENGTH, PROBE_TRIES, frame, own_ids, probe_bos, probe_ids, vocab_size
 from .interventions import Intervention
-from .probe import PROBE_LENGTH, PROBE_TRIES, frame, own_ids, probe_bos, probe_ids, vocab_size
 from .views import findings
-from .views.heads import describe
+from .views.head_sentences import describe
 
 __all__ = [
     "PROBE_LENGTH",
@@ -176,7 +176,8 @@ def _check_heads(explainer, trace_heads: list[tuple[int, int]], n_layers: int, n
 
 
 def _token(explainer, i: int) -> dict:
-    """{token, shown, id}: one token, `shown` as a person reads it (`pieces.shown_piece`, as `export.predictions`:
+    """{token, shown, id}: one token, `shown` as a person reads it (`pieces.shown_piece`, as
+    `analysis.predictions.predictions`:
     "␣Mary", an invisible character written out)."""
     token = explainer.decode(i)
     shown = _pieces.shown_piece(token) if explainer.shown is None else explainer.shown(i)

@@ -20,15 +20,17 @@ Hkv key/value heads, L tokens, D head width, d the model width):
                                                 terms), −inf where a key is hidden
     blocks.{l}.attn.hook_pattern   (H, L, L)    the weights (rows = queries)
     blocks.{l}.attn.hook_z         (L, H, D)    each head's output before W_O: weights · V
+    blocks.{l}.attn.hook_result    (L, H, d)    each head's output after W_O: z_h · W_O[:, h·D:(h+1)·D]ᵀ, without
+                                                W_O's bias (summed over heads, plus the bias: hook_attn_out), where
+                                                the capture holds W_O (`LayerTrace.out_proj`); absent elsewhere
     blocks.{l}.hook_attn_out       (L, d)       the attention module's output (heads joined, W_O applied)
     blocks.{l}.hook_resid_post     (L, d)       the output of the block holding the attention module
 
 q, k, v, hook_input, hook_attn_out and hook_resid_post are the captured tensors, in the model's dtype (views, not
 copies). attn_scores, pattern and z are not stored by a capture (O(L²) per head): they are recomputed from Q, K,
 V and the lse (`LayerTrace.stages`) in float64 when read, each time, so reading one costs one layer's
-computation. `hook_resid_pre` of block l > 0 is `hook_resid_post` of block l − 1; block 0's (the embeddings) is
-not captured. `hook_result` (each head's output after W_O) needs the output projection, which a trace does not
-hold: it is not offered.
+computation; result is z (float64) times the model's W_O. `hook_resid_pre` of block l > 0 is `hook_resid_post` of
+block l − 1; block 0's (the embeddings) is not captured.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from .trace_types import LayerTrace, ModelTrace
 
 __all__ = ["NamedCache", "ATTENTION_HOOKS", "BLOCK_HOOKS", "act_name"]
 
-ATTENTION_HOOKS = ("input", "q", "k", "v", "attn_scores", "pattern", "z")
+ATTENTION_HOOKS = ("input", "q", "k", "v", "attn_scores", "pattern", "z", "result")
 """The names under `blocks.{l}.attn.hook_…`, in the order `keys()` gives them."""
 BLOCK_HOOKS = ("attn_out", "resid_post")
 """The names under `blocks.{l}.hook_…`."""
@@ -65,6 +67,14 @@ def _all_heads(layer: LayerTrace, stage: str) -> torch.Tensor:
     return torch.stack([layer.stages(h, weighted=stage == "weighted")[stage] for h in range(layer.n_heads)])
 
 
+def _result(layer: LayerTrace) -> torch.Tensor:
+    """(L, H, d) each head's z times its slice of W_O, float64."""
+    z = _all_heads(layer, "weighted")  # (H, L, D)
+    H, _, D = z.shape
+    w = layer.out_proj.to(torch.float64).reshape(-1, H, D)  # (d, H, D): head h's columns h·D … (h+1)·D − 1
+    return torch.einsum("hld,ehd->lhe", z, w)
+
+
 _READ: dict[str, Callable[[LayerTrace], torch.Tensor]] = {
     "input": lambda t: t.x,
     "q": lambda t: t.q.transpose(0, 1),
@@ -73,6 +83,7 @@ _READ: dict[str, Callable[[LayerTrace], torch.Tensor]] = {
     "attn_scores": lambda t: _all_heads(t, "masked"),
     "pattern": lambda t: _all_heads(t, "weights"),
     "z": lambda t: _all_heads(t, "weighted").transpose(0, 1),
+    "result": _result,
     "attn_out": lambda t: t.attn_out,
     "resid_post": lambda t: t.output,
 }
@@ -88,14 +99,15 @@ class NamedCache(Mapping):
         self.trace = trace
 
     def _names(self, layer: int) -> list[str]:
-        return [act_name(s, layer) for s in ATTENTION_HOOKS + BLOCK_HOOKS]
+        held = self.trace.layers[layer].out_proj is not None if 0 <= layer < self.trace.n_layers else False
+        return [act_name(s, layer) for s in ATTENTION_HOOKS + BLOCK_HOOKS if s != "result" or held]
 
     def __iter__(self) -> Iterator[str]:
         for layer in range(self.trace.n_layers):
             yield from self._names(layer)
 
     def __len__(self) -> int:
-        return self.trace.n_layers * (len(ATTENTION_HOOKS) + len(BLOCK_HOOKS))
+        return sum(len(self._names(layer)) for layer in range(self.trace.n_layers))
 
     def __contains__(self, name) -> bool:
         try:
@@ -112,6 +124,10 @@ class NamedCache(Mapping):
             raise KeyError(f"an activation is named by a str or (short name, layer), got {name!r}")
         found = _NAME.fullmatch(name)
         short = None if found is None else found.group(2) or found.group(3)
+        if found is not None and short == "result" and name == act_name("result", int(found.group(1))):
+            layer = int(found.group(1))
+            if 0 <= layer < self.trace.n_layers and self.trace.layers[layer].out_proj is None:
+                raise KeyError(f"{name!r}: the capture holds no output projection W_O for layer {layer}")
         if found is None or name not in self._names(int(found.group(1))) or short is None:
             raise KeyError(
                 f"no activation named {name!r}: names are blocks.{{l}}.attn.hook_{{{'|'.join(ATTENTION_HOOKS)}}} and "
@@ -127,4 +143,4 @@ class NamedCache(Mapping):
         return _READ[short](self.trace.layers[layer])
 
     def __repr__(self) -> str:
-        return f"<NamedCache: {self.trace.n_layers} layers × {len(self) // max(self.trace.n_layers, 1)} names>"
+        return f"<NamedCache: {self.trace.n_layers} layers, {len(self)} names>"

@@ -36,6 +36,8 @@ from .. import checks
 from ..limits import CACHE_BYTES
 from . import experiments, formula
 from .analysis import experiment, heads, held, summary
+from .analysis.predictions import predictions as predictions_of
+from .analysis.predictions import starts_with_special
 from .analysis.roles import piece_roles
 from .capture.cache import TraceCache
 from .interventions import REGISTRY, SCOPE, Intervention
@@ -190,12 +192,12 @@ def explain(
     )
     complete = None if intervention else explainer.complete  # completed by the model as it is, not under a change
     predictions = tuple(
-        Prediction(**p) for p in export.predictions(trace, explainer.decode, shown=explainer.shown, complete=complete)
+        Prediction(**p) for p in predictions_of(trace, explainer.decode, shown=explainer.shown, complete=complete)
     )
     compared = None
     if checks.boolean("compare", compare) and intervention.needs_baseline():
         base = explainer.trace_with_controls(text, cache=cache, cut=cut)[0]  # traced as the text was: one batch
-        before = export.predictions(base, explainer.decode)
+        before = predictions_of(base, explainer.decode)
         numbers = experiment.compare(base, trace, shown.layer, shown.head, before, [p.as_dict() for p in predictions])
         compared = numbers | {"text": experiment_words.sentences(numbers, trace.tokens)}
     patching = lens = None
@@ -230,7 +232,7 @@ def explain(
         search=None if spec.find is None else heads.search(trace, *find_positions(trace, spec.find)),
         first_token=(
             heads.first_token_note(trace, table, (shown.layer, shown.head))
-            if export.starts_with_special(trace)  # the note on the first token: only for a special token
+            if starts_with_special(trace)  # the note on the first token: only for a special token
             else None
         ),
         roles=tuple(piece_roles(trace.pieces.spans, held.words_of(trace, explainer.user_words))),

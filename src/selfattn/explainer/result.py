@@ -5,6 +5,7 @@
     e.trace.layers[1].q                                # (H, L, D): every captured tensor, as tensors
     e.answers.describe(1, 0)["text"]["en"]             # one head's answer in words
     e.weights(1, 0)                                    # (L, L) float64 weights of one head
+    e.contributions(1, 0)                              # (L, L) float64 ‖α_ij · v_j W_O^h‖: what each key moves
     e.intervene(no_causal={}); e.run(ablate="1.0"); e.compare("一只红色怪兽走进森林")   # new Explanations
     e.show("head"); e.save_html("page.html"); e.to_json()                             # views of it
 
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .analysis.contributions import contributions as _contributions
 from .interventions import Intervention
 from .pieces import Pieces
 from .trace_types import ModelTrace
@@ -218,6 +220,13 @@ class Explanation:
         """(L, L) float64: the attention weights of one head, rows = queries (from the trace's Q, K, lse)."""
         layer, head = self.check_head(layer, head)
         return self.trace.layers[layer].stages(head, weighted=False)["weights"]
+
+    def contributions(self, layer: int, head: int) -> torch.Tensor:
+        """(L, L) float64: what each key contributes to one head's output at each query, ‖α_ij · v_j W_O^h‖ (value-
+        weighted attention, `analysis.contributions`); a ValueError where the layer's output projection was not
+        found."""
+        layer, head = self.check_head(layer, head)
+        return _contributions(self.trace.layers[layer], head, self.weights(layer, head))
 
     def table(self, layer: int | None = None, head: int | None = None) -> HeadTable:
         """One head's weights with its tokens as a table (default: the head shown first)."""

@@ -30,13 +30,15 @@ import torch
 from .. import checks
 from ..model import corpus
 from . import catalogue as texts
-from . import formula, sources
+from . import formula
+from . import induction_probe as _probe
 from . import pieces as P
-from . import probe as _probe
 from .analysis import heads, held
+from .capture.batching import Unbatchable
 from .capture.cache import TraceCache
-from .capture.trace import Unbatchable, capture, capture_batch
+from .capture.trace import capture, capture_batch
 from .interventions import Intervention
+from .source import resolve as sources
 from .trace_types import ModelTrace
 
 __all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report", "dtype_name"]
@@ -127,7 +129,7 @@ class Explainer:
     def from_transformers(cls, model: torch.nn.Module, tokenizer, *, name: str | None = None) -> Explainer:
         """An Explainer of a transformers model already loaded with attn_implementation="selfattn" and its
         tokenizer (`loaders.wrap`: the same dry run as a folder)."""
-        from . import loaders
+        from .source import build as loaders
 
         return cls(**loaders.wrap(model, tokenizer, name=name))
 
@@ -165,7 +167,7 @@ class Explainer:
 
     @classmethod
     def _from_transformers(cls, source: sources.Source, config: dict, dtype: torch.dtype) -> Explainer:
-        from . import loaders
+        from .source import build as loaders
 
         return cls(**loaders.load(source, config, dtype))
 

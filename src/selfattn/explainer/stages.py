@@ -1,10 +1,12 @@
-"""`head_stages`: the tutorial's stages of some query rows of one head, recomputed from its Q, K and lse.
+"""`head_stages`: the tutorial's stages of some query rows of one head, recomputed from its Q and K.
 
 The explainer keeps no N×N matrix (`trace`): every view that shows scores, masked scores or weights asks
 this function for the rows it shows, and it applies the one score rule (`selfattn.scores.ScoreRule`)
-with everything the attention call had — scale, softcap, the head's per-head score features, visibility
-(causal rule, window, padding, packed sequences) — and the call's own lse, which includes the head's sink when the
-layer has sinks.
+with everything the attention call had — scale, softcap, the head's per-head score features (its sink), visibility
+(causal rule, window, padding, packed sequences). A row's weights are the softmax of its masked scores in the
+stages' dtype (float64 for what is shown): each row's lse is taken from those scores (and the sink), so a shown row
+sums to 1 (1 − the sink's share) to float64's rounding and no weight exceeds 1, whatever precision the model ran in.
+`heads_weights` (every head of a layer at once, for the head types' measures) reads the call's own lse instead.
 """
 
 from __future__ import annotations
@@ -20,19 +22,20 @@ __all__ = ["head_stages", "heads_weights", "sink_share"]
 
 
 def head_stages(
-    q, k, lse, *, scale: float, softcap: float | None, visible, v=None, rows=None, **features: float | None
+    q, k, *, scale: float, softcap: float | None, visible, v=None, rows=None, **features: float | None
 ) -> dict[str, torch.Tensor]:
     """The tutorial's stages of R query rows of one head, in the dtype of q, by the score rule
     (`selfattn.scores.ScoreRule`, the one copy of the formula every backend uses).
 
-    q (R, D), k (L, D), lse (R,) (with the sink, as the kernel returned it), visible (R, L) bool (True = may
+    q (R, D), k (L, D), visible (R, L) bool (True = may
     look: causal rule, window, padding, packed sequences), v (L, Dv) or None; rows (R,) the query positions of q's
     rows (default 0 … R − 1; a per-head position term such as ALiBi's |i − j| needs them); features the
     head's value of each per-head score feature by name (`scores.FEATURES`; None: not set), e.g. its sink logit.
     scores (R, L) = Q Kᵀ;  scaled (R, L) = scores · scale (then softcap·tanh(·/softcap) if a softcap
     is set);  mask (R, L) = visible;  masked (R, L) = scaled + the head's position terms, −inf where hidden;
-    weights (R, L) = exp(masked − lse);  weighted (R, Dv) = weights · V (only when v is given);
-    sink (R,) = exp(sink − lse), the sink's share (only with a sink): weights.sum(−1) + sink = 1.
+    weights (R, L) = exp(masked − lse_row), lse_row = log(Σ_j exp(masked_j) + exp(sink)) in q's dtype;
+    weighted (R, Dv) = weights · V (only when v is given);  sink (R,) = exp(sink − lse_row), the sink's share
+    (only with a sink): weights.sum(−1) + sink = 1.
     """
     scores = q @ k.T
     per_head = {
@@ -40,11 +43,14 @@ def head_stages(
     }
     scaled, masked = _scored(scores[None], scale, softcap, visible, rows, per_head)
     masked = masked[0]
-    weights = weights_from_lse(masked, lse)
-    out = {"scores": scores, "scaled": scaled[0], "mask": visible, "masked": masked, "weights": weights}
     sink = features.get("sinks")
+    row_lse = torch.logsumexp(masked, dim=-1)  # (R,): −inf for a row that sees nothing
     if sink is not None:
-        out["sink"] = sink_share(sink, lse)
+        row_lse = torch.logaddexp(row_lse, torch.full_like(row_lse, sink))
+    weights = weights_from_lse(masked, row_lse)
+    out = {"scores": scores, "scaled": scaled[0], "mask": visible, "masked": masked, "weights": weights}
+    if sink is not None:
+        out["sink"] = sink_share(sink, row_lse)
     return out if v is None else out | {"weighted": weights @ v}
 
 

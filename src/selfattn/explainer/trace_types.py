@@ -57,6 +57,9 @@ class LayerTrace:
     changed  {head: HeadChange}  heads an intervention computed differently from the layer
     digest   the per-head summaries and thumbnails read from the call's own weights (`capture.digest`),
              or None when they were too large to ask for (`summary.scan` then recomputes them)
+    out_proj (d_model, H·Dv) the output projection W_O that merges the heads (the model's own weight, not a copy:
+             head h's slice is out_proj[:, h·Dv:(h+1)·Dv]), or None where the capture found none of that width
+             (`analysis.contributions` then has nothing to weigh the values by)
     measured each head's result of `capture`'s `measure` on the call's own weights, or None where it was not
              measured there (no `measure`, weights not asked for or in half precision, a head changed apart):
              `analysis.heads.measures` then measures recomputed weights
@@ -78,6 +81,7 @@ class LayerTrace:
     digest: Digest | None = None
     features: dict[str, torch.Tensor] = field(default_factory=dict)
     measured: list | None = None
+    out_proj: torch.Tensor | None = None
 
     @property
     def sinks(self) -> torch.Tensor | None:
@@ -142,7 +146,6 @@ class LayerTrace:
         return head_stages(
             self.q[head, index].to(dtype),
             self.k[kv].to(dtype),
-            self.lse[head, index].to(dtype),
             scale=scale,
             softcap=softcap,
             visible=visible[index],

@@ -23,47 +23,12 @@ So SDPA wins plain and square-causal attention (its fused kernel has no Python p
 and whatever SDPA refuses (lse, softcap) once past a few dozen positions; naive wins tiny
 problems SDPA refuses, and is the only one that returns weights.
 
-The dtype ratios (`Cost.dtype_speed`, `backward_dtype_speed`) come from `scripts/calibrate_dtypes.py`: causal
-L=2048 (naive L=1024), B=1, H=8, D=64, 2 threads, every backend in fp32, bf16 and fp64 side by side on idle
-cores of this AVX2-only EPYC (no bf16 GEMM: every kernel converts bf16 to fp32 but SDPA's backward, which
-runs at 0.18× its fp32 rate). With them "auto" took the fastest backend in all six (dtype × pass) cases.
-
-Where the CPU runs bfloat16 GEMMs in hardware (`cpu.has_half_gemm`: AVX512-BF16 or AMX-BF16) the picture
-changes: SDPA's bfloat16 forward runs 2.6× as fast as its float32 there, native's 1.8×, so auto taking native for
-bfloat16 cost up to 1.6× the fastest. `Cost.hardware_dtype_speed` / `hardware_backward_dtype_speed` hold those
-CPUs' numbers, measured with the same script on a 2-core Xeon with AMX-BF16 (1 thread; forward causal L=4096:
-SDPA fp32 152 ms, bf16 59 ms, native 155 / 87 ms; forward + backward L=2048: SDPA 153 / 95 ms, native 140 /
-81 ms). Native's entries are its own ratios (1.77, 1.74); SDPA's (3.9, 2.1) are fitted so that SDPA's bf16
-estimate over native's equals the measured ratio, because the two backends' float32 rates above are the EPYC's
-(where SDPA's fp32 is 1.5× native's time; on that Xeon they are equal). So bfloat16 forward goes to SDPA and
-forward + backward to native on such a CPU, as measured; other backends keep their converted-dtype ratios.
-A CPU with AVX512-BF16 but no AMX reads its own entries, keyed (bfloat16, "AVX512-BF16"), measured the same way
-on a 2-core EPYC with AVX512-BF16 (2 threads, best of 4, three runs; forward causal L=4096: SDPA fp32 126–148 ms,
-bf16 125–138 ms — oneDNN gains little there — native 120–133 / 64–72 ms on its VDPBF16PS tiles; forward + backward
-L=2048: SDPA 127–143 / 103–112 ms, native 117–126 / 71–72 ms with every product of the backward on the tiles):
-native's 1.86 and 1.63 its own, SDPA's 1.45 and 1.58 fitted as above. There bfloat16 goes to native, forward and
-forward + backward.
-
-The constants come from a calibration grid (causal / full / window / prefill / decoding / GQA
-/ masks / softcap / forward+backward; B=1, H=8, D=64, fp32; torch 2.13 on a 2-core AMD EPYC
-VM, timed with 1 thread because the shared machine's 2-thread figures were noisy; the 2-thread
-ratios of the targets agree within about 10%). With them "auto" took the fastest backend in 32
-of the 33 grid cases, and one 3% slower in the last (prefill Lq=256, Lk=4096, where SDPA and
-tiled are neck and neck). They are rates for this CPU; what decides the choice
-is their ratios, which belong to the algorithms and carry over between CPUs far better than the
-absolute numbers. Nothing is timed at import or at dispatch: the estimate is arithmetic on the
-request's shape. Off the CPU the rates say nothing, and "auto" keeps a fixed preference instead
-(`kernels.dispatch`).
-
-The decoding rows were refitted on a grid of one decoding step (Lk = 512–16384, Hkv = 8 and 1) and small
-prefills (`scripts/measure_auto.py`), every backend side by side, idle and with one busy process (`--load 1`).
-Last on a 2-core AVX512 EPYC, once native's few-row loops read V's rows in one pass with a prefetch ahead: native
-reads K and V at 17 against SDPA's 14 (`native.READ_GBPS`), its fixed cost is 55 µs the larger
-(`native.CALL_SECONDS`), and SDPA reads a kv head once per query head, the repeats from the cache while one kv
-head's K and V fit it (`Cost.cached_kv_bytes`, `Cost.cached_read_gbps`: SDPA's 79 GB/s a repeat where DRAM gave
-it 23); SDPA's `busy_factor` is 1.1 against native's 1.0. Auto's choice was the fastest in every grid case idle
-(1.00×) and within 1.01× of it with one busy process beside it; in the bench's cases it took the fastest idle and
-busy.
+The constants are rates and ratios measured on the CPUs this was built on (`scripts/calibrate_native.py`,
+`scripts/calibrate_dtypes.py`, `scripts/measure_auto.py`): what each one is, how it was measured, on which CPU, and
+what "auto" chose with them is docs/calibration.md. What decides a choice is their ratios, which belong to the
+algorithms and carry over between CPUs far better than the absolute numbers. Nothing is timed at import or at
+dispatch: the estimate is arithmetic on the request's shape. Off the CPU the rates say nothing, and "auto" keeps a
+fixed preference instead (`kernels.dispatch`).
 
 A backend without a `Cost` record gets no estimate (None), and "auto" never takes it (it says so
 among its reasons); it can still be asked for by name. How to add a backend: docs/architecture.md.

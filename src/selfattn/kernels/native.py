@@ -85,8 +85,8 @@ __all__ = [
 
 BLOCK_Q = 128
 """Query positions per task: a (BLOCK_Q × BLOCK_K) score tile of float32 is 256 KiB, in L2. Short
-blocks waste little on a window's edges (a window of w costs (BLOCK_Q + w) keys per row); with 1
-thread at L = 2048 causal, 64-256 × 512-1024 tiles ran within 3% of each other, 256 × 256 20% slower."""
+blocks waste little on a window's edges (a window of w costs (BLOCK_Q + w) keys per row). Measured:
+docs/calibration.md#native."""
 
 BLOCK_K = 512
 """Key positions per tile (forward) and per backward task."""
@@ -94,9 +94,7 @@ BLOCK_K = 512
 WINDOW_BLOCK_FRACTION = 4
 """Under a window that spans `span` keys a query block is span / WINDOW_BLOCK_FRACTION rows high (at most
 block_q, at least MIN_WINDOW_BLOCK_Q): a block of b rows reads b + span − 1 keys per row, so BLOCK_Q = 128 rows
-over a 256 window computed 1.5× the visible scores and 64 rows 1.25×. Measured side by side at L = 8192, 1 thread
-(a busy machine, best of 11): 64 rows took 0.88× the time of 128 rows for window 256 and two-sided (128, 128), 48
-and 32 rows 0.83–0.93×; windows of 1024 keys are faster at 128 rows (so those keep it)."""
+over a 256 window computed 1.5× the visible scores and 64 rows 1.25×. Measured: docs/calibration.md#native."""
 
 MIN_WINDOW_BLOCK_Q = 32
 """The lowest query block a window gets: below it the GEMMs are too thin to run at their rate."""
@@ -112,31 +110,27 @@ SPLIT_KEYS = 2048
 CALL_SECONDS = 95e-6
 """A call's fixed cost in the cost model: 55 µs more than SDPA's (its inputs laid out, the tile's arguments, the
 parallel region). With READ_GBPS it puts the crossing with SDPA for one decoding step between 512 and 1,024 keys,
-with or without GQA, as measured side by side (native over SDPA, median of 400 interleaved rounds, 2 threads, this
-AVX512 EPYC: 1.05–1.12× at 512 keys, 0.95–0.99× at 1,024; under GQA 8/1 1.07–1.11× and 0.84×)."""
+with or without GQA, as measured (docs/calibration.md#native)."""
 
 READ_GBPS = 17.0
-"""The rate at which one decoding step reads K and V, in the cost model's units (SDPA's 14): since the few-row loops
-read V's rows in one pass and prefetch 32 rows ahead (`FEW_ROWS`), one step over 16,384 keys (64 MiB of K and V,
-from DRAM) took 0.83× SDPA's time, over 2,048 keys 0.88×, over 512 keys (fixed costs) 1.10× (2 threads, this
-AVX512 EPYC, scripts/measure_auto.py): 17 with CALL_SECONDS fits them."""
+"""The rate at which one decoding step reads K and V, in the cost model's units (SDPA's 14), the few-row loops
+reading V's rows in one pass and prefetching 32 rows ahead (`FEW_ROWS`); with CALL_SECONDS it fits the measured
+times (docs/calibration.md#native)."""
 
 SPLIT_TASKS = 8
 """Tasks a split-K request gets at least, where its keys allow chunks of MIN_SPLIT_CHUNK: with few kv heads (GQA,
-one sequence) chunks of SPLIT_KEYS left most workers idle (one kv head over 512 keys: one task, 1.46× SDPA's
-time on 2 threads). A count of tasks, not of threads, so the chunks — and the result — do not depend on the
-thread count."""
+one sequence) chunks of SPLIT_KEYS left most workers idle (docs/calibration.md#native). A count of tasks, not of
+threads, so the chunks — and the result — do not depend on the thread count."""
 
 STACK_ROWS = 64
 """Under GQA, a query block whose G heads × rows are at most this many runs them as one GEMM per key tile
-(csrc/forward_pass.h `stacked_pass`): one decoding step with 8 query heads per kv head over 16,384 keys took
-0.39× SDPA's time stacked against 0.55× head by head (each head a matrix-vector product rereading the tile)."""
+(csrc/forward_pass.h `stacked_pass`), not head by head (each head a matrix-vector product rereading the tile).
+Measured: docs/calibration.md#native."""
 
 FEW_ROWS = 8
 """A float32 GEMM of at most this many rows (a decoding step's query rows, or a GQA group stacked) runs in the
 kernel's own AVX2 loops (csrc/few_rows.h `few_rows_abt` / `few_rows_ab`), not BLAS, which packs its operands
-for what is a matrix-vector product: one decoding step over 16,384 keys (H = 8, D = 64, 2 threads) took 1.7× the
-time of reading K and V once through sgemm, about SDPA's time, and 1.3× with the loops."""
+for what is a matrix-vector product (docs/calibration.md#native)."""
 
 MIN_SPLIT_CHUNK = 256
 """Fewest keys per split-K chunk `SPLIT_TASKS` may cut to: below it a chunk's merge costs more than it saves."""
@@ -343,8 +337,7 @@ class NativeBackend(Backend):
         with `tiles` True, or None on a CPU without AMX (whose MKL GEMMs were measured; the tiles were not, there)
         for a query whose G × Lq rows per kv head are more than FEW_ROWS; else MKL's GEMM runs each tile, or the
         few-row loops (`few_rows`). The tiles pack their operands (K; V too for bfloat16 and for a backward) once a
-        call, a pass that only many query rows pay back: one bfloat16 decoding step over 16,384 keys took 2.7× SDPA's
-        time packed, 0.6× in the few-row loops."""
+        call, a pass that only many query rows pay back (docs/calibration.md#native)."""
         operand = self._operand_dtype(r.q.dtype)
         if operand == torch.bfloat16:
             here = cpu.has("avx512_bf16") and cpu.has("avx512")

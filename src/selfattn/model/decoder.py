@@ -5,7 +5,7 @@
                                       x = x + mlp(LN(x))       d_model → d_ff → d_model
       └─ LN ─► lm_head ─► logits (B, L, vocab_size)
 
-The layout (names aside) is GPT-2's, so `selfattn.model.hf.load_gpt2` fills it with real
+The layout (names aside) is GPT-2's, so `selfattn.model.hf_checkpoints.load_gpt2` fills it with real
 GPT-2 weights. With one `KVCache` per layer (`model.new_cache()`), feeding a sequence in
 pieces gives the logits of one full pass: positions continue at `cache.length`. Without a
 cache, `model(ids, start=s)` reads ids at positions s, s + 1, … (s may differ per row), and

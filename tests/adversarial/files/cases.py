@@ -134,7 +134,7 @@ def gguf_key_cases(tally: Tally, work: Path) -> None:
     import torch
     from gguf import GGUFWriter
 
-    from selfattn.explainer import gguf_cache
+    from selfattn.explainer.source import gguf_cache
 
     path = work / "m.gguf"
     writer = GGUFWriter(str(path), "llama")

@@ -8,10 +8,11 @@ from selfattn.explainer.analysis import relations
 from selfattn.explainer.catalogue import TEXTS
 from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import export, heads
+from selfattn.explainer.views import export
+from selfattn.explainer.views import head_sentences as heads
 from selfattn.model import checkpoint, corpus
 from selfattn.model.corpus import CREATURES, Sentence
-from selfattn.model.probe import attention_probe
+from selfattn.model.tutorial_probe import attention_probe
 from tests.explainer.documents import explained
 from tests.tolerances import TOL
 

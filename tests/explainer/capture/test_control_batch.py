@@ -18,8 +18,9 @@ import torch
 
 from selfattn.explainer.analysis import held, word_relations
 from selfattn.explainer.analysis.word_relations import word_links, word_pieces
+from selfattn.explainer.capture.batching import Unbatchable
 from selfattn.explainer.capture.cache import TraceCache
-from selfattn.explainer.capture.trace import Unbatchable, capture, capture_batch
+from selfattn.explainer.capture.trace import capture, capture_batch
 from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views.head_words import percent

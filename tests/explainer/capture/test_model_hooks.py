@@ -1,6 +1,6 @@
 """The user's model is left as it was given: the hooks a capture puts on every submodule (to follow the running
 modules) live for that capture only, removed after it, raised or not; two captures at once on one model each
-record only their own run (`capture.trace._stack_hooks`)."""
+record only their own run (`capture.recorder.stack_hooks`)."""
 
 from __future__ import annotations
 

@@ -184,3 +184,18 @@ def test_a_text_and_its_controls_are_one_forward_pass(llama, monkeypatch):
     with_text = [x for x in calls if any(row[: len(ids)].equal(ids) for row in x)]
     assert len(with_text) == 1 and with_text[0].shape[0] == 1 + len(others), [tuple(x.shape) for x in calls]
     assert e.trace.token_ids.equal(ids) and len(e.trace.layers) == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_shown_row_sums_to_one_and_no_weight_exceeds_one(dtype):
+    """A shown row is the float64 softmax of its recomputed scores, whatever precision the model ran in: each row
+    sums to 1 to float64's rounding and no weight is above 1 (a bfloat16 kernel's own lse would make a row read
+    100.01 %)."""
+    model = models.build("llama", attn="eager").to(dtype)
+    e = Session(from_loaded(model, models.tokenizer())).explain(Spec(TEXT))
+    for layer in range(e.card.n_layers):
+        for head in range(e.card.n_heads):
+            w = e.weights(layer, head)
+            assert w.dtype == torch.float64
+            assert float((w.sum(-1) - 1).abs().max()) <= TOL["float64_few_ops"], (layer, head)
+            assert float(w.max()) <= 1.0

@@ -14,8 +14,8 @@ import pytest
 import torch
 import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
-from selfattn.explainer import gguf_cache
 from selfattn.explainer.session import Explainer
+from selfattn.explainer.source import gguf_cache
 from tests.explainer.source.test_real_model import CHINESE, GGUF, MARY, _folder
 
 

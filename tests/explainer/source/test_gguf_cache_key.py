@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from selfattn.explainer import gguf_cache
+from selfattn.explainer.source import gguf_cache
 from tests.explainer.source.test_real_model import GGUF, _folder
 
 gguf = pytest.importorskip("gguf")

@@ -17,8 +17,8 @@ import torch
 from rich.console import Console
 
 from selfattn.cli import main
-from selfattn.explainer import sources
 from selfattn.explainer.session import Explainer
+from selfattn.explainer.source import resolve as sources
 from selfattn.explainer.views import tables
 from tests.explainer.documents import explained
 from tests.tolerances import TOL, max_error, tolerance

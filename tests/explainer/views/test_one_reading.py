@@ -142,8 +142,8 @@ def test_the_notebook_head_view_reads_tokens_the_same_way(watched):  # noqa: F81
 def test_a_links_keys_are_named_by_the_words_and_characters_they_make_up(folder):
     """A head's sentence names a link's keys as the text reads them: "一只+蓝色", not the nine byte pieces
     一(1/3)+一(2/3)+…; a character whose pieces are all keys by the character; other pieces by their own names."""
+    from selfattn.explainer.views.head_sentences import _groups
     from selfattn.explainer.views.head_words import keys_named
-    from selfattn.explainer.views.heads import _groups
 
     trace = Explainer.load(folder).trace("一只蓝色怪兽")
     pieces = trace.pieces

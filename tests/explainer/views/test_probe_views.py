@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from selfattn.explainer import probe
+from selfattn.explainer import induction_probe as probe
 from selfattn.explainer.capture.cache import TraceCache
 from selfattn.explainer.pipeline import Session, Spec
 from selfattn.explainer.session import Explainer

@@ -15,7 +15,7 @@ from rich.console import Console
 from selfattn.cli import main
 from selfattn.explainer import pieces as P
 from selfattn.explainer.analysis import summary
-from selfattn.explainer.views import codec, export, plots, report, tables
+from selfattn.explainer.views import export, plots, report, tables
 from selfattn.explainer.web import server
 from tests.explainer.documents import explained
 from tests.explainer.tiny import tiny_explainer
@@ -188,37 +188,41 @@ def test_the_first_token_note_only_for_a_special_first_token():
     ex = tiny_explainer()
     assert "first_token" in explained(ex, "一只蓝色怪兽走进森林")  # <bos>
     p = P.from_strings("蓝色怪兽", ["蓝色", "怪兽"], [3, 4])
-    assert not p.special[0]  # a text token at position 0: no note is made for it (export.starts_with_special)
+    assert not p.special[0]  # a text token at position 0: no first-token note (predictions.starts_with_special)
 
 
-def _big_doc(n_layers=24, n_heads=14, L=80):
-    """An export dict of the shape the grid reads, for a model of the Qwen2.5-0.5B size (no model run)."""
+def _big_explanation(n_layers=24, n_heads=14, L=80):
+    """What the grid reads of an Explanation (its card, tokens, shown head, answers and each head's rule), for a
+    model of the Qwen2.5-0.5B size: no model run."""
     T = min(L, summary.THUMBNAIL)
     rng = np.random.default_rng(0)
-    thumb = codec.encode(np.tril(rng.random((T, T))), "f16")
+    thumb = torch.from_numpy(np.tril(rng.random((T, T)))).half()
     s = {"entropy": 1.0, "max_weight": 0.5, "first_token": 0.1, "previous": 0.2, "self": 0.1, "rows": L - 1}
-    return {
-        "model": {"name": "big", "n_layers": n_layers, "n_heads": n_heads},
-        "tokens": [f"t{i}" for i in range(L)],
-        "selected": {"layer": 3, "head": 5, "rule": None},
-        "summaries": [[s] * n_heads for _ in range(n_layers)],
-        "layers": [{"scale": 0.125, "causal": True, "softcap": None, "window": None, "omitted": True}] * n_layers,
-        "display": {"thumbnails": [[thumb] * n_heads for _ in range(n_layers)]},
-    }
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    layer = SimpleNamespace(head_rule=lambda h: (0.125, None, causal))
+    return SimpleNamespace(
+        card=SimpleNamespace(name="big", n_layers=n_layers, n_heads=n_heads),
+        tokens=SimpleNamespace(names=[f"t{i}" for i in range(L)], labels=[f"t{i}" for i in range(L)]),
+        shown=SimpleNamespace(layer=3, head=5),
+        answers=SimpleNamespace(
+            summaries=[[s] * n_heads for _ in range(n_layers)], thumbnails=[[thumb] * n_heads for _ in range(n_layers)]
+        ),
+        trace=SimpleNamespace(layers=[layer] * n_layers),
+    )
 
 
 def test_the_grid_fits_a_screen_and_its_title_sits_above_the_first_row():
     import matplotlib
 
-    doc = _big_doc()
+    e = _big_explanation()
     with matplotlib.rc_context(plots.rc(False)):
-        fig = plots._grid(doc, "en")
+        fig = plots._grid(e, "en")
         fig.canvas.draw()
         width, height = fig.canvas.get_width_height()
         assert max(width, height) <= plots.MAX_PIXELS * fig.dpi / plots.DPI + 1
         renderer = fig.canvas.get_renderer()
         title = fig._suptitle.get_window_extent(renderer)
-        first_row = max(ax.get_tightbbox(renderer).y1 for ax in fig.axes[: doc["model"]["n_heads"]])
+        first_row = max(ax.get_tightbbox(renderer).y1 for ax in fig.axes[: e.card.n_heads])
         assert title.y0 >= first_row, (title.y0, first_row)
 
 

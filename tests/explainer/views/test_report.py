@@ -19,7 +19,7 @@ from selfattn.explainer.views import bundle, controls, export, packing, report
 from selfattn.explainer.views.texts import TEXTS, text
 from selfattn.limits import TEMPERATURE_RANGE
 from tests.explainer import truth
-from tests.explainer.documents import explained
+from tests.explainer.documents import explained, explanation
 from tests.explainer.tiny import slash_explainer, tiny_explainer
 from tests.tolerances import TOL
 
@@ -189,6 +189,7 @@ def test_live_page_may_talk_only_to_its_server(doc):
 
 
 def test_write_html_and_pictures_are_atomic(doc, tmp_path, monkeypatch):
+    e = explanation(tiny_explainer(), TEXT)
     from selfattn.explainer.views import plots
 
     target = tmp_path / "report.html"
@@ -201,7 +202,7 @@ def test_write_html_and_pictures_are_atomic(doc, tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         report.write_html(doc, target, force=True)
     with pytest.raises(OSError, match="disk full"):
-        plots.save(doc, tmp_path / "pics", formats=("png",))
+        plots.save(e, tmp_path / "pics", formats=("png",))
     assert target.read_text(encoding="utf-8") == "old"  # the old file, whole; no temp file left
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["report.html"]
 

@@ -11,10 +11,11 @@ import pytest
 
 from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import packing, page_schema, report, schema, schema_check
+from selfattn.explainer.views import packing, page_schema, report, schema
 from tests.explainer import sink_model
 from tests.explainer.documents import explained
 from tests.explainer.tiny import tiny_explainer
+from tests.explainer.views import schema_check
 from tests.hf import models
 
 ZH = "一只蓝色怪兽走进森林"

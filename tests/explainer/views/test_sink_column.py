@@ -20,7 +20,7 @@ from selfattn.explainer.capture.trace import capture
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import export, packing, plots, tables
 from selfattn.modules import MultiHeadSelfAttention
-from tests.explainer.documents import explained
+from tests.explainer.documents import explained, explanation
 from tests.explainer.sink_model import TEXT, save
 from tests.explainer.tiny import tiny_explainer
 from tests.tolerances import TOL, max_error
@@ -37,6 +37,11 @@ def gpt_oss(tmp_path_factory):
 @pytest.fixture(scope="module")
 def doc(gpt_oss):
     return explained(gpt_oss, TEXT, layer=SHOWN[0], head=SHOWN[1])
+
+
+@pytest.fixture(scope="module")
+def e(gpt_oss):
+    return explanation(gpt_oss, TEXT, layer=SHOWN[0], head=SHOWN[1])
 
 
 @pytest.fixture(scope="module")
@@ -95,12 +100,12 @@ def test_the_terminal_shows_the_sink_as_the_last_column(doc, eager, lang, name):
     assert ("1 − the sum of the row's weights" if lang == "en" else "1 − 这一行的权重之和") in text
 
 
-def test_the_heatmap_draws_the_sink_as_a_column_apart(doc, eager):
+def test_the_heatmap_draws_the_sink_as_a_column_apart(e, eager):
     import matplotlib
 
     l, h = SHOWN
     with matplotlib.rc_context(plots.rc(False)):
-        fig = plots._heatmap(doc, l, h, "en")
+        fig = plots._heatmap(e, l, h, "en")
     matrix, sink, bar = fig.axes
     np.testing.assert_allclose(sink.images[0].get_array()[:, 0], 1 - eager[l][h].sum(-1), atol=TOL["float32_weights"])
     assert [tick.get_text() for tick in sink.get_xticklabels()] == ["sink"]
@@ -109,12 +114,13 @@ def test_the_heatmap_draws_the_sink_as_a_column_apart(doc, eager):
     assert (
         right.x0 > left.x1 and abs(right.y0 - left.y0) < TOL["pixel"] and abs(right.y1 - left.y1) < TOL["pixel"]
     )  # apart, rows aligned
-    assert matrix.images[0].get_array().shape == (len(doc["tokens"]),) * 2
-    assert plots.render(doc, formats=("png",), lang="en")  # the file views draw it too
+    assert matrix.images[0].get_array().shape == (len(e.tokens.names),) * 2
+    assert plots.render(e, formats=("png",), lang="en")  # the file views draw it too
 
 
 def test_a_model_without_sinks_shows_no_sink():
-    doc = explained(tiny_explainer(), "一只蓝色怪兽走进森林")
+    e = explanation(tiny_explainer(), "一只蓝色怪兽走进森林")
+    doc = e.session.document(e)
     assert all("sinks" not in layer and all("sink" not in h for h in layer["heads"]) for layer in doc["layers"])
     packed = packing.pack(doc)
     assert all("sink" not in h for layer in packed["layers"] for h in layer["heads"])
@@ -124,7 +130,7 @@ def test_a_model_without_sinks_shows_no_sink():
     import matplotlib
 
     with matplotlib.rc_context(plots.rc(True)):
-        fig = plots._heatmap(doc, *(doc["selected"][k] for k in ("layer", "head")), "en")
+        fig = plots._heatmap(e, e.shown.layer, e.shown.head, "en")
     assert len(fig.axes) == 2  # the matrix and its colour bar, as before
 
 

@@ -30,7 +30,7 @@ import uvicorn
 from playwright.sync_api import Page, sync_playwright
 
 from selfattn.explainer.interventions import Intervention
-from selfattn.explainer.views import heads as heads_module
+from selfattn.explainer.views import head_sentences as heads_module
 from selfattn.explainer.views import packing, report
 from selfattn.explainer.web import server
 from tests.explainer import truth

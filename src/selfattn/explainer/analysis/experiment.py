@@ -24,7 +24,7 @@ import math
 import torch
 
 from ..interventions import Intervention
-from ..trace_types import ModelTrace
+from ..trace_types import LayerTrace, ModelTrace
 from .summary import head_summary
 
 __all__ = ["compare", "opened", "loss", "kl_bits"]
@@ -98,3 +98,31 @@ def compare(
         "ablated": "ablate" in changed.intervention.applied,
     }
     return out
+
+
+def opened_row(
+    layer: LayerTrace, head: int, link: tuple[int, int] | None = None
+) -> tuple[int, int, str, tuple[int | None, int | None]]:
+    """The query row the views open on: (row, how many keys it may not see, why (a catalogue key "opened.…"),
+    (query, key) of `link` or (None, None)). With `link` (query, key: the link the head's sentence describes), its
+    query row when the mask hides keys from it (the sentence and the −inf of the mask step are then in one view);
+    when that row sees every key, the middle row instead if the mask hides keys from it, saying why. Without a link:
+    the middle row when the mask hides keys from it, else the last one (every key seen)."""
+    change = layer.changed.get(head)
+    visible = (layer.visible if change is None else change.visible).bool()
+    L = visible.shape[-1]
+
+    def hidden_in(row: int) -> int:
+        return int((~visible[row]).sum())
+
+    middle = (L - 1) // 2
+    fallback = middle if hidden_in(middle) else L - 1
+    q, k = link if link is not None and all(0 <= x < L for x in link) else (None, None)
+    if q is not None and hidden_in(q):
+        row, why = q, "opened.link"
+    elif q is not None and hidden_in(fallback):
+        row, why = fallback, "opened.link_sees_all"
+    else:
+        row = fallback
+        why = "opened.masked" if hidden_in(row) else "opened.all"
+    return row, hidden_in(row), why, (q, k)

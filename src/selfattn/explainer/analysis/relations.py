@@ -29,7 +29,7 @@ RELATIONS: dict[str, dict] = {
     "clause2>clause1": {"query": "ref", "targets": ("noun",)},
 }
 """Each relation: the query role and the roles of the earlier words it should look at. The first three
-are the tutorial's claims, the ones the default model's probe measures (`selfattn.model.probe.CLAIMS`, held
+are the tutorial's claims, the ones the default model's probe measures (`selfattn.model.tutorial_probe.CLAIMS`, held
 equal by a test); the last is clause 2 → clause 1 (它 / 这只 怪兽 / 在 森林 point back at the creature and
 place of clause 1)."""
 

@@ -9,7 +9,8 @@ layers asked. Both serialize an `Explanation` (`result`); docs/json.md documents
 The JSON is the export dict of the page (`export.document`) without its arrays: each layer keeps its rule (scale,
 causal, softcap, window, per-head features) and, where held, every head's weights [H][L][L] rounded to
 WEIGHT_DIGITS; the shown head's stages (scores, scaled, masked, weights, weighted) up to `export.STAGES_MAX_LEN`
-tokens; every head's summary and sentence; the predictions, the experiments. Infinite values are the strings
+tokens; the shown head's contributions ‖α_ij · v_j W_O^h‖ [L][L] (`views.contribution_words`) rounded to WEIGHT_DIGITS;
+every head's summary and sentence; the predictions, the experiments. Infinite values are the strings
 "-inf"/"inf", so it stays standard JSON.
 """
 
@@ -21,8 +22,10 @@ import numpy as np
 import torch
 
 from ... import __version__
+from ...limits import JSON_NUMBER_BYTES
 from ...scores import PER_HEAD
 from . import export
+from .contribution_words import values as contribution_values
 
 if TYPE_CHECKING:
     from ..result import Explanation
@@ -45,6 +48,8 @@ def json_document(e: Explanation, *, layers=None, lang: str | None = None) -> di
     doc = export.document(e, stages=False, layers=[], lang=lang, display=False)  # every layer's rule, no array
     doc["schema"] = JSON_SCHEMA
     doc["layers"] = [_layer(e, l, l in held) for l in range(e.card.n_layers)]
+    if "contributions" in doc:  # the shown head's ‖α_ij · v_j W_O^h‖, beside its weights
+        doc["contributions"]["values"] = contribution_values(e, WEIGHT_DIGITS)
     if len(e.tokens) <= export.STAGES_MAX_LEN:
         stages = e.trace.layers[e.shown.layer].stages(e.shown.head)
         doc["stages"] = {"layer": e.shown.layer, "head": e.shown.head} | {
@@ -58,8 +63,9 @@ def weights_bytes(e: Explanation, *, layers=None) -> int:
     characters), its shown head's stages included: its bound, known before a weight is computed."""
     held = 1 if layers is None else len(export.check_layers(layers, e.card.n_layers))
     L = len(e.tokens)
-    stages = 5 * L * L * export.JSON_NUMBER_BYTES if L <= export.STAGES_MAX_LEN else 0
-    return held * e.card.n_heads * L * L * (WEIGHT_DIGITS + 4) + stages
+    stages = 5 * L * L * JSON_NUMBER_BYTES if L <= export.STAGES_MAX_LEN else 0
+    contributions = L * L * (WEIGHT_DIGITS + 6)  # the shown head's, values up to 9999
+    return held * e.card.n_heads * L * L * (WEIGHT_DIGITS + 4) + stages + contributions
 
 
 def _layer(e: Explanation, l: int, held: bool) -> dict:

@@ -35,6 +35,9 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
     selected {layer, head, rule}, summaries [layer][head] {entropy, max_weight, first_token, previous, self, rows},
     descriptions [layer][head] {kind, text {zh, en}, …} (`heads.describe`), first_token? {token, selected, mean}
     (only when the first token is a special token: <bos>, [CLS]),
+    contributions? {layer, head, norms [H][L], first [H], first_type [H], text, shares?, packed?} (what each key
+                   contributes to the shown head, ‖α_ij · v_j W_O^h‖: `views.contribution_words`; absent without an
+                   output projection),
     search? {query, key, heads [{layer, head, weight}]} (asked with find),
     prediction [{token, shown, id, prob}] (decoders: the next token after the text, `shown` as a person reads
                it: "␣Mary", a piece that begins a character with the character greedy decoding completes,
@@ -66,13 +69,15 @@ import torch
 
 from ... import __version__, checks
 from ...files import json_float
-from ...limits import HEAD_WORDS_BYTES, JSON_NUMBER_BYTES, MAX_PAGE_BYTES, PAGE_BYTES, PAGE_FIXED_BYTES
+from ...limits import HEAD_WORDS_BYTES, MAX_PAGE_BYTES, PAGE_BYTES, PAGE_FIXED_BYTES
 from ...scores import PER_HEAD
 from .. import interventions
-from ..pieces import AGGREGATION_RULE, aggregate, names, shown_piece
+from ..analysis.experiment import opened_row
+from ..pieces import AGGREGATION_RULE, aggregate, names
 from ..stages import head_stages
 from ..trace_types import LayerTrace, ModelTrace
 from . import codec, texts
+from .contribution_words import field as contribution_field
 from .page_budget import layer_page_bytes
 from .schema import SCHEMA_VERSION
 from .type_legend import legend
@@ -83,8 +88,6 @@ if TYPE_CHECKING:
 STAGES_MAX_LEN = 64
 """Up to this many tokens the export holds every head's N×N stages; beyond, Q/K/V/lse (the stages
 follow from them: `LayerTrace.stages`)."""
-
-TOP_PREDICTIONS = 5
 
 
 def gqa_words(model: dict, lang: str) -> str:
@@ -98,37 +101,6 @@ def gqa_words(model: dict, lang: str) -> str:
         for g in range(Hkv)
     )
     return texts.text("gqa.mqa" if Hkv == 1 else "gqa.heads", lang, n=H, kv=Hkv, g=G, groups=groups)
-
-
-def predictions(trace: ModelTrace, decode, k: int = TOP_PREDICTIONS, *, shown=None, complete=None) -> list[dict]:
-    """The k most likely next tokens after the whole text: {token (decode(id): the text it adds), shown (as a
-    person reads it: `shown(id)`, default `pieces.shown_piece` of the text), id, prob}.
-    complete(context ids, ids) -> [str | None]: each piece that begins a character shown with the character it
-    begins, "都 (1/3: ⟨E9⟩)" (`loaders`' greedy completion; None keeps `shown`)."""
-    if trace.logits is None:
-        return []
-    probs = torch.softmax(trace.logits[-1].double(), dim=-1)
-    top = torch.topk(probs, min(k, probs.numel()))
-    ids = [int(i) for i in top.indices]
-    wholes = [None] * len(ids) if complete is None else complete(trace.token_ids.tolist(), ids)
-    out = []
-    for p, i, whole in zip(top.values, top.indices, wholes, strict=True):
-        token = decode(int(i))
-        out.append(
-            {
-                "token": token,
-                "shown": whole or (shown_piece(token) if shown is None else shown(int(i))),
-                "id": int(i),
-                "prob": float(p),
-            }
-        )
-    return out
-
-
-def starts_with_special(trace: ModelTrace) -> bool:
-    """Whether the first token is a special token (<bos>, [CLS]): the only case the first-token note is made for."""
-    pieces = trace.pieces
-    return bool(trace.tokens) and pieces is not None and bool(pieces.special[0])
 
 
 def to_dict(
@@ -231,6 +203,10 @@ def document(
     doc |= {"descriptions": [list(row) for row in e.answers.descriptions], "roles": list(e.roles)}
     if e.first_token is not None:
         doc["first_token"] = dict(e.first_token)
+    page = (lambda a: {"packed": packed_weights(a)}) if display else None  # noqa: E731
+    contributions = contribution_field(e, max_len=STAGES_MAX_LEN, pack=page)
+    if contributions is not None:
+        doc["contributions"] = contributions
     if e.search is not None:
         doc["search"] = dict(e.search)
     return doc | {name: dict(value) for name, value in e.experiments.items()}
@@ -260,38 +236,13 @@ def card_dict(card: ModelCard) -> dict:
 
 
 def opened_query(layer: LayerTrace, head: int, tokens: list[str], link: tuple[int, int] | None = None) -> dict:
-    """The query row the views open on, and why in one line. With `link` (query, key: the link the head's
-    sentence describes, `heads.describe`'s query/key), its query row when the mask hides keys from it (the
-    sentence and the −inf of the mask step are then in one view); when that row sees every key, the middle
-    row instead if the mask hides keys from it, saying why. Without a link: the middle row when the mask hides
-    keys from it, else the last one (every key seen).
-
+    """The query row the views open on (`experiment.opened_row`), and why in one line:
     {"row": i, "hidden": how many keys row i may not see, "text": {zh, en}, "link"?: {query, key}}"""
-    change = layer.changed.get(head)
-    visible = (layer.visible if change is None else change.visible).bool()
-    L = visible.shape[-1]
-
-    def hidden_in(row: int) -> int:
-        return int((~visible[row]).sum())
-
-    middle = (L - 1) // 2
-    fallback = middle if hidden_in(middle) else L - 1
-    q, k = link if link is not None and all(0 <= x < L for x in link) else (None, None)
-    if q is not None and hidden_in(q):
-        row, why = q, "opened.link"
-    elif q is not None and hidden_in(fallback):
-        row, why = fallback, "opened.link_sees_all"
-    else:
-        row = fallback
-        why = "opened.masked" if hidden_in(row) else "opened.all"
-    values = {"i": row, "token": tokens[row], "n": hidden_in(row)}
+    row, hidden, why, (q, k) = opened_row(layer, head, link)
+    values = {"i": row, "token": tokens[row], "n": hidden}
     if q is not None and k is not None:
         values |= {"q": q, "query": tokens[q], "k": k, "key_token": tokens[k]}
-    out = {
-        "row": row,
-        "hidden": hidden_in(row),
-        "text": {lang: texts.text(why, lang, **values) for lang in texts.LANGS},
-    }
+    out = {"row": row, "hidden": hidden, "text": {lang: texts.text(why, lang, **values) for lang in texts.LANGS}}
     return out | ({"link": {"query": q, "key": k}} if q is not None else {})
 
 
@@ -303,14 +254,6 @@ def _interventions(kind: str) -> list[dict]:
             if entry["name"] == "no_causal":
                 entry["unavailable"] = {lang: texts.text("encoder.no_causal", lang) for lang in texts.LANGS}
     return entries
-
-
-def layer_json_bytes(layer: LayerTrace, with_stages: bool) -> int:
-    """About how many bytes of JSON one layer's arrays take in the dict (`_layer_dict`)."""
-    L, H = layer.length, layer.n_heads
-    width = layer.x.shape[-1] + layer.attn_out.shape[-1] + layer.output.shape[-1]
-    per_head = L * (layer.q.shape[-1] + layer.k.shape[-1] + layer.v.shape[-1] + 1) + (5 * L * L if with_stages else 0)
-    return (L * width + H * per_head) * JSON_NUMBER_BYTES + 2 * L * L * (1 + len(layer.changed))
 
 
 def layers_budget(trace: ModelTrace, shown_display: dict | None) -> int:
@@ -464,6 +407,11 @@ WEIGHT_DIGITS = 4
 """Weights are shown as percentages with 2 decimals: they travel to 4 decimals of the weight (u16, `codec.fixed`)."""
 
 
+def packed_weights(w: np.ndarray) -> dict:
+    """Numbers in [0, 1] (weights, shares) as the page draws them: u16 to WEIGHT_DIGITS decimals (`codec.fixed`)."""
+    return codec.fixed(np.clip(w, 0.0, 1.0), WEIGHT_DIGITS, "u16")
+
+
 def layer_rule(layer: LayerTrace) -> dict:
     window = list(layer.window) if isinstance(layer.window, tuple) else layer.window
     out: dict = {"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": window}
@@ -555,13 +503,13 @@ def to_arrays(doc: dict) -> dict[str, np.ndarray]:
 
 
 def head_weights(doc: dict, layer: int, head: int) -> np.ndarray:
-    """Weights (L, L) of one head from the dict's q, k, lse, scale, softcap and visibility (the head's
+    """Weights (L, L) of one head from the dict's q, k, scale, softcap and visibility (the head's
     own, when an intervention changed it apart): `trace.head_stages`, the formula of `LayerTrace.stages`."""
     lay = doc["layers"][layer]
     h = lay["heads"][head]
-    q, k, lse = (torch.from_numpy(_array(h[name])) for name in ("q", "k", "lse"))
+    q, k = (torch.from_numpy(_array(h[name])) for name in ("q", "k"))
     visible = torch.tensor(h.get("visible", lay["visible"]), dtype=torch.bool)
-    return head_stages(q, k, lse, visible=visible, **head_rule(lay, head))["weights"].numpy()
+    return head_stages(q, k, visible=visible, **head_rule(lay, head))["weights"].numpy()
 
 
 def head_rule(lay: dict, head: int) -> dict:

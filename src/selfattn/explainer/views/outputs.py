@@ -1,7 +1,7 @@
 """The files of `selfattn explain` (--npz, --html, --csv, --plots) as one set: checked before the work, written whole.
 
     check(npz=, html=, csv=, plots=, force=, selected=)     before the model is loaded: every path known so far
-    files = render(doc, npz=, html=, csv=, table=, plots=, lang=)
+    files = render(e, doc, npz=, html=, csv=, table=, plots=, lang=)
                                                     {Path: bytes}: every file drawn in memory, every path checked
     write_all(files, force=)                        each to a temporary name, then all renamed (`fileset`)
 
@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...files import check_target, check_writable
 from . import export, plots
 from .fileset import write_all
+
+if TYPE_CHECKING:
+    from ..result import Explanation
 
 __all__ = ["check", "render", "write_all", "npz_bytes", "arrays_bytes"]
 
@@ -59,6 +63,7 @@ def check(
 
 
 def render(
+    e: Explanation,
     doc: dict,
     *,
     npz=None,
@@ -71,11 +76,12 @@ def render(
     csv=None,
     table=None,
 ) -> dict:
-    """{path: bytes} of every file asked for, drawn from `doc` (the .npz from `arrays`, {name: array}, when given:
-    `checkable.npz_arrays`; the page's layers packed before read back from `store`, a `packing.PackedLayers`); every
-    path checked again (`check`), the shown head's pictures included, before anything
-    is drawn. csv: the path of `table` (`csv_table.rows`' rows), written as `csv_table.csv_bytes`."""
-    selected = (doc["selected"]["layer"], doc["selected"]["head"])
+    """{path: bytes} of every file asked for: the pictures drawn from `e` (`plots.render`), the page from `doc`
+    (its payload, `export.document`; the page's layers packed before read back from `store`, a
+    `packing.PackedLayers`), the .npz from `arrays` ({name: array}, `checkable.npz_arrays`; default every tensor of
+    `doc`), the .csv at `csv` from `table` (`csv_table.rows`' rows, written as `csv_table.csv_bytes`); every path
+    checked again (`check`), the shown head's pictures included, before anything is drawn."""
+    selected = (e.shown.layer, e.shown.head)
     check(npz=npz, html=html, plots_dir=plots_dir, force=force, selected=selected, csv=csv)
     files: dict[Path, bytes] = {}
     if csv is not None:
@@ -91,7 +97,7 @@ def render(
 
         files[Path(html)] = render_html(doc | {"lang": lang}, store=store).encode("utf-8")  # it speaks --lang
     if plots_dir is not None:
-        files |= {Path(plots_dir) / name: data for name, data in plots.render(doc, lang=lang).items()}
+        files |= {Path(plots_dir) / name: data for name, data in plots.render(e, lang=lang).items()}
     return files
 
 

@@ -355,11 +355,11 @@ def _page_arrays(group: list[_Head], batch: list) -> list[tuple[dict, torch.Tens
     first = group[0]
     R = first.arrays["q"].shape[0]
     rows = np.tile(np.arange(R), len(group))  # each stacked row's query position
-    q, lse = (torch.from_numpy(np.concatenate([head.arrays[name] for head in group])) for name in ("q", "lse"))
+    q = torch.from_numpy(np.concatenate([head.arrays["q"] for head in group]))
     k, v = (torch.from_numpy(first.arrays[name]) for name in ("k", "v"))
     visible = torch.from_numpy(np.tile(first.visible, (len(group), 1)))
     st = head_stages(
-        q, k, lse, visible=visible, v=v, rows=torch.from_numpy(rows) if len(group) > 1 else None, **first.rule
+        q, k, visible=visible, v=v, rows=torch.from_numpy(rows) if len(group) > 1 else None, **first.rule
     )  # (G·R, L): the group's rows, head after head
     weights = st["weights"]
     L = weights.shape[1]

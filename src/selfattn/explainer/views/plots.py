@@ -1,4 +1,5 @@
-"""Pictures of attention: one head's heatmap, and the layer × head grid. PNG or SVG (by suffix).
+"""Pictures of attention, drawn from an `Explanation`: one head's heatmap, and the layer × head grid. PNG or SVG
+(by suffix).
 
 Chinese tick labels need a CJK font; matplotlib is pointed at the first installed one of CJK_FONTS (the
 common CJK fonts of Linux, macOS and Windows: Noto Sans CJK, WenQuanYi, PingFang, Hiragino Sans GB, Heiti,
@@ -7,8 +8,8 @@ Figure on an Agg canvas, so neither the global backend nor the global rcParams a
 a font, labels with CJK characters would render as boxes, so `save` refuses with an error that names the
 fonts it looked for and says what to install.
 
-Sized for a screen: no picture is wider or taller than MAX_PIXELS. The grid draws each head from the
-export's thumbnails (doc["display"], `summary.scan`: the weights pooled into at most 64 × 64 cells), so
+Sized for a screen: no picture is wider or taller than MAX_PIXELS. The grid draws each head from its
+thumbnail (`HeadAnswers.thumbnails`, `summary.scan`: the weights pooled into at most 64 × 64 cells), so
 24 layers × 14 heads of a 512-token input are drawn in seconds; with small cells the heads are named by
 their row (layer) and column (head) instead of a title per cell, and the picture's title sits above the
 first row, never over it.
@@ -18,15 +19,16 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...files import check_writable, write_atomic
-from ...masks import visibility
 from . import texts
-from .codec import unpack
-from .export import head_weights, restore_inf
 from .fileset import write_all
+
+if TYPE_CHECKING:
+    from ..result import Explanation
 
 CJK_FONTS = (
     "Noto Sans CJK SC",
@@ -155,33 +157,34 @@ def _encode(fig, suffix: str) -> bytes:
     return buffer.getvalue()
 
 
-def heatmap(doc: dict, layer: int, head: int, path, *, force: bool = False, lang: str = "zh") -> Path:
+def heatmap(e: Explanation, layer: int, head: int, path, *, force: bool = False, lang: str = "zh") -> Path:
     """One head's weights, query rows × key columns, token labels on both axes (zoomed on the last
     ZOOM tokens of a longer input)."""
-    return _draw(lambda: _heatmap(doc, layer, head, lang), doc, lang, {_check_path(path, force): force})[0]
+    layer, head = e.check_head(layer, head)
+    return _draw(lambda: _heatmap(e, layer, head, lang), e, lang, {_check_path(path, force): force})[0]
 
 
-def _draw(build, doc: dict, lang: str, paths: dict[Path, bool]) -> list[Path]:
+def _draw(build, e: Explanation, lang: str, paths: dict[Path, bool]) -> list[Path]:
     """Build one figure (`build()`, inside its rc_context) and save it to each path (path -> force)."""
-    data = _draw_bytes(build, doc, lang, [p.name for p in paths])
+    data = _draw_bytes(build, e, lang, [p.name for p in paths])
     return [write_atomic(path, d, force=force) for (path, force), d in zip(paths.items(), data, strict=True)]
 
 
-def _draw_bytes(build, doc: dict, lang: str, names: list[str]) -> list[bytes]:
+def _draw_bytes(build, e: Explanation, lang: str, names: list[str]) -> list[bytes]:
     """Build one figure (`build()`, inside its rc_context) and encode it once per name (format by suffix)."""
     import matplotlib
 
-    with matplotlib.rc_context(rc(lang == "zh" or _has_cjk(doc["tokens"]))):
+    with matplotlib.rc_context(rc(lang == "zh" or _has_cjk(e.tokens.labels))):
         fig = build()
         return [_encode(fig, Path(name).suffix) for name in names]
 
 
-def _heatmap(doc: dict, layer: int, head: int, lang: str):
+def _heatmap(e: Explanation, layer: int, head: int, lang: str):
     t = partial(_say, lang)
-    tokens = list(doc.get("token_names") or doc["tokens"])
-    w = head_weights(doc, layer, head)
-    lay = doc["layers"][layer]
-    visible = np.array(lay["heads"][head].get("visible", lay["visible"]), dtype=bool)
+    tokens = list(e.tokens.names)
+    w = e.weights(layer, head).numpy()
+    lay = e.trace.layers[layer]
+    visible = lay.head_rule(head)[2].cpu().numpy().astype(bool)
     L = len(tokens)
     start = max(0, L - ZOOM)
     w, visible, shown = w[start:, start:], visible[start:, start:], tokens[start:]
@@ -210,19 +213,19 @@ def _heatmap(doc: dict, layer: int, head: int, lang: str):
                     )
     ax.set_xlabel(t("plots.key"))
     ax.set_ylabel(t("plots.query"))
-    title = t("plots.title", name=doc["model"]["name"], layer=layer, head=head)
+    title = t("plots.title", name=e.card.name, layer=layer, head=head)
     ax.set_title(title + (t("plots.zoom", n=n) if start else ""))
-    sink = lay["heads"][head].get("sink")
+    sink = lay.sink(head)
     if sink is None:
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label=t("plots.weight"))
     else:
-        _sink_column(fig, ax, im, np.array(restore_inf(sink), dtype=np.float64)[start:], t)
+        _sink_column(fig, ax, im, sink.cpu().numpy()[start:], t)
     fig.tight_layout()
     return fig
 
 
 def _sink_column(fig, ax, im, sink: np.ndarray, t) -> None:
-    """The sink's share of each shown row (export's `sink`: 1 − the row's weights), as one column set apart
+    """The sink's share of each shown row (`LayerTrace.sink`: 1 − the row's weights), as one column set apart
     right of the heatmap, on the same scale, labelled; then the colour bar."""
     from mpl_toolkits.axes_grid1 import make_axes_locatable
 
@@ -257,27 +260,27 @@ def matplotlib_cmap():
     return matplotlib.colormaps["Blues"].with_extremes(bad="#9ca3af")
 
 
-def grid(doc: dict, path, *, force: bool = False, lang: str = "zh") -> Path:
+def grid(e: Explanation, path, *, force: bool = False, lang: str = "zh") -> Path:
     """Every layer × head as a small heatmap, with its mean entropy and first-token attention; the
     shown head framed; token labels up to GRID_LABELS tokens; zoomed on the last ZOOM tokens beyond."""
-    return _draw(lambda: _grid(doc, lang), doc, lang, {_check_path(path, force): force})[0]
+    return _draw(lambda: _grid(e, lang), e, lang, {_check_path(path, force): force})[0]
 
 
-def _grid(doc: dict, lang: str):
+def _grid(e: Explanation, lang: str):
     """The layer × head grid (see the module doc: from the thumbnails, at most MAX_PIXELS a side): one small
     heatmap per head with its title when the cells are large enough (TITLED_CELL_INCHES), else one mosaic
     image of every head's thumbnail, rows named by layer and columns by head."""
-    m = doc["model"]
-    n_l, n_h = m["n_layers"], m["n_heads"]
+    n_l, n_h = e.card.n_layers, e.card.n_heads
     room = MAX_PIXELS / DPI - 1.2  # inches for the cells, after the title and the labels
     cell = min(GRID_CELL_INCHES, room / n_h, room / n_l)
-    start = 0 if "display" in doc else max(0, len(doc["tokens"]) - ZOOM)
+    L = len(e.tokens.names)
+    start = 0 if _thumbnails(e) else max(0, L - ZOOM)
     t = partial(_say, lang)
-    title = t("plots.grid", name=m["name"]) + (t("plots.zoom", n=len(doc["tokens"]) - start) if start else "")
+    title = t("plots.grid", name=e.card.name) + (t("plots.zoom", n=L - start) if start else "")
     if cell >= TITLED_CELL_INCHES:
-        fig = _grid_cells(doc, t, cell, start)
+        fig = _grid_cells(e, t, cell, start)
     else:
-        fig = _grid_mosaic(doc, cell)
+        fig = _grid_mosaic(e, cell)
     height = fig.get_figheight()
     fig.suptitle(title, y=1 - 0.15 / height)
     fig.tight_layout(rect=(0, 0, 1, 1 - TITLE_INCHES / height), pad=0.3, h_pad=0.2, w_pad=0.2)
@@ -288,23 +291,21 @@ TITLE_INCHES = 0.6
 """Room kept above the grid for its title, so the title never covers the first row."""
 
 
-def _grid_cells(doc: dict, t, cell: float, start: int):
+def _grid_cells(e: Explanation, t, cell: float, start: int):
     """One axes per head, titled with its layer, head, entropy and first-token share; token labels up to
     GRID_LABELS tokens."""
-    m = doc["model"]
-    n_l, n_h = m["n_layers"], m["n_heads"]
-    shown_tokens = list(doc.get("token_names") or doc["tokens"])[start:]
+    n_l, n_h = e.card.n_layers, e.card.n_heads
+    shown_tokens = list(e.tokens.names)[start:]
     labelled = len(shown_tokens) <= GRID_LABELS
     fig = _figure(figsize=(cell * n_h + (0.8 if labelled else 0.5), cell * n_l + TITLE_INCHES + 0.3))
     axes = fig.subplots(n_l, n_h, squeeze=False)
-    sel = doc["selected"]
     for l in range(n_l):
         for h in range(n_h):
             ax = axes[l][h]
-            image = _grid_image(doc, l, h, start)
+            image = _grid_image(e, l, h, start)
             ax.imshow(image, cmap=matplotlib_cmap(), norm=_norm(), interpolation="nearest")
-            shown = (l, h) == (sel["layer"], sel["head"])
-            s = doc["summaries"][l][h]
+            shown = (l, h) == (e.shown.layer, e.shown.head)
+            s = e.answers.summaries[l][h]
             ax.set_title(
                 t("plots.cell", layer=l, head=h, entropy=f"{s['entropy']:.2f}", first=f"{s['first_token']:.0%}")
                 + (t("plots.shown") if shown else ""),
@@ -326,14 +327,13 @@ GAP = 0.08
 """The white gap between two heads of the mosaic, as a share of one head's side."""
 
 
-def _grid_mosaic(doc: dict, cell: float):
+def _grid_mosaic(e: Explanation, cell: float):
     """Every head's thumbnail in one RGBA image (hidden cells grey, white gaps between heads): one axes and
     one image, so 24 × 14 heads draw in about a second; the shown head framed in red."""
     from matplotlib.patches import Rectangle
 
-    m = doc["model"]
-    n_l, n_h = m["n_layers"], m["n_heads"]
-    images = [[_grid_image(doc, l, h, 0) for h in range(n_h)] for l in range(n_l)]
+    n_l, n_h = e.card.n_layers, e.card.n_heads
+    images = [[_grid_image(e, l, h, 0) for h in range(n_h)] for l in range(n_l)]
     T = images[0][0].shape[0]
     gap = max(1, round(GAP * T))
     step = T + gap
@@ -350,10 +350,9 @@ def _grid_mosaic(doc: dict, cell: float):
     ax.tick_params(length=0, labeltop=True, labelbottom=False)
     for spine in ax.spines.values():
         spine.set_visible(False)
-    sel = doc["selected"]
     ax.add_patch(
         Rectangle(
-            (sel["head"] * step - 0.5 - gap / 2, sel["layer"] * step - 0.5 - gap / 2),
+            (e.shown.head * step - 0.5 - gap / 2, e.shown.layer * step - 0.5 - gap / 2),
             T + gap,
             T + gap,
             fill=False,
@@ -369,20 +368,22 @@ def _glyphs(label: str) -> str:
     return label.replace("␣", "_")
 
 
-def _grid_image(doc: dict, layer: int, head: int, start: int):
-    """One grid cell's picture: the head's thumbnail (doc["display"]) with the cells no query may see masked
-    (the layer's rule), or without thumbnails its weights from Q, K and the lse (zoomed from `start`)."""
-    lay = doc["layers"][layer]
-    if "display" not in doc:
-        visible = np.array(lay["heads"][head].get("visible", lay["visible"]), dtype=bool)[start:, start:]
-        return np.ma.masked_where(~visible, head_weights(doc, layer, head)[start:, start:])
-    thumb = unpack(doc["display"]["thumbnails"][layer][head])
-    L, T = len(doc["tokens"]), thumb.shape[0]
-    if "visible" in lay:
-        heads = lay.get("heads") or []
-        visible = np.array(heads[head].get("visible", lay["visible"]) if heads else lay["visible"], dtype=bool)
-    else:  # an omitted layer keeps its rule: the visibility follows from it
-        visible = visibility(L, L, causal=bool(lay["causal"]), window=lay.get("window"), device="cpu").numpy()
+def _thumbnails(e: Explanation) -> bool:
+    """Whether every head has its thumbnail (`summary.scan`'s cells), which the grid draws."""
+    thumbs = e.answers.thumbnails
+    return bool(thumbs) and all(len(row) == e.card.n_heads for row in thumbs)
+
+
+def _grid_image(e: Explanation, layer: int, head: int, start: int):
+    """One grid cell's picture: the head's thumbnail (`HeadAnswers.thumbnails`, the weights pooled into at most
+    T × T cells) with the cells no query may see masked (the head's rule), or without thumbnails its weights
+    (zoomed from `start`)."""
+    visible = e.trace.layers[layer].head_rule(head)[2].cpu().numpy().astype(bool)
+    if not _thumbnails(e):
+        w = e.weights(layer, head).numpy()
+        return np.ma.masked_where(~visible[start:, start:], w[start:, start:])
+    thumb = e.answers.thumbnails[layer][head].float().cpu().numpy()
+    L, T = len(e.tokens.names), thumb.shape[0]
     bins = np.arange(L) * T // L
     seen = np.zeros((T, T), dtype=bool)
     np.logical_or.at(seen, (bins[:, None], bins[None, :]), visible)
@@ -408,30 +409,29 @@ def _formats(formats) -> list[str]:
     return suffixes
 
 
-def render(doc: dict, *, formats=FORMATS, lang: str = "zh") -> dict[str, bytes]:
+def render(e: Explanation, *, formats=FORMATS, lang: str = "zh") -> dict[str, bytes]:
     """{file name: bytes} of the shown head's heatmap and the grid in each format (`file_names`' names and
     order), drawn in memory: each figure once, saved in every format."""
-    sel = doc["selected"]
-    names = file_names((sel["layer"], sel["head"]), formats)
+    layer, head = e.shown.layer, e.shown.head
+    names = file_names((layer, head), formats)
     heads, grids = names[0::2], names[1::2]
     out = dict.fromkeys(names, b"")
     for build, wanted in (
-        (lambda: _heatmap(doc, sel["layer"], sel["head"], lang), heads),
-        (lambda: _grid(doc, lang), grids),
+        (lambda: _heatmap(e, layer, head, lang), heads),
+        (lambda: _grid(e, lang), grids),
     ):
-        for name, data in zip(wanted, _draw_bytes(build, doc, lang, wanted), strict=True):
+        for name, data in zip(wanted, _draw_bytes(build, e, lang, wanted), strict=True):
             out[name] = data
     return out
 
 
-def save(doc: dict, out_dir, *, formats=("png", "svg"), force: bool = False, lang: str = "zh") -> list[Path]:
-    """The selected head's heatmap and the grid, in each format, into out_dir as one set (`fileset.write_all`:
+def save(e: Explanation, out_dir, *, formats=("png", "svg"), force: bool = False, lang: str = "zh") -> list[Path]:
+    """The shown head's heatmap and the grid, in each format, into out_dir as one set (`fileset.write_all`:
     all the files or none). Every path is checked before anything is drawn."""
     out = Path(out_dir)
-    sel = doc["selected"]
-    for name in file_names((sel["layer"], sel["head"]), formats):
+    for name in file_names((e.shown.layer, e.shown.head), formats):
         _check_path(out / name, force)
-    return write_all({out / name: data for name, data in render(doc, formats=formats, lang=lang).items()}, force=force)
+    return write_all({out / name: data for name, data in render(e, formats=formats, lang=lang).items()}, force=force)
 
 
 __all__ = ["heatmap", "grid", "save", "render", "file_names", "fonts", "rc"]

@@ -52,7 +52,7 @@ from .. import interventions
 from . import registry
 from .bundle import bundle
 from .codec import base64_text
-from .heads import PICK_RULE
+from .head_sentences import PICK_RULE
 from .packing import PackedLayers, head_type_names, pack, pack_weights, unpack
 from .texts import TEXTS, text
 from .type_legend import legend

@@ -1,7 +1,7 @@
 """The export dict's schema, written once: `Doc` and the TypedDicts it nests (as the page holds it: `page_schema`).
 
     doc["schema"] == SCHEMA_VERSION      every export says which schema it follows (`export.to_dict`)
-    schema_check.validate(doc)           [] or the problems: "doc.layers[0].heads[1].q: expected list, got str"
+    tests/explainer/views/schema_check.validate(doc)   [] or the problems: "doc.layers[0].heads[1].q: expected list, …"
 
 What `export.to_dict` builds and `Explainer.explain` / `experiments.run` add (descriptions, roles, search,
 ablation, patching, lens, …). A key marked NotRequired is present only in some docs (see each type); a key
@@ -455,6 +455,29 @@ class Lens(TypedDict):
     text: Words
 
 
+class FirstContribution(TypedDict):
+    """A head's first token: its rows' mean weight there, their mean share of the contribution from there, and
+    whether the weight oversells it (`analysis.contributions.first_token`)."""
+
+    weight: Num
+    share: Num
+    oversold: bool
+
+
+class Contributions(TypedDict):
+    """What each key contributes to the shown head, ‖α_ij · v_j W_O^h‖ (`views.contribution_words`)."""
+
+    layer: int
+    head: int
+    norms: list[list[Num]]
+    first: list[FirstContribution | None]
+    first_type: list[Measured] | None
+    text: Words | None
+    shares: NotRequired[list[list[Num]]]
+    packed: NotRequired[Packed]
+    values: NotRequired[list[list[Num]]]
+
+
 class Doc(TypedDict):
     """The export dict (`export.to_dict`, completed by `Explainer.explain` and `experiments.run`)."""
 
@@ -482,6 +505,7 @@ class Doc(TypedDict):
     descriptions: NotRequired[list[list[Description]]]
     roles: NotRequired[list[str | None]]
     first_token: NotRequired[FirstToken]
+    contributions: NotRequired[Contributions]
     search: NotRequired[Search]
     ablation: NotRequired[Ablation]
     patching: NotRequired[Patching]

@@ -25,7 +25,7 @@ from ..interventions import REGISTRY
 from . import texts
 from .experiment_words import scaled_label
 from .export import gqa_words
-from .heads import percent
+from .head_sentences import percent
 
 MAX_TABLE_TOKENS = 24
 """Longer inputs get the summaries only (tables of hundreds of columns help nobody): use --html."""
@@ -208,6 +208,7 @@ def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) 
         console.print(t("tables.sink_note"), markup=False, style="dim")
     _levels(doc, console, t, lang)
     _meanings(console, t, lang, doc.get("roles") or [None] * len(tokens), weights, tokens)
+    _contributions(doc, console, t, lang)
     _vectors(console, t, layer, stages, doc)
     console.print(t("tables.top"), markup=False)
     for q, row in zip(tokens, weights, strict=False):
@@ -257,6 +258,32 @@ def _meanings(console: Console, t, lang: str, r: list[str | None], weights, labe
         lambda x: number(x, 1),
         cut_columns=False,
     )
+
+
+def _contributions(doc: dict, console: Console, t, lang: str) -> None:
+    """Beside the ·V step: the shown head's contribution ‖α·v·W_O‖ per key as a share of each row (doc
+    ["contributions"], `views.contribution_words`), its sentence where its first token is looked at, and whether the
+    first-token type holds on the shares for each head of the layer."""
+    c = doc.get("contributions")
+    sel = doc["selected"]
+    if not c or "shares" not in c or (c["layer"], c["head"]) != (sel["layer"], sel["head"]):
+        return
+    tokens = names_of(doc)
+    rows = [[100 * x for x in row] for row in c["shares"]]
+    _matrix(console, t("tables.contribution"), t("tables.corner"), tokens, tokens, rows, lambda x: number(x, 1))
+    if c["text"] is not None:
+        console.print(c["text"][lang], markup=False, style="bold")
+    described = doc.get("descriptions")
+    if c["first_type"] is None or not described:
+        return
+    held = []
+    for h, on_shares in enumerate(c["first_type"]):
+        on_weights = described[c["layer"]][h].get("scores", {}).get("first")
+        if on_weights and on_weights.get("credited"):
+            mark = "✓" if on_shares["credited"] else "✗"
+            held.append(f"head {h} {percent(on_weights['score'])}→{percent(on_shares['score'] or 0.0)} {mark}")
+    if held:
+        console.print(t("tables.contribution_first", layer=c["layer"], heads=", ".join(held)), markup=False)
 
 
 def _vectors(console: Console, t, layer: dict, stages: dict, doc: dict) -> None:

@@ -3,7 +3,7 @@
     metrics = final_metrics(model, tokenizer, corpus, seed)     validation, test, agreements, samples, paragraphs
     training = training_record(name, preset, seed, out, overrides, setup, run, metrics, probe, late_probe, started)
 
-`selfattn train --json` prints the same record; `selfattn.render.train` turns it into sentences.
+`selfattn train --json` prints the same record; `selfattn.render.print_train` turns it into sentences.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def probe_record(probe: dict) -> dict:
 
 def late_claim(claim: dict) -> dict:
     """What config.json keeps of one `paragraph_probe` claim: heads hit, and the head with the highest lift
-    (the one place that picks it; `selfattn.render.train` prints it)."""
+    (the one place that picks it; `selfattn.render.print_train` prints it)."""
     best = max(claim["heads"], key=lambda h: h["lift"])
     return {
         "targets": claim["targets"],

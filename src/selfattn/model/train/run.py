@@ -19,7 +19,7 @@ from ...files import check_creatable
 from ...limits import MAX_SEED, MAX_THREADS
 from ..checkpoint import FILES, check_checkpoint_folder, save_checkpoint
 from ..loss_curve import save_loss_curve
-from ..probe import attention_probe, paragraph_probe
+from ..tutorial_probe import attention_probe, paragraph_probe
 from .loop import loop
 from .presets import Preset, resolve
 from .records import final_metrics, training_record

@@ -87,7 +87,10 @@ export async function loadDoc(packed) {
   ]);
   // the tokens as every view shows them: a repeated token carries its position ("the@8"), as in Python's views
   const tokens = Array.isArray(packed.token_names) ? packed.token_names : packed.tokens;
-  return Object.assign({}, packed, { layers, tokens, display });
+  // the shown head's contribution shares (views/contribution_words.py), unpacked once: the heatmap's second measure
+  const c = packed.contributions;
+  const contributions = c && c.packed ? Object.assign({}, c, { packed: await unpack(c.packed) }) : c;
+  return Object.assign({}, packed, { layers, tokens, display, contributions });
 }
 
 /** doc.display unpacked: every head's thumbnail ({shape [T, T], data: Float32Array}: its weights pooled into

@@ -258,6 +258,10 @@ function bindHeatmap(state, c) {
     }
   });
   $("save").addEventListener("click", () => savePicture(state));
+  $("measure").addEventListener("click", (e) => { // the heatmap's measure: weights or contributions
+    const b = e.target.closest("button[data-measure]");
+    if (b) c.change({ measure: b.dataset.measure });
+  });
 }
 
 async function start() {

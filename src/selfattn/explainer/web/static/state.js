@@ -22,7 +22,8 @@ export function createState(data) {
     stage: 0, // index into STAGES
     focus: null, // the key j whose K and V are shown
     hover: null, // the query position under the mouse (token strip)
-    picture: null, // {key: "layer/head", canvas} the heatmap's L×L picture of the shown head
+    picture: null, // {key: "layer/head/measure", canvas} the heatmap's L×L picture of the shown head
+    measure: "weights", // what the heatmap draws: "weights" or "contributions" (render/contribution.js)
     seq: 0, // live mode: number of the latest request
     shows: 0, // number of the latest document being shown (`show` unpacks its layer first)
     want: null, // live mode: the (layer, head) last picked, while its layer is being fetched

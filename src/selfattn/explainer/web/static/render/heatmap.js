@@ -6,6 +6,7 @@
 import { $, el } from "../dom.js";
 import { bit, shownWeight, visibleOf } from "../data.js";
 import { HIDDEN_RGB, HIGH_RGB, LOW_RGB, pct, rgb, shade } from "../format.js";
+import { sharesOf, shownShare } from "./contribution.js";
 
 const LABELLED_HEATMAP = 48; // up to this many tokens the heatmap carries the token texts
 const HEATMAP_PX = 520; // side of the drawn L×L picture, in CSS pixels (at most)
@@ -39,10 +40,13 @@ export function picture(L, visible, value, colour = shade) {
   return canvas;
 }
 
-/** The picture of head (l, h) of a document. */
-export function headPicture(doc, l, h) {
+/** The picture of head (l, h) of a document: its weights, or with measure "contributions" the contribution
+ * shares Python shipped for it (the weights where it shipped none: render/contribution.js says so). */
+export function headPicture(doc, l, h, measure = "weights") {
   const head = doc.layers[l].heads[h];
-  return picture(doc.tokens.length, visibleOf(doc.layers[l], h), (i, j) => shownWeight(head, i, j));
+  const shares = measure === "contributions" ? sharesOf(doc, l, h) : null;
+  const value = shares ? (i, j) => shownShare(shares, i, j) : (i, j) => shownWeight(head, i, j);
+  return picture(doc.tokens.length, visibleOf(doc.layers[l], h), value);
 }
 
 /** The colour scale: white = 0, the darkest blue = 100%, shades ∝ √weight in between. */
@@ -225,6 +229,8 @@ export function showTip(state, t, event) {
   const visible = bit(visibleOf(layer, state.head), c.i, c.j);
   const value = visible ? pct(shownWeight(layer.heads[state.head], c.i, c.j)) : t("page.tip_hidden");
   tip.textContent = t("page.tip", { i: c.i, query: doc.tokens[c.i], j: c.j, key: doc.tokens[c.j], value });
+  const shares = state.measure === "contributions" ? sharesOf(doc, state.layer, state.head) : null;
+  if (shares && visible) tip.textContent += " · " + t("page.contribution_bar", { share: pct(shownShare(shares, c.i, c.j)) });
   tip.style.left = `${c.x + 14}px`;
   tip.style.top = `${c.y + 14}px`;
   tip.hidden = false;

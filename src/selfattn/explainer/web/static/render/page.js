@@ -10,6 +10,7 @@ import { renderExperiments } from "./experiments.js";
 import { renderGrid, renderSelectors } from "./grid.js";
 import { renderHeadText, renderModel, renderRule, renderWords } from "./header.js";
 import { drawHeatmap, headPicture, renderLegend } from "./heatmap.js";
+import { renderMeasure } from "./contribution.js";
 import { renderPrediction } from "./prediction.js";
 import { renderSearchChoices } from "./search.js";
 import { renderNotHeld } from "./notheld.js";
@@ -35,8 +36,10 @@ export function renderSelection(state, t) {
   const doc = state.doc;
   if (!doc) return;
   const held = !doc.layers[state.layer].omitted; // else the page says so and draws none of its arrays
-  const key = `${state.layer}/${state.head}`;
-  if (held && (!state.picture || state.picture.key !== key)) state.picture = { key, canvas: headPicture(doc, state.layer, state.head) };
+  const key = `${state.layer}/${state.head}/${state.measure}`;
+  if (held && (!state.picture || state.picture.key !== key)) {
+    state.picture = { key, canvas: headPicture(doc, state.layer, state.head, state.measure) };
+  }
   if (held) ensureFocus(state);
   $("layer").value = String(state.layer);
   $("head").value = String(state.head);
@@ -46,6 +49,7 @@ export function renderSelection(state, t) {
   renderGrid(state, t);
   renderNotHeld(state, t);
   paintTokens(state, t, state.hover === null ? state.row : state.hover);
+  renderMeasure(state, t);
   if (held) {
     drawHeatmap(state, t);
     renderCompare(state);

@@ -5,6 +5,7 @@
 import { $, el } from "../dom.js";
 import { exactWeight, normOf, row, shownWeight } from "../data.js";
 import { sinkShare } from "./heatmap.js";
+import { sharesOf, shownShare } from "./contribution.js";
 import { num, pct, rgb, shade } from "../format.js";
 import { comparable } from "../state.js";
 import { KEY_ROWS, STAGE_NAMES, STAGES, keyValue, stageRow } from "../stages.js";
@@ -60,6 +61,9 @@ function renderPanel(state, t) {
   if (name === "weighted") {
     panel.append(vector(t, "weighted", `${t("common.weighted")}[${i}]`, st.weighted), mixBars(t, doc, head, i, st.weighted),
       meaningBars(t, doc, head, i));
+    if (sharesOf(doc, l, h) && doc.contributions.text) {
+      panel.append(el("p", { class: "explain", "data-testid": "contribution-text" }, doc.contributions.text[state.lang]));
+    }
   }
   if (name === "output") {
     panel.append(vector(t, "attn_out", `${t("common.attn_out")}[${i}]`, row(layer.attn_out, i), normOf(layer, "attn_out", i)),
@@ -133,6 +137,14 @@ function keyTable(state, t, st) {
     const tr = keyRow(state, t, name, label, cells);
     if (withSink) tr.append(sinkCell(state, name));
     table.append(tr);
+  }
+  const shares = sharesOf(doc, state.layer, state.head);
+  if (shares && state.stage >= STAGE_NAMES.indexOf("weighted")) { // beside the weights: what each key contributes
+    const cells = keys.map((j) => {
+      const share = shownShare(shares, state.row, j);
+      return { j, value: share, text: pct(share), shade: share };
+    });
+    table.append(keyRow(state, t, "contribution", t("page.tab_contributions"), cells));
   }
   const base = comparable(state);
   if (base && !base.layers[state.layer].omitted && state.stage >= STAGE_NAMES.indexOf("softmax")) {

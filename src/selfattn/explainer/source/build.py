@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 
-from ..functional import intercept
-from . import pieces as P
-from . import sources
-from .views import texts
+from ...functional import intercept
+from .. import pieces as P
+from ..views import texts
+from . import resolve as sources
 
 __all__ = ["load", "wrap", "confirm", "DRY_RUN_TEXT"]
 
@@ -52,7 +52,7 @@ def load(source: sources.Source, config: dict, dtype: torch.dtype = torch.float3
         import transformers
     except ImportError:
         raise ValueError(f"{source.folder} is a transformers model; explaining it needs `transformers`") from None
-    from .. import hf
+    from ... import hf
     from . import gguf_cache
 
     hf.register()

@@ -1,4 +1,5 @@
-"""Checking a dict against the export's schema (`views.schema`), and the field paths it names.
+"""Checking a dict against the page document's schema (`selfattn.explainer.views.schema`), and the field paths it
+names: a test's tool (the package never validates its own output at run time; the tests hold it to the schema).
 
 validate(doc)            [] or every problem: "doc.model.n_heads: expected int, got str '4'"
 validate(packed, PageDoc)
@@ -10,8 +11,8 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from .page_schema import OPAQUE
-from .schema import EXTRA, Doc
+from selfattn.explainer.views.page_schema import OPAQUE
+from selfattn.explainer.views.schema import EXTRA, Doc
 
 __all__ = ["validate", "check", "paths"]
 

@@ -29,9 +29,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import checks
-from ..files import open_regular, read_json
-from ..limits import TRANSFORMERS_LIMITS, check_parameters
+from ... import checks
+from ...files import open_regular, read_json
+from ...limits import TRANSFORMERS_LIMITS, check_parameters
 
 __all__ = [
     "LIMITS",
@@ -145,7 +145,7 @@ def folder_kind(source: Source | Path, dtype: str = "float32") -> tuple[str, dic
         data = read_json(config_path, what="model config")
     except ValueError as e:
         raise ValueError(f"{config_path} is not valid JSON: {e}") from None
-    from ..model.checkpoint import FORMAT
+    from ...model.checkpoint import FORMAT
 
     if data.get("format") == FORMAT:
         return "selfattn", data

@@ -43,10 +43,10 @@ from pathlib import Path
 
 import torch
 
-from ..dirs import cache_dir
-from ..files import NEW_FILE_MODE, open_regular, sync_folder, temp_folder
-from ..kernels.notice import LOGGER
-from ..limits import GGUF_CACHE_BYTES, MAX_MANIFEST_BYTES
+from ...dirs import cache_dir
+from ...files import NEW_FILE_MODE, open_regular, sync_folder, temp_folder
+from ...kernels.notice import LOGGER
+from ...limits import GGUF_CACHE_BYTES, MAX_MANIFEST_BYTES
 
 __all__ = [
     "FORMAT",
@@ -253,7 +253,7 @@ def store(path: Path, dtype: torch.dtype, model: torch.nn.Module, tokenizer, con
     than the limit alone, or the cache folder cannot be written (the model is still used, only not kept)."""
     from safetensors.torch import save
 
-    from ..model.safetensors_io import _tied_names
+    from ...model.safetensors_io import _tied_names
 
     first_seen = _remembered(path)  # hashed by `find` before the load, when it ran in this process
     ident = identity(path, dtype)
