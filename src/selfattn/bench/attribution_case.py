@@ -93,7 +93,7 @@ def render_attribution(result: dict, console) -> None:
     """The rows, the ratios and the agreement."""
     from rich.table import Table
 
-    from .tables import show
+    from .table_output import show
 
     table = Table(
         title=f"attribution vs exact patching: {Path(result['model']).name}, {result['pair']['tokens']} tokens",

@@ -69,6 +69,8 @@ def _all_heads(layer: LayerTrace, stage: str) -> torch.Tensor:
 
 def _result(layer: LayerTrace) -> torch.Tensor:
     """(L, H, d) each head's z times its slice of W_O, float64."""
+    if layer.out_proj is None:
+        raise KeyError("the capture holds no output projection W_O for this layer")
     z = _all_heads(layer, "weighted")  # (H, L, D)
     H, _, D = z.shape
     w = layer.out_proj.to(torch.float64).reshape(-1, H, D)  # (d, H, D): head h's columns h·D … (h+1)·D − 1
