@@ -106,7 +106,7 @@ def _explain(args) -> int:
     from .explainer.views import checkable, outputs
 
     request = _request(args)
-    paths = {"npz": args.npz, "html": args.html, "plots_dir": args.plots}
+    paths = {"npz": args.npz, "html": args.html, "plots_dir": args.plots, "csv": args.csv}
     shown = request.opened()[:2]
     chosen = cast("tuple[int, int] | None", shown if None not in shown else None)
     outputs.check(**paths, force=args.force, selected=chosen)  # before the model is loaded: nothing for nothing
@@ -118,7 +118,15 @@ def _explain(args) -> int:
     e = session.explain(request)
     doc = session.document(e, layers="auto" if args.layers is None else args.layers)
     arrays = None if args.npz is None else checkable.npz_arrays(e, layers=args.layers)
-    files = outputs.render(e, doc, **paths, force=args.force, lang=args.lang, arrays=arrays, store=session.packed)
+    attribution = e.attribution() if args.attribution else None
+    table = None
+    if args.csv is not None:
+        from .explainer.views import csv_table
+
+        table = csv_table.rows(e, attribution)
+    files = outputs.render(
+        e, doc, **paths, force=args.force, lang=args.lang, arrays=arrays, store=session.packed, table=table
+    )
     if "patching" in doc and args.plots is not None:
         from .explainer.views import patching_plot
 
@@ -126,13 +134,18 @@ def _explain(args) -> int:
         files |= {path: pictures[path.name] for path in _experiment_files(args)}
     written = outputs.write_all(files, force=args.force)
     if args.json:
-        _print_json(checkable.json_document(e, layers=args.layers))
+        printed = checkable.json_document(e, layers=args.layers)
+        _print_json(printed if attribution is None else {**printed, "attribution": attribution})
         return 0
     from .explainer.views import research_tables, tables
 
     console = _console()
     tables.render(doc, console, lang=args.lang, evidence=args.evidence)
     research_tables.experiments(doc, console, lang=args.lang)
+    if attribution is not None:
+        from .explainer.views import attribution_table
+
+        attribution_table.render(attribution, console, lang=args.lang)
     for path in written:
         console.print(f"→ {printable(str(path))}", markup=False)
     return 0

@@ -112,6 +112,9 @@ def _explain_args(commands, runs) -> None:
     )
     p.add_argument("--npz", metavar="FILE", help="also save every captured tensor to FILE (.npz)")
     p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report to FILE")
+    p.add_argument(
+        "--csv", metavar="FILE", help="also write one row per head (types, scores, experiments' effects) to FILE"
+    )
     p.add_argument("--plots", metavar="DIR", help="also save heatmaps (PNG and SVG) into DIR")
     p.add_argument("--force", action="store_true", help="overwrite files that already exist")
     p.set_defaults(run=runs["explain"])
@@ -150,6 +153,7 @@ NEEDS = {
     "ablate_mode": ("--ablate-mode", "--ablate"),
     "target": ("--target", "--patch"),
     "foil": ("--foil", "--patch"),
+    "attribution": ("--attribution", "--patch"),
     "position": ("--position", "--logit-lens"),
 }
 """dest: (flag, the flag it needs): a flag given without the one it needs is refused (`cli._check_needs`)."""
@@ -175,6 +179,13 @@ def experiment_args(p) -> None:
         metavar="CORRUPTED_TEXT",
         help="activation patching: each head's output (and each layer's residual per position) taken from the "
         "text into CORRUPTED_TEXT (the same token length); the share of the logit difference each recovers",
+    )
+    p.add_argument(
+        "--attribution",
+        action="store_const",
+        const=True,
+        help="with --patch: also estimate each head's share by attribution patching (two passes and one backward), "
+        "shown beside the exact shares with their rank agreement",
     )
     p.add_argument(
         "--target", metavar="TOKEN", help="with --patch: the target token (default: the text's top prediction)"

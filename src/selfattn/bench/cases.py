@@ -246,6 +246,8 @@ EXTRA_CASES = {
     "(selfattn.bench.gguf_case)",
     "bf16": "explain vs transformers eager, both in bfloat16, 256 tokens on the Qwen2.5-3B configuration with "
     "random weights: peak memory and time (selfattn.bench.bf16_case)",
+    "attribution": "attribution vs exact patching on SmolLM2's IOI pair: time ratio, top-10 heads' Spearman ρ "
+    "(selfattn.bench.attribution_case)",
 }
 """Cases that measure a whole model or several processes rather than one attention call; run only when named."""
 

@@ -181,6 +181,10 @@ def render(result: dict, console: Console | None = None) -> None:
         from .gguf_case import render_gguf
 
         render_gguf(extra["gguf"], console)
+    if "attribution" in extra:
+        from .attribution_case import render_attribution
+
+        render_attribution(extra["attribution"], console)
     if "bf16" in extra:
         from .bf16_case import render_bf16
 

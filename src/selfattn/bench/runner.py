@@ -129,6 +129,10 @@ def _run_extra(name: str, quick: bool, progress) -> dict:
         from .gguf_case import run_gguf_case
 
         return run_gguf_case()
+    if name == "attribution":
+        from .attribution_case import run_attribution_case
+
+        return run_attribution_case()
     if name == "bf16":
         from .bf16_case import run_bf16_case
 

@@ -375,3 +375,56 @@ def run(
             explainer, text, position=lens.get("position"), intervention=intervention, cache=cache, trace=trace
         )
     return out
+
+
+def attribution(explainer, clean: str, corrupted: str, *, target=None, foil=None, cut=None, exact=None) -> dict:
+    """Attribution patching clean → corrupted (`capture.attribution`): every head's and every residual position's
+    first-order estimate of what `patching` measures, from one clean and one corrupted forward and one backward.
+
+    target, foil  as `patching` (default the clean and the corrupted top predictions)
+    exact         `patching`'s dict for the same texts, target and foil, where it ran: its shares are set beside
+                  the estimates ("exact") with their rank agreement on its top heads (`attribution.rank_agreement`)
+    Returns {clean {text, tokens}, corrupted {…}, target, foil, clean_ld, corrupted_ld, activation, heads
+    [layer][head], residual [layer][position] (estimated shares of clean_ld − corrupted_ld), heads_ld (the same in
+    logits), top_heads [{layer, head, recovered}], exact {heads, residual, agreement {top, spearman, shared}} or
+    None}."""
+    from .capture import attribution as _attribution
+
+    _shape(explainer, "attribution")
+    c_tokens, c_ids, _ = _ids(explainer, clean, cut)
+    x_tokens, x_ids, _ = _ids(explainer, corrupted)
+    if len(c_ids) != len(x_ids):
+        raise ValueError(
+            f"attribution needs a clean and a corrupted text of the same token length: the clean text has "
+            f"{len(c_ids)} tokens ({' / '.join(c_tokens)}), the corrupted text {len(x_ids)} ({' / '.join(x_tokens)})"
+        )
+    if target is None or foil is None:
+        c_logits, _ = _patching.head_outputs(explainer.model, c_ids[None])
+        x_logits, _ = _patching.head_outputs(explainer.model, x_ids[None])
+    t = int(c_logits[0, -1].argmax()) if target is None else token_id(explainer, target)
+    f = int(x_logits[0, -1].argmax()) if foil is None else token_id(explainer, foil)
+    if t == f:
+        raise ValueError(f"the target and the foil are the same token {explainer.decode(t)!r}: name them apart")
+    got = _attribution.attribute(explainer.model, c_ids[None], x_ids[None], t, f)
+    heads_share = got.heads.tolist()
+    out = {
+        "model": explainer.name,
+        "clean": {"text": clean, "tokens": c_tokens},
+        "corrupted": {"text": corrupted, "tokens": x_tokens},
+        "target": _token(explainer, t),
+        "foil": _token(explainer, f),
+        "clean_ld": got.clean_ld,
+        "corrupted_ld": got.corrupted_ld,
+        "activation": "z: each head's output before W_O (weights · V); the residual: each block's output",
+        "heads": heads_share,
+        "residual": got.residual.tolist(),
+        "heads_ld": got.heads_ld.tolist(),
+        "top_heads": findings.top_heads(heads_share),
+        "exact": None,
+    }
+    if exact is not None:
+        if (exact["target"]["id"], exact["foil"]["id"]) != (t, f) or exact["corrupted"]["text"] != corrupted:
+            raise ValueError("exact is patching's result for other texts or tokens than these")
+        agreement = _attribution.rank_agreement(torch.tensor(exact["heads"]), got.heads)
+        out["exact"] = {"heads": exact["heads"], "residual": exact["residual"], "agreement": agreement}
+    return out

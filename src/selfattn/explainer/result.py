@@ -280,6 +280,41 @@ class Explanation:
             self, ablate=ablate, ablate_mode=ablate_mode, patch=patch, target=target, foil=foil, lens=lens
         )
 
+    def attribution(self, corrupted: str | None = None, *, target=None, foil=None) -> dict:
+        """Attribution patching of this text (clean) → `corrupted` (`experiments.attribution`): every head's and every
+        residual position's first-order estimate of patching's share, from two forwards and one backward.
+        corrupted: default the corrupted text of the patching this Explanation ran (`run(patch=…)`); on that text with
+        no target or foil given, patching's are used and its exact shares set beside the estimates ("exact", with
+        their rank agreement)."""
+        from . import experiments
+
+        ran = self.experiments.patching
+        if corrupted is None:
+            if ran is None:
+                raise ValueError("attribution needs a corrupted text: give one, or run(patch=…) first")
+            corrupted = ran["corrupted"]["text"]
+        exact = None
+        if ran is not None and ran["corrupted"]["text"] == corrupted and target is None and foil is None:
+            target, foil, exact = ran["target"]["id"], ran["foil"]["id"], ran
+        return experiments.attribution(self.explainer, self.text, corrupted, target=target, foil=foil, exact=exact)
+
+    def run_with_hooks(self, text: str | None = None, *, fwd_hooks) -> torch.Tensor:
+        """The logits (1, L, V) of the model on `text` (default this text) with `fwd_hooks` [(name, fn)] on named
+        activations: fn(tensor, name) reads the tensor in `cache`'s layout and may return a replacement
+        (`capture.named_hooks.run_with_hooks`: q, k, v, pattern, z, resid_post). Nothing stays on the model."""
+        from .capture.named_hooks import run_with_hooks
+
+        _, ids, extra, _ = self.explainer.cut(self.text if text is None else text)
+        return run_with_hooks(self.explainer.model, torch.as_tensor(ids), fwd_hooks, **extra)
+
+    @functools.cached_property
+    def cache(self):
+        """Every captured activation under a TransformerLens-like name (`named_cache.NamedCache`, docs/cache.md):
+        `e.cache["blocks.0.attn.hook_pattern"]` (H, L, L), `e.cache["pattern", 0]`, `e.cache.keys()`."""
+        from .named_cache import NamedCache
+
+        return NamedCache(self.trace)
+
     def compare(self, other) -> Explanation:
         """This text and `other` (a text, explained on the same model with the same interventions, or an
         Explanation) side by side: a copy of this Explanation whose page opens on the compare view."""

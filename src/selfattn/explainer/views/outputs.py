@@ -1,8 +1,9 @@
-"""The files of `selfattn explain` (--npz, --html, --plots) as one set: checked before the work, written whole.
+"""The files of `selfattn explain` (--npz, --html, --csv, --plots) as one set: checked before the work, written whole.
 
-    check(npz=, html=, plots=, force=, selected=)     before the model is loaded: every path known so far
-    files = render(e, doc, npz=, html=, plots=, lang=)   {Path: bytes}: every file drawn in memory, every path checked
-    write_all(files, force=)                          each to a temporary name, then all renamed (`fileset`)
+    check(npz=, html=, csv=, plots=, force=, selected=)     before the model is loaded: every path known so far
+    files = render(e, doc, npz=, html=, csv=, table=, plots=, lang=)
+                                                    {Path: bytes}: every file drawn in memory, every path checked
+    write_all(files, force=)                        each to a temporary name, then all renamed (`fileset`)
 
 A refusal (an existing file without --force, the same path given twice, a folder where a file goes) comes
 before anything is written: the picture of the shown head is named after it (head-L1-H2.png), so when the
@@ -27,15 +28,17 @@ if TYPE_CHECKING:
 __all__ = ["check", "render", "write_all", "npz_bytes", "arrays_bytes"]
 
 
-def _planned(npz, html, plots_dir, selected) -> list[tuple[str, Path]]:
+def _planned(npz, html, plots_dir, selected, csv=None) -> list[tuple[str, Path]]:
     """(flag, path) of every file the flags will write that can be named now (`selected`: (layer, head) or None)."""
-    out = [(flag, Path(p)) for flag, p in (("--npz", npz), ("--html", html)) if p is not None]
+    out = [(flag, Path(p)) for flag, p in (("--npz", npz), ("--html", html), ("--csv", csv)) if p is not None]
     if plots_dir is not None:
         out += [("--plots", Path(plots_dir) / name) for name in plots.file_names(selected)]
     return out
 
 
-def check(*, npz=None, html=None, plots_dir=None, force: bool = False, selected: tuple[int, int] | None = None) -> None:
+def check(
+    *, npz=None, html=None, plots_dir=None, force: bool = False, selected: tuple[int, int] | None = None, csv=None
+) -> None:
     """Refuse (OSError/ValueError) what the writes would refuse: an existing file without `force`, a folder
     that does not exist or cannot be written, a --plots path that is a file, one path named twice."""
     from ...files import check_creatable  # plots are written into a folder made when missing
@@ -44,7 +47,7 @@ def check(*, npz=None, html=None, plots_dir=None, force: bool = False, selected:
         check_target(plots_dir)  # a FIFO or a device is named as what it is
         raise NotADirectoryError(f"--plots {plots_dir} is a file; give a folder")
     seen: dict[Path, str] = {}
-    planned = _planned(npz, html, plots_dir, selected)
+    planned = _planned(npz, html, plots_dir, selected, csv)
     folders = {parent: f"{flag} {path}" for flag, path in planned for parent in path.resolve().parents}
     for flag, path in planned:
         where = path.resolve()
@@ -70,14 +73,23 @@ def render(
     lang: str = "zh",
     arrays=None,
     store=None,
+    csv=None,
+    table=None,
 ) -> dict:
     """{path: bytes} of every file asked for: the pictures drawn from `e` (`plots.render`), the page from `doc`
     (its payload, `export.document`; the page's layers packed before read back from `store`, a
     `packing.PackedLayers`), the .npz from `arrays` ({name: array}, `checkable.npz_arrays`; default every tensor of
-    `doc`); every path checked again (`check`), the shown head's pictures included, before anything is drawn."""
+    `doc`), the .csv at `csv` from `table` (`csv_table.rows`' rows, written as `csv_table.csv_bytes`); every path
+    checked again (`check`), the shown head's pictures included, before anything is drawn."""
     selected = (e.shown.layer, e.shown.head)
-    check(npz=npz, html=html, plots_dir=plots_dir, force=force, selected=selected)
+    check(npz=npz, html=html, plots_dir=plots_dir, force=force, selected=selected, csv=csv)
     files: dict[Path, bytes] = {}
+    if csv is not None:
+        from .csv_table import csv_bytes
+
+        if table is None:
+            raise ValueError("--csv needs its table: give the rows (csv_table.rows)")
+        files[Path(csv)] = csv_bytes(table)
     if npz is not None:
         files[Path(npz)] = npz_bytes(doc) if arrays is None else arrays_bytes(arrays)
     if html is not None:

@@ -1,0 +1,64 @@
+"""Attribution patching as the CLI and the API give it: `selfattn explain --patch … --attribution` prints the
+estimates beside exact patching's shares (--json "attribution", and the terminal grid); `Explanation.attribution`
+gives the same; --attribution without --patch is refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import selfattn
+from selfattn.cli import main
+from selfattn.explainer.capture.attribution import rank_agreement
+from selfattn.explainer.session import DEFAULT_TEXT, Explainer
+from tests.tolerances import TOL
+
+CORRUPTED = "一只红色怪兽走进森林"
+PAIR = ["--target", "森林", "--foil", "大海"]
+
+
+@pytest.fixture(scope="module")
+def default():
+    return Explainer.load()
+
+
+@pytest.fixture
+def cli(default, monkeypatch):
+    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: default))
+
+
+def test_cli_json_and_api_agree_and_sit_beside_patching(cli, default, capsys):
+    assert main(["explain", DEFAULT_TEXT, "--patch", CORRUPTED, *PAIR, "--attribution", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    a = doc["attribution"]
+    assert a["exact"]["heads"] == doc["patching"]["heads"]
+    assert (a["target"], a["foil"]) == (doc["patching"]["target"], doc["patching"]["foil"])
+    assert a["clean_ld"] == pytest.approx(doc["patching"]["clean_ld"])
+    want = rank_agreement(torch.tensor(doc["patching"]["heads"]), torch.tensor(a["heads"]))
+    assert a["exact"]["agreement"] == want
+    e = selfattn.explain(DEFAULT_TEXT, default).run(patch=CORRUPTED, target="森林", foil="大海")
+    assert json.loads(json.dumps(e.attribution(), ensure_ascii=False)) == a
+
+
+def test_terminal_shows_the_grid_and_the_agreement(cli, capsys):
+    assert main(["explain", DEFAULT_TEXT, "--patch", CORRUPTED, *PAIR, "--attribution", "--lang", "en"]) == 0
+    out = capsys.readouterr().out
+    assert "attribution patching" in out and "Spearman rank correlation" in out and "→" in out
+
+
+def test_attribution_needs_patch(cli, capsys):
+    assert main(["explain", DEFAULT_TEXT, "--attribution"]) == 2
+    assert "--attribution goes with --patch" in capsys.readouterr().err
+
+
+def test_rank_agreement_is_spearman_on_the_top_heads():
+    exact = torch.tensor([[0.9, 0.1, 0.5], [0.3, 0.7, 0.0]])
+    same = rank_agreement(exact, exact * 2, top=4)
+    assert same == {"top": 4, "spearman": pytest.approx(1.0, abs=TOL["float64"]), "shared": 4}
+    # on exact's top 4 (0.9, 0.7, 0.5, 0.3) the estimate ranks them exactly backwards
+    backwards = torch.tensor([[0.1, 5.0, 0.3], [0.4, 0.2, 9.0]])
+    got = rank_agreement(exact, backwards, top=4)
+    assert got["spearman"] == pytest.approx(-1.0, abs=TOL["float64"])
+    assert got["shared"] == 2  # the estimate's top 4 (9.0, 5.0, 0.4, 0.3) hold two of them
