@@ -155,14 +155,14 @@ def _cached_weights(cache, n_prompts: int) -> Callable[[int, list[int]], list[np
             return _trace_weights_of(cache.trace)
 
         return from_explanation
-    if not hasattr(cache, "__getitem__") or not hasattr(cache, "__contains__"):
+    if not hasattr(cache, "__getitem__"):
         raise TypeError(
             f"cache must be a mapping of {HOOK_PATTERN} patterns (a TransformerLens ActivationCache) or an "
             f"Explanation, got {type(cache).__name__}"
         )
     layers: list[np.ndarray] = []
-    while HOOK_PATTERN.format(layer=len(layers)) in cache:
-        layers.append(_as_array(cache[HOOK_PATTERN.format(layer=len(layers))], "cache pattern"))
+    while (found := _pattern_at(cache, len(layers))) is not None:
+        layers.append(_as_array(found, "cache pattern"))
     if not layers:
         raise ValueError(f"cache holds no {HOOK_PATTERN.format(layer=0)!r}: give each layer's attention pattern")
 
@@ -189,6 +189,15 @@ def _cached_weights(cache, n_prompts: int) -> Callable[[int, list[int]], list[np
         return out
 
     return from_mapping
+
+
+def _pattern_at(cache, layer: int):
+    """cache["blocks.{layer}.attn.hook_pattern"], or None where it holds none (read by item only, as TransformerLens'
+    ActivationCache answers)."""
+    try:
+        return cache[HOOK_PATTERN.format(layer=layer)]
+    except KeyError:
+        return None
 
 
 def _trace_weights_of(trace) -> list[np.ndarray]:

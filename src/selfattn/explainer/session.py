@@ -74,7 +74,8 @@ class Explainer:
     grammar       {word: role}: the words whose clause-2 references the tutorial relations measure
                   (`analysis.relations.links`); the default model's grammar (`model.corpus.grammar`) for every model
     scenes        the words the contrast sentences put in place of the text's (`analysis.word_relations.Scenes`):
-                  the default model's grammar's scenes (`model.corpus.scenes`) for every model"""
+                  the default model's grammar's scenes (`model.corpus.scenes`) for every model
+    bos_token     the model's BOS id where its config names none (our checkpoints: the tokenizer's <bos>); see `bos`"""
 
     model: torch.nn.Module
     name: str
@@ -94,6 +95,7 @@ class Explainer:
     user_words: dict[str, str | None] = field(default_factory=dict)
     grammar: Mapping[str, str] = field(default_factory=corpus.grammar)
     scenes: tuple[Mapping[str, tuple[str, ...]], ...] = field(default_factory=corpus.scenes)
+    bos_token: int | None = None
 
     def with_words(self, user_words) -> Explainer:
         """A copy whose tagger also keeps `user_words` whole: a list of words, or {word: role} (one of
@@ -161,6 +163,7 @@ class Explainer:
             kind="decoder",
             loaded={"format": "selfattn checkpoint", "file": None, "class": type(model).__name__, "why": "ours"},
             user_words=dict.fromkeys(tokenizer.user_words),
+            bos_token=tokenizer.bos_id,
         )
 
     @classmethod
@@ -183,9 +186,9 @@ class Explainer:
     def bos(self, prepend_bos: bool | None = None) -> dict:
         """{prepend_bos, id, token, added, removed}: what is done with the model's BOS before a text's own tokens, as
         TransformerLens' `to_tokens` does. prepend_bos None (the default): True where the model has a BOS
-        (`probe.bos_id`), else False. True: the text starts with the BOS: the tokenizer's own where it puts it
-        first, else the model's prepended (added True); refused on a model with no BOS. False: no BOS: the
-        tokenizer's own removed where it puts the model's BOS first (removed True). A first token the tokenizer
+        (`probe.bos_id`, else `bos_token`), else False. True: the text starts with the BOS: the tokenizer's own where
+        it puts it first, else the model's prepended (added True); refused on a model with no BOS. False: no BOS:
+        the tokenizer's own removed where it puts the model's BOS first (removed True). A first token the tokenizer
         puts that is not the model's BOS ([CLS]) is kept either way. id/token: the BOS (None where the model has
         none)."""
         if prepend_bos is not None and not isinstance(prepend_bos, bool):
@@ -494,7 +497,7 @@ def _frame_bos(explainer) -> tuple[int | None, int | None]:
         bos = _probe.bos_id(explainer)
     except _probe.NoProbe:  # no token embedding: no BOS to read
         bos = None
-    return (prefix[0] if prefix else None), bos
+    return (prefix[0] if prefix else None), (explainer.bos_token if bos is None else bos)
 
 
 def _bos_plan(explainer, prepend_bos: bool | None) -> dict:

@@ -167,6 +167,18 @@ def test_a_transformer_lens_cache_is_scored_as_transformer_lens_scores_it(tok, b
     got = selfattn.detect_head((other, tok), PROMPT, "duplicate_token_head", cache=cache).numpy()
     np.testing.assert_allclose(got, expected, atol=TOL["float32_vs_transformers"])
     assert torch.equal(cache["blocks.0.attn.hook_pattern"], (layers[0][None] if batched else layers[0]).float())
+    by_item = selfattn.detect_head((other, tok), PROMPT, "duplicate_token_head", cache=ItemsOnly(cache)).numpy()
+    np.testing.assert_array_equal(by_item, got)
+
+
+class ItemsOnly:
+    """A cache read by item only, as TransformerLens' ActivationCache: a missing name is a KeyError."""
+
+    def __init__(self, d):
+        self.d = d
+
+    def __getitem__(self, key):
+        return self.d[key]
 
 
 def test_an_explanation_is_a_cache(tok):

@@ -256,7 +256,22 @@ def card_dict(card: ModelCard) -> dict:
     }
     if card.architecture_zh is not None:
         out["architecture_zh"] = card.architecture_zh
-    return out | {"tokenizer": card.tokenizer, "loaded": dict(card.loaded), "formula": card.formula}
+    out |= {"tokenizer": card.tokenizer, "loaded": dict(card.loaded), "formula": card.formula}
+    return out | ({"bos": bos_dict(card.bos)} if card.bos else {})
+
+
+def bos_dict(bos) -> dict:
+    """The card's BOS (`Explainer.bos`: prepend_bos, id, token, added, removed) and what was done, in words."""
+    token = shown_piece(bos["token"]) if bos["token"] is not None else ""
+    if bos["added"]:
+        key = "tables.bos_added"
+    elif bos["removed"]:
+        key = "tables.bos_removed"
+    elif bos["prepend_bos"]:
+        key = "tables.bos_own"
+    else:
+        key = "tables.bos_none"
+    return dict(bos) | {"text": {lang: texts.text(key, lang, token=token) for lang in texts.LANGS}}
 
 
 def opened_query(layer: LayerTrace, head: int, tokens: list[str], link: tuple[int, int] | None = None) -> dict:
