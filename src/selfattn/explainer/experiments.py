@@ -39,6 +39,7 @@ from .capture import patching as _patching
 from .interventions import Intervention
 from .probe import PROBE_LENGTH, PROBE_TRIES, frame, own_ids, probe_bos, probe_ids, vocab_size
 from .views import findings
+from .views.export import bos_dict
 from .views.heads import describe
 
 __all__ = [
@@ -115,7 +116,7 @@ def taxonomy(
         "model": explainer.name,
         "probe": {"ids": ids, "tokens": tokens, "length": (len(ids) - added) // 2, "seed": seed, "bos": bos},
         "text": text,
-        "bos": explainer.bos(prepend_bos),
+        "bos": bos_dict(explainer.bos(prepend_bos)),
         "roles": None if text is None else has_roles(held.words_of(shown, explainer.user_words)),
     }
     out["findings"] = findings.taxonomy_words(out)

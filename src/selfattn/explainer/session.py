@@ -189,8 +189,8 @@ class Explainer:
         (`probe.bos_id`, else `bos_token`), else False. True: the text starts with the BOS: the tokenizer's own where
         it puts it first, else the model's prepended (added True); refused on a model with no BOS. False: no BOS:
         the tokenizer's own removed where it puts the model's BOS first (removed True). A first token the tokenizer
-        puts that is not the model's BOS ([CLS]) is kept either way. id/token: the BOS (None where the model has
-        none)."""
+        puts that is not the model's BOS ([CLS]) is kept either way. id/token: the token added, removed, or the
+        tokenizer's own first one (None where there is none)."""
         if prepend_bos is not None and not isinstance(prepend_bos, bool):
             raise TypeError(f"prepend_bos must be True, False or None, got {prepend_bos!r}")
         return _bos_plan(self, prepend_bos)
@@ -510,7 +510,10 @@ def _bos_plan(explainer, prepend_bos: bool | None) -> dict:
         )
     added = bool(want and first is None and bos is not None)
     removed = bool(not want and first is not None and first == bos)
-    shown = bos if bos is not None else (first if want else None)
+    if added or removed:
+        shown = bos
+    else:  # the tokenizer's own first token: the BOS asked for, or one kept that is not the model's BOS ([CLS])
+        shown = first
     return {
         "prepend_bos": bool(want),
         "id": shown,

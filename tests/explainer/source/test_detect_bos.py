@@ -99,8 +99,11 @@ def eager_patterns(kind: str, ids: list[int]) -> list[torch.Tensor]:
     return [a[0].double() for a in out.attentions]
 
 
-def tl_detect(kind, tok, prompt, name, *, prepend_bos, exclude_bos=False, exclude_current_token=False, measure="mul"):
-    ids = tl_tokens(tok, prompt, prepend_bos)
+def tl_detect(kind, tok, prompt, name, *, prepend_bos, **kw):
+    return tl_detect_ids(kind, tl_tokens(tok, prompt, prepend_bos), name, **kw)
+
+
+def tl_detect_ids(kind, ids, name, *, exclude_bos=False, exclude_current_token=False, measure="mul"):
     detection = tl_detection_pattern(name, ids).double()
     kw = {"exclude_bos": exclude_bos, "exclude_current_token": exclude_current_token, "measure": measure}
     layers = eager_patterns(kind, ids)
@@ -130,6 +133,17 @@ def test_named_heads_equal_transformer_lens_with_and_without_bos(tok, kind, name
     got = ours(kind, tok, PROMPT, name, prepend_bos=prepend_bos)
     np.testing.assert_allclose(got, expected, atol=TOL["float32_vs_transformers"])
     assert np.ptp(expected) > 100 * TOL["float32_vs_transformers"]  # the heads differ: a swap would be noticed
+
+
+@pytest.mark.parametrize("prepend_bos", [None, True, False])
+def test_a_tokenizer_that_puts_the_bos_first(prepend_bos):
+    """Llama's tokenizer puts its BOS first: TransformerLens adds none, and prepend_bos=False removes it."""
+    own = models.tokenizer()  # [CLS] (the models' BOS here) first
+    ids = own(PROMPT)["input_ids"]
+    assert ids[0] == BOS and BOS not in ids[1:]
+    expected = tl_detect_ids("llama", ids if prepend_bos is not False else ids[1:], "induction_head")
+    got = ours("llama", own, PROMPT, "induction_head", prepend_bos=prepend_bos)
+    np.testing.assert_allclose(got, expected, atol=TOL["float32_vs_transformers"])
 
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])

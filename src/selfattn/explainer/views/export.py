@@ -269,6 +269,8 @@ def bos_dict(bos) -> dict:
         key = "tables.bos_removed"
     elif bos["prepend_bos"]:
         key = "tables.bos_own"
+    elif bos["id"] is not None:
+        key = "tables.bos_kept"
     else:
         key = "tables.bos_none"
     return dict(bos) | {"text": {lang: texts.text(key, lang, token=token) for lang in texts.LANGS}}
