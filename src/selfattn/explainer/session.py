@@ -491,7 +491,15 @@ def check_text(text) -> str:
 
 
 def _frame_bos(explainer) -> tuple[int | None, int | None]:
-    """(the tokenizer's own first token or None, the model's BOS id or None) of an explainer."""
+    """(the tokenizer's own first token or None, the model's BOS id or None) of an explainer, read once (every cut
+    asks; `knows` cuts many words)."""
+    kept = explainer.__dict__.get("_frame_bos")
+    if kept is None:
+        kept = explainer.__dict__["_frame_bos"] = _read_frame_bos(explainer)
+    return kept
+
+
+def _read_frame_bos(explainer) -> tuple[int | None, int | None]:
     prefix, _ = _probe.frame(explainer)
     try:
         bos = _probe.bos_id(explainer)
