@@ -181,7 +181,8 @@ class Explainer:
             tokens, ids, extra = self.tokenize(text)
             p = P.from_strings(text, list(tokens), [int(i) for i in ids])
             cut = (list(p.labels), ids, extra, p)
-        return check_tokens(text, _with_bos(cut, self.bos(prepend_bos), self.decode), self.name)
+        plan = self.bos(prepend_bos)
+        return _with_bos(check_tokens(text, cut, self.name), plan, self.decode)  # a text of no tokens: refused
 
     def bos(self, prepend_bos: bool | None = None) -> dict:
         """{prepend_bos, id, token, added, removed}: what is done with the model's BOS before a text's own tokens, as
