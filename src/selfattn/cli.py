@@ -89,8 +89,10 @@ def _intervention(args):
 def _check_needs(args) -> None:
     """A flag that needs another one (--ablate-mode needs --ablate, …: `cli_args.NEEDS`) is refused before any work."""
     for name, (flag, needed) in cli_args.NEEDS.items():
-        if getattr(args, name, None) is not None and not getattr(args, needed.lstrip("-").replace("-", "_")):
-            raise _UsageError(f"{flag} goes with {needed}; give {needed} too")
+        given = [getattr(args, n.lstrip("-").replace("-", "_"), None) for n in needed]
+        if getattr(args, name, None) is not None and not any(given):
+            either = " or ".join(needed)
+            raise _UsageError(f"{flag} goes with {either}; give {'one' if len(needed) > 1 else needed[0]} too")
 
 
 def _experiment_files(args) -> list[Path]:
@@ -173,18 +175,38 @@ def _request(args):
         find=args.find,
         ablate=args.ablate or None,
         ablate_mode=args.ablate_mode,
+        ablate_target=args.target if args.ablate else None,
+        ablate_foil=args.foil if args.ablate else None,
+        reference=None if args.reference is None else _reference_texts(args.reference),
         patch=None if args.patch is None else Patch(args.patch, target=args.target, foil=args.foil),
         lens=Lens(args.position) if args.logit_lens else None,
         among=tuple(args.layers) if args.layers else None,  # a page opens on a layer it holds
+        prepend_bos=args.prepend_bos,
     )
+
+
+def _reference_texts(path: str) -> list[str]:
+    """--reference FILE: its non-blank lines, each a text (UTF-8); a file that cannot be read, or holds no text, is
+    refused by name."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise _UsageError(
+            f"--reference {printable(path)}: cannot read it as UTF-8 text ({e.__class__.__name__})"
+        ) from None
+    texts = [line for line in lines if line.strip()]
+    if not texts:
+        raise _UsageError(f"--reference {printable(path)} holds no text: give one text per line")
+    return texts
 
 
 def _heads(args) -> int:
     from .explainer import experiments
     from .explainer.session import Explainer
 
+    explainer = Explainer.load(args.model, dtype=args.dtype)
     t = experiments.taxonomy(
-        Explainer.load(args.model, dtype=args.dtype), args.text, length=args.probe_length, seed=args.seed
+        explainer, args.text, length=args.probe_length, seed=args.seed, prepend_bos=args.prepend_bos
     )
     if args.json:
         _print_json(t)

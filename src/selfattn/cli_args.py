@@ -103,6 +103,7 @@ def _explain_args(commands, runs) -> None:
         help="head search: rank every head by the weight from token QUERY to token KEY (e.g. --find 走进 怪兽)",
     )
     experiment_args(p)
+    bos_flag(p)
     _json_flag(p, "print every captured tensor as JSON instead of tables")
     p.add_argument(
         "--evidence",
@@ -150,13 +151,26 @@ def intervention_args(p) -> None:
 
 
 NEEDS = {
-    "ablate_mode": ("--ablate-mode", "--ablate"),
-    "target": ("--target", "--patch"),
-    "foil": ("--foil", "--patch"),
-    "attribution": ("--attribution", "--patch"),
-    "position": ("--position", "--logit-lens"),
+    "ablate_mode": ("--ablate-mode", ("--ablate",)),
+    "target": ("--target", ("--patch", "--ablate")),
+    "foil": ("--foil", ("--patch", "--ablate")),
+    "reference": ("--reference", ("--ablate",)),
+    "attribution": ("--attribution", ("--patch",)),
+    "position": ("--position", ("--logit-lens",)),
 }
-"""dest: (flag, the flag it needs): a flag given without the one it needs is refused (`cli._check_needs`)."""
+"""dest: (flag, the flags it goes with): a flag given without any of them is refused (`cli._check_needs`)."""
+
+
+def bos_flag(p) -> None:
+    """--prepend-bos / --no-prepend-bos (`Explainer.bos`); neither: the model's default."""
+    p.add_argument(
+        "--prepend-bos",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        dest="prepend_bos",
+        help="put the model's BOS token before the text, as TransformerLens does (default: where the model has "
+        "one and its tokenizer puts none); --no-prepend-bos: no BOS (the tokenizer's own left out too)",
+    )
 
 
 def experiment_args(p) -> None:
@@ -172,7 +186,13 @@ def experiment_args(p) -> None:
         "--ablate-mode",
         choices=["zero", "mean"],
         dest="ablate_mode",
-        help="with --ablate: replace the output by zero (default) or by its mean over the text",
+        help="with --ablate: replace the output by zero (default) or by its mean over the text (or --reference)",
+    )
+    p.add_argument(
+        "--reference",
+        metavar="FILE",
+        help="with --ablate --ablate-mode mean: the mean is taken over every position of these texts (a UTF-8 "
+        "file, one text per line) instead of the text's own",
     )
     p.add_argument(
         "--patch",
@@ -188,10 +208,15 @@ def experiment_args(p) -> None:
         "shown beside the exact shares with their rank agreement",
     )
     p.add_argument(
-        "--target", metavar="TOKEN", help="with --patch: the target token (default: the text's top prediction)"
+        "--target",
+        metavar="TOKEN",
+        help="with --patch or --ablate: the target token of the logit difference target − foil at the last position "
+        "(--patch default: the text's top prediction)",
     )
     p.add_argument(
-        "--foil", metavar="TOKEN", help="with --patch: the foil token (default: CORRUPTED_TEXT's top prediction)"
+        "--foil",
+        metavar="TOKEN",
+        help="with --patch or --ablate: the foil token (--patch default: CORRUPTED_TEXT's top prediction)",
     )
     p.add_argument(
         "--logit-lens",
@@ -256,6 +281,7 @@ def _heads_args(commands, runs) -> None:
         help="random tokens in each copy of the induction probe (default: 30)",
     )
     p.add_argument("--seed", type=_seed, default=0, help="seed of the probe's tokens (default: 0)")
+    bos_flag(p)
     _json_flag(p, "print the taxonomy as JSON")
     p.set_defaults(run=runs["heads"])
 

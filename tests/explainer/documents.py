@@ -28,10 +28,11 @@ def explained(
     compare: bool = True,
     cache=None,
     lang=None,
+    prepend_bos=None,
 ) -> dict:
     """The export dict of `text` on `explainer` (`views.export.document` of its Explanation)."""
     changed = {} if intervention is None else {"intervention": intervention}
-    spec = Spec(text, layer=layer, head=head, find=find, ablate=ablate, **changed)
+    spec = Spec(text, layer=layer, head=head, find=find, ablate=ablate, prepend_bos=prepend_bos, **changed)
     session = Session(explainer, cache=cache)
     return session.document(session.explain(spec, compare=compare), stages=stages, layers=layers, lang=lang)
 

@@ -7,6 +7,7 @@
     e.intervene(no_causal={})                              # the same text, the model changed: a new Explanation
     e.compare("一只红色怪兽走进森林")                        # two texts side by side (the compare view)
     e.run(ablate=[(1, 0)], patch="一只红色怪兽走进森林", lens=True)  # the experiments, drawn on the page too
+    e.run(ablate="1.0", ablate_mode="mean", reference=[...], target=" Mary", foil=" John")  # scored like patching
     e.show("head", layer=1); e.save_html("page.html"); e.to_json()
 
 `model`: None (the bundled default), a folder, a hub id, a GGUF file (whatever `Explainer.load` reads), or a
@@ -52,6 +53,7 @@ def explain(
     layers: Literal["auto"] | Sequence[int] = "auto",
     dtype: str | torch.dtype | None = None,
     user_words: Sequence[str] | Mapping[str, str | None] | None = None,
+    prepend_bos: bool | None = None,
     **interventions: Mapping[str, Any],
 ) -> Explanation:
     """Explain `text` on `model`: an `Explanation` (shown inline in a notebook).
@@ -65,13 +67,23 @@ def explain(
                      that torch.dtype (`--dtype`); a loaded model keeps its own (a different dtype is refused)
     user_words       words the part-of-speech tagger keeps whole, a list or {word: role} (a role of
                      `analysis.roles.ROLES` wins over the tagger's tag): the tutorial's relations read these words
+    prepend_bos      the model's BOS before the text, as TransformerLens' `to_tokens` (`Explainer.bos`; the card's
+                     "bos" says what was done): None (default) = where the model has a BOS token, True, False
     interventions    registry entries by name, e.g. no_causal={}, temperature={"t": 2.0}, block={"query": 4,
                      "key": 3}; `scope={"layer": L, "head": H}` limits them to one layer / head"""
     explainer = explainer_of(model, tokenizer, dtype)
     if user_words is not None:
         explainer = explainer.with_words(user_words)
     among = tuple(layers) if isinstance(layers, (list, tuple)) and layers else None  # a page opens on one it holds
-    spec = Spec(text, layer=layer, head=head, intervention=intervention_of(interventions), find=find, among=among)
+    spec = Spec(
+        text,
+        layer=layer,
+        head=head,
+        intervention=intervention_of(interventions),
+        find=find,
+        among=among,
+        prepend_bos=prepend_bos,
+    )
     return Session(explainer, layers=layers).explain(spec)
 
 

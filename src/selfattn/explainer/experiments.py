@@ -1,7 +1,9 @@
 """The experiments interpretability research runs, on any model an `Explainer` holds, each as data and words.
 
     taxonomy(explainer, text=None)                        every head's types with scores (text + induction probe)
-    ablation(explainer, text, heads, mode="zero")         the change in the next-token distribution and the loss
+    ablation(explainer, text, heads, mode="zero", target=, foil=, reference=)
+                                                          the change in the next-token distribution, the loss and
+                                                          the logit difference target − foil
     patching(explainer, clean, corrupted, target=, foil=) the share of the logit difference each head recovers
     logit_lens(explainer, text, position=None)            the top next tokens after every layer at one position
     run(explainer, text, ablate=, patch=, lens=)          the ones asked for, as doc["ablation"|"patching"|"lens"]
@@ -37,6 +39,7 @@ from .capture import patching as _patching
 from .induction_probe import PROBE_LENGTH, PROBE_TRIES, frame, own_ids, probe_bos, probe_ids, vocab_size
 from .interventions import Intervention
 from .views import findings
+from .views.export import bos_dict
 from .views.head_sentences import describe
 
 __all__ = [
@@ -58,10 +61,10 @@ __all__ = [
 TOP_K = 5
 
 
-def _ids(explainer, text: str, cut=None) -> tuple[list[str], torch.Tensor, dict]:
+def _ids(explainer, text: str, cut=None, prepend_bos: bool | None = None) -> tuple[list[str], torch.Tensor, dict]:
     """(token labels, ids (L,), extra model kwargs) of `text`: `cut` (its `Explainer.cut`, made once by the
-    pipeline) when given, else cut here."""
-    tokens, ids, extra, _ = explainer.cut(_session.check_text(text)) if cut is None else cut
+    pipeline) when given, else cut here with the BOS as `prepend_bos` asks (`Explainer.bos`)."""
+    tokens, ids, extra, _ = explainer.cut(_session.check_text(text), prepend_bos) if cut is None else cut
     return list(tokens), torch.as_tensor(ids), extra
 
 
@@ -81,20 +84,30 @@ def token_id(explainer, token) -> int:
     return ids[0]
 
 
-def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, seed: int = 0, cache=None) -> dict:
+def taxonomy(
+    explainer,
+    text: str | None = None,
+    *,
+    length: int = PROBE_LENGTH,
+    seed: int = 0,
+    cache=None,
+    prepend_bos: bool | None = None,
+) -> dict:
     """Every head's types with their scores: measured on the induction probe (random tokens repeated: the
     content-free behaviour, and the only fair test of induction) and, when `text` is given, on the text
     (its tutorial links included); merged by `taxonomy.merge`. The dict: model, probe {ids, tokens, length,
     seed, bos}, text, roles (whether the text's words have roles), rule, types, heads [layer][head] {type, types
     [{type, score, chance, rows, p, on}], relations, measurable, probe, text} (`verdicts.verdict`): the text's
     verdicts are the explain sentences' (`describe` with this probe), so every view names a head alike.
-    cache: a `TraceCache` (an Explanation's) whose traces of the text, its control and the probe are read back."""
+    cache: a `TraceCache` (an Explanation's) whose traces of the text, its control and the probe are read back.
+    prepend_bos: the model's BOS before the text (`Explainer.bos`: None, the model's default); "bos" says what was
+    done. The probe puts the model's BOS first wherever the model has one (probe.bos)."""
     trace = _probe.probe_trace(explainer, length, seed=seed, cache=cache)
     ids, tokens = [int(i) for i in trace.token_ids.reshape(-1)], list(trace.tokens)
     on_probe = heads.measures(trace)
     described = None
     if text is not None:
-        shown, controls = explainer.trace_with_controls(text, cache=cache)  # as `explain` traces it: one batch
+        shown, controls = explainer.trace_with_controls(text, cache=cache, prepend_bos=prepend_bos)  # as `explain`
         described = described_heads(explainer, shown, summary.summaries(shown), controls, on_probe)
     out = _taxonomy.merge(on_probe, described)
     bos = probe_bos(explainer)
@@ -103,6 +116,7 @@ def taxonomy(explainer, text: str | None = None, *, length: int = PROBE_LENGTH, 
         "model": explainer.name,
         "probe": {"ids": ids, "tokens": tokens, "length": (len(ids) - added) // 2, "seed": seed, "bos": bos},
         "text": text,
+        "bos": bos_dict(explainer.bos(prepend_bos)),
         "roles": None if text is None else has_roles(held.words_of(shown, explainer.user_words)),
     }
     out["findings"] = findings.taxonomy_words(out)
@@ -207,17 +221,42 @@ def _shape(explainer, what: str) -> tuple[int, int]:
     return explainer.shape()
 
 
-def ablation(explainer, text: str, ablate, mode: str = "zero", *, cut=None) -> dict:
+def ablation(
+    explainer,
+    text: str,
+    ablate,
+    mode: str = "zero",
+    *,
+    target=None,
+    foil=None,
+    reference=None,
+    cut=None,
+    prepend_bos: bool | None = None,
+) -> dict:
     """Heads ablated (`patching.ablate`: their output set to zero, or to its mean over this text in the model
-    as it is): the next-token prediction after the text and the mean next-token loss, before and after.
+    as it is, or over the `reference` texts): the next-token prediction after the text and the mean next-token
+    loss, before and after; with `target` and `foil`, the logit difference target − foil at the last position
+    before and after, as patching scores it.
 
-    ablate  [(layer, head), …] or "L.H,L.H";  cut  the text's `Explainer.cut` where the caller has it
-    Returns {heads, mode, before {top, loss}, after {top, loss}, kl_bits, target {token, id, before, after}, text}."""
+    ablate     [(layer, head), …] or "L.H,L.H";  cut  the text's `Explainer.cut` where the caller has it
+    target, foil  tokens (text such as " Mary", or ids), both or neither
+    reference  texts (at most MAX_REFERENCE_TEXTS) whose every position the mean is taken over (mode "mean" only),
+               each cut as the text is (`prepend_bos`)
+    Returns {prompt, heads, mode, before {top, loss}, after {top, loss}, kl_bits, target {token, id, before, after},
+    text}, with target and foil: logit_diff {target, foil, before, after}, with a reference set:
+    reference {texts, positions}."""
     heads = pairs(ablate)
     n_layers, n_heads = _shape(explainer, "ablation")
     _check_heads(explainer, heads, n_layers, n_heads)
-    tokens, ids, _ = _ids(explainer, text, cut)
-    got = _patching.ablate(explainer.model, ids[None], heads, mode)
+    if (target is None) != (foil is None):
+        raise ValueError("target and foil go together: give both tokens of the logit difference, or neither")
+    texts = _reference(reference, mode)
+    tokens, ids, _ = _ids(explainer, text, cut, prepend_bos)
+    t, f = (None, None) if target is None else (token_id(explainer, target), token_id(explainer, foil))
+    if t is not None and t == f:
+        raise ValueError(f"the target and the foil are the same token {explainer.decode(t)!r}")
+    ref_ids = None if texts is None else [_ids(explainer, r, None, prepend_bos)[1] for r in texts]
+    got = _patching.ablate(explainer.model, ids[None], heads, mode, target=t, foil=f, reference=ref_ids)
     before, after = got["before"]["logits"], got["after"]["logits"]
     top = int(before.argmax())
     out = {
@@ -230,17 +269,50 @@ def ablation(explainer, text: str, ablate, mode: str = "zero", *, cut=None) -> d
         "target": _token(explainer, top)
         | {"before": float(before.double().softmax(-1)[top]), "after": float(after.double().softmax(-1)[top])},
     }
+    if t is not None and f is not None:
+        out["logit_diff"] = {
+            "target": _token(explainer, t),
+            "foil": _token(explainer, f),
+            "before": got["before"]["ld"],
+            "after": got["after"]["ld"],
+        }
+    if ref_ids is not None:
+        out["reference"] = {"texts": len(ref_ids), "positions": sum(len(r) for r in ref_ids)}
     out["text"] = findings.ablation_words(out)
     return out
 
 
-def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None, cut=None) -> dict:
+MAX_REFERENCE_TEXTS = 256
+"""Most texts a mean ablation's reference set holds (they run as one batch)."""
+
+
+def _reference(reference, mode: str) -> list[str] | None:
+    """The reference texts of a mean ablation, checked: a list of non-empty texts, with mode "mean"."""
+    if reference is None:
+        return None
+    if isinstance(reference, str) or not isinstance(reference, (list, tuple)):
+        raise TypeError(f"reference must be a list of texts, got {type(reference).__name__}")
+    if mode != "mean":
+        raise ValueError(f"a reference set goes with the mean ablation (ablate_mode 'mean'), not {mode!r}")
+    if not reference:
+        raise ValueError("the reference set is empty: give at least one text")
+    if len(reference) > MAX_REFERENCE_TEXTS:
+        raise ValueError(f"the reference set holds {len(reference)} texts; at most {MAX_REFERENCE_TEXTS}")
+    for k, r in enumerate(reference):
+        if not isinstance(r, str):
+            raise TypeError(f"reference[{k}] must be a text, got {type(r).__name__}")
+    return list(reference)
+
+
+def patching(
+    explainer, clean: str, corrupted: str, *, target=None, foil=None, cut=None, prepend_bos: bool | None = None
+) -> dict:
     """Activation patching clean → corrupted (`patching.patch_heads`, `patching.patch_residual`): the share of
     the logit difference target − foil at the last position that each head's output, and each layer's
     residual at each position, recovers when taken from the clean run into the corrupted one.
 
     target, foil  tokens (text such as " Mary", or ids); default the clean and the corrupted top predictions
-    cut           the clean text's `Explainer.cut` where the caller has it
+    cut           the clean text's `Explainer.cut` where the caller has it (both texts cut with `prepend_bos`)
     Returns {clean {text, tokens, labels, names, top}, corrupted {…}, target, foil, clean_ld, corrupted_ld,
     heads [layer][head], residual [layer][position], differ [positions], top_heads [{layer, head, recovered}],
     display {limit, label_min, light_from} (the colour scale and labels of the picture and the page:
@@ -249,8 +321,8 @@ def patching(explainer, clean: str, corrupted: str, *, target=None, foil=None, c
     from .views import patching_plot
 
     _shape(explainer, "patching")
-    c_tokens, c_ids, _ = _ids(explainer, clean, cut)
-    x_tokens, x_ids, _ = _ids(explainer, corrupted)
+    c_tokens, c_ids, _ = _ids(explainer, clean, cut, prepend_bos)
+    x_tokens, x_ids, _ = _ids(explainer, corrupted, None, prepend_bos)
     if len(c_ids) > MAX_PATCH_TOKENS:
         raise ValueError(
             f"patching takes texts of at most {MAX_PATCH_TOKENS} tokens (it runs layers × L prompts), "
@@ -313,6 +385,7 @@ def logit_lens(
     intervention: Intervention | None = None,
     cache=None,
     trace=None,
+    prepend_bos: bool | None = None,
 ) -> dict:
     """The logit lens (`lens.logit_lens`) at one position (default the last): the residual stream after every
     layer (`LayerTrace.output`, the block's output) read out by the model's final norm and unembedding.
@@ -321,7 +394,7 @@ def logit_lens(
     `explain` traces it (`Explainer.trace_with_controls`).
     Returns {position, token, name, layers [{layer, top [{token, shown, id, prob}], entropy_bits}], settled, text}."""
     if trace is None:  # the text as `explain` traces it (one batch with its controls), so the numbers agree
-        trace = explainer.trace_with_controls(text, intervention, cache=cache)[0]
+        trace = explainer.trace_with_controls(text, intervention, cache=cache, prepend_bos=prepend_bos)[0]
     L = len(trace.tokens)
     p = L - 1 if position is None else position
     if isinstance(p, bool) or not isinstance(p, int):
@@ -350,29 +423,56 @@ def run(
     *,
     ablate=None,
     ablate_mode: str = "zero",
+    target=None,
+    foil=None,
+    reference=None,
     patch: dict | None = None,
     lens: dict | None = None,
     intervention: Intervention | None = None,
     cache=None,
     cut=None,
     trace=None,
+    prepend_bos: bool | None = None,
 ) -> dict:
     """{"ablation", "patching", "lens"}: the experiments asked for on `text`, the keys the export dict carries
     them under (what `selfattn explain --ablate/--patch/--logit-lens` and the app's fields ask for).
 
-    ablate  heads (`ablation`) or None; patch {corrupted, target?, foil?} or None; lens {position?} or None.
-    The lens reads the text with `intervention` (`trace` when given, from `cache` when it holds it); ablation and
-    patching compare the model as it is, on the text's `cut` when given."""
+    ablate  heads (`ablation`; target, foil and reference are its) or None; patch {corrupted, target?, foil?} or None;
+    lens {position?} or None. The lens reads the text with `intervention` (`trace` when given, from `cache` when it
+    holds it); ablation and patching compare the model as it is, on the text's `cut` when given; every text is cut
+    with the BOS as `prepend_bos` asks (`Explainer.bos`)."""
     out = {}
     if ablate is not None:
-        out["ablation"] = ablation(explainer, text, ablate, ablate_mode, cut=cut)
+        out["ablation"] = ablation(
+            explainer,
+            text,
+            ablate,
+            ablate_mode,
+            target=target,
+            foil=foil,
+            reference=reference,
+            cut=cut,
+            prepend_bos=prepend_bos,
+        )
     if patch is not None:
         out["patching"] = patching(
-            explainer, text, patch["corrupted"], target=patch.get("target"), foil=patch.get("foil"), cut=cut
+            explainer,
+            text,
+            patch["corrupted"],
+            target=patch.get("target"),
+            foil=patch.get("foil"),
+            cut=cut,
+            prepend_bos=prepend_bos,
         )
     if lens is not None:
         out["lens"] = logit_lens(
-            explainer, text, position=lens.get("position"), intervention=intervention, cache=cache, trace=trace
+            explainer,
+            text,
+            position=lens.get("position"),
+            intervention=intervention,
+            cache=cache,
+            trace=trace,
+            prepend_bos=prepend_bos,
         )
     return out
 

@@ -98,7 +98,9 @@ class Spec:
     intervention  registry values and their scope (`interventions.Intervention`)
     find          (query, key): every head ranked by that weight (`heads.search`)
     ablate        heads ((layer, head), …), given as pairs or "L.H,L.H" (None: no ablation); ablate_mode
-                  "zero" | "mean" (only with ablate)
+                  "zero" | "mean" (only with ablate); ablate_target, ablate_foil: the ablation's logit difference
+                  target − foil (tokens, both or neither); reference: texts the mean ablation averages over
+    prepend_bos   the model's BOS before every text (`Explainer.bos`); None: the model's default
     patch, lens   `Patch`, `Lens` or None
     among         the layers a page holds (--layers): a head picked (no layer asked) is picked among them"""
 
@@ -112,6 +114,10 @@ class Spec:
     patch: Patch | None = None
     lens: Lens | None = None
     among: tuple[int, ...] | None = None
+    ablate_target: str | int | None = None
+    ablate_foil: str | int | None = None
+    reference: tuple[str, ...] | None = None
+    prepend_bos: bool | None = None
 
     def __post_init__(self):
         if not isinstance(self.intervention, Intervention):
@@ -129,6 +135,9 @@ class Spec:
                 raise ValueError("ablate_mode goes with ablate: give the heads to ablate too")
             if self.ablate_mode not in ABLATE_MODES:
                 raise ValueError(f"ablate_mode must be one of {', '.join(ABLATE_MODES)}, got {self.ablate_mode!r}")
+        _check_ablation_extras(self)
+        if self.prepend_bos is not None and not isinstance(self.prepend_bos, bool):
+            raise TypeError(f"prepend_bos must be True, False or None, got {self.prepend_bos!r}")
         if self.among is not None:
             if isinstance(self.among, (str, bytes)) or not hasattr(self.among, "__iter__"):
                 raise TypeError(f"among must be layer indices, got {type(self.among).__name__}")
@@ -141,6 +150,26 @@ class Spec:
     def opened(self) -> tuple[int | None, int | None, str | None]:
         """(layer, head, rule) of the head shown first as far as the Spec decides it (`experiment.opened`)."""
         return experiment.opened(self.intervention, self.layer, self.head, self.ablate)
+
+
+def _check_ablation_extras(spec: Spec) -> None:
+    """The ablation's target, foil and reference set: only with ablate; target and foil together, tokens; the
+    reference a list of texts, with the mean ablation (made a tuple)."""
+    for name in ("ablate_target", "ablate_foil", "reference"):
+        if getattr(spec, name) is not None and spec.ablate is None:
+            raise ValueError(f"{name} goes with ablate: give the heads to ablate too")
+    if (spec.ablate_target is None) != (spec.ablate_foil is None):
+        raise ValueError("ablate_target and ablate_foil go together: give both tokens of the logit difference")
+    for name in ("ablate_target", "ablate_foil"):
+        value = getattr(spec, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int))):
+            raise TypeError(f"{name} must be a token's text or id, got {type(value).__name__}")
+    if spec.reference is not None:
+        if isinstance(spec.reference, str) or not isinstance(spec.reference, (list, tuple)):
+            raise TypeError(f"reference must be a list of texts, got {type(spec.reference).__name__}")
+        if (spec.ablate_mode or ABLATE_MODES[0]) != "mean":
+            raise ValueError("reference goes with ablate_mode 'mean': the heads' mean output over those texts")
+        object.__setattr__(spec, "reference", tuple(spec.reference))
 
 
 class ExperimentValueError(ValueError):
@@ -174,12 +203,15 @@ def explain(
     session = Session(explainer, cache=cache, results=results) if session is None else session
     intervention = spec.intervention
     text = check_text(spec.text)
-    cut = explainer.cut(text)  # the one tokenization of the text: the trace and the experiments read it
+    bos = spec.prepend_bos
+    cut = explainer.cut(text, bos)  # the one tokenization of the text: the trace and the experiments read it
     ablation = None
     if spec.ablate is not None:  # first: it checks the heads against the model before anything is drawn
         asked: dict[str, Any] = {"ablate": list(spec.ablate), "ablate_mode": spec.ablate_mode or ABLATE_MODES[0]}
+        asked |= {"target": spec.ablate_target, "foil": spec.ablate_foil, "prepend_bos": bos}
+        asked |= {"reference": None if spec.reference is None else list(spec.reference)}
         ablation = _kept(explainer, text, cut, "ablation", asked, results)
-    trace, controls = explainer.trace_with_controls(text, intervention, cache=cache, cut=cut)
+    trace, controls = explainer.trace_with_controls(text, intervention, cache=cache, cut=cut, prepend_bos=bos)
     table, thumbs = summary.scan(trace)
     described = experiments.described_heads(explainer, trace, table, controls, explainer.probe(cache=cache))
     layer_asked, head_asked, why = spec.opened()
@@ -196,22 +228,23 @@ def explain(
     )
     compared = None
     if checks.boolean("compare", compare) and intervention.needs_baseline():
-        base = explainer.trace_with_controls(text, cache=cache, cut=cut)[0]  # traced as the text was: one batch
+        base = explainer.trace_with_controls(text, cache=cache, cut=cut, prepend_bos=bos)[0]  # as the text: one batch
         before = predictions_of(base, explainer.decode)
         numbers = experiment.compare(base, trace, shown.layer, shown.head, before, [p.as_dict() for p in predictions])
         compared = numbers | {"text": experiment_words.sentences(numbers, trace.tokens)}
     patching = lens = None
     if spec.patch is not None:
         p = spec.patch
-        asked = {"patch": {"corrupted": p.corrupted, "target": p.target, "foil": p.foil}}
+        asked = {"patch": {"corrupted": p.corrupted, "target": p.target, "foil": p.foil}, "prepend_bos": bos}
         patching = _kept(explainer, text, cut, "patching", asked, results)
     if spec.lens is not None:
         asked = {"lens": {"position": spec.lens.position}, "intervention": intervention, "trace": trace}
+        asked |= {"prepend_bos": bos}
         lens = _kept(explainer, text, cut, "lens", asked, results)
     assert trace.pieces is not None  # attached by every trace of an explainer
     return Explanation(
         spec=spec,
-        card=card_of(explainer, trace),
+        card=card_of(explainer, trace, bos),
         tokens=Tokens(
             text=text,
             labels=tuple(trace.tokens),
@@ -241,8 +274,8 @@ def explain(
     )
 
 
-def card_of(explainer: Explainer, trace) -> ModelCard:
-    """The model card of `explainer` as the trace shows its sizes."""
+def card_of(explainer: Explainer, trace, prepend_bos: bool | None = None) -> ModelCard:
+    """The model card of `explainer` as the trace shows its sizes, and the BOS before the text (`Explainer.bos`)."""
     first = trace.layers[0]
     n_heads, n_kv = first.n_heads, int(first.k.shape[0])
     return ModelCard(
@@ -261,6 +294,7 @@ def card_of(explainer: Explainer, trace) -> ModelCard:
         tokenizer=explainer.tokenizer_kind,
         loaded=dict(explainer.loaded),
         formula=formula.describe(explainer.model),
+        bos=explainer.bos(prepend_bos),
     )
 
 
@@ -361,7 +395,7 @@ class Session:
         return heads.search(e.trace, query, key)["heads"]
 
     def heads(self, e: Explanation) -> list[dict]:
-        typed = experiments.taxonomy(self.explainer, e.text, cache=self.cache)["heads"]
+        typed = experiments.taxonomy(self.explainer, e.text, cache=self.cache, prepend_bos=e.spec.prepend_bos)["heads"]
         out = []
         for l, row in enumerate(e.answers.summaries):
             for h, s in enumerate(row):
@@ -374,17 +408,22 @@ class Session:
     def intervene(self, e: Explanation, *, layer=None, head=None, scope=None, values: Mapping) -> Explanation:
         iv = intervention_of(dict(values) | ({"scope": scope} if scope is not None else {}))
         shown = (e.shown.layer, e.shown.head) if layer is None and head is None else (layer, head)
-        return self.explain(Spec(e.text, layer=shown[0], head=shown[1], intervention=iv))
+        return self.explain(
+            Spec(e.text, layer=shown[0], head=shown[1], intervention=iv, prepend_bos=e.spec.prepend_bos)
+        )
 
-    def run(self, e: Explanation, *, ablate, ablate_mode, patch, target, foil, lens) -> Explanation:
-        if patch is None and (target is not None or foil is not None):
-            raise ValueError("target and foil go with patch: give the corrupted text too")
+    def run(self, e: Explanation, *, ablate, ablate_mode, patch, target, foil, lens, reference=None) -> Explanation:
+        if patch is None and ablate is None and (target is not None or foil is not None):
+            raise ValueError("target and foil go with patch or ablate: give the corrupted text or the heads too")
         if lens is not None and not isinstance(lens, (bool, int)):
             raise TypeError(f"lens must be True, False or a position, got {type(lens).__name__}")
         spec = dataclasses.replace(
             e.spec,
             ablate=ablate,
             ablate_mode=ablate_mode,
+            ablate_target=None if ablate is None else target,
+            ablate_foil=None if ablate is None else foil,
+            reference=reference,
             patch=None if patch is None else Patch(patch, target=target, foil=foil),
             lens=None if lens is None or lens is False else Lens(None if lens is True else lens),
         )
@@ -392,7 +431,14 @@ class Session:
 
     def compare(self, e: Explanation, other) -> Explanation:
         if isinstance(other, str):
-            other = self.explain(Spec(other, layer=e.shown.layer, head=e.shown.head, intervention=e.intervention))
+            spec = Spec(
+                other,
+                layer=e.shown.layer,
+                head=e.shown.head,
+                intervention=e.intervention,
+                prepend_bos=e.spec.prepend_bos,
+            )
+            other = self.explain(spec)
         if not isinstance(other, Explanation):
             raise TypeError(f"other must be a text or an Explanation, got {type(other).__name__}")
         if (other.card.n_layers, other.card.n_heads) != (e.card.n_layers, e.card.n_heads):

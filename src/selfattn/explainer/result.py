@@ -62,6 +62,8 @@ class ModelCard:
     tokenizer: str
     loaded: Mapping[str, Any]
     formula: Mapping[str, Any]
+    bos: Mapping[str, Any] = field(default_factory=dict)
+    """{prepend_bos, id, token, added, removed}: the BOS before the text (`Explainer.bos`)."""
 
 
 @dataclass(frozen=True)
@@ -270,14 +272,36 @@ class Explanation:
         Explanation's `compared` holds it beside this text unchanged."""
         return self.session.intervene(self, layer=layer, head=head, scope=scope, values=values)
 
-    def run(self, *, ablate=None, ablate_mode: str | None = None, patch=None, target=None, foil=None, lens=None):
+    def run(
+        self,
+        *,
+        ablate=None,
+        ablate_mode: str | None = None,
+        patch=None,
+        target=None,
+        foil=None,
+        lens=None,
+        reference=None,
+    ):
         """This text with the experiments asked run too (what `selfattn explain --ablate / --patch / --logit-lens`
-        and the app give), shown on its page; with no head asked, it opens on the first head ablated.
+        and the app give), shown on its page; with no head asked, it opens on the first head ablated. Every text is
+        cut with this Explanation's prepend_bos.
 
-        ablate  heads [(layer, head), …] or "L.H,L.H"; ablate_mode "zero" (default) | "mean"
-        patch   the corrupted text (target, foil: its tokens);  lens  True (the last position) or a position"""
+        ablate     heads [(layer, head), …] or "L.H,L.H"; ablate_mode "zero" (default) | "mean"
+        reference  texts whose every position a "mean" ablation averages each head's output over (default: the
+                   text's own positions)
+        patch      the corrupted text;  lens  True (the last position) or a position
+        target, foil  tokens (" Mary" or ids): the logit difference target − foil at the last position, of the
+                   ablation (before and after) and of the patching (the share each head recovers)"""
         return self.session.run(
-            self, ablate=ablate, ablate_mode=ablate_mode, patch=patch, target=target, foil=foil, lens=lens
+            self,
+            ablate=ablate,
+            ablate_mode=ablate_mode,
+            patch=patch,
+            target=target,
+            foil=foil,
+            lens=lens,
+            reference=reference,
         )
 
     def attribution(self, corrupted: str | None = None, *, target=None, foil=None) -> dict:

@@ -76,7 +76,8 @@ class Explainer:
     grammar       {word: role}: the words whose clause-2 references the tutorial relations measure
                   (`analysis.relations.links`); the default model's grammar (`model.corpus.grammar`) for every model
     scenes        the words the contrast sentences put in place of the text's (`analysis.word_relations.Scenes`):
-                  the default model's grammar's scenes (`model.corpus.scenes`) for every model"""
+                  the default model's grammar's scenes (`model.corpus.scenes`) for every model
+    bos_token     the model's BOS id where its config names none (our checkpoints: the tokenizer's <bos>); see `bos`"""
 
     model: torch.nn.Module
     name: str
@@ -96,6 +97,7 @@ class Explainer:
     user_words: dict[str, str | None] = field(default_factory=dict)
     grammar: Mapping[str, str] = field(default_factory=corpus.grammar)
     scenes: tuple[Mapping[str, tuple[str, ...]], ...] = field(default_factory=corpus.scenes)
+    bos_token: int | None = None
 
     def with_words(self, user_words) -> Explainer:
         """A copy whose tagger also keeps `user_words` whole: a list of words, or {word: role} (one of
@@ -163,6 +165,7 @@ class Explainer:
             kind="decoder",
             loaded={"format": "selfattn checkpoint", "file": None, "class": type(model).__name__, "why": "ours"},
             user_words=dict.fromkeys(tokenizer.user_words),
+            bos_token=tokenizer.bos_id,
         )
 
     @classmethod
@@ -171,13 +174,29 @@ class Explainer:
 
         return cls(**loaders.load(source, config, dtype))
 
-    def pieces_of(self, text: str) -> tuple[list[str], torch.Tensor, dict, P.Pieces]:
-        """(token labels, ids (L,), extra model kwargs, pieces) of `text` as this explainer cuts it."""
+    def pieces_of(self, text: str, prepend_bos: bool | None = None) -> tuple[list[str], torch.Tensor, dict, P.Pieces]:
+        """(token labels, ids (L,), extra model kwargs, pieces) of `text` as this explainer cuts it, the BOS put
+        first or left out as `prepend_bos` asks (`bos`)."""
         if self.segment is not None:
-            return check_tokens(text, self.segment(text), self.name)
-        tokens, ids, extra = self.tokenize(text)
-        p = P.from_strings(text, list(tokens), [int(i) for i in ids])
-        return check_tokens(text, (list(p.labels), ids, extra, p), self.name)
+            cut = self.segment(text)
+        else:
+            tokens, ids, extra = self.tokenize(text)
+            p = P.from_strings(text, list(tokens), [int(i) for i in ids])
+            cut = (list(p.labels), ids, extra, p)
+        plan = self.bos(prepend_bos)
+        return _with_bos(check_tokens(text, cut, self.name), plan, self.decode)  # a text of no tokens: refused
+
+    def bos(self, prepend_bos: bool | None = None) -> dict:
+        """{prepend_bos, id, token, added, removed}: what is done with the model's BOS before a text's own tokens, as
+        TransformerLens' `to_tokens` does. prepend_bos None (the default): True where the model has a BOS
+        (`probe.bos_id`, else `bos_token`), else False. True: the text starts with the BOS: the tokenizer's own where
+        it puts it first, else the model's prepended (added True); refused on a model with no BOS. False: no BOS:
+        the tokenizer's own removed where it puts the model's BOS first (removed True). A first token the tokenizer
+        puts that is not the model's BOS ([CLS]) is kept either way. id/token: the token added, removed, or the
+        tokenizer's own first one (None where there is none)."""
+        if prepend_bos is not None and not isinstance(prepend_bos, bool):
+            raise TypeError(f"prepend_bos must be True, False or None, got {prepend_bos!r}")
+        return _bos_plan(self, prepend_bos)
 
     def check_intervention(self, intervention: Intervention, kind: str | None) -> None:
         """Refuse what cannot apply to this model: switching the causal mask off of an encoder."""
@@ -187,23 +206,45 @@ class Explainer:
                 f"there is no causal mask to switch off ({NO_CAUSAL})"
             )
 
-    def trace(self, text: str, intervention: Intervention | None = None, *, cache: TraceCache | None = None):
-        """The ModelTrace of `text` with `intervention` (default none), its `pieces` attached: one forward
-        pass, or none when `cache` (the server's `TraceCache`) holds it already."""
+    def trace(
+        self,
+        text: str,
+        intervention: Intervention | None = None,
+        *,
+        cache: TraceCache | None = None,
+        prepend_bos: bool | None = None,
+    ):
+        """The ModelTrace of `text` with `intervention` (default none), its `pieces` attached, the BOS as
+        `prepend_bos` asks (`bos`): one forward pass, or none when `cache` (the server's `TraceCache`) holds it."""
         intervention = self._intervention(intervention)
         text = check_text(text)
-        return self._alone(text, lambda: self.cut(text), intervention, cache)
+        return self._alone(text, lambda: self.cut(text, prepend_bos), intervention, cache, prepend_bos)
 
-    def _alone(self, text: str, cut, intervention: Intervention, cache: TraceCache | None) -> ModelTrace:
+    def _alone(
+        self, text: str, cut, intervention: Intervention, cache: TraceCache | None, prepend_bos: bool | None = None
+    ) -> ModelTrace:
         """The trace of `text` by its own pass, cut (`cut()`, `_cut`'s) only when it runs; or `cache`'s."""
 
         def run() -> ModelTrace:
             return self.traced([cut()], intervention)[0]
 
-        return run() if cache is None else cache.get((text, intervention), run)
+        return run() if cache is None else cache.get((text, intervention, *self._bos_key(prepend_bos)), run)
+
+    def _bos_key(self, prepend_bos: bool | None) -> tuple:
+        """What a cache key adds for `prepend_bos`: nothing for the model's default (None, or the value it means),
+        so the traces of a text asked with and without it are kept apart only where they differ."""
+        if prepend_bos is None or prepend_bos == self.bos()["prepend_bos"]:
+            return ()
+        return ("bos" if prepend_bos else "no bos",)
 
     def trace_with_controls(
-        self, text: str, intervention: Intervention | None = None, *, cache: TraceCache | None = None, cut=None
+        self,
+        text: str,
+        intervention: Intervention | None = None,
+        *,
+        cache: TraceCache | None = None,
+        cut=None,
+        prepend_bos: bool | None = None,
     ) -> tuple[ModelTrace, list[ModelTrace]]:
         """(the trace of `text`, the traces of its control and contrast sentences, `control_texts`): ONE forward pass,
         a batch with the text first and its sentences after it (`_batch`), found from the text's pieces; the text by
@@ -213,15 +254,21 @@ class Explainer:
         batch's GEMMs. With `cache`, each is kept under its own key, so a second call runs nothing."""
         intervention = self._intervention(intervention)
         text = check_text(text)
-        cut = self.cut(text) if cut is None else cut  # `cut(text)`'s, made once by the caller
+        cut = self.cut(text, prepend_bos) if cut is None else cut  # `cut(text)`'s, made once by the caller
         others = self.control_texts(cut[3])
         if not others:
-            return self._alone(text, lambda: cut, intervention, cache), []
-        traces = self._batch([text, *others], intervention, cache, first=cut)
+            return self._alone(text, lambda: cut, intervention, cache, prepend_bos), []
+        traces = self._batch([text, *others], intervention, cache, first=cut, prepend_bos=prepend_bos)
         return traces[0], traces[1:]
 
     def _batch(
-        self, texts: list[str], intervention: Intervention, cache: TraceCache | None, *, first=None
+        self,
+        texts: list[str],
+        intervention: Intervention,
+        cache: TraceCache | None,
+        *,
+        first=None,
+        prepend_bos: bool | None = None,
     ) -> list[ModelTrace]:
         """The traces of `texts` (a text, then its control and contrast sentences) from one forward pass of them all
         (a pass each for a model that is `Unbatchable`), or `cache`'s: one not held runs the whole batch again, so
@@ -233,7 +280,10 @@ class Explainer:
 
         def run(i: int) -> ModelTrace:
             if not ran:
-                cuts = [first if j == 0 and first is not None else self.cut(check_text(t)) for j, t in enumerate(texts)]
+                cuts = [
+                    first if j == 0 and first is not None else self.cut(check_text(t), prepend_bos)
+                    for j, t in enumerate(texts)
+                ]
                 measure = [j == 0 for j in range(len(cuts))]
                 try:
                     ran.extend(self.traced(cuts, intervention, measure=measure))
@@ -245,7 +295,11 @@ class Explainer:
 
         if cache is None:
             return [run(i) for i in range(len(texts))]
-        return [cache.get((t, intervention, BATCHED, texts[0]), functools.partial(run, i)) for i, t in enumerate(texts)]
+        bos = self._bos_key(prepend_bos)
+        return [
+            cache.get((t, intervention, BATCHED, texts[0], *bos), functools.partial(run, i))
+            for i, t in enumerate(texts)
+        ]
 
     def control_texts(self, pieces: P.Pieces) -> list[str]:
         """The control and contrast sentences of a text from its pieces (`analysis.held.contrasts_of`, their words
@@ -264,10 +318,10 @@ class Explainer:
         self.check_intervention(intervention, None)
         return intervention
 
-    def cut(self, text: str) -> tuple[list[str], torch.Tensor, dict, P.Pieces]:
-        """`pieces_of(text)` (token labels, ids (L,), extra model kwargs, pieces), refused when longer than the model
-        reads: the one tokenization of a text the pipeline and the experiments read."""
-        cut = self.pieces_of(text)
+    def cut(self, text: str, prepend_bos: bool | None = None) -> tuple[list[str], torch.Tensor, dict, P.Pieces]:
+        """`pieces_of(text, prepend_bos)` (token labels, ids (L,), extra model kwargs, pieces), refused when longer
+        than the model reads: the one tokenization of a text the pipeline and the experiments read."""
+        cut = self.pieces_of(text, prepend_bos)
         if len(cut[1]) > self.max_len:
             raise ValueError(f"the text has {len(cut[1])} tokens; {self.name} reads at most {self.max_len}")
         return cut
@@ -294,13 +348,20 @@ class Explainer:
             trace.pieces = cut[3]
         return traces
 
-    def controls(self, trace: ModelTrace, intervention: Intervention | None = None, *, cache=None):
+    def controls(
+        self,
+        trace: ModelTrace,
+        intervention: Intervention | None = None,
+        *,
+        cache=None,
+        prepend_bos: bool | None = None,
+    ):
         """The traces of the text's control and contrast sentences (`control_texts` of its pieces) on this model:
         [] where it has none; the batch `trace_with_controls` runs them in, with the text first (none when `cache`
         holds them)."""
         if trace.pieces is None:
             return []
-        return self.trace_with_controls(trace.pieces.text, intervention, cache=cache, cut=None)[1]
+        return self.trace_with_controls(trace.pieces.text, intervention, cache=cache, prepend_bos=prepend_bos)[1]
 
     def probe(self, *, cache=None) -> list[list[dict]] | None:
         """Every head's measures on the induction probe (`probe.probe_measures`: 30 random ordinary tokens twice,
@@ -430,6 +491,72 @@ def check_text(text) -> str:
                 "how the tokens are displayed"
             )
     return text
+
+
+def _frame_bos(explainer) -> tuple[int | None, int | None]:
+    """(the tokenizer's own first token or None, the model's BOS id or None) of an explainer, read once (every cut
+    asks; `knows` cuts many words)."""
+    kept = explainer.__dict__.get("_frame_bos")
+    if kept is None:
+        kept = explainer.__dict__["_frame_bos"] = _read_frame_bos(explainer)
+    return kept
+
+
+def _read_frame_bos(explainer) -> tuple[int | None, int | None]:
+    prefix, _ = _probe.frame(explainer)
+    try:
+        bos = _probe.bos_id(explainer)
+    except _probe.NoProbe:  # no token embedding: no BOS to read
+        bos = None
+    return (prefix[0] if prefix else None), (explainer.bos_token if bos is None else bos)
+
+
+def _bos_plan(explainer, prepend_bos: bool | None) -> dict:
+    first, bos = _frame_bos(explainer)
+    want = bos is not None if prepend_bos is None else prepend_bos
+    if want and bos is None and first is None:
+        raise ValueError(
+            f"prepend_bos=True, but {explainer.name} has no BOS token (its config names no bos_token_id) and its "
+            "tokenizer puts none first: leave prepend_bos out (None) or False"
+        )
+    added = bool(want and first is None and bos is not None)
+    removed = bool(not want and first is not None and first == bos)
+    if added or removed:
+        shown = bos
+    else:  # the tokenizer's own first token: the BOS asked for, or one kept that is not the model's BOS ([CLS])
+        shown = first
+    return {
+        "prepend_bos": bool(want),
+        "id": shown,
+        "token": None if shown is None else explainer.decode(shown),
+        "added": added,
+        "removed": removed,
+    }
+
+
+def _with_bos(cut: tuple, plan: dict, decode) -> tuple:
+    """`cut` (labels, ids, extra, pieces) with the model's BOS put first (plan["added"]) or its first token
+    removed (plan["removed"]); as it was otherwise. An attention mask in `extra` follows the ids."""
+    if not (plan["added"] or plan["removed"]):
+        return cut
+    labels, ids, extra, p = cut
+    ids = torch.as_tensor(ids).reshape(-1)
+    if plan["added"]:
+        bos = int(plan["id"])
+        new_ids = [bos, *(int(i) for i in ids)]
+        raw, spans = (decode(bos), *p.raw), ((-1, -1), *p.spans)
+        special = {bos, *(i for i, s in zip(p.ids, p.special, strict=True) if s)}
+    else:
+        new_ids = [int(i) for i in ids[1:]]
+        raw, spans = p.raw[1:], p.spans[1:]
+        special = {i for i, s in zip(p.ids[1:], p.special[1:], strict=True) if s}
+    unk = next((i for i, u in zip(p.ids, p.unknown, strict=True) if u), None)
+    words = [(g.start, g.end) for g in p.words if g.start >= 0]
+    pieces = P.build(p.text, new_ids, list(raw), list(spans), unk_id=unk, special_ids=frozenset(special), words=words)
+    extra = dict(extra)
+    if "attention_mask" in extra:
+        extra["attention_mask"] = torch.ones(1, len(new_ids), dtype=torch.long)
+    return list(pieces.labels), torch.tensor(new_ids), extra, pieces
 
 
 def check_tokens(text: str, cut: tuple, name: str) -> tuple:

@@ -371,8 +371,9 @@ def test_explain_experiments_fit_80_columns(cli, capsys, tmp_path, lang):
 @pytest.mark.parametrize(
     "args, code, message",
     [
-        (["--target", "w3"], 2, "--target goes with --patch; give --patch too"),
-        (["--foil", "w3"], 2, "--foil goes with --patch"),
+        (["--target", "w3"], 2, "--target goes with --patch or --ablate; give one too"),
+        (["--foil", "w3"], 2, "--foil goes with --patch or --ablate"),
+        (["--reference", "refs.txt"], 2, "--reference goes with --ablate; give --ablate too"),
         (["--position", "2"], 2, "--position goes with --logit-lens"),
         (["--ablate-mode", "mean"], 2, "--ablate-mode goes with --ablate"),
         (["--ablate", "1"], 2, "argument --ablate: a head is LAYER.HEAD, counted from 0 (e.g. 3.1), got '1'"),

@@ -21,6 +21,7 @@ from rich.cells import cell_len
 from selfattn.cli import main
 from selfattn.explainer import experiments as X
 from selfattn.explainer.analysis import head_types
+from selfattn.explainer.pipeline import Session, Spec
 from selfattn.explainer.session import Explainer
 from tests.explainer.documents import explained
 from tests.tolerances import TOL
@@ -119,7 +120,7 @@ def test_the_taxonomy_names_induction_and_previous_token_heads(models, taxonomy)
 
 def test_mary_and_john_patching_names_the_heads_plain_hooks_confirm(models):
     ex, eager, _ = models
-    p = X.patching(ex, CLEAN, CORRUPTED, target=" Mary", foil=" John")
+    p = X.patching(ex, CLEAN, CORRUPTED, target=" Mary", foil=" John", prepend_bos=False)  # the tokens below
     assert p["clean"]["top"][0]["token"] == " Mary" and p["clean"]["top"][0]["prob"] > 0.85
     ids = {
         name: torch.tensor([[int(i) for i in ex.tokenize(text)[1]]])
@@ -172,13 +173,20 @@ def test_the_lens_ends_at_the_prediction_and_ablation_lowers_it(models):
     ids = torch.tensor([[int(i) for i in ex.tokenize(CLEAN)[1]]])
     with torch.no_grad():
         logits = eager(ids, use_cache=False).logits[0, -1]
-    lens = X.logit_lens(ex, CLEAN)
+    lens = X.logit_lens(ex, CLEAN, prepend_bos=False)  # the tokens above
     assert lens["layers"][-1]["top"][0]["id"] == int(logits.argmax())
     assert lens["layers"][-1]["top"][0]["prob"] == pytest.approx(
         float(logits.double().softmax(-1).max()), abs=TOL["float32_real_model"]
     )
+    bos = eager.config.bos_token_id  # the default, as TransformerLens: SmolLM2's BOS put first
+    assert ex.bos()["added"] and [int(i) for i in ex.cut(CLEAN)[1]] == [bos, *ids[0].tolist()]
+    with torch.no_grad():
+        first = eager(torch.tensor([[bos, *ids[0].tolist()]]), use_cache=False).logits[0, -1].double().softmax(-1)
+    top = X.logit_lens(ex, CLEAN)["layers"][-1]["top"][0]
+    assert top["prob"] == pytest.approx(float(first[top["id"]]), abs=TOL["float32_real_model"])
+    assert top["id"] == int(first.argmax())
     assert "“␣Mary”" in lens["text"]["zh"] and "predicts “␣Mary”" in lens["text"]["en"]
-    a = X.ablation(ex, CLEAN, "23.3,29.1,20.0")
+    a = X.ablation(ex, CLEAN, "23.3,29.1,20.0", prepend_bos=False)
     assert a["target"]["token"] == " Mary" and a["target"]["after"] < a["target"]["before"]
     assert a["text"]["zh"].startswith("消融 L23H3、L29H1、L20H0（输出换成0）")
 
@@ -205,10 +213,10 @@ def test_relations_on_smollm2_are_held_against_the_control_with_eager_numbers(mo
     from selfattn.explainer.analysis import held
 
     ex, eager, _ = models
-    trace = ex.trace(TUTORIAL)
+    trace = ex.trace(TUTORIAL, prepend_bos=False)  # the text's own tokens, as the eager runs below
     ctrl = held.control_of(trace)
     assert ctrl is not None and ctrl.text == "一只蓝色的怪兽慢慢地走进了森林"
-    controls = ex.controls(trace)  # the control first, then the contrast sentences, as explain runs them
+    controls = ex.controls(trace, prepend_bos=False)  # the control first, then the contrast sentences, as explain
     assert controls[0].pieces.text == ctrl.text and len(controls) == 8
     att = _attentions(eager, [int(i) for i in ex.tokenize(TUTORIAL)[1]])
     att_c = _attentions(eager, [int(i) for i in ex.tokenize(ctrl.text)[1]])
@@ -224,7 +232,8 @@ def test_relations_on_smollm2_are_held_against_the_control_with_eager_numbers(mo
                 )
                 t = r["test"]  # held only on 8 rows apart from the previous word, where they beat it
                 assert r["held"] <= (t["rows"] >= 8 and t["weight"] > t["previous"])
-    doc = explained(ex, TUTORIAL)
+    session = Session(ex)
+    doc = session.document(session.explain(Spec(TUTORIAL, prepend_bos=False)))
     for l, row in enumerate(doc["descriptions"]):
         for h, d in enumerate(row):
             seemed = [r for r in found[l][h]["relations"].values() if r["explained"] == "previous"]
@@ -235,15 +244,16 @@ def test_relations_on_smollm2_are_held_against_the_control_with_eager_numbers(mo
 
 
 def test_a_relation_whose_key_is_the_first_token_must_beat_the_heads_first_token_habit(models):
-    """SmolLM2 adds no BOS, so 一 (the measure word of 兽) is token 0: a first-token head gives it ~all its weight
+    """SmolLM2's tokenizer adds no BOS, so without one (prepend_bos=False) 一 (the measure word of 兽) is token 0: a
+    first-token head gives it ~all its weight
     from every row. Such a relation is held only where its weight beats what the head gives token 0 from the other
     rows (its habit, recomputed here from plain eager attention), so L18H6, a first-token head, holds no
     noun→measure-word relation."""
     from selfattn.explainer.analysis import held
 
     ex, eager, _ = models
-    trace = ex.trace(TUTORIAL)
-    control = ex.trace(held.control_of(trace).text)
+    trace = ex.trace(TUTORIAL, prepend_bos=False)
+    control = ex.trace(held.control_of(trace).text, prepend_bos=False)
     att_c = _attentions(eager, [int(i) for i in ex.tokenize(control.pieces.text)[1]])
     found = held.held(trace, [control])
     r = found[18][6]["relations"]["noun>qm+colour"]

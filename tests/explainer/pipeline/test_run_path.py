@@ -152,10 +152,15 @@ def llama_client(llama):
             {"patch": {"corrupted": HF_CORRUPTED, "target": "blue", "foil": "red"}},
             {"patch": HF_CORRUPTED, "target": "blue", "foil": "red"},
         ),
+        (
+            ["--ablate", "1.2", "--target", "blue", "--foil", "red"],
+            {"ablate": [[1, 2]], "ablate_target": "blue", "ablate_foil": "red"},
+            {"ablate": [(1, 2)], "target": "blue", "foil": "red"},
+        ),
         (["--logit-lens"], {"lens": True}, {"lens": True}),
         (["--logit-lens", "--position", "3"], {"lens": {"position": 3}}, {"lens": 3}),
     ],
-    ids=["default", "ablate", "ablate-mean", "patch", "lens", "lens-at"],
+    ids=["default", "ablate", "ablate-mean", "patch", "ablate-target", "lens", "lens-at"],
 )
 def test_one_export_on_a_transformers_model(capsys, llama, llama_client, flags, body, run):
     want = cli(capsys, HF_TEXT, "--model", str(llama), *flags)
@@ -172,3 +177,26 @@ def test_heads_types_are_those_of_selfattn_heads(capsys, llama):
     got = [(row["layer"], row["head"], row["type"]) for row in selfattn.explain(HF_TEXT, model=str(llama)).heads()]
     assert got == want
     assert any(t is not None for _, _, t in want)  # the tiny model's heads do get types: a test that can fail
+
+
+REFERENCE = ["the cat sleeps in the house", "two red fish swim into the sea"]
+
+
+@pytest.mark.parametrize("bos", [None, True, False])
+def test_a_mean_ablation_over_a_reference_set_and_the_bos_give_one_export(capsys, tmp_path, llama, llama_client, bos):
+    """--reference FILE (one text per line) = the app's reference = `Explanation.run(reference=…)`; --prepend-bos /
+    --no-prepend-bos = prepend_bos in the body = `selfattn.explain(prepend_bos=…)`, said in the card."""
+    refs = tmp_path / "refs.txt"
+    refs.write_text("\n".join(REFERENCE) + "\n\n", encoding="utf-8")  # a blank line is no text
+    flags = ["--ablate", "0.1", "--ablate-mode", "mean", "--reference", str(refs), "--target", "blue", "--foil", "red"]
+    flags += [] if bos is None else ["--prepend-bos" if bos else "--no-prepend-bos"]
+    want = cli(capsys, HF_TEXT, "--model", str(llama), *flags)
+    body = {"ablate": [[0, 1]], "ablate_mode": "mean", "reference": REFERENCE, "ablate_target": "blue"}
+    body |= {"ablate_foil": "red", "prepend_bos": bos}
+    assert app(llama_client, text=HF_TEXT, **body) == want
+    e = selfattn.explain(HF_TEXT, model=str(llama), prepend_bos=bos)
+    run = {"ablate": "0.1", "ablate_mode": "mean", "reference": REFERENCE, "target": "blue", "foil": "red"}
+    assert api(e.run(**run)) == want
+    doc = json.loads(want)
+    assert doc["ablation"]["reference"] == {"texts": 2, "positions": 7 + 8}  # [CLS] and the words
+    assert doc["model"]["bos"]["prepend_bos"] is (bos is not False)

@@ -26,7 +26,7 @@ def smol():
 
 
 def test_a_partial_prediction_is_completed_as_greedy_generate_completes_it(smol):
-    doc = explained(smol, TEXT, layers="selected")
+    doc = explained(smol, TEXT, layers="selected", prepend_bos=False)  # the tokenizer's ids, no BOS added
     tok = AutoTokenizer.from_pretrained(str(_folder()), gguf_file=GGUF)
     context = tok(TEXT)["input_ids"]
     assert context == doc["token_ids"]

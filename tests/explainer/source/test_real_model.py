@@ -82,7 +82,7 @@ def test_logits_with_selfattn_are_eagers_by_the_float32_rule(smol):
 
 
 def test_chinese_reads_as_characters_and_the_character_view_is_the_pieces(smol):
-    doc = explained(smol, CHINESE)
+    doc = explained(smol, CHINESE, prepend_bos=False)
     assert len(doc["tokens"]) == 23 and doc["unknown"]["count"] == 0
     levels = doc["levels"]
     assert levels["characters"]["names"] == list(CHINESE)
@@ -118,12 +118,12 @@ def test_the_prediction_printed_is_transformers(smol, monkeypatch, capsys):
     best = AutoTokenizer.from_pretrained(str(_folder()), gguf_file=GGUF).decode([int(probs.argmax())])
     assert best == " Mary"
     monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: smol))  # one load
-    assert main(["explain", MARY, "--model", str(_folder() / GGUF), "--lang", "en"]) == 0
+    assert main(["explain", MARY, "--model", str(_folder() / GGUF), "--lang", "en", "--no-prepend-bos"]) == 0
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if line.startswith("The model's next-token prediction:"))
     assert line.split(":", 1)[1].split()[0] == "␣Mary" and f"{float(probs.max()):.1%}" in line
-    doc = explained(smol, MARY)
+    doc = explained(smol, MARY, prepend_bos=False)
     assert doc["prediction"][0]["token"] == best and doc["prediction"][0]["shown"] == "␣Mary"
     assert doc["token_names"][3] == "John@3" and doc["token_names"][9] == "John@9"
-    search = explained(smol, MARY, find=("John@9", "Mary"), layers="selected")["search"]
+    search = explained(smol, MARY, find=("John@9", "Mary"), layers="selected", prepend_bos=False)["search"]
     assert (search["query"], search["key"]) == (9, 1)

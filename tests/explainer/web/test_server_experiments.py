@@ -119,6 +119,12 @@ BAD = [
     ({"ablate": [[0, 0]] * (MAX_ABLATED_HEADS + 1)}, 422, f"ablate: List should have at most {MAX_ABLATED_HEADS}"),
     ({"ablate": [[0, 0]], "ablate_mode": "max"}, 422, "ablate_mode: Input should be 'zero' or 'mean'"),
     ({"ablate_mode": "mean"}, 422, "ablate_mode goes with ablate: give both"),
+    ({"ablate_target": "森林", "ablate_foil": "大海"}, 422, "ablate_target goes with ablate: give both"),
+    ({"reference": ["一只红色怪兽"]}, 422, "reference goes with ablate: give both"),
+    ({"ablate": [[0, 0]], "reference": ["一只红色怪兽"]}, 422, "reference goes with ablate_mode 'mean'"),
+    ({"ablate": [[0, 0]], "ablate_mode": "mean", "reference": []}, 422, "reference: List should have at least 1"),
+    ({"ablate": [[0, 0]], "ablate_target": "森林"}, 422, "ablate_target and ablate_foil go together"),
+    ({"prepend_bos": 1}, 422, "prepend_bos: Input should be a valid boolean"),
     ({"patch": CORRUPTED}, 422, "patch: Input should be a valid dictionary"),
     ({"patch": {}}, 422, "patch.corrupted: Field required"),
     ({"patch": {"corrupted": 5}}, 422, "patch.corrupted: Input should be a valid string"),
@@ -206,5 +212,5 @@ def test_the_python_api_runs_the_same_experiments(explainer):
     )
     assert {k: e.doc[k] for k in want} == want
     assert 'id="selfattn-data"' in e.html() and json.loads(e.to_json())["lens"] == plain(want["lens"])
-    with pytest.raises(ValueError, match="target and foil go with patch"):
+    with pytest.raises(ValueError, match="target and foil go with patch or ablate"):
         selfattn.explain(TEXT, model=explainer).run(target="森林")

@@ -5,7 +5,9 @@ values, before the heads are joined and projected. Every model whose attention g
 `selfattn.attention` (our modules; transformers models with attn_implementation="selfattn") can have it
 replaced on the way out, without touching a module:
 
-- **ablation**: a head's output set to zero, or to its mean over the positions of this text;
+- **ablation**: a head's output set to zero, or to its mean over the positions of this text or of a reference set
+  of texts; scored by the next-token distribution, the loss and, given a target and a foil, the logit difference
+  target − foil at the last position (as patching scores);
 - **activation patching** (Wang et al. 2022, "Interpretability in the Wild"): run a *clean* prompt and
   a *corrupted* one of the same token length; rerun the corrupted prompt with one head's output taken
   from the clean run; the **share of the logit difference recovered** is
@@ -41,6 +43,7 @@ __all__ = [
     "head_outputs",
     "run_patched",
     "ablate",
+    "reference_means",
     "patch_heads",
     "patch_residual",
     "Patching",
@@ -95,28 +98,67 @@ def run_patched(
     return logits
 
 
-def ablate(model: torch.nn.Module, ids: torch.Tensor, heads: Iterable[tuple[int, int]], mode: str = "zero") -> dict:
+def ablate(
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    heads: Iterable[tuple[int, int]],
+    mode: str = "zero",
+    *,
+    target: int | None = None,
+    foil: int | None = None,
+    reference: list[torch.Tensor] | None = None,
+) -> dict:
     """The next-token distribution and loss with `heads` ablated, against the model as it is.
 
+    mode       "zero": each head's output set to zero; "mean": to its mean over the positions of `ids`, or with
+               `reference` (ids (L_r,) of other texts) its mean over every position of those texts
+               (`reference_means`: one batched pass)
+    target, foil  token ids: the logit difference target − foil at the last position, before and after (both or none)
     Returns {"before", "after"}: each {"logits" (V,) at the last position, "loss" (mean next-token
-    cross-entropy over the text, nats)}, and "kl_bits": KL(before ‖ after) of the last position."""
+    cross-entropy over the text, nats), "ld" (the logit difference, float64; None without target and foil)},
+    and "kl_bits": KL(before ‖ after) of the last position."""
     ablation_value(torch.zeros(1, 1), mode)  # the mode refused before the model runs
+    if (target is None) != (foil is None):
+        raise ValueError("target and foil go together: give both tokens of the logit difference, or neither")
+    if reference is not None and mode != "mean":
+        raise ValueError(f"a reference set goes with the mean ablation (mode 'mean'), not {mode!r}")
     heads = list(heads)
     logits, outs = head_outputs(model, ids)
+    means = None if reference is None else reference_means(model, reference)
     patches = {}
     for l, h in heads:
         if not 0 <= l < len(outs):
             raise ValueError(f"layer must be in [0, {len(outs) - 1}], got {l}")
         o = outs[l][:, h]
-        patches[(l, h)] = ablation_value(o, mode).expand_as(o)
+        value = ablation_value(o, mode) if means is None else means[l][h][None, None]  # (B|1, 1, Dv)
+        patches[(l, h)] = value.to(o.dtype).expand_as(o)
     after = run_patched(model, ids, patches)
     p, q = logits[0, -1].double().log_softmax(-1), after[0, -1].double().log_softmax(-1)
     kl = float((p.exp() * (p - q)).sum() / torch.log(torch.tensor(2.0, dtype=torch.float64)))
+
+    def ld(x: torch.Tensor) -> float | None:
+        return None if target is None or foil is None else float(_ld(x, target, foil)[0])
+
     return {
-        "before": {"logits": logits[0, -1], "loss": _loss(logits, ids)},
-        "after": {"logits": after[0, -1], "loss": _loss(after, ids)},
+        "before": {"logits": logits[0, -1], "loss": _loss(logits, ids), "ld": ld(logits)},
+        "after": {"logits": after[0, -1], "loss": _loss(after, ids), "ld": ld(after)},
         "kl_bits": kl,
     }
+
+
+def reference_means(model: torch.nn.Module, reference: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Per layer each head's mean output over every position of the reference texts, (Hq, Dv) float64: ONE pass of
+    them all, right-padded to the longest (a causal model's positions never read a later pad; the pads' own outputs
+    are left out of the mean)."""
+    rows = [torch.as_tensor(r).reshape(-1) for r in reference]
+    if not rows or any(len(r) == 0 for r in rows):
+        raise ValueError("the reference set must hold at least one text, each of at least one token")
+    n = max(len(r) for r in rows)
+    batch = torch.stack([torch.cat([r, r[-1:].expand(n - len(r))]) for r in rows])  # (R, n): pads repeat the last id
+    kept = torch.stack([torch.arange(n) < len(r) for r in rows])  # (R, n) the texts' own positions
+    _, outs = head_outputs(model, batch)
+    w = kept.to(torch.float64)[:, None, :, None]  # (R, 1, n, 1)
+    return [(o.double() * w).sum(dim=(0, 2)) / kept.sum() for o in outs]  # (Hq, Dv)
 
 
 def _loss(logits: torch.Tensor, ids: torch.Tensor) -> float | None:

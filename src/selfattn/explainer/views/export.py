@@ -73,7 +73,7 @@ from ...limits import HEAD_WORDS_BYTES, MAX_PAGE_BYTES, PAGE_BYTES, PAGE_FIXED_B
 from ...scores import PER_HEAD
 from .. import interventions
 from ..analysis.experiment import opened_row
-from ..pieces import AGGREGATION_RULE, aggregate, names
+from ..pieces import AGGREGATION_RULE, aggregate, names, shown_piece
 from ..stages import head_stages
 from ..trace_types import LayerTrace, ModelTrace
 from . import codec, texts
@@ -232,7 +232,24 @@ def card_dict(card: ModelCard) -> dict:
     }
     if card.architecture_zh is not None:
         out["architecture_zh"] = card.architecture_zh
-    return out | {"tokenizer": card.tokenizer, "loaded": dict(card.loaded), "formula": card.formula}
+    out |= {"tokenizer": card.tokenizer, "loaded": dict(card.loaded), "formula": card.formula}
+    return out | ({"bos": bos_dict(card.bos)} if card.bos else {})
+
+
+def bos_dict(bos) -> dict:
+    """The card's BOS (`Explainer.bos`: prepend_bos, id, token, added, removed) and what was done, in words."""
+    token = shown_piece(bos["token"]) if bos["token"] is not None else ""
+    if bos["added"]:
+        key = "tables.bos_added"
+    elif bos["removed"]:
+        key = "tables.bos_removed"
+    elif bos["prepend_bos"]:
+        key = "tables.bos_own"
+    elif bos["id"] is not None:
+        key = "tables.bos_kept"
+    else:
+        key = "tables.bos_none"
+    return dict(bos) | {"text": {lang: texts.text(key, lang, token=token) for lang in texts.LANGS}}
 
 
 def opened_query(layer: LayerTrace, head: int, tokens: list[str], link: tuple[int, int] | None = None) -> dict:

@@ -145,13 +145,20 @@ def ablation_words(a: dict) -> dict[str, str]:
     out = {}
     for lang in LANGS:
         heads = _join(lang, [name(l, h) for l, h in a["heads"]])
-        mode = text(MODE_KEYS[a["mode"]], lang)
+        ref = a.get("reference")
+        mode = text(MODE_KEYS[a["mode"]], lang) if ref is None else text("findings.mode_reference", lang, **ref)
         before, after = _prob(t["before"]), _prob(t["after"])
         parts = [
             text("findings.ablated", lang, heads=heads, mode=mode, token=quote(t["shown"]), before=before, after=after)
         ]
         if top1["id"] != t["id"]:
             parts.append(text("findings.new_top", lang, token=quote(top1["shown"]), p=_prob(top1["prob"])))
+        ld = a.get("logit_diff")
+        if ld is not None:
+            sides = {"target": quote(ld["target"]["shown"]), "foil": quote(ld["foil"]["shown"])}
+            parts.append(
+                text("findings.logit_diff", lang, **sides, before=f"{ld['before']:.3f}", after=f"{ld['after']:.3f}")
+            )
         parts.append(text("findings.kl", lang, kl=f"{a['kl_bits']:.3f}"))
         if a["before"]["loss"] is not None:
             loss = {"before": f"{a['before']['loss']:.3f}", "after": f"{a['after']['loss']:.3f}"}

@@ -95,6 +95,8 @@ def taxonomy(t: dict, console: Console, lang: str = "zh") -> None:
     for line in t["findings"][lang]:
         _say(console, line)
     if t.get("text"):
+        if t.get("bos"):  # the BOS before the text (the probe's is in the header)
+            _say(console, t["bos"]["text"][lang])
         for line in relation_lines(t, lang):
             _say(console, line)
     _say(console, t["rule"][lang], style="dim")

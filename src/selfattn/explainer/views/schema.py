@@ -40,6 +40,17 @@ Loaded = TypedDict("Loaded", {"format": str, "file": str | None, "class": str, "
 the call form."""
 
 
+class Bos(TypedDict):
+    """The BOS before the text (`Explainer.bos`), and what was done in words."""
+
+    prepend_bos: bool
+    id: int | None
+    token: str | None
+    added: bool
+    removed: bool
+    text: Words
+
+
 class Model(TypedDict):
     """The model card (`export.card_dict` of the Explanation's `ModelCard`)."""
 
@@ -60,6 +71,7 @@ class Model(TypedDict):
     tokenizer: NotRequired[str]
     loaded: NotRequired[Loaded]
     formula: NotRequired[dict[str, Any]]
+    bos: NotRequired[Bos]
 
 
 class Unknown(TypedDict):
@@ -408,6 +420,24 @@ class AblationTarget(TypedDict):
     after: Num
 
 
+class Token(TypedDict):
+    token: str
+    shown: str
+    id: int
+
+
+class LogitDiff(TypedDict):
+    target: Token
+    foil: Token
+    before: Num
+    after: Num
+
+
+class Reference(TypedDict):
+    texts: int
+    positions: int
+
+
 class Ablation(TypedDict):
     """`experiments.ablation`: the prediction before and after some heads' outputs are replaced."""
 
@@ -418,6 +448,8 @@ class Ablation(TypedDict):
     after: Outcome
     kl_bits: Num
     target: AblationTarget
+    logit_diff: NotRequired[LogitDiff]
+    reference: NotRequired[Reference]
     text: Words
 
 
@@ -427,12 +459,6 @@ class PatchText(TypedDict):
     labels: list[str]
     names: list[str]
     top: list[Top]
-
-
-class Token(TypedDict):
-    token: str
-    shown: str
-    id: int
 
 
 class Recovered(TypedDict):

@@ -219,6 +219,8 @@ def _model_words(doc: dict, say, t, lang: str) -> None:
         say(gqa)
     if m.get("tokenizer"):
         say(t("tables.tokenizer", how=texts.text(m["tokenizer"], lang)))
+    if m.get("bos"):
+        say(m["bos"]["text"][lang])
 
 
 def _token_notes(doc: dict, say, t) -> None:

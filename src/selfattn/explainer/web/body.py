@@ -9,12 +9,16 @@ The experiments (`experiments`, the answer gains the export's doc["ablation"|"pa
 read as one `pipeline.Spec` (`ExplainRequest.request`), the request `selfattn explain` and the Python API build:
 
      "ablate": [[1, 0], [0, 1]], "ablate_mode": "zero" | "mean",   # heads ablated (layer, head), each once
+     "ablate_target": " Mary" | 12, "ablate_foil": " John" | 7,     # the ablation's logit difference (both)
+     "reference": ["a text", …],                                    # the mean ablation's reference texts
+     "prepend_bos": true | false | null,                            # the model's BOS first (null: its default)
      "patch": {"corrupted": "一只红色怪兽走进森林", "target": " Mary" | 12 | null, "foil": … | null},
      "lens": {"position": 3 | null} | true                          # the logit lens at one position (last)
 
 bounded before any work: at most MAX_ABLATED_HEADS heads, a corrupted text of at most MAX_CHARS characters
 (and, in `experiments.patching`, MAX_PATCH_TOKENS tokens), a target or foil of at most MAX_TOKEN_CHARS
-characters; ablate_mode without ablate is refused (`Needs`), as the CLI refuses --ablate-mode alone.
+characters, at most MAX_REFERENCE_TEXTS reference texts of MAX_CHARS characters each; ablate_mode, ablate_target,
+ablate_foil or reference without ablate is refused (`Needs`), as the CLI refuses --ablate-mode alone.
 
 `interventions` has the shape of doc["experiment"]["applied"] (`Intervention.as_applied`): one optional
 object per registry entry, {param: value} (a switch: {}), each param typed and bounded as its entry declares,
@@ -45,6 +49,7 @@ from pydantic import (
 
 from ...limits import MAX_ABLATED_HEADS, MAX_TOKEN_CHARS
 from .. import pipeline
+from ..experiments import MAX_REFERENCE_TEXTS
 from ..interventions import REGISTRY, Entry, Intervention, Param, flat_fields
 from ..session import MAX_CHARS
 
@@ -148,14 +153,21 @@ class _Body(BaseModel):
     lang: Literal["zh", "en"] | None = None
     ablate: list[tuple[Index, Index]] | None = Field(default=None, min_length=1, max_length=MAX_ABLATED_HEADS)
     ablate_mode: Literal["zero", "mean"] | None = None
+    ablate_target: Token | None = None
+    ablate_foil: Token | None = None
+    reference: list[Annotated[StrictStr, Field(max_length=MAX_CHARS)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_REFERENCE_TEXTS
+    )
+    prepend_bos: StrictBool | None = None
     patch: PatchBody | None = None
     lens: Lens | None = None
 
     def request(self) -> pipeline.Spec:
         """The `pipeline.Spec` this body asks for (what `selfattn explain` and the Python API build too); `Needs`
         for ablate_mode without ablate, as the CLI refuses --ablate-mode alone."""
-        if self.ablate_mode is not None and self.ablate is None:
-            raise Needs("ablate_mode", "ablate")
+        for name in ("ablate_mode", "ablate_target", "ablate_foil", "reference"):
+            if getattr(self, name) is not None and self.ablate is None:
+                raise Needs(name, "ablate")
         patch = None if self.patch is None else pipeline.Patch(**self.patch.model_dump())
         lens = (
             None
@@ -170,8 +182,12 @@ class _Body(BaseModel):
             find=None if self.find is None else tuple(self.find),
             ablate=None if self.ablate is None else tuple((int(a), int(b)) for a, b in self.ablate),
             ablate_mode=self.ablate_mode,
+            ablate_target=self.ablate_target,
+            ablate_foil=self.ablate_foil,
+            reference=None if self.reference is None else tuple(self.reference),
             patch=patch,
             lens=lens,
+            prepend_bos=self.prepend_bos,
         )
 
     def intervention(self) -> Intervention:

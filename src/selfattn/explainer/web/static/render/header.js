@@ -20,7 +20,8 @@ export function renderModel(state, t) {
   const architecture = state.lang === "zh" && m.architecture_zh ? m.architecture_zh : m.architecture;
   const kind = m.kind === "decoder" ? t("common.decoder") : m.kind === "encoder" ? t("common.encoder") : m.kind;
   $("model-info").textContent = t("page.model", Object.assign({}, m, { kind, n_tokens: L })) +
-    (m.architecture ? t("page.model_architecture", { architecture, positions }) : "");
+    (m.architecture ? t("page.model_architecture", { architecture, positions }) : "") +
+    (m.bos ? " " + m.bos.text[state.lang] : "");
   const unknown = doc.unknown || { count: 0, hint: { en: "", zh: "" } };
   $("unknown").textContent = unknown.count
     ? t("page.unknown", { n: unknown.count, n_tokens: L, hint: unknown.hint[state.lang] }) : "";
