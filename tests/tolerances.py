@@ -23,6 +23,10 @@ FLOOR = {
 RATIO = 2.0
 """How much worse than the naive path (same dtype) a fast path may be."""
 
+CLEARLY_APART = 100
+"""How many times a tolerance two numbers must differ by for a test to call them different: an effect a test shows
+(an ablation moving the logit difference, a BOS changing a score) is this far past the rounding it is checked to."""
+
 _PAGE_WEIGHT = 0.5e-4 + 1e-5
 
 TOL = {

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import selfattn
-from tests.tolerances import TOL
+from tests.tolerances import CLEARLY_APART, TOL
 
 transformers = pytest.importorskip("transformers")
 
@@ -132,7 +132,7 @@ def test_named_heads_equal_transformer_lens_with_and_without_bos(tok, kind, name
     expected = tl_detect(kind, tok, PROMPT, name, prepend_bos=with_bos)
     got = ours(kind, tok, PROMPT, name, prepend_bos=prepend_bos)
     np.testing.assert_allclose(got, expected, atol=TOL["float32_vs_transformers"])
-    assert np.ptp(expected) > 100 * TOL["float32_vs_transformers"]  # the heads differ: a swap would be noticed
+    assert np.ptp(expected) > CLEARLY_APART * TOL["float32_vs_transformers"]  # the heads differ: a swap is seen
 
 
 @pytest.mark.parametrize("prepend_bos", [None, True, False])
@@ -151,7 +151,7 @@ def test_the_bos_changes_the_scores(tok, kind):
     """The default (the model's BOS first) is TransformerLens' call; without it the same string scores otherwise."""
     with_bos = ours(kind, tok, PROMPT, "previous_token_head")
     without = ours(kind, tok, PROMPT, "previous_token_head", prepend_bos=False)
-    assert np.abs(with_bos - without).max() > 100 * TOL["float32_vs_transformers"]
+    assert np.abs(with_bos - without).max() > CLEARLY_APART * TOL["float32_vs_transformers"]
 
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
