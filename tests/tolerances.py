@@ -101,6 +101,7 @@ TOL = {
     "must_differ_weights": 1e-2,  # weights an intervention must change: somewhere by more than this
     # --- the explorer page: numbers it shows, and numbers it carries in data attributes ----------------------
     "page_number": 0.5e-4 + 2e-5,  # shown with 4 decimals: half a unit of the last digit, plus float32 against float64
+    "terminal_percent": 0.05 + 1e-6,  # a weight the terminal prints as a percentage with 1 decimal
     "page_weight": _PAGE_WEIGHT,  # a weight shown as a percentage with 2 decimals, plus float32 against float64
     "page_weight_difference": 2 * _PAGE_WEIGHT,  # the difference of two weights shown so: two roundings
     "page_data": 1e-6,  # a float32 value the page carries (JSON) against Python's

@@ -142,7 +142,7 @@ def _explain(args) -> int:
     from .explainer.views import research_tables, tables
 
     console = _console()
-    tables.render(doc, console, lang=args.lang, evidence=args.evidence)
+    tables.render(doc, console, lang=args.lang, evidence=args.evidence, every_head=args.every_head, e=e)
     research_tables.experiments(doc, console, lang=args.lang)
     if attribution is not None:
         from .explainer.views import attribution_table

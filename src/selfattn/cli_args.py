@@ -111,6 +111,11 @@ def _explain_args(commands, runs) -> None:
         help="also print, for every credited tutorial relation, the sentences it rests on (text, control, contrasts) "
         "with the query word, key word, weight and what the other words give that key",
     )
+    p.add_argument(
+        "--every-head",
+        action="store_true",
+        help="also print every head's sentence (a 24-layer × 14-head model: 336 lines; always in --json)",
+    )
     p.add_argument("--npz", metavar="FILE", help="also save every captured tensor to FILE (.npz)")
     p.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report to FILE")
     p.add_argument(

@@ -1,6 +1,6 @@
 """What a learner reads: repeated tokens told apart, --find by position, the heads table at 80 columns, the
 page's language, errors in zh, a bounded --json, the summaries read at the capture point, the pictures'
-size and fonts (issue 17, items 3, 5 and 6)."""
+size and fonts."""
 
 import json
 import re
@@ -15,6 +15,7 @@ from rich.console import Console
 from selfattn.cli import main
 from selfattn.explainer import pieces as P
 from selfattn.explainer.analysis import summary
+from selfattn.explainer.catalogue import TEXTS
 from selfattn.explainer.views import export, plots, report, tables
 from selfattn.explainer.web import server
 from tests.explainer.documents import explained
@@ -24,7 +25,8 @@ from tests.tolerances import TOL
 TWICE = "一只蓝色怪兽走进森林。它在森林里睡觉。"  # 森林 and 。 each twice
 
 
-def test_repeated_tokens_carry_their_position_everywhere(tiny, tiny_checkpoint, capsys):
+def test_repeated_tokens_carry_their_position_everywhere(tiny, tiny_checkpoint, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # wide enough for the whole step tables: every query row printed
     doc = explained(tiny, TWICE)
     tokens = doc["tokens"]
     assert tokens.count("森林") == 2
@@ -63,15 +65,18 @@ def test_the_heads_table_splits_at_80_columns_instead_of_dropping_heads():
     console = Console(record=True, width=80)
     tables.render(doc, console, lang="en")
     out = console.export_text()
-    grid = out[out.index("Heads at a glance") : out.index("What each head does")]
+    grid = out[out.index(TEXTS["tables.types"]["en"][:20]) :]
     for h in range(16):
         assert re.search(rf"\bH{h}\b", grid), f"H{h} missing"
     assert all(len(line) <= 80 for line in out.splitlines())
     assert "[H0–" in grid  # said as blocks of heads
-    # every entropy of the JSON is in the grid
-    for row in doc["summaries"]:
-        for s in row:
-            assert f"{s['entropy']:.1f}" in grid
+    # every head's type of the JSON is in the grid, in the order of its heads
+    short = doc["head_types"]["short"]
+    for l, row in enumerate(doc["descriptions"]):
+        line = next(x for x in grid.splitlines() if x.split() and x.split()[0] == str(l))
+        first = [c.lstrip(">").rstrip("*") for c in line.split()[1:]]
+        want = [short[d["kind"]]["en"] if d["kind"] in short else "—" for d in row][: len(first)]
+        assert first == want, (l, first, want)
     flat = " ".join(out.split())  # the console wraps long sentences
     assert "grouped-query attention (GQA): 16 query heads share 4 key/value heads, 4 per group" in flat
 

@@ -10,6 +10,7 @@ Nothing from the model or the text (a folder name, a token) is ever read as rich
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.cells import cell_len
@@ -30,8 +31,15 @@ from .export import gqa_words
 from .head_sentences import percent
 from .head_words import p_words
 
+if TYPE_CHECKING:
+    from ..result import Explanation
+
 MAX_TABLE_TOKENS = 24
 """Longer inputs get the summaries only (tables of hundreds of columns help nobody): use --html."""
+WINDOW_NUMBER_WIDTH = 6
+"""The width of a number the step tables print ("−10.59", "100.0"): what a column needs besides its label."""
+WINDOW_MIN = 3
+"""The fewest rows and keys a windowed table shows, however narrow the console."""
 MINUS = "−"
 TOP_DIMENSIONS = 3
 """A long vector is summarised by its norm and its largest dimensions (the JSON holds all of them)."""
@@ -62,9 +70,20 @@ def number(x, digits: int = 2) -> str:
     return text.replace("-", MINUS)
 
 
-def render(doc: dict, console: Console, lang: str = "zh", *, evidence: bool = False) -> None:
-    """The explanation as terminal tables; evidence: also every credited relation's sentences and weights
-    (`evidence_lines`, `selfattn explain --evidence`)."""
+def render(
+    doc: dict,
+    console: Console,
+    lang: str = "zh",
+    *,
+    evidence: bool = False,
+    every_head: bool = False,
+    e: Explanation | None = None,
+) -> None:
+    """The explanation as terminal tables, in the order a reader needs them: the model, the tokens and the head shown
+    with its sentence; that head's step tables (at any length: a text longer than MAX_TABLE_TOKENS shows the window
+    of rows and keys around the row opened on, read from `e`, and says so); then one compact table of every head's
+    type. every_head: also every head's sentence (`selfattn explain --every-head`; always in --json); evidence:
+    also every credited relation's sentences and weights (`evidence_lines`, `--evidence`)."""
 
     def t(key: str, **values) -> str:
         return texts.text(key, lang, **values)
@@ -114,31 +133,87 @@ def render(doc: dict, console: Console, lang: str = "zh", *, evidence: bool = Fa
         say("  " + kv_words(doc, sel["head"], lang), style="dim")
     if doc["prediction"]:
         say(t("tables.predict"), "  ".join(f"{p.get('shown', p['token'])} {p['prob']:.1%}" for p in doc["prediction"]))
-    _summary_grid(doc, console, t)
-    if described:
-        say(t("tables.heads"))
-        for l, heads in enumerate(described):
-            for h, d in enumerate(heads):
-                say(t("tables.head_line", layer=l, head=h, text=d["text"][lang]))
-        if evidence:
-            for line in evidence_lines(doc, lang):
-                say(line)
-    if doc.get("search"):
-        s = doc["search"]
-        tokens = names_of(doc)
-        say(t("tables.search", q=tokens[s["query"]], i=s["query"], k=tokens[s["key"]], j=s["key"]))
-        for r in s["heads"]:
-            say(t("tables.search_line", layer=r["layer"], head=r["head"], w=f"{100 * r['weight']:.1f}%"))
     if doc.get("first_token") and doc["summaries"][sel["layer"]][sel["head"]]["rows"]:
         ft = doc["first_token"]
         say(t("tables.bos", token=ft["token"], selected=percent(ft["selected"]), mean=percent(ft["mean"])))
     layer = doc["layers"][sel["layer"]]
     head = layer.get("heads", [{}] * (sel["head"] + 1))[sel["head"]]
-    if len(tokens) > MAX_TABLE_TOKENS or "stages" not in head:
+    if e is not None and window_size(doc, console, t) < len(tokens):  # wider than the console: a window of it
+        _window(e, doc, console, t, say, lang)
+    elif len(tokens) <= MAX_TABLE_TOKENS and "stages" in head:
+        _stages(doc, console, t, lang, layer, head)
+    else:
         say(t("tables.too_long", n=len(tokens), limit=MAX_TABLE_TOKENS))
         _levels(doc, console, t, lang)
-        return
-    _stages(doc, console, t, lang, layer, head)
+    if doc.get("search"):
+        s = doc["search"]
+        say(t("tables.search", q=tokens[s["query"]], i=s["query"], k=tokens[s["key"]], j=s["key"]))
+        for r in s["heads"]:
+            say(t("tables.search_line", layer=r["layer"], head=r["head"], w=f"{100 * r['weight']:.1f}%"))
+    _type_grid(doc, console, t, lang)
+    if described and every_head:
+        say(t("tables.heads"))
+        for l, heads in enumerate(described):
+            for h, d in enumerate(heads):
+                say(t("tables.head_line", layer=l, head=h, text=d["text"][lang]))
+    elif described:
+        say(t("tables.every_head_hint"), style="dim")
+    if evidence:
+        for line in evidence_lines(doc, lang):
+            say(line)
+
+
+def window_size(doc: dict, console: Console, t) -> int:
+    """How many rows and keys of the shown head's step tables the console shows in one block of columns: every token
+    when the whole table fits (and there are at most MAX_TABLE_TOKENS), else the most that fit with two columns kept
+    for ⟨outside⟩ and a sink (at least WINDOW_MIN)."""
+    tokens = names_of(doc)
+    label = max([cell_len(_cut(x)) for x in tokens] + [cell_len(t("tables.corner"))]) + 3
+    widths = [max(cell_len(_cut(x)), WINDOW_NUMBER_WIDTH) + 3 for x in tokens]
+    if len(tokens) <= MAX_TABLE_TOKENS and label + sum(widths) <= console.width:
+        return len(tokens)
+    return max(WINDOW_MIN, min(MAX_TABLE_TOKENS, (console.width - label) // max(widths) - 2))
+
+
+def _window(e: Explanation, doc: dict, console: Console, t, say, lang: str) -> None:
+    """The shown head's step tables for a text wider than the console shows: the rows and keys of a window around
+    the row opened on (`doc["opened"]`), `window_size` of them, computed from `e` (float64, the stages of
+    `LayerTrace.stages`), with a last column holding the weight each row gives the keys outside the window, so every
+    row still reads 100 %; a note says which window and where the whole table is."""
+    tokens = names_of(doc)
+    L = len(tokens)
+    W = min(window_size(doc, console, t), L)
+    row = doc["opened"]["row"] if doc.get("opened") else L - 1
+    start = max(0, min(row - W + 2, L - W))  # the opened row second to last: its keys, and the mask of the next
+    stop = start + W
+    lay = e.trace.layers[e.shown.layer]
+    st = lay.stages(e.shown.head, list(range(start, stop)), weighted=False)
+    names = tokens[start:stop]
+    cut = slice(start, stop)
+    say(t("tables.window", first=start, last=stop - 1, n=L, row=row), style="dim")
+    scale = lay.head_rule(e.shown.head)[0]
+    _matrix(console, t("tables.scores"), t("tables.corner"), names, names, st["scores"][:, cut].tolist(), number)
+    scaled_title = scaled_label(doc, lang, number(scale, 4))
+    _matrix(console, scaled_title, t("tables.corner"), names, names, st["scaled"][:, cut].tolist(), number)
+    visible = st["mask"][:, cut].int().tolist()
+    _matrix(console, t("tables.mask"), t("tables.corner"), names, names, visible, str)
+    _matrix(console, t("tables.masked"), t("tables.corner"), names, names, st["masked"][:, cut].tolist(), number)
+    weights = st["weights"]
+    outside = 1 - weights[:, cut].sum(-1) - (st["sink"] if "sink" in st else 0)
+    columns = names + [f"⟨{t('tables.outside')}⟩"] + ([f"⟨{t('common.sink')}⟩"] if "sink" in st else [])
+    rows = [
+        [100 * float(w) for w in weights[i, cut]]
+        + [100 * float(outside[i])]
+        + ([100 * float(st["sink"][i])] if "sink" in st else [])
+        for i in range(len(names))
+    ]
+    _matrix(console, t("tables.weights"), t("tables.corner"), names, columns, rows, lambda x: number(x, 1))
+    console.print(t("tables.top"), markup=False)
+    for i, q in enumerate(names):
+        full = weights[i]
+        best = sorted(range(L), key=lambda j: -float(full[j]))[:3]
+        items = ", ".join(f"{tokens[j]} {percent(float(full[j]))}" for j in best if full[j] > 0)
+        console.print("  " + t("tables.row", q=q, items=items), markup=False)
 
 
 EVIDENCE_KINDS = {
@@ -273,7 +348,9 @@ def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) 
     if sink is not None:
         console.print(t("tables.sink_note"), markup=False, style="dim")
     _levels(doc, console, t, lang)
-    _meanings(console, t, lang, doc.get("roles") or [None] * len(tokens), weights, tokens)
+    roles = doc.get("roles") or [None] * len(tokens)
+    if any(r is not None for r in roles):  # a text without roles (no Chinese) has no meanings to sum
+        _meanings(console, t, lang, roles, weights, tokens)
     _contributions(doc, console, t, lang)
     _vectors(console, t, layer, stages, doc)
     console.print(t("tables.top"), markup=False)
@@ -421,22 +498,26 @@ def _cell(text: str) -> Text:
     return Text(text, style="dim" if float(text.replace(MINUS, "-")) == 0 else "")
 
 
-def _summary_grid(doc: dict, console: Console, t) -> None:
-    """The entropy of every layer × head, split into blocks of heads so every head fits the console width."""
-    console.print(t("tables.summary"), markup=False)
+def _type_grid(doc: dict, console: Console, t, lang: str) -> None:
+    """Every layer × head's type in one word (its strongest: `descriptions[l][h]["kind"]`, the legend's short name;
+    — where no type is clear), * where ≥ SINK_LIMIT of its attention rests on the first token, > the head shown; split
+    into blocks of heads so every head fits the console width."""
+    console.print(t("tables.types"), markup=False)
     n_heads = doc["model"]["n_heads"]
     sel = doc["selected"]
+    short = doc.get("head_types", {}).get("short", {})
+    described = doc.get("descriptions") or [[{} for _ in heads] for heads in doc["summaries"]]
     cells = [
         [
             (">" if (l, h) == (sel["layer"], sel["head"]) else "")
-            + f"{s['entropy']:.1f}"
+            + (short[d["kind"]][lang] if d.get("kind") in short else "—")
             + ("*" if s["first_token"] >= SINK_LIMIT else "")
-            for h, s in enumerate(heads)
+            for h, (s, d) in enumerate(zip(heads, described[l], strict=True))
         ]
         for l, heads in enumerate(doc["summaries"])
     ]
     label = max(cell_len(t("common.layer")), len(str(len(cells) - 1)))
-    width = max([4] + [len(f"H{n_heads - 1}")] + [len(c) for row in cells for c in row])
+    width = max([4] + [len(f"H{n_heads - 1}")] + [cell_len(c) for row in cells for c in row])
     per_block = max(1, (console.width - label - 2) // (width + 2))  # each column: its cells, a space, a rule
     for a in range(0, n_heads, per_block):
         b = min(n_heads, a + per_block)
