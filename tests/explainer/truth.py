@@ -89,3 +89,52 @@ def outputs(model: DecoderLM, ids, layer: int) -> tuple[np.ndarray, np.ndarray]:
         for block in m.blocks[: layer + 1]:
             x = block(x[None])[0]
     return attn_out, x.numpy()
+
+
+def relation_rows(ex, trace, controls, attentions) -> dict[str, list]:
+    """The rows the query-specific test of a relation reads, recomputed from independent attentions: for each
+    relation, over the text and its control and contrast sentences, each link whose key is not the previous word, as
+    (attentions of that sentence [layer] (H, L, L), the query word's last piece, the key pieces, the last piece of
+    every later word but the query). attentions(ids) -> [layer] (H, L, L) float64 (plain eager attention)."""
+    from selfattn.explainer.analysis import held
+    from selfattn.explainer.analysis.word_relations import word_links, word_pieces
+
+    rows: dict[str, list] = {}
+    for t in [trace, *controls]:
+        att = attentions([int(i) for i in t.token_ids])
+        words = held.words_of(t, ex.user_words)
+        pieces = word_pieces(words, t.pieces.spans)
+        for link in word_links(words):
+            keys = [p for k in link.keys for p in pieces[k]]
+            if link.query - 1 in link.keys or not keys or not pieces[link.query]:
+                continue  # the test's rows only: the key not the previous word
+            q = pieces[link.query][-1]
+            others = [p[-1] for i, p in enumerate(pieces) if p and i != link.query and p[-1] > max(keys)]
+            rows.setdefault(link.relation, []).append((att, q, keys, others))
+    return rows
+
+
+def check_query_specific(found, rows, tol: float, min_rows: int) -> int:
+    """Every head's relations (`held.held`'s answer) against `relation_rows`: the baseline it records (the other words'
+    mean weight on the keys, and the query's) equals the independent one to `tol`, and a credited relation's query
+    gives its keys more than the other words do, on at least `min_rows` rows with p < 0.01. Returns how many were
+    credited."""
+    credited = 0
+    for l, row in enumerate(found):
+        for h, per_head in enumerate(row):
+            for name, r in per_head["relations"].items():
+                if name not in rows:
+                    continue
+                mine = [a[l][h][q, keys].sum() for a, q, keys, others in rows[name] if others]
+                theirs = [
+                    np.mean([a[l][h][o, keys].sum() for o in others]) for a, q, keys, others in rows[name] if others
+                ]
+                b = r["test"]["baseline"]
+                assert b["rows"] == len(mine)
+                assert abs(b["weight"] - np.mean(theirs)) <= tol, (l, h, name)
+                assert abs(b["query"] - np.mean(mine)) <= tol, (l, h, name)
+                if r["held"]:
+                    credited += 1
+                    assert np.mean(mine) > np.mean(theirs), (l, h, name)
+                    assert len(mine) >= min_rows and b["p"] < 0.01
+    return credited

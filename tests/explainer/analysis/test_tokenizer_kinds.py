@@ -13,6 +13,7 @@ import torch
 from selfattn.explainer.analysis import held
 from selfattn.explainer.analysis.roles import has_roles, piece_roles
 from selfattn.explainer.session import Explainer
+from tests.explainer import truth
 from tests.explainer.documents import explained
 from tests.hf import models
 from tests.tolerances import TOL
@@ -129,3 +130,17 @@ def test_roles_reach_every_piece_and_the_relations_are_eager_attentions(kind, te
                 assert d["pair_weight"] == pytest.approx(
                     att[l][h][d["query"], d["key"]], abs=TOL["float32_weight_mean"]
                 )
+
+
+def test_no_credited_relations_key_gets_as_much_from_the_other_words_by_eager_weights(kind):
+    """A relation is the query's, not the key's, on a SentencePiece tokenizer (Gemma's kind: Unigram pieces after a
+    Metaspace) and on WordPiece: the baseline each answer records (what the other later words give the keys) equals
+    plain eager attention's, and no credited relation's key gets as much from the other words."""
+    from selfattn.explainer.analysis import head_types
+
+    ex, eager, _ = kind
+    trace, controls = ex.trace_with_controls(TUTORIAL)
+    found = held.held(trace, controls, ex.user_words, ex.grammar)
+    rows = truth.relation_rows(ex, trace, controls, lambda ids: _eager(eager, ids))
+    assert rows, "the tutorial's relations are found on the pieces"
+    truth.check_query_specific(found, rows, TOL["float32_hf_stages"], head_types.MIN_ROWS)

@@ -23,6 +23,7 @@ from selfattn.explainer import experiments as X
 from selfattn.explainer.analysis import head_types
 from selfattn.explainer.pipeline import Session, Spec
 from selfattn.explainer.session import Explainer
+from tests.explainer import truth
 from tests.explainer.documents import explained
 from tests.tolerances import TOL
 
@@ -298,40 +299,10 @@ def test_no_relation_is_credited_whose_key_the_other_words_look_at_as_much_by_ea
     the mean weight every other later word gives the same keys are recomputed from plain eager attention. No credited
     relation's key gets as much from the other words, and the baseline the answer records is the eager one."""
     from selfattn.explainer.analysis import held
-    from selfattn.explainer.analysis.word_relations import word_links, word_pieces
 
     ex, eager, _ = models
-    trace = ex.trace(TUTORIAL)
-    controls = ex.controls(trace)
+    trace, controls = ex.trace_with_controls(TUTORIAL)  # as explain traces it: the text with its sentences
     found = held.held(trace, controls, ex.user_words, ex.grammar)
-    rows: dict[str, list] = {}  # relation -> [(attentions, query piece, key pieces, other words' query pieces)]
-    for t in [trace, *controls]:
-        att = _attentions(eager, [int(i) for i in ex.tokenize(t.pieces.text)[1]])
-        words = held.words_of(t, ex.user_words)
-        pieces = word_pieces(words, t.pieces.spans)
-        for link in word_links(words):
-            keys = [p for k in link.keys for p in pieces[k]]
-            if link.query - 1 in link.keys or not keys or not pieces[link.query]:
-                continue  # the test's rows only: the key not the previous word
-            q = pieces[link.query][-1]
-            others = [p[-1] for i, p in enumerate(pieces) if p and i != link.query and p[-1] > max(keys)]
-            rows.setdefault(link.relation, []).append((att, q, keys, others))
-    credited = 0
-    for l, row in enumerate(found):
-        for h, per_head in enumerate(row):
-            for name, r in per_head["relations"].items():
-                if name not in rows:
-                    continue
-                mine = [a[l][h][q, keys].sum() for a, q, keys, others in rows[name] if others]
-                theirs = [
-                    np.mean([a[l][h][o, keys].sum() for o in others]) for a, q, keys, others in rows[name] if others
-                ]
-                b = r["test"]["baseline"]
-                assert b["rows"] == len(mine)
-                assert b["weight"] == pytest.approx(np.mean(theirs), abs=TOL["float32_real_model"])
-                assert b["query"] == pytest.approx(np.mean(mine), abs=TOL["float32_real_model"])
-                if r["held"]:
-                    credited += 1
-                    assert np.mean(mine) > np.mean(theirs), (l, h, name)
-                    assert len(mine) >= head_types.MIN_ROWS and b["p"] < 0.01
+    rows = truth.relation_rows(ex, trace, controls, lambda ids: _attentions(eager, ids))
+    credited = truth.check_query_specific(found, rows, TOL["float32_real_model"], head_types.MIN_ROWS)
     assert credited >= 1  # SmolLM2 holds some relation on the tutorial sentence (L28H7 verb → noun)
