@@ -13,3 +13,15 @@ def tiny_checkpoint(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny(tiny_checkpoint):
     return Explainer.load(tiny_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    """The bundled model's Explainer, loaded once a module."""
+    return Explainer.load()
+
+
+@pytest.fixture
+def cli_on_bundled(bundled, monkeypatch):
+    """`selfattn explain` answering with `bundled` (Explainer.load not called per command)."""
+    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: bundled))

@@ -12,24 +12,14 @@ import torch
 import selfattn
 from selfattn.cli import main
 from selfattn.explainer.capture.attribution import rank_agreement
-from selfattn.explainer.session import DEFAULT_TEXT, Explainer
+from selfattn.explainer.session import DEFAULT_TEXT
 from tests.tolerances import TOL
 
 CORRUPTED = "一只红色怪兽走进森林"
 PAIR = ["--target", "森林", "--foil", "大海"]
 
 
-@pytest.fixture(scope="module")
-def default():
-    return Explainer.load()
-
-
-@pytest.fixture
-def cli(default, monkeypatch):
-    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: default))
-
-
-def test_cli_json_and_api_agree_and_sit_beside_patching(cli, default, capsys):
+def test_cli_json_and_api_agree_and_sit_beside_patching(cli_on_bundled, bundled, capsys):
     assert main(["explain", DEFAULT_TEXT, "--patch", CORRUPTED, *PAIR, "--attribution", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     a = doc["attribution"]
@@ -38,17 +28,17 @@ def test_cli_json_and_api_agree_and_sit_beside_patching(cli, default, capsys):
     assert a["clean_ld"] == pytest.approx(doc["patching"]["clean_ld"])
     want = rank_agreement(torch.tensor(doc["patching"]["heads"]), torch.tensor(a["heads"]))
     assert a["exact"]["agreement"] == want
-    e = selfattn.explain(DEFAULT_TEXT, default).run(patch=CORRUPTED, target="森林", foil="大海")
+    e = selfattn.explain(DEFAULT_TEXT, bundled).run(patch=CORRUPTED, target="森林", foil="大海")
     assert json.loads(json.dumps(e.attribution(), ensure_ascii=False)) == a
 
 
-def test_terminal_shows_the_grid_and_the_agreement(cli, capsys):
+def test_terminal_shows_the_grid_and_the_agreement(cli_on_bundled, capsys):
     assert main(["explain", DEFAULT_TEXT, "--patch", CORRUPTED, *PAIR, "--attribution", "--lang", "en"]) == 0
     out = capsys.readouterr().out
     assert "attribution patching" in out and "Spearman rank correlation" in out and "→" in out
 
 
-def test_attribution_needs_patch(cli, capsys):
+def test_attribution_needs_patch(cli_on_bundled, capsys):
     assert main(["explain", DEFAULT_TEXT, "--attribution"]) == 2
     assert "--attribution goes with --patch" in capsys.readouterr().err
 

@@ -7,24 +7,12 @@ from __future__ import annotations
 import csv
 import json
 
-import pytest
-
 from selfattn.cli import main
-from selfattn.explainer.session import DEFAULT_TEXT, Explainer
+from selfattn.explainer.session import DEFAULT_TEXT
 from selfattn.explainer.views.csv_table import COLUMNS
 
 CORRUPTED = "一只红色怪兽走进森林"  # the default text's length, one word changed
 PAIR = ["--target", "森林", "--foil", "大海"]
-
-
-@pytest.fixture(scope="module")
-def default():
-    return Explainer.load()
-
-
-@pytest.fixture
-def cli(default, monkeypatch):
-    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: default))
 
 
 def _read(path) -> list[dict]:
@@ -32,7 +20,7 @@ def _read(path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_one_row_per_head_with_what_json_prints(cli, default, capsys, tmp_path):
+def test_one_row_per_head_with_what_json_prints(cli_on_bundled, bundled, capsys, tmp_path):
     path = tmp_path / "heads.csv"
     args = [
         "explain",
@@ -49,7 +37,7 @@ def test_one_row_per_head_with_what_json_prints(cli, default, capsys, tmp_path):
     assert main([*args, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     rows = _read(path)
-    n_layers, n_heads = default.shape()
+    n_layers, n_heads = bundled.shape()
     assert [(int(r["layer"]), int(r["head"])) for r in rows] == [
         (l, h) for l in range(n_layers) for h in range(n_heads)
     ]
@@ -64,14 +52,14 @@ def test_one_row_per_head_with_what_json_prints(cli, default, capsys, tmp_path):
         assert 0 <= float(r["max_weight"]) <= 1 and r["kind"]
 
 
-def test_columns_of_experiments_not_run_are_empty(cli, capsys, tmp_path):
+def test_columns_of_experiments_not_run_are_empty(cli_on_bundled, capsys, tmp_path):
     path = tmp_path / "heads.csv"
     assert main(["explain", DEFAULT_TEXT, "--csv", str(path), "--json"]) == 0
     rows = _read(path)
     assert rows and all(r[c] == "" for r in rows for c in ("ablated", "patching_recovered", "attribution_recovered"))
 
 
-def test_an_existing_file_is_kept_without_force(cli, capsys, tmp_path):
+def test_an_existing_file_is_kept_without_force(cli_on_bundled, capsys, tmp_path):
     path = tmp_path / "mine.csv"
     path.write_text("my own table\n")
     assert main(["explain", DEFAULT_TEXT, "--csv", str(path), "--json"]) != 0

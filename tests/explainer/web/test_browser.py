@@ -513,8 +513,8 @@ def data_values(page: Page, selector: str) -> list[float]:
     return page.eval_on_selector_all(selector, "es => es.map(e => Number(e.dataset.value))")
 
 
-@pytest.mark.parametrize("lang", ["zh", "en"])
-def test_default_view_of_the_default_model_names_a_tutorial_link(watched, tmp_path, lang):
+def open_default(watched, tmp_path, lang: str):
+    """(doc, page): the default model's page of TEXT opened, in `lang`."""
     from selfattn.explainer.session import Explainer
 
     doc = explained(Explainer.load(), TEXT)
@@ -523,6 +523,12 @@ def test_default_view_of_the_default_model_names_a_tutorial_link(watched, tmp_pa
     if lang == "en":
         page.click("[data-testid=lang-toggle]")
         wait_ready(page)
+    return doc, page
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_default_view_of_the_default_model_names_a_tutorial_link(watched, tmp_path, lang):
+    doc, page = open_default(watched, tmp_path, lang)
     sel = doc["selected"]
     d = doc["descriptions"][sel["layer"]][sel["head"]]
     assert d["kind"] == "relation"  # the probe check of this relation: test_heads.py
@@ -545,14 +551,7 @@ def test_the_tutorial_heads_evidence_folds_out_under_its_sentence(watched, tmp_p
     """The fold under the head's sentence lists, for each relation credited to it, every sentence's row: the query
     word, the key word, the weight and what the other words give that key (the held analysis' evidence); a head
     holding no relation shows no fold."""
-    from selfattn.explainer.session import Explainer
-
-    doc = explained(Explainer.load(), TEXT)
-    open_report(watched, doc, tmp_path)
-    page = watched.page
-    if lang == "en":
-        page.click("[data-testid=lang-toggle]")
-        wait_ready(page)
+    doc, page = open_default(watched, tmp_path, lang)
     sel = doc["selected"]
     (r,) = doc["descriptions"][sel["layer"]][sel["head"]]["verdict"]["relations"]
     assert page.is_hidden("[data-testid=evidence] li")  # folded until opened
