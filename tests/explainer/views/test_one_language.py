@@ -26,6 +26,7 @@ ALLOWED = {
     *("score", "scaled", "masked", "weights", "sink"),  # sink: exp(sink) in the softmax's denominator
     # terms the Chinese tutorial itself uses as they are
     *("Self-Attention", "token", "head", "mask", "logit", "bit", "ms", "MLP", "LayerNorm", "RMSNorm", "RoPE", "GQA"),
+    "BOS",  # the model's beginning-of-sequence token, as every model card and TransformerLens name it
     # names: the package, the library, a file format, commands and flags the learner types, the language button
     *("selfattn", "transformers", "PNG", "English", "explain", "serve", "html", "layers", "find"),
 }

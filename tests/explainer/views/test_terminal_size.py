@@ -18,6 +18,8 @@ from selfattn.explainer.views import tables
 from tests.hf import models
 from tests.tolerances import TOL
 
+PERCENT = 100
+"""A weight as the terminal prints it: a percentage."""
 MAX_LINES = 150
 """The issue's bound for a 24 × 14 model at 80 columns."""
 SHORT = "a blue monster walks into the forest"
@@ -82,6 +84,7 @@ def test_a_long_text_shows_a_window_of_its_steps_whose_rows_read_100_percent(wid
     first = names.index(rows[0][0])
     for i, r in enumerate(rows):
         shown = np.array([float(x) for x in r[1:]])
-        assert abs(shown.sum() - 100) <= len(shown) * TOL["terminal_percent"], r  # the row reads 100 % with ⟨outside⟩
-        window = want[first + i, first : first + len(shown) - 1] * 100
-        np.testing.assert_allclose(shown[:-1], window, atol=TOL["terminal_percent"] + TOL["float32_real_model"] * 100)
+        assert abs(shown.sum() - PERCENT) <= len(shown) * TOL["terminal_percent"], r  # 100 % with ⟨outside⟩
+        window = want[first + i, first : first + len(shown) - 1] * PERCENT
+        percent_of_float32 = TOL["float32_real_model"] * PERCENT  # float32 against eager, as a percentage
+        np.testing.assert_allclose(shown[:-1], window, atol=TOL["terminal_percent"] + percent_of_float32)

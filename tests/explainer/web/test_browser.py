@@ -576,7 +576,7 @@ def test_report_stages_q_dot_k_and_v_mixing_equal_python(watched, explainer, tmp
     doc = explained(explainer, TEXT)
     open_report(watched, doc, tmp_path)
     page = watched.page
-    trace = explainer.trace(TEXT)
+    trace = explainer.trace_with_controls(TEXT)[0]  # the text as explain traces it: one batch with its controls
     l, h, i = 1, 0, 4
     page.select_option("[data-testid=layer-select]", str(l))
     page.select_option("[data-testid=head-select]", str(h))
