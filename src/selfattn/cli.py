@@ -118,7 +118,8 @@ def _explain(args) -> int:
 
     session = pipeline.Session(Explainer.load(args.model, dtype=args.dtype))
     e = session.explain(request)
-    doc = session.document(e, layers="auto" if args.layers is None else args.layers)
+    wanted = "auto" if args.layers is None else args.layers
+    doc = None if args.html is None else session.document(e, layers=wanted)  # the page's payload: only for a page
     arrays = None if args.npz is None else checkable.npz_arrays(e, layers=args.layers)
     attribution = e.attribution() if args.attribution else None
     table = None
@@ -129,10 +130,10 @@ def _explain(args) -> int:
     files = outputs.render(
         e, doc, **paths, force=args.force, lang=args.lang, arrays=arrays, store=session.packed, table=table
     )
-    if "patching" in doc and args.plots is not None:
+    if e.experiments.patching is not None and args.plots is not None:
         from .explainer.views import patching_plot
 
-        pictures = patching_plot.render(doc["patching"], lang=args.lang)
+        pictures = patching_plot.render(dict(e.experiments.patching), lang=args.lang)
         files |= {path: pictures[path.name] for path in _experiment_files(args)}
     written = outputs.write_all(files, force=args.force)
     if args.json:
@@ -142,14 +143,16 @@ def _explain(args) -> int:
     from .explainer.views import research_tables, tables
 
     console = _console()
-    tables.render(doc, console, lang=args.lang, evidence=args.evidence, every_head=args.every_head, e=e)
-    research_tables.experiments(doc, console, lang=args.lang)
+    tables.render(e, console, lang=args.lang, evidence=args.evidence, every_head=args.every_head)
+    research_tables.experiments(e.experiments, console, lang=args.lang)
     if attribution is not None:
         from .explainer.views import attribution_table
 
         attribution_table.render(attribution, console, lang=args.lang)
     for path in written:
         console.print(f"→ {printable(str(path))}", markup=False)
+    if doc is not None and "omitted" in doc:  # the page holds some layers only: which, and how to get the others
+        console.print(doc["omitted"]["text"][args.lang], markup=False, style="dim")
     return 0
 
 

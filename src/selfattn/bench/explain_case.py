@@ -239,9 +239,9 @@ def child_main() -> None:
             return e, session.document(e)
 
         def render(answer):
-            e, doc = answer
+            e, _ = answer
             with open(os.devnull, "w") as sink:
-                tables.render(doc, Console(file=sink, width=100), lang="en", e=e)
+                tables.render(e, Console(file=sink, width=100), lang="en")
 
     if render is not None:
         render(call(WARM_UP))

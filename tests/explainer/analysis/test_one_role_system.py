@@ -15,7 +15,7 @@ from rich.console import Console
 from selfattn.explainer.api import from_loaded
 from selfattn.explainer.pipeline import Session, Spec
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import export, tables
+from selfattn.explainer.views import tables
 from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
@@ -53,7 +53,7 @@ def test_the_default_model_and_the_terminal_read_the_same_roles():
     assert got["怪兽@3"] == got["怪兽@8"] == "noun" and got["森林@5"] == got["森林@10"] == "place"  # clause 2 too
     short = Session(Explainer.load()).explain(Spec(TEXT, layer=0, head=3))
     console = Console(file=io.StringIO(), width=200)
-    tables.render(export.document(short, layers=[0]), console, lang="en")
+    tables.render(short, console, lang="en")
     meaning = console.file.getvalue().split('·V as "meanings"')[1]
     row = next(line.split() for line in meaning.splitlines() if line.strip().startswith("走进"))
     w = short.weights(0, 3)[4]  # 走进's row: the noun 怪兽 is key 3, the only "creature"

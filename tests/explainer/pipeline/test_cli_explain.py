@@ -1,5 +1,6 @@
 """`selfattn explain` from the command line: tables, --json, --npz, pictures, errors."""
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -12,7 +13,8 @@ from rich.console import Console
 from selfattn.cli import main
 from selfattn.explainer.pipeline import Session, Spec
 from selfattn.explainer.views import checkable, plots, tables
-from tests.explainer.documents import explained
+from tests.explainer.documents import explained, explanation
+from tests.explainer.tiny import tiny_explainer
 from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
@@ -87,42 +89,19 @@ def test_number_has_one_minus_and_no_negative_zero():
 
 
 def test_tables_escape_markup_in_tokens():
-    console = Console(record=True, width=200)
-    doc = {
-        "model": {"name": "m", "kind": "decoder", "n_layers": 1, "n_heads": 1, "d_model": 2, "head_dim": 2},
-        "tokens": ["[red]", "x"],
-        "experiment": {"applied": {"layer": None, "head": None}},
-        "selected": {"layer": 0, "head": 0, "rule": None},
-        "prediction": [],
-        "summaries": [[{"entropy": 1.0, "first_token": 0.5, "max_weight": 0.5, "previous": 0.5, "rows": 1}]],
-        "layers": [
-            {
-                "scale": 1.0,
-                "visible": [[1, 0], [1, 1]],
-                "heads": [
-                    {
-                        "stages": {
-                            "scores": [[1, 2], [3, 4]],
-                            "scaled": [[1, 2], [3, 4]],
-                            "masked": [[1, "-inf"], [3, 4]],
-                            "weights": [[1, 0], [0.25, 0.75]],
-                        }
-                    }
-                ],
-            }
-        ],
-    }
-    tables.render(doc, console, lang="en")
-    assert "[red]" in console.export_text()
-    console = Console(record=True, width=200)
-    card = {"name": "[bold]m[/bold]", "architecture": "[i]a", "positions": "p", "positions_zh": "p"}
-    tables.render(
-        doc | {"model": doc["model"] | card},
-        console,
-        lang="zh",
+    """A token or a model name that reads as rich markup is printed as it is, never as markup."""
+    e = explanation(tiny_explainer(), TEXT)
+    names = ("[red]", *e.tokens.names[1:])
+    marked = dataclasses.replace(
+        e,
+        tokens=dataclasses.replace(e.tokens, names=names, labels=names),
+        card=dataclasses.replace(e.card, name="[bold]m[/bold]", architecture="[i]a"),
     )
-    shown = console.export_text()
-    assert "[bold]m[/bold]" in shown and "[i]a" in shown
+    for lang in ("en", "zh"):
+        console = Console(record=True, width=200)
+        tables.render(marked, console, lang=lang)
+        shown = console.export_text()
+        assert "[red]" in shown and "[bold]m[/bold]" in shown and "[i]a" in shown
 
 
 def test_npz_and_refusal_to_overwrite(tmp_path, capsys, tiny_checkpoint):

@@ -89,7 +89,7 @@ def test_every_output_says_it_and_the_cache_keeps_them_apart(bare):
     from selfattn.explainer.views import tables
 
     console = Console(file=io.StringIO(), width=200)
-    tables.render(session.document(with_bos), console, lang="en")
+    tables.render(with_bos, console, lang="en")
     assert card["text"]["en"] in console.file.getvalue()
     assert '"bos"' in with_bos.to_json()
     e = selfattn.explain(TEXT, model=ex, prepend_bos=False)

@@ -15,7 +15,7 @@ from selfattn.explainer import pieces as P
 from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer, unknown_report
 from selfattn.explainer.views import export, tables
-from tests.explainer.documents import explained
+from tests.explainer.documents import explained, explanation
 from tests.hf.models import CONFIGS, WINDOW, build, save
 from tests.tolerances import TOL
 
@@ -240,7 +240,7 @@ def test_unknown_tokens_are_counted_and_marked(explainers):
     from rich.console import Console
 
     console = Console(record=True, width=200)
-    tables.render(doc, console, lang="en")
+    tables.render(explanation(ex, "a purple monster"), console, lang="en")
     out = console.export_text()
     assert "1 of 4 tokens are unknown" in out and "<unk>:purple⟨?⟩" in out
     # byte pieces are never unknown: three byte-fallback pieces spelling 蓝 (the unknown id is 0)

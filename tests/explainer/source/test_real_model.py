@@ -20,7 +20,7 @@ from selfattn.cli import main
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.source import resolve as sources
 from selfattn.explainer.views import tables
-from tests.explainer.documents import explained
+from tests.explainer.documents import explained, explanation
 from tests.tolerances import TOL, max_error, tolerance
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -49,9 +49,9 @@ def _eager(model, ids, **kwargs):
         model.set_attn_implementation("selfattn")
 
 
-def _render(doc, lang: str) -> str:
+def _render(e, lang: str) -> str:
     console = Console(record=True, width=160)
-    tables.render(doc, console, lang=lang)
+    tables.render(e, console, lang=lang)
     return console.export_text()
 
 
@@ -82,15 +82,16 @@ def test_logits_with_selfattn_are_eagers_by_the_float32_rule(smol):
 
 
 def test_chinese_reads_as_characters_and_the_character_view_is_the_pieces(smol):
-    doc = explained(smol, CHINESE, prepend_bos=False)
+    e = explanation(smol, CHINESE, prepend_bos=False)
+    doc = e.doc
     assert len(doc["tokens"]) == 23 and doc["unknown"]["count"] == 0
     levels = doc["levels"]
     assert levels["characters"]["names"] == list(CHINESE)
     for lang in ("zh", "en"):
-        out = _render(doc, lang)
+        out = _render(e, lang)
         assert "\ufffd" not in out and "unknown" not in out and "不认识" not in out and "⟨?⟩" not in out
         assert "只(1/2) / 只(2/2) / 蓝(1/3)" in out
-    assert "23 pieces spell 10 characters" in _render(doc, "en")
+    assert "23 pieces spell 10 characters" in _render(e, "en")
     # independently: transformers' eager attentions, grouped by the tokenizer's own offsets
     layer, head = doc["selected"]["layer"], doc["selected"]["head"]
     ids = torch.tensor([doc["token_ids"]])

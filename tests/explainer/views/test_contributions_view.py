@@ -120,7 +120,7 @@ def test_the_terminal_prints_the_shares_and_the_sentence(planted):
     _, _, e = planted
     doc = export.document(e, display=False)
     console = Console(width=200, record=True)
-    tables.render(doc, console, "zh")
+    tables.render(e, console, "zh")
     out = console.export_text()
     assert "⑥′ 贡献 ‖α·v·W_O‖" in out
     assert doc["contributions"]["text"]["zh"] in out.replace("\n", "")

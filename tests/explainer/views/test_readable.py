@@ -18,7 +18,7 @@ from selfattn.explainer.analysis import summary
 from selfattn.explainer.catalogue import TEXTS
 from selfattn.explainer.views import export, plots, report, tables
 from selfattn.explainer.web import server
-from tests.explainer.documents import explained
+from tests.explainer.documents import explained, explanation
 from tests.explainer.tiny import tiny_explainer
 from tests.tolerances import TOL
 
@@ -61,9 +61,10 @@ def test_find_on_the_command_line_takes_positions(tiny_checkpoint, capsys):
 
 def test_the_heads_table_splits_at_80_columns_instead_of_dropping_heads():
     ex = tiny_explainer(n_heads=16, n_kv_heads=4)
-    doc = explained(ex, "一只蓝色怪兽走进森林")
+    e = explanation(ex, "一只蓝色怪兽走进森林")
+    doc = e.doc
     console = Console(record=True, width=80)
-    tables.render(doc, console, lang="en")
+    tables.render(e, console, lang="en")
     out = console.export_text()
     grid = out[out.index(TEXTS["tables.types"]["en"][:20]) :]
     for h in range(16):
@@ -119,10 +120,21 @@ def test_the_page_budget_holds_the_shown_layer_and_its_neighbours_and_says_how_t
     assert doc["layers"][0]["omitted"] and "heads" in doc["layers"][1]
     assert doc["omitted"]["layers"] == [0] and doc["omitted"]["held"] == [1] and doc["omitted"]["bytes"] == 2 * one
     assert "layers 1 are written in full" in doc["omitted"]["message"] and "--layers" in doc["omitted"]["message"]
-    console = Console(record=True, width=120)
-    tables.render(doc, console, lang="zh")
-    assert doc["omitted"]["text"]["zh"] in console.export_text().replace("\n", "")
     assert "heads" in explained(ex, "一只蓝色怪兽走进森林", layers=None)["layers"][0]  # all, when asked
+
+
+def test_the_command_says_which_layers_its_page_holds(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    from selfattn.explainer.session import Explainer
+
+    trace = explanation(Explainer.load(str(tiny_checkpoint)), "一只蓝色怪兽走进森林").trace
+    monkeypatch.setattr(export, "MAX_PAGE_BYTES", export.layer_page_bytes(trace.layers[0]))  # one layer's room
+    page = tmp_path / "r.html"
+    args = ["explain", "一只蓝色怪兽走进森林", "--model", str(tiny_checkpoint), "--layer", "1", "--head", "0"]
+    assert main([*args, "--html", str(page), "--lang", "zh"]) == 0
+    out = capsys.readouterr().out.replace("\n", "")
+    data = json.loads(re.search(r'id="selfattn-data">(.*?)</script>', page.read_text(), re.S).group(1))
+    assert data["doc"]["omitted"]["layers"] == [0] and data["doc"]["omitted"]["text"]["zh"] in out
+    assert main(args) == 0 and "--layers" not in capsys.readouterr().out  # no page: nothing to say of one
 
 
 def test_the_page_budget_counts_the_layers_packed_not_their_bound(monkeypatch):

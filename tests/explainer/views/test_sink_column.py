@@ -86,9 +86,9 @@ def test_the_page_data_and_the_arrays_carry_the_sink(doc, eager):
 
 
 @pytest.mark.parametrize("lang, name", [("en", "sink"), ("zh", "汇点")])
-def test_the_terminal_shows_the_sink_as_the_last_column(doc, eager, lang, name):
+def test_the_terminal_shows_the_sink_as_the_last_column(e, eager, lang, name):
     console = Console(record=True, width=200)
-    tables.render(doc, console, lang=lang)
+    tables.render(e, console, lang=lang)
     text = console.export_text()
     title = "(5) softmax weights (%)" if lang == "en" else "⑤ softmax 权重（%）"
     l, h = SHOWN
@@ -125,7 +125,7 @@ def test_a_model_without_sinks_shows_no_sink():
     packed = packing.pack(doc)
     assert all("sink" not in h for layer in packed["layers"] for h in layer["heads"])
     console = Console(record=True, width=200)
-    tables.render(doc, console, lang="en")
+    tables.render(e, console, lang="en")
     assert "⟨sink⟩" not in console.export_text()
     import matplotlib
 

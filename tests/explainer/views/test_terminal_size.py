@@ -50,7 +50,7 @@ def _printed(ex, text: str, **kwargs) -> tuple[str, object]:
     session = Session(ex)
     e = session.explain(Spec(text))
     console = Console(record=True, width=80, file=open("/dev/null", "w"))  # noqa: SIM115
-    tables.render(session.document(e), console, lang="en", e=e, **kwargs)
+    tables.render(e, console, lang="en", **kwargs)
     return console.export_text(), e
 
 

@@ -2,7 +2,8 @@
 label of stage ② of the shown head.
 
     sentences(e, tokens) -> {zh, en}      e = `experiment.compare`'s dict, tokens = the text's tokens
-    scaled_label(doc, lang, scale) -> the stage ② label: "÷√d_k", and "÷T" where a temperature divides the shown head
+    scaled_label(applied, shown, lang, scale) -> the stage ② label: "÷√d_k", and "÷T" where a temperature divides
+                                           the shown head
 """
 
 from __future__ import annotations
@@ -56,14 +57,13 @@ def sentences(e: dict, tokens: list[str]) -> dict:
     return {"zh": "；".join(zh) + "。", "en": "; ".join(en) + "."}
 
 
-def scaled_label(doc: dict, lang: str, scale: str) -> str:
-    """Stage ②'s label for the shown head: ÷√d_k (or not, under no_scaling) and ÷T when a temperature is
-    applied to it (the interventions limited to another layer or head do not change it); `scale` is the
-    factor as printed."""
-    applied = dict(doc.get("experiment", {}).get("applied", {}))
+def scaled_label(applied: dict, shown: tuple[int, int], lang: str, scale: str) -> str:
+    """Stage ②'s label for the head `shown` (layer, head): ÷√d_k (or not, under no_scaling) and ÷T when a
+    temperature is applied to it (`applied`: `Intervention.as_applied`; the interventions limited to another layer
+    or head do not change it); `scale` is the factor as printed."""
+    applied = dict(applied)
     where, which = applied.pop("layer", None), applied.pop("head", None)
-    sel = doc["selected"]
-    here = where in (None, sel["layer"]) and which in (None, sel["head"])
+    here = where in (None, shown[0]) and which in (None, shown[1])
     off = here and "no_scaling" in applied
     t = applied.get("temperature", {}).get("t") if here else None
     if t is None:

@@ -64,7 +64,7 @@ def check(
 
 def render(
     e: Explanation,
-    doc: dict,
+    doc: dict | None,
     *,
     npz=None,
     html=None,
@@ -77,7 +77,8 @@ def render(
     table=None,
 ) -> dict:
     """{path: bytes} of every file asked for: the pictures drawn from `e` (`plots.render`), the page from `doc`
-    (its payload, `export.document`; the page's layers packed before read back from `store`, a
+    (its payload, `export.document`; None when neither the page nor the default .npz is asked for; the page's
+    layers packed before read back from `store`, a
     `packing.PackedLayers`), the .npz from `arrays` ({name: array}, `checkable.npz_arrays`; default every tensor of
     `doc`), the .csv at `csv` from `table` (`csv_table.rows`' rows, written as `csv_table.csv_bytes`); every path
     checked again (`check`), the shown head's pictures included, before anything is drawn."""
@@ -91,14 +92,21 @@ def render(
             raise ValueError("--csv needs its table: give the rows (csv_table.rows)")
         files[Path(csv)] = csv_bytes(table)
     if npz is not None:
-        files[Path(npz)] = npz_bytes(doc) if arrays is None else arrays_bytes(arrays)
+        files[Path(npz)] = npz_bytes(_the(doc)) if arrays is None else arrays_bytes(arrays)
     if html is not None:
         from .report import render_html
 
-        files[Path(html)] = render_html(doc | {"lang": lang}, store=store).encode("utf-8")  # it speaks --lang
+        files[Path(html)] = render_html(_the(doc) | {"lang": lang}, store=store).encode("utf-8")  # it speaks --lang
     if plots_dir is not None:
         files |= {Path(plots_dir) / name: data for name, data in plots.render(e, lang=lang).items()}
     return files
+
+
+def _the(doc: dict | None) -> dict:
+    """The export dict a page or a default .npz is drawn from; without one, a ValueError."""
+    if doc is None:
+        raise ValueError("the page and the default .npz are drawn from the export dict: give doc (export.document)")
+    return doc
 
 
 def npz_bytes(doc: dict) -> bytes:

@@ -3,8 +3,8 @@
     taxonomy(t, console, lang)        `selfattn heads`: layers × heads, each cell its clearest type and share (a
                                       head measured on too few rows: "n/m"); the probe's length, seed and BOS; the
                                       relations held on the text
-    experiments(doc, console, lang)   `selfattn explain --ablate/--patch/--logit-lens`: doc["ablation"],
-                                      doc["patching"], doc["lens"] (the dicts of `selfattn.explainer.experiments`)
+    experiments(e, console, lang)     `selfattn explain --ablate/--patch/--logit-lens`: the Explanation's
+                                      `Experiments` (the dicts of `selfattn.explainer.experiments`)
 
 Reads only those dicts, so the terminal shows the numbers of --json. Wide tables are split into blocks of
 columns that fit the console (80 columns included): every head and every position is shown. Nothing from
@@ -12,6 +12,8 @@ the model or the text is read as rich markup; a token is printed through `termin
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.cells import cell_len
@@ -26,6 +28,9 @@ from ..pieces import shown_text
 from .head_words import p_words, percent, type_words
 from .tables import number
 from .texts import TEXTS
+
+if TYPE_CHECKING:
+    from ..result import Experiments
 
 __all__ = ["taxonomy", "experiments", "grid"]
 
@@ -138,14 +143,14 @@ def relation_lines(t: dict, lang: str) -> list[str]:
     return [TEXTS["research.relations"][lang], *lines] if lines else [TEXTS["research.no_relation"][lang]]
 
 
-def experiments(doc: dict, console: Console, lang: str = "zh") -> None:
-    """Whatever of doc["ablation"], doc["patching"], doc["lens"] the command asked for."""
-    if "ablation" in doc:
-        _say(console, TEXTS["research.ablation"][lang] + doc["ablation"]["text"][lang], style="bold")
-    if "patching" in doc:
-        _patching(doc["patching"], console, lang)
-    if "lens" in doc:
-        _lens(doc["lens"], console, lang)
+def experiments(done: Experiments, console: Console, lang: str = "zh") -> None:
+    """Whatever of ablation, patching and the lens the command asked for (`Explanation.experiments`)."""
+    if done.ablation is not None:
+        _say(console, TEXTS["research.ablation"][lang] + done.ablation["text"][lang], style="bold")
+    if done.patching is not None:
+        _patching(dict(done.patching), console, lang)
+    if done.lens is not None:
+        _lens(dict(done.lens), console, lang)
 
 
 def _patching(p: dict, console: Console, lang: str) -> None:

@@ -1,6 +1,7 @@
-"""The tutorial's tables for one head of a real model, drawn with rich from the export dict.
+"""The tutorial's tables for one head of a real model, drawn with rich from an `Explanation`.
 
-Reads only `export.to_dict`'s output, so the terminal shows exactly the numbers of `--json`.
+Reads the Explanation and the functions the page's export and `--json` read it with (`export.card_dict`,
+`levels`, `opened_query`, `LayerTrace.stages`), so the terminal shows the numbers they show.
 Layers, heads and positions are numbered from 0, said once at the top, the same in zh and en and in
 the page. Every minus sign is "−" (U+2212), and a number that rounds to zero is printed without a
 sign. Wide matrices are split by columns so every table fits the console (80 columns included).
@@ -26,16 +27,18 @@ from ..analysis.summary import SINK_LIMIT
 from ..analysis.verdicts import every_relation
 from ..interventions import REGISTRY
 from . import texts
+from .contribution_words import field as contribution_field
 from .experiment_words import scaled_label
-from .export import gqa_words
+from .export import card_dict, gqa_words, levels, opened_query
 from .head_sentences import percent
 from .head_words import p_words
+from .type_legend import legend
 
 if TYPE_CHECKING:
     from ..result import Explanation
 
 MAX_TABLE_TOKENS = 24
-"""Longer inputs get the summaries only (tables of hundreds of columns help nobody): use --html."""
+"""Longer inputs get a window of this many rows and keys at most around the row opened on (the page has them all)."""
 WINDOW_NUMBER_WIDTH = 6
 """The width of a number the step tables print ("−10.59", "100.0"): what a column needs besides its label."""
 WINDOW_MIN = 3
@@ -53,7 +56,7 @@ RULE_KEYS = {
     "intervened": "tables.intervened",
     "ablated": "tables.ablated",
 }
-"""How the shown head was picked (`doc["selected"]["rule"]`, but "auto" and None), as the catalogue's key."""
+"""How the shown head was picked (`Shown.rule`, but "auto" and None), as the catalogue's key."""
 LEVEL_KEYS = {"characters": "tables.level_characters", "words": "tables.level_words"}
 """The name of each level of `export.levels`."""
 
@@ -71,19 +74,18 @@ def number(x, digits: int = 2) -> str:
 
 
 def render(
-    doc: dict,
+    e: Explanation,
     console: Console,
     lang: str = "zh",
     *,
     evidence: bool = False,
     every_head: bool = False,
-    e: Explanation | None = None,
 ) -> None:
-    """The explanation as terminal tables, in the order a reader needs them: the model, the tokens and the head shown
-    with its sentence; that head's step tables (at any length: a text longer than MAX_TABLE_TOKENS shows the window
-    of rows and keys around the row opened on, read from `e`, and says so); then one compact table of every head's
-    type. every_head: also every head's sentence (`selfattn explain --every-head`; always in --json); evidence:
-    also every credited relation's sentences and weights (`evidence_lines`, `--evidence`)."""
+    """The explanation `e` as terminal tables, in the order a reader needs them: the model, the tokens and the head
+    shown with its sentence; that head's step tables (at any length: a text wider than the console shows the window
+    of rows and keys around the row opened on, and says so); then one compact table of every head's type.
+    every_head: also every head's sentence (`selfattn explain --every-head`; always in --json); evidence: also every
+    credited relation's sentences and weights (`evidence_lines`, `--evidence`)."""
 
     def t(key: str, **values) -> str:
         return texts.text(key, lang, **values)
@@ -98,76 +100,69 @@ def render(
             **kw,
         )  # never markup, never ESC
 
-    m = doc["model"]
+    m = card_dict(e.card)
     say(t("tables.model", **(m | {"kind": t(KIND_KEYS[m["kind"]])})))
     if m.get("architecture"):
         positions = m["positions_zh" if lang == "zh" else "positions"]  # both written by export.card_dict
         arch = m.get("architecture_zh", m["architecture"]) if lang == "zh" else m["architecture"]
         say(t("tables.card", **(m | {"positions": positions, "architecture": arch})))
-    _model_words(doc, say, t, lang)
+    _model_words(m, say, t, lang)
     say(t("common.numbering"))
-    tokens = names_of(doc)
-    unknown = doc.get("unknown") or {"count": 0, "positions": [], "message": ""}
+    tokens = list(e.tokens.names)
+    unknown = e.tokens.unknown or {"count": 0, "positions": [], "message": ""}
     unknown_at = set(unknown["positions"])
     marked = [f"{tok}⟨?⟩" if i in unknown_at else tok for i, tok in enumerate(tokens)]
     say(t("tables.tokens", n=len(tokens)), " / ".join(marked))
     if unknown["count"]:
         say(t("tables.unknown", n=len(tokens), count=unknown["count"], hint=unknown["hint"][lang]), style="yellow")
-    _token_notes(doc, say, t)
-    if doc.get("omitted"):
-        say(doc["omitted"]["text"][lang], style="dim")
-    _intervention(doc, say, t, lang)
-    sel = doc["selected"]
-    if sel["rule"] == "auto":  # the rule is a paragraph: under the head, not wrapped into its name
-        say(t("tables.selected", layer=sel["layer"], head=sel["head"], reason=t("tables.auto_short")))
+    sel = e.shown
+    grouped = levels(e.trace, sel.layer, sel.head) if e.trace.pieces is not None else None
+    _token_notes(e, grouped, say, t)
+    applied = e.trace.intervention.as_applied()
+    _intervention(applied, say, t, lang)
+    if sel.rule == "auto":  # the rule is a paragraph: under the head, not wrapped into its name
+        say(t("tables.selected", layer=sel.layer, head=sel.head, reason=t("tables.auto_short")))
         say("  " + texts.text("heads.pick_rule", lang), style="dim")
     else:
-        reason = t("tables.chosen") if sel["rule"] is None else t(RULE_KEYS[sel["rule"]])
-        say(t("tables.selected", layer=sel["layer"], head=sel["head"], reason=reason))
-    described = doc.get("descriptions")
-    if described:
-        say(t("common.does", text=described[sel["layer"]][sel["head"]]["text"][lang]), style="bold")
-    if "text" in doc.get("experiment", {}):  # compared with the text without the intervention
-        say(t("tables.experiment", text=doc["experiment"]["text"][lang]))
-    if kv_words(doc, sel["head"], lang):
-        say("  " + kv_words(doc, sel["head"], lang), style="dim")
-    if doc["prediction"]:
-        say(t("tables.predict"), "  ".join(f"{p.get('shown', p['token'])} {p['prob']:.1%}" for p in doc["prediction"]))
-    if doc.get("first_token") and doc["summaries"][sel["layer"]][sel["head"]]["rows"]:
-        ft = doc["first_token"]
+        reason = t("tables.chosen") if sel.rule is None else t(RULE_KEYS[sel.rule])
+        say(t("tables.selected", layer=sel.layer, head=sel.head, reason=reason))
+    described = e.answers.descriptions
+    say(t("common.does", text=described[sel.layer][sel.head]["text"][lang]), style="bold")
+    if e.compared is not None and "text" in e.compared:  # compared with the text without the intervention
+        say(t("tables.experiment", text=e.compared["text"][lang]))
+    if kv_words(m, sel.head, lang):
+        say("  " + kv_words(m, sel.head, lang), style="dim")
+    if e.predictions:
+        say(t("tables.predict"), "  ".join(f"{p.shown} {p.prob:.1%}" for p in e.predictions))
+    if e.first_token and e.answers.summaries[sel.layer][sel.head]["rows"]:
+        ft = e.first_token
         say(t("tables.bos", token=ft["token"], selected=percent(ft["selected"]), mean=percent(ft["mean"])))
-    layer = doc["layers"][sel["layer"]]
-    head = layer.get("heads", [{}] * (sel["head"] + 1))[sel["head"]]
-    if e is not None and window_size(doc, console, t) < len(tokens):  # wider than the console: a window of it
-        _window(e, doc, console, t, say, lang)
-    elif len(tokens) <= MAX_TABLE_TOKENS and "stages" in head:
-        _stages(doc, console, t, lang, layer, head)
+    if window_size(tokens, console, t) < len(tokens):  # wider than the console: a window of it
+        _window(e, tokens, console, t, say, lang)
     else:
-        say(t("tables.too_long", n=len(tokens), limit=MAX_TABLE_TOKENS))
-        _levels(doc, console, t, lang)
-    if doc.get("search"):
-        s = doc["search"]
+        _stages(e, grouped, tokens, console, t, lang)
+    if e.search is not None:
+        s = e.search
         say(t("tables.search", q=tokens[s["query"]], i=s["query"], k=tokens[s["key"]], j=s["key"]))
         for r in s["heads"]:
             say(t("tables.search_line", layer=r["layer"], head=r["head"], w=f"{100 * r['weight']:.1f}%"))
-    _type_grid(doc, console, t, lang)
-    if described and every_head:
+    _type_grid(e, console, t, lang)
+    if every_head:
         say(t("tables.heads"))
         for l, heads in enumerate(described):
             for h, d in enumerate(heads):
                 say(t("tables.head_line", layer=l, head=h, text=d["text"][lang]))
-    elif described:
+    else:
         say(t("tables.every_head_hint"), style="dim")
     if evidence:
-        for line in evidence_lines(doc, lang):
+        for line in evidence_lines(described, lang):
             say(line)
 
 
-def window_size(doc: dict, console: Console, t) -> int:
+def window_size(tokens: list[str], console: Console, t) -> int:
     """How many rows and keys of the shown head's step tables the console shows in one block of columns: every token
     when the whole table fits (and there are at most MAX_TABLE_TOKENS), else the most that fit with two columns kept
-    for ⟨outside⟩ and a sink (at least WINDOW_MIN)."""
-    tokens = names_of(doc)
+    for ⟨outside⟩ and a sink (at least WINDOW_MIN). tokens: as every view names them (`Tokens.names`)."""
     label = max([cell_len(_cut(x)) for x in tokens] + [cell_len(t("tables.corner"))]) + 3
     widths = [max(cell_len(_cut(x)), WINDOW_NUMBER_WIDTH) + 3 for x in tokens]
     if len(tokens) <= MAX_TABLE_TOKENS and label + sum(widths) <= console.width:
@@ -175,15 +170,19 @@ def window_size(doc: dict, console: Console, t) -> int:
     return max(WINDOW_MIN, min(MAX_TABLE_TOKENS, (console.width - label) // max(widths) - 2))
 
 
-def _window(e: Explanation, doc: dict, console: Console, t, say, lang: str) -> None:
+def _opened(e: Explanation, tokens: list[str]) -> dict:
+    """The query row the views open on and why (`export.opened_query` of the shown head)."""
+    return opened_query(e.trace.layers[e.shown.layer], e.shown.head, tokens, e.shown.link)
+
+
+def _window(e: Explanation, tokens: list[str], console: Console, t, say, lang: str) -> None:
     """The shown head's step tables for a text wider than the console shows: the rows and keys of a window around
-    the row opened on (`doc["opened"]`), `window_size` of them, computed from `e` (float64, the stages of
+    the row opened on (`opened_query`), `window_size` of them, computed from `e` (float64, the stages of
     `LayerTrace.stages`), with a last column holding the weight each row gives the keys outside the window, so every
     row still reads 100 %; a note says which window and where the whole table is."""
-    tokens = names_of(doc)
     L = len(tokens)
-    W = min(window_size(doc, console, t), L)
-    row = doc["opened"]["row"] if doc.get("opened") else L - 1
+    W = min(window_size(tokens, console, t), L)
+    row = _opened(e, tokens)["row"]
     start = max(0, min(row - W + 2, L - W))  # the opened row second to last: its keys, and the mask of the next
     stop = start + W
     lay = e.trace.layers[e.shown.layer]
@@ -193,7 +192,7 @@ def _window(e: Explanation, doc: dict, console: Console, t, say, lang: str) -> N
     say(t("tables.window", first=start, last=stop - 1, n=L, row=row), style="dim")
     scale = lay.head_rule(e.shown.head)[0]
     _matrix(console, t("tables.scores"), t("tables.corner"), names, names, st["scores"][:, cut].tolist(), number)
-    scaled_title = scaled_label(doc, lang, number(scale, 4))
+    scaled_title = _scaled_title(e, lang, scale)
     _matrix(console, scaled_title, t("tables.corner"), names, names, st["scaled"][:, cut].tolist(), number)
     visible = st["mask"][:, cut].int().tolist()
     _matrix(console, t("tables.mask"), t("tables.corner"), names, names, visible, str)
@@ -216,6 +215,11 @@ def _window(e: Explanation, doc: dict, console: Console, t, say, lang: str) -> N
         console.print("  " + t("tables.row", q=q, items=items), markup=False)
 
 
+def _scaled_title(e: Explanation, lang: str, scale: float) -> str:
+    """Stage ②'s label for the shown head (`experiment_words.scaled_label`), with its factor as printed."""
+    return scaled_label(e.trace.intervention.as_applied(), (e.shown.layer, e.shown.head), lang, number(scale, 4))
+
+
 EVIDENCE_KINDS = {
     "text": "common.evidence_text",
     "control": "common.evidence_control",
@@ -224,12 +228,13 @@ EVIDENCE_KINDS = {
 """Which sentence an evidence row is on (`held._evidence`'s kind), in words."""
 
 
-def evidence_lines(doc: dict, lang: str) -> list[str]:
-    """Every relation credited to a head (`verdicts.every_relation` of doc["descriptions"]), the largest share first:
+def evidence_lines(descriptions, lang: str) -> list[str]:
+    """Every relation credited to a head (`verdicts.every_relation` of `descriptions`, [layer][head] as
+    `HeadAnswers.descriptions`), the largest share first:
     its head, its share and what the other words give the same keys (`held`'s baseline), then one line per sentence
     it rests on (the text, its control and contrast sentences): the query word, the key word, the weight, the
     other words' mean weight on that key."""
-    found = every_relation(doc.get("descriptions") or [])
+    found = every_relation(descriptions)
     if not found:
         return [texts.text("tables.evidence_none", lang)]
     out = [texts.text("tables.evidence", lang)]
@@ -271,22 +276,17 @@ def _maybe_percent(x: float | None) -> str:
     return "–" if x is None else percent(x)
 
 
-def names_of(doc: dict) -> list[str]:
-    """The tokens as every view shows them: a repeated one with its position ("金鱼@5"; `pieces.names`)."""
-    return list(doc.get("token_names") or doc["tokens"])
-
-
-def kv_words(doc: dict, head: int, lang: str) -> str:
-    """Which key/value head query head `head` reads, in words ("" without grouped-query attention)."""
-    m = doc["model"]
+def kv_words(m: dict, head: int, lang: str) -> str:
+    """Which key/value head query head `head` reads, in words ("" without grouped-query attention); m: the model
+    card as `export.card_dict` writes it."""
     if m.get("n_kv_heads", m["n_heads"]) == m["n_heads"] or "kv_of_head" not in m:
         return ""
     return texts.text("gqa.reads", lang, kv=m["kv_of_head"][head], g=m["n_heads"] // m["n_kv_heads"])
 
 
-def _model_words(doc: dict, say, t, lang: str) -> None:
-    """What kind of model and tokenizer this is, in words: the encoder note, GQA, the tokenizer's kind."""
-    m = doc["model"]
+def _model_words(m: dict, say, t, lang: str) -> None:
+    """What kind of model and tokenizer this is, in words: the encoder note, GQA, the tokenizer's kind (m: the
+    card as `export.card_dict` writes it)."""
     if m["kind"] == "encoder":
         say(texts.text("encoder.note", lang))
     gqa = gqa_words(m, lang) if "kv_of_head" in m else ""
@@ -298,21 +298,22 @@ def _model_words(doc: dict, say, t, lang: str) -> None:
         say(m["bos"]["text"][lang])
 
 
-def _token_notes(doc: dict, say, t) -> None:
-    """How to read the token line: a repeated token's position, and the character / word levels."""
-    names, tokens = names_of(doc), doc["tokens"]
+def _token_notes(e: Explanation, levels: dict | None, say, t) -> None:
+    """How to read the token line: a repeated token's position, and the character / word levels (`levels`: the
+    shown head's, `export.levels`, or None for a text without pieces)."""
+    names, tokens = e.tokens.names, e.tokens.labels
     repeated = next((i for i, n in enumerate(names) if n != tokens[i]), None)
     if repeated is not None:
         say(t("tables.repeated", example=names[repeated], token=tokens[repeated], at=repeated), style="dim")
-    levels = doc.get("levels")
     if levels and not levels["characters"]["same"]:
         n_chars, n_words = len(levels["characters"]["names"]), len(levels["words"]["names"])
         say(t("tables.levels", n=len(tokens), chars=n_chars, words=n_words), style="dim")
 
 
-def _intervention(doc: dict, say, t, lang: str) -> None:
-    """One line naming each applied intervention (the registry's words) and where it acts."""
-    applied = dict(doc.get("experiment", {}).get("applied", {}))  # absent: no intervention
+def _intervention(applied: dict, say, t, lang: str) -> None:
+    """One line naming each applied intervention (the registry's words) and where it acts (`applied`:
+    `Intervention.as_applied`)."""
+    applied = dict(applied)
     layer, head = applied.pop("layer", None), applied.pop("head", None)
     changes = [REGISTRY[name].words(lang, values) for name, values in applied.items()]
     if changes and layer is not None:
@@ -324,35 +325,36 @@ def _intervention(doc: dict, say, t, lang: str) -> None:
         say(t("tables.intervention", items="，".join(changes) if lang == "zh" else ", ".join(changes)))
 
 
-def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) -> None:
-    tokens = names_of(doc)
-    stages = head["stages"]
-    scale = head.get("scale", layer["scale"])
-    visible = head.get("visible", layer["visible"])
-    causal = head.get("causal", layer.get("causal", True))
-    scaled_title = scaled_label(doc, lang, number(scale, 4))
-    _matrix(console, t("tables.scores"), t("tables.corner"), tokens, tokens, stages["scores"], number)
-    _matrix(console, scaled_title, t("tables.corner"), tokens, tokens, stages["scaled"], number)
-    _matrix(
-        console, t("tables.mask" if causal else "tables.mask_off"), t("tables.corner"), tokens, tokens, visible, str
-    )
-    _matrix(console, t("tables.masked"), t("tables.corner"), tokens, tokens, stages["masked"], number)
-    if doc.get("opened"):
-        console.print(doc["opened"]["text"][lang], markup=False, style="dim")
-    weights = stages["weights"]
-    sink = head.get("sink")  # a layer with attention sinks: each row's remainder, its own last column
+def _stages(e: Explanation, levels: dict | None, tokens: list[str], console: Console, t, lang: str) -> None:
+    """The shown head's step tables, every row and key (float64, `LayerTrace.stages`), then its weights per character
+    and word, per meaning, its contributions, its vectors and each row's largest weights."""
+    lay = e.trace.layers[e.shown.layer]
+    head = e.shown.head
+    stages = lay.stages(head)
+    scale, _, visible = lay.head_rule(head)
+    change = lay.changed.get(head)
+    causal = lay.causal if change is None else change.causal
+    _matrix(console, t("tables.scores"), t("tables.corner"), tokens, tokens, stages["scores"].tolist(), number)
+    scaled = stages["scaled"].tolist()
+    _matrix(console, _scaled_title(e, lang, scale), t("tables.corner"), tokens, tokens, scaled, number)
+    mask = visible.int().tolist()
+    _matrix(console, t("tables.mask" if causal else "tables.mask_off"), t("tables.corner"), tokens, tokens, mask, str)
+    _matrix(console, t("tables.masked"), t("tables.corner"), tokens, tokens, stages["masked"].tolist(), number)
+    console.print(_opened(e, tokens)["text"][lang], markup=False, style="dim")
+    weights = stages["weights"].tolist()
+    sink = lay.sink(head)  # a layer with attention sinks: each row's remainder, its own last column
     columns = tokens + ([f"⟨{t('common.sink')}⟩"] if sink is not None else [])
     extra = [[100 * float(x)] for x in sink] if sink is not None else [[] for _ in weights]
     rows = [[100 * w for w in row] + more for row, more in zip(weights, extra, strict=True)]
     _matrix(console, t("tables.weights"), t("tables.corner"), tokens, columns, rows, lambda x: number(x, 1))
     if sink is not None:
         console.print(t("tables.sink_note"), markup=False, style="dim")
-    _levels(doc, console, t, lang)
-    roles = doc.get("roles") or [None] * len(tokens)
+    _levels(levels, console, t, lang)
+    roles = list(e.roles) or [None] * len(tokens)
     if any(r is not None for r in roles):  # a text without roles (no Chinese) has no meanings to sum
         _meanings(console, t, lang, roles, weights, tokens)
-    _contributions(doc, console, t, lang)
-    _vectors(console, t, layer, stages, doc)
+    _contributions(e, tokens, console, t, lang)
+    _vectors(console, t, tokens, stages["weighted"], lay)
     console.print(t("tables.top"), markup=False)
     for q, row in zip(tokens, weights, strict=False):
         best = sorted(range(len(row)), key=lambda j: -row[j])[:3]
@@ -360,10 +362,9 @@ def _stages(doc: dict, console: Console, t, lang: str, layer: dict, head: dict) 
         console.print("  " + t("tables.row", q=q, items=items), markup=False)
 
 
-def _levels(doc: dict, console: Console, t, lang: str) -> None:
-    """The shown head's weights per character and per word (`export.levels`), where a level groups pieces
-    and has few enough groups to print."""
-    levels = doc.get("levels")
+def _levels(levels: dict | None, console: Console, t, lang: str) -> None:
+    """The shown head's weights per character and per word (`levels`: `export.levels`, None for a text without
+    pieces), where a level groups pieces and has few enough groups to print."""
     if not levels:
         return
     previous = None
@@ -382,7 +383,7 @@ def _levels(doc: dict, console: Console, t, lang: str) -> None:
 
 def _meanings(console: Console, t, lang: str, r: list[str | None], weights, labels: list[str]) -> None:
     """The walkthrough's one-hot-V table on the real tokens: weights summed per meaning (`r`: each token's role,
-    doc["roles"], the part-of-speech roles of the text's words)."""
+    `Explanation.roles`, the part-of-speech roles of the text's words)."""
     columns = list(MEANINGS[lang]) + [t("common.first_token"), t("common.other")]
     rows = []
     for row in weights:
@@ -403,22 +404,20 @@ def _meanings(console: Console, t, lang: str, r: list[str | None], weights, labe
     )
 
 
-def _contributions(doc: dict, console: Console, t, lang: str) -> None:
-    """Beside the ·V step: the shown head's contribution ‖α·v·W_O‖ per key as a share of each row (doc
-    ["contributions"], `views.contribution_words`), its sentence where its first token is looked at, and whether the
-    first-token type holds on the shares for each head of the layer."""
-    c = doc.get("contributions")
-    sel = doc["selected"]
-    if not c or "shares" not in c or (c["layer"], c["head"]) != (sel["layer"], sel["head"]):
+def _contributions(e: Explanation, tokens: list[str], console: Console, t, lang: str) -> None:
+    """Beside the ·V step: the shown head's contribution ‖α·v·W_O‖ per key as a share of each row
+    (`views.contribution_words.field`), its sentence where its first token is looked at, and whether the first-token
+    type holds on the shares for each head of the layer."""
+    c = contribution_field(e, max_len=len(tokens))
+    if c is None or "shares" not in c:
         return
-    tokens = names_of(doc)
     rows = [[100 * x for x in row] for row in c["shares"]]
     _matrix(console, t("tables.contribution"), t("tables.corner"), tokens, tokens, rows, lambda x: number(x, 1))
     if c["text"] is not None:
         console.print(c["text"][lang], markup=False, style="bold")
-    described = doc.get("descriptions")
-    if c["first_type"] is None or not described:
+    if c["first_type"] is None:
         return
+    described = e.answers.descriptions
     held = []
     for h, on_shares in enumerate(c["first_type"]):
         on_weights = described[c["layer"]][h].get("scores", {}).get("first")
@@ -429,9 +428,8 @@ def _contributions(doc: dict, console: Console, t, lang: str) -> None:
         console.print(t("tables.contribution_first", layer=c["layer"], heads=", ".join(held)), markup=False)
 
 
-def _vectors(console: Console, t, layer: dict, stages: dict, doc: dict) -> None:
-    if "weighted" not in stages or "attn_out" not in layer:
-        return
+def _vectors(console: Console, t, tokens: list[str], weighted, lay) -> None:
+    """Each row's weighted values, the layer's attention output and its output, as norm and top dimensions."""
     console.print(t("tables.vectors", k=TOP_DIMENSIONS), markup=False)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for header in (
@@ -441,10 +439,9 @@ def _vectors(console: Console, t, layer: dict, stages: dict, doc: dict) -> None:
         t("common.layer_output"),
     ):
         table.add_column(Text(header))
-    for i, q in enumerate(names_of(doc)):
-        table.add_row(
-            Text(_cut(q)), *(Text(_summary(vec[i])) for vec in (stages["weighted"], layer["attn_out"], layer["output"]))
-        )
+    vectors = [v.tolist() for v in (weighted, lay.attn_out, lay.output)]
+    for i, q in enumerate(tokens):
+        table.add_row(Text(_cut(q)), *(Text(_summary(vec[i])) for vec in vectors))
     console.print(table)
 
 
@@ -498,23 +495,23 @@ def _cell(text: str) -> Text:
     return Text(text, style="dim" if float(text.replace(MINUS, "-")) == 0 else "")
 
 
-def _type_grid(doc: dict, console: Console, t, lang: str) -> None:
+def _type_grid(e: Explanation, console: Console, t, lang: str) -> None:
     """Every layer × head's type in one word (its strongest: `descriptions[l][h]["kind"]`, the legend's short name;
     — where no type is clear), * where ≥ SINK_LIMIT of its attention rests on the first token, > the head shown; split
     into blocks of heads so every head fits the console width."""
     console.print(t("tables.types"), markup=False)
-    n_heads = doc["model"]["n_heads"]
-    sel = doc["selected"]
-    short = doc.get("head_types", {}).get("short", {})
-    described = doc.get("descriptions") or [[{} for _ in heads] for heads in doc["summaries"]]
+    n_heads = e.card.n_heads
+    short = legend()["short"]
+    opened = (e.shown.layer, e.shown.head)
+    described = e.answers.descriptions
     cells = [
         [
-            (">" if (l, h) == (sel["layer"], sel["head"]) else "")
+            (">" if (l, h) == opened else "")
             + (short[d["kind"]][lang] if d.get("kind") in short else "—")
             + ("*" if s["first_token"] >= SINK_LIMIT else "")
             for h, (s, d) in enumerate(zip(heads, described[l], strict=True))
         ]
-        for l, heads in enumerate(doc["summaries"])
+        for l, heads in enumerate(e.answers.summaries)
     ]
     label = max(cell_len(t("common.layer")), len(str(len(cells) - 1)))
     width = max([4] + [len(f"H{n_heads - 1}")] + [cell_len(c) for row in cells for c in row])
