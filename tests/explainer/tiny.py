@@ -60,8 +60,8 @@ def tiny_explainer(seed: int = 0, n_heads: int = 2, n_kv_heads: int | None = Non
         ids = tok.encode(text, bos=True)
         return [tok.tokens[i] for i in ids], torch.tensor(ids), {}
 
-    return Explainer(
-        model=model, name="tiny random decoder", tokenize=tokenize, decode=lambda i: tok.tokens[i], max_len=MAX_LEN
+    return Explainer.from_functions(
+        model, tokenize, lambda i: tok.tokens[i], name="tiny random decoder", max_len=MAX_LEN
     )
 
 
@@ -76,12 +76,8 @@ def slash_explainer(seed: int = 0) -> Explainer:
         ids = [tok.bos_id] + [tok.id_of(w) if w in tok else tok.unk_id for w in words]
         return ["<bos>"] + words, torch.tensor(ids), {}
 
-    return Explainer(
-        model=model,
-        name="tiny random decoder (slash tokens)",
-        tokenize=tokenize,
-        decode=lambda i: tok.tokens[i],
-        max_len=MAX_LEN,
+    return Explainer.from_functions(
+        model, tokenize, lambda i: tok.tokens[i], name="tiny random decoder (slash tokens)", max_len=MAX_LEN
     )
 
 

@@ -194,7 +194,7 @@ def _token(explainer, i: int) -> dict:
     `analysis.predictions.predictions`:
     "␣Mary", an invisible character written out)."""
     token = explainer.decode(i)
-    shown = _pieces.shown_piece(token) if explainer.shown is None else explainer.shown(i)
+    shown = explainer.tokenizer.shown(i)
     return {"token": token, "shown": shown, "id": i}
 
 

@@ -89,7 +89,7 @@ def _ordinary(explainer, i: int, framed: tuple[list[int], list[int]]) -> str | N
     bare = word.strip()
     if not bare or (bare[0], bare[-1]) in (("<", ">"), ("[", "]")) or not word.isprintable():
         return None
-    if explainer.segment is not None and any(explainer.segment(word)[3].unknown):  # a true <unk>
+    if any(explainer.tokenizer.segment(word)[3].unknown):  # a true <unk>
         return None
     return word if own_ids(explainer, word, framed) == [i] else None
 
@@ -119,11 +119,11 @@ def probe_ids(explainer, length: int = PROBE_LENGTH, *, seed: int = 0) -> list[i
     bos = probe_bos(explainer)
     if bos is not None and bos["added"]:
         prefix = [bos["id"]]
-    room = (explainer.max_len - len(prefix) - len(suffix)) // 2
+    room = (explainer.card.max_len - len(prefix) - len(suffix)) // 2
     n = vocab_size(explainer.model)
     length = min(length, room, n)
     if length < 2:
-        raise NoProbe(f"{explainer.name} reads too few tokens for an induction probe ({explainer.max_len})")
+        raise NoProbe(f"{explainer.name} reads too few tokens for an induction probe ({explainer.card.max_len})")
     rng = np.random.default_rng(seed)
     chosen: dict[int, str] = {}
     for _ in range(PROBE_TRIES * length):

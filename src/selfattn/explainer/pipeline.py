@@ -222,9 +222,10 @@ def explain(
         rule=why if why is not None and picked["rule"] is None else picked["rule"],
         link=_link(described[picked["layer"]][picked["head"]]),
     )
-    complete = None if intervention else explainer.complete  # completed by the model as it is, not under a change
+    reader = explainer.tokenizer
+    complete = None if intervention else reader.complete  # completed by the model as it is, not under a change
     predictions = tuple(
-        Prediction(**p) for p in predictions_of(trace, explainer.decode, shown=explainer.shown, complete=complete)
+        Prediction(**p) for p in predictions_of(trace, reader.decode, shown=reader.shown, complete=complete)
     )
     compared = None
     if checks.boolean("compare", compare) and intervention.needs_baseline():
@@ -251,7 +252,7 @@ def explain(
             names=tuple(export.names(trace.tokens)),
             ids=trace.token_ids,
             pieces=trace.pieces,
-            unknown=unknown_report(trace.pieces, explainer.unknown_hint),
+            unknown=unknown_report(trace.pieces, dict(explainer.card.unknown_hint)),
         ),
         trace=trace,
         answers=HeadAnswers(
@@ -281,9 +282,9 @@ def card_of(explainer: Explainer, trace, prepend_bos: bool | None = None) -> Mod
     return ModelCard(
         name=explainer.name,
         kind=trace.kind,
-        architecture=explainer.architecture,
-        architecture_zh=explainer.architecture_zh,
-        positions_key=explainer.positions,
+        architecture=explainer.card.architecture,
+        architecture_zh=explainer.card.architecture_zh,
+        positions_key=explainer.card.positions,
         n_layers=trace.n_layers,
         n_heads=n_heads,
         n_kv_heads=n_kv,
@@ -291,8 +292,8 @@ def card_of(explainer: Explainer, trace, prepend_bos: bool | None = None) -> Mod
         head_dim=int(first.q.shape[-1]),
         d_model=int(first.x.shape[-1]),
         dtype=str(first.q.dtype).removeprefix("torch."),
-        tokenizer=explainer.tokenizer_kind,
-        loaded=dict(explainer.loaded),
+        tokenizer=explainer.tokenizer.kind,
+        loaded=dict(explainer.card.loaded),
         formula=formula.describe(explainer.model),
         bos=explainer.bos(prepend_bos),
     )

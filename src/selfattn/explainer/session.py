@@ -24,6 +24,7 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -39,9 +40,10 @@ from .capture.cache import TraceCache
 from .capture.trace import capture, capture_batch
 from .interventions import Intervention
 from .source import resolve as sources
+from .tokenizing import CheckpointTokenizer, FunctionTokenizer, Tokenizer
 from .trace_types import ModelTrace
 
-__all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report", "dtype_name"]
+__all__ = ["Explainer", "Card", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report", "dtype_name"]
 
 DEFAULT_TEXT = "一只蓝色怪兽走进森林"
 MAX_CHARS = 4000
@@ -58,46 +60,86 @@ BATCHED = "batched"
 """The third part of a `TraceCache` key of a trace from a batch of control sentences (`Explainer._batch`)."""
 
 
+@dataclass(frozen=True)
+class Card:
+    """What an explainer says of its model that its modules do not tell (`result.ModelCard` adds the sizes).
+
+    name          how every view names the model;  max_len  the most tokens it reads
+    architecture, architecture_zh   its architecture in words;  positions  its positional scheme (a catalogue key)
+    kind          "decoder" | "encoder" (None: read from each trace: a causal call makes a decoder)
+    unknown_hint  what the model knows and what to use for free text ({zh, en});  loaded  how it was built
+    bos_token     the model's BOS id where its config names none (our checkpoints: the tokenizer's <bos>); see
+                  `Explainer.bos`"""
+
+    name: str
+    max_len: int
+    architecture: str = OURS[0]
+    architecture_zh: str | None = None
+    positions: str = OURS[1]
+    kind: str | None = None
+    unknown_hint: Mapping[str, str] = field(default_factory=lambda: {"en": "", "zh": ""})
+    loaded: Mapping[str, Any] = field(default_factory=dict)
+    bos_token: int | None = None
+
+
 @dataclass
 class Explainer:
-    """model: a DecoderLM / encoder built from selfattn modules, or a transformers model whose
-    attention implementation is "selfattn".
+    """A model, the tokenizer it reads text with and its card, ready to explain a text.
 
-    tokenize(text) -> (token strings, ids (L,), extra model kwargs)
-    segment(text)  -> the same and the text's `pieces.Pieces` (None: the pieces are found by reading the
-                      token strings in the text, `pieces.from_strings`)
-    decode(id) -> str; shown(id) -> the same as a person reads it (None: `pieces.shown_piece` of decode)
-    complete(context ids, ids) -> each predicted piece that begins a character shown with it, or None (`loaders`)
-    kind          "decoder" | "encoder" (None: read from each trace: a causal call makes a decoder)
-    tokenizer_kind, positions   keys of `views.texts` (how the text is cut; the positional scheme)
-    unknown_hint  what the model knows and what to use for free text; loaded: how it was built
+    model         a DecoderLM / encoder built from selfattn modules, or a transformers model whose attention
+                  implementation is "selfattn"
+    tokenizer     a `tokenizing.Tokenizer` (segment, decode, shown, complete, kind)
+    card          `Card`: name, max_len, architecture, positions, kind, unknown_hint, loaded, bos_token
     user_words    {word: role | None}: words the part-of-speech tagger keeps whole, a given role winning over
                   its tag (`analysis.held.words_of`): our tokenizer's own words, or a reader's (`with_words`)
     grammar       {word: role}: the words whose clause-2 references the tutorial relations measure
                   (`analysis.relations.links`); the default model's grammar (`model.corpus.grammar`) for every model
     scenes        the words the contrast sentences put in place of the text's (`analysis.word_relations.Scenes`):
-                  the default model's grammar's scenes (`model.corpus.scenes`) for every model
-    bos_token     the model's BOS id where its config names none (our checkpoints: the tokenizer's <bos>); see `bos`"""
+                  the default model's grammar's scenes (`model.corpus.scenes`) for every model"""
 
     model: torch.nn.Module
-    name: str
-    tokenize: Callable[[str], tuple[list[str], torch.Tensor, dict]]
-    decode: Callable[[int], str]
-    max_len: int
-    architecture: str = OURS[0]
-    architecture_zh: str | None = None
-    positions: str = OURS[1]
-    unknown_hint: dict[str, str] = field(default_factory=lambda: {"en": "", "zh": ""})
-    kind: str | None = None
-    tokenizer_kind: str = "tokenizer.word"
-    shown: Callable[[int], str] | None = None
-    complete: Callable[[list[int], list[int]], list[str | None]] | None = None
-    loaded: dict = field(default_factory=dict)
-    segment: Callable[[str], tuple[list[str], torch.Tensor, dict, P.Pieces]] | None = None
+    tokenizer: Tokenizer
+    card: Card
     user_words: dict[str, str | None] = field(default_factory=dict)
     grammar: Mapping[str, str] = field(default_factory=corpus.grammar)
     scenes: tuple[Mapping[str, tuple[str, ...]], ...] = field(default_factory=corpus.scenes)
-    bos_token: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.tokenizer, Tokenizer):
+            raise TypeError(
+                f"tokenizer must be a tokenizing.Tokenizer (segment, decode, shown, complete, kind), got "
+                f"{type(self.tokenizer).__name__}"
+            )
+        if not isinstance(self.card, Card):
+            raise TypeError(f"card must be a session.Card, got {type(self.card).__name__}")
+
+    @classmethod
+    def from_functions(
+        cls,
+        model: torch.nn.Module,
+        tokenize: Callable[[str], tuple[list[str], torch.Tensor, dict]],
+        decode: Callable[[int], str],
+        *,
+        name: str,
+        max_len: int,
+        **card,
+    ) -> Explainer:
+        """An Explainer of `model` reading text with tokenize(text) -> (token strings, ids (L,), extra model
+        keywords) and decode(id) -> str (`tokenizing.FunctionTokenizer`); card: the other `Card` fields."""
+        return cls(model, FunctionTokenizer(tokenize, decode), Card(name=name, max_len=max_len, **card))
+
+    @property
+    def name(self) -> str:
+        """The model's name as every view says it (`Card.name`)."""
+        return self.card.name
+
+    def tokenize(self, text: str) -> tuple[list[str], torch.Tensor, dict]:
+        """(token labels, ids (L,), extra model keywords) of `text` as the tokenizer cuts it (no BOS plan: `cut`)."""
+        return self.tokenizer.segment(text)[:3]
+
+    def decode(self, i: int) -> str:
+        """The text token `i` adds."""
+        return self.tokenizer.decode(i)
 
     def with_words(self, user_words) -> Explainer:
         """A copy whose tagger also keeps `user_words` whole: a list of words, or {word: role} (one of
@@ -133,56 +175,36 @@ class Explainer:
         tokenizer (`loaders.wrap`: the same dry run as a folder)."""
         from .source import build as loaders
 
-        return cls(**loaders.wrap(model, tokenizer, name=name))
+        return cls(*loaders.wrap(model, tokenizer, name=name))
 
     @classmethod
     def _from_checkpoint(cls, model, tokenizer, *, name: str, bundled: bool = False) -> Explainer:
-        from ..model.tokenizer import SPECIAL_TOKENS
-
-        special = frozenset(range(len(SPECIAL_TOKENS)))
-
-        def segment(text: str):
-            ids = tokenizer.encode(text, bos=True)
-            p = P.from_strings(
-                text, [tokenizer.tokens[i] for i in ids], ids, special_ids=special, unk_id=tokenizer.unk_id
-            )
-            return list(p.labels), torch.tensor(ids), {}, p
-
         who = {lang: name for lang in texts.LANGS} if bundled else texts.both("model.this_checkpoint")
         words = len(tokenizer.tokens)
         hint = {
             lang: texts.text("model.corpus_only", lang, who=who[lang], words=words, model=SUGGESTED_MODEL)
             for lang in texts.LANGS
         }
-        return cls(
-            model=model.eval(),
+        card = Card(
             name=name,
-            tokenize=lambda text: segment(text)[:3],
-            segment=segment,
-            decode=lambda i: tokenizer.tokens[i],
             max_len=model.max_len,
             unknown_hint=hint,
             kind="decoder",
             loaded={"format": "selfattn checkpoint", "file": None, "class": type(model).__name__, "why": "ours"},
-            user_words=dict.fromkeys(tokenizer.user_words),
             bos_token=tokenizer.bos_id,
         )
+        return cls(model.eval(), CheckpointTokenizer(tokenizer), card, user_words=dict.fromkeys(tokenizer.user_words))
 
     @classmethod
     def _from_transformers(cls, source: sources.Source, config: dict, dtype: torch.dtype) -> Explainer:
         from .source import build as loaders
 
-        return cls(**loaders.load(source, config, dtype))
+        return cls(*loaders.load(source, config, dtype))
 
     def pieces_of(self, text: str, prepend_bos: bool | None = None) -> tuple[list[str], torch.Tensor, dict, P.Pieces]:
         """(token labels, ids (L,), extra model kwargs, pieces) of `text` as this explainer cuts it, the BOS put
         first or left out as `prepend_bos` asks (`bos`)."""
-        if self.segment is not None:
-            cut = self.segment(text)
-        else:
-            tokens, ids, extra = self.tokenize(text)
-            p = P.from_strings(text, list(tokens), [int(i) for i in ids])
-            cut = (list(p.labels), ids, extra, p)
+        cut = self.tokenizer.segment(text)
         plan = self.bos(prepend_bos)
         return _with_bos(check_tokens(text, cut, self.name), plan, self.decode)  # a text of no tokens: refused
 
@@ -200,7 +222,7 @@ class Explainer:
 
     def check_intervention(self, intervention: Intervention, kind: str | None) -> None:
         """Refuse what cannot apply to this model: switching the causal mask off of an encoder."""
-        if (kind or self.kind) == "encoder" and NO_CAUSAL in intervention.applied:
+        if (kind or self.card.kind) == "encoder" and NO_CAUSAL in intervention.applied:
             raise ValueError(
                 f"{self.name} is an encoder: every token already sees every other (no causal mask), so "
                 f"there is no causal mask to switch off ({NO_CAUSAL})"
@@ -308,7 +330,7 @@ class Explainer:
         return [
             c.text
             for c in held.contrasts_of(pieces, self.user_words, self.knows, self.scenes)
-            if len(self.tokenize(c.text)[1]) <= self.max_len
+            if len(self.tokenize(c.text)[1]) <= self.card.max_len
         ]
 
     def _intervention(self, intervention: Intervention | None) -> Intervention:
@@ -322,8 +344,8 @@ class Explainer:
         """`pieces_of(text, prepend_bos)` (token labels, ids (L,), extra model kwargs, pieces), refused when longer
         than the model reads: the one tokenization of a text the pipeline and the experiments read."""
         cut = self.pieces_of(text, prepend_bos)
-        if len(cut[1]) > self.max_len:
-            raise ValueError(f"the text has {len(cut[1])} tokens; {self.name} reads at most {self.max_len}")
+        if len(cut[1]) > self.card.max_len:
+            raise ValueError(f"the text has {len(cut[1])} tokens; {self.name} reads at most {self.card.max_len}")
         return cut
 
     def traced(self, cuts: list, intervention: Intervention, *, measure: list[bool] | None = None) -> list[ModelTrace]:
@@ -379,7 +401,7 @@ class Explainer:
 
     def check_decoder(self, what: str) -> None:
         """Refuse an experiment that compares next-token predictions (`what`) on an encoder."""
-        if self.kind == "encoder":
+        if self.card.kind == "encoder":
             raise ValueError(f"{self.name} is an encoder: {what} compares next-token predictions")
 
     def knows(self, word: str) -> bool:
@@ -508,7 +530,7 @@ def _read_frame_bos(explainer) -> tuple[int | None, int | None]:
         bos = _probe.bos_id(explainer)
     except _probe.NoProbe:  # no token embedding: no BOS to read
         bos = None
-    return (prefix[0] if prefix else None), (explainer.bos_token if bos is None else bos)
+    return (prefix[0] if prefix else None), (explainer.card.bos_token if bos is None else bos)
 
 
 def _bos_plan(explainer, prepend_bos: bool | None) -> dict:

@@ -343,7 +343,9 @@ def test_the_tutorial_heads_sentence_states_the_control_alone(default):
 
 def test_a_control_longer_than_the_model_reads_is_skipped(tiny):
     n = len(_ids(tiny, TEXT))
-    short = dataclasses.replace(tiny, max_len=n)  # reads the text, not its longer control
+    short = dataclasses.replace(
+        tiny, card=dataclasses.replace(tiny.card, max_len=n)
+    )  # reads the text, not its longer control
     with _passes(short.model) as seen:
         trace, controls = short.trace_with_controls(TEXT)
     assert controls == [] and short.controls(trace) == [] and [s.shape[0] for s in seen] == [1]

@@ -72,7 +72,7 @@ def ex(llamas):
     def decode(i: int) -> str:
         return "<s>" if i == 0 else f"w{i}"
 
-    return Explainer(model=ours, name="tiny llama", tokenize=tokenize, decode=decode, max_len=128)
+    return Explainer.from_functions(ours, tokenize, decode, name="tiny llama", max_len=128)
 
 
 def ids_of(text: str) -> torch.Tensor:

@@ -70,7 +70,7 @@ def test_gpt2_weights_and_prediction_equal_transformers(gpt2_folder):
     ex = Explainer.load(gpt2_folder)
     text = "a blue monster walks"
     doc = explained(ex, text)
-    assert doc["model"]["kind"] == "decoder" and ex.max_len == 64
+    assert doc["model"]["kind"] == "decoder" and ex.card.max_len == 64
     hf_tok = transformers.AutoTokenizer.from_pretrained(gpt2_folder, local_files_only=True)
     hf = transformers.GPT2LMHeadModel.from_pretrained(gpt2_folder, attn_implementation="eager").eval()
     ids = hf_tok(text, return_tensors="pt")["input_ids"]

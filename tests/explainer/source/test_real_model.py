@@ -60,8 +60,9 @@ def test_the_gguf_is_found_as_a_file_and_as_its_folder(smol):
     assert by_file.gguf == by_folder.gguf == GGUF and by_file.folder == by_folder.folder
     kind, config = sources.folder_kind(by_folder)  # the metadata only: no tensor is read
     assert kind == "llama" and config["num_hidden_layers"] == 30 and config["num_key_value_heads"] == 3
-    assert smol.kind == "decoder" and smol.positions == "positions.rope" and smol.tokenizer_kind == "tokenizer.byte_bpe"
-    assert smol.loaded["format"] == "gguf" and smol.loaded["class"] == "AutoModelForCausalLM → LlamaForCausalLM"
+    card = smol.card
+    assert card.kind == "decoder" and card.positions == "positions.rope" and smol.tokenizer.kind == "tokenizer.byte_bpe"
+    assert card.loaded["format"] == "gguf" and card.loaded["class"] == "AutoModelForCausalLM → LlamaForCausalLM"
 
 
 def test_logits_with_selfattn_are_eagers_by_the_float32_rule(smol):

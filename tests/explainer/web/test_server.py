@@ -3,6 +3,7 @@ change them as `selfattn.reference` says, every bad request a 4xx with a message
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
@@ -192,7 +193,7 @@ def test_serve_checks_its_port():
 
 def test_page_when_even_the_default_text_is_refused():
     ex = tiny_explainer()
-    ex.max_len = 3  # 一只蓝色怪兽走进森林 is 6 tokens
+    ex.card = dataclasses.replace(ex.card, max_len=3)  # 一只蓝色怪兽走进森林 is 6 tokens
     r = TestClient(server.create_app(ex)).get("/")
     assert r.status_code == 200
     data = json.loads(re.search(r'id="selfattn-data">(.*?)</script>', r.text, re.S).group(1))

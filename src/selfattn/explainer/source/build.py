@@ -1,7 +1,8 @@
 """An explainer's parts from transformers: a folder, a GGUF file, or a model already loaded.
 
-    parts = load(source, config)              the keyword arguments of `session.Explainer`
-    parts = wrap(model, tokenizer, name=…)    the same for a model loaded by the caller
+    model, tokenizer, card = load(source, config)     the fields of a `session.Explainer`
+    model, tokenizer, card = wrap(model, tokenizer, name=…)   the same for a model loaded by the caller
+    TransformersTokenizer(tokenizer, model, decoder)  a transformers tokenizer as a `tokenizing.Tokenizer`
     confirm(model, segment, name)            the dry run: every attention layer calls selfattn
 
 Which class builds the model is read from the config (`sources.architecture`: AutoModelForCausalLM for a
@@ -31,7 +32,7 @@ from .. import pieces as P
 from ..views import texts
 from . import resolve as sources
 
-__all__ = ["load", "wrap", "confirm", "DRY_RUN_TEXT"]
+__all__ = ["load", "wrap", "confirm", "DRY_RUN_TEXT", "TransformersTokenizer"]
 
 DRY_RUN_TEXT = "When Mary and John went to the store"
 """The text of the dry run: a few tokens in every vocabulary (byte pieces at worst)."""
@@ -42,12 +43,12 @@ DEFAULT_CONTEXT = 4096
 UNKNOWN_HINT = texts.both("model.unknown_hint")
 
 
-def load(source: sources.Source, config: dict, dtype: torch.dtype = torch.float32) -> dict:
-    """The Explainer fields of a transformers folder or GGUF file whose config (`sources.folder_kind`) was
-    checked: the tokenizer, the model built by the class the config names, loaded in `dtype` with the
-    "selfattn" attention implementation, its weights checked, and the dry run passed. A GGUF file's weights
-    come from the cache (`gguf_cache`) when it holds them for this file and dtype, and are stored there when
-    they were dequantized."""
+def load(source: sources.Source, config: dict, dtype: torch.dtype = torch.float32) -> tuple:
+    """The Explainer fields (model, tokenizer, card) of a transformers folder or GGUF file whose config
+    (`sources.folder_kind`) was checked: the tokenizer, the model built by the class the config names, loaded
+    in `dtype` with the "selfattn" attention implementation, its weights checked, and the dry run passed. A GGUF
+    file's weights come from the cache (`gguf_cache`) when it holds them for this file and dtype, and are stored
+    there when they were dequantized."""
     try:
         import transformers
     except ImportError:
@@ -102,9 +103,10 @@ def load(source: sources.Source, config: dict, dtype: torch.dtype = torch.float3
     return _parts(model.eval(), tokenizer, name=source.name, config=config, kind=kind, how=how)
 
 
-def wrap(model: torch.nn.Module, tokenizer, *, name: str | None = None) -> dict:
-    """The Explainer fields of a transformers model the caller loaded with attn_implementation="selfattn"
-    (after `selfattn.hf.register()`), and its fast tokenizer; the dry run is run the same way."""
+def wrap(model: torch.nn.Module, tokenizer, *, name: str | None = None) -> tuple:
+    """The Explainer fields (model, tokenizer, card) of a transformers model the caller loaded with
+    attn_implementation="selfattn" (after `selfattn.hf.register()`), and its fast tokenizer; the dry run is run
+    the same way."""
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "to_dict"):
         raise TypeError(f"model must be a transformers PreTrainedModel, got {type(model).__name__}")
@@ -135,43 +137,50 @@ def _name_of(model, tokenizer) -> str:
     return f"{type(model).__name__} (in memory)"
 
 
-def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -> dict:
-    """What an Explainer holds for a transformers model and its tokenizer (the dry run passed)."""
-    decoder = kind == "decoder"
-    special = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
-    unk = getattr(tokenizer, "unk_token_id", None)
+class TransformersTokenizer:
+    """A transformers tokenizer read as a `tokenizing.Tokenizer`; `complete` runs `model` (a decoder's) greedily."""
 
-    def segment(text: str):
+    def __init__(self, tokenizer, model: torch.nn.Module, decoder: bool):
+        self.tokenizer, self.model, self.decoder = tokenizer, model, decoder
+        self.special = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
+        self.unk = getattr(tokenizer, "unk_token_id", None)
+        self.kind = P.tokenizer_kind(tokenizer)
+
+    def segment(self, text: str):
+        tokenizer = self.tokenizer
         if getattr(tokenizer, "is_fast", False):
             p = P.from_tokenizer(tokenizer, text)
         else:  # no offsets: the pieces' spans are found by reading their decoded strings in the text
             ids = tokenizer(text, add_special_tokens=True)["input_ids"]
-            p = P.from_strings(text, [tokenizer.decode([i]) for i in ids], ids, special_ids=special, unk_id=unk)
+            p = P.from_strings(
+                text, [tokenizer.decode([i]) for i in ids], ids, special_ids=self.special, unk_id=self.unk
+            )
         L = len(p.ids)
-        extra = {"use_cache": False} if decoder else {"attention_mask": torch.ones(1, L, dtype=torch.long)}
+        extra = {"use_cache": False} if self.decoder else {"attention_mask": torch.ones(1, L, dtype=torch.long)}
         return list(p.labels), torch.tensor(p.ids), extra, p
 
-    def decode(i: int) -> str:
-        return tokenizer.decode([i])
+    def decode(self, i: int) -> str:
+        return self.tokenizer.decode([i])
 
-    def shown(i: int) -> str:
-        return P.shown_piece(decode(i), tokenizer.convert_ids_to_tokens(i))
+    def shown(self, i: int) -> str:
+        return P.shown_piece(self.decode(i), self.tokenizer.convert_ids_to_tokens(i))
 
-    def piece_of(i: int) -> bytes:
+    def _piece(self, i: int) -> bytes:
         """The bytes piece `i` adds: its byte-level or byte-fallback bytes, else its decoded text's."""
-        raw = tokenizer.convert_ids_to_tokens(i)  # None for an id past the tokenizer's vocabulary
+        raw = self.tokenizer.convert_ids_to_tokens(i)  # None for an id past the tokenizer's vocabulary
         data = None if raw is None else P.piece_bytes(raw)
-        return decode(i).encode("utf-8") if data is None else data
+        return self.decode(i).encode("utf-8") if data is None else data
 
-    def complete(context: list[int], ids: list[int]) -> list[str | None]:
+    def complete(self, context: list[int], ids: list[int]) -> list[str | None]:
         """Each predicted piece of `ids` after `context` shown with the character it begins
         (`pieces.shown_completed`), completed by greedy decoding from one KV cache of the context (the model's
         most likely next piece, at most COMPLETION_STEPS times, as transformers' generate(do_sample=False));
-        None where a piece ends on a whole character or the greedy continuation does not complete it (the
-        views then show its bytes)."""
-        tails = [P.partial_tail(piece_of(i)) if "\ufffd" in decode(i) else None for i in ids]
-        if all(t is None for t in tails):
+        None where a piece ends on a whole character, the greedy continuation does not complete it (the views
+        then show its bytes) or the model is an encoder."""
+        tails = [P.partial_tail(self._piece(i)) if "\ufffd" in self.decode(i) else None for i in ids]
+        if not self.decoder or all(t is None for t in tails):
             return [None] * len(ids)
+        model = self.model
         # transformers ≥ 5.2x names the KV cache `cache` (argument and output), before `past_key_values`
         kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         with torch.no_grad():
@@ -189,35 +198,36 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
                 with torch.no_grad():
                     o = model(torch.tensor([[step]]), use_cache=True, **{kw: cache})
                 cache, step = o[kw], int(o.logits[0, -1].argmax())
-                got += piece_of(step)
+                got += self._piece(step)
             try:
                 out.append(P.shown_completed(before, part, got[:n].decode("utf-8"), n))
             except UnicodeDecodeError:  # the greedy continuation is no continuation of this character
                 out.append(None)
         return out
 
-    confirm(model, segment, name)
+
+def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -> tuple:
+    """(model, tokenizer, card): what an Explainer holds for a transformers model and its tokenizer (the dry
+    run passed)."""
+    from ..session import Card
+
+    reader = TransformersTokenizer(tokenizer, model, kind == "decoder")
+    confirm(model, reader.segment, name)
     text_config = config.get("text_config")
     text = text_config if isinstance(text_config, dict) else config
     max_len = int(text.get("max_position_embeddings") or text.get("n_positions") or 0) or DEFAULT_CONTEXT
     arch = (config.get("architectures") or [type(model).__name__])[0]
-    return {
-        "model": model,
-        "name": name,
-        "tokenize": lambda text: segment(text)[:3],
-        "segment": segment,
-        "decode": decode,
-        "shown": shown,
-        **({"complete": complete} if decoder else {}),
-        "max_len": max_len,
-        "architecture": texts.text("model.transformers", "en", arch=arch),
-        "architecture_zh": texts.text("model.transformers", "zh", arch=arch),
-        "positions": sources.position_scheme(text, model),
-        "kind": kind,
-        "tokenizer_kind": P.tokenizer_kind(tokenizer),
-        "unknown_hint": UNKNOWN_HINT,
-        "loaded": how,
-    }
+    card = Card(
+        name=name,
+        max_len=max_len,
+        architecture=texts.text("model.transformers", "en", arch=arch),
+        architecture_zh=texts.text("model.transformers", "zh", arch=arch),
+        positions=sources.position_scheme(text, model),
+        kind=kind,
+        unknown_hint=UNKNOWN_HINT,
+        loaded=how,
+    )
+    return model, reader, card
 
 
 def confirm(model: torch.nn.Module, segment, name: str) -> None:

@@ -131,7 +131,7 @@ def create_app(explainer: Explainer, *, hosts: frozenset[str] | None = None) -> 
             doc, error = work.in_lane(DEFAULT_TEXT if text is None else text, lambda: work.first_doc(text, lang))
         except Busy:
             doc, error, status = None, texts.text("server.busy", lang or "zh"), 503
-        html = report.render_app(doc, max_chars=MAX_CHARS, max_tokens=explainer.max_len, error=error)
+        html = report.render_app(doc, max_chars=MAX_CHARS, max_tokens=explainer.card.max_len, error=error)
         return HTMLResponse(html, status_code=status, headers=_page_headers())
 
     @app.post("/api/explain")
