@@ -52,6 +52,8 @@ PREFIXES = {
     "formula": "the model's own formula for X and Q/K/V (explainer/formula.py)",
     "opened": "which row the page opens on and why (views/export.py)",
     "export": "what the export left out (views/export.py)",
+    "compare": "an intervention compared with the text unchanged, in a sentence (views/experiment_words.py)",
+    "attribution": "attribution patching in the terminal (views/attribution_table.py)",
 }
 """Every key starts with one of these and a dot: the room that says the sentence."""
 

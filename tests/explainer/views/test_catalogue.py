@@ -178,6 +178,38 @@ def test_text_fills_fields_and_names_what_is_wrong():
         catalogue.sentences("heads.nosuch")
 
 
+WORD_DATA = "analysis"
+"""The analysis's Chinese words (roles' prepositions and pronouns, the fillers of the control sentences) are data
+the tagger and the sentences are built from, not sentences a view says."""
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def sentences_in_code(root: Path, skip: tuple[str, ...] = (WORD_DATA,)) -> list[str]:
+    """ "file:line" of each Python string literal under `root` that holds Chinese and is no docstring, no single
+    character (a range's bound) and no example text (the default text, in an error's example): a sentence that
+    belongs in the catalogue."""
+    import ast
+
+    from selfattn.explainer.session import DEFAULT_TEXT
+
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] in skip:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        bare = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in bare:
+                continue
+            if CJK.search(node.value) and len(node.value) > 1 and DEFAULT_TEXT not in node.value:
+                out.append(f"{path.relative_to(root)}:{node.lineno}")
+    return out
+
+
+def test_no_sentence_lives_outside_the_catalogue():
+    assert sentences_in_code(SOURCE / "explainer") == []
+
+
 # --- the rules themselves: each refuses a planted fault -----------------------------------------------------
 
 
@@ -203,3 +235,7 @@ def test_each_rule_refuses_a_planted_fault(tmp_path):
     (code / "page.js").write_text('t("tables.zz");\nconst k = "page." + name;\n')
     assert keys_in_code(code) == {"page.a": {"view.py"}, "tables.zz": {"page.js"}}
     assert [b.split(":")[0] for b in built_keys(code)] == ["page.js", "view.py"]
+    (code / "words.py").write_text(
+        '"""一个文档。"""\nlow, high = "一", "鿿"\nsay = {"zh": "这个 head 的平均熵", "en": "x"}\n'
+    )
+    assert sentences_in_code(code) == ["words.py:3"]

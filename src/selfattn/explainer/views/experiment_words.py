@@ -15,46 +15,36 @@ __all__ = ["sentences", "scaled_label"]
 
 
 def sentences(e: dict, tokens: list[str]) -> dict:
-    """One sentence per language of the numbers of `experiment.compare` (`e`), naming the tokens."""
+    """One sentence per language of the numbers of `experiment.compare` (`e`), naming the tokens (the catalogue's
+    compare.* clauses, joined)."""
+    return {lang: _sentence(e, tokens, lang) for lang in ("zh", "en")}
+
+
+def _sentence(e: dict, tokens: list[str], lang: str) -> str:
     e0, e1 = (f"{x:.2f}" for x in e["entropy"])
-    zh = [f"这个 head 的平均熵 {e0} → {e1} bit"]
-    en = [f"this head's mean entropy {e0} → {e1} bits"]
+    clauses = [text("compare.entropy", lang, before=e0, after=e1)]
     r = e["future_row"]
     if e["ablated"]:
-        zh = ["被消融的 head 权重不变，只是不再把它算出的输出传下去"]
-        en = ["an ablated head's weights stay as they were: only the output it passes on is replaced"]
+        clauses = [text("compare.ablated", lang)]
     elif r["weight"] >= 0.005:
-        keys_zh = "、".join(tokens[k] for k in r["keys"])
-        keys_en = ", ".join(tokens[k] for k in r["keys"])
-        zh.append(f"“{tokens[r['query']]}”把 {percent(r['weight'])} 给了未来的 token（{keys_zh}）")
-        en.append(f"{tokens[r['query']]} gives {percent(r['weight'])} to the future tokens {keys_en}")
+        keys = text("common.list", lang).join(tokens[k] for k in r["keys"])
+        clauses.append(text("compare.future", lang, query=tokens[r["query"]], weight=percent(r["weight"]), keys=keys))
     else:
-        zh.append("没有权重落在未来的 token 上")
-        en.append("no weight reaches a future token")
+        clauses.append(text("compare.no_future", lang))
     t0, t1 = e["top"]
     if t0 and t1:
-        zh.append(f"预测的下一个 token：{t0['token']} {percent(t0['prob'])} → {t1['token']} {percent(t1['prob'])}")
-        en.append(
-            f"the predicted next token: {t0['token']} {percent(t0['prob'])} → {t1['token']} {percent(t1['prob'])}"
-        )
+        top = {"p_before": percent(t0["prob"]), "p_after": percent(t1["prob"])}
+        clauses.append(text("compare.top", lang, before=t0["token"], after=t1["token"], **top))
     if e["kl_bits"] is not None:
-        kl = f"{e['kl_bits']:.3f}"
-        zh.append(f"下一个 token 的分布变化 KL = {kl} bit")
-        en.append(f"the next-token distribution moves by KL = {kl} bits")
+        clauses.append(text("findings.kl", lang, kl=f"{e['kl_bits']:.3f}"))
     if e["loss"][0] is not None:
         l0, l1 = (f"{x:.3f}" for x in e["loss"])
-        zh.append(f"整句的平均交叉熵 {l0} → {l1} nat")
-        en.append(f"the text's mean next-token loss {l0} → {l1} nats")
+        clauses.append(text("findings.loss", lang, before=l0, after=l1))
     if e["scope"] == "model":
-        zh.append("干预作用于每一层，所以预测也可能改变")
-        en.append("the intervention acts in every layer, so the prediction may change")
-    elif e["same_x"]:
-        zh.append("这一层的输入 X 没有变，只有被干预的这一步不同")
-        en.append("this layer's input X is unchanged: only the changed step differs")
+        clauses.append(text("compare.every_layer", lang))
     else:
-        zh.append("下面的层也被干预了，所以这一层的输入 X 也变了")
-        en.append("the layers below were changed too, so this layer's input X differs as well")
-    return {"zh": "；".join(zh) + "。", "en": "; ".join(en) + "."}
+        clauses.append(text("compare.same_x" if e["same_x"] else "compare.x_differs", lang))
+    return text("compare.sentence", lang, clauses=text("common.join", lang).join(clauses))
 
 
 def scaled_label(applied: dict, shown: tuple[int, int], lang: str, scale: str) -> str:
