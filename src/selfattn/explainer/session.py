@@ -133,6 +133,17 @@ class Explainer:
         """The model's name as every view says it (`Card.name`)."""
         return self.card.name
 
+    @functools.cached_property
+    def frame_bos(self) -> tuple[int | None, int | None]:
+        """(the tokenizer's own first token or None, the model's BOS id or None), read once: every cut asks, and
+        `knows` cuts many words. The model's BOS is its config's (`induction_probe.bos_id`), else `Card.bos_token`."""
+        prefix, _ = _probe.frame(self)
+        try:
+            bos = _probe.bos_id(self)
+        except _probe.NoProbe:  # no token embedding: no BOS to read
+            bos = None
+        return (prefix[0] if prefix else None), (self.card.bos_token if bos is None else bos)
+
     def tokenize(self, text: str) -> tuple[list[str], torch.Tensor, dict]:
         """(token labels, ids (L,), extra model keywords) of `text` as the tokenizer cuts it (no BOS plan: `cut`)."""
         return self.tokenizer.segment(text)[:3]
@@ -515,26 +526,8 @@ def check_text(text) -> str:
     return text
 
 
-def _frame_bos(explainer) -> tuple[int | None, int | None]:
-    """(the tokenizer's own first token or None, the model's BOS id or None) of an explainer, read once (every cut
-    asks; `knows` cuts many words)."""
-    kept = explainer.__dict__.get("_frame_bos")
-    if kept is None:
-        kept = explainer.__dict__["_frame_bos"] = _read_frame_bos(explainer)
-    return kept
-
-
-def _read_frame_bos(explainer) -> tuple[int | None, int | None]:
-    prefix, _ = _probe.frame(explainer)
-    try:
-        bos = _probe.bos_id(explainer)
-    except _probe.NoProbe:  # no token embedding: no BOS to read
-        bos = None
-    return (prefix[0] if prefix else None), (explainer.card.bos_token if bos is None else bos)
-
-
 def _bos_plan(explainer, prepend_bos: bool | None) -> dict:
-    first, bos = _frame_bos(explainer)
+    first, bos = explainer.frame_bos
     want = bos is not None if prepend_bos is None else prepend_bos
     if want and bos is None and first is None:
         raise ValueError(
