@@ -53,7 +53,7 @@ PREFIXES = {
     "opened": "which row the page opens on and why (views/export.py)",
     "export": "what the export left out (views/export.py)",
     "compare": "an intervention compared with the text unchanged, in a sentence (views/experiment_words.py)",
-    "attribution": "attribution patching in the terminal (views/attribution_table.py)",
+    "attribution": "attribution patching in the terminal and on the page (views/attribution_table.py, experiments.js)",
 }
 """Every key starts with one of these and a dot: the room that says the sentence."""
 

@@ -487,8 +487,9 @@ def attribution(explainer, clean: str, corrupted: str, *, target=None, foil=None
     Returns {clean {text, tokens}, corrupted {…}, target, foil, clean_ld, corrupted_ld, activation, heads
     [layer][head], residual [layer][position] (estimated shares of clean_ld − corrupted_ld), heads_ld (the same in
     logits), top_heads [{layer, head, recovered}], exact {heads, residual, agreement {top, spearman, shared}} or
-    None}."""
+    None, display {limit, label_min, light_from} (the page's colour scale, `patching_plot.display`)}."""
     from .capture import attribution as _attribution
+    from .views import patching_plot
 
     _shape(explainer, "attribution")
     c_tokens, c_ids, _ = _ids(explainer, clean, cut)
@@ -527,4 +528,5 @@ def attribution(explainer, clean: str, corrupted: str, *, target=None, foil=None
             raise ValueError("exact is patching's result for other texts or tokens than these")
         agreement = _attribution.rank_agreement(torch.tensor(exact["heads"]), got.heads)
         out["exact"] = {"heads": exact["heads"], "residual": exact["residual"], "agreement": agreement}
+    out["display"] = patching_plot.display(out)  # the colour scale of the page's maps, as patching's
     return out

@@ -102,6 +102,8 @@ class Spec:
                   target − foil (tokens, both or neither); reference: texts the mean ablation averages over
     prepend_bos   the model's BOS before every text (`Explainer.bos`); None: the model's default
     patch, lens   `Patch`, `Lens` or None
+    attribution   with patch: also every head's and residual's share estimated by attribution patching, beside
+                  patching's exact shares (`experiments.attribution`)
     among         the layers a page holds (--layers): a head picked (no layer asked) is picked among them"""
 
     text: str = DEFAULT_TEXT
@@ -118,6 +120,7 @@ class Spec:
     ablate_foil: str | int | None = None
     reference: tuple[str, ...] | None = None
     prepend_bos: bool | None = None
+    attribution: bool = False
 
     def __post_init__(self):
         if not isinstance(self.intervention, Intervention):
@@ -146,6 +149,8 @@ class Spec:
             value = getattr(self, name)
             if value is not None and not isinstance(value, kind):
                 raise TypeError(f"{name} must be a {kind.__name__} or None, got {type(value).__name__}")
+        if checks.boolean("attribution", self.attribution) and self.patch is None:
+            raise ValueError("attribution goes with patch: it estimates patching's shares; give the corrupted text")
 
     def opened(self) -> tuple[int | None, int | None, str | None]:
         """(layer, head, rule) of the head shown first as far as the Spec decides it (`experiment.opened`)."""
@@ -238,6 +243,9 @@ def explain(
         p = spec.patch
         asked = {"patch": {"corrupted": p.corrupted, "target": p.target, "foil": p.foil}, "prepend_bos": bos}
         patching = _kept(explainer, text, cut, "patching", asked, results)
+    attribution = None
+    if spec.attribution and patching is not None:  # patching's texts and tokens, its exact shares beside
+        attribution = _attributed(explainer, text, cut, patching, results, bos)
     if spec.lens is not None:
         asked = {"lens": {"position": spec.lens.position}, "intervention": intervention, "trace": trace}
         asked |= {"prepend_bos": bos}
@@ -270,7 +278,7 @@ def explain(
             else None
         ),
         roles=tuple(piece_roles(trace.pieces.spans, held.words_of(trace, explainer.user_words))),
-        experiments=Experiments(ablation=ablation, patching=patching, lens=lens),
+        experiments=Experiments(ablation=ablation, patching=patching, lens=lens, attribution=attribution),
         session=session,
     )
 
@@ -321,6 +329,26 @@ def _kept(explainer: Explainer, text: str, cut, name: str, asked: dict, results:
         return compute()
     key = (name, text, repr(sorted((k, v) for k, v in asked.items() if k != "trace")))
     return results.get(key, compute)
+
+
+def _attributed(explainer: Explainer, text: str, cut, patching: Mapping, results: TraceCache | None, bos) -> dict:
+    """`experiments.attribution` of the text → patching's corrupted text, on patching's target and foil, its exact
+    shares beside (read from `results` when it holds the same); a refusal raised as an Experiment*Error."""
+    corrupted, target, foil = patching["corrupted"]["text"], patching["target"]["id"], patching["foil"]["id"]
+
+    def compute() -> dict:
+        try:
+            return experiments.attribution(
+                explainer, text, corrupted, target=target, foil=foil, cut=cut, exact=dict(patching)
+            )
+        except ValueError as exc:
+            raise ExperimentValueError(str(exc)) from exc
+        except TypeError as exc:
+            raise ExperimentTypeError(str(exc)) from exc
+
+    if results is None:
+        return compute()
+    return results.get(("attribution", text, corrupted, target, foil, repr(bos)), compute)
 
 
 class Session:
@@ -413,7 +441,9 @@ class Session:
             Spec(e.text, layer=shown[0], head=shown[1], intervention=iv, prepend_bos=e.spec.prepend_bos)
         )
 
-    def run(self, e: Explanation, *, ablate, ablate_mode, patch, target, foil, lens, reference=None) -> Explanation:
+    def run(
+        self, e: Explanation, *, ablate, ablate_mode, patch, target, foil, lens, reference=None, attribution=False
+    ) -> Explanation:
         if patch is None and ablate is None and (target is not None or foil is not None):
             raise ValueError("target and foil go with patch or ablate: give the corrupted text or the heads too")
         if lens is not None and not isinstance(lens, (bool, int)):
@@ -427,6 +457,7 @@ class Session:
             reference=reference,
             patch=None if patch is None else Patch(patch, target=target, foil=foil),
             lens=None if lens is None or lens is False else Lens(None if lens is True else lens),
+            attribution=attribution,
         )
         return self.explain(spec)
 

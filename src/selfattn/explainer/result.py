@@ -136,12 +136,13 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Experiments:
-    """The experiments asked for (`experiments.ablation`, `patching`, `logit_lens`: their results, each with its
-    sentences), None where not asked."""
+    """The experiments asked for (`experiments.ablation`, `patching`, `logit_lens`, `attribution`: their results,
+    each with its sentences), None where not asked."""
 
     ablation: Mapping[str, Any] | None = None
     patching: Mapping[str, Any] | None = None
     lens: Mapping[str, Any] | None = None
+    attribution: Mapping[str, Any] | None = None
 
     def items(self) -> list[tuple[str, Mapping[str, Any]]]:
         return [(name, value) for name, value in dataclasses.asdict(self).items() if value is not None]
@@ -282,6 +283,7 @@ class Explanation:
         foil=None,
         lens=None,
         reference=None,
+        attribution: bool = False,
     ):
         """This text with the experiments asked run too (what `selfattn explain --ablate / --patch / --logit-lens`
         and the app give), shown on its page; with no head asked, it opens on the first head ablated. Every text is
@@ -292,7 +294,9 @@ class Explanation:
                    text's own positions)
         patch      the corrupted text;  lens  True (the last position) or a position
         target, foil  tokens (" Mary" or ids): the logit difference target − foil at the last position, of the
-                   ablation (before and after) and of the patching (the share each head recovers)"""
+                   ablation (before and after) and of the patching (the share each head recovers)
+        attribution  with patch: also attribution patching's estimate of every share, beside the exact one
+                   (`experiments.attribution`: `--attribution`)"""
         return self.session.run(
             self,
             ablate=ablate,
@@ -302,6 +306,7 @@ class Explanation:
             foil=foil,
             lens=lens,
             reference=reference,
+            attribution=attribution,
         )
 
     def attribution(self, corrupted: str | None = None, *, target=None, foil=None) -> dict:
@@ -312,6 +317,8 @@ class Explanation:
         their rank agreement)."""
         from . import experiments
 
+        if corrupted is None and target is None and foil is None and self.experiments.attribution is not None:
+            return dict(self.experiments.attribution)  # run with the patching (`run(patch=…, attribution=True)`)
         ran = self.experiments.patching
         if corrupted is None:
             if ran is None:

@@ -11,7 +11,9 @@ import torch
 
 import selfattn
 from selfattn.cli import main
+from selfattn.explainer import experiments
 from selfattn.explainer.capture.attribution import rank_agreement
+from selfattn.explainer.pipeline import Spec
 from selfattn.explainer.session import DEFAULT_TEXT
 from tests.tolerances import TOL
 
@@ -41,6 +43,28 @@ def test_terminal_shows_the_grid_and_the_agreement(cli_on_bundled, capsys):
 def test_attribution_needs_patch(cli_on_bundled, capsys):
     assert main(["explain", DEFAULT_TEXT, "--attribution"]) == 2
     assert "--attribution goes with --patch" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="attribution goes with patch"):
+        Spec(DEFAULT_TEXT, attribution=True)
+    with pytest.raises(TypeError, match="attribution must be"):
+        Spec(DEFAULT_TEXT, attribution="yes")
+
+
+def test_the_pipeline_runs_it_beside_the_patching_it_estimates(bundled):
+    """Asked in the Spec (as --attribution, the app's "attribution" and run(attribution=True) ask it), the estimate
+    is one of the Explanation's experiments: the same numbers as experiments.attribution called on its own, with
+    the patching's exact shares beside; its JSON and its page carry it."""
+    e = selfattn.explain(DEFAULT_TEXT, bundled).run(patch=CORRUPTED, target="森林", foil="大海", attribution=True)
+    got = e.experiments.attribution
+    p = e.experiments.patching
+    alone = experiments.attribution(
+        bundled, DEFAULT_TEXT, CORRUPTED, target=p["target"]["id"], foil=p["foil"]["id"], exact=dict(p)
+    )
+    assert json.dumps(got, ensure_ascii=False) == json.dumps(alone, ensure_ascii=False)
+    assert got["exact"]["heads"] == p["heads"] and e.attribution() == got
+    assert json.loads(e.to_json())["attribution"]["heads"] == got["heads"]
+    assert e.doc["attribution"]["heads"] == got["heads"]  # the page's payload
+    plain = selfattn.explain(DEFAULT_TEXT, bundled).run(patch=CORRUPTED, target="森林", foil="大海")
+    assert plain.experiments.attribution is None and "attribution" not in plain.doc
 
 
 def test_rank_agreement_is_spearman_on_the_top_heads():

@@ -9,6 +9,7 @@ Screenshots (SELFATTN_SHOTS, default /tmp/selfattn-shots) of the patching maps, 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +120,38 @@ def test_report_shows_the_experiments_of_the_export(watched, explainer, tmp_path
     assert_experiments(page, doc, "en")
     shot(page, "patching-en.png", "[data-testid=exp-patching]")
     shot(page, "lens-en.png", "[data-testid=exp-lens]")
+    assert_clean(watched, {url})
+
+
+def test_report_shows_attribution_beside_exact_patching(watched, explainer, tmp_path):
+    page = watched.page
+    doc = full_doc(explainer, patch={"corrupted": CORRUPTED})
+    p = doc["patching"]
+    doc["attribution"] = experiments.attribution(
+        explainer, TEXT, CORRUPTED, target=p["target"]["id"], foil=p["foil"]["id"], exact=p
+    )
+    url = open_report(watched, doc, tmp_path)
+    for lang in ("zh", "en"):
+        assert page.is_visible("[data-testid=exp-attribution]")
+        cells = page.eval_on_selector_all(
+            "[data-testid=attribution-head]",
+            "cs => cs.map(c => [Number(c.dataset.layer), Number(c.dataset.head), c.title])",
+        )
+        estimate, exact = np.array(doc["attribution"]["heads"]), np.array(p["heads"])
+        assert len(cells) == estimate.size
+        for l, h, title in cells:
+            shares = [value(w) for w in re.findall(r"[−-]?\d+(?:\.\d+)?%", title)]  # the estimate, then the exact
+            assert (
+                abs(shares[0] - estimate[l, h]) <= TOL["page_weight"]
+                and abs(shares[1] - exact[l, h]) <= TOL["page_weight"]
+            ), (l, h, title)
+        agreement = doc["attribution"]["exact"]["agreement"]
+        said = page.text_content("[data-testid=attribution-text]")
+        assert "Spearman" in said and str(agreement["shared"]) in said
+        shot(page, f"attribution-{lang}.png", "[data-testid=exp-attribution]")
+        if lang == "zh":
+            page.click("[data-testid=lang-toggle]")
+            wait_ready(page)
     assert_clean(watched, {url})
 
 

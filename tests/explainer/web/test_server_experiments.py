@@ -66,6 +66,19 @@ def test_the_answer_carries_the_experiments_of_the_export(client, explainer):
     assert "patching" not in lensed and "lens" not in post(client, lens=False).json()
 
 
+def test_attribution_is_asked_with_the_patching_and_refused_without_it(client, explainer):
+    patch = {"corrupted": CORRUPTED, "target": None, "foil": None}
+    doc = post(client, patch=patch, attribution=True).json()
+    p = doc["patching"]
+    want = experiments.attribution(
+        explainer, TEXT, CORRUPTED, target=p["target"]["id"], foil=p["foil"]["id"], exact=doc["patching"]
+    )
+    assert doc["attribution"] == plain(want)
+    r = post(client, attribution=True)
+    assert r.status_code == 422 and "attribution goes with patch" in r.json()["detail"], r.text
+    assert post(client, patch=patch, attribution="yes").status_code == 422
+
+
 def test_a_repeated_experiment_is_read_back_not_recomputed(app, client):
     results, traces = app.state.results, app.state.traces
     post(client, **ASKED)

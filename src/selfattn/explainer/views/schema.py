@@ -491,6 +491,42 @@ class Patching(TypedDict):
     text: Words
 
 
+class AttributedText(TypedDict):
+    text: str
+    tokens: list[str]
+
+
+class Agreement(TypedDict):
+    top: int
+    spearman: Num | None
+    shared: int
+
+
+class Exact(TypedDict):
+    heads: list[list[Num]]
+    residual: list[list[Num]]
+    agreement: Agreement
+
+
+class Attribution(TypedDict):
+    """`experiments.attribution`: patching's shares estimated to first order, exact patching's beside them."""
+
+    model: str
+    clean: AttributedText
+    corrupted: AttributedText
+    target: Token
+    foil: Token
+    clean_ld: Num
+    corrupted_ld: Num
+    activation: str
+    heads: list[list[Num]]
+    residual: list[list[Num]]
+    heads_ld: list[list[Num]]
+    top_heads: list[Recovered]
+    exact: Exact | None
+    display: PatchDisplay
+
+
 class LensLayer(TypedDict):
     layer: int
     top: list[Top]
@@ -563,3 +599,4 @@ class Doc(TypedDict):
     ablation: NotRequired[Ablation]
     patching: NotRequired[Patching]
     lens: NotRequired[Lens]
+    attribution: NotRequired[Attribution]

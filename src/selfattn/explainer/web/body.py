@@ -14,6 +14,7 @@ read as one `pipeline.Spec` (`ExplainRequest.request`), the request `selfattn ex
      "prepend_bos": true | false | null,                            # the model's BOS first (null: its default)
      "patch": {"corrupted": "一只红色怪兽走进森林", "target": " Mary" | 12 | null, "foil": … | null},
      "lens": {"position": 3 | null} | true                          # the logit lens at one position (last)
+     "attribution": true                                            # with patch: attribution patching beside it
 
 bounded before any work: at most MAX_ABLATED_HEADS heads, a corrupted text of at most MAX_CHARS characters
 (and, in `experiments.patching`, MAX_PATCH_TOKENS tokens), a target or foil of at most MAX_TOKEN_CHARS
@@ -161,6 +162,7 @@ class _Body(BaseModel):
     prepend_bos: StrictBool | None = None
     patch: PatchBody | None = None
     lens: Lens | None = None
+    attribution: StrictBool = False
 
     def request(self) -> pipeline.Spec:
         """The `pipeline.Spec` this body asks for (what `selfattn explain` and the Python API build too); `Needs`
@@ -168,6 +170,8 @@ class _Body(BaseModel):
         for name in ("ablate_mode", "ablate_target", "ablate_foil", "reference"):
             if getattr(self, name) is not None and self.ablate is None:
                 raise Needs(name, "ablate")
+        if self.attribution and self.patch is None:
+            raise Needs("attribution", "patch")
         patch = None if self.patch is None else pipeline.Patch(**self.patch.model_dump())
         lens = (
             None
@@ -188,6 +192,7 @@ class _Body(BaseModel):
             patch=patch,
             lens=lens,
             prepend_bos=self.prepend_bos,
+            attribution=self.attribution,
         )
 
     def intervention(self) -> Intervention:

@@ -2,7 +2,9 @@
  * doc.ablation (the next-token distribution before → after), doc.patching (the share of the logit difference
  * each head's output and each layer's residual per position recovers, as two tables of coloured cells: blue
  * recovers, red works against, one scale ±display.limit; the heads the sentence names framed) and doc.lens
- * (the top next tokens after every layer, the layer where the answer settles marked). Every sentence is
+ * (the top next tokens after every layer, the layer where the answer settles marked) and doc.attribution
+ * (patching's shares estimated by attribution patching: the heads map on patching's scale, each cell's title
+ * the estimate beside the exact share, and how well the two rank the top heads). Every sentence is
  * Python's (`text` {zh, en}) or a key of the catalogue; this module only lays out and colours. */
 
 import { $, el } from "../dom.js";
@@ -16,7 +18,7 @@ const LENS_LIGHT = 0.45; // a lens cell's text is white from this probability (i
 export function renderExperiments(state, t) {
   const doc = state.doc;
   const parts = [["exp-ablation", doc.ablation, renderAblation], ["exp-patching", doc.patching, renderPatching],
-    ["exp-lens", doc.lens, renderLens]];
+    ["exp-attribution", doc.attribution, renderAttribution], ["exp-lens", doc.lens, renderLens]];
   for (const [id, data, draw] of parts) {
     $(id).hidden = !data;
     if (data) draw($(id), data, state.lang, t);
@@ -107,6 +109,34 @@ function renderPatching(box, p, lang, t) {
   right.lastChild.append(residual);
   box.lastChild.append(left, right);
   box.append(scale);
+}
+
+function renderAttribution(box, a, lang, t) {
+  const d = a.display;
+  const exact = a.exact;
+  const heads = el("table", { class: "pmap", "data-testid": "attribution-heads" });
+  const top = el("tr");
+  top.append(el("th"), ...a.heads[0].map((_, h) => el("th", {}, String(h))));
+  heads.append(top);
+  a.heads.forEach((row, l) => {
+    const tr = el("tr");
+    tr.append(el("th", {}, t("common.layer_n", { layer: l })));
+    row.forEach((v, h) => {
+      const title = t("experiments.attribution_cell", { layer: l, head: h, estimate: pct(v),
+        exact: exact ? pct(exact.heads[l][h]) : "–" });
+      tr.append(shareCell(v, d, { "data-testid": "attribution-head", "data-layer": l, "data-head": h }, title));
+    });
+    heads.append(tr);
+  });
+  const wrap = el("div", { class: "scroll" });
+  wrap.append(heads);
+  const parts = [el("h3", {}, t("attribution.title"))];
+  if (exact) {
+    const g = exact.agreement;
+    parts.push(el("p", { class: "exp-text", "data-testid": "attribution-text" }, t("attribution.agreement",
+      { top: g.top, spearman: g.spearman === null ? "—" : num(g.spearman, 2), shared: g.shared })));
+  }
+  box.replaceChildren(...parts, wrap);
 }
 
 function renderLens(box, lens, lang, t) {
