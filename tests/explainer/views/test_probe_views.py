@@ -115,3 +115,32 @@ def test_a_model_without_a_probe_still_explains(monkeypatch):
     monkeypatch.setattr(probe, "probe_ids", refuse)
     doc = explained(ex, TEXT)
     assert all(e["on"] != "probe" for row in doc["descriptions"] for d in row for e in d["verdict"]["types"])
+
+
+def test_heads_on_a_text_states_each_relations_baseline(monkeypatch, capsys):
+    """`selfattn heads TEXT`: every relation line says what the other words give the same keys beside its query
+    word, the numbers of the JSON's relation (`held`'s baseline, which credits it)."""
+    from rich.cells import cell_len
+
+    from selfattn.cli import main
+    from selfattn.explainer.views.head_words import p_words, percent
+
+    text = "一只蓝色怪兽走进森林。这只怪兽在森林里睡觉。"
+    bundled = Explainer.load()
+    monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: bundled))
+    assert main(["heads", text, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    held = [r for row in doc["heads"] for c in row for r in c.get("relations", ())]
+    assert held, "the default model holds a tutorial relation on this text"
+    for lang, words in (("en", "other words give the same keys"), ("zh", "其他词给同样的键")):
+        assert main(["heads", text, "--lang", lang]) == 0
+        out = capsys.readouterr().out
+        flat = "".join(out.split()) if lang == "zh" else " ".join(out.split())
+        assert max(cell_len(line) for line in out.splitlines()) <= 80
+        for r in held:
+            b = r["baseline"]
+            said = f"{percent(b['weight'])}" + ("，这个查询词 " if lang == "zh" else " on average, its query word ")
+            said += percent(b["query"])
+            assert ("".join(said.split()) if lang == "zh" else said) in flat, (lang, said)
+            assert ("".join(p_words(b["p"], lang).split()) if lang == "zh" else p_words(b["p"], lang)) in flat
+        assert ("".join(words.split()) if lang == "zh" else words) in flat

@@ -116,8 +116,10 @@ def _bos(bos: dict | None, lang: str) -> str:
 
 
 def relation_lines(t: dict, lang: str) -> list[str]:
-    """The relations held on the text, one line per head that holds one (`verdicts.verdict`'s relations), or why
-    there are none: the text has no roles, or no relation survives its controls."""
+    """The relations held on the text, one line per head that holds one (`verdicts.verdict`'s relations): its share
+    and chance, on the control sentence, on the pooled test, and what the other words give the same keys beside its
+    query word's (the baseline it is credited against); or why there are none: the text has no roles, or no
+    relation survives its controls."""
     if t.get("roles") is False:
         return [TEXTS["research.no_roles"][lang]]
     lines = []
@@ -135,6 +137,11 @@ def relation_lines(t: dict, lang: str) -> list[str]:
                     share=percent(tested["weight"]),
                     c=percent(tested["chance"]),
                     p=p_words(tested["p"], lang),
+                )
+            b = r.get("baseline") or {}
+            if b.get("weight") is not None and b.get("rows"):  # what the other words give the same keys
+                control += TEXTS["research.relation_baseline"][lang].format(
+                    base=percent(b["weight"]), mine=percent(b["query"]), rows=b["rows"], p=p_words(b["p"], lang)
                 )
             line = TEXTS["research.relation"][lang].format(
                 head=name, relation=words, share=percent(r["score"]), c=percent(r["chance"]), control=control
