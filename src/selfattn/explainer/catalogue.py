@@ -52,6 +52,7 @@ PREFIXES = {
     "formula": "the model's own formula for X and Q/K/V (explainer/formula.py)",
     "opened": "which row the page opens on and why (views/export.py)",
     "export": "what the export left out (views/export.py)",
+    "dataset": "a dataset run's findings, each over how many prompts it holds (explainer/dataset/words.py)",
 }
 """Every key starts with one of these and a dot: the room that says the sentence."""
 
