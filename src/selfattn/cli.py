@@ -243,7 +243,7 @@ def _dataset(args, what: str) -> int:
     if args.csv is not None:
         check_writable(args.csv, force=args.force)
     from .explainer.dataset import table
-    from .explainer.dataset.run import run_dataset
+    from .explainer.dataset.running import run_dataset
     from .explainer.session import Explainer
 
     explainer = Explainer.load(args.model, dtype=args.dtype)

@@ -31,7 +31,7 @@ from typing import Any, Literal, cast
 
 import torch
 
-from .dataset.result import DatasetResult
+from .dataset.dataset_result import DatasetResult
 from .induction_probe import PROBE_LENGTH
 from .pipeline import Session, Spec, intervention_of
 from .result import Explanation, HeadTable
@@ -130,7 +130,7 @@ def explain_dataset(
               dataset, model and options reads back the prompts done and runs the rest; another run's file, a changed
               prompt or a file that is not a results file is a ValueError (`force=True` starts it over)
     progress  a progress bar on stderr"""
-    from .dataset.run import run_dataset
+    from .dataset.running import run_dataset
 
     rows, source = _dataset_rows(dataset, out)
     explainer = explainer_of(model, tokenizer, dtype)
@@ -166,7 +166,7 @@ def heads_dataset(
     """Every head's type scores on every prompt of `dataset` (what `selfattn heads TEXT` measures on each text alone,
     with the induction probe of `probe_length` and `seed`, run once), their means with 95 % Student's t-intervals,
     and on how many prompts each head is credited with each type. `out`, `force`, `progress`: as `explain_dataset`."""
-    from .dataset.run import run_dataset
+    from .dataset.running import run_dataset
 
     rows, source = _dataset_rows(dataset, out)
     explainer = explainer_of(model, tokenizer, dtype)

@@ -6,14 +6,14 @@
 The CSV (docs/csv.md, "a dataset run"): `prompt` (the prompt's index, from 0) and `line` (its line in the dataset),
 then, for an explain run, the columns of `selfattn explain --csv` (`csv_table.COLUMNS`); for a heads run `layer`,
 `head`, `type` (the head's clearest type, probe and text merged), `types` (the types credited on this prompt's text,
-";"-joined) and each type's score on the text (`run.heads_numbers`). Numbers as repr writes them; an empty cell: not
+";"-joined) and each type's score on the text (`running.heads_numbers`). Numbers as repr writes them; an empty cell: not
 measured.
 """
 
 from __future__ import annotations
 
 from ..views import csv_table
-from .run import heads_numbers
+from .running import heads_numbers
 
 __all__ = ["columns", "rows", "csv_bytes", "render"]
 

@@ -31,7 +31,7 @@ from ..induction_probe import PROBE_LENGTH
 from ..pipeline import ABLATE_MODES, Patch, Session, Spec
 from ..views import csv_table
 from . import words
-from .result import DatasetResult, HeadMeans, PromptResult
+from .dataset_result import DatasetResult, HeadMeans, PromptResult
 from .rows import PromptRow
 from .stats import mean_ci
 from .store import ResultsFile, fingerprint, prompt_key, run_key
@@ -207,7 +207,10 @@ def spec_of(row: PromptRow, options: Mapping) -> Spec:
 def _explain_prompt(session: Session, row: PromptRow, options: Mapping) -> tuple[list[dict], dict]:
     e = session.explain(spec_of(row, options))
     attribution = e.attribution() if options["attribution"] else None
-    heads = [{k: (None if v == "" else v) for k, v in r.items()} for r in csv_table.rows(e, attribution)]
+    words = ("kind", "types")  # text cells stay text; an empty number cell (not run) is None
+    heads = [
+        {k: (None if v == "" and k not in words else v) for k, v in r.items()} for r in csv_table.rows(e, attribution)
+    ]
     ablation, patching = e.experiments.ablation, e.experiments.patching
     ld = None if ablation is None else ablation.get("logit_diff")
     scalars: dict[str, Any] = {
