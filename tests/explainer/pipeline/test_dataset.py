@@ -55,6 +55,7 @@ def test_t_quantile_is_the_t_table(df):
     assert stats.t_quantile(0.975, df) == pytest.approx(T_TABLE_975[df], rel=TOL["float64_rel"])
 
 
+@pytest.mark.slow
 def test_t_quantile_is_scipys():
     scipy_stats = pytest.importorskip("scipy.stats")
     for df in (1, 2, 3, 7, 19, 99, 1000):
@@ -165,6 +166,7 @@ class Counted:
         monkeypatch.setattr(pipeline.Session, "explain", explain)
 
 
+@pytest.mark.slow
 def test_a_rerun_resumes_where_it_stopped(tmp_path, monkeypatch):
     ex = tiny_explainer()
     data = write_jsonl(tmp_path / "p.jsonl", [{"text": t} for t in TINY_TEXTS])
@@ -185,6 +187,7 @@ def test_a_rerun_resumes_where_it_stopped(tmp_path, monkeypatch):
     assert counted.calls == 0  # all done: nothing runs
 
 
+@pytest.mark.slow
 def test_a_changed_dataset_or_another_run_is_refused(tmp_path):
     ex = tiny_explainer()
     rows = [{"text": t} for t in TINY_TEXTS]
@@ -289,6 +292,7 @@ def cli_on_tiny(monkeypatch):
     return ex
 
 
+@pytest.mark.slow
 def test_cli_csv_holds_one_row_per_head_per_prompt(tmp_path, capsys, cli_on_tiny):
     data = write_jsonl(tmp_path / "p.jsonl", [{"text": t} for t in TINY_TEXTS[:3]])
     out, path = tmp_path / "out.jsonl", tmp_path / "heads.csv"
@@ -315,6 +319,7 @@ def test_cli_csv_holds_one_row_per_head_per_prompt(tmp_path, capsys, cli_on_tiny
     assert main([*args, "--force"]) == 0
 
 
+@pytest.mark.slow
 def test_cli_heads_dataset_terminal_and_csv(tmp_path, capsys, cli_on_tiny):
     data = write_jsonl(tmp_path / "p.jsonl", [{"text": t} for t in TINY_TEXTS[:2]])
     path = tmp_path / "h.csv"
@@ -357,6 +362,7 @@ def test_cli_bad_row_and_out_without_dataset(tmp_path, capsys, cli_on_tiny):
     assert "--csv goes with --dataset" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_prompt_an_experiment_refuses_is_named_by_its_line(tmp_path, cli_on_tiny):
     data = write_jsonl(
         tmp_path / "p.jsonl",

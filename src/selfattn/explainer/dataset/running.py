@@ -20,6 +20,7 @@ holds. A prompt an experiment refuses (a corrupted text of another token length)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -119,7 +120,7 @@ def run_dataset(
             try:
                 heads, scalars = one(session, row, options)
             except ValueError as e:
-                raise ValueError(f"{source}, line {row.line}: {e}") from e
+                raise ValueError(f"{source}, {'row' if source == 'rows' else 'line'} {row.line}: {e}") from e
             fresh = PromptResult(index, row, keys[index], tuple(heads), scalars)
             record = json.loads(json.dumps(fresh.as_dict(), ensure_ascii=False, allow_nan=False))  # as read back
             if store is not None:
@@ -146,12 +147,6 @@ def run_dataset(
         text={},
         out=None if out is None else str(out),
     )
-    return _with_words(result)
-
-
-def _with_words(result: DatasetResult) -> DatasetResult:
-    import dataclasses
-
     return dataclasses.replace(result, text=words.sentences(result))
 
 

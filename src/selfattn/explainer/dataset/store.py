@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 
@@ -34,6 +35,8 @@ KIND = "selfattn.dataset.results"
 """The header's "kind": what marks a file as a dataset run's results."""
 VERSION = 1
 """The layout of the lines; a file of another version is refused, not misread."""
+FINGERPRINT_CHUNK = 1 << 20
+"""Parameters summed in float64 at once by `fingerprint` (8 MiB of float64 at a time, however large the matrix)."""
 
 
 def _digest(doc) -> str:
@@ -47,7 +50,9 @@ def fingerprint(explainer) -> str:
     parts: list = [explainer.name]
     with torch.no_grad():
         for name, p in explainer.model.named_parameters():
-            parts.append([name, list(p.shape), str(p.dtype), float(p.detach().double().sum())])
+            chunks = p.detach().reshape(-1).split(FINGERPRINT_CHUNK)  # float64 a chunk at a time, not a whole copy
+            total = math.fsum(float(c.double().sum()) for c in chunks)
+            parts.append([name, list(p.shape), str(p.dtype), total])
     return _digest(parts)
 
 
