@@ -10,6 +10,7 @@ import io
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import pytest
 import selfattn
 from selfattn.cli import main
 from selfattn.explainer import experiments, pipeline
+from selfattn.explainer.analysis.head_types import REGISTRY
 from selfattn.explainer.dataset import rows as dataset_rows
 from selfattn.explainer.dataset import stats, table
 from selfattn.explainer.dataset.running import EXPLAIN_NUMBERS, heads_numbers
@@ -131,8 +133,8 @@ def test_twenty_prompts_equal_twenty_single_runs(bundled):
 def test_heads_dataset_equals_single_heads_runs(bundled):
     rows = ioi_rows()[::4]  # 5 prompts, one per subject
     got = selfattn.heads_dataset(rows, bundled)
-    for p, row in zip(got.prompts, rows, strict=True):
-        alone = experiments.taxonomy(bundled, row["text"])  # `selfattn heads TEXT`
+    singles = [experiments.taxonomy(bundled, row["text"]) for row in rows]  # `selfattn heads TEXT` on each
+    for p, alone in zip(got.prompts, singles, strict=True):
         for h in p.heads:
             want = alone["heads"][h["layer"]][h["head"]]
             assert h["type"] == want["type"]
@@ -140,10 +142,15 @@ def test_heads_dataset_equals_single_heads_runs(bundled):
             for name in heads_numbers():
                 score = want["text"]["scores"][name]["score"]
                 assert h[name] == (None if score is None else pytest.approx(score, abs=TOL["float32_same_model"]))
-    for h in got.heads:  # on how many prompts each type is credited: counted here from the single runs' types
-        cells = [p.heads[h.layer * got.n_heads + h.head]["types"] for p in got.prompts]
-        for t, k in h.holds.items():
-            assert k == sum(t in c.split(";") for c in cells)
+    for h in got.heads:  # on how many prompts each type is credited, counted from the single runs' types
+        cells = [alone["heads"][h.layer][h.head]["text"]["types"] for alone in singles]
+        assert h.holds == {t: sum(t in c for c in cells) for t in sorted({t for c in cells for t in c})}
+    short = {entry.words["short"]["en"]: t for t, entry in REGISTRY.items()}
+    said = [re.fullmatch(r"L(\d+)H(\d+) is credited as “(.+)” on (\d+) of 5 prompts", line) for line in got.text["en"]]
+    assert any(said)
+    for m in filter(None, said):  # each sentence's count: the prompts whose own single run credits the type
+        layer, head, word, k = int(m[1]), int(m[2]), m[3], int(m[4])
+        assert k == sum(short[word] in alone["heads"][layer][head]["text"]["types"] for alone in singles)
 
 
 # --- resuming ----------------------------------------------------------------------------------------------------
@@ -390,3 +397,10 @@ def test_run_with_hooks_and_the_dataset_calls_are_top_level_names():
     seen = {}
     logits = selfattn.run_with_hooks(ex.model, ids, [("blocks.0.attn.hook_z", lambda t, n: seen.setdefault(n, t))])
     assert set(seen) == {"blocks.0.attn.hook_z"} and logits.shape[:2] == (1, len(ids))
+
+
+@pytest.mark.slow
+def test_the_progress_bar_counts_the_prompts_on_stderr(capsys):
+    selfattn.explain_dataset([{"text": t} for t in TINY_TEXTS[:2]], tiny_explainer(), progress=True)
+    captured = capsys.readouterr()
+    assert "prompts" in captured.err and "2/2" in captured.err and captured.out == ""
