@@ -4,6 +4,7 @@
     out = selfattn.attention(q, k, v, causal=True)          # (B, H, L, D)
     trace = selfattn.reference.self_attention(x, wq, wk, wv) # every step, float64
     e = selfattn.explain("一只蓝色怪兽走进森林")              # an Explanation: inline in a notebook
+    r = selfattn.explain_dataset("prompts.jsonl", model)     # every prompt, and each number's mean with its CI
     selfattn.compat.flash_attn_func(q, k, v, causal=True)     # other libraries' calls, their semantics
 
 `import selfattn` imports neither NumPy nor torch: each name below loads its module on first use
@@ -17,7 +18,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the names below load on first use (`__getattr__`); a type checker sees them here
     from . import compat
-    from .explainer.api import Explanation, explain
+    from .explainer.api import DatasetResult, Explanation, explain, explain_dataset, heads_dataset
+    from .explainer.capture.named_hooks import run_with_hooks
     from .explainer.detect import detect_head
     from .explainer.views.notebook import head_view, model_view
     from .functional import AttentionOutput, attention, intercept, use_backend
@@ -39,6 +41,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "KVCache": ("selfattn.modules", "KVCache"),
     "explain": ("selfattn.explainer.api", "explain"),  # a plain function: selfattn.explain(text, model) -> Explanation
     "Explanation": ("selfattn.explainer.api", "Explanation"),
+    "explain_dataset": ("selfattn.explainer.api", "explain_dataset"),  # every prompt of a dataset, and the means
+    "heads_dataset": ("selfattn.explainer.api", "heads_dataset"),
+    "DatasetResult": ("selfattn.explainer.api", "DatasetResult"),
+    "run_with_hooks": ("selfattn.explainer.capture.named_hooks", "run_with_hooks"),  # one call with named hooks
     "head_view": ("selfattn.explainer.views.notebook", "head_view"),
     "model_view": ("selfattn.explainer.views.notebook", "model_view"),
     "detect_head": ("selfattn.explainer.detect", "detect_head"),  # TransformerLens' head detector
@@ -59,6 +65,10 @@ __all__ = [
     "KVCache",
     "explain",
     "Explanation",
+    "explain_dataset",
+    "heads_dataset",
+    "DatasetResult",
+    "run_with_hooks",
     "head_view",
     "model_view",
     "detect_head",

@@ -107,6 +107,8 @@ def _experiment_files(args) -> list[Path]:
 def _explain(args) -> int:
     from .explainer.views import checkable, outputs
 
+    if args.dataset is not None:
+        return _dataset(args, "explain")
     request = _request(args)
     paths = {"npz": args.npz, "html": args.html, "plots_dir": args.plots, "csv": args.csv}
     shown = request.opened()[:2]
@@ -167,11 +169,12 @@ def _request(args):
     """The `pipeline.Spec` the flags ask for: the text, the head, the interventions, --find and the experiments
     (--ablate, --patch, --logit-lens), as the app and the Python API build theirs."""
     from .explainer.pipeline import Lens, Patch, Spec
+    from .explainer.session import DEFAULT_TEXT
 
     intervention = _intervention(args)
     _check_needs(args)
     return Spec(
-        args.text,
+        DEFAULT_TEXT if args.text is None else args.text,
         layer=args.layer,
         head=args.head,
         intervention=intervention,
@@ -204,9 +207,94 @@ def _reference_texts(path: str) -> list[str]:
     return texts
 
 
+ONE_TEXT_FLAGS = (
+    ("text", "the text argument"),
+    ("patch", "--patch (give each row its corrupted text)"),
+    ("target", "--target (give each row its target)"),
+    ("foil", "--foil (give each row its foil)"),
+    ("html", "--html"),
+    ("npz", "--npz"),
+    ("plots", "--plots"),
+    ("logit_lens", "--logit-lens"),
+    ("find", "--find"),
+    ("layer", "--layer"),
+    ("head", "--head"),
+    ("layers", "--layers"),
+    ("evidence", "--evidence"),
+    ("every_head", "--every-head"),
+    ("only_layer", "--only-layer"),
+    ("only_head", "--only-head"),
+)
+"""(dest, what it is called): what goes with one text and is refused beside --dataset."""
+
+
+def _dataset(args, what: str) -> int:
+    """`selfattn explain|heads --dataset FILE`: every prompt run, averaged (`explainer.dataset`); the dataset and the
+    output files checked before the model loads."""
+    from .explainer.interventions import REGISTRY
+
+    given = [said for dest, said in ONE_TEXT_FLAGS if getattr(args, dest, None) not in (None, False)]
+    given += [cli_args.flag_usage(e) for n, e in REGISTRY.items() if e.cli and getattr(args, cli_args.dest(n), None)]
+    if given:
+        raise _UsageError(f"{given[0]} goes with one text; with --dataset the prompts come from the dataset")
+    _check_needs(args)
+    from .explainer.dataset import rows as dataset_rows
+    from .explainer.dataset import store
+    from .files import check_writable
+
+    rows = dataset_rows.read_rows(args.dataset)
+    store.check_apart(args.dataset, out=args.out, csv=args.csv)
+    if args.csv is not None:
+        check_writable(args.csv, force=args.force)
+    from .explainer.dataset import table
+    from .explainer.dataset.running import run_dataset
+    from .explainer.session import Explainer
+
+    explainer = Explainer.load(args.model, dtype=args.dtype)
+    if what == "explain":
+        options = {
+            "ablate": args.ablate or None,
+            "ablate_mode": args.ablate_mode,
+            "reference": None if args.reference is None else _reference_texts(args.reference),
+            "attribution": bool(args.attribution),
+        }
+    else:
+        options = {"probe_length": args.probe_length, "seed": args.seed}
+    result = run_dataset(
+        explainer,
+        rows,
+        what=what,
+        prepend_bos=args.prepend_bos,
+        out=args.out,
+        force=args.force,
+        progress=sys.stderr.isatty(),
+        source=args.dataset,
+        **options,
+    )
+    written = []
+    if args.csv is not None:
+        from .files import write_atomic
+
+        written.append(write_atomic(args.csv, table.csv_bytes(result), force=args.force))
+    if args.json:
+        _print_json(result.as_dict())
+        return 0
+    console = _console()
+    table.render(result, console, lang=args.lang)
+    for path in [*([] if args.out is None else [Path(args.out)]), *written]:
+        console.print(f"→ {printable(str(path))}", markup=False)
+    return 0
+
+
 def _heads(args) -> int:
     from .explainer import experiments
     from .explainer.session import Explainer
+
+    if args.dataset is not None:
+        return _dataset(args, "heads")
+    for flag, value in (("--out", args.out), ("--csv", args.csv)):
+        if value is not None:
+            raise _UsageError(f"{flag} goes with --dataset (selfattn heads --dataset FILE {flag} …)")
 
     explainer = Explainer.load(args.model, dtype=args.dtype)
     t = experiments.taxonomy(

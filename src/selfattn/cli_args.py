@@ -76,7 +76,7 @@ def _walkthrough_args(commands, runs) -> None:
 
 def _explain_args(commands, runs) -> None:
     p = commands.add_parser("explain", help="a real model's attention on your sentence: tables, pictures, HTML")
-    p.add_argument("text", nargs="?", default="一只蓝色怪兽走进森林", help="the text (default: 一只蓝色怪兽走进森林)")
+    p.add_argument("text", nargs="?", help="the text (default: 一只蓝色怪兽走进森林; none with --dataset)")
     p.add_argument(
         "--model",
         metavar="PATH_OR_ID",
@@ -122,6 +122,7 @@ def _explain_args(commands, runs) -> None:
         "--csv", metavar="FILE", help="also write one row per head (types, scores, experiments' effects) to FILE"
     )
     p.add_argument("--plots", metavar="DIR", help="also save heatmaps (PNG and SVG) into DIR")
+    dataset_args(p, "explain every prompt (with --ablate, and patching where a row has a corrupted text)")
     p.add_argument("--force", action="store_true", help="overwrite files that already exist")
     p.set_defaults(run=runs["explain"])
 
@@ -160,7 +161,8 @@ NEEDS = {
     "target": ("--target", ("--patch", "--ablate")),
     "foil": ("--foil", ("--patch", "--ablate")),
     "reference": ("--reference", ("--ablate",)),
-    "attribution": ("--attribution", ("--patch",)),
+    "attribution": ("--attribution", ("--patch", "--dataset")),
+    "out": ("--out", ("--dataset",)),
     "position": ("--position", ("--logit-lens",)),
 }
 """dest: (flag, the flags it goes with): a flag given without any of them is refused (`cli._check_needs`)."""
@@ -288,7 +290,28 @@ def _heads_args(commands, runs) -> None:
     p.add_argument("--seed", type=_seed, default=0, help="seed of the probe's tokens (default: 0)")
     bos_flag(p)
     _json_flag(p, "print the taxonomy as JSON")
+    dataset_args(p, "measure the heads on every prompt")
+    p.add_argument(
+        "--csv", metavar="FILE", help="with --dataset: also write one row per head per prompt (type scores) to FILE"
+    )
+    p.add_argument("--force", action="store_true", help="with --dataset: overwrite --csv, start --out over")
     p.set_defaults(run=runs["heads"])
+
+
+def dataset_args(p, what: str) -> None:
+    """--dataset FILE and --out FILE (docs/dataset.md)."""
+    p.add_argument(
+        "--dataset",
+        metavar="FILE",
+        help=f"a .jsonl or .csv file of prompts (fields text; corrupted, target, foil): {what}, then each number's "
+        "mean over the prompts with its 95%% confidence interval",
+    )
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="with --dataset: write each prompt's result to FILE (JSONL) as it finishes; rerun with the same FILE to "
+        "resume (its prompts are read back, the rest run)",
+    )
 
 
 def dest(name: str) -> str:

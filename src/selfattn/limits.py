@@ -39,6 +39,9 @@ __all__ = [
     "BLOCK_MASK_CACHE_BYTES",
     "CACHED_KV_BYTES",
     "CACHE_BYTES",
+    "DATASET_BYTES",
+    "DATASET_RESULTS_BYTES",
+    "MAX_DATASET_ROWS",
     "DEFAULT_BUDGET_BYTES",
     "DIGEST_WEIGHTS_BYTES",
     "HEAD_WORDS_BYTES",
@@ -320,3 +323,12 @@ BLOCK_MASK_CACHE_BYTES = 256 << 20
 """Most bytes of block masks `selfattn.attention(mask_mod=...)` keeps, one per (mask_mod, shape), the least recently
 used dropped first (`masks.cached_block_mask`): a document mask at L = 8192 holds a few hundred KiB, a dilated one
 (every block partial) the whole L² bools, 64 MiB."""
+
+DATASET_BYTES = 16 << 20
+"""Largest dataset of prompts read (`--dataset FILE`, JSONL or CSV): 16 MiB, checked before a byte is parsed."""
+
+DATASET_RESULTS_BYTES = 256 << 20
+"""Largest results file of a dataset run read back to resume it (`--out FILE`): each prompt's per-head numbers."""
+
+MAX_DATASET_ROWS = 10_000
+"""Most prompts a dataset holds: each is a whole explain run (and a patching run where it has a corrupted text)."""

@@ -31,11 +31,22 @@ from typing import Any, Literal, cast
 
 import torch
 
+from .dataset.dataset_result import DatasetResult
+from .induction_probe import PROBE_LENGTH
 from .pipeline import Session, Spec, intervention_of
 from .result import Explanation, HeadTable
 from .session import DEFAULT_TEXT, Explainer, dtype_name
 
-__all__ = ["explain", "Explanation", "HeadTable", "ModelSource"]
+__all__ = [
+    "explain",
+    "explain_dataset",
+    "heads_dataset",
+    "Explanation",
+    "DatasetResult",
+    "HeadTable",
+    "ModelSource",
+    "DatasetSource",
+]
 
 ModelSource = str | os.PathLike[str] | torch.nn.Module | Explainer | tuple[Any, Any] | None
 """What `explain` reads a model from: None (the bundled default), a folder, hub id or GGUF file, a loaded
@@ -85,6 +96,104 @@ def explain(
         prepend_bos=prepend_bos,
     )
     return Session(explainer, layers=layers).explain(spec)
+
+
+DatasetSource = str | os.PathLike[str] | Sequence[Mapping[str, Any]]
+"""A dataset of prompts: a .jsonl or .csv file, or rows [{"text": …, "corrupted": …, "target": …, "foil": …}]."""
+
+
+def explain_dataset(
+    dataset: DatasetSource,
+    model: ModelSource = None,
+    *,
+    tokenizer: Any = None,
+    dtype: str | torch.dtype | None = None,
+    ablate: str | Sequence[tuple[int, int]] | None = None,
+    ablate_mode: str | None = None,
+    reference: Sequence[str] | None = None,
+    attribution: bool = False,
+    prepend_bos: bool | None = None,
+    out: str | os.PathLike[str] | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> DatasetResult:
+    """Explain every prompt of `dataset` on `model` and average: a `DatasetResult` (docs/dataset.md).
+
+    Each prompt is what `selfattn.explain(text).run(...)` gives on it alone (the same Spec through the same pipeline):
+    every head's summary numbers and types; with `ablate` (heads, "L.H,L.H" or pairs; `ablate_mode`, `reference` as
+    `Explanation.run`) the ablation, scored by the row's target and foil where it has them; with a row's corrupted
+    text activation patching (target and foil: the row's, default the top predictions); with `attribution`
+    attribution patching beside it. Then each number's mean over the prompts with its 95 % Student's t-interval, and
+    on how many prompts each head holds each type.
+
+    out       a results file (JSONL): each prompt written as it finishes (atomically); a rerun with the same file,
+              dataset, model and options reads back the prompts done and runs the rest; another run's file, a changed
+              prompt or a file that is not a results file is a ValueError (`force=True` starts it over)
+    progress  a progress bar on stderr"""
+    from .dataset.running import run_dataset
+
+    rows, source = _dataset_rows(dataset, out)
+    explainer = explainer_of(model, tokenizer, dtype)
+    return run_dataset(
+        explainer,
+        rows,
+        what="explain",
+        ablate=ablate,
+        ablate_mode=ablate_mode,
+        reference=reference,
+        attribution=attribution,
+        prepend_bos=prepend_bos,
+        out=out,
+        force=force,
+        progress=progress,
+        source=source,
+    )
+
+
+def heads_dataset(
+    dataset: DatasetSource,
+    model: ModelSource = None,
+    *,
+    tokenizer: Any = None,
+    dtype: str | torch.dtype | None = None,
+    probe_length: int = PROBE_LENGTH,
+    seed: int = 0,
+    prepend_bos: bool | None = None,
+    out: str | os.PathLike[str] | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> DatasetResult:
+    """Every head's type scores on every prompt of `dataset` (what `selfattn heads TEXT` measures on each text alone,
+    with the induction probe of `probe_length` and `seed`, run once), their means with 95 % Student's t-intervals,
+    and on how many prompts each head is credited with each type. `out`, `force`, `progress`: as `explain_dataset`."""
+    from .dataset.running import run_dataset
+
+    rows, source = _dataset_rows(dataset, out)
+    explainer = explainer_of(model, tokenizer, dtype)
+    return run_dataset(
+        explainer,
+        rows,
+        what="heads",
+        probe_length=probe_length,
+        seed=seed,
+        prepend_bos=prepend_bos,
+        out=out,
+        force=force,
+        progress=progress,
+        source=source,
+    )
+
+
+def _dataset_rows(dataset, out) -> tuple[list, str]:
+    """(checked PromptRows, the name errors give) of a dataset file or rows; a results file `out` that is the dataset
+    file is refused."""
+    from .dataset.rows import check_rows, read_rows
+    from .dataset.store import check_apart
+
+    if isinstance(dataset, (str, os.PathLike)):
+        check_apart(dataset, out=out)
+        return read_rows(dataset), str(dataset)
+    return check_rows(dataset, "rows"), "rows"
 
 
 def explainer_of(model, tokenizer, dtype=None) -> Explainer:

@@ -54,6 +54,7 @@ PREFIXES = {
     "export": "what the export left out (views/export.py)",
     "compare": "an intervention compared with the text unchanged, in a sentence (views/experiment_words.py)",
     "attribution": "attribution patching in the terminal and on the page (views/attribution_table.py, experiments.js)",
+    "dataset": "a dataset run's findings, each over how many prompts it holds (explainer/dataset/words.py)",
 }
 """Every key starts with one of these and a dot: the room that says the sentence."""
 

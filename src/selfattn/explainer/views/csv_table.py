@@ -66,10 +66,11 @@ def rows(e, attribution: Mapping | None = None) -> list[dict]:
     return out
 
 
-def csv_bytes(table: Sequence[Mapping]) -> bytes:
-    """The rows as CSV (a header of COLUMNS first), UTF-8."""
+def csv_bytes(table: Sequence[Mapping], columns: Sequence[str] = COLUMNS) -> bytes:
+    """The rows as CSV (a header of `columns` first: COLUMNS, or a dataset run's `dataset.table` columns), UTF-8;
+    None is an empty cell."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
     for row in table:
         writer.writerow({k: repr(v) if isinstance(v, float) else v for k, v in row.items()})
