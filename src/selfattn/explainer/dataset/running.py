@@ -184,7 +184,7 @@ def _options(explainer, rows, what, ablate, ablate_mode, reference, attribution,
 
 def spec_of(row: PromptRow, options: Mapping) -> Spec:
     """The explain Spec of one prompt: what `selfattn explain TEXT` with these flags builds (--ablate with the row's
-    --target/--foil, --patch CORRUPTED with them)."""
+    --target/--foil, --patch CORRUPTED with them, --attribution beside)."""
     ablate = options["ablate"]
     scored = ablate is not None and row.target is not None
     return Spec(
@@ -196,12 +196,13 @@ def spec_of(row: PromptRow, options: Mapping) -> Spec:
         reference=None if options["reference"] is None else tuple(options["reference"]),
         patch=None if row.corrupted is None else Patch(row.corrupted, target=row.target, foil=row.foil),
         prepend_bos=options["prepend_bos"],
+        attribution=bool(options["attribution"]) and row.corrupted is not None,
     )
 
 
 def _explain_prompt(session: Session, row: PromptRow, options: Mapping) -> tuple[list[dict], dict]:
     e = session.explain(spec_of(row, options))
-    attribution = e.attribution() if options["attribution"] else None
+    attribution = e.experiments.attribution  # run with the patching when the options ask (`spec_of`)
     words = ("kind", "types")  # text cells stay text; an empty number cell (not run) is None
     heads = [
         {k: (None if v == "" and k not in words else v) for k, v in r.items()} for r in csv_table.rows(e, attribution)
