@@ -41,11 +41,14 @@ def csv_bytes(result) -> bytes:
 
 
 def _cell(mean) -> str:
+    """ "0.335 [0.302, 0.367]": the mean and its interval, every minus sign "−" as the other tables print it."""
+    from ..views.tables import number
+
     if mean.mean is None:
         return ""
     if mean.low is None:
-        return f"{mean.mean:.3f}"
-    return f"{mean.mean:.3f} [{mean.low:.3f}, {mean.high:.3f}]"
+        return number(mean.mean, 3)
+    return f"{number(mean.mean, 3)} [{number(mean.low, 3)}, {number(mean.high, 3)}]"
 
 
 def render(result, console, *, lang: str = "zh") -> None:
@@ -55,6 +58,7 @@ def render(result, console, *, lang: str = "zh") -> None:
     from rich.text import Text
 
     from ..catalogue import text
+    from ..views.type_legend import legend
 
     shown = [n for n in result.numbers if any(h.means[n].n for h in result.heads)]
     table = Table(title=Text(result.text[lang][0]), title_justify="left")
@@ -62,9 +66,10 @@ def render(result, console, *, lang: str = "zh") -> None:
     table.add_column(text("common.head", lang), justify="right")
     for name in shown:
         table.add_column(name, justify="right")
-    table.add_column("types (k/n)")
+    table.add_column(text("dataset.types_column", lang))
+    short = legend()["short"]  # each type's short name in the language asked
     for h in result.heads:
-        held = ", ".join(f"{t} {k}/{result.n}" for t, k in h.holds.items())
+        held = ", ".join(f"{short[t][lang] if t in short else t} {k}/{result.n}" for t, k in h.holds.items())
         table.add_row(str(h.layer), str(h.head), *(_cell(h.means[n]) for n in shown), held)
     console.print(table)
     for line in result.text[lang][1:]:
