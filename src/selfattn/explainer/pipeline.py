@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -316,39 +316,35 @@ def _link(description: Mapping) -> tuple[int, int] | None:
 def _kept(explainer: Explainer, text: str, cut, name: str, asked: dict, results: TraceCache | None) -> dict:
     """`experiments.run(**asked)[name]` on the text (read from `results` when it holds the same one: the lens's with
     the same intervention); a refusal raised as an Experiment*Error."""
-
-    def compute() -> dict:
-        try:
-            return experiments.run(explainer, text, cut=cut, **asked)[name]
-        except ValueError as exc:
-            raise ExperimentValueError(str(exc)) from exc
-        except TypeError as exc:
-            raise ExperimentTypeError(str(exc)) from exc
-
-    if results is None:
-        return compute()
     key = (name, text, repr(sorted((k, v) for k, v in asked.items() if k != "trace")))
-    return results.get(key, compute)
+    return _experiment(results, key, lambda: experiments.run(explainer, text, cut=cut, **asked)[name])
 
 
 def _attributed(explainer: Explainer, text: str, cut, patching: Mapping, results: TraceCache | None, bos) -> dict:
     """`experiments.attribution` of the text → patching's corrupted text, on patching's target and foil, its exact
     shares beside (read from `results` when it holds the same); a refusal raised as an Experiment*Error."""
     corrupted, target, foil = patching["corrupted"]["text"], patching["target"]["id"], patching["foil"]["id"]
+    return _experiment(
+        results,
+        ("attribution", text, corrupted, target, foil, repr(bos)),
+        lambda: experiments.attribution(
+            explainer, text, corrupted, target=target, foil=foil, cut=cut, exact=dict(patching)
+        ),
+    )
+
+
+def _experiment(results: TraceCache | None, key: tuple, run: Callable[[], dict]) -> dict:
+    """run() — or `results`' value under `key` when it holds one —, a refusal raised as an Experiment*Error."""
 
     def compute() -> dict:
         try:
-            return experiments.attribution(
-                explainer, text, corrupted, target=target, foil=foil, cut=cut, exact=dict(patching)
-            )
+            return run()
         except ValueError as exc:
             raise ExperimentValueError(str(exc)) from exc
         except TypeError as exc:
             raise ExperimentTypeError(str(exc)) from exc
 
-    if results is None:
-        return compute()
-    return results.get(("attribution", text, corrupted, target, foil, repr(bos)), compute)
+    return compute() if results is None else results.get(key, compute)
 
 
 class Session:
