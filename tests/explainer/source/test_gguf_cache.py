@@ -70,7 +70,7 @@ def test_the_second_load_reads_the_cache_and_gives_the_same_weights_bit_for_bit(
     assert reads == [], "the second load parses no GGUF metadata and dequantizes nothing"
     _same_bits(weights, _state(second.model))
     assert [second.tokenize(t)[1].tolist() for t in (CHINESE, MARY)] == tokens
-    assert second.loaded["format"] == "gguf" and second.model.dtype == torch.float32
+    assert second.card.loaded["format"] == "gguf" and second.model.dtype == torch.float32
     del second
 
     data = entry / gguf_cache.WEIGHTS  # one byte of one weight changed: the entry is not trusted, but rebuilt
