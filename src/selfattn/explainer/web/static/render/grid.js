@@ -29,7 +29,10 @@ export function renderGrid(state, t) {
       td.append(el("b", {}, t("page.cell_entropy", { bits: s.entropy.toFixed(2) })),
         el("span", {}, t("page.cell_first", { weight: pct(s.first_token) })));
       const d = doc.descriptions ? doc.descriptions[l][h] : null;
-      if (d) td.append(el("span", { class: "describe", "data-testid": "head-cell-description" }, d.text[state.lang]));
+      if (d) { // clamped to a few lines (explorer.css); the whole sentence in its title
+        td.append(el("span", { class: "describe", "data-testid": "head-cell-description", title: d.text[state.lang] },
+          d.text[state.lang]));
+      }
       td.setAttribute("aria-label", d ? t("page.cell_label_text", { layer: l, head: h, text: d.text[state.lang] })
         : t("page.layer_head", { layer: l, head: h }));
       td.classList.toggle("current", l === state.layer && h === state.head);
