@@ -197,3 +197,27 @@ def test_the_smollm2_page_at_real_size(browser, smollm2_page, width):  # noqa: F
     assert pressed == 1, f"9 heads (more than {FOLDED_HEADS}): the head view starts with one, not {pressed}"
     assert not errors, errors
     page.context.close()
+
+
+CHINESE_LONG = (
+    "一只蓝色怪兽走进森林，两条红色的鱼游进大海，一只小猫走进房子，一只蓝色怪兽走进森林。"
+    "两条红色的鱼游进大海，一只小猫走进森林。"
+)
+"""About 40 pieces of the bundled model, with commas and repeated words (labels such as "，@13"): heatmap cells
+thinner than a label, so only every other label can be shown."""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_chinese_labels_on_cells_thinner_than_a_label_never_overlap(browser, bundled, tmp_path, width):  # noqa: F811
+    doc = explained(bundled, CHINESE_LONG, lang="zh")
+    L = len(doc["tokens"])
+    assert 36 <= L <= 48, f"{L} tokens: the case wants labelled cells thinner than a label"
+    page, errors = opened(browser, report.write_html(doc, tmp_path / "zh.html"), width)
+    assert_no_overlap(page, "explore", L)  # every other row and column: L labels in all
+    shown = page.eval_on_selector_all(
+        "[data-testid=heatmap-label][data-axis=col]", "ls => ls.map(l => +l.dataset.index)"
+    )
+    assert len(shown) < L and shown[0] == 0, f"every label cannot fit: {shown}"
+    assert_inside_cards(page, "explore")
+    assert not errors, errors
+    page.context.close()
