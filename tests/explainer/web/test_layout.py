@@ -167,6 +167,13 @@ def test_the_head_view_of_14_heads_starts_with_the_shown_head_and_shows_all_on_r
     assert pressed == [head], f"{len(pressed)} heads drawn at first: {pressed}"
     drawn = page.eval_on_selector_all("[data-testid=hv-line]", "ls => [...new Set(ls.map(l => +l.dataset.head))]")
     assert drawn == [head], drawn
+    other = (head + 5) % 14
+    page.select_option("[data-testid=head-select]", str(other))  # a view of one head follows the head picked
+    page.wait_for_selector(f"#app[data-head='{other}'][data-ready='1']", state="attached")
+    pressed = page.eval_on_selector_all(
+        "[data-testid=hv-toggle][aria-pressed=true]", "bs => bs.map(b => +b.dataset.head)"
+    )
+    assert pressed == [other], f"picked head {other}, the head view draws {pressed}"
     page.click("[data-testid=hv-all]")
     pressed = page.eval_on_selector_all("[data-testid=hv-toggle][aria-pressed=true]", "bs => bs.length")
     drawn = page.eval_on_selector_all("[data-testid=hv-line]", "ls => new Set(ls.map(l => +l.dataset.head)).size")
