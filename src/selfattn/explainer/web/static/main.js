@@ -277,7 +277,7 @@ function bindHeatmap(state, c) {
       $("stepper").scrollIntoView({ block: "start" });
     }
   });
-  $("save").addEventListener("click", () => savePicture(state));
+  $("save").addEventListener("click", () => savePicture(state, c.t()));
   $("measure").addEventListener("click", (e) => { // the heatmap's measure: weights or contributions
     const b = e.target.closest("button[data-measure]");
     if (b) c.change({ measure: b.dataset.measure });

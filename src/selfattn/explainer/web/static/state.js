@@ -1,6 +1,7 @@
 /* What the page shows now: one object, created by main.js and passed to whoever reads or changes it.
  * The rules of a change (what a new head or row resets, which key is shown by default) live here. */
 
+import { START_ALL_HEADS } from "./render/headview.js";
 import { stageRow, topKey } from "./stages.js";
 
 /** The state of a page built from its data block (`readPageData`). */
@@ -55,12 +56,13 @@ export function setDoc(state, doc, keepSelection) {
   state.doc = doc;
   state.picture = null;
   state.want = null;
-  state.hvHeads = new Set(doc.model.n_heads ? Array.from({ length: doc.model.n_heads }, (_, h) => h) : []);
   if (!keepSelection || state.layer >= doc.layers.length || state.head >= doc.model.n_heads) {
     state.layer = doc.selected.layer;
     state.head = doc.selected.head;
     state.rule = doc.selected.rule;
   }
+  const n = doc.model.n_heads || 0;
+  state.hvHeads = new Set(n <= START_ALL_HEADS ? Array.from({ length: n }, (_, h) => h) : [state.head]);
   if (!keepSelection || state.row >= L) {
     // Python's choice (export.opened_query): a row the mask hides keys from, so the mask step shows −inf
     state.row = doc.opened && doc.opened.row < L ? doc.opened.row : L - 1;
@@ -74,6 +76,7 @@ export function select(state, changes) {
   if ("layer" in changes || "head" in changes) {
     state.rule = "user";
     state.picture = null;
+    if (state.hvHeads.size === 1) state.hvHeads = new Set([state.head]); // a head view of one head follows it
   }
   if ("row" in changes && !("focus" in changes)) state.focus = null;
 }

@@ -21,7 +21,7 @@ export function renderModel(state, t) {
   const kind = m.kind === "decoder" ? t("common.decoder") : m.kind === "encoder" ? t("common.encoder") : m.kind;
   $("model-info").textContent = t("page.model", Object.assign({}, m, { kind, n_tokens: L })) +
     (m.architecture ? t("page.model_architecture", { architecture, positions }) : "") +
-    (m.bos ? " " + m.bos.text[state.lang] : "");
+    (m.bos ? " · " + m.bos.text[state.lang] : "");
   const unknown = doc.unknown || { count: 0, hint: { en: "", zh: "" } };
   $("unknown").textContent = unknown.count
     ? t("page.unknown", { n: unknown.count, n_tokens: L, hint: unknown.hint[state.lang] }) : "";

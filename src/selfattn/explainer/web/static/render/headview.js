@@ -7,6 +7,7 @@ import { pct } from "../format.js";
 
 export const LINE_PX = 8; // the width of a line of weight 100%, in CSS pixels
 export const MIN_WEIGHT = 0.01; // weights below 1% draw no line
+export const START_ALL_HEADS = 8; // up to this many heads the view starts with all drawn; past it, the shown one
 export const MAX_LINES = 3000; // at most this many lines (a long input keeps only the strongest)
 const ROW_PX = 22, LONG_ROW_PX = 14; // the height of one token row (short input, long input)
 const LONG = 64; // from this many tokens on, the rows are LONG_ROW_PX
@@ -49,6 +50,21 @@ function svgEl(tag, attrs) {
   return e;
 }
 
+/** The button that draws every head (when some are off), or only the shown one again (when all are on):
+ * it changes view.heads (the page's set) and draws the view again. */
+function allOrOne(root, src, view, t) {
+  const all = view.heads.size < src.nHeads;
+  const one = view.current === null || view.current === undefined ? 0 : view.current;
+  const b = el("button", { type: "button", class: "hv-all", "data-testid": all ? "hv-all" : "hv-one" },
+    all ? t("page.hv_all", { n: src.nHeads }) : t("page.hv_only", { head: one }));
+  b.addEventListener("click", () => {
+    view.heads.clear();
+    for (let h = 0; h < src.nHeads; h++) if (all || h === one) view.heads.add(h);
+    renderHeadView(root, src, view, t);
+  });
+  return b;
+}
+
 /** Draw into `root` (a container): the head toggles, the note, the drawing. view = {layer, heads: Set,
  * current: head highlighted or null}. A toggle is a button[data-head] (the page listens on root). */
 export function renderHeadView(root, src, view, t) {
@@ -63,9 +79,11 @@ export function renderHeadView(root, src, view, t) {
     if (h === view.current) b.classList.add("current");
     toggles.append(b);
   }
+  if (src.nHeads > 1) toggles.append(allOrOne(root, src, view, t));
   const { lines, threshold, total, limited } = headLines(src, view.layer, [...view.heads].sort((a, b) => a - b));
   const note = el("p", { class: "hint", "data-testid": "hv-note" },
     t(limited ? "page.hv_note_long" : "page.hv_note", { drawn: lines.length, total, threshold: pct(threshold) }));
+  if (view.heads.size === 1 && src.nHeads > START_ALL_HEADS) note.prepend(`${t("page.hv_folded", { n: src.nHeads, head: [...view.heads][0] })} `);
   const row = L >= LONG ? LONG_ROW_PX : ROW_PX;
   const height = row * L + row;
   const svg = svgEl("svg", { width: WIDTH_PX, height, viewBox: `0 0 ${WIDTH_PX} ${height}`, "data-testid": "hv-svg",

@@ -13,8 +13,11 @@ const HEATMAP_PX = 520; // side of the drawn L×L picture, in CSS pixels (at mos
 const MIN_HEATMAP_PX = 240; // … and at least
 const LABELLED_CELL_PX = 36; // side of one cell of a short (labelled) input
 const HEATMAP_PAD_PX = 24; // room right of and below the picture for the last tick label
-const CJK = /[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]/; // a column label with these is written upright
-const VERTICAL_LINE_PX = 13; // the step between two upright characters of a column label
+const CJK = /[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]/; // in the saved PNG, written upright
+const LABEL_FONT_PX = 13, TICK_FONT_PX = 11; // a token's label, a position's tick
+const LABEL_PX = 15; // the thickness of a label (one line of LABEL_FONT_PX) with its gap: labels are this far apart
+const MAX_TICKS = 8; // a long input labels at most this many positions per axis
+const TICK_BOX_PX = 40; // the width of a tick's label above its column (centred on it)
 const SINK_GAP_PX = 14; // the blank between the matrix and the sink column
 const MIN_SINK_PX = 14; // the sink column is at least this wide (a long input's cells are thinner)
 const FONT = '"WenQuanYi Micro Hei", "Noto Sans CJK SC", "Source Han Sans SC", "PingFang SC", ' +
@@ -93,17 +96,12 @@ export function drawHeatmap(state, t) {
   ctx.fillRect(0, 0, width, height);
   ctx.imageSmoothingEnabled = L > size; // shrink a long input smoothly, enlarge a short one crisply
   ctx.drawImage(state.picture.canvas, margin, margin, size, size);
-  ctx.fillStyle = "#333";
-  ctx.font = `${L <= LABELLED_HEATMAP ? 13 : 11}px ${FONT}`;
   const visible = visibleOf(doc.layers[state.layer], state.head);
-  if (L <= LABELLED_HEATMAP) {
-    drawLabels(ctx, doc.tokens, margin, cell);
-    drawHidden(ctx, visible, margin, cell, L);
-  } else {
-    drawTicks(ctx, margin, cell, L);
-  }
+  if (L <= LABELLED_HEATMAP) drawHidden(ctx, visible, margin, cell, L);
   const head = doc.layers[state.layer].heads[state.head];
-  if (sinkWidth) drawSink(ctx, t, head, { L, margin, cell, sinkLeft, sinkWidth, labelled: L <= LABELLED_HEATMAP });
+  if (sinkWidth) drawSink(ctx, head, { L, margin, cell, sinkLeft, sinkWidth });
+  const g = shownGeometry(state);
+  placeLabels(axisLabels(doc.tokens, g, t), g, L <= LABELLED_HEATMAP);
   ctx.strokeStyle = "#f97316"; // the selected query row
   ctx.lineWidth = 2;
   ctx.strokeRect(margin - 1, margin + state.row * cell - 1, size + 2, Math.max(cell, 1) + 2);
@@ -118,8 +116,8 @@ export function drawHeatmap(state, t) {
     { i: state.row, query: doc.tokens[state.row], j, key: doc.tokens[j], weight: pct(w) }));
 }
 
-/** The sink column: one cell per query row in the weights' colours, framed, its name above it. */
-function drawSink(ctx, t, head, g) {
+/** The sink column: one cell per query row in the weights' colours, framed (its name: a label above it). */
+function drawSink(ctx, head, g) {
   for (let i = 0; i < g.L; i++) {
     ctx.fillStyle = rgb(shade(sinkShare(head, i)));
     ctx.fillRect(g.sinkLeft, g.margin + i * g.cell, g.sinkWidth, Math.max(g.cell, 1));
@@ -127,13 +125,6 @@ function drawSink(ctx, t, head, g) {
   ctx.strokeStyle = "#6b7280";
   ctx.lineWidth = 1;
   ctx.strokeRect(g.sinkLeft - 0.5, g.margin - 0.5, g.sinkWidth + 1, g.L * g.cell + 1);
-  ctx.fillStyle = "#333";
-  ctx.save();
-  ctx.translate(g.sinkLeft + g.sinkWidth / 2, g.margin - 6);
-  if (g.labelled) ctx.rotate(-Math.PI / 3);
-  ctx.textAlign = g.labelled ? "left" : "center";
-  ctx.fillText(t("common.sink"), 0, 0, g.margin);
-  ctx.restore();
 }
 
 /** A hatch over every hidden cell (mask 0) of a short input: not a colour that could be read as a weight. */
@@ -152,41 +143,81 @@ function drawHidden(ctx, visible, margin, cell, L) {
   }
 }
 
-function drawLabels(ctx, tokens, margin, cell) {
-  ctx.textBaseline = "middle";
-  ctx.textAlign = "right";
-  tokens.forEach((tok, i) => ctx.fillText(clip(tok), margin - 6, margin + (i + 0.5) * cell, margin - 10));
-  ctx.textAlign = "left";
-  tokens.forEach((tok, j) => {
-    if (CJK.test(tok)) { // written upright, one character under the other (rotated, 一 would read as "/")
-      const chars = Array.from(tok.length > 6 ? tok.slice(0, 5) + "…" : tok);
-      ctx.textAlign = "center";
-      chars.forEach((ch, k) => ctx.fillText(ch, margin + (j + 0.5) * cell, margin - 10 - (chars.length - 1 - k) * VERTICAL_LINE_PX));
-      ctx.textAlign = "left";
-      return;
-    }
-    ctx.save();
-    ctx.translate(margin + (j + 0.5) * cell, margin - 6);
-    ctx.rotate(-Math.PI / 3);
-    ctx.fillText(clip(tok), 0, 0, margin);
-    ctx.restore();
-  });
+/** The axis labels the heatmap shows: {axis: "row" | "col" | "sink", index, text, title, at} with `at` the
+ * centre of its row or column in CSS px from the picture's corner. A short input names its tokens, a long one
+ * its positions (ticks); either way only every `step`-th, so that no two labels are closer than LABEL_PX
+ * (the labels are LABEL_PX thick: one line across a row, one upright line along a column). */
+export function axisLabels(tokens, g, t) {
+  const { L, margin, cell } = g;
+  const labelled = L <= LABELLED_HEATMAP;
+  const step = labelled ? Math.ceil(LABEL_PX / cell) : tickStep(L);
+  const out = [];
+  for (let i = 0; i < L; i += step) {
+    const text = labelled ? clip(tokens[i], CJK.test(tokens[i]) ? 6 : 8) : String(i);
+    const title = `${i} · ${tokens[i]}`;
+    out.push({ axis: "row", index: i, text, title, at: margin + (i + 0.5) * cell });
+    out.push({ axis: "col", index: i, text, title, at: margin + (i + 0.5) * cell });
+  }
+  if (!g.sinkWidth) return out;
+  const sink = g.sinkLeft + g.sinkWidth / 2; // a tick too close to the sink's name gives way to it
+  const room = (labelled ? LABEL_PX : TICK_BOX_PX + LABEL_PX) / 2;
+  const kept = out.filter((lab) => lab.axis === "row" || sink - lab.at >= room);
+  return [...kept, { axis: "sink", index: -1, text: t("common.sink"), title: t("common.sink"), at: sink }];
 }
 
+/** Ticks of a long input: a round step (1, 2, 5 × 10^k) giving at most MAX_TICKS of them. */
+function tickStep(L) {
+  const unit = Math.pow(10, Math.floor(Math.log10(L / MAX_TICKS)));
+  return [1, 2, 5, 10].map((k) => k * unit).find((s) => L / s <= MAX_TICKS);
+}
 
-function drawTicks(ctx, margin, cell, L) {
-  const step = Math.pow(10, Math.floor(Math.log10(L / 4)));
+/** The labels as text in the page (#heatmap-labels over the canvas): each a span whose title names its
+ * position and whole token. Rows right-aligned left of the picture; a token's column label upright above
+ * its column, a tick level above it. */
+function placeLabels(labels, g, labelled) {
+  const spans = labels.map((lab) => {
+    const kind = lab.axis === "row" ? "row" : labelled || lab.axis === "sink" ? "col" : "tick";
+    const span = el("span", { class: `hl hl-${kind}`, title: lab.title, "data-testid": "heatmap-label",
+      "data-axis": lab.axis, "data-index": lab.index }, lab.text);
+    span.style.fontSize = `${labelled ? LABEL_FONT_PX : TICK_FONT_PX}px`;
+    if (kind === "row") Object.assign(span.style, { top: `${lab.at - LABEL_PX / 2}px`, width: `${g.margin - 8}px` });
+    else if (kind === "col") Object.assign(span.style, { left: `${lab.at - LABEL_PX / 2}px`, height: `${g.margin - 8}px` });
+    else Object.assign(span.style, { left: `${lab.at - TICK_BOX_PX / 2}px`, top: `${g.margin - 8 - LABEL_PX}px` });
+    return span;
+  });
+  $("heatmap-labels").replaceChildren(...spans);
+}
+
+/** The same labels drawn onto a copy of the picture (the saved PNG): columns upright, CJK one character
+ * under the other (rotated, 一 would read as "|"). */
+function drawLabels(ctx, labels, g, labelled) {
+  ctx.fillStyle = "#333";
+  ctx.font = `${labelled ? LABEL_FONT_PX : TICK_FONT_PX}px ${FONT}`;
   ctx.textBaseline = "middle";
-  for (let p = 0; p < L; p += step * Math.ceil(L / (step * 8))) {
-    ctx.textAlign = "right";
-    ctx.fillText(String(p), margin - 4, margin + (p + 0.5) * cell);
-    ctx.textAlign = "center";
-    ctx.fillText(String(p), margin + (p + 0.5) * cell, margin - 10);
+  for (const lab of labels) {
+    if (lab.axis === "row") {
+      ctx.textAlign = "right";
+      ctx.fillText(lab.text, g.margin - 8, lab.at, g.margin - 10);
+    } else if (!labelled && lab.axis !== "sink") {
+      ctx.textAlign = "center";
+      ctx.fillText(lab.text, lab.at, g.margin - 8 - LABEL_PX / 2, TICK_BOX_PX);
+    } else if (CJK.test(lab.text)) {
+      const chars = Array.from(lab.text);
+      ctx.textAlign = "center";
+      chars.forEach((ch, k) => ctx.fillText(ch, lab.at, g.margin - 12 - (chars.length - 1 - k) * LABEL_PX));
+    } else {
+      ctx.save();
+      ctx.translate(lab.at, g.margin - 6);
+      ctx.rotate(-Math.PI / 2);
+      ctx.textAlign = "left";
+      ctx.fillText(lab.text, 0, 0, g.margin - 8);
+      ctx.restore();
+    }
   }
 }
 
-function clip(tok) {
-  return tok.length > 8 ? tok.slice(0, 7) + "…" : tok;
+function clip(tok, n) {
+  return tok.length > n ? tok.slice(0, n - 1) + "…" : tok;
 }
 
 /** The (query, key) cell under a mouse event, or null. */
@@ -216,9 +247,7 @@ export function showTip(state, t, event) {
   if (s) {
     const value = pct(sinkShare(doc.layers[state.layer].heads[state.head], s.i));
     tip.textContent = t("page.sink_tip", { i: s.i, query: doc.tokens[s.i], value });
-    tip.style.left = `${s.x + 14}px`;
-    tip.style.top = `${s.y + 14}px`;
-    tip.hidden = false;
+    placeTip(tip, s.x, s.y);
     return;
   }
   if (!c) {
@@ -231,13 +260,34 @@ export function showTip(state, t, event) {
   tip.textContent = t("page.tip", { i: c.i, query: doc.tokens[c.i], j: c.j, key: doc.tokens[c.j], value });
   const shares = state.measure === "contributions" ? sharesOf(doc, state.layer, state.head) : null;
   if (shares && visible) tip.textContent += " · " + t("page.contribution_bar", { share: pct(shownShare(shares, c.i, c.j)) });
-  tip.style.left = `${c.x + 14}px`;
-  tip.style.top = `${c.y + 14}px`;
+  placeTip(tip, c.x, c.y);
+}
+
+/** Show the tip beside the pointer at (x, y) (CSS px in the picture), on the side with the more room, so
+ * that it stays inside the picture's box (which scrolls on a narrow page and would clip it). */
+function placeTip(tip, x, y) {
+  const box = $("heatmap");
+  const right = x < box.clientWidth / 2, below = y < box.clientHeight / 2;
+  tip.style.left = right ? `${x + 14}px` : "";
+  tip.style.right = right ? "" : `${box.clientWidth - x + 14}px`;
+  tip.style.top = below ? `${y + 14}px` : "";
+  tip.style.bottom = below ? "" : `${box.clientHeight - y + 14}px`;
   tip.hidden = false;
 }
 
-export function savePicture(state) {
-  $("heatmap").toBlob((blob) => {
+/** Save the heatmap as a PNG: the picture with its labels drawn in. */
+export function savePicture(state, t) {
+  const shown = $("heatmap");
+  const copy = document.createElement("canvas");
+  copy.width = shown.width;
+  copy.height = shown.height;
+  const ctx = copy.getContext("2d");
+  ctx.drawImage(shown, 0, 0);
+  const dpr = window.devicePixelRatio || 1;
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  const g = shownGeometry(state);
+  drawLabels(ctx, axisLabels(state.doc.tokens, g, t), g, g.L <= LABELLED_HEATMAP);
+  copy.toBlob((blob) => {
     const url = URL.createObjectURL(blob);
     const a = el("a", { href: url, download: `attention-layer${state.layer}-head${state.head}.png` });
     a.click();

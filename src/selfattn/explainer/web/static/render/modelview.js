@@ -6,7 +6,6 @@
 import { el } from "../dom.js";
 import { HIDDEN_RGB, layerRanges, shade } from "../format.js";
 
-export const THUMB_PX = 72; // the side of a thumbnail, in CSS pixels
 export const THUMB_MAX = 128; // beyond this many tokens a thumbnail pixel is the largest weight of a block
 
 /** A type's name in the page's language (the legend's label), "" for none. */
@@ -99,7 +98,6 @@ export function renderModelView(root, src, current, t) {
       const button = el("button", { type: "button", class: "mv-thumb", "data-testid": "mv-thumb", "data-layer": l,
         "data-head": h, "data-type": type || "", "data-held": src.held(l) ? "1" : "0",
         title: `${t("page.layer_head", { layer: src.layerName(l), head: h })} · ${type ? typeLabel(legend, type, t.lang) : t("page.mv_untyped")}${held}` });
-      thumb.canvas.style.width = thumb.canvas.style.height = `${THUMB_PX}px`;
       thumb.canvas.dataset.testid = "mv-canvas";
       button.style.borderColor = (type && legend.colours[type]) || "transparent";
       if (current && current.layer === l && current.head === h) button.classList.add("current");
@@ -109,7 +107,10 @@ export function renderModelView(root, src, current, t) {
     }
     table.append(tr);
   }
-  const parts = [table];
+  table.style.setProperty("--mv-heads", String(src.nHeads)); // the thumbnails' side: explorer.css .mv-grid
+  const scroll = el("div", { class: "mv-scroll" });
+  scroll.append(table);
+  const parts = [scroll];
   const held = heldNames(src);
   if (held !== null) parts.unshift(el("p", { class: "hint", "data-testid": "mv-held" }, t("page.mv_held", { held })));
   if (block > 1) {
