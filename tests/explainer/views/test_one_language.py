@@ -27,6 +27,7 @@ ALLOWED = {
     # terms the Chinese tutorial itself uses as they are
     *("Self-Attention", "token", "head", "mask", "logit", "bit", "ms", "MLP", "LayerNorm", "RMSNorm", "RoPE", "GQA"),
     "BOS",  # the model's beginning-of-sequence token, as every model card and TransformerLens name it
+    "Spearman",  # a person's name: Spearman's rank correlation (斯皮尔曼 is rarer in the field than the name)
     # names: the package, the library, a file format, commands and flags the learner types, the language button
     *("selfattn", "transformers", "PNG", "English", "explain", "serve", "html", "layers", "find"),
 }
