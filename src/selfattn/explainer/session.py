@@ -24,7 +24,6 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -38,48 +37,25 @@ from .analysis import heads, held
 from .capture.batching import Unbatchable
 from .capture.cache import TraceCache
 from .capture.trace import capture, capture_batch
+from .card import Card
 from .interventions import Intervention
 from .source import resolve as sources
 from .tokenizing import CheckpointTokenizer, FunctionTokenizer, Tokenizer
 from .trace_types import ModelTrace
 
-__all__ = ["Explainer", "Card", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report", "dtype_name"]
+__all__ = ["Explainer", "DEFAULT_TEXT", "MAX_CHARS", "vocabulary", "unknown_report", "dtype_name"]
 
 DEFAULT_TEXT = "一只蓝色怪兽走进森林"
 MAX_CHARS = 4000
 """Longest text accepted (characters), whatever the model's context."""
 SUGGESTED_MODEL = "Qwen/Qwen2.5-0.5B"
 """A real model to suggest for free text (Chinese and English)."""
-OURS = ("selfattn DecoderLM", "positions.learned")
-"""Our models' architecture, and their positional scheme as its key in `views.texts`."""
 DEFAULT_NAME = "selfattn default model"
 NO_CAUSAL = "no_causal"
 """The intervention an encoder refuses: it has no causal mask to switch off."""
 
 BATCHED = "batched"
 """The third part of a `TraceCache` key of a trace from a batch of control sentences (`Explainer._batch`)."""
-
-
-@dataclass(frozen=True)
-class Card:
-    """What an explainer says of its model that its modules do not tell (`result.ModelCard` adds the sizes).
-
-    name          how every view names the model;  max_len  the most tokens it reads
-    architecture, architecture_zh   its architecture in words;  positions  its positional scheme (a catalogue key)
-    kind          "decoder" | "encoder" (None: read from each trace: a causal call makes a decoder)
-    unknown_hint  what the model knows and what to use for free text ({zh, en});  loaded  how it was built
-    bos_token     the model's BOS id where its config names none (our checkpoints: the tokenizer's <bos>); see
-                  `Explainer.bos`"""
-
-    name: str
-    max_len: int
-    architecture: str = OURS[0]
-    architecture_zh: str | None = None
-    positions: str = OURS[1]
-    kind: str | None = None
-    unknown_hint: Mapping[str, str] = field(default_factory=lambda: {"en": "", "zh": ""})
-    loaded: Mapping[str, Any] = field(default_factory=dict)
-    bos_token: int | None = None
 
 
 @dataclass
@@ -89,7 +65,7 @@ class Explainer:
     model         a DecoderLM / encoder built from selfattn modules, or a transformers model whose attention
                   implementation is "selfattn"
     tokenizer     a `tokenizing.Tokenizer` (segment, decode, shown, complete, kind)
-    card          `Card`: name, max_len, architecture, positions, kind, unknown_hint, loaded, bos_token
+    card          `card.Card`: name, max_len, architecture, positions, kind, unknown_hint, loaded, bos_token
     user_words    {word: role | None}: words the part-of-speech tagger keeps whole, a given role winning over
                   its tag (`analysis.held.words_of`): our tokenizer's own words, or a reader's (`with_words`)
     grammar       {word: role}: the words whose clause-2 references the tutorial relations measure
@@ -111,7 +87,7 @@ class Explainer:
                 f"{type(self.tokenizer).__name__}"
             )
         if not isinstance(self.card, Card):
-            raise TypeError(f"card must be a session.Card, got {type(self.card).__name__}")
+            raise TypeError(f"card must be a card.Card, got {type(self.card).__name__}")
 
     @classmethod
     def from_functions(

@@ -10,8 +10,9 @@ import typing
 import pytest
 import torch
 
+from selfattn.explainer.card import Card
 from selfattn.explainer.pipeline import Session, Spec
-from selfattn.explainer.session import Card, Explainer
+from selfattn.explainer.session import Explainer
 from selfattn.explainer.source.build import TransformersTokenizer
 from selfattn.explainer.tokenizing import CheckpointTokenizer, FunctionTokenizer, Tokenizer
 from tests.explainer.tiny import tiny_explainer
@@ -78,7 +79,7 @@ def test_a_tokenizer_or_card_of_another_kind_is_refused_by_name():
     tiny = tiny_explainer()
     with pytest.raises(TypeError, match="tokenizer must be a tokenizing.Tokenizer .* got object"):
         Explainer(tiny.model, object(), tiny.card)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="card must be a session.Card, got dict"):
+    with pytest.raises(TypeError, match="card must be a card.Card, got dict"):
         Explainer(tiny.model, tiny.tokenizer, {"name": "x"})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="tokenize and decode must be callables"):
         FunctionTokenizer("not a function", tiny.decode)  # type: ignore[arg-type]

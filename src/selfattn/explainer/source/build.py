@@ -29,6 +29,7 @@ import torch
 
 from ...functional import intercept
 from .. import pieces as P
+from ..card import Card
 from ..views import texts
 from . import resolve as sources
 
@@ -209,8 +210,6 @@ class TransformersTokenizer:
 def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -> tuple:
     """(model, tokenizer, card): what an Explainer holds for a transformers model and its tokenizer (the dry
     run passed)."""
-    from ..session import Card
-
     reader = TransformersTokenizer(tokenizer, model, kind == "decoder")
     confirm(model, reader.segment, name)
     text_config = config.get("text_config")
