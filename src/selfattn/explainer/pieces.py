@@ -41,6 +41,7 @@ __all__ = [
     "aggregate",
     "names",
     "shown_piece",
+    "shown_id",
     "shown_text",
     "shown_char",
     "shown_bytes",
@@ -419,6 +420,13 @@ def shown_piece(text: str, raw: str | None = None) -> str:
 
 UTF8_LENGTH = ((0xC2, 0xDF, 2), (0xE0, 0xEF, 3), (0xF0, 0xF4, 4))
 """The first bytes of a UTF-8 character (lowest, highest) and the character's length in bytes."""
+
+
+def shown_id(i: int, shown: str) -> str:
+    """`shown` (a piece as `shown_piece` reads it), or where it is empty — a token that decodes to no text, such as
+    an id past the tokenizer's vocabulary that a model with random weights predicts — its id, "⟨#151000⟩": a blank
+    cell says nothing."""
+    return shown if shown else f"⟨#{int(i)}⟩"
 
 
 def partial_tail(data: bytes) -> tuple[bytes, bytes, int] | None:

@@ -65,7 +65,7 @@ class FunctionTokenizer:
         return self._decode(i)
 
     def shown(self, i: int) -> str:
-        return P.shown_piece(self._decode(i))
+        return P.shown_id(i, P.shown_piece(self._decode(i)))
 
     def complete(self, context: list[int], ids: list[int]) -> list[str | None]:
         return [None] * len(ids)

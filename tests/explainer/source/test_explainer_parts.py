@@ -83,3 +83,28 @@ def test_a_tokenizer_or_card_of_another_kind_is_refused_by_name():
         Explainer(tiny.model, tiny.tokenizer, {"name": "x"})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="tokenize and decode must be callables"):
         FunctionTokenizer("not a function", tiny.decode)  # type: ignore[arg-type]
+
+
+def test_a_token_that_decodes_to_nothing_is_shown_by_its_id():
+    """A model with random weights predicts ids past its tokenizer's vocabulary; they decode to "" and would be a
+    blank row of the prediction (seen on the Qwen2.5-0.5B configuration's page): shown as their id instead."""
+    transformers = pytest.importorskip("transformers")
+    from tests.hf import models
+
+    tok = models.tokenizer()
+    past = len(tok) + 5
+    assert tok.decode([past]) == ""
+    model = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            vocab_size=past + 1,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=32,
+        )
+    )
+    reader = TransformersTokenizer(tok, model, decoder=True)
+    assert reader.shown(past) == f"⟨#{past}⟩" and reader.shown(tok.convert_tokens_to_ids("blue")) != ""
+    tiny = tiny_explainer()
+    assert FunctionTokenizer(tiny.tokenize, lambda i: "").shown(7) == "⟨#7⟩"

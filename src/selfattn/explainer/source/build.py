@@ -164,7 +164,7 @@ class TransformersTokenizer:
         return self.tokenizer.decode([i])
 
     def shown(self, i: int) -> str:
-        return P.shown_piece(self.decode(i), self.tokenizer.convert_ids_to_tokens(i))
+        return P.shown_id(i, P.shown_piece(self.decode(i), self.tokenizer.convert_ids_to_tokens(i)))
 
     def _piece(self, i: int) -> bytes:
         """The bytes piece `i` adds: its byte-level or byte-fallback bytes, else its decoded text's."""
