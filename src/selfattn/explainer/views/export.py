@@ -316,7 +316,7 @@ def _wanted_layers(
     if page_bytes is None:
         held, made = fit_layers(sizes, shown, limit), {}
     else:
-        made = measured_layers(trace, sizes, shown, with_stages, page_bytes, limit)
+        made = measured_layers(trace, shown, with_stages, page_bytes, limit)
         held = set(made)
         if len(held) == trace.n_layers:  # packed, every layer fits
             return held, None, made
@@ -325,29 +325,24 @@ def _wanted_layers(
 
 def measured_layers(
     trace: ModelTrace,
-    bounds: list[int],
     shown: int,
     with_stages: bool,
     page_bytes: Callable[..., int],
     limit: int,
 ) -> dict[int, dict]:
     """{index: its dict} of the layers a page of `limit` bytes holds, by their packed size (`page_bytes`, with full
-    vectors for the shown one only): the shown
-    one always, then the nearest to it (the lower first) until one does not fit. Measuring a layer costs packing it
-    (0.4–0.6 s a layer of the 0.5B configuration at 512 tokens), so a layer is measured only where the shown one's
-    share of its bound (`bounds`: each layer's `layer_page_bytes`; what compression left of it) applied to this
-    layer's bound fits."""
+    vectors for the shown one only): the shown one always, then the nearest to it (the lower first) until one does
+    not fit. Measuring a layer costs packing it (0.4–0.6 s a layer of the 0.5B configuration at 512 tokens), which
+    the page then reads back (`packing.PackedLayers`); only the first that does not fit is packed for nothing (no
+    estimate stops earlier: the shown layer's share of its bound says little of a layer held as norms and top
+    dimensions)."""
     order = sorted(range(trace.n_layers), key=lambda l: (abs(l - shown), l))
     made: dict[int, dict] = {}
-    used, share = 0, 1.0
+    used = 0
     for l in order:
-        if made and used + share * bounds[l] > limit:
-            break
         layer = _layer_dict(trace.layers[l], with_stages)
         size = page_bytes(layer, l, full=l == shown)
-        if not made:
-            share = size / max(1, bounds[l])
-        elif used + size > limit:
+        if made and used + size > limit:
             break
         made[l], used = layer, used + size
     return made
