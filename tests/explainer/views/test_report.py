@@ -58,6 +58,7 @@ def test_pack_keeps_every_array_at_the_precision_the_page_shows_it(doc):
     packed = report.pack(doc)
     shown = doc["selected"]["layer"]
     assert doc["full_layers"] == [shown] and packed["vector_top"] == tables.TOP_DIMENSIONS
+    assert "omitted" not in doc and not any(layer.get("omitted") for layer in packed["layers"])  # every layer held
     for l, layer in enumerate(doc["layers"]):
         page = packed["layers"][l]
         for name in ("x", "attn_out", "output"):  # each row's length from the exact vector, to 4 decimals

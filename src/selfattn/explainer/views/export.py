@@ -169,7 +169,8 @@ def to_dict(
         doc["display"] = shown_display
     if omitted is not None:
         doc["omitted"] = omitted
-    doc["full_layers"] = full
+    if full:  # none for the --json document, which holds no array (`checkable`)
+        doc["full_layers"] = full
     return doc
 
 
