@@ -105,6 +105,10 @@ TOL = {
     "page_weight": _PAGE_WEIGHT,  # a weight shown as a percentage with 2 decimals, plus float32 against float64
     "page_weight_difference": 2 * _PAGE_WEIGHT,  # the difference of two weights shown so: two roundings
     "page_data": 1e-6,  # a float32 value the page carries (JSON) against Python's
+    "float16_rel": 2**-11,  # relative: a number rounded to float16 (half a unit in binary16's last place)
+    # relative: a product of two numbers each rounded to float16 (half a unit in binary16's last place, 2^-11,
+    # twice, and their product), against the product of the exact numbers: what q[d]·k[d] of the page's q, k carries
+    "float16_product_rel": 2 * 2**-11 + 2**-22,
     "json_weights": 0.5e-6 + 1e-5,  # --json weights at 6 decimals, a float32 model against transformers' eager
     "layers_page_weight": 1e-4,  # a weight the layers page carries or shows, against the trace's
     "rounded_to_4_decimals": 0.5e-4 + 1e-9,  # a number stored rounded to 4 decimals: half a unit, plus float64's

@@ -134,8 +134,10 @@ def test_a_layer_measured_by_export_is_read_back_by_the_page_and_one_changed_sin
     changed = packing.pack(doc, store)
     assert runs  # packed afresh
     q = packing.unpack(changed["layers"][1]["heads"][0]["q"])
-    assert q[0, 0] == doc["layers"][1]["heads"][0]["q"][0][0]  # the number as it is now
+    assert q[0, 0] == np.float16(doc["layers"][1]["heads"][0]["q"][0][0])  # the number as it is now, in float16
     assert json.dumps(changed["layers"][0]) == json.dumps(json.loads(fresh)["layers"][0])
+    top = packing.layer_bytes(doc["layers"][0], 0, store, full=False)  # kept apart from the whole layer 0
+    assert top < sizes[0] and packing.layer_bytes(doc["layers"][0], 0, store) == sizes[0]
 
 
 def test_a_layer_packed_before_is_packed_afresh_through_another_stage_function(monkeypatch):

@@ -114,11 +114,13 @@ def test_the_page_budget_holds_the_shown_layer_and_its_neighbours_and_says_how_t
     ex = tiny_explainer()
     full = explained(ex, "一只蓝色怪兽走进森林")
     assert "omitted" not in full and all("heads" in layer for layer in full["layers"])
-    one = export.layer_page_bytes(ex.trace("一只蓝色怪兽走进森林").layers[0])
+    layers = ex.trace("一只蓝色怪兽走进森林").layers
+    one = export.layer_page_bytes(layers[0])
     monkeypatch.setattr(export, "MAX_PAGE_BYTES", one)  # room for one layer only
     doc = explained(ex, "一只蓝色怪兽走进森林", layer=1, head=0)
     assert doc["layers"][0]["omitted"] and "heads" in doc["layers"][1]
-    assert doc["omitted"]["layers"] == [0] and doc["omitted"]["held"] == [1] and doc["omitted"]["bytes"] == 2 * one
+    bounds = export.layer_page_bytes(layers[0], full=False) + export.layer_page_bytes(layers[1])  # 1 shown: whole
+    assert doc["omitted"]["layers"] == [0] and doc["omitted"]["held"] == [1] and doc["omitted"]["bytes"] == bounds
     assert "layers 1 are written in full" in doc["omitted"]["message"] and "--layers" in doc["omitted"]["message"]
     assert "heads" in explained(ex, "一只蓝色怪兽走进森林", layers=None)["layers"][0]  # all, when asked
 
@@ -142,17 +144,20 @@ def test_the_page_budget_counts_the_layers_packed_not_their_bound(monkeypatch):
     whose packed arrays fit: here both, where the bound lets one in; one byte less, only the shown one."""
     ex = tiny_explainer()
     text = "一只蓝色怪兽走进森林"
-    bound = export.layer_page_bytes(ex.trace(text).layers[0])
-    full = report.pack(explained(ex, text, layers=None))["layers"]
-    packed = [len(json.dumps(layer, ensure_ascii=False, separators=(",", ":")).encode()) for layer in full]
-    assert bound < sum(packed) < 2 * bound
+    trace = ex.trace(text)
+    bounds = [export.layer_page_bytes(trace.layers[0], full=False), export.layer_page_bytes(trace.layers[1])]
+    auto = explained(ex, text, layer=1, head=0, layers=[0, 1])
+    auto["full_layers"] = [1]  # packed as layers="auto" packs them: layer 1 (the shown one) whole
+    page = report.pack(auto)["layers"]
+    packed = [len(json.dumps(layer, ensure_ascii=False, separators=(",", ":")).encode()) for layer in page]
+    assert max(bounds) < sum(packed) < sum(bounds)
     monkeypatch.setattr(export, "MAX_PAGE_BYTES", sum(packed) + 50)  # with room for the labels (`types`)
     doc = explained(ex, text, layer=1, head=0)
     assert "omitted" not in doc and all("heads" in layer for layer in doc["layers"])
-    assert export.fit_layers([bound, bound], 1, sum(packed) + 50) == {1}  # what the bound alone held
+    assert export.fit_layers(bounds, 1, sum(packed) + 50) == {1}  # what the bound alone held
     monkeypatch.setattr(export, "MAX_PAGE_BYTES", sum(packed) - 100)
     doc = explained(ex, text, layer=1, head=0)
-    assert doc["layers"][0]["omitted"] and doc["omitted"]["held"] == [1] and doc["omitted"]["bytes"] == 2 * bound
+    assert doc["layers"][0]["omitted"] and doc["omitted"]["held"] == [1] and doc["omitted"]["bytes"] == sum(bounds)
 
 
 def test_the_layers_get_what_the_thumbnails_and_words_of_every_head_leave_of_a_page():
@@ -160,7 +165,10 @@ def test_the_layers_get_what_the_thumbnails_and_words_of_every_head_leave_of_a_p
         trace = SimpleNamespace(layers=[SimpleNamespace(n_heads=n_heads)] * n_layers)
         return export.layers_budget(trace, {"thumbnails": "x" * display_bytes})
 
-    assert budget(30, 9, 3_000_000) == export.MAX_PAGE_BYTES  # SmolLM2: its 270 heads leave the page 21 MB
+    assert budget(30, 9, 10) == export.MAX_PAGE_BYTES  # 270 heads of tiny thumbnails leave the layers their most
+    smol = budget(30, 9, 800_000)  # SmolLM2: 270 heads of 64 × 64 thumbnails at 0.01 % (0.8 MB at 128 tokens)
+    shown = len(json.dumps({"thumbnails": "x" * 800_000}, separators=(",", ":")))
+    assert smol == export.PAGE_BYTES - shown - export.PAGE_FIXED_BYTES - 270 * export.HEAD_WORDS_BYTES
     many = budget(32, 32, 11_000_000)  # 1,024 heads of 64 × 64 thumbnails: 11 MB of the page
     thumbnails = len(json.dumps({"thumbnails": "x" * 11_000_000}, separators=(",", ":")))
     assert many == export.PAGE_BYTES - thumbnails - export.PAGE_FIXED_BYTES - 1024 * export.HEAD_WORDS_BYTES

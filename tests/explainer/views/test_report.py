@@ -13,9 +13,10 @@ import subprocess
 
 import numpy as np
 import pytest
+import torch
 
 from selfattn.explainer.interventions import REGISTRY, Intervention
-from selfattn.explainer.views import bundle, controls, export, packing, report
+from selfattn.explainer.views import bundle, controls, export, packing, report, tables
 from selfattn.explainer.views.texts import TEXTS, text
 from selfattn.limits import TEMPERATURE_RANGE
 from tests.explainer import truth
@@ -45,24 +46,57 @@ def inline(page: str, tag: str) -> str:
     return m.group(1)
 
 
+def _top_dimensions(vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row the k dimensions of largest |value| (the lower first among equals) and their values: torch's sort,
+    not the package's."""
+    t = torch.from_numpy(vectors)
+    dims = torch.sort(-t.abs(), dim=-1, stable=True).indices[:, :k]
+    return dims.numpy(), torch.gather(t, -1, dims).numpy()
+
+
 def test_pack_keeps_every_array_at_the_precision_the_page_shows_it(doc):
     packed = report.pack(doc)
+    shown = doc["selected"]["layer"]
+    assert doc["full_layers"] == [shown] and packed["vector_top"] == tables.TOP_DIMENSIONS
+    assert "omitted" not in doc and not any(layer.get("omitted") for layer in packed["layers"])  # every layer held
     for l, layer in enumerate(doc["layers"]):
-        for name in ("x", "attn_out", "output"):  # shown with 4 decimals; each row's length from the exact vector
+        page = packed["layers"][l]
+        for name in ("x", "attn_out", "output"):  # each row's length from the exact vector, to 4 decimals
             exact = np.array(layer[name])
-            np.testing.assert_array_equal(report.unpack(packed["layers"][l][name]), np.round(exact, 4))
-            norms = report.unpack(packed["layers"][l]["norms"][name])
+            norms = report.unpack(page["norms"][name])
             np.testing.assert_array_equal(norms, np.round(np.sqrt((exact.astype(np.float64) ** 2).sum(-1)), 4))
-        np.testing.assert_array_equal(report.unpack(packed["layers"][l]["visible"]), np.array(layer["visible"], bool))
+            if l == shown:  # held in full: every value, to the 4 decimals shown
+                np.testing.assert_array_equal(report.unpack(page[name]), np.round(exact, 4))
+                assert "top" not in page
+            else:  # the others: the terminal's top dimensions of each row, to 4 decimals
+                assert name not in page
+                dims, values = _top_dimensions(exact, tables.TOP_DIMENSIONS)
+                np.testing.assert_array_equal(report.unpack(page["top"][name]["dims"]), dims)
+                np.testing.assert_array_equal(report.unpack(page["top"][name]["values"]), np.round(values, 4))
+        np.testing.assert_array_equal(report.unpack(page["visible"]), np.array(layer["visible"], bool))
         for h, head in enumerate(layer["heads"]):
-            for name in ("q", "k", "v", "lse"):  # exact: the page sums their products into the shown scores
-                got = report.unpack(packed["layers"][l]["heads"][h][name])
-                np.testing.assert_array_equal(got, np.array(head[name]), err_msg=f"layer {l} head {h} {name}")
-            assert "stages" not in packed["layers"][l]["heads"][h]
-    # float32 captures travel as float32 (4 bytes a number), and the small fields as they were
-    assert packed["layers"][0]["heads"][0]["q"]["dtype"] == "f32"
+            for name in ("q", "k", "v"):  # float16: what the page shows of them
+                got = report.unpack(page["heads"][h][name])
+                want = np.array(head[name], dtype=np.float64).astype(np.float16).astype(np.float64)
+                np.testing.assert_array_equal(got, want, err_msg=f"layer {l} head {h} {name}")
+                assert page["heads"][h][name]["dtype"] == "f16"
+            np.testing.assert_array_equal(report.unpack(page["heads"][h]["lse"]), np.array(head["lse"]))
+            assert "stages" not in page["heads"][h]
+    assert packed["layers"][0]["heads"][0]["lse"]["dtype"] == "f32"  # a float32 capture's lse goes as float32
     for key in ("tokens", "token_ids", "summaries", "prediction", "selected", "experiment", "model"):
         assert packed[key] == doc[key]
+
+
+def test_every_layer_asked_holds_its_vectors_in_full():
+    ex = tiny_explainer()
+    doc = explained(ex, TEXT, layers=[0, 1], layer=1, head=0)
+    assert doc["full_layers"] == [0, 1]
+    packed = report.pack(doc)
+    for l, layer in enumerate(doc["layers"]):
+        assert "top" not in packed["layers"][l]
+        np.testing.assert_array_equal(report.unpack(packed["layers"][l]["x"]), np.round(np.array(layer["x"]), 4))
+    one = explained(ex, TEXT, layers="selected", layer=1, head=0)
+    assert one["full_layers"] == [1] and report.pack(one)["layers"][0]["omitted"]
 
 
 def test_heads_that_share_a_key_value_head_carry_its_k_and_v_once():
@@ -80,14 +114,16 @@ def test_heads_that_share_a_key_value_head_carry_its_k_and_v_once():
                 else:  # a reference to the first head of its kv head, whose arrays are this head's
                     assert heads[h][name] == {"of_head": owner}, (l, h, name)
                     got = report.unpack(heads[owner][name])
-                np.testing.assert_array_equal(got, np.array(head[name]), err_msg=f"layer {l} head {h} {name}")
+                want = np.array(head[name]).astype(np.float16).astype(np.float64)
+                np.testing.assert_array_equal(got, want, err_msg=f"layer {l} head {h} {name}")
         assert sorted(first) == [0, 1] and len(heads) == 4
 
 
 def test_the_page_estimate_counts_vectors_that_go_as_float64():
     ex = tiny_explainer()
     layer = ex.trace(TEXT).layers[0]
-    d = json.loads(json.dumps(explained(ex, TEXT)))
+    d = json.loads(json.dumps(explained(ex, TEXT, layer=0)))
+    assert d["full_layers"] == [0]
     before, estimated = len(json.dumps(report.pack(d)["layers"][0])), export.layer_page_bytes(layer)
     for name in ("x", "attn_out", "output"):  # beyond int32 at 4 decimals: 8 bytes a value, not 4
         big = getattr(layer, name) * 1e6
@@ -102,12 +138,13 @@ def test_the_page_estimate_counts_vectors_that_go_as_float64():
 
 def test_pack_keeps_float64_and_infinities_exactly(doc):
     d = json.loads(json.dumps(doc))
-    d["layers"][0]["heads"][0]["q"][0][0] = 0.1  # not a float32 value: the array goes as float64
+    d["full_layers"] = [0]
+    d["layers"][0]["heads"][0]["lse"][1] = 0.1  # not a float32 value: the array goes as float64
     d["layers"][0]["heads"][0]["lse"][0] = "-inf"  # a row that may look at nothing
     d["layers"][0]["x"][0][0] = 3e5  # beyond 2^31 at 4 decimals: the vector goes as float64
     packed = report.pack(d)
-    assert packed["layers"][0]["heads"][0]["q"]["dtype"] == "f64"
-    assert report.unpack(packed["layers"][0]["heads"][0]["q"])[0, 0] == 0.1
+    assert packed["layers"][0]["heads"][0]["lse"]["dtype"] == "f64"
+    assert report.unpack(packed["layers"][0]["heads"][0]["lse"])[1] == 0.1
     assert packed["layers"][0]["x"]["dtype"] == "f64" and report.unpack(packed["layers"][0]["x"])[0, 0] == 3e5
     assert report.unpack(packed["layers"][0]["heads"][0]["lse"])[0] == -np.inf
 
@@ -223,15 +260,15 @@ def test_pack_ships_the_stages_the_page_shows(doc):
             assert keys.shape == (L, L) and (keys == np.arange(L)).all()  # a short text: every key, every row
             np.testing.assert_allclose(report.unpack(head["weights"]), ref["weights"], rtol=0, atol=TOL["page_weight"])
             assert head["weights"]["digits"] == 4 and head["weights"]["dtype"] == "u16"  # 0.01 %: what is shown
-            scores, scaled, masked = report.unpack(head["key_stages"])
+            scores, scaled, masked = report.unpack(head["key_stages"]).transpose(0, 2, 1)  # (3, K, L) → per row
             np.testing.assert_allclose(scores, ref["scores"], rtol=0, atol=TOL["page_number"])
             np.testing.assert_allclose(scaled, ref["scaled"], rtol=0, atol=TOL["page_number"])
             hidden = np.isinf(ref["masked"])
             assert (masked[hidden] == -np.inf).all() and np.isfinite(masked[~hidden]).all()
             np.testing.assert_allclose(masked[~hidden], ref["masked"][~hidden], rtol=0, atol=TOL["page_number"])
-            np.testing.assert_allclose(report.unpack(head["key_weights"]), ref["weights"], atol=TOL["float32_weights"])
-            np.testing.assert_allclose(report.unpack(head["weighted"]), ref["weighted"], atol=TOL["float32"])
-            np.testing.assert_allclose(report.unpack(head["sums"]), 1.0, rtol=0, atol=TOL["float32_weights"])
+            assert "key_weights" not in head  # every weight is in `weights`, as shown
+            np.testing.assert_allclose(report.unpack(head["weighted"]), ref["weighted"], atol=TOL["page_number"])
+            np.testing.assert_array_equal(report.unpack(head["sums"]), 1.0)  # 100.00 %, as shown
 
 
 def test_a_long_row_ships_its_top_keys_the_first_token_and_itself():
@@ -255,7 +292,7 @@ def test_a_long_row_ships_its_top_keys_the_first_token_and_itself():
         want = sorted(set(np.argsort(-weights[i], kind="stable")[: packing.TOP_KEYS].tolist()) | {0, i})
         got = keys[i][keys[i] < 2**16 - 1].tolist()
         assert got == want, f"row {i}"
-    scores, _, _ = report.unpack(head["key_stages"])
+    scores = report.unpack(head["key_stages"])[0].T  # (K, L): slot-major → per row (L, K)
     stored = np.take_along_axis(q @ k.T, np.minimum(keys, L - 1), axis=1)
     np.testing.assert_allclose(scores[keys < L], stored[keys < L], rtol=0, atol=TOL["rounded_to_4_decimals"])
 

@@ -75,9 +75,9 @@ def test_the_page_data_and_the_arrays_carry_the_sink(doc, eager):
     for l, layer in enumerate(packed["layers"]):
         for h, head in enumerate(layer["heads"]):
             sink = packing.unpack(head["sink"])
-            assert max_error(sink, 1 - eager[l][h].sum(-1)) <= TOL["page_data"], (l, h)
+            assert max_error(sink, 1 - eager[l][h].sum(-1)) <= TOL["page_weight"], (l, h)  # at 0.01 %, as shown
             sums = packing.unpack(head["sums"])
-            assert max_error(sums, eager[l][h].sum(-1)) <= TOL["page_data"], (l, h)
+            assert max_error(sums, eager[l][h].sum(-1)) <= TOL["page_weight"], (l, h)
         assert layer["sinks"] == doc["layers"][l]["sinks"]
     arrays = export.to_arrays(doc)
     l, h = SHOWN

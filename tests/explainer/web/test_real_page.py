@@ -6,6 +6,10 @@ menus and by the URL hash, shows that head's weights: the key table's weights ro
 eager `output_attentions` of the same model on the same ids (never our path), and the model view has a
 thumbnail in every cell. `--layers 3,18` (layers=[3, 18]) makes the .npz hold exactly those layers.
 
+At 128 tokens the page still holds every layer within 25 MB (each at the precision it is shown: weights at 0.01 %,
+q/k/v in float16, the d_model vectors whole in the shown layer only, elsewhere as norms and top dimensions), and
+every head's weights decoded from the page equal eager's.
+
 One more load of the model (about 25 s idle, 1 GB), for this module only.
 """
 
@@ -20,13 +24,17 @@ import pytest
 import torch
 
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import export, outputs, report
+from selfattn.explainer.views import codec, export, outputs, report, tables
 from tests.explainer.documents import explained
 from tests.explainer.source.test_real_model import CHINESE, GGUF, _eager, _folder
+from tests.explainer.views.test_report import embedded
 from tests.explainer.web.test_browser import CHROMIUM, CHROMIUM_ARGS, shown_row, stage, state, wait_ready
+from tests.explainer.web.test_page_unpack import js_unpack, numbers
 from tests.tolerances import TOL
 
 PAGE_LIMIT = 25_000_000
+LONG = ("When Mary and John went to the store, John gave a drink to Mary. 一只蓝色怪兽走进森林。 " * 4)[:249]
+"""128 tokens on SmolLM2 (its BOS, English words, Chinese byte pieces)."""
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +147,34 @@ def test_asked_layers_are_exactly_what_the_npz_holds(smol):
     with np.load(io.BytesIO(outputs.npz_bytes(doc))) as z:
         layers = {int(m.group(1)) for name in z.files if (m := re.match(r"layer(\d+)/", name))}
     assert layers == {3, 18}
+
+
+def test_at_128_tokens_the_page_holds_every_layer_within_25_mb_and_each_head_is_eagers(smol, tmp_path):
+    doc = explained(smol, LONG)
+    path = report.write_html(doc, tmp_path / "smol128.html")
+    assert len(doc["tokens"]) == 128 and "omitted" not in doc
+    assert path.stat().st_size <= PAGE_LIMIT, path.stat().st_size
+    shown = doc["selected"]["layer"]
+    assert doc["full_layers"] == [shown]
+    page = embedded(path.read_text(encoding="utf-8"))["doc"]  # what the file holds, decoded as the page decodes it
+    ids = torch.tensor([doc["token_ids"]])
+    att = torch.stack([a[0] for a in _eager(smol.model, ids, output_attentions=True).attentions]).double().numpy()
+    assert len(page["layers"]) == 30
+    for l, layer in enumerate(page["layers"]):
+        assert not layer.get("omitted"), l
+        for h, head in enumerate(layer["heads"]):
+            np.testing.assert_allclose(
+                codec.unpack(head["weights"]), att[l, h], rtol=0, atol=TOL["page_weight"], err_msg=f"L{l}H{h}"
+            )
+        held = {name for name in ("x", "attn_out", "output") if name in layer}
+        assert held == ({"x", "attn_out", "output"} if l == shown else set()), (l, held)
+        if l != shown:
+            assert codec.unpack(layer["top"]["x"]["dims"]).shape == (128, tables.TOP_DIMENSIONS)
+    other = 0 if shown else 1
+    unpacked = js_unpack(
+        {"shown": page["layers"][shown]["heads"][0]["weights"], "other": page["layers"][other]["heads"][0]["weights"]},
+        tmp_path,
+    )  # data.js's own unpack
+    for name, l in (("shown", shown), ("other", other)):
+        got = numbers(unpacked[name]["data"]) / unpacked[name]["unit"]
+        np.testing.assert_allclose(got, att[l, 0].ravel(), rtol=0, atol=TOL["page_weight"], err_msg=name)

@@ -19,13 +19,16 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
     levels {rule, characters / words {names, pieces [[i]], same, weights [G][G] | None}} (the shown head per
             character and per word: `pieces.aggregate`, mean over the query group's pieces of the sum over the
             key group's pieces; weights None beyond LEVEL_MAX_GROUPS groups),
-    display {thumbnail_size, thumbnails [layer][head] (T, T) "f16", selected {layer, head, weights (L, L) "u16"
-             digits 4}} (what the page draws, at the precision it draws it; each array packed by `codec`, the
+    display {thumbnail_size, thumbnails [layer][head] (T, T) "u16" digits 4, selected {layer, head, weights (L, L)
+             "u16" digits 4}} (what the page draws, at the precision it draws it; each array packed by `codec`, the
              page's one encoding: {dtype, shape, b64, digits?}, byte planes, zlib, base64),
     opened {row, hidden, text {zh, en}, link? {query, key}} (the query row the views open on and why: the query of
            the link the shown head's sentence describes when the mask hides keys from it; `opened_query`),
     omitted? {layers, held, bytes, limit, message, text {zh, en}} (layers="auto" over MAX_PAGE_BYTES: which
              layers are held, and how to get the others),
+    full_layers [..] (the held layers whose d_model vectors the page holds whole: the shown one for layers="auto" and
+                 "selected", the layers asked for a list, every layer for None; the page holds the others' as norms
+                 and top dimensions, `packing`),
     lang? ("zh" | "en": the language the views of this dict speak, when given),
     interventions [{name, label {zh, en}, help, said, params [{name, type, min, max, default, label}],
                     needs_baseline, unavailable? {zh, en}}] (the registry as data: the page builds its controls
@@ -116,19 +119,22 @@ def to_dict(
     layers="auto",
     thumbnails=None,
     link: tuple[int, int] | None = None,
-    page_bytes: Callable[[dict, int], int] | None = None,
+    page_bytes: Callable[..., int] | None = None,
 ) -> dict:
     """Everything captured, as JSON-ready lists. `unknown`: {count, positions, message} of the tokens
     the tokenizer could not represent (never left out, so no view can hide them). `layers`: the layer
     indices whose arrays are written; None: all; "selected": the shown one; "auto": all unless that is
     over what a page holds (`layers_budget`), then the shown one and the nearest that fit (doc["omitted"] says which,
-    with the size, and how to get the others). The others keep their scalars only. `thumbnails`: `summary.scan`'s,
-    for doc["display"]. `page_bytes(layer_dict, l)`: what a layer takes in the page once packed (`packing.layer_bytes`),
-    which "auto" fits the layers to (without it: the bound `layer_page_bytes`, which compression only undercuts)."""
+    with the size, and how to get the others). The others keep their scalars only. The page holds the d_model vectors
+    whole in doc["full_layers"] (the shown one for "auto" and "selected"; the asked ones; all for None), of the others
+    their norms and top dimensions. `thumbnails`: `summary.scan`'s, for doc["display"]. `page_bytes(layer_dict, l,
+    full=)`: what a layer takes in the page once packed (`packing.layer_bytes`), which "auto" fits the layers to
+    (without it: the bound `layer_page_bytes`, which compression only undercuts)."""
     with_stages = trace.layers[0].length <= STAGES_MAX_LEN if stages is None else stages
     shown_display = None if thumbnails is None else display(trace, selected["layer"], selected["head"], thumbnails)
     limit = layers_budget(trace, shown_display)
     wanted, omitted, made = _wanted_layers(trace, layers, selected["layer"], with_stages, page_bytes, limit)
+    full = full_layers(layers, selected["layer"], wanted)
     out_layers = [
         made[index]
         if index in made
@@ -163,7 +169,17 @@ def to_dict(
         doc["display"] = shown_display
     if omitted is not None:
         doc["omitted"] = omitted
+    if full:  # none for the --json document, which holds no array (`checkable`)
+        doc["full_layers"] = full
     return doc
+
+
+def full_layers(layers, shown: int, held: set[int]) -> list[int]:
+    """The held layers whose d_model vectors the page holds whole (doc["full_layers"]): the shown one for
+    layers="auto" and "selected", every held one for an asked list or None."""
+    if isinstance(layers, str):
+        return [shown]
+    return sorted(held)
 
 
 def document(
@@ -172,7 +188,7 @@ def document(
     stages: bool | None = None,
     layers="auto",
     lang: str | None = None,
-    page_bytes: Callable[[dict, int], int] | None = None,
+    page_bytes: Callable[..., int] | None = None,
     display: bool = True,
 ) -> dict:
     """The export dict of an Explanation (the layout in the module doc): what the page, the terminal tables and the
@@ -286,7 +302,7 @@ def _wanted_layers(
     layers,
     shown: int,
     with_stages: bool,
-    page_bytes: Callable[[dict, int], int] | None,
+    page_bytes: Callable[..., int] | None,
     limit: int,
 ) -> tuple[set[int], dict | None, dict[int, dict]]:
     """(indices of the layers whose arrays are written, doc["omitted"] or None, the dicts of those already made)
@@ -295,13 +311,13 @@ def _wanted_layers(
         return {shown}, None, {}
     if not (isinstance(layers, str) and layers == "auto"):
         return check_layers(layers, trace.n_layers), None, {}
-    sizes = [layer_page_bytes(layer) for layer in trace.layers]
+    sizes = [layer_page_bytes(layer, full=l == shown) for l, layer in enumerate(trace.layers)]
     if sum(sizes) <= limit:
         return set(range(trace.n_layers)), None, {}
     if page_bytes is None:
         held, made = fit_layers(sizes, shown, limit), {}
     else:
-        made = measured_layers(trace, sizes, shown, with_stages, page_bytes, limit)
+        made = measured_layers(trace, shown, with_stages, page_bytes, limit)
         held = set(made)
         if len(held) == trace.n_layers:  # packed, every layer fits
             return held, None, made
@@ -310,28 +326,24 @@ def _wanted_layers(
 
 def measured_layers(
     trace: ModelTrace,
-    bounds: list[int],
     shown: int,
     with_stages: bool,
-    page_bytes: Callable[[dict, int], int],
+    page_bytes: Callable[..., int],
     limit: int,
 ) -> dict[int, dict]:
-    """{index: its dict} of the layers a page of `limit` bytes holds, by their packed size (`page_bytes`): the shown
-    one always, then the nearest to it (the lower first) until one does not fit. Measuring a layer costs packing it
-    (0.4–0.6 s a layer of the 0.5B configuration at 512 tokens), so a layer is measured only where the shown one's
-    share of its bound (`bounds`: each layer's `layer_page_bytes`; what compression left of it) applied to this
-    layer's bound fits."""
+    """{index: its dict} of the layers a page of `limit` bytes holds, by their packed size (`page_bytes`, with full
+    vectors for the shown one only): the shown one always, then the nearest to it (the lower first) until one does
+    not fit. Measuring a layer costs packing it (0.4–0.6 s a layer of the 0.5B configuration at 512 tokens), which
+    the page then reads back (`packing.PackedLayers`); only the first that does not fit is packed for nothing (no
+    estimate stops earlier: the shown layer's share of its bound says little of a layer held as norms and top
+    dimensions)."""
     order = sorted(range(trace.n_layers), key=lambda l: (abs(l - shown), l))
     made: dict[int, dict] = {}
-    used, share = 0, 1.0
+    used = 0
     for l in order:
-        if made and used + share * bounds[l] > limit:
-            break
         layer = _layer_dict(trace.layers[l], with_stages)
-        size = page_bytes(layer, l)
-        if not made:
-            share = size / max(1, bounds[l])
-        elif used + size > limit:
+        size = page_bytes(layer, l, full=l == shown)
+        if made and used + size > limit:
             break
         made[l], used = layer, used + size
     return made
@@ -406,18 +418,23 @@ def display(trace: ModelTrace, layer: int, head: int, thumbnails) -> dict:
     """What the page's overview and the shown head's matrix draw, at the precision they draw it, each array packed
     by `codec` (the page's one encoding: byte planes, zlib, base64; `codec.unpack` reads it back):
 
-        thumbnails [layer][head]  "f16" (T, T): `summary.scan`'s cells, as the capture keeps them (the exact
-                                  weights when L <= T, to float16's 11 bits)
+        thumbnails [layer][head]  "u16" (T, T) with digits WEIGHT_DIGITS: `summary.scan`'s cells (the weights when
+                                  L <= T, else the mean of each block of them) at 0.01 %, as every weight
         weights                   "u16" (L, L) with digits WEIGHT_DIGITS: the shown head's weights at 0.01 %"""
     w = trace.layers[layer].stages(head, weighted=False)["weights"].numpy()
     batch: list = []  # every array compressed at once, on threads
     packed = {
         "thumbnail_size": int(thumbnails[0][0].shape[-1]) if thumbnails and thumbnails[0] else 0,
-        "thumbnails": [[codec.encode(t.numpy(), "f16", batch) for t in row] for row in thumbnails],
+        "thumbnails": [[codec.fixed(_unit_range(t), WEIGHT_DIGITS, "u16", batch) for t in row] for row in thumbnails],
         "selected": {"layer": layer, "head": head, "weights": codec.fixed(w, WEIGHT_DIGITS, "u16", batch)},
     }
     codec.compress(batch)
     return packed
+
+
+def _unit_range(t: torch.Tensor) -> np.ndarray:
+    """Weights (or means of them) as float64 in [0, 1]: a float32 weight of 1 may round a hair above it."""
+    return np.clip(t.detach().cpu().double().numpy(), 0.0, 1.0)
 
 
 WEIGHT_DIGITS = 4

@@ -7,17 +7,19 @@ The page computes no score formula: for every head of every layer that carries a
 the explainer's own stages (`trace.head_stages`: scale → softcap → mask → softmax → ·V) and ships
 what the page shows, at the precision it shows it:
 
-    weights   (L, L)    every weight at 0.01 % (4 decimals: what the heatmap, the token strip and the
-                        tooltips show); 0 where hidden
+    weights   (L, L)    every weight at 0.01 % (4 decimals: what the heatmap, the token strip, the key table,
+                        the tooltips show, and what the ·V bars, the meaning bars and the differences use); 0 where
+                        hidden
     keys      (L, K)    per query row, the keys the stepper's table shows: every key up to SHOWN_ALL tokens,
                         beyond the TOP_KEYS largest weights, the first token and the row itself (ascending;
                         unused slots hold the dtype's largest value)
-    key_stages (3, L, K) scores, scaled, masked of those keys, to 4 decimals (−inf kept)
-    key_weights (L, K)  their weights to 8 decimals (what ·V, the meaning bars and the differences multiply)
-    weighted  (L, Dv)   Σ_j w_j V_j, to 6 decimals
-    sums      (L,)      Σ_j w_j per row, to 8 decimals
+    key_stages (3, K, L) scores, scaled, masked of those keys, to 4 decimals (−inf kept): per stage, per slot of
+                        `keys`, every row (slot-major: one key's scores down the rows are alike, which zlib shrinks
+                        by 8 % more than row-major)
+    weighted  (L, Dv)   Σ_j w_j V_j, to the 4 decimals it is shown with
+    sums      (L,)      Σ_j w_j per row, at 0.01 % (shown as a percentage with 2 decimals)
     sink      (L,)      only for a layer with attention sinks: each row's weight on the sink,
-                        exp(sink_h − lse) = 1 − sums, to 8 decimals (the page draws it as its own column)
+                        exp(sink_h − lse) = 1 − sums, at 0.01 % (the page draws it as its own column)
 
 and per layer `types` (a layer left out too, where the doc has descriptions): each head's label, what the model
 view colours its thumbnails by: the verdict of the explain sentences (`descriptions[l][h].verdict.type`,
@@ -25,12 +27,15 @@ view colours its thumbnails by: the verdict of the explain sentences (`descripti
 no descriptions). `pack_weights` packs an attention tensor given directly (the attention page of
 `views.notebook`) the same way.
 
-q, k, v and lse travel in float32 when that holds them exactly (float64 otherwise): the page prints their
-q[d]·k[d] products and w_j·V_j[d] parts, whose sums must be the scores and Σ w·V above. A head that reads the same
-key/value head as an earlier head of its layer (GQA) holds {"of_head": h} for k and v: that head's arrays, sent once.
-The layer's vectors x, attn_out and output are only shown, to 4 decimals (`VECTOR_DIGITS`): they travel so, with
-each row's length from the exact vector (`norms`). The export's own N×N `stages` are left out (the page's arrays
-above replace them).
+q, k and v travel in float16 (`HEAD_CODE`), what the page shows of them: their values, q[d]·k[d] products and the
+w_j·V_j[d] parts of the ·V bars, beside the scores and Σ w·V above, which Python computed from the exact vectors;
+lse in float32 when that holds it exactly (float64 otherwise). A head that reads the same key/value head as an
+earlier head of its layer (GQA) holds {"of_head": h} for k and v: that head's arrays, sent once.
+The layer's d_model vectors x, attn_out and output are only shown: each row's length from the exact vector
+(`norms`, to 4 decimals: `VECTOR_DIGITS`) and, in a layer held in full (doc["full_layers"]: the shown one, or those
+asked with `layers=`; every layer without the field), every value to 4 decimals; in the others each row's
+TOP_DIMENSIONS largest |values| (`top`: {name: {dims (L, T) "u16", values (L, T) to 4 decimals}}, as the terminal
+shows them). The export's own N×N `stages` are left out (the page's arrays above replace them).
 
 Every array is packed by `codec` (views/codec.py: its one encoding, and its `unpack`).
 """
@@ -55,7 +60,8 @@ from . import codec
 from .codec import unpack
 from .controls import scale_words
 from .export import WEIGHT_DIGITS, head_rule, restore_inf
-from .page_budget import SHOWN_ALL, TOP_KEYS, VECTOR_DIGITS, shown_key_count
+from .page_budget import HEAD_CODE, SHOWN_ALL, TOP_KEYS, VECTOR_DIGITS, shown_key_count
+from .tables import TOP_DIMENSIONS
 
 __all__ = [
     "pack",
@@ -64,6 +70,7 @@ __all__ = [
     "layer_bytes",
     "pack_weights",
     "head_type_names",
+    "top_dimensions",
     "unpack",
     "shown_keys",
     "SHOWN_ALL",
@@ -73,12 +80,7 @@ __all__ = [
 ]
 
 STAGE_DIGITS = 4
-"""Scores, scaled and masked scores are shown with 4 decimals."""
-EXACT_DIGITS = 8
-"""The weights the page multiplies or adds (·V, the meaning bars, the differences, the head search):
-to 1e-8, finer than float32 holds a weight near 1."""
-WEIGHTED_DIGITS = 6
-"""Σ w·V is shown with 4 decimals; 6 keep it within 1e-6 of Python's, as the ·V bars that add up to it."""
+"""Scores, scaled and masked scores, and Σ w·V, are shown with 4 decimals."""
 
 LAYER_ARRAYS = ("x", "attn_out", "output")
 HEAD_ARRAYS = ("q", "k", "v", "lse")
@@ -96,10 +98,11 @@ def pack(doc: dict, store: PackedLayers | None = None) -> dict:
         raise ValueError(f"doc lacks {missing}: pass the dict of Explainer.explain / export.to_dict")
     ids = [int(i) for i in doc["token_ids"]] if "token_ids" in doc else _ids_of(doc["tokens"])
     described = doc.get("descriptions")
+    full = set(doc.get("full_layers", range(len(doc["layers"]))))
     batch: list = []  # every array's bytes, compressed together at the end (`codec.compress`)
     made: list[tuple[bytes, dict]] = []  # the layers packed here, kept once compressed (`store`)
     layers = [
-        _pack_layer(layer, l, ids, None if described is None else described[l], batch, made, store)
+        _pack_layer(layer, l, ids, None if described is None else described[l], batch, made, store, l in full)
         for l, layer in enumerate(doc["layers"])
     ]
     codec.compress(batch)
@@ -112,14 +115,16 @@ def pack(doc: dict, store: PackedLayers | None = None) -> dict:
         "layers": layers,
         "scale_words": scale_words(iv, int(doc["model"]["head_dim"])),
         "shown_keys": {"all_up_to": SHOWN_ALL, "top": TOP_KEYS},
+        "vector_top": TOP_DIMENSIONS,
     }
 
 
-def layer_bytes(layer: dict, l: int = 0, store: PackedLayers | None = None) -> int:
+def layer_bytes(layer: dict, l: int = 0, store: PackedLayers | None = None, *, full: bool = True) -> int:
     """How many bytes one layer of the export dict (`layers[l]`) takes in the page once packed: its JSON as the
-    page writes it (`report`), but for `types` (a short label per head). What `export` fits a page's layers to;
-    the layer packed is kept in `store` (the caller's), so that the page of the same layer does not pack it again."""
-    read = _read_layer(layer, l)
+    page writes it (`report`), but for `types` (a short label per head); full: with its d_model vectors whole (else
+    their norms and top dimensions). What `export` fits a page's layers to; the layer packed is kept in `store`
+    (the caller's), so that the page of the same layer does not pack it again."""
+    read = _read_layer(layer, l, full)
     out = None if store is None else store.get(read.digest)
     if out is None:
         batch: list = []
@@ -138,11 +143,12 @@ def _pack_layer(
     batch: list,
     made: list[tuple[bytes, dict]],
     store: PackedLayers | None,
+    full: bool,
 ) -> dict:
     verdicts = described is not None and all("verdict" in d for d in described)
     if layer.get("omitted"):  # asked without this layer's arrays: its heads' labels still colour the model view
         return dict(layer) | ({"types": [d["verdict"]["type"] for d in described]} if verdicts and described else {})
-    read = _read_layer(layer, l)
+    read = _read_layer(layer, l, full)
     if verdicts and described is not None:  # the explain sentences' own answer: no weights needed
         out = None if store is None else store.get(read.digest)
         if out is None:
@@ -207,20 +213,22 @@ def _packed_arrays(x):
 class _Read:
     """One layer of the export dict read: its fields but the arrays (`fields`, as they are), the arrays as NumPy
     (`vectors`: x, attn_out, output; the layer's `visible`; per head its other fields, its q, k, v, lse and its
-    own visibility or None), and `digest`, of everything packing reads of it (not the export's N×N `stages`)."""
+    own visibility or None), whether its vectors go whole (`full`), and `digest`, of everything packing reads of it
+    (not the export's N×N `stages`)."""
 
     fields: dict
+    full: bool
     vectors: dict[str, np.ndarray]
     visible: np.ndarray
     heads: list[tuple[dict, dict[str, np.ndarray], np.ndarray | None]]
     digest: bytes
 
 
-def _read_layer(layer: dict, l: int) -> _Read:
+def _read_layer(layer: dict, l: int, full: bool = True) -> _Read:
     """`layer` (`layers[l]` of the export dict) read and checked, its digest taken (`PackedLayers` is keyed by it): of
-    every field and array packing reads, and of the `head_stages` it computes the stages with."""
+    every field and array packing reads, of `full`, and of the `head_stages` it computes the stages with."""
     digest = hashlib.blake2b(digest_size=32)
-    digest.update(f"{id(head_stages)}".encode())  # and the stage function they go through (a test replaces it)
+    digest.update(f"{id(head_stages)}{full}".encode())  # and the stage function they go through (a test replaces it)
 
     def take(name: str, a: np.ndarray) -> np.ndarray:
         digest.update(f"{name}{a.dtype}{a.shape}".encode())
@@ -242,15 +250,25 @@ def _read_layer(layer: dict, l: int) -> _Read:
         arrays = {name: take(f"{h}.{name}", _floats(head[name], f"{where}.{name}")) for name in HEAD_ARRAYS}
         apart = take(f"{h}.visible", _visible(head["visible"], f"{where}.visible")) if "visible" in head else None
         heads.append((own, arrays, apart))
-    return _Read(fields, vectors, visible, heads, digest.digest())
+    return _Read(fields, full, vectors, visible, heads, digest.digest())
 
 
 def _layer_arrays(read: _Read, batch: list) -> tuple[dict, list[torch.Tensor]]:
     """One layer packed, but for its `types`; and each head's float64 weights (L, L)."""
     out = dict(read.fields)
     out["norms"] = {}
+    if not read.full:
+        out["top"] = {}
     for name, vectors in read.vectors.items():
-        out[name] = codec.fixed(vectors, VECTOR_DIGITS, "z32", batch)
+        if read.full:
+            out[name] = codec.fixed(vectors, VECTOR_DIGITS, "z32", batch)
+        else:
+            dims = top_dimensions(vectors)
+            values = np.take_along_axis(vectors, dims, -1)
+            out["top"][name] = {
+                "dims": codec.encode(dims, "u16" if vectors.shape[-1] <= 2**16 else "u32", batch),
+                "values": codec.fixed(values, VECTOR_DIGITS, "z32", batch),
+            }
         out["norms"][name] = codec.fixed(np.linalg.norm(vectors, axis=-1), VECTOR_DIGITS, "z32", batch)
     out["visible"] = codec.bits(read.visible, batch)
     layer = read.fields | {"heads": [fields for fields, _, _ in read.heads]}  # what head_rule reads
@@ -264,7 +282,10 @@ def _layer_arrays(read: _Read, batch: list) -> tuple[dict, list[torch.Tensor]]:
         shared = _shared_kv(heads)
         for name, a in arrays.items():
             once = shared is not None and name in ("k", "v")
-            packed[name] = {"of_head": shared} if once else codec.exact(a, batch)
+            if once:
+                packed[name] = {"of_head": shared}
+            else:
+                packed[name] = codec.exact(a, batch) if name == "lse" else codec.encode(a, HEAD_CODE, batch)
     weights: list[torch.Tensor] = [torch.empty(0)] * len(heads)
     for group in _groups(heads):
         for h, (shown, weights_h) in zip(group, _page_arrays([heads[h] for h in group], batch), strict=True):
@@ -272,6 +293,13 @@ def _layer_arrays(read: _Read, batch: list) -> tuple[dict, list[torch.Tensor]]:
             weights[h] = weights_h
     out["heads"] = [head.packed for head in heads]
     return out, weights
+
+
+def top_dimensions(vectors: np.ndarray) -> np.ndarray:
+    """(L, T) int64: per row of `vectors` (L, d) the TOP_DIMENSIONS dimensions of largest |value|, largest first
+    (ties: the lower dimension first, as the terminal's stable sort)."""
+    T = min(TOP_DIMENSIONS, vectors.shape[-1])
+    return np.argsort(-np.abs(vectors), axis=-1, kind="stable")[:, :T]
 
 
 def head_type_names(weights: np.ndarray, ids: list[int], *, causal: bool) -> list[str | None]:
@@ -366,7 +394,6 @@ def _page_arrays(group: list[_Head], batch: list) -> list[tuple[dict, torch.Tens
     keys = _shown_keys(weights.numpy(), rows)  # (G·R, K)
     index = np.minimum(keys, L - 1)
     stages = np.stack([np.take_along_axis(st[name].numpy(), index, 1) for name in ("scores", "scaled", "masked")])
-    key_weights = np.take_along_axis(weights.numpy(), index, 1)
     sums = weights.sum(-1).numpy()
     key_dtype = "u16" if L < 2**16 - 1 else "u32"
     keys = np.where(keys >= L, np.iinfo(codec.DTYPES[key_dtype]).max, keys)
@@ -376,13 +403,12 @@ def _page_arrays(group: list[_Head], batch: list) -> list[tuple[dict, torch.Tens
         shown = {
             "weights": codec.fixed(weights[part].numpy(), WEIGHT_DIGITS, "u16", batch),
             "keys": codec.encode(keys[part], key_dtype, batch),
-            "key_stages": codec.fixed(stages[:, part], STAGE_DIGITS, "z32", batch),
-            "key_weights": codec.fixed(key_weights[part], EXACT_DIGITS, "u32", batch),
-            "weighted": codec.fixed(st["weighted"][part].numpy(), WEIGHTED_DIGITS, "z32", batch),
-            "sums": codec.fixed(sums[part], EXACT_DIGITS, "u32", batch),
+            "key_stages": codec.fixed(stages[:, part].transpose(0, 2, 1), STAGE_DIGITS, "z32", batch),  # (3, K, L)
+            "weighted": codec.fixed(st["weighted"][part].numpy(), STAGE_DIGITS, "z32", batch),
+            "sums": codec.fixed(sums[part], WEIGHT_DIGITS, "u32", batch),  # u32: the page reads it as numbers
         }
         if "sink" in st:
-            shown["sink"] = codec.fixed(st["sink"][part].numpy(), EXACT_DIGITS, "u32", batch)
+            shown["sink"] = codec.fixed(st["sink"][part].numpy(), WEIGHT_DIGITS, "u32", batch)
         out.append((shown, weights[part]))
     return out
 

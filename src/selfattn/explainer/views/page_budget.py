@@ -4,7 +4,8 @@ else the layers are fitted by their packed size, `packing.layer_bytes`), in one 
 
     shown_key_count(L)     keys per query row whose stages the page holds
     fixed_fits(lo, hi, d)  whether values in [lo, hi] go as z32 (int32) at d decimals (else float64)
-    layer_page_bytes(l)    at most how many bytes one layer's arrays take in the page
+    layer_page_bytes(l, full)  at most how many bytes one layer's arrays take in the page (its d_model vectors
+                               whole, or their norms and top dimensions)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ __all__ = [
     "SHOWN_ALL",
     "TOP_KEYS",
     "VECTOR_DIGITS",
+    "HEAD_CODE",
     "PACKED_MARGIN",
     "ARRAY_BYTES",
     "int_range",
@@ -32,8 +34,11 @@ SHOWN_ALL = 64
 TOP_KEYS = 20
 """Beyond: the keys with the largest weights, plus the first token and the query itself."""
 VECTOR_DIGITS = 4
-"""x, attn_out and output are shown with 4 decimals: at 128 tokens of a 30-layer model of width 576 they take 20 MB
-of the page so against 30 MB in float32."""
+"""x, attn_out and output are shown with 4 decimals (their values where a layer is held in full, else their norms and
+top dimensions)."""
+HEAD_CODE = "f16"
+"""Each head's q, k and v travel in float16: the page shows their values and the products of them, never a sum it
+must match (the scores and Σ w·V come from Python, computed from the exact vectors)."""
 PACKED_MARGIN = 1.02
 """zlib's own framing on bytes it cannot shrink: 2 % over the raw bytes."""
 
@@ -58,20 +63,26 @@ def shown_key_count(L: int) -> int:
     return L if L <= SHOWN_ALL else TOP_KEYS + 2
 
 
-def layer_page_bytes(layer: LayerTrace) -> int:
+def layer_page_bytes(layer: LayerTrace, full: bool = True) -> int:
     """At most how many bytes one layer's arrays take in the page (`packing.pack`, before compression, which
-    only shrinks them), as base64: the vectors to 4 decimals (z32; float64 where a value does not fit) and their
-    norms; q/lse per head and k/v per key/value head in float32 (float64 for a float64 capture); per head the shown
-    weights (u16), per row the keys the stepper shows (`shown_key_count`) with their three stages and weights
+    only shrinks them), as base64: the vectors to 4 decimals (z32; float64 where a value does not fit) where `full`,
+    else each row's top dimensions (their indices and values, `tables.TOP_DIMENSIONS`), and their norms; q per head
+    and k/v per key/value head in float16, lse in float32 (float64 for a float64 capture); per head the shown
+    weights (u16), per row the keys the stepper shows (`shown_key_count`: 2 bytes each) with their three stages
     (4 bytes each), Σ w·V, Σ w and the sink."""
+    from .tables import TOP_DIMENSIONS  # here, not above: tables imports export, which imports this module
+
     L, H = layer.length, layer.n_heads
     f = 8 if layer.q.dtype == torch.float64 else 4
     K = shown_key_count(L)
     vectors = (layer.x, layer.attn_out, layer.output)  # float64 where a value is beyond int32 at VECTOR_DIGITS
     fits = [fixed_fits(float(a.min()), float(a.max()), VECTOR_DIGITS) for a in vectors]
-    width = sum((4 if ok else 8) * a.shape[-1] for ok, a in zip(fits, vectors, strict=True))
+    kept = [a.shape[-1] if full else min(TOP_DIMENSIONS, a.shape[-1]) for a in vectors]
+    index = 0 if full else 4  # u16 (u32 beyond 65,536 dimensions): at most 4 bytes each
+    width = sum((4 if ok else 8) * n + index * n for ok, n in zip(fits, kept, strict=True))
     D, Dv = layer.q.shape[-1], layer.v.shape[-1]
-    per_head = f * L * (D + 1) + 2 * L * L + 18 * L * K + 4 * L * (Dv + 2) + L * L / 8
+    half = 2  # bytes of one HEAD_CODE number
+    per_head = half * L * D + f * L + 2 * L * L + 14 * L * K + 4 * L * (Dv + 2) + L * L / 8
     kv_heads = layer.k.shape[0] + len(layer.changed)  # a head changed apart may carry its own
-    raw = L * (width + 4 * 3) + L * L / 8 + H * per_head + kv_heads * f * L * (D + Dv)
-    return int(raw * 4 / 3 * PACKED_MARGIN) + ARRAY_BYTES * (7 + 11 * H)
+    raw = L * (width + 4 * 3) + L * L / 8 + H * per_head + kv_heads * half * L * (D + Dv)
+    return int(raw * 4 / 3 * PACKED_MARGIN) + ARRAY_BYTES * (7 + 11 * H + (0 if full else 6))

@@ -23,8 +23,16 @@ class SameAs(TypedDict):
     of_head: int
 
 
+class TopDimensions(TypedDict):
+    """Of one d_model vector per row, in a layer not held in full: the `vector_top` dimensions of largest |value|
+    (dims (L, T), largest first) and their values (L, T) to 4 decimals."""
+
+    dims: PageArray
+    values: PageArray
+
+
 class PageHead(TypedDict):
-    """A head as the page holds it: Q/K/V/lse packed, and what the page shows computed by Python."""
+    """A head as the page holds it: Q/K/V in float16, lse packed, and what the page shows computed by Python."""
 
     kv_head: int
     q: PageArray
@@ -34,7 +42,6 @@ class PageHead(TypedDict):
     weights: PageArray
     keys: PageArray
     key_stages: PageArray
-    key_weights: PageArray
     weighted: PageArray
     sums: PageArray
     sink: NotRequired[PageArray]
@@ -55,6 +62,7 @@ class PageLayer(PerHeadValues):
     attn_out: NotRequired[PageArray]
     output: NotRequired[PageArray]
     norms: NotRequired[dict[str, PageArray]]
+    top: NotRequired[dict[str, TopDimensions]]  # instead of x, attn_out, output outside doc["full_layers"]
     heads: NotRequired[list[PageHead]]
     types: NotRequired[list[str | None]]
 
@@ -76,6 +84,7 @@ class PageDoc(Doc):
     layers: list[PageLayer]  # type: ignore[misc]  # the packed layers replace the export's
     scale_words: ScaleWords
     shown_keys: ShownKeys
+    vector_top: int  # how many dimensions of a d_model vector a layer not held in full keeps per row
 
 
 OPAQUE = (Packed,)

@@ -589,6 +589,7 @@ class Doc(TypedDict):
     levels: NotRequired[Levels]
     display: NotRequired[Display]
     omitted: NotRequired[Omitted]
+    full_layers: NotRequired[list[int]]  # the held layers whose d_model vectors the page holds whole
     opened: NotRequired[Opened]
     lang: NotRequired[Literal["zh", "en"]]
     descriptions: NotRequired[list[list[Description]]]

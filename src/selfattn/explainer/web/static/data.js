@@ -3,11 +3,13 @@
  * A packed array is {dtype, shape, b64, digits?}: little-endian bytes in byte planes, zlib-compressed,
  * base64; every array of the page (the layers', the attention page's weights, doc.display's thumbnails and
  * shown weights) is read by the one `unpack` below. The page reads what Python computed and never recomputes a
- * stage: the weights of every cell at 0.01 % (`weights`), and for each query row the stored keys with their
- * scores, scaled and masked scores (`key_stages`), weights to 1e-8 (`key_weights`), Σ w·V (`weighted`) and Σ w
- * (`sums`).
- * A layer's vectors (x, attn_out, output) come to the 4 decimals they are shown with, their lengths in `norms`;
- * a head's k and v may be {of_head: h}: the arrays of head h, which reads the same key/value head (GQA). */
+ * stage: the weights of every cell at 0.01 % (`weights`, what every view shows and uses), and for each query row
+ * the stored keys with their scores, scaled and masked scores (`key_stages`), Σ w·V (`weighted`) and Σ w (`sums`),
+ * each at the precision it is shown with.
+ * A layer's vectors (x, attn_out, output) come to the 4 decimals they are shown with, their lengths in `norms`, in
+ * the layers held in full (doc.full_layers); elsewhere only each row's top dimensions (`top`: {name: {dims,
+ * values}}) and lengths. A head's q, k, v come in float16; k and v may be {of_head: h}: the arrays of head h, which
+ * reads the same key/value head (GQA). */
 
 // each code's words; "f16" words are binary16 bit patterns, read as numbers by `half`
 const TYPED = {
@@ -68,7 +70,7 @@ function unzigzag(word, unit) {
 }
 
 const LAYER_ARRAYS = ["x", "attn_out", "output", "visible"];
-const HEAD_ARRAYS = ["q", "k", "v", "lse", "weights", "keys", "key_stages", "key_weights", "weighted", "sums", "sink"];
+const HEAD_ARRAYS = ["q", "k", "v", "lse", "weights", "keys", "key_stages", "weighted", "sums", "sink"];
 
 async function unpackFields(obj, names) {
   const out = Object.assign({}, obj);
@@ -93,11 +95,14 @@ export async function loadDoc(packed) {
   return Object.assign({}, packed, { layers, tokens, display, contributions });
 }
 
-/** doc.display unpacked: every head's thumbnail ({shape [T, T], data: Float32Array}: its weights pooled into
- * T × T cells, Python's capture/digest.py), as the model view and a layer not held draw them, and the shown
- * head's weights ({shape [L, L], data: Uint16Array, unit}). */
+/** doc.display unpacked: every head's thumbnail ({shape [T, T], data: Float64Array}: its weights pooled into
+ * T × T cells, Python's capture/digest.py, at 0.01 %), as the model view and a layer not held draw them, and the
+ * shown head's weights ({shape [L, L], data: Uint16Array, unit}). */
 async function loadDisplay(display) {
-  const thumbnails = await Promise.all(display.thumbnails.map((row) => Promise.all(row.map(unpack))));
+  const thumbnails = await Promise.all(display.thumbnails.map((row) => Promise.all(row.map(async (p) => {
+    const t = await unpack(p); // "u16" at 0.01 %: read as the numbers they stand for
+    return t.unit === undefined ? t : { shape: t.shape, data: Float64Array.from(t.data, (n) => n / t.unit) };
+  }))));
   const selected = Object.assign({}, display.selected, { weights: await unpack(display.selected.weights) });
   return Object.assign({}, display, { thumbnails, selected });
 }
@@ -141,6 +146,11 @@ export async function loadLayer(layer) {
   if (layer.omitted) return layer;
   const out = await unpackFields(layer, LAYER_ARRAYS);
   out.norms = await unpackFields(layer.norms, Object.keys(layer.norms));
+  if (layer.top) {
+    const names = Object.keys(layer.top);
+    const tops = await Promise.all(names.map((name) => unpackFields(layer.top[name], ["dims", "values"])));
+    out.top = Object.fromEntries(names.map((name, n) => [name, tops[n]]));
+  }
   out.heads = await Promise.all(layer.heads.map(async (head) => {
     const h = await unpackFields(head, HEAD_ARRAYS.filter((name) => !(head[name] && "of_head" in head[name])));
     h.visible = head.visible ? await unpack(head.visible) : undefined; // only a head an intervention changed apart
@@ -159,7 +169,14 @@ export function normOf(layer, name, i) {
   return layer.norms[name].data[i];
 }
 
-/** Per query row, a Map key → its column in `key_stages` / `key_weights` (unused slots left out). */
+/** Row i of a vector the layer holds as its top dimensions only (`top`, outside doc.full_layers): {dims, values},
+ * largest |value| first, as Python chose them. */
+export function topOf(layer, name, i) {
+  const top = layer.top[name];
+  return { dims: row(top.dims, i), values: row(top.values, i) };
+}
+
+/** Per query row, a Map key → its column in `key_stages` (unused slots left out). */
 function slotsOf(keys, L) {
   const K = keys.shape[1];
   return Array.from({ length: keys.shape[0] }, (_, i) => {
@@ -191,10 +208,4 @@ export function visibleOf(layer, h) {
 export function shownWeight(head, i, j) {
   const w = head.weights;
   return w.data[i * w.shape[1] + j] / w.unit;
-}
-
-/** The weight of (i, j) for arithmetic: to 1e-8 where the row stores key j, else as shown (0.01 %). */
-export function exactWeight(head, i, j) {
-  const slot = head.slots[i].get(j);
-  return slot === undefined ? shownWeight(head, i, j) : head.key_weights.data[i * head.key_weights.shape[1] + slot];
 }

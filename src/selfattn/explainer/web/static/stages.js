@@ -5,7 +5,7 @@
  * Nothing here computes a stage: the scores, scaled and masked scores, weights, Σ w·V and Σ w of the
  * row are looked up for the keys the row stores. */
 
-import { bit, row, visibleOf } from "./data.js";
+import { bit, row, shownWeight, visibleOf } from "./data.js";
 
 /** The steps, in order, and the text naming each (the ÷√d_k step is named by the data: doc.scale_words). */
 export const STAGES = [
@@ -29,7 +29,7 @@ export const KEY_ROWS = [
   { name: "weights", from: "softmax", text: "page.row_weights" },
 ];
 
-const STAGE_ROWS = { scores: 0, scaled: 1, masked: 2 }; // the planes of a head's `key_stages` (3, L, K)
+const STAGE_ROWS = { scores: 0, scaled: 1, masked: 2 }; // the planes of a head's `key_stages` (3, K, L)
 
 /** Query row i of head (l, h): its stored keys (ascending) and, per stored key, its stages. */
 export function stageRow(doc, l, h, i) {
@@ -37,16 +37,17 @@ export function stageRow(doc, l, h, i) {
   const head = layer.heads[h];
   const slots = head.slots[i];
   const keys = Array.from(slots.keys());
-  const K = head.key_weights.shape[1], L = head.weights.shape[1];
+  const K = head.keys.shape[1], L = head.weights.shape[1];
   const visible = visibleOf(layer, h);
-  const plane = (name) => head.key_stages.data.subarray((STAGE_ROWS[name] * L + i) * K, (STAGE_ROWS[name] * L + i + 1) * K);
+  const data = head.key_stages.data; // slot-major: stage s, slot c, row i at (s·K + c)·L + i
+  const plane = (name) => Float64Array.from({ length: K }, (_, c) => data[(STAGE_ROWS[name] * K + c) * L + i]);
   return {
     keys,
     slots,
     scores: plane("scores"),
     scaled: plane("scaled"),
     masked: plane("masked"),
-    weights: row(head.key_weights, i),
+    weights: Float64Array.from(row(head.keys, i), (j) => (j < L ? shownWeight(head, i, j) : 0)), // per slot
     visible: (j) => bit(visible, i, j),
     weighted: row(head.weighted, i),
     sum: head.sums.data[i],

@@ -1,10 +1,9 @@
 /* Head search: every head ranked by the weight from one token to another. The report ranks the weights
- * it holds (Python's: to 1e-8 for the keys a row stores, else 0.01 %; the pair asked with --find as
- * Python ranked it), and a report that does not hold every layer ranks the heads of those it holds and says so;
+ * it holds (Python's, at 0.01 % as shown; the pair asked with --find as Python ranked it), and a report that does not hold every layer ranks the heads of those it holds and says so;
  * the app asks the server (`live.js`: findRemote), which holds every layer. */
 
 import { $, el, fillSelect } from "../dom.js";
-import { deferred, exactWeight } from "../data.js";
+import { deferred, shownWeight } from "../data.js";
 import { layerRanges, pct } from "../format.js";
 import { stageRow, topKey } from "../stages.js";
 
@@ -31,7 +30,7 @@ export function rankHeld(doc, i, j, heldOnly = false) {
   if (doc.layers.some((layer, l) => (layer.omitted && !heldOnly) || (!layer.omitted && deferred(doc, l)))) return null;
   const ranked = [];
   doc.layers.forEach((layer, l) => layer.omitted || layer.heads.forEach((head, h) => {
-    ranked.push({ layer: l, head: h, weight: exactWeight(head, i, j) });
+    ranked.push({ layer: l, head: h, weight: shownWeight(head, i, j) });
   }));
   return ranked.sort((a, b) => b.weight - a.weight || a.layer - b.layer || a.head - b.head);
 }

@@ -3,13 +3,13 @@
  * the masked row and the row's share of it in the weights row, both as Python shipped them. */
 
 import { $, el } from "../dom.js";
-import { exactWeight, normOf, row, shownWeight } from "../data.js";
+import { row, shownWeight } from "../data.js";
 import { sinkShare } from "./heatmap.js";
 import { sharesOf, shownShare } from "./contribution.js";
 import { num, pct, rgb, shade } from "../format.js";
 import { comparable } from "../state.js";
 import { KEY_ROWS, STAGE_NAMES, STAGES, keyValue, stageRow } from "../stages.js";
-import { meaningBars, mixBars, qkProducts, vector } from "./vectors.js";
+import { layerVector, meaningBars, mixBars, qkProducts, vector } from "./vectors.js";
 
 const NOT_STORED = "…"; // a number the page does not hold (a long row stores its top keys)
 
@@ -41,7 +41,7 @@ function renderPanel(state, t) {
   const head = layer.heads[h];
   panel.replaceChildren(el("h3", {}, t("page.step", { n: state.stage + 1, total: STAGES.length, name: stageTitle(state, t, state.stage) })));
   panel.append(el("p", { class: "explain", "data-testid": "stage-explain" }, explanation(state, t, name, st)));
-  if (name === "x") panel.append(vector(t, "x", t("page.x") + `[${i}]`, row(layer.x, i), normOf(layer, "x", i)));
+  if (name === "x") panel.append(layerVector(t, doc, l, "x", t("page.x") + `[${i}]`, i));
   if (name === "scores") panel.append(qkProducts(t, row(head.q, i), row(head.k, state.focus), keyValue(st, "scores", state.focus)));
   if (name === "qkv") {
     const j = state.focus;
@@ -66,8 +66,8 @@ function renderPanel(state, t) {
     }
   }
   if (name === "output") {
-    panel.append(vector(t, "attn_out", `${t("common.attn_out")}[${i}]`, row(layer.attn_out, i), normOf(layer, "attn_out", i)),
-      vector(t, "output", `${t("common.layer_output")}[${i}]`, row(layer.output, i), normOf(layer, "output", i)));
+    panel.append(layerVector(t, doc, l, "attn_out", `${t("common.attn_out")}[${i}]`, i),
+      layerVector(t, doc, l, "output", `${t("common.layer_output")}[${i}]`, i));
   }
   for (const j of [i, state.focus]) { // keep the query's own column and the focused key in view
     const cell = panel.querySelector(`.keys th[data-key="${j}"]`);
@@ -151,7 +151,7 @@ function keyTable(state, t, st) {
     const before = base.layers[state.layer].heads[state.head];
     table.append(keyRow(state, t, "baseline", t("page.baseline"), weightCells(before, state.row, keys)));
     const delta = keys.map((j) => {
-      const v = exactWeight(head, state.row, j) - exactWeight(before, state.row, j);
+      const v = shownWeight(head, state.row, j) - shownWeight(before, state.row, j);
       return { j, value: v, text: pct(v) };
     });
     table.append(keyRow(state, t, "delta", t("page.difference"), delta));
@@ -186,11 +186,11 @@ function setApart(cell) {
   return cell;
 }
 
-/** Weights: shown as the page shows every weight (0.01 %), carried in float32 in data-value. */
+/** Weights: shown as the page shows every weight (0.01 %), the number it holds in data-value. */
 function weightCells(head, i, keys) {
   return keys.map((j) => {
     const shown = shownWeight(head, i, j);
-    return { j, value: exactWeight(head, i, j), text: pct(shown), shade: shown };
+    return { j, value: shownWeight(head, i, j), text: pct(shown), shade: shown };
   });
 }
 

@@ -1,9 +1,11 @@
 /* Vectors and their parts: a vector's length and largest dimensions, q·k as D products, ·V as stacked
  * bars, and the walkthrough's "meaning" bar. Every number is the data's; a product shown (q[d]·k[d],
- * w_j·V_j[d]) is the one the panel explains. */
+ * w_j·V_j[d]) is one of the numbers the page holds (q, k, v in float16), beside the score or Σ w·V Python computed
+ * from the exact vectors. A layer's d_model vectors are whole only in the layers held in full (doc.full_layers);
+ * elsewhere the page holds each row's length and top dimensions, and says so. */
 
 import { el } from "../dom.js";
-import { exactWeight, row, shownWeight } from "../data.js";
+import { normOf, row, shownWeight, topOf } from "../data.js";
 import { num, pct, wholePct } from "../format.js";
 
 const VECTOR_TOP = 4; // a long vector is summarised by its norm and this many largest dimensions
@@ -20,13 +22,13 @@ const MEANINGS = [ // the roles of selfattn.explainer.relations, then the first 
   { role: null, text: "common.other", colour: "#d1d5db" },
 ];
 
-/** A labelled vector: its length (`norm`, else of `values`) and largest dimensions, every number one click away
- * (each carries its dimension in data-dim). */
-export function vector(t, name, label, values, norm = undefined) {
+/** A labelled vector: its length (`norm`, else of `values`) and largest `count` dimensions, every number one click
+ * away (each carries its dimension in data-dim). */
+export function vector(t, name, label, values, norm = undefined, count = VECTOR_TOP) {
   const box = el("div", { class: "vec", "data-testid": `vec-${name}` });
   box.append(el("div", { class: "label" }, `${label} (${values.length})`));
   const order = Array.from(values.keys()).sort((a, b) => Math.abs(values[b]) - Math.abs(values[a]));
-  const top = order.slice(0, VECTOR_TOP).map((d) => `d${d} = ${num(values[d])}`).join(" · ");
+  const top = order.slice(0, count).map((d) => `d${d} = ${num(values[d])}`).join(" · ");
   const length = norm === undefined ? Math.hypot(...values) : norm; // the exact vector's, where Python sent it
   box.append(el("div", { class: "summary", "data-testid": `vec-${name}-summary` },
     t("page.norm", { norm: num(length), top })));
@@ -39,7 +41,26 @@ export function vector(t, name, label, values, norm = undefined) {
   return box;
 }
 
-/** q·k as D products q[d]·k[d] (one cell each, data-value exact), their sum, and the score of the data. */
+/** Row i of one of layer l's d_model vectors (name: x, attn_out, output): whole where the page holds the layer in
+ * full, else its length and top dimensions as Python sent them (`topOf`), with the sentence that says where the
+ * whole vector is. Never a number of another layer. */
+export function layerVector(t, doc, l, name, label, i) {
+  const layer = doc.layers[l];
+  if (layer[name]) return vector(t, name, label, row(layer[name], i), normOf(layer, name, i), doc.vector_top);
+  const { dims, values } = topOf(layer, name, i);
+  const box = el("div", { class: "vec", "data-testid": `vec-${name}`, "data-full": "0" });
+  box.append(el("div", { class: "label" }, `${label} (${doc.model.d_model})`));
+  const top = Array.from(dims, (d, r) => `d${d} = ${num(values[r])}`).join(" · ");
+  box.append(el("div", { class: "summary", "data-testid": `vec-${name}-summary` },
+    t("page.norm", { norm: num(normOf(layer, name, i)), top })));
+  const full = (doc.full_layers || []).join(", ");
+  box.append(el("p", { class: "hint", "data-testid": `vec-${name}-top-only` },
+    t("page.vector_top_only", { layer: l, n: dims.length, full })));
+  return box;
+}
+
+/** q·k as D products q[d]·k[d] of the q and k the page holds (one cell each, data-value exact), and the score of the
+ * data, which Python computed from the exact vectors (the products add up to it up to float16's rounding). */
 export function qkProducts(t, q, k, score) {
   const box = el("div", { class: "qk", "data-testid": "qk-products" });
   box.append(el("div", { class: "label" }, t("page.qk", { n: q.length })));
@@ -47,10 +68,8 @@ export function qkProducts(t, q, k, score) {
   const head = el("tr"), prod = el("tr");
   head.append(el("th", {}, "d"));
   prod.append(el("th", {}, "q·k"));
-  let sum = 0;
   for (let d = 0; d < q.length; d++) {
     const p = q[d] * k[d];
-    sum += p;
     head.append(el("th", {}, d));
     const td = el("td", { "data-dim": d, "data-value": p }, num(p, 2));
     td.style.backgroundColor = p >= 0 ? `rgba(29, 78, 216, ${Math.min(0.5, Math.abs(p) / 4)})`
@@ -59,7 +78,7 @@ export function qkProducts(t, q, k, score) {
   }
   head.append(el("th", {}, t("page.qk_sum")));
   const shown = score === undefined ? "…" : num(score);
-  prod.append(el("td", { "data-testid": "qk-sum", "data-value": sum }, `${num(sum)} = ${shown}`));
+  prod.append(el("td", { "data-testid": "qk-sum", "data-value": score === undefined ? "" : score }, shown));
   table.append(head, prod);
   const wrap = el("div", { class: "scroll" });
   wrap.append(table);
@@ -73,7 +92,7 @@ export function mixBars(t, doc, head, i, weighted) {
   const box = el("div", { class: "mix", "data-testid": "mix-bars" });
   box.append(el("div", { class: "label" }, t("page.mix")));
   const L = doc.tokens.length, dv = weighted.length;
-  const w = Array.from({ length: L }, (_, j) => exactWeight(head, i, j));
+  const w = Array.from({ length: L }, (_, j) => shownWeight(head, i, j));
   const keys = Array.from(w.keys()).filter((j) => w[j] > 0);
   const part = (j, d) => w[j] * row(head.v, j)[d];
   let scale = 1e-9;
@@ -129,7 +148,7 @@ export function meaningBars(t, doc, head, i) {
   const first = MEANINGS.length - 2, other = MEANINGS.length - 1;
   for (let j = 0; j < doc.tokens.length; j++) {
     const k = MEANINGS.findIndex((m) => m.role !== null && m.role === roles[j]);
-    sums[k >= 0 ? k : j === 0 ? first : other] += exactWeight(head, i, j);
+    sums[k >= 0 ? k : j === 0 ? first : other] += shownWeight(head, i, j);
   }
   const box = el("div", { class: "meaning", "data-testid": "meaning" });
   box.append(el("div", { class: "label" }, t("page.meaning")));
