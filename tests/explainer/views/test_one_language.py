@@ -30,6 +30,7 @@ ALLOWED = {
     "Spearman",  # a person's name: Spearman's rank correlation (斯皮尔曼 is rarer in the field than the name)
     # names: the package, the library, a file format, commands and flags the learner types, the language button
     *("selfattn", "transformers", "PNG", "English", "explain", "serve", "html", "layers", "find"),
+    *("Python", "float16"),  # where the page's numbers come from and the precision it holds q and k in
 }
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9_'\-]*")
 DIM = re.compile(r"d\d+")

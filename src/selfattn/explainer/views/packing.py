@@ -61,7 +61,7 @@ from .codec import unpack
 from .controls import scale_words
 from .export import WEIGHT_DIGITS, head_rule, restore_inf
 from .page_budget import HEAD_CODE, SHOWN_ALL, TOP_KEYS, VECTOR_DIGITS, shown_key_count
-from .tables import TOP_DIMENSIONS
+from .vector_summary import TOP_DIMENSIONS, top_dimensions
 
 __all__ = [
     "pack",
@@ -293,13 +293,6 @@ def _layer_arrays(read: _Read, batch: list) -> tuple[dict, list[torch.Tensor]]:
             weights[h] = weights_h
     out["heads"] = [head.packed for head in heads]
     return out, weights
-
-
-def top_dimensions(vectors: np.ndarray) -> np.ndarray:
-    """(L, T) int64: per row of `vectors` (L, d) the TOP_DIMENSIONS dimensions of largest |value|, largest first
-    (ties: the lower dimension first, as the terminal's stable sort)."""
-    T = min(TOP_DIMENSIONS, vectors.shape[-1])
-    return np.argsort(-np.abs(vectors), axis=-1, kind="stable")[:, :T]
 
 
 def head_type_names(weights: np.ndarray, ids: list[int], *, causal: bool) -> list[str | None]:

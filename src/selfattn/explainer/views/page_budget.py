@@ -15,6 +15,7 @@ import torch
 
 from ...limits import ARRAY_BYTES
 from ..trace_types import LayerTrace
+from .vector_summary import TOP_DIMENSIONS
 
 __all__ = [
     "SHOWN_ALL",
@@ -66,12 +67,10 @@ def shown_key_count(L: int) -> int:
 def layer_page_bytes(layer: LayerTrace, full: bool = True) -> int:
     """At most how many bytes one layer's arrays take in the page (`packing.pack`, before compression, which
     only shrinks them), as base64: the vectors to 4 decimals (z32; float64 where a value does not fit) where `full`,
-    else each row's top dimensions (their indices and values, `tables.TOP_DIMENSIONS`), and their norms; q per head
+    else each row's top dimensions (their indices and values, `vector_summary`), and their norms; q per head
     and k/v per key/value head in float16, lse in float32 (float64 for a float64 capture); per head the shown
     weights (u16), per row the keys the stepper shows (`shown_key_count`: 2 bytes each) with their three stages
     (4 bytes each), Σ w·V, Σ w and the sink."""
-    from .tables import TOP_DIMENSIONS  # here, not above: tables imports export, which imports this module
-
     L, H = layer.length, layer.n_heads
     f = 8 if layer.q.dtype == torch.float64 else 4
     K = shown_key_count(L)

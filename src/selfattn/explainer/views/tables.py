@@ -33,6 +33,7 @@ from .export import card_dict, gqa_words, levels, opened_query
 from .head_sentences import percent
 from .head_words import p_words
 from .type_legend import legend
+from .vector_summary import TOP_DIMENSIONS
 
 if TYPE_CHECKING:
     from ..result import Explanation
@@ -44,8 +45,6 @@ WINDOW_NUMBER_WIDTH = 6
 WINDOW_MIN = 3
 """The fewest rows and keys a windowed table shows, however narrow the console."""
 MINUS = "−"
-TOP_DIMENSIONS = 3
-"""A long vector is summarised by its norm and its largest dimensions (the JSON holds all of them)."""
 LABEL_WIDTH = 8
 """Characters of a row label (a query token) before it is cut."""
 KIND_KEYS = {"decoder": "common.decoder", "encoder": "common.encoder"}
