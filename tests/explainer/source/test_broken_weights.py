@@ -85,3 +85,20 @@ def test_a_missing_tensor_is_said_in_our_one_line_not_transformers_report(llama,
 def test_the_whole_folder_still_loads(llama):
     doc = explained(Explainer.load(llama), "a blue monster walks into the forest")
     assert doc["model"]["n_layers"] == 2 and doc["prediction"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_the_finite_check_finds_one_nan_or_infinity_in_any_dtype(dtype):
+    """The scan of every weight reads one min and max per tensor (no boolean copy): a NaN or ±inf anywhere in it is
+    still found, in every dtype a model is loaded in."""
+    import torch
+
+    from selfattn.explainer.source.resolve import _finite
+
+    t = torch.randn(1000, dtype=getattr(torch, dtype))
+    assert _finite(t) and _finite(t[:0])
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        for at in (0, 517, 999):
+            u = t.clone()
+            u[at] = bad
+            assert not _finite(u), (dtype, bad, at)
