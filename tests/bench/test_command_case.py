@@ -27,6 +27,11 @@ def test_a_row_is_the_peak_of_that_process_alone(tmp_path):
     del held
 
 
+def test_cpu_time_is_the_work_not_the_wait(tmp_path):
+    sleeper = measure("sleep", [sys.executable, "-c", "import time; time.sleep(1.0)"], {}, tmp_path, tokens=None)
+    assert sleeper["seconds"] >= 1.0 and sleeper["cpu_seconds"] < 0.5, sleeper
+
+
 def test_a_failed_command_is_a_row_saying_why(tmp_path):
     code = "import sys; print('no such model: m', file=sys.stderr); sys.exit(3)"
     row = measure("explain", [sys.executable, "-c", code], {}, tmp_path, tokens=6)
@@ -54,11 +59,12 @@ def test_the_quick_case_prints_rows_and_ratios():
     assert (hf["mode"], explain["mode"]) == ("transformers", "explain") and seen
     for row in (hf, explain):
         assert "error" not in row, row
-        assert row["tokens"] == 6 and row["seconds"] > 0 and row["peak_bytes"] > 0
+        assert row["tokens"] == 6 and row["seconds"] > 0 and row["cpu_seconds"] > 0 and row["peak_bytes"] > 0
     (ratio,) = model["ratios"]
     assert ratio["what"] == "explain / transformers" and ratio["target"] == 1.3
     assert ratio["time"] == pytest.approx(explain["seconds"] / hf["seconds"])
     assert ratio["peak"] == pytest.approx(explain["peak_bytes"] / hf["peak_bytes"])
+    assert ratio["cpu"] == pytest.approx(explain["cpu_seconds"] / hf["cpu_seconds"])
     out = io.StringIO()
     render_command(result, Console(file=out, width=160))
     text = out.getvalue()

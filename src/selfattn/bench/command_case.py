@@ -4,9 +4,10 @@ transformers user runs for the same answer (a benchmark, not a test).
     run_command_case(quick=False) -> {"models": [{model, rows: [{mode, tokens, seconds, peak_bytes}], ratios}], ...}
 
 Every row is one process started from a small stdlib-only starter (`STARTER`), timed from its start to its exit
-(imports, load, the work, the output): `seconds` is that wall time, `peak_bytes` the process's peak resident
-memory (its `ru_maxrss`, read by `os.wait4`; the starter is small, so the measuring process's own memory never
-counts). The modes:
+(imports, load, the work, the output): `seconds` is that wall time; `cpu_seconds` its user + system CPU time (what
+other processes on the cores change least: a busy machine stretches the wall time more than the work);
+`peak_bytes` the process's peak resident memory (its `ru_maxrss`, read by `os.wait4`; the starter is small, so
+the measuring process's own memory never counts). The modes:
 
     transformers   python -c TRANSFORMERS_SCRIPT: AutoTokenizer and AutoModelForCausalLM.from_pretrained(folder,
                    attn_implementation="eager"), one forward with output_attentions=True
@@ -28,9 +29,9 @@ The models (`MODELS`):
              `explain --dtype bfloat16` at 256 tokens; skipped, saying so, with under MIN_FREE_FOR_3B bytes free
 
 The modes of one size take turns (a busy moment of the machine hits each alike), `rounds` times; each row keeps the
-best time and the smallest peak. Ratios: each selfattn mode over transformers at the same size and model, in
-time and in peak; the GGUF rows' first over transformers' GGUF load, and first over second. Targets
-(TARGETS) are the bounds the ratios are held to; nothing here asserts them.
+best time, the least CPU time and the smallest peak. Ratios: each selfattn mode over transformers at the same size
+and model, in wall time, CPU time and peak; the GGUF rows' first over transformers' GGUF load, and first over
+second. Targets (TARGETS) bound the wall time and the peak; nothing here asserts them.
 """
 
 from __future__ import annotations
@@ -99,13 +100,14 @@ pid = os.posix_spawn(argv[0], argv, os.environ)
 _, status, usage = os.wait4(pid, 0)
 seconds = time.perf_counter() - start
 with open(report, "w") as f:
-    peak = usage.ru_maxrss * 1024
-    json.dump({"seconds": seconds, "peak_bytes": peak, "status": os.waitstatus_to_exitcode(status)}, f)
+    cpu, peak = usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+    status = os.waitstatus_to_exitcode(status)
+    json.dump({"seconds": seconds, "cpu_seconds": cpu, "peak_bytes": peak, "status": status}, f)
 """
-"""Starts argv[1] (a JSON list) and writes its wall seconds, peak resident bytes (ru_maxrss of that process alone)
-and exit status to argv[2]. It imports nothing but the standard library: the process it starts inherits its few
-MiB, where one started from the bench itself would count the bench's peak as its own (Linux keeps the peak of
-the memory a process had before exec)."""
+"""Starts argv[1] (a JSON list) and writes its wall seconds, CPU seconds (user + system), peak resident bytes
+(ru_maxrss of that process alone) and exit status to argv[2]. It imports nothing but the standard library: the
+process it starts inherits its few MiB, where one started from the bench itself would count the bench's peak as its
+own (Linux keeps the peak of the memory a process had before exec)."""
 
 TRANSFORMERS_SCRIPT = """
 import sys
@@ -170,7 +172,8 @@ def run_command_case(
         "rounds": rounds,
         "cpu": _cpu(),
         "method": "each row one process from start to exit (imports, load, work, output), started by a stdlib-only "
-        "starter; seconds: wall time; peak: the process's ru_maxrss; modes of a size take turns, best of the rounds",
+        "starter; s: wall time; cpu s: user + system time; peak: the process's ru_maxrss; targets on wall time "
+        "and peak; modes of a size take turns, best of the rounds",
     }
 
 
@@ -235,6 +238,7 @@ def _gguf_model(work: Path, env: dict, sizes, modes, rounds: int, patch: bool, s
                 "what": "first / second (time)",
                 "size": first["tokens"],
                 "time": first["seconds"] / second["seconds"],
+                "cpu": first["cpu_seconds"] / second["cpu_seconds"],
                 "peak": None,
                 "target": TARGETS["first_vs_second"],
                 "met": first["seconds"] / second["seconds"] >= TARGETS["first_vs_second"],
@@ -321,6 +325,7 @@ def _ratio(mode: str, over: str, row: dict, base: dict, target: float) -> dict:
         "what": f"{mode} / {over}",
         "size": row["tokens"],
         "time": time_ratio,
+        "cpu": row["cpu_seconds"] / base["cpu_seconds"],
         "peak": peak_ratio,
         "target": target,
         "met": time_ratio <= target and peak_ratio <= target,
@@ -333,6 +338,7 @@ def _best(measured: list[dict]) -> dict:
         return measured[0]
     best = dict(min(good, key=lambda m: m["seconds"]))
     best["peak_bytes"] = min(m["peak_bytes"] for m in good)
+    best["cpu_seconds"] = min(m["cpu_seconds"] for m in good)
     best["all_seconds"] = [m["seconds"] for m in good]
     return best
 
@@ -368,6 +374,7 @@ def measure(mode: str, argv: list[str], env: dict, work: Path, *, tokens: int | 
         "mode": mode,
         "tokens": tokens,
         "seconds": done["seconds"],
+        "cpu_seconds": done["cpu_seconds"],
         "peak_bytes": done["peak_bytes"],
         "stderr_lines": len(lines),
         "progress": shown[:3],
@@ -497,22 +504,29 @@ def render_command(result: dict, console) -> None:
             console.print(Text(f"command: {model['model']}: {model['skipped']}"))
             continue
         table = Table(title=f"command: {model['model']}", title_justify="left")
-        for column in ("mode", "tokens", "s", "peak MiB", "note"):
+        for column in ("mode", "tokens", "s", "cpu s", "peak MiB", "note"):
             table.add_column(column, justify="left" if column in ("mode", "note") else "right")
         for row in model["rows"]:
             tokens = "—" if row.get("tokens") is None else str(row["tokens"])
             if row.get("error"):
-                table.add_row(row["mode"], tokens, "—", "—", Text(row["error"]))
+                table.add_row(row["mode"], tokens, "—", "—", "—", Text(row["error"]))
                 continue
             note = ""
             if row["mode"] == "patch":
                 bound = model.get("patch_target_seconds")
                 shown = "; ".join(row["progress"]) or "none"
                 note = f"target ≤ {bound:.0f} s; progress on stderr: {shown}"
-            table.add_row(row["mode"], tokens, f"{row['seconds']:.1f}", f"{row['peak_bytes'] / 2**20:.0f}", Text(note))
+            table.add_row(
+                row["mode"],
+                tokens,
+                f"{row['seconds']:.1f}",
+                f"{row['cpu_seconds']:.1f}",
+                f"{row['peak_bytes'] / 2**20:.0f}",
+                Text(note),
+            )
         show(console, table)
         ratios = Table(title=f"ratios: {model['model']}", title_justify="left")
-        for column in ("ratio", "tokens", "time", "peak", "target", "met"):
+        for column in ("ratio", "tokens", "time", "cpu", "peak", "target", "met"):
             ratios.add_column(column, justify="left" if column == "ratio" else "right")
         for r in model["ratios"]:
             kind = "≥" if r["what"].startswith("first / second") else "≤"
@@ -520,6 +534,7 @@ def render_command(result: dict, console) -> None:
                 r["what"],
                 "—" if r["size"] is None else str(r["size"]),
                 f"{r['time']:.2f}×",
+                f"{r['cpu']:.2f}×",
                 "—" if r["peak"] is None else f"{r['peak']:.2f}×",
                 f"{kind} {r['target']}×",
                 "yes" if r["met"] else "NO",
