@@ -246,6 +246,9 @@ EXTRA_CASES = {
     "(selfattn.bench.gguf_case)",
     "bf16": "explain vs transformers eager, both in bfloat16, 256 tokens on the Qwen2.5-3B configuration with "
     "random weights: peak memory and time (selfattn.bench.bf16_case)",
+    "command": "whole commands in fresh processes (explain, --html, heads, --patch, a GGUF file's first and second "
+    "command) against transformers' load + one eager forward with output_attentions: time and peak memory, "
+    "process start and load included (selfattn.bench.command_case)",
     "attribution": "attribution vs exact patching on SmolLM2's IOI pair: time ratio, top-10 heads' Spearman ρ "
     "(selfattn.bench.attribution_case)",
 }

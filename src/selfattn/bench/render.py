@@ -189,3 +189,7 @@ def render(result: dict, console: Console | None = None) -> None:
         from .bf16_case import render_bf16
 
         render_bf16(extra["bf16"], console)
+    if "command" in extra:
+        from .command_case import render_command
+
+        render_command(extra["command"], console)

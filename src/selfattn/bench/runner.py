@@ -137,6 +137,10 @@ def _run_extra(name: str, quick: bool, progress) -> dict:
         from .bf16_case import run_bf16_case
 
         return run_bf16_case(quick=quick)
+    if name == "command":
+        from .command_case import run_command_case
+
+        return run_command_case(quick=quick, progress=None if progress is None else lambda line: progress(name, line))
     from .ring_case import ring_case
 
     return ring_case(quick=quick)

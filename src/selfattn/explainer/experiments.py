@@ -23,6 +23,9 @@ by itself (`frame`).
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import torch
 
 from .. import checks
@@ -320,7 +323,7 @@ def patching(
     Each text is at most MAX_PATCH_TOKENS tokens (the work grows as layers × L²)."""
     from .views import patching_plot
 
-    _shape(explainer, "patching")
+    n_layers, n_heads = _shape(explainer, "patching")
     c_tokens, c_ids, _ = _ids(explainer, clean, cut, prepend_bos)
     x_tokens, x_ids, _ = _ids(explainer, corrupted, None, prepend_bos)
     if len(c_ids) > MAX_PATCH_TOKENS:
@@ -346,8 +349,10 @@ def patching(
                 else ""
             )
         )
-    by_head = _patching.patch_heads(explainer.model, c_ids[None], x_ids[None], t, f)
-    by_layer = _patching.patch_residual(explainer.model, c_ids[None], x_ids[None], t, f)
+    with _announced(f"patching each of {n_layers * n_heads} heads from the clean run ({len(c_ids)} tokens)"):
+        by_head = _patching.patch_heads(explainer.model, c_ids[None], x_ids[None], t, f)
+    with _announced(f"patching each layer's residual at each of {len(c_ids)} positions"):
+        by_layer = _patching.patch_residual(explainer.model, c_ids[None], x_ids[None], t, f)
     out = {
         "model": explainer.name,
         "clean": {
@@ -374,6 +379,22 @@ def patching(
     out["display"] = patching_plot.display(out)
     out["text"] = findings.patching_words(out)
     return out
+
+
+@contextlib.contextmanager
+def _announced(what: str):
+    """A step of many forward passes, said when it starts and when it ends (`kernels.notice`: the CLI prints the
+    line, the app and a Python caller hear it only if they subscribe), so a wait of seconds is never silent."""
+    from ..kernels.notice import Notice, emit
+
+    emit(Notice("patching", what, "start"))
+    start = time.perf_counter()
+    try:
+        yield
+    except BaseException:
+        emit(Notice("patching", what, "failed", time.perf_counter() - start))
+        raise
+    emit(Notice("patching", what, "done", time.perf_counter() - start))
 
 
 def logit_lens(

@@ -282,6 +282,24 @@ def test_patching_names_heads_that_plain_hooks_confirm(ex, llamas):
             assert f"L{l}H{h} {round(100 * share)}%" in p["text"][lang]
 
 
+def test_patching_says_when_each_long_step_starts_and_ends(ex):
+    from selfattn.kernels.notice import notices
+
+    heard = []
+    with notices(heard.append):
+        X.patching(ex, TEXT, CORRUPTED)
+    steps = [(n.source, n.stage, n.what) for n in heard]
+    heads = f"patching each of {N_LAYERS * ex.shape()[1]} heads from the clean run (9 tokens)"
+    residual = "patching each layer's residual at each of 9 positions"
+    assert steps == [
+        ("patching", "start", heads),
+        ("patching", "done", heads),
+        ("patching", "start", residual),
+        ("patching", "done", residual),
+    ]
+    assert all(n.seconds >= 0 for n in heard if n.stage == "done")
+
+
 def test_patching_refusals_are_named(ex):
     with pytest.raises(ValueError, match=r"same token length: the clean text has 9 tokens .*, the corrupted text 8"):
         X.patching(ex, TEXT, "w5 w9 w17 w3 w22 w9 w41")

@@ -137,3 +137,51 @@ def test_eviction_removes_the_oldest_entries_beyond_the_limit(tmp_path):
     removed = gguf_cache.evict(base, 2100, keep=base / "old")
     assert [p.name for p in removed] == ["mid"] and sorted(p.name for p in base.iterdir()) == ["new", "old"]
     assert gguf_cache.evict(base, 10_000) == []
+
+
+STORE_IN_A_FRESH_PROCESS = """
+import sys
+from pathlib import Path
+
+import torch
+
+from selfattn.bench.memory import peak_extra_bytes
+from selfattn.explainer.source import gguf_cache
+
+
+class Tokenizer:
+    def save_pretrained(self, folder):
+        Path(folder, "tokenizer.json").write_text("{}")
+
+
+torch.manual_seed(0)
+model = torch.nn.Linear(8192, 8192, bias=False)  # 256 MiB of float32 weights
+stored, extra = peak_extra_bytes(lambda: gguf_cache.store(Path(sys.argv[1]), torch.float32, model, Tokenizer(), {}))
+torch.save(model.weight, sys.argv[2])
+print(stored, extra)
+"""
+
+
+def test_storing_an_entry_holds_no_second_copy_of_the_weights(cache, tmp_path):
+    import subprocess
+    import sys
+
+    from safetensors import safe_open
+
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("the peak is read from Linux /proc")
+    source = tmp_path / "model.gguf"
+    source.write_bytes(os.urandom(1 << 16))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), XDG_CACHE_HOME=str(cache))
+    done = subprocess.run(
+        [sys.executable, "-c", STORE_IN_A_FRESH_PROCESS, str(source), str(tmp_path / "weight.pt")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    stored, extra = done.stdout.split()
+    assert int(extra) < 64 << 20  # the weights are 256 MiB: written from their own memory, not serialized first
+    with safe_open(str(Path(stored) / gguf_cache.WEIGHTS), framework="pt") as f:
+        assert f.metadata() == {"format": "pt"}  # transformers reads "format"
+        assert torch.equal(f.get_tensor("weight"), torch.load(tmp_path / "weight.pt"))

@@ -247,11 +247,19 @@ def _write(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def _sync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def store(path: Path, dtype: torch.dtype, model: torch.nn.Module, tokenizer, config: dict) -> Path | None:
     """Write the entry of the GGUF file `path` (its `model` loaded in `dtype`, its `tokenizer` and `config`)
     and evict the oldest beyond GGUF_CACHE_BYTES. Returns its folder, or None where it is not stored: larger
     than the limit alone, or the cache folder cannot be written (the model is still used, only not kept)."""
-    from safetensors.torch import save
+    from safetensors.torch import save_file
 
     from ...model.safetensors_io import _tied_names
 
@@ -275,7 +283,10 @@ def store(path: Path, dtype: torch.dtype, model: torch.nn.Module, tokenizer, con
         return None
     try:
         tensors = {name: t.detach().to("cpu").contiguous() for name, t in first.items()}
-        _write(tmp / WEIGHTS, save(tensors, metadata={"format": "pt"}))  # transformers reads "format"
+        # written from the tensors' own memory (`save` would first build the whole file as bytes: a second copy
+        # of the weights at the command's peak); "format" is what transformers reads
+        save_file(tensors, str(tmp / WEIGHTS), metadata={"format": "pt"})
+        _sync_file(tmp / WEIGHTS)
         del tensors
         _write(tmp / "config.json", json.dumps(config, ensure_ascii=False, indent=1).encode())
         tokenizer.save_pretrained(str(tmp))
