@@ -484,9 +484,9 @@ def _available_bytes() -> int | None:
 
 
 def _cpu() -> str:
-    from .runner import _cpu_name
+    from .timing import cpu_name
 
-    return f"{_cpu_name()}, {os.cpu_count()} CPUs"
+    return f"{cpu_name()}, {os.cpu_count()} CPUs"
 
 
 # --- the table ----------------------------------------------------------------------------------------------------

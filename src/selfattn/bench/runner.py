@@ -19,7 +19,6 @@ returns the numbers and the CLI draws them (`selfattn.bench.render`).
 from __future__ import annotations
 
 import os
-import platform
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +32,7 @@ from .cases import EXTRA_CASES, Case, make_call, resolve, select, split_names
 from .load import busy_processes
 from .peak import GEMM_SIZE, QUICK_GEMM_SIZE, gemm_peak
 from .targets import targets
-from .timing import MIN_SECONDS, QUICK_MIN_SECONDS, best_seconds_interleaved
+from .timing import MIN_SECONDS, QUICK_MIN_SECONDS, best_seconds_interleaved, cpu_name
 
 __all__ = ["run"]
 
@@ -191,7 +190,7 @@ def _run(
     result = {
         "quick": quick,
         "machine": {
-            "cpu": _cpu_name(),
+            "cpu": cpu_name(),
             "instruction_set": native.instruction_set(),
             "bf16_gemm": native.has_half_gemm(torch.bfloat16),
             "cpus": os.cpu_count(),
@@ -307,14 +306,3 @@ def _warnings(
             "fused call; rerun with OMP_WAIT_POLICY=PASSIVE in the environment, or on idle cores."
         )
     return [text]
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

@@ -10,10 +10,19 @@ measures on the caller's threads (`--threads`)."""
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Callable
 
-__all__ = ["best_seconds", "best_seconds_interleaved", "MIN_SECONDS", "QUICK_MIN_SECONDS", "MIN_REPEATS", "MAX_REPEATS"]
+__all__ = [
+    "cpu_name",
+    "best_seconds",
+    "best_seconds_interleaved",
+    "MIN_SECONDS",
+    "QUICK_MIN_SECONDS",
+    "MIN_REPEATS",
+    "MAX_REPEATS",
+]
 
 MIN_SECONDS = 1.0
 """Keep repeating a call until this much time was spent on it (full bench)."""
@@ -63,3 +72,15 @@ def best_seconds_interleaved(
             fn()
             best[name] = min(best[name], time.perf_counter() - start)
     return {name: (best[name], rounds) for name in fns}
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what `platform` knows: which machine the rows were measured on."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
