@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .explain_case import WARM_UP, _best, _model, _tokenizer_and_text, eager_call, measure_in_child, timed_peak
+from .explain_case import WARM_UP, _model, _tokenizer_and_text, eager_call, measure_in_child, timed_peak
+from .timing import best_row
 
 __all__ = ["run_bf16_case", "render_bf16", "child_main", "QWEN_3B", "TARGET_RATIO", "MODES"]
 
@@ -44,7 +45,7 @@ def run_bf16_case(quick: bool = False, *, rounds: int = 1) -> dict:
     for _ in range(rounds):
         for mode in MODES:
             runs[mode].append(_measure({"quick": quick, "mode": mode}))
-    rows = [_best(mode, measured) for mode, measured in runs.items()]
+    rows = [best_row(measured, ("peak_bytes", "extra_bytes")) for measured in runs.values()]
     eager, explain = rows
     ratios = {}
     if not (eager.get("error") or explain.get("error")):

@@ -46,6 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import checks
+from .timing import best_row
 
 __all__ = [
     "run_command_case",
@@ -305,7 +306,7 @@ def _sized_rows(
             for mode, argv in argvs.items():
                 say(f"{name}, {tokens} tokens: {mode}")
                 runs[mode].append(measure(mode, argv, env, work, tokens=tokens))
-        best = {mode: _best(measured) for mode, measured in runs.items()}
+        best = {mode: best_row(measured, ("peak_bytes", "cpu_seconds")) for mode, measured in runs.items()}
         rows += best.values()
         hf = best["transformers"]
         for mode, row in best.items():
@@ -318,7 +319,9 @@ def _patch_row(model: str, env, rounds: int, work: Path, say) -> dict:
     argv = [sys.executable, "-m", "selfattn", "explain", CLEAN, "--patch", CORRUPTED]
     argv += ["--target", TARGET, "--foil", FOIL, "--model", model]
     say(f"--patch of the IOI pair on {Path(model).name}")
-    return _best([measure("patch", argv, env, work, tokens=None) for _ in range(rounds)])
+    return best_row(
+        [measure("patch", argv, env, work, tokens=None) for _ in range(rounds)], ("peak_bytes", "cpu_seconds")
+    )
 
 
 def _ratio(mode: str, over: str, row: dict, base: dict, target: float) -> dict:
@@ -332,17 +335,6 @@ def _ratio(mode: str, over: str, row: dict, base: dict, target: float) -> dict:
         "target": target,
         "met": time_ratio <= target and peak_ratio <= target,
     }
-
-
-def _best(measured: list[dict]) -> dict:
-    good = [m for m in measured if not m.get("error")]
-    if not good:
-        return measured[0]
-    best = dict(min(good, key=lambda m: m["seconds"]))
-    best["peak_bytes"] = min(m["peak_bytes"] for m in good)
-    best["cpu_seconds"] = min(m["cpu_seconds"] for m in good)
-    best["all_seconds"] = [m["seconds"] for m in good]
-    return best
 
 
 def measure(mode: str, argv: list[str], env: dict, work: Path, *, tokens: int | None) -> dict:

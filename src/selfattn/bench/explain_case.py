@@ -28,6 +28,7 @@ import time
 from typing import cast
 
 from .. import checks
+from .timing import best_row
 
 __all__ = ["run_explain_case", "render_explain", "child_main", "MODES", "ROUNDS", "TARGET_RATIO", "QWEN_05B"]
 
@@ -71,7 +72,7 @@ def run_explain_case(quick: bool = False, *, threads: int | None = None, rounds:
     for _ in range(rounds):
         for mode in MODES:
             runs[mode].append(_measure(dict(spec, mode=mode)))
-    rows = [_best(mode, measured) for mode, measured in runs.items()]
+    rows = [best_row(measured, ("peak_bytes", "extra_bytes")) for measured in runs.values()]
     eager, explain = rows
     ratios = {}
     if not (eager.get("error") or explain.get("error")):
@@ -96,18 +97,6 @@ def run_explain_case(quick: bool = False, *, threads: int | None = None, rounds:
         "method": "per mode, fresh processes taking turns; in each, one timed call after a warm-up; peak = VmHWM "
         "during the call, extra = peak minus VmRSS before it (the model and its inputs); best of the rounds",
     }
-
-
-def _best(mode: str, measured: list[dict]) -> dict:
-    """The fastest run's row, with the smallest peak and extra of all runs (memory varies less than time)."""
-    good = [m for m in measured if not m.get("error")]
-    if not good:
-        return measured[0]
-    best = dict(min(good, key=lambda m: m["seconds"]))
-    best["peak_bytes"] = min(m["peak_bytes"] for m in good)
-    best["extra_bytes"] = min(m["extra_bytes"] for m in good)
-    best["all_seconds"] = [m["seconds"] for m in good]
-    return best
 
 
 def _measure(spec: dict) -> dict:

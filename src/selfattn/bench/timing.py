@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 __all__ = [
     "cpu_name",
+    "best_row",
     "best_seconds",
     "best_seconds_interleaved",
     "MIN_SECONDS",
@@ -84,3 +85,17 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def best_row(measured: list[dict], smallest: tuple[str, ...]) -> dict:
+    """Of the rounds of one row, the fastest's (its "seconds"), with each field of `smallest` the least of all rounds
+    (memory and CPU time vary less than wall time) and "all_seconds"; the first round when every one failed
+    ("error")."""
+    good = [m for m in measured if not m.get("error")]
+    if not good:
+        return measured[0]
+    best = dict(min(good, key=lambda m: m["seconds"]))
+    for name in smallest:
+        best[name] = min(m[name] for m in good)
+    best["all_seconds"] = [m["seconds"] for m in good]
+    return best
