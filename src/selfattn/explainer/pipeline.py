@@ -8,7 +8,7 @@ The steps, in order, each once:
 3. one forward pass of the text (`Explainer.trace_with_controls`), and ONE batched pass of its control and
    contrast sentences beside it, read back from `cache` where it holds them;
 4. analysis: every head's numbers and thumbnail (`summary.scan`), its sentence and verdicts (`views.heads.describe`),
-   the head shown first (`experiment.opened`, `Explainer.select`), the predictions, each piece's role (the one role
+   the head shown first (`experiment.opened`, `heads.shown_head`), the predictions, each piece's role (the one role
    system: the part-of-speech roles of the text's own words, `analysis.roles`), the search, and
    with an intervention that needs one, the comparison with the text unchanged;
 5. the experiments asked (ablation, patching, logit lens), read back from `results` where it holds them.
@@ -220,7 +220,7 @@ def explain(
     table, thumbs = summary.scan(trace)
     described = experiments.described_heads(explainer, trace, table, controls, explainer.probe(cache=cache))
     layer_asked, head_asked, why = spec.opened()
-    picked = explainer.select(trace, table, described, layer_asked, head_asked, among=spec.among)
+    picked = heads.shown_head(trace, table, described, layer_asked, head_asked, among=spec.among)
     shown = Shown(
         layer=picked["layer"],
         head=picked["head"],

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import torch
 
-from .. import checks
 from ..model import corpus
 from . import catalogue as texts
 from . import formula
@@ -394,34 +393,6 @@ class Explainer:
     def knows(self, word: str) -> bool:
         """Whether this explainer's tokenizer reads `word` without an unknown token (`pieces.Pieces.unknown`)."""
         return not any(self.pieces_of(word)[3].unknown)
-
-    @staticmethod
-    def select(trace: ModelTrace, table, described, layer, head, among=None) -> dict:
-        """{layer, head, rule} of the head shown first: as asked, else the best of the layer or of the head asked,
-        else `heads.pick`'s; a head picked (layer not asked) is picked among the layers `among` (the layers a page
-        holds: --layers) where given, so a page never opens on a layer it does not hold."""
-        for name, value, n in (("layer", layer, trace.n_layers), ("head", head, trace.n_heads)):
-            if value is not None and not 0 <= checks.integer(name, value) < n:
-                raise ValueError(f"{name} must be in [0, {n - 1}], got {value!r}")
-        if layer is None and among:
-            order = sorted(set(among))
-            if not all(0 <= checks.integer("a layer index", l) < trace.n_layers for l in order):
-                raise ValueError(f"layers must hold indices in [0, {trace.n_layers - 1}], got {list(among)!r}")
-            if head is not None:
-                at = heads.pick([[table[l][head]] for l in order], [[described[l][head]] for l in order])[0]
-                return {"layer": order[at], "head": head, "rule": "within head"}
-            at, best_head = heads.pick([table[l] for l in order], [described[l] for l in order])
-            return {"layer": order[at], "head": best_head, "rule": "auto"}
-        if layer is not None and head is not None:
-            return {"layer": layer, "head": head, "rule": None}
-        if layer is not None:  # best head of that layer
-            best = heads.pick([table[layer]], [described[layer]])
-            return {"layer": layer, "head": best[1], "rule": "within layer"}
-        if head is not None:
-            best_layer = heads.pick([[row[head]] for row in table], [[row[head]] for row in described])[0]
-            return {"layer": best_layer, "head": head, "rule": "within head"}
-        picked_layer, picked_head = heads.pick(table, described)
-        return {"layer": picked_layer, "head": picked_head, "rule": "auto"}
 
 
 def unknown_report(pieces: P.Pieces, hint: dict[str, str] | None = None) -> dict:

@@ -47,7 +47,7 @@ def kl_bits(before: torch.Tensor, after: torch.Tensor) -> float:
 def opened(
     intervention: Intervention, layer: int | None, head: int | None, ablate=None
 ) -> tuple[int | None, int | None, str | None]:
-    """(layer, head, rule) of the head shown first: as asked (rule None: `Explainer.select` says why); else
+    """(layer, head, rule) of the head shown first: as asked (rule None: `heads.shown_head` says why); else
     the layer / head a limited intervention changes ("intervened"; "ablated" for the ablate entry), so a
     limited intervention shows and describes the head it changed; else the first head of an ablation
     `ablate` [(layer, head), …] ("ablated"); else (None, None, None): picked by `heads.pick`."""
