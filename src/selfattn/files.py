@@ -107,9 +107,10 @@ def open_regular(path: str | os.PathLike, *, what: str = "file"):
     return os.fdopen(fd, "rb")
 
 
-def read_json(path: str | os.PathLike, *, max_bytes: int = MAX_JSON_BYTES, what: str = "JSON file") -> dict:
-    """The JSON object in `path`, refused with a ValueError naming the file if it is too big, too
-    deep, not UTF-8, not JSON or not an object; FileNotFoundError if it is missing."""
+def read_text(path: str | os.PathLike, *, max_bytes: int, what: str, encoding: str = "utf-8") -> str:
+    """The text of the regular file `path` (`open_regular`), refused with a ValueError naming the file when it is
+    over `max_bytes` (checked before reading, and again as read: a file growing meanwhile) or not `encoding`
+    ("utf-8", or "utf-8-sig" to drop a byte-order mark); FileNotFoundError if it is missing."""
     path = Path(path)
     with open_regular(path, what=what) as f:
         size = os.fstat(f.fileno()).st_size
@@ -119,9 +120,16 @@ def read_json(path: str | os.PathLike, *, max_bytes: int = MAX_JSON_BYTES, what:
     if len(raw) > max_bytes:
         raise ValueError(f"{path}: grew past the {max_bytes:,}-byte limit for a {what} while being read")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode(encoding)
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def read_json(path: str | os.PathLike, *, max_bytes: int = MAX_JSON_BYTES, what: str = "JSON file") -> dict:
+    """The JSON object in `path`, refused with a ValueError naming the file if it is too big, too
+    deep, not UTF-8, not JSON or not an object; FileNotFoundError if it is missing."""
+    path = Path(path)
+    text = read_text(path, max_bytes=max_bytes, what=what)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...files import open_regular
+from ...files import read_text
 from ...limits import DATASET_BYTES, MAX_DATASET_ROWS
 from ..session import check_text
 
@@ -60,17 +60,7 @@ def read_rows(path: str | os.PathLike) -> list[PromptRow]:
     kind = FORMATS.get(path.suffix.lower())
     if kind is None:
         raise ValueError(f"{path}: a dataset is a .jsonl or a .csv file, got the suffix {path.suffix or '(none)'!r}")
-    with open_regular(path, what="dataset") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size > DATASET_BYTES:
-            raise ValueError(f"{path}: {size:,} bytes, over the {DATASET_BYTES:,}-byte limit for a dataset")
-        raw = f.read(DATASET_BYTES + 1)
-    if len(raw) > DATASET_BYTES:
-        raise ValueError(f"{path}: grew past the {DATASET_BYTES:,}-byte limit for a dataset while being read")
-    try:
-        content = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    content = read_text(path, max_bytes=DATASET_BYTES, what="dataset", encoding="utf-8-sig")
     numbered = _jsonl(path, content) if kind == "jsonl" else _csv(path, content)
     return check_rows(numbered, str(path), numbered=True)
 
