@@ -304,10 +304,10 @@ def _shares_character(spans, members: tuple[int, ...]) -> bool:
 
 
 def word_spans(text: str) -> list[tuple[int, int]]:
-    """jieba's cut of `text` as (start, end) spans (it keeps Latin words and numbers whole)."""
-    from ..jieba_words import dictionary
+    """jieba's cut of `text` as (start, end) spans (it keeps Latin words and numbers whole; `jieba_words.spans`)."""
+    from ..jieba_words import spans
 
-    return [(start, end) for _, start, end in dictionary(()).tokenize(text, HMM=False)]
+    return spans(text)
 
 
 def from_tokenizer(tokenizer, text: str, *, add_special_tokens: bool = True) -> Pieces:
