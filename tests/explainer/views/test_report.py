@@ -137,7 +137,7 @@ def test_the_page_estimate_counts_vectors_that_go_as_float64():
 
 
 def test_pack_keeps_float64_and_infinities_exactly(doc):
-    d = json.loads(json.dumps(doc))
+    d = json.loads(json.dumps(export.json_ready(doc)))  # the dict as JSON has it: lists
     d["full_layers"] = [0]
     d["layers"][0]["heads"][0]["lse"][1] = 0.1  # not a float32 value: the array goes as float64
     d["layers"][0]["heads"][0]["lse"][0] = "-inf"  # a row that may look at nothing
@@ -154,7 +154,7 @@ def test_pack_refuses_what_is_not_an_export(doc):
         report.pack({k: v for k, v in doc.items() if k != "layers"})
     with pytest.raises(TypeError, match="export dict"):
         report.pack([doc])
-    bad = json.loads(json.dumps(doc))
+    bad = json.loads(json.dumps(export.json_ready(doc)))  # the dict as JSON has it: lists
     bad["layers"][0]["visible"][0][0] = 2
     with pytest.raises(ValueError, match=r"layers\[0\]\.visible"):
         report.pack(bad)

@@ -57,8 +57,10 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
     exp(sink_h − lse) (`trace.head_stages`: the share of the row's attention that goes to no token). ALiBi
     slopes: the stages' masked scores hold −slope·|i − j|.
 
-Infinite values are written as the strings "-inf"/"inf" (`selfattn.files.json_float`), so the JSON
-stays standard.
+The layers' arrays are float64 NumPy arrays in the dict (visible: uint8 0/1), never Python lists: the page packs them
+as they are (`packing`), `--npz` writes them (`to_arrays`); `json_ready(doc)` is the dict as JSON writes it (the
+lists above), where infinite values are the strings "-inf"/"inf" (`selfattn.files.json_float`), so the JSON stays
+standard.
 """
 
 from __future__ import annotations
@@ -121,7 +123,8 @@ def to_dict(
     link: tuple[int, int] | None = None,
     page_bytes: Callable[..., int] | None = None,
 ) -> dict:
-    """Everything captured, as JSON-ready lists. `unknown`: {count, positions, message} of the tokens
+    """Everything captured: the layers' arrays as float64 NumPy arrays (`_layer_dict`), the rest as JSON-ready
+    values; `json_ready` gives the JSON's lists. `unknown`: {count, positions, message} of the tokens
     the tokenizer could not represent (never left out, so no view can hide them). `layers`: the layer
     indices whose arrays are written; None: all; "selected": the shown one; "auto": all unless that is
     over what a page holds (`layers_budget`), then the shown one and the nearest that fit (doc["omitted"] says which,
@@ -455,16 +458,18 @@ def layer_rule(layer: LayerTrace) -> dict:
 
 
 def _layer_dict(layer: LayerTrace, with_stages: bool) -> dict:
-    """One layer's arrays: its rule and visibility, X, the outputs, and per head Q/K/V/lse (+ stages)."""
+    """One layer's arrays: its rule and visibility, X, the outputs, and per head Q/K/V/lse (+ stages), as float64
+    NumPy arrays (the float32 values exactly; ±inf kept) and the visibility as 0/1 uint8 (`json_ready` makes the
+    JSON's lists of them)."""
     heads = []
     for h in range(layer.n_heads):
         kv = layer.kv_head(h)
         head = {
             "kv_head": kv,
-            "q": json_list(layer.q[h]),
-            "k": json_list(layer.k[kv]),
-            "v": json_list(layer.v[kv]),
-            "lse": json_list(layer.lse[h]),
+            "q": _float64(layer.q[h]),
+            "k": _float64(layer.k[kv]),
+            "v": _float64(layer.v[kv]),
+            "lse": _float64(layer.lse[h]),
         }
         change = layer.changed.get(h)
         if change is not None:
@@ -472,18 +477,39 @@ def _layer_dict(layer: LayerTrace, with_stages: bool) -> dict:
                 "scale": change.scale,
                 "softcap": change.softcap,
                 "causal": change.causal,
-                "visible": change.visible.int().tolist(),
+                "visible": _zero_one(change.visible),
             }
         if layer.sinks is not None:
-            head["sink"] = json_list(cast(torch.Tensor, layer.sink(h)))  # not None: the layer has sinks
+            head["sink"] = _float64(cast(torch.Tensor, layer.sink(h)))  # not None: the layer has sinks
         if with_stages:
             st = layer.stages(h)
             head["stages"] = {
-                name: json_list(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")
+                name: _float64(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")
             }
         heads.append(head)
-    arrays = {"x": json_list(layer.x), "attn_out": json_list(layer.attn_out), "output": json_list(layer.output)}
-    return layer_rule(layer) | {"visible": layer.visible.int().tolist()} | arrays | {"heads": heads}
+    arrays = {"x": _float64(layer.x), "attn_out": _float64(layer.attn_out), "output": _float64(layer.output)}
+    return layer_rule(layer) | {"visible": _zero_one(layer.visible)} | arrays | {"heads": heads}
+
+
+def _float64(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().double().numpy()
+
+
+def _zero_one(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().to(torch.uint8).numpy()
+
+
+def json_ready(x):
+    """`x` (the export dict, or any part of it) with every NumPy array as nested lists (`json_list`: floats, ±inf
+    as strings; integers as they are): what `json.dumps` writes and `views.schema.Doc` describes. The rest is shared,
+    not copied."""
+    if isinstance(x, np.ndarray):
+        return x.tolist() if x.dtype.kind in "biu" else json_list(torch.from_numpy(x))
+    if isinstance(x, dict):
+        return {k: json_ready(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [json_ready(v) for v in x]
+    return x
 
 
 def check_layers(layers, n_layers: int) -> set[int]:

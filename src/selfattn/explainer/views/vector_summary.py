@@ -17,5 +17,14 @@ TOP_DIMENSIONS = 3
 def top_dimensions(vectors: np.ndarray) -> np.ndarray:
     """(L, T) int64: per row of `vectors` (L, d) the TOP_DIMENSIONS dimensions of largest |value|, largest first
     (ties: the lower dimension first, a stable sort)."""
-    T = min(TOP_DIMENSIONS, vectors.shape[-1])
-    return np.argsort(-np.abs(vectors), axis=-1, kind="stable")[:, :T]
+    L, d = vectors.shape
+    T = min(TOP_DIMENSIONS, d)
+    if L == 0 or T == 0:
+        return np.zeros((L, T), dtype=np.int64)
+    a = np.abs(vectors)
+    kth = np.partition(a, d - T, axis=-1)[:, d - T]  # each row's T-th largest |value|: no full sort of d
+    rows, cols = np.nonzero(a >= kth[:, None])  # at least T a row (more where values tie with it)
+    order = np.lexsort((cols, -a[rows, cols], rows))  # by row, then largest first, then the lower dimension
+    rows, cols = rows[order], cols[order]
+    first = np.searchsorted(rows, np.arange(L))
+    return cols[first[:, None] + np.arange(T)].astype(np.int64)
