@@ -16,6 +16,8 @@ model, whatever the text. It never reads an intervention: it measures the model 
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import torch
 
@@ -141,10 +143,20 @@ def probe_ids(explainer, length: int = PROBE_LENGTH, *, seed: int = 0) -> list[i
 
 
 def _extra_for(explainer, n: int) -> dict:
-    """The model keywords the explainer's tokenize gives, sized for `n` ids (an encoder's attention mask)."""
+    """The model keywords the explainer's tokenize gives, sized for `n` ids (an encoder's attention mask), and
+    `logits_to_keep=1` where the model's forward takes it (transformers' language models): the probe reads the
+    attention only, and the logits of every position cost a vocabulary-wide matrix product (a third of the 0.5B
+    configuration's forward at the probe's length); its trace's logits are then the last row's (1, vocab)."""
     extra = dict(explainer.tokenize("a")[2])
     if "attention_mask" in extra:
         extra["attention_mask"] = torch.ones(1, n, dtype=torch.long)
+    forward = getattr(explainer.model, "forward", None)
+    try:
+        takes = forward is not None and "logits_to_keep" in inspect.signature(forward).parameters
+    except (TypeError, ValueError):  # a forward without a signature Python can read
+        takes = False
+    if takes:
+        extra["logits_to_keep"] = 1
     return extra
 
 
