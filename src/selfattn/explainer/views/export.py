@@ -462,15 +462,11 @@ def _layer_dict(layer: LayerTrace, with_stages: bool) -> dict:
     NumPy arrays (the float32 values exactly; ±inf kept) and the visibility as 0/1 uint8 (`json_ready` makes the
     JSON's lists of them)."""
     heads = []
+    k = [_float64(t) for t in layer.k]  # one array per key/value head, shared by the query heads that read it (GQA)
+    v = [_float64(t) for t in layer.v]
     for h in range(layer.n_heads):
         kv = layer.kv_head(h)
-        head = {
-            "kv_head": kv,
-            "q": _float64(layer.q[h]),
-            "k": _float64(layer.k[kv]),
-            "v": _float64(layer.v[kv]),
-            "lse": _float64(layer.lse[h]),
-        }
+        head = {"kv_head": kv, "q": _float64(layer.q[h]), "k": k[kv], "v": v[kv], "lse": _float64(layer.lse[h])}
         change = layer.changed.get(h)
         if change is not None:
             head |= {

@@ -229,8 +229,13 @@ def _read_layer(layer: dict, l: int, full: bool = True) -> _Read:
     every field and array packing reads, of `full`, and of the `head_stages` it computes the stages with."""
     digest = hashlib.blake2b(digest_size=32)
     digest.update(f"{id(head_stages)}{full}".encode())  # and the stage function they go through (a test replaces it)
+    seen: dict[int, str] = {}  # an array met before in this layer (the k and v that GQA's heads share): hashed once
 
     def take(name: str, a: np.ndarray) -> np.ndarray:
+        if id(a) in seen:  # the same object, alive in `layer` throughout: the same bytes
+            digest.update(f"{name}={seen[id(a)]}".encode())
+            return a
+        seen[id(a)] = name
         digest.update(f"{name}{a.dtype}{a.shape}".encode())
         digest.update(np.ascontiguousarray(a).tobytes())
         return a
