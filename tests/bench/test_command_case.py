@@ -69,3 +69,11 @@ def test_the_quick_case_prints_rows_and_ratios():
     render_command(result, Console(file=out, width=160))
     text = out.getvalue()
     assert "explain / transformers" in text and "≤ 1.3×" in text and f"{ratio['time']:.2f}×" in text
+
+
+def test_every_round_of_the_page_writes_its_page():
+    """The page of a second round is the first's file: each round writes it again (a refusal would leave one round)."""
+    result = run_command_case(quick=True, modes=("html",), rounds=2)
+    (model,) = result["models"]
+    page = next(row for row in model["rows"] if row["mode"] == "html")
+    assert "error" not in page and len(page["all_seconds"]) == 2, page

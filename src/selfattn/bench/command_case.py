@@ -381,7 +381,7 @@ def _selfattn_argv(mode: str, text: str, model: str, page: Path | None = None, d
     if mode == "html":
         assert page is not None
         page.unlink(missing_ok=True)
-        argv += ["--html", str(page)]
+        argv += ["--html", str(page), "--force"]  # the bench's own page, written again by each round
     return argv + (["--dtype", dtype] if dtype != "float32" else [])
 
 
