@@ -233,9 +233,9 @@ def callers_of(names: tuple[str, ...], module: str) -> set[str]:
 
 
 def test_only_the_explainers_runner_calls_the_capture_point():
-    """One place runs a model to record it: `Explainer.traced` (session.py), which the pipeline's traces, the
+    """One place runs a model to record it: `tracing.traced` (tracing.py), which the pipeline's traces, the
     controls' batch and the induction probe all go through."""
-    assert callers_of(CAPTURE_ENTRIES, "selfattn.explainer.capture.trace") == {"selfattn.explainer.session"}
+    assert callers_of(CAPTURE_ENTRIES, "selfattn.explainer.capture.trace") == {"selfattn.explainer.tracing"}
 
 
 def test_one_basename_one_meaning():

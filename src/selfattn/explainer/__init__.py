@@ -5,8 +5,10 @@ file · a web app · a notebook.
 
 pipeline.py  THE PIPELINE: a Spec (text, head, interventions, experiments) -> an Explanation (result.py); the CLI,
              the app and the Python API build a Spec and serialize the result
-session.py   an Explainer (a model, its tokenizer, its grammar as data) and `Explainer.traced`, the one caller of
-             the capture point; source/ where a model comes from and how it is built
+session.py   an Explainer (a model, its tokenizer, its card, its grammar as data); source/ where a model comes
+             from and how it is built
+tracing.py   the pipeline's forward passes (a text with its controls in one batch, the induction probe);
+             `tracing.traced`, the one caller of the capture point
 trace_types.py, stages.py, interventions.py   what a capture keeps, a head's stages, the interventions' registry
 capture/     trace (the capture API), recorder, batching, digest, cache, patching, lens, attribution
 analysis/    the numbers and their meaning, no formatting and no model module

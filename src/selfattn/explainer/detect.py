@@ -130,7 +130,9 @@ def tl_pattern(name: str, ids: Sequence[int]) -> np.ndarray:
 
 def _trace_weights(explainer, prompt: str, prepend_bos, ids: list[int]) -> list[np.ndarray]:
     """Per layer the (H, L, L) float64 weights of the explainer's trace of `prompt`."""
-    trace = explainer.trace(prompt, prepend_bos=prepend_bos)
+    from . import tracing
+
+    trace = tracing.trace(explainer, prompt, prepend_bos=prepend_bos)
     assert trace.token_ids.reshape(-1).tolist() == ids  # the same cut as the pattern's
     return _trace_weights_of(trace)
 

@@ -30,9 +30,9 @@ import torch
 
 from .. import checks
 from ..limits import MAX_ABLATED_HEADS, MAX_PATCH_TOKENS, SIZES
-from . import induction_probe as _probe
 from . import pieces as _pieces
 from . import session as _session
+from . import tracing
 from .analysis import heads, held, summary
 from .analysis import taxonomy as _taxonomy
 from .analysis.answers import head_answers
@@ -105,12 +105,13 @@ def taxonomy(
     cache: a `TraceCache` (an Explanation's) whose traces of the text, its control and the probe are read back.
     prepend_bos: the model's BOS before the text (`Explainer.bos`: None, the model's default); "bos" says what was
     done. The probe puts the model's BOS first wherever the model has one (probe.bos)."""
-    trace = _probe.probe_trace(explainer, length, seed=seed, cache=cache)
+    trace = tracing.probe_trace(explainer, length, seed=seed, cache=cache)
     ids, tokens = [int(i) for i in trace.token_ids.reshape(-1)], list(trace.tokens)
     on_probe = heads.measures(trace)
     described = None
     if text is not None:
-        shown, controls = explainer.trace_with_controls(text, cache=cache, prepend_bos=prepend_bos)  # as `explain`
+        # as `explain` reads the text: with its controls, in one batch
+        shown, controls = tracing.trace_with_controls(explainer, text, cache=cache, prepend_bos=prepend_bos)
         described = described_heads(explainer, shown, summary.summaries(shown), controls, on_probe)
     out = _taxonomy.merge(on_probe, described)
     bos = probe_bos(explainer)
@@ -129,8 +130,8 @@ def taxonomy(
 def described_heads(explainer, trace, table, controls, probe) -> list[list[dict]]:
     """Every head of `trace` answered (`analysis.answers.head_answers`, with the explainer's words and grammar) and put
     in words (`views.heads.describe`): [layer][head] {kind, text {zh, en}, types, scores, verdict, …}. table:
-    `summary.summaries(trace)`; controls: `explainer.controls(trace)`; probe: every head's measures on the induction
-    probe (None: the text's types only)."""
+    `summary.summaries(trace)`; controls: `tracing.controls(explainer, trace)`; probe: every head's measures on the
+    induction probe (None: the text's types only)."""
     answers = head_answers(trace, controls, probe, explainer.user_words, explainer.grammar)
     return describe(trace.tokens, trace.pieces, table, answers, controls[0].tokens if controls else ())
 
@@ -412,10 +413,10 @@ def logit_lens(
     layer (`LayerTrace.output`, the block's output) read out by the model's final norm and unembedding.
     cache: a `TraceCache` holding the text's trace (the server's), read instead of a new pass; trace: the text's
     trace with `intervention` where the caller has it (the pipeline's), read as it is; else the text is traced as
-    `explain` traces it (`Explainer.trace_with_controls`).
+    `explain` traces it (`tracing.trace_with_controls`).
     Returns {position, token, name, layers [{layer, top [{token, shown, id, prob}], entropy_bits}], settled, text}."""
     if trace is None:  # the text as `explain` traces it (one batch with its controls), so the numbers agree
-        trace = explainer.trace_with_controls(text, intervention, cache=cache, prepend_bos=prepend_bos)[0]
+        trace = tracing.trace_with_controls(explainer, text, intervention, cache=cache, prepend_bos=prepend_bos)[0]
     L = len(trace.tokens)
     p = L - 1 if position is None else position
     if isinstance(p, bool) or not isinstance(p, int):

@@ -5,8 +5,8 @@ explain sentences and the model view read, so every view gives a head the same v
     frame(explainer)                     (prefix, suffix): the ids the tokenizer puts around every text
     probe_bos(explainer)                 the probe's first token when it is a BOS, and whether it was added
     probe_ids(explainer, length, seed=)  the probe's ids
-    probe_trace(explainer, length, seed=, cache=)     its trace (one forward pass, on the model as it is)
-    probe_measures(explainer, length, seed=, cache=)  every head's measures on it, [layer][head]
+    probe_input(explainer, length, seed=)  what its forward pass reads (labels, ids, keywords), for
+                                         `tracing.probe_trace` (its trace) and `tracing.probe` (every head's measures)
 
 A token the tokenizer adds by itself (a <bos>, BERT's [CLS] … [SEP]) is found once per explainer by tokenizing
 the empty text (`frame`): the probe is framed by them. With a `capture.cache.TraceCache` (the app's, an
@@ -21,9 +21,7 @@ import inspect
 import numpy as np
 import torch
 
-from .analysis import head_types, heads
-from .interventions import Intervention
-from .trace_types import ModelTrace
+from .analysis import head_types
 
 __all__ = [
     "PROBE_LENGTH",
@@ -37,8 +35,7 @@ __all__ = [
     "probe_bos",
     "probe_ids",
     "probe_key",
-    "probe_trace",
-    "probe_measures",
+    "probe_input",
 ]
 
 PROBE_LENGTH = 30
@@ -165,18 +162,8 @@ def probe_key(length: int = PROBE_LENGTH, seed: int = 0) -> tuple:
     return (PROBE_KEY, length, seed)
 
 
-def probe_trace(explainer, length: int = PROBE_LENGTH, *, seed: int = 0, cache=None) -> ModelTrace:
-    """The probe's trace (`probe_ids`): one forward pass of the model as it is, or none when `cache` holds it."""
-
-    def run() -> ModelTrace:
-        ids = probe_ids(explainer, length, seed=seed)
-        tokens = [explainer.decode(i) for i in ids]
-        extra = _extra_for(explainer, len(ids))
-        return explainer.traced([(tokens, torch.tensor(ids), extra, None)], Intervention())[0]  # no pieces: random ids
-
-    return run() if cache is None else cache.get(probe_key(length, seed), run)
-
-
-def probe_measures(explainer, length: int = PROBE_LENGTH, *, seed: int = 0, cache=None) -> list[list[dict]]:
-    """[layer][head] `analysis.heads.measures` of the probe's trace (`probe_trace`)."""
-    return heads.measures(probe_trace(explainer, length, seed=seed, cache=cache))
+def probe_input(explainer, length: int = PROBE_LENGTH, *, seed: int = 0) -> tuple:
+    """(labels, ids (L,), model keywords, None) of the probe (`probe_ids`), as `tracing.traced` reads a cut text (no
+    pieces: random ids)."""
+    ids = probe_ids(explainer, length, seed=seed)
+    return [explainer.decode(i) for i in ids], torch.tensor(ids), _extra_for(explainer, len(ids)), None

@@ -5,7 +5,7 @@
 The steps, in order, each once:
 1. the text checked and cut into tokens (`Explainer.cut`): the experiments read the same cut;
 2. an ablation's heads checked against the model's shape (`Explainer.shape`, read at load: no forward pass);
-3. one forward pass of the text (`Explainer.trace_with_controls`), and ONE batched pass of its control and
+3. one forward pass of the text (`tracing.trace_with_controls`), and ONE batched pass of its control and
    contrast sentences beside it, read back from `cache` where it holds them;
 4. analysis: every head's numbers and thumbnail (`summary.scan`), its sentence and verdicts (`views.heads.describe`),
    the head shown first (`experiment.opened`, `heads.shown_head`), the predictions, each piece's role (the one role
@@ -34,7 +34,7 @@ from typing import Any
 
 from .. import checks
 from ..limits import CACHE_BYTES
-from . import experiments, formula
+from . import experiments, formula, tracing
 from .analysis import experiment, heads, held, summary
 from .analysis.predictions import predictions as predictions_of
 from .analysis.predictions import starts_with_special
@@ -216,9 +216,9 @@ def explain(
         asked |= {"target": spec.ablate_target, "foil": spec.ablate_foil, "prepend_bos": bos}
         asked |= {"reference": None if spec.reference is None else list(spec.reference)}
         ablation = _kept(explainer, text, cut, "ablation", asked, results)
-    trace, controls = explainer.trace_with_controls(text, intervention, cache=cache, cut=cut, prepend_bos=bos)
+    trace, controls = tracing.trace_with_controls(explainer, text, intervention, cache=cache, cut=cut, prepend_bos=bos)
     table, thumbs = summary.scan(trace)
-    described = experiments.described_heads(explainer, trace, table, controls, explainer.probe(cache=cache))
+    described = experiments.described_heads(explainer, trace, table, controls, tracing.probe(explainer, cache=cache))
     layer_asked, head_asked, why = spec.opened()
     picked = heads.shown_head(trace, table, described, layer_asked, head_asked, among=spec.among)
     shown = Shown(
@@ -234,7 +234,8 @@ def explain(
     )
     compared = None
     if checks.boolean("compare", compare) and intervention.needs_baseline():
-        base = explainer.trace_with_controls(text, cache=cache, cut=cut, prepend_bos=bos)[0]  # as the text: one batch
+        # the text as it is, read as the text is: in one batch with its controls
+        base = tracing.trace_with_controls(explainer, text, cache=cache, cut=cut, prepend_bos=bos)[0]
         before = predictions_of(base, explainer.decode)
         numbers = experiment.compare(base, trace, shown.layer, shown.head, before, [p.as_dict() for p in predictions])
         compared = numbers | {"text": experiment_words.sentences(numbers, trace.tokens)}

@@ -32,10 +32,6 @@ from . import catalogue as texts
 from . import formula
 from . import induction_probe as _probe
 from . import pieces as P
-from .analysis import heads, held
-from .capture.batching import Unbatchable
-from .capture.cache import TraceCache
-from .capture.trace import capture, capture_batch
 from .card import Card
 from .interventions import Intervention
 from .source import resolve as sources
@@ -52,9 +48,6 @@ SUGGESTED_MODEL = "Qwen/Qwen2.5-0.5B"
 DEFAULT_NAME = "selfattn default model"
 NO_CAUSAL = "no_causal"
 """The intervention an encoder refuses: it has no causal mask to switch off."""
-
-BATCHED = "batched"
-"""The third part of a `TraceCache` key of a trace from a batch of control sentences (`Explainer._batch`)."""
 
 
 @dataclass
@@ -214,118 +207,6 @@ class Explainer:
                 f"there is no causal mask to switch off ({NO_CAUSAL})"
             )
 
-    def trace(
-        self,
-        text: str,
-        intervention: Intervention | None = None,
-        *,
-        cache: TraceCache | None = None,
-        prepend_bos: bool | None = None,
-    ):
-        """The ModelTrace of `text` with `intervention` (default none), its `pieces` attached, the BOS as
-        `prepend_bos` asks (`bos`): one forward pass, or none when `cache` (the server's `TraceCache`) holds it."""
-        intervention = self._intervention(intervention)
-        text = check_text(text)
-        return self._alone(text, lambda: self.cut(text, prepend_bos), intervention, cache, prepend_bos)
-
-    def _alone(
-        self, text: str, cut, intervention: Intervention, cache: TraceCache | None, prepend_bos: bool | None = None
-    ) -> ModelTrace:
-        """The trace of `text` by its own pass, cut (`cut()`, `_cut`'s) only when it runs; or `cache`'s."""
-
-        def run() -> ModelTrace:
-            return self.traced([cut()], intervention)[0]
-
-        return run() if cache is None else cache.get((text, intervention, *self._bos_key(prepend_bos)), run)
-
-    def _bos_key(self, prepend_bos: bool | None) -> tuple:
-        """What a cache key adds for `prepend_bos`: nothing for the model's default (None, or the value it means),
-        so the traces of a text asked with and without it are kept apart only where they differ."""
-        if prepend_bos is None or prepend_bos == self.bos()["prepend_bos"]:
-            return ()
-        return ("bos" if prepend_bos else "no bos",)
-
-    def trace_with_controls(
-        self,
-        text: str,
-        intervention: Intervention | None = None,
-        *,
-        cache: TraceCache | None = None,
-        cut=None,
-        prepend_bos: bool | None = None,
-    ) -> tuple[ModelTrace, list[ModelTrace]]:
-        """(the trace of `text`, the traces of its control and contrast sentences, `control_texts`): ONE forward pass,
-        a batch with the text first and its sentences after it (`_batch`), found from the text's pieces; the text by
-        its own pass where it has no such sentence. The text's numbers are this batch's whichever way it is asked
-        (the explanation, its baseline without an intervention, `selfattn heads` with a text), so the CLI, the app and
-        the API, cached or not, show the same numbers; `trace(text)` alone may differ from them by the rounding of a
-        batch's GEMMs. With `cache`, each is kept under its own key, so a second call runs nothing."""
-        intervention = self._intervention(intervention)
-        text = check_text(text)
-        cut = self.cut(text, prepend_bos) if cut is None else cut  # `cut(text)`'s, made once by the caller
-        others = self.control_texts(cut[3])
-        if not others:
-            return self._alone(text, lambda: cut, intervention, cache, prepend_bos), []
-        traces = self._batch([text, *others], intervention, cache, first=cut, prepend_bos=prepend_bos)
-        return traces[0], traces[1:]
-
-    def _batch(
-        self,
-        texts: list[str],
-        intervention: Intervention,
-        cache: TraceCache | None,
-        *,
-        first=None,
-        prepend_bos: bool | None = None,
-    ) -> list[ModelTrace]:
-        """The traces of `texts` (a text, then its control and contrast sentences) from one forward pass of them all
-        (a pass each for a model that is `Unbatchable`), or `cache`'s: one not held runs the whole batch again, so
-        each trace's rounding is the same batch's whichever were kept. `first`: the first text's cut (`cut`), made
-        once by the caller; only the first text's head types are measured at the call (the sentences' relations
-        rows are read later). They are kept under (text, intervention, BATCHED, the batch's first text), apart from
-        the traces of texts run alone."""
-        ran: list[ModelTrace] = []
-
-        def run(i: int) -> ModelTrace:
-            if not ran:
-                cuts = [
-                    first if j == 0 and first is not None else self.cut(check_text(t), prepend_bos)
-                    for j, t in enumerate(texts)
-                ]
-                measure = [j == 0 for j in range(len(cuts))]
-                try:
-                    ran.extend(self.traced(cuts, intervention, measure=measure))
-                except Unbatchable:  # a model whose calls cannot be cut per input: each sentence alone
-                    ran.extend(
-                        self.traced([c], intervention, measure=[m])[0] for c, m in zip(cuts, measure, strict=True)
-                    )
-            return ran[i]
-
-        if cache is None:
-            return [run(i) for i in range(len(texts))]
-        bos = self._bos_key(prepend_bos)
-        return [
-            cache.get((t, intervention, BATCHED, texts[0], *bos), functools.partial(run, i))
-            for i, t in enumerate(texts)
-        ]
-
-    def control_texts(self, pieces: P.Pieces) -> list[str]:
-        """The control and contrast sentences of a text from its pieces (`analysis.held.contrasts_of`, their words
-        and fillers ones this tokenizer knows: `knows`), each no longer than the model reads; [] where the text
-        has no relation (no roles)."""
-        return [
-            c.text
-            for c in held.contrasts_of(pieces, self.user_words, self.knows, self.scenes)
-            if len(self.tokenize(c.text)[1]) <= self.card.max_len
-        ]
-
-    def _intervention(self, intervention: Intervention | None) -> Intervention:
-        intervention = Intervention() if intervention is None else intervention
-        if not isinstance(intervention, Intervention):
-            raise TypeError(f"intervention must be an Intervention, got {type(intervention).__name__}")
-        self.check_intervention(intervention, None)
-        return intervention
-
     def cut(self, text: str, prepend_bos: bool | None = None) -> tuple[list[str], torch.Tensor, dict, P.Pieces]:
         """`pieces_of(text, prepend_bos)` (token labels, ids (L,), extra model kwargs, pieces), refused when longer
         than the model reads: the one tokenization of a text the pipeline and the experiments read."""
@@ -333,53 +214,6 @@ class Explainer:
         if len(cut[1]) > self.card.max_len:
             raise ValueError(f"the text has {len(cut[1])} tokens; {self.name} reads at most {self.card.max_len}")
         return cut
-
-    def traced(self, cuts: list, intervention: Intervention, *, measure: list[bool] | None = None) -> list[ModelTrace]:
-        """One forward pass of these cut texts (`pieces_of`'s: labels, ids, model keywords, pieces or None), their
-        pieces attached: the one caller of the capture functions (`capture.trace`), `capture` for one,
-        `capture_batch` for several; the head types of each read from its call's own weights (`heads.measurer`),
-        except where `measure` (one flag per cut, default all) says False (control sentences: only their relations'
-        rows are read; `heads.measures` computes the types of such a trace later if a view asks)."""
-        measure = [True] * len(cuts) if measure is None else measure
-        measures = [
-            heads.measurer(ids.reshape(-1).tolist()) if m else None
-            for (_, ids, _, _), m in zip(cuts, measure, strict=True)
-        ]
-        if len(cuts) == 1:
-            tokens, ids, kwargs, _ = cuts[0]
-            traces = [capture(self.model, ids, tokens, intervention, measure=measures[0], **kwargs)]
-        else:
-            inputs = [(ids, tokens, kwargs) for tokens, ids, kwargs, _ in cuts]
-            traces = capture_batch(self.model, inputs, intervention, measures=measures)
-        for trace, cut in zip(traces, cuts, strict=True):
-            self.check_intervention(intervention, trace.kind)  # a model built here without a kind: read now
-            trace.pieces = cut[3]
-        return traces
-
-    def controls(
-        self,
-        trace: ModelTrace,
-        intervention: Intervention | None = None,
-        *,
-        cache=None,
-        prepend_bos: bool | None = None,
-    ):
-        """The traces of the text's control and contrast sentences (`control_texts` of its pieces) on this model:
-        [] where it has none; the batch `trace_with_controls` runs them in, with the text first (none when `cache`
-        holds them)."""
-        if trace.pieces is None:
-            return []
-        return self.trace_with_controls(trace.pieces.text, intervention, cache=cache, prepend_bos=prepend_bos)[1]
-
-    def probe(self, *, cache=None) -> list[list[dict]] | None:
-        """Every head's measures on the induction probe (`probe.probe_measures`: 30 random ordinary tokens twice,
-        BOS first where the model has one; the one `selfattn heads` and `Explanation.heads()` read), of the model
-        as it is (no intervention: the probe's positions are not the text's), or None where the model has no
-        probe (it reads or knows too few tokens). One forward pass, or none when `cache` holds it."""
-        try:
-            return _probe.probe_measures(self, cache=cache)
-        except _probe.NoProbe:
-            return None
 
     def shape(self) -> tuple[int, int]:
         """(layers, query heads) of the model, read from its modules and config (`formula.shape`): no forward pass."""

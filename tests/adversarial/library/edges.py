@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 import selfattn
+from selfattn.explainer.views import export
 from selfattn.kernels.base import Result
 from tests.explainer.documents import explained
 
@@ -243,7 +244,7 @@ def transformers_cases(tally: Tally, work: Path) -> None:
 
     def strict(ex):
         try:
-            json.dumps(explained(ex, TEXT_EN), allow_nan=False)
+            json.dumps(export.json_ready(explained(ex, TEXT_EN)), allow_nan=False)
         except ValueError as e:
             return f"loaded, and its explanation fails: {e}"
         return None

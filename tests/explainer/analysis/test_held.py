@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from selfattn.explainer import tracing
 from selfattn.explainer.analysis import head_types
 from selfattn.explainer.analysis.held import control_of
 from selfattn.explainer.analysis.roles import word_roles
@@ -42,14 +43,14 @@ def _ids(ex, text):
 def _previous_word_rows(ex, text):
     """(query piece, previous word's pieces) of every word with a previous word, from the tagger's words and the
     pieces' spans (the rule of `held`, written out), and the head's reference weights."""
-    trace = ex.trace(text)
+    trace = tracing.trace(ex, text)
     words = word_roles(text)
     pieces = word_pieces(words, trace.pieces.spans)
     return [(pieces[i][-1], pieces[i - 1]) for i in range(1, len(pieces)) if pieces[i] and pieces[i - 1]]
 
 
 def test_the_control_sentence_puts_a_word_between_each_adjacent_pair(planted):
-    trace = planted.trace(TEXT)
+    trace = tracing.trace(planted, TEXT)
     assert control_of(trace).text == CONTROL
 
 
@@ -63,7 +64,9 @@ def test_a_planted_previous_token_head_is_described_as_one_never_as_a_relation(p
     assert "在这句里恰好也是" in d["text"]["zh"]
     # the share it states: the weight on the previous word, over the words of the text and of its controls
     shares, chances = [], []
-    controls = [c.pieces.text for c in planted.controls(planted.trace(TEXT))]  # the words the tiny vocabulary knows
+    controls = [
+        c.pieces.text for c in tracing.controls(planted, tracing.trace(planted, TEXT))
+    ]  # the words the tiny vocabulary knows
     assert controls  # the control (the tiny vocabulary knows no other scene: no contrast sentence)
     for text in (TEXT, *controls):
         w = truth.stages(planted.model, _ids(planted, text), 0, 0)["weights"]
@@ -212,11 +215,11 @@ def test_the_control_names_the_fillers_the_model_does_not_know(default):
     from selfattn.explainer.analysis.held import held as held_of
 
     tokenizer = checkpoint.load_default()[1]
-    trace = default.trace(TEXT)
+    trace = tracing.trace(default, TEXT)
     ctrl = control_of(trace, default.user_words, default.knows)
     assert ctrl.text == DEFAULT_CONTROL and ctrl.unknown == ("的",)
     assert [w for w in ("在", "这个") if w not in tokenizer.tokens] == []
-    found = held_of(trace, [default.trace(ctrl.text)], default.user_words)
+    found = held_of(trace, [tracing.trace(default, ctrl.text)], default.user_words)
     c = found[0][3]["relations"]["noun>qm+colour"]["control"]
     assert c["between"] == "的" and c["between_unknown"] == ["的"]
     from selfattn.explainer.views.head_words import _kept

@@ -16,6 +16,7 @@ import torch
 
 import selfattn
 from selfattn.cli import main
+from selfattn.explainer import tracing
 from selfattn.explainer.analysis import chance, held
 from selfattn.explainer.analysis.word_relations import word_pieces
 from selfattn.explainer.session import Explainer
@@ -81,7 +82,7 @@ def _weights(q, k, scale, visible, h) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def planted(default):
-    trace, controls = default.trace_with_controls(TEXT)
+    trace, controls = tracing.trace_with_controls(default, TEXT)
     made = [_planted(t) for t in [trace, *controls]]
     traces = [t for t, _ in made]
     found = held.held(traces[0], traces[1:], default.user_words, default.grammar)

@@ -13,6 +13,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from selfattn.explainer import tracing
 from selfattn.explainer.analysis import head_types, held
 from selfattn.explainer.analysis.roles import word_roles
 from selfattn.explainer.analysis.word_relations import MAX_CONTRASTS, contrasts, word_links
@@ -82,7 +83,7 @@ def test_the_tutorial_relation_is_credited_on_eight_rows_recomputed_from_the_ref
     t = credited["tested"]
     assert t["rows"] >= head_types.MIN_ROWS and t["sentences"] == MAX_CONTRASTS  # the text's one link is adjacent
     model, tokenizer = checkpoint.load_default()[:2]
-    others = default.control_texts(default.trace(TEXT).pieces)
+    others = tracing.control_texts(default, tracing.trace(default, TEXT).pieces)
     assert len(others) == MAX_CONTRASTS
     weights, targets, seen, previous = [], [], [], []
     for text in others:
@@ -111,7 +112,7 @@ def test_the_tutorial_relation_is_credited_on_eight_rows_recomputed_from_the_ref
 
 def test_a_relation_on_fewer_than_eight_rows_is_not_measurable_and_never_credited():
     ex = tiny_explainer()  # its vocabulary holds no other scene: the control is the one sentence beside the text
-    trace, controls = ex.trace_with_controls(TEXT)
+    trace, controls = tracing.trace_with_controls(ex, TEXT)
     assert len(controls) == 1
     found = held.held(trace, controls, ex.user_words)
     strong = 0
@@ -129,7 +130,7 @@ def test_a_planted_two_back_head_is_not_sold_as_a_relation(default):
     back on the other rows explains it."""
     ex = Explainer.load()
     plant(ex.model, back=2)  # L0H0: key i − 2, whatever the tokens
-    trace, controls = ex.trace_with_controls(TEXT)
+    trace, controls = tracing.trace_with_controls(ex, TEXT)
     assert len(controls) == MAX_CONTRASTS
     found = held.held(trace, controls, ex.user_words)[0][0]
     model, tokenizer = ex.model, checkpoint.load_default()[1]

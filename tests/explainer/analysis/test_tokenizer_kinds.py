@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from selfattn.explainer import tracing
 from selfattn.explainer.analysis import held
 from selfattn.explainer.analysis.roles import has_roles, piece_roles
 from selfattn.explainer.session import Explainer
@@ -88,7 +89,7 @@ def _eager(eager, ids) -> list[np.ndarray]:
 @pytest.mark.parametrize("text", [TUTORIAL, NEVER_SHIPPED])
 def test_roles_reach_every_piece_and_the_relations_are_eager_attentions(kind, text):
     ex, eager, tok = kind
-    trace = ex.trace(text)
+    trace = tracing.trace(ex, text)
     ids = [int(i) for i in ex.tokenize(text)[1]]
     assert ids == tok(text)["input_ids"]
     words = held.words_of(trace, ex.user_words)
@@ -103,7 +104,7 @@ def test_roles_reach_every_piece_and_the_relations_are_eager_attentions(kind, te
         assert inside and all(per_piece[i] == w.role for i in inside), (w, inside)
     assert any(len([1 for s, e in spans if s >= 0 and e > s and w.start <= s < w.end]) > 1 for w in words)
     # the tutorial's relations, on the pieces, with the weights of plain eager attention
-    controls = ex.controls(trace)  # the control first, then the contrast sentences
+    controls = tracing.controls(ex, trace)  # the control first, then the contrast sentences
     found = held.held(trace, controls, ex.user_words)
     control = controls[0] if controls else None
     names = set(found[0][0]["relations"])
@@ -139,7 +140,7 @@ def test_no_credited_relations_key_gets_as_much_from_the_other_words_by_eager_we
     from selfattn.explainer.analysis import head_types
 
     ex, eager, _ = kind
-    trace, controls = ex.trace_with_controls(TUTORIAL)
+    trace, controls = tracing.trace_with_controls(ex, TUTORIAL)
     found = held.held(trace, controls, ex.user_words, ex.grammar)
     rows = truth.relation_rows(ex, trace, controls, lambda ids: _eager(eager, ids))
     assert rows, "the tutorial's relations are found on the pieces"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import selfattn
+from selfattn.explainer import tracing
 from selfattn.explainer.analysis import held
 from selfattn.explainer.analysis.roles import given_roles, word_roles
 from selfattn.explainer.session import Explainer
@@ -49,10 +50,10 @@ def test_bad_user_words_are_refused_by_name():
 
 def test_the_explainer_reads_its_user_words_before_the_tagger():
     ex = tiny_explainer().with_words({"跑进": "verb"})
-    trace = ex.trace(TEXT)
+    trace = tracing.trace(ex, TEXT)
     words = held.words_of(trace, ex.user_words)
     assert [(w.text, w.role) for w in words][3] == ("跑进", "verb")
-    ctrl = ex.controls(trace)
+    ctrl = tracing.controls(ex, trace)
     assert ctrl and "跑进" in [w.text for w in held.control_of(trace, ex.user_words).words]
     doc = selfattn.explain(TEXT, model=tiny_explainer(), user_words={"跑进": "verb"})
     assert doc.explainer.user_words == {"跑进": "verb"}

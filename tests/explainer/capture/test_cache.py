@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from selfattn.explainer import tracing
 from selfattn.explainer.capture.cache import TraceCache, trace_bytes
 
 TEXT = "一只蓝色怪兽走进森林"
@@ -13,7 +14,7 @@ TEXT = "一只蓝色怪兽走进森林"
 
 @pytest.fixture(scope="module")
 def trace(tiny):
-    return tiny.trace(TEXT)
+    return tracing.trace(tiny, TEXT)
 
 
 def test_trace_bytes_counts_every_tensor(trace):

@@ -1,4 +1,4 @@
-"""Issue 27: the control and contrast sentences run in ONE forward pass with the text (`Explainer.trace_with_controls`,
+"""Issue 27: the control and contrast sentences run in ONE forward pass with the text (`tracing.trace_with_controls`,
 one batch by `capture.trace.capture_batch`). On tiny transformers models built from their Config classes — a Llama
 (RoPE, GQA), a GPT-2 (learned positions), a Mistral (a sliding window) and a BERT (an encoder: padded keys must stay
 hidden) — and on the bundled default model, each input's trace from the batched pass equals the trace of that input
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from selfattn.explainer import tracing
 from selfattn.explainer.analysis import held, word_relations
 from selfattn.explainer.analysis.word_relations import word_links, word_pieces
 from selfattn.explainer.capture.batching import Unbatchable
@@ -178,16 +179,16 @@ def _independent(name: str, ex: Explainer, eager, ids: list[int]) -> list[np.nda
 
 
 def _batch(ex: Explainer, texts: list[str], intervention=None):
-    """The traces of `texts` from one batch (`Explainer.traced`, what traces a text's controls), the head types
+    """The traces of `texts` from one batch (`tracing.traced`, what traces a text's controls), the head types
     measured at the capture point too."""
-    return ex.traced([ex.cut(t) for t in texts], Intervention() if intervention is None else intervention)
+    return tracing.traced(ex, [ex.cut(t) for t in texts], Intervention() if intervention is None else intervention)
 
 
 def test_each_input_of_the_one_pass_is_its_trace_alone_and_eager_attention(any_model):
     """The batch mechanism on two inputs of different lengths (the text and its control: the text is the padded
     row), each against itself alone and against eager attention."""
     name, ex, eager = any_model
-    control_text = ex.control_texts(ex.trace(TEXT).pieces)[0]
+    control_text = tracing.control_texts(ex, tracing.trace(ex, TEXT).pieces)[0]
     with _passes(ex.model) as seen:
         trace, control = _batch(ex, [TEXT, control_text])
     ids, c_ids = _ids(ex, TEXT), _ids(ex, control.pieces.text)
@@ -196,7 +197,7 @@ def test_each_input_of_the_one_pass_is_its_trace_alone_and_eager_attention(any_m
     assert seen[0][0, : len(ids)].tolist() == ids and seen[0][1].tolist() == c_ids
     assert control.pieces.text == held.control_of(trace.pieces, ex.user_words, ex.knows).text
     with _passes(ex.model) as alone_passes:
-        alone = ex.trace(TEXT), ex.trace(control.pieces.text)
+        alone = tracing.trace(ex, TEXT), tracing.trace(ex, control.pieces.text)
     assert [s.shape[0] for s in alone_passes] == [1, 1]
     for got, want in zip((trace, control), alone, strict=True):
         _same_trace(got, want)
@@ -227,14 +228,14 @@ def test_an_intervention_applies_to_both_rows_as_to_each_alone(kind, applied):
     name, ex, _ = kind
     if name == "bert" and "no_causal" in applied.applied:
         with pytest.raises(ValueError, match="no causal mask to switch off"):
-            ex.trace_with_controls(TEXT, applied)
+            tracing.trace_with_controls(ex, TEXT, applied)
         return
-    control_text = ex.control_texts(ex.trace(TEXT).pieces)[0]
+    control_text = tracing.control_texts(ex, tracing.trace(ex, TEXT).pieces)[0]
     trace, control = _batch(ex, [TEXT, control_text], applied)
-    _same_trace(trace, ex.trace(TEXT, applied))
-    _same_trace(control, ex.trace(control.pieces.text, applied))
+    _same_trace(trace, tracing.trace(ex, TEXT, applied))
+    _same_trace(control, tracing.trace(ex, control.pieces.text, applied))
     assert trace.intervention == control.intervention == applied
-    text, controls = ex.trace_with_controls(TEXT, applied)
+    text, controls = tracing.trace_with_controls(ex, TEXT, applied)
     assert controls and all(c.intervention == applied for c in [text, *controls])
 
 
@@ -242,9 +243,9 @@ def test_the_explain_of_the_tutorial_runs_its_controls_in_one_pass(default):
     """The text and its eight control and contrast sentences by ONE pass (the text first), the probe by one, all read
     back from the cache later."""
     cache = TraceCache(max_bytes=64 << 20)
-    default.probe(cache=cache)  # the probe's own pass, before passes are counted
+    tracing.probe(default, cache=cache)  # the probe's own pass, before passes are counted
     ids, c_ids = _ids(default, TEXT), _ids(default, DEFAULT_CONTROL)
-    others = default.control_texts(default.trace(TEXT).pieces)
+    others = tracing.control_texts(default, tracing.trace(default, TEXT).pieces)
     assert others[0] == DEFAULT_CONTROL and len(others) == word_relations.MAX_CONTRASTS
     every = [ids] + [_ids(default, t) for t in others]
     with _passes(default.model) as seen:
@@ -253,11 +254,11 @@ def test_the_explain_of_the_tutorial_runs_its_controls_in_one_pass(default):
     assert all(seen[0][i, : len(row)].tolist() == row for i, row in enumerate(every))
     assert doc["descriptions"][0][3]["relation"] == "verb>noun"
     with _passes(default.model) as again:  # the text and its controls are read back from the cache
-        text, (control, *rest) = default.trace_with_controls(TEXT, cache=cache)
-        assert default.controls(text, cache=cache)[0] is control
+        text, (control, *rest) = tracing.trace_with_controls(default, TEXT, cache=cache)
+        assert tracing.controls(default, text, cache=cache)[0] is control
     assert again == [] and len(text.tokens) == len(ids) and len(control.tokens) == len(c_ids) and len(rest) == 7
     with _passes(default.model) as alone:  # a control explained by a reader: its own pass, not the batch's trace
-        own = default.trace(DEFAULT_CONTROL, cache=cache)
+        own = tracing.trace(default, DEFAULT_CONTROL, cache=cache)
     assert [s.shape for s in alone] == [torch.Size([1, len(c_ids)])] and own is not control
     with _passes(default.model) as uncached:  # no cache: the batch (the text first) and the probe, two passes
         explained(default, TEXT)
@@ -268,12 +269,12 @@ def test_a_text_traced_alone_is_not_the_batchs_and_held_ones_run_nothing(tiny):
     """The text's numbers are its batch's whichever way it is asked: a trace of the text alone, held in the cache, is
     not read for it (its GEMMs round otherwise); the batch runs once, then never again."""
     cache = TraceCache(max_bytes=64 << 20)
-    alone = tiny.trace(TEXT, cache=cache)  # the text alone, as `Explainer.trace` keeps it
+    alone = tracing.trace(tiny, TEXT, cache=cache)  # the text alone, as `tracing.trace` keeps it
     with _passes(tiny.model) as seen:
-        trace, controls = tiny.trace_with_controls(TEXT, cache=cache)
+        trace, controls = tracing.trace_with_controls(tiny, TEXT, cache=cache)
     assert controls and [s.shape[0] for s in seen] == [1 + len(controls)] and trace is not alone
     with _passes(tiny.model) as seen:
-        again = tiny.trace_with_controls(TEXT, cache=cache)
+        again = tracing.trace_with_controls(tiny, TEXT, cache=cache)
     assert seen == [] and again[0] is trace and all(a is b for a, b in zip(again[1], controls, strict=True))
 
 
@@ -304,7 +305,7 @@ def _seen(name: str, length: int):
 
 def test_the_held_numbers_on_the_control_are_those_of_the_control_alone(any_model):
     name, ex, eager = any_model
-    trace, controls = ex.trace_with_controls(TEXT)
+    trace, controls = tracing.trace_with_controls(ex, TEXT)
     control = controls[0]  # the one whose numbers the sentences quote
     found = held.held(trace, controls, ex.user_words)
     ids = _ids(ex, control.pieces.text)
@@ -347,8 +348,8 @@ def test_a_control_longer_than_the_model_reads_is_skipped(tiny):
         tiny, card=dataclasses.replace(tiny.card, max_len=n)
     )  # reads the text, not its longer control
     with _passes(short.model) as seen:
-        trace, controls = short.trace_with_controls(TEXT)
-    assert controls == [] and short.controls(trace) == [] and [s.shape[0] for s in seen] == [1]
+        trace, controls = tracing.trace_with_controls(short, TEXT)
+    assert controls == [] and tracing.controls(short, trace) == [] and [s.shape[0] for s in seen] == [1]
     doc = explained(short, TEXT)
     assert doc["tokens"] == trace.tokens
 
@@ -424,9 +425,9 @@ def test_a_model_that_cannot_be_cut_per_input_runs_each_sentence_alone(tiny):
     c_tokens, c_ids, _ = rows.tokenize(TEXT + "。")
     with pytest.raises(Unbatchable, match=r"call 0 has B=1, Lq=\d+"):
         capture_batch(rows.model, [(ids, tokens, kwargs), (c_ids, c_tokens, kwargs)])
-    trace, (control, *_) = rows.trace_with_controls(TEXT)  # a pass each instead, each sentence alone
-    _same_trace(trace, tiny.trace(TEXT))
-    _same_trace(control, tiny.trace(control.pieces.text))
+    trace, (control, *_) = tracing.trace_with_controls(rows, TEXT)  # a pass each instead, each sentence alone
+    _same_trace(trace, tracing.trace(tiny, TEXT))
+    _same_trace(control, tracing.trace(tiny, control.pieces.text))
 
 
 def _same_trace_plain(a, b) -> None:
@@ -461,15 +462,15 @@ def test_the_batch_on_the_real_smollm2_gguf():
     folder = _smollm2_folder()
     ex = Explainer.load(folder / SMOLLM2_GGUF)
     with _passes(ex.model) as seen:
-        trace, controls = ex.trace_with_controls(TEXT)
+        trace, controls = tracing.trace_with_controls(ex, TEXT)
     control = controls[0]
     assert control.pieces.text == "一只蓝色的怪兽慢慢地走进了森林" and len(controls) == word_relations.MAX_CONTRASTS
     longest = max(len(c.tokens) for c in controls)
     assert [s.shape for s in seen] == [torch.Size([1 + len(controls), max(longest, len(trace.tokens))])]
     # 30 layers: the batch's GEMMs (projections, MLPs) round otherwise than one input's, and 30 layers carry that
     # to ~1e-5 of the numbers' scale: the table's tolerance for a real model against itself batched
-    _same_trace(trace, ex.trace(TEXT), TOL["float32_real_model"])
-    _same_trace(control, ex.trace(control.pieces.text), TOL["float32_real_model"])
+    _same_trace(trace, tracing.trace(ex, TEXT), TOL["float32_real_model"])
+    _same_trace(control, tracing.trace(ex, control.pieces.text), TOL["float32_real_model"])
     eager = AutoModelForCausalLM.from_pretrained(
         folder, gguf_file=SMOLLM2_GGUF, dtype=torch.float32, attn_implementation="eager"
     ).eval()

@@ -11,6 +11,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from selfattn.cli import main
+from selfattn.explainer import tracing
 from selfattn.explainer.interventions import Intervention, as_data
 from selfattn.explainer.views import export
 from selfattn.explainer.web import server
@@ -119,17 +120,17 @@ def test_block_on_one_head_leaves_the_others(tiny):
 )
 def test_block_refuses_a_link_that_is_not_there(tiny, values, match):
     with pytest.raises(ValueError, match=match):
-        tiny.trace(TEXT, Intervention({"block": values}))
+        tracing.trace(tiny, TEXT, Intervention({"block": values}))
 
 
 def test_block_of_a_future_key_works_once_the_causal_rule_is_lifted(tiny):
-    trace = tiny.trace(TEXT, Intervention({"no_causal": {}, "block": {"query": 2, "key": 4}}))
+    trace = tracing.trace(tiny, TEXT, Intervention({"no_causal": {}, "block": {"query": 2, "key": 4}}))
     w = trace.layers[0].stages(0)["weights"]
     assert float(w[2, 4]) == 0 and float(w[2, 5]) > 0  # applied in registry order: no_causal, then block
 
 
 def test_a_row_whose_only_key_is_cut_sees_nothing(tiny):
-    trace = tiny.trace(TEXT, Intervention({"block": {"query": 0, "key": 0}}))
+    trace = tracing.trace(tiny, TEXT, Intervention({"block": {"query": 0, "key": 0}}))
     w = trace.layers[0].stages(1)["weights"]
     assert float(w[0].abs().sum()) == 0 and torch.isinf(trace.layers[0].lse[1, 0])
     assert torch.isfinite(trace.logits).all()
@@ -230,7 +231,7 @@ def test_a_scope_with_nothing_to_apply_changes_nothing(client):
 def test_one_forward_pass_per_change(explainer):
     """The page shows a text, then changes the intervention twice: each change costs ONE pass, the changed text
     and its control and contrast sentences in one batch (analysis.held: the tutorial's relations measured where
-    they are not adjacent, under the same change; `Explainer.trace_with_controls`), no more (the experiment's
+    they are not adjacent, under the same change; `tracing.trace_with_controls`), no more (the experiment's
     baseline is never rerun); the first text also costs the induction
     probe's pass (`probe`: the model as it is, kept in the server's cache, so no later request reruns it); the
     page's own requests for its baseline, another layer's arrays and a head search cost none."""

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import selfattn
+from selfattn.explainer import tracing
 from tests.hf import models
 
 TEXT = "a blue monster walks into the forest"
@@ -57,7 +58,7 @@ def test_hooks_are_removed_when_a_capture_raises(loaded):
 
     handle = model.model.layers[1].register_forward_pre_hook(fail)
     with pytest.raises(RuntimeError, match="stop in the middle"):
-        e.explainer.trace("the cat sleeps in the house")
+        tracing.trace(e.explainer, "the cat sleeps in the house")
     handle.remove()
     assert seen and seen[0] >= 2  # the failing hook, and the capture's own
     assert hooks_of(model) == before
@@ -67,7 +68,7 @@ def test_two_captures_at_once_record_only_their_own_run(loaded):
     model, tok = loaded
     explainer = selfattn.explain(TEXT, (model, tok)).explainer
     texts = [TEXT, "two red fish swim into the sea"]
-    alone = [explainer.trace(t) for t in texts]
+    alone = [tracing.trace(explainer, t) for t in texts]
     meet = threading.Barrier(2, timeout=60)
 
     def wait(module, args):  # both forward passes are inside layer 0 at once, both captures' hooks installed
@@ -78,7 +79,7 @@ def test_two_captures_at_once_record_only_their_own_run(loaded):
 
     def work(i):
         try:
-            got[i] = explainer.trace(texts[i])
+            got[i] = tracing.trace(explainer, texts[i])
         except Exception as exc:  # noqa: BLE001  reported below
             errors.append(exc)
 

@@ -6,6 +6,7 @@ import torch
 
 import selfattn
 from selfattn import reference
+from selfattn.explainer import tracing
 from selfattn.explainer.analysis import heads as heads_module
 from selfattn.explainer.analysis import summary
 from selfattn.explainer.capture.trace import capture
@@ -18,7 +19,7 @@ TEXT = "一只蓝色怪兽走进森林"
 
 
 def test_stages_are_the_reference_computation(tiny):
-    trace = tiny.trace(TEXT)
+    trace = tracing.trace(tiny, TEXT)
     assert trace.tokens == ["<bos>", "一只", "蓝色", "怪兽", "走进", "森林"]
     assert trace.n_layers == 2 and trace.n_heads == 4 and trace.logits.shape[0] == 6
     for layer in trace.layers:
@@ -45,7 +46,7 @@ def test_stages_are_the_reference_computation(tiny):
 
 
 def test_layer_outputs_chain(tiny):
-    trace = tiny.trace(TEXT)
+    trace = tracing.trace(tiny, TEXT)
     # the second layer's attention reads LN(first block's output)
     with torch.no_grad():
         assert torch.allclose(trace.layers[1].x, tiny.model.blocks[1].ln_1(trace.layers[0].output), atol=TOL["float32"])
@@ -56,8 +57,8 @@ def test_layer_outputs_chain(tiny):
 
 @pytest.mark.parametrize("change", [dict(scaling=False), dict(causal=False), dict(temperature=3.0)])
 def test_interventions_change_the_computation_and_are_undone(tiny, change):
-    base = tiny.trace(TEXT)
-    other = tiny.trace(TEXT, Intervention(**change))
+    base = tracing.trace(tiny, TEXT)
+    other = tracing.trace(tiny, TEXT, Intervention(**change))
     assert not torch.allclose(base.logits, other.logits)
     layer = other.layers[0]
     if "scaling" in change:
@@ -67,7 +68,7 @@ def test_interventions_change_the_computation_and_are_undone(tiny, change):
     if "causal" in change:
         assert bool(layer.visible.all()) and not layer.causal
         assert other.layers[0].stages(0)["weights"][0, 1:].sum() > 0  # the first token now sees the future
-    again = tiny.trace(TEXT)  # the model is left as it was
+    again = tracing.trace(tiny, TEXT)  # the model is left as it was
     assert torch.equal(again.logits, base.logits)
     assert all(m.causal for m in (b.attn for b in tiny.model.blocks))
 
@@ -93,12 +94,12 @@ def test_capture_refuses_bad_input(tiny):
     with pytest.raises(ValueError, match="has no MultiHeadSelfAttention"):
         capture(torch.nn.Linear(2, 2), torch.zeros(3, dtype=torch.long), ["a", "b", "c"])
     with pytest.raises(ValueError, match="row 9 is out of range for Lq=6"):
-        tiny.trace(TEXT).layers[0].stages(0, [9])
+        tracing.trace(tiny, TEXT).layers[0].stages(0, [9])
 
 
 def test_export_is_standard_json_and_consistent(tiny):
     doc = explained(tiny, TEXT)
-    text = json.dumps(doc, allow_nan=False, ensure_ascii=False)  # -inf as strings: standard JSON
+    text = json.dumps(export.json_ready(doc), allow_nan=False, ensure_ascii=False)  # -inf as strings: standard JSON
     assert json.loads(text)["tokens"] == doc["tokens"]
     assert doc["model"]["kind"] == "decoder" and doc["model"]["n_kv_heads"] == 2
     assert doc["selfattn_version"] == selfattn.__version__

@@ -16,11 +16,12 @@ from rich.cells import cell_len
 import selfattn.hf
 from selfattn.cli import main
 from selfattn.explainer import experiments as X
+from selfattn.explainer import tracing
 from selfattn.explainer.analysis import head_types
 from selfattn.explainer.analysis.chance import ALPHA, against_chance
 from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import findings
+from selfattn.explainer.views import export, findings
 from tests.explainer.documents import explained
 from tests.tolerances import TOL
 
@@ -198,11 +199,11 @@ def test_heads_command_prints_every_head_within_80_columns(ex, monkeypatch, caps
 @pytest.mark.parametrize("head", [5, None])  # one head of a grouped-query layer; the whole layer
 def test_ablate_entry_equals_plain_hooks(ex, llamas, mean, head):
     _, eager = llamas
-    trace = ex.trace(TEXT, Intervention({"ablate": {"mean": mean}}, layer=1, head=head))
+    trace = tracing.trace(ex, TEXT, Intervention({"ablate": {"mean": mean}}, layer=1, head=head))
     heads = [(1, head)] if head is not None else [(1, h) for h in range(N_HEADS)]
     want = eager_ablated(eager, ids_of(TEXT), heads, "mean" if mean else "zero")[0]
     torch.testing.assert_close(trace.logits, want, atol=TOL["float32_logits"], rtol=0)
-    base = ex.trace(TEXT)
+    base = tracing.trace(ex, TEXT)
     assert not torch.allclose(trace.logits, base.logits, atol=TOL["must_differ_logits"])
     for h in range(N_HEADS):  # an ablated head still looks where it looked
         torch.testing.assert_close(trace.layers[1].stages(h)["weights"], base.layers[1].stages(h)["weights"])
@@ -433,7 +434,7 @@ def test_the_server_takes_the_ablate_entry_from_the_registry(ex):
     assert r.status_code == 200, r.text
     got = r.json()
     iv = Intervention({"ablate": {"mean": True}}, layer=1, head=5)
-    want = json.loads(json.dumps(explained(ex, TEXT, layer=1, head=5, intervention=iv), ensure_ascii=False))
+    want = json.loads(json.dumps(export.json_ready(explained(ex, TEXT, layer=1, head=5, intervention=iv))))
     assert got["prediction"] == want["prediction"] and got["experiment"] == want["experiment"]
     assert got["experiment"]["applied"] == {"ablate": {"mean": True}, "layer": 1, "head": 5}
     bad = client.post("/api/explain", json={"text": TEXT, "interventions": {"ablate": {"mean": 1}}})

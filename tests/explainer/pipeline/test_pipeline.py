@@ -20,6 +20,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from selfattn.explainer import tracing
 from selfattn.explainer.api import from_loaded
 from selfattn.explainer.pipeline import Lens, Patch, Session, Spec
 from selfattn.explainer.result import Explanation
@@ -178,7 +179,7 @@ def test_a_text_and_its_controls_are_one_forward_pass(llama, monkeypatch):
     _, ex = llama
     text = "一只蓝色怪兽走进森林"
     cut = ex.cut(text)
-    others = ex.control_texts(cut[3])
+    others = tracing.control_texts(ex, cut[3])
     assert others, "the text has control sentences"
     ids = cut[1].reshape(-1)
     calls = []

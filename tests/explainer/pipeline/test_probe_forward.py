@@ -4,7 +4,7 @@ attention is that of a whole eager forward (plain transformers, output_attention
 import numpy as np
 import torch
 
-from selfattn.explainer import induction_probe
+from selfattn.explainer import induction_probe, tracing
 from selfattn.explainer.session import Explainer
 from tests.hf import models
 from tests.tolerances import TOL
@@ -14,7 +14,7 @@ def test_the_probe_reads_the_attention_of_eager_and_keeps_one_row_of_logits(tmp_
     folder = models.save("llama", tmp_path / "llama")
     ex = Explainer.load(folder)
     assert induction_probe._extra_for(ex, 5)["logits_to_keep"] == 1
-    trace = induction_probe.probe_trace(ex)
+    trace = tracing.probe_trace(ex)
     ids = torch.tensor([[int(i) for i in trace.token_ids]])
     eager = models.build("llama")  # the same seed: the same weights as the folder's
     with torch.no_grad():

@@ -20,6 +20,7 @@ from rich.cells import cell_len
 
 from selfattn.cli import main
 from selfattn.explainer import experiments as X
+from selfattn.explainer import tracing
 from selfattn.explainer.analysis import head_types
 from selfattn.explainer.pipeline import Session, Spec
 from selfattn.explainer.session import Explainer
@@ -214,10 +215,12 @@ def test_relations_on_smollm2_are_held_against_the_control_with_eager_numbers(mo
     from selfattn.explainer.analysis import held
 
     ex, eager, _ = models
-    trace = ex.trace(TUTORIAL, prepend_bos=False)  # the text's own tokens, as the eager runs below
+    trace = tracing.trace(ex, TUTORIAL, prepend_bos=False)  # the text's own tokens, as the eager runs below
     ctrl = held.control_of(trace)
     assert ctrl is not None and ctrl.text == "一只蓝色的怪兽慢慢地走进了森林"
-    controls = ex.controls(trace, prepend_bos=False)  # the control first, then the contrast sentences, as explain
+    controls = tracing.controls(
+        ex, trace, prepend_bos=False
+    )  # the control first, then the contrast sentences, as explain
     assert controls[0].pieces.text == ctrl.text and len(controls) == 8
     att = _attentions(eager, [int(i) for i in ex.tokenize(TUTORIAL)[1]])
     att_c = _attentions(eager, [int(i) for i in ex.tokenize(ctrl.text)[1]])
@@ -253,8 +256,8 @@ def test_a_relation_whose_key_is_the_first_token_must_beat_the_heads_first_token
     from selfattn.explainer.analysis import held
 
     ex, eager, _ = models
-    trace = ex.trace(TUTORIAL, prepend_bos=False)
-    control = ex.trace(held.control_of(trace).text, prepend_bos=False)
+    trace = tracing.trace(ex, TUTORIAL, prepend_bos=False)
+    control = tracing.trace(ex, held.control_of(trace).text, prepend_bos=False)
     att_c = _attentions(eager, [int(i) for i in ex.tokenize(control.pieces.text)[1]])
     found = held.held(trace, [control])
     r = found[18][6]["relations"]["noun>qm+colour"]
@@ -301,7 +304,7 @@ def test_no_relation_is_credited_whose_key_the_other_words_look_at_as_much_by_ea
     from selfattn.explainer.analysis import held
 
     ex, eager, _ = models
-    trace, controls = ex.trace_with_controls(TUTORIAL)  # as explain traces it: the text with its sentences
+    trace, controls = tracing.trace_with_controls(ex, TUTORIAL)  # as explain traces it: the text with its sentences
     found = held.held(trace, controls, ex.user_words, ex.grammar)
     rows = truth.relation_rows(ex, trace, controls, lambda ids: _attentions(eager, ids))
     credited = truth.check_query_specific(found, rows, TOL["float32_real_model"], head_types.MIN_ROWS)

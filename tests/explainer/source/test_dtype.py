@@ -9,6 +9,7 @@ import torch
 import selfattn
 from selfattn import limits
 from selfattn.cli import main
+from selfattn.explainer import tracing
 from selfattn.explainer.session import Explainer, dtype_name
 from selfattn.explainer.views import export
 from tests.explainer.documents import explained
@@ -35,7 +36,7 @@ def test_half_weights_are_eagers_in_the_same_dtype_by_the_rule(llama, dtype):
     assert ex.model.dtype == dtype and all(p.dtype == dtype for p in ex.model.parameters())
     doc = explained(ex, TEXT)
     assert doc["model"]["dtype"] == str(dtype).removeprefix("torch.")
-    ids = ex.trace(TEXT).token_ids[None]
+    ids = tracing.trace(ex, TEXT).token_ids[None]
     half, exact = _eager(dtype, ids), _eager(torch.float64, ids)
     for layer in range(len(exact)):
         for head in range(exact[layer].shape[1]):

@@ -12,6 +12,7 @@ import transformers  # noqa: E402  a declared test dependency: fail, never skip
 
 from selfattn import reference
 from selfattn.explainer import pieces as P
+from selfattn.explainer import tracing
 from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer, unknown_report
 from selfattn.explainer.views import export, tables
@@ -109,7 +110,7 @@ def test_head_types_measured_at_capture_equal_eager_weights_measured_in_float64(
 
     ex = Explainer.load(gpt2_folder)
     text = "a blue monster walks into the forest and the cat sleeps in the house"
-    trace = ex.trace(text)
+    trace = tracing.trace(ex, text)
     assert all(layer.measured is not None for layer in trace.layers)  # read at the capture point
     hf = transformers.GPT2LMHeadModel.from_pretrained(gpt2_folder, attn_implementation="eager").eval()
     with torch.no_grad():
@@ -150,7 +151,7 @@ def explainers(folders):
 def test_stages_are_the_reference_and_weights_are_eager(kind, explainers, folders):
     ex = explainers[kind]
     doc = explained(ex, TEXT)
-    trace = ex.trace(TEXT)
+    trace = tracing.trace(ex, TEXT)
     L = len(trace.tokens)
     assert doc["model"]["positions"] and "attention by selfattn" in doc["model"]["architecture"]
     assert ("RoPE" in doc["model"]["positions"]) == (kind not in ("gpt2", "bert"))
@@ -184,14 +185,14 @@ def test_stages_are_the_reference_and_weights_are_eager(kind, explainers, folder
 
 
 def test_reference_softcap_is_what_gemma2_computes(explainers):
-    layer = explainers["gemma2"].trace(TEXT).layers[0]
+    layer = tracing.trace(explainers["gemma2"], TEXT).layers[0]
     assert layer.softcap is not None and layer.window == WINDOW
 
 
 def test_per_head_intervention_changes_only_that_head_and_the_prediction(explainers):
     ex = explainers["llama"]
-    base = ex.trace(TEXT)
-    other = ex.trace(TEXT, Intervention(causal=False, temperature=0.3, layer=1, head=2))
+    base = tracing.trace(ex, TEXT)
+    other = tracing.trace(ex, TEXT, Intervention(causal=False, temperature=0.3, layer=1, head=2))
     assert not torch.allclose(base.logits, other.logits)
     torch.testing.assert_close(other.layers[0].lse, base.layers[0].lse)  # layer 0 untouched
     changed = other.layers[1]
@@ -203,7 +204,7 @@ def test_per_head_intervention_changes_only_that_head_and_the_prediction(explain
     assert doc["experiment"]["applied"] == {"no_causal": {}, "layer": 1, "head": 2}
     assert export.head_weights(doc, 1, 2)[0, 1:].sum() > 0 and export.head_weights(doc, 1, 1)[0, 1:].sum() == 0
     with pytest.raises(ValueError, match=r"intervention head must be in \[0, 3\], got 9"):
-        ex.trace(TEXT, Intervention(head=9))
+        tracing.trace(ex, TEXT, Intervention(head=9))
 
 
 def test_two_threads_with_different_texts_and_interventions(explainers):
@@ -228,7 +229,7 @@ def test_two_threads_with_different_texts_and_interventions(explainers):
         t.join()
     for i, runs in enumerate(results):
         for doc in runs:
-            assert json.dumps(doc) == json.dumps(alone[i])
+            assert json.dumps(export.json_ready(doc)) == json.dumps(export.json_ready(alone[i]))
 
 
 def test_unknown_tokens_are_counted_and_marked(explainers):

@@ -3,6 +3,7 @@ mask hides keys from it; else another row, saying why (issue 26 item 5)."""
 
 from __future__ import annotations
 
+from selfattn.explainer import tracing
 from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.views import export
 from tests.explainer.documents import explained
@@ -48,11 +49,11 @@ def test_a_link_from_the_last_token_opens_the_middle_row_and_says_why():
 
 def test_without_a_link_or_a_mask_the_old_rule_holds():
     ex = tiny_explainer()
-    trace = ex.trace(LINK_INSIDE)
+    trace = tracing.trace(ex, LINK_INSIDE)
     L = len(trace.tokens)
     no_link = export.opened_query(trace.layers[0], 0, trace.tokens)
     assert no_link["row"] == (L - 1) // 2 and "link" not in no_link
-    open_all = ex.trace(LINK_INSIDE, Intervention({"no_causal": {}}))
+    open_all = tracing.trace(ex, LINK_INSIDE, Intervention({"no_causal": {}}))
     seen = export.opened_query(open_all.layers[0], 0, open_all.tokens, (3, 2))
     assert seen["row"] == L - 1 and seen["hidden"] == 0 and "nothing is masked" in seen["text"]["en"]
     outside = export.opened_query(trace.layers[0], 0, trace.tokens, (L, 0))  # a position past the text: no link

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from selfattn.explainer import induction_probe as probe
+from selfattn.explainer import tracing
 from selfattn.explainer.capture.cache import TraceCache
 from selfattn.explainer.pipeline import Session, Spec
 from selfattn.explainer.session import Explainer
@@ -55,7 +56,7 @@ def test_the_planted_head_is_an_induction_head_on_the_probe_by_float64_weights(p
     assert len(keys) >= 8
     share = np.mean([w[q, k] for q, k in keys.items()])
     assert share > 1 - PLANTED_TOL
-    measured = probe.probe_measures(ex)[0][0]["induction"]
+    measured = tracing.probe(ex)[0][0]["induction"]
     assert measured["rows"] == len(keys) and measured["score"] == pytest.approx(share, abs=PLANTED_TOL)
     chance = np.mean([1 / (q + 1) for q in keys])  # one key of the q + 1 a causal query sees
     assert measured["chance"] == pytest.approx(chance, abs=TOL["float64_short_sum"])
@@ -88,7 +89,9 @@ def test_a_probe_only_type_is_the_same_label_in_every_view(planted, monkeypatch,
 def test_the_probe_runs_once_per_cache_whatever_the_text(planted):
     ex, _ = planted
     other = "两条红色鱼游进大海"
-    control = ex.controls(ex.trace(other))  # whether it has control sentences, before passes are counted
+    control = tracing.controls(
+        ex, tracing.trace(ex, other)
+    )  # whether it has control sentences, before passes are counted
     passes = []
     hook = ex.model.register_forward_hook(lambda *_: passes.append(1))
     try:

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from selfattn.cli import main
 from selfattn.explainer import pieces as P
+from selfattn.explainer import tracing
 from selfattn.explainer.analysis import summary
 from selfattn.explainer.catalogue import TEXTS
 from selfattn.explainer.views import export, plots, report, tables
@@ -114,7 +115,7 @@ def test_the_page_budget_holds_the_shown_layer_and_its_neighbours_and_says_how_t
     ex = tiny_explainer()
     full = explained(ex, "一只蓝色怪兽走进森林")
     assert "omitted" not in full and all("heads" in layer for layer in full["layers"])
-    layers = ex.trace("一只蓝色怪兽走进森林").layers
+    layers = tracing.trace(ex, "一只蓝色怪兽走进森林").layers
     one = export.layer_page_bytes(layers[0])
     monkeypatch.setattr(export, "MAX_PAGE_BYTES", one)  # room for one layer only
     doc = explained(ex, "一只蓝色怪兽走进森林", layer=1, head=0)
@@ -144,7 +145,7 @@ def test_the_page_budget_counts_the_layers_packed_not_their_bound(monkeypatch):
     whose packed arrays fit: here both, where the bound lets one in; one byte less, only the shown one."""
     ex = tiny_explainer()
     text = "一只蓝色怪兽走进森林"
-    trace = ex.trace(text)
+    trace = tracing.trace(ex, text)
     bounds = [export.layer_page_bytes(trace.layers[0], full=False), export.layer_page_bytes(trace.layers[1])]
     auto = explained(ex, text, layer=1, head=0, layers=[0, 1])
     auto["full_layers"] = [1]  # packed as layers="auto" packs them: layer 1 (the shown one) whole
@@ -178,7 +179,7 @@ def test_the_layers_get_what_the_thumbnails_and_words_of_every_head_leave_of_a_p
 @pytest.mark.parametrize("text", ["一只蓝色怪兽走进森林", "一只蓝色怪兽走进森林。" * 12])
 def test_summaries_read_at_the_capture_point_are_the_recomputed_ones(text):
     ex = tiny_explainer(n_heads=4, n_kv_heads=2)
-    trace = ex.trace(text)
+    trace = tracing.trace(ex, text)
     for layer in trace.layers:
         digested = layer.digest
         assert digested is not None

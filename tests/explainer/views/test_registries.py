@@ -12,6 +12,7 @@ import torch
 
 import selfattn
 from selfattn.cli import main
+from selfattn.explainer import tracing
 from selfattn.explainer.analysis import head_types
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import registry
@@ -80,7 +81,7 @@ def test_a_toy_head_type_is_measured_named_and_coloured(toys, explainer):
         m = doc["descriptions"][l][h]["scores"]["toy"]
         # the planted head: the weight two back, by a float64 softmax of its own q·k (not through the float32 lse,
         # whose rounding at |lse| ~ 100 is 1e-5 of a weight), uniform's 1/(i + 1)
-        layer = explainer.trace(TEXT).layers[l]
+        layer = tracing.trace(explainer, TEXT).layers[l]
         q, k = layer.q[h].double(), layer.k[layer.kv_head(h)].double()
         scores = (q @ k.T * layer.scale).masked_fill(~layer.visible, float("-inf"))
         w = torch.softmax(scores, dim=-1).numpy()

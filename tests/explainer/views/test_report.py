@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from selfattn.explainer import tracing
 from selfattn.explainer.interventions import REGISTRY, Intervention
 from selfattn.explainer.views import bundle, controls, export, packing, report, tables
 from selfattn.explainer.views.texts import TEXTS, text
@@ -121,8 +122,8 @@ def test_heads_that_share_a_key_value_head_carry_its_k_and_v_once():
 
 def test_the_page_estimate_counts_vectors_that_go_as_float64():
     ex = tiny_explainer()
-    layer = ex.trace(TEXT).layers[0]
-    d = json.loads(json.dumps(explained(ex, TEXT, layer=0)))
+    layer = tracing.trace(ex, TEXT).layers[0]
+    d = json.loads(json.dumps(export.json_ready(explained(ex, TEXT, layer=0))))
     assert d["full_layers"] == [0]
     before, estimated = len(json.dumps(report.pack(d)["layers"][0])), export.layer_page_bytes(layer)
     for name in ("x", "attn_out", "output"):  # beyond int32 at 4 decimals: 8 bytes a value, not 4

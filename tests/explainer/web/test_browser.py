@@ -29,6 +29,7 @@ import pytest
 import uvicorn
 from playwright.sync_api import Page, sync_playwright
 
+from selfattn.explainer import tracing
 from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.views import head_sentences as heads_module
 from selfattn.explainer.views import packing, report
@@ -577,7 +578,9 @@ def test_report_stages_q_dot_k_and_v_mixing_equal_python(watched, explainer, tmp
     doc = explained(explainer, TEXT)
     open_report(watched, doc, tmp_path)
     page = watched.page
-    trace = explainer.trace_with_controls(TEXT)[0]  # the text as explain traces it: one batch with its controls
+    trace = tracing.trace_with_controls(explainer, TEXT)[
+        0
+    ]  # the text as explain traces it: one batch with its controls
     l, h, i = 1, 0, 4
     page.select_option("[data-testid=layer-select]", str(l))
     page.select_option("[data-testid=head-select]", str(h))

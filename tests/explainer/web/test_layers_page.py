@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from selfattn.cli import main
+from selfattn.explainer import tracing
 from selfattn.explainer.views import export, report
 from tests.explainer.documents import explained
 from tests.explainer.tiny import tiny_explainer
@@ -40,7 +41,7 @@ def test_a_layer_not_held_is_said_under_its_own_name_by_the_menu_and_the_hash(pa
     pg, doc, ex, errors = page
     stage(pg, "softmax")
     i = int(state(pg)["row"])
-    held = ex.trace(TEXT).layers[1].stages(0)["weights"][i].numpy()
+    held = tracing.trace(ex, TEXT).layers[1].stages(0)["weights"][i].numpy()
     got = shown_row(pg, "weights")
     np.testing.assert_allclose([got[j] for j in sorted(got)], held, atol=TOL["layers_page_weight"])
     pg.select_option("[data-testid=layer-select]", "0")
@@ -55,7 +56,7 @@ def test_a_layer_not_held_is_said_under_its_own_name_by_the_menu_and_the_hash(pa
     s = state(pg)
     assert (s["layer"], s["head"], s["row"], s["held"]) == ("1", "1", "2", "1")
     got = shown_row(pg, "weights")
-    want = ex.trace(TEXT).layers[1].stages(1)["weights"][2].numpy()
+    want = tracing.trace(ex, TEXT).layers[1].stages(1)["weights"][2].numpy()
     np.testing.assert_allclose([got[j] for j in sorted(got)], want, atol=TOL["layers_page_weight"])
     pg.evaluate("window.location.hash = '#view=head&layer=0&head=1&query=2'")
     pg.wait_for_function("() => document.getElementById('app').dataset.layer === '0'")
@@ -93,7 +94,7 @@ def test_the_head_search_of_a_page_without_every_layer_ranks_the_heads_it_holds_
         "[data-testid=search-row]",
         "rs => rs.map(r => [Number(r.dataset.layer), Number(r.dataset.head), Number(r.dataset.weight)])",
     )
-    layer = ex.trace(TEXT).layers[1]
+    layer = tracing.trace(ex, TEXT).layers[1]
     want = sorted(((1, h, float(layer.stages(h)["weights"][4, 3])) for h in range(2)), key=lambda r: (-r[2], r[1]))
     assert [(l, h) for l, h, _ in rows] == [(l, h) for l, h, _ in want]
     np.testing.assert_allclose([w for _, _, w in rows], [w for _, _, w in want], rtol=0, atol=TOL["layers_page_weight"])

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 
+from selfattn.explainer import tracing
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import codec, export, outputs, report, tables
 from tests.explainer.documents import explained
@@ -93,7 +94,9 @@ def test_every_layer_is_held_and_the_page_is_under_25_mb(smol, eager, page):
     assert len(doc["layers"]) == 30 and doc["model"]["n_heads"] == 9
     assert path.stat().st_size <= PAGE_LIMIT, path.stat().st_size
     packed = report.pack(doc)["layers"]
-    for layer, packed_layer in zip(smol.trace(CHINESE).layers, packed, strict=True):  # the estimate bounds the page
+    for layer, packed_layer in zip(
+        tracing.trace(smol, CHINESE).layers, packed, strict=True
+    ):  # the estimate bounds the page
         assert len(json.dumps(packed_layer)) <= export.layer_page_bytes(layer)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from selfattn.explainer import pipeline
+from selfattn.explainer import pipeline, tracing
 from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import MAX_CHARS
 from selfattn.explainer.views import report
@@ -61,7 +61,7 @@ def test_answer_is_the_export_dict_of_python(client, explainer):
 def test_packed_answer_holds_the_same_numbers(client, explainer):
     plain = post(client, text=TEXT, layer=1, head=1).json()
     packed = post(client, text=TEXT, layer=1, head=1, format="packed").json()  # the shown layer's arrays are held
-    layer = explainer.trace_with_controls(TEXT)[0].layers[1]  # as explain traces the text: with its controls
+    layer = tracing.trace_with_controls(explainer, TEXT)[0].layers[1]  # as explain traces the text: with its controls
     kv = layer.kv_head(1)
     for name, want in (("q", layer.q[1]), ("k", layer.k[kv]), ("v", layer.v[kv])):  # in float16, as the page holds
         got = report.unpack(packed["layers"][1]["heads"][1][name])

@@ -10,6 +10,7 @@ import re
 import numpy as np
 import torch
 
+from selfattn.explainer import tracing
 from selfattn.explainer.views import tables
 from tests.explainer.documents import explained
 from tests.explainer.tiny import tiny_explainer
@@ -40,7 +41,7 @@ def test_a_layer_not_held_in_full_shows_its_own_norms_and_top_dimensions_and_say
     assert doc["full_layers"] == [1] and "omitted" not in doc
     url = open_report(watched, doc, tmp_path)
     page = watched.page
-    trace = ex.trace_with_controls(TEXT)[0]  # the text as explain traces it: one batch with its controls
+    trace = tracing.trace_with_controls(ex, TEXT)[0]  # the text as explain traces it: one batch with its controls
     i = 3
     page.select_option("[data-testid=layer-select]", "0")
     page.click(f"[data-testid=token][data-index='{i}']")

@@ -38,7 +38,7 @@ def head_answers(
     grammar: Grammar | None = None,
 ) -> Answers:
     """The answers of every head of `trace`. controls: the traces of `held.contrasts_of`'s sentences on the same model,
-    in its order; probe: every head's measures on the induction probe (`probe.probe_measures`: what `selfattn heads`
+    in its order; probe: every head's measures on the induction probe (`tracing.probe`: what `selfattn heads`
     reads too, so the verdict is the same in every view; None: the text's types only); user_words, grammar: the
     explainer's (`held.held`)."""
     h = held.held(trace, controls, user_words, grammar)

@@ -19,7 +19,7 @@ the same test against uniform attention (`chance.against_chance`), and one sente
 so the contrast sentences (`word_relations.contrasts`: 一只蓝色的猫慢慢地走进了城堡, 两只红色的兔子…) keep the
 text's shape and relations with other words of each role, until every relation has MIN_ROWS rows where its key
 is not the previous word. The caller runs them on the same model with the same intervention
-(`Explainer.trace_with_controls`: one batch beside the text's own pass) and passes their traces.
+(`tracing.trace_with_controls`: one batch beside the text's own pass) and passes their traces.
 
 Per head, measured on the words (a word's query is its last piece, which has read all of it; its keys are every
 piece of the key words, `word_relations.piece_links`):
