@@ -14,6 +14,7 @@ import torch
 
 import selfattn
 from selfattn.cli import main
+from selfattn.explainer import tracing
 from selfattn.explainer.session import Explainer
 from tests.hf.models import save, variant
 
@@ -44,7 +45,7 @@ def _refused(model: Path, message: str, capsys, text: str = "a blue monster", co
         if command == "explain":
             selfattn.explain(text, model=str(model))
         else:
-            Explainer.load(model).trace(text)
+            tracing.trace(Explainer.load(model), text)
     assert message in str(refused.value)
     capsys.readouterr()
     assert main([command, text, "--model", str(model)]) == 1

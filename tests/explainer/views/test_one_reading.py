@@ -11,6 +11,7 @@ import transformers
 
 from selfattn.cli import main
 from selfattn.explainer import pieces as P
+from selfattn.explainer import tracing
 from selfattn.explainer.session import Explainer
 from tests.explainer.documents import explained
 from tests.explainer.web.test_browser import browser, open_report, watched  # noqa: F401  (fixtures)
@@ -145,7 +146,7 @@ def test_a_links_keys_are_named_by_the_words_and_characters_they_make_up(folder)
     from selfattn.explainer.views.head_sentences import _groups
     from selfattn.explainer.views.head_words import keys_named
 
-    trace = Explainer.load(folder).trace("一只蓝色怪兽")
+    trace = tracing.trace(Explainer.load(folder), "一只蓝色怪兽")
     pieces = trace.pieces
     tokens = P.names(trace.tokens)
     words = {g.text: list(g.members) for g in pieces.group_of("words")}

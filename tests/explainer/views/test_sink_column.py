@@ -66,7 +66,7 @@ def test_weights_are_eagers_and_the_sink_is_one_minus_their_row_sum(doc, eager):
             weights = np.array(head["stages"]["weights"])
             assert max_error(weights, eager[l][h]) <= TOL["float32_weights"], (l, h)
             assert max_error(np.array(head["sink"]), 1 - eager[l][h].sum(-1)) <= TOL["float32_weights"], (l, h)
-            shares += head["sink"]
+            shares.extend(np.asarray(head["sink"]).tolist())
     assert min(shares) < 0.1 and max(shares) > 0.5  # the sinks matter: some rows give them most, some little
 
 
