@@ -52,6 +52,9 @@ SLOW: dict[str, tuple[str, ...]] = {
     # every test (or every case of a parametrized test) that took 0.3 s or more, measured on a busy 2-core machine;
     # a whole file where that is most of its tests; a parametrized test where that is 30 % of its cases or more
     "test_architectures.py": EVERY,
+    "test_command_case.py": ("test_a_row_is_the_peak", "test_cpu_time", "test_the_quick_case", "test_every_round"),
+    "test_probe_forward.py": ("test_the_probe_reads",),
+    "test_jieba_words.py": ("test_every_word", "test_a_text_without"),
     "test_attention.py": (
         "test_weights_and_lse_match_reference[bool-mask-torch.float16]",
         "test_weights_and_lse_match_reference[causal-torch.float16]",
