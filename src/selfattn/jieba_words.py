@@ -34,7 +34,7 @@ its blocks (jieba's `re_han_default`), and "+", "#", "&", the only other charact
 
 UNJOINED = re.compile(r"[a-zA-Z0-9]+|\r\n|.", re.DOTALL)
 """jieba's cut of a text without a JOINABLE character: a run of ASCII letters and digits is one word (its `re_eng`
-buffer), "\r\n" one, every other character its own."""
+buffer), "\\r\\n" one, every other character its own."""
 
 
 def spans(text: str) -> list[tuple[int, int]]:

@@ -63,7 +63,7 @@ def test_pack_keeps_every_array_at_the_precision_the_page_shows_it(doc):
     for l, layer in enumerate(doc["layers"]):
         page = packed["layers"][l]
         for name in ("x", "attn_out", "output"):  # each row's length from the exact vector, to 4 decimals
-            exact = np.array(layer[name])
+            exact = np.array(layer[name], dtype=np.float64)  # the page rounds each value as float64
             norms = report.unpack(page["norms"][name])
             np.testing.assert_array_equal(norms, np.round(np.sqrt((exact.astype(np.float64) ** 2).sum(-1)), 4))
             if l == shown:  # held in full: every value, to the 4 decimals shown
@@ -95,7 +95,8 @@ def test_every_layer_asked_holds_its_vectors_in_full():
     packed = report.pack(doc)
     for l, layer in enumerate(doc["layers"]):
         assert "top" not in packed["layers"][l]
-        np.testing.assert_array_equal(report.unpack(packed["layers"][l]["x"]), np.round(np.array(layer["x"]), 4))
+        want = np.round(np.array(layer["x"], dtype=np.float64), 4)  # each value rounded as float64, as the page does
+        np.testing.assert_array_equal(report.unpack(packed["layers"][l]["x"]), want)
     one = explained(ex, TEXT, layers="selected", layer=1, head=0)
     assert one["full_layers"] == [1] and report.pack(one)["layers"][0]["omitted"]
 
@@ -280,7 +281,7 @@ def test_a_long_row_ships_its_top_keys_the_first_token_and_itself():
     doc = explained(ex, text, layer=0, head=1, layers=[0])
     head = report.pack(doc)["layers"][0]["heads"][1]
     layer = doc["layers"][0]
-    q, k = np.array(layer["heads"][1]["q"]), np.array(layer["heads"][1]["k"])
+    q, k = (np.array(layer["heads"][1][name], dtype=np.float64) for name in ("q", "k"))  # the page computes in float64
     visible = np.array(layer["visible"], dtype=bool)
     logits = np.where(visible, q @ k.T * layer["scale"], -np.inf)
     weights = np.exp(logits - logits.max(-1, keepdims=True))

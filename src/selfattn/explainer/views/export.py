@@ -57,7 +57,8 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
     exp(sink_h − lse) (`trace.head_stages`: the share of the row's attention that goes to no token). ALiBi
     slopes: the stages' masked scores hold −slope·|i − j|.
 
-The layers' arrays are float64 NumPy arrays in the dict (visible: uint8 0/1), never Python lists: the page packs them
+The layers' arrays are NumPy arrays in the dict (float32 or float64, every value exact; visible: uint8 0/1), never
+Python lists: the page packs them
 as they are (`packing`), `--npz` writes them (`to_arrays`); `json_ready(doc)` is the dict as JSON writes it (the
 lists above), where infinite values are the strings "-inf"/"inf" (`selfattn.files.json_float`), so the JSON stays
 standard.
@@ -123,8 +124,8 @@ def to_dict(
     link: tuple[int, int] | None = None,
     page_bytes: Callable[..., int] | None = None,
 ) -> dict:
-    """Everything captured: the layers' arrays as float64 NumPy arrays (`_layer_dict`), the rest as JSON-ready
-    values; `json_ready` gives the JSON's lists. `unknown`: {count, positions, message} of the tokens
+    """Everything captured: the layers' arrays as NumPy arrays (`_layer_dict`), the rest as JSON-ready values;
+    `json_ready` gives the JSON's lists. `unknown`: {count, positions, message} of the tokens
     the tokenizer could not represent (never left out, so no view can hide them). `layers`: the layer
     indices whose arrays are written; None: all; "selected": the shown one; "auto": all unless that is
     over what a page holds (`layers_budget`), then the shown one and the nearest that fit (doc["omitted"] says which,
@@ -458,15 +459,15 @@ def layer_rule(layer: LayerTrace) -> dict:
 
 
 def _layer_dict(layer: LayerTrace, with_stages: bool) -> dict:
-    """One layer's arrays: its rule and visibility, X, the outputs, and per head Q/K/V/lse (+ stages), as float64
-    NumPy arrays (the float32 values exactly; ±inf kept) and the visibility as 0/1 uint8 (`json_ready` makes the
-    JSON's lists of them)."""
+    """One layer's arrays: its rule and visibility, X, the outputs, and per head Q/K/V/lse (+ stages), as NumPy
+    copies holding every value exactly (`_exact`: float32 or float64; ±inf kept) and the visibility as 0/1 uint8
+    (`json_ready` makes the JSON's lists of them)."""
     heads = []
-    k = [_float64(t) for t in layer.k]  # one array per key/value head, shared by the query heads that read it (GQA)
-    v = [_float64(t) for t in layer.v]
+    k = [_exact(t) for t in layer.k]  # one array per key/value head, shared by the query heads that read it (GQA)
+    v = [_exact(t) for t in layer.v]
     for h in range(layer.n_heads):
         kv = layer.kv_head(h)
-        head = {"kv_head": kv, "q": _float64(layer.q[h]), "k": k[kv], "v": v[kv], "lse": _float64(layer.lse[h])}
+        head = {"kv_head": kv, "q": _exact(layer.q[h]), "k": k[kv], "v": v[kv], "lse": _exact(layer.lse[h])}
         change = layer.changed.get(h)
         if change is not None:
             head |= {
@@ -476,19 +477,20 @@ def _layer_dict(layer: LayerTrace, with_stages: bool) -> dict:
                 "visible": _zero_one(change.visible),
             }
         if layer.sinks is not None:
-            head["sink"] = _float64(cast(torch.Tensor, layer.sink(h)))  # not None: the layer has sinks
+            head["sink"] = _exact(cast(torch.Tensor, layer.sink(h)))  # not None: the layer has sinks
         if with_stages:
             st = layer.stages(h)
-            head["stages"] = {
-                name: _float64(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")
-            }
+            head["stages"] = {name: _exact(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")}
         heads.append(head)
-    arrays = {"x": _float64(layer.x), "attn_out": _float64(layer.attn_out), "output": _float64(layer.output)}
+    arrays = {"x": _exact(layer.x), "attn_out": _exact(layer.attn_out), "output": _exact(layer.output)}
     return layer_rule(layer) | {"visible": _zero_one(layer.visible)} | arrays | {"heads": heads}
 
 
-def _float64(t: torch.Tensor) -> np.ndarray:
-    return t.detach().cpu().double().numpy()
+def _exact(t: torch.Tensor) -> np.ndarray:
+    """A copy of `t` as NumPy in the narrowest float type that holds every value exactly: float64 for float64,
+    float32 for float32 and the half types (half the bytes of float64 for a float32 model)."""
+    t = t.detach().cpu()
+    return (t if t.dtype in (torch.float32, torch.float64) else t.float()).numpy().copy()
 
 
 def _zero_one(t: torch.Tensor) -> np.ndarray:

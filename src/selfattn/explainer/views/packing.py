@@ -229,15 +229,19 @@ def _read_layer(layer: dict, l: int, full: bool = True) -> _Read:
     every field and array packing reads, of `full`, and of the `head_stages` it computes the stages with."""
     digest = hashlib.blake2b(digest_size=32)
     digest.update(f"{id(head_stages)}{full}".encode())  # and the stage function they go through (a test replaces it)
-    seen: dict[int, str] = {}  # an array met before in this layer (the k and v that GQA's heads share): hashed once
+    seen: dict[int, tuple[str, np.ndarray]] = {}  # an array met before in this layer (GQA's shared k and v): once
 
-    def take(name: str, a: np.ndarray) -> np.ndarray:
-        if id(a) in seen:  # the same object, alive in `layer` throughout: the same bytes
-            digest.update(f"{name}={seen[id(a)]}".encode())
+    def take(name: str, values, where: str, read=None) -> np.ndarray:
+        """`values` read (`_floats`, or `read`) and hashed as given (a float32 array as its 4-byte values)."""
+        if id(values) in seen:  # the same object, alive in `layer` throughout: the same bytes, read once
+            first, a = seen[id(values)]
+            digest.update(f"{name}={first}".encode())
             return a
-        seen[id(a)] = name
-        digest.update(f"{name}{a.dtype}{a.shape}".encode())
-        digest.update(np.ascontiguousarray(a).tobytes())
+        a = (read or _floats)(values, where)
+        given = values if isinstance(values, np.ndarray) and values.dtype == np.float32 else a
+        seen[id(values)] = (name, a)
+        digest.update(f"{name}{given.dtype}{given.shape}".encode())
+        digest.update(np.ascontiguousarray(given).tobytes())
         return a
 
     def plain(name: str, value) -> None:  # the fields packing copies or reads as they are (scale, kv_head…)
@@ -245,15 +249,15 @@ def _read_layer(layer: dict, l: int, full: bool = True) -> _Read:
 
     fields = {k: v for k, v in layer.items() if k not in LAYER_ARRAYS + ("visible", "heads")}
     plain("layer", fields)
-    vectors = {name: take(name, _floats(layer[name], f"layers[{l}].{name}")) for name in LAYER_ARRAYS}
-    visible = take("visible", _visible(layer["visible"], f"layers[{l}].visible"))
+    vectors = {name: take(name, layer[name], f"layers[{l}].{name}") for name in LAYER_ARRAYS}
+    visible = take("visible", layer["visible"], f"layers[{l}].visible", _visible)
     heads = []
     for h, head in enumerate(layer["heads"]):
         where = f"layers[{l}].heads[{h}]"
         own = {k: v for k, v in head.items() if k not in HEAD_ARRAYS + ("stages", "visible", "sink")}
         plain(f"heads[{h}]", own)
-        arrays = {name: take(f"{h}.{name}", _floats(head[name], f"{where}.{name}")) for name in HEAD_ARRAYS}
-        apart = take(f"{h}.visible", _visible(head["visible"], f"{where}.visible")) if "visible" in head else None
+        arrays = {name: take(f"{h}.{name}", head[name], f"{where}.{name}") for name in HEAD_ARRAYS}
+        apart = take(f"{h}.visible", head["visible"], f"{where}.visible", _visible) if "visible" in head else None
         heads.append((own, arrays, apart))
     return _Read(fields, full, vectors, visible, heads, digest.digest())
 
