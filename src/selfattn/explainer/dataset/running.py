@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ... import checks
+from ...terminal import progress_bar
 from .. import experiments
 from ..analysis import head_types
 from ..induction_probe import PROBE_LENGTH
@@ -112,7 +113,8 @@ def run_dataset(
     session = Session(explainer)
     one = _explain_prompt if what == "explain" else _heads_prompt
     results: list[PromptResult] = []
-    with _bar(progress, len(rows), len(done)) as advance:
+    with progress_bar(progress, "prompts") as bar:
+        task = bar.add_task("prompts", total=len(rows), completed=len(done))
         for index, row in enumerate(rows):
             if index in done:
                 results.append(PromptResult.from_dict(done[index], row, keys[index], resumed=True))
@@ -126,7 +128,7 @@ def run_dataset(
             if store is not None:
                 store.append({"index": index, "line": row.line, "key": keys[index], "result": record})
             results.append(PromptResult.from_dict(record, row, keys[index], resumed=False))
-            advance()
+            bar.advance(task)
     n_layers, n_heads = explainer.shape()
     numbers = EXPLAIN_NUMBERS if what == "explain" else heads_numbers()
     heads_means = _head_means(results, n_layers, n_heads, numbers, patched="patching_recovered" in numbers)
@@ -266,41 +268,3 @@ def _head_means(results: list[PromptResult], n_layers: int, n_heads: int, number
         means = {name: mean_ci(c.get(name) for c in cells) for name in numbers}
         out.append(HeadMeans(k // n_heads, k % n_heads, means, dict(sorted(holds.items())), tops[k]))
     return tuple(out)
-
-
-class _bar:
-    """A rich progress bar on stderr over the prompts (nothing when not enabled); `with _bar(...) as advance`."""
-
-    def __init__(self, enabled: bool, total: int, done: int):
-        self.enabled, self.total, self.done = enabled, total, done
-        self.progress: Any = None
-
-    def __enter__(self) -> Callable[[], None]:
-        if not self.enabled:
-            return lambda: None
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.progress = Progress(
-            TextColumn("prompts"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-        )
-        self.progress.start()
-        task = self.progress.add_task("prompts", total=self.total, completed=self.done)
-        return lambda: self.progress.advance(task)
-
-    def __exit__(self, *exc) -> None:
-        if self.progress is not None:
-            self.progress.stop()

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ...functional import use_backend
+from ...terminal import progress_bar
 from ..data import next_token_loss
 from ..evaluate import lm_metrics, paragraph_loss
 from .presets import Preset
-from .progress import progress_bar
 from .schedule import CLIP_NORM, lr_at
 from .setup import Setup
 
@@ -76,7 +76,8 @@ def validate(s: Setup) -> tuple[dict, dict, float]:
 def loop(s: Setup, p: Preset, progress: bool, started: float) -> Run:
     """Every epoch of the plan, on TRAIN_BACKEND; keeps the weights of the epoch with the lowest selection loss."""
     run = Run()
-    with use_backend(TRAIN_BACKEND), progress_bar(progress) as bar:
+    fields = ("loss {task.fields[loss]:.3f}", "{task.fields[tps]:>8,.0f} tok/s")
+    with use_backend(TRAIN_BACKEND), progress_bar(progress, "epoch {task.fields[epoch]}", *fields) as bar:
         task = bar.add_task("train", total=s.total_steps, epoch=f"1/{len(s.plan)}", loss=float("nan"), tps=0.0)
         for epoch, part in enumerate(s.plan, 1):
             label = f"{epoch}/{len(s.plan)} (≤{part['max_sentences']} sentences)"
