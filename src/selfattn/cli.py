@@ -116,9 +116,11 @@ def _explain(args) -> int:
     outputs.check(**paths, force=args.force, selected=chosen)  # before the model is loaded: nothing for nothing
     _check_pictures(_experiment_files(args), args.force)
     from .explainer import pipeline
+    from .explainer.probe_store import ProbeStore
     from .explainer.session import Explainer
 
-    session = pipeline.Session(Explainer.load(args.model, dtype=args.dtype))
+    # the command never changes the weights it loaded: the probe's measures of these files may be read from disk
+    session = pipeline.Session(Explainer.load(args.model, dtype=args.dtype), probe_store=ProbeStore())
     e = session.explain(request)
     wanted = "auto" if args.layers is None else args.layers
     doc = None if args.html is None else session.document(e, layers=wanted)  # the page's payload: only for a page
@@ -296,9 +298,16 @@ def _heads(args) -> int:
         if value is not None:
             raise _UsageError(f"{flag} goes with --dataset (selfattn heads --dataset FILE {flag} …)")
 
+    from .explainer.probe_store import ProbeStore
+
     explainer = Explainer.load(args.model, dtype=args.dtype)
     t = experiments.taxonomy(
-        explainer, args.text, length=args.probe_length, seed=args.seed, prepend_bos=args.prepend_bos
+        explainer,
+        args.text,
+        length=args.probe_length,
+        seed=args.seed,
+        prepend_bos=args.prepend_bos,
+        store=ProbeStore(),  # the command never changes the weights it loaded
     )
     if args.json:
         _print_json(t)

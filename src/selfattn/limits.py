@@ -261,6 +261,10 @@ DIGEST_WEIGHTS_BYTES = 256 << 20
 
 MAX_MANIFEST_BYTES = 1 << 20
 
+MAX_PROBE_BYTES = 16 << 20
+"""Most bytes one entry of the induction probe's measures on disk takes (`explainer.probe_store`): a 64 × 64-head
+model's take about 2.5 MB."""
+
 CACHE_BYTES = 256 << 20
 """Traces kept per Session of the Python API (one `selfattn.explain` call and the Explanations made from it)."""
 

@@ -28,6 +28,10 @@ The models (`MODELS`):
     qwen3b   the Qwen2.5-3B configuration with random bfloat16 weights saved as a folder; transformers and
              `explain --dtype bfloat16` at 256 tokens; skipped, saying so, with under MIN_FREE_FOR_3B bytes free
 
+Every row of a run shares its cache folder, as a person's commands do: after the first `explain` of a model, the
+commands read its induction probe's measures from there (`explainer.probe_store`) instead of running the probe; with
+`rounds` 2 every selfattn row's best is such a warm command, with `rounds` 1 the first size's first row is not.
+
 The modes of one size take turns (a busy moment of the machine hits each alike), `rounds` times; each row keeps the
 best time, the least CPU time and the smallest peak. Ratios: each selfattn mode over transformers at the same size
 and model, in wall time, CPU time and peak; the GGUF rows' first over transformers' GGUF load, and first over

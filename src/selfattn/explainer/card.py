@@ -24,7 +24,9 @@ class Card:
     kind          "decoder" | "encoder" (None: read from each trace: a causal call makes a decoder)
     unknown_hint  what the model knows and what to use for free text ({zh, en});  loaded  how it was built
     bos_token     the model's BOS id where its config names none (our checkpoints: the tokenizer's <bos>); see
-                  `Explainer.bos`"""
+                  `Explainer.bos`
+    stamp         the files the weights were read from, as they were then (`probe_store.stamp`): what the commands'
+                  probe entries are named by; None for a model built in memory or from our checkpoints"""
 
     name: str
     max_len: int
@@ -35,3 +37,4 @@ class Card:
     unknown_hint: Mapping[str, str] = field(default_factory=lambda: {"en": "", "zh": ""})
     loaded: Mapping[str, Any] = field(default_factory=dict)
     bos_token: int | None = None
+    stamp: str | None = None

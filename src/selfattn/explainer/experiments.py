@@ -33,13 +33,22 @@ from ..limits import MAX_ABLATED_HEADS, MAX_PATCH_TOKENS, SIZES
 from . import pieces as _pieces
 from . import session as _session
 from . import tracing
-from .analysis import heads, held, summary
+from .analysis import held, summary
 from .analysis import taxonomy as _taxonomy
 from .analysis.answers import head_answers
 from .analysis.roles import has_roles
 from .capture import lens as _lens
 from .capture import patching as _patching
-from .induction_probe import PROBE_LENGTH, PROBE_TRIES, frame, own_ids, probe_bos, probe_ids, vocab_size
+from .induction_probe import (
+    PROBE_LENGTH,
+    PROBE_TRIES,
+    frame,
+    own_ids,
+    probe_bos,
+    probe_ids,
+    probe_input,
+    vocab_size,
+)
 from .interventions import Intervention
 from .views import findings
 from .views.export import bos_dict
@@ -95,6 +104,7 @@ def taxonomy(
     seed: int = 0,
     cache=None,
     prepend_bos: bool | None = None,
+    store=None,
 ) -> dict:
     """Every head's types with their scores: measured on the induction probe (random tokens repeated: the
     content-free behaviour, and the only fair test of induction) and, when `text` is given, on the text
@@ -104,10 +114,11 @@ def taxonomy(
     verdicts are the explain sentences' (`describe` with this probe), so every view names a head alike.
     cache: a `TraceCache` (an Explanation's) whose traces of the text, its control and the probe are read back.
     prepend_bos: the model's BOS before the text (`Explainer.bos`: None, the model's default); "bos" says what was
-    done. The probe puts the model's BOS first wherever the model has one (probe.bos)."""
-    trace = tracing.probe_trace(explainer, length, seed=seed, cache=cache)
-    ids, tokens = [int(i) for i in trace.token_ids.reshape(-1)], list(trace.tokens)
-    on_probe = heads.measures(trace)
+    done. The probe puts the model's BOS first wherever the model has one (probe.bos). store: where the probe's
+    measures are kept across processes (`tracing.probe`; the command's)."""
+    tokens, ids_, _, _ = probe_input(explainer, length, seed=seed)  # NoProbe where the model has none
+    ids, tokens = [int(i) for i in ids_.reshape(-1)], list(tokens)
+    on_probe = tracing.probe(explainer, length, seed=seed, cache=cache, store=store)
     described = None
     if text is not None:
         # as `explain` reads the text: with its controls, in one batch

@@ -41,6 +41,7 @@ from .analysis.predictions import starts_with_special
 from .analysis.roles import piece_roles
 from .capture.cache import TraceCache
 from .interventions import REGISTRY, SCOPE, Intervention
+from .probe_store import ProbeStore
 from .result import Experiments, Explanation, HeadAnswers, ModelCard, Prediction, Shown, Tokens
 from .session import DEFAULT_TEXT, Explainer, check_text, find_positions, unknown_report
 from .views import experiment_words, export, packing
@@ -218,7 +219,8 @@ def explain(
         ablation = _kept(explainer, text, cut, "ablation", asked, results)
     trace, controls = tracing.trace_with_controls(explainer, text, intervention, cache=cache, cut=cut, prepend_bos=bos)
     table, thumbs = summary.scan(trace)
-    described = experiments.described_heads(explainer, trace, table, controls, tracing.probe(explainer, cache=cache))
+    probe = tracing.probe(explainer, cache=cache, store=session.probe_store)
+    described = experiments.described_heads(explainer, trace, table, controls, probe)
     layer_asked, head_asked, why = spec.opened()
     picked = heads.shown_head(trace, table, described, layer_asked, head_asked, among=spec.among)
     shown = Shown(
@@ -356,7 +358,9 @@ class Session:
     layers  the layers whose arrays the page and `doc` hold in full ("auto", None, "selected" or indices:
             `views.export.document`)
     packed  the page's layers packed for this Session (`packing.PackedLayers`): export measures a layer by packing it,
-            the page reads it back"""
+            the page reads it back
+    probe_store  where the induction probe's measures are kept across processes (`probe_store.ProbeStore`: the
+            commands', which never change the weights they loaded); None (the API's) measures the probe here"""
 
     def __init__(
         self,
@@ -365,6 +369,7 @@ class Session:
         cache: TraceCache | None = None,
         results: TraceCache | None = None,
         layers: Any = "auto",
+        probe_store: ProbeStore | None = None,
     ):
         if not isinstance(explainer, Explainer):
             raise TypeError(f"explainer must be an Explainer, got {type(explainer).__name__}")
@@ -372,6 +377,7 @@ class Session:
         self.cache = TraceCache(max_bytes=CACHE_BYTES) if cache is None else cache
         self.results = results
         self.layers = layers
+        self.probe_store = probe_store
         self.packed = packing.PackedLayers()  # the page's layers packed once: measured by export, read by the page
 
     def explain(self, spec: Spec, *, compare: bool = True) -> Explanation:

@@ -7,7 +7,8 @@ goes through it.
     controls(ex, trace, intervention=None, *, cache=None, prepend_bos=None)       -> [ModelTrace]
     control_texts(ex, pieces)                                                     -> [str]
     traced(ex, cuts, intervention, *, measure=None)                               -> [ModelTrace]
-    probe_trace(ex, length=, *, seed=, cache=) / probe(ex, *, cache=None)         the induction probe's trace / measures
+    probe_trace(ex, length=, *, seed=, cache=)                                    the induction probe's trace
+    probe(ex, length=, *, seed=, cache=, store=)                                  every head's measures on it
 
 `ex` is an `Explainer` (its model, tokenizer and card); `cache` a `TraceCache` (the app's, a Session's): a trace it
 holds is read back, no pass run.
@@ -16,6 +17,7 @@ holds is read back, no pass run.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from . import induction_probe as _probe
 from . import pieces as P
@@ -26,6 +28,9 @@ from .capture.trace import capture, capture_batch
 from .interventions import Intervention
 from .session import Explainer, check_text
 from .trace_types import ModelTrace
+
+if TYPE_CHECKING:
+    from .probe_store import ProbeStore
 
 __all__ = [
     "BATCHED",
@@ -214,12 +219,28 @@ def probe_trace(ex: Explainer, length: int = _probe.PROBE_LENGTH, *, seed: int =
     return run() if cache is None else cache.get(_probe.probe_key(length, seed), run)
 
 
-def probe(ex: Explainer, *, cache: TraceCache | None = None) -> list[list[dict]] | None:
-    """Every head's measures on the induction probe (`heads.measures` of `probe_trace`: 30 random ordinary tokens
+def probe(
+    ex: Explainer,
+    length: int = _probe.PROBE_LENGTH,
+    *,
+    seed: int = 0,
+    cache: TraceCache | None = None,
+    store: ProbeStore | None = None,
+) -> list[list[dict]] | None:
+    """Every head's measures on the induction probe (`heads.measures` of `probe_trace`: `length` random ordinary tokens
     twice, BOS first where the model has one; the one `selfattn heads` and `Explanation.heads()` read), of the model
     as it is (no intervention: the probe's positions are not the text's), or None where the model has no probe (it
-    reads or knows too few tokens). One forward pass, or none when `cache` holds it."""
+    reads or knows too few tokens). One forward pass, or none when `cache` holds it or `store` (the commands'
+    `probe_store.ProbeStore`) kept them for this model's files and probe; what is measured is then kept there."""
     try:
-        return heads.measures(probe_trace(ex, cache=cache))
+        if store is None:
+            return heads.measures(probe_trace(ex, length, seed=seed, cache=cache))
+        asked = _probe.probe_input(ex, length, seed=seed)
+        kept = store.read(ex, asked)
+        if kept is not None:
+            return kept
+        measures = heads.measures(probe_trace(ex, length, seed=seed, cache=cache))
+        store.write(ex, asked, measures)
+        return measures
     except _probe.NoProbe:
         return None

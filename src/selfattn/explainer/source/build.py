@@ -59,6 +59,11 @@ def load(source: sources.Source, config: dict, dtype: torch.dtype = torch.float3
 
     hf.register()
     kind, why = sources.architecture(config)
+    from ..probe_store import folder_files, stamp
+
+    # the files as they are before they are read: a GGUF file (also when its weights come from the cache), else the
+    # folder's files
+    files = stamp([source.folder / source.gguf] if source.gguf else folder_files(source.folder))
     cached = gguf_cache.find(source.folder / source.gguf, dtype) if source.gguf else None
     folder = cached or source.folder
     gguf: dict[str, Any] = {"gguf_file": source.gguf} if source.gguf and cached is None else {}
@@ -101,7 +106,7 @@ def load(source: sources.Source, config: dict, dtype: torch.dtype = torch.float3
         "class": f"{auto.__name__} → {type(model).__name__}",
         "why": why,
     }
-    return _parts(model.eval(), tokenizer, name=source.name, config=config, kind=kind, how=how)
+    return _parts(model.eval(), tokenizer, name=source.name, config=config, kind=kind, how=how, stamp=files)
 
 
 def wrap(model: torch.nn.Module, tokenizer, *, name: str | None = None) -> tuple:
@@ -207,9 +212,9 @@ class TransformersTokenizer:
         return out
 
 
-def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -> tuple:
+def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict, stamp: str | None = None) -> tuple:
     """(model, tokenizer, card): what an Explainer holds for a transformers model and its tokenizer (the dry
-    run passed)."""
+    run passed); stamp: the files it was read from (`Card.stamp`)."""
     reader = TransformersTokenizer(tokenizer, model, kind == "decoder")
     confirm(model, reader.segment, name)
     text_config = config.get("text_config")
@@ -225,6 +230,7 @@ def _parts(model, tokenizer, *, name: str, config: dict, kind: str, how: dict) -
         kind=kind,
         unknown_hint=UNKNOWN_HINT,
         loaded=how,
+        stamp=stamp,
     )
     return model, reader, card
 
