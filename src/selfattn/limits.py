@@ -261,9 +261,9 @@ DIGEST_WEIGHTS_BYTES = 256 << 20
 
 MAX_MANIFEST_BYTES = 1 << 20
 
-MAX_PROBE_BYTES = 16 << 20
-"""Most bytes one entry of the induction probe's measures on disk takes (`explainer.probe_store`): a 64 × 64-head
-model's take about 2.5 MB."""
+MAX_ENTRY_BYTES = 16 << 20
+"""Most bytes one entry of what is kept per model files takes (`explainer.source.stamps`): the induction probe's
+measures of a 64 × 64-head model take about 5 MB."""
 
 CACHE_BYTES = 256 << 20
 """Traces kept per Session of the Python API (one `selfattn.explain` call and the Explanations made from it)."""

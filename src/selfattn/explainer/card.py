@@ -25,8 +25,9 @@ class Card:
     unknown_hint  what the model knows and what to use for free text ({zh, en});  loaded  how it was built
     bos_token     the model's BOS id where its config names none (our checkpoints: the tokenizer's <bos>); see
                   `Explainer.bos`
-    stamp         the files the weights were read from, as they were then (`probe_store.stamp`): what the commands'
-                  probe entries are named by; None for a model built in memory or from our checkpoints"""
+    stamp         the files the weights were read from, as they were then (`source.stamps.stamp`): what the entries
+                  kept of them are named by (the probe's, the load's checks); None for a model built in memory or
+                  from our checkpoints"""
 
     name: str
     max_len: int

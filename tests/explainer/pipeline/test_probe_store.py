@@ -10,8 +10,9 @@ import pytest
 from selfattn import cli
 from selfattn.explainer import tracing
 from selfattn.explainer.analysis import heads
-from selfattn.explainer.probe_store import PROBE_ENTRIES, ProbeStore, stamp
+from selfattn.explainer.probe_store import ProbeStore
 from selfattn.explainer.session import Explainer
+from selfattn.explainer.source.stamps import ENTRIES, stamp
 from tests.hf import models
 
 TEXT = "a blue monster walks into the forest"
@@ -72,7 +73,7 @@ def test_files_written_since_name_another_entry(folder, tmp_path, forwards):
 @pytest.mark.parametrize(
     "damage",
     [
-        lambda entry: entry | {"measures": entry["measures"][:-1]},  # a layer short, its digest made to match
+        lambda entry: entry | {"value": entry["value"][:-1]},  # a layer short, its digest made to match
         lambda entry: entry | {"sha256": "0" * 64},  # a measure changed since it was written
         lambda entry: entry | {"key": "another"},
         lambda entry: None,  # not JSON
@@ -80,7 +81,7 @@ def test_files_written_since_name_another_entry(folder, tmp_path, forwards):
     ids=["shape", "digest", "key", "truncated"],
 )
 def test_an_entry_that_is_not_whole_is_measured_again_and_replaced(damage, folder, tmp_path, forwards):
-    from selfattn.explainer import probe_store
+    from selfattn.explainer.source import stamps
 
     store = ProbeStore(tmp_path / "probe")
     tracing.probe(Explainer.load(folder), store=store)
@@ -90,8 +91,8 @@ def test_an_entry_that_is_not_whole_is_measured_again_and_replaced(damage, folde
     if changed is None:
         path.write_text(path.read_text()[:100])
     else:
-        if changed["measures"] is not entry["measures"]:
-            changed["sha256"] = probe_store._digest(changed["measures"])
+        if changed["value"] is not entry["value"]:
+            changed["sha256"] = stamps._digest(changed["value"])
         path.write_text(json.dumps(changed))
     got = tracing.probe(Explainer.load(folder), store=store)
     assert len(forwards) == 2 and got == fresh(folder)
@@ -118,15 +119,15 @@ def test_a_folder_that_cannot_be_written_still_answers(folder, tmp_path):
 
 
 def test_the_least_recently_used_entries_go_first(tmp_path):
-    store = ProbeStore(tmp_path)
-    for i in range(PROBE_ENTRIES + 3):
+    store = ProbeStore(tmp_path).entries
+    for i in range(ENTRIES + 3):
         path = tmp_path / f"{i:064x}.json"
         path.write_text("{}")
         os.utime(path, ns=(i * 10**9, i * 10**9))
     os.utime(tmp_path / f"{0:064x}.json")  # read just now
     removed = store.evict()
     assert sorted(p.name for p in removed) == [f"{i:064x}.json" for i in (1, 2, 3)]
-    assert len(list(tmp_path.glob("*.json"))) == PROBE_ENTRIES
+    assert len(list(tmp_path.glob("*.json"))) == ENTRIES
 
 
 def test_explain_and_heads_read_the_probe_once_across_commands_and_the_api_keeps_nothing(

@@ -357,11 +357,12 @@ NAMED = 3
 """How many tensor names a refusal lists."""
 
 
-def check_loaded(folder: Path, model, info: dict) -> None:
+def check_loaded(folder: Path, model, info: dict, *, scan: bool = True) -> None:
     """Refuse a transformers model whose weights did not all come from the folder: transformers only warns and
     initialises the missing or wrong-shape tensors at random, and a NaN/inf tensor would give NaN weights.
     `info`: the loading info of `from_pretrained(..., output_loading_info=True, ignore_mismatched_sizes=True)`
-    (a wrong shape is then reported there instead of raised as a traceback)."""
+    (a wrong shape is then reported there instead of raised as a traceback). scan False: the weights are not
+    read for NaN or infinity (the same files passed that scan before: `build.PASSED`)."""
     missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(UNUSED_PREFIXES))
     if missing:
         raise ValueError(
@@ -378,7 +379,7 @@ def check_loaded(folder: Path, model, info: dict) -> None:
     errors = [str(e) for e in info.get("error_msgs", ())]
     if errors:
         raise ValueError(f"{folder}: the weights did not load: {errors[0][:200]}")
-    bad = [name for name, p in model.named_parameters() if p.is_floating_point() and not _finite(p)]
+    bad = [name for name, p in model.named_parameters() if scan and p.is_floating_point() and not _finite(p)]
     if bad:
         raise ValueError(f"{folder}: the weights hold NaN or infinite values in {len(bad)} tensor(s) ({_names(bad)})")
     if folder.is_dir():
