@@ -169,14 +169,12 @@ def test_explain_plots_may_name_a_folder_to_create(tmp_path, capsys, monkeypatch
     assert "afile is not a folder" in one_line(capsys.readouterr().err)
 
 
-def test_npz_is_written_to_the_name_given(tmp_path, capsys, monkeypatch):
+def test_npz_is_written_to_the_name_given(tmp_path):
     import numpy as np
 
     from selfattn.explainer.views import outputs
 
-    doc = {"name": "x"}
-    monkeypatch.setattr("selfattn.explainer.views.export.to_arrays", lambda d: {"a": np.arange(3)})
-    files = {tmp_path / "trace": outputs.npz_bytes(doc)}
+    files = {tmp_path / "trace": outputs.arrays_bytes({"a": np.arange(3)})}
     outputs.write_all(files, force=False)
     assert (tmp_path / "trace").is_file() and not (tmp_path / "trace.npz").exists()
     assert np.load(tmp_path / "trace")["a"].tolist() == [0, 1, 2]

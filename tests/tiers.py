@@ -374,8 +374,7 @@ SLOW: dict[str, tuple[str, ...]] = {
     ),
     "test_pack_page.py": (
         "test_heads_of_a_group_are_packed_as_each_alone",
-        "test_a_layer_measured_by_export_is_read_back_by_the_page_and_one_changed_since_is_packed_afresh",
-        "test_a_layer_packed_before_is_packed_afresh_through_another_stage_function",
+        "test_each_layer_of_a_page_is_packed_once_from_its_trace",
     ),
     "test_package.py": EVERY,
     "test_parallel.py": ("test_the_torchrun_entry_point_runs_as_a_module",),

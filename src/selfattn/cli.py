@@ -131,9 +131,7 @@ def _explain(args) -> int:
         from .explainer.views import csv_table
 
         table = csv_table.rows(e, attribution)
-    files = outputs.render(
-        e, doc, **paths, force=args.force, lang=args.lang, arrays=arrays, store=session.packed, table=table
-    )
+    files = outputs.render(e, doc, **paths, force=args.force, lang=args.lang, arrays=arrays, table=table)
     if e.experiments.patching is not None and args.plots is not None:
         from .explainer.views import patching_plot
 

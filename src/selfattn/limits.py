@@ -52,7 +52,7 @@ __all__ = [
     "MAX_MANIFEST_BYTES",
     "MAX_PAGE_BYTES",
     "MAX_RESPONSE_BYTES",
-    "PACKED_BYTES",
+    "THUMBNAIL_BYTES",
     "PAGE_BYTES",
     "PAGE_FIXED_BYTES",
     "RESULT_CACHE_BYTES",
@@ -269,7 +269,7 @@ CACHE_BYTES = 256 << 20
 """Traces kept per Session of the Python API (one `selfattn.explain` call and the Explanations made from it)."""
 
 MAX_PAGE_BYTES = 23_500_000
-"""Most bytes the layers' arrays may take in the page (`report.pack`: packed, base64) when `layers="auto"`:
+"""Most bytes the layers' arrays may take in the page (`packing`: packed, base64) when `layers="auto"`:
 beyond, the dict holds the shown layer and the layers nearest it that fit, and doc["omitted"] names the
 others and how to get them (`--layers`, `layers=[…]`, the app). With the thumbnails of every head (at most
 64 × 64 u16 each) and the script, a page stays under PAGE_BYTES (`layers_budget`): every layer of SmolLM2 (30 × 9
@@ -288,9 +288,8 @@ HEAD_WORDS_BYTES = 2_000
 JSON_NUMBER_BYTES = 21
 """What one float costs in JSON, about (sign, 17 digits, point, exponent, comma); a 0/1 of `visible`: 2."""
 
-PACKED_BYTES = 64 * 2**20
-"""At most this many bytes of packed layers a `PackedLayers` keeps, the least recently used dropped first: a page's
-held layers (the 131-token SmolLM2 page holds 11 layers in 24 MB) and a few more."""
+THUMBNAIL_BYTES = 11_000
+"""What one head's thumbnail takes in the page at most: 64 × 64 u16 values, base64 (doc["display"])."""
 
 ARRAY_BYTES = 160
 """The JSON around one packed array ({"dtype", "shape", "digits", "b64"}, its key) and a head's other fields."""

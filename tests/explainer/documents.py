@@ -1,8 +1,10 @@
-"""The export dict of one text on one explainer, as the page and the terminal tables read it: the pipeline's Explanation
+"""The page's document of one text on one explainer, as the page and the app read it: the pipeline's Explanation
 (`pipeline.explain`) serialized by `views.export.document` through a `pipeline.Session`.
 
     doc = explained(explainer, "一只蓝色怪兽走进森林", layer=1, head=0, intervention=Intervention(...))
+    e, doc = both(explainer, "一只蓝色怪兽走进森林", layer=1, head=0)     # the Explanation and its document
     e = explanation(explainer, "一只蓝色怪兽走进森林", layer=1, head=0)   # the Explanation itself (plots read it)
+    w = weights(e, layer, head)          # (L, L) float64 weights of one head, from the captured q, k and rule
 """
 
 from __future__ import annotations
@@ -23,18 +25,56 @@ def explained(
     intervention=None,
     find=None,
     ablate=None,
-    stages=None,
     layers="auto",
     compare: bool = True,
     cache=None,
     lang=None,
     prepend_bos=None,
 ) -> dict:
-    """The export dict of `text` on `explainer` (`views.export.document` of its Explanation)."""
+    """The page's document of `text` on `explainer` (`views.export.document` of its Explanation)."""
+    return both(
+        explainer,
+        text,
+        layer=layer,
+        head=head,
+        intervention=intervention,
+        find=find,
+        ablate=ablate,
+        layers=layers,
+        compare=compare,
+        cache=cache,
+        lang=lang,
+        prepend_bos=prepend_bos,
+    )[1]
+
+
+def both(
+    explainer,
+    text: str = DEFAULT_TEXT,
+    *,
+    layer=None,
+    head=None,
+    intervention=None,
+    find=None,
+    ablate=None,
+    layers="auto",
+    compare: bool = True,
+    cache=None,
+    lang=None,
+    prepend_bos=None,
+):
+    """(the Explanation of `text` on `explainer`, its page's document)."""
     changed = {} if intervention is None else {"intervention": intervention}
     spec = Spec(text, layer=layer, head=head, find=find, ablate=ablate, prepend_bos=prepend_bos, **changed)
     session = Session(explainer, cache=cache)
-    return session.document(session.explain(spec, compare=compare), stages=stages, layers=layers, lang=lang)
+    e = session.explain(spec, compare=compare)
+    return e, session.document(e, layers=layers, lang=lang)
+
+
+def weights(e, layer: int, head: int):
+    """(L, L) float64 weights of one head of the Explanation `e`, from its captured q, k and rule (the head's own
+    when an intervention changed it apart): `LayerTrace.stages`."""
+    return e.trace.layers[layer].stages(head, weighted=False)["weights"].numpy()
 
 
 def explanation(explainer, text: str = DEFAULT_TEXT, **spec):

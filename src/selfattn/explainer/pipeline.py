@@ -27,7 +27,6 @@ TypeError: the app answers them with its "server.experiment" sentence, the CLI a
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +43,7 @@ from .interventions import REGISTRY, SCOPE, Intervention
 from .probe_store import ProbeStore
 from .result import Experiments, Explanation, HeadAnswers, ModelCard, Prediction, Shown, Tokens
 from .session import DEFAULT_TEXT, Explainer, check_text, find_positions, unknown_report
-from .views import experiment_words, export, packing
+from .views import experiment_words, export
 
 __all__ = [
     "Spec",
@@ -357,8 +356,6 @@ class Session:
 
     layers  the layers whose arrays the page and `doc` hold in full ("auto", None, "selected" or indices:
             `views.export.document`)
-    packed  the page's layers packed for this Session (`packing.PackedLayers`): export measures a layer by packing it,
-            the page reads it back
     probe_store  where the induction probe's measures are kept across processes (`probe_store.ProbeStore`: the
             commands', which never change the weights they loaded); None (the API's) measures the probe here"""
 
@@ -378,21 +375,15 @@ class Session:
         self.results = results
         self.layers = layers
         self.probe_store = probe_store
-        self.packed = packing.PackedLayers()  # the page's layers packed once: measured by export, read by the page
 
     def explain(self, spec: Spec, *, compare: bool = True) -> Explanation:
         return explain(self.explainer, spec, cache=self.cache, results=self.results, compare=compare, session=self)
 
     # --- views of an Explanation --------------------------------------------------------------
 
-    def document(
-        self, e: Explanation, *, stages: bool | None = None, layers: Any = None, lang: str | None = None
-    ) -> dict:
-        """The export dict of `e` (`views.export.document`), holding `layers` (default: this Session's), fitted to
-        a page by their packed size (`packing.layer_bytes`)."""
-        layers = self.layers if layers is None else layers
-        measure = functools.partial(packing.layer_bytes, store=self.packed)  # the page then reads them back
-        return export.document(e, stages=stages, layers=layers, lang=lang, page_bytes=measure)
+    def document(self, e: Explanation, *, layers: Any = None, lang: str | None = None) -> dict:
+        """The page's document of `e` (`views.export.document`), holding `layers` (default: this Session's)."""
+        return export.document(e, layers=self.layers if layers is None else layers, lang=lang)
 
     def to_json(self, e: Explanation) -> str:
         import json
@@ -413,7 +404,7 @@ class Session:
         if layer is not None or head is not None:
             e.check_head(layer if layer is not None else e.shown.layer, head if head is not None else e.shown.head)
         compare = None if e.other is None else e.other.doc
-        return report.render_html(e.doc, compare=compare, start=start or None, store=self.packed)
+        return report.render_html(e.doc, compare=compare, start=start or None)
 
     @staticmethod
     def inline(html: str):

@@ -32,7 +32,6 @@ from pathlib import Path
 import torch
 
 import selfattn
-from selfattn.explainer.views import export
 from selfattn.kernels.base import Result
 from tests.explainer.documents import explained
 
@@ -244,7 +243,7 @@ def transformers_cases(tally: Tally, work: Path) -> None:
 
     def strict(ex):
         try:
-            json.dumps(export.json_ready(explained(ex, TEXT_EN)), allow_nan=False)
+            json.dumps(explained(ex, TEXT_EN), allow_nan=False)
         except ValueError as e:
             return f"loaded, and its explanation fails: {e}"
         return None

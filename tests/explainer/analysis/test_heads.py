@@ -8,12 +8,11 @@ from selfattn.explainer.analysis import relations
 from selfattn.explainer.catalogue import TEXTS
 from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import export
 from selfattn.explainer.views import head_sentences as heads
 from selfattn.model import checkpoint, corpus
 from selfattn.model.corpus import CREATURES, Sentence
 from selfattn.model.tutorial_probe import attention_probe
-from tests.explainer.documents import explained
+from tests.explainer.documents import both, explained, explanation, weights
 from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
@@ -71,11 +70,11 @@ def test_default_view_names_a_tutorial_link_that_the_probe_confirms(default):
 
 
 def test_search_ranks_heads_by_the_weight(default):
-    doc = explained(default, TEXT, find=("走进", "怪兽"))
+    e, doc = both(default, TEXT, find=("走进", "怪兽"))
     s = doc["search"]
     assert (s["query"], s["key"]) == (4, 3)
     expected = sorted(
-        ((export.head_weights(doc, l, h)[4, 3], l, h) for l in range(2) for h in range(4)),
+        ((weights(e, l, h)[4, 3], l, h) for l in range(2) for h in range(4)),
         key=lambda x: (-x[0], x[1], x[2]),
     )
     assert [(r["layer"], r["head"]) for r in s["heads"]] == [(l, h) for _, l, h in expected]
@@ -88,14 +87,14 @@ def test_search_ranks_heads_by_the_weight(default):
 
 def test_one_head_experiment_changes_only_that_step(default):
     iv = Intervention(causal=False, layer=0, head=3)
-    doc = explained(default, TEXT, layer=0, head=3, intervention=iv)
-    base = explained(default, TEXT, layer=0, head=3)
+    changed, doc = both(default, TEXT, layer=0, head=3, intervention=iv)
+    base = explanation(default, TEXT, layer=0, head=3)
     e = doc["experiment"]
     assert e["same_x"] and e["scope"] == "layer"
     for h in range(4):  # the other heads of the layer: unchanged
-        same = np.allclose(export.head_weights(doc, 0, h), export.head_weights(base, 0, h), atol=TOL["float32_weights"])
+        same = np.allclose(weights(changed, 0, h), weights(base, 0, h), atol=TOL["float32_weights"])
         assert same == (h != 3)
-    w1 = export.head_weights(doc, 0, 3)
+    w1 = weights(changed, 0, 3)
     future = np.triu(np.ones_like(w1, dtype=bool), 1)
     assert e["future"][1] == pytest.approx((w1 * future).sum(1).mean(), abs=TOL["float32_weights"])
     assert e["future"][0] == pytest.approx(0.0, abs=TOL["float64"])

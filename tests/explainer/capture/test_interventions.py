@@ -13,11 +13,10 @@ from fastapi.testclient import TestClient
 from selfattn.cli import main
 from selfattn.explainer import tracing
 from selfattn.explainer.interventions import Intervention, as_data
-from selfattn.explainer.views import export
 from selfattn.explainer.web import server
 from selfattn.limits import TEMPERATURE_RANGE
 from tests.explainer import truth
-from tests.explainer.documents import checked, explained
+from tests.explainer.documents import both, checked, explained, explanation, weights
 from tests.explainer.tiny import tiny_explainer
 from tests.tolerances import TOL
 
@@ -78,12 +77,12 @@ def test_block_cuts_one_link_as_the_reference_says(tiny):
     """Every head of layer 0: the weights are the reference's with (走进, 怪兽) hidden, which is the
     baseline's row renormalised without that key; nothing else of the layer's weights moves."""
     _, ids, _ = tiny.tokenize(TEXT)
-    doc = explained(tiny, TEXT, intervention=Intervention(BLOCK))
-    base = explained(tiny, TEXT)
+    changed, doc = both(tiny, TEXT, intervention=Intervention(BLOCK))
+    base, base_doc = both(tiny, TEXT)
     cut = []
     for h in range(doc["model"]["n_heads"]):
         want = truth.stages(tiny.model, ids, 0, h, blocked=(VERB, NOUN))["weights"]
-        got = export.head_weights(doc, 0, h)
+        got = weights(changed, 0, h)
         np.testing.assert_allclose(got, want, rtol=0, atol=WEIGHT_ATOL, err_msg=f"head {h}")
         before = truth.stages(tiny.model, ids, 0, h)["weights"]
         renormalised = np.delete(before[VERB], NOUN) / (1 - before[VERB, NOUN])
@@ -91,22 +90,23 @@ def test_block_cuts_one_link_as_the_reference_says(tiny):
         assert got[VERB, NOUN] == 0
         cut.append(before[VERB, NOUN])
         other = np.arange(len(ids)) != VERB
-        np.testing.assert_allclose(got[other], export.head_weights(base, 0, h)[other], rtol=0, atol=TOL["float64"])
+        np.testing.assert_allclose(got[other], weights(base, 0, h)[other], rtol=0, atol=TOL["float64"])
     assert max(cut) > 0.1  # a link some head used
-    assert doc["layers"][0]["visible"][VERB][NOUN] == 0 and base["layers"][0]["visible"][VERB][NOUN] == 1
-    assert doc["prediction"] != base["prediction"]  # the layers above read the changed row
+    assert not changed.trace.layers[0].visible[VERB, NOUN] and base.trace.layers[0].visible[VERB, NOUN]
+    assert doc["prediction"] != base_doc["prediction"]  # the layers above read the changed row
     e = doc["experiment"]
     assert e["applied"] == BLOCK | {"layer": None, "head": None} and e["layer"] == doc["selected"]["layer"]
 
 
 def test_block_on_one_head_leaves_the_others(tiny):
-    doc = explained(tiny, TEXT, layer=1, head=2, intervention=Intervention(BLOCK, layer=1, head=2))
-    base = explained(tiny, TEXT, layer=1, head=2)
+    changed, doc = both(tiny, TEXT, layer=1, head=2, intervention=Intervention(BLOCK, layer=1, head=2))
+    base = explanation(tiny, TEXT, layer=1, head=2)
     for h in range(4):
-        same = np.allclose(export.head_weights(doc, 1, h), export.head_weights(base, 1, h), atol=TOL["float32_weights"])
+        same = np.allclose(weights(changed, 1, h), weights(base, 1, h), atol=TOL["float32_weights"])
         assert same == (h != 2)
-    assert export.head_weights(doc, 1, 2)[VERB, NOUN] == 0
-    assert doc["layers"][1]["heads"][2]["visible"][VERB][NOUN] == 0 and doc["layers"][1]["visible"][VERB][NOUN] == 1
+    assert weights(changed, 1, 2)[VERB, NOUN] == 0
+    layer = changed.trace.layers[1]
+    assert not layer.changed[2].visible[VERB, NOUN] and layer.visible[VERB, NOUN]
     assert doc["experiment"]["same_x"] and doc["experiment"]["scope"] == "layer"
 
 

@@ -11,8 +11,9 @@ from selfattn.explainer.analysis import heads as heads_module
 from selfattn.explainer.analysis import summary
 from selfattn.explainer.capture.trace import capture
 from selfattn.explainer.interventions import Intervention
-from selfattn.explainer.views import export
-from tests.explainer.documents import explained
+from selfattn.explainer.views import checkable
+from selfattn.explainer.views.codec import unpack
+from tests.explainer.documents import both, explained, explanation, weights
 from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
@@ -98,28 +99,31 @@ def test_capture_refuses_bad_input(tiny):
 
 
 def test_export_is_standard_json_and_consistent(tiny):
-    doc = explained(tiny, TEXT)
-    text = json.dumps(export.json_ready(doc), allow_nan=False, ensure_ascii=False)  # -inf as strings: standard JSON
+    e, doc = both(tiny, TEXT)
+    text = json.dumps(doc, allow_nan=False, ensure_ascii=False)  # every array packed: standard JSON
     assert json.loads(text)["tokens"] == doc["tokens"]
     assert doc["model"]["kind"] == "decoder" and doc["model"]["n_kv_heads"] == 2
     assert doc["selfattn_version"] == selfattn.__version__
     for l, layer in enumerate(doc["layers"]):
-        for h, head in enumerate(layer["heads"]):
+        for h, head in enumerate(layer["heads"]):  # the page's weights: the captured ones at 0.01 %
             np.testing.assert_allclose(
-                export.head_weights(doc, l, h), head["stages"]["weights"], atol=TOL["float32_weights"]
+                unpack(head["weights"]), weights(e, l, h), rtol=0, atol=TOL["rounded_to_4_decimals"]
             )
     assert sum(p["prob"] for p in doc["prediction"]) <= 1 + TOL["float64_short_sum"]
     assert len(doc["prediction"]) == 5
-    arrays = export.to_arrays(doc)
-    assert arrays["layer1/head3/weights"].shape == (6, 6) and str(arrays["model_name"]) == "tiny"
+    arrays = checkable.npz_arrays(e)
+    assert arrays["layer1/weights"].shape == (4, 6, 6) and str(arrays["model_name"]) == "tiny"
 
 
 def test_long_input_keeps_qkv_not_stages(tiny):
-    doc = explained(tiny, "森林" * 900, layers=[0, 1])  # both held, whatever a page could hold (layers="auto")
+    e, doc = both(tiny, "森林" * 900, layers=[0, 1])  # both held, whatever a page could hold (layers="auto")
     assert len(doc["tokens"]) == 901
-    assert "stages" not in doc["layers"][0]["heads"][0]
-    w = export.head_weights(doc, 1, 2)
+    assert set(doc["layers"][0]["heads"][0]) >= {"q", "k", "v", "lse", "weights"}
+    w = weights(e, 1, 2)
     assert w.shape == (901, 901) and np.allclose(w.sum(1), 1, atol=TOL["float32_long_row_sum"])
+    np.testing.assert_allclose(
+        unpack(doc["layers"][1]["heads"][2]["weights"]), w, rtol=0, atol=TOL["rounded_to_4_decimals"]
+    )
 
 
 def test_pick_rule_is_the_documented_one(tiny):
@@ -138,7 +142,7 @@ def test_pick_rule_is_the_documented_one(tiny):
     else:
         _, l, h = min((table[l][h]["entropy"], l, h) for l, h in allowed)
     assert (doc["selected"]["layer"], doc["selected"]["head"]) == (l, h) and doc["selected"]["rule"] == "auto"
-    w = export.head_weights(doc, l, h)[1:]  # rows that see >= 2 tokens (row 0 sees only <bos>)
+    w = weights(explanation(tiny, TEXT), l, h)[1:]  # rows that see >= 2 tokens (row 0 sees only <bos>)
     ent = -np.sum(np.where(w > 0, w * np.log2(np.where(w > 0, w, 1)), 0), axis=1).mean()
     assert ent == pytest.approx(table[l][h]["entropy"], abs=TOL["float32_weights"])
     assert np.diag(w[:, 1:]).mean() == pytest.approx(table[l][h]["self"], abs=TOL["float32_weights"])

@@ -21,8 +21,8 @@ from selfattn.explainer.analysis import head_types
 from selfattn.explainer.analysis.chance import ALPHA, against_chance
 from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import export, findings
-from tests.explainer.documents import explained
+from selfattn.explainer.views import findings
+from tests.explainer.documents import checked, explained
 from tests.tolerances import TOL
 
 VOCAB = 97
@@ -434,7 +434,7 @@ def test_the_server_takes_the_ablate_entry_from_the_registry(ex):
     assert r.status_code == 200, r.text
     got = r.json()
     iv = Intervention({"ablate": {"mean": True}}, layer=1, head=5)
-    want = json.loads(json.dumps(export.json_ready(explained(ex, TEXT, layer=1, head=5, intervention=iv))))
+    want = checked(ex, TEXT, layer=1, head=5, intervention=iv)  # what `selfattn explain --json` prints
     assert got["prediction"] == want["prediction"] and got["experiment"] == want["experiment"]
     assert got["experiment"]["applied"] == {"ablate": {"mean": True}, "layer": 1, "head": 5}
     bad = client.post("/api/explain", json={"text": TEXT, "interventions": {"ablate": {"mean": 1}}})

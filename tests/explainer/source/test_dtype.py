@@ -11,8 +11,7 @@ from selfattn import limits
 from selfattn.cli import main
 from selfattn.explainer import tracing
 from selfattn.explainer.session import Explainer, dtype_name
-from selfattn.explainer.views import export
-from tests.explainer.documents import explained
+from tests.explainer.documents import both, weights
 from tests.hf.models import build, save, tokenizer
 from tests.tolerances import max_error, tolerance
 
@@ -34,13 +33,13 @@ def _eager(dtype: torch.dtype, ids: torch.Tensor):
 def test_half_weights_are_eagers_in_the_same_dtype_by_the_rule(llama, dtype):
     ex = Explainer.load(llama, dtype=str(dtype).removeprefix("torch."))
     assert ex.model.dtype == dtype and all(p.dtype == dtype for p in ex.model.parameters())
-    doc = explained(ex, TEXT)
+    e, doc = both(ex, TEXT)
     assert doc["model"]["dtype"] == str(dtype).removeprefix("torch.")
     ids = tracing.trace(ex, TEXT).token_ids[None]
     half, exact = _eager(dtype, ids), _eager(torch.float64, ids)
     for layer in range(len(exact)):
         for head in range(exact[layer].shape[1]):
-            mine = torch.from_numpy(export.head_weights(doc, layer, head))
+            mine = torch.from_numpy(weights(e, layer, head))
             naive = max_error(half[layer][0, head], exact[layer][0, head])
             error = max_error(mine, exact[layer][0, head])
             assert error <= tolerance(dtype, naive), (layer, head, error, naive)

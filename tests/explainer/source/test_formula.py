@@ -17,7 +17,7 @@ import torch
 import transformers
 
 from selfattn.explainer.api import from_loaded
-from tests.explainer.documents import explained as explained_doc
+from tests.explainer.documents import both
 from tests.hf.models import _COMMON, CONFIGS, build, tokenizer
 from tests.tolerances import TOL
 
@@ -50,7 +50,8 @@ def explained():
     for kind in KINDS:
         model = _model(kind)
         ex = from_loaded(model, tokenizer())
-        out[kind] = (model, explained_doc(ex, TEXT, layers=None))
+        e, doc = both(ex, TEXT, layers=None)
+        out[kind] = (model, doc, e.trace.layers[0])  # the page's document and the exported layer 0 as captured
     return out
 
 
@@ -92,11 +93,10 @@ def _rope(model, kind, q, k):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_q_k_v_are_the_shown_formula_of_the_exported_x(explained, kind):
-    model, doc = explained[kind]
+    model, doc, layer = explained[kind]
     f = doc["model"]["formula"]
-    layer = doc["layers"][0]
     H, Hkv, D = doc["model"]["n_heads"], doc["model"]["n_kv_heads"], doc["model"]["head_dim"]
-    X = torch.tensor(layer["x"], dtype=torch.float32)
+    X = layer.x.float()
     L = X.shape[0]
     with torch.no_grad():
         lin, biases = _projections(model, kind, X)
@@ -114,10 +114,10 @@ def test_q_k_v_are_the_shown_formula_of_the_exported_x(explained, kind):
         if f["rope"] is not None:
             q, k = _rope(model, kind, q, k)
     want = {"q": q[0], "k": k[0], "v": v[0]}
-    for h, head in enumerate(layer["heads"]):
+    for h in range(layer.n_heads):
         kv = doc["model"]["kv_of_head"][h]
         for name, index in (("q", h), ("k", kv), ("v", kv)):
-            got = np.array(head[name])
+            got = getattr(layer, name)[index].numpy()
             np.testing.assert_allclose(got, want[name][index].numpy(), atol=ATOL, err_msg=f"{kind} {name} head {h}")
     text = f["text"]["qkv"]["en"]
     assert ("b_Q" in text) == f["bias"]["q"] and ("q_norm" in text) == f["qk_norm"]
@@ -134,7 +134,7 @@ EXPECTED = {  # what each model is known to be: the formula read must say so
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_formula_names_the_models_own_parts(explained, kind):
-    model, doc = explained[kind]
+    model, doc, _ = explained[kind]
     f, want = doc["model"]["formula"], EXPECTED[kind]
     assert (f["norm"], f["bias"]["q"], f["qk_norm"], f["rope"] is not None) == (
         want["norm"],
@@ -150,9 +150,9 @@ def test_the_formula_names_the_models_own_parts(explained, kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_x_is_the_residual_after_the_norm_named(explained, kind):
     """Layer 0's X from its input (the embeddings, as the model makes them) by the norm the page names."""
-    model, doc = explained[kind]
+    model, doc, layer = explained[kind]
     f = doc["model"]["formula"]
-    X = np.array(doc["layers"][0]["x"])
+    X = layer.x.double().numpy()
     ids = torch.tensor([doc["token_ids"]])
     with torch.no_grad():
         if kind == "gpt2":

@@ -15,8 +15,8 @@ from selfattn.explainer import pieces as P
 from selfattn.explainer import tracing
 from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer, unknown_report
-from selfattn.explainer.views import export, tables
-from tests.explainer.documents import explained, explanation
+from selfattn.explainer.views import tables
+from tests.explainer.documents import both, explained, explanation, weights
 from tests.hf.models import CONFIGS, WINDOW, build, save
 from tests.tolerances import TOL
 
@@ -52,25 +52,25 @@ def gpt2_folder(tmp_path_factory):
 def test_minilm_weights_equal_transformers(minilm_path):
     ex = Explainer.load(minilm_path)
     text = "The blue monster walks into the forest."
-    doc = explained(ex, text)
+    e, doc = both(ex, text)
     assert doc["model"]["kind"] == "encoder" and doc["model"]["n_heads"] == 12 and doc["prediction"] == []
     assert doc["tokens"][0] == "[CLS]" and doc["tokens"][-1] == "[SEP]" and "monster" in doc["tokens"]
     hf_tok = transformers.AutoTokenizer.from_pretrained(minilm_path, local_files_only=True)
     hf = transformers.AutoModel.from_pretrained(minilm_path, attn_implementation="eager", local_files_only=True).eval()
     with torch.no_grad():
         att = hf(**hf_tok(text, return_tensors="pt"), output_attentions=True).attentions
-    assert all(all(v == 1 for v in row) for row in doc["layers"][0]["visible"])  # not causal
+    assert bool(e.trace.layers[0].visible.all())  # not causal
     for layer in (0, 3, 5):
         for head in (0, 7, 11):
             np.testing.assert_allclose(
-                export.head_weights(doc, layer, head), att[layer][0, head].numpy(), atol=TOL["float32_real_model"]
+                weights(e, layer, head), att[layer][0, head].numpy(), atol=TOL["float32_real_model"]
             )
 
 
 def test_gpt2_weights_and_prediction_equal_transformers(gpt2_folder):
     ex = Explainer.load(gpt2_folder)
     text = "a blue monster walks"
-    doc = explained(ex, text)
+    e, doc = both(ex, text)
     assert doc["model"]["kind"] == "decoder" and ex.card.max_len == 64
     hf_tok = transformers.AutoTokenizer.from_pretrained(gpt2_folder, local_files_only=True)
     hf = transformers.GPT2LMHeadModel.from_pretrained(gpt2_folder, attn_implementation="eager").eval()
@@ -81,7 +81,7 @@ def test_gpt2_weights_and_prediction_equal_transformers(gpt2_folder):
     for layer in range(2):
         for head in range(4):
             np.testing.assert_allclose(
-                export.head_weights(doc, layer, head),
+                weights(e, layer, head),
                 out.attentions[layer][0, head].numpy(),
                 atol=TOL["float32_vs_transformers"],
             )
@@ -150,7 +150,7 @@ def explainers(folders):
 @pytest.mark.parametrize("kind", list(CONFIGS))
 def test_stages_are_the_reference_and_weights_are_eager(kind, explainers, folders):
     ex = explainers[kind]
-    doc = explained(ex, TEXT)
+    e, doc = both(ex, TEXT)
     trace = tracing.trace(ex, TEXT)
     L = len(trace.tokens)
     assert doc["model"]["positions"] and "attention by selfattn" in doc["model"]["architecture"]
@@ -177,9 +177,7 @@ def test_stages_are_the_reference_and_weights_are_eager(kind, explainers, folder
         att = eager(ids, output_attentions=True, **kwargs).attentions
     for l in range(len(att)):
         for h in range(att[l].shape[1]):
-            np.testing.assert_allclose(
-                export.head_weights(doc, l, h), att[l][0, h].numpy(), atol=TOL["float32_vs_transformers"]
-            )
+            np.testing.assert_allclose(weights(e, l, h), att[l][0, h].numpy(), atol=TOL["float32_vs_transformers"])
     if kind in ("mistral", "gemma2"):  # the window hides keys further back than WINDOW
         assert L > WINDOW and not trace.layers[0].visible[-1, 0]
 
@@ -200,9 +198,9 @@ def test_per_head_intervention_changes_only_that_head_and_the_prediction(explain
     assert not bool(changed.visible.all())  # the other heads stay causal
     w = changed.stages(2)["weights"]
     assert float(w[0, 1:].sum()) > 0  # head 2 now sees the future
-    doc = explained(ex, TEXT, intervention=Intervention(causal=False, layer=1, head=2))
+    e, doc = both(ex, TEXT, intervention=Intervention(causal=False, layer=1, head=2))
     assert doc["experiment"]["applied"] == {"no_causal": {}, "layer": 1, "head": 2}
-    assert export.head_weights(doc, 1, 2)[0, 1:].sum() > 0 and export.head_weights(doc, 1, 1)[0, 1:].sum() == 0
+    assert weights(e, 1, 2)[0, 1:].sum() > 0 and weights(e, 1, 1)[0, 1:].sum() == 0
     with pytest.raises(ValueError, match=r"intervention head must be in \[0, 3\], got 9"):
         tracing.trace(ex, TEXT, Intervention(head=9))
 
@@ -229,7 +227,7 @@ def test_two_threads_with_different_texts_and_interventions(explainers):
         t.join()
     for i, runs in enumerate(results):
         for doc in runs:
-            assert json.dumps(export.json_ready(doc)) == json.dumps(export.json_ready(alone[i]))
+            assert json.dumps(doc) == json.dumps(alone[i])
 
 
 def test_unknown_tokens_are_counted_and_marked(explainers):

@@ -2,17 +2,15 @@
 names: a test's tool (the package never validates its own output at run time; the tests hold it to the schema).
 
 validate(doc)            [] or every problem: "doc.model.n_heads: expected int, got str '4'"
-validate(packed, PageDoc)
 check(doc)               the same, raised as one ValueError
-paths(PageDoc)           {"layers[].heads[].q": False, "layers[].heads[].weights": True (packed), …}
+paths()                  {"layers[].heads[].q": True (packed: what is read of it is the decoder's), "model.n_heads": …}
 """
 
 import types
 import typing
 from typing import Any, Literal, Union
 
-from selfattn.explainer.views.page_schema import OPAQUE
-from selfattn.explainer.views.schema import EXTRA, Doc
+from selfattn.explainer.views.schema import EXTRA, OPAQUE, Doc
 
 __all__ = ["validate", "check", "paths"]
 

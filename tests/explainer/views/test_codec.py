@@ -10,8 +10,8 @@ import zlib
 import numpy as np
 import pytest
 
-from selfattn.explainer.views import codec, export, report
-from tests.explainer.documents import explained
+from selfattn.explainer.views import codec, packing, report
+from tests.explainer.documents import both, weights
 from tests.explainer.tiny import tiny_explainer
 from tests.tolerances import TOL
 
@@ -114,22 +114,21 @@ def test_base64_text_is_standard_base64():
 def test_the_display_travels_in_the_codec_at_the_precision_it_is_drawn():
     """doc["display"]: every thumbnail "u16" to 4 decimals (the capture's float16 cells, the weights when L fits the
     thumbnail, at 0.01 % as every weight) and the shown head's weights "u16" to 4 decimals, each decoded to the
-    head's float64 weights (from Q, K and the lse in float64: `export.head_weights`) within the named tolerances."""
-    doc = explained(tiny_explainer(), "一只蓝色怪兽走进森林", layer=1, head=1)
+    head's float64 weights (from the captured Q, K and rule in float64: `LayerTrace.stages`) within the named
+    tolerances."""
+    e, doc = both(tiny_explainer(), "一只蓝色怪兽走进森林", layer=1, head=1)
     display = doc["display"]
     selected = display["selected"]["weights"]
-    assert (selected["dtype"], selected["digits"]) == ("u16", export.WEIGHT_DIGITS)
-    np.testing.assert_allclose(
-        codec.unpack(selected), export.head_weights(doc, 1, 1), rtol=0, atol=TOL["rounded_to_4_decimals"]
-    )
+    assert (selected["dtype"], selected["digits"]) == ("u16", packing.WEIGHT_DIGITS)
+    np.testing.assert_allclose(codec.unpack(selected), weights(e, 1, 1), rtol=0, atol=TOL["rounded_to_4_decimals"])
     thumbs = display["thumbnails"]
     assert len(thumbs) == 2 and all(len(row) == 2 for row in thumbs)
-    assert {(t["dtype"], t["digits"]) for row in thumbs for t in row} == {("u16", export.WEIGHT_DIGITS)}
+    assert {(t["dtype"], t["digits"]) for row in thumbs for t in row} == {("u16", packing.WEIGHT_DIGITS)}
     for l in range(2):
         for h in range(2):
             np.testing.assert_allclose(
                 codec.unpack(thumbs[l][h]),
-                export.head_weights(doc, l, h),
+                weights(e, l, h),
                 atol=TOL["float16_thumbnail"] + TOL["rounded_to_4_decimals"],  # the capture's float16, at 0.01 %
                 rtol=TOL["float16_thumbnail_rel"],
                 err_msg=f"layer {l} head {h}",

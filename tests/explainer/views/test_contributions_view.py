@@ -17,7 +17,7 @@ from rich.console import Console
 
 from selfattn.explainer.analysis import contributions as contrib
 from selfattn.explainer.pipeline import Session, Spec
-from selfattn.explainer.views import checkable, codec, export, packing, page_schema, tables
+from selfattn.explainer.views import checkable, codec, export, packing, tables
 from selfattn.explainer.views.contribution_words import SHARE_DIGITS
 from tests.explainer.tiny import tiny_explainer
 from tests.explainer.views import schema_check
@@ -28,7 +28,7 @@ SINK_GAIN = 1.0
 """How far head 0's keys are scaled toward <bos>'s input: enough that its rows put most weight on <bos>."""
 JSON_ROUNDING = 0.5 * 10.0**-checkable.WEIGHT_DIGITS
 SHARE_ROUNDING = 0.5 * 10.0**-SHARE_DIGITS
-U16_ROUNDING = 0.5 * 10.0**-export.WEIGHT_DIGITS
+U16_ROUNDING = 0.5 * 10.0**-packing.WEIGHT_DIGITS
 """The page's shares: to WEIGHT_DIGITS decimals (`codec.fixed`)."""
 
 
@@ -133,9 +133,8 @@ def test_the_terminal_prints_the_shares_and_the_sentence(planted):
 def test_the_page_holds_the_packed_shares(planted):
     _, _, e = planted
     doc = export.document(e, layers="selected")
-    packed = packing.pack(doc)
-    assert schema_check.validate(packed, page_schema.PageDoc) == []
-    c = packed["contributions"]
+    assert schema_check.validate(doc) == []
+    c = doc["contributions"]
     shares = codec.unpack(c["packed"])  # to WEIGHT_DIGITS decimals, as the shown head's weights
     assert shares.shape == (len(e.tokens), len(e.tokens))
     ref = contrib.shares(e.contributions(0, 0)).numpy()

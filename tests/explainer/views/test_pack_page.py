@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from selfattn.explainer.views import codec, packing, report
-from tests.explainer.documents import explained
-from tests.tolerances import TOL
+from selfattn.explainer.views import codec, export, packing, report
+from tests.explainer.documents import explanation
 
 G, L, D = 3, 100, 8
 
@@ -104,53 +103,24 @@ def test_the_data_block_joins_base64_back_exactly():
     assert text == want.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def test_a_layer_measured_by_export_is_read_back_by_the_page_and_one_changed_since_is_packed_afresh(monkeypatch):
-    """export measures a layer by packing it (`layer_bytes`); the page's `pack` reads that back: the bytes packing
-    afresh gives, without running the stages again. A number changed in place in between is packed afresh."""
-    import copy
-
+def test_each_layer_of_a_page_is_packed_once_from_its_trace(monkeypatch):
+    """A held layer is packed straight from the Explanation's trace, once, also when the page's budget measures it
+    (layers="auto" over the budget: the shown layer, then the nearest, packed until one does not fit); its q is the
+    trace's in float16."""
     from tests.explainer.tiny import tiny_explainer
 
-    doc = explained(tiny_explainer(), "一只蓝色怪兽走进森林", layers=[0, 1], layer=1, head=0)
-    runs = []
-    stages = packing.head_stages
-    monkeypatch.setattr(packing, "head_stages", lambda *a, **k: runs.append(1) or stages(*a, **k))
-    fresh = json.dumps(packing.pack(copy.deepcopy(doc)))  # no store: every layer packed afresh
-    assert runs
-    store = packing.PackedLayers()  # a Session's
-    sizes = [packing.layer_bytes(layer, l, store) for l, layer in enumerate(doc["layers"])]  # as export measures
-    runs.clear()
-    page = packing.pack(doc, store)
-    assert json.dumps(page) == fresh and not runs  # the same page, the stages not run again
-    without_types = [{k: v for k, v in layer.items() if k != "types"} for layer in page["layers"]]
-    assert sizes == [
-        len(json.dumps(layer, ensure_ascii=False, separators=(",", ":")).encode()) for layer in without_types
-    ]
-    page["layers"][1]["heads"][0]["q"]["b64"] = "spoiled"  # a caller's copy: what is kept stays as it was
-    assert json.dumps(packing.pack(doc, store)) == fresh and not runs
-    assert json.dumps(packing.pack(doc, packing.PackedLayers())) == fresh and runs  # another owner's store: packed
-    runs.clear()
-    doc["layers"][1]["heads"][0]["q"][0][0] += 1.0
-    changed = packing.pack(doc, store)
-    assert runs  # packed afresh
-    q = packing.unpack(changed["layers"][1]["heads"][0]["q"])
-    assert q[0, 0] == np.float16(doc["layers"][1]["heads"][0]["q"][0][0])  # the number as it is now, in float16
-    assert json.dumps(changed["layers"][0]) == json.dumps(json.loads(fresh)["layers"][0])
-    top = packing.layer_bytes(doc["layers"][0], 0, store, full=False)  # kept apart from the whole layer 0
-    assert top < sizes[0] and packing.layer_bytes(doc["layers"][0], 0, store) == sizes[0]
-
-
-def test_a_layer_packed_before_is_packed_afresh_through_another_stage_function(monkeypatch):
-    """The store is keyed by the stage function too: a page made while `head_stages` is replaced (the browser test
-    that shifts every stage in Python) shows the replaced numbers, not those of a page of the same layer before."""
-    from tests.explainer.tiny import tiny_explainer
-
-    doc = explained(tiny_explainer(), "一只蓝色怪兽走进森林", layers=[1], layer=1, head=0)
-    store = packing.PackedLayers()
-    before = packing.unpack(packing.pack(doc, store)["layers"][1]["heads"][0]["key_stages"])
-    stages = packing.head_stages
-    monkeypatch.setattr(
-        packing, "head_stages", lambda *a, **k: stages(*a, **k) | {"scores": stages(*a, **k)["scores"] + 100}
-    )
-    after = packing.unpack(packing.pack(doc, store)["layers"][1]["heads"][0]["key_stages"])
-    np.testing.assert_allclose(after[0], before[0] + 100, rtol=0, atol=TOL["float64_short_sum"])
+    e = explanation(tiny_explainer(), "一只蓝色怪兽走进森林", layer=1, head=0)
+    packed = []
+    pack_layer = export.pack_layer
+    monkeypatch.setattr(export, "pack_layer", lambda layer, **k: packed.append(layer) or pack_layer(layer, **k))
+    doc = export.document(e)
+    assert "omitted" not in doc and len(packed) == len(e.trace.layers)  # every layer fits: each packed once
+    for l, layer in enumerate(e.trace.layers):
+        q = packing.unpack(doc["layers"][l]["heads"][0]["q"])
+        np.testing.assert_array_equal(q, layer.q[0].numpy().astype(np.float16))
+    packed.clear()
+    shown = packing.packed_bytes(pack_layer(e.trace.layers[1], full=True)[0])
+    monkeypatch.setattr(export, "MAX_PAGE_BYTES", shown + 100)  # room for the shown layer only
+    doc = export.document(e)
+    assert doc["omitted"]["held"] == [1] and doc["layers"][0]["omitted"]
+    assert [id(layer) for layer in packed] == [id(e.trace.layers[1]), id(e.trace.layers[0])]  # 0 did not fit

@@ -15,7 +15,6 @@ from selfattn.explainer import tracing
 from selfattn.explainer.capture.cache import TraceCache
 from selfattn.explainer.pipeline import Session, Spec
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views.packing import pack
 from tests.explainer import truth
 from tests.explainer.documents import explained
 from tests.explainer.planted import PLANTED_TOL, plant
@@ -73,7 +72,7 @@ def test_a_probe_only_type_is_the_same_label_in_every_view(planted, monkeypatch,
     assert on["induction"] == "probe"
     assert "在随机 token 重复两遍的探针上" in d["text"]["zh"] and "on the probe" in d["text"]["en"]
     labels = _labels(doc)
-    packed = pack(doc)
+    packed = doc
     assert [layer["types"] for layer in packed["layers"]] == labels  # the model view
     heads = Session(ex).explain(Spec(TEXT)).heads()
     assert [[r["type"] for r in heads if r["layer"] == l] for l in range(len(labels))] == labels

@@ -12,7 +12,6 @@ import pytest
 
 from selfattn.explainer.pipeline import Session, Spec
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views.packing import pack
 from tests.explainer.pipeline.test_real_heads import _attentions, _folder, models  # noqa: F401  (models: the fixture)
 from tests.tolerances import TOL
 
@@ -29,7 +28,7 @@ def test_every_view_gives_every_head_the_same_label(models, monkeypatch, capsys)
     e = Session(ex).explain(Spec(IOI))
     doc = e.doc
     labels = [[d["verdict"]["type"] for d in row] for row in doc["descriptions"]]
-    assert [layer["types"] for layer in pack(doc)["layers"]] == labels  # the model view
+    assert [layer["types"] for layer in doc["layers"]] == labels  # the model view
     heads = e.heads()
     assert [r["type"] for r in heads] == [t for row in labels for t in row]  # the API
     monkeypatch.setattr(Explainer, "load", classmethod(lambda cls, path=None, dtype=None: ex))

@@ -21,7 +21,7 @@ from selfattn.explainer.views import bundle, controls, export, packing, report, 
 from selfattn.explainer.views.texts import TEXTS, text
 from selfattn.limits import TEMPERATURE_RANGE
 from tests.explainer import truth
-from tests.explainer.documents import explained, explanation
+from tests.explainer.documents import both, explained, explanation
 from tests.explainer.tiny import slash_explainer, tiny_explainer
 from tests.tolerances import TOL
 
@@ -30,8 +30,13 @@ TEXT = "一只蓝色怪兽走进森林"
 
 
 @pytest.fixture(scope="module")
-def doc():
-    return explained(tiny_explainer(), TEXT)
+def pair():
+    return both(tiny_explainer(), TEXT)
+
+
+@pytest.fixture(scope="module")
+def doc(pair):
+    return pair[1]
 
 
 def embedded(page: str) -> dict:
@@ -55,17 +60,17 @@ def _top_dimensions(vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray
     return dims.numpy(), torch.gather(t, -1, dims).numpy()
 
 
-def test_pack_keeps_every_array_at_the_precision_the_page_shows_it(doc):
-    packed = report.pack(doc)
+def test_pack_keeps_every_array_at_the_precision_the_page_shows_it(pair):
+    e, doc = pair
     shown = doc["selected"]["layer"]
-    assert doc["full_layers"] == [shown] and packed["vector_top"] == tables.TOP_DIMENSIONS
-    assert "omitted" not in doc and not any(layer.get("omitted") for layer in packed["layers"])  # every layer held
-    for l, layer in enumerate(doc["layers"]):
-        page = packed["layers"][l]
+    assert doc["full_layers"] == [shown] and doc["vector_top"] == tables.TOP_DIMENSIONS
+    assert "omitted" not in doc and not any(layer.get("omitted") for layer in doc["layers"])  # every layer held
+    for l, layer in enumerate(e.trace.layers):
+        page = doc["layers"][l]
         for name in ("x", "attn_out", "output"):  # each row's length from the exact vector, to 4 decimals
-            exact = np.array(layer[name], dtype=np.float64)  # the page rounds each value as float64
+            exact = getattr(layer, name).double().numpy()  # the page rounds each value as float64
             norms = report.unpack(page["norms"][name])
-            np.testing.assert_array_equal(norms, np.round(np.sqrt((exact.astype(np.float64) ** 2).sum(-1)), 4))
+            np.testing.assert_array_equal(norms, np.round(np.sqrt((exact**2).sum(-1)), 4))
             if l == shown:  # held in full: every value, to the 4 decimals shown
                 np.testing.assert_array_equal(report.unpack(page[name]), np.round(exact, 4))
                 assert "top" not in page
@@ -74,49 +79,46 @@ def test_pack_keeps_every_array_at_the_precision_the_page_shows_it(doc):
                 dims, values = _top_dimensions(exact, tables.TOP_DIMENSIONS)
                 np.testing.assert_array_equal(report.unpack(page["top"][name]["dims"]), dims)
                 np.testing.assert_array_equal(report.unpack(page["top"][name]["values"]), np.round(values, 4))
-        np.testing.assert_array_equal(report.unpack(page["visible"]), np.array(layer["visible"], bool))
-        for h, head in enumerate(layer["heads"]):
-            for name in ("q", "k", "v"):  # float16: what the page shows of them
+        np.testing.assert_array_equal(report.unpack(page["visible"]), layer.visible.bool().numpy())
+        for h in range(layer.n_heads):
+            kv = layer.kv_head(h)
+            for name, values in (("q", layer.q[h]), ("k", layer.k[kv]), ("v", layer.v[kv])):  # float16: as shown
                 got = report.unpack(page["heads"][h][name])
-                want = np.array(head[name], dtype=np.float64).astype(np.float16).astype(np.float64)
+                want = values.double().numpy().astype(np.float16).astype(np.float64)
                 np.testing.assert_array_equal(got, want, err_msg=f"layer {l} head {h} {name}")
                 assert page["heads"][h][name]["dtype"] == "f16"
-            np.testing.assert_array_equal(report.unpack(page["heads"][h]["lse"]), np.array(head["lse"]))
-            assert "stages" not in page["heads"][h]
-    assert packed["layers"][0]["heads"][0]["lse"]["dtype"] == "f32"  # a float32 capture's lse goes as float32
-    for key in ("tokens", "token_ids", "summaries", "prediction", "selected", "experiment", "model"):
-        assert packed[key] == doc[key]
+            np.testing.assert_array_equal(report.unpack(page["heads"][h]["lse"]), layer.lse[h].double().numpy())
+    assert doc["layers"][0]["heads"][0]["lse"]["dtype"] == "f32"  # a float32 capture's lse goes as float32
 
 
 def test_every_layer_asked_holds_its_vectors_in_full():
     ex = tiny_explainer()
-    doc = explained(ex, TEXT, layers=[0, 1], layer=1, head=0)
+    e, doc = both(ex, TEXT, layers=[0, 1], layer=1, head=0)
     assert doc["full_layers"] == [0, 1]
-    packed = report.pack(doc)
-    for l, layer in enumerate(doc["layers"]):
-        assert "top" not in packed["layers"][l]
-        want = np.round(np.array(layer["x"], dtype=np.float64), 4)  # each value rounded as float64, as the page does
-        np.testing.assert_array_equal(report.unpack(packed["layers"][l]["x"]), want)
+    for l, layer in enumerate(e.trace.layers):
+        assert "top" not in doc["layers"][l]
+        want = np.round(layer.x.double().numpy(), 4)  # each value rounded as float64, as the page does
+        np.testing.assert_array_equal(report.unpack(doc["layers"][l]["x"]), want)
     one = explained(ex, TEXT, layers="selected", layer=1, head=0)
-    assert one["full_layers"] == [1] and report.pack(one)["layers"][0]["omitted"]
+    assert one["full_layers"] == [1] and one["layers"][0]["omitted"]
 
 
 def test_heads_that_share_a_key_value_head_carry_its_k_and_v_once():
-    doc = explained(tiny_explainer(n_heads=4, n_kv_heads=2), TEXT)
-    packed = report.pack(doc)
-    for l, layer in enumerate(doc["layers"]):
-        heads = packed["layers"][l]["heads"]
+    e, doc = both(tiny_explainer(n_heads=4, n_kv_heads=2), TEXT)
+    for l, layer in enumerate(e.trace.layers):
+        heads = doc["layers"][l]["heads"]
         first: dict[int, int] = {}
-        for h, head in enumerate(layer["heads"]):
-            kv = head["kv_head"]
+        for h in range(layer.n_heads):
+            kv = layer.kv_head(h)
+            assert heads[h]["kv_head"] == kv
             owner = first.setdefault(kv, h)
-            for name in ("k", "v"):
+            for name, values in (("k", layer.k[kv]), ("v", layer.v[kv])):
                 if owner == h:
                     got = report.unpack(heads[h][name])
                 else:  # a reference to the first head of its kv head, whose arrays are this head's
                     assert heads[h][name] == {"of_head": owner}, (l, h, name)
                     got = report.unpack(heads[owner][name])
-                want = np.array(head[name]).astype(np.float16).astype(np.float64)
+                want = values.double().numpy().astype(np.float16).astype(np.float64)
                 np.testing.assert_array_equal(got, want, err_msg=f"layer {l} head {h} {name}")
         assert sorted(first) == [0, 1] and len(heads) == 4
 
@@ -124,49 +126,45 @@ def test_heads_that_share_a_key_value_head_carry_its_k_and_v_once():
 def test_the_page_estimate_counts_vectors_that_go_as_float64():
     ex = tiny_explainer()
     layer = tracing.trace(ex, TEXT).layers[0]
-    d = json.loads(json.dumps(export.json_ready(explained(ex, TEXT, layer=0))))
-    assert d["full_layers"] == [0]
-    before, estimated = len(json.dumps(report.pack(d)["layers"][0])), export.layer_page_bytes(layer)
+    before, estimated = packing.packed_bytes(packing.pack_layer(layer, full=True)[0]), export.layer_page_bytes(layer)
     for name in ("x", "attn_out", "output"):  # beyond int32 at 4 decimals: 8 bytes a value, not 4
-        big = getattr(layer, name) * 1e6
-        setattr(layer, name, big)
-        d["layers"][0][name] = big.tolist()
-    packed = report.pack(d)["layers"][0]
+        setattr(layer, name, getattr(layer, name) * 1e6)
+    packed = packing.pack_layer(layer, full=True)[0]
     assert all(packed[name]["dtype"] == "f64" for name in ("x", "attn_out", "output"))
-    grown = len(json.dumps(packed)) - before
+    grown = packing.packed_bytes(packed) - before
     assert export.layer_page_bytes(layer) - estimated >= grown > 0  # the bound grows with what the page holds
-    assert len(json.dumps(packed)) <= export.layer_page_bytes(layer)
+    assert packing.packed_bytes(packed) <= export.layer_page_bytes(layer)
 
 
-def test_pack_keeps_float64_and_infinities_exactly(doc):
-    d = json.loads(json.dumps(export.json_ready(doc)))  # the dict as JSON has it: lists
-    d["full_layers"] = [0]
-    d["layers"][0]["heads"][0]["lse"][1] = 0.1  # not a float32 value: the array goes as float64
-    d["layers"][0]["heads"][0]["lse"][0] = "-inf"  # a row that may look at nothing
-    d["layers"][0]["x"][0][0] = 3e5  # beyond 2^31 at 4 decimals: the vector goes as float64
-    packed = report.pack(d)
-    assert packed["layers"][0]["heads"][0]["lse"]["dtype"] == "f64"
-    assert report.unpack(packed["layers"][0]["heads"][0]["lse"])[1] == 0.1
-    assert packed["layers"][0]["x"]["dtype"] == "f64" and report.unpack(packed["layers"][0]["x"])[0, 0] == 3e5
-    assert report.unpack(packed["layers"][0]["heads"][0]["lse"])[0] == -np.inf
+def test_pack_keeps_float64_and_infinities_exactly():
+    layer = tracing.trace(tiny_explainer(), TEXT).layers[0]
+    lse = layer.lse.double()
+    lse[0, 1] = 0.1  # not a float32 value: the array goes as float64
+    lse[0, 0] = -np.inf  # a row that may look at nothing
+    x = layer.x.double()
+    x[0, 0] = 3e5  # beyond 2^31 at 4 decimals: the vector goes as float64
+    layer.lse, layer.x = lse, x
+    packed = packing.pack_layer(layer, full=True)[0]
+    assert packed["heads"][0]["lse"]["dtype"] == "f64"
+    assert report.unpack(packed["heads"][0]["lse"])[1] == 0.1
+    assert packed["x"]["dtype"] == "f64" and report.unpack(packed["x"])[0, 0] == 3e5
+    assert report.unpack(packed["heads"][0]["lse"])[0] == -np.inf
 
 
-def test_pack_refuses_what_is_not_an_export(doc):
+def test_a_page_refuses_what_is_not_a_pages_document(doc):
     with pytest.raises(ValueError, match="layers"):
-        report.pack({k: v for k, v in doc.items() if k != "layers"})
-    with pytest.raises(TypeError, match="export dict"):
-        report.pack([doc])
-    bad = json.loads(json.dumps(export.json_ready(doc)))  # the dict as JSON has it: lists
-    bad["layers"][0]["visible"][0][0] = 2
-    with pytest.raises(ValueError, match=r"layers\[0\]\.visible"):
-        report.pack(bad)
+        report.render_html({k: v for k, v in doc.items() if k != "layers"})
+    with pytest.raises(TypeError, match="page's document"):
+        report.render_html([doc])
+    with pytest.raises(ValueError, match="scale_words"):  # the --json document is not a page's
+        report.render_html(export.document(explanation(tiny_explainer(), TEXT), layers=[], display=False))
 
 
 def test_page_embeds_the_doc_and_nothing_from_outside(doc):
     page = report.render_html(doc)
     data = embedded(page)
     assert data["mode"] == "report"
-    assert data["doc"] == json.loads(json.dumps(report.pack(doc)))
+    assert data["doc"] == json.loads(json.dumps(doc))
     # no address of anything anywhere: no CDN, no font link, no external script or image. The one URL-shaped
     # string is the SVG namespace name of createElementNS (the head view's lines): a name, never fetched.
     named = page.replace('"http://www.w3.org/2000/svg"', '"svg-namespace"')
@@ -253,9 +251,8 @@ def test_pack_ships_the_stages_the_page_shows(doc):
     """Every stage of every head, against selfattn.reference on the model's own weights (float64)."""
     ex = tiny_explainer()
     _, ids, _ = ex.tokenize(TEXT)
-    packed = report.pack(doc)
     L = len(doc["tokens"])
-    for l, layer in enumerate(packed["layers"]):
+    for l, layer in enumerate(doc["layers"]):
         for h, head in enumerate(layer["heads"]):
             ref = truth.stages(ex.model, ids, l, h)
             keys = report.unpack(head["keys"])
@@ -275,15 +272,15 @@ def test_pack_ships_the_stages_the_page_shows(doc):
 
 def test_a_long_row_ships_its_top_keys_the_first_token_and_itself():
     """Beyond SHOWN_ALL tokens each row keeps TOP_KEYS keys by weight (ties: the lower position) plus key 0
-    and itself, checked against weights NumPy computes from the dict's own q, k (a softmax, not the lse)."""
+    and itself, checked against weights NumPy computes from the trace's own q, k (a softmax, not the lse)."""
     ex = tiny_explainer()
     text = "一只蓝色怪兽走进森林" * 20  # 101 tokens
-    doc = explained(ex, text, layer=0, head=1, layers=[0])
-    head = report.pack(doc)["layers"][0]["heads"][1]
-    layer = doc["layers"][0]
-    q, k = (np.array(layer["heads"][1][name], dtype=np.float64) for name in ("q", "k"))  # the page computes in float64
-    visible = np.array(layer["visible"], dtype=bool)
-    logits = np.where(visible, q @ k.T * layer["scale"], -np.inf)
+    e, doc = both(ex, text, layer=0, head=1, layers=[0])
+    head = doc["layers"][0]["heads"][1]
+    layer = e.trace.layers[0]
+    q, k = (t.double().numpy() for t in (layer.q[1], layer.k[layer.kv_head(1)]))  # the page computes in float64
+    visible = layer.visible.bool().numpy()
+    logits = np.where(visible, q @ k.T * layer.scale, -np.inf)
     weights = np.exp(logits - logits.max(-1, keepdims=True))
     weights /= weights.sum(-1, keepdims=True)
     L = len(doc["tokens"])

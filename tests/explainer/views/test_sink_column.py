@@ -18,7 +18,7 @@ import selfattn
 from selfattn import reference
 from selfattn.explainer.capture.trace import capture
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import export, packing, plots, tables
+from selfattn.explainer.views import checkable, packing, plots, tables
 from selfattn.modules import MultiHeadSelfAttention
 from tests.explainer.documents import explained, explanation
 from tests.explainer.sink_model import TEXT, save
@@ -58,28 +58,29 @@ def eager(gpt_oss):
     return [a[0].double().numpy() for a in out.attentions]
 
 
-def test_weights_are_eagers_and_the_sink_is_one_minus_their_row_sum(doc, eager):
+def test_weights_are_eagers_and_the_sink_is_one_minus_their_row_sum(e, eager):
     shares = []
-    for l, layer in enumerate(doc["layers"]):
-        assert len(layer["sinks"]) == 4
-        for h, head in enumerate(layer["heads"]):
-            weights = np.array(head["stages"]["weights"])
-            assert max_error(weights, eager[l][h]) <= TOL["float32_weights"], (l, h)
-            assert max_error(np.array(head["sink"]), 1 - eager[l][h].sum(-1)) <= TOL["float32_weights"], (l, h)
-            shares.extend(np.asarray(head["sink"]).tolist())
+    for l, layer in enumerate(e.trace.layers):
+        assert len(layer.features["sinks"]) == 4
+        for h in range(layer.n_heads):
+            stages = layer.stages(h)
+            assert max_error(stages["weights"].numpy(), eager[l][h]) <= TOL["float32_weights"], (l, h)
+            sink = layer.sink(h).double().numpy()
+            assert max_error(sink, 1 - eager[l][h].sum(-1)) <= TOL["float32_weights"], (l, h)
+            assert max_error(stages["sink"].numpy(), sink) <= TOL["float32_weights"], (l, h)
+            shares.extend(sink.tolist())
     assert min(shares) < 0.1 and max(shares) > 0.5  # the sinks matter: some rows give them most, some little
 
 
-def test_the_page_data_and_the_arrays_carry_the_sink(doc, eager):
-    packed = packing.pack(doc)
-    for l, layer in enumerate(packed["layers"]):
+def test_the_page_data_and_the_arrays_carry_the_sink(e, doc, eager):
+    for l, layer in enumerate(doc["layers"]):
         for h, head in enumerate(layer["heads"]):
             sink = packing.unpack(head["sink"])
             assert max_error(sink, 1 - eager[l][h].sum(-1)) <= TOL["page_weight"], (l, h)  # at 0.01 %, as shown
             sums = packing.unpack(head["sums"])
             assert max_error(sums, eager[l][h].sum(-1)) <= TOL["page_weight"], (l, h)
-        assert layer["sinks"] == doc["layers"][l]["sinks"]
-    arrays = export.to_arrays(doc)
+        assert layer["sinks"] == e.trace.layers[l].features["sinks"].double().tolist()
+    arrays = checkable.npz_arrays(e)
     l, h = SHOWN
     np.testing.assert_allclose(arrays[f"layer{l}/head{h}/sink"], 1 - eager[l][h].sum(-1), atol=TOL["float32_weights"])
     assert arrays[f"layer{l}/sinks"].shape == (4,)
@@ -122,8 +123,6 @@ def test_a_model_without_sinks_shows_no_sink():
     e = explanation(tiny_explainer(), "一只蓝色怪兽走进森林")
     doc = e.session.document(e)
     assert all("sinks" not in layer and all("sink" not in h for h in layer["heads"]) for layer in doc["layers"])
-    packed = packing.pack(doc)
-    assert all("sink" not in h for layer in packed["layers"] for h in layer["heads"])
     console = Console(record=True, width=200)
     tables.render(e, console, lang="en")
     assert "⟨sink⟩" not in console.export_text()

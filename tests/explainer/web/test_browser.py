@@ -35,7 +35,7 @@ from selfattn.explainer.views import head_sentences as heads_module
 from selfattn.explainer.views import packing, report
 from selfattn.explainer.web import server
 from tests.explainer import truth
-from tests.explainer.documents import explained
+from tests.explainer.documents import both, explained, explanation, weights
 from tests.explainer.tiny import LONG_TEXT, MAX_LEN, slash_explainer, tiny_explainer
 from tests.tolerances import TOL
 
@@ -260,19 +260,19 @@ def test_report_steps_through_the_reference_numbers(watched, explainer, tmp_path
 
 def test_report_shows_the_numbers_of_the_json_export_for_every_head(watched, tmp_path):
     """One source, several views: for each layer × head (grouped-query attention: 4 query heads
-    on 2 key/value heads), the page's stages equal the `stages` of the export dict."""
+    on 2 key/value heads), the page's stages equal the Explanation's own (`LayerTrace.stages`, float64)."""
     page = watched.page
-    doc = explained(tiny_explainer(n_heads=4, n_kv_heads=2), TEXT)
+    e, doc = both(tiny_explainer(n_heads=4, n_kv_heads=2), TEXT)
     url = open_report(watched, doc, tmp_path)
     assert (int(state(page)["layer"]), int(state(page)["head"])) == (doc["selected"]["layer"], doc["selected"]["head"])
     stage(page, "softmax")
     i = int(state(page)["row"])  # the row the page opens on (export.opened_query): one with masked keys
     assert i == doc["opened"]["row"] and i < len(doc["tokens"]) - 1
-    for l, layer in enumerate(doc["layers"]):
-        for h, head in enumerate(layer["heads"]):
+    for l, layer in enumerate(e.trace.layers):
+        for h in range(layer.n_heads):
             page.click(f"[data-testid=head-cell][data-layer='{l}'][data-head='{h}']")
             wait_ready(page)  # a layer is unpacked when first shown (data.js unpackLayers)
-            st = {k: np.array(v, dtype=float) for k, v in head["stages"].items()}
+            st = {k: v.numpy() for k, v in layer.stages(h).items()}
             assert_row(page, "scaled", st["scaled"][i], 0.5e-4 + 1e-12)
             assert_row(page, "masked", st["masked"][i], 0.5e-4 + 1e-12)
             assert np.isinf(st["masked"][i]).any() and "−inf" in page.inner_text("[data-testid=row-masked]")
@@ -683,12 +683,12 @@ def test_app_one_head_experiment_and_temperatures(watched, explainer, app_url):
         page.check("[data-testid=toggle-no_causal]")
     wait_ready(page)
     iv = Intervention(causal=False, layer=1, head=1)
-    doc = explained(explainer, TEXT, layer=1, head=1, intervention=iv)
-    base = explained(explainer, TEXT, layer=1, head=1)
+    changed, doc = both(explainer, TEXT, layer=1, head=1, intervention=iv)
+    base = explanation(explainer, TEXT, layer=1, head=1)
     assert page.text_content("[data-testid=experiment]") == doc["experiment"]["text"]["zh"]
     page.click("[data-testid=token][data-index='2']")
     stage(page, "softmax")
-    deltas = export_deltas(doc, base, 1, 1)[2]
+    deltas = (weights(changed, 1, 1) - weights(base, 1, 1))[2]
     got = shown_values(page, "delta")
     np.testing.assert_allclose(  # each weight held as shown (0.01 %): two roundings
         [got[j] for j in sorted(got)], deltas[sorted(got)], rtol=0, atol=TOL["page_weight_difference"]
@@ -698,7 +698,7 @@ def test_app_one_head_experiment_and_temperatures(watched, explainer, app_url):
     shot(page, "experiment-maps.png", "[data-testid=compare]")
     # the other heads of that layer are unchanged
     page.select_option("[data-testid=head-select]", "0")
-    assert_row(page, "weights", export_weights(base, 1, 0)[2], TOL["page_weight"])
+    assert_row(page, "weights", weights(base, 1, 0)[2], TOL["page_weight"])
 
     # the app's search (the answer holds one layer: the server ranks) gives Python's ranking
     page.select_option("[data-testid=find-query]", "4")
@@ -713,16 +713,6 @@ def test_app_one_head_experiment_and_temperatures(watched, explainer, app_url):
     assert [tuple(r) for r in rows] == [(r["layer"], r["head"]) for r in want]
     origin = app_url.rstrip("/")
     assert_clean(watched, {app_url, f"{origin}/api/explain"})
-
-
-def export_weights(doc, l, h):
-    from selfattn.explainer.views import export
-
-    return export.head_weights(doc, l, h)
-
-
-def export_deltas(doc, base, l, h):
-    return export_weights(doc, l, h) - export_weights(base, l, h)
 
 
 def shown_values(page: Page, name: str) -> dict[int, float]:

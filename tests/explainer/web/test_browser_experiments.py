@@ -17,7 +17,6 @@ import pytest
 from playwright.sync_api import Page
 
 from selfattn.explainer import experiments
-from selfattn.explainer.views import report
 from selfattn.explainer.views.tables import number
 from tests.explainer.documents import explained
 from tests.explainer.web import test_browser as base
@@ -228,7 +227,7 @@ def test_model_view_colours_heads_by_type(watched, tmp_path):
     page.click("[data-testid=view-btn-model]")
     wait_ready(page)
     types = page.eval_on_selector_all("[data-testid=mv-thumb]", "bs => bs.map(b => b.dataset.type || null)")
-    assert types == [t for layer in report.pack(doc)["layers"] for t in layer["types"]]  # Python's head types
+    assert types == [t for layer in doc["layers"] for t in layer["types"]]  # Python's head types
     assert any(types), "no head of the default model has a type"
     assert page.query_selector("[data-testid=mv-held]") is None  # every layer held: nothing to say
     assert page.query_selector("[data-testid=mv-grid] th.mv-not-held") is None

@@ -10,8 +10,8 @@ import pytest
 
 from selfattn.cli import main
 from selfattn.explainer import tracing
-from selfattn.explainer.views import export, report
-from tests.explainer.documents import explained
+from selfattn.explainer.views import report
+from tests.explainer.documents import both, explained, weights
 from tests.explainer.tiny import tiny_explainer
 from tests.explainer.web.test_browser import CHROMIUM, CHROMIUM_ARGS, shown_row, stage, state, wait_ready
 from tests.tolerances import TOL
@@ -110,7 +110,7 @@ def test_a_layer_not_held_keeps_its_heads_labels_for_the_model_view():
     from selfattn.explainer.session import Explainer
 
     doc = explained(Explainer.load(), TEXT, layers=[0], layer=0, head=0)
-    packed = report.pack(doc)["layers"]
+    packed = doc["layers"]
     want = [[d["verdict"]["type"] for d in layer] for layer in doc["descriptions"]]
     assert packed[1]["omitted"] and packed[1]["types"] == want[1] and any(want[1]), want
     assert packed[0]["types"] == want[0]
@@ -137,8 +137,7 @@ def test_the_page_unpacks_a_held_layer_when_it_is_shown_once_and_as_python_packe
 
     from selfattn.explainer.views import packing
 
-    doc = explained(tiny_explainer(), TEXT, layers=[0, 1], layer=1, head=0)
-    packed = packing.pack(doc)
+    e, packed = both(tiny_explainer(), TEXT, layers=[0, 1], layer=1, head=0)
     assert "display" in packed and len(packed["layers"]) == 2
     (tmp_path / "doc.json").write_text(json.dumps(packed), encoding="utf-8")
     data_js = (report.STATIC_DIR / "data.js").resolve().as_uri()
@@ -181,7 +180,7 @@ console.log(JSON.stringify({{
             np.testing.assert_array_equal(data, packing.unpack(packed_thumb).ravel())
             np.testing.assert_allclose(
                 np.reshape(data, shape),
-                export.head_weights(doc, l, h),
+                weights(e, l, h),
                 atol=TOL["float16_thumbnail"] + TOL["rounded_to_4_decimals"],  # the capture's float16, at 0.01 %
                 rtol=TOL["float16_thumbnail_rel"],
                 err_msg=f"layer {l} head {h}",
@@ -190,7 +189,7 @@ console.log(JSON.stringify({{
     shown = packed["display"]["selected"]
     np.testing.assert_allclose(
         np.reshape(data, shape) / unit,
-        export.head_weights(doc, shown["layer"], shown["head"]),
+        weights(e, shown["layer"], shown["head"]),
         rtol=0,
         atol=TOL["rounded_to_4_decimals"],
     )

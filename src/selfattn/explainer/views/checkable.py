@@ -6,7 +6,7 @@ layers asked. Both serialize an `Explanation` (`result`); docs/json.md documents
     doc = json_document(e, layers=[3, 18])    # those layers' weights instead
     arrays = npz_arrays(e, layers=None)       # every layer: x, q, k, v, lse, visible, weights, outputs, …
 
-The JSON is the export dict of the page (`export.document`) without its arrays: each layer keeps its rule (scale,
+The JSON is the page's document (`export.document`) without its arrays: each layer keeps its rule (scale,
 causal, softcap, window, per-head features) and, where held, every head's weights [H][L][L] rounded to
 WEIGHT_DIGITS; the shown head's stages (scores, scaled, masked, weights, weighted) up to `export.STAGES_MAX_LEN`
 tokens; the shown head's contributions ‖α_ij · v_j W_O^h‖ [L][L] (`views.contribution_words`) rounded to WEIGHT_DIGITS;
@@ -29,6 +29,7 @@ from ...scores import PER_HEAD
 from ..analysis.verdicts import every_relation
 from . import export
 from .contribution_words import values as contribution_values
+from .packing import layer_rule
 
 if TYPE_CHECKING:
     from ..result import Explanation
@@ -48,7 +49,7 @@ def json_document(e: Explanation, *, layers=None, lang: str | None = None) -> di
     """The --json answer of `e` (see the module doc). layers: the indices whose weights it holds (None: the shown
     layer); lang: the language its sentences are read in (doc["lang"]; both languages' are in it either way)."""
     held = {e.shown.layer} if layers is None else export.check_layers(layers, e.card.n_layers)
-    doc = export.document(e, stages=False, layers=[], lang=lang, display=False)  # every layer's rule, no array
+    doc = export.document(e, layers=[], lang=lang, display=False)  # every layer's rule, no array
     doc["schema"] = JSON_SCHEMA
     doc["layers"] = [_layer(e, l, l in held) for l in range(e.card.n_layers)]
     if "contributions" in doc:  # the shown head's ‖α_ij · v_j W_O^h‖, beside its weights
@@ -74,7 +75,7 @@ def weights_bytes(e: Explanation, *, layers=None) -> int:
 
 def _layer(e: Explanation, l: int, held: bool) -> dict:
     layer = e.trace.layers[l]
-    out = export.layer_rule(layer) | {"held": held}
+    out = layer_rule(layer) | {"held": held}
     if held:
         out["weights"] = np.round(layer_weights(layer).numpy(), WEIGHT_DIGITS).tolist()
     return out

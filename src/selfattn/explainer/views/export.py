@@ -1,10 +1,8 @@
-"""One source, several views: a `ModelTrace` as a plain dict (→ `--json`) or flat arrays (→ `--npz`).
+"""The page's document of an Explanation (`document`): what the page, the app and (without its layers' arrays) the
+--json document read, so they cannot disagree; its layers packed as the page holds them (`packing`).
 
-The terminal tables, the JSON export, the HTML report and the web app all read the
-numbers from here, so they cannot disagree.
-
-Layout of the dict (L tokens, H heads, D head dim), typed once in `views.schema` (`schema.Doc`, whose
-version every dict carries as doc["schema"]; `schema.validate` checks a dict against it):
+Layout of the document (L tokens, H heads, D head dim), typed once in `views.schema` (`schema.Doc`, whose version
+every document carries as doc["schema"]):
 
     schema, selfattn_version,
     model {name, kind "decoder"|"encoder", architecture, architecture_zh? (the same in Chinese), positions,
@@ -45,30 +43,25 @@ version every dict carries as doc["schema"]; `schema.validate` checks a dict aga
     prediction [{token, shown, id, prob}] (decoders: the next token after the text, `shown` as a person reads
                it: "␣Mary", a piece that begins a character with the character greedy decoding completes,
                "看 (1/3: ⟨E7⟩)", else its bytes "⟨E6 A3⟩"; [] for encoders),
-    layers [ {scale, causal, softcap, window, <feature>? [H], visible [L][L] 0/1, x [L][d_model],
-              attn_out [L][d_model], output [L][d_model],
-              heads [ {kv_head, q [L][D], k [L][D], v [L][D], lse [L], sink? [L],
-                       scale?, softcap?, causal?, visible? — only for a head an intervention changed apart,
-                       stages {scores, scaled, masked, weights, weighted} — only when L <= STAGES_MAX_LEN} ] } ]
-    A layer left out by `layers=` keeps only {scale, causal, softcap, window, <feature>?, omitted: true}.
+    layers [ {scale, causal, softcap, window, <feature>? [H], types [H] (each head's label: `packing.types_of`),
+              and, held: visible, norms, x / attn_out / output (held in full) or top (the others), heads [ {kv_head,
+              q, k, v (or {of_head}: GQA), lse, weights, keys, key_stages, weighted, sums, sink?, and for a head an
+              intervention changed apart: scale, softcap, causal, visible} ]: every array packed (`packing`) } ],
+    scale_words, shown_keys, vector_top (the page's words and limits: `packing.page_words`; with display)
+    A layer left out by `layers=` keeps only {scale, causal, softcap, window, <feature>?, types?, omitted: true}.
     <feature>: each per-head score feature the layer has, under its keyword (`scores.PER_HEAD`), one value per
     head; absent for a layer without it. sinks (a layer with attention sinks, gpt-oss): each head's sink
     logit; its rows' weights then sum to 1 − sink, and a head's `sink` [L] is that remainder per query row,
     exp(sink_h − lse) (`trace.head_stages`: the share of the row's attention that goes to no token). ALiBi
     slopes: the stages' masked scores hold −slope·|i − j|.
 
-The layers' arrays are NumPy arrays in the dict (float32 or float64, every value exact; visible: uint8 0/1), never
-Python lists: the page packs them
-as they are (`packing`), `--npz` writes them (`to_arrays`); `json_ready(doc)` is the dict as JSON writes it (the
-lists above), where infinite values are the strings "-inf"/"inf" (`selfattn.files.json_float`), so the JSON stays
-standard.
+Every array is packed by `codec` (views/codec.py), the page's one encoding; `codec.unpack` reads one back.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -76,14 +69,13 @@ import torch
 from ... import __version__, checks
 from ...files import json_float
 from ...limits import HEAD_WORDS_BYTES, MAX_PAGE_BYTES, PAGE_BYTES, PAGE_FIXED_BYTES
-from ...scores import PER_HEAD
 from .. import interventions
 from ..analysis.experiment import opened_row
 from ..pieces import AGGREGATION_RULE, aggregate, names, shown_piece
-from ..stages import head_stages
 from ..trace_types import LayerTrace, ModelTrace
 from . import codec, texts
 from .contribution_words import field as contribution_field
+from .packing import WEIGHT_DIGITS, layer_rule, pack_layer, packed_bytes, page_words, types_of
 from .page_budget import layer_page_bytes
 from .schema import SCHEMA_VERSION
 from .type_legend import legend
@@ -109,118 +101,62 @@ def gqa_words(model: dict, lang: str) -> str:
     return texts.text("gqa.mqa" if Hkv == 1 else "gqa.heads", lang, n=H, kv=Hkv, g=G, groups=groups)
 
 
-def to_dict(
-    trace: ModelTrace,
-    *,
-    model: dict,
-    text: str,
-    selected: dict,
-    summaries: list,
-    prediction: list,
-    unknown: dict,
-    stages: bool | None = None,
-    layers="auto",
-    thumbnails=None,
-    link: tuple[int, int] | None = None,
-    page_bytes: Callable[..., int] | None = None,
-) -> dict:
-    """Everything captured: the layers' arrays as NumPy arrays (`_layer_dict`), the rest as JSON-ready values;
-    `json_ready` gives the JSON's lists. `unknown`: {count, positions, message} of the tokens
-    the tokenizer could not represent (never left out, so no view can hide them). `layers`: the layer
-    indices whose arrays are written; None: all; "selected": the shown one; "auto": all unless that is
-    over what a page holds (`layers_budget`), then the shown one and the nearest that fit (doc["omitted"] says which,
-    with the size, and how to get the others). The others keep their scalars only. The page holds the d_model vectors
-    whole in doc["full_layers"] (the shown one for "auto" and "selected"; the asked ones; all for None), of the others
-    their norms and top dimensions. `thumbnails`: `summary.scan`'s, for doc["display"]. `page_bytes(layer_dict, l,
-    full=)`: what a layer takes in the page once packed (`packing.layer_bytes`), which "auto" fits the layers to
-    (without it: the bound `layer_page_bytes`, which compression only undercuts)."""
-    with_stages = trace.layers[0].length <= STAGES_MAX_LEN if stages is None else stages
-    shown_display = None if thumbnails is None else display(trace, selected["layer"], selected["head"], thumbnails)
+def document(e: Explanation, *, layers="auto", lang: str | None = None, display: bool = True) -> dict:
+    """The page's document of an Explanation (the layout in the module doc): what the page and the app read, and,
+    its layers' arrays left out (`layers=[]`, display False), what --json starts from (`checkable`). It changes no
+    number of `e`.
+
+    layers    the layers whose arrays the page holds: "auto" every layer unless that is over what a page holds
+              (`layers_budget`), then the shown one and the nearest that fit, by their packed size (doc["omitted"]
+              says which, with the size, and how to get the others); "selected" the shown one; a list those; None
+              every one. The others keep their rule only ({…, omitted: true}). The d_model vectors go whole in
+              doc["full_layers"] (the shown one for "auto" and "selected", every held one otherwise), as norms and
+              top dimensions in the others.
+    lang      "zh" | "en": the language its views speak (doc["lang"]; None leaves it out)
+    display   with the page's thumbnails and packed weights (doc["display"]) and the page's words (`page_words`);
+              False (the --json document) without them"""
+    trace, shown = e.trace, e.shown
+    selected = shown.as_dict()
+    names_ = names(trace.tokens)
+    shown_display = _display(trace, shown.layer, shown.head, e.answers.thumbnails) if display else None
+    described = [list(row) for row in e.answers.descriptions]
     limit = layers_budget(trace, shown_display)
-    wanted, omitted, made = _wanted_layers(trace, layers, selected["layer"], with_stages, page_bytes, limit)
-    full = full_layers(layers, selected["layer"], wanted)
-    out_layers = [
-        made[index]
-        if index in made
-        else _layer_dict(layer, with_stages)
-        if index in wanted
-        else layer_rule(layer) | {"omitted": True}
-        for index, layer in enumerate(trace.layers)
-    ]
-    pieces = trace.pieces
+    page_layers, omitted, full = _page_layers(trace, layers, shown.layer, described, limit)
     doc = {
         "schema": SCHEMA_VERSION,
         "selfattn_version": __version__,
-        "model": model,
-        "text": text,
+        "model": card_dict(e.card),
+        "text": e.tokens.text,
         "tokens": list(trace.tokens),
-        "token_names": names(trace.tokens),
+        "token_names": names_,
         "token_ids": trace.token_ids.tolist(),
-        "unknown": unknown,
+        "unknown": dict(e.tokens.unknown),
         "interventions": _interventions(trace.kind),
         "experiment": {"applied": trace.intervention.as_applied()},
         "head_types": legend(),
         "selected": selected,
-        "summaries": summaries,
-        "prediction": prediction,
-        "layers": out_layers,
+        "summaries": [list(row) for row in e.answers.summaries],
+        "prediction": [p.as_dict() for p in e.predictions],
+        "layers": page_layers,
     }
-    if pieces is not None:
-        doc["pieces"] = pieces.as_dict()
-        doc["levels"] = levels(trace, selected["layer"], selected["head"])
-    doc["opened"] = opened_query(trace.layers[selected["layer"]], selected["head"], names(trace.tokens), link)
+    if trace.pieces is not None:
+        doc["pieces"] = trace.pieces.as_dict()
+        doc["levels"] = levels(trace, shown.layer, shown.head)
+    doc["opened"] = opened_query(trace.layers[shown.layer], shown.head, names_, shown.link)
     if shown_display is not None:
         doc["display"] = shown_display
+        doc |= page_words(trace.intervention.as_applied(), e.card.head_dim)
     if omitted is not None:
         doc["omitted"] = omitted
     if full:  # none for the --json document, which holds no array (`checkable`)
         doc["full_layers"] = full
-    return doc
-
-
-def full_layers(layers, shown: int, held: set[int]) -> list[int]:
-    """The held layers whose d_model vectors the page holds whole (doc["full_layers"]): the shown one for
-    layers="auto" and "selected", every held one for an asked list or None."""
-    if isinstance(layers, str):
-        return [shown]
-    return sorted(held)
-
-
-def document(
-    e: Explanation,
-    *,
-    stages: bool | None = None,
-    layers="auto",
-    lang: str | None = None,
-    page_bytes: Callable[..., int] | None = None,
-    display: bool = True,
-) -> dict:
-    """The export dict of an Explanation (the layout in the module doc): what the page, the terminal tables and the
-    app read. stages, layers, page_bytes: as `to_dict`; lang "zh" | "en": the language its views speak
-    (doc["lang"]; None leaves it out); display False: without the page's thumbnails and packed weights
-    (doc["display"]), which only the page draws. It changes no number of `e`."""
-    shown = e.shown
-    doc = to_dict(
-        e.trace,
-        model=card_dict(e.card),
-        text=e.tokens.text,
-        selected=shown.as_dict(),
-        summaries=[list(row) for row in e.answers.summaries],
-        prediction=[p.as_dict() for p in e.predictions],
-        stages=stages,
-        layers=layers,
-        unknown=dict(e.tokens.unknown),
-        thumbnails=e.answers.thumbnails if display else None,
-        link=shown.link,
-        page_bytes=page_bytes,
-    )
     if lang is not None:
         if lang not in texts.LANGS:
             raise ValueError(f"lang must be 'zh' or 'en', got {lang!r}")
         doc["lang"] = lang
     if e.compared is not None:
         doc["experiment"] |= dict(e.compared)
-    doc |= {"descriptions": [list(row) for row in e.answers.descriptions], "roles": list(e.roles)}
+    doc |= {"descriptions": described, "roles": list(e.roles)}
     if e.first_token is not None:
         doc["first_token"] = dict(e.first_token)
     page = (lambda a: {"packed": packed_weights(a)}) if display else None  # noqa: E731
@@ -230,6 +166,53 @@ def document(
     if e.search is not None:
         doc["search"] = dict(e.search)
     return doc | {name: dict(value) for name, value in e.experiments.items()}
+
+
+def _page_layers(
+    trace: ModelTrace, layers, shown: int, described: list[list[dict]], limit: int
+) -> tuple[list[dict], dict | None, list[int]]:
+    """(doc["layers"], doc["omitted"] or None, doc["full_layers"]) for `layers` (see `document`): each held layer
+    packed (`packing.pack_layer`) with its heads' labels (`packing.types_of`), the others their rule."""
+    ids = trace.token_ids.tolist()
+    if isinstance(layers, str) and layers in ("auto", "selected"):
+        full = [shown]
+    else:
+        full = sorted(check_layers(layers, trace.n_layers))
+    packed: dict[int, dict] = {}
+
+    def pack(l: int) -> dict:
+        layer = trace.layers[l]
+        out, weights = pack_layer(layer, full=l in full)
+        types = types_of(described[l], weights, ids, causal=layer.causal)
+        return out | ({"types": types} if types is not None else {})
+
+    omitted = None
+    if isinstance(layers, str) and layers == "selected":
+        held = {shown}
+    elif isinstance(layers, str) and layers == "auto":
+        sizes = [layer_page_bytes(layer, full=l == shown) for l, layer in enumerate(trace.layers)]
+        held = set(range(trace.n_layers))
+        if sum(sizes) > limit:  # measured by packing: the shown one, then the nearest (the lower first) while they fit
+            used = 0
+            for l in sorted(range(trace.n_layers), key=lambda l: (abs(l - shown), l)):
+                out = pack(l)
+                size = packed_bytes({k: v for k, v in out.items() if k != "types"})
+                if packed and used + size > limit:
+                    break
+                packed[l], used = out, used + size
+            held = set(packed)
+            if len(held) < trace.n_layers:
+                omitted = omitted_note(trace.n_layers, held, sum(sizes), limit)
+    else:
+        held = set(full)
+    out_layers = []
+    for l, layer in enumerate(trace.layers):
+        if l in held:
+            out_layers.append(packed[l] if l in packed else pack(l))
+        else:  # its heads' labels still colour the model view
+            types = types_of(described[l], None, ids, causal=layer.causal)
+            out_layers.append(layer_rule(layer) | {"omitted": True} | ({"types": types} if types is not None else {}))
+    return out_layers, omitted, full
 
 
 def card_dict(card: ModelCard) -> dict:
@@ -301,69 +284,6 @@ def layers_budget(trace: ModelTrace, shown_display: dict | None) -> int:
     return max(0, min(MAX_PAGE_BYTES, PAGE_BYTES - shown - PAGE_FIXED_BYTES - HEAD_WORDS_BYTES * heads))
 
 
-def _wanted_layers(
-    trace: ModelTrace,
-    layers,
-    shown: int,
-    with_stages: bool,
-    page_bytes: Callable[..., int] | None,
-    limit: int,
-) -> tuple[set[int], dict | None, dict[int, dict]]:
-    """(indices of the layers whose arrays are written, doc["omitted"] or None, the dicts of those already made)
-    for `layers` (see `to_dict`); "auto" fits them to `limit` bytes."""
-    if isinstance(layers, str) and layers == "selected":
-        return {shown}, None, {}
-    if not (isinstance(layers, str) and layers == "auto"):
-        return check_layers(layers, trace.n_layers), None, {}
-    sizes = [layer_page_bytes(layer, full=l == shown) for l, layer in enumerate(trace.layers)]
-    if sum(sizes) <= limit:
-        return set(range(trace.n_layers)), None, {}
-    if page_bytes is None:
-        held, made = fit_layers(sizes, shown, limit), {}
-    else:
-        made = measured_layers(trace, shown, with_stages, page_bytes, limit)
-        held = set(made)
-        if len(held) == trace.n_layers:  # packed, every layer fits
-            return held, None, made
-    return held, omitted_note(trace.n_layers, held, sum(sizes), limit), made
-
-
-def measured_layers(
-    trace: ModelTrace,
-    shown: int,
-    with_stages: bool,
-    page_bytes: Callable[..., int],
-    limit: int,
-) -> dict[int, dict]:
-    """{index: its dict} of the layers a page of `limit` bytes holds, by their packed size (`page_bytes`, with full
-    vectors for the shown one only): the shown one always, then the nearest to it (the lower first) until one does
-    not fit. Measuring a layer costs packing it (0.4–0.6 s a layer of the 0.5B configuration at 512 tokens), which
-    the page then reads back (`packing.PackedLayers`); only the first that does not fit is packed for nothing (no
-    estimate stops earlier: the shown layer's share of its bound says little of a layer held as norms and top
-    dimensions)."""
-    order = sorted(range(trace.n_layers), key=lambda l: (abs(l - shown), l))
-    made: dict[int, dict] = {}
-    used = 0
-    for l in order:
-        layer = _layer_dict(trace.layers[l], with_stages)
-        size = page_bytes(layer, l, full=l == shown)
-        if made and used + size > limit:
-            break
-        made[l], used = layer, used + size
-    return made
-
-
-def fit_layers(sizes: list[int], shown: int, limit: int) -> set[int]:
-    """The layers that fit `limit` bytes: the shown one always, then the nearest to it (the lower first)."""
-    order = sorted(range(len(sizes)), key=lambda l: (abs(l - shown), l))
-    held, used = {shown}, sizes[shown]
-    for l in order[1:]:
-        if used + sizes[l] <= limit:
-            held.add(l)
-            used += sizes[l]
-    return held
-
-
 def omitted_note(n_layers: int, held: set[int], total: int, limit: int) -> dict:
     """doc["omitted"]: the layers left out, those held, the sizes, and in words which are held and how to get
     the others (`texts` "export.omitted")."""
@@ -418,7 +338,7 @@ def levels(trace: ModelTrace, layer: int, head: int) -> dict:
     return out
 
 
-def display(trace: ModelTrace, layer: int, head: int, thumbnails) -> dict:
+def _display(trace: ModelTrace, layer: int, head: int, thumbnails) -> dict:
     """What the page's overview and the shown head's matrix draw, at the precision they draw it, each array packed
     by `codec` (the page's one encoding: byte planes, zlib, base64; `codec.unpack` reads it back):
 
@@ -441,73 +361,9 @@ def _unit_range(t: torch.Tensor) -> np.ndarray:
     return np.clip(t.detach().cpu().double().numpy(), 0.0, 1.0)
 
 
-WEIGHT_DIGITS = 4
-"""Weights are shown as percentages with 2 decimals: they travel to 4 decimals of the weight (u16, `codec.fixed`)."""
-
-
 def packed_weights(w: np.ndarray) -> dict:
     """Numbers in [0, 1] (weights, shares) as the page draws them: u16 to WEIGHT_DIGITS decimals (`codec.fixed`)."""
     return codec.fixed(np.clip(w, 0.0, 1.0), WEIGHT_DIGITS, "u16")
-
-
-def layer_rule(layer: LayerTrace) -> dict:
-    window = list(layer.window) if isinstance(layer.window, tuple) else layer.window
-    out: dict = {"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": window}
-    for name, values in layer.features.items():  # only where the layer has them: other models' dicts stay as they were
-        out[name] = [float(x) for x in values.double().tolist()]
-    return out
-
-
-def _layer_dict(layer: LayerTrace, with_stages: bool) -> dict:
-    """One layer's arrays: its rule and visibility, X, the outputs, and per head Q/K/V/lse (+ stages), as NumPy
-    copies holding every value exactly (`_exact`: float32 or float64; ±inf kept) and the visibility as 0/1 uint8
-    (`json_ready` makes the JSON's lists of them)."""
-    heads = []
-    k = [_exact(t) for t in layer.k]  # one array per key/value head, shared by the query heads that read it (GQA)
-    v = [_exact(t) for t in layer.v]
-    for h in range(layer.n_heads):
-        kv = layer.kv_head(h)
-        head = {"kv_head": kv, "q": _exact(layer.q[h]), "k": k[kv], "v": v[kv], "lse": _exact(layer.lse[h])}
-        change = layer.changed.get(h)
-        if change is not None:
-            head |= {
-                "scale": change.scale,
-                "softcap": change.softcap,
-                "causal": change.causal,
-                "visible": _zero_one(change.visible),
-            }
-        if layer.sinks is not None:
-            head["sink"] = _exact(cast(torch.Tensor, layer.sink(h)))  # not None: the layer has sinks
-        if with_stages:
-            st = layer.stages(h)
-            head["stages"] = {name: _exact(st[name]) for name in ("scores", "scaled", "masked", "weights", "weighted")}
-        heads.append(head)
-    arrays = {"x": _exact(layer.x), "attn_out": _exact(layer.attn_out), "output": _exact(layer.output)}
-    return layer_rule(layer) | {"visible": _zero_one(layer.visible)} | arrays | {"heads": heads}
-
-
-def _exact(t: torch.Tensor) -> np.ndarray:
-    """A copy of `t` as NumPy in the narrowest float type that holds every value exactly: float64 for float64,
-    float32 for float32 and the half types (half the bytes of float64 for a float32 model)."""
-    t = t.detach().cpu()
-    return (t if t.dtype in (torch.float32, torch.float64) else t.float()).numpy().copy()
-
-
-def _zero_one(t: torch.Tensor) -> np.ndarray:
-    return t.detach().cpu().to(torch.uint8).numpy()
-
-
-def json_ready(x):
-    """`x` (the export dict, or any part of it) with every NumPy array as nested lists (`json_list`: floats, ±inf
-    as strings; integers as they are): what `json.dumps` writes and `views.schema.Doc` describes. The rest is shared,
-    not copied."""
-    if isinstance(x, np.ndarray):
-        return x.tolist() if x.dtype.kind in "biu" else json_list(torch.from_numpy(x))
-    if isinstance(x, dict):
-        return {k: json_ready(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [json_ready(v) for v in x]
-    return x
 
 
 def check_layers(layers, n_layers: int) -> set[int]:
@@ -524,64 +380,6 @@ def check_layers(layers, n_layers: int) -> set[int]:
     return out
 
 
-def to_arrays(doc: dict) -> dict[str, np.ndarray]:
-    """The dict as flat named arrays for `np.savez` (strings as unicode arrays)."""
-    out = {
-        "selfattn_version": np.array(doc["selfattn_version"]),
-        "model_name": np.array(doc["model"]["name"]),
-        "text": np.array(doc["text"]),
-        "tokens": np.array(doc["tokens"]),
-        "token_ids": np.array(doc["token_ids"], dtype=np.int64),
-        "model_architecture": np.array(doc["model"]["architecture"]),
-        "model_positions": np.array(doc["model"]["positions"]),
-        "unknown_positions": np.array(doc["unknown"]["positions"], dtype=np.int64),
-    }
-    for l, layer in enumerate(doc["layers"]):
-        if layer.get("omitted"):
-            continue
-        for name in ("x", "attn_out", "output"):
-            out[f"layer{l}/{name}"] = _array(layer[name])
-        out[f"layer{l}/visible"] = np.array(layer["visible"], dtype=bool)
-        out[f"layer{l}/scale"] = np.array(layer["scale"])
-        if layer.get("softcap") is not None:
-            out[f"layer{l}/softcap"] = np.array(layer["softcap"])
-        for name in PER_HEAD:
-            if layer.get(name) is not None:
-                out[f"layer{l}/{name}"] = np.array(layer[name], dtype=np.float64)
-        for h, head in enumerate(layer["heads"]):
-            for name in ("q", "k", "v", "lse", "sink"):
-                if name in head:
-                    out[f"layer{l}/head{h}/{name}"] = _array(head[name])
-            if "visible" in head:  # changed apart from its layer by an intervention
-                out[f"layer{l}/head{h}/visible"] = np.array(head["visible"], dtype=bool)
-                out[f"layer{l}/head{h}/scale"] = np.array(head["scale"])
-            for name, values in head.get("stages", {}).items():
-                out[f"layer{l}/head{h}/{name}"] = _array(values)
-    return out
-
-
-def head_weights(doc: dict, layer: int, head: int) -> np.ndarray:
-    """Weights (L, L) of one head from the dict's q, k, scale, softcap and visibility (the head's
-    own, when an intervention changed it apart): `trace.head_stages`, the formula of `LayerTrace.stages`."""
-    lay = doc["layers"][layer]
-    h = lay["heads"][head]
-    q, k = (torch.from_numpy(_array(h[name])) for name in ("q", "k"))
-    visible = torch.tensor(h.get("visible", lay["visible"]), dtype=torch.bool)
-    return head_stages(q, k, visible=visible, **head_rule(lay, head))["weights"].numpy()
-
-
-def head_rule(lay: dict, head: int) -> dict:
-    """The keyword arguments of `trace.head_stages` for one head of an exported layer: scale and softcap (the
-    head's own when an intervention changed it apart) and its value of each per-head score feature (None
-    without)."""
-    h = lay["heads"][head]
-    return {
-        "scale": h.get("scale", lay["scale"]),
-        "softcap": h.get("softcap", lay.get("softcap")),
-        **{name: lay[name][head] if lay.get(name) is not None else None for name in PER_HEAD},
-    }
-
-
 def json_list(t: torch.Tensor):
     """Nested lists of floats (float32 values kept exactly), ±inf as strings."""
     a = t.detach().cpu().double().numpy()
@@ -592,18 +390,3 @@ def json_list(t: torch.Tensor):
 
 def _encode(x):
     return [_encode(v) for v in x] if isinstance(x, list) else json_float(x)
-
-
-def _array(values) -> np.ndarray:
-    return np.array(restore_inf(values), dtype=np.float64)
-
-
-def restore_inf(x):
-    """Nested lists as written by `_list`, with "inf" / "-inf" back as floats; any other string is refused."""
-    if isinstance(x, list):
-        return [restore_inf(v) for v in x]
-    if isinstance(x, str):
-        if x not in ("inf", "-inf"):
-            raise ValueError(f"unexpected string {x!r} in a numeric array")
-        return float(x)
-    return x

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...files import check_target, check_writable
-from . import export, plots
+from . import plots
 from .fileset import write_all
 
 if TYPE_CHECKING:
     from ..result import Explanation
 
-__all__ = ["check", "render", "write_all", "npz_bytes", "arrays_bytes"]
+__all__ = ["check", "render", "write_all", "arrays_bytes"]
 
 
 def _planned(npz, html, plots_dir, selected, csv=None) -> list[tuple[str, Path]]:
@@ -72,15 +72,13 @@ def render(
     force: bool = False,
     lang: str = "zh",
     arrays=None,
-    store=None,
     csv=None,
     table=None,
 ) -> dict:
     """{path: bytes} of every file asked for: the pictures drawn from `e` (`plots.render`), the page from `doc`
-    (its payload, `export.document`; None when neither the page nor the default .npz is asked for; the page's
-    layers packed before read back from `store`, a
-    `packing.PackedLayers`), the .npz from `arrays` ({name: array}, `checkable.npz_arrays`; default every tensor of
-    `doc`), the .csv at `csv` from `table` (`csv_table.rows`' rows, written as `csv_table.csv_bytes`); every path
+    (its document, `export.document`; None when the page is not asked for), the .npz from `arrays` ({name: array},
+    `checkable.npz_arrays`; default every tensor of every layer of `e`), the .csv at `csv` from `table`
+    (`csv_table.rows`' rows, written as `csv_table.csv_bytes`); every path
     checked again (`check`), the shown head's pictures included, before anything is drawn."""
     selected = (e.shown.layer, e.shown.head)
     check(npz=npz, html=html, plots_dir=plots_dir, force=force, selected=selected, csv=csv)
@@ -92,32 +90,28 @@ def render(
             raise ValueError("--csv needs its table: give the rows (csv_table.rows)")
         files[Path(csv)] = csv_bytes(table)
     if npz is not None:
-        files[Path(npz)] = npz_bytes(_the(doc)) if arrays is None else arrays_bytes(arrays)
+        from .checkable import npz_arrays
+
+        files[Path(npz)] = arrays_bytes(npz_arrays(e) if arrays is None else arrays)
     if html is not None:
         from .report import render_html
 
-        files[Path(html)] = render_html(_the(doc) | {"lang": lang}, store=store).encode("utf-8")  # it speaks --lang
+        files[Path(html)] = render_html(_the(doc) | {"lang": lang}).encode("utf-8")  # it speaks --lang
     if plots_dir is not None:
         files |= {Path(plots_dir) / name: data for name, data in plots.render(e, lang=lang).items()}
     return files
 
 
 def _the(doc: dict | None) -> dict:
-    """The export dict a page or a default .npz is drawn from; without one, a ValueError."""
+    """The document a page is drawn from; without one, a ValueError."""
     if doc is None:
-        raise ValueError("the page and the default .npz are drawn from the export dict: give doc (export.document)")
+        raise ValueError("the page is drawn from the page's document: give doc (export.document)")
     return doc
 
 
-def npz_bytes(doc: dict) -> bytes:
-    """Every captured tensor of `doc` (`export.to_arrays`) as the bytes of a compressed .npz: written to the
-    path given as it is (NumPy's savez would add ".npz" to a file name without it)."""
-
-    return arrays_bytes(export.to_arrays(doc))
-
-
 def arrays_bytes(arrays: dict) -> bytes:
-    """{name: array} as the bytes of a compressed .npz."""
+    """{name: array} as the bytes of a compressed .npz: written to the path given as it is (NumPy's savez would add
+    ".npz" to a file name without it)."""
     import numpy as np
 
     buffer = io.BytesIO()

@@ -1,7 +1,9 @@
-"""The export dict as the page reads it: arrays packed, and every number the page shows computed here.
+"""A layer of a trace as the page holds it: arrays packed, and every number the page shows computed here.
 
-    packed = pack(doc)        # doc: the export dict of `Explainer.explain` / `export.to_dict`
-    unpack(packed_array)      # one packed array back as NumPy (the inverse of the encoding)
+    out, weights = pack_layer(layer, full=True)   # one `LayerTrace` packed (but its `types`), its heads' weights
+    types_of(described, weights, ids, causal=)    # each head's label, what the model view colours it by
+    packed_bytes(out)                            # what the layer takes in the page (what `export` fits layers to)
+    unpack(packed_array)                         # one packed array back as NumPy (the inverse of the encoding)
 
 The page computes no score formula: for every head of every layer that carries arrays, `pack` runs
 the explainer's own stages (`trace.head_stages`: scale → softcap → mask → softmax → ·V) and ships
@@ -21,9 +23,9 @@ what the page shows, at the precision it shows it:
     sink      (L,)      only for a layer with attention sinks: each row's weight on the sink,
                         exp(sink_h − lse) = 1 − sums, at 0.01 % (the page draws it as its own column)
 
-and per layer `types` (a layer left out too, where the doc has descriptions): each head's label, what the model
-view colours its thumbnails by: the verdict of the explain sentences (`descriptions[l][h].verdict.type`,
-`analysis.verdicts`), so the page and the words agree (`head_type_names` on the float64 weights where the doc has
+and per layer `types` (`types_of`; a layer left out too, where there are descriptions): each head's label, what the
+model view colours its thumbnails by: the verdict of the explain sentences (`descriptions[l][h].verdict.type`,
+`analysis.verdicts`), so the page and the words agree (`head_type_names` on the float64 weights where there are
 no descriptions). `pack_weights` packs an attention tensor given directly (the attention page of
 `views.notebook`) the same way.
 
@@ -32,42 +34,38 @@ w_j·V_j[d] parts of the ·V bars, beside the scores and Σ w·V above, which Py
 lse in float32 when that holds it exactly (float64 otherwise). A head that reads the same key/value head as an
 earlier head of its layer (GQA) holds {"of_head": h} for k and v: that head's arrays, sent once.
 The layer's d_model vectors x, attn_out and output are only shown: each row's length from the exact vector
-(`norms`, to 4 decimals: `VECTOR_DIGITS`) and, in a layer held in full (doc["full_layers"]: the shown one, or those
-asked with `layers=`; every layer without the field), every value to 4 decimals; in the others each row's
-TOP_DIMENSIONS largest |values| (`top`: {name: {dims (L, T) "u16", values (L, T) to 4 decimals}}, as the terminal
-shows them). The export's own N×N `stages` are left out (the page's arrays above replace them).
+(`norms`, to 4 decimals: `VECTOR_DIGITS`) and, in a layer held in full (`full`: doc["full_layers"], the shown one,
+or those asked with `layers=`), every value to 4 decimals; in the others each row's TOP_DIMENSIONS largest |values|
+(`top`: {name: {dims (L, T) "u16", values (L, T) to 4 decimals}}, as the terminal shows them).
 
 Every array is packed by `codec` (views/codec.py: its one encoding, and its `unpack`).
 """
 
 from __future__ import annotations
 
-import collections
-import copy
-import hashlib
 import json
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ...limits import PACKED_BYTES
+from ...scores import PER_HEAD
 from ..analysis.head_types import measure
 from ..analysis.verdicts import verdict
 from ..stages import head_stages
+from ..trace_types import LayerTrace
 from . import codec
 from .codec import unpack
-from .controls import scale_words
-from .export import WEIGHT_DIGITS, head_rule, restore_inf
 from .page_budget import HEAD_CODE, SHOWN_ALL, TOP_KEYS, VECTOR_DIGITS, shown_key_count
 from .vector_summary import TOP_DIMENSIONS, top_dimensions
 
 __all__ = [
-    "pack",
-    "PackedLayers",
-    "PACKED_BYTES",
-    "layer_bytes",
+    "pack_layer",
+    "layer_rule",
+    "head_rule",
+    "types_of",
+    "packed_bytes",
+    "page_words",
     "pack_weights",
     "head_type_names",
     "top_dimensions",
@@ -79,187 +77,110 @@ __all__ = [
     "STAGE_DIGITS",
 ]
 
+WEIGHT_DIGITS = 4
+"""Weights are shown as percentages with 2 decimals: they travel to 4 decimals of the weight (u16, `codec.fixed`)."""
 STAGE_DIGITS = 4
 """Scores, scaled and masked scores, and Σ w·V, are shown with 4 decimals."""
 
 LAYER_ARRAYS = ("x", "attn_out", "output")
-HEAD_ARRAYS = ("q", "k", "v", "lse")
-REQUIRED = ("tokens", "model", "experiment", "selected", "summaries", "prediction", "layers")
 
 
-def pack(doc: dict, store: PackedLayers | None = None) -> dict:
-    """A copy of the export dict with its arrays packed and the page's arrays added (see the module doc). store: the
-    layers packed before (a `PackedLayers` of the caller's: its Session's), read back instead of packed again and
-    given the layers packed here; None packs every layer afresh."""
-    if not isinstance(doc, dict):
-        raise TypeError(f"doc must be the export dict of Explainer.explain, got {type(doc).__name__}")
-    missing = [k for k in REQUIRED if k not in doc]
-    if missing:
-        raise ValueError(f"doc lacks {missing}: pass the dict of Explainer.explain / export.to_dict")
-    ids = [int(i) for i in doc["token_ids"]] if "token_ids" in doc else _ids_of(doc["tokens"])
-    described = doc.get("descriptions")
-    full = set(doc.get("full_layers", range(len(doc["layers"]))))
-    batch: list = []  # every array's bytes, compressed together at the end (`codec.compress`)
-    made: list[tuple[bytes, dict]] = []  # the layers packed here, kept once compressed (`store`)
-    layers = [
-        _pack_layer(layer, l, ids, None if described is None else described[l], batch, made, store, l in full)
-        for l, layer in enumerate(doc["layers"])
-    ]
+def pack_layer(layer: LayerTrace, *, full: bool) -> tuple[dict, list[torch.Tensor]]:
+    """`layer` as the page holds it (see the module doc) but for its `types` (`types_of`), every array packed and
+    compressed; and each head's float64 weights (L, L). full: its d_model vectors whole (else their norms and top
+    dimensions)."""
+    batch: list = []  # every array's bytes, compressed together at the end (`codec.compress`, on threads)
+    out, weights = _layer_arrays(_read(layer, full), batch)
     codec.compress(batch)
-    if store is not None:
-        for digest, out in made:
-            store.keep(digest, out)
-    iv = doc["experiment"]["applied"]
+    return out, weights
+
+
+def layer_rule(layer: LayerTrace) -> dict:
+    """What every view says of a layer's score rule: scale, causal, softcap, window, and each per-head score feature
+    it has (`scores.PER_HEAD`, one float per head; absent for a layer without it)."""
+    window = list(layer.window) if isinstance(layer.window, tuple) else layer.window
+    out: dict = {"scale": layer.scale, "causal": layer.causal, "softcap": layer.softcap, "window": window}
+    for name, values in layer.features.items():
+        out[name] = [float(x) for x in values.double().tolist()]
+    return out
+
+
+def head_rule(lay: dict, head: int) -> dict:
+    """The keyword arguments of `stages.head_stages` for one head of a layer's rule `lay` (`layer_rule`, with its
+    heads' own fields under "heads"): scale and softcap (the head's own when an intervention changed it apart) and
+    its value of each per-head score feature (None without)."""
+    h = lay["heads"][head]
     return {
-        **doc,
-        "layers": layers,
-        "scale_words": scale_words(iv, int(doc["model"]["head_dim"])),
+        "scale": h.get("scale", lay["scale"]),
+        "softcap": h.get("softcap", lay.get("softcap")),
+        **{name: lay[name][head] if lay.get(name) is not None else None for name in PER_HEAD},
+    }
+
+
+def types_of(described: list[dict] | None, weights: list[torch.Tensor] | None, ids: list[int], *, causal: bool):
+    """Each head's label in the model view: the explain sentences' verdicts (`described`: the layer's descriptions)
+    where every head has one, else `head_type_names` of the heads' `weights` (None where there are none: a layer
+    the page does not hold, which then has no labels)."""
+    if described is not None and all("verdict" in d for d in described):
+        return [d["verdict"]["type"] for d in described]
+    if not weights:
+        return None
+    return head_type_names(torch.stack(weights).numpy(), ids, causal=causal)
+
+
+def packed_bytes(out: dict) -> int:
+    """How many bytes a packed layer takes in the page: its JSON as the page writes it (`report`)."""
+    return len(json.dumps(out, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode())
+
+
+def page_words(applied: dict, head_dim: int) -> dict:
+    """What every page carries beside its layers: the words of the scale for the applied interventions, which keys
+    the stepper shows, and how many top dimensions a layer not held in full keeps."""
+    from .controls import scale_words
+
+    return {
+        "scale_words": scale_words(applied, head_dim),
         "shown_keys": {"all_up_to": SHOWN_ALL, "top": TOP_KEYS},
         "vector_top": TOP_DIMENSIONS,
     }
 
 
-def layer_bytes(layer: dict, l: int = 0, store: PackedLayers | None = None, *, full: bool = True) -> int:
-    """How many bytes one layer of the export dict (`layers[l]`) takes in the page once packed: its JSON as the
-    page writes it (`report`), but for `types` (a short label per head); full: with its d_model vectors whole (else
-    their norms and top dimensions). What `export` fits a page's layers to; the layer packed is kept in `store`
-    (the caller's), so that the page of the same layer does not pack it again."""
-    read = _read_layer(layer, l, full)
-    out = None if store is None else store.get(read.digest)
-    if out is None:
-        batch: list = []
-        out, _ = _layer_arrays(read, batch)
-        codec.compress(batch)
-        if store is not None:
-            store.keep(read.digest, out)
-    return len(json.dumps(out, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode())
-
-
-def _pack_layer(
-    layer: dict,
-    l: int,
-    ids: list[int],
-    described: list[dict] | None,
-    batch: list,
-    made: list[tuple[bytes, dict]],
-    store: PackedLayers | None,
-    full: bool,
-) -> dict:
-    verdicts = described is not None and all("verdict" in d for d in described)
-    if layer.get("omitted"):  # asked without this layer's arrays: its heads' labels still colour the model view
-        return dict(layer) | ({"types": [d["verdict"]["type"] for d in described]} if verdicts and described else {})
-    read = _read_layer(layer, l, full)
-    if verdicts and described is not None:  # the explain sentences' own answer: no weights needed
-        out = None if store is None else store.get(read.digest)
-        if out is None:
-            out, _ = _layer_arrays(read, batch)
-            made.append((read.digest, out))
-        return out | {"types": [d["verdict"]["type"] for d in described]}
-    out, weights = _layer_arrays(read, batch)
-    made.append((read.digest, out))
-    types = head_type_names(torch.stack(weights).numpy(), ids, causal=bool(layer.get("causal", False)))
-    return out | {"types": types}
-
-
-class PackedLayers:
-    """Layers packed, by the digest of what packing read of them (`_Read.digest`), for one owner (a
-    `pipeline.Session`: the CLI's command, the app, an Explanation family): `export` measures a layer by packing it
-    (`layer_bytes`) and the page then packs the same layer (`pack`): it reads the first's result. Keyed by content,
-    so a layer changed in between (in place or replaced) is packed afresh, and what one request packed is what
-    another's equal layer packs; each caller gets its own copy. Thread-safe."""
-
-    def __init__(self, limit: int = PACKED_BYTES):
-        self.limit, self.used = limit, 0
-        self.lock = threading.Lock()
-        self.layers: collections.OrderedDict[bytes, tuple[dict, int]] = collections.OrderedDict()
-
-    def get(self, digest: bytes) -> dict | None:
-        with self.lock:
-            found = self.layers.get(digest)
-            if found is None:
-                return None
-            self.layers.move_to_end(digest)
-        return copy.deepcopy(found[0])  # the strings are shared: a copy of some hundred dicts
-
-    def keep(self, digest: bytes, out: dict) -> None:
-        size = sum(len(a["b64"]) for a in _packed_arrays(out))
-        if size > self.limit:
-            return
-        kept = copy.deepcopy(out)
-        with self.lock:
-            if digest in self.layers:
-                return
-            self.layers[digest] = (kept, size)
-            self.used += size
-            while self.used > self.limit:
-                _, (_, dropped) = self.layers.popitem(last=False)
-                self.used -= dropped
-
-
-def _packed_arrays(x):
-    """Every packed array ({"b64", …}) in a packed layer."""
-    if isinstance(x, dict):
-        if "b64" in x:
-            yield x
-        else:
-            for v in x.values():
-                yield from _packed_arrays(v)
-    elif isinstance(x, list):
-        for v in x:
-            yield from _packed_arrays(v)
-
-
 @dataclass
 class _Read:
-    """One layer of the export dict read: its fields but the arrays (`fields`, as they are), the arrays as NumPy
-    (`vectors`: x, attn_out, output; the layer's `visible`; per head its other fields, its q, k, v, lse and its
-    own visibility or None), whether its vectors go whole (`full`), and `digest`, of everything packing reads of it
-    (not the export's N×N `stages`)."""
+    """One layer of a trace read for packing: its rule (`fields`: scale, causal, softcap, window, per-head
+    features), its d_model vectors (x, attn_out, output) and visibility as NumPy, per head its own fields (kv_head;
+    an intervention's scale, softcap, causal), its float64 q, k, v, lse and its own visibility or None; and whether
+    its vectors go whole (`full`)."""
 
     fields: dict
     full: bool
     vectors: dict[str, np.ndarray]
     visible: np.ndarray
     heads: list[tuple[dict, dict[str, np.ndarray], np.ndarray | None]]
-    digest: bytes
 
 
-def _read_layer(layer: dict, l: int, full: bool = True) -> _Read:
-    """`layer` (`layers[l]` of the export dict) read and checked, its digest taken (`PackedLayers` is keyed by it): of
-    every field and array packing reads, of `full`, and of the `head_stages` it computes the stages with."""
-    digest = hashlib.blake2b(digest_size=32)
-    digest.update(f"{id(head_stages)}{full}".encode())  # and the stage function they go through (a test replaces it)
-    seen: dict[int, tuple[str, np.ndarray]] = {}  # an array met before in this layer (GQA's shared k and v): once
-
-    def take(name: str, values, where: str, read=None) -> np.ndarray:
-        """`values` read (`_floats`, or `read`) and hashed as given (a float32 array as its 4-byte values)."""
-        if id(values) in seen:  # the same object, alive in `layer` throughout: the same bytes, read once
-            first, a = seen[id(values)]
-            digest.update(f"{name}={first}".encode())
-            return a
-        a = (read or _floats)(values, where)
-        given = values if isinstance(values, np.ndarray) and values.dtype == np.float32 else a
-        seen[id(values)] = (name, a)
-        digest.update(f"{name}{given.dtype}{given.shape}".encode())
-        digest.update(np.ascontiguousarray(given).tobytes())
-        return a
-
-    def plain(name: str, value) -> None:  # the fields packing copies or reads as they are (scale, kv_head…)
-        digest.update(name.encode() + json.dumps(value, sort_keys=True, allow_nan=True).encode())
-
-    fields = {k: v for k, v in layer.items() if k not in LAYER_ARRAYS + ("visible", "heads")}
-    plain("layer", fields)
-    vectors = {name: take(name, layer[name], f"layers[{l}].{name}") for name in LAYER_ARRAYS}
-    visible = take("visible", layer["visible"], f"layers[{l}].visible", _visible)
+def _read(layer: LayerTrace, full: bool) -> _Read:
+    """`layer` read as float64 NumPy (k and v once per key/value head, shared by the heads that read them)."""
+    k = [_float64(t) for t in layer.k]
+    v = [_float64(t) for t in layer.v]
     heads = []
-    for h, head in enumerate(layer["heads"]):
-        where = f"layers[{l}].heads[{h}]"
-        own = {k: v for k, v in head.items() if k not in HEAD_ARRAYS + ("stages", "visible", "sink")}
-        plain(f"heads[{h}]", own)
-        arrays = {name: take(f"{h}.{name}", head[name], f"{where}.{name}") for name in HEAD_ARRAYS}
-        apart = take(f"{h}.visible", head["visible"], f"{where}.visible", _visible) if "visible" in head else None
+    for h in range(layer.n_heads):
+        kv = layer.kv_head(h)
+        own: dict = {"kv_head": kv}
+        apart = None
+        change = layer.changed.get(h)
+        if change is not None:  # a head an intervention changed apart from its layer
+            own |= {"scale": change.scale, "softcap": change.softcap, "causal": change.causal}
+            apart = change.visible.detach().cpu().numpy().astype(bool)
+        arrays = {"q": _float64(layer.q[h]), "k": k[kv], "v": v[kv], "lse": _float64(layer.lse[h])}
         heads.append((own, arrays, apart))
-    return _Read(fields, full, vectors, visible, heads, digest.digest())
+    vectors = {name: _float64(getattr(layer, name)) for name in LAYER_ARRAYS}
+    visible = layer.visible.detach().cpu().numpy().astype(bool)
+    return _Read(layer_rule(layer), full, vectors, visible, heads)
+
+
+def _float64(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().double().numpy()
 
 
 def _layer_arrays(read: _Read, batch: list) -> tuple[dict, list[torch.Tensor]]:
@@ -459,25 +380,3 @@ def _marked(columns: np.ndarray, L: int) -> np.ndarray:
     m = np.zeros((columns.shape[0], L), dtype=bool)
     np.put_along_axis(m, columns, True, 1)
     return m
-
-
-# --- reading the export dict ---------------------------------------------------------------
-
-
-def _floats(values, where: str) -> np.ndarray:
-    a = np.asarray(values)  # nested lists of numbers: read in C, no walk over every element in Python
-    if a.dtype.kind not in "fiu":  # strings ("inf" / "-inf", `export.json_list`) or anything else: the strict reader
-        a = np.array(restore_inf(values), dtype=np.float64)
-    a = a.astype(np.float64, copy=False)
-    if a.ndim == 0:
-        raise ValueError(f"{where} is not a numeric array")
-    if np.isnan(a).any():
-        raise ValueError(f"{where} holds NaN")
-    return a
-
-
-def _visible(values, where: str) -> np.ndarray:
-    a = np.asarray(values)
-    if a.ndim != 2 or not ((a == 0) | (a == 1)).all():
-        raise ValueError(f"{where} must be an L×L matrix of 0/1")
-    return a.astype(bool)

@@ -1,6 +1,6 @@
 """One HTML file that explains a real model's attention: `selfattn explain --html report.html`.
 
-    html = render_html(doc)              # doc: the export dict of `Explainer.explain` / `export.to_dict`
+    html = render_html(doc)              # doc: the page's document of an Explanation (`export.document`)
     html = render_html(doc, compare=doc2, start={"view": "compare"})   # two texts side by side
     write_html(doc, "report.html")       # refuses to overwrite an existing file unless force=True
     html = render_attention(weights, tokens, view="head")   # attention given directly (views.notebook)
@@ -14,9 +14,9 @@ nothing anywhere. The local web app (`web/server.py`) serves the same page in "l
 
 The page's data block:
 
-    {"mode": "report" | "live", "doc": pack(doc) | None, "texts": {key: {zh, en}}, "interventions": [...],
+    {"mode": "report" | "live", "doc": doc | None, "texts": {key: {zh, en}}, "interventions": [...],
      "pick_rule": {zh, en}, "views": [the page's `registry` entries: its tabs and panes],
-     "compare": pack(doc2) (the compare view's second text) | absent,
+     "compare": doc2 (the compare view's second text) | absent,
      "start": {"view", "layer", "head", "query"} (what opens first; the URL hash wins) | absent,
      and in live mode "limits" {max_chars, max_tokens}, "api", "error"}
 
@@ -26,9 +26,10 @@ head view and the model view of weights given directly (no Q/K/V, so no stages):
     {"mode": "attention", "tokens": [...], "weights": pack_weights((layers, heads, L, L)),
      "types": [[type | None per head] per layer], "head_types": legend(), "start": {...}, "texts": {...}}
 
-`pack` (views/packing.py) gives every number the page shows, computed by Python at the precision it
-is shown; `texts` holds the sentences the page's modules and template name (the catalogue, explainer/locale), so the
-JS holds no sentence; `interventions` describes the controls the live page builds (contract 3).
+The document's layers (`packing`, views/packing.py) hold every number the page shows, computed by Python at the
+precision it is shown; `texts` holds the sentences the page's modules and template name (the catalogue,
+explainer/locale), so the JS holds no sentence; `interventions` describes the controls the live page builds
+(contract 3).
 
 Token text never becomes markup: the JSON is embedded with `<`, `>` and `&` escaped as
 `\\u003c`-style sequences (no token can close the `<script>` that holds it), and the JS
@@ -53,7 +54,7 @@ from . import registry
 from .bundle import bundle
 from .codec import base64_text
 from .head_sentences import PICK_RULE
-from .packing import PackedLayers, head_type_names, pack, pack_weights, unpack
+from .packing import head_type_names, pack_weights, unpack
 from .texts import TEXTS, text
 from .type_legend import legend
 
@@ -62,7 +63,6 @@ __all__ = [
     "render_app",
     "render_attention",
     "write_html",
-    "pack",
     "unpack",
     "policy",
     "page_texts",
@@ -84,18 +84,29 @@ _TEXT_KEY = re.compile(r"""["']([a-z_]+\.[\w.]+)["']""")
 # --- the page ------------------------------------------------------------------------------
 
 
-def render_html(
-    doc: dict, *, compare: dict | None = None, start: dict | None = None, store: PackedLayers | None = None
-) -> str:
-    """The self-contained report for one export dict (no network request, ever).
+PAGE_KEYS = ("tokens", "model", "experiment", "selected", "summaries", "prediction", "layers", "scale_words")
+"""What a page's document holds at least (`export.document` with display: its layers packed, the page's words)."""
 
-    compare  a second export dict (another text, same model): the compare view shows both on one head
+
+def _page_doc(doc) -> dict:
+    """`doc` if it is a page's document; else a TypeError or ValueError naming what it is or lacks."""
+    if not isinstance(doc, dict):
+        raise TypeError(f"doc must be a page's document (export.document of an Explanation), not {type(doc).__name__}")
+    missing = [k for k in PAGE_KEYS if k not in doc]
+    if missing:
+        raise ValueError(f"doc lacks {missing}: pass the page's document of an Explanation (export.document)")
+    return doc
+
+
+def render_html(doc: dict, *, compare: dict | None = None, start: dict | None = None) -> str:
+    """The self-contained report for one page's document (`export.document`; no network request, ever).
+
+    compare  a second document (another text, same model): the compare view shows both on one head
     start    {"view", "layer", "head", "query"} (any of them): what the page opens on (see `check_start`)
-    store    the layers packed before for this owner (`packing.PackedLayers`, its Session's): read back, not packed
-             again (export packs a layer to measure it)"""
-    data = {"mode": "report", "doc": pack(doc, store)}
+    """
+    data = {"mode": "report", "doc": _page_doc(doc)}
     if compare is not None:
-        data["compare"] = pack(compare, store)
+        data["compare"] = _page_doc(compare)
     if start is not None:
         data["start"] = check_start(start, registry.names("explorer", other=compare is not None))
     return _page(data, live=False)
@@ -187,7 +198,7 @@ def render_app(
     """
     data = {
         "mode": "live",
-        "doc": None if doc is None else pack(doc),
+        "doc": None if doc is None else _page_doc(doc),
         "limits": {"max_chars": int(max_chars), "max_tokens": int(max_tokens)},
         "api": api,
         "error": error,

@@ -1,15 +1,17 @@
-"""The export dict's schema, written once: `Doc` and the TypedDicts it nests (as the page holds it: `page_schema`).
+"""The page's document, typed once: `Doc` and the TypedDicts it nests, what `export.document` returns (its layers as
+`packing` packs them) and the page and the app read.
 
-    doc["schema"] == SCHEMA_VERSION      every export says which schema it follows (`export.to_dict`)
-    tests/explainer/views/schema_check.validate(doc)   [] or the problems: "doc.layers[0].heads[1].q: expected list, …"
+    doc["schema"] == SCHEMA_VERSION      every document says which schema it follows
+    pydantic.TypeAdapter(Doc)            what the tests validate a document with (tests/explainer/views/test_schema.py),
+                                         each TypedDict forbidding keys it does not name (`__pydantic_config__`)
 
-What `export.to_dict` builds and `Explainer.explain` / `experiments.run` add (descriptions, roles, search,
-ablation, patching, lens, …). A key marked NotRequired is present only in some docs (see each type); a key
-not in the schema is a problem, so a new field is written here first. The page reads fields this schema
-names (tests/explainer/views/test_schema.py checks the JS against `schema_check.paths()`).
+A key marked NotRequired is present only in some documents (see each type); a key not in the schema is a problem,
+so a new field is written here first. The page reads fields this schema names (test_schema.py checks the JS
+against the schema's paths). The --json document is another layout (`checkable`, docs/json.md).
 
-Numbers: `Num` is a float or an int; arrays that may hold ±inf (`Arr`) hold the strings "inf" / "-inf"
-there (`selfattn.files.json_float`). Maps keyed by a name (a head type, an intervention) are `dict[str, …]`.
+Numbers: `Num` is a float or an int; values that may be ±inf (`Arr`) hold the strings "inf" / "-inf" there
+(`selfattn.files.json_float`). Arrays are `Packed` (`codec`: what the page's decoder reads). Maps keyed by a name
+(a head type, an intervention) are `dict[str, …]`.
 """
 
 from typing import Any, Literal, TypedDict
@@ -18,16 +20,15 @@ from typing_extensions import NotRequired  # typing has it from Python 3.11; the
 
 from ...scores import PerHeadValues
 
-__all__ = ["SCHEMA_VERSION", "Doc", "EXTRA"]
+__all__ = ["SCHEMA_VERSION", "Doc", "EXTRA", "OPAQUE"]
 
-SCHEMA_VERSION = 2
-"""Raised when a key is renamed, removed or changes its type (a new optional key leaves it)."""
+SCHEMA_VERSION = 3
+"""Raised when a key is renamed, removed or changes its type (a new optional key leaves it). 3: the layers are the
+page's, packed (2 held the captured arrays as lists of floats)."""
 
 Num = float | int
 Inf = Literal["inf", "-inf"]
 Arr = float | int | Inf
-Vector = list[Arr]
-Matrix = list[list[Arr]]
 
 
 class Words(TypedDict):
@@ -367,44 +368,70 @@ class Search(TypedDict):
     heads: list[Found]
 
 
-class Stages(TypedDict):
-    scores: Matrix
-    scaled: Matrix
-    masked: Matrix
-    weights: Matrix
-    weighted: Matrix
+class SameAs(TypedDict):
+    """K or V of a head that reads the same key/value head as an earlier head of its layer: that head's (GQA)."""
+
+    of_head: int
+
+
+class TopDimensions(TypedDict):
+    """Of one d_model vector per row, in a layer not held in full: the `vector_top` dimensions of largest |value|
+    (dims (L, T), largest first) and their values (L, T) to 4 decimals."""
+
+    dims: Packed
+    values: Packed
 
 
 class Head(TypedDict):
-    """One head's arrays; scale … visible only for a head an intervention changed apart from its layer."""
+    """A head as the page holds it (`packing`): Q/K/V in float16, lse exact, and what the page shows computed by
+    Python; scale … visible only for a head an intervention changed apart from its layer."""
 
     kv_head: int
-    q: Matrix
-    k: Matrix
-    v: Matrix
-    lse: Vector
-    sink: NotRequired[Vector]
+    q: Packed
+    k: Packed | SameAs
+    v: Packed | SameAs
+    lse: Packed
+    weights: Packed
+    keys: Packed
+    key_stages: Packed
+    weighted: Packed
+    sums: Packed
+    sink: NotRequired[Packed]
     scale: NotRequired[Num]
     softcap: NotRequired[Num | None]
     causal: NotRequired[bool]
-    visible: NotRequired[list[list[int]]]
-    stages: NotRequired[Stages]
+    visible: NotRequired[Packed]
 
 
 class Layer(PerHeadValues):
-    """One layer: its rule always (with each per-head score feature it has, `scores.PerHeadValues`); its
-    arrays unless left out (then `omitted: true`)."""
+    """One layer: its rule always (with each per-head score feature it has, `scores.PerHeadValues`) and its heads'
+    labels (`types`, where known); its arrays packed unless left out (then `omitted: true`); its d_model vectors
+    whole in a layer of doc["full_layers"], else as `top` dimensions; their `norms` either way."""
 
     scale: Num
     causal: bool
     softcap: Num | None
     window: int | list[int] | None
     omitted: NotRequired[bool]
-    visible: NotRequired[list[list[int]]]
-    x: NotRequired[Matrix]
-    attn_out: NotRequired[Matrix]
-    output: NotRequired[Matrix]
+    visible: NotRequired[Packed]
+    x: NotRequired[Packed]
+    attn_out: NotRequired[Packed]
+    output: NotRequired[Packed]
+    norms: NotRequired[dict[str, Packed]]
+    top: NotRequired[dict[str, TopDimensions]]
     heads: NotRequired[list[Head]]
+    types: NotRequired[list[str | None]]
+
+
+class ScaleWords(TypedDict):
+    stage: Words
+    row: Words
+    how: Words
+
+
+class ShownKeys(TypedDict):
+    all_up_to: int
+    top: int
 
 
 class Outcome(TypedDict):
@@ -568,7 +595,7 @@ class Contributions(TypedDict):
 
 
 class Doc(TypedDict):
-    """The export dict (`export.to_dict`, completed by `Explainer.explain` and `experiments.run`)."""
+    """The page's document (`export.document` of an Explanation, with its experiments)."""
 
     schema: int
     selfattn_version: str
@@ -587,7 +614,10 @@ class Doc(TypedDict):
     layers: list[Layer]
     pieces: NotRequired[Pieces]
     levels: NotRequired[Levels]
-    display: NotRequired[Display]
+    display: NotRequired[Display]  # with the page's words below: a page's document (display=True)
+    scale_words: NotRequired[ScaleWords]
+    shown_keys: NotRequired[ShownKeys]
+    vector_top: NotRequired[int]  # how many dimensions of a d_model vector a layer not held in full keeps per row
     omitted: NotRequired[Omitted]
     full_layers: NotRequired[list[int]]  # the held layers whose d_model vectors the page holds whole
     opened: NotRequired[Opened]
@@ -601,3 +631,7 @@ class Doc(TypedDict):
     patching: NotRequired[Patching]
     lens: NotRequired[Lens]
     attribution: NotRequired[Attribution]
+
+
+OPAQUE = (Packed,)
+"""Types the page reads through its own decoder (data.js): their fields are the decoder's, not the document's."""

@@ -18,7 +18,7 @@ text's trace from the trace cache. A request with `patch` runs in the heavy lane
 layers batched passes).
 
 `format` is "json" (default: the dict of `Explainer.explain`, exactly what `selfattn explain --json`
-prints) or "packed" (its arrays packed as the page reads them: `report.pack`).
+prints) or "packed" (the page's document: `export.document`, its layers packed as the page reads them).
 
 Responses are sized by what the view needs: `layers` names the layers whose arrays are sent (the
 others keep their scalars; summaries, descriptions and predictions always cover every layer). Its
@@ -64,17 +64,20 @@ from fastapi.responses import HTMLResponse, JSONResponse
 
 from ... import checks
 from ...limits import (
-    JSON_NUMBER_BYTES,
+    HEAD_WORDS_BYTES,
     MAX_BODY_BYTES,
     MAX_RESPONSE_BYTES,
+    PAGE_FIXED_BYTES,
     RESULT_CACHE_BYTES,
     TEMPERATURE_RANGE,
+    THUMBNAIL_BYTES,
     TRACE_CACHE_BYTES,
 )
 from .. import pipeline
 from ..capture.cache import TraceCache
 from ..session import DEFAULT_TEXT, MAX_CHARS, Explainer
-from ..views import checkable, report, texts
+from ..views import checkable, export, report, texts
+from ..views.page_budget import layer_page_bytes
 from .body import ExplainRequest, Needs
 from .guard import BODY_SECONDS, MAX_HEADER_BYTES, HttpGuard, allowed_hosts
 
@@ -170,12 +173,10 @@ class _Work:
             if lane == "heavy":
                 release_memory()
 
-    def explained(
-        self, spec: pipeline.Spec, fmt: str, *, compare: bool = True, stages=None, layers="auto", lang=None
-    ) -> dict:
-        """The export dict of `spec`'s Explanation (`pipeline.explain` with the kept traces and results; `stages`,
-        `layers`, `lang`: what `Session.document` holds), refused (`TooLarge`) when its answer in `fmt` would exceed
-        MAX_RESPONSE_BYTES."""
+    def explained(self, spec: pipeline.Spec, fmt: str, *, compare: bool = True, layers="auto", lang=None) -> dict:
+        """The answer for `spec`'s Explanation (`pipeline.explain` with the kept traces and results) in `fmt`: "json"
+        (`checkable`) or "packed" (the page's document; `layers`, `lang`: what `Session.document` holds), refused
+        (`TooLarge`) when it would exceed MAX_RESPONSE_BYTES, known before a weight is computed or a layer packed."""
         e = self.session.explain(spec, compare=compare)
         if fmt == "json":  # what `selfattn explain --json` prints (`checkable`); the page reads the packed arrays
             held = None if layers == "auto" else layers
@@ -183,11 +184,10 @@ class _Work:
             if size > MAX_RESPONSE_BYTES:
                 raise TooLarge(mb=f"{size / 2**20:.1f}", limit=MAX_RESPONSE_BYTES >> 20)
             return checkable.json_document(e, layers=held, lang=lang)
-        doc = self.session.document(e, stages=stages, layers=layers, lang=lang)
-        size = response_bytes(doc, fmt)
+        size = response_bytes(e, layers)
         if size > MAX_RESPONSE_BYTES:
             raise TooLarge(mb=f"{size / 2**20:.1f}", limit=MAX_RESPONSE_BYTES >> 20)
-        return doc
+        return self.session.document(e, layers=layers, lang=lang)
 
     def first_doc(self, text: str | None, lang: str | None = None) -> tuple[dict | None, str | None]:
         """The page's first text explained as the packed API answers it (the shown layer's arrays only:
@@ -196,9 +196,7 @@ class _Work:
         error = None
         for candidate in ([text] if text is not None else []) + [DEFAULT_TEXT]:
             try:
-                return self.explained(
-                    pipeline.Spec(candidate), "packed", stages=False, layers="selected", lang=lang
-                ), error
+                return self.explained(pipeline.Spec(candidate), "packed", layers="selected", lang=lang), error
             except (ValueError, TypeError) as exc:
                 error = error or _said(exc, lang or "zh")
         return None, error
@@ -208,7 +206,6 @@ class _Work:
             doc = self.explained(
                 body.request(),
                 body.format,
-                stages=False if body.format == "packed" else None,
                 layers=body.layers if body.layers is not None or body.format == "json" else "selected",
                 compare=body.layers is None,  # a request naming layers fetches arrays; the page has its baseline
                 lang=body.lang,
@@ -225,7 +222,7 @@ class _Work:
             return _error(422, "server.refused", body.lang, reason=str(exc))
         except TypeError as exc:
             return _error(400, "server.refused", body.lang, reason=str(exc))
-        return JSONResponse(report.pack(doc, self.session.packed) if body.format == "packed" else doc)
+        return JSONResponse(doc)
 
 
 class TooLarge(ValueError):
@@ -301,21 +298,14 @@ except OSError:  # no C library to open (not a Unix)
     _LIBC = None
 
 
-def response_bytes(doc: dict, fmt: str) -> int:
-    """About how many bytes the page's dict `doc` takes as a response in format `fmt` ("json" or "packed": float32
-    base64)."""
-    L = len(doc["tokens"])
-    m = doc["model"]
-    numbers = visible = 0
-    for layer in doc["layers"]:
-        if layer.get("omitted"):
-            continue
-        numbers += 3 * L * m["d_model"] + m["n_heads"] * L * (3 * m["head_dim"] + 1)
-        numbers += sum(len(h.get("stages", {})) * L * L for h in layer["heads"])
-        visible += L * L * (1 + sum("visible" in h for h in layer["heads"]))
-    if fmt == "json":
-        return numbers * JSON_NUMBER_BYTES + 2 * visible
-    return (numbers * 4 + visible // 8) * 4 // 3
+def response_bytes(e, layers) -> int:
+    """At most how many bytes the page's document of `e` holding `layers` ("selected" or indices) takes: each held
+    layer's bound, its vectors whole (`page_budget.layer_page_bytes`), with the page's fixed part and every head's
+    words and thumbnail; known before a layer is packed."""
+    held = [e.shown.layer] if layers == "selected" else sorted(export.check_layers(layers, e.card.n_layers))
+    heads = sum(layer.n_heads for layer in e.trace.layers)
+    fixed = PAGE_FIXED_BYTES + heads * (HEAD_WORDS_BYTES + THUMBNAIL_BYTES)
+    return fixed + sum(layer_page_bytes(e.trace.layers[l], full=True) for l in held)
 
 
 def _json_bytes(result: dict) -> int:
