@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Any, TypedDict
+from typing import Any
 
 import torch
 
@@ -55,7 +55,6 @@ __all__ = [
     "Feature",
     "FEATURES",
     "PER_HEAD",
-    "PerHeadValues",
     "POSITIONAL",
     "check_dense",
     "check_per_head",
@@ -250,14 +249,6 @@ keys). A backend's Capabilities name those it supports; it refuses the others by
 
 PER_HEAD = tuple(name for name, f in FEATURES.items() if f.per_head)
 """The features holding one value per query head, in `FEATURES` order."""
-
-
-class PerHeadValues(TypedDict, total=False):
-    """The per-head features as JSON data, one value per head (a layer of the explainer's export; each key
-    present only where the layer has it): the keys of `PER_HEAD`."""
-
-    sinks: list[float]
-    alibi: list[float]
 
 
 POSITIONAL = ("causal", "window", "alibi", "segments")

@@ -5,10 +5,12 @@
     e, doc = both(explainer, "一只蓝色怪兽走进森林", layer=1, head=0)     # the Explanation and its document
     e = explanation(explainer, "一只蓝色怪兽走进森林", layer=1, head=0)   # the Explanation itself (plots read it)
     w = weights(e, layer, head)          # (L, L) float64 weights of one head, from the captured q, k and rule
+    valid(doc)                           # doc, if it follows the page's schema (`views.schema.Doc`, by pydantic)
 """
 
 from __future__ import annotations
 
+import functools
 import json
 
 from selfattn.explainer.pipeline import Session, Spec
@@ -88,3 +90,19 @@ def checked(explainer, text: str = DEFAULT_TEXT, *, layers=None, **spec) -> dict
     as JSON. spec: the `pipeline.Spec` fields (layer, head, intervention, find, ablate, …)."""
     e = Session(explainer).explain(Spec(text, **spec))
     return json.loads(json.dumps(checkable.json_document(e, layers=layers), ensure_ascii=False, allow_nan=False))
+
+
+@functools.cache
+def _doc_adapter():
+    from pydantic import TypeAdapter
+
+    from selfattn.explainer.views.schema import Doc
+
+    return TypeAdapter(Doc)
+
+
+def valid(doc: dict) -> dict:
+    """`doc` if it follows the page's schema (`views.schema.Doc`: every key named, each value of its type, strictly:
+    no key a TypedDict does not name, no str for an int, no bool for a number); else pydantic's ValidationError,
+    which names each field that does not."""
+    return _doc_adapter().validate_python(doc, strict=True)

@@ -9,7 +9,7 @@ in a fresh process (`memory`'s method: the model built and a short warm-up call 
 handed back, the peak reset through /proc/self/clear_refs, then one timed call):
 
     eager      model(ids, output_attentions=True): transformers' own attention weights, every layer × head
-    explain    pipeline.explain(text) and its export dict: capture, summaries, head descriptions (what
+    explain    pipeline.explain(text) and its page document: capture, summaries, head descriptions (what
                `selfattn explain` computes before it prints), model attn_implementation "selfattn"; then,
                timed apart, the terminal tables drawn into a console that discards them (tables_seconds) and
                the page of `--html` rendered (page_seconds, page_bytes)

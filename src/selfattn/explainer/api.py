@@ -18,7 +18,7 @@ left so: that implementation computes what eager/SDPA attention computes (tests/
 caller's feet. `model.set_attn_implementation("sdpa")` switches it back.
 
 Every Explanation (`result.Explanation`) answers one `pipeline.Spec` through `pipeline.explain`, the path of
-`selfattn explain` and of the app: the same Spec gives the same Explanation and export dict. Every number comes
+`selfattn explain` and of the app: the same Spec gives the same Explanation and page document. Every number comes
 from one trace per (text, intervention), kept by the `pipeline.Session` an Explanation and those made from it share.
 """
 

@@ -119,6 +119,7 @@ def taxonomy(
     tokens, ids_, _, _ = probe_input(explainer, length, seed=seed)  # NoProbe where the model has none
     ids, tokens = [int(i) for i in ids_.reshape(-1)], list(tokens)
     on_probe = tracing.probe(explainer, length, seed=seed, cache=cache, store=store)
+    assert on_probe is not None  # a model without a probe: `probe_input` above raised NoProbe
     described = None
     if text is not None:
         # as `explain` reads the text: with its controls, in one batch
@@ -467,7 +468,7 @@ def run(
     trace=None,
     prepend_bos: bool | None = None,
 ) -> dict:
-    """{"ablation", "patching", "lens"}: the experiments asked for on `text`, the keys the export dict carries
+    """{"ablation", "patching", "lens"}: the experiments asked for on `text`, the keys the page document carries
     them under (what `selfattn explain --ablate/--patch/--logit-lens` and the app's fields ask for).
 
     ablate  heads (`ablation`; target, foil and reference are its) or None; patch {corrupted, target?, foil?} or None;

@@ -355,7 +355,7 @@ class Explanation:
 
     @functools.cached_property
     def doc(self) -> dict:
-        """The export dict of the page and the terminal (`views.export.document`), made once."""
+        """The page's document (`views.export.document`), made once."""
         return self.session.document(self)
 
     def html(self, view: str | None = None, *, layer=None, head=None, query=None) -> str:

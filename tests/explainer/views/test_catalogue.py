@@ -22,7 +22,7 @@ ANY_PREFIX = "|".join(PREFIXES)
 KEY = re.compile(rf"""["']((?:{ANY_PREFIX})\.[\w.]+)["']""")
 """A key as the code writes it: a string literal that starts with a declared prefix and a dot."""
 FILE_SUFFIXES = (".json", ".png", ".svg", ".safetensors", ".html")
-NOT_KEYS = {"model.n_heads": "a field's path in a schema error (tests/explainer/views/schema_check.py), not a sentence"}
+NOT_KEYS = {"model.n_heads": "a field's path in a schema test (tests/explainer/views/test_schema.py), not a sentence"}
 BUILT = [
     re.compile(r"""\b(?:text|both|sentences|t)\(\s*f["'`]"""),  # text(f"findings.on_{x}")
     re.compile(r"""\bTEXTS\[\s*f["']"""),

@@ -19,8 +19,8 @@ from selfattn.explainer.analysis import contributions as contrib
 from selfattn.explainer.pipeline import Session, Spec
 from selfattn.explainer.views import checkable, codec, export, packing, tables
 from selfattn.explainer.views.contribution_words import SHARE_DIGITS
+from tests.explainer.documents import valid
 from tests.explainer.tiny import tiny_explainer
-from tests.explainer.views import schema_check
 from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林。它在森林里睡觉。"
@@ -133,7 +133,7 @@ def test_the_terminal_prints_the_shares_and_the_sentence(planted):
 def test_the_page_holds_the_packed_shares(planted):
     _, _, e = planted
     doc = export.document(e, layers="selected")
-    assert schema_check.validate(doc) == []
+    valid(doc)
     c = doc["contributions"]
     shares = codec.unpack(c["packed"])  # to WEIGHT_DIGITS decimals, as the shown head's weights
     assert shares.shape == (len(e.tokens), len(e.tokens))

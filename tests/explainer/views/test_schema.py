@@ -6,17 +6,20 @@ from __future__ import annotations
 import copy
 import json
 import re
+import types
+import typing
 from pathlib import Path
 
 import pytest
+import typing_extensions
+from pydantic import ValidationError
 
 from selfattn.explainer.interventions import Intervention
 from selfattn.explainer.session import Explainer
 from selfattn.explainer.views import report, schema
 from tests.explainer import sink_model
-from tests.explainer.documents import explained
+from tests.explainer.documents import explained, valid
 from tests.explainer.tiny import tiny_explainer
-from tests.explainer.views import schema_check
 from tests.hf import models
 
 ZH = "一只蓝色怪兽走进森林"
@@ -54,8 +57,8 @@ KINDS = ("default", "tiny", "bare", "minilm", "llama", "gemma2", "gpt2", "bert",
 
 
 def _valid(doc: dict, what: str) -> None:
-    assert doc["schema"] == schema.SCHEMA_VERSION
-    assert schema_check.validate(doc) == [], what
+    assert doc["schema"] == schema.SCHEMA_VERSION, what
+    valid(doc)  # pydantic, strictly: its ValidationError names every field that does not follow
     assert json.loads(json.dumps(doc, allow_nan=False)) == doc, what  # standard JSON as it is
 
 
@@ -93,25 +96,40 @@ def test_a_head_apart_on_a_model_with_sinks(folders, tiny):
     _valid(explained(ex, EN, intervention=Intervention({"temperature": {"t": 2.0}}, layer=0, head=1)), "sink, head 1")
 
 
-def test_the_validator_names_what_is_wrong(tiny):
+def test_the_schema_refuses_what_it_does_not_name(tiny):
     doc = explained(tiny, ZH)
     bad = copy.deepcopy(doc)
     bad["model"]["n_heads"] = "4"
     bad["layers"][0]["heads"][1]["q"]["shape"][0] = None
     bad["selected"]["colour"] = "red"
     del bad["tokens"]
-    problems = schema_check.validate(bad)
-    assert "doc.model.n_heads: expected int, got str '4'" in problems
-    assert any(p.startswith("doc.layers[0].heads[1].q.shape[0]: expected int") for p in problems)
-    assert any(p.startswith("doc.selected: unknown key 'colour'") for p in problems)
-    assert "doc: lacks 'tokens' (Doc)" in problems
-    assert len(problems) == 4
-    with pytest.raises(ValueError, match="does not follow its schema"):
-        schema_check.check(bad)
+    with pytest.raises(ValidationError) as refused:
+        valid(bad)
+    found = {(e["loc"], e["type"]) for e in refused.value.errors()}
+    assert found == {
+        (("model", "n_heads"), "int_type"),
+        (("layers", 0, "heads", 1, "q", "shape", 0), "int_type"),
+        (("selected", "colour"), "extra_forbidden"),
+        (("tokens",), "missing"),
+    }
     bad = copy.deepcopy(doc)
     bad["model"]["kind"] = "both"
     bad["summaries"][0][0]["rows"] = True  # a bool is not a count
-    assert len(schema_check.validate(bad)) == 2
+    bad["experiment"]["applied"]["temperature"] = 2.0  # an intervention's values are a dict of them
+    with pytest.raises(ValidationError) as refused:
+        valid(bad)
+    assert {e["loc"][:2] for e in refused.value.errors()} == {
+        ("model", "kind"),
+        ("summaries", 0),
+        ("experiment", "applied"),
+    }
+
+
+def test_every_per_head_feature_has_its_key_in_a_layer():
+    from selfattn.scores import PER_HEAD
+
+    hints = typing_extensions.get_type_hints(schema.Layer)
+    assert set(PER_HEAD) <= set(hints) and all(name in schema.Layer.__optional_keys__ for name in PER_HEAD)
 
 
 # --- the page's JS reads fields the schema names ------------------------------------------------------
@@ -203,11 +221,40 @@ def js_reads(files, root: Path = STATIC) -> dict[str, set[tuple[str, ...]]]:
     return out
 
 
+def paths(t=schema.Doc, prefix: str = "") -> dict[str, bool]:
+    """Every field path the schema names, list levels written "[]": "layers[].heads[].q", "model.n_heads", a map's
+    items or a TypedDict's extra items "head_types.colours.*" (what the page's JS may read); each mapped to whether
+    it is OPAQUE (a packed array: what is read of it is the page's decoder's)."""
+    out: dict[str, bool] = {}
+    if t in schema.OPAQUE:
+        return {prefix: True}
+    out[prefix] = False
+    join = lambda key: f"{prefix}.{key}" if prefix else key  # noqa: E731
+    origin = typing.get_origin(t)
+    if typing_extensions.is_typeddict(t):
+        for key, hint in typing_extensions.get_type_hints(t).items():
+            out |= paths(hint, join(key))
+        extra = getattr(t, "__extra_items__", typing_extensions.NoExtraItems)
+        if extra is not typing_extensions.NoExtraItems:
+            out |= paths(extra, join("*"))
+    elif origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(t):
+            for path, opaque in paths(option, prefix).items():
+                out[path] = out.get(path, False) or opaque
+    elif origin is list:
+        out |= paths(typing.get_args(t)[0], prefix + "[]")
+    elif origin is dict:
+        out |= paths(typing.get_args(t)[1], join("*"))
+    elif t is typing.Any:
+        out[join("*")] = True
+    return out
+
+
 def _schema_tree(schema_type) -> dict:
     """The schema's paths as a tree of segments; an OPAQUE (packed) array's node is marked "…" (its fields are
     the page's decoder's: data, shape, unit)."""
     tree: dict = {}
-    for path, opaque in schema_check.paths(schema_type).items():
+    for path, opaque in paths(schema_type).items():
         node = tree
         for seg in _schema_segments(path):
             node = node.setdefault(seg, {})

@@ -1,1 +1,2 @@
-"""Views of one export dict, formatting only: the dict itself (`export`), tables, plots, head words, the page."""
+"""Serializers of an Explanation, formatting only: the page's document (`export`), --json and --npz (`checkable`),
+tables, plots, head words, the page."""

@@ -61,7 +61,7 @@ Every array is packed by `codec` (views/codec.py), the page's one encoding; `cod
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -119,10 +119,10 @@ def document(e: Explanation, *, layers="auto", lang: str | None = None, display:
     selected = shown.as_dict()
     names_ = names(trace.tokens)
     shown_display = _display(trace, shown.layer, shown.head, e.answers.thumbnails) if display else None
-    described = [list(row) for row in e.answers.descriptions]
+    described = [[dict(d) for d in row] for row in e.answers.descriptions]
     limit = layers_budget(trace, shown_display)
     page_layers, omitted, full = _page_layers(trace, layers, shown.layer, described, limit)
-    doc = {
+    doc: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "selfattn_version": __version__,
         "model": card_dict(e.card),

@@ -1,6 +1,6 @@
 """How much of a layer the page holds, and what that costs: the rules `packing` packs a layer by and the bound
 `export` checks a page's layers against (`layer_page_bytes`: when every layer's bound fits, nothing is measured;
-else the layers are fitted by their packed size, `packing.layer_bytes`), in one place for both.
+else the layers are fitted by their packed size, `packing.packed_bytes`), in one place for both.
 
     shown_key_count(L)     keys per query row whose stages the page holds
     fixed_fits(lo, hi, d)  whether values in [lo, hi] go as z32 (int32) at d decimals (else float64)
@@ -65,7 +65,7 @@ def shown_key_count(L: int) -> int:
 
 
 def layer_page_bytes(layer: LayerTrace, full: bool = True) -> int:
-    """At most how many bytes one layer's arrays take in the page (`packing.pack`, before compression, which
+    """At most how many bytes one layer's arrays take in the page (`packing.pack_layer`, before compression, which
     only shrinks them), as base64: the vectors to 4 decimals (z32; float64 where a value does not fit) where `full`,
     else each row's top dimensions (their indices and values, `vector_summary`), and their norms; q per head
     and k/v per key/value head in float16, lse in float32 (float64 for a float64 capture); per head the shown

@@ -193,7 +193,7 @@ def render_app(
 ) -> str:
     """The same page in "live" mode for `selfattn serve`: a text box and interventions that call `api`.
 
-    doc    the first text's export dict (shown at once), or None
+    doc    the first text's page document (`export.document`: shown at once), or None
     error  a message to show on load (for example why a `?text=` was refused)
     """
     data = {

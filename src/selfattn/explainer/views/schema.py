@@ -14,13 +14,14 @@ Numbers: `Num` is a float or an int; values that may be ±inf (`Arr`) hold the s
 (a head type, an intervention) are `dict[str, …]`.
 """
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
-from typing_extensions import NotRequired  # typing has it from Python 3.11; the package runs on 3.10
+# PEP 728's closed=True and extra_items (typing has them from Python 3.15; NotRequired from 3.11)
+from typing_extensions import NotRequired, TypedDict
 
-from ...scores import PerHeadValues
+from ...scores import PER_HEAD
 
-__all__ = ["SCHEMA_VERSION", "Doc", "EXTRA", "OPAQUE"]
+__all__ = ["SCHEMA_VERSION", "Doc", "OPAQUE"]
 
 SCHEMA_VERSION = 3
 """Raised when a key is renamed, removed or changes its type (a new optional key leaves it). 3: the layers are the
@@ -31,17 +32,17 @@ Inf = Literal["inf", "-inf"]
 Arr = float | int | Inf
 
 
-class Words(TypedDict):
+class Words(TypedDict, closed=True):
     zh: str
     en: str
 
 
-Loaded = TypedDict("Loaded", {"format": str, "file": str | None, "class": str, "why": str}, total=False)
+Loaded = TypedDict("Loaded", {"format": str, "file": str | None, "class": str, "why": str}, total=False, closed=True)
 """How the model was built (`Explainer.loaded`: {} for an Explainer made directly); "class" is a keyword, hence
 the call form."""
 
 
-class Bos(TypedDict):
+class Bos(TypedDict, closed=True):
     """The BOS before the text (`Explainer.bos`), and what was done in words."""
 
     prepend_bos: bool
@@ -52,7 +53,7 @@ class Bos(TypedDict):
     text: Words
 
 
-class Model(TypedDict):
+class Model(TypedDict, closed=True):
     """The model card (`export.card_dict` of the Explanation's `ModelCard`)."""
 
     name: str
@@ -75,14 +76,14 @@ class Model(TypedDict):
     bos: NotRequired[Bos]
 
 
-class Unknown(TypedDict):
+class Unknown(TypedDict, closed=True):
     count: int
     positions: list[int]
     message: str
     hint: NotRequired[Words]
 
 
-class Piece(TypedDict):
+class Piece(TypedDict, closed=True):
     id: int
     raw: str
     label: str
@@ -91,7 +92,7 @@ class Piece(TypedDict):
     unknown: bool
 
 
-class Group(TypedDict):
+class Group(TypedDict, closed=True):
     text: str
     name: str
     start: int
@@ -99,7 +100,7 @@ class Group(TypedDict):
     pieces: list[int]
 
 
-class Pieces(TypedDict):
+class Pieces(TypedDict, closed=True):
     pieces: list[Piece]
     names: list[str]
     characters: list[Group]
@@ -107,20 +108,20 @@ class Pieces(TypedDict):
     rule: Words
 
 
-class Level(TypedDict):
+class Level(TypedDict, closed=True):
     names: list[str]
     pieces: list[list[int]]
     same: bool
     weights: list[list[Num]] | None
 
 
-class Levels(TypedDict):
+class Levels(TypedDict, closed=True):
     rule: Words
     characters: Level
     words: Level
 
 
-class Packed(TypedDict):
+class Packed(TypedDict, closed=True):
     """One array packed for the page (`codec`, the one encoding): byte planes, zlib, base64; digits: fixed point."""
 
     dtype: Literal["f16", "f32", "f64", "u16", "u32", "z32", "bits"]
@@ -129,19 +130,19 @@ class Packed(TypedDict):
     digits: NotRequired[int]
 
 
-class DisplaySelected(TypedDict):
+class DisplaySelected(TypedDict, closed=True):
     layer: int
     head: int
     weights: Packed
 
 
-class Display(TypedDict):
+class Display(TypedDict, closed=True):
     thumbnail_size: int
     thumbnails: list[list[Packed]]
     selected: DisplaySelected
 
 
-class Omitted(TypedDict):
+class Omitted(TypedDict, closed=True):
     layers: list[int]
     held: NotRequired[list[int]]
     bytes: int
@@ -150,7 +151,7 @@ class Omitted(TypedDict):
     text: Words
 
 
-class Opened(TypedDict):
+class Opened(TypedDict, closed=True):
     """The query row the views open on (`export.opened_query`): the query of the link the shown head's sentence
     describes (`link`) when the mask hides keys from it, else the middle one when the mask hides keys from it."""
 
@@ -160,21 +161,16 @@ class Opened(TypedDict):
     link: NotRequired[dict[str, int]]
 
 
-class Applied(TypedDict):
+class Applied(TypedDict, extra_items=dict[str, Any]):  # type: ignore[call-arg]  # PEP 728: mypy 2.4 lacks it
     """`Intervention.as_applied`, the one shape of an intervention (doc["experiment"]["applied"], the HTTP
     field `interventions`): each applied registry entry under its name with its values ({"temperature":
-    {"t": 2}}, {"no_causal": {}}: EXTRA), and its scope."""
+    {"t": 2}}, {"no_causal": {}}: its extra_items), and its scope."""
 
     layer: int | None
     head: int | None
 
 
-EXTRA = "__extra_items__"
-"""A TypedDict with this attribute takes keys it does not name, each value of that type (PEP 728's idea)."""
-setattr(Applied, EXTRA, dict[str, Any])
-
-
-class Param(TypedDict):
+class Param(TypedDict, closed=True):
     name: str
     type: Literal["bool", "int", "float"]
     min: Num | None
@@ -183,7 +179,7 @@ class Param(TypedDict):
     label: Words
 
 
-class InterventionEntry(TypedDict):
+class InterventionEntry(TypedDict, closed=True):
     """One entry of the interventions registry as data (`interventions.as_data`)."""
 
     name: str
@@ -196,20 +192,20 @@ class InterventionEntry(TypedDict):
     unavailable: NotRequired[Words]
 
 
-class Top(TypedDict):
+class Top(TypedDict, closed=True):
     token: str
     shown: str
     id: int
     prob: Num
 
 
-class FutureRow(TypedDict):
+class FutureRow(TypedDict, closed=True):
     query: int
     weight: Num
     keys: list[int]
 
 
-class Experiment(TypedDict):
+class Experiment(TypedDict, closed=True):
     """What the interventions applied, and with a baseline how the shown head changed (`experiment.compare`)."""
 
     applied: Applied
@@ -227,7 +223,7 @@ class Experiment(TypedDict):
     text: NotRequired[Words]
 
 
-class LegendNumbers(TypedDict):
+class LegendNumbers(TypedDict, closed=True):
     credit_min: Num
     chance_factor: Num
     min_rows: int
@@ -235,7 +231,7 @@ class LegendNumbers(TypedDict):
     local_span: int
 
 
-class Legend(TypedDict):
+class Legend(TypedDict, closed=True):
     """doc["head_types"] (`taxonomy.legend`, from the registry `head_types.REGISTRY`)."""
 
     types: list[str]
@@ -247,13 +243,13 @@ class Legend(TypedDict):
     numbers: LegendNumbers
 
 
-class Selected(TypedDict):
+class Selected(TypedDict, closed=True):
     layer: int
     head: int
     rule: str | None
 
 
-class Summary(TypedDict):
+class Summary(TypedDict, closed=True):
     entropy: Num
     max_weight: Num
     first_token: Num
@@ -262,7 +258,7 @@ class Summary(TypedDict):
     rows: int
 
 
-class Measured(TypedDict):
+class Measured(TypedDict, closed=True):
     score: Num | None
     chance: Num | None
     rows: int
@@ -270,7 +266,7 @@ class Measured(TypedDict):
     credited: bool
 
 
-class TypeFound(TypedDict):
+class TypeFound(TypedDict, closed=True):
     """One type a head holds (`verdicts.verdict`): where it was measured ("text" | "probe")."""
 
     type: str
@@ -281,7 +277,7 @@ class TypeFound(TypedDict):
     on: str
 
 
-class RelationBaseline(TypedDict):
+class RelationBaseline(TypedDict, closed=True):
     """What the other words of the text and its control and contrast sentences give a credited relation's keys
     (`held._baseline`): their mean weight, the relation's own query's on the same rows, the rows, the p-value."""
 
@@ -291,7 +287,7 @@ class RelationBaseline(TypedDict):
     p: Num | None
 
 
-class EvidenceRow(TypedDict):
+class EvidenceRow(TypedDict, closed=True):
     """One sentence's row a credited relation rests on (`held._evidence`)."""
 
     sentence: int
@@ -306,7 +302,7 @@ class EvidenceRow(TypedDict):
     tested: bool
 
 
-class HeldRelation(TypedDict):
+class HeldRelation(TypedDict, extra_items=Any):  # type: ignore[call-arg]  # PEP 728: mypy 2.4 lacks it
     """One relation credited to a head (`verdicts.verdict`); the measures beside it (control, previous word)
     are the `held` analysis' own keys."""
 
@@ -318,10 +314,7 @@ class HeldRelation(TypedDict):
     evidence: NotRequired[list[EvidenceRow]]
 
 
-setattr(HeldRelation, EXTRA, Any)
-
-
-class Verdict(TypedDict):
+class Verdict(TypedDict, closed=True):
     """One head's answer, the same in every view (`analysis.verdicts`)."""
 
     type: str | None
@@ -330,7 +323,7 @@ class Verdict(TypedDict):
     measurable: bool
 
 
-class Description(TypedDict):
+class Description(TypedDict, closed=True):
     """One head in words (`head_words.sentence`)."""
 
     kind: str
@@ -350,31 +343,31 @@ class Description(TypedDict):
     verdict: NotRequired[Verdict]
 
 
-class FirstToken(TypedDict):
+class FirstToken(TypedDict, closed=True):
     token: str
     selected: Num
     mean: Num
 
 
-class Found(TypedDict):
+class Found(TypedDict, closed=True):
     layer: int
     head: int
     weight: Num
 
 
-class Search(TypedDict):
+class Search(TypedDict, closed=True):
     query: int
     key: int
     heads: list[Found]
 
 
-class SameAs(TypedDict):
+class SameAs(TypedDict, closed=True):
     """K or V of a head that reads the same key/value head as an earlier head of its layer: that head's (GQA)."""
 
     of_head: int
 
 
-class TopDimensions(TypedDict):
+class TopDimensions(TypedDict, closed=True):
     """Of one d_model vector per row, in a layer not held in full: the `vector_top` dimensions of largest |value|
     (dims (L, T), largest first) and their values (L, T) to 4 decimals."""
 
@@ -382,7 +375,7 @@ class TopDimensions(TypedDict):
     values: Packed
 
 
-class Head(TypedDict):
+class Head(TypedDict, closed=True):
     """A head as the page holds it (`packing`): Q/K/V in float16, lse exact, and what the page shows computed by
     Python; scale … visible only for a head an intervention changed apart from its layer."""
 
@@ -403,10 +396,15 @@ class Head(TypedDict):
     visible: NotRequired[Packed]
 
 
-class Layer(PerHeadValues):
-    """One layer: its rule always (with each per-head score feature it has, `scores.PerHeadValues`) and its heads'
-    labels (`types`, where known); its arrays packed unless left out (then `omitted: true`); its d_model vectors
-    whole in a layer of doc["full_layers"], else as `top` dimensions; their `norms` either way."""
+PerHeadValues = TypedDict("PerHeadValues", {name: list[float] for name in PER_HEAD}, total=False)  # type: ignore[misc]
+"""The per-head score features of a layer as data, one value per head, each key present only where the layer has it:
+the names of `scores.PER_HEAD` (read from the rule's table, not written here)."""
+
+
+class Layer(PerHeadValues, closed=True):
+    """One layer: its rule always (with each per-head score feature it has: `PerHeadValues`) and its heads' labels
+    (`types`, where known); its arrays packed unless left out (then `omitted: true`); its d_model vectors whole in a
+    layer of doc["full_layers"], else as `top` dimensions; their `norms` either way."""
 
     scale: Num
     causal: bool
@@ -423,23 +421,23 @@ class Layer(PerHeadValues):
     types: NotRequired[list[str | None]]
 
 
-class ScaleWords(TypedDict):
+class ScaleWords(TypedDict, closed=True):
     stage: Words
     row: Words
     how: Words
 
 
-class ShownKeys(TypedDict):
+class ShownKeys(TypedDict, closed=True):
     all_up_to: int
     top: int
 
 
-class Outcome(TypedDict):
+class Outcome(TypedDict, closed=True):
     top: list[Top]
     loss: Num | None
 
 
-class AblationTarget(TypedDict):
+class AblationTarget(TypedDict, closed=True):
     token: str
     shown: str
     id: int
@@ -447,25 +445,25 @@ class AblationTarget(TypedDict):
     after: Num
 
 
-class Token(TypedDict):
+class Token(TypedDict, closed=True):
     token: str
     shown: str
     id: int
 
 
-class LogitDiff(TypedDict):
+class LogitDiff(TypedDict, closed=True):
     target: Token
     foil: Token
     before: Num
     after: Num
 
 
-class Reference(TypedDict):
+class Reference(TypedDict, closed=True):
     texts: int
     positions: int
 
 
-class Ablation(TypedDict):
+class Ablation(TypedDict, closed=True):
     """`experiments.ablation`: the prediction before and after some heads' outputs are replaced."""
 
     prompt: str
@@ -480,7 +478,7 @@ class Ablation(TypedDict):
     text: Words
 
 
-class PatchText(TypedDict):
+class PatchText(TypedDict, closed=True):
     text: str
     tokens: list[str]
     labels: list[str]
@@ -488,19 +486,19 @@ class PatchText(TypedDict):
     top: list[Top]
 
 
-class Recovered(TypedDict):
+class Recovered(TypedDict, closed=True):
     layer: int
     head: int
     recovered: Num
 
 
-class PatchDisplay(TypedDict):
+class PatchDisplay(TypedDict, closed=True):
     limit: Num
     label_min: Num
     light_from: Num
 
 
-class Patching(TypedDict):
+class Patching(TypedDict, closed=True):
     """`experiments.patching`: the share of the logit difference each head and residual position recovers."""
 
     model: str
@@ -518,24 +516,24 @@ class Patching(TypedDict):
     text: Words
 
 
-class AttributedText(TypedDict):
+class AttributedText(TypedDict, closed=True):
     text: str
     tokens: list[str]
 
 
-class Agreement(TypedDict):
+class Agreement(TypedDict, closed=True):
     top: int
     spearman: Num | None
     shared: int
 
 
-class Exact(TypedDict):
+class Exact(TypedDict, closed=True):
     heads: list[list[Num]]
     residual: list[list[Num]]
     agreement: Agreement
 
 
-class Attribution(TypedDict):
+class Attribution(TypedDict, closed=True):
     """`experiments.attribution`: patching's shares estimated to first order, exact patching's beside them."""
 
     model: str
@@ -554,13 +552,13 @@ class Attribution(TypedDict):
     display: PatchDisplay
 
 
-class LensLayer(TypedDict):
+class LensLayer(TypedDict, closed=True):
     layer: int
     top: list[Top]
     entropy_bits: Num
 
 
-class Lens(TypedDict):
+class Lens(TypedDict, closed=True):
     """`experiments.lens`: the next token read out after every layer at one position."""
 
     position: int
@@ -571,7 +569,7 @@ class Lens(TypedDict):
     text: Words
 
 
-class FirstContribution(TypedDict):
+class FirstContribution(TypedDict, closed=True):
     """A head's first token: its rows' mean weight there, their mean share of the contribution from there, and
     whether the weight oversells it (`analysis.contributions.first_token`)."""
 
@@ -580,7 +578,7 @@ class FirstContribution(TypedDict):
     oversold: bool
 
 
-class Contributions(TypedDict):
+class Contributions(TypedDict, closed=True):
     """What each key contributes to the shown head, ‖α_ij · v_j W_O^h‖ (`views.contribution_words`)."""
 
     layer: int
@@ -594,7 +592,7 @@ class Contributions(TypedDict):
     values: NotRequired[list[list[Num]]]
 
 
-class Doc(TypedDict):
+class Doc(TypedDict, closed=True):
     """The page's document (`export.document` of an Explanation, with its experiments)."""
 
     schema: int

@@ -5,7 +5,7 @@
     POST /api/explain    {text, layer?, head?, interventions?: {name: {param: value}, layer?, head?}, format?,
                           layers?, find?, ablate?, ablate_mode?, patch?, lens?}  (`body.ExplainRequest`, generated
                           from the interventions' registry)
-                         -> the export dict (interventions.layer / .head limit the interventions to one layer /
+                         -> the page document (interventions.layer / .head limit the interventions to one layer /
                             head; the top-level layer / head name the head to show; without them the head an
                             intervention is limited to is shown, or the first head ablated: selected.rule says so)
 

@@ -78,7 +78,7 @@ async function unpackFields(obj, names) {
   return out;
 }
 
-/** A packed export dict ready to show: its thumbnails unpacked and, where it has them (every head's, drawn by the
+/** A page document ready to show: its thumbnails unpacked and, where it has them (every head's, drawn by the
  * model view), each held layer's visibility unpacked and its other arrays left packed until a view shows the
  * layer (`unpackLayers`): unpacking all 11 layers of the 24 MB page of 131 tokens on SmolLM2 took half of the 3 s
  * it took to open. Without thumbnails every layer is unpacked now. A layer left out keeps only its scalars. */

@@ -16,7 +16,7 @@ export function interventionFields(applied) {
   return { interventions: applied };
 }
 
-/** POST body → the packed export dict of the answer, unpacked; an error says the server's `detail`. */
+/** POST body → the page document of the answer, unpacked; an error says the server's `detail`. */
 async function post(state, body) {
   const response = await fetch(state.api, {
     method: "POST",

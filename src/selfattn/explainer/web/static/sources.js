@@ -12,7 +12,7 @@
  *
  * `legend`: the head types' names and colours (doc.head_types: views/taxonomy.legend).
  *
- * `docSource`: an export dict of the explorer (weights at 0.01 %, as Python packed them; a layer left out
+ * `docSource`: a page document of the explorer (weights at 0.01 %, as Python packed them; a layer left out
  * is not held). `arraySource`: the attention page's (layers, heads, L, L) weights given directly. */
 
 import { bit, shownWeight, visibleOf } from "./data.js";

@@ -14,7 +14,7 @@ export function createState(data) {
     pickRule: data.pick_rule || {},
     limits: data.limits || null,
     api: data.api || null,
-    doc: null, // the shown export dict, arrays unpacked
+    doc: null, // the shown page document, arrays unpacked
     baseline: null, // live mode: the same text without intervention
     layer: 0,
     head: 0,

@@ -1,4 +1,4 @@
-/* The experiments of the export dict (explainer/experiments.py), drawn from the numbers Python shipped:
+/* The experiments of the page document (explainer/experiments.py), drawn from the numbers Python shipped:
  * doc.ablation (the next-token distribution before → after), doc.patching (the share of the logit difference
  * each head's output and each layer's residual per position recovers, as two tables of coloured cells: blue
  * recovers, red works against, one scale ±display.limit; the heads the sentence names framed) and doc.lens
