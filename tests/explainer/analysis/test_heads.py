@@ -12,7 +12,7 @@ from selfattn.explainer.views import head_sentences as heads
 from selfattn.model import checkpoint, corpus
 from selfattn.model.corpus import CREATURES, Sentence
 from selfattn.model.tutorial_probe import attention_probe
-from tests.explainer.documents import both, explained, explanation, weights
+from tests.explainer.documents import both, explained, weights
 from tests.tolerances import TOL
 
 TEXT = "一只蓝色怪兽走进森林"
@@ -88,11 +88,11 @@ def test_search_ranks_heads_by_the_weight(default):
 def test_one_head_experiment_changes_only_that_step(default):
     iv = Intervention(causal=False, layer=0, head=3)
     changed, doc = both(default, TEXT, layer=0, head=3, intervention=iv)
-    base = explanation(default, TEXT, layer=0, head=3)
+    base_e, base = both(default, TEXT, layer=0, head=3)
     e = doc["experiment"]
     assert e["same_x"] and e["scope"] == "layer"
     for h in range(4):  # the other heads of the layer: unchanged
-        same = np.allclose(weights(changed, 0, h), weights(base, 0, h), atol=TOL["float32_weights"])
+        same = np.allclose(weights(changed, 0, h), weights(base_e, 0, h), atol=TOL["float32_weights"])
         assert same == (h != 3)
     w1 = weights(changed, 0, 3)
     future = np.triu(np.ones_like(w1, dtype=bool), 1)

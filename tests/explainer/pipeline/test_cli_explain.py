@@ -31,7 +31,7 @@ def test_json_is_the_pipelines_checkable_document(capsys, tiny, tiny_checkpoint)
     assert doc == json.loads(json.dumps(want, ensure_ascii=False))
     page = explained(tiny, TEXT)  # the page's dict: the same answers, with the arrays the JSON leaves to --npz
     assert doc["descriptions"] == json.loads(json.dumps(page["descriptions"], ensure_ascii=False))
-    assert "x" in page["layers"][0] and "x" not in doc["layers"][0]
+    assert "heads" in page["layers"][0] and "heads" not in doc["layers"][0]
 
 
 def test_terminal_tables_show_the_json_numbers(capsys, tiny_checkpoint):

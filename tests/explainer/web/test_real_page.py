@@ -25,8 +25,8 @@ import torch
 
 from selfattn.explainer import tracing
 from selfattn.explainer.session import Explainer
-from selfattn.explainer.views import codec, export, outputs, report, tables
-from tests.explainer.documents import explained
+from selfattn.explainer.views import checkable, codec, export, outputs, report, tables
+from tests.explainer.documents import both, explained
 from tests.explainer.source.test_real_model import CHINESE, GGUF, _eager, _folder
 from tests.explainer.views.test_report import embedded
 from tests.explainer.web.test_browser import CHROMIUM, CHROMIUM_ARGS, shown_row, stage, state, wait_ready
@@ -144,10 +144,10 @@ def test_the_model_view_has_a_thumbnail_in_every_cell(page):
 
 
 def test_asked_layers_are_exactly_what_the_npz_holds(smol):
-    doc = explained(smol, CHINESE, layers=[3, 18])
+    e, doc = both(smol, CHINESE, layers=[3, 18])
     held = [l for l, layer in enumerate(doc["layers"]) if not layer.get("omitted")]
     assert held == [3, 18]
-    with np.load(io.BytesIO(outputs.npz_bytes(doc))) as z:
+    with np.load(io.BytesIO(outputs.arrays_bytes(checkable.npz_arrays(e, layers=[3, 18])))) as z:
         layers = {int(m.group(1)) for name in z.files if (m := re.match(r"layer(\d+)/", name))}
     assert layers == {3, 18}
 
