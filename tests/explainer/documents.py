@@ -18,36 +18,10 @@ from selfattn.explainer.session import DEFAULT_TEXT
 from selfattn.explainer.views import checkable
 
 
-def explained(
-    explainer,
-    text: str = DEFAULT_TEXT,
-    *,
-    layer=None,
-    head=None,
-    intervention=None,
-    find=None,
-    ablate=None,
-    layers="auto",
-    compare: bool = True,
-    cache=None,
-    lang=None,
-    prepend_bos=None,
-) -> dict:
-    """The page's document of `text` on `explainer` (`views.export.document` of its Explanation)."""
-    return both(
-        explainer,
-        text,
-        layer=layer,
-        head=head,
-        intervention=intervention,
-        find=find,
-        ablate=ablate,
-        layers=layers,
-        compare=compare,
-        cache=cache,
-        lang=lang,
-        prepend_bos=prepend_bos,
-    )[1]
+def explained(explainer, text: str = DEFAULT_TEXT, **asked) -> dict:
+    """The page's document of `text` on `explainer` (`views.export.document` of its Explanation); `asked`: what
+    `both` takes."""
+    return both(explainer, text, **asked)[1]
 
 
 def both(
