@@ -41,8 +41,6 @@ JSON_SCHEMA = "selfattn.explain.json/2"
 """The version of the --json layout (docs/json.md); a change of a field's meaning or place changes it."""
 WEIGHT_DIGITS = 6
 """Decimals of the weights in the JSON: every shown weight (the page and the terminal print at most 4) is exact."""
-ARRAY_KEYS = ("x", "attn_out", "output", "visible", "heads")
-"""A held layer's arrays in the page's dict, which the JSON leaves to --npz."""
 
 
 def json_document(e: Explanation, *, layers=None, lang: str | None = None) -> dict:

@@ -56,6 +56,7 @@ from ..stages import head_stages
 from ..trace_types import LayerTrace
 from . import codec
 from .codec import unpack
+from .controls import scale_words
 from .page_budget import HEAD_CODE, SHOWN_ALL, TOP_KEYS, VECTOR_DIGITS, shown_key_count
 from .vector_summary import TOP_DIMENSIONS, top_dimensions
 
@@ -136,8 +137,6 @@ def packed_bytes(out: dict) -> int:
 def page_words(applied: dict, head_dim: int) -> dict:
     """What every page carries beside its layers: the words of the scale for the applied interventions, which keys
     the stepper shows, and how many top dimensions a layer not held in full keeps."""
-    from .controls import scale_words
-
     return {
         "scale_words": scale_words(applied, head_dim),
         "shown_keys": {"all_up_to": SHOWN_ALL, "top": TOP_KEYS},
@@ -229,12 +228,6 @@ def head_type_names(weights: np.ndarray, ids: list[int], *, causal: bool) -> lis
     """(H, L, L) weights of one layer → each head's label (`verdicts.verdict` of `head_types.measure`), or None:
     for weights given without a text's descriptions (the attention page)."""
     return [verdict(types)["type"] for types in measure(weights, ids, causal=causal)]
-
-
-def _ids_of(tokens: list[str]) -> list[int]:
-    """Token strings as ids (equal strings, equal ids): what head types compare when no ids are given."""
-    first: dict[str, int] = {}
-    return [first.setdefault(tok, len(first)) for tok in tokens]
 
 
 def pack_weights(weights: np.ndarray) -> dict:
