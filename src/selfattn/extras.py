@@ -27,6 +27,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
         "huggingface_hub",
         "gguf",
         "accelerate",
+        "isal",
     ),
     "serve": ("fastapi", "starlette", "pydantic", "uvicorn"),
 }

@@ -33,15 +33,13 @@ def _heads(seed: int = 0) -> list:
 
 
 def test_heads_of_a_group_are_packed_as_each_alone():
-    """Stacking a group's rows into one `head_stages` call and compressing on threads give every head the arrays
-    it gets alone: a mix-up of heads or of arrays fails here."""
+    """Stacking a group's rows into one `head_stages` call gives every head the arrays it gets alone: a mix-up of
+    heads or of arrays fails here."""
     heads = _heads()
     assert packing._groups(heads) == [list(range(G))]
-    batch: list = []
-    together = packing._page_arrays(heads, batch)
-    codec.compress(batch)
+    together = packing._page_arrays(heads)
     for head, (shown, weights) in zip(heads, together, strict=True):
-        [(alone, alone_weights)] = packing._page_arrays([head], None)
+        [(alone, alone_weights)] = packing._page_arrays([head])
         assert torch.equal(weights, alone_weights)
         assert shown.keys() == alone.keys()
         for name in shown:

@@ -346,14 +346,11 @@ def _display(trace: ModelTrace, layer: int, head: int, thumbnails) -> dict:
                                   L <= T, else the mean of each block of them) at 0.01 %, as every weight
         weights                   "u16" (L, L) with digits WEIGHT_DIGITS: the shown head's weights at 0.01 %"""
     w = trace.layers[layer].stages(head, weighted=False)["weights"].numpy()
-    batch: list = []  # every array compressed at once, on threads
-    packed = {
+    return {
         "thumbnail_size": int(thumbnails[0][0].shape[-1]) if thumbnails and thumbnails[0] else 0,
-        "thumbnails": [[codec.fixed(_unit_range(t), WEIGHT_DIGITS, "u16", batch) for t in row] for row in thumbnails],
-        "selected": {"layer": layer, "head": head, "weights": codec.fixed(w, WEIGHT_DIGITS, "u16", batch)},
+        "thumbnails": [[codec.fixed(_unit_range(t), WEIGHT_DIGITS, "u16") for t in row] for row in thumbnails],
+        "selected": {"layer": layer, "head": head, "weights": codec.fixed(w, WEIGHT_DIGITS, "u16")},
     }
-    codec.compress(batch)
-    return packed
 
 
 def _unit_range(t: torch.Tensor) -> np.ndarray:

@@ -90,10 +90,7 @@ def pack_layer(layer: LayerTrace, *, full: bool) -> tuple[dict, list[torch.Tenso
     """`layer` as the page holds it (see the module doc) but for its `types` (`types_of`), every array packed and
     compressed; and each head's float64 weights (L, L). full: its d_model vectors whole (else their norms and top
     dimensions)."""
-    batch: list = []  # every array's bytes, compressed together at the end (`codec.compress`, on threads)
-    out, weights = _layer_arrays(_read(layer, full), batch)
-    codec.compress(batch)
-    return out, weights
+    return _layer_arrays(_read(layer, full))
 
 
 def layer_rule(layer: LayerTrace) -> dict:
@@ -182,7 +179,7 @@ def _float64(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().double().numpy()
 
 
-def _layer_arrays(read: _Read, batch: list) -> tuple[dict, list[torch.Tensor]]:
+def _layer_arrays(read: _Read) -> tuple[dict, list[torch.Tensor]]:
     """One layer packed, but for its `types`; and each head's float64 weights (L, L)."""
     out = dict(read.fields)
     out["norms"] = {}
@@ -190,22 +187,22 @@ def _layer_arrays(read: _Read, batch: list) -> tuple[dict, list[torch.Tensor]]:
         out["top"] = {}
     for name, vectors in read.vectors.items():
         if read.full:
-            out[name] = codec.fixed(vectors, VECTOR_DIGITS, "z32", batch)
+            out[name] = codec.fixed(vectors, VECTOR_DIGITS, "z32")
         else:
             dims = top_dimensions(vectors)
             values = np.take_along_axis(vectors, dims, -1)
             out["top"][name] = {
-                "dims": codec.encode(dims, "u16" if vectors.shape[-1] <= 2**16 else "u32", batch),
-                "values": codec.fixed(values, VECTOR_DIGITS, "z32", batch),
+                "dims": codec.encode(dims, "u16" if vectors.shape[-1] <= 2**16 else "u32"),
+                "values": codec.fixed(values, VECTOR_DIGITS, "z32"),
             }
-        out["norms"][name] = codec.fixed(np.linalg.norm(vectors, axis=-1), VECTOR_DIGITS, "z32", batch)
-    out["visible"] = codec.bits(read.visible, batch)
+        out["norms"][name] = codec.fixed(np.linalg.norm(vectors, axis=-1), VECTOR_DIGITS, "z32")
+    out["visible"] = codec.bits(read.visible)
     layer = read.fields | {"heads": [fields for fields, _, _ in read.heads]}  # what head_rule reads
     heads = []
     for h, (fields, arrays, apart) in enumerate(read.heads):
         packed = dict(fields)
         if apart is not None:  # a head an intervention changed apart from its layer
-            packed["visible"] = codec.bits(apart, batch)
+            packed["visible"] = codec.bits(apart)
         own = read.visible if apart is None else apart
         heads.append(_Head(packed, arrays, own, head_rule(layer, h), apart=apart is not None))
         shared = _shared_kv(heads)
@@ -214,10 +211,10 @@ def _layer_arrays(read: _Read, batch: list) -> tuple[dict, list[torch.Tensor]]:
             if once:
                 packed[name] = {"of_head": shared}
             else:
-                packed[name] = codec.exact(a, batch) if name == "lse" else codec.encode(a, HEAD_CODE, batch)
+                packed[name] = codec.exact(a) if name == "lse" else codec.encode(a, HEAD_CODE)
     weights: list[torch.Tensor] = [torch.empty(0)] * len(heads)
     for group in _groups(heads):
-        for h, (shown, weights_h) in zip(group, _page_arrays([heads[h] for h in group], batch), strict=True):
+        for h, (shown, weights_h) in zip(group, _page_arrays([heads[h] for h in group]), strict=True):
             heads[h].packed |= shown
             weights[h] = weights_h
     out["heads"] = [head.packed for head in heads]
@@ -292,7 +289,7 @@ def _same_kv(a: _Head, b: _Head) -> bool:
     return same and all(np.array_equal(a.arrays[name], b.arrays[name]) for name in ("k", "v"))
 
 
-def _page_arrays(group: list[_Head], batch: list) -> list[tuple[dict, torch.Tensor]]:
+def _page_arrays(group: list[_Head]) -> list[tuple[dict, torch.Tensor]]:
     """What the page shows of each head of a group (`_groups`: one K, V, rule and visibility): its stages
     (`trace.head_stages`, float64, the group's query rows stacked) at the shown precision; and its float64
     weights (L, L)."""
@@ -317,14 +314,14 @@ def _page_arrays(group: list[_Head], batch: list) -> list[tuple[dict, torch.Tens
     for g in range(len(group)):
         part = slice(g * R, (g + 1) * R)
         shown = {
-            "weights": codec.fixed(weights[part].numpy(), WEIGHT_DIGITS, "u16", batch),
-            "keys": codec.encode(keys[part], key_dtype, batch),
-            "key_stages": codec.fixed(stages[:, part].transpose(0, 2, 1), STAGE_DIGITS, "z32", batch),  # (3, K, L)
-            "weighted": codec.fixed(st["weighted"][part].numpy(), STAGE_DIGITS, "z32", batch),
-            "sums": codec.fixed(sums[part], WEIGHT_DIGITS, "u32", batch),  # u32: the page reads it as numbers
+            "weights": codec.fixed(weights[part].numpy(), WEIGHT_DIGITS, "u16"),
+            "keys": codec.encode(keys[part], key_dtype),
+            "key_stages": codec.fixed(stages[:, part].transpose(0, 2, 1), STAGE_DIGITS, "z32"),  # (3, K, L)
+            "weighted": codec.fixed(st["weighted"][part].numpy(), STAGE_DIGITS, "z32"),
+            "sums": codec.fixed(sums[part], WEIGHT_DIGITS, "u32"),  # u32: the page reads it as numbers
         }
         if "sink" in st:
-            shown["sink"] = codec.fixed(st["sink"][part].numpy(), WEIGHT_DIGITS, "u32", batch)
+            shown["sink"] = codec.fixed(st["sink"][part].numpy(), WEIGHT_DIGITS, "u32")
         out.append((shown, weights[part]))
     return out
 
@@ -353,7 +350,8 @@ def _shown_keys(w: np.ndarray, rows: np.ndarray) -> np.ndarray:
     plain = ~nan_rows
     if plain.any():
         v = w[plain]
-        kth = np.partition(v, L - TOP_KEYS, axis=1)[:, L - TOP_KEYS, None]  # (R', 1): the TOP_KEYS-th largest
+        # (R', 1): the TOP_KEYS-th largest; topk, as causal rows' many equal zeros make np.partition 6× slower
+        kth = torch.topk(torch.from_numpy(v), TOP_KEYS, dim=1).values[:, -1:].numpy()
         above, tied = v > kth, v == kth
         wanted = TOP_KEYS - above.sum(axis=1)  # how many of the tied ones, the lowest positions first
         many = np.flatnonzero(tied.sum(axis=1) > wanted)  # rows where not every tied one is taken
