@@ -51,6 +51,7 @@ __all__ = [
     "MAX_JSON_BYTES",
     "MAX_MANIFEST_BYTES",
     "MAX_PAGE_BYTES",
+    "LONG_PAGE_BYTES",
     "MAX_RESPONSE_BYTES",
     "THUMBNAIL_BYTES",
     "PAGE_BYTES",
@@ -274,6 +275,13 @@ beyond, the dict holds the shown layer and the layers nearest it that fit, and d
 others and how to get them (`--layers`, `layers=[…]`, the app). With the thumbnails of every head (at most
 64 × 64 u16 each) and the script, a page stays under PAGE_BYTES (`layers_budget`): every layer of SmolLM2 (30 × 9
 heads) at 128 tokens takes 23.1 MB."""
+
+LONG_PAGE_BYTES = 6_000_000
+"""MAX_PAGE_BYTES for a text of more than `page_budget.ALL_LAYERS_UP_TO` tokens (issue 43: every layer up to 128
+tokens; beyond, --layers, and the app fetches any layer): the time a page adds grows with the bytes it packs (on a
+2-core EPYC, 0.6 s for the six layers, 21 MB, of SmolLM2 at 512 tokens), so a long text's page holds the shown layer
+and the nearest that fit 6 MB: one of SmolLM2's or the 0.5B configuration's at 512 tokens, both of the bundled
+model's."""
 
 PAGE_BYTES = 25_000_000
 """The most a page of layers="auto" takes: the layers' arrays, every head's thumbnail (doc["display"]: 0.8 MB for

@@ -160,11 +160,13 @@ def test_the_page_budget_counts_the_layers_packed_not_their_bound(monkeypatch):
 
 
 def test_the_layers_get_what_the_thumbnails_and_words_of_every_head_leave_of_a_page():
-    def budget(n_layers, n_heads, display_bytes):
-        trace = SimpleNamespace(layers=[SimpleNamespace(n_heads=n_heads)] * n_layers)
+    def budget(n_layers, n_heads, display_bytes, length=128):
+        trace = SimpleNamespace(layers=[SimpleNamespace(n_heads=n_heads, length=length)] * n_layers)
         return export.layers_budget(trace, {"thumbnails": "x" * display_bytes})
 
     assert budget(30, 9, 10) == export.MAX_PAGE_BYTES  # 270 heads of tiny thumbnails leave the layers their most
+    assert export.ALL_LAYERS_UP_TO == 128 and budget(30, 9, 10, length=129) == export.LONG_PAGE_BYTES
+    assert export.LONG_PAGE_BYTES < export.MAX_PAGE_BYTES
     smol = budget(30, 9, 800_000)  # SmolLM2: 270 heads of 64 × 64 thumbnails at 0.01 % (0.8 MB at 128 tokens)
     shown = len(json.dumps({"thumbnails": "x" * 800_000}, separators=(",", ":")))
     assert smol == export.PAGE_BYTES - shown - export.PAGE_FIXED_BYTES - 270 * export.HEAD_WORDS_BYTES
@@ -172,6 +174,28 @@ def test_the_layers_get_what_the_thumbnails_and_words_of_every_head_leave_of_a_p
     thumbnails = len(json.dumps({"thumbnails": "x" * 11_000_000}, separators=(",", ":")))
     assert many == export.PAGE_BYTES - thumbnails - export.PAGE_FIXED_BYTES - 1024 * export.HEAD_WORDS_BYTES
     assert budget(32, 32, 30_000_000) == 0  # the shown layer alone, whatever it takes
+
+
+def test_a_long_texts_page_holds_what_fits_the_long_budget_and_says_why(monkeypatch):
+    """Beyond ALL_LAYERS_UP_TO tokens a page of layers="auto" holds what fits LONG_PAGE_BYTES: both layers of a small
+    model; with room for one, the shown one, and a note that names the text's length and how to get the others."""
+    ex = tiny_explainer()
+    text = "一只蓝色怪兽走进森林。" * 22
+    doc = explained(ex, text, layer=1, head=0)
+    assert len(doc["tokens"]) > export.ALL_LAYERS_UP_TO
+    assert "omitted" not in doc and all("heads" in layer for layer in doc["layers"])
+    trace = tracing.trace(ex, text)
+    shown = packing.packed_bytes(packing.pack_layer(trace.layers[1], full=True)[0])
+    monkeypatch.setattr(export, "LONG_PAGE_BYTES", shown + 100)  # room for the shown layer only
+    doc = explained(ex, text, layer=1, head=0)
+    assert doc["layers"][0]["omitted"] and doc["omitted"]["held"] == [1]
+    n = len(doc["tokens"])
+    assert doc["omitted"]["message"].startswith(f"a text of {n} tokens, over 128: its page holds ")
+    assert "layers 1 are written in full" in doc["omitted"]["message"] and "--layers" in doc["omitted"]["message"]
+    assert doc["omitted"]["text"]["zh"].startswith(f"文本有 {n} 个 token，超过 128 个")
+    monkeypatch.setattr(export, "MAX_PAGE_BYTES", 1)  # the shown layer, whatever it takes
+    short = explained(ex, "一只蓝色怪兽走进森林", layer=1, head=0)  # the other note for a short text
+    assert short["omitted"]["message"].startswith("every layer's arrays may take up to")
 
 
 @pytest.mark.parametrize("text", ["一只蓝色怪兽走进森林", "一只蓝色怪兽走进森林。" * 12])

@@ -68,7 +68,7 @@ import torch
 
 from ... import __version__, checks
 from ...files import json_float
-from ...limits import HEAD_WORDS_BYTES, MAX_PAGE_BYTES, PAGE_BYTES, PAGE_FIXED_BYTES
+from ...limits import HEAD_WORDS_BYTES, LONG_PAGE_BYTES, MAX_PAGE_BYTES, PAGE_BYTES, PAGE_FIXED_BYTES
 from .. import interventions
 from ..analysis.experiment import opened_row
 from ..pieces import AGGREGATION_RULE, aggregate, names, shown_piece
@@ -76,7 +76,7 @@ from ..trace_types import LayerTrace, ModelTrace
 from . import codec, texts
 from .contribution_words import field as contribution_field
 from .packing import WEIGHT_DIGITS, layer_rule, pack_layer, packed_bytes, page_words, types_of
-from .page_budget import layer_page_bytes
+from .page_budget import ALL_LAYERS_UP_TO, layer_page_bytes
 from .schema import SCHEMA_VERSION
 from .type_legend import legend
 
@@ -107,11 +107,11 @@ def document(e: Explanation, *, layers="auto", lang: str | None = None, display:
     number of `e`.
 
     layers    the layers whose arrays the page holds: "auto" every layer unless that is over what a page holds
-              (`layers_budget`), then the shown one and the nearest that fit, by their packed size (doc["omitted"]
-              says which, with the size, and how to get the others); "selected" the shown one; a list those; None
-              every one. The others keep their rule only ({…, omitted: true}). The d_model vectors go whole in
-              doc["full_layers"] (the shown one for "auto" and "selected", every held one otherwise), as norms and
-              top dimensions in the others.
+              (`layers_budget`: less beyond ALL_LAYERS_UP_TO tokens), then the shown one and the nearest that fit,
+              by their packed size (doc["omitted"] says which, with the size, and how to get the others);
+              "selected" the shown one; a list those; None every one. The others keep their rule only ({…,
+              omitted: true}). The d_model vectors go whole in doc["full_layers"] (the shown one for "auto" and
+              "selected", every held one otherwise), as norms and top dimensions in the others.
     lang      "zh" | "en": the language its views speak (doc["lang"]; None leaves it out)
     display   with the page's thumbnails and packed weights (doc["display"]) and the page's words (`page_words`);
               False (the --json document) without them"""
@@ -202,7 +202,7 @@ def _page_layers(
                 packed[l], used = out, used + size
             held = set(packed)
             if len(held) < trace.n_layers:
-                omitted = omitted_note(trace.n_layers, held, sum(sizes), limit)
+                omitted = omitted_note(trace.n_layers, held, sum(sizes), limit, tokens=trace.layers[shown].length)
     else:
         held = set(full)
     out_layers = []
@@ -277,18 +277,22 @@ def _interventions(kind: str) -> list[dict]:
 
 
 def layers_budget(trace: ModelTrace, shown_display: dict | None) -> int:
-    """How many bytes the layers' arrays may take in a page of layers="auto": MAX_PAGE_BYTES, less where the
-    thumbnails and words of a model with many heads would take the page over PAGE_BYTES."""
+    """How many bytes the layers' arrays may take in a page of layers="auto": MAX_PAGE_BYTES (LONG_PAGE_BYTES for a
+    text of more than ALL_LAYERS_UP_TO tokens), less where the thumbnails and words of a model with many heads would
+    take the page over PAGE_BYTES."""
     heads = sum(layer.n_heads for layer in trace.layers)
     shown = 0 if shown_display is None else len(json.dumps(shown_display, separators=(",", ":")))
-    return max(0, min(MAX_PAGE_BYTES, PAGE_BYTES - shown - PAGE_FIXED_BYTES - HEAD_WORDS_BYTES * heads))
+    most = LONG_PAGE_BYTES if trace.layers[0].length > ALL_LAYERS_UP_TO else MAX_PAGE_BYTES
+    return max(0, min(most, PAGE_BYTES - shown - PAGE_FIXED_BYTES - HEAD_WORDS_BYTES * heads))
 
 
-def omitted_note(n_layers: int, held: set[int], total: int, limit: int) -> dict:
+def omitted_note(n_layers: int, held: set[int], total: int, limit: int, *, tokens: int = 0) -> dict:
     """doc["omitted"]: the layers left out, those held, the sizes, and in words which are held and how to get
-    the others (`texts` "export.omitted")."""
-    values = {"mb": f"{total / 1e6:,.0f}", "limit": f"{limit / 1e6:,.0f}", "held": layer_ranges(sorted(held))}
-    said = {lang: texts.text("export.omitted", lang, **values) for lang in texts.LANGS}
+    the others (`texts` "export.omitted"; "export.omitted_long" for a text of `tokens` over ALL_LAYERS_UP_TO)."""
+    values: dict = {"mb": f"{total / 1e6:,.0f}", "limit": f"{limit / 1e6:,.0f}", "held": layer_ranges(sorted(held))}
+    key = "export.omitted_long" if tokens > ALL_LAYERS_UP_TO else "export.omitted"
+    values |= {"n": tokens, "up_to": ALL_LAYERS_UP_TO}
+    said = {lang: texts.text(key, lang, **values) for lang in texts.LANGS}
     return {
         "layers": [i for i in range(n_layers) if i not in held],
         "held": sorted(held),

@@ -18,6 +18,7 @@ from ..trace_types import LayerTrace
 from .vector_summary import TOP_DIMENSIONS
 
 __all__ = [
+    "ALL_LAYERS_UP_TO",
     "SHOWN_ALL",
     "TOP_KEYS",
     "VECTOR_DIGITS",
@@ -30,6 +31,10 @@ __all__ = [
     "layer_page_bytes",
 ]
 
+ALL_LAYERS_UP_TO = 128
+"""Up to this many tokens a page of layers="auto" holds every layer that fits MAX_PAGE_BYTES (every layer of SmolLM2
+and of the 0.5B configuration at 128 tokens); beyond, what fits LONG_PAGE_BYTES: a longer text's other layers come
+with --layers or from the app."""
 SHOWN_ALL = 64
 """Up to this many tokens the stepper's table shows (and the page holds the stages of) every key."""
 TOP_KEYS = 20
