@@ -150,3 +150,22 @@ def test_no_output_projection_no_field():
     assert "contributions" not in export.document(e)
     with pytest.raises(ValueError, match="output projection"):
         e.contributions(0, 0)
+
+
+def test_the_first_type_of_every_head_is_each_heads_own_measure(planted):
+    """`contributions.first_type` measures every head's shares in one call of `head_types.measure`: each head's
+    verdict is the one it gets measured alone (a mix-up of heads or rows fails here)."""
+    from selfattn.explainer.analysis import head_types
+
+    _, _, e = planted
+    layer = e.trace.layers[0]
+    ids = [int(i) for i in e.tokens.ids]
+    together = contrib.first_type(layer, ids)
+    alone = []
+    for h in range(layer.n_heads):
+        shares = contrib.shares(contrib.contributions(layer, h, layer.stages(h, weighted=False)["weights"]))
+        alone.append(head_types.measure(shares, ids, causal=layer.causal, visible=layer.visible)[0]["first"])
+    assert len(together) == len(alone) == 2
+    for one, other in zip(together, alone, strict=True):  # a mean over the stacked rows may differ in its last bit
+        assert one == pytest.approx(other, rel=TOL["float64"], abs=0)
+    assert together[0] != pytest.approx(together[1])  # the heads differ, so equality above means something

@@ -114,9 +114,9 @@ def first_type(layer: LayerTrace, ids: Sequence[int], weights: torch.Tensor | No
     counted. weights: the layer's (H, L, L) weights when already computed. None without an output projection."""
     if not available(layer):
         return None
-    out = []
+    every = []
     for h in range(layer.n_heads):
         w = layer.stages(h, weighted=False)["weights"] if weights is None else weights[h]
-        s = shares(contributions(layer, h, w))
-        out.append(head_types.measure(s, ids, causal=layer.causal, visible=layer.visible)[0]["first"])
-    return out
+        every.append(shares(contributions(layer, h, w)))
+    measured = head_types.measure(torch.stack(every), ids, causal=layer.causal, visible=layer.visible)  # one layout
+    return [types["first"] for types in measured]
