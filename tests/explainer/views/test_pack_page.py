@@ -103,8 +103,8 @@ def test_the_data_block_joins_base64_back_exactly():
 
 def test_each_layer_of_a_page_is_packed_once_from_its_trace(monkeypatch):
     """A held layer is packed straight from the Explanation's trace, once, also when the page's budget measures it
-    (layers="auto" over the budget: the shown layer, then the nearest, packed until one does not fit); its q is the
-    trace's in float16."""
+    (layers="auto" over the budget: the shown layer, then the nearest, packed until one does not fit, or is estimated
+    not to: `FIT_SLACK`); its q is the trace's in float16."""
     from tests.explainer.tiny import tiny_explainer
 
     e = explanation(tiny_explainer(), "一只蓝色怪兽走进森林", layer=1, head=0)
@@ -121,4 +121,11 @@ def test_each_layer_of_a_page_is_packed_once_from_its_trace(monkeypatch):
     monkeypatch.setattr(export, "MAX_PAGE_BYTES", shown + 100)  # room for the shown layer only
     doc = export.document(e)
     assert doc["omitted"]["held"] == [1] and doc["layers"][0]["omitted"]
-    assert [id(layer) for layer in packed] == [id(e.trace.layers[1]), id(e.trace.layers[0])]  # 0 did not fit
+    assert [id(layer) for layer in packed] == [id(e.trace.layers[1])]  # 0, estimated too large, was not packed
+    assert (
+        export.FIT_SLACK
+        * export.layer_page_bytes(e.trace.layers[0], full=False)
+        * shown
+        / export.layer_page_bytes(e.trace.layers[1])
+        > 100
+    )  # the estimate: 0's bound times 1's packed / bound ratio, less 10 %, over the 100 bytes left
