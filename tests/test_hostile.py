@@ -246,6 +246,55 @@ def test_finite_inputs_whose_scores_overflow_are_refused_not_nan(backend, dtype)
     assert torch.isnan(selfattn.attention(q, k, v, backend=backend)).any()
 
 
+def _overflowing_row(dtype=torch.float32):
+    """(B 2, Hq 4, Hkv 2, L 4, D 4): every key's first coordinate 1e20, so query row 2 of head 3 in batch 1, −1e20
+    along it, scores −4e40 and more against every key (past float32's −3.4e38); every other query's scores are
+    about 10."""
+    q, k, v = make_inputs(2, 4, 2, 4, 4, 4, dtype=torch.float64, seed=3)
+    q = q * 1e-19
+    k[..., 0] = 1e20
+    q[1, 3, 2] = torch.tensor([-1e20, 0.0, 0.0, 0.0])
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+@pytest.mark.parametrize("backend", ["auto", "naive", "sdpa", "tiled", "native"])
+def test_a_query_whose_every_score_overflows_to_minus_inf_is_refused_not_zero(backend):
+    """Found by the hypothesis property (tests/adversarial/library): a float32 score past −3.4e38 became −inf, the
+    key was taken for a masked one, and a query whose every score did so got the 0 of a query that sees no key,
+    where float64 gives a weighted mean of V."""
+    q, k, v = _overflowing_row()
+    ref = reference_of(q, k, v, causal=True)[0]
+    assert np.isfinite(ref).all() and np.abs(ref[1, 3, 2]).max() > 0.1  # the spec: not 0
+    with pytest.raises(ValueError, match=r"attention of finite inputs overflowed torch.float32 \(largest \|q\| 1e\+20"):
+        selfattn.attention(q, k, v, causal=True, backend=backend)
+    out = selfattn.attention(q.double(), k.double(), v.double(), causal=True, backend=backend)  # float64 holds it
+    np.testing.assert_allclose(out.numpy(), ref, atol=TOL["float64"], rtol=0)
+
+
+@pytest.mark.parametrize("backend", ["auto", "naive", "sdpa", "tiled", "native"])
+def test_a_query_that_sees_no_key_is_still_zero_whatever_the_magnitudes(backend):
+    """A row the mask hides every key from gives 0 without an error, with inputs of ordinary size and with inputs
+    of 1e20 whose scores stay in range (the check computes that row's scores in float64 before it refuses)."""
+    for scale in (1.0, 1e20):
+        q, k, v = make_inputs(1, 2, 2, 4, 4, 4, dtype=torch.float32, seed=4)
+        q[..., 1:] *= scale  # q's coordinates 1–3 huge, k's zero there: every score is q₀·k₀, of ordinary size
+        k[..., 1:] = 0
+        mask = torch.ones(4, 4, dtype=torch.bool)
+        mask[2] = False  # query 2 sees no key
+        out = selfattn.attention(q, k, v, mask=mask, backend=backend)
+        assert torch.equal(out[:, :, 2], torch.zeros_like(out[:, :, 2]))
+        np.testing.assert_allclose(out.numpy(), reference_of(q, k, v, mask=mask)[0], atol=TOL["float32"], rtol=0)
+
+
+@pytest.mark.parametrize("backend", ["auto", "naive", "tiled", "native"])
+def test_a_softcap_saturates_an_overflowing_score_as_float64_does(backend):
+    """cap · tanh(s / cap) of s = −inf is −cap, as of s = −4e40 in float64: the softcap's answer is right, no error."""
+    q, k, v = _overflowing_row()
+    out = selfattn.attention(q, k, v, causal=True, softcap=30.0, backend=backend)
+    ref = reference_of(q, k, v, causal=True, softcap=30.0)[0]
+    np.testing.assert_allclose(out.numpy(), ref, atol=TOL["float32"], rtol=0)
+
+
 @pytest.mark.parametrize("backend", ["auto", "naive", "tiled"])
 @pytest.mark.parametrize("softcap", [1e-300, 5e-5, -1.0])
 def test_a_softcap_below_the_minimum_is_named(backend, softcap):

@@ -16,7 +16,7 @@ import torch
 
 from . import kernels
 from .compiling import constant_when_compiled, values_readable
-from .kernels.base import AttentionOutput, Result, all_finite
+from .kernels.base import FINITE_CHECK_CHUNK, AttentionOutput, Result, all_finite
 from .kernels.dispatch import check_backend
 from .masks import BlockMask
 from .request import MAX_SCALE, MAX_SOFTCAP, MIN_SOFTCAP, REQUEST_KEYWORDS, Request, build_request
@@ -386,14 +386,18 @@ def _checked(result, r: Request) -> Result:
 
 def check_overflow(r: Request, output: torch.Tensor) -> None:
     """Finite q, k, v must give a finite output: if the scores or the output overflowed the compute dtype
-    (float32 q·k past 3.4e38, say), a ValueError says so instead of handing back NaN. Inputs that hold
-    NaN or ±inf give NaN where the reference does, as they are.
+    (float32 q·k past 3.4e38, say), a ValueError says so instead of handing back NaN, or, where every score
+    of a query overflowed to −inf, the 0 of a query that sees no key (`_overflowed_to_nothing`). Inputs that
+    hold NaN or ±inf give NaN where the reference does, as they are.
 
-    Checked on the CPU only (one pass over the output, O(B·Hq·Lq·Dv)); on an accelerator the check would
+    Checked on the CPU only (a pass or two over the output, O(B·Hq·Lq·Dv)); on an accelerator the check would
     make every call wait for its kernel."""
-    if output.device.type != "cpu" or all_finite(output):
+    if output.device.type != "cpu":
         return
-    if not all(all_finite(t) for t in (r.q, r.k, r.v)):
+    if all_finite(output):
+        if not _overflowed_to_nothing(r, output):
+            return
+    elif not all(all_finite(t) for t in (r.q, r.k, r.v)):
         return
     largest = ", ".join(f"|{n}| {float(t.detach().abs().max()):.3g}" for n, t in (("q", r.q), ("k", r.k), ("v", r.v)))
     raise ValueError(
@@ -401,3 +405,43 @@ def check_overflow(r: Request, output: torch.Tensor) -> None:
         f"{r.scale:g}): the scores or the output are beyond its range; scale the inputs down or "
         f"compute in float64"
     )
+
+
+OVERFLOW_ROWS = 1024
+"""Query rows whose float64 scores `_overflowed_to_nothing` computes at once: 1,024 × Lk doubles."""
+
+
+def _overflowed_to_nothing(r: Request, output: torch.Tensor) -> bool:
+    """Whether a query whose output is all zeros (what a query that sees no key gets) may have had its scores
+    overflow the compute dtype to −inf, each key then taken for a masked one: a score beyond it in float64,
+    |q·k| · max(scale, 1) (a kernel may scale q·k after the product). Rows of zeros are looked at only where
+    D · max|q| · max|k| · max(scale, 1) reaches the dtype's largest value and q and k are finite (a query that
+    sees no key and has such a score for a key it does not see is refused too: its scores are beyond the dtype
+    either way). A softcap saturates instead (cap · tanh(±inf) is the float64 answer): no check."""
+    if not output.numel() or not _zero_row(output) or r.softcap is not None:
+        return False
+    largest = float(torch.finfo(r.accumulate_dtype).max)
+    factor = max(abs(r.scale), 1.0)
+    peaks = [max(abs(float(t.detach().amax())), abs(float(t.detach().amin()))) for t in (r.q, r.k)]
+    if r.q.shape[-1] * peaks[0] * peaks[1] * factor < largest or not all(map(all_finite, (r.q, r.k))):
+        return False
+    zero = (output.detach().amax(-1) == 0) & (output.detach().amin(-1) == 0)  # (B, Hq, Lq)
+    group = r.q.shape[1] // r.k.shape[1]
+    for b, h in zero.any(-1).nonzero().tolist():
+        rows = zero[b, h].nonzero().flatten()
+        keys = r.k[b, h // group].detach().double()
+        for part in rows.split(OVERFLOW_ROWS):
+            scores = r.q[b, h, part].detach().double() @ keys.T
+            if float(scores.abs().amax()) * factor >= largest:
+                return True
+    return False
+
+
+def _zero_row(output: torch.Tensor) -> bool:
+    """Whether a row of `output` (its last dimension) is all zeros: a few µs per call, and at most
+    FINITE_CHECK_CHUNK elements copied at once (|x| of a chunk of rows)."""
+    if output.numel() <= FINITE_CHECK_CHUNK:  # one expression: each further operation costs ~1.5 µs of a call
+        return float(output.detach().abs().amax(-1).amin()) == 0
+    rows = output.detach().reshape(-1, output.shape[-1])
+    step = max(1, FINITE_CHECK_CHUNK // max(1, rows.shape[1]))
+    return any(float(rows[i : i + step].abs().amax(-1).amin()) == 0 for i in range(0, rows.shape[0], step))

@@ -80,12 +80,9 @@ def test_the_campaign_folders(name, fn, tmp_path):
     _clean(name, fn, tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by the hypothesis property: a float32 score that overflows (|q·k| > 3.4e38) is taken for a masked "
-    "key, output 0 where float64 gives v; to be refused or computed right in selfattn.kernels (not this file's room)",
-)
 def test_a_float32_score_that_overflows_is_not_taken_for_a_masked_key():
+    """Found by the hypothesis property: a float32 score past −3.4e38 was taken for a masked key (output 0 where
+    float64 gives v); `selfattn.functional.check_overflow` refuses it now (tests/test_hostile.py has every backend)."""
     import torch
 
     import selfattn
