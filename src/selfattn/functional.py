@@ -418,8 +418,8 @@ def _overflowed_to_nothing(r: Request, output: torch.Tensor) -> bool:
     D · max|q| · max|k| · max(scale, 1) reaches the dtype's largest value and q and k are finite (a query that
     sees no key and has such a score for a key it does not see is refused too: its scores are beyond the dtype
     either way). A softcap saturates instead (cap · tanh(±inf) is the float64 answer): no check."""
-    if not output.numel() or not _zero_row(output) or r.softcap is not None:
-        return False
+    if not (output.numel() and r.k.numel()) or not _zero_row(output) or r.softcap is not None:
+        return False  # no key at all: nothing to overflow
     largest = float(torch.finfo(r.accumulate_dtype).max)
     factor = max(abs(r.scale), 1.0)
     peaks = [max(abs(float(t.detach().amax())), abs(float(t.detach().amin()))) for t in (r.q, r.k)]
