@@ -138,19 +138,15 @@ def _b64(raw: bytes, itemsize: int = 1) -> str:
     return base64_text(zlib_stream(raw, itemsize))
 
 
-ZLIB_HEADER = b"\x78\x01"  # deflate, 32 KiB window, the "fastest" level flag (RFC 1950 §2.2)
-FINAL_BLOCK = b"\x03\x00"  # an empty last block (fixed Huffman codes: just the end-of-block code)
-
-
 def zlib_stream(raw: bytes, itemsize: int) -> bytes:
-    """One zlib stream (RFC 1950) of raw, `itemsize` byte planes of equal length, each deflated apart (ISA-L,
-    `ZLIB_LEVEL`: a plane's own Huffman codes shrink a page's arrays 6 % more than one deflate of them all);
-    `zlib.decompress` and the page's DecompressionStream read it as any other."""
+    """One zlib stream (RFC 1950) of raw, `itemsize` byte planes of equal length, each ending its own deflate
+    blocks (a sync flush: each plane gets its own Huffman codes, which shrinks a page's arrays 6 % more than one
+    deflate of them all), by one ISA-L compressor (`ZLIB_LEVEL`); `zlib.decompress` and the page's
+    DecompressionStream read it as any other."""
     n = len(raw) // itemsize if itemsize > 1 else len(raw)
     view = memoryview(raw)
-    planes = [view[p * n : (p + 1) * n] for p in range(len(raw) // n)] if n else [view]
+    deflate = isal_zlib.compressobj(ZLIB_LEVEL, isal_zlib.DEFLATED, isal_zlib.MAX_WBITS)
     body = []
-    for plane in planes:
-        deflate = isal_zlib.compressobj(ZLIB_LEVEL, isal_zlib.DEFLATED, -isal_zlib.MAX_WBITS)
-        body += [deflate.compress(plane), deflate.flush(isal_zlib.Z_SYNC_FLUSH)]  # ends on a byte: the next follows
-    return b"".join([ZLIB_HEADER, *body, FINAL_BLOCK, isal_zlib.adler32(raw).to_bytes(4, "big")])
+    for p in range(len(raw) // n if n else 0):
+        body += [deflate.compress(view[p * n : (p + 1) * n]), deflate.flush(isal_zlib.Z_SYNC_FLUSH)]
+    return b"".join([*body, deflate.flush(isal_zlib.Z_FINISH)])

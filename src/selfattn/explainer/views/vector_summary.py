@@ -7,6 +7,7 @@ and its TOP_DIMENSIONS largest |values|, the same in the terminal (`tables`) and
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 __all__ = ["TOP_DIMENSIONS", "top_dimensions"]
 
@@ -22,7 +23,7 @@ def top_dimensions(vectors: np.ndarray) -> np.ndarray:
     if L == 0 or T == 0:
         return np.zeros((L, T), dtype=np.int64)
     a = np.abs(vectors)
-    kth = np.partition(a, d - T, axis=-1)[:, d - T]  # each row's T-th largest |value|: no full sort of d
+    kth = torch.topk(torch.from_numpy(a), T, dim=-1).values[:, -1].numpy()  # each row's T-th largest |value|
     rows, cols = np.nonzero(a >= kth[:, None])  # at least T a row (more where values tie with it)
     order = np.lexsort((cols, -a[rows, cols], rows))  # by row, then largest first, then the lower dimension
     rows, cols = rows[order], cols[order]
