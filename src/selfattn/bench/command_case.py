@@ -459,7 +459,22 @@ def _smollm2_tokenizer(work: Path):
         with contextlib.redirect_stderr(io.StringIO()):
             tok = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tok.save_pretrained(str(saved))
-    return transformers.AutoTokenizer.from_pretrained(str(saved))
+    return _WithBos(transformers.AutoTokenizer.from_pretrained(str(saved)))
+
+
+class _WithBos:
+    """A tokenizer that counts the BOS the explainer puts before a text (`Explainer.bos`: SmolLM2 has a
+    bos_token_id that its tokenizer does not add), so that a size is the number of tokens the page shows, which
+    its rules count (every layer up to `page_budget.ALL_LAYERS_UP_TO` tokens); transformers' row reads the same
+    text, one token shorter."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def __call__(self, text: str) -> dict:
+        ids = list(self.tok(text)["input_ids"])
+        bos = self.tok.bos_token_id
+        return {"input_ids": ids if bos is None or ids[:1] == [bos] else [bos, *ids]}
 
 
 def _cache_entry(cache: Path) -> Path | None:
