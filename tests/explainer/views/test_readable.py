@@ -140,6 +140,29 @@ def test_the_command_says_which_layers_its_page_holds(tiny_checkpoint, tmp_path,
     assert main(args) == 0 and "--layers" not in capsys.readouterr().out  # no page: nothing to say of one
 
 
+def test_the_command_packs_its_page_on_one_thread_and_gives_the_threads_back(tiny_checkpoint, tmp_path, monkeypatch):
+    """`selfattn explain --html` packs its page with torch on PACKING_THREADS thread(s) (small operations, which a busy
+    core slows down), then puts the process's count back; the page holds the numbers the API's document packs."""
+    from selfattn import cli
+    from selfattn.explainer import pipeline
+    from selfattn.explainer.session import Explainer
+
+    seen = []
+    document = pipeline.Session.document
+    monkeypatch.setattr(
+        pipeline.Session,
+        "document",
+        lambda self, *a, **k: seen.append(torch.get_num_threads()) or document(self, *a, **k),
+    )
+    before = torch.get_num_threads()
+    page = tmp_path / "r.html"
+    assert main(["explain", "一只蓝色怪兽走进森林", "--model", str(tiny_checkpoint), "--html", str(page)]) == 0
+    assert seen == [min(cli.PACKING_THREADS, before)] and torch.get_num_threads() == before
+    data = json.loads(re.search(r'id="selfattn-data">(.*?)</script>', page.read_text(), re.S).group(1))
+    api = export.document(explanation(Explainer.load(str(tiny_checkpoint)), "一只蓝色怪兽走进森林"))
+    assert data["doc"]["layers"] == api["layers"]  # packed alike, byte for byte
+
+
 def test_the_page_budget_counts_the_layers_packed_not_their_bound(monkeypatch):
     """The bound (`layer_page_bytes`) is what a layer could take before compression; a page holds the layers
     whose packed arrays fit: here both, where the bound lets one in; one byte less, only the shown one."""
