@@ -220,7 +220,7 @@ def _gguf_model(work: Path, env: dict, sizes, modes, rounds: int, patch: bool, s
     from .gguf_case import _default_model
 
     gguf = _default_model()
-    tok = _smollm2_tokenizer(work)
+    tok = _WithBos(_smollm2_tokenizer(work))  # the explainer's count of a text read with SmolLM2's own config
     text = text_of(tok, sizes[0])
     tokens = len(tok(text)["input_ids"])
     argvs = {
@@ -459,7 +459,7 @@ def _smollm2_tokenizer(work: Path):
         with contextlib.redirect_stderr(io.StringIO()):
             tok = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tok.save_pretrained(str(saved))
-    return _WithBos(transformers.AutoTokenizer.from_pretrained(str(saved)))
+    return transformers.AutoTokenizer.from_pretrained(str(saved))
 
 
 class _WithBos:
