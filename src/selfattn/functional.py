@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import math
 from collections.abc import Callable
 from typing import Literal, overload
 
@@ -390,12 +391,13 @@ def check_overflow(r: Request, output: torch.Tensor) -> None:
     of a query overflowed to −inf, the 0 of a query that sees no key (`_overflowed_to_nothing`). Inputs that
     hold NaN or ±inf give NaN where the reference does, as they are.
 
-    Checked on the CPU only (a pass or two over the output, O(B·Hq·Lq·Dv)); on an accelerator the check would
-    make every call wait for its kernel."""
+    Checked on the CPU only (one pass over the output, O(B·Hq·Lq·Dv): `_row_peaks`); on an accelerator the check
+    would make every call wait for its kernel."""
     if output.device.type != "cpu":
         return
-    if all_finite(output):
-        if not _overflowed_to_nothing(r, output):
+    least, most = _row_peaks(output)
+    if math.isfinite(most):
+        if least != 0 or not _overflowed_to_nothing(r, output):
             return
     elif not all(all_finite(t) for t in (r.q, r.k, r.v)):
         return
@@ -418,7 +420,7 @@ def _overflowed_to_nothing(r: Request, output: torch.Tensor) -> bool:
     D · max|q| · max|k| · max(scale, 1) reaches the dtype's largest value and q and k are finite (a query that
     sees no key and has such a score for a key it does not see is refused too: its scores are beyond the dtype
     either way). A softcap saturates instead (cap · tanh(±inf) is the float64 answer): no check."""
-    if not (output.numel() and r.k.numel()) or not _zero_row(output) or r.softcap is not None:
+    if not r.k.numel() or r.softcap is not None:
         return False  # no key at all: nothing to overflow
     largest = float(torch.finfo(r.accumulate_dtype).max)
     factor = max(abs(r.scale), 1.0)
@@ -437,11 +439,17 @@ def _overflowed_to_nothing(r: Request, output: torch.Tensor) -> bool:
     return False
 
 
-def _zero_row(output: torch.Tensor) -> bool:
-    """Whether a row of `output` (its last dimension) is all zeros: a few µs per call, and at most
-    FINITE_CHECK_CHUNK elements copied at once (|x| of a chunk of rows)."""
-    if output.numel() <= FINITE_CHECK_CHUNK:  # one expression: each further operation costs ~1.5 µs of a call
-        return float(output.detach().abs().amax(-1).amin()) == 0
-    rows = output.detach().reshape(-1, output.shape[-1])
-    step = max(1, FINITE_CHECK_CHUNK // max(1, rows.shape[1]))
-    return any(float(rows[i : i + step].abs().amax(-1).amin()) == 0 for i in range(0, rows.shape[0], step))
+def _row_peaks(output: torch.Tensor) -> tuple[float, float]:
+    """(least, most) of each row's largest |value| (rows: the last dimension): `most` is finite exactly when every
+    value is (NaN and ±inf reach it), `least` is 0 exactly when a row is all zeros. A few µs per call (four
+    operations), at most FINITE_CHECK_CHUNK elements copied at once (|x| of a chunk of rows); (1, 0) for no value."""
+    if not output.numel():
+        return 1.0, 0.0
+    out = output.detach() if output.requires_grad else output
+    if out.numel() <= FINITE_CHECK_CHUNK:
+        least, most = torch.aminmax(out.abs().amax(-1))
+        return float(least), float(most)
+    rows = out.reshape(-1, out.shape[-1])
+    step = max(1, FINITE_CHECK_CHUNK // rows.shape[1])
+    peaks = [torch.aminmax(rows[i : i + step].abs().amax(-1)) for i in range(0, rows.shape[0], step)]
+    return min(float(lo) for lo, _ in peaks), max(float(hi) for _, hi in peaks)
