@@ -130,7 +130,8 @@ def test_the_command_says_which_layers_its_page_holds(tiny_checkpoint, tmp_path,
     from selfattn.explainer.session import Explainer
 
     trace = explanation(Explainer.load(str(tiny_checkpoint)), "一只蓝色怪兽走进森林").trace
-    monkeypatch.setattr(export, "MAX_PAGE_BYTES", export.layer_page_bytes(trace.layers[0]))  # one layer's room
+    shown = packing.packed_bytes(packing.pack_layer(trace.layers[1], full=True)[0])
+    monkeypatch.setattr(export, "MAX_PAGE_BYTES", shown + 100)  # room for the shown layer (1) only
     page = tmp_path / "r.html"
     args = ["explain", "一只蓝色怪兽走进森林", "--model", str(tiny_checkpoint), "--layer", "1", "--head", "0"]
     assert main([*args, "--html", str(page), "--lang", "zh"]) == 0
