@@ -264,7 +264,7 @@ def test_a_query_whose_every_score_overflows_to_minus_inf_is_refused_not_zero(ba
     where float64 gives a weighted mean of V."""
     q, k, v = _overflowing_row()
     ref = reference_of(q, k, v, causal=True)[0]
-    assert np.isfinite(ref).all() and np.abs(ref[1, 3, 2]).max() > 0.1  # the spec: not 0
+    assert np.isfinite(ref).all() and (ref[1, 3, 2] != 0).any()  # the spec: a mean of V, not the 0 of no key
     with pytest.raises(ValueError, match=r"attention of finite inputs overflowed torch.float32 \(largest \|q\| 1e\+20"):
         selfattn.attention(q, k, v, causal=True, backend=backend)
     out = selfattn.attention(q.double(), k.double(), v.double(), causal=True, backend=backend)  # float64 holds it
