@@ -1,6 +1,6 @@
 """The page's one array codec (views/codec.py): every dtype round-trips, the bytes are the documented layout (read
-here with base64, zlib and NumPy alone), compression on threads gives the bytes of compression at once, and the
-display's thumbnails and shown weights travel in it, decoded to the float64 weights within the named tolerances."""
+here with base64, zlib and NumPy alone), each byte plane deflated apart in one zlib stream, and the display's
+thumbnails and shown weights travel in it, decoded to the float64 weights within the named tolerances."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The page's packing when it is made fast: heads computed together, long base64 joined in after the JSON encoding
-— each gives the numbers and bytes the slow way gave (the arrays compressed on threads and byte planes stored:
-test_codec.py)."""
+— each gives the numbers and bytes the slow way gave (the byte planes' one zlib stream: test_codec.py)."""
 
 from __future__ import annotations
 
